@@ -1,0 +1,367 @@
+"""CuPy-compatible kernel API on the CPU: RawModule, RawKernel, Function.
+
+    mod = cpuify.RawModule(code=src, options=("-DN=4",), name_expressions=("k<4>",))
+    k = mod.get_function("k<4>")
+    k((blocks,), (threads,), (x, y, np.float32(2.0), np.int32(n)))
+
+Pointers are NumPy arrays (or anything with the array interface or the buffer protocol);
+scalars are converted to the parameter type the kernel declares (the PTX knows it), with
+range checks; structs by value come from NumPy structured scalars or bytes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from cpuify.codegen.jit import LoadedObject
+from cpuify.codegen.layout import (
+    ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
+)
+from cpuify.codegen.llvm_gen import KernelInfo
+from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
+from cpuify.errors import CpuifyError, LaunchError
+from cpuify.runtime.native import load_runtime
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+DEFAULT_SHARED_LIMIT = 48 * 1024
+MAX_SHARED_OPTIN = 227 * 1024
+
+_ERROR_TEXT = {
+    ERR_BARRIER_DIVERGENCE: "not all threads of the block reached the same __syncthreads() "
+                            "(a barrier inside a branch that only some threads take)",
+    ERR_TRAP: "the kernel executed a trap instruction (__trap() or asm(\"trap;\"))",
+    ERR_WARP_DIVERGENCE: "threads of a warp disagree at a warp collective",
+    ERR_ASSERT: "a device-side assert() failed",
+    5: "out of memory allocating shared/scratch memory for the launch",
+}
+
+_INT_RANGES = {
+    "s8": (-2**7, 2**7 - 1, "b"), "u8": (0, 2**8 - 1, "B"), "b8": (-2**7, 2**8 - 1, "B"),
+    "s16": (-2**15, 2**15 - 1, "h"), "u16": (0, 2**16 - 1, "H"), "b16": (-2**15, 2**16 - 1, "H"),
+    "s32": (-2**31, 2**31 - 1, "i"), "u32": (0, 2**32 - 1, "I"), "b32": (-2**31, 2**32 - 1, "I"),
+    "s64": (-2**63, 2**63 - 1, "q"), "u64": (0, 2**64 - 1, "Q"), "b64": (-2**63, 2**64 - 1, "Q"),
+}
+
+
+def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
+    if isinstance(value, (int, np.integer)):
+        dims = [int(value)]
+    else:
+        try:
+            dims = [int(v) for v in value]
+        except TypeError:
+            raise TypeError(f"kernel '{kernel}': {what} must be an int or a tuple of up to 3 ints, "
+                            f"got {type(value).__name__}") from None
+    if not 1 <= len(dims) <= 3:
+        raise ValueError(f"kernel '{kernel}': {what} must have 1 to 3 dimensions, got {len(dims)}")
+    while len(dims) < 3:
+        dims.append(1)
+    return dims[0], dims[1], dims[2]
+
+
+def _address_of(arg: Any) -> int | None:
+    """Data address of an array-like argument, or None if it is not one."""
+    if type(arg) is np.ndarray:
+        return arg.__array_interface__["data"][0]
+    iface = getattr(arg, "__array_interface__", None)
+    if iface is not None:
+        return int(iface["data"][0])
+    if isinstance(arg, (bytes, str)):
+        return None
+    try:
+        mv = memoryview(arg)
+    except TypeError:
+        return None
+    if mv.readonly:
+        arr = np.frombuffer(mv, dtype=np.uint8)
+        return arr.__array_interface__["data"][0]
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
+class Function:
+    """A compiled kernel, launched with `fn(grid, block, args, shared_mem=0)`."""
+
+    def __init__(self, module: "RawModule", info: KernelInfo, loaded: LoadedObject) -> None:
+        self.module = module
+        self.info = info
+        self.name = info.name
+        self._rt = load_runtime()
+        self._launch = self._rt.cpuify_launch
+        self._addr = loaded.function_address(info.symbol)
+        self._param_size = max(info.param_size, 1)
+        self._buf = (ctypes.c_char * self._param_size)()
+        self._buf_addr = ctypes.addressof(self._buf)
+        self._dims = (ctypes.c_uint32 * 6)()
+        self._dims_addr = ctypes.addressof(self._dims)
+        self._err = (ctypes.c_uint32 * 3)()
+        self._err_addr = ctypes.addressof(self._err)
+        self._flush = "vprintf" in module._compiled.ptx
+        self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT - info.shared_static
+        self._plan = [(name, t, off, size) for (name, t, off, size) in info.params]
+
+    # CuPy-compatible read-only attributes
+    @property
+    def num_regs(self) -> int:
+        return 0
+
+    @property
+    def max_threads_per_block(self) -> int:
+        req = self.info.directives.get("maxntid") or self.info.directives.get("reqntid")
+        if req:
+            n = 1
+            for v in req:
+                n *= v
+            return min(n, MAX_THREADS_PER_BLOCK)
+        return MAX_THREADS_PER_BLOCK
+
+    @property
+    def shared_size_bytes(self) -> int:
+        return self.info.shared_static
+
+    @property
+    def kernel_name(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<cpuify.Function {self.name}({', '.join(t for _, t, _, _ in self._plan)})>"
+
+    def _pack(self, args: Sequence[Any]) -> None:
+        plan = self._plan
+        if not isinstance(args, (tuple, list)):
+            raise TypeError(f"kernel '{self.name}': args must be a tuple, got {type(args).__name__}")
+        if len(args) != len(plan):
+            raise TypeError(f"kernel '{self.name}' takes {len(plan)} argument(s) "
+                            f"({', '.join(t for _, t, _, _ in plan)}), {len(args)} given")
+        buf = self._buf
+        for i, ((_, t, off, size), arg) in enumerate(zip(plan, args)):
+            if t in ("f32", "f64"):
+                if isinstance(arg, (float, int, np.floating, np.integer)) and not isinstance(arg, bool):
+                    struct.pack_into("<f" if t == "f32" else "<d", buf, off, float(arg))
+                    continue
+                raise TypeError(f"kernel '{self.name}' argument {i}: expected a {t} scalar, "
+                                f"got {type(arg).__name__}")
+            if size != _type_size(t) or t == "b8" and size > 1:
+                self._pack_struct(i, arg, off, size)
+                continue
+            if t in ("b64", "u64", "s64"):
+                addr = _address_of(arg) if not isinstance(arg, (int, np.integer)) else None
+                if addr is not None:
+                    struct.pack_into("<Q", buf, off, addr)
+                    continue
+                if arg is None:
+                    struct.pack_into("<Q", buf, off, 0)
+                    continue
+            if isinstance(arg, (bool, np.bool_)):
+                arg = int(arg)
+            if isinstance(arg, (int, np.integer)):
+                lo, hi, fmt = _INT_RANGES[t]
+                v = int(arg)
+                if not lo <= v <= hi:
+                    raise ValueError(f"kernel '{self.name}' argument {i}: {v} does not fit the "
+                                     f"parameter type .{t}")
+                struct.pack_into("<" + fmt, buf, off, v & ((1 << (8 * size)) - 1))
+                continue
+            if isinstance(arg, (float, np.floating)):
+                raise TypeError(f"kernel '{self.name}' argument {i}: expected an integer for "
+                                f"parameter type .{t}, got {type(arg).__name__} {arg!r}")
+            raise TypeError(f"kernel '{self.name}' argument {i}: cannot pass "
+                            f"{type(arg).__name__} for a .{t} parameter"
+                            + (" (expected a pointer: a NumPy array)" if t.endswith("64") else ""))
+
+    def _pack_struct(self, i: int, arg: Any, off: int, size: int) -> None:
+        if isinstance(arg, np.void) or isinstance(arg, np.ndarray) and arg.dtype.fields is not None:
+            data = arg.tobytes()
+        elif isinstance(arg, (bytes, bytearray, memoryview)):
+            data = bytes(arg)
+        elif isinstance(arg, np.generic):
+            data = arg.tobytes()
+        else:
+            raise TypeError(f"kernel '{self.name}' argument {i}: a struct of {size} bytes is passed "
+                            f"by value; give a NumPy structured scalar or bytes, not {type(arg).__name__}")
+        if len(data) != size:
+            raise ValueError(f"kernel '{self.name}' argument {i}: struct parameter is {size} bytes, "
+                             f"the value given is {len(data)} bytes")
+        ctypes.memmove(self._buf_addr + off, data, size)
+
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
+                 stream: Any = None, enable_cooperative_groups: bool = False) -> None:
+        name = self.name
+        g = _dim3(grid, "grid", name)
+        bl = _dim3(block, "block", name)
+        nthreads = bl[0] * bl[1] * bl[2]
+        for k in range(3):
+            if not 1 <= bl[k] <= MAX_BLOCK_DIM[k]:
+                raise ValueError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
+                                 f"range 1..{MAX_BLOCK_DIM[k]} (cudaErrorInvalidConfiguration)")
+            if not 1 <= g[k] <= MAX_GRID_DIM[k]:
+                raise ValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
+                                 f"range 1..{MAX_GRID_DIM[k]} (cudaErrorInvalidConfiguration)")
+        if nthreads > self.max_threads_per_block:
+            raise ValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
+                             f"{self.max_threads_per_block} (cudaErrorInvalidConfiguration)")
+        shared_mem = int(shared_mem)
+        if shared_mem < 0:
+            raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
+        if shared_mem > self.max_dynamic_shared_size_bytes:
+            raise ValueError(
+                f"kernel '{name}': {shared_mem} bytes of dynamic shared memory exceed the limit of "
+                f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
+                f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
+                "as cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) does")
+        self._pack(args)
+        d = self._dims
+        d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
+        shared_bytes = self.info.shared_static + shared_mem
+        scratch = self.info.scratch.scratch_bytes(nthreads)
+        rc = self._launch(self._addr, self._buf_addr, self._dims_addr, shared_bytes, scratch,
+                          self._err_addr)
+        if self._flush:
+            sys.stdout.flush()
+            self._rt.cpuify_flush()
+        if rc:
+            e = self._err
+            raise LaunchError(f"kernel '{name}' failed in block ({e[0]}, {e[1]}, {e[2]}): "
+                              f"{_ERROR_TEXT.get(rc, f'error code {rc}')}")
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key == "max_dynamic_shared_size_bytes" and hasattr(self, "info"):
+            value = int(value)
+            limit = MAX_SHARED_OPTIN - self.info.shared_static
+            if not 0 <= value <= limit:
+                raise ValueError(f"kernel '{self.name}': max_dynamic_shared_size_bytes must be in "
+                                 f"0..{limit} (cudaErrorInvalidValue)")
+        object.__setattr__(self, key, value)
+
+
+def _type_size(t: str) -> int:
+    from cpuify.frontend.ptx_ast import type_size
+    return type_size(t)
+
+
+class RawModule:
+    """CUDA C++ (or PTX) compiled for the CPU.  Mirrors `cupy.RawModule`."""
+
+    def __init__(self, code: str | None = None, *, path: str | os.PathLike[str] | None = None,
+                 options: Sequence[str] = (), backend: str = "nvrtc",
+                 translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
+                 name_expressions: Sequence[str] | None = None, jitify: bool = False,
+                 ptx: str | None = None) -> None:
+        if jitify:
+            raise CpuifyError("jitify=True is not supported by cpuify; compile without it")
+        if backend not in ("nvrtc", "nvcc"):
+            raise ValueError(f"backend must be 'nvrtc' or 'nvcc', got {backend!r}")
+        sources = [x is not None for x in (code, path, ptx)]
+        if sum(sources) != 1:
+            raise TypeError("give exactly one of code=, path= or ptx=")
+        filename = "kernel.cu"
+        if path is not None:
+            p = Path(path)
+            text = p.read_text()
+            if p.suffix == ".ptx" or text.lstrip().startswith(("//", ".version")) and ".entry" in text:
+                ptx = text
+            else:
+                code, filename = text, p.name
+        if isinstance(options, str):
+            options = (options,)
+        self.code = code
+        self.options = tuple(options)
+        self.name_expressions = tuple(name_expressions or ())
+        if ptx is not None:
+            self._compiled: CompiledModule = compile_ptx_cached(ptx)
+        else:
+            assert code is not None
+            self._compiled = compile_cuda(code, options=self.options,
+                                          name_expressions=self.name_expressions, filename=filename)
+        self._loaded = LoadedObject(self._compiled.object_code)
+        self._functions: dict[str, Function] = {}
+
+    @property
+    def ptx(self) -> str:
+        return self._compiled.ptx
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self._compiled.kernels)
+
+    def _resolve(self, name: str) -> str:
+        return self._compiled.lowered_names.get(name, name)
+
+    def get_function(self, name: str) -> Function:
+        fn = self._functions.get(name)
+        if fn is not None:
+            return fn
+        symbol = self._resolve(name)
+        info = self._compiled.kernels.get(symbol)
+        if info is None:
+            known = ", ".join(sorted(self._compiled.kernels)) or "none"
+            hint = ""
+            if "<" in name and name not in self.name_expressions:
+                hint = " (template kernels must be listed in name_expressions=)"
+            elif any(k.startswith("_Z") and name in k for k in self._compiled.kernels):
+                hint = " (the kernel name is C++-mangled: declare it extern \"C\" or use name_expressions=)"
+            raise LookupError(f"no kernel named '{name}' in this module{hint}; kernels: {known}")
+        fn = Function(self, info, self._loaded)
+        self._functions[name] = fn
+        return fn
+
+    def get_global(self, name: str, dtype: Any = np.uint8) -> np.ndarray:
+        """A writable NumPy view of a `__device__` or `__constant__` variable."""
+        symbol = self._resolve(name)
+        g = self._compiled.globals.get(symbol)
+        if g is None:
+            known = ", ".join(sorted(n for n in self._compiled.globals if not n.startswith("$"))) or "none"
+            raise LookupError(f"no __device__/__constant__ variable named '{name}'; variables: {known}")
+        addr = self._loaded.global_address(symbol)
+        raw = (ctypes.c_uint8 * g.size).from_address(addr)
+        arr = np.frombuffer(raw, dtype=np.uint8)
+        arr = arr.view(dtype) if np.dtype(dtype) != np.uint8 else arr
+        # keep the JIT memory alive as long as the view
+        _views_keepalive.setdefault(id(self), (self, []))[1].append(raw)
+        return arr
+
+
+_views_keepalive: dict[int, tuple[RawModule, list[Any]]] = {}
+
+
+class RawKernel:
+    """One kernel from CUDA source.  Mirrors `cupy.RawKernel`."""
+
+    def __init__(self, code: str, name: str, options: Sequence[str] = (), backend: str = "nvrtc",
+                 translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
+                 jitify: bool = False) -> None:
+        self.code = code
+        self.name = name
+        self.options = tuple(options) if not isinstance(options, str) else (options,)
+        self._module = RawModule(code=code, options=self.options, backend=backend,
+                                 enable_cooperative_groups=enable_cooperative_groups, jitify=jitify)
+        self._fn = self._module.get_function(name)
+
+    @property
+    def kernel(self) -> Function:
+        return self._fn
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self._fn.max_dynamic_shared_size_bytes
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        self._fn.max_dynamic_shared_size_bytes = value
+
+    @property
+    def attributes(self) -> dict[str, int]:
+        return {"max_threads_per_block": self._fn.max_threads_per_block,
+                "shared_size_bytes": self._fn.shared_size_bytes,
+                "max_dynamic_shared_size_bytes": self._fn.max_dynamic_shared_size_bytes}
+
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
+                 stream: Any = None, enable_cooperative_groups: bool = False) -> None:
+        self._fn(grid, block, args, shared_mem=shared_mem)

@@ -1,0 +1,227 @@
+"""Analyses code generation needs on the block body: sync points, liveness across them,
+rematerialization, and which 64-bit integers are really pointers (so that addresses are
+emitted as GEPs the loop vectorizer understands)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.dialects import info, is_sync
+
+# ops that can be recomputed at a resume point instead of being kept per thread
+_REMAT_OPS = {"upir.const", "upir.param", "upir.special", "upir.addressof", "ptx.mov", "ptx.add",
+              "ptx.sub", "ptx.mul", "ptx.mad", "ptx.shl", "ptx.shr", "ptx.and", "ptx.or",
+              "ptx.xor", "ptx.cvt", "ptx.cvta", "ptx.neg", "ptx.not", "ptx.setp", "ptx.selp",
+              "ptx.min", "ptx.max"}
+_REMAT_DEPTH = 12
+
+
+@dataclass
+class SyncPoint:
+    index: int                 # 1-based resume id
+    op: Operation
+    block: Block
+    position: int              # index of the op in its block
+    live: list[Value] = field(default_factory=list)     # kept per thread across the sync
+    remat: list[Value] = field(default_factory=list)    # recomputed at the resume point
+
+
+def find_sync_points(region: Region) -> list[SyncPoint]:
+    out: list[SyncPoint] = []
+    for b in region.blocks:
+        for i, op in enumerate(b.ops):
+            if is_sync(op):
+                out.append(SyncPoint(len(out) + 1, op, b, i))
+    return out
+
+
+def _uses_in(op: Operation) -> list[Value]:
+    vals = list(op.operands)
+    for args in op.successor_args:
+        vals.extend(args)
+    return vals
+
+
+def block_liveness(region: Region) -> dict[Block, set[Value]]:
+    """Live-in sets per block (block arguments are defined at block entry)."""
+    live_in: dict[Block, set[Value]] = {b: set() for b in region.blocks}
+    gen: dict[Block, set[Value]] = {}
+    kill: dict[Block, set[Value]] = {}
+    for b in region.blocks:
+        defined: set[Value] = set(b.args)
+        used: set[Value] = set()
+        for op in b.ops:
+            for v in _uses_in(op):
+                if v not in defined and _local_to(v, region):
+                    used.add(v)
+            defined.update(op.results)
+        gen[b] = used
+        kill[b] = defined
+    changed = True
+    order = list(reversed(region.blocks))
+    while changed:
+        changed = False
+        for b in order:
+            out: set[Value] = set()
+            for s in b.successors:
+                out |= live_in[s]
+            new = gen[b] | (out - kill[b])
+            if new != live_in[b]:
+                live_in[b] = new
+                changed = True
+    return live_in
+
+
+def _local_to(v: Value, region: Region) -> bool:
+    if isinstance(v, OpResult):
+        blk = v.op.parent
+        return blk is not None and blk.parent is region
+    if isinstance(v, BlockArgument):
+        return v.block.parent is region
+    return False
+
+
+def live_after(sp: SyncPoint, live_in: dict[Block, set[Value]], region: Region) -> set[Value]:
+    live: set[Value] = set()
+    for s in sp.block.successors:
+        live |= live_in[s]
+    for op in reversed(sp.block.ops[sp.position + 1:]):
+        live -= set(op.results)
+        for v in _uses_in(op):
+            if _local_to(v, region):
+                live.add(v)
+    live -= set(sp.op.results)
+    return live
+
+
+def rematerializable(v: Value, depth: int = 0) -> bool:
+    if not isinstance(v, OpResult) or depth > _REMAT_DEPTH:
+        return False
+    op = v.op
+    if op.name not in _REMAT_OPS or not info(op).pure and op.name.startswith("ptx."):
+        return False
+    if op.name == "upir.special" and op.attributes.get("reg", "").startswith("%clock"):
+        return False
+    return all(rematerializable(o, depth + 1) for o in op.operands)
+
+
+def plan_sync_points(region: Region) -> list[SyncPoint]:
+    points = find_sync_points(region)
+    if not points:
+        return points
+    live_in = block_liveness(region)
+    for sp in points:
+        for v in sorted(live_after(sp, live_in, region), key=_value_order(region)):
+            (sp.remat if rematerializable(v) else sp.live).append(v)
+    return points
+
+
+def _value_order(region: Region):  # type: ignore[no-untyped-def]
+    order: dict[Value, int] = {}
+    for b in region.blocks:
+        for a in b.args:
+            order[a] = len(order)
+        for op in b.ops:
+            for r in op.results:
+                order[r] = len(order)
+    return lambda v: order.get(v, 0)
+
+
+# --- pointer inference ------------------------------------------------------------------
+
+_ADDRESS_SPACES_REAL = ("global", "const", "generic", "param")
+
+
+def _mem_space(op: Operation) -> str:
+    mods = op.attributes.get("mods", [])
+    for s in ("global", "shared", "local", "const", "param"):
+        if s in mods:
+            return s
+    return "generic"
+
+
+def memory_space(op: Operation) -> str:
+    return _mem_space(op)
+
+
+def infer_pointers(region: Region) -> set[Value]:
+    """64-bit values that hold real (global/generic) addresses: emitted as LLVM `ptr`."""
+    address_flow: set[Value] = set()
+    work: list[Value] = []
+
+    def mark(v: Value) -> None:
+        if v.type == "i64" and v not in address_flow:
+            address_flow.add(v)
+            work.append(v)
+
+    all_ops = [op for b in region.blocks for op in b.ops]
+    for op in all_ops:
+        if op.name in ("ptx.ld", "ptx.st", "ptx.atom", "ptx.red") and _mem_space(op) in _ADDRESS_SPACES_REAL:
+            mark(op.operands[0])
+        elif op.name == "ptx.cvta" and "to" in op.attributes.get("mods", ()):
+            mark(op.operands[0])
+    incoming = _incoming(region)
+    while work:
+        v = work.pop()
+        if isinstance(v, OpResult):
+            op = v.op
+            if op.name in ("ptx.add", "ptx.sub", "ptx.mov"):
+                for o in op.operands:
+                    mark(o)
+        elif isinstance(v, BlockArgument):
+            for src in incoming.get(v, []):
+                mark(src)
+
+    pointers: set[Value] = set()
+    for op in all_ops:
+        for r in op.results:
+            if r not in address_flow and not (op.name == "ptx.cvta"):
+                continue
+            if op.name == "ptx.cvta" and r.type == "i64" and "to" not in op.attributes.get("mods", ()):
+                pointers.add(r)       # shared/local/global -> generic: a real address
+            elif op.name == "ptx.cvta" and r.type == "i64" and ("global" in op.attributes["mods"]):
+                pointers.add(r)
+            elif op.name in ("upir.param", "ptx.ld") and r.type == "i64":
+                pointers.add(r)
+            elif op.name == "upir.addressof" and op.attributes.get("space") in ("global", "const", "param"):
+                pointers.add(r)
+    for b in region.blocks:
+        for a in b.args:
+            if a in address_flow:
+                pointers.add(a)
+    # forward: add/sub/mov with exactly one pointer operand; block args need all inputs
+    changed = True
+    while changed:
+        changed = False
+        for op in all_ops:
+            if op.name in ("ptx.add", "ptx.sub", "ptx.mov") and op.results and op.results[0].type == "i64":
+                r = op.results[0]
+                n_ptr = sum(1 for o in op.operands if o in pointers)
+                is_ptr = r in address_flow and (
+                    (op.name == "ptx.add" and n_ptr == 1) or
+                    (op.name in ("ptx.sub", "ptx.mov") and op.operands[0] in pointers and n_ptr == 1))
+                if is_ptr and r not in pointers:
+                    pointers.add(r)
+                    changed = True
+                elif not is_ptr and r in pointers:
+                    pointers.discard(r)
+                    changed = True
+        for b in region.blocks:
+            for a in b.args:
+                if a in pointers and not all(src in pointers for src in incoming.get(a, [])):
+                    pointers.discard(a)
+                    changed = True
+    return pointers
+
+
+def _incoming(region: Region) -> dict[BlockArgument, list[Value]]:
+    out: dict[BlockArgument, list[Value]] = {}
+    for b in region.blocks:
+        term = b.terminator
+        if term is None:
+            continue
+        for s, args in zip(term.successors, term.successor_args):
+            for a, v in zip(s.args, args):
+                out.setdefault(a, []).append(v)
+    return out

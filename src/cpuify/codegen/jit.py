@@ -1,0 +1,98 @@
+"""LLVM target machine, optimization, object emission and in-memory loading (llvmlite.binding).
+
+Kept apart from IR construction (llvm_gen.py) as llvmlite separates `ir` from `binding`."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _init() -> None:
+    try:
+        llvm.initialize()
+    except RuntimeError:
+        pass   # llvmlite >= 0.45 initializes itself and refuses the call
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> tuple[str, str]:
+    """(cpu name, feature string) of this machine: part of the compile-cache key."""
+    _init()
+    name = llvm.get_host_cpu_name()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:
+        features = ""
+    return name, features
+
+
+@functools.lru_cache(maxsize=1)
+def target_machine() -> llvm.TargetMachine:
+    _init()
+    cpu, features = host_cpu()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                        codemodel="default")
+
+
+def triple_and_layout() -> tuple[str, str]:
+    tm = target_machine()
+    return llvm.get_process_triple(), str(tm.target_data)
+
+
+def optimize(module_text: str) -> llvm.ModuleRef:
+    """Parse, verify and run the O3 pipeline for the host CPU."""
+    _init()
+    tm = target_machine()
+    mod = llvm.parse_assembly(module_text)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pto.loop_interleaving = True
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(mod, pb)
+    return mod
+
+
+def emit_object(mod: llvm.ModuleRef) -> bytes:
+    return target_machine().emit_object(mod)
+
+
+def emit_assembly(mod: llvm.ModuleRef) -> str:
+    return target_machine().emit_assembly(mod)
+
+
+class LoadedObject:
+    """A native object file loaded into this process; symbol addresses by name."""
+
+    def __init__(self, obj: bytes) -> None:
+        _init()
+        from cpuify.runtime.native import load_runtime
+        load_runtime()      # JIT code calls cpuify_* functions by symbol
+        with _lock:
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+
+    def function_address(self, name: str) -> int:
+        addr = self.engine.get_function_address(name)
+        if not addr:
+            raise KeyError(name)
+        return addr
+
+    def global_address(self, name: str) -> int:
+        addr = self.engine.get_global_value_address(name)
+        if not addr:
+            raise KeyError(name)
+        return addr

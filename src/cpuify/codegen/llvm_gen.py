@@ -1,0 +1,977 @@
+"""IR -> LLVM IR (llvmlite.ir).
+
+Execution model (ARCHITECTURE.md): one CPU worker runs a whole thread block.  The block
+body is cut at its sync points (block barriers and warp collectives) into *segments*; a
+segment is emitted as a thread loop
+
+    for tz, ty, tx in block:   (tx innermost: the loop LLVM vectorizes)
+        run the kernel from resume point r until the thread reaches a sync point or exits
+
+Values live across a sync point are either recomputed at the resume point (pure address
+arithmetic on thread ids and parameters) or kept per thread in scratch arrays (SoA, one
+array per value).  `state[tid]` records where each thread stopped; the C scheduler in the
+runtime (`cpuify_run_block`) checks that all threads reached the same barrier, performs
+warp exchanges, and calls the next segment.  A kernel without sync points is one loop and
+needs no scheduler.
+
+Inside a segment, every IR value used outside its defining LLVM block goes through an
+alloca; LLVM's mem2reg/SROA rebuilds SSA (a resume point may sit inside a loop of the
+original CFG, so the segment's CFG is not the kernel's)."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Callable
+
+from llvmlite import ir
+
+from cpuify.codegen.analysis import SyncPoint, infer_pointers, memory_space, plan_sync_points
+from cpuify.codegen.layout import (
+    CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_WAIT, SYNC_64BIT,
+    SYNC_KINDS, ScratchLayout, SharedLayout, align_up,
+)
+from cpuify.errors import PTXError, UnsupportedError
+from cpuify.frontend.ptx_ast import Module as PTXModule, VarDecl, type_size
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.lifting.lift import LiftedKernel
+
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType(I8)     # llvmlite prints i8*; LLVM 15+ reads it as opaque ptr
+VOID = ir.VoidType()
+
+IR_LLVM = {"i1": I1, "i8": I8, "i16": I16, "i32": I32, "i64": I64, "f16": F16, "f32": F32, "f64": F64}
+
+
+def ptx_llvm_type(t: str) -> ir.Type:
+    if t == "pred":
+        return I1
+    if t in ("f32",):
+        return F32
+    if t == "f64":
+        return F64
+    if t in ("f16", "bf16"):
+        return I16
+    return ir.IntType(8 * type_size(t))
+
+
+def is_signed(t: str) -> bool:
+    return t.startswith("s")
+
+
+def is_float(t: str) -> bool:
+    return t in ("f32", "f64", "f16")
+
+
+CTX_TYPE = ir.LiteralStructType([PTR] * len(CTX_FIELDS) + [I32] * len(CTX_U32_FIELDS))
+DIMS_TYPE = ir.LiteralStructType([ir.ArrayType(I32, 3), ir.ArrayType(I32, 3)])
+
+
+def ctx_index(name: str) -> int:
+    if name in CTX_FIELDS:
+        return CTX_FIELDS.index(name)
+    return len(CTX_FIELDS) + CTX_U32_FIELDS.index(name)
+
+
+@dataclass
+class KernelInfo:
+    """What the runtime and Python API need to launch a compiled kernel."""
+    name: str
+    symbol: str                     # block function symbol
+    param_size: int
+    params: list[tuple[str, str, int, int]]    # (name, ptx type, offset, size)
+    scratch: ScratchLayout
+    shared_static: int
+    has_sync: bool
+    num_sync: int
+    directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+class ModuleCodegen:
+    """Emits one LLVM module for one PTX module: globals + one block function per kernel."""
+
+    def __init__(self, ptx: PTXModule, triple: str = "", data_layout: str = "") -> None:
+        self.ptx = ptx
+        self.module = ir.Module(name="cpuify")
+        if triple:
+            self.module.triple = triple
+        if data_layout:
+            self.module.data_layout = data_layout
+        self.globals: dict[str, ir.GlobalVariable] = {}
+        self.kernels: list[KernelInfo] = []
+        self._intrinsics: dict[str, ir.Function] = {}
+        self.emit_globals()
+
+    # --- module-scope variables ---
+    def emit_globals(self) -> None:
+        for var in self.ptx.variables:
+            if var.space not in ("global", "const"):
+                continue
+            if var.linkage == "extern" and var.init is None and var.size == 0:
+                raise UnsupportedError(f"extern {var.space} variable '{var.name}' has no definition "
+                                       "in this module", line=var.line)
+            size = max(var.size, 1)
+            ty = ir.ArrayType(I8, size)
+            g = ir.GlobalVariable(self.module, ty, name=var.name)
+            g.align = max(var.alignment, 16 if size >= 16 else 1)
+            g.initializer = ir.Constant(ty, bytearray(self._init_bytes(var, size)))
+            self.globals[var.name] = g
+
+    def _init_bytes(self, var: VarDecl, size: int) -> bytes:
+        if var.init is None:
+            return bytes(size)
+        out = bytearray()
+        esize = type_size(var.type)
+        for v in var.init:
+            if isinstance(v, str):
+                raise UnsupportedError(f"initializer of '{var.name}' takes the address of '{v}'; "
+                                       "address initializers are not supported", line=var.line)
+            if var.type in ("f32",):
+                out += struct.pack("<f", float(v))
+            elif var.type == "f64":
+                out += struct.pack("<d", float(v))
+            else:
+                out += (int(v) & ((1 << (8 * esize)) - 1)).to_bytes(esize, "little")
+        out = out[:size]
+        return bytes(out) + bytes(size - len(out))
+
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self._intrinsics.get(name)
+        if fn is None:
+            existing = self.module.globals.get(name)
+            if existing is not None:
+                fn = existing  # type: ignore[assignment]
+            else:
+                fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+            self._intrinsics[name] = fn
+        return fn
+
+    def shared_layout(self, kernel: LiftedKernel) -> SharedLayout:
+        layout = SharedLayout()
+        off = 0
+        decls = [v for v in self.ptx.variables if v.space == "shared" and v.dims != (None,)]
+        decls += kernel.shared_vars
+        has_dynamic = False
+        for v in self.ptx.variables + kernel.shared_vars:
+            if v.space == "shared" and (v.dims and v.dims[0] is None or v.linkage == "extern"):
+                has_dynamic = True
+        for v in decls:
+            if v.dims and v.dims[0] is None:
+                continue
+            off = align_up(off, max(v.alignment, 1))
+            layout.offsets[v.name] = off
+            off += v.size
+        layout.static_size = off
+        layout.dynamic_offset = align_up(off, 16)
+        for v in self.ptx.variables + kernel.shared_vars:
+            if v.space == "shared" and v.name not in layout.offsets:
+                layout.offsets[v.name] = layout.dynamic_offset
+        del has_dynamic
+        return layout
+
+    def add_kernel(self, kernel: LiftedKernel) -> KernelInfo:
+        return KernelCodegen(self, kernel).emit()
+
+
+def _block_body(kernel_op: Operation) -> Region:
+    grid = kernel_op.regions[0].entry.ops[0]
+    block = grid.regions[0].entry.ops[0]
+    return block.regions[0]
+
+
+class KernelCodegen:
+    def __init__(self, mod: ModuleCodegen, kernel: LiftedKernel) -> None:
+        self.mod = mod
+        self.kernel = kernel
+        self.name = kernel.name
+        self.region = _block_body(kernel.op)
+        self.syncs: list[SyncPoint] = plan_sync_points(self.region)
+        self.sync_of_op = {sp.op: sp for sp in self.syncs}
+        self.pointers = infer_pointers(self.region)
+        self.shared = mod.shared_layout(kernel)
+        # local memory (per thread): kernel .local depots
+        self.local_offsets: dict[str, int] = {}
+        off = 0
+        for v in kernel.local_vars:
+            off = align_up(off, max(v.alignment, 1))
+            self.local_offsets[v.name] = off
+            off += v.size
+        self.local_size = align_up(off, 16)
+        # slots for values kept per thread across sync points (sorted by size: aligned)
+        kept: dict[Value, None] = {}
+        for sp in self.syncs:
+            for v in sp.live:
+                kept[v] = None
+        sizes = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "f32": 4, "i64": 8, "f64": 8, "f16": 2}
+        ordered = sorted(kept, key=lambda v: -sizes[v.type])
+        self.slot_offset: dict[Value, int] = {}
+        off = 0
+        for v in ordered:
+            self.slot_offset[v] = off
+            off += sizes[v.type]
+        self.slot_bytes = align_up(off, 8)
+        self.value_order: dict[Value, int] = {}
+        for b in self.region.blocks:
+            for a in b.args:
+                self.value_order[a] = len(self.value_order)
+            for op in b.ops:
+                for r in op.results:
+                    self.value_order[r] = len(self.value_order)
+
+    def error(self, msg: str, op: Operation) -> None:
+        line = op.attributes.get("line")
+        raise UnsupportedError(msg, line=line, kernel=self.name,
+                               source_line=self.mod.ptx.source_line(line) if line else None)
+
+    # --- top level ---
+    def emit(self) -> KernelInfo:
+        m = self.mod.module
+        seg_ty = ir.FunctionType(VOID, [PTR, I32])
+        segments = []
+        for r in range(len(self.syncs) + 1):
+            fn = ir.Function(m, seg_ty, name=f"cpuify_seg_{self.name}_{r}")
+            fn.linkage = "internal"
+            fn.attributes.add("nounwind")
+            segments.append(fn)
+        for r, fn in enumerate(segments):
+            SegmentEmitter(self, fn, r).emit()
+        block_fn = self.emit_block_function(segments)
+        info = KernelInfo(
+            name=self.name, symbol=block_fn.name, param_size=self.kernel.param_size,
+            params=[(p.name, p.ptx_type, p.offset, p.size) for p in self.kernel.params],
+            scratch=ScratchLayout(bool(self.syncs), self.slot_bytes, self.local_size),
+            shared_static=self.shared.dynamic_offset if self.shared.static_size else 0,
+            has_sync=bool(self.syncs), num_sync=len(self.syncs),
+            directives=self.kernel.directives)
+        self.mod.kernels.append(info)
+        return info
+
+    def emit_block_function(self, segments: list[ir.Function]) -> ir.Function:
+        m = self.mod.module
+        fty = ir.FunctionType(I32, [PTR, PTR, I32, I32, I32, PTR, PTR])
+        fn = ir.Function(m, fty, name=f"cpuify_block_{self.name}")
+        params, dims, bx, by, bz, shared, scratch = fn.args
+        for a in (params, dims, shared, scratch):
+            a.add_attribute("noalias") if a is not params else None
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = b.alloca(CTX_TYPE, name="ctx")
+
+        def setf(name: str, value: ir.Value) -> None:
+            idx = ctx_index(name)
+            p = b.gep(ctx, [I32(0), I32(idx)])
+            b.store(value, p)
+
+        dims_p = b.bitcast(dims, DIMS_TYPE.as_pointer())
+        blk = [b.load(b.gep(dims_p, [I32(0), I32(1), I32(k)])) for k in range(3)]
+        n = b.mul(b.mul(blk[0], blk[1]), blk[2], name="nthreads")
+        n64 = b.zext(n, I64)
+        setf("params", params)
+        setf("dims", dims)
+        setf("shared", shared)
+        setf("scratch", scratch)
+        for name, v in (("bx", bx), ("by", by), ("bz", bz), ("nthreads", n), ("error", I32(0)),
+                        ("local_size", I32(self.local_size)), ("pad", I32(0))):
+            setf(name, v)
+        # dynamic shared size is passed through dims? no: runtime stores it after the struct
+        setf("dyn_shared", I32(0))
+        # carve scratch: arrays 64-byte aligned
+        offset = ir.Constant(I64, 0)
+
+        def carve(name: str, elem: int) -> None:
+            nonlocal offset
+            setf(name, b.gep(scratch, [offset]))
+            size = b.mul(n64, I64(elem))
+            size = b.and_(b.add(size, I64(63)), I64(~63 & (2**64 - 1)))
+            offset = b.add(offset, size)
+
+        null = ir.Constant(PTR, None)
+        if self.syncs:
+            for name, elem in (("state", 4), ("xval", 8), ("xb", 4), ("xc", 4), ("xmask", 4),
+                               ("xout", 8), ("xpred", 4)):
+                carve(name, elem)
+        else:
+            for name in ("state", "xval", "xb", "xc", "xmask", "xout", "xpred"):
+                setf(name, null)
+        if self.slot_bytes:
+            carve("slots", self.slot_bytes)
+        else:
+            setf("slots", null)
+        if self.local_size:
+            carve("local", self.local_size)
+        else:
+            setf("local", null)
+        ctx_i8 = b.bitcast(ctx, PTR)
+        if not self.syncs:
+            b.call(segments[0], [ctx_i8, I32(0)])
+            err = b.load(b.gep(ctx, [I32(0), I32(ctx_index("error"))]))
+            b.ret(err)
+            return fn
+        # dispatcher for the C scheduler
+        disp = ir.Function(m, ir.FunctionType(VOID, [PTR, I32, I32]), name=f"cpuify_dispatch_{self.name}")
+        disp.linkage = "internal"
+        db = ir.IRBuilder(disp.append_basic_block("entry"))
+        dctx, dr, dmasked = disp.args
+        default = disp.append_basic_block("default")
+        sw = db.switch(dr, default)
+        for r, seg in enumerate(segments):
+            bb = disp.append_basic_block(f"r{r}")
+            sw.add_case(I32(r), bb)
+            db.position_at_end(bb)
+            db.call(seg, [dctx, dmasked])
+            db.ret_void()
+        db.position_at_end(default)
+        db.ret_void()
+        kinds = [self.sync_kind(sp) for sp in self.syncs]
+        kt = ir.ArrayType(I32, len(kinds))
+        kg = ir.GlobalVariable(m, kt, name=f"cpuify_sync_kinds_{self.name}")
+        kg.initializer = ir.Constant(kt, kinds)
+        kg.global_constant = True
+        kg.linkage = "internal"
+        run_block = self.mod.intrinsic("cpuify_run_block", I32, [PTR, PTR, PTR, I32])
+        res = b.call(run_block, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR), I32(len(kinds))])
+        b.ret(res)
+        return fn
+
+    def sync_kind(self, sp: SyncPoint) -> int:
+        op = sp.op
+        mods = op.attributes.get("mods", [])
+        if op.name == "upir.barrier":
+            red = op.attributes.get("reduce")
+            return SYNC_KINDS["barrier" if red is None else f"barrier.{red}"]
+        kind = op.attributes["kind"]
+        if kind == "syncwarp":
+            return SYNC_KINDS["syncwarp"]
+        if kind == "shfl":
+            mode = next(m for m in mods if m in ("up", "down", "bfly", "idx"))
+            return SYNC_KINDS[f"shfl.{mode}"]
+        if kind == "vote":
+            mode = next(m for m in mods if m in ("all", "any", "uni", "ballot"))
+            return SYNC_KINDS[f"vote.{mode}"]
+        if kind == "activemask":
+            return SYNC_KINDS["activemask"]
+        if kind == "match":
+            mode = "any" if "any" in mods else "all"
+            return SYNC_KINDS[f"match.{mode}"] | (SYNC_64BIT if "b64" in mods else 0)
+        if kind == "redux":
+            opn = next(m for m in mods if m in ("add", "min", "max", "and", "or", "xor"))
+            if opn in ("min", "max"):
+                t = "s32" if "s32" in mods else "u32"
+                return SYNC_KINDS[f"redux.{opn}.{t}"]
+            return SYNC_KINDS[f"redux.{opn}"]
+        self.error(f"unknown warp collective '{kind}'", op)
+        return 0
+
+
+class SegmentEmitter:
+    """Emits the thread loop of one segment (resume point r)."""
+
+    def __init__(self, kc: KernelCodegen, fn: ir.Function, resume: int) -> None:
+        self.kc = kc
+        self.mod = kc.mod
+        self.fn = fn
+        self.resume = resume
+        self.vals: dict[Value, ir.Value] = {}           # per LLVM block (reset at block start)
+        self.slots: dict[Value, ir.AllocaInstr] = {}     # cross-block values
+        self.block_map: dict[Block, ir.Block] = {}
+        self.pending: list[Block] = []
+
+    # ---- helpers
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.builder
+
+    def emit(self) -> None:
+        fn = self.fn
+        ctx_raw, masked = fn.args
+        entry = fn.append_basic_block("entry")
+        self.builder = ir.IRBuilder(entry)
+        b = self.builder
+        self.entry_builder = ir.IRBuilder(entry)
+        ctx = b.bitcast(ctx_raw, CTX_TYPE.as_pointer())
+        self.ctx = ctx
+
+        def field(name: str) -> ir.Value:
+            return b.load(b.gep(ctx, [I32(0), I32(ctx_index(name))]), name=name)
+
+        self.params = field("params")
+        dims = b.bitcast(field("dims"), DIMS_TYPE.as_pointer())
+        self.ntid = [b.load(b.gep(dims, [I32(0), I32(1), I32(k)]), name=f"ntid{k}") for k in range(3)]
+        self.nctaid = [b.load(b.gep(dims, [I32(0), I32(0), I32(k)]), name=f"nctaid{k}") for k in range(3)]
+        self.ctaid = [field(n) for n in ("bx", "by", "bz")]
+        self.shared = field("shared")
+        self.state = field("state")
+        self.xarr = {n: field(n) for n in ("xval", "xb", "xc", "xmask", "xout", "xpred")}
+        self.slots_base = field("slots")
+        self.local_base_all = field("local")
+        self.nthreads = field("nthreads")
+        self.dyn_shared = field("dyn_shared")
+        self.nthreads64 = b.zext(self.nthreads, I64)
+        # allocas live in a dedicated block so they dominate everything
+        self.alloca_block = entry
+        loop_setup = fn.append_basic_block("loops")
+        b.branch(loop_setup)
+        self.entry_builder = ir.IRBuilder(entry)
+        self.entry_builder.position_before(entry.terminator)
+        b.position_at_end(loop_setup)
+        # nested thread loops z, y, x
+        exit_bb = fn.append_basic_block("done")
+        zero = I32(0)
+        loops = []
+        outer_latch_target = exit_bb
+        header_z = fn.append_basic_block("tz.head")
+        b.branch(header_z)
+        preheader = loop_setup
+        idx = []
+        latches = []
+        headers = [header_z, fn.append_basic_block("ty.head"), fn.append_basic_block("tx.head")]
+        bodies = []
+        # build headers with phis
+        phis = []
+        for k, (h, bound) in enumerate(zip(headers, (self.ntid[2], self.ntid[1], self.ntid[0]))):
+            b.position_at_end(h)
+            phi = b.phi(I32, name=("tz", "ty", "tx")[k])
+            phis.append(phi)
+            body = fn.append_basic_block(("tz", "ty", "tx")[k] + ".body")
+            cond = b.icmp_unsigned("<", phi, bound)
+            latch_parent = latches[-1] if latches else None
+            bodies.append(body)
+            loops.append((h, phi, body, cond))
+        # wire: tz.head -> tz.body (-> ty.head) ... exit
+        for k, (h, phi, body, cond) in enumerate(loops):
+            b.position_at_end(h)
+            out = exit_bb if k == 0 else None
+            latch = fn.append_basic_block(("tz", "ty", "tx")[k] + ".latch")
+            latches.append(latch)
+            if k == 0:
+                b.cbranch(cond, body, exit_bb)
+            else:
+                b.cbranch(cond, body, latches[k - 1])
+            b.position_at_end(body)
+            if k < 2:
+                b.branch(headers[k + 1])
+        del outer_latch_target, preheader, idx, latch_parent, out, zero
+        # phi incoming
+        phis[0].add_incoming(I32(0), loop_setup)
+        phis[1].add_incoming(I32(0), bodies[0])
+        phis[2].add_incoming(I32(0), bodies[1])
+        for k in range(3):
+            b.position_at_end(latches[k])
+            nxt = b.add(phis[k], I32(1), flags=["nuw"])
+            b.branch(headers[k])
+            phis[k].add_incoming(nxt, latches[k])
+        b.position_at_end(exit_bb)
+        b.ret_void()
+        self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
+        # body of the innermost loop
+        b.position_at_end(bodies[2])
+        lin = b.add(b.mul(b.add(b.mul(phis[0], self.ntid[1]), phis[1]), self.ntid[0]), phis[2], name="ltid")
+        self.linear_tid = lin
+        self.linear_tid64 = b.zext(lin, I64)
+        self.latch = latches[2]
+        if self.kc.local_size:
+            if self.kc.syncs:
+                self.local_base = b.gep(self.local_base_all, [b.mul(self.linear_tid64, I64(self.kc.local_size))], name="local")
+            else:
+                # no sync points: a thread's local memory never outlives its iteration
+                arr = self.entry_builder.alloca(ir.ArrayType(I8, self.kc.local_size), name="localmem")
+                arr.align = 16
+                self.local_base = b.bitcast(arr, PTR)
+        else:
+            self.local_base = ir.Constant(PTR, None)
+        if self.kc.syncs:
+            run = fn.append_basic_block("run")
+            state_p = self.state_ptr()
+            st = b.load(state_p)
+            is_me = b.icmp_signed("==", st, I32(self.resume))
+            skip = b.icmp_signed("==", masked, I32(0))
+            b.cbranch(b.or_(skip, is_me), run, self.latch)
+            b.position_at_end(run)
+        # segment start
+        if self.resume == 0:
+            start_block, start_pos = self.kc.region.entry, 0
+            self.reset_block()
+        else:
+            sp = self.kc.syncs[self.resume - 1]
+            start_block, start_pos = sp.block, sp.position + 1
+            self.reset_block()
+            self.restore(sp)
+        self.emit_ops(start_block, start_pos)
+        while self.pending:
+            blk = self.pending.pop()
+            b.position_at_end(self.block_map[blk])
+            self.reset_block()
+            for a in blk.args:
+                self.vals[a] = b.load(self.slot_of(a))
+            self.emit_ops(blk, 0)
+
+    def state_ptr(self) -> ir.Value:
+        b = self.b
+        sp = b.bitcast(self.state, I32.as_pointer())
+        return b.gep(sp, [self.linear_tid64])
+
+    def reset_block(self) -> None:
+        self.vals = {}
+
+    def slot_of(self, v: Value) -> ir.AllocaInstr:
+        s = self.slots.get(v)
+        if s is None:
+            s = self.entry_builder.alloca(self.llvm_type(v), name="v")
+            self.slots[v] = s
+        return s
+
+    def llvm_type(self, v: Value) -> ir.Type:
+        if v in self.kc.pointers:
+            return PTR
+        return IR_LLVM[v.type]
+
+    def get(self, v: Value) -> ir.Value:
+        got = self.vals.get(v)
+        if got is not None:
+            return got
+        if isinstance(v, OpResult) and v.op.name == "upir.const":
+            c = self.constant(v)
+            self.vals[v] = c
+            return c
+        # defined in another LLVM block: through its alloca
+        got = self.b.load(self.slot_of(v))
+        self.vals[v] = got
+        return got
+
+    def constant(self, v: OpResult) -> ir.Value:
+        val = v.op.attributes["value"]
+        t = IR_LLVM[v.type]
+        if v.type.startswith("f"):
+            if isinstance(val, int):
+                return ir.Constant(t, _float_from_bits(val, v.type))
+            return ir.Constant(t, float(val))
+        c = ir.Constant(t, int(val) & ((1 << t.width) - 1))
+        if v in self.kc.pointers:
+            return c.inttoptr(PTR)
+        return c
+
+    def define(self, v: Value, lv: ir.Value) -> None:
+        want = self.llvm_type(v)
+        lv = self.coerce_bits(lv, want)
+        self.vals[v] = lv
+        if self.used_elsewhere(v):
+            self.b.store(lv, self.slot_of(v))
+
+    def used_elsewhere(self, v: Value) -> bool:
+        if isinstance(v, BlockArgument):
+            return True
+        blk = v.op.parent if isinstance(v, OpResult) else None
+        for u in v.uses:
+            if u.parent is not blk:
+                return True
+        # also if a sync point in the same block separates def and use
+        return bool(self.kc.syncs)
+
+    def coerce_bits(self, lv: ir.Value, want: ir.Type) -> ir.Value:
+        b = self.b
+        have = lv.type
+        if have == want:
+            return lv
+        if isinstance(want, ir.PointerType):
+            if isinstance(have, ir.PointerType):
+                return b.bitcast(lv, want)
+            if isinstance(have, ir.IntType):
+                return b.inttoptr(self.int_resize(lv, I64, False), want)
+            return b.inttoptr(b.bitcast(lv, I64), want)
+        if isinstance(have, ir.PointerType):
+            lv = b.ptrtoint(lv, I64)
+            have = I64
+        if isinstance(want, ir.IntType) and isinstance(have, ir.IntType):
+            return self.int_resize(lv, want, False)
+        hw = _width(have)
+        ww = _width(want)
+        if hw == ww:
+            return b.bitcast(lv, want)
+        # float <-> int of another width: go through an int of the source width
+        as_int = b.bitcast(lv, ir.IntType(hw)) if not isinstance(have, ir.IntType) else lv
+        resized = self.int_resize(as_int, ir.IntType(ww), False)
+        return b.bitcast(resized, want) if not isinstance(want, ir.IntType) else resized
+
+    def int_resize(self, lv: ir.Value, want: ir.IntType, signed: bool) -> ir.Value:
+        have = lv.type
+        if have.width == want.width:
+            return lv
+        if have.width > want.width:
+            return self.b.trunc(lv, want)
+        return self.b.sext(lv, want) if signed else self.b.zext(lv, want)
+
+    def operand(self, v: Value, t: str) -> ir.Value:
+        """`v` read as PTX type `t` (register wider/narrower than the type is cut/extended)."""
+        lv = self.get(v)
+        want = ptx_llvm_type(t)
+        if lv.type == want:
+            return lv
+        if isinstance(lv.type, ir.PointerType):
+            lv = self.b.ptrtoint(lv, I64)
+        if isinstance(want, ir.IntType) and isinstance(lv.type, ir.IntType):
+            return self.int_resize(lv, want, is_signed(t))
+        return self.coerce_bits(lv, want)
+
+    def result(self, op: Operation, lv: ir.Value, t: str, index: int = 0) -> None:
+        """Store `lv` (of PTX type t) into result `index`, extending like PTX does for wide
+        destination registers (sign-extend for .s types)."""
+        r = op.results[index]
+        want = self.llvm_type(r)
+        if isinstance(want, ir.IntType) and isinstance(lv.type, ir.IntType) and want.width > lv.type.width:
+            lv = self.int_resize(lv, want, is_signed(t))
+        self.define(r, lv)
+
+    # ---- control flow within the segment
+    def block_for(self, blk: Block) -> ir.Block:
+        bb = self.block_map.get(blk)
+        if bb is None:
+            bb = self.fn.append_basic_block("bb")
+            self.block_map[blk] = bb
+            self.pending.append(blk)
+        return bb
+
+    def jump(self, succ: Block, args: list[Value]) -> ir.Block:
+        b = self.b
+        vals = [self.get(a) for a in args]
+        for arg, v in zip(succ.args, vals):
+            b.store(self.coerce_bits(v, self.llvm_type(arg)), self.slot_of(arg))
+        return self.block_for(succ)
+
+    def emit_ops(self, blk: Block, start: int) -> None:
+        for op in blk.ops[start:]:
+            if op in self.kc.sync_of_op:
+                self.leave_at_sync(self.kc.sync_of_op[op])
+                return
+            handler = HANDLERS.get(op.name)
+            if handler is None:
+                handler = PTX_HANDLERS.get(op.name)
+            if handler is None:
+                self.kc.error(f"no code generation for '{op.name}'", op)
+            handler(self, op)   # type: ignore[misc]
+            if self.b.block.is_terminated:
+                return
+
+    def leave_at_sync(self, sp: SyncPoint) -> None:
+        b = self.b
+        op = sp.op
+        # contributions of this thread to the collective
+        tid = self.linear_tid64
+        if op.operands:
+            kind = op.attributes.get("kind")
+            vals = list(op.operands)
+            names: list[str]
+            if op.name == "upir.barrier":
+                names = ["xval"]
+            elif kind == "shfl":
+                names = ["xval", "xb", "xc", "xmask"]
+            elif kind in ("vote", "match", "redux"):
+                names = ["xval", "xmask"]
+            elif kind in ("syncwarp", "activemask"):
+                names = ["xmask"]
+            else:
+                names = []
+            for name, v in zip(names, vals):
+                lv = self.get(v)
+                if isinstance(lv.type, ir.PointerType):
+                    lv = b.ptrtoint(lv, I64)
+                if name == "xval":
+                    if not isinstance(lv.type, ir.IntType):
+                        lv = b.bitcast(lv, ir.IntType(_width(lv.type)))
+                    lv = self.int_resize(lv, I64, False)
+                    arr = b.bitcast(self.xarr[name], I64.as_pointer())
+                else:
+                    if not isinstance(lv.type, ir.IntType):
+                        lv = b.bitcast(lv, ir.IntType(_width(lv.type)))
+                    lv = self.int_resize(lv, I32, False)
+                    arr = b.bitcast(self.xarr[name], I32.as_pointer())
+                b.store(lv, b.gep(arr, [tid]))
+        for v in sp.live:
+            b.store(self.coerce_bits(self.get(v), IR_LLVM[v.type]), self.slot_address(v))
+        b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
+        b.branch(self.latch)
+
+    def slot_address(self, v: Value) -> ir.Value:
+        b = self.b
+        off = self.kc.slot_offset[v]
+        base = b.gep(self.slots_base, [b.mul(self.nthreads64, I64(off))])
+        arr = b.bitcast(base, IR_LLVM[v.type].as_pointer())
+        return b.gep(arr, [self.linear_tid64])
+
+    def restore(self, sp: SyncPoint) -> None:
+        b = self.b
+        for v in sp.live:
+            lv = b.load(self.slot_address(v))
+            self.define(v, lv)
+        for v in sp.remat:
+            self.rematerialize(v)
+        op = sp.op
+        if op.results:
+            tid = self.linear_tid64
+            out = b.load(b.gep(b.bitcast(self.xarr["xout"], I64.as_pointer()), [tid]))
+            pred = b.load(b.gep(b.bitcast(self.xarr["xpred"], I32.as_pointer()), [tid]))
+            first = op.results[0]
+            if first.type == "i1" and op.name == "upir.barrier" or (first.type == "i1" and op.attributes.get("kind") == "vote"):
+                self.define(first, b.icmp_unsigned("!=", out, I64(0)))
+            else:
+                self.define(first, self.coerce_bits(self.int_resize(out, ir.IntType(_width(IR_LLVM[first.type])), False), IR_LLVM[first.type]))
+            if len(op.results) > 1:
+                self.define(op.results[1], b.icmp_unsigned("!=", pred, I32(0)))
+
+    def rematerialize(self, v: Value) -> None:
+        if v in self.vals:
+            return
+        assert isinstance(v, OpResult)
+        op = v.op
+        for o in op.operands:
+            if isinstance(o, OpResult) and o.op.name != "upir.const":
+                self.rematerialize(o)
+        handler = HANDLERS.get(op.name) or PTX_HANDLERS[op.name]
+        handler(self, op)
+
+    # --- address computation
+    def address(self, op: Operation, space: str) -> ir.Value:
+        """Pointer for memory op `op` (address operand 0 plus its `offset` attribute)."""
+        b = self.b
+        base = op.operands[0]
+        offset = op.attributes.get("offset", 0)
+        lv = self.get(base)
+        if space == "shared" or space == "local":
+            root = self.shared if space == "shared" else self.local_base
+            if isinstance(lv.type, ir.PointerType):
+                lv = b.ptrtoint(lv, I64)
+            idx = lv if lv.type == I64 else b.zext(lv, I64)
+            if offset:
+                idx = b.add(idx, I64(offset))
+            return b.gep(root, [idx])
+        if space == "param":
+            if isinstance(lv.type, ir.PointerType):
+                p = lv
+            else:
+                p = b.inttoptr(self.int_resize(lv, I64, False), PTR)
+            return b.gep(p, [I64(offset)]) if offset else p
+        if not isinstance(lv.type, ir.PointerType):
+            lv = b.inttoptr(self.int_resize(lv, I64, False), PTR)
+        if offset:
+            lv = b.gep(lv, [I64(offset)])
+        return lv
+
+
+def _width(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return t.width
+    if isinstance(t, ir.HalfType):
+        return 16
+    if isinstance(t, ir.FloatType):
+        return 32
+    if isinstance(t, ir.DoubleType):
+        return 64
+    if isinstance(t, ir.PointerType):
+        return 64
+    raise TypeError(t)
+
+
+def _float_from_bits(bits: int, t: str) -> float:
+    if t == "f32":
+        return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+    if t == "f64":
+        return struct.unpack("<d", struct.pack("<Q", bits & (2**64 - 1)))[0]
+    return float(bits)
+
+
+Handler = Callable[[SegmentEmitter, Operation], None]
+HANDLERS: dict[str, Handler] = {}
+PTX_HANDLERS: dict[str, Handler] = {}
+
+
+def handles(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            (PTX_HANDLERS if n.startswith("ptx.") else HANDLERS)[n] = fn
+        return fn
+    return deco
+
+
+# ---------------------------------------------------------------------------------------------
+# upir / cf ops
+# ---------------------------------------------------------------------------------------------
+
+@handles("upir.const")
+def _const(e: SegmentEmitter, op: Operation) -> None:
+    e.vals[op.results[0]] = e.constant(op.results[0])
+
+
+@handles("upir.param")
+def _param(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = op.attributes["type"]
+    p = b.gep(e.params, [I64(op.attributes["offset"])])
+    lt = ptx_llvm_type(t)
+    v = b.load(b.bitcast(p, lt.as_pointer()))
+    v.align = 1 if type_size(t) == 1 else min(type_size(t), 4)
+    e.result(op, v, t)
+
+
+@handles("upir.special")
+def _special(e: SegmentEmitter, op: Operation) -> None:
+    reg: str = op.attributes["reg"]
+    base, _, comp = reg.partition(".")
+    k = "xyz".index(comp) if comp in ("x", "y", "z") else 0
+    b = e.b
+    if base == "%tid":
+        v = e.tid[k]
+    elif base == "%ntid":
+        v = e.ntid[k]
+    elif base == "%ctaid":
+        v = e.ctaid[k]
+    elif base == "%nctaid":
+        v = e.nctaid[k]
+    elif base == "%laneid":
+        v = b.and_(e.linear_tid, I32(31))
+    elif base == "%warpid":
+        v = b.lshr(e.linear_tid, I32(5))
+    elif base == "%nwarpid":
+        v = b.lshr(b.add(e.nthreads, I32(31)), I32(5))
+    elif base == "%warpsize":
+        v = I32(32)
+    elif base.startswith("%lanemask"):
+        lane = b.and_(e.linear_tid, I32(31))
+        one = b.shl(I32(1), lane)
+        kind = base[len("%lanemask_"):]
+        if kind == "eq":
+            v = one
+        elif kind == "lt":
+            v = b.sub(one, I32(1))
+        elif kind == "le":
+            v = b.or_(one, b.sub(one, I32(1)))
+        elif kind == "gt":
+            v = b.not_(b.or_(one, b.sub(one, I32(1))))
+        else:  # ge
+            v = b.not_(b.sub(one, I32(1)))
+    elif base in ("%smid", "%gridid"):
+        v = I32(0)
+    elif base == "%nsmid":
+        v = I32(1)
+    elif base == "%dynamic_smem_size":
+        v = e.dyn_shared
+    elif base in ("%total_smem_size", "%aggr_smem_size"):
+        v = b.add(e.dyn_shared, I32(e.kc.shared.dynamic_offset))
+    else:
+        e.kc.error(f"special register '{reg}' is not supported", op)
+        return
+    e.result(op, v, "u32")
+
+
+@handles("upir.clock")
+def _clock(e: SegmentEmitter, op: Operation) -> None:
+    fn = e.mod.intrinsic("llvm.readcyclecounter", I64, [])
+    v = e.b.call(fn, [])
+    e.result(op, v if op.results[0].type == "i64" else e.b.trunc(v, I32), "u64")
+
+
+@handles("upir.addressof")
+def _addressof(e: SegmentEmitter, op: Operation) -> None:
+    sym = op.attributes["symbol"]
+    space = op.attributes["space"]
+    b = e.b
+    if space == "shared":
+        off = e.kc.shared.offsets.get(sym)
+        if off is None:
+            e.kc.error(f"unknown shared variable '{sym}'", op)
+        e.result(op, I64(off), "u64")
+    elif space == "local":
+        off = e.kc.local_offsets.get(sym)
+        if off is None:
+            e.kc.error(f"local variable '{sym}' is not declared in this kernel", op)
+        e.result(op, I64(off), "u64")
+    elif space == "param":
+        p = next((p for p in e.kc.kernel.params if p.name == sym), None)
+        if p is None:
+            e.kc.error(f"unknown parameter '{sym}'", op)
+        assert p is not None
+        e.define(op.results[0], b.gep(e.params, [I64(p.offset)]))
+    else:
+        g = e.mod.globals.get(sym)
+        if g is None:
+            e.kc.error(f"unknown global variable '{sym}'", op)
+        e.define(op.results[0], b.bitcast(g, PTR))
+
+
+@handles("cf.br")
+def _br(e: SegmentEmitter, op: Operation) -> None:
+    target = e.jump(op.successors[0], op.successor_args[0])
+    e.b.branch(target)
+
+
+@handles("cf.cond_br")
+def _cond_br(e: SegmentEmitter, op: Operation) -> None:
+    cond = e.get(op.operands[0])
+    b = e.b
+    # evaluate both edges' arguments before storing any (parallel copy)
+    t_bb = e.fn.append_basic_block("edge.t")
+    f_bb = e.fn.append_basic_block("edge.f")
+    b.cbranch(cond, t_bb, f_bb)
+    saved = dict(e.vals)
+    for bb, succ, args in ((t_bb, op.successors[0], op.successor_args[0]),
+                           (f_bb, op.successors[1], op.successor_args[1])):
+        b.position_at_end(bb)
+        e.vals = dict(saved)
+        target = e.jump(succ, args)
+        b.branch(target)
+
+
+@handles("upir.exit")
+def _exit(e: SegmentEmitter, op: Operation) -> None:
+    if e.kc.syncs:
+        e.b.store(I32(STATE_EXITED), e.state_ptr())
+    e.b.branch(e.latch)
+
+
+@handles("upir.trap")
+def _trap(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    code = ERR_ASSERT if op.attributes.get("assert") else ERR_TRAP
+    b.store(I32(code), b.gep(e.ctx, [I32(0), I32(ctx_index("error"))]))
+    b.ret_void()
+
+
+@handles("upir.fence", "upir.nanosleep")
+def _fence(e: SegmentEmitter, op: Operation) -> None:
+    if op.name == "upir.fence":
+        e.b.fence("seq_cst")
+
+
+@handles("upir.printf")
+def _printf(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    fmt = e.get(op.operands[0])
+    args = e.get(op.operands[1]) if len(op.operands) > 1 else I64(0)
+    fmt_p = fmt if isinstance(fmt.type, ir.PointerType) else b.inttoptr(fmt, PTR)
+    args_p = args if isinstance(args.type, ir.PointerType) else b.inttoptr(args, PTR)
+    if op.attributes.get("assert"):
+        fn = e.mod.intrinsic("cpuify_assert_message", VOID, [PTR])
+        b.call(fn, [fmt_p])
+        return
+    fn = e.mod.intrinsic("cpuify_vprintf", I32, [PTR, PTR])
+    r = b.call(fn, [fmt_p, args_p])
+    if op.results:
+        e.result(op, r, "s32")
+
+
+@handles("upir.malloc")
+def _malloc(e: SegmentEmitter, op: Operation) -> None:
+    fn = e.mod.intrinsic("malloc", PTR, [I64])
+    r = e.b.call(fn, [e.operand(op.operands[0], "u64")])
+    e.define(op.results[0], r)
+
+
+@handles("upir.free")
+def _free(e: SegmentEmitter, op: Operation) -> None:
+    fn = e.mod.intrinsic("free", VOID, [PTR])
+    p = e.get(op.operands[0])
+    e.b.call(fn, [p if isinstance(p.type, ir.PointerType) else e.b.inttoptr(p, PTR)])
+
+
+from cpuify.codegen import ptx_ops  # noqa: E402  (registers PTX_HANDLERS)
+
+del ptx_ops, math, memory_space, PTXError

@@ -1,0 +1,186 @@
+"""The pipeline: CUDA C++ -> PTX (NVRTC) -> PTX AST -> parallel IR -> LLVM -> native object,
+with an on-disk cache of the result.
+
+Cache entries live in `$CPUIFY_CACHE_DIR` (default `~/.cache/cpuify`), one file per key; the
+key covers the input text, options, name expressions, the NVRTC and cpuify versions, the
+llvmlite/LLVM version and the host CPU with its features.  Writes go to a temporary file
+renamed into place (atomic, safe with concurrent processes); an entry that does not load is
+rebuilt."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import llvmlite
+
+from cpuify import __version__
+from cpuify.codegen import jit
+from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
+from cpuify.errors import PTXError
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.ir.verifier import verify
+from cpuify.lifting import lift_kernel
+
+_CACHE_FORMAT = 1
+
+
+@dataclass
+class GlobalInfo:
+    name: str
+    space: str
+    size: int
+    ptx_type: str
+
+
+@dataclass
+class CompiledModule:
+    object_code: bytes
+    kernels: dict[str, KernelInfo]
+    globals: dict[str, GlobalInfo]
+    ptx: str
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    from_cache: bool = False
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("CPUIFY_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "cpuify"
+
+
+def cache_enabled() -> bool:
+    return os.environ.get("CPUIFY_NO_CACHE", "") in ("", "0")
+
+
+def cache_key(kind: str, text: str, options: Sequence[str] = (), names: Sequence[str] = (),
+              extra: str = "") -> str:
+    h = hashlib.sha256()
+    cpu, features = jit.host_cpu()
+    for part in (str(_CACHE_FORMAT), __version__, kind, text, "\0".join(options), "\0".join(names),
+                 extra, llvmlite.__version__, cpu, features, _source_fingerprint()):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+_FINGERPRINT: str | None = None
+
+
+def _source_fingerprint() -> str:
+    """Hash of the compiler's own sources, so that a changed cpuify never reuses old code."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        h = hashlib.sha256()
+        root = Path(__file__).parent
+        for p in sorted(root.rglob("*.py")) + sorted(root.rglob("*.c")):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+        _FINGERPRINT = h.hexdigest()[:16]
+    return _FINGERPRINT
+
+
+def load_cached(key: str) -> CompiledModule | None:
+    if not cache_enabled():
+        return None
+    path = cache_dir() / f"{key}.bin"
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f)
+        if not isinstance(entry, CompiledModule):
+            raise ValueError("not a cpuify cache entry")
+    except FileNotFoundError:
+        return None
+    except Exception:
+        # corrupted or from an incompatible version: rebuild
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+    entry.from_cache = True
+    return entry
+
+
+def store_cached(key: str, module: CompiledModule) -> None:
+    if not cache_enabled():
+        return
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".bin")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(module, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, d / f"{key}.bin")
+    except OSError:
+        pass   # a read-only or full cache directory only costs recompilation
+
+
+def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
+                print_ir: bool = False) -> CompiledModule:
+    """Compile PTX text to a native object (no caching here)."""
+    t0 = time.perf_counter()
+    module = parse_ptx(ptx)
+    t1 = time.perf_counter()
+    triple, layout = jit.triple_and_layout()
+    gen = ModuleCodegen(module, triple, layout)
+    kernels: dict[str, KernelInfo] = {}
+    for entry in module.entries:
+        lifted = lift_kernel(module, entry)
+        verify(lifted.op)
+        if print_ir:
+            from cpuify.ir.printer import print_op
+            print(print_op(lifted.op))
+        kernels[entry.name] = gen.add_kernel(lifted)
+    t2 = time.perf_counter()
+    llvm_text = str(gen.module)
+    try:
+        opt = jit.optimize(llvm_text)
+    except RuntimeError as exc:   # our codegen produced invalid LLVM IR: an internal error
+        raise PTXError(f"internal error: generated LLVM IR does not verify: {exc}") from exc
+    obj = jit.emit_object(opt)
+    t3 = time.perf_counter()
+    globals_: dict[str, GlobalInfo] = {}
+    for v in module.variables:
+        if v.space in ("global", "const"):
+            globals_[v.name] = GlobalInfo(v.name, v.space, v.size, v.type)
+    return CompiledModule(obj, kernels, globals_, ptx, dict(lowered_names or {}),
+                          {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2})
+
+
+def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: Sequence[str] = (),
+                 filename: str = "kernel.cu", arch: str | None = None) -> CompiledModule:
+    """CUDA C++ source to a native object, through the cache."""
+    from cpuify.frontend import nvrtc
+    key = cache_key("cuda", source, [str(o) for o in options], list(name_expressions),
+                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}")
+    cached = load_cached(key)
+    if cached is not None:
+        return cached
+    t0 = time.perf_counter()
+    res = nvrtc.compile_to_ptx(source, filename=filename, options=options,
+                               name_expressions=name_expressions, arch=arch)
+    t1 = time.perf_counter()
+    compiled = compile_ptx(res.ptx, lowered_names=res.lowered_names)
+    compiled.timings["nvrtc"] = t1 - t0
+    store_cached(key, compiled)
+    return compiled
+
+
+def compile_ptx_cached(ptx: str) -> CompiledModule:
+    key = cache_key("ptx", ptx)
+    cached = load_cached(key)
+    if cached is not None:
+        return cached
+    compiled = compile_ptx(ptx)
+    store_cached(key, compiled)
+    return compiled

@@ -1,0 +1,240 @@
+"""The core IR: SSA values, operations, blocks and regions, MLIR-shaped.
+
+An :class:`Operation` has a dotted name (`ptx.add`, `upir.barrier`, `cf.cond_br`), operands
+(SSA :class:`Value`s), results, attributes (plain Python data), nested regions and, for
+terminators, successor blocks with the values they pass to the successor's arguments
+(MLIR's block arguments instead of phi nodes).
+
+Types are interned strings: `i1 i8 i16 i32 i64 f16 f32 f64`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+TYPES = ("i1", "i8", "i16", "i32", "i64", "f16", "f32", "f64")
+INT_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64"))
+FLOAT_TYPES = frozenset(("f16", "f32", "f64"))
+
+
+def bit_width(type_: str) -> int:
+    return int(type_[1:])
+
+
+class Value:
+    """An SSA value: an operation result or a block argument."""
+    __slots__ = ("type", "uses", "hint")
+
+    def __init__(self, type_: str, hint: str = "") -> None:
+        self.type = type_
+        self.uses: list[Operation] = []
+        self.hint = hint
+
+    @property
+    def owner(self) -> Operation | Block:
+        raise NotImplementedError
+
+
+class OpResult(Value):
+    __slots__ = ("op", "index")
+
+    def __init__(self, type_: str, op: Operation, index: int, hint: str = "") -> None:
+        super().__init__(type_, hint)
+        self.op = op
+        self.index = index
+
+    @property
+    def owner(self) -> Operation:
+        return self.op
+
+
+class BlockArgument(Value):
+    __slots__ = ("block", "index")
+
+    def __init__(self, type_: str, block: Block, index: int, hint: str = "") -> None:
+        super().__init__(type_, hint)
+        self.block = block
+        self.index = index
+
+    @property
+    def owner(self) -> Block:
+        return self.block
+
+
+class Operation:
+    __slots__ = ("name", "operands", "results", "attributes", "regions", "successors",
+                 "successor_args", "parent")
+
+    def __init__(self, name: str, operands: list[Value] | tuple[Value, ...] = (),
+                 result_types: list[str] | tuple[str, ...] = (),
+                 attributes: dict[str, Any] | None = None,
+                 regions: list[Region] | None = None,
+                 successors: list[Block] | None = None,
+                 successor_args: list[list[Value]] | None = None) -> None:
+        self.name = name
+        self.operands: list[Value] = list(operands)
+        for v in self.operands:
+            v.uses.append(self)
+        self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
+        self.attributes: dict[str, Any] = dict(attributes or {})
+        self.regions: list[Region] = []
+        for r in regions or []:
+            self.add_region(r)
+        self.successors: list[Block] = list(successors or [])
+        self.successor_args: list[list[Value]] = [list(a) for a in (successor_args or [[] for _ in self.successors])]
+        for args in self.successor_args:
+            for v in args:
+                v.uses.append(self)
+        self.parent: Block | None = None
+
+    @property
+    def result(self) -> OpResult:
+        return self.results[0]
+
+    def add_region(self, region: Region) -> Region:
+        region.parent = self
+        self.regions.append(region)
+        return region
+
+    def set_operand(self, index: int, value: Value) -> None:
+        old = self.operands[index]
+        old.uses.remove(self)
+        self.operands[index] = value
+        value.uses.append(self)
+
+    def drop_uses(self) -> None:
+        for v in self.operands:
+            v.uses.remove(self)
+        for args in self.successor_args:
+            for v in args:
+                v.uses.remove(self)
+
+    def walk(self) -> Iterator[Operation]:
+        """This op and all ops nested in its regions, pre-order."""
+        yield self
+        for region in self.regions:
+            for block in region.blocks:
+                for op in block.ops:
+                    yield from op.walk()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attributes.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"<{self.name} {self.attributes.get('line', '')}>"
+
+
+class Block:
+    __slots__ = ("args", "ops", "parent")
+
+    def __init__(self, arg_types: list[str] | tuple[str, ...] = ()) -> None:
+        self.args: list[BlockArgument] = [BlockArgument(t, self, i) for i, t in enumerate(arg_types)]
+        self.ops: list[Operation] = []
+        self.parent: Region | None = None
+
+    def add_arg(self, type_: str, hint: str = "") -> BlockArgument:
+        arg = BlockArgument(type_, self, len(self.args), hint)
+        self.args.append(arg)
+        return arg
+
+    def append(self, op: Operation) -> Operation:
+        op.parent = self
+        self.ops.append(op)
+        return op
+
+    @property
+    def terminator(self) -> Operation | None:
+        return self.ops[-1] if self.ops else None
+
+    @property
+    def successors(self) -> list[Block]:
+        term = self.terminator
+        return term.successors if term is not None else []
+
+
+class Region:
+    __slots__ = ("blocks", "parent")
+
+    def __init__(self, blocks: list[Block] | None = None) -> None:
+        self.blocks: list[Block] = []
+        self.parent: Operation | None = None
+        for b in blocks or []:
+            self.add_block(b)
+
+    def add_block(self, block: Block) -> Block:
+        block.parent = self
+        self.blocks.append(block)
+        return block
+
+    @property
+    def entry(self) -> Block:
+        return self.blocks[0]
+
+
+def predecessors(region: Region) -> dict[Block, list[Block]]:
+    preds: dict[Block, list[Block]] = {b: [] for b in region.blocks}
+    for b in region.blocks:
+        for s in b.successors:
+            preds[s].append(b)
+    return preds
+
+
+def reverse_postorder(region: Region) -> list[Block]:
+    """Blocks reachable from the entry, in reverse post-order (iterative DFS)."""
+    seen: set[Block] = set()
+    order: list[Block] = []
+    stack: list[tuple[Block, int]] = [(region.entry, 0)]
+    seen.add(region.entry)
+    while stack:
+        block, i = stack[-1]
+        succs = block.successors
+        if i < len(succs):
+            stack[-1] = (block, i + 1)
+            s = succs[i]
+            if s not in seen:
+                seen.add(s)
+                stack.append((s, 0))
+        else:
+            stack.pop()
+            order.append(block)
+    order.reverse()
+    return order
+
+
+def dominators(region: Region) -> dict[Block, Block | None]:
+    """Immediate dominators (Cooper-Harvey-Kennedy).  Unreachable blocks are absent."""
+    rpo = reverse_postorder(region)
+    index = {b: i for i, b in enumerate(rpo)}
+    preds = predecessors(region)
+    idom: dict[Block, Block | None] = {rpo[0]: rpo[0]}
+
+    def intersect(a: Block, b: Block) -> Block:
+        while a is not b:
+            while index[a] > index[b]:
+                a = idom[a]  # type: ignore[assignment]
+            while index[b] > index[a]:
+                b = idom[b]  # type: ignore[assignment]
+        return a
+
+    changed = True
+    while changed:
+        changed = False
+        for b in rpo[1:]:
+            new: Block | None = None
+            for p in preds[b]:
+                if p in idom:
+                    new = p if new is None else intersect(p, new)
+            if new is not None and idom.get(b) is not new:
+                idom[b] = new
+                changed = True
+    idom[rpo[0]] = None
+    return idom
+
+
+def dominates(idom: dict[Block, Block | None], a: Block, b: Block) -> bool:
+    node: Block | None = b
+    while node is not None:
+        if node is a:
+            return True
+        node = idom.get(node)
+    return False

@@ -1,0 +1,149 @@
+"""Op definitions: what each op name promises (traits, memory effects, verification).
+
+Dialects:
+  * `upir`  — the parallel structure: `upir.kernel` ▸ `upir.grid_parallel` ▸
+    `upir.block_parallel` (each holding one region), kernel parameters, special registers,
+    the block barrier and the warp collectives (which order memory of the spaces they name).
+  * `ptx`   — one op per PTX instruction, SSA form: `ptx.add {mods = ["s32"]}`.  Memory
+    ops (`ptx.ld`, `ptx.st`, `ptx.atom`, `ptx.red`) take an address value plus an
+    immediate `offset` attribute; `space` attributes name the state space.
+  * `cf`    — unstructured control flow inside the block body (`cf.br`, `cf.cond_br`),
+    `upir.exit` ends a CUDA thread.
+
+Memory effects answer (kind, space) pairs; passes and code generation read them instead
+of special-casing op names (a barrier is an op whose effects are read+write on
+shared/global)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cpuify.errors import IRError
+from cpuify.ir.core import Operation
+
+READ, WRITE = "read", "write"
+ALL_SPACES = ("global", "shared", "local", "const", "param")
+
+
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    name: str
+    terminator: bool = False
+    pure: bool = False              # no memory effects, no side effects: may be removed/recomputed
+    block_sync: bool = False        # all threads of the block meet here (bar.sync)
+    warp_sync: bool = False         # the active threads of a warp meet here (shfl, vote, …)
+    effects: Callable[[Operation], list[tuple[str, str]]] | None = None
+    verify: Callable[[Operation], None] | None = None
+    regions: int = 0
+
+
+REGISTRY: dict[str, OpInfo] = {}
+
+
+def define(name: str, **kw: object) -> OpInfo:
+    info = OpInfo(name, **kw)  # type: ignore[arg-type]
+    REGISTRY[name] = info
+    return info
+
+
+def info(op: Operation) -> OpInfo:
+    found = REGISTRY.get(op.name)
+    if found is None:
+        raise IRError(f"unknown op '{op.name}'")
+    return found
+
+
+def memory_effects(op: Operation) -> list[tuple[str, str]]:
+    """[(READ|WRITE, space)] for `op`; pure ops have none."""
+    i = info(op)
+    if i.pure:
+        return []
+    if i.effects is not None:
+        return i.effects(op)
+    return [(READ, s) for s in ALL_SPACES] + [(WRITE, s) for s in ALL_SPACES]
+
+
+def is_sync(op: Operation) -> bool:
+    i = REGISTRY.get(op.name)
+    return i is not None and (i.block_sync or i.warp_sync)
+
+
+def _space_effect(kinds: tuple[str, ...]) -> Callable[[Operation], list[tuple[str, str]]]:
+    def effects(op: Operation) -> list[tuple[str, str]]:
+        space = op.attributes.get("space", "generic")
+        spaces = ALL_SPACES if space == "generic" else (space,)
+        return [(k, s) for k in kinds for s in spaces]
+    return effects
+
+
+def _verify_results(n: int) -> Callable[[Operation], None]:
+    def verify(op: Operation) -> None:
+        if len(op.results) != n:
+            raise IRError(f"'{op.name}' must have {n} result(s), has {len(op.results)}")
+    return verify
+
+
+def _verify_region(op: Operation) -> None:
+    if len(op.regions) != 1:
+        raise IRError(f"'{op.name}' must hold exactly one region")
+
+
+# --- parallel structure -------------------------------------------------------------------
+define("upir.module", regions=1, verify=_verify_region)
+define("upir.global", pure=True)                 # a module-scope variable (attributes only)
+define("upir.kernel", regions=1, verify=_verify_region)
+define("upir.grid_parallel", regions=1, verify=_verify_region)
+define("upir.block_parallel", regions=1, verify=_verify_region)
+define("upir.yield", terminator=True, pure=True)
+define("upir.param", pure=True, verify=_verify_results(1))
+define("upir.special", pure=True, verify=_verify_results(1))   # %tid.x, %ctaid.y, %laneid …
+define("upir.const", pure=True, verify=_verify_results(1))
+define("upir.addressof", pure=True, verify=_verify_results(1))  # address of a variable
+_sync_effects = _space_effect((READ, WRITE))
+define("upir.barrier", block_sync=True,
+       effects=lambda op: [(k, s) for k in (READ, WRITE) for s in ("shared", "global")])
+define("upir.warp_collective", warp_sync=True,
+       effects=lambda op: [(k, s) for k in (READ, WRITE) for s in ("shared", "global")])
+define("upir.exit", terminator=True, effects=lambda op: [])
+define("upir.trap", terminator=True, effects=lambda op: [])
+define("upir.printf", effects=lambda op: [(READ, "global"), (READ, "local"), (READ, "const")])
+define("upir.fence", effects=lambda op: [(k, s) for k in (READ, WRITE) for s in ("shared", "global")])
+define("upir.clock", effects=lambda op: [])
+define("upir.nanosleep", effects=lambda op: [])
+define("upir.malloc", effects=lambda op: [])
+define("upir.free", effects=lambda op: [])
+
+# --- control flow ----------------------------------------------------------------------------
+define("cf.br", terminator=True, pure=True)
+define("cf.cond_br", terminator=True, pure=True)
+
+# --- PTX instructions --------------------------------------------------------------------------
+PURE_PTX = (
+    "mov add sub mul mad fma div rem neg abs min max not and or xor shl shr shf cvt selp setp set "
+    "slct sqrt rsqrt rcp sin cos ex2 lg2 tanh clz popc brev bfind bfe bfi bmsk prmt copysign "
+    "testp mul24 mad24 sad addc subc madc lop3 dp4a dp2a cnot fns cvta isspacep"
+).split()
+for _name in PURE_PTX:
+    define(f"ptx.{_name}", pure=True)
+define("ptx.ld", effects=_space_effect((READ,)))
+define("ptx.st", effects=_space_effect((WRITE,)))
+define("ptx.atom", effects=_space_effect((READ, WRITE)))
+define("ptx.red", effects=_space_effect((READ, WRITE)))
+
+
+def verify_op(op: Operation) -> None:
+    i = info(op)
+    if i.regions and len(op.regions) != i.regions:
+        raise IRError(f"'{op.name}' must hold {i.regions} region(s)")
+    if i.verify is not None:
+        i.verify(op)
+
+
+@dataclass(slots=True)
+class Counts:
+    """What a pass changed, printed by `cpuify explain`."""
+    values: dict[str, int] = field(default_factory=dict)
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + n

@@ -1,0 +1,104 @@
+"""Print IR in MLIR's generic syntax.
+
+    %3 = "ptx.add"(%1, %2) {mods = ["s32"]} : (i32, i32) -> i32
+    "cf.cond_br"(%4) [^bb1(%3 : i32), ^bb2] : (i1) -> ()
+
+Successor arguments are printed inside the successor list, as MLIR's `cf` ops do."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from cpuify.ir.core import Block, Operation, Region, Value
+
+
+def format_attr(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value} : i64"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return f"{value!r} : f64" if not math.isnan(value) else "nan : f64"
+        return f"{value!r} : f64"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_attr(v) for v in value) + "]"
+    if value is None:
+        return "unit"
+    raise TypeError(f"cannot print attribute {value!r}")
+
+
+class Printer:
+    def __init__(self) -> None:
+        self.names: dict[Value, str] = {}
+        self.block_names: dict[Block, str] = {}
+        self.lines: list[str] = []
+
+    def value(self, v: Value) -> str:
+        name = self.names.get(v)
+        if name is None:
+            name = f"%{len(self.names)}"
+            self.names[v] = name
+        return name
+
+    def block(self, b: Block) -> str:
+        name = self.block_names.get(b)
+        if name is None:
+            name = f"^bb{len(self.block_names)}"
+            self.block_names[b] = name
+        return name
+
+    def op(self, op: Operation, indent: int) -> None:
+        pad = "  " * indent
+        head = ""
+        if op.results:
+            head = ", ".join(self.value(r) for r in op.results) + " = "
+        text = f'{pad}{head}"{op.name}"(' + ", ".join(self.value(v) for v in op.operands) + ")"
+        if op.successors:
+            succ = []
+            for b, args in zip(op.successors, op.successor_args):
+                s = self.block(b)
+                if args:
+                    s += "(" + ", ".join(f"{self.value(a)} : {a.type}" for a in args) + ")"
+                succ.append(s)
+            text += " [" + ", ".join(succ) + "]"
+        if op.regions:
+            self.lines.append(text + " (")
+            for i, region in enumerate(op.regions):
+                self.region(region, indent + 1)
+                if i + 1 < len(op.regions):
+                    self.lines.append(f"{pad}}}, ")
+            text = f"{pad})"
+        if op.attributes:
+            text += " {" + ", ".join(f"{k} = {format_attr(v)}" for k, v in op.attributes.items()) + "}"
+        text += " : (" + ", ".join(v.type for v in op.operands) + ") -> "
+        if len(op.results) == 1:
+            text += op.results[0].type
+        else:
+            text += "(" + ", ".join(r.type for r in op.results) + ")"
+        self.lines.append(text)
+
+    def region(self, region: Region, indent: int) -> None:
+        pad = "  " * (indent - 1)
+        self.lines.append(pad + "{")
+        for b in region.blocks:
+            self.block(b)
+        for i, b in enumerate(region.blocks):
+            if i > 0 or b.args:
+                args = ", ".join(f"{self.value(a)}: {a.type}" for a in b.args)
+                self.lines.append(f"{pad}{self.block(b)}" + (f"({args})" if b.args else "") + ":")
+            for op in b.ops:
+                self.op(op, indent)
+        self.lines.append(pad + "}")
+
+
+def print_op(op: Operation) -> str:
+    """The generic-syntax text of `op` and everything nested in it."""
+    p = Printer()
+    p.op(op, 0)
+    # regions are printed as `(` { ... } `)`: join the brace lines MLIR-style
+    return "\n".join(p.lines) + "\n"

@@ -1,0 +1,3 @@
+from cpuify.lifting.lift import LiftedKernel, KernelParam, lift_kernel
+
+__all__ = ["LiftedKernel", "KernelParam", "lift_kernel"]

@@ -1,0 +1,173 @@
+"""Inline device-function calls into their kernel, at the PTX statement level.
+
+A kernel with `.func` calls becomes one flat statement list: callee registers and labels
+are renamed per call site (`%r1` -> `%r1@c3`), callee `ret` branches to a label after the
+call, and call-site parameter passing goes through `.param` pseudo-variables that lifting
+turns into SSA values (see `ParamSlot` in ssa.py).  Barriers inside callees therefore end
+up in the kernel's CFG like any other.  Recursion is refused (CUDA allows it; the CPU
+thread-loop model needs a bounded call tree).
+
+Calls to `vprintf` become `Instruction('printf')`, `__assertfail` becomes `trap` with an
+assert marker, `malloc`/`free` become `Instruction('malloc'/'free')`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpuify.errors import PTXError, UnsupportedError
+from cpuify.frontend.ptx_ast import (
+    Addr, CallArgs, Function, Instruction, Label, Module, Operand, Pair, Reg, Vec, VarDecl,
+)
+
+BUILTIN_CALLS = ("vprintf", "__assertfail", "malloc", "free")
+
+
+@dataclass
+class InlinedKernel:
+    entry: Function
+    body: list[Instruction | Label]
+    regs: dict[str, str]                       # register -> PTX type (renamed callee regs too)
+    locals: list[VarDecl] = field(default_factory=list)   # .local/.shared declared in bodies
+    param_vars: dict[str, VarDecl] = field(default_factory=dict)  # call-site .param variables
+
+
+class _Inliner:
+    def __init__(self, module: Module, entry: Function) -> None:
+        self.module = module
+        self.entry = entry
+        self.counter = 0
+        self.out = InlinedKernel(entry, [], dict(entry.regs))
+
+    def error(self, msg: str, line: int, cls: type[PTXError] = UnsupportedError) -> None:
+        raise cls(msg, line=line, kernel=self.entry.name, source_line=self.module.source_line(line))
+
+    def run(self) -> InlinedKernel:
+        self.emit_function(self.entry, suffix="", stack=(self.entry.name,))
+        return self.out
+
+    def emit_function(self, func: Function, suffix: str, stack: tuple[str, ...]) -> None:
+        for var in func.locals:
+            renamed = VarDecl(var.space, var.type, var.name + suffix if var.space in ("local", "param") else var.name,
+                              var.line, var.align, var.dims, var.init, var.linkage, var.vector)
+            if var.space == "param":
+                self.out.param_vars[renamed.name] = renamed
+            elif var.space == "shared" and any(v.name == var.name for v in self.out.locals):
+                continue   # a demoted __shared__ of a function inlined twice is one variable
+            else:
+                self.out.locals.append(renamed)
+        if suffix:
+            for r, t in func.regs.items():
+                self.out.regs[r + suffix] = t
+        local_names = {v.name for v in func.locals}
+        param_names = {p.name for p in func.params} | {p.name for p in func.returns}
+
+        def rename(name: str) -> str:
+            if not suffix:
+                return name
+            if name.startswith("%") and name in func.regs:
+                return name + suffix
+            if name in local_names or name in param_names or name in labels:
+                return name + suffix
+            return name
+
+        labels = {s.name for s in func.body or [] if isinstance(s, Label)}
+        ret_label = f"$__ret{suffix}" if suffix else ""
+        for stmt in func.body or []:
+            if isinstance(stmt, Label):
+                self.out.body.append(Label(rename(stmt.name), stmt.line))
+                continue
+            if stmt.opcode == "call":
+                self.expand_call(stmt, rename, stack)
+                continue
+            if suffix and stmt.opcode == "ret":
+                self.out.body.append(Instruction("bra", ("uni",), (Reg(ret_label),), stmt.line,
+                                                 stmt.text, _rename_guard(stmt.guard, rename)))
+                continue
+            self.out.body.append(_rename_instruction(stmt, rename))
+        if suffix:
+            self.out.body.append(Label(ret_label, func.end_line or func.line))
+
+    def expand_call(self, stmt: Instruction, rename, stack: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+        ops = list(stmt.operands)
+        rets: tuple[str, ...] = ()
+        if ops and isinstance(ops[0], CallArgs):
+            rets = ops.pop(0).names  # type: ignore[union-attr]
+        if not ops or not isinstance(ops[0], Reg):
+            self.error("malformed call", stmt.line, PTXError)
+        target = ops.pop(0).name  # type: ignore[union-attr]
+        args: tuple[str, ...] = ()
+        if ops and isinstance(ops[0], CallArgs):
+            args = ops.pop(0).names  # type: ignore[union-attr]
+        if ops or target.startswith("%"):
+            self.error("indirect calls through function pointers are not supported; "
+                       "make the callee a direct call", stmt.line)
+        rets = tuple(rename(r) for r in rets)
+        args = tuple(rename(a) for a in args)
+        guard = _rename_guard(stmt.guard, rename)
+        if target in BUILTIN_CALLS:
+            op = {"vprintf": "printf", "__assertfail": "assertfail"}.get(target, target)
+            self.out.body.append(Instruction(op, (), (CallArgs(rets), CallArgs(args)), stmt.line,
+                                             stmt.text, guard))
+            return
+        callee = self.module.functions.get(target)
+        if callee is None or callee.body is None:
+            self.error(f"call to '{target}', which has no body in this PTX module "
+                       "(external device functions need -rdc linking, which is not supported here)",
+                       stmt.line)
+        assert callee is not None
+        if target in stack:
+            self.error(f"recursive call to '{target}' is not supported "
+                       f"(call chain: {' -> '.join(stack + (target,))})", stmt.line)
+        if len(args) != len(callee.params) or len(rets) != len(callee.returns):
+            self.error(f"call to '{target}' passes {len(args)} argument(s), the function "
+                       f"takes {len(callee.params)}", stmt.line, PTXError)
+        self.counter += 1
+        suffix = f"@c{self.counter}"
+        skip = None
+        if guard is not None:
+            # a guarded call: branch around the inlined body
+            skip = f"$__skipcall{suffix}"
+            self.out.body.append(Instruction("bra", ("uni",), (Reg(skip),), stmt.line, stmt.text,
+                                             Reg(guard.name, not guard.negated)))
+        for actual, formal in zip(args, callee.params):
+            self.out.body.append(Instruction("param_copy", (), (Reg(formal.name + suffix), Reg(actual)),
+                                             stmt.line, stmt.text))
+        self.emit_function(callee, suffix, stack + (target,))
+        for actual, formal in zip(rets, callee.returns):
+            self.out.body.append(Instruction("param_copy", (), (Reg(actual), Reg(formal.name + suffix)),
+                                             stmt.line, stmt.text))
+        for formal in list(callee.params) + list(callee.returns):
+            self.out.param_vars[formal.name + suffix] = VarDecl(
+                "param", formal.type, formal.name + suffix, formal.line, formal.align, formal.dims)
+        if skip is not None:
+            self.out.body.append(Label(skip, stmt.line))
+
+
+def _rename_guard(guard: Reg | None, rename) -> Reg | None:  # type: ignore[no-untyped-def]
+    if guard is None:
+        return None
+    return Reg(rename(guard.name), guard.negated)
+
+
+def _rename_operand(op: Operand, rename) -> Operand:  # type: ignore[no-untyped-def]
+    if isinstance(op, Reg):
+        return Reg(rename(op.name), op.negated)
+    if isinstance(op, Addr):
+        return Addr(rename(op.base) if op.base else None, op.offset)
+    if isinstance(op, Vec):
+        return Vec(tuple(_rename_operand(o, rename) for o in op.items))
+    if isinstance(op, Pair):
+        return Pair(_rename_operand(op.first, rename), _rename_operand(op.second, rename))
+    if isinstance(op, CallArgs):
+        return CallArgs(tuple(rename(n) for n in op.names))
+    return op
+
+
+def _rename_instruction(stmt: Instruction, rename) -> Instruction:  # type: ignore[no-untyped-def]
+    return Instruction(stmt.opcode, stmt.modifiers,
+                       tuple(_rename_operand(o, rename) for o in stmt.operands),
+                       stmt.line, stmt.text, _rename_guard(stmt.guard, rename))
+
+
+def inline_calls(module: Module, entry: Function) -> InlinedKernel:
+    return _Inliner(module, entry).run()

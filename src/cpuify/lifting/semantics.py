@@ -1,0 +1,129 @@
+"""Which PTX instructions and modifiers cpuify implements, and how operands are typed.
+
+Everything not listed here is refused with an error naming the instruction, modifier,
+kernel and PTX line: never silently mis-executed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cpuify.errors import UnsupportedError
+from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
+
+if TYPE_CHECKING:
+    from cpuify.lifting.lift import _Lifter
+
+_ROUND = {"rn", "rz", "rm", "rp"}
+_ROUNDI = {"rni", "rzi", "rmi", "rpi"}
+_SPACES = {"global", "shared", "local", "const", "param", "generic"}
+_CACHE = {"ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "volatile", "relaxed", "acquire",
+          "release", "weak", "gpu", "cta", "sys", "L1::evict_last", "L1::no_allocate", "L2::64B",
+          "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_first", "L2::cache_hint",
+          "L1", "L2", "evict_last", "evict_first", "evict_normal", "no_allocate", "64B",
+          "128B", "256B", "cluster", "unified"}
+_VEC = {"v2", "v4", "v8"}
+
+# opcode -> allowed non-type modifiers
+ALLOWED: dict[str, set[str]] = {
+    "mov": set(), "add": {"cc", "sat", "ftz"} | _ROUND, "sub": {"cc", "sat", "ftz"} | _ROUND,
+    "addc": {"cc"}, "subc": {"cc"}, "mul": {"lo", "hi", "wide", "ftz", "sat"} | _ROUND,
+    "mad": {"lo", "hi", "wide", "cc", "ftz", "sat"} | _ROUND, "madc": {"lo", "hi", "cc"},
+    "mul24": {"lo", "hi"}, "mad24": {"lo", "hi"}, "sad": set(),
+    "fma": {"ftz", "sat"} | _ROUND, "div": {"approx", "full", "ftz"} | _ROUND,
+    "rem": set(), "neg": {"ftz"}, "abs": {"ftz"}, "min": {"ftz", "NaN"}, "max": {"ftz", "NaN"},
+    "not": set(), "and": set(), "or": set(), "xor": set(), "cnot": set(),
+    "shl": set(), "shr": set(), "shf": {"l", "r", "clamp", "wrap"},
+    "cvt": _ROUND | _ROUNDI | {"ftz", "sat"}, "cvta": {"to"} | _SPACES,
+    "selp": set(), "slct": {"ftz"},
+    "setp": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
+             "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
+    "set": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
+            "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
+    "sqrt": {"approx", "ftz"} | _ROUND, "rsqrt": {"approx", "ftz"}, "rcp": {"approx", "ftz"} | _ROUND,
+    "sin": {"approx", "ftz"}, "cos": {"approx", "ftz"}, "ex2": {"approx", "ftz"},
+    "lg2": {"approx", "ftz"}, "tanh": {"approx"},
+    "clz": set(), "popc": set(), "brev": set(), "bfind": {"shiftamt"}, "bfe": set(), "bfi": set(),
+    "bmsk": {"clamp", "wrap"}, "prmt": {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"},
+    "copysign": set(), "testp": {"finite", "infinite", "number", "notanumber", "normal", "subnormal"},
+    "lop3": set(), "dp4a": set(), "dp2a": {"lo", "hi"},
+    "ld": _SPACES | _CACHE | _VEC, "ldu": _SPACES | _VEC, "st": _SPACES | _CACHE | _VEC,
+    "atom": _SPACES | {"add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas",
+                       "relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz"},
+    "red": _SPACES | {"add", "min", "max", "inc", "dec", "and", "or", "xor", "relaxed",
+                      "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz"},
+    "bar": {"sync", "arrive", "red", "popc", "and", "or", "warp", "aligned", "cta"},
+    "barrier": {"sync", "aligned", "arrive", "red", "popc", "and", "or", "cta"},
+    "membar": {"cta", "gl", "sys", "gpu"}, "fence": {"sc", "acq_rel", "cta", "gpu", "sys", "proxy", "async"},
+    "shfl": {"sync", "up", "down", "bfly", "idx"}, "vote": {"sync", "all", "any", "uni", "ballot"},
+    "activemask": set(), "match": {"any", "all", "sync"}, "redux": {"sync", "add", "min", "max", "and", "or", "xor"},
+    "bra": {"uni"}, "ret": {"uni"}, "exit": set(), "trap": set(), "nanosleep": set(),
+    "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
+    "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
+    "isspacep": _SPACES, "discard": _SPACES | {"L2"},
+}
+
+_REFUSED = {
+    "tex": "texture fetches (tex) are not supported; read the data through a plain pointer",
+    "tld4": "texture gathers are not supported", "txq": "texture queries are not supported",
+    "suld": "surface loads are not supported", "sust": "surface stores are not supported",
+    "wmma": "tensor-core wmma operations are not supported",
+    "mma": "tensor-core mma operations are not supported",
+    "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
+    "cp": "asynchronous copies (cp.async) are not supported",
+    "mbarrier": "mbarrier objects are not supported",
+    "griddepcontrol": "programmatic dependent launch is not supported",
+}
+
+
+def instr_types(instr: Instruction) -> list[str]:
+    return [m for m in instr.modifiers if is_ptx_type(m)]
+
+
+def operand_type(instr: Instruction) -> str:
+    """The instruction's (last) type modifier: `add.s32` -> 's32'; `cvt.f32.s32` -> 's32'."""
+    types = instr_types(instr)
+    if not types:
+        return "b32"
+    return types[-1]
+
+
+def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
+    op = instr.opcode
+    if op in _REFUSED:
+        lifter.error(f"'{instr.full_opcode}': {_REFUSED[op]}", instr.line)
+    allowed = ALLOWED.get(op)
+    if allowed is None:
+        lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
+        return
+    for m in instr.modifiers:
+        if is_ptx_type(m) or m in allowed:
+            continue
+        lifter.error(f"modifier '.{m}' of '{instr.full_opcode}' is not supported by cpuify",
+                     instr.line)
+    types = instr_types(instr)
+    if op not in ("mov", "ld", "st", "cvt", "cvta", "bra", "ret", "exit", "trap", "bar", "barrier",
+                  "membar", "fence", "printf", "assertfail", "malloc", "free", "param_copy",
+                  "nanosleep", "activemask", "prefetch", "prefetchu", "pmevent", "discard",
+                  "isspacep") and not types:
+        lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
+    if any(t in ("f16x2", "bf16", "bf16x2", "tf32", "b128") for t in types) and op not in ("mov", "ld", "st", "cvt"):
+        lifter.error(f"'{instr.full_opcode}': packed half/bfloat16 arithmetic is not supported "
+                     "(convert to float first)", instr.line)
+    if op == "cvt" and any(t in ("bf16", "bf16x2", "tf32", "f16x2") for t in types):
+        lifter.error(f"'{instr.full_opcode}': conversions to or from {'/'.join(types)} "
+                     "are not supported", instr.line)
+    if op in ("ld", "st") and any(t == "b128" for t in types):
+        lifter.error(f"'{instr.full_opcode}': 128-bit scalar accesses are not supported", instr.line)
+    if op in ("atom", "red"):
+        if any(t in ("f16", "bf16", "f16x2", "bf16x2", "b128") for t in types) or "v2" in instr.modifiers \
+                or "v4" in instr.modifiers:
+            lifter.error(f"'{instr.full_opcode}': this atomic type is not supported", instr.line)
+    if op in ("bar", "barrier") and ("arrive" in instr.modifiers or len(instr.operands) > 1 and not
+                                     ("red" in instr.modifiers and len(instr.operands) == 3)):
+        lifter.error(f"'{instr.full_opcode}': named/partial barriers (bar.arrive, thread counts) "
+                     "are not supported; use __syncthreads()", instr.line)
+
+
+def ensure(cond: bool, instr: Instruction, message: str) -> None:
+    if not cond:
+        raise UnsupportedError(message, line=instr.line, source_line=instr.text)

@@ -1,0 +1,296 @@
+"""Translate one PTX instruction into IR ops inside the SSA lifter."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cpuify.errors import PTXError
+from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
+from cpuify.ir.core import Operation, Value
+from cpuify.lifting.semantics import instr_types, operand_type
+
+if TYPE_CHECKING:
+    from cpuify.lifting.lift import _Lifter, _PBlock
+
+# ops with no destination operand
+NO_DEST = {"st", "red", "bar", "barrier", "membar", "fence", "nanosleep", "prefetch", "prefetchu",
+           "pmevent", "discard", "free", "trap", "ret", "exit", "bra"}
+
+WARP_OPS = {"shfl", "vote", "activemask", "match", "redux"}
+
+_IR_TYPE_OF_PTX = {
+    "pred": "i1", "b8": "i8", "u8": "i8", "s8": "i8", "b16": "i16", "u16": "i16", "s16": "i16",
+    "f16": "i16", "bf16": "i16", "b32": "i32", "u32": "i32", "s32": "i32", "f32": "f32",
+    "b64": "i64", "u64": "i64", "s64": "i64", "f64": "f64", "f16x2": "i32", "bf16x2": "i32",
+}
+
+
+def source_types(instr: Instruction, n: int) -> list[str]:
+    """PTX types of the `n` source operands (used to type immediates)."""
+    op = instr.opcode
+    t = operand_type(instr)
+    types = instr_types(instr)
+    if op == "cvt" and len(types) >= 2:
+        return [types[1]] * n
+    if op in ("shl", "shr"):
+        return [t, "u32"][:n] + ["u32"] * max(0, n - 2)
+    if op == "shf":
+        return [t, t, "u32"][:n]
+    if op in ("bfe",):
+        return [t, "u32", "u32"][:n]
+    if op in ("bfi",):
+        return [t, t, "u32", "u32"][:n]
+    if op == "selp":
+        return [t, t, "pred"][:n]
+    if op in ("setp", "set"):
+        src = types[-1]
+        return ([src, src] + ["pred"] * n)[:n]
+    if op == "slct":
+        return [types[0], types[0], types[-1]][:n]
+    if op in ("mul", "mad") and "wide" in instr.modifiers:
+        half = {"s32": "s16", "u32": "u16", "s64": "s32", "u64": "u32", "s16": "s8", "u16": "u8"}
+        ht = half.get(t, t) if False else t   # the type modifier already names the source type
+        return [ht, ht, _wide(ht)][:n]
+    if op == "shfl":
+        return ["b32", "u32", "u32", "u32"][:n]
+    if op == "vote":
+        return (["pred" if "ballot" in instr.modifiers or "all" in instr.modifiers or "any" in instr.modifiers or "uni" in instr.modifiers else t, "u32"])[:n]
+    if op == "match":
+        return [t, "u32"][:n]
+    if op == "prmt":
+        return ["b32"] * n
+    if op == "bmsk":
+        return ["u32"] * n
+    if op in ("dp4a", "dp2a"):
+        return [types[0], types[1] if len(types) > 1 else types[0], "b32"][:n]
+    if op == "testp":
+        return [t] * n
+    if op in ("bar", "barrier"):
+        return ["u32", "u32", "pred"][:n] if "red" not in instr.modifiers else ["u32", "pred"][:n]
+    if op == "nanosleep":
+        return ["u32"] * n
+    return [t] * n
+
+
+def _wide(t: str) -> str:
+    return {"s16": "s32", "u16": "u32", "s32": "s64", "u32": "u64"}.get(t, t)
+
+
+def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
+    op = instr.opcode
+    line = instr.line
+    operands = list(instr.operands)
+
+    if op == "param_copy":
+        dst, src = operands[0].name, operands[1].name  # type: ignore[union-attr]
+        for off, _t in sorted(lf.param_slots.get(src, ())):
+            v = lf.read_var(f"{src}+{off}", pb, line)
+            lf.write_var(f"{dst}+{off}", pb, v)
+        return
+
+    if op in ("printf", "malloc", "free", "assertfail"):
+        rets = operands[0].names if isinstance(operands[0], CallArgs) else ()  # type: ignore[union-attr]
+        args = operands[1].names if isinstance(operands[1], CallArgs) else ()  # type: ignore[union-attr]
+        vals = [lf.read_var(f"{a}+0", pb, line) for a in args]
+        if op == "assertfail":
+            emit(lf, pb, Operation("upir.printf", vals[:1] + [lf.const(0, "i64")], [],
+                                   {"line": line, "assert": True}))
+            return
+        if op == "printf":
+            res = emit(lf, pb, Operation("upir.printf", vals, ["i32"], {"line": line}))
+        else:
+            res = emit(lf, pb, Operation(f"upir.{op}", vals, ["i64"] if op == "malloc" else [],
+                                         {"line": line}))
+        for r in rets:
+            slot = f"{r}+0"
+            if slot not in lf.var_types:
+                lf.var_types[slot] = res.results[0].type if res.results else "i32"
+            if res.results:
+                lf.write_var(slot, pb, res.results[0])
+        return
+
+    # --- ld/st on parameters ---
+    if op in ("ld", "st") and "param" in instr.modifiers:
+        addr_i = 1 if op == "ld" else 0
+        addr = operands[addr_i]
+        if not isinstance(addr, Addr) or addr.base is None:
+            lf.error("parameter access needs a named parameter", line, PTXError)
+        assert isinstance(addr, Addr) and addr.base is not None
+        ptype = operand_type(instr)
+        kparam = lf.param_by_name.get(addr.base)
+        if op == "ld":
+            dests = _dest_names(operands[0])
+            size = _IR_SIZE[_IR_TYPE_OF_PTX[ptype]]
+            for k, d in enumerate(dests):
+                if d is None:
+                    continue
+                off = addr.offset + k * size
+                if kparam is not None:
+                    v = emit(lf, pb, Operation("upir.param", [], [_IR_TYPE_OF_PTX[ptype]],
+                                               {"offset": kparam.offset + off, "type": ptype,
+                                                "line": line})).results[0]
+                else:
+                    v = lf.read_var(f"{addr.base}+{off}", pb, line)
+                lf.write_var(d, pb, _retype(lf, pb, v, lf.var_type(d, line), ptype, line))
+            return
+        if kparam is not None:
+            lf.error("stores to kernel parameters are not supported", line)
+        srcs = operands[1].items if isinstance(operands[1], Vec) else (operands[1],)
+        size = _IR_SIZE[_IR_TYPE_OF_PTX[ptype]]
+        for k, s in enumerate(srcs):
+            v = value_of(lf, pb, s, ptype, line)
+            slot = f"{addr.base}+{addr.offset + k * size}"
+            if slot not in lf.var_types:
+                lf.var_types[slot] = _IR_TYPE_OF_PTX[ptype]
+            lf.write_var(slot, pb, _retype(lf, pb, v, lf.var_types[slot], ptype, line))
+        return
+
+    dest_ops: list[Operand] = []
+    if op not in NO_DEST:
+        if op == "atom" or op not in ("bar", "barrier") or "red" in instr.modifiers:
+            dest_ops = [operands.pop(0)]
+    dest_names: list[str | None] = []
+    for d in dest_ops:
+        dest_names += _dest_names(d)
+
+    # --- sources ---
+    attrs: dict[str, object] = {"mods": list(instr.modifiers), "line": line}
+    values: list[Value] = []
+    src_types = source_types(instr, sum(len(o.items) if isinstance(o, Vec) else 1 for o in operands))
+    ti = 0
+    for o in operands:
+        if isinstance(o, Addr):
+            base, offset = address_of(lf, pb, o, line)
+            values.append(base)
+            attrs["offset"] = offset
+            ti += 1
+        elif isinstance(o, Vec):
+            for item in o.items:
+                values.append(value_of(lf, pb, item, src_types[min(ti, len(src_types) - 1)], line))
+                ti += 1
+        else:
+            values.append(value_of(lf, pb, o, src_types[min(ti, len(src_types) - 1)] if src_types else "b32", line))
+            ti += 1
+
+    result_types = [lf.var_type(d, line) if d is not None else _sink_type(instr) for d in dest_names]
+    if op in ("bar", "barrier"):
+        if instr.has("warp"):
+            new = Operation("upir.warp_collective", values, [], {"kind": "syncwarp", **attrs})
+        elif instr.has("red"):
+            kind = "popc" if instr.has("popc") else "and" if instr.has("and") else "or"
+            new = Operation("upir.barrier", values[1:], result_types, {"reduce": kind, **attrs})
+        else:
+            new = Operation("upir.barrier", [], [], attrs)
+    elif op in WARP_OPS:
+        new = Operation("upir.warp_collective", values, result_types, {"kind": op, **attrs})
+    elif op in ("membar", "fence"):
+        new = Operation("upir.fence", [], [], attrs)
+    elif op == "nanosleep":
+        new = Operation("upir.nanosleep", values, [], attrs)
+    elif op in ("prefetch", "prefetchu", "pmevent", "discard"):
+        return
+    else:
+        new = Operation(f"ptx.{op}", values, result_types, attrs)
+    emit(lf, pb, new)
+    for d, r in zip(dest_names, new.results):
+        if d is not None:
+            lf.write_var(d, pb, r)
+
+
+_IR_SIZE = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "f32": 4, "f64": 8}
+
+
+def _sink_type(instr: Instruction) -> str:
+    return _IR_TYPE_OF_PTX.get(operand_type(instr), "i32")
+
+
+def _dest_names(d: Operand) -> list[str | None]:
+    if isinstance(d, Reg):
+        return [None if d.name == "_" else d.name]
+    if isinstance(d, Pair):
+        return _dest_names(d.first) + _dest_names(d.second)
+    if isinstance(d, Vec):
+        out: list[str | None] = []
+        for item in d.items:
+            out += _dest_names(item)
+        return out
+    raise PTXError(f"bad destination operand {d!r}")
+
+
+def emit(lf: "_Lifter", pb: "_PBlock", op: Operation) -> Operation:
+    pb.ir.append(op)
+    return op
+
+
+def _retype(lf: "_Lifter", pb: "_PBlock", v: Value, want: str, ptx_type: str, line: int) -> Value:
+    if v.type == want:
+        return v
+    return emit(lf, pb, Operation("ptx.mov", [v], [want], {"mods": [ptx_type], "line": line})).results[0]
+
+
+def value_of(lf: "_Lifter", pb: "_PBlock", o: Operand, ptx_type: str, line: int) -> Value:
+    from cpuify.lifting.lift import SPECIAL_REGS
+    if isinstance(o, Imm):
+        t = _IR_TYPE_OF_PTX.get(ptx_type, "i32")
+        if t.startswith("f"):
+            if o.bits is not None and o.width == int(t[1:]):
+                return lf.const(o.value, t)
+            return lf.const(float(o.value), t)
+        if t == "i16" and ptx_type in ("f16", "bf16"):
+            return lf.const(int(o.bits if o.bits is not None else o.value), t)
+        if o.is_float:
+            # a float literal for an integer-typed operand (e.g. mov.b32 %r, 0f3F800000)
+            return lf.const(int(o.bits) if o.bits is not None else int(o.value), t)
+        width = int(t[1:]) if t != "i1" else 1
+        val = int(o.value) & ((1 << width) - 1)
+        return lf.const(val, t)
+    if isinstance(o, Reg):
+        name = o.name
+        if name in lf.var_types:
+            v = lf.read_var(name, pb, line)
+            if o.negated:
+                v = emit(lf, pb, Operation("ptx.not", [v], ["i1"], {"mods": ["pred"], "line": line})).results[0]
+            return v
+        base = name.split(".")[0]
+        if base in SPECIAL_REGS:
+            if base.startswith("%clock") or base.startswith("%globaltimer"):
+                t = "i64" if name.endswith("64") or name == "%globaltimer" else "i32"
+                return emit(lf, pb, Operation("upir.clock", [], [t], {"reg": name, "line": line})).results[0]
+            t = "i32"
+            return emit(lf, pb, Operation("upir.special", [], [t], {"reg": name, "line": line})).results[0]
+        if name.startswith("%envreg"):
+            return lf.const(0, "i32")
+        return symbol_address(lf, pb, name, 0, line)
+    if isinstance(o, Addr):  # sym+off used as a value
+        base, off = address_of(lf, pb, o, line)
+        if off:
+            c = lf.const(off, base.type)
+            return emit(lf, pb, Operation("ptx.add", [base, c], [base.type], {"mods": ["s64" if base.type == "i64" else "s32"], "line": line})).results[0]
+        return base
+    if isinstance(o, Vec):
+        raise PTXError("vector operand where a scalar is expected", line=line)
+    raise PTXError(f"unsupported operand {o!r}", line=line)
+
+
+def symbol_address(lf: "_Lifter", pb: "_PBlock", name: str, offset: int, line: int) -> Value:
+    space = None
+    var = lf.local_vars.get(name) or lf.module_vars.get(name)
+    if var is not None:
+        space = var.space
+    elif name in lf.param_by_name:
+        space = "param"
+    elif name in lf.module.functions:
+        lf.error(f"taking the address of function '{name}' is not supported", line)
+    else:
+        lf.error(f"unknown symbol '{name}'", line, PTXError)
+    t = "i64"
+    return emit(lf, pb, Operation("upir.addressof", [], [t],
+                                  {"symbol": name, "space": space, "line": line})).results[0]
+
+
+def address_of(lf: "_Lifter", pb: "_PBlock", a: Addr, line: int) -> tuple[Value, int]:
+    if a.base is None:
+        return lf.const(0, "i64"), a.offset
+    if a.base in lf.var_types:
+        return lf.read_var(a.base, pb, line), a.offset
+    return symbol_address(lf, pb, a.base, 0, line), a.offset

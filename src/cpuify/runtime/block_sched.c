@@ -1,0 +1,228 @@
+/* The block scheduler: runs the segments of one thread block between its sync points.
+ *
+ * Generated code cuts a kernel at block barriers and warp collectives into segments; each
+ * segment is a loop over the block's threads that runs every thread from a resume point
+ * until it reaches the next sync point (state[t] = CPUIFY_STATE_WAIT | s) or exits
+ * (state[t] = -1).  This function decides what runs next:
+ *   - threads waiting at warp collectives: the exchange is done per warp among the lanes
+ *     waiting at the same collective, then those lanes resume;
+ *   - otherwise every live thread must wait at the same block barrier (threads that exited
+ *     are not waited for, as on Volta and later); anything else is a barrier divergence.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpuify_rt.h"
+
+#define STATE_EXITED (-1)
+#define STATE_WAIT 0x10000
+
+typedef struct cpuify_block_ctx {
+    const void *params;
+    const void *dims;
+    char *shared;
+    char *scratch;
+    int32_t *state;
+    uint64_t *xval;
+    uint32_t *xb;
+    uint32_t *xc;
+    uint32_t *xmask;
+    uint64_t *xout;
+    uint32_t *xpred;
+    char *slots;
+    char *local;
+    uint32_t bx, by, bz, nthreads;
+    int32_t error;
+    uint32_t dyn_shared;
+    uint32_t local_size;
+    uint32_t pad;
+} cpuify_block_ctx;
+
+typedef void (*cpuify_dispatch_fn)(cpuify_block_ctx *ctx, int32_t resume, int32_t masked);
+
+enum {
+    K_BARRIER = 0, K_BAR_POPC = 1, K_BAR_AND = 2, K_BAR_OR = 3,
+    K_SYNCWARP = 10, K_SHFL_UP = 11, K_SHFL_DOWN = 12, K_SHFL_BFLY = 13, K_SHFL_IDX = 14,
+    K_VOTE_ALL = 20, K_VOTE_ANY = 21, K_VOTE_UNI = 22, K_VOTE_BALLOT = 23,
+    K_ACTIVEMASK = 30, K_MATCH_ANY = 31, K_MATCH_ALL = 32,
+    K_REDUX_ADD = 40, K_REDUX_MIN_U = 41, K_REDUX_MAX_U = 42, K_REDUX_MIN_S = 43,
+    K_REDUX_MAX_S = 44, K_REDUX_AND = 45, K_REDUX_OR = 46, K_REDUX_XOR = 47,
+};
+#define K_64BIT 0x100
+
+static int is_warp_kind(int32_t k) { return (k & 0xff) >= 10; }
+
+/* One warp collective among the lanes `group` (bitmask) of the warp starting at `base`. */
+static void warp_exchange(cpuify_block_ctx *c, uint32_t base, uint32_t nlanes, uint32_t group,
+                          int32_t kind)
+{
+    int32_t k = kind & 0xff;
+    uint64_t *xv = c->xval;
+    for (uint32_t l = 0; l < nlanes; l++) {
+        if (!(group >> l & 1))
+            continue;
+        uint32_t t = base + l;
+        uint64_t out = 0;
+        uint32_t pred = 1;
+        switch (k) {
+        case K_SYNCWARP:
+            break;
+        case K_SHFL_UP: case K_SHFL_DOWN: case K_SHFL_BFLY: case K_SHFL_IDX: {
+            uint32_t bval = c->xb[t] & 31, cval = c->xc[t] & 31, segmask = (c->xc[t] >> 8) & 31;
+            int32_t maxlane = (int32_t)((l & segmask) | (cval & ~segmask));
+            int32_t minlane = (int32_t)(l & segmask);
+            int32_t j;
+            if (k == K_SHFL_UP) { j = (int32_t)l - (int32_t)bval; pred = j >= maxlane; }
+            else if (k == K_SHFL_DOWN) { j = (int32_t)l + (int32_t)bval; pred = j <= maxlane; }
+            else if (k == K_SHFL_BFLY) { j = (int32_t)(l ^ bval); pred = j <= maxlane; }
+            else { j = minlane | (int32_t)(bval & ~segmask); pred = j <= maxlane; }
+            if (!pred || j < 0 || (uint32_t)j >= nlanes || !(group >> j & 1))
+                j = (int32_t)l;
+            out = xv[base + (uint32_t)j];
+            break;
+        }
+        case K_VOTE_ALL: case K_VOTE_ANY: case K_VOTE_UNI: case K_VOTE_BALLOT: {
+            uint32_t ballot = 0;
+            for (uint32_t m = 0; m < nlanes; m++)
+                if ((group >> m & 1) && (xv[base + m] & 1))
+                    ballot |= 1u << m;
+            if (k == K_VOTE_BALLOT) out = ballot;
+            else if (k == K_VOTE_ALL) out = ballot == group;
+            else if (k == K_VOTE_ANY) out = ballot != 0;
+            else out = ballot == 0 || ballot == group;
+            break;
+        }
+        case K_ACTIVEMASK:
+            out = group;
+            break;
+        case K_MATCH_ANY: case K_MATCH_ALL: {
+            uint64_t mine = xv[t];
+            if (!(kind & K_64BIT)) mine &= 0xffffffffu;
+            uint32_t same = 0;
+            for (uint32_t m = 0; m < nlanes; m++) {
+                uint64_t other = xv[base + m];
+                if (!(kind & K_64BIT)) other &= 0xffffffffu;
+                if ((group >> m & 1) && other == mine)
+                    same |= 1u << m;
+            }
+            if (k == K_MATCH_ANY) out = same;
+            else { pred = same == group; out = pred ? group : 0; }
+            break;
+        }
+        default: {   /* redux.sync */
+            uint32_t acc = 0;
+            int first = 1;
+            for (uint32_t m = 0; m < nlanes; m++) {
+                if (!(group >> m & 1)) continue;
+                uint32_t v = (uint32_t)xv[base + m];
+                if (first) { acc = v; first = 0; continue; }
+                switch (k) {
+                case K_REDUX_ADD: acc += v; break;
+                case K_REDUX_MIN_U: acc = v < acc ? v : acc; break;
+                case K_REDUX_MAX_U: acc = v > acc ? v : acc; break;
+                case K_REDUX_MIN_S: acc = (int32_t)v < (int32_t)acc ? v : acc; break;
+                case K_REDUX_MAX_S: acc = (int32_t)v > (int32_t)acc ? v : acc; break;
+                case K_REDUX_AND: acc &= v; break;
+                case K_REDUX_OR: acc |= v; break;
+                default: acc ^= v; break;
+                }
+            }
+            out = acc;
+        }
+        }
+        c->xout[t] = out;
+        c->xpred[t] = pred;
+    }
+}
+
+CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
+                                       const int32_t *kinds, int32_t nsync)
+{
+    const uint32_t n = c->nthreads;
+    int32_t *state = c->state;
+    (void)nsync;
+    run(c, 0, 0);
+    for (;;) {
+        if (c->error)
+            return c->error;
+        /* classify where the threads stopped */
+        uint32_t exited = 0, warp_waiting = 0;
+        int32_t barrier = -1;
+        int diverged = 0;
+        for (uint32_t t = 0; t < n; t++) {
+            int32_t s = state[t];
+            if (s == STATE_EXITED) { exited++; continue; }
+            int32_t sync = s & 0xffff;
+            if (is_warp_kind(kinds[sync - 1])) { warp_waiting++; continue; }
+            if (barrier < 0) barrier = sync;
+            else if (barrier != sync) diverged = 1;
+        }
+        if (exited == n)
+            return 0;
+        if (warp_waiting) {
+            /* per warp: each group of lanes waiting at one collective exchanges and resumes */
+            uint64_t resumed[4] = {0, 0, 0, 0};   /* bitset of resume ids (< 256) */
+            int32_t resume_big = -1;
+            for (uint32_t base = 0; base < n; base += 32) {
+                uint32_t nlanes = n - base < 32 ? n - base : 32;
+                uint32_t done = 0;
+                for (uint32_t l = 0; l < nlanes; l++) {
+                    int32_t s = state[base + l];
+                    if (s == STATE_EXITED || (done >> l & 1)) continue;
+                    int32_t sync = s & 0xffff;
+                    if (!is_warp_kind(kinds[sync - 1])) continue;
+                    uint32_t group = 0;
+                    for (uint32_t m = l; m < nlanes; m++)
+                        if (state[base + m] == s) group |= 1u << m;
+                    done |= group;
+                    warp_exchange(c, base, nlanes, group, kinds[sync - 1]);
+                    for (uint32_t m = l; m < nlanes; m++)
+                        if (group >> m & 1) state[base + m] = sync;
+                    if (sync < 256) resumed[sync >> 6] |= 1ull << (sync & 63);
+                    else resume_big = sync;
+                }
+            }
+            for (int32_t r = 0; r < 256; r++)
+                if (resumed[r >> 6] >> (r & 63) & 1) {
+                    run(c, r, 1);
+                    if (c->error) return c->error;
+                }
+            if (resume_big >= 0) {
+                /* rare: more than 255 sync points; resume each id still present */
+                for (;;) {
+                    int32_t r = -1;
+                    for (uint32_t t = 0; t < n; t++)
+                        if (state[t] >= 256) { r = state[t]; break; }
+                    if (r < 0) break;
+                    run(c, r, 1);
+                    if (c->error) return c->error;
+                }
+            }
+            continue;
+        }
+        if (diverged)
+            return CPUIFY_ERR_BARRIER_DIVERGENCE;
+        /* every live thread is at block barrier `barrier` */
+        int32_t kind = kinds[barrier - 1];
+        if (kind != K_BARRIER) {
+            uint64_t count = 0, all = 1, any = 0;
+            for (uint32_t t = 0; t < n; t++) {
+                if (state[t] == STATE_EXITED) continue;
+                uint64_t p = c->xval[t] & 1;
+                count += p; all &= p; any |= p;
+            }
+            uint64_t r = kind == K_BAR_POPC ? count : kind == K_BAR_AND ? all : any;
+            for (uint32_t t = 0; t < n; t++) c->xout[t] = r;
+        }
+        for (uint32_t t = 0; t < n; t++)
+            if (state[t] != STATE_EXITED) state[t] = barrier;
+        run(c, barrier, exited != 0);
+    }
+}
+
+CPUIFY_API void cpuify_assert_message(const char *message)
+{
+    fprintf(stderr, "cpuify: device assertion failed: %s\n", message ? message : "(no message)");
+    fflush(stderr);
+}

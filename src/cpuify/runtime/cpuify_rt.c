@@ -1,0 +1,812 @@
+/* cpuify native runtime: a persistent worker pool that runs the thread blocks of a grid,
+ * plus CUDA device-side printf.  See cpuify_rt.h for the API.
+ *
+ * Launch protocol (pool path)
+ * ---------------------------
+ * The launching thread (holding P.lock) writes the job description, publishes a new
+ * generation number in P.entry (generation in the high 32 bits, a join count and a
+ * CLOSED bit in the low 32 bits) and then in P.gen, the futex word pool workers wait on.
+ * A worker that sees a new generation joins the job by incrementing the join count with a
+ * CAS that also checks the generation and the CLOSED bit; only joined workers touch the
+ * job.  Joined workers (and the caller) grab chunks of block ids from the atomic P.next.
+ * When the caller runs out of blocks it sets CLOSED, which tells it how many workers
+ * joined, and waits until that many have incremented P.finished.  A worker that wakes up
+ * late therefore never delays a launch: it finds the job closed (or a newer generation)
+ * and goes back to waiting.
+ *
+ * Idle workers spin for a few microseconds after a job (so back-to-back launches find them
+ * awake), then sleep on a futex; the launcher only issues FUTEX_WAKE when someone sleeps.
+ */
+#define _GNU_SOURCE
+#include "cpuify_rt.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <wchar.h>
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#define CPUIFY_MAX_WORKERS 4096
+#define CPUIFY_ALIGN 64
+#define CPUIFY_STACK_SIZE ((size_t)8 << 20)
+#define CPUIFY_DEFAULT_SPIN_NS 20000u /* idle spin before sleeping */
+
+#define ENTRY_CLOSED 0x80000000u
+#define ENTRY_COUNT_MASK 0x7fffffffu
+
+/* ------------------------------------------------------------------------------------ */
+/* small platform helpers                                                               */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+static inline uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t expected) {
+#ifdef __linux__
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+    (void)addr;
+    (void)expected;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr) {
+#ifdef __linux__
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
+/* Spins until *addr != val or spin_ns elapsed; returns the last value seen. */
+static uint32_t spin_while_equal(_Atomic uint32_t *addr, uint32_t val, uint64_t spin_ns) {
+    uint32_t cur = atomic_load_explicit(addr, memory_order_acquire);
+    if (cur != val || spin_ns == 0) return cur;
+    uint64_t deadline = now_ns() + spin_ns;
+    for (;;) {
+        for (int i = 0; i < 32; i++) {
+            cpu_relax();
+            cur = atomic_load_explicit(addr, memory_order_acquire);
+            if (cur != val) return cur;
+        }
+        if (now_ns() >= deadline) return cur;
+    }
+}
+
+static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* Grows *buf (64-byte aligned) to hold at least need bytes.  Returns 0 or -1. */
+static int ensure_buffer(void **buf, uint64_t *cap, uint64_t need) {
+    if (need < CPUIFY_ALIGN) need = CPUIFY_ALIGN;
+    if (*buf && *cap >= need) return 0;
+    if (need > (uint64_t)SIZE_MAX - 4096) return -1;
+    uint64_t size = round_up(need, CPUIFY_ALIGN);
+    void *p = aligned_alloc(CPUIFY_ALIGN, (size_t)size);
+    if (!p) return -1;
+    free(*buf);
+    *buf = p;
+    *cap = size;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* pool state                                                                           */
+
+typedef struct slot {
+    void *shared;
+    uint64_t shared_cap;
+    void *scratch;
+    uint64_t scratch_cap;
+    char pad[CPUIFY_ALIGN - 2 * sizeof(void *) - 2 * sizeof(uint64_t)];
+} slot_t;
+
+static struct pool {
+    /* --- configuration, guarded by lock --- */
+    pthread_mutex_t lock;    /* serializes launches and pool resizing */
+    _Atomic int32_t requested; /* cpuify_set_num_workers value, 0 = default */
+    slot_t *slots;           /* slot 0: the launching thread; slot i: pool thread i */
+    int32_t nslots;
+    int32_t nthreads;        /* pool threads alive (ids 1..nthreads) */
+    uint64_t spin_ns;        /* idle spin of the launcher while waiting */
+
+    /* --- wake-up --- */
+    alignas(64) _Atomic uint32_t gen;      /* futex word: bumped once per launch */
+    _Atomic int32_t sleepers;              /* pool threads in futex_wait on gen */
+    _Atomic int32_t target_threads;        /* pool threads with id > this exit */
+    _Atomic int32_t alive;                 /* pool threads running */
+    _Atomic uint64_t worker_spin_ns;
+
+    /* --- job admission / completion --- */
+    alignas(64) _Atomic uint64_t entry;    /* gen << 32 | CLOSED | joined count */
+    alignas(64) _Atomic uint32_t finished; /* futex word: joined workers done */
+    _Atomic uint32_t caller_waiting;
+
+    /* --- work distribution --- */
+    alignas(64) _Atomic uint64_t next;     /* next linear block id to hand out */
+    alignas(64) _Atomic int32_t err;       /* first error code, 0 if none */
+    uint32_t err_block[3];
+
+    /* --- job description: written by the launcher before publication, then read-only --- */
+    alignas(64) cpuify_block_fn fn;
+    const void *params;
+    cpuify_dims dims;
+    uint64_t nblocks;
+    uint64_t chunk;
+    uint64_t shared_bytes;
+    uint64_t scratch_bytes;
+} P = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int32_t g_ncpus = 1;
+static int32_t g_default_workers = 1;
+static _Thread_local int tls_in_block = 0;
+
+static int32_t count_cpus(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n >= 1) return n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n >= 1 ? (int32_t)(n > CPUIFY_MAX_WORKERS ? CPUIFY_MAX_WORKERS : n) : 1;
+}
+
+static void atfork_child(void) {
+    /* Pool threads do not exist in the child: start over with a fresh, empty pool. */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&P.lock, &fresh, sizeof(fresh));
+    P.nthreads = 0;
+    atomic_store(&P.alive, 0);
+    atomic_store(&P.target_threads, 0);
+    atomic_store(&P.sleepers, 0);
+    atomic_store(&P.caller_waiting, 0);
+    tls_in_block = 0;
+}
+
+static void global_init(void) {
+    g_ncpus = count_cpus();
+    int32_t n = g_ncpus;
+    const char *env = getenv("CPUIFY_NUM_THREADS");
+    if (env && *env) {
+        char *end = NULL;
+        long v = strtol(env, &end, 10);
+        while (end && (*end == ' ' || *end == '\t' || *end == '\n')) end++;
+        if (end && *end == '\0' && v >= 1) n = (int32_t)(v > CPUIFY_MAX_WORKERS ? CPUIFY_MAX_WORKERS : v);
+    }
+    g_default_workers = n;
+    uint64_t spin = CPUIFY_DEFAULT_SPIN_NS;
+    const char *senv = getenv("CPUIFY_SPIN_US");
+    if (senv && *senv) {
+        char *end = NULL;
+        long v = strtol(senv, &end, 10);
+        if (end && *end == '\0' && v >= 0) spin = (uint64_t)v * 1000u;
+    }
+    P.spin_ns = spin;
+    atomic_store(&P.worker_spin_ns, spin);
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
+static int32_t workers_locked(void) {
+    int32_t r = atomic_load_explicit(&P.requested, memory_order_relaxed);
+    return r > 0 ? r : g_default_workers;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* running blocks                                                                       */
+
+static void record_error(int32_t rc, uint32_t bx, uint32_t by, uint32_t bz) {
+    int32_t zero = 0;
+    if (atomic_compare_exchange_strong_explicit(&P.err, &zero, rc, memory_order_acq_rel,
+                                                memory_order_relaxed)) {
+        P.err_block[0] = bx;
+        P.err_block[1] = by;
+        P.err_block[2] = bz;
+    }
+}
+
+/* Runs chunks of the current pool job on this thread with the given buffers. */
+static void run_job_blocks(void *shared, void *scratch) {
+    const cpuify_block_fn fn = P.fn;
+    const void *params = P.params;
+    const cpuify_dims *dims = &P.dims;
+    const uint64_t nblocks = P.nblocks, chunk = P.chunk;
+    const uint32_t gx = dims->grid[0], gy = dims->grid[1];
+    tls_in_block = 1;
+    for (;;) {
+        if (atomic_load_explicit(&P.err, memory_order_relaxed)) break;
+        uint64_t start = atomic_fetch_add_explicit(&P.next, chunk, memory_order_relaxed);
+        if (start >= nblocks) break;
+        uint64_t end = start + chunk < nblocks ? start + chunk : nblocks;
+        uint32_t bx = (uint32_t)(start % gx);
+        uint64_t t = start / gx;
+        uint32_t by = (uint32_t)(t % gy);
+        uint32_t bz = (uint32_t)(t / gy);
+        for (uint64_t l = start;;) {
+            int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+            if (rc) {
+                record_error(rc, bx, by, bz);
+                goto out;
+            }
+            if (++l >= end) break;
+            if (++bx == gx) {
+                bx = 0;
+                if (++by == gy) {
+                    by = 0;
+                    ++bz;
+                }
+            }
+            if (atomic_load_explicit(&P.err, memory_order_relaxed)) goto out;
+        }
+    }
+out:
+    tls_in_block = 0;
+}
+
+/* Runs every block of the grid on this thread, stopping at the first error. */
+static int32_t run_serial(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+                          void *shared, void *scratch, uint32_t *err_block) {
+    const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+    int saved = tls_in_block;
+    tls_in_block = 1;
+    for (uint32_t bz = 0; bz < gz; bz++)
+        for (uint32_t by = 0; by < gy; by++)
+            for (uint32_t bx = 0; bx < gx; bx++) {
+                int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+                if (rc) {
+                    tls_in_block = saved;
+                    if (err_block) {
+                        err_block[0] = bx;
+                        err_block[1] = by;
+                        err_block[2] = bz;
+                    }
+                    return rc;
+                }
+            }
+    tls_in_block = saved;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* pool threads                                                                         */
+
+typedef struct worker_arg {
+    int32_t id;
+    uint32_t seen;
+} worker_arg;
+
+/* Waits until P.gen differs from seen; returns the new generation. */
+static uint32_t wait_for_job(uint32_t seen) {
+    uint32_t g = spin_while_equal(&P.gen, seen,
+                                  atomic_load_explicit(&P.worker_spin_ns, memory_order_relaxed));
+    while (g == seen) {
+        atomic_fetch_add(&P.sleepers, 1); /* seq_cst: pairs with the launcher's gen store */
+        g = atomic_load(&P.gen);
+        if (g == seen) futex_wait(&P.gen, seen);
+        atomic_fetch_sub(&P.sleepers, 1);
+        g = atomic_load_explicit(&P.gen, memory_order_acquire);
+    }
+    return g;
+}
+
+static void *worker_main(void *argp) {
+    worker_arg arg = *(worker_arg *)argp;
+    free(argp);
+    const int32_t id = arg.id;
+    uint32_t seen = arg.seen;
+    for (;;) {
+        uint32_t g = wait_for_job(seen);
+        seen = g;
+        if (id > atomic_load(&P.target_threads)) {
+            atomic_fetch_sub(&P.alive, 1);
+            return NULL;
+        }
+        /* join the job of generation g, unless it is closed or already replaced */
+        uint64_t w = atomic_load_explicit(&P.entry, memory_order_acquire);
+        int joined = 0;
+        while ((uint32_t)(w >> 32) == g && !((uint32_t)w & ENTRY_CLOSED)) {
+            if (atomic_compare_exchange_weak_explicit(&P.entry, &w, w + 1, memory_order_acq_rel,
+                                                      memory_order_acquire)) {
+                joined = 1;
+                break;
+            }
+        }
+        if (!joined) continue;
+        slot_t *s = &P.slots[id];
+        if (ensure_buffer(&s->shared, &s->shared_cap, P.shared_bytes) == 0 &&
+            ensure_buffer(&s->scratch, &s->scratch_cap, P.scratch_bytes) == 0)
+            run_job_blocks(s->shared, s->scratch);
+        /* (on allocation failure this worker simply runs no blocks; the others do) */
+        atomic_fetch_add(&P.finished, 1); /* seq_cst: pairs with caller_waiting */
+        if (atomic_load(&P.caller_waiting)) futex_wake_all(&P.finished);
+    }
+}
+
+static int grow_slots_locked(int32_t n) {
+    if (n <= P.nslots) return 0;
+    int32_t newn = P.nslots ? P.nslots : 4;
+    while (newn < n) newn *= 2;
+    slot_t *ns = aligned_alloc(CPUIFY_ALIGN, (size_t)newn * sizeof(slot_t));
+    if (!ns) return -1;
+    memset(ns, 0, (size_t)newn * sizeof(slot_t));
+    if (P.slots) memcpy(ns, P.slots, (size_t)P.nslots * sizeof(slot_t));
+    free(P.slots);
+    P.slots = ns;
+    P.nslots = newn;
+    return 0;
+}
+
+/* Makes the pool have `want` threads (best effort).  Caller holds P.lock, no job runs. */
+static void resize_pool_locked(int32_t want) {
+    if (want < 0) want = 0;
+    if (want > P.nthreads) {
+        if (grow_slots_locked(want + 1) != 0) want = P.nslots - 1;
+        atomic_store(&P.target_threads, want);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, CPUIFY_STACK_SIZE);
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* workers never take signals */
+        while (P.nthreads < want) {
+            worker_arg *a = malloc(sizeof *a);
+            if (!a) break;
+            a->id = P.nthreads + 1;
+            a->seen = atomic_load(&P.gen);
+            pthread_t th;
+            atomic_fetch_add(&P.alive, 1);
+            if (pthread_create(&th, &attr, worker_main, a) != 0) {
+                atomic_fetch_sub(&P.alive, 1);
+                free(a);
+                break;
+            }
+            P.nthreads++;
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+        atomic_store(&P.target_threads, P.nthreads);
+    } else if (want < P.nthreads) {
+        /* Wake everyone with a closed generation; threads with id > want exit. */
+        atomic_store(&P.target_threads, want);
+        uint32_t g = atomic_load(&P.gen) + 1;
+        atomic_store(&P.entry, ((uint64_t)g << 32) | ENTRY_CLOSED);
+        atomic_store(&P.gen, g);
+        futex_wake_all(&P.gen);
+        while (atomic_load(&P.alive) > want) sched_yield();
+        P.nthreads = want;
+    }
+    /* Spinning only pays when every worker has a core of its own. */
+    atomic_store(&P.worker_spin_ns, P.nthreads + 1 > g_ncpus ? 0 : P.spin_ns);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* public API                                                                           */
+
+int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+                      uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block) {
+    pthread_once(&g_once, global_init);
+    if (!fn || !dims) return 0;
+    const uint64_t nblocks = (uint64_t)dims->grid[0] * dims->grid[1] * dims->grid[2];
+    if (nblocks == 0) return 0;
+
+    if (tls_in_block) {
+        /* Launch from inside a block (e.g. dynamic parallelism): the pool is busy running
+         * our own grid, so run this grid serially here with private buffers. */
+        void *sh = NULL, *sc = NULL;
+        uint64_t shc = 0, scc = 0;
+        int32_t rc;
+        if (ensure_buffer(&sh, &shc, shared_bytes) || ensure_buffer(&sc, &scc, scratch_bytes)) {
+            rc = CPUIFY_ERR_OUT_OF_MEMORY;
+            if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
+        } else {
+            rc = run_serial(fn, params, dims, sh, sc, err_block);
+        }
+        free(sh);
+        free(sc);
+        return rc;
+    }
+
+    pthread_mutex_lock(&P.lock);
+    if (grow_slots_locked(1) != 0) goto oom;
+    slot_t *s0 = &P.slots[0];
+    if (ensure_buffer(&s0->shared, &s0->shared_cap, shared_bytes) ||
+        ensure_buffer(&s0->scratch, &s0->scratch_cap, scratch_bytes))
+        goto oom;
+
+    int32_t workers = workers_locked();
+    if (nblocks == 1 || workers <= 1) {
+        int32_t rc = run_serial(fn, params, dims, s0->shared, s0->scratch, err_block);
+        pthread_mutex_unlock(&P.lock);
+        return rc;
+    }
+    if (P.nthreads != workers - 1) resize_pool_locked(workers - 1);
+    if (P.nthreads == 0) { /* no thread could be created */
+        int32_t rc = run_serial(fn, params, dims, s0->shared, s0->scratch, err_block);
+        pthread_mutex_unlock(&P.lock);
+        return rc;
+    }
+    s0 = &P.slots[0]; /* slots may have moved */
+
+    /* describe the job */
+    P.fn = fn;
+    P.params = params;
+    P.dims = *dims;
+    P.nblocks = nblocks;
+    uint64_t chunk = nblocks / ((uint64_t)(P.nthreads + 1) * 8);
+    P.chunk = chunk ? chunk : 1;
+    P.shared_bytes = shared_bytes;
+    P.scratch_bytes = scratch_bytes;
+    atomic_store_explicit(&P.next, 0, memory_order_relaxed);
+    atomic_store_explicit(&P.err, 0, memory_order_relaxed);
+    atomic_store_explicit(&P.finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&P.caller_waiting, 0, memory_order_relaxed);
+
+    /* publish and wake */
+    uint32_t g = atomic_load_explicit(&P.gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&P.entry, (uint64_t)g << 32, memory_order_release);
+    atomic_store(&P.gen, g); /* seq_cst: pairs with the sleepers count */
+    if (atomic_load(&P.sleepers) > 0) futex_wake_all(&P.gen);
+
+    /* work */
+    run_job_blocks(s0->shared, s0->scratch);
+
+    /* close admission and wait for the workers that joined */
+    uint64_t old = atomic_fetch_or_explicit(&P.entry, ENTRY_CLOSED, memory_order_acq_rel);
+    uint32_t joined = (uint32_t)old & ENTRY_COUNT_MASK;
+    if (joined) {
+        uint64_t spin = atomic_load_explicit(&P.worker_spin_ns, memory_order_relaxed);
+        uint32_t f = spin_while_equal(&P.finished, 0, spin);
+        if (f != joined) f = spin_while_equal(&P.finished, f, spin);
+        while (f != joined) {
+            atomic_store(&P.caller_waiting, 1); /* seq_cst: pairs with finished increment */
+            f = atomic_load(&P.finished);
+            if (f == joined) break;
+            futex_wait(&P.finished, f);
+            f = atomic_load_explicit(&P.finished, memory_order_acquire);
+        }
+        atomic_store_explicit(&P.caller_waiting, 0, memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+    }
+
+    int32_t rc = atomic_load_explicit(&P.err, memory_order_acquire);
+    if (rc && err_block) {
+        err_block[0] = P.err_block[0];
+        err_block[1] = P.err_block[1];
+        err_block[2] = P.err_block[2];
+    }
+    pthread_mutex_unlock(&P.lock);
+    return rc;
+
+oom:
+    pthread_mutex_unlock(&P.lock);
+    if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
+    return CPUIFY_ERR_OUT_OF_MEMORY;
+}
+
+int32_t cpuify_num_workers(void) {
+    pthread_once(&g_once, global_init);
+    return workers_locked();
+}
+
+void cpuify_set_num_workers(int32_t n) {
+    pthread_once(&g_once, global_init);
+    if (tls_in_block) return; /* would deadlock: the launch lock is held by our launch */
+    if (n > CPUIFY_MAX_WORKERS) n = CPUIFY_MAX_WORKERS;
+    pthread_mutex_lock(&P.lock);
+    atomic_store(&P.requested, n > 0 ? n : 0);
+    /* Resize an already running pool now (idle surplus threads exit); otherwise the pool
+     * is created lazily by the first multi-block launch. */
+    if (P.nthreads > 0) {
+        int32_t w = workers_locked();
+        resize_pool_locked(w - 1);
+    }
+    pthread_mutex_unlock(&P.lock);
+}
+
+void cpuify_flush(void) { fflush(stdout); }
+
+int32_t cpuify_runtime_abi_version(void) { return CPUIFY_RT_ABI_VERSION; }
+
+/* ------------------------------------------------------------------------------------ */
+/* device printf                                                                        */
+
+typedef struct outbuf {
+    char *buf;
+    size_t len, cap;
+    int failed;
+    char local[1024];
+} outbuf;
+
+static int ob_reserve(outbuf *ob, size_t extra) {
+    if (ob->failed) return -1;
+    if (ob->cap - ob->len >= extra) return 0;
+    size_t ncap = ob->cap * 2;
+    while (ncap - ob->len < extra) {
+        if (ncap > SIZE_MAX / 2) {
+            ob->failed = 1;
+            return -1;
+        }
+        ncap *= 2;
+    }
+    char *nb = ob->buf == ob->local ? malloc(ncap) : realloc(ob->buf, ncap);
+    if (!nb) {
+        ob->failed = 1;
+        return -1;
+    }
+    if (ob->buf == ob->local) memcpy(nb, ob->local, ob->len);
+    ob->buf = nb;
+    ob->cap = ncap;
+    return 0;
+}
+
+static void ob_append(outbuf *ob, const char *s, size_t n) {
+    if (n == 0 || ob_reserve(ob, n + 1)) return;
+    memcpy(ob->buf + ob->len, s, n);
+    ob->len += n;
+}
+
+/* snprintf one conversion into the buffer, growing it as needed */
+#define OB_FORMAT(ob, spec, value)                                                     \
+    do {                                                                               \
+        for (;;) {                                                                     \
+            if ((ob)->failed) break;                                                   \
+            size_t room_ = (ob)->cap - (ob)->len;                                      \
+            int n_ = snprintf((ob)->buf + (ob)->len, room_, (spec), (value));          \
+            if (n_ < 0) break;                                                         \
+            if ((size_t)n_ < room_) {                                                  \
+                (ob)->len += (size_t)n_;                                               \
+                break;                                                                 \
+            }                                                                          \
+            if (ob_reserve((ob), (size_t)n_ + 1)) break;                               \
+        }                                                                              \
+    } while (0)
+
+enum { LEN_NONE, LEN_HH, LEN_H, LEN_L, LEN_LL, LEN_J, LEN_Z, LEN_T, LEN_BIGL };
+
+/* Reads the next size-byte argument (aligned to size).  Returns 0, or -1 without args. */
+static int next_arg(const unsigned char *args, size_t *off, size_t size, void *out) {
+    if (!args) return -1;
+    *off = (*off + size - 1) & ~(size - 1);
+    memcpy(out, args + *off, size);
+    *off += size;
+    return 0;
+}
+
+int32_t cpuify_vprintf(const char *fmt, const void *argsp) {
+    if (!fmt) return -1;
+    const unsigned char *args = (const unsigned char *)argsp;
+    size_t off = 0;
+    outbuf ob;
+    ob.buf = ob.local;
+    ob.len = 0;
+    ob.cap = sizeof ob.local;
+    ob.failed = 0;
+
+    const char *p = fmt;
+    while (*p) {
+        if (*p != '%') {
+            const char *q = strchr(p, '%');
+            size_t n = q ? (size_t)(q - p) : strlen(p);
+            ob_append(&ob, p, n);
+            p += n;
+            continue;
+        }
+        const char *start = p++;
+        if (*p == '%') {
+            ob_append(&ob, "%", 1);
+            p++;
+            continue;
+        }
+        char spec[48];
+        size_t sl = 0;
+        int bad = 0;
+        spec[sl++] = '%';
+        while (*p && strchr("-+ #0", *p)) {
+            if (sl < 16) spec[sl++] = *p;
+            p++;
+        }
+        if (*p == '*') {
+            bad = 1;
+            p++;
+        } else {
+            size_t nd = 0;
+            while (*p >= '0' && *p <= '9') {
+                if (++nd > 6) bad = 1; /* absurd width */
+                if (sl < 30) spec[sl++] = *p;
+                p++;
+            }
+        }
+        if (*p == '.') {
+            if (sl < 31) spec[sl++] = '.';
+            p++;
+            if (*p == '*') {
+                bad = 1;
+                p++;
+            } else {
+                size_t nd = 0;
+                while (*p >= '0' && *p <= '9') {
+                    if (++nd > 6) bad = 1;
+                    if (sl < 40) spec[sl++] = *p;
+                    p++;
+                }
+            }
+        }
+        int len = LEN_NONE;
+        switch (*p) {
+        case 'h':
+            p++;
+            if (*p == 'h') {
+                len = LEN_HH;
+                p++;
+            } else
+                len = LEN_H;
+            break;
+        case 'l':
+            p++;
+            if (*p == 'l') {
+                len = LEN_LL;
+                p++;
+            } else
+                len = LEN_L;
+            break;
+        case 'j': len = LEN_J; p++; break;
+        case 'z': len = LEN_Z; p++; break;
+        case 't': len = LEN_T; p++; break;
+        case 'L': len = LEN_BIGL; p++; break;
+        default: break;
+        }
+        const char conv = *p;
+        if (conv == '\0') { /* truncated spec at the end: print it as is */
+            ob_append(&ob, start, strlen(start));
+            break;
+        }
+        p++;
+        if (bad) {
+            ob_append(&ob, start, (size_t)(p - start));
+            continue;
+        }
+        const int wide = len == LEN_L || len == LEN_LL || len == LEN_J || len == LEN_Z ||
+                         len == LEN_T || len == LEN_BIGL;
+        int ok = 1;
+        switch (conv) {
+        case 'd':
+        case 'i':
+        case 'u':
+        case 'o':
+        case 'x':
+        case 'X': {
+            const int is_signed = conv == 'd' || conv == 'i';
+            if (wide) {
+                spec[sl++] = 'l';
+                spec[sl++] = 'l';
+                spec[sl++] = conv;
+                spec[sl] = '\0';
+                uint64_t v;
+                if (next_arg(args, &off, 8, &v)) { ok = 0; break; }
+                if (is_signed)
+                    OB_FORMAT(&ob, spec, (long long)v);
+                else
+                    OB_FORMAT(&ob, spec, (unsigned long long)v);
+            } else {
+                if (len == LEN_H || len == LEN_HH) spec[sl++] = 'h';
+                if (len == LEN_HH) spec[sl++] = 'h';
+                spec[sl++] = conv;
+                spec[sl] = '\0';
+                uint32_t v;
+                if (next_arg(args, &off, 4, &v)) { ok = 0; break; }
+                if (is_signed)
+                    OB_FORMAT(&ob, spec, (int)(int32_t)v);
+                else
+                    OB_FORMAT(&ob, spec, (unsigned)v);
+            }
+            break;
+        }
+        case 'c': {
+            uint32_t v;
+            if (next_arg(args, &off, 4, &v)) { ok = 0; break; }
+            if (len == LEN_L) {
+                spec[sl++] = 'l';
+                spec[sl++] = 'c';
+                spec[sl] = '\0';
+                OB_FORMAT(&ob, spec, (wint_t)v);
+            } else {
+                spec[sl++] = 'c';
+                spec[sl] = '\0';
+                OB_FORMAT(&ob, spec, (int)(unsigned char)v);
+            }
+            break;
+        }
+        case 's': {
+            uint64_t v;
+            if (next_arg(args, &off, 8, &v)) { ok = 0; break; }
+            if (len == LEN_L && v) {
+                spec[sl++] = 'l';
+                spec[sl++] = 's';
+                spec[sl] = '\0';
+                OB_FORMAT(&ob, spec, (const wchar_t *)(uintptr_t)v);
+            } else {
+                spec[sl++] = 's';
+                spec[sl] = '\0';
+                const char *str = v ? (const char *)(uintptr_t)v : "(null)";
+                OB_FORMAT(&ob, spec, str);
+            }
+            break;
+        }
+        case 'p': {
+            uint64_t v;
+            if (next_arg(args, &off, 8, &v)) { ok = 0; break; }
+            spec[sl++] = 'p';
+            spec[sl] = '\0';
+            OB_FORMAT(&ob, spec, (void *)(uintptr_t)v);
+            break;
+        }
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G':
+        case 'a':
+        case 'A': {
+            double v;
+            if (next_arg(args, &off, 8, &v)) { ok = 0; break; }
+            spec[sl++] = conv;
+            spec[sl] = '\0';
+            OB_FORMAT(&ob, spec, v);
+            break;
+        }
+        case 'n': { /* consumes its pointer, writes nothing */
+            uint64_t v;
+            if (next_arg(args, &off, 8, &v)) ok = 0;
+            break;
+        }
+        default:
+            ok = 0;
+            break;
+        }
+        if (!ok) ob_append(&ob, start, (size_t)(p - start));
+    }
+
+    int32_t n = (int32_t)(ob.len > INT32_MAX ? INT32_MAX : ob.len);
+    if (ob.len) {
+        flockfile(stdout);
+        fwrite(ob.buf, 1, ob.len, stdout);
+        funlockfile(stdout);
+    }
+    if (ob.buf != ob.local) free(ob.buf);
+    return ob.failed && ob.len == 0 ? -1 : n;
+}

@@ -1,0 +1,249 @@
+"""Loads the cpuify native runtime (``cpuify_rt.c``) as a ctypes library.
+
+The library is normally built by setuptools as the extension ``cpuify._cpuify_rt`` (see
+``setup.py``).  When it is missing -- e.g. running from a source checkout that was never
+built -- it is compiled on demand with the system C compiler into a cache directory
+(``$CPUIFY_CACHE_DIR`` or ``~/.cache/cpuify``).  ``$CPUIFY_RUNTIME_LIB`` names a library
+to use instead of either.
+
+The library is loaded with ``RTLD_GLOBAL`` and registered with llvmlite, so JIT-compiled
+kernels can call ``cpuify_vprintf`` and friends by symbol name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from ..errors import CpuifyError
+
+__all__ = [
+    "ABI_VERSION", "BLOCK_FN", "Dims", "ERROR_NAMES",
+    "CPUIFY_OK", "CPUIFY_ERR_BARRIER_DIVERGENCE", "CPUIFY_ERR_TRAP",
+    "CPUIFY_ERR_WARP_DIVERGENCE", "CPUIFY_ERR_ASSERT", "CPUIFY_ERR_OUT_OF_MEMORY",
+    "load_runtime", "runtime_path",
+]
+
+#: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
+ABI_VERSION = 1
+
+# enum cpuify_error
+CPUIFY_OK = 0
+CPUIFY_ERR_BARRIER_DIVERGENCE = 1
+CPUIFY_ERR_TRAP = 2
+CPUIFY_ERR_WARP_DIVERGENCE = 3
+CPUIFY_ERR_ASSERT = 4
+CPUIFY_ERR_OUT_OF_MEMORY = 5
+
+ERROR_NAMES = {
+    CPUIFY_ERR_BARRIER_DIVERGENCE: "barrier divergence",
+    CPUIFY_ERR_TRAP: "trap",
+    CPUIFY_ERR_WARP_DIVERGENCE: "warp divergence",
+    CPUIFY_ERR_ASSERT: "device assert",
+    CPUIFY_ERR_OUT_OF_MEMORY: "out of memory",
+}
+
+
+class Dims(ctypes.Structure):
+    """``struct cpuify_dims``."""
+
+    _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3)]
+
+
+#: ctypes type of ``cpuify_block_fn``:
+#: (params, dims, bx, by, bz, shared, scratch) -> int32
+BLOCK_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(Dims),
+                            ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+                            ctypes.c_void_p, ctypes.c_void_p)
+
+_RUNTIME_DIR = Path(__file__).resolve().parent
+_SOURCE = _RUNTIME_DIR / "cpuify_rt.c"
+_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c")
+_HEADER = _RUNTIME_DIR / "cpuify_rt.h"
+_CFLAGS = ["-O2", "-std=c11", "-shared", "-fPIC", "-pthread"]
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_lib_path: str | None = None
+
+
+# ------------------------------------------------------------------------------------
+# locating / building
+
+
+def _built_extension_candidates() -> list[Path]:
+    """Paths where setuptools may have put the ``cpuify._cpuify_rt`` extension."""
+    found: list[Path] = []
+    pkg_dir = _RUNTIME_DIR.parent
+    for pattern in ("_cpuify_rt*.so", "_cpuify_rt*.dylib", "_cpuify_rt*.pyd"):
+        found.extend(sorted(pkg_dir.glob(pattern)))
+    try:  # editable installs may map the extension elsewhere
+        spec = importlib.util.find_spec("cpuify._cpuify_rt")
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen"):
+        p = Path(spec.origin)
+        if p not in found:
+            found.append(p)
+    return [p for p in found if p.is_file()]
+
+
+def _in_source_checkout() -> bool:
+    # src/cpuify/runtime -> repository root holding pyproject.toml
+    return (_RUNTIME_DIR.parents[2] / "pyproject.toml").is_file()
+
+
+def _abi_ok(path: Path) -> bool:
+    """Whether the library at path exports the runtime with our ABI (loaded RTLD_LOCAL so
+    a stale library never lands in the global symbol namespace)."""
+    try:
+        lib = ctypes.CDLL(str(path))
+        fn = lib.cpuify_runtime_abi_version
+    except (OSError, AttributeError):
+        return False
+    fn.restype = ctypes.c_int32
+    fn.argtypes = []
+    return fn() == ABI_VERSION
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("CPUIFY_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "cpuify"
+
+
+def _compiler() -> str:
+    return os.environ.get("CC") or "cc"
+
+
+def _source_hash(cc: str) -> str:
+    h = hashlib.sha256()
+    for p in (*_SOURCES, _HEADER):
+        h.update(p.read_bytes())
+        h.update(b"\0")
+    h.update(" ".join([cc, *_CFLAGS]).encode())
+    return h.hexdigest()[:20]
+
+
+def _compile_runtime(cache_dir: Path | None = None) -> Path:
+    """Compiles cpuify_rt.c into cache_dir/runtime-<hash>.so (reused when present)."""
+    if not _SOURCE.is_file():
+        raise CpuifyError(f"cpuify runtime source {_SOURCE} is missing; reinstall cpuify")
+    cc = _compiler()
+    cache_dir = Path(cache_dir) if cache_dir is not None else _cache_dir()
+    target = cache_dir / f"runtime-{_source_hash(cc)}.so"
+    if target.is_file():
+        return target
+    if shutil.which(cc) is None:
+        raise CpuifyError(
+            f"the cpuify native runtime is not built and no C compiler ('{cc}') was found; "
+            "install cpuify with pip (which builds it) or install a C compiler / set $CC")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".runtime-", suffix=".so.tmp", dir=cache_dir)
+    os.close(fd)
+    try:
+        cmd = [cc, *_CFLAGS, f"-I{_RUNTIME_DIR}", *map(str, _SOURCES), "-o", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CpuifyError(
+                "compiling the cpuify native runtime failed:\n  " + " ".join(cmd) + "\n"
+                + proc.stdout + proc.stderr)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)  # atomic: concurrent builders all produce the same file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _find_or_build() -> Path:
+    env = os.environ.get("CPUIFY_RUNTIME_LIB")
+    if env:
+        p = Path(env)
+        if not p.is_file():
+            raise CpuifyError(f"$CPUIFY_RUNTIME_LIB={env} does not exist")
+        return p
+    src_mtime = max(p.stat().st_mtime for p in _SOURCES) if _SOURCE.is_file() else None
+    hdr_mtime = _HEADER.stat().st_mtime if _HEADER.is_file() else None
+    for cand in _built_extension_candidates():
+        if _in_source_checkout() and src_mtime is not None:
+            # in a checkout, an in-place build older than the source is stale
+            newest = max(src_mtime, hdr_mtime or 0.0)
+            if cand.stat().st_mtime < newest:
+                continue
+        if _abi_ok(cand):
+            return cand
+    return _compile_runtime()
+
+
+# ------------------------------------------------------------------------------------
+# loading
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    # plain addresses everywhere: the Python launch path passes precomputed ints
+    lib.cpuify_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+    lib.cpuify_launch.restype = ctypes.c_int32
+    lib.cpuify_num_workers.argtypes = []
+    lib.cpuify_num_workers.restype = ctypes.c_int32
+    lib.cpuify_set_num_workers.argtypes = [ctypes.c_int32]
+    lib.cpuify_set_num_workers.restype = None
+    lib.cpuify_vprintf.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.cpuify_vprintf.restype = ctypes.c_int32
+    lib.cpuify_flush.argtypes = []
+    lib.cpuify_flush.restype = None
+    lib.cpuify_runtime_abi_version.argtypes = []
+    lib.cpuify_runtime_abi_version.restype = ctypes.c_int32
+
+
+def load_runtime() -> ctypes.CDLL:
+    """Returns the native runtime library (loaded once, RTLD_GLOBAL, known to llvmlite).
+
+    ``cpuify_launch(fn, params, dims, shared_bytes, scratch_bytes, err_block)`` takes fn
+    as a function address or a ``BLOCK_FN`` instance, params as an address,
+    dims as a ``Dims`` (byref) and err_block as ``(c_uint32 * 3)()`` or None."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = _find_or_build()
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        _declare(lib)
+        if lib.cpuify_runtime_abi_version() != ABI_VERSION:
+            raise CpuifyError(
+                f"cpuify native runtime {path} has ABI version "
+                f"{lib.cpuify_runtime_abi_version()}, expected {ABI_VERSION}; rebuild cpuify")
+        try:
+            import llvmlite.binding as llvm
+            llvm.load_library_permanently(str(path))
+        except ImportError:  # pragma: no cover - llvmlite is a hard dependency
+            pass
+        _lib_path = str(path)
+        _lib = lib
+        return lib
+
+
+def runtime_path() -> str:
+    """Filesystem path of the loaded native runtime library."""
+    load_runtime()
+    assert _lib_path is not None
+    return _lib_path
+
+
+def num_threads() -> int:
+    """CPU worker threads a launch uses (CPUIFY_NUM_THREADS, else all cores)."""
+    return int(load_runtime().cpuify_num_workers())
+
+
+def set_num_threads(n: int) -> None:
+    """Use `n` worker threads for later launches (n <= 0: back to the default)."""
+    load_runtime().cpuify_set_num_workers(int(n))
