@@ -6,7 +6,7 @@ setup(
             "cpuify._cpuify_rt",
             sources=["src/cpuify/runtime/cpuify_rt.c", "src/cpuify/runtime/block_sched.c"],
             include_dirs=["src/cpuify/runtime"],
-            extra_compile_args=["-O2", "-pthread", "-std=c11"],
+            extra_compile_args=["-O3", "-pthread", "-std=c11"],
             extra_link_args=["-pthread"],
         )
     ]

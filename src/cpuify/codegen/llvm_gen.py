@@ -376,6 +376,7 @@ class SegmentEmitter:
         self.slots: dict[Value, ir.AllocaInstr] = {}     # cross-block values
         self.block_map: dict[Block, ir.Block] = {}
         self.pending: list[Block] = []
+        self.param_cache: dict[tuple[int, str, bool], ir.Value] = {}
 
     # ---- helpers
     @property
@@ -388,7 +389,6 @@ class SegmentEmitter:
         entry = fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(entry)
         b = self.builder
-        self.entry_builder = ir.IRBuilder(entry)
         ctx = b.bitcast(ctx_raw, CTX_TYPE.as_pointer())
         self.ctx = ctx
 
@@ -408,94 +408,82 @@ class SegmentEmitter:
         self.nthreads = field("nthreads")
         self.dyn_shared = field("dyn_shared")
         self.nthreads64 = b.zext(self.nthreads, I64)
-        # allocas live in a dedicated block so they dominate everything
-        self.alloca_block = entry
-        loop_setup = fn.append_basic_block("loops")
-        b.branch(loop_setup)
+        if self.kc.local_size and not self.kc.syncs:
+            # no sync points: a thread's local memory never outlives its loop iteration
+            arr = b.alloca(ir.ArrayType(I8, self.kc.local_size), name="localmem")
+            arr.align = 16
+            self.local_alloca: ir.Value | None = b.bitcast(arr, PTR)
+        else:
+            self.local_alloca = None
+        exit_bb = fn.append_basic_block("done")
+        unmasked_bb = fn.append_basic_block("all_threads")
+        if self.kc.syncs:
+            masked_bb = fn.append_basic_block("some_threads")
+            b.cbranch(b.icmp_signed("!=", masked, I32(0)), masked_bb, unmasked_bb)
+        else:
+            b.branch(unmasked_bb)
+        # allocas and parameter loads go to the entry block, before its terminator
         self.entry_builder = ir.IRBuilder(entry)
         self.entry_builder.position_before(entry.terminator)
-        b.position_at_end(loop_setup)
-        # nested thread loops z, y, x
-        exit_bb = fn.append_basic_block("done")
-        zero = I32(0)
-        loops = []
-        outer_latch_target = exit_bb
-        header_z = fn.append_basic_block("tz.head")
-        b.branch(header_z)
-        preheader = loop_setup
-        idx = []
-        latches = []
-        headers = [header_z, fn.append_basic_block("ty.head"), fn.append_basic_block("tx.head")]
-        bodies = []
-        # build headers with phis
-        phis = []
-        for k, (h, bound) in enumerate(zip(headers, (self.ntid[2], self.ntid[1], self.ntid[0]))):
-            b.position_at_end(h)
-            phi = b.phi(I32, name=("tz", "ty", "tx")[k])
-            phis.append(phi)
-            body = fn.append_basic_block(("tz", "ty", "tx")[k] + ".body")
-            cond = b.icmp_unsigned("<", phi, bound)
-            latch_parent = latches[-1] if latches else None
-            bodies.append(body)
-            loops.append((h, phi, body, cond))
-        # wire: tz.head -> tz.body (-> ty.head) ... exit
-        for k, (h, phi, body, cond) in enumerate(loops):
-            b.position_at_end(h)
-            out = exit_bb if k == 0 else None
-            latch = fn.append_basic_block(("tz", "ty", "tx")[k] + ".latch")
-            latches.append(latch)
-            if k == 0:
-                b.cbranch(cond, body, exit_bb)
-            else:
-                b.cbranch(cond, body, latches[k - 1])
-            b.position_at_end(body)
-            if k < 2:
-                b.branch(headers[k + 1])
-        del outer_latch_target, preheader, idx, latch_parent, out, zero
-        # phi incoming
-        phis[0].add_incoming(I32(0), loop_setup)
-        phis[1].add_incoming(I32(0), bodies[0])
-        phis[2].add_incoming(I32(0), bodies[1])
-        for k in range(3):
-            b.position_at_end(latches[k])
-            nxt = b.add(phis[k], I32(1), flags=["nuw"])
-            b.branch(headers[k])
-            phis[k].add_incoming(nxt, latches[k])
         b.position_at_end(exit_bb)
         b.ret_void()
+        # two copies of the thread loop: all threads (vectorizable), or only those at `resume`
+        self.emit_thread_loops(unmasked_bb, exit_bb, masked=False)
+        if self.kc.syncs:
+            self.emit_thread_loops(masked_bb, exit_bb, masked=True)
+
+    def emit_thread_loops(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool) -> None:
+        """for tz, ty, tx (tx innermost): run the segment for one CUDA thread."""
+        fn = self.fn
+        b = self.builder
+        self.block_map = {}
+        self.pending = []
+        names = ("tz", "ty", "tx")
+        bounds = (self.ntid[2], self.ntid[1], self.ntid[0])
+        headers = [fn.append_basic_block(f"{n}.head") for n in names]
+        bodies = [fn.append_basic_block(f"{n}.body") for n in names]
+        latches = [fn.append_basic_block(f"{n}.latch") for n in names]
+        phis = []
+        b.position_at_end(start)
+        b.branch(headers[0])
+        for k in range(3):
+            b.position_at_end(headers[k])
+            phi = b.phi(I32, name=names[k])
+            phi.add_incoming(I32(0), start if k == 0 else bodies[k - 1])
+            phis.append(phi)
+            b.cbranch(b.icmp_unsigned("<", phi, bounds[k]), bodies[k], exit_bb if k == 0 else latches[k - 1])
+            if k < 2:
+                b.position_at_end(bodies[k])
+                b.branch(headers[k + 1])
+            b.position_at_end(latches[k])
+            nxt = b.add(phi, I32(1), flags=["nuw"])
+            b.branch(headers[k])
+            phi.add_incoming(nxt, latches[k])
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
-        # body of the innermost loop
         b.position_at_end(bodies[2])
-        lin = b.add(b.mul(b.add(b.mul(phis[0], self.ntid[1]), phis[1]), self.ntid[0]), phis[2], name="ltid")
-        self.linear_tid = lin
-        self.linear_tid64 = b.zext(lin, I64)
+        self.linear_tid = b.add(b.mul(b.add(b.mul(phis[0], self.ntid[1]), phis[1]), self.ntid[0]),
+                                phis[2], name="ltid")
+        self.linear_tid64 = b.zext(self.linear_tid, I64)
         self.latch = latches[2]
         if self.kc.local_size:
-            if self.kc.syncs:
-                self.local_base = b.gep(self.local_base_all, [b.mul(self.linear_tid64, I64(self.kc.local_size))], name="local")
+            if self.local_alloca is not None:
+                self.local_base = self.local_alloca
             else:
-                # no sync points: a thread's local memory never outlives its iteration
-                arr = self.entry_builder.alloca(ir.ArrayType(I8, self.kc.local_size), name="localmem")
-                arr.align = 16
-                self.local_base = b.bitcast(arr, PTR)
+                self.local_base = b.gep(self.local_base_all,
+                                        [b.mul(self.linear_tid64, I64(self.kc.local_size))], name="local")
         else:
             self.local_base = ir.Constant(PTR, None)
-        if self.kc.syncs:
+        if masked:
             run = fn.append_basic_block("run")
-            state_p = self.state_ptr()
-            st = b.load(state_p)
-            is_me = b.icmp_signed("==", st, I32(self.resume))
-            skip = b.icmp_signed("==", masked, I32(0))
-            b.cbranch(b.or_(skip, is_me), run, self.latch)
+            st = b.load(self.state_ptr())
+            b.cbranch(b.icmp_signed("==", st, I32(self.resume)), run, self.latch)
             b.position_at_end(run)
-        # segment start
+        self.reset_block()
         if self.resume == 0:
             start_block, start_pos = self.kc.region.entry, 0
-            self.reset_block()
         else:
             sp = self.kc.syncs[self.resume - 1]
             start_block, start_pos = sp.block, sp.position + 1
-            self.reset_block()
             self.restore(sp)
         self.emit_ops(start_block, start_pos)
         while self.pending:
@@ -803,13 +791,23 @@ def _const(e: SegmentEmitter, op: Operation) -> None:
 
 @handles("upir.param")
 def _param(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
+    # parameters never change during a launch: load once, before the thread loops, so
+    # that stores through other pointers cannot force a reload per thread
     t = op.attributes["type"]
-    p = b.gep(e.params, [I64(op.attributes["offset"])])
-    lt = ptx_llvm_type(t)
-    v = b.load(b.bitcast(p, lt.as_pointer()))
-    v.align = 1 if type_size(t) == 1 else min(type_size(t), 4)
-    e.result(op, v, t)
+    is_ptr = op.results[0] in e.kc.pointers
+    key = (op.attributes["offset"], t, is_ptr)
+    v = e.param_cache.get(key)
+    if v is None:
+        b = e.entry_builder
+        p = b.gep(e.params, [I64(op.attributes["offset"])])
+        lt = PTR if is_ptr else ptx_llvm_type(t)
+        v = b.load(b.bitcast(p, lt.as_pointer()))
+        v.align = 1 if type_size(t) == 1 else min(type_size(t), 4)
+        e.param_cache[key] = v
+    if is_ptr:
+        e.define(op.results[0], v)
+    else:
+        e.result(op, v, t)
 
 
 @handles("upir.special")

@@ -146,6 +146,17 @@ CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
     for (;;) {
         if (c->error)
             return c->error;
+        /* fast path: every thread waits at the same plain barrier (the common case) */
+        {
+            const int32_t first = state[0];
+            uint32_t t = 1;
+            while (t < n && state[t] == first)
+                t++;
+            if (t == n && first != STATE_EXITED && kinds[(first & 0xffff) - 1] == K_BARRIER) {
+                run(c, first & 0xffff, 0);   /* the unmasked loop does not read state[] */
+                continue;
+            }
+        }
         /* classify where the threads stopped */
         uint32_t exited = 0, warp_waiting = 0;
         int32_t barrier = -1;

@@ -67,7 +67,7 @@ _RUNTIME_DIR = Path(__file__).resolve().parent
 _SOURCE = _RUNTIME_DIR / "cpuify_rt.c"
 _SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c")
 _HEADER = _RUNTIME_DIR / "cpuify_rt.h"
-_CFLAGS = ["-O2", "-std=c11", "-shared", "-fPIC", "-pthread"]
+_CFLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-pthread"]
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
