@@ -225,3 +225,65 @@ def _incoming(region: Region) -> dict[BlockArgument, list[Value]]:
             for a, v in zip(s.args, args):
                 out.setdefault(a, []).append(v)
     return out
+
+
+# --- uniformity ---------------------------------------------------------------------------
+
+_UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dynamic_smem_size",
+                     "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")
+
+
+def _op_may_be_uniform(op: Operation) -> bool:
+    if op.name in ("upir.const", "upir.param", "upir.addressof"):
+        return True
+    if op.name == "upir.special":
+        return op.attributes.get("reg", "").split(".")[0] in _UNIFORM_SPECIALS
+    if op.name == "ptx.cvta":
+        return "local" not in op.attributes.get("mods", ())
+    return op.name.startswith("ptx.") and info(op).pure
+
+
+def uniform_values(region: Region) -> set[Value]:
+    """Values equal in every thread of a block (same value in each dynamic instance).
+
+    Conservative divergence analysis: a value is uniform if its op is pure, reads no
+    per-thread state, has uniform operands, and its block cannot be reached from a branch
+    whose condition is not uniform (so all threads reached it along the same path; this
+    also rules out the temporal divergence of loops with thread-dependent exits)."""
+    incoming = _incoming(region)
+    tainted: set[Block] = set()
+    while True:
+        # optimistic start (loop-carried values), then remove what is not uniform
+        uniform: set[Value] = set()
+        for b in region.blocks:
+            if b not in tainted:
+                uniform.update(b.args)
+                for op in b.ops:
+                    if _op_may_be_uniform(op):
+                        uniform.update(op.results)
+        changed = True
+        while changed:
+            changed = False
+            for b in region.blocks:
+                for a in b.args:
+                    if a in uniform and not all(v in uniform for v in incoming.get(a, [])):
+                        uniform.discard(a)
+                        changed = True
+                for op in b.ops:
+                    if op.results and op.results[0] in uniform and \
+                            not all(o in uniform for o in op.operands):
+                        uniform.difference_update(op.results)
+                        changed = True
+        new_tainted: set[Block] = set()
+        for b in region.blocks:
+            term = b.terminator
+            if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform:
+                stack = list(term.successors)
+                while stack:
+                    x = stack.pop()
+                    if x not in new_tainted:
+                        new_tainted.add(x)
+                        stack.extend(x.successors)
+        if new_tainted <= tainted:
+            return uniform
+        tainted |= new_tainted

@@ -27,7 +27,9 @@ from typing import Callable
 
 from llvmlite import ir
 
-from cpuify.codegen.analysis import SyncPoint, infer_pointers, memory_space, plan_sync_points
+from cpuify.codegen.analysis import (
+    SyncPoint, infer_pointers, memory_space, plan_sync_points, uniform_values,
+)
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_WAIT, SYNC_64BIT,
     SYNC_KINDS, ScratchLayout, SharedLayout, align_up,
@@ -190,6 +192,8 @@ class KernelCodegen:
         self.syncs: list[SyncPoint] = plan_sync_points(self.region)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
+        # values kept across sync points that are the same in every thread get one slot
+        self.uniform = uniform_values(self.region) if self.syncs else set()
         self.shared = mod.shared_layout(kernel)
         # local memory (per thread): kernel .local depots
         self.local_offsets: dict[str, int] = {}
@@ -679,17 +683,24 @@ class SegmentEmitter:
         b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
         b.branch(self.latch)
 
-    def slot_address(self, v: Value) -> ir.Value:
-        b = self.b
+    def slot_address(self, v: Value, b: ir.IRBuilder | None = None) -> ir.Value:
+        b = b or self.b
         off = self.kc.slot_offset[v]
         base = b.gep(self.slots_base, [b.mul(self.nthreads64, I64(off))])
         arr = b.bitcast(base, IR_LLVM[v.type].as_pointer())
+        if v in self.kc.uniform:
+            return arr          # one copy for the whole block
         return b.gep(arr, [self.linear_tid64])
 
     def restore(self, sp: SyncPoint) -> None:
         b = self.b
         for v in sp.live:
-            lv = b.load(self.slot_address(v))
+            if v in self.kc.uniform:
+                # read once before the thread loop: threads of this segment may already
+                # write the next value of the same slot
+                lv = self.entry_builder.load(self.slot_address(v, self.entry_builder))
+            else:
+                lv = b.load(self.slot_address(v))
             self.define(v, lv)
         for v in sp.remat:
             self.rematerialize(v)
