@@ -1,0 +1,104 @@
+"""`cpuify` command line: look at what the compiler does with a kernel.
+
+    cpuify ptx   kernel.cu            PTX from NVRTC
+    cpuify ir    kernel.cu|.ptx       the parallel IR (MLIR generic syntax) of each kernel
+    cpuify llvm  kernel.cu|.ptx       optimized LLVM IR (--raw: before optimization)
+    cpuify explain kernel.cu|.ptx     sync points, values kept per thread / recomputed
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cpuify.errors import CpuifyError
+
+
+def _ptx_of(path: str, options: list[str]) -> str:
+    text = Path(path).read_text()
+    if path.endswith(".ptx"):
+        return text
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    return compile_to_ptx(text, filename=Path(path).name, options=options).ptx
+
+
+def _lift_all(ptx: str, only: str | None):  # type: ignore[no-untyped-def]
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.lifting import lift_kernel
+    module = parse_ptx(ptx)
+    for entry in module.entries:
+        if only is None or entry.name == only:
+            yield module, lift_kernel(module, entry)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cpuify", description="CUDA on multi-core CPUs: inspect "
+                                     "how cpuify compiles a kernel.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_ in (("ptx", "print the PTX NVRTC produces"),
+                        ("ir", "print the parallel IR of each kernel"),
+                        ("llvm", "print the LLVM IR (optimized unless --raw)"),
+                        ("explain", "show sync points and how values cross them")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("file", help="a .cu CUDA source or a .ptx file")
+        p.add_argument("-D", dest="defines", action="append", default=[], help="macro for NVRTC")
+        p.add_argument("-I", dest="includes", action="append", default=[], help="include dir")
+        p.add_argument("--kernel", help="only this kernel (mangled or extern \"C\" name)")
+        if name == "llvm":
+            p.add_argument("--raw", action="store_true", help="before LLVM optimization")
+    args = parser.parse_args(argv)
+    options = [f"-D{d}" for d in args.defines] + [f"-I{i}" for i in args.includes]
+    try:
+        ptx = _ptx_of(args.file, options)
+        if args.command == "ptx":
+            sys.stdout.write(ptx)
+        elif args.command == "ir":
+            from cpuify.ir.printer import print_op
+            for _, lifted in _lift_all(ptx, args.kernel):
+                sys.stdout.write(print_op(lifted.op))
+        elif args.command == "llvm":
+            from cpuify.codegen import jit
+            from cpuify.codegen.llvm_gen import ModuleCodegen
+            gen = None
+            for module, lifted in _lift_all(ptx, args.kernel):
+                if gen is None:
+                    gen = ModuleCodegen(module, *jit.triple_and_layout())
+                gen.add_kernel(lifted)
+            if gen is not None:
+                text = str(gen.module)
+                sys.stdout.write(text if args.raw else str(jit.optimize(text)))
+        else:
+            _explain(ptx, args.kernel)
+    except CpuifyError as exc:
+        print(f"cpuify: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"cpuify: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _explain(ptx: str, only: str | None) -> None:
+    from cpuify.codegen.analysis import plan_sync_points, uniform_values
+    from cpuify.codegen.llvm_gen import _block_body
+    for _, lifted in _lift_all(ptx, only):
+        region = _block_body(lifted.op)
+        points = plan_sync_points(region)
+        uniform = uniform_values(region) if points else set()
+        nops = sum(len(b.ops) for b in region.blocks)
+        print(f"kernel {lifted.name}: {len(region.blocks)} blocks, {nops} ops, "
+              f"{len(lifted.params)} params ({lifted.param_size} bytes)")
+        if not points:
+            print("  no sync points: one thread loop (flat collapsing)")
+        for sp in points:
+            what = sp.op.attributes.get("kind", "barrier") if sp.op.name != "upir.barrier" else "barrier"
+            kept = [v for v in sp.live if v not in uniform]
+            one = [v for v in sp.live if v in uniform]
+            print(f"  sync {sp.index}: {what} at PTX line {sp.op.attributes.get('line')}: "
+                  f"{len(kept)} value(s) kept per thread, {len(one)} uniform (one copy per block), "
+                  f"{len(sp.remat)} recomputed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
