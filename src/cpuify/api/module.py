@@ -43,11 +43,11 @@ _ERROR_TEXT = {
     5: "out of memory allocating shared/scratch memory for the launch",
 }
 
+# PTX parameter types do not say whether a C integer was signed (`int` is `.u32`, `char`
+# is `.u8`): accept both the signed and the unsigned range of the width
 _INT_RANGES = {
-    "s8": (-2**7, 2**7 - 1, "b"), "u8": (0, 2**8 - 1, "B"), "b8": (-2**7, 2**8 - 1, "B"),
-    "s16": (-2**15, 2**15 - 1, "h"), "u16": (0, 2**16 - 1, "H"), "b16": (-2**15, 2**16 - 1, "H"),
-    "s32": (-2**31, 2**31 - 1, "i"), "u32": (0, 2**32 - 1, "I"), "b32": (-2**31, 2**32 - 1, "I"),
-    "s64": (-2**63, 2**63 - 1, "q"), "u64": (0, 2**64 - 1, "Q"), "b64": (-2**63, 2**64 - 1, "Q"),
+    f"{k}{w}": (-2**(w - 1), 2**w - 1, fmt)
+    for w, fmt in ((8, "B"), (16, "H"), (32, "I"), (64, "Q")) for k in "bsu"
 }
 
 

@@ -36,6 +36,11 @@ def host_cpu() -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def target_machine() -> llvm.TargetMachine:
+    """The shared machine for optimization and object emission (never given to an engine)."""
+    return new_target_machine()
+
+
+def new_target_machine() -> llvm.TargetMachine:
     _init()
     cpu, features = host_cpu()
     target = llvm.Target.from_default_triple()
@@ -43,7 +48,9 @@ def target_machine() -> llvm.TargetMachine:
                                         codemodel="default")
 
 
+@functools.lru_cache(maxsize=1)
 def triple_and_layout() -> tuple[str, str]:
+    # computed once: repeatedly creating TargetData views of the machine crashed LLVM
     tm = target_machine()
     return llvm.get_process_triple(), str(tm.target_data)
 
@@ -81,7 +88,8 @@ class LoadedObject:
         from cpuify.runtime.native import load_runtime
         load_runtime()      # JIT code calls cpuify_* functions by symbol
         with _lock:
-            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+            # the engine takes ownership of (and frees) its target machine: give it its own
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
 

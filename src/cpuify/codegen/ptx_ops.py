@@ -1069,4 +1069,3 @@ def _rmw_value(e: SegmentEmitter, kind: str, old: ir.Value, val: ir.Value) -> ir
     raise AssertionError(kind)
 
 
-del F16, I8, PTR

@@ -1,0 +1,840 @@
+"""Semantics of the `ptx.*` ops for the reference interpreter: one function per opcode,
+registered in `PTX_OPS` (op name -> handler(thread, op)).
+
+Each handler mirrors the matching handler of `cpuify.codegen.ptx_ops` (same modifiers, same
+operand typing) but computes the PTX ISA result directly: integers as Python ints wrapped
+at the register width, floats with NumPy scalars in the instruction's precision, directed
+rounding from exact rationals.  Where the compiled path approximates (documented in
+ptx_ops.py) this file computes the exact PTX result; tests compare the two."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from cpuify.codegen.analysis import memory_space
+from cpuify.frontend.ptx_ast import is_ptx_type, type_size
+from cpuify.interp.values import (
+    F16, F32, F64, exact, f16_from_bits, f16_to_bits, float_min_max, ftz, ir_type_of, is_float,
+    is_signed, isfinite, isnan, mask, next_toward, resize_int, round_fraction, round_integral,
+    saturate, signbit, to_signed, width_of, zero_sum,
+)
+from cpuify.ir.core import Operation
+
+if TYPE_CHECKING:
+    from cpuify.interp.machine import Thread
+
+Handler = Callable[["Thread", Operation], None]
+PTX_OPS: dict[str, Handler] = {}
+
+
+def handles(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            PTX_OPS[n] = fn
+        return fn
+    return deco
+
+
+# --- modifier helpers (same meaning as in codegen/ptx_ops.py) ------------------------------
+
+def mods(op: Operation) -> list[str]:
+    return op.attributes.get("mods", [])
+
+
+def types(op: Operation) -> list[str]:
+    return [m for m in mods(op) if is_ptx_type(m)]
+
+
+def ty(op: Operation) -> str:
+    ts = types(op)
+    return ts[-1] if ts else "b32"
+
+
+def has(op: Operation, *names: str) -> bool:
+    m = mods(op)
+    return any(n in m for n in names)
+
+
+def rounding(op: Operation) -> str | None:
+    for r in ("rn", "rz", "rm", "rp"):
+        if r in mods(op):
+            return r
+    return None
+
+
+def width(t: str) -> int:
+    return width_of(ir_type_of(t))
+
+
+def signed_value(x: int, t: str) -> int:
+    """The integer an operand of PTX type t denotes (two's complement for .s types)."""
+    return to_signed(x, width(t)) if is_signed(t) else x
+
+
+# --- floats: f16 values travel as i16 bits ------------------------------------------------
+
+def as_float(x: object, t: str) -> object:
+    return f16_from_bits(x) if t == "f16" else x  # type: ignore[arg-type]
+
+
+def from_float(x: object, t: str) -> object:
+    return f16_to_bits(F16(x)) if t == "f16" else x
+
+
+def fsrc(th: "Thread", op: Operation, i: int, t: str) -> object:
+    """Float source i as a NumPy scalar of type t, flushed when the op has .ftz."""
+    return ftz(as_float(th.src(op, i, t), t), has(op, "ftz"))
+
+
+def fdone(th: "Thread", op: Operation, v: object, t: str) -> None:
+    v = ftz(v, has(op, "ftz"))
+    if has(op, "sat"):
+        v = saturate(v)
+    th.set(op, from_float(v, t), t)
+
+
+def fmt_of(t: str) -> str:
+    return {"f16": "f16", "f32": "f32", "f64": "f64"}[t]
+
+
+def directed(rn: object, operands: tuple[object, ...], exact_value: Callable[[], Fraction],
+             mode: str | None, t: str, zero: Callable[[], object] | None = None) -> object:
+    """The result under rounding `mode`: `rn` (the round-to-nearest result NumPy computed)
+    for .rn or when an operand is not finite; otherwise the exact value rounded.  `zero`
+    gives the result when the exact value is 0 (signed-zero rules), default `rn`."""
+    if mode in (None, "rn"):
+        return rn                       # NumPy's float arithmetic rounds to nearest even
+    if not all(isfinite(x) for x in operands):
+        return rn                       # inf/NaN results do not depend on the rounding mode
+    q = exact_value()
+    if q == 0:
+        return zero() if zero is not None else rn
+    return round_fraction(q, fmt_of(t), mode)
+
+
+# --- moves -----------------------------------------------------------------------------------
+
+@handles("ptx.mov")
+def _mov(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if len(op.operands) > 1:                       # pack {a, b} -> wide
+        w = type_size(t) * 8
+        part = w // len(op.operands)
+        acc = 0
+        for k, v in enumerate(op.operands):
+            bits = th.bits(v)                      # all bits of the register
+            acc |= (bits & mask(part)) << (part * k)
+        th.set(op, acc, t)
+        return
+    if len(op.results) > 1:                        # unpack wide -> {a, b}
+        w = type_size(t) * 8
+        part = w // len(op.results)
+        v = th.src_bits(op, 0, t, w)
+        for k in range(len(op.results)):
+            th.set(op, (v >> (part * k)) & mask(part), f"b{part}", k)
+        return
+    th.set(op, th.src(op, 0, t), t)
+
+
+# --- integer and float arithmetic ------------------------------------------------------------
+
+@handles("ptx.add", "ptx.sub")
+def _add(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    is_add = op.name == "ptx.add"
+    if is_float(t):
+        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+        cc = c if is_add else -c                    # type: ignore[operator]
+        rn = a + cc                                 # type: ignore[operator]
+        mode = rounding(op)
+        r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
+                     zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
+                                           mode, type(a)))
+        fdone(th, op, r, t)
+        return
+    w = width(t)
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    if has(op, "sat"):                              # add.sat.s32: clamp to the s32 range
+        s = to_signed(a, 32) + (to_signed(c, 32) if is_add else -to_signed(c, 32))
+        th.set(op, max(-2**31, min(2**31 - 1, s)) & mask(32), t)
+        return
+    if has(op, "cc"):
+        _carry(th, op, a, c, is_add, carry_in=0)
+        return
+    th.set(op, (a + c if is_add else a - c) & mask(w), t)
+
+
+def _carry(th: "Thread", op: Operation, a: int, c: int, is_add: bool, carry_in: int) -> None:
+    """add.cc/addc/sub.cc/subc: the carry (borrow) flag is the thread's CC register; it is
+    also written to a second result when the IR has one."""
+    t = ty(op)
+    w = width(t)
+    s = a + c + carry_in if is_add else a - c - carry_in
+    cout = (s >> w) & 1
+    th.cc = cout
+    th.set(op, s & mask(w), t)
+    if len(op.results) > 1:
+        th.set(op, cout, "u32", 1)
+
+
+def _carry_in(th: "Thread", op: Operation, index: int) -> int:
+    if len(op.operands) > index:
+        return th.src(op, index, "u32") & 1
+    return th.cc
+
+
+@handles("ptx.addc", "ptx.subc")
+def _addc(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    _carry(th, op, a, c, op.name == "ptx.addc", _carry_in(th, op, 2))
+
+
+def _mul_parts(op: Operation, a: int, c: int, t: str) -> tuple[int, str]:
+    """Integer product for mul/mad: (.wide -> 2w bits, .hi -> upper w bits, else lower)."""
+    w = width(t)
+    p = signed_value(a, t) * signed_value(c, t)
+    if has(op, "wide"):
+        return p & mask(2 * w), ("s" if is_signed(t) else "u") + str(2 * w)
+    if has(op, "hi"):
+        return (p >> w) & mask(w), t
+    return p & mask(w), t
+
+
+@handles("ptx.mul")
+def _mul(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+        rn = a * c                                  # type: ignore[operator]
+        r = directed(rn, (a, c), lambda: exact(a) * exact(c), rounding(op), t)
+        fdone(th, op, r, t)
+        return
+    r, rt = _mul_parts(op, th.src(op, 0, t), th.src(op, 1, t), t)
+    th.set(op, r, rt)
+
+
+@handles("ptx.mul24", "ptx.mad24")
+def _mul24(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    a24 = to_signed(a, 24) if is_signed(t) else a & mask(24)
+    c24 = to_signed(c, 24) if is_signed(t) else c & mask(24)
+    p = a24 * c24                                   # 48-bit product
+    r = (p >> 16) & mask(32) if has(op, "hi") else p & mask(32)
+    if op.name == "ptx.mad24":
+        r = (r + th.src(op, 2, t)) & mask(32)
+    th.set(op, r, t)
+
+
+@handles("ptx.mad", "ptx.madc")
+def _mad(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        _fma(th, op)
+        return
+    p, rt = _mul_parts(op, th.src(op, 0, t), th.src(op, 1, t), t)
+    d = th.src(op, 2, rt)
+    w = width(rt)
+    if has(op, "cc") or op.name == "ptx.madc":
+        cin = _carry_in(th, op, 3) if op.name == "ptx.madc" else 0
+        s = p + d + cin
+        th.cc = (s >> w) & 1
+        th.set(op, s & mask(w), rt)
+        if len(op.results) > 1:
+            th.set(op, th.cc, "u32", 1)
+        return
+    if has(op, "sat"):                              # mad.hi.sat.s32
+        s = to_signed(p, 32) + to_signed(d, 32)
+        th.set(op, max(-2**31, min(2**31 - 1, s)) & mask(32), rt)
+        return
+    th.set(op, (p + d) & mask(w), rt)
+
+
+@handles("ptx.fma")
+def _fma(th: "Thread", op: Operation) -> None:
+    """fma / mad.f: a*b+c rounded once, from the exact rational value."""
+    t = ty(op)
+    a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
+    mode = rounding(op) or "rn"
+    np_t = type(a)
+    if not (isfinite(a) and isfinite(c) and isfinite(d)):
+        r = np_t(np.float64(a) * np.float64(c) + np.float64(d)) if t != "f64" else a * c + d  # type: ignore[operator]
+    else:
+        q = exact(a) * exact(c) + exact(d)
+        if q == 0:
+            prod_neg = signbit(a) != signbit(c)
+            r = zero_sum(prod_neg, signbit(d), (a == 0 or c == 0) and d == 0, mode, np_t)
+        else:
+            r = round_fraction(q, fmt_of(t), mode)
+    fdone(th, op, r, t)
+
+
+@handles("ptx.div")
+def _div(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+        rn = a / c                                  # type: ignore[operator]
+        if c == 0:
+            r = rn
+        else:
+            r = directed(rn, (a, c), lambda: exact(a) / exact(c), rounding(op), t)
+        fdone(th, op, r, t)
+        return
+    _int_div(th, op, rem=False)
+
+
+def _int_div(th: "Thread", op: Operation, rem: bool) -> None:
+    """Integer division truncating toward zero; x/0 is all ones, x%0 is x; MIN/-1 wraps."""
+    t = ty(op)
+    w = width(t)
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    if c == 0:
+        th.set(op, a if rem else mask(w), t)
+        return
+    x, y = signed_value(a, t), signed_value(c, t)
+    q = abs(x) // abs(y)
+    if (x < 0) != (y < 0):
+        q = -q
+    r = x - q * y
+    th.set(op, (r if rem else q) & mask(w), t)
+
+
+@handles("ptx.rem")
+def _rem(th: "Thread", op: Operation) -> None:
+    _int_div(th, op, rem=True)
+
+
+@handles("ptx.neg")
+def _neg(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        fdone(th, op, -fsrc(th, op, 0, t), t)       # type: ignore[operator]
+        return
+    th.set(op, -th.src(op, 0, t) & mask(width(t)), t)
+
+
+@handles("ptx.abs")
+def _abs(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        fdone(th, op, abs(fsrc(th, op, 0, t)), t)  # type: ignore[arg-type]
+        return
+    th.set(op, abs(signed_value(th.src(op, 0, t), t)) & mask(width(t)), t)
+
+
+@handles("ptx.min", "ptx.max")
+def _minmax(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    is_min = op.name == "ptx.min"
+    if is_float(t):
+        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+        fdone(th, op, float_min_max(a, c, is_min, has(op, "NaN")), t)
+        return
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    x, y = signed_value(a, t), signed_value(c, t)
+    th.set(op, (min(x, y) if is_min else max(x, y)) & mask(width(t)), t)
+
+
+@handles("ptx.copysign")
+def _copysign(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    # copysign d, a, b: the magnitude of b with the sign of a
+    th.set(op, np.copysign(c, a), t)
+
+
+@handles("ptx.sad")
+def _sad(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a, c, d = (th.src(op, i, t) for i in range(3))
+    x, y = signed_value(a, t), signed_value(c, t)
+    th.set(op, (d + abs(x - y)) & mask(width(t)), t)
+
+
+# --- bitwise ---------------------------------------------------------------------------------
+
+@handles("ptx.and", "ptx.or", "ptx.xor")
+def _bitwise(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    r = {"ptx.and": a & c, "ptx.or": a | c, "ptx.xor": a ^ c}[op.name]
+    th.set(op, r, t)
+
+
+@handles("ptx.not")
+def _not(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    th.set(op, ~th.src(op, 0, t) & mask(width(t)), t)
+
+
+@handles("ptx.cnot")
+def _cnot(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    th.set(op, int(th.src(op, 0, t) == 0), t)
+
+
+@handles("ptx.shl", "ptx.shr")
+def _shift(th: "Thread", op: Operation) -> None:
+    """Shift amounts are unsigned 32-bit and clamp: >= width gives 0 (or all sign bits)."""
+    t = ty(op)
+    w = width(t)
+    a = th.src(op, 0, t)
+    n = th.src(op, 1, "u32")
+    if op.name == "ptx.shl":
+        r = 0 if n >= w else (a << n) & mask(w)
+    elif is_signed(t):
+        r = (to_signed(a, w) >> min(n, w - 1)) & mask(w)
+    else:
+        r = 0 if n >= w else a >> n
+    th.set(op, r, t)
+
+
+@handles("ptx.shf")
+def _shf(th: "Thread", op: Operation) -> None:
+    a, b = th.src(op, 0, "b32"), th.src(op, 1, "b32")
+    c = th.src(op, 2, "u32")
+    n = min(c, 32) if has(op, "clamp") else c & 31
+    both = (b << 32) | a                            # b holds bits 63:32
+    if has(op, "l"):
+        r = ((both << n) >> 32) & mask(32)
+    else:
+        r = (both >> n) & mask(32)
+    th.set(op, r, "b32")
+
+
+@handles("ptx.popc", "ptx.clz")
+def _bitcount(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a = th.src(op, 0, t)
+    r = bin(a).count("1") if op.name == "ptx.popc" else width(t) - a.bit_length()
+    th.set(op, r, "u32")
+
+
+@handles("ptx.brev")
+def _brev(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    w = width(t)
+    a = th.src(op, 0, t)
+    th.set(op, int(format(a, f"0{w}b")[::-1], 2), t)
+
+
+@handles("ptx.bfind")
+def _bfind(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    w = width(t)
+    a = th.src(op, 0, t)
+    if is_signed(t) and a >> (w - 1):
+        a = ~a & mask(w)
+    if a == 0:
+        r = 0xFFFFFFFF
+    else:
+        r = a.bit_length() - 1
+        if has(op, "shiftamt"):
+            r = (w - 1) - r
+    th.set(op, r, "u32")
+
+
+@handles("ptx.bfe")
+def _bfe(th: "Thread", op: Operation) -> None:
+    """PTX ISA pseudocode, literally: field bits beyond the msb are the sign bit."""
+    t = ty(op)
+    w = width(t)
+    msb = w - 1
+    a = th.src(op, 0, t)
+    pos = th.src(op, 1, "u32") & 0xFF
+    ln = th.src(op, 2, "u32") & 0xFF
+    sbit = 0 if not is_signed(t) or ln == 0 else (a >> min(pos + ln - 1, msb)) & 1
+    d = 0
+    for i in range(w):
+        bit = (a >> (pos + i)) & 1 if i < ln and pos + i <= msb else sbit
+        d |= bit << i
+    th.set(op, d, t)
+
+
+@handles("ptx.bfi")
+def _bfi(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    w = width(t)
+    a, f = th.src(op, 0, t), th.src(op, 1, t)
+    pos = th.src(op, 2, "u32") & 0xFF
+    ln = th.src(op, 3, "u32") & 0xFF
+    i = 0
+    while i < ln and pos + i <= w - 1:
+        bit = (a >> i) & 1
+        f = (f & ~(1 << (pos + i))) | (bit << (pos + i))
+        i += 1
+    th.set(op, f & mask(w), t)
+
+
+@handles("ptx.bmsk")
+def _bmsk(th: "Thread", op: Operation) -> None:
+    """PTX ISA pseudocode of bmsk.{clamp,wrap}.b32."""
+    a, b = th.src(op, 0, "u32"), th.src(op, 1, "u32")
+    a1, b1 = a & 0x1F, b & 0x1F
+    mask0 = (mask(32) << a1) & mask(32)
+    total = a1 + b1
+    mask1 = (mask(32) << total) & mask(32) if total < 32 else 0
+    overflow = total >= 32
+    if has(op, "clamp"):
+        if a >= 32:
+            mask0 = 0
+            overflow = True
+        if b >= 32:
+            overflow = True
+    if overflow:
+        mask1 = 0
+    elif b1 == 0:
+        mask1 = mask(32)
+    th.set(op, mask0 & ~mask1 & mask(32), "b32")
+
+
+@handles("ptx.prmt")
+def _prmt(th: "Thread", op: Operation) -> None:
+    a, b, sel = th.src(op, 0, "b32"), th.src(op, 1, "b32"), th.src(op, 2, "b32")
+    mode = next((m for m in mods(op) if m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")), None)
+    src = a | (b << 32)                             # bytes 0..3 from a, 4..7 from b
+
+    def byte(i: int) -> int:
+        return (src >> (8 * i)) & 0xFF
+
+    out = 0
+    for k in range(4):
+        if mode is None:
+            nib = (sel >> (4 * k)) & 0xF
+            v = byte(nib & 7)
+            if nib & 8:                             # replicate the byte's sign bit
+                v = 0xFF if v & 0x80 else 0
+        else:
+            s = sel & 3
+            idx = {"f4e": (s + k) & 7, "b4e": (s - k) & 7, "rc8": s, "ecl": max(s, k),
+                   "ecr": min(s, k), "rc16": 2 * (s & 1) + (k & 1)}[mode]
+            v = byte(idx)
+        out |= v << (8 * k)
+    th.set(op, out, "b32")
+
+
+@handles("ptx.lop3")
+def _lop3(th: "Thread", op: Operation) -> None:
+    a, b, c = th.src(op, 0, "b32"), th.src(op, 1, "b32"), th.src(op, 2, "b32")
+    lut = th.src(op, 3, "b32") & 0xFF
+    out = 0
+    for i in range(8):
+        if lut >> i & 1:
+            out |= ((a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c))
+    th.set(op, out & mask(32), "b32")
+
+
+@handles("ptx.dp4a", "ptx.dp2a")
+def _dp4a(th: "Thread", op: Operation) -> None:
+    ts = types(op)
+    a_signed, b_signed = ts[0].startswith("s"), ts[-1].startswith("s")
+    a, b = th.src(op, 0, "b32"), th.src(op, 1, "b32")
+    acc = th.src(op, 2, "b32")
+
+    def part(x: int, bits: int, k: int, sgn: bool) -> int:
+        v = (x >> (bits * k)) & mask(bits)
+        return to_signed(v, bits) if sgn else v
+
+    if op.name == "ptx.dp4a":
+        for k in range(4):
+            acc += part(a, 8, k, a_signed) * part(b, 8, k, b_signed)
+    else:
+        half = 2 if has(op, "hi") else 0
+        for k in range(2):
+            acc += part(a, 16, k, a_signed) * part(b, 8, k + half, b_signed)
+    th.set(op, acc & mask(32), "s32")
+
+
+# --- comparisons and selects -------------------------------------------------------------------
+
+_INT_CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+            "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+_UNORDERED = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}
+
+
+def _relation(rel: str, x: object, y: object) -> bool:
+    return {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y,  # type: ignore[operator]
+            "gt": x > y, "ge": x >= y}[rel]  # type: ignore[operator]
+
+
+def compare(op: Operation, a: object, c: object, t: str) -> bool:
+    cmp = next(m for m in mods(op) if m in _INT_CMP or m in _UNORDERED or m in ("num", "nan"))
+    if is_float(t):
+        a, c = as_float(a, t), as_float(c, t)
+        nan = isnan(a) or isnan(c)
+        if cmp == "num":
+            return not nan
+        if cmp == "nan":
+            return nan
+        if cmp in _UNORDERED:
+            return nan or _relation(_UNORDERED[cmp], a, c)
+        return not nan and _relation(cmp, a, c)
+    # integers: signed only for .s types with the signed comparison names
+    if cmp not in ("lo", "ls", "hi", "hs"):
+        a, c = signed_value(a, t), signed_value(c, t)  # type: ignore[arg-type]
+    return _relation(_INT_CMP[cmp], a, c)
+
+
+@handles("ptx.setp", "ptx.set")
+def _setp(th: "Thread", op: Operation) -> None:
+    ts = types(op)
+    t = ts[-1]
+    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    a, c = ftz(a, has(op, "ftz")), ftz(c, has(op, "ftz"))   # (.ftz only changes f32)
+    p = compare(op, a, c, t)
+    q = not p
+    boolop = next((m for m in mods(op) if m in ("and", "or", "xor")), None)
+    if boolop is not None:
+        x = bool(th.src(op, 2, "pred"))
+        f = {"and": lambda u, v: u and v, "or": lambda u, v: u or v, "xor": lambda u, v: u != v}[boolop]
+        p, q = f(p, x), f(q, x)
+    if op.name == "ptx.set":
+        dt = ts[0]
+        if dt == "f32":
+            th.set(op, F32(1.0 if p else 0.0), dt)
+        else:
+            th.set(op, mask(width(dt)) if p else 0, dt)
+        return
+    th.set(op, int(p), "pred")
+    if len(op.results) > 1:
+        th.set(op, int(q), "pred", 1)
+
+
+@handles("ptx.selp")
+def _selp(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    c = th.src(op, 2, "pred")
+    th.set(op, th.src(op, 0 if c else 1, t), t)
+
+
+@handles("ptx.slct")
+def _slct(th: "Thread", op: Operation) -> None:
+    ts = types(op)
+    dt, ct = ts[0], ts[-1]
+    if is_float(ct):
+        x = fsrc(th, op, 2, ct)
+        cond = not isnan(x) and x >= 0              # type: ignore[operator]
+    else:
+        cond = to_signed(th.src(op, 2, ct), width(ct)) >= 0
+    th.set(op, th.src(op, 0 if cond else 1, dt), dt)
+
+
+@handles("ptx.testp")
+def _testp(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    a = th.src(op, 0, t)
+    tiny = 1.1754943508222875e-38 if t == "f32" else 2.2250738585072014e-308
+    kind = next(m for m in mods(op) if m in ("finite", "infinite", "number", "notanumber",
+                                             "normal", "subnormal"))
+    mag = abs(float(a))
+    r = {"finite": math.isfinite(mag), "infinite": math.isinf(mag), "number": not isnan(a),
+         "notanumber": isnan(a), "normal": tiny <= mag < math.inf,
+         "subnormal": 0 < mag < tiny}[kind]
+    th.set(op, int(r), "pred")
+
+
+# --- math functions ----------------------------------------------------------------------------
+
+def _libm(fn: Callable[[object], object], a: object, t: str) -> object:
+    """An approximate function evaluated in double precision, rounded to t."""
+    return type(a)(fn(np.float64(a)))
+
+
+@handles("ptx.sqrt", "ptx.rsqrt", "ptx.rcp", "ptx.sin", "ptx.cos", "ptx.ex2", "ptx.lg2", "ptx.tanh")
+def _math(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    if t not in ("f32", "f64"):
+        th.unsupported(f"{op.name[4:]}.{t} is not supported", op)
+    a = fsrc(th, op, 0, t)
+    name = op.name[4:]
+    mode = rounding(op)
+    one = type(a)(1.0)
+    if name == "sqrt":
+        r = np.sqrt(a)
+        if mode in ("rz", "rm", "rp") and isfinite(r) and r != 0:
+            # r is within an ulp of sqrt(a): the sign of a - r*r says which side
+            err = exact(a) - exact(r) * exact(r)
+            if mode == "rp" and err > 0 or mode in ("rm", "rz") and err < 0:
+                r = next_toward(r, up=err > 0)
+    elif name == "rsqrt":
+        r = one / np.sqrt(a)                        # rsqrt.approx: IEEE sqrt, then divide
+    elif name == "rcp":
+        rn = one / a
+        r = rn if a == 0 else directed(rn, (a,), lambda: 1 / exact(a), mode, t)
+    elif name == "sin":
+        r = _libm(np.sin, a, t)
+    elif name == "cos":
+        r = _libm(np.cos, a, t)
+    elif name == "ex2":
+        r = _libm(np.exp2, a, t)
+    elif name == "lg2":
+        r = _libm(np.log2, a, t)
+    else:
+        r = _libm(np.tanh, a, t)
+    fdone(th, op, r, t)
+
+
+# --- conversions ---------------------------------------------------------------------------------
+
+_INT_ROUND = ("rni", "rzi", "rmi", "rpi")
+
+
+def _int_range(t: str) -> tuple[int, int]:
+    w = width(t)
+    return (-(1 << (w - 1)), (1 << (w - 1)) - 1) if is_signed(t) else (0, mask(w))
+
+
+@handles("ptx.cvt")
+def _cvt(th: "Thread", op: Operation) -> None:
+    ts = types(op)
+    dt, st = ts[0], ts[-1]
+    m = mods(op)
+    irnd = next((x for x in m if x in _INT_ROUND), None)
+    frnd = rounding(op)
+    sat = "sat" in m
+    ftz_on = "ftz" in m
+    a = th.src(op, 0, st)
+    if is_float(st):
+        x = as_float(a, st)
+        x = ftz(x, ftz_on)
+        if is_float(dt):                            # float -> float
+            if irnd:
+                x = round_integral(x, irnd)
+            if not isfinite(x):
+                r = _NP[dt](x) if dt != "f16" else F16(x)
+            else:
+                r = round_fraction(exact(x), dt, frnd or "rn")
+                if exact(x) == 0:
+                    r = -r if signbit(x) else r     # keep the sign of zero
+            if sat:
+                r = saturate(r)
+            r = ftz(r, ftz_on)
+            th.set(op, from_float(r, dt), dt)
+            return
+        # float -> int: round as asked (default .rzi), clamp to the range, NaN -> 0
+        lo, hi = _int_range(dt)
+        if isnan(x):
+            v = 0
+        elif not isfinite(x):
+            v = hi if x > 0 else lo                 # type: ignore[operator]
+        else:
+            v = max(lo, min(hi, int(round_integral(x, irnd or "rzi"))))  # type: ignore[call-overload]
+        th.set(op, v & mask(width(dt)), dt)
+        return
+    v = signed_value(a, st)                         # the integer the source denotes
+    if is_float(dt):                                # int -> float: rounded once, exactly
+        r = round_fraction(Fraction(v), dt, frnd or "rn")
+        if sat:
+            r = saturate(r)
+        th.set(op, from_float(r, dt), dt)
+        return
+    # int -> int
+    if sat:
+        lo, hi = _int_range(dt)
+        v = max(lo, min(hi, v))
+    else:
+        v = resize_int(a, width(st), width(dt), is_signed(st))
+    th.set(op, v & mask(width(dt)), dt)
+
+
+_NP = {"f32": F32, "f64": F64}
+
+
+@handles("ptx.cvta")
+def _cvta(th: "Thread", op: Operation) -> None:
+    m = mods(op)
+    space = next((s for s in ("shared", "local", "global", "const", "param") if s in m), "global")
+    v = th.get(op.operands[0])
+    vt = op.operands[0].type
+    iv = resize_int(v, width_of(vt), 64, False)    # type: ignore[arg-type]
+    if space in ("shared", "local"):
+        root = th.window_base(space)
+        if "to" in m:                               # generic -> offset in the window
+            th.set(op, (iv - root) & mask(64), "u64")
+        else:                                       # offset -> generic address
+            th.set(op, (root + iv) & mask(64), "u64")
+        return
+    th.set(op, iv, "u64")                           # global/const/param: the same address
+
+
+@handles("ptx.isspacep")
+def _isspacep(th: "Thread", op: Operation) -> None:
+    space = next((s for s in ("shared", "local", "global", "const", "param") if s in mods(op)), "global")
+    v = th.get(op.operands[0])
+    iv = resize_int(v, width_of(op.operands[0].type), 64, False)  # type: ignore[arg-type]
+    if space in ("shared", "local"):
+        rel = (iv - th.window_base(space)) & mask(64)
+        r = rel < th.window_size(space)
+    else:
+        r = True
+    th.set(op, int(r), "pred")
+
+
+# --- memory ----------------------------------------------------------------------------------------
+
+@handles("ptx.ld")
+def _ld(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    size = type_size(t)
+    addr = th.address(op, memory_space(op), size * max(len(op.results), 1))
+    for k in range(len(op.results)):
+        th.set(op, th.machine.load(addr + k * size, t), t, k)
+
+
+@handles("ptx.st")
+def _st(th: "Thread", op: Operation) -> None:
+    t = ty(op)
+    size = type_size(t)
+    n = len(op.operands) - 1
+    addr = th.address(op, memory_space(op), size * n)
+    for k in range(n):
+        th.machine.store(addr + k * size, t, th.src(op, k + 1, t))
+
+
+_ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
+
+
+@handles("ptx.atom", "ptx.red")
+def _atom(th: "Thread", op: Operation) -> None:
+    """Read-modify-write.  Threads interleave only at sync points, so this is atomic."""
+    t = ty(op)
+    addr = th.address(op, memory_space(op), type_size(t))
+    mem = th.machine
+    old = mem.load(addr, t)
+    val = th.src(op, 1, t)
+    kind = next(x for x in mods(op) if x in _ATOM_OPS)
+    w = width(t)
+    if kind == "cas":
+        if is_float(t):
+            th.unsupported("atom.cas on floating-point types is not supported", op)
+        new = th.src(op, 2, t) if old == val else old
+    elif kind == "exch":
+        new = val
+    elif is_float(t):
+        if kind == "add":
+            new = old + val                         # type: ignore[operator]
+        elif kind in ("min", "max"):
+            new = float_min_max(old, val, kind == "min", False)
+        else:
+            th.unsupported(f"atom.{kind}.{t} is not supported", op)
+    elif kind == "add":
+        new = (old + val) & mask(w)
+    elif kind in ("and", "or", "xor"):
+        new = {"and": old & val, "or": old | val, "xor": old ^ val}[kind]
+    elif kind in ("min", "max"):
+        x, y = signed_value(old, t), signed_value(val, t)
+        new = (min(x, y) if kind == "min" else max(x, y)) & mask(w)
+    elif kind == "inc":
+        new = 0 if old >= val else (old + 1) & mask(w)
+    else:  # dec
+        new = val if old == 0 or old > val else old - 1
+    mem.store(addr, t, new)
+    if op.results and op.name == "ptx.atom":
+        th.set(op, old, t)
+
