@@ -514,9 +514,12 @@ class _Parser:
             sign = self.next()
             if sign.text not in ("+", "-"):
                 self.error(f"bad address operand near '{sign.text}'", sign.line)
+            negative = sign.text == "-"
+            if self.accept("-"):       # `[%r1+-4]`
+                negative = not negative
             num = self.next()
             v = _parse_int(num.text)
-            offset += v if sign.text == "+" else -v
+            offset += -v if negative else v
         return Addr(base, offset)
 
 

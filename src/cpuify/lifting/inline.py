@@ -58,7 +58,7 @@ class _Inliner:
         if suffix:
             for r, t in func.regs.items():
                 self.out.regs[r + suffix] = t
-        local_names = {v.name for v in func.locals}
+        local_names = {v.name for v in func.locals if v.space in ("local", "param")}
         param_names = {p.name for p in func.params} | {p.name for p in func.returns}
 
         def rename(name: str) -> str:
