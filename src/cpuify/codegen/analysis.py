@@ -25,6 +25,8 @@ class SyncPoint:
     position: int              # index of the op in its block
     live: list[Value] = field(default_factory=list)     # kept per thread across the sync
     remat: list[Value] = field(default_factory=list)    # recomputed at the resume point
+    # loop induction variables recomputed from the loop counter: value -> expression
+    derived: dict[Value, Value] = field(default_factory=dict)
 
 
 def find_sync_points(region: Region) -> list[SyncPoint]:
@@ -111,10 +113,106 @@ def plan_sync_points(region: Region) -> list[SyncPoint]:
     if not points:
         return points
     live_in = block_liveness(region)
+    inductions = induction_variables(region)
     for sp in points:
-        for v in sorted(live_after(sp, live_in, region), key=_value_order(region)):
-            (sp.remat if rematerializable(v) else sp.live).append(v)
+        live = sorted(live_after(sp, live_in, region), key=_value_order(region))
+        for v in live:
+            if rematerializable(v):
+                sp.remat.append(v)
+            elif v in inductions:
+                sp.derived[v] = inductions[v]
+            else:
+                sp.live.append(v)
+        # the loop counters the derived values need must cross the sync point too
+        for v, expr in sp.derived.items():
+            counter = _counter_of(expr)
+            if counter not in sp.live and not rematerializable(counter):
+                sp.live.append(counter)
     return points
+
+
+def _counter_of(expr: Value) -> Value:
+    # expr = add(init, mul(cvt(counter), step))
+    assert isinstance(expr, OpResult)
+    mul = expr.op.operands[1]
+    assert isinstance(mul, OpResult)
+    cvt = mul.op.operands[0]
+    assert isinstance(cvt, OpResult)
+    return cvt.op.operands[0]
+
+
+def _is_const(v: Value, value: int) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "upir.const" and v.op.attributes.get("value") == value
+
+
+def induction_variables(region: Region) -> dict[Value, Value]:
+    """Loop-carried values `b = phi(init, b + step)` of a loop that also has a counter
+    `k = phi(0, k + 1)`: b == init + k * step in every iteration, so b need not be kept per
+    thread across a barrier when init and step can be recomputed.  Returns b -> a detached
+    expression `add(init, mul(cvt(k), step))` for the code generator to rematerialize."""
+    from cpuify.ir.core import dominates, dominators
+    idom = dominators(region)
+    preds: dict[Block, list[tuple[Block, int]]] = {}
+    for blk in region.blocks:
+        term = blk.terminator
+        if term is None:
+            continue
+        for k, succ in enumerate(term.successors):
+            preds.setdefault(succ, []).append((blk, k))
+    out: dict[Value, Value] = {}
+    for header in region.blocks:
+        if not header.args or header not in idom:
+            continue
+        entries: list[tuple[Block, int]] = []
+        backs: list[tuple[Block, int]] = []
+        for p, k in preds.get(header, []):
+            (backs if p in idom and dominates(idom, header, p) else entries).append((p, k))
+        if not entries or not backs:
+            continue
+
+        def incoming(arg: BlockArgument, edges: list[tuple[Block, int]]) -> list[Value]:
+            return [p.terminator.successor_args[k][arg.index] for p, k in edges]  # type: ignore[union-attr]
+
+        def step_of(arg: BlockArgument) -> Value | None:
+            steps = set()
+            for v in incoming(arg, backs):
+                if not (isinstance(v, OpResult) and v.op.name == "ptx.add" and arg in v.op.operands):
+                    return None
+                other = [o for o in v.op.operands if o is not arg]
+                if len(other) != 1:
+                    return None
+                steps.add(other[0])
+            return steps.pop() if len(steps) == 1 else None
+
+        counter = None
+        for a in header.args:
+            inits = set(incoming(a, entries))
+            step = step_of(a)
+            if a.type in ("i32", "i64") and step is not None and _is_const(step, 1) and \
+                    all(_is_const(i, 0) or (isinstance(i, OpResult) and i.op.name == "ptx.mov"
+                                             and _is_const(i.op.operands[0], 0)) for i in inits):
+                counter = a
+                break
+        if counter is None:
+            continue
+        for a in header.args:
+            if a is counter or a.type != "i64":
+                continue
+            inits = set(incoming(a, entries))
+            step = step_of(a)
+            if len(inits) != 1 or step is None:
+                continue
+            (init,) = inits
+            if not (rematerializable(init) and rematerializable(step)):
+                continue
+            wide = Operation("ptx.cvt", [counter], ["i64"], {"mods": ["s64", "s32" if counter.type == "i32" else "s64"]})
+            mul = Operation("ptx.mul", [wide.results[0], step], ["i64"], {"mods": ["lo", "s64"]})
+            add = Operation("ptx.add", [init, mul.results[0]], ["i64"], {"mods": ["s64"]})
+            # detached ops must not count as uses of the real values
+            for op in (wide, mul, add):
+                op.drop_uses()
+            out[a] = add.results[0]
+    return out
 
 
 def _value_order(region: Region):  # type: ignore[no-untyped-def]

@@ -71,6 +71,9 @@ CTX_TYPE = ir.LiteralStructType([PTR] * len(CTX_FIELDS) + [I32] * len(CTX_U32_FI
 DIMS_TYPE = ir.LiteralStructType([ir.ArrayType(I32, 3), ir.ArrayType(I32, 3)])
 
 
+SEGMENT_AREAS = ("params", "shared", "state", "slots", "local", "xval", "xout")
+
+
 def ctx_index(name: str) -> int:
     if name in CTX_FIELDS:
         return CTX_FIELDS.index(name)
@@ -192,6 +195,10 @@ class KernelCodegen:
         self.syncs: list[SyncPoint] = plan_sync_points(self.region)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
+        for sp in self.syncs:
+            for v, expr in sp.derived.items():
+                if v in self.pointers:
+                    self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = uniform_values(self.region) if self.syncs else set()
         self.shared = mod.shared_layout(kernel)
@@ -232,12 +239,17 @@ class KernelCodegen:
     # --- top level ---
     def emit(self) -> KernelInfo:
         m = self.mod.module
-        seg_ty = ir.FunctionType(VOID, [PTR, I32])
+        # the parameter buffer, shared memory and the scratch arrays are distinct memory
+        # that kernel pointers never reach: passing them as noalias arguments spares the
+        # vectorizer its runtime alias checks
+        seg_ty = ir.FunctionType(VOID, [PTR, I32] + [PTR] * len(SEGMENT_AREAS))
         segments = []
         for r in range(len(self.syncs) + 1):
             fn = ir.Function(m, seg_ty, name=f"cpuify_seg_{self.name}_{r}")
             fn.linkage = "internal"
             fn.attributes.add("nounwind")
+            for a in fn.args[2:]:
+                a.add_attribute("noalias")
             segments.append(fn)
         for r, fn in enumerate(segments):
             SegmentEmitter(self, fn, r).emit()
@@ -308,7 +320,7 @@ class KernelCodegen:
             setf("local", null)
         ctx_i8 = b.bitcast(ctx, PTR)
         if not self.syncs:
-            b.call(segments[0], [ctx_i8, I32(0)])
+            b.call(segments[0], [ctx_i8, I32(0)] + self.area_args(b, ctx))
             err = b.load(b.gep(ctx, [I32(0), I32(ctx_index("error"))]))
             b.ret(err)
             return fn
@@ -323,7 +335,8 @@ class KernelCodegen:
             bb = disp.append_basic_block(f"r{r}")
             sw.add_case(I32(r), bb)
             db.position_at_end(bb)
-            db.call(seg, [dctx, dmasked])
+            dctx_t = db.bitcast(dctx, CTX_TYPE.as_pointer())
+            db.call(seg, [dctx, dmasked] + self.area_args(db, dctx_t))
             db.ret_void()
         db.position_at_end(default)
         db.ret_void()
@@ -337,6 +350,10 @@ class KernelCodegen:
         res = b.call(run_block, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR), I32(len(kinds))])
         b.ret(res)
         return fn
+
+    @staticmethod
+    def area_args(b: ir.IRBuilder, ctx: ir.Value) -> list[ir.Value]:
+        return [b.load(b.gep(ctx, [I32(0), I32(ctx_index(name))])) for name in SEGMENT_AREAS]
 
     def sync_kind(self, sp: SyncPoint) -> int:
         op = sp.op
@@ -389,7 +406,8 @@ class SegmentEmitter:
 
     def emit(self) -> None:
         fn = self.fn
-        ctx_raw, masked = fn.args
+        ctx_raw, masked = fn.args[:2]
+        areas = dict(zip(SEGMENT_AREAS, fn.args[2:]))
         entry = fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(entry)
         b = self.builder
@@ -399,16 +417,17 @@ class SegmentEmitter:
         def field(name: str) -> ir.Value:
             return b.load(b.gep(ctx, [I32(0), I32(ctx_index(name))]), name=name)
 
-        self.params = field("params")
+        self.params = areas["params"]
         dims = b.bitcast(field("dims"), DIMS_TYPE.as_pointer())
         self.ntid = [b.load(b.gep(dims, [I32(0), I32(1), I32(k)]), name=f"ntid{k}") for k in range(3)]
         self.nctaid = [b.load(b.gep(dims, [I32(0), I32(0), I32(k)]), name=f"nctaid{k}") for k in range(3)]
         self.ctaid = [field(n) for n in ("bx", "by", "bz")]
-        self.shared = field("shared")
-        self.state = field("state")
-        self.xarr = {n: field(n) for n in ("xval", "xb", "xc", "xmask", "xout", "xpred")}
-        self.slots_base = field("slots")
-        self.local_base_all = field("local")
+        self.shared = areas["shared"]
+        self.state = areas["state"]
+        self.xarr = {n: areas[n] if n in areas else field(n)
+                     for n in ("xval", "xb", "xc", "xmask", "xout", "xpred")}
+        self.slots_base = areas["slots"]
+        self.local_base_all = areas["local"]
         self.nthreads = field("nthreads")
         self.dyn_shared = field("dyn_shared")
         self.nthreads64 = b.zext(self.nthreads, I64)
@@ -704,6 +723,9 @@ class SegmentEmitter:
             self.define(v, lv)
         for v in sp.remat:
             self.rematerialize(v)
+        for v, expr in sp.derived.items():
+            self.rematerialize(expr)
+            self.define(v, self.vals[expr])
         op = sp.op
         if op.results:
             tid = self.linear_tid64

@@ -1,0 +1,13 @@
+"""A slow, obviously-correct reference interpreter of cpuify's IR, used as an oracle for
+the compiled path on small grids.
+
+    from cpuify.interp import interpret_kernel
+    interpret_kernel(ptx_text, "kernel", grid, block, (x, y, np.int32(n)), shared_mem=0)
+
+Each CUDA thread runs separately (a generator over the lifted IR) with real barrier and
+warp-collective semantics; see `cpuify.interp.machine` for the execution model and
+`cpuify.interp.ops` for the PTX instruction semantics."""
+
+from cpuify.interp.machine import InterpModule, interpret_kernel, pack_params
+
+__all__ = ["InterpModule", "interpret_kernel", "pack_params"]

@@ -11,7 +11,7 @@
 Successor arguments are printed inside the successor list, as MLIR's `cf` ops do.  Values
 are numbered `%0, %1, ...` across the whole printed op (in order of first appearance);
 blocks are numbered `^bb0, ^bb1, ...` per region, in region order.  The entry block's
-label is printed only when it has arguments or is a branch target.  The output is parsed
+label is printed only when it has arguments, is a branch target or is empty.  The output is parsed
 back by :func:`cpuify.ir.parser.parse_op`."""
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Printer:
             self.block_names[b] = f"^bb{i}"
         targets = {s for b in region.blocks for op in b.ops for s in op.successors}
         for i, b in enumerate(region.blocks):
-            if i > 0 or b.args or b in targets:
+            if i > 0 or b.args or b in targets or not b.ops:
                 args = ", ".join(f"{self.value(a)}: {a.type}" for a in b.args)
                 self.lines.append(f"{pad}{self.block(b)}" + (f"({args})" if b.args else "") + ":")
             for op in b.ops:

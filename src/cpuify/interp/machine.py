@@ -1,0 +1,743 @@
+"""The reference interpreter: executes the lifted IR of a kernel one CUDA thread at a time.
+
+    mod = InterpModule(ptx_text)
+    mod.launch("kernel", grid, block, (x, y, np.int32(n)), shared_mem=0)
+
+Same frontend as the compiler (parse_ptx, lift_kernel); the `upir.block_parallel` region
+is executed directly:
+
+  * every CUDA thread is a Python generator walking the IR (an environment maps SSA values
+    to Python values, block arguments are assigned on branches);
+  * at a block barrier or warp collective the thread yields; the block scheduler runs all
+    threads until each waits or has exited, then applies the semantics of
+    `cpuify_run_block` (runtime/block_sched.c): warp collectives are exchanged among the
+    lanes of a warp waiting at the same collective, and resume first; otherwise every live
+    thread must wait at the same barrier (exited threads are not waited for), else the
+    launch fails with LaunchError (barrier divergence);
+  * blocks run one after another, threads of a segment in linear thread order (the order of
+    the compiled thread loops, so that even racy kernels usually agree).
+
+Memory: global/generic/const addresses are real process addresses (NumPy arrays passed by
+pointer, module variables in NumPy buffers of this module); shared and local addresses are
+byte offsets into the block's shared window / the thread's local window, both NumPy buffers
+(so `cvta` to generic gives real addresses as in compiled code).  Shared and local accesses
+are bounds-checked; generic accesses below 64 KiB are refused (null pointers)."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from cpuify.codegen.analysis import find_sync_points
+from cpuify.codegen.layout import SharedLayout, align_up
+from cpuify.errors import LaunchError, UnsupportedError
+from cpuify.frontend.ptx_ast import Module as PTXModule, type_size
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.interp.ops import PTX_OPS, mods
+from cpuify.interp.values import (
+    coerce, from_bits, ir_type_of, mask, read_as, resize_int, to_bits, to_signed, width_of,
+    write_as,
+)
+from cpuify.ir.core import Operation, Region, Value
+from cpuify.ir.verifier import verify
+from cpuify.lifting import LiftedKernel, lift_kernel
+
+MAX_THREADS_PER_BLOCK = 1024
+_NULL_PAGE = 1 << 16
+_EXITED = None            # scheduler state of a thread that has exited
+
+
+# --- raw memory -------------------------------------------------------------------------------
+
+def load(addr: int, ptx_type: str) -> object:
+    """Read a value of PTX type `ptx_type` at a real address."""
+    size = type_size(ptx_type)
+    raw = ctypes.string_at(addr, size)
+    return from_bits(int.from_bytes(raw, "little"), ir_type_of(ptx_type))
+
+
+def store(addr: int, ptx_type: str, value: object) -> None:
+    size = type_size(ptx_type)
+    bits = to_bits(value, ir_type_of(ptx_type)) & mask(8 * size)
+    ctypes.memmove(addr, bits.to_bytes(size, "little"), size)
+
+
+def alloc(size: int, align: int = 64) -> tuple[np.ndarray, int]:
+    """A zero-filled NumPy buffer of `size` bytes at an `align`-aligned address; the caller
+    keeps the array (the memory lives as long as it does)."""
+    raw = np.zeros(size + align, dtype=np.uint8)
+    base = raw.ctypes.data
+    start = align_up(base, align) - base
+    return raw[start:start + size], base + start
+
+
+class _Memory:
+    """What op handlers use as `thread.machine`: loads and stores at real addresses."""
+
+    load = staticmethod(load)
+    store = staticmethod(store)
+
+
+# --- parameters --------------------------------------------------------------------------------
+
+_INT_RANGES = {
+    "s8": (-2**7, 2**7 - 1), "u8": (0, 2**8 - 1), "b8": (-2**7, 2**8 - 1),
+    "s16": (-2**15, 2**15 - 1), "u16": (0, 2**16 - 1), "b16": (-2**15, 2**16 - 1),
+    "s32": (-2**31, 2**31 - 1), "u32": (0, 2**32 - 1), "b32": (-2**31, 2**32 - 1),
+    "s64": (-2**63, 2**63 - 1), "u64": (0, 2**64 - 1), "b64": (-2**63, 2**64 - 1),
+}
+
+
+def _address_of(arg: Any) -> int | None:
+    """Data address of an array-like argument (array interface or writable buffer)."""
+    iface = getattr(arg, "__array_interface__", None)
+    if iface is not None:
+        return int(iface["data"][0])
+    if isinstance(arg, (bytes, str)):
+        return None
+    try:
+        mv = memoryview(arg)
+    except TypeError:
+        return None
+    if mv.readonly:
+        return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+
+def pack_params(kernel: LiftedKernel, args: Sequence[Any]) -> bytes:
+    """The packed parameter buffer, with the rules of `cpuify.api.module.Function._pack`:
+    arrays pass their data address, scalars are converted to the declared PTX type (range
+    checked), structs by value are NumPy structured scalars or bytes of the exact size."""
+    name = kernel.name
+    params = kernel.params
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"kernel '{name}': args must be a tuple, got {type(args).__name__}")
+    if len(args) != len(params):
+        raise TypeError(f"kernel '{name}' takes {len(params)} argument(s) "
+                        f"({', '.join(p.ptx_type for p in params)}), {len(args)} given")
+    buf = bytearray(max(kernel.param_size, 1))
+    for i, (p, arg) in enumerate(zip(params, args)):
+        t, off, size = p.ptx_type, p.offset, p.size
+        if t in ("f32", "f64"):
+            if isinstance(arg, (float, int, np.floating, np.integer)) and not isinstance(arg, bool):
+                struct.pack_into("<f" if t == "f32" else "<d", buf, off, float(arg))
+                continue
+            raise TypeError(f"kernel '{name}' argument {i}: expected a {t} scalar, "
+                            f"got {type(arg).__name__}")
+        if size != type_size(t) or t == "b8" and size > 1:      # struct by value
+            if isinstance(arg, (np.void, np.generic)) or \
+                    isinstance(arg, np.ndarray) and arg.dtype.fields is not None:
+                data = arg.tobytes()
+            elif isinstance(arg, (bytes, bytearray, memoryview)):
+                data = bytes(arg)
+            else:
+                raise TypeError(f"kernel '{name}' argument {i}: a struct of {size} bytes is "
+                                f"passed by value; give a NumPy structured scalar or bytes")
+            if len(data) != size:
+                raise ValueError(f"kernel '{name}' argument {i}: struct parameter is {size} "
+                                 f"bytes, the value given is {len(data)} bytes")
+            buf[off:off + size] = data
+            continue
+        if t in ("b64", "u64", "s64"):
+            addr = _address_of(arg) if not isinstance(arg, (int, np.integer)) else None
+            if addr is not None or arg is None:
+                struct.pack_into("<Q", buf, off, addr or 0)
+                continue
+        if isinstance(arg, (bool, np.bool_)):
+            arg = int(arg)
+        if isinstance(arg, (int, np.integer)):
+            lo, hi = _INT_RANGES[t]
+            v = int(arg)
+            if not lo <= v <= hi:
+                raise ValueError(f"kernel '{name}' argument {i}: {v} does not fit the "
+                                 f"parameter type .{t}")
+            buf[off:off + size] = (v & mask(8 * size)).to_bytes(size, "little")
+            continue
+        raise TypeError(f"kernel '{name}' argument {i}: cannot pass {type(arg).__name__} "
+                        f"for a .{t} parameter")
+    return bytes(buf)
+
+
+def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
+    dims = [int(value)] if isinstance(value, (int, np.integer)) else [int(v) for v in value]
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise ValueError(f"kernel '{kernel}': bad {what} {value!r}")
+    return (dims + [1, 1])[0], (dims + [1, 1])[1], (dims + [1, 1])[2]
+
+
+# --- one kernel, prepared ------------------------------------------------------------------------
+
+def _block_body(kernel_op: Operation) -> Region:
+    """The `upir.block_parallel` region (as codegen's llvm_gen._block_body)."""
+    grid = kernel_op.regions[0].entry.ops[0]
+    block = grid.regions[0].entry.ops[0]
+    assert grid.name == "upir.grid_parallel" and block.name == "upir.block_parallel"
+    return block.regions[0]
+
+
+def shared_layout(module: PTXModule, kernel: LiftedKernel) -> SharedLayout:
+    """Static shared-memory offsets, computed by the code generator's own routine."""
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    return ModuleCodegen.shared_layout(SimpleNamespace(ptx=module), kernel)  # type: ignore[arg-type]
+
+
+@dataclass
+class _Kernel:
+    lifted: LiftedKernel
+    region: Region
+    shared: SharedLayout
+    shared_static: int                 # bytes before dynamic shared memory
+    local_offsets: dict[str, int]
+    local_size: int
+    sync_index: dict[Operation, int]   # sync op -> resume id (codegen's numbering)
+
+
+def _prepare(module: PTXModule, lifted: LiftedKernel) -> _Kernel:
+    region = _block_body(lifted.op)
+    shared = shared_layout(module, lifted)
+    local_offsets: dict[str, int] = {}
+    off = 0
+    for v in lifted.local_vars:
+        off = align_up(off, max(v.alignment, 1))
+        local_offsets[v.name] = off
+        off += v.size
+    sync_index = {sp.op: sp.index for sp in find_sync_points(region)}
+    return _Kernel(lifted, region, shared, shared.dynamic_offset if shared.static_size else 0,
+                   local_offsets, align_up(off, 16), sync_index)
+
+
+# --- the module -----------------------------------------------------------------------------------
+
+class InterpModule:
+    """A PTX module for the interpreter: its `.global`/`.const` variables live in NumPy
+    buffers for the lifetime of this object (shared by all launches, like a RawModule)."""
+
+    def __init__(self, ptx: str) -> None:
+        self.ptx = ptx
+        self.module = parse_ptx(ptx)
+        self.globals: dict[str, tuple[np.ndarray, int]] = {}
+        self._kernels: dict[str, _Kernel] = {}
+        from cpuify.codegen.llvm_gen import ModuleCodegen
+        for var in self.module.variables:
+            if var.space not in ("global", "const"):
+                continue
+            if var.linkage == "extern" and var.init is None and var.size == 0:
+                raise UnsupportedError(f"extern {var.space} variable '{var.name}' has no "
+                                       "definition in this module", line=var.line)
+            size = max(var.size, 1)
+            data = ModuleCodegen._init_bytes(None, var, size)  # type: ignore[arg-type]
+            buf, addr = alloc(size, max(var.alignment, 16))
+            buf[:] = np.frombuffer(data, dtype=np.uint8)
+            self.globals[var.name] = (buf, addr)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [f.name for f in self.module.entries]
+
+    def get_global(self, name: str, dtype: Any = np.uint8) -> np.ndarray:
+        """A writable NumPy view of a `__device__`/`__constant__` variable."""
+        if name not in self.globals:
+            known = ", ".join(sorted(self.globals)) or "none"
+            raise LookupError(f"no __device__/__constant__ variable named '{name}'; variables: {known}")
+        buf = self.globals[name][0]
+        return buf.view(dtype) if np.dtype(dtype) != np.uint8 else buf
+
+    def kernel(self, name: str) -> _Kernel:
+        k = self._kernels.get(name)
+        if k is None:
+            entry = self.module.functions.get(name)
+            if entry is None or entry.kind != "entry" or entry.body is None:
+                known = ", ".join(self.kernel_names) or "none"
+                raise LookupError(f"no kernel named '{name}' in this module; kernels: {known}")
+            lifted = lift_kernel(self.module, entry)
+            verify(lifted.op)
+            k = self._kernels[name] = _prepare(self.module, lifted)
+        return k
+
+    def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any],
+               shared_mem: int = 0) -> None:
+        k = self.kernel(name)
+        g = _dim3(grid, "grid", name)
+        b = _dim3(block, "block", name)
+        nthreads = b[0] * b[1] * b[2]
+        req = k.lifted.directives.get("maxntid") or k.lifted.directives.get("reqntid")
+        limit = MAX_THREADS_PER_BLOCK
+        if req:
+            limit = min(int(np.prod(req)), limit)
+        if nthreads > limit:
+            raise ValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit "
+                             f"of {limit} (cudaErrorInvalidConfiguration)")
+        if shared_mem < 0:
+            raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
+        params = ctypes.create_string_buffer(pack_params(k.lifted, args), max(k.lifted.param_size, 1))
+        launch = _Launch(self, k, g, b, ctypes.addressof(params), int(shared_mem))
+        try:
+            for bz in range(g[2]):
+                for by in range(g[1]):
+                    for bx in range(g[0]):
+                        _BlockRun(launch, (bx, by, bz)).run()
+        finally:
+            if launch.printed:
+                _runtime().cpuify_flush()
+
+
+@dataclass
+class _Launch:
+    module: InterpModule
+    kernel: _Kernel
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    params: int                        # address of the packed parameter buffer
+    dyn_shared: int
+    printed: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.kernel.lifted.name
+
+
+def interpret_kernel(ptx_text: str, kernel: str, grid: Any, block: Any, args: tuple,
+                     shared_mem: int = 0) -> None:
+    """Run `kernel` of the PTX module `ptx_text` in the reference interpreter.
+
+    Module variables start from their initializers at every call; keep an `InterpModule`
+    to launch several kernels on the same `__device__` variables."""
+    InterpModule(ptx_text).launch(kernel, grid, block, args, shared_mem)
+
+
+# --- the native runtime (printf) ---------------------------------------------------------------
+
+_RT: Any = None
+
+
+def _runtime() -> Any:
+    global _RT
+    if _RT is None:
+        from cpuify.runtime.native import load_runtime
+        lib = load_runtime()
+        ns = SimpleNamespace()
+        # own prototypes on the same symbols: addresses as plain integers
+        ns.cpuify_vprintf = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)(
+            ("cpuify_vprintf", lib))
+        ns.cpuify_assert_message = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+            ("cpuify_assert_message", lib))
+        ns.cpuify_flush = lib.cpuify_flush
+        _RT = ns
+    return _RT
+
+
+_LIBC = ctypes.CDLL(None)
+_LIBC.malloc.restype = ctypes.c_void_p
+_LIBC.malloc.argtypes = [ctypes.c_size_t]
+_LIBC.free.restype = None
+_LIBC.free.argtypes = [ctypes.c_void_p]
+
+
+# --- threads -------------------------------------------------------------------------------------
+
+class Thread:
+    """One CUDA thread: its SSA environment, ids and local memory; `run()` is a generator
+    that yields the sync op (barrier / warp collective) it waits at."""
+
+    machine = _Memory   # load/store used by the op handlers
+
+    def __init__(self, blk: "_BlockRun", tid: tuple[int, int, int], linear: int) -> None:
+        self.blk = blk
+        self.launch = blk.launch
+        self.kernel = blk.launch.kernel
+        self.tid = tid
+        self.linear = linear
+        self.env: dict[Value, Any] = {}
+        self.cc = 0                       # the carry flag (add.cc / addc)
+        # what this thread contributes to / gets from its current collective
+        self.xval = self.xb = self.xc = self.xmask = 0
+        self.xout = 0
+        self.xpred = 1
+        size = self.kernel.local_size
+        if size:
+            self.local, self.local_base = alloc(size, 16)
+        else:
+            self.local, self.local_base = None, 0
+
+    # -- values
+    def get(self, v: Value) -> Any:
+        return self.env[v]
+
+    def src(self, op: Operation, i: int, ptx_type: str) -> Any:
+        """Operand i read as PTX type `ptx_type`."""
+        v = op.operands[i]
+        return read_as(self.env[v], v.type, ptx_type)
+
+    def bits(self, v: Value) -> int:
+        return to_bits(self.env[v], v.type)
+
+    def src_bits(self, op: Operation, i: int, ptx_type: str, width: int) -> int:
+        t = ir_type_of(ptx_type)
+        return resize_int(to_bits(self.src(op, i, ptx_type), t), width_of(t), width, False)
+
+    def set(self, op: Operation, value: Any, ptx_type: str, index: int = 0) -> None:
+        """Result `index` := value computed in PTX type `ptx_type`."""
+        r = op.results[index]
+        self.env[r] = write_as(value, ptx_type, r.type)
+
+    # -- errors
+    def unsupported(self, message: str, op: Operation) -> None:
+        line = op.attributes.get("line")
+        module = self.launch.module.module
+        raise UnsupportedError(f"interpreter: {message}", line=line, kernel=self.launch.name,
+                               source_line=module.source_line(line) if line else None)
+
+    def fail(self, message: str, op: Operation | None = None) -> None:
+        line = op.attributes.get("line") if op is not None else None
+        where = f" (PTX line {line}, thread {self.tid})" if line else f" (thread {self.tid})"
+        raise LaunchError(f"kernel '{self.launch.name}' failed in block {self.blk.ctaid}: "
+                          f"{message}{where}")
+
+    # -- memory
+    def window_base(self, space: str) -> int:
+        return self.blk.shared_base if space == "shared" else self.local_base
+
+    def window_size(self, space: str) -> int:
+        if space == "shared":
+            return self.blk.shared_size
+        return self.kernel.local_size
+
+    def address(self, op: Operation, space: str, nbytes: int) -> int:
+        """Real address accessed by memory op `op` (address operand + `offset`)."""
+        base = op.operands[0]
+        iv = resize_int(to_bits(self.env[base], base.type), width_of(base.type), 64, False)
+        off = op.attributes.get("offset", 0)
+        if space in ("shared", "local"):
+            rel = (iv + off) & mask(64)
+            if rel + nbytes > self.window_size(space):
+                self.fail(f"{space} memory access out of bounds: offset {to_signed(rel, 64)}, "
+                          f"{nbytes} byte(s), window of {self.window_size(space)} bytes", op)
+            return self.window_base(space) + rel
+        addr = (iv + off) & mask(64)
+        if addr < _NULL_PAGE:
+            self.fail(f"{space} memory access at address {addr:#x} (null pointer?)", op)
+        return addr
+
+    # -- execution
+    def run(self) -> Iterator[Operation]:
+        env = self.env
+        block = self.kernel.region.entry
+        sync = self.kernel.sync_index
+        while True:
+            for op in block.ops:
+                handler = PTX_OPS.get(op.name)
+                if handler is not None:
+                    handler(self, op)
+                    continue
+                name = op.name
+                if name == "cf.br" or name == "cf.cond_br":
+                    k = 0 if name == "cf.br" or env[op.operands[0]] else 1
+                    args = op.successor_args[k]
+                    succ = op.successors[k]
+                    vals = [(env[v], v.type) for v in args]     # parallel copy
+                    for arg, (val, vt) in zip(succ.args, vals):
+                        env[arg] = coerce(val, vt, arg.type)
+                    block = succ
+                    break
+                if op in sync:
+                    self.contribute(op)
+                    yield op
+                    self.receive(op)
+                    continue
+                if name == "upir.exit":
+                    return
+                if name == "upir.trap":
+                    self.fail("a device-side assert() failed" if op.attributes.get("assert")
+                              else "the kernel executed a trap instruction", op)
+                upir = UPIR_OPS.get(name)
+                if upir is None:
+                    self.unsupported(f"no semantics for '{name}'", op)
+                upir(self, op)  # type: ignore[misc]
+            else:
+                self.fail(f"basic block without terminator", None)
+
+    def contribute(self, op: Operation) -> None:
+        """This thread's inputs to the collective (codegen's leave_at_sync)."""
+        def as64(v: Value) -> int:
+            return resize_int(to_bits(self.env[v], v.type), width_of(v.type), 64, False)
+
+        def as32(v: Value) -> int:
+            return as64(v) & mask(32)
+
+        vals = op.operands
+        if op.name == "upir.barrier":
+            # bar.red: the predicate is the last operand (`bar.red.popc.u32 d, a, {!}p`)
+            self.xval = as64(vals[-1]) if vals else 0
+            return
+        kind = op.attributes["kind"]
+        if kind == "shfl":
+            self.xval, self.xb, self.xc, self.xmask = as64(vals[0]), as32(vals[1]), as32(vals[2]), as32(vals[3])
+        elif kind in ("vote", "match", "redux"):
+            self.xval = as64(vals[0])
+            self.xmask = as32(vals[1]) if len(vals) > 1 else 0
+        elif vals:
+            self.xmask = as32(vals[0])
+
+    def receive(self, op: Operation) -> None:
+        """The collective's results (codegen's restore)."""
+        if not op.results:
+            return
+        first = op.results[0]
+        if first.type == "i1" and (op.name == "upir.barrier" or op.attributes.get("kind") == "vote"):
+            self.env[first] = int(self.xout != 0)
+        else:
+            w = width_of(first.type)
+            self.env[first] = coerce(self.xout & mask(w), f"i{w}", first.type)
+        if len(op.results) > 1:
+            self.env[op.results[1]] = int(self.xpred != 0)
+
+
+# --- upir ops (everything but control flow and sync points) ---------------------------------------
+
+def _const(th: Thread, op: Operation) -> None:
+    r = op.results[0]
+    val = op.attributes["value"]
+    if r.type in ("f32", "f64"):
+        np_t = np.float32 if r.type == "f32" else np.float64
+        th.env[r] = from_bits(val, r.type) if isinstance(val, int) else np_t(float(val))
+    else:
+        th.env[r] = int(val) & mask(width_of(r.type))
+
+
+def _param(th: Thread, op: Operation) -> None:
+    t = op.attributes["type"]
+    th.set(op, load(th.launch.params + op.attributes["offset"], t), t)
+
+
+def _special(th: Thread, op: Operation) -> None:
+    reg: str = op.attributes["reg"]
+    base, _, comp = reg.partition(".")
+    k = "xyz".index(comp) if comp in ("x", "y", "z") else 0
+    launch = th.launch
+    lin = th.linear
+    nthreads = launch.block[0] * launch.block[1] * launch.block[2]
+    lane = lin & 31
+    one = 1 << lane
+    values = {
+        "%tid": lambda: th.tid[k], "%ntid": lambda: launch.block[k],
+        "%ctaid": lambda: th.blk.ctaid[k], "%nctaid": lambda: launch.grid[k],
+        "%laneid": lambda: lane, "%warpid": lambda: lin >> 5,
+        "%nwarpid": lambda: (nthreads + 31) >> 5, "%warpsize": lambda: 32,
+        "%lanemask_eq": lambda: one, "%lanemask_lt": lambda: one - 1,
+        "%lanemask_le": lambda: one | (one - 1), "%lanemask_gt": lambda: ~(one | (one - 1)),
+        "%lanemask_ge": lambda: ~(one - 1), "%smid": lambda: 0, "%gridid": lambda: 0,
+        "%nsmid": lambda: 1, "%dynamic_smem_size": lambda: launch.dyn_shared,
+        "%total_smem_size": lambda: launch.dyn_shared + th.kernel.shared.dynamic_offset,
+        "%aggr_smem_size": lambda: launch.dyn_shared + th.kernel.shared.dynamic_offset,
+    }
+    fn = values.get(base)
+    if fn is None:
+        th.unsupported(f"special register '{reg}' is not supported", op)
+    th.set(op, fn() & mask(32), "u32")  # type: ignore[misc]
+
+
+def _clock(th: Thread, op: Operation) -> None:
+    th.set(op, time.perf_counter_ns() & mask(64), "u64")
+
+
+def _addressof(th: Thread, op: Operation) -> None:
+    sym = op.attributes["symbol"]
+    space = op.attributes["space"]
+    k = th.kernel
+    if space == "shared":
+        addr = k.shared.offsets.get(sym)
+    elif space == "local":
+        addr = k.local_offsets.get(sym)
+    elif space == "param":
+        p = next((p for p in k.lifted.params if p.name == sym), None)
+        addr = th.launch.params + p.offset if p is not None else None
+    else:
+        g = th.launch.module.globals.get(sym)
+        addr = g[1] if g is not None else None
+    if addr is None:
+        th.unsupported(f"unknown {space} variable '{sym}'", op)
+    th.set(op, addr, "u64")
+
+
+def _nop(th: Thread, op: Operation) -> None:
+    pass
+
+
+def _printf(th: Thread, op: Operation) -> None:
+    rt = _runtime()
+    fmt = th.bits(op.operands[0])
+    if op.attributes.get("assert"):
+        sys.stdout.flush()
+        rt.cpuify_assert_message(fmt)
+        return
+    args = th.bits(op.operands[1]) if len(op.operands) > 1 else 0
+    sys.stdout.flush()
+    th.launch.printed = True
+    n = rt.cpuify_vprintf(fmt, args or None)
+    if op.results:
+        th.set(op, n & mask(32), "s32")
+
+
+def _malloc(th: Thread, op: Operation) -> None:
+    size = th.src(op, 0, "u64")
+    th.set(op, _LIBC.malloc(size) or 0, "u64")
+
+
+def _free(th: Thread, op: Operation) -> None:
+    addr = th.bits(op.operands[0])
+    if addr:
+        _LIBC.free(addr)
+
+
+UPIR_OPS = {
+    "upir.const": _const, "upir.param": _param, "upir.special": _special,
+    "upir.clock": _clock, "upir.addressof": _addressof, "upir.fence": _nop,
+    "upir.nanosleep": _nop, "upir.printf": _printf, "upir.malloc": _malloc, "upir.free": _free,
+}
+
+
+# --- the block scheduler ----------------------------------------------------------------------------
+
+def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
+    """One warp collective among the lanes in `group` (bitmask over `lanes`), exactly as
+    warp_exchange() in runtime/block_sched.c."""
+    kind = op.attributes["kind"]
+    m = mods(op)
+    nlanes = len(lanes)
+    members = [l for l in range(nlanes) if group >> l & 1]
+    for l in members:
+        th = lanes[l]
+        out, pred = 0, 1
+        if kind == "shfl":
+            bval, cval, segmask = th.xb & 31, th.xc & 31, (th.xc >> 8) & 31
+            maxlane = (l & segmask) | (cval & ~segmask)
+            minlane = l & segmask
+            if "up" in m:
+                j = l - bval
+                pred = int(j >= maxlane)
+            elif "down" in m:
+                j = l + bval
+                pred = int(j <= maxlane)
+            elif "bfly" in m:
+                j = l ^ bval
+                pred = int(j <= maxlane)
+            else:  # idx
+                j = minlane | (bval & ~segmask)
+                pred = int(j <= maxlane)
+            if not pred or j < 0 or j >= nlanes or not group >> j & 1:
+                j = l
+            out = lanes[j].xval
+        elif kind == "vote":
+            ballot = sum(1 << x for x in members if lanes[x].xval & 1)
+            if "ballot" in m:
+                out = ballot
+            elif "all" in m:
+                out = int(ballot == group)
+            elif "any" in m:
+                out = int(ballot != 0)
+            else:  # uni
+                out = int(ballot == 0 or ballot == group)
+        elif kind == "activemask":
+            out = group
+        elif kind == "match":
+            vmask = mask(64) if "b64" in m else mask(32)
+            same = sum(1 << x for x in members if lanes[x].xval & vmask == th.xval & vmask)
+            if "any" in m:
+                out = same
+            else:
+                pred = int(same == group)
+                out = group if pred else 0
+        elif kind == "redux":
+            signed = "s32" in m
+            vals = [lanes[x].xval & mask(32) for x in members]
+            if "add" in m:
+                acc = sum(vals) & mask(32)
+            elif "min" in m or "max" in m:
+                key = (lambda v: to_signed(v, 32)) if signed else (lambda v: v)
+                acc = (min if "min" in m else max)(vals, key=key)
+            else:
+                acc = vals[0]
+                for v in vals[1:]:
+                    acc = acc & v if "and" in m else acc | v if "or" in m else acc ^ v
+            out = acc
+        elif kind != "syncwarp":
+            raise UnsupportedError(f"unknown warp collective '{kind}'", line=op.attributes.get("line"))
+        th.xout, th.xpred = out, pred
+
+
+class _BlockRun:
+    """Runs the threads of one block to completion."""
+
+    def __init__(self, launch: _Launch, ctaid: tuple[int, int, int]) -> None:
+        self.launch = launch
+        self.ctaid = ctaid
+        k = launch.kernel
+        self.shared_size = k.shared_static + launch.dyn_shared
+        self.shared, self.shared_base = alloc(max(self.shared_size, 1), 64)
+        bx, by, bz = launch.block
+        self.threads = [Thread(self, (x, y, z), (z * by + y) * bx + x)
+                        for z in range(bz) for y in range(by) for x in range(bx)]
+
+    def run(self) -> None:
+        threads = self.threads
+        n = len(threads)
+        gens = [t.run() for t in threads]
+        state: list[Operation | None] = [_EXITED] * n
+        index = self.launch.kernel.sync_index
+
+        def advance(i: int) -> None:
+            try:
+                state[i] = next(gens[i])
+            except StopIteration:
+                state[i] = _EXITED
+
+        for i in range(n):
+            advance(i)
+        while True:
+            live = [i for i in range(n) if state[i] is not _EXITED]
+            if not live:
+                return
+            if any(state[i].name == "upir.warp_collective" for i in live):  # type: ignore[union-attr]
+                # per warp: each group of lanes waiting at one collective exchanges, then
+                # the groups resume in order of their sync point, threads in linear order
+                resumed: dict[int, list[int]] = {}
+                for base in range(0, n, 32):
+                    lanes = threads[base:base + 32]
+                    done = 0
+                    for l in range(len(lanes)):
+                        s = state[base + l]
+                        if s is _EXITED or done >> l & 1 or s.name != "upir.warp_collective":
+                            continue
+                        group = sum(1 << x for x in range(l, len(lanes)) if state[base + x] is s)
+                        done |= group
+                        _warp_exchange(lanes, group, s)
+                        resumed.setdefault(index[s], []).extend(
+                            base + x for x in range(len(lanes)) if group >> x & 1)
+                for r in sorted(resumed):
+                    for i in sorted(resumed[r]):
+                        advance(i)
+                continue
+            barriers = {state[i] for i in live}
+            if len(barriers) > 1:
+                lines = sorted(str(b.attributes.get("line")) for b in barriers)  # type: ignore[union-attr]
+                raise LaunchError(
+                    f"kernel '{self.launch.name}' failed in block {self.ctaid}: not all threads "
+                    "of the block reached the same __syncthreads() (a barrier inside a branch "
+                    f"that only some threads take): live threads wait at barriers on PTX lines "
+                    f"{', '.join(lines)}")
+            (bar,) = barriers
+            red = bar.attributes.get("reduce")  # type: ignore[union-attr]
+            if red is not None:
+                preds = [threads[i].xval & 1 for i in live]
+                out = sum(preds) if red == "popc" else int(all(preds)) if red == "and" else int(any(preds))
+                for i in live:
+                    threads[i].xout = out
+            for i in live:
+                advance(i)
