@@ -23,7 +23,7 @@ import llvmlite
 from cpuify import __version__
 from cpuify.codegen import jit
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
-from cpuify.errors import PTXError
+from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.ir.verifier import verify
 from cpuify.lifting import lift_kernel
@@ -46,6 +46,7 @@ class CompiledModule:
     globals: dict[str, GlobalInfo]
     ptx: str
     lowered_names: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)     # kernel -> why it cannot run
     timings: dict[str, float] = field(default_factory=dict)
     from_cache: bool = False
 
@@ -134,13 +135,23 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout)
     kernels: dict[str, KernelInfo] = {}
+    refused: dict[str, str] = {}
     for entry in module.entries:
-        lifted = lift_kernel(module, entry)
-        verify(lifted.op)
-        if print_ir:
-            from cpuify.ir.printer import print_op
-            print(print_op(lifted.op))
-        kernels[entry.name] = gen.add_kernel(lifted)
+        before = set(gen.module.globals)
+        try:
+            lifted = lift_kernel(module, entry)
+            verify(lifted.op)
+            if print_ir:
+                from cpuify.ir.printer import print_op
+                print(print_op(lifted.op))
+            kernels[entry.name] = gen.add_kernel(lifted)
+        except UnsupportedError as exc:
+            # one kernel using an unsupported feature must not take its module down:
+            # the error is raised when that kernel is asked for
+            refused[entry.name] = str(exc)
+            gen.forget(set(gen.module.globals) - before)
+    if not kernels and refused:
+        raise UnsupportedError("no kernel of this module can run on the CPU:\n" + "\n".join(refused.values()))
     t2 = time.perf_counter()
     llvm_text = str(gen.module)
     try:
@@ -153,7 +164,7 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     for v in module.variables:
         if v.space in ("global", "const"):
             globals_[v.name] = GlobalInfo(v.name, v.space, v.size, v.type)
-    return CompiledModule(obj, kernels, globals_, ptx, dict(lowered_names or {}),
+    return CompiledModule(obj, kernels, globals_, ptx, dict(lowered_names or {}), refused,
                           {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2})
 
 

@@ -25,7 +25,7 @@ from cpuify.codegen.layout import (
 )
 from cpuify.codegen.llvm_gen import KernelInfo
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
-from cpuify.errors import CpuifyError, LaunchError
+from cpuify.errors import CpuifyError, LaunchError, UnsupportedError
 from cpuify.runtime.native import load_runtime
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -300,6 +300,8 @@ class RawModule:
             return fn
         symbol = self._resolve(name)
         info = self._compiled.kernels.get(symbol)
+        if info is None and symbol in self._compiled.refused:
+            raise UnsupportedError(self._compiled.refused[symbol])
         if info is None:
             known = ", ".join(sorted(self._compiled.kernels)) or "none"
             hint = ""

@@ -153,6 +153,12 @@ class ModuleCodegen:
             self._intrinsics[name] = fn
         return fn
 
+    def forget(self, names: set[str]) -> None:
+        """Drop functions/globals (a kernel that failed half-way through emission)."""
+        for name in names:
+            del self.module.globals[name]
+            self._intrinsics.pop(name, None)
+
     def shared_layout(self, kernel: LiftedKernel) -> SharedLayout:
         layout = SharedLayout()
         off = 0

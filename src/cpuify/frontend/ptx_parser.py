@@ -386,6 +386,12 @@ class _Parser:
             elif t in (".maxntid", ".reqntid", ".minnctapersm", ".maxnreg", ".maxnctapersm"):
                 self.skip_directive()
             elif tok.kind == "ident" and (nxt := self.peek(1)) is not None and nxt.text == ":" \
+                    and (after := self.peek(2)) is not None and after.text == ".callprototype":
+                # `prototype_0 : .callprototype (...) _ (...);` describes an indirect call's
+                # signature; the call itself is refused when lifted
+                while not self.accept(";"):
+                    self.next()
+            elif tok.kind == "ident" and (nxt := self.peek(1)) is not None and nxt.text == ":" \
                     and not t.startswith("%"):
                 self.next()
                 self.next()
@@ -500,9 +506,17 @@ class _Parser:
         v_int = _parse_int(t)
         return Imm(-v_int if negate else v_int)
 
-    def address(self) -> Addr:
+    def address(self) -> Operand:
         base: str | None = None
         offset = 0
+        if self.peek(1) is not None and self.peek(1).text == ",":  # type: ignore[union-attr]
+            # texture/surface coordinates `[tex, {x, y}]`: kept as a vector operand; the
+            # instructions that use them are refused when lifted
+            items: list[Operand] = []
+            while not self.accept("]"):
+                items.append(self.operand())
+                self.accept(",")
+            return Vec(tuple(items))
         tok = self.next()
         if tok.kind == "ident":
             base = tok.text

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from cpuify.errors import IRError
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, dominates, dominators
+from cpuify.ir.core import (
+    Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
+)
 from cpuify.ir.dialects import info, verify_op
 
 
@@ -29,11 +31,12 @@ def _verify_op(op: Operation) -> None:
 def _verify_region(region: Region) -> None:
     if not region.blocks:
         raise IRError(f"empty region in '{region.parent.name if region.parent else '?'}'")
-    idom = dominators(region)
-    position: dict[Operation, int] = {}
     for block in region.blocks:
-        for i, op in enumerate(block.ops):
-            position[op] = i
+        term = block.terminator
+        for succ in term.successors if term is not None else []:
+            if succ.parent is not region:
+                raise IRError(f"{_where(term)} branches out of its region")  # type: ignore[arg-type]
+    idom = dominators(region)
     for block in region.blocks:
         if not block.ops:
             raise IRError("block without a terminator")
@@ -48,38 +51,70 @@ def _verify_region(region: Region) -> None:
             if op.parent is not block:
                 raise IRError(f"{_where(op)} has a wrong parent link")
             for succ, args in zip(op.successors, op.successor_args):
-                if succ.parent is not region:
-                    raise IRError(f"{_where(op)} branches out of its region")
                 if len(args) != len(succ.args):
                     raise IRError(f"{_where(op)} passes {len(args)} value(s) to a block with "
                                   f"{len(succ.args)} argument(s)")
                 for a, b in zip(args, succ.args):
                     if a.type != b.type:
                         raise IRError(f"{_where(op)} passes {a.type} to a {b.type} block argument")
-            if block not in idom:
-                continue   # unreachable: dominance is vacuous
-            for v in list(op.operands) + [a for args in op.successor_args for a in args]:
-                _check_dominance(v, op, block, i, idom, position)
             _verify_op(op)
+    # dominance of every use nested anywhere below this region's ops
+    for block in region.blocks:
+        if block not in idom:
+            continue   # unreachable: dominance is vacuous
+        for i, op in enumerate(block.ops):
+            for v in list(op.operands) + [a for args in op.successor_args for a in args]:
+                _check_dominance(v, op, block, i, idom)
 
 
-def _check_dominance(v: object, op: Operation, block: Block, index: int,
-                     idom: dict[Block, Block | None], position: dict[Operation, int]) -> None:
+def _defining_block(v: Value) -> Block | None:
     if isinstance(v, OpResult):
-        def_op = v.op
-        def_block = def_op.parent
-        if def_block is block:
-            if position.get(def_op, index) >= index:
-                raise IRError(f"{_where(op)} uses a value before its definition")
+        return v.op.parent
+    if isinstance(v, BlockArgument):
+        return v.block
+    return None
+
+
+def _ancestor_in(op: Operation, region: Region) -> Operation | None:
+    """The op of `region` that contains `op` (op itself if it is in region)."""
+    node: Operation | None = op
+    while node is not None:
+        blk = node.parent
+        if blk is None:
+            return None
+        if blk.parent is region:
+            return node
+        node = blk.parent.parent if blk.parent is not None else None
+    return None
+
+
+def _check_dominance(v: Value, user: Operation, block: Block, index: int,
+                     idom: dict[Block, Block | None]) -> None:
+    def_block = _defining_block(v)
+    if def_block is None:
+        raise IRError(f"{_where(user)} uses a value of a detached op")
+    region = def_block.parent
+    if region is None:
+        raise IRError(f"{_where(user)} uses a value of a detached block")
+    anchor = _ancestor_in(user, region)
+    if anchor is None:
+        raise IRError(f"{_where(user)} uses a value defined in a region that does not enclose it")
+    anchor_block = anchor.parent
+    assert anchor_block is not None
+    if region is not block.parent:
+        # the use is nested: check against the enclosing op in the defining region
+        local_idom = dominators(region)
+        if anchor_block not in local_idom:
             return
-        if def_block is None:
-            raise IRError(f"{_where(op)} uses a value of a detached op")
-        # a value defined in an enclosing region dominates everything nested
-        if def_block.parent is not block.parent:
+        idom_here = local_idom
+    else:
+        idom_here = idom
+    if isinstance(v, OpResult):
+        if def_block is anchor_block:
+            if anchor_block.ops.index(v.op) >= anchor_block.ops.index(anchor):
+                raise IRError(f"{_where(user)} uses a value before its definition")
             return
-        if def_block not in idom or not dominates(idom, def_block, block):
-            raise IRError(f"{_where(op)} uses %{def_op.name} result that does not dominate it")
-    elif isinstance(v, BlockArgument):
-        if v.block.parent is block.parent and v.block is not block:
-            if v.block not in idom or not dominates(idom, v.block, block):
-                raise IRError(f"{_where(op)} uses a block argument that does not dominate it")
+    elif def_block is anchor_block:
+        return
+    if def_block not in idom_here or not dominates(idom_here, def_block, anchor_block):
+        raise IRError(f"{_where(user)} uses a value that does not dominate it")
