@@ -56,8 +56,10 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
         dims = [int(value)]
     else:
         try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
             dims = [int(v) for v in value]
-        except TypeError:
+        except (TypeError, ValueError):
             raise TypeError(f"kernel '{kernel}': {what} must be an int or a tuple of up to 3 ints, "
                             f"got {type(value).__name__}") from None
     if not 1 <= len(dims) <= 3:
@@ -204,6 +206,11 @@ class Function:
             if not 1 <= g[k] <= MAX_GRID_DIM[k]:
                 raise ValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
                                  f"range 1..{MAX_GRID_DIM[k]} (cudaErrorInvalidConfiguration)")
+        req = self.info.directives.get("reqntid")
+        if req and tuple(req) + (1,) * (3 - len(req)) != bl:
+            raise ValueError(f"kernel '{name}' requires a block of exactly "
+                             f"{tuple(req) + (1,) * (3 - len(req))} threads (__launch_bounds__/"
+                             f".reqntid), got {bl} (cudaErrorInvalidConfiguration)")
         if nthreads > self.max_threads_per_block:
             raise ValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
                              f"{self.max_threads_per_block} (cudaErrorInvalidConfiguration)")

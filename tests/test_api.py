@@ -1,0 +1,126 @@
+"""Python API details: module sources, launch bounds, globals, argument conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuify
+
+SRC = r'''
+__constant__ float coeff[4];
+__device__ int counter;
+
+extern "C" __global__ void __launch_bounds__(128) bounded(float *x) {
+    x[threadIdx.x] = coeff[threadIdx.x % 4];
+}
+
+extern "C" __global__ void count(int n) {
+    if (threadIdx.x < n) atomicAdd(&counter, 1);
+}
+
+struct Pair { int a; double b; };
+extern "C" __global__ void take_pair(Pair p, double *out) { out[0] = p.a + p.b; }
+'''
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return cpuify.RawModule(code=SRC)
+
+
+def test_kernel_names_and_repr(mod):
+    assert set(mod.kernel_names) == {"bounded", "count", "take_pair"}
+    assert "bounded" in repr(mod.get_function("bounded"))
+    assert mod.get_function("bounded") is mod.get_function("bounded")
+
+
+def test_launch_bounds_are_enforced(mod):
+    f = mod.get_function("bounded")
+    assert f.max_threads_per_block == 128
+    with pytest.raises(ValueError, match="bounded.*256 threads"):
+        f((1,), (256,), (np.zeros(256, np.float32),))
+
+
+def test_constant_memory_through_get_global(mod):
+    coeff = mod.get_global("coeff", dtype=np.float32)
+    assert coeff.shape == (4,)
+    coeff[:] = [1.5, 2.5, 3.5, 4.5]
+    x = np.zeros(128, np.float32)
+    mod.get_function("bounded")((1,), (128,), (x,))
+    np.testing.assert_array_equal(x, np.tile(coeff, 32))
+
+
+def test_device_global_accumulates_across_launches(mod):
+    counter = mod.get_global("counter", dtype=np.int32)
+    counter[0] = 0
+    f = mod.get_function("count")
+    f((3,), (64,), (np.int32(10),))
+    f((2,), (64,), (np.int32(64),))
+    assert counter[0] == 3 * 10 + 2 * 64
+
+
+def test_struct_by_value(mod):
+    dt = np.dtype([("a", np.int32), ("b", np.float64)], align=True)
+    p = np.zeros((), dt)
+    p["a"], p["b"] = 7, 0.25
+    out = np.zeros(1, np.float64)
+    mod.get_function("take_pair")((1,), (1,), (p[()], out))
+    assert out[0] == 7.25
+    out[0] = 0
+    mod.get_function("take_pair")((1,), (1,), (p.tobytes(), out))
+    assert out[0] == 7.25
+    with pytest.raises(ValueError, match="16 bytes"):
+        mod.get_function("take_pair")((1,), (1,), (b"\0" * 8, out))
+    with pytest.raises(TypeError, match="struct"):
+        mod.get_function("take_pair")((1,), (1,), (3, out))
+
+
+def test_unknown_global_and_function(mod):
+    with pytest.raises(LookupError, match="nothere"):
+        mod.get_global("nothere")
+    with pytest.raises(LookupError, match="kernels: bounded"):
+        mod.get_function("nothere")
+
+
+def test_module_from_path_and_ptx(tmp_path):
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void one(int *p) { p[threadIdx.x] = 1; }')
+    m = cpuify.RawModule(path=str(cu))
+    p = np.zeros(8, np.int32)
+    m.get_function("one")((1,), (8,), (p,))
+    assert (p == 1).all()
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(m.ptx)
+    m2 = cpuify.RawModule(path=ptx)
+    p[:] = 0
+    m2.get_function("one")((1,), (8,), (p,))
+    assert (p == 1).all()
+    with pytest.raises(TypeError, match="exactly one"):
+        cpuify.RawModule()
+
+
+def test_pointer_arguments_accept_buffers_and_addresses():
+    k = cpuify.RawKernel('extern "C" __global__ void inc(unsigned char *p) { p[threadIdx.x] += 1; }', "inc")
+    b = bytearray(4)
+    k((1,), (4,), (b,))
+    assert b == bytearray([1, 1, 1, 1])
+    a = np.zeros(4, np.uint8)
+    k((1,), (4,), (a.ctypes.data,))
+    assert (a == 1).all()
+    with pytest.raises(TypeError, match="pointer"):
+        k((1,), (4,), ("not an array",))
+
+
+def test_dim3_forms():
+    k = cpuify.RawKernel('extern "C" __global__ void d(int *p) {'
+                         ' p[0] = gridDim.x * 100 + blockDim.x * 10 + blockDim.y; }', "d")
+    p = np.zeros(1, np.int32)
+    k(2, 3, (p,))
+    assert p[0] == 231
+    k((2,), [3, 2], (p,))
+    assert p[0] == 232
+    with pytest.raises(ValueError, match="1 to 3 dimensions"):
+        k((1, 1, 1, 1), 1, (p,))
+    with pytest.raises(TypeError, match="tuple"):
+        k("x", 1, (p,))
