@@ -159,11 +159,9 @@ def ftz(x: object, on: bool) -> object:
 
 
 def saturate(x: object) -> object:
-    """PTX .sat for floats: clamp to [0.0, 1.0], NaN becomes +0.0."""
+    """PTX .sat for floats: clamp to [+0.0, 1.0] (so -0.0 becomes +0.0), NaN becomes +0.0."""
     t = type(x)
-    if isnan(x):
-        return t(0.0)
-    if x < 0:  # type: ignore[operator]
+    if isnan(x) or x <= 0:  # type: ignore[operator]
         return t(0.0)
     if x > 1:  # type: ignore[operator]
         return t(1.0)

@@ -17,6 +17,7 @@ NO_DEST = {"st", "red", "bar", "barrier", "membar", "fence", "nanosleep", "prefe
            "pmevent", "discard", "free", "trap", "ret", "exit", "bra"}
 
 WARP_OPS = {"shfl", "vote", "activemask", "match", "redux"}
+CARRY = "%__carry"
 
 _IR_TYPE_OF_PTX = {
     "pred": "i1", "b8": "i8", "u8": "i8", "s8": "i8", "b16": "i16", "u16": "i16", "s16": "i16",
@@ -146,9 +147,8 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         return
 
     dest_ops: list[Operand] = []
-    if op not in NO_DEST:
-        if op == "atom" or op not in ("bar", "barrier") or "red" in instr.modifiers:
-            dest_ops = [operands.pop(0)]
+    if op not in NO_DEST or (op in ("bar", "barrier") and "red" in instr.modifiers):
+        dest_ops = [operands.pop(0)]
     dest_names: list[str | None] = []
     for d in dest_ops:
         dest_names += _dest_names(d)
@@ -172,6 +172,13 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
             values.append(value_of(lf, pb, o, src_types[min(ti, len(src_types) - 1)] if src_types else "b32", line))
             ti += 1
 
+    # the carry flag of add.cc/addc/mad.cc/madc is an implicit register
+    if op in ("addc", "subc", "madc"):
+        lf.var_types.setdefault(CARRY, "i32")
+        values.append(lf.read_var(CARRY, pb, line))
+    if op in ("add", "sub", "mad", "addc", "subc", "madc") and "cc" in instr.modifiers:
+        lf.var_types.setdefault(CARRY, "i32")
+        dest_names.append(CARRY)
     result_types = [lf.var_type(d, line) if d is not None else _sink_type(instr) for d in dest_names]
     if op in ("bar", "barrier"):
         if instr.has("warp"):

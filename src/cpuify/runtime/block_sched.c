@@ -172,26 +172,43 @@ CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
         if (exited == n)
             return 0;
         if (warp_waiting) {
-            /* per warp: each group of lanes waiting at one collective exchanges and resumes */
+            /* per warp: lanes waiting at one collective with one member mask form a group.
+             * A group runs when every live lane of its mask has arrived (so __syncwarp and
+             * full-mask collectives wait for lanes still in a divergent branch); if no group
+             * of the block is complete, incomplete groups run anyway so that code whose
+             * masks do not match its control flow still makes progress. */
             uint64_t resumed[4] = {0, 0, 0, 0};   /* bitset of resume ids (< 256) */
             int32_t resume_big = -1;
-            for (uint32_t base = 0; base < n; base += 32) {
-                uint32_t nlanes = n - base < 32 ? n - base : 32;
-                uint32_t done = 0;
-                for (uint32_t l = 0; l < nlanes; l++) {
-                    int32_t s = state[base + l];
-                    if (s == STATE_EXITED || (done >> l & 1)) continue;
-                    int32_t sync = s & 0xffff;
-                    if (!is_warp_kind(kinds[sync - 1])) continue;
-                    uint32_t group = 0;
-                    for (uint32_t m = l; m < nlanes; m++)
-                        if (state[base + m] == s) group |= 1u << m;
-                    done |= group;
-                    warp_exchange(c, base, nlanes, group, kinds[sync - 1]);
-                    for (uint32_t m = l; m < nlanes; m++)
-                        if (group >> m & 1) state[base + m] = sync;
-                    if (sync < 256) resumed[sync >> 6] |= 1ull << (sync & 63);
-                    else resume_big = sync;
+            int progressed = 0;
+            for (int pass = 0; pass < 2 && !progressed; pass++) {
+                for (uint32_t base = 0; base < n; base += 32) {
+                    uint32_t nlanes = n - base < 32 ? n - base : 32;
+                    uint32_t live = 0;
+                    for (uint32_t m = 0; m < nlanes; m++)
+                        if (state[base + m] != STATE_EXITED) live |= 1u << m;
+                    uint32_t done = 0;
+                    for (uint32_t l = 0; l < nlanes; l++) {
+                        int32_t s = state[base + l];
+                        if (s == STATE_EXITED || (done >> l & 1) || !(s & STATE_WAIT)) continue;
+                        int32_t sync = s & 0xffff;
+                        if (!is_warp_kind(kinds[sync - 1])) continue;
+                        int masked = (kinds[sync - 1] & 0xff) != K_ACTIVEMASK;
+                        uint32_t mask = c->xmask[base + l];
+                        uint32_t group = 0;
+                        for (uint32_t m = l; m < nlanes; m++)
+                            if (state[base + m] == s && (!masked || c->xmask[base + m] == mask))
+                                group |= 1u << m;
+                        done |= group;
+                        uint32_t want = masked ? (mask & live) : group;
+                        if (pass == 0 && (want & ~group) != 0)
+                            continue;   /* members still on their way: wait for them */
+                        warp_exchange(c, base, nlanes, group, kinds[sync - 1]);
+                        for (uint32_t m = l; m < nlanes; m++)
+                            if (group >> m & 1) state[base + m] = sync;
+                        if (sync < 256) resumed[sync >> 6] |= 1ull << (sync & 63);
+                        else resume_big = sync;
+                        progressed = 1;
+                    }
                 }
             }
             for (int32_t r = 0; r < 256; r++)
