@@ -14,6 +14,7 @@ import ctypes
 import os
 import struct
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,7 +24,7 @@ from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
     ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
 )
-from cpuify.codegen.llvm_gen import KernelInfo
+from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
 from cpuify.errors import CpuifyError, LaunchError, UnsupportedError
 from cpuify.runtime.native import load_runtime
@@ -98,13 +99,12 @@ class Function:
         self._rt = load_runtime()
         self._launch = self._rt.cpuify_launch
         self._addr = loaded.function_address(info.symbol)
-        self._param_size = max(info.param_size, 1)
-        self._buf = (ctypes.c_char * self._param_size)()
-        self._buf_addr = ctypes.addressof(self._buf)
-        self._dims = (ctypes.c_uint32 * 6)()
-        self._dims_addr = ctypes.addressof(self._dims)
-        self._err = (ctypes.c_uint32 * 3)()
-        self._err_addr = ctypes.addressof(self._err)
+        self._dyn_offset = dynamic_smem_offset(info.param_size)
+        self._param_size = self._dyn_offset + 8
+        # launch buffers, reused by one launch at a time (launches release the GIL; a
+        # concurrent launch of the same kernel from another thread gets fresh ones)
+        self._buffers = _LaunchBuffers(self._param_size)
+        self._busy = threading.Lock()
         self._flush = "vprintf" in module._compiled.ptx
         self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT - info.shared_static
         self._plan = [(name, t, off, size) for (name, t, off, size) in info.params]
@@ -135,14 +135,14 @@ class Function:
     def __repr__(self) -> str:
         return f"<cpuify.Function {self.name}({', '.join(t for _, t, _, _ in self._plan)})>"
 
-    def _pack(self, args: Sequence[Any]) -> None:
+    def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
         plan = self._plan
         if not isinstance(args, (tuple, list)):
             raise TypeError(f"kernel '{self.name}': args must be a tuple, got {type(args).__name__}")
         if len(args) != len(plan):
             raise TypeError(f"kernel '{self.name}' takes {len(plan)} argument(s) "
                             f"({', '.join(t for _, t, _, _ in plan)}), {len(args)} given")
-        buf = self._buf
+        buf = bufs.params
         for i, ((_, t, off, size), arg) in enumerate(zip(plan, args)):
             if t in ("f32", "f64"):
                 if isinstance(arg, (float, int, np.floating, np.integer)) and not isinstance(arg, bool):
@@ -151,7 +151,7 @@ class Function:
                 raise TypeError(f"kernel '{self.name}' argument {i}: expected a {t} scalar, "
                                 f"got {type(arg).__name__}")
             if size != _type_size(t) or t == "b8" and size > 1:
-                self._pack_struct(i, arg, off, size)
+                self._pack_struct(i, arg, bufs.params_addr + off, size)
                 continue
             if t in ("b64", "u64", "s64"):
                 addr = _address_of(arg) if not isinstance(arg, (int, np.integer)) else None
@@ -178,7 +178,7 @@ class Function:
                             f"{type(arg).__name__} for a .{t} parameter"
                             + (" (expected a pointer: a NumPy array)" if t.endswith("64") else ""))
 
-    def _pack_struct(self, i: int, arg: Any, off: int, size: int) -> None:
+    def _pack_struct(self, i: int, arg: Any, addr: int, size: int) -> None:
         if isinstance(arg, np.void) or isinstance(arg, np.ndarray) and arg.dtype.fields is not None:
             data = arg.tobytes()
         elif isinstance(arg, (bytes, bytearray, memoryview)):
@@ -191,7 +191,7 @@ class Function:
         if len(data) != size:
             raise ValueError(f"kernel '{self.name}' argument {i}: struct parameter is {size} bytes, "
                              f"the value given is {len(data)} bytes")
-        ctypes.memmove(self._buf_addr + off, data, size)
+        ctypes.memmove(addr, data, size)
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
                  stream: Any = None, enable_cooperative_groups: bool = False) -> None:
@@ -223,18 +223,25 @@ class Function:
                 f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
                 f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
                 "as cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) does")
-        self._pack(args)
-        d = self._dims
-        d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
         shared_bytes = self.info.shared_static + shared_mem
         scratch = self.info.scratch.scratch_bytes(nthreads)
-        rc = self._launch(self._addr, self._buf_addr, self._dims_addr, shared_bytes, scratch,
-                          self._err_addr)
+        own = self._busy.acquire(blocking=False)
+        bufs = self._buffers if own else _LaunchBuffers(self._param_size)
+        try:
+            self._pack(args, bufs)
+            struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
+            d = bufs.dims
+            d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
+            rc = self._launch(self._addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
+                              bufs.err_addr)
+            e = tuple(bufs.err) if rc else ()
+        finally:
+            if own:
+                self._busy.release()
         if self._flush:
             sys.stdout.flush()
             self._rt.cpuify_flush()
         if rc:
-            e = self._err
             raise LaunchError(f"kernel '{name}' failed in block ({e[0]}, {e[1]}, {e[2]}): "
                               f"{_ERROR_TEXT.get(rc, f'error code {rc}')}")
 
@@ -246,6 +253,19 @@ class Function:
                 raise ValueError(f"kernel '{self.name}': max_dynamic_shared_size_bytes must be in "
                                  f"0..{limit} (cudaErrorInvalidValue)")
         object.__setattr__(self, key, value)
+
+
+class _LaunchBuffers:
+    """ctypes buffers of one launch: packed parameters, dims, the failing block's index."""
+    __slots__ = ("params", "params_addr", "dims", "dims_addr", "err", "err_addr")
+
+    def __init__(self, param_size: int) -> None:
+        self.params = (ctypes.c_char * param_size)()
+        self.params_addr = ctypes.addressof(self.params)
+        self.dims = (ctypes.c_uint32 * 6)()
+        self.dims_addr = ctypes.addressof(self.dims)
+        self.err = (ctypes.c_uint32 * 3)()
+        self.err_addr = ctypes.addressof(self.err)
 
 
 def _type_size(t: str) -> int:

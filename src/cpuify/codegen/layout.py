@@ -14,6 +14,7 @@ CTX_SIZE = 8 * len(CTX_FIELDS) + 4 * len(CTX_U32_FIELDS)
 # state[tid] encoding used by generated segments and the C block scheduler
 STATE_EXITED = -1
 STATE_WAIT = 0x10000          # waiting at sync point s: STATE_WAIT | s
+STATE_UNKNOWN = -2**31        # a segment's return value when threads may have diverged
 
 # error codes returned by block functions (runtime/cpuify_rt.h)
 ERR_BARRIER_DIVERGENCE = 1

@@ -31,7 +31,8 @@ from cpuify.codegen.analysis import (
     SyncPoint, infer_pointers, memory_space, plan_sync_points, uniform_values,
 )
 from cpuify.codegen.layout import (
-    CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_WAIT, SYNC_64BIT,
+    CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
+    SYNC_64BIT,
     SYNC_KINDS, ScratchLayout, SharedLayout, align_up,
 )
 from cpuify.errors import PTXError, UnsupportedError
@@ -72,6 +73,11 @@ DIMS_TYPE = ir.LiteralStructType([ir.ArrayType(I32, 3), ir.ArrayType(I32, 3)])
 
 
 SEGMENT_AREAS = ("params", "shared", "state", "slots", "local", "xval", "xout")
+
+
+def dynamic_smem_offset(param_size: int) -> int:
+    """Where the launcher puts the launch's dynamic shared memory size (a u32)."""
+    return align_up(param_size, 8)
 
 
 def ctx_index(name: str) -> int:
@@ -207,6 +213,7 @@ class KernelCodegen:
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = uniform_values(self.region) if self.syncs else set()
+        self.convergent = self.convergent_segments()
         self.shared = mod.shared_layout(kernel)
         # local memory (per thread): kernel .local depots
         self.local_offsets: dict[str, int] = {}
@@ -237,6 +244,34 @@ class KernelCodegen:
                 for r in op.results:
                     self.value_order[r] = len(self.value_order)
 
+    def convergent_segments(self) -> set[int]:
+        """Resume points from which every thread follows the same path to the same next
+        sync point (all branches on the way have block-uniform conditions), so that the
+        scheduler need not look at each thread's state."""
+        out: set[int] = set()
+        if not self.syncs:
+            return out
+        starts = [(self.region.entry, 0)] + [(sp.block, sp.position + 1) for sp in self.syncs]
+        for r, (blk, pos) in enumerate(starts):
+            seen: set[Block] = set()
+            work = [(blk, pos)]
+            ok = True
+            while work and ok:
+                b, p = work.pop()
+                for op in b.ops[p:]:
+                    if op in self.sync_of_op:
+                        break
+                    if op.name == "cf.cond_br" and op.operands[0] not in self.uniform:
+                        ok = False
+                        break
+                    for succ in op.successors:
+                        if succ not in seen:
+                            seen.add(succ)
+                            work.append((succ, 0))
+            if ok:
+                out.add(r)
+        return out
+
     def error(self, msg: str, op: Operation) -> None:
         line = op.attributes.get("line")
         raise UnsupportedError(msg, line=line, kernel=self.name,
@@ -248,7 +283,9 @@ class KernelCodegen:
         # the parameter buffer, shared memory and the scratch arrays are distinct memory
         # that kernel pointers never reach: passing them as noalias arguments spares the
         # vectorizer its runtime alias checks
-        seg_ty = ir.FunctionType(VOID, [PTR, I32] + [PTR] * len(SEGMENT_AREAS))
+        # a segment returns where all threads stopped when that is known without looking
+        # (STATE_UNKNOWN otherwise): see convergent_segments()
+        seg_ty = ir.FunctionType(I32, [PTR, I32] + [PTR] * len(SEGMENT_AREAS))
         segments = []
         for r in range(len(self.syncs) + 1):
             fn = ir.Function(m, seg_ty, name=f"cpuify_seg_{self.name}_{r}")
@@ -296,8 +333,9 @@ class KernelCodegen:
         for name, v in (("bx", bx), ("by", by), ("bz", bz), ("nthreads", n), ("error", I32(0)),
                         ("local_size", I32(self.local_size)), ("pad", I32(0))):
             setf(name, v)
-        # dynamic shared size is passed through dims? no: runtime stores it after the struct
-        setf("dyn_shared", I32(0))
+        # the launcher stores the dynamic shared memory size right after the parameters
+        dyn_p = b.gep(params, [I64(dynamic_smem_offset(self.kernel.param_size))])
+        setf("dyn_shared", b.load(b.bitcast(dyn_p, I32.as_pointer())))
         # carve scratch: arrays 64-byte aligned
         offset = ir.Constant(I64, 0)
 
@@ -331,7 +369,7 @@ class KernelCodegen:
             b.ret(err)
             return fn
         # dispatcher for the C scheduler
-        disp = ir.Function(m, ir.FunctionType(VOID, [PTR, I32, I32]), name=f"cpuify_dispatch_{self.name}")
+        disp = ir.Function(m, ir.FunctionType(I32, [PTR, I32, I32]), name=f"cpuify_dispatch_{self.name}")
         disp.linkage = "internal"
         db = ir.IRBuilder(disp.append_basic_block("entry"))
         dctx, dr, dmasked = disp.args
@@ -342,10 +380,9 @@ class KernelCodegen:
             sw.add_case(I32(r), bb)
             db.position_at_end(bb)
             dctx_t = db.bitcast(dctx, CTX_TYPE.as_pointer())
-            db.call(seg, [dctx, dmasked] + self.area_args(db, dctx_t))
-            db.ret_void()
+            db.ret(db.call(seg, [dctx, dmasked] + self.area_args(db, dctx_t)))
         db.position_at_end(default)
-        db.ret_void()
+        db.ret(I32(STATE_UNKNOWN))
         kinds = [self.sync_kind(sp) for sp in self.syncs]
         kt = ir.ArrayType(I32, len(kinds))
         kg = ir.GlobalVariable(m, kt, name=f"cpuify_sync_kinds_{self.name}")
@@ -445,6 +482,7 @@ class SegmentEmitter:
         else:
             self.local_alloca = None
         exit_bb = fn.append_basic_block("done")
+        exit_some_bb = fn.append_basic_block("done_some")
         unmasked_bb = fn.append_basic_block("all_threads")
         if self.kc.syncs:
             masked_bb = fn.append_basic_block("some_threads")
@@ -455,11 +493,18 @@ class SegmentEmitter:
         self.entry_builder = ir.IRBuilder(entry)
         self.entry_builder.position_before(entry.terminator)
         b.position_at_end(exit_bb)
-        b.ret_void()
+        if self.resume in self.kc.convergent:
+            # every thread took the same path: the last thread's state is everyone's
+            last = b.gep(b.bitcast(self.state, I32.as_pointer()), [b.sub(self.nthreads64, I64(1))])
+            b.ret(b.load(last))
+        else:
+            b.ret(I32(STATE_UNKNOWN))
+        b.position_at_end(exit_some_bb)
+        b.ret(I32(STATE_UNKNOWN))
         # two copies of the thread loop: all threads (vectorizable), or only those at `resume`
         self.emit_thread_loops(unmasked_bb, exit_bb, masked=False)
         if self.kc.syncs:
-            self.emit_thread_loops(masked_bb, exit_bb, masked=True)
+            self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
 
     def emit_thread_loops(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool) -> None:
         """for tz, ty, tx (tx innermost): run the segment for one CUDA thread."""
@@ -969,7 +1014,7 @@ def _trap(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
     code = ERR_ASSERT if op.attributes.get("assert") else ERR_TRAP
     b.store(I32(code), b.gep(e.ctx, [I32(0), I32(ctx_index("error"))]))
-    b.ret_void()
+    b.ret(I32(STATE_UNKNOWN))
 
 
 @handles("upir.fence", "upir.nanosleep")

@@ -10,10 +10,11 @@ is executed directly:
     to Python values, block arguments are assigned on branches);
   * at a block barrier or warp collective the thread yields; the block scheduler runs all
     threads until each waits or has exited, then applies the semantics of
-    `cpuify_run_block` (runtime/block_sched.c): warp collectives are exchanged among the
-    lanes of a warp waiting at the same collective, and resume first; otherwise every live
-    thread must wait at the same barrier (exited threads are not waited for), else the
-    launch fails with LaunchError (barrier divergence);
+    `cpuify_run_block` (runtime/block_sched.c): warp collectives run first, per group of
+    lanes waiting at the same collective with the same member mask, once all live lanes of
+    the mask have arrived (or, when no group can run, anyway); otherwise every live thread
+    must wait at the same barrier (exited threads are not waited for), else the launch
+    fails with LaunchError (barrier divergence);
   * blocks run one after another, threads of a segment in linear thread order (the order of
     the compiled thread loops, so that even racy kernels usually agree).
 
@@ -40,6 +41,7 @@ from cpuify.codegen.layout import SharedLayout, align_up
 from cpuify.errors import LaunchError, UnsupportedError
 from cpuify.frontend.ptx_ast import Module as PTXModule, type_size
 from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.interp.memory import alloc, load
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.values import (
     coerce, from_bits, ir_type_of, mask, read_as, resize_int, to_bits, to_signed, width_of,
@@ -52,37 +54,7 @@ from cpuify.lifting import LiftedKernel, lift_kernel
 MAX_THREADS_PER_BLOCK = 1024
 _NULL_PAGE = 1 << 16
 _EXITED = None            # scheduler state of a thread that has exited
-
-
-# --- raw memory -------------------------------------------------------------------------------
-
-def load(addr: int, ptx_type: str) -> object:
-    """Read a value of PTX type `ptx_type` at a real address."""
-    size = type_size(ptx_type)
-    raw = ctypes.string_at(addr, size)
-    return from_bits(int.from_bytes(raw, "little"), ir_type_of(ptx_type))
-
-
-def store(addr: int, ptx_type: str, value: object) -> None:
-    size = type_size(ptx_type)
-    bits = to_bits(value, ir_type_of(ptx_type)) & mask(8 * size)
-    ctypes.memmove(addr, bits.to_bytes(size, "little"), size)
-
-
-def alloc(size: int, align: int = 64) -> tuple[np.ndarray, int]:
-    """A zero-filled NumPy buffer of `size` bytes at an `align`-aligned address; the caller
-    keeps the array (the memory lives as long as it does)."""
-    raw = np.zeros(size + align, dtype=np.uint8)
-    base = raw.ctypes.data
-    start = align_up(base, align) - base
-    return raw[start:start + size], base + start
-
-
-class _Memory:
-    """What op handlers use as `thread.machine`: loads and stores at real addresses."""
-
-    load = staticmethod(load)
-    store = staticmethod(store)
+_RESUMED = "resumed"      # ... of a thread whose warp collective has just been exchanged
 
 
 # --- parameters --------------------------------------------------------------------------------
@@ -165,7 +137,8 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
     dims = [int(value)] if isinstance(value, (int, np.integer)) else [int(v) for v in value]
     if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
         raise ValueError(f"kernel '{kernel}': bad {what} {value!r}")
-    return (dims + [1, 1])[0], (dims + [1, 1])[1], (dims + [1, 1])[2]
+    x, y, z = (dims + [1, 1])[:3]
+    return x, y, z
 
 
 # --- one kernel, prepared ------------------------------------------------------------------------
@@ -343,8 +316,6 @@ class Thread:
     """One CUDA thread: its SSA environment, ids and local memory; `run()` is a generator
     that yields the sync op (barrier / warp collective) it waits at."""
 
-    machine = _Memory   # load/store used by the op handlers
-
     def __init__(self, blk: "_BlockRun", tid: tuple[int, int, int], linear: int) -> None:
         self.blk = blk
         self.launch = blk.launch
@@ -478,8 +449,9 @@ class Thread:
             self.xval, self.xb, self.xc, self.xmask = as64(vals[0]), as32(vals[1]), as32(vals[2]), as32(vals[3])
         elif kind in ("vote", "match", "redux"):
             self.xval = as64(vals[0])
-            self.xmask = as32(vals[1]) if len(vals) > 1 else 0
-        elif vals:
+            if len(vals) > 1:
+                self.xmask = as32(vals[1])
+        elif vals:                        # syncwarp (activemask has no operand)
             self.xmask = as32(vals[0])
 
     def receive(self, op: Operation) -> None:
@@ -686,8 +658,7 @@ class _BlockRun:
         threads = self.threads
         n = len(threads)
         gens = [t.run() for t in threads]
-        state: list[Operation | None] = [_EXITED] * n
-        index = self.launch.kernel.sync_index
+        state: list[Any] = [_EXITED] * n      # the sync op a thread waits at, or _EXITED
 
         def advance(i: int) -> None:
             try:
@@ -702,24 +673,7 @@ class _BlockRun:
             if not live:
                 return
             if any(state[i].name == "upir.warp_collective" for i in live):  # type: ignore[union-attr]
-                # per warp: each group of lanes waiting at one collective exchanges, then
-                # the groups resume in order of their sync point, threads in linear order
-                resumed: dict[int, list[int]] = {}
-                for base in range(0, n, 32):
-                    lanes = threads[base:base + 32]
-                    done = 0
-                    for l in range(len(lanes)):
-                        s = state[base + l]
-                        if s is _EXITED or done >> l & 1 or s.name != "upir.warp_collective":
-                            continue
-                        group = sum(1 << x for x in range(l, len(lanes)) if state[base + x] is s)
-                        done |= group
-                        _warp_exchange(lanes, group, s)
-                        resumed.setdefault(index[s], []).extend(
-                            base + x for x in range(len(lanes)) if group >> x & 1)
-                for r in sorted(resumed):
-                    for i in sorted(resumed[r]):
-                        advance(i)
+                self._warp_round(state, advance)
                 continue
             barriers = {state[i] for i in live}
             if len(barriers) > 1:
@@ -737,4 +691,43 @@ class _BlockRun:
                 for i in live:
                     threads[i].xout = out
             for i in live:
+                advance(i)
+
+    def _warp_round(self, state: list, advance: Any) -> None:
+        """Exchange the warp collectives that can run, then resume their lanes (as
+        cpuify_run_block): per warp, lanes waiting at one collective with one member mask
+        form a group; a group runs when every live lane of its mask has arrived (pass 0);
+        if no group of the block is complete, incomplete groups run anyway (pass 1).
+        Resumed groups run in the order of their sync point, threads in linear order."""
+        threads = self.threads
+        n = len(threads)
+        index = self.launch.kernel.sync_index
+        resumed: dict[int, list[int]] = {}
+        for pass_ in (0, 1):
+            if resumed:
+                break
+            for base in range(0, n, 32):
+                lanes = threads[base:base + 32]
+                live = sum(1 << m for m in range(len(lanes)) if state[base + m] is not _EXITED)
+                done = 0
+                for l in range(len(lanes)):
+                    s = state[base + l]
+                    if s is _EXITED or s is _RESUMED or done >> l & 1 or \
+                            s.name != "upir.warp_collective":
+                        continue
+                    masked = s.attributes["kind"] != "activemask"
+                    mask = lanes[l].xmask
+                    group = sum(1 << m for m in range(l, len(lanes))
+                                if state[base + m] is s and (not masked or lanes[m].xmask == mask))
+                    done |= group
+                    want = mask & live if masked else group
+                    if pass_ == 0 and want & ~group:
+                        continue                 # members still on their way: wait for them
+                    _warp_exchange(lanes, group, s)
+                    members = [base + m for m in range(len(lanes)) if group >> m & 1]
+                    for i in members:
+                        state[i] = _RESUMED
+                    resumed.setdefault(index[s], []).extend(members)
+        for r in sorted(resumed):
+            for i in sorted(resumed[r]):
                 advance(i)

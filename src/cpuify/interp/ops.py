@@ -10,6 +10,7 @@ ptx_ops.py) this file computes the exact PTX result; tests compare the two."""
 from __future__ import annotations
 
 import math
+import operator
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from cpuify.codegen.analysis import memory_space
 from cpuify.frontend.ptx_ast import is_ptx_type, type_size
+from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, F64, exact, f16_from_bits, f16_to_bits, float_min_max, ftz, ir_type_of, is_float,
     is_signed, isfinite, isnan, mask, next_toward, resize_int, round_fraction, round_integral,
@@ -97,10 +99,6 @@ def fdone(th: "Thread", op: Operation, v: object, t: str) -> None:
     th.set(op, from_float(v, t), t)
 
 
-def fmt_of(t: str) -> str:
-    return {"f16": "f16", "f32": "f32", "f64": "f64"}[t]
-
-
 def directed(rn: object, operands: tuple[object, ...], exact_value: Callable[[], Fraction],
              mode: str | None, t: str, zero: Callable[[], object] | None = None) -> object:
     """The result under rounding `mode`: `rn` (the round-to-nearest result NumPy computed)
@@ -113,7 +111,7 @@ def directed(rn: object, operands: tuple[object, ...], exact_value: Callable[[],
     q = exact_value()
     if q == 0:
         return zero() if zero is not None else rn
-    return round_fraction(q, fmt_of(t), mode)
+    return round_fraction(q, t, mode)
 
 
 # --- moves -----------------------------------------------------------------------------------
@@ -270,7 +268,7 @@ def _fma(th: "Thread", op: Operation) -> None:
             prod_neg = signbit(a) != signbit(c)
             r = zero_sum(prod_neg, signbit(d), (a == 0 or c == 0) and d == 0, mode, np_t)
         else:
-            r = round_fraction(q, fmt_of(t), mode)
+            r = round_fraction(q, t, mode)
     fdone(th, op, r, t)
 
 
@@ -558,9 +556,12 @@ _INT_CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "g
 _UNORDERED = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}
 
 
+_RELATION = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+             "gt": operator.gt, "ge": operator.ge}
+
+
 def _relation(rel: str, x: object, y: object) -> bool:
-    return {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y,  # type: ignore[operator]
-            "gt": x > y, "ge": x >= y}[rel]  # type: ignore[operator]
+    return bool(_RELATION[rel](x, y))
 
 
 def compare(op: Operation, a: object, c: object, t: str) -> bool:
@@ -706,12 +707,12 @@ def _cvt(th: "Thread", op: Operation) -> None:
         if is_float(dt):                            # float -> float
             if irnd:
                 x = round_integral(x, irnd)
-            if not isfinite(x):
-                r = _NP[dt](x) if dt != "f16" else F16(x)
+            if not isfinite(x) or x == 0:
+                r = _NP_FLOAT[dt](x)                # inf, NaN, signed zeros: as they are
+            elif dt != "f16" and frnd in (None, "rn"):
+                r = _NP_FLOAT[dt](x)                # NumPy casts round to nearest even
             else:
                 r = round_fraction(exact(x), dt, frnd or "rn")
-                if exact(x) == 0:
-                    r = -r if signbit(x) else r     # keep the sign of zero
             if sat:
                 r = saturate(r)
             r = ftz(r, ftz_on)
@@ -743,7 +744,7 @@ def _cvt(th: "Thread", op: Operation) -> None:
     th.set(op, v & mask(width(dt)), dt)
 
 
-_NP = {"f32": F32, "f64": F64}
+_NP_FLOAT = {"f16": F16, "f32": F32, "f64": F64}
 
 
 @handles("ptx.cvta")
@@ -778,13 +779,13 @@ def _isspacep(th: "Thread", op: Operation) -> None:
 
 # --- memory ----------------------------------------------------------------------------------------
 
-@handles("ptx.ld")
+@handles("ptx.ld", "ptx.ldu")
 def _ld(th: "Thread", op: Operation) -> None:
     t = ty(op)
     size = type_size(t)
     addr = th.address(op, memory_space(op), size * max(len(op.results), 1))
     for k in range(len(op.results)):
-        th.set(op, th.machine.load(addr + k * size, t), t, k)
+        th.set(op, load(addr + k * size, t), t, k)
 
 
 @handles("ptx.st")
@@ -794,7 +795,7 @@ def _st(th: "Thread", op: Operation) -> None:
     n = len(op.operands) - 1
     addr = th.address(op, memory_space(op), size * n)
     for k in range(n):
-        th.machine.store(addr + k * size, t, th.src(op, k + 1, t))
+        store(addr + k * size, t, th.src(op, k + 1, t))
 
 
 _ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
@@ -805,8 +806,7 @@ def _atom(th: "Thread", op: Operation) -> None:
     """Read-modify-write.  Threads interleave only at sync points, so this is atomic."""
     t = ty(op)
     addr = th.address(op, memory_space(op), type_size(t))
-    mem = th.machine
-    old = mem.load(addr, t)
+    old = load(addr, t)
     val = th.src(op, 1, t)
     kind = next(x for x in mods(op) if x in _ATOM_OPS)
     w = width(t)
@@ -834,7 +834,7 @@ def _atom(th: "Thread", op: Operation) -> None:
         new = 0 if old >= val else (old + 1) & mask(w)
     else:  # dec
         new = val if old == 0 or old > val else old - 1
-    mem.store(addr, t, new)
+    store(addr, t, new)
     if op.results and op.name == "ptx.atom":
         th.set(op, old, t)
 

@@ -39,7 +39,11 @@ typedef struct cpuify_block_ctx {
     uint32_t pad;
 } cpuify_block_ctx;
 
-typedef void (*cpuify_dispatch_fn)(cpuify_block_ctx *ctx, int32_t resume, int32_t masked);
+/* Runs the segment at `resume` for all threads (masked == 0) or for those whose state is
+ * `resume`.  Returns the state every thread ended in when the compiler proved they all took
+ * the same path (a segment whose branches are block-uniform), else STATE_UNKNOWN. */
+typedef int32_t (*cpuify_dispatch_fn)(cpuify_block_ctx *ctx, int32_t resume, int32_t masked);
+#define STATE_UNKNOWN INT32_MIN
 
 enum {
     K_BARRIER = 0, K_BAR_POPC = 1, K_BAR_AND = 2, K_BAR_OR = 3,
@@ -142,18 +146,28 @@ CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
     const uint32_t n = c->nthreads;
     int32_t *state = c->state;
     (void)nsync;
-    run(c, 0, 0);
+    int32_t known = run(c, 0, 0);
     for (;;) {
         if (c->error)
             return c->error;
+        if (known != STATE_UNKNOWN) {
+            /* all threads stopped at the same place, known without a scan */
+            if (known == STATE_EXITED)
+                return 0;
+            if (kinds[(known & 0xffff) - 1] == K_BARRIER) {
+                known = run(c, known & 0xffff, 0);
+                continue;
+            }
+        }
+        known = STATE_UNKNOWN;
         /* fast path: every thread waits at the same plain barrier (the common case) */
         {
             const int32_t first = state[0];
-            uint32_t t = 1;
-            while (t < n && state[t] == first)
-                t++;
-            if (t == n && first != STATE_EXITED && kinds[(first & 0xffff) - 1] == K_BARRIER) {
-                run(c, first & 0xffff, 0);   /* the unmasked loop does not read state[] */
+            int32_t diff = 0;
+            for (uint32_t t = 1; t < n; t++)   /* branch-free: the compiler vectorizes it */
+                diff |= state[t] ^ first;
+            if (diff == 0 && first != STATE_EXITED && kinds[(first & 0xffff) - 1] == K_BARRIER) {
+                known = run(c, first & 0xffff, 0);   /* the unmasked loop does not read state[] */
                 continue;
             }
         }
@@ -245,7 +259,7 @@ CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
         }
         for (uint32_t t = 0; t < n; t++)
             if (state[t] != STATE_EXITED) state[t] = barrier;
-        run(c, barrier, exited != 0);
+        known = run(c, barrier, exited != 0);
     }
 }
 
