@@ -108,6 +108,7 @@ class Function:
         self._flush = "vprintf" in module._compiled.ptx
         self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT - info.shared_static
         self._plan = [(name, t, off, size) for (name, t, off, size) in info.params]
+        self._aggregate = list(info.aggregate_params)
 
     # CuPy-compatible read-only attributes
     @property
@@ -150,7 +151,7 @@ class Function:
                     continue
                 raise TypeError(f"kernel '{self.name}' argument {i}: expected a {t} scalar, "
                                 f"got {type(arg).__name__}")
-            if size != _type_size(t) or t == "b8" and size > 1:
+            if self._aggregate[i] or size != _type_size(t):
                 self._pack_struct(i, arg, bufs.params_addr + off, size)
                 continue
             if t in ("b64", "u64", "s64"):

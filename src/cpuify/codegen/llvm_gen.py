@@ -93,6 +93,7 @@ class KernelInfo:
     symbol: str                     # block function symbol
     param_size: int
     params: list[tuple[str, str, int, int]]    # (name, ptx type, offset, size)
+    aggregate_params: list[bool]                # declared as byte arrays: structs by value
     scratch: ScratchLayout
     shared_static: int
     has_sync: bool
@@ -300,6 +301,7 @@ class KernelCodegen:
         info = KernelInfo(
             name=self.name, symbol=block_fn.name, param_size=self.kernel.param_size,
             params=[(p.name, p.ptx_type, p.offset, p.size) for p in self.kernel.params],
+            aggregate_params=[bool(p.dims) for p in self.kernel.params],
             scratch=ScratchLayout(bool(self.syncs), self.slot_bytes, self.local_size),
             shared_static=self.shared.dynamic_offset if self.shared.static_size else 0,
             has_sync=bool(self.syncs), num_sync=len(self.syncs),
