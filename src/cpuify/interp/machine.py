@@ -99,7 +99,7 @@ def pack_params(kernel: LiftedKernel, args: Sequence[Any]) -> bytes:
                 continue
             raise TypeError(f"kernel '{name}' argument {i}: expected a {t} scalar, "
                             f"got {type(arg).__name__}")
-        if size != type_size(t) or t == "b8" and size > 1:      # struct by value
+        if p.dims or size != type_size(t):          # declared as an array: a struct by value
             if isinstance(arg, (np.void, np.generic)) or \
                     isinstance(arg, np.ndarray) and arg.dtype.fields is not None:
                 data = arg.tobytes()
@@ -429,7 +429,7 @@ class Thread:
                     self.unsupported(f"no semantics for '{name}'", op)
                 upir(self, op)  # type: ignore[misc]
             else:
-                self.fail(f"basic block without terminator", None)
+                self.fail("basic block without terminator", None)
 
     def contribute(self, op: Operation) -> None:
         """This thread's inputs to the collective (codegen's leave_at_sync)."""

@@ -803,7 +803,9 @@ _ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas
 
 @handles("ptx.atom", "ptx.red")
 def _atom(th: "Thread", op: Operation) -> None:
-    """Read-modify-write.  Threads interleave only at sync points, so this is atomic."""
+    """Read-modify-write.  Threads interleave only at sync points, so this is atomic.
+    Float add/min/max keep subnormals (as the compiled path; the PTX ISA's flush of
+    atom.add.f32 on .global is a property of old hardware that neither models)."""
     t = ty(op)
     addr = th.address(op, memory_space(op), type_size(t))
     old = load(addr, t)
