@@ -255,7 +255,8 @@ def infer_pointers(region: Region) -> set[Value]:
 
     all_ops = [op for b in region.blocks for op in b.ops]
     for op in all_ops:
-        if op.name in ("ptx.ld", "ptx.st", "ptx.atom", "ptx.red") and _mem_space(op) in _ADDRESS_SPACES_REAL:
+        if op.name in ("ptx.ld", "ptx.ldu", "ptx.st", "ptx.atom", "ptx.red") and \
+                _mem_space(op) in _ADDRESS_SPACES_REAL:
             mark(op.operands[0])
         elif op.name == "ptx.cvta" and "to" in op.attributes.get("mods", ()):
             mark(op.operands[0])
@@ -280,7 +281,7 @@ def infer_pointers(region: Region) -> set[Value]:
                 pointers.add(r)       # shared/local/global -> generic: a real address
             elif op.name == "ptx.cvta" and r.type == "i64" and ("global" in op.attributes["mods"]):
                 pointers.add(r)
-            elif op.name in ("upir.param", "ptx.ld") and r.type == "i64":
+            elif op.name in ("upir.param", "ptx.ld", "ptx.ldu") and r.type == "i64":
                 pointers.add(r)
             elif op.name == "upir.addressof" and op.attributes.get("space") in ("global", "const", "param"):
                 pointers.add(r)

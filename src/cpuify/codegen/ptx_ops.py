@@ -1,9 +1,9 @@
 """LLVM lowering of `ptx.*` ops: PTX instruction semantics (ISA 9.x), one handler per opcode.
 
-Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on add/sub/mul/div/sqrt/rcp are
-computed exactly from the round-to-nearest result and its exact error (error-free
-transformations); `fma.r{z,m,p}.f32` goes through an f64 fma (documented double rounding
-in rare ties); `.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1].
+Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on add/sub/mul/div/sqrt/rcp and
+fma.f32 are computed exactly from the round-to-nearest result and the sign of its exact
+error (error-free transformations, in double for f32 so the error cannot underflow);
+`.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1].
 Integer division by zero yields all ones instead of a CPU fault."""
 
 from __future__ import annotations
@@ -88,17 +88,41 @@ def nextafter(e: SegmentEmitter, v: ir.Value, up: bool) -> ir.Value:
     smallest = it(1) if up else it((1 << (w - 1)) | 1)
     res = b.select(is_zero, smallest, stepped)
     out = b.bitcast(res, v.type)
-    finite = b.fcmp_ordered("<", call(e, f"llvm.fabs.{fsuffix(v.type)}", v.type, [v]),
+    # NaN stays; +-inf stays when stepping away from zero, else becomes +-MAX
+    is_nan = b.fcmp_unordered("uno", v, v)
+    is_inf = b.fcmp_ordered("==", call(e, f"llvm.fabs.{fsuffix(v.type)}", v.type, [v]),
                             ir.Constant(v.type, float("inf")))
-    return b.select(finite, out, v)
+    keep = b.or_(is_nan, b.and_(is_inf, away))
+    return b.select(keep, v, out)
 
 
-def directed(e: SegmentEmitter, rn: ir.Value, err_sign: ir.Value, mode: str | None) -> ir.Value:
+def all_finite(e: SegmentEmitter, values: list[ir.Value]) -> ir.Value:
+    b = e.b
+    ok: ir.Value = I1(1)
+    for v in values:
+        mag = call(e, f"llvm.fabs.{fsuffix(v.type)}", v.type, [v])
+        ok = b.and_(ok, b.fcmp_ordered("<", mag, ir.Constant(v.type, float("inf"))))
+    return ok
+
+
+def directed(e: SegmentEmitter, rn: ir.Value, err_sign: ir.Value, mode: str | None,
+             inputs: list[ir.Value] | None = None, exact_inf: ir.Value | None = None) -> ir.Value:
     """Adjust a round-to-nearest result `rn` whose exact error (true - rn) has the sign of
-    `err_sign` (a float) to the directed rounding `mode`."""
+    `err_sign` (a float) to the directed rounding `mode`.  With `inputs` given, an overflow
+    to +-inf from finite inputs is treated as an error towards zero (so .rz gives MAX)."""
     if mode in (None, "rn"):
         return rn
     b = e.b
+    if inputs is not None:
+        mag = call(e, f"llvm.fabs.{fsuffix(rn.type)}", rn.type, [rn])
+        overflow = b.and_(b.fcmp_ordered("==", mag, ir.Constant(rn.type, float("inf"))),
+                          all_finite(e, inputs))
+        if exact_inf is not None:      # x/0 is an exact infinity, not an overflow
+            overflow = b.and_(overflow, b.not_(exact_inf))
+        towards_zero = b.fneg(rn)
+        if err_sign.type != rn.type:
+            towards_zero = b.fpext(towards_zero, err_sign.type)
+        err_sign = b.select(overflow, towards_zero, err_sign)
     zero = ir.Constant(err_sign.type, 0.0)
     pos = b.fcmp_ordered(">", err_sign, zero)
     neg = b.fcmp_ordered("<", err_sign, zero)
@@ -113,6 +137,46 @@ def directed(e: SegmentEmitter, rn: ir.Value, err_sign: ir.Value, mode: str | No
     up = b.and_(rn_neg, pos)
     r = b.select(down, nextafter(e, rn, False), rn)
     return b.select(up, nextafter(e, r, True), r)
+
+
+def _mul_error_f64(e: SegmentEmitter, a: ir.Value, c: ir.Value, r: ir.Value) -> ir.Value:
+    """Sign of a*c - r for doubles, exact even when the product underflows: the smaller
+    factor and r are scaled by 2^600 first (the smaller factor of a tiny product is tiny)."""
+    b = e.b
+    mag_a = call(e, "llvm.fabs.f64", F64, [a])
+    mag_c = call(e, "llvm.fabs.f64", F64, [c])
+    a_small = b.fcmp_ordered("<", mag_a, mag_c)
+    small, other = b.select(a_small, a, c), b.select(a_small, c, a)
+    tiny = b.fcmp_ordered("<", call(e, "llvm.fabs.f64", F64, [r]), ir.Constant(F64, 2.0 ** -900))
+    k = b.select(tiny, ir.Constant(F64, 2.0 ** 600), ir.Constant(F64, 1.0))
+    return call(e, "llvm.fma.f64", F64, [b.fmul(small, k), other, b.fneg(b.fmul(r, k))])
+
+
+def _div_error(e: SegmentEmitter, a: ir.Value, c: ir.Value, q: ir.Value) -> ir.Value:
+    """A value with the sign of a/c - q (q the rounded quotient): the exact remainder
+    a - q*c (in double for floats, so it cannot underflow) times the sign of c."""
+    b = e.b
+    if a.type == F32:
+        a, c, q = b.fpext(a, F64), b.fpext(c, F64), b.fpext(q, F64)
+    rem = call(e, f"llvm.fma.{fsuffix(a.type)}", a.type, [b.fneg(q), c, a])
+    neg_c = b.fcmp_ordered("<", c, ir.Constant(c.type, 0.0))
+    return b.select(neg_c, b.fneg(rem), rem)
+
+
+def _rm_zero(e: SegmentEmitter, r: ir.Value, terms: list[ir.Value],
+             exact_zero: ir.Value | None = None) -> ir.Value:
+    """IEEE: an exactly zero sum rounded toward -inf is -0, unless every term is +0."""
+    b = e.b
+    it = ir.IntType(_width(r.type))
+    zero = b.fcmp_ordered("==", r, ir.Constant(r.type, 0.0)) if exact_zero is None else \
+        b.and_(exact_zero, b.fcmp_ordered("==", r, ir.Constant(r.type, 0.0)))
+    all_pos_zero: ir.Value = I1(1)
+    for t in terms:
+        all_pos_zero = b.and_(all_pos_zero,
+                              b.icmp_unsigned("==", b.bitcast(t, ir.IntType(_width(t.type))),
+                                              ir.IntType(_width(t.type))(0)))
+    neg_zero = b.bitcast(it(1 << (_width(r.type) - 1)), r.type)
+    return b.select(b.and_(zero, b.not_(all_pos_zero)), neg_zero, r)
 
 
 def src(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
@@ -186,7 +250,9 @@ def _add(e: SegmentEmitter, op: Operation) -> None:
             # TwoSum: exact error of a + cc
             bb = b.fsub(r, a)
             err = b.fadd(b.fsub(a, b.fsub(r, bb)), b.fsub(cc, bb))
-            r = directed(e, r, err, mode)
+            r = directed(e, r, err, mode, [a, c])
+            if mode == "rm":
+                r = _rm_zero(e, r, [a, cc])
         if t == "f16":
             r = b.bitcast(r, I16)
         fdone(e, op, r, t)
@@ -270,9 +336,12 @@ def _mul(e: SegmentEmitter, op: Operation) -> None:
         r = b.fmul(a, c)
         mode = rounding(op)
         if mode in ("rz", "rm", "rp"):
-            sfx = fsuffix(a.type)
-            err = call(e, f"llvm.fma.{sfx}", a.type, [a, c, b.fneg(r)])
-            r = directed(e, r, err, mode)
+            if a.type == F32:
+                # the product of two floats is exact in double: no underflow of the error
+                err = b.fsub(b.fmul(b.fpext(a, F64), b.fpext(c, F64)), b.fpext(r, F64))
+            else:
+                err = _mul_error_f64(e, a, c, r)
+            r = directed(e, r, err, mode, [a, c])
         if t == "f16":
             r = b.bitcast(r, I16)
         fdone(e, op, r, t)
@@ -336,10 +405,18 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
     if mode in ("rz", "rm", "rp"):
         if t != "f32":
             e.kc.error(f"fma.{mode}.{t} (directed rounding) is not supported", op)
-        wide = call(e, "llvm.fma.f64", F64, [b.fpext(a, F64), b.fpext(c, F64), b.fpext(d, F64)])
-        rn = b.fptrunc(wide, F32)
-        err = b.fsub(wide, b.fpext(rn, F64))
-        r = directed(e, rn, err, mode)
+        # exact: the f32 product is exact in f64; TwoSum with the addend gives s + t == a*c + d
+        p = b.fmul(b.fpext(a, F64), b.fpext(c, F64))
+        d64 = b.fpext(d, F64)
+        s = b.fadd(p, d64)
+        bb = b.fsub(s, p)
+        t = b.fadd(b.fsub(p, b.fsub(s, bb)), b.fsub(d64, bb))
+        rn = b.fptrunc(s, F32)
+        err = b.fadd(b.fsub(s, b.fpext(rn, F64)), t)
+        r = directed(e, rn, err, mode, [a, c, d])
+        if mode == "rm":
+            exact_zero = b.fcmp_ordered("==", b.fadd(s, t), ir.Constant(F64, 0.0))
+            r = _rm_zero(e, r, [b.fptrunc(p, F32), d], exact_zero=exact_zero)
     elif mode is None and op.name == "ptx.mad" and t == "f32" and not has(op, "rn"):
         r = b.fadd(b.fmul(a, c), d)     # mad.f32 without rounding: not fused on sm_1x; use fma
         r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
@@ -359,11 +436,8 @@ def _div(e: SegmentEmitter, op: Operation) -> None:
         r = b.fdiv(a, c)
         mode = rounding(op)
         if mode in ("rz", "rm", "rp"):
-            # remainder a - r*c is exact with fma; its sign (times sign of c) is the error's
-            rem = call(e, f"llvm.fma.{fsuffix(a.type)}", a.type, [b.fneg(r), c, a])
-            neg_c = b.fcmp_ordered("<", c, ir.Constant(c.type, 0.0))
-            rem = b.select(neg_c, b.fneg(rem), rem)
-            r = directed(e, r, rem, mode)
+            r = directed(e, r, _div_error(e, a, c, r), mode, [a, c],
+                         exact_inf=b.fcmp_ordered("==", c, ir.Constant(c.type, 0.0)))
         fdone(e, op, r, t)
         return
     _int_div(e, op, rem=False)
@@ -430,10 +504,11 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
         if t == "f16":
             e.kc.error("f16 min/max is not supported", op)
         sfx = fsuffix(a.type)
+        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored
         if has(op, "NaN"):
             name = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
         else:
-            name = f"llvm.{'minnum' if is_min else 'maxnum'}.{sfx}"
+            name = f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}"
         fdone(e, op, call(e, name, a.type, [a, c]), t)
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
@@ -548,25 +623,28 @@ def _bfind(e: SegmentEmitter, op: Operation) -> None:
 
 @handles("ptx.bfe")
 def _bfe(e: SegmentEmitter, op: Operation) -> None:
+    """PTX bfe: bits pos..pos+len-1 of a; for .s types every bit above the field (or past
+    the top of a) is the sign bit a[min(pos+len-1, msb)]."""
     b = e.b
     t = ty(op)
     a = src(e, op, 0, t)
     w = a.type.width
+    it = a.type
     pos = b.and_(src(e, op, 1, "u32"), I32(0xFF))
     ln = b.and_(src(e, op, 2, "u32"), I32(0xFF))
-    posw, lnw = e.int_resize(pos, a.type, False), e.int_resize(ln, a.type, False)
-    shifted = b.lshr(a, b.select(b.icmp_unsigned(">=", pos, I32(w)), a.type(w - 1), posw))
-    shifted = b.select(b.icmp_unsigned(">=", pos, I32(w)), a.type(0), shifted)
-    full = b.icmp_unsigned(">=", ln, I32(w))
-    mask = b.select(full, a.type(-1), b.sub(b.shl(a.type(1), b.select(full, a.type(0), lnw)), a.type(1)))
+    # valid field bits: min(len, max(0, w - pos))
+    room = b.select(b.icmp_unsigned(">=", pos, I32(w)), I32(0), b.sub(I32(w), pos))
+    eff = call(e, "llvm.umin.i32", I32, [ln, room])
+    shifted = b.lshr(a, e.int_resize(b.select(b.icmp_unsigned(">=", pos, I32(w)), I32(0), pos), it, False))
+    full = b.icmp_unsigned(">=", eff, I32(w))
+    mask = b.select(full, it(-1), b.sub(b.shl(it(1), e.int_resize(b.select(full, I32(0), eff), it, False)), it(1)))
     r = b.and_(shifted, mask)
     if is_signed(t):
-        # sign bit: bit min(pos+len-1, w-1) of a; zero length gives 0
         top = call(e, "llvm.umin.i32", I32, [b.sub(b.add(pos, ln), I32(1)), I32(w - 1)])
-        sbit = b.trunc(b.lshr(a, e.int_resize(top, a.type, False)), I1)
+        sbit = b.trunc(b.lshr(a, e.int_resize(top, it, False)), I1)
         sbit = b.and_(sbit, b.icmp_unsigned("!=", ln, I32(0)))
-        r = b.select(b.and_(sbit, b.not_(full)), b.or_(r, b.not_(mask)), r)
-    e.result(op, b.select(b.icmp_unsigned("==", ln, I32(0)), a.type(0), r), t)
+        r = b.select(sbit, b.or_(r, b.not_(mask)), r)
+    e.result(op, r, t)
 
 
 @handles("ptx.bfi")
@@ -805,17 +883,24 @@ def _math(e: SegmentEmitter, op: Operation) -> None:
     if name == "sqrt":
         r = call(e, f"llvm.sqrt.{sfx}", a.type, [a])
         if mode in ("rz", "rm", "rp"):
-            err = call(e, f"llvm.fma.{sfx}", a.type, [b.fneg(r), r, a])
+            if a.type == F32:
+                r64 = b.fpext(r, F64)
+                err = call(e, "llvm.fma.f64", F64, [b.fneg(r64), r64, b.fpext(a, F64)])
+            else:
+                # scaled so that the error of a tiny square root does not underflow
+                tiny = b.fcmp_ordered("<", a, ir.Constant(F64, 2.0 ** -900))
+                ra = b.select(tiny, ir.Constant(F64, 2.0 ** 300), ir.Constant(F64, 1.0))
+                aa = b.select(tiny, ir.Constant(F64, 2.0 ** 600), ir.Constant(F64, 1.0))
+                rs = b.fmul(r, ra)
+                err = call(e, "llvm.fma.f64", F64, [b.fneg(rs), rs, b.fmul(a, aa)])
             r = directed(e, r, err, mode)
     elif name == "rsqrt":
         r = b.fdiv(one, call(e, f"llvm.sqrt.{sfx}", a.type, [a]))
     elif name == "rcp":
         r = b.fdiv(one, a)
         if mode in ("rz", "rm", "rp"):
-            rem = call(e, f"llvm.fma.{sfx}", a.type, [b.fneg(r), a, one])
-            neg = b.fcmp_ordered("<", a, ir.Constant(a.type, 0.0))
-            rem = b.select(neg, b.fneg(rem), rem)
-            r = directed(e, r, rem, mode)
+            r = directed(e, r, _div_error(e, one, a, r), mode, [a],
+                         exact_inf=b.fcmp_ordered("==", a, ir.Constant(a.type, 0.0)))
     elif name == "sin":
         r = call(e, f"llvm.sin.{sfx}", a.type, [a])
     elif name == "cos":
@@ -850,7 +935,7 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
         st = "f32"
     to_half = dt == "f16"
     if to_half:
-        dt = "f32"
+        dt = "f64" if st == "f64" else "f32"   # f64 -> f16 in one rounding
     if is_float(st):
         a = ftz(e, a, ftz_on)
     if is_float(st) and is_float(dt):
@@ -961,7 +1046,7 @@ def _isspacep(e: SegmentEmitter, op: Operation) -> None:
 _ORDERED_LOADS = ("acquire", "relaxed", "volatile")
 
 
-@handles("ptx.ld")
+@handles("ptx.ld", "ptx.ldu")
 def _ld(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
     t = ty(op)

@@ -127,6 +127,7 @@ PURE_PTX = (
 for _name in PURE_PTX:
     define(f"ptx.{_name}", pure=True)
 define("ptx.ld", effects=_space_effect((READ,)))
+define("ptx.ldu", effects=_space_effect((READ,)))
 define("ptx.st", effects=_space_effect((WRITE,)))
 define("ptx.atom", effects=_space_effect((READ, WRITE)))
 define("ptx.red", effects=_space_effect((READ, WRITE)))
