@@ -28,7 +28,8 @@ from typing import Callable
 from llvmlite import ir
 
 from cpuify.codegen.analysis import (
-    SyncPoint, infer_pointers, memory_space, plan_sync_points, uniform_values,
+    SyncPoint, infer_pointers, memory_space, no_signed_wrap, no_unsigned_wrap, plan_sync_points,
+    uniform_values,
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
@@ -208,6 +209,8 @@ class KernelCodegen:
         self.syncs: list[SyncPoint] = plan_sync_points(self.region)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
+        self.nsw = no_signed_wrap(self.region)
+        self.nuw = no_unsigned_wrap(self.region)
         for sp in self.syncs:
             for v, expr in sp.derived.items():
                 if v in self.pointers:
@@ -537,8 +540,10 @@ class SegmentEmitter:
             phi.add_incoming(nxt, latches[k])
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
         b.position_at_end(bodies[2])
-        self.linear_tid = b.add(b.mul(b.add(b.mul(phis[0], self.ntid[1]), phis[1]), self.ntid[0]),
-                                phis[2], name="ltid")
+        # < 1024: never wraps (the flags let LLVM see slot indices as affine)
+        nw = ["nuw", "nsw"]
+        self.linear_tid = b.add(b.mul(b.add(b.mul(phis[0], self.ntid[1], flags=nw), phis[1], flags=nw),
+                                      self.ntid[0], flags=nw), phis[2], name="ltid", flags=nw)
         self.linear_tid64 = b.zext(self.linear_tid, I64)
         self.latch = latches[2]
         if self.kc.local_size:

@@ -179,6 +179,17 @@ def _rm_zero(e: SegmentEmitter, r: ir.Value, terms: list[ir.Value],
     return b.select(b.and_(zero, b.not_(all_pos_zero)), neg_zero, r)
 
 
+def wrap_flags(e: SegmentEmitter, op: Operation) -> list[str]:
+    """nsw/nuw for index arithmetic proven not to wrap (analysis.no_*_wrap)."""
+    r = op.results[0] if op.results else None
+    flags = []
+    if r in e.kc.nsw:
+        flags.append("nsw")
+    if r in e.kc.nuw:
+        flags.append("nuw")
+    return flags
+
+
 def src(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
     return e.operand(op.operands[i], t)
 
@@ -274,7 +285,8 @@ def _add(e: SegmentEmitter, op: Operation) -> None:
         r = _carry_op(e, op, a, c, is_add)
         return
     else:
-        r = b.add(a, c) if is_add else b.sub(a, c)
+        flags = wrap_flags(e, op)
+        r = b.add(a, c, flags=flags) if is_add else b.sub(a, c, flags=flags)
     e.result(op, r, t)
 
 
@@ -322,7 +334,7 @@ def _mul_parts(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, t: st
         ext = b.sext if is_signed(t) else b.zext
         p = b.mul(ext(a, wt), ext(c, wt))
         return b.trunc(b.lshr(p, wt(w)), a.type), t
-    return b.mul(a, c), t
+    return b.mul(a, c, flags=wrap_flags(e, op)), t
 
 
 @handles("ptx.mul")
@@ -389,7 +401,7 @@ def _mad(e: SegmentEmitter, op: Operation) -> None:
     if has(op, "sat"):
         r = call(e, "llvm.sadd.sat.i32", I32, [p, d])
     else:
-        r = b.add(p, d)
+        r = b.add(p, d, flags=wrap_flags(e, op))
     e.result(op, r, rt)
 
 
@@ -557,7 +569,7 @@ def _shift(e: SegmentEmitter, op: Operation) -> None:
     n_w = e.int_resize(n, a.type, False) if w >= 32 else b.trunc(call(e, "llvm.umin.i32", I32, [n, I32(w)]), a.type)
     big = b.icmp_unsigned(">=", n, I32(w))
     if op.name == "ptx.shl":
-        r = b.select(big, a.type(0), b.shl(a, b.select(big, a.type(0), n_w)))
+        r = b.select(big, a.type(0), b.shl(a, b.select(big, a.type(0), n_w), flags=wrap_flags(e, op)))
     elif is_signed(t):
         r = b.ashr(a, b.select(big, a.type(w - 1), n_w))
     else:
