@@ -401,16 +401,17 @@ def _is_sext_to_64(op: Operation) -> bool:
 
 
 def no_signed_wrap(region: Region) -> set[Value]:
-    """32-bit signed add/sub/mul results that only feed sign extensions to 64 bits (directly
-    or through more such arithmetic): array indices computed in C++ `int`, whose overflow is
-    undefined in the source.  Marking them `nsw` (as clang does) lets LLVM prove that the
+    """32-bit signed add/sub/mul results that only feed sign extensions to 64 bits or
+    shared/local addresses (directly or through more such arithmetic): array indices computed
+    in C++ `int`, whose overflow is undefined in the source.  Marking them `nsw` (as clang does) lets LLVM prove that the
     64-bit addresses are affine in the thread index, instead of guarding every vector loop
     with wrap checks.  A wrapped index would address memory ~8 GiB away anyway."""
     cand: set[Value] = set()
     for b in region.blocks:
         for op in b.ops:
             mods = op.attributes.get("mods", ())
-            if op.name in _INDEX_OPS and "s32" in mods and "wide" not in mods and "hi" not in mods \
+            if op.name in _INDEX_OPS and ("s32" in mods or "u32" in mods or "b32" in mods) \
+                    and "wide" not in mods and "hi" not in mods \
                     and "sat" not in mods and "cc" not in mods and op.results:
                 cand.add(op.results[0])
     changed = True
@@ -422,33 +423,7 @@ def no_signed_wrap(region: Region) -> set[Value]:
                     continue
                 if _is_sext_to_64(user) and v in user.operands[:2]:
                     continue
-                cand.discard(v)
-                changed = True
-                break
-    return cand
-
-
-def no_unsigned_wrap(region: Region) -> set[Value]:
-    """32-bit add/mul/shl results that only feed shared or local memory addresses (directly
-    or through more such arithmetic).  Those windows are far smaller than 4 GiB, so a
-    wrapping computation would be out of bounds anyway; `nuw` lets LLVM see that the
-    zero-extended offsets are affine in the thread index."""
-    cand: set[Value] = set()
-    for b in region.blocks:
-        for op in b.ops:
-            mods = op.attributes.get("mods", ())
-            if op.name in ("ptx.add", "ptx.mul", "ptx.mad", "ptx.shl") and op.results and \
-                    op.results[0].type == "i32" and "hi" not in mods and "wide" not in mods \
-                    and "sat" not in mods and "cc" not in mods:
-                cand.add(op.results[0])
-    changed = True
-    while changed:
-        changed = False
-        for v in list(cand):
-            for user in v.uses:
-                if user.name in ("ptx.add", "ptx.mul", "ptx.mad", "ptx.shl") and user.results \
-                        and user.results[0] in cand and v in user.operands[:2]:
-                    continue
+                # shared/local offsets are sign-extended by the code generator too
                 if user.name in ("ptx.ld", "ptx.st", "ptx.atom", "ptx.red") and \
                         _mem_space(user) in ("shared", "local") and user.operands[0] is v and \
                         v not in user.operands[1:]:
@@ -457,3 +432,4 @@ def no_unsigned_wrap(region: Region) -> set[Value]:
                 changed = True
                 break
     return cand
+

@@ -28,8 +28,7 @@ from typing import Callable
 from llvmlite import ir
 
 from cpuify.codegen.analysis import (
-    SyncPoint, infer_pointers, memory_space, no_signed_wrap, no_unsigned_wrap, plan_sync_points,
-    uniform_values,
+    SyncPoint, infer_pointers, memory_space, no_signed_wrap, plan_sync_points, uniform_values,
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
@@ -210,7 +209,6 @@ class KernelCodegen:
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
         self.nsw = no_signed_wrap(self.region)
-        self.nuw = no_unsigned_wrap(self.region)
         for sp in self.syncs:
             for v, expr in sp.derived.items():
                 if v in self.pointers:
@@ -819,7 +817,9 @@ class SegmentEmitter:
             root = self.shared if space == "shared" else self.local_base
             if isinstance(lv.type, ir.PointerType):
                 lv = b.ptrtoint(lv, I64)
-            idx = lv if lv.type == I64 else b.zext(lv, I64)
+            # sign-extended: offsets are < 2^31, and with `nsw` index arithmetic LLVM can
+            # then see them as affine in the thread index
+            idx = lv if lv.type == I64 else b.sext(lv, I64)
             if offset:
                 idx = b.add(idx, I64(offset))
             return b.gep(root, [idx])

@@ -180,14 +180,8 @@ def _rm_zero(e: SegmentEmitter, r: ir.Value, terms: list[ir.Value],
 
 
 def wrap_flags(e: SegmentEmitter, op: Operation) -> list[str]:
-    """nsw/nuw for index arithmetic proven not to wrap (analysis.no_*_wrap)."""
-    r = op.results[0] if op.results else None
-    flags = []
-    if r in e.kc.nsw:
-        flags.append("nsw")
-    if r in e.kc.nuw:
-        flags.append("nuw")
-    return flags
+    """nsw for index arithmetic whose wrapping would be undefined (analysis.no_signed_wrap)."""
+    return ["nsw"] if op.results and op.results[0] in e.kc.nsw else []
 
 
 def src(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
