@@ -113,43 +113,34 @@ def plan_sync_points(region: Region) -> list[SyncPoint]:
     if not points:
         return points
     live_in = block_liveness(region)
-    inductions = induction_variables(region)
+    inductions = induction_variables(region, uniform_values(region))
     for sp in points:
         live = sorted(live_after(sp, live_in, region), key=_value_order(region))
         for v in live:
             if rematerializable(v):
                 sp.remat.append(v)
             elif v in inductions:
-                sp.derived[v] = inductions[v]
+                sp.derived[v] = inductions[v][0]
             else:
                 sp.live.append(v)
         # the loop counters the derived values need must cross the sync point too
-        for v, expr in sp.derived.items():
-            counter = _counter_of(expr)
+        for v in sp.derived:
+            counter = inductions[v][1]
             if counter not in sp.live and not rematerializable(counter):
                 sp.live.append(counter)
     return points
-
-
-def _counter_of(expr: Value) -> Value:
-    # expr = add(init, mul(cvt(counter), step))
-    assert isinstance(expr, OpResult)
-    mul = expr.op.operands[1]
-    assert isinstance(mul, OpResult)
-    cvt = mul.op.operands[0]
-    assert isinstance(cvt, OpResult)
-    return cvt.op.operands[0]
 
 
 def _is_const(v: Value, value: int) -> bool:
     return isinstance(v, OpResult) and v.op.name == "upir.const" and v.op.attributes.get("value") == value
 
 
-def induction_variables(region: Region) -> dict[Value, Value]:
-    """Loop-carried values `b = phi(init, b + step)` of a loop that also has a counter
-    `k = phi(0, k + 1)`: b == init + k * step in every iteration, so b need not be kept per
-    thread across a barrier when init and step can be recomputed.  Returns b -> a detached
-    expression `add(init, mul(cvt(k), step))` for the code generator to rematerialize."""
+def induction_variables(region: Region, uniform: set[Value]) -> dict[Value, tuple[Value, Value]]:
+    """Loop-carried 64-bit values `b = phi(b0, b + step)` of a loop that also has a counter
+    `k = phi(k0, k + s)` (s a constant): in every iteration b == b0 + ((k - k0) / s) * step,
+    so b need not be kept per thread across a barrier when b0, step and k0 can be
+    recomputed.  The counter must be block-uniform (one copy per block is kept).
+    Returns b -> (a detached expression for the code generator, k)."""
     from cpuify.ir.core import dominates, dominators
     idom = dominators(region)
     preds: dict[Block, list[tuple[Block, int]]] = {}
@@ -159,7 +150,7 @@ def induction_variables(region: Region) -> dict[Value, Value]:
             continue
         for k, succ in enumerate(term.successors):
             preds.setdefault(succ, []).append((blk, k))
-    out: dict[Value, Value] = {}
+    out: dict[Value, tuple[Value, Value]] = {}
     for header in region.blocks:
         if not header.args or header not in idom:
             continue
@@ -184,35 +175,58 @@ def induction_variables(region: Region) -> dict[Value, Value]:
                 steps.add(other[0])
             return steps.pop() if len(steps) == 1 else None
 
-        counter = None
+        def init_of(arg: BlockArgument) -> Value | None:
+            inits = set(incoming(arg, entries))
+            if len(inits) != 1:
+                return None
+            (init,) = inits
+            return init if rematerializable(init) else None
+
+        # the loop counter: a constant step (1 from 0 is the common, division-free case)
+        best: tuple[int, BlockArgument, Value, Value] | None = None
         for a in header.args:
-            inits = set(incoming(a, entries))
-            step = step_of(a)
-            if a.type in ("i32", "i64") and step is not None and _is_const(step, 1) and \
-                    all(_is_const(i, 0) or (isinstance(i, OpResult) and i.op.name == "ptx.mov"
-                                             and _is_const(i.op.operands[0], 0)) for i in inits):
-                counter = a
-                break
-        if counter is None:
+            step, init = step_of(a), init_of(a)
+            if a.type not in ("i32", "i64") or a not in uniform or step is None or init is None or \
+                    not (isinstance(step, OpResult) and step.op.name == "upir.const") or \
+                    not isinstance(step.op.attributes.get("value"), int) or \
+                    step.op.attributes["value"] == 0:
+                continue
+            simple = _is_const(step, 1) and (_is_const(init, 0) or _mov_of_zero(init))
+            rank = 0 if simple else 1
+            if best is None or rank < best[0]:
+                best = (rank, a, init, step)
+        if best is None:
             continue
+        rank, counter, k0, s = best
+        it = counter.type
+        ops: list[Operation] = []
+        if rank == 0:
+            iteration: Value = counter
+        else:
+            sub = Operation("ptx.sub", [counter, k0], [it], {"mods": ["s" + it[1:]]})
+            div = Operation("ptx.div", [sub.results[0], s], [it], {"mods": ["s" + it[1:]]})
+            ops += [sub, div]
+            iteration = div.results[0]
         for a in header.args:
             if a is counter or a.type != "i64":
                 continue
-            inits = set(incoming(a, entries))
-            step = step_of(a)
-            if len(inits) != 1 or step is None:
+            init, step = init_of(a), step_of(a)
+            if init is None or step is None or not rematerializable(step):
                 continue
-            (init,) = inits
-            if not (rematerializable(init) and rematerializable(step)):
-                continue
-            wide = Operation("ptx.cvt", [counter], ["i64"], {"mods": ["s64", "s32" if counter.type == "i32" else "s64"]})
+            wide = Operation("ptx.cvt", [iteration], ["i64"],
+                             {"mods": ["s64", "s32" if it == "i32" else "s64"]})
             mul = Operation("ptx.mul", [wide.results[0], step], ["i64"], {"mods": ["lo", "s64"]})
             add = Operation("ptx.add", [init, mul.results[0]], ["i64"], {"mods": ["s64"]})
-            # detached ops must not count as uses of the real values
-            for op in (wide, mul, add):
-                op.drop_uses()
-            out[a] = add.results[0]
+            out[a] = (add.results[0], counter)
+            ops += [wide, mul, add]
+        # detached ops must not count as uses of the real values
+        for op in ops:
+            op.drop_uses()
     return out
+
+
+def _mov_of_zero(v: Value) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "ptx.mov" and _is_const(v.op.operands[0], 0)
 
 
 def _value_order(region: Region):  # type: ignore[no-untyped-def]
