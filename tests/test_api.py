@@ -124,3 +124,32 @@ def test_dim3_forms():
         k((1, 1, 1, 1), 1, (p,))
     with pytest.raises(TypeError, match="tuple"):
         k("x", 1, (p,))
+
+
+def test_launch_config_specialization_gives_the_same_results(tmp_path, monkeypatch):
+    """From the second launch with a block shape on, a kernel runs code compiled for that
+    shape; results must not change, and other shapes still use the generic code."""
+    monkeypatch.setenv("CPUIFY_CACHE_DIR", str(tmp_path))
+    src = r'''
+    extern "C" __global__ void block_sum(const float *x, float *out) {
+        extern __shared__ float s[];
+        int t = threadIdx.y * blockDim.x + threadIdx.x, n = blockDim.x * blockDim.y;
+        s[t] = x[blockIdx.x * n + t];
+        __syncthreads();
+        for (int k = n / 2; k > 0; k >>= 1) {
+            if (t < k) s[t] += s[t + k];
+            __syncthreads();
+        }
+        if (t == 0) out[blockIdx.x] = s[0];
+    }'''
+    f = cpuify.RawModule(code=src).get_function("block_sum")
+    rng = np.random.default_rng(3)
+    for block in [(16, 16), (16, 16), (16, 16), (8, 4), (8, 4), (256, 1)]:
+        n = block[0] * block[1]
+        x = rng.integers(-8, 8, 7 * n).astype(np.float32)
+        out = np.zeros(7, np.float32)
+        f((7,), block, (x, out), shared_mem=4 * n)
+        np.testing.assert_array_equal(out, x.reshape(7, n).sum(axis=1), err_msg=str(block))
+    assert set(f._shape_addr) == {(16, 16, 1), (8, 4, 1)}
+    assert all(a != f._addr for a in f._shape_addr.values())
+    assert list(tmp_path.glob("*.obj"))          # the specialization is cached on disk

@@ -168,6 +168,33 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
                           {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2})
 
 
+def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int]) -> bytes:
+    """A native object with `kernel` compiled for one block shape only; it declares the
+    module's variables, so it must be loaded next to the module's own object.  Cached."""
+    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}")
+    d = cache_dir() / f"{key}.obj"
+    if cache_enabled():
+        try:
+            return d.read_bytes()
+        except OSError:
+            pass
+    module = parse_ptx(ptx)
+    triple, layout = jit.triple_and_layout()
+    gen = ModuleCodegen(module, triple, layout, define_globals=False)
+    gen.add_kernel(lift_kernel(module, module.functions[kernel]), block_dims)
+    obj = jit.emit_object(jit.optimize(str(gen.module)))
+    if cache_enabled():
+        try:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=d.parent, prefix=".tmp-", suffix=".obj")
+            with os.fdopen(fd, "wb") as f:
+                f.write(obj)
+            os.replace(tmp, d)
+        except OSError:
+            pass
+    return obj
+
+
 def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: Sequence[str] = (),
                  filename: str = "kernel.cu", arch: str | None = None) -> CompiledModule:
     """CUDA C++ source to a native object, through the cache."""

@@ -99,6 +99,12 @@ class Function:
         self._rt = load_runtime()
         self._launch = self._rt.cpuify_launch
         self._addr = loaded.function_address(info.symbol)
+        self._loaded = loaded
+        # launch-config specialization: a block shape launched a second time gets code
+        # compiled for exactly that shape (constant thread-loop bounds)
+        self._shape_addr: dict[tuple[int, int, int], int] = {}
+        self._shape_seen: dict[tuple[int, int, int], int] = {}
+        self._specialize = os.environ.get("CPUIFY_SPECIALIZE", "1") != "0"
         self._dyn_offset = dynamic_smem_offset(info.param_size)
         self._param_size = self._dyn_offset + 8
         # launch buffers, reused by one launch at a time (launches release the GIL; a
@@ -135,6 +141,26 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<cpuify.Function {self.name}({', '.join(t for _, t, _, _ in self._plan)})>"
+
+    def _block_function_for(self, block: tuple[int, int, int]) -> int:
+        """The generic block function, or (from the second launch with this block shape on)
+        one specialized for the shape, compiled once and cached on disk."""
+        if not self._specialize:
+            return self._addr
+        seen = self._shape_seen.get(block, 0) + 1
+        self._shape_seen[block] = seen
+        if seen < 2:
+            return self._addr
+        from cpuify.codegen.llvm_gen import specialized_symbol
+        from cpuify.compiler import compile_specialized
+        try:
+            obj = compile_specialized(self.module._compiled.ptx, self.name, block)
+            self._loaded.add(obj)
+            addr = self._loaded.function_address(specialized_symbol(self.name, block))
+        except Exception:   # the generic code is always correct: keep using it
+            addr = self._addr
+        self._shape_addr[block] = addr
+        return addr
 
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
         plan = self._plan
@@ -224,6 +250,9 @@ class Function:
                 f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
                 f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
                 "as cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) does")
+        addr = self._shape_addr.get(bl)
+        if addr is None:
+            addr = self._block_function_for(bl)
         shared_bytes = self.info.shared_static + shared_mem
         scratch = self.info.scratch.scratch_bytes(nthreads)
         own = self._busy.acquire(blocking=False)
@@ -233,7 +262,7 @@ class Function:
             struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
             d = bufs.dims
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
-            rc = self._launch(self._addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
+            rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
                               bufs.err_addr)
             e = tuple(bufs.err) if rc else ()
         finally:

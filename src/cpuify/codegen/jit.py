@@ -97,6 +97,12 @@ class LoadedObject:
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
 
+    def add(self, obj: bytes) -> None:
+        """Load another object into the same engine (it may use this one's symbols)."""
+        with _lock:
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+
     def function_address(self, name: str) -> int:
         addr = self.engine.get_function_address(name)
         if not addr:

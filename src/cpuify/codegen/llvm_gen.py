@@ -104,8 +104,12 @@ class KernelInfo:
 class ModuleCodegen:
     """Emits one LLVM module for one PTX module: globals + one block function per kernel."""
 
-    def __init__(self, ptx: PTXModule, triple: str = "", data_layout: str = "") -> None:
+    def __init__(self, ptx: PTXModule, triple: str = "", data_layout: str = "",
+                 *, define_globals: bool = True) -> None:
+        """`define_globals=False` declares the module's variables instead of defining them:
+        for code loaded next to an object that already defines them (specializations)."""
         self.ptx = ptx
+        self.define_globals = define_globals
         self.module = ir.Module(name="cpuify")
         if triple:
             self.module.triple = triple
@@ -128,7 +132,8 @@ class ModuleCodegen:
             ty = ir.ArrayType(I8, size)
             g = ir.GlobalVariable(self.module, ty, name=var.name)
             g.align = max(var.alignment, 16 if size >= 16 else 1)
-            g.initializer = ir.Constant(ty, bytearray(self._init_bytes(var, size)))
+            if self.define_globals:
+                g.initializer = ir.Constant(ty, bytearray(self._init_bytes(var, size)))
             self.globals[var.name] = g
 
     def _init_bytes(self, var: VarDecl, size: int) -> bytes:
@@ -189,8 +194,9 @@ class ModuleCodegen:
         del has_dynamic
         return layout
 
-    def add_kernel(self, kernel: LiftedKernel) -> KernelInfo:
-        return KernelCodegen(self, kernel).emit()
+    def add_kernel(self, kernel: LiftedKernel,
+                   block_dims: tuple[int, int, int] | None = None) -> KernelInfo:
+        return KernelCodegen(self, kernel, block_dims).emit()
 
 
 def _block_body(kernel_op: Operation) -> Region:
@@ -199,11 +205,19 @@ def _block_body(kernel_op: Operation) -> Region:
     return block.regions[0]
 
 
+def specialized_symbol(kernel: str, block_dims: tuple[int, int, int]) -> str:
+    return f"cpuify_block_{kernel}__{block_dims[0]}x{block_dims[1]}x{block_dims[2]}"
+
+
 class KernelCodegen:
-    def __init__(self, mod: ModuleCodegen, kernel: LiftedKernel) -> None:
+    def __init__(self, mod: ModuleCodegen, kernel: LiftedKernel,
+                 block_dims: tuple[int, int, int] | None = None) -> None:
+        """`block_dims`: compile for this block shape only (launch-config specialization:
+        constant thread-loop bounds let LLVM drop remainder loops and runtime checks)."""
         self.mod = mod
         self.kernel = kernel
         self.name = kernel.name
+        self.block_dims = block_dims
         self.region = _block_body(kernel.op)
         self.syncs: list[SyncPoint] = plan_sync_points(self.region)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
@@ -313,7 +327,8 @@ class KernelCodegen:
     def emit_block_function(self, segments: list[ir.Function]) -> ir.Function:
         m = self.mod.module
         fty = ir.FunctionType(I32, [PTR, PTR, I32, I32, I32, PTR, PTR])
-        fn = ir.Function(m, fty, name=f"cpuify_block_{self.name}")
+        fn = ir.Function(m, fty, name=f"cpuify_block_{self.name}" if self.block_dims is None
+                         else specialized_symbol(self.name, self.block_dims))
         params, dims, bx, by, bz, shared, scratch = fn.args
         for a in (params, dims, shared, scratch):
             a.add_attribute("noalias") if a is not params else None
@@ -326,7 +341,10 @@ class KernelCodegen:
             b.store(value, p)
 
         dims_p = b.bitcast(dims, DIMS_TYPE.as_pointer())
-        blk = [b.load(b.gep(dims_p, [I32(0), I32(1), I32(k)])) for k in range(3)]
+        if self.block_dims is not None:
+            blk = [I32(d) for d in self.block_dims]
+        else:
+            blk = [b.load(b.gep(dims_p, [I32(0), I32(1), I32(k)])) for k in range(3)]
         n = b.mul(b.mul(blk[0], blk[1]), blk[2], name="nthreads")
         n64 = b.zext(n, I64)
         setf("params", params)
@@ -465,7 +483,10 @@ class SegmentEmitter:
 
         self.params = areas["params"]
         dims = b.bitcast(field("dims"), DIMS_TYPE.as_pointer())
-        self.ntid = [b.load(b.gep(dims, [I32(0), I32(1), I32(k)]), name=f"ntid{k}") for k in range(3)]
+        if self.kc.block_dims is not None:
+            self.ntid = [I32(d) for d in self.kc.block_dims]
+        else:
+            self.ntid = [b.load(b.gep(dims, [I32(0), I32(1), I32(k)]), name=f"ntid{k}") for k in range(3)]
         self.nctaid = [b.load(b.gep(dims, [I32(0), I32(0), I32(k)]), name=f"nctaid{k}") for k in range(3)]
         self.ctaid = [field(n) for n in ("bx", "by", "bz")]
         self.shared = areas["shared"]
