@@ -108,12 +108,14 @@ def rematerializable(v: Value, depth: int = 0) -> bool:
     return all(rematerializable(o, depth + 1) for o in op.operands)
 
 
-def plan_sync_points(region: Region) -> list[SyncPoint]:
+def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list[SyncPoint]:  # type: ignore[assignment]
+    """Sync points with what crosses each.  `lockstep`: values known to be the same in all
+    threads that resume together (iteration counters of interchanged loops)."""
     points = find_sync_points(region)
     if not points:
         return points
     live_in = block_liveness(region)
-    inductions = induction_variables(region, uniform_values(region))
+    inductions = induction_variables(region, uniform_values(region) | set(lockstep))
     for sp in points:
         live = sorted(live_after(sp, live_in, region), key=_value_order(region))
         for v in live:
@@ -136,7 +138,7 @@ def _is_const(v: Value, value: int) -> bool:
 
 
 def induction_variables(region: Region, uniform: set[Value]) -> dict[Value, tuple[Value, Value]]:
-    """Loop-carried 64-bit values `b = phi(b0, b + step)` of a loop that also has a counter
+    """Loop-carried integers `b = phi(b0, b + step)` of a loop that also has a counter
     `k = phi(k0, k + s)` (s a constant): in every iteration b == b0 + ((k - k0) / s) * step,
     so b need not be kept per thread across a barrier when b0, step and k0 can be
     recomputed.  The counter must be block-uniform (one copy per block is kept).
@@ -208,17 +210,22 @@ def induction_variables(region: Region, uniform: set[Value]) -> dict[Value, tupl
             ops += [sub, div]
             iteration = div.results[0]
         for a in header.args:
-            if a is counter or a.type != "i64":
+            if a is counter or a.type not in ("i32", "i64") or (a.type == "i32" and it != "i32"):
                 continue
             init, step = init_of(a), step_of(a)
             if init is None or step is None or not rematerializable(step):
                 continue
-            wide = Operation("ptx.cvt", [iteration], ["i64"],
-                             {"mods": ["s64", "s32" if it == "i32" else "s64"]})
-            mul = Operation("ptx.mul", [wide.results[0], step], ["i64"], {"mods": ["lo", "s64"]})
-            add = Operation("ptx.add", [init, mul.results[0]], ["i64"], {"mods": ["s64"]})
+            k = iteration
+            if a.type == "i64":
+                wide = Operation("ptx.cvt", [iteration], ["i64"],
+                                 {"mods": ["s64", "s32" if it == "i32" else "s64"]})
+                ops.append(wide)
+                k = wide.results[0]
+            bits = a.type[1:]
+            mul = Operation("ptx.mul", [k, step], [a.type], {"mods": ["lo", "s" + bits]})
+            add = Operation("ptx.add", [init, mul.results[0]], [a.type], {"mods": ["s" + bits]})
             out[a] = (add.results[0], counter)
-            ops += [wide, mul, add]
+            ops += [mul, add]
         # detached ops must not count as uses of the real values
         for op in ops:
             op.drop_uses()
@@ -359,21 +366,24 @@ def _op_may_be_uniform(op: Operation) -> bool:
 def uniform_values(region: Region) -> set[Value]:
     """Values equal in every thread of a block (same value in each dynamic instance).
 
-    Conservative divergence analysis: a value is uniform if its op is pure, reads no
-    per-thread state, has uniform operands, and its block cannot be reached from a branch
-    whose condition is not uniform (so all threads reached it along the same path; this
-    also rules out the temporal divergence of loops with thread-dependent exits)."""
+    Conservative divergence analysis: an op result is uniform if the op is pure, reads no
+    per-thread state and has uniform operands; a block argument is uniform if its incoming
+    values are and its block cannot be reached from a branch whose condition is not uniform
+    (so all threads merge the same way; this also rules out the temporal divergence of
+    loops with thread-dependent exits, whose headers such a branch reaches)."""
     incoming = _incoming(region)
     tainted: set[Block] = set()
     while True:
         # optimistic start (loop-carried values), then remove what is not uniform
+        # (a pure op with uniform operands is uniform wherever it runs; only the merges
+        # of block arguments depend on the path taken)
         uniform: set[Value] = set()
         for b in region.blocks:
             if b not in tainted:
                 uniform.update(b.args)
-                for op in b.ops:
-                    if _op_may_be_uniform(op):
-                        uniform.update(op.results)
+            for op in b.ops:
+                if _op_may_be_uniform(op):
+                    uniform.update(op.results)
         changed = True
         while changed:
             changed = False

@@ -219,7 +219,10 @@ class KernelCodegen:
         self.name = kernel.name
         self.block_dims = block_dims
         self.region = _block_body(kernel.op)
-        self.syncs: list[SyncPoint] = plan_sync_points(self.region)
+        from cpuify.transforms.interchange import interchange_thread_strided_loops
+        # iteration counters of interchanged loops: the same in all threads that run together
+        self.lockstep = set(interchange_thread_strided_loops(self.region))
+        self.syncs: list[SyncPoint] = plan_sync_points(self.region, self.lockstep)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
         self.nsw = no_signed_wrap(self.region)
@@ -228,7 +231,7 @@ class KernelCodegen:
                 if v in self.pointers:
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
-        self.uniform = uniform_values(self.region) if self.syncs else set()
+        self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
         self.convergent = self.convergent_segments()
         self.shared = mod.shared_layout(kernel)
         # local memory (per thread): kernel .local depots
@@ -423,6 +426,8 @@ class KernelCodegen:
         op = sp.op
         mods = op.attributes.get("mods", [])
         if op.name == "upir.barrier":
+            if op.attributes.get("soft"):
+                return SYNC_KINDS["soft"]
             red = op.attributes.get("reduce")
             return SYNC_KINDS["barrier" if red is None else f"barrier.{red}"]
         kind = op.attributes["kind"]
@@ -516,19 +521,58 @@ class SegmentEmitter:
         # allocas and parameter loads go to the entry block, before its terminator
         self.entry_builder = ir.IRBuilder(entry)
         self.entry_builder.position_before(entry.terminator)
+        self.uniform_out: dict[Value, ir.AllocaInstr] = {}
+        # two copies of the thread loop: all threads (vectorizable), or only those at `resume`
+        self.emit_thread_loops(unmasked_bb, exit_bb, masked=False)
+        if self.kc.syncs:
+            self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
+        for bb in (exit_bb, exit_some_bb):
+            b.position_at_end(bb)
+            self.flush_uniform_slots(b)
         b.position_at_end(exit_bb)
         if self.resume in self.kc.convergent:
             # every thread took the same path: the last thread's state is everyone's
             last = b.gep(b.bitcast(self.state, I32.as_pointer()), [b.sub(self.nthreads64, I64(1))])
             b.ret(b.load(last))
+        elif self.kc.syncs:
+            b.ret(self.common_state(b))
         else:
             b.ret(I32(STATE_UNKNOWN))
         b.position_at_end(exit_some_bb)
         b.ret(I32(STATE_UNKNOWN))
-        # two copies of the thread loop: all threads (vectorizable), or only those at `resume`
-        self.emit_thread_loops(unmasked_bb, exit_bb, masked=False)
-        if self.kc.syncs:
-            self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
+
+    def flush_uniform_slots(self, b: ir.IRBuilder) -> None:
+        """Block-uniform values kept across a sync point are written once, after the thread
+        loop (every thread computed the same value; a store per thread to one address
+        would make the vectorized loop scatter)."""
+        for v, tmp in self.uniform_out.items():
+            b.store(b.load(tmp), self.slot_address(v, b))
+
+    def common_state(self, b: ir.IRBuilder) -> ir.Value:
+        """The state all threads stopped in, or STATE_UNKNOWN: a vectorizable scan, cheaper
+        here than in the scheduler."""
+        fn = self.fn
+        states = b.bitcast(self.state, I32.as_pointer())
+        first = b.load(states)
+        pre = b.block
+        head = fn.append_basic_block("scan.head")
+        body = fn.append_basic_block("scan.body")
+        done = fn.append_basic_block("scan.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        diff = b.phi(I32)
+        i.add_incoming(I64(1), pre)
+        diff.add_incoming(I32(0), pre)
+        b.cbranch(b.icmp_unsigned("<", i, self.nthreads64), body, done)
+        b.position_at_end(body)
+        d2 = b.or_(diff, b.xor(b.load(b.gep(states, [i])), first))
+        i2 = b.add(i, I64(1), flags=["nuw"])
+        i.add_incoming(i2, body)
+        diff.add_incoming(d2, body)
+        b.branch(head)
+        b.position_at_end(done)
+        return b.select(b.icmp_unsigned("==", diff, I32(0)), first, I32(STATE_UNKNOWN))
 
     def emit_thread_loops(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool) -> None:
         """for tz, ty, tx (tx innermost): run the segment for one CUDA thread."""
@@ -775,9 +819,22 @@ class SegmentEmitter:
                     arr = b.bitcast(self.xarr[name], I32.as_pointer())
                 b.store(lv, b.gep(arr, [tid]))
         for v in sp.live:
-            b.store(self.coerce_bits(self.get(v), IR_LLVM[v.type]), self.slot_address(v))
+            value = self.coerce_bits(self.get(v), IR_LLVM[v.type])
+            if v in self.kc.uniform:
+                b.store(value, self.uniform_tmp(v))
+            else:
+                b.store(value, self.slot_address(v))
         b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
         b.branch(self.latch)
+
+    def uniform_tmp(self, v: Value) -> ir.AllocaInstr:
+        tmp = self.uniform_out.get(v)
+        if tmp is None:
+            eb = self.entry_builder
+            tmp = eb.alloca(IR_LLVM[v.type], name="uniform")
+            eb.store(eb.load(self.slot_address(v, eb)), tmp)   # unchanged unless written
+            self.uniform_out[v] = tmp
+        return tmp
 
     def slot_address(self, v: Value, b: ir.IRBuilder | None = None) -> ir.Value:
         b = b or self.b

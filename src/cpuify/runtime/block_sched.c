@@ -47,6 +47,7 @@ typedef int32_t (*cpuify_dispatch_fn)(cpuify_block_ctx *ctx, int32_t resume, int
 
 enum {
     K_BARRIER = 0, K_BAR_POPC = 1, K_BAR_AND = 2, K_BAR_OR = 3,
+    K_SOFT = 4,   /* header of an interchanged loop: a resume point, not a meeting point */
     K_SYNCWARP = 10, K_SHFL_UP = 11, K_SHFL_DOWN = 12, K_SHFL_BFLY = 13, K_SHFL_IDX = 14,
     K_VOTE_ALL = 20, K_VOTE_ANY = 21, K_VOTE_UNI = 22, K_VOTE_BALLOT = 23,
     K_ACTIVEMASK = 30, K_MATCH_ANY = 31, K_MATCH_ALL = 32,
@@ -154,7 +155,8 @@ CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
             /* all threads stopped at the same place, known without a scan */
             if (known == STATE_EXITED)
                 return 0;
-            if (kinds[(known & 0xffff) - 1] == K_BARRIER) {
+            int32_t k = kinds[(known & 0xffff) - 1];
+            if (k == K_BARRIER || k == K_SOFT) {
                 known = run(c, known & 0xffff, 0);
                 continue;
             }
@@ -168,6 +170,27 @@ CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
                 diff |= state[t] ^ first;
             if (diff == 0 && first != STATE_EXITED && kinds[(first & 0xffff) - 1] == K_BARRIER) {
                 known = run(c, first & 0xffff, 0);   /* the unmasked loop does not read state[] */
+                continue;
+            }
+        }
+        /* threads at soft barriers (one iteration of an interchanged loop done) go on:
+         * each group of threads at the same soft barrier runs its next iteration */
+        {
+            int32_t soft = -1;
+            uint32_t at_soft = 0, exited_now = 0;
+            for (uint32_t t = 0; t < n; t++) {
+                int32_t s = state[t];
+                if (s == STATE_EXITED) { exited_now++; continue; }
+                if ((s & STATE_WAIT) && kinds[(s & 0xffff) - 1] == K_SOFT) {
+                    if (soft < 0) soft = s;
+                    if (s == soft) at_soft++;
+                }
+            }
+            if (soft >= 0) {
+                int32_t sync = soft & 0xffff;
+                for (uint32_t t = 0; t < n; t++)
+                    if (state[t] == soft) state[t] = sync;
+                known = run(c, sync, at_soft + exited_now != n || exited_now != 0);
                 continue;
             }
         }

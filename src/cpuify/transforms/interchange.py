@@ -1,0 +1,145 @@
+"""Interchange of thread-strided loops with the thread loop.
+
+A grid-stride loop
+
+    for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        c[i] = a[i] + b[i];
+
+run as `for thread: for i: ...` touches one element per thread per iteration, far apart in
+memory, and cannot be vectorized.  Interchanged (`for i-iteration: for thread: ...`) one
+iteration of all threads of a block reads consecutive elements: a vector loop.
+
+The interchange reuses the barrier machinery (Polygeist's "interchange of loops with the
+thread loop"): a *soft* barrier at the top of the loop header makes every thread stop there
+once per iteration.  Unlike `__syncthreads`, threads may stop at different soft barriers or
+leave the loop; the scheduler simply runs each group (`block_sched.c`).
+
+Applied only to kernels with no barriers or warp collectives of their own, and only to
+loops with a thread-strided induction variable: initial value different per thread, step
+the same for all threads (a loop whose counter is the same for every thread is vectorized
+better inside the thread loop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpuify.codegen.analysis import _incoming, uniform_values
+from cpuify.ir.core import (
+    Block, BlockArgument, OpResult, Operation, Region, dominates, dominators,
+)
+from cpuify.ir.dialects import is_sync
+
+
+@dataclass(frozen=True)
+class InterchangeThreadStridedLoops:
+    """Pass: insert soft barriers at the headers of thread-strided loops."""
+    name: str = "interchange-thread-strided-loops"
+
+    def apply(self, region: Region) -> int:
+        """Returns the number of loops interchanged."""
+        return len(interchange_thread_strided_loops(region))
+
+
+def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
+    """Interchange the kernel's thread-strided loop, if it has exactly one that no other
+    loop contains.  Returns the iteration counters added (one per interchanged loop).
+
+    The counter `k` (0 on entry, +1 per iteration) is the same in every thread waiting at
+    the loop's soft barrier: threads start the loop together (nothing synchronizes before
+    it) and each resumption advances every waiting thread by one iteration; a thread that
+    leaves an outermost loop never comes back.  So `k` is kept once per block, and the
+    thread-strided induction variable is recomputed from it (init + k * step): affine in the
+    thread index, which is what makes the interchanged loop vectorize."""
+    if any(is_sync(op) for b in region.blocks for op in b.ops):
+        return []
+    idom = dominators(region)
+    uniform = uniform_values(region)
+    incoming = _incoming(region)
+    loops: dict[Block, set[Block]] = {}
+    for p in region.blocks:
+        if p not in idom:
+            continue
+        for h in p.successors:
+            if dominates(idom, h, p):
+                loops.setdefault(h, {h}).update(_natural_loop(h, p))
+    outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
+    strided = [h for h in outermost if _thread_strided(h, idom, incoming, uniform)]
+    if len(strided) != 1:
+        return []
+    (header,) = strided
+    body = loops[header]
+    counter = header.add_arg("i32", "%__iteration")
+    zero = Operation("upir.const", [], ["i32"], {"value": 0})
+    one = Operation("upir.const", [], ["i32"], {"value": 1})
+    entry = region.entry
+    for c in (zero, one):
+        c.parent = entry
+        entry.ops.insert(0, c)
+    for p in region.blocks:
+        term = p.terminator
+        if term is None:
+            continue
+        for k, succ in enumerate(term.successors):
+            if succ is not header:
+                continue
+            if p in body:      # back edge: k + 1, computed in the latch
+                inc = Operation("ptx.add", [counter, one.results[0]], ["i32"], {"mods": ["s32"]})
+                inc.parent = p
+                p.ops.insert(len(p.ops) - 1, inc)
+                value = inc.results[0]
+            else:
+                value = zero.results[0]
+            term.successor_args[k].append(value)
+            value.uses.append(term)
+    soft = Operation("upir.barrier", [], [], {"soft": True, "line": _first_line(header)})
+    soft.parent = header
+    header.ops.insert(0, soft)
+    return [counter]
+
+
+def _natural_loop(header: Block, latch: Block) -> set[Block]:
+    body = {header, latch}
+    preds: dict[Block, list[Block]] = {}
+    region = header.parent
+    assert region is not None
+    for b in region.blocks:
+        for s in b.successors:
+            preds.setdefault(s, []).append(b)
+    work = [latch]
+    while work:
+        b = work.pop()
+        if b is header:
+            continue
+        for p in preds.get(b, []):
+            if p not in body:
+                body.add(p)
+                work.append(p)
+    return body
+
+
+def _thread_strided(header: Block, idom, incoming, uniform) -> bool:  # type: ignore[no-untyped-def]
+    for arg in header.args:
+        if arg.type not in ("i32", "i64"):
+            continue
+        sources = incoming.get(arg, [])
+        inits, steps = [], []
+        for v in sources:
+            op = v.op if isinstance(v, OpResult) else None
+            if op is not None and op.name == "ptx.add" and arg in op.operands and \
+                    op.parent is not None and dominates(idom, header, op.parent):
+                other = [o for o in op.operands if o is not arg]
+                steps.extend(other)
+            else:
+                inits.append(v)
+        if inits and steps and all(s in uniform for s in steps) and \
+                any(i not in uniform for i in inits):
+            return True
+    return False
+
+
+def _first_line(block: Block) -> int | None:
+    for op in block.ops:
+        line = op.attributes.get("line")
+        if line:
+            return line
+    return None
