@@ -820,7 +820,9 @@ class SegmentEmitter:
                 b.store(lv, b.gep(arr, [tid]))
         for v in sp.live:
             value = self.coerce_bits(self.get(v), IR_LLVM[v.type])
-            if v in self.kc.uniform:
+            if v in self.kc.uniform and self.resume not in self.kc.convergent:
+                # threads may stop here or elsewhere: one store after the loop instead of a
+                # conditional store to one address in every iteration (a scatter)
                 b.store(value, self.uniform_tmp(v))
             else:
                 b.store(value, self.slot_address(v))
