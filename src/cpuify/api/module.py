@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cpuify.api.arguments import pack_arguments
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
     ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
@@ -44,12 +45,6 @@ _ERROR_TEXT = {
     5: "out of memory allocating shared/scratch memory for the launch",
 }
 
-# PTX parameter types do not say whether a C integer was signed (`int` is `.u32`, `char`
-# is `.u8`): accept both the signed and the unsigned range of the width
-_INT_RANGES = {
-    f"{k}{w}": (-2**(w - 1), 2**w - 1, fmt)
-    for w, fmt in ((8, "B"), (16, "H"), (32, "I"), (64, "Q")) for k in "bsu"
-}
 
 
 def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
@@ -68,25 +63,6 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
     while len(dims) < 3:
         dims.append(1)
     return dims[0], dims[1], dims[2]
-
-
-def _address_of(arg: Any) -> int | None:
-    """Data address of an array-like argument, or None if it is not one."""
-    if type(arg) is np.ndarray:
-        return arg.__array_interface__["data"][0]
-    iface = getattr(arg, "__array_interface__", None)
-    if iface is not None:
-        return int(iface["data"][0])
-    if isinstance(arg, (bytes, str)):
-        return None
-    try:
-        mv = memoryview(arg)
-    except TypeError:
-        return None
-    if mv.readonly:
-        arr = np.frombuffer(mv, dtype=np.uint8)
-        return arr.__array_interface__["data"][0]
-    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
 
 class Function:
@@ -163,62 +139,7 @@ class Function:
         return addr
 
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
-        plan = self._plan
-        if not isinstance(args, (tuple, list)):
-            raise TypeError(f"kernel '{self.name}': args must be a tuple, got {type(args).__name__}")
-        if len(args) != len(plan):
-            raise TypeError(f"kernel '{self.name}' takes {len(plan)} argument(s) "
-                            f"({', '.join(t for _, t, _, _ in plan)}), {len(args)} given")
-        buf = bufs.params
-        for i, ((_, t, off, size), arg) in enumerate(zip(plan, args)):
-            if t in ("f32", "f64"):
-                if isinstance(arg, (float, int, np.floating, np.integer)) and not isinstance(arg, bool):
-                    struct.pack_into("<f" if t == "f32" else "<d", buf, off, float(arg))
-                    continue
-                raise TypeError(f"kernel '{self.name}' argument {i}: expected a {t} scalar, "
-                                f"got {type(arg).__name__}")
-            if self._aggregate[i] or size != _type_size(t):
-                self._pack_struct(i, arg, bufs.params_addr + off, size)
-                continue
-            if t in ("b64", "u64", "s64"):
-                addr = _address_of(arg) if not isinstance(arg, (int, np.integer)) else None
-                if addr is not None:
-                    struct.pack_into("<Q", buf, off, addr)
-                    continue
-                if arg is None:
-                    struct.pack_into("<Q", buf, off, 0)
-                    continue
-            if isinstance(arg, (bool, np.bool_)):
-                arg = int(arg)
-            if isinstance(arg, (int, np.integer)):
-                lo, hi, fmt = _INT_RANGES[t]
-                v = int(arg)
-                if not lo <= v <= hi:
-                    raise ValueError(f"kernel '{self.name}' argument {i}: {v} does not fit the "
-                                     f"parameter type .{t}")
-                struct.pack_into("<" + fmt, buf, off, v & ((1 << (8 * size)) - 1))
-                continue
-            if isinstance(arg, (float, np.floating)):
-                raise TypeError(f"kernel '{self.name}' argument {i}: expected an integer for "
-                                f"parameter type .{t}, got {type(arg).__name__} {arg!r}")
-            raise TypeError(f"kernel '{self.name}' argument {i}: cannot pass "
-                            f"{type(arg).__name__} for a .{t} parameter"
-                            + (" (expected a pointer: a NumPy array)" if t.endswith("64") else ""))
-
-    def _pack_struct(self, i: int, arg: Any, addr: int, size: int) -> None:
-        if isinstance(arg, np.void) or isinstance(arg, np.ndarray) and arg.dtype.fields is not None:
-            data = arg.tobytes()
-        elif isinstance(arg, (bytes, bytearray, memoryview)):
-            data = bytes(arg)
-        elif isinstance(arg, np.generic):
-            data = arg.tobytes()
-        else:
-            raise TypeError(f"kernel '{self.name}' argument {i}: a struct of {size} bytes is passed "
-                            f"by value; give a NumPy structured scalar or bytes, not {type(arg).__name__}")
-        if len(data) != size:
-            raise ValueError(f"kernel '{self.name}' argument {i}: struct parameter is {size} bytes, "
-                             f"the value given is {len(data)} bytes")
-        ctypes.memmove(addr, data, size)
+        pack_arguments(self.name, self._plan, self._aggregate, args, bufs.params)
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
                  stream: Any = None, enable_cooperative_groups: bool = False) -> None:
@@ -296,11 +217,6 @@ class _LaunchBuffers:
         self.dims_addr = ctypes.addressof(self.dims)
         self.err = (ctypes.c_uint32 * 3)()
         self.err_addr = ctypes.addressof(self.err)
-
-
-def _type_size(t: str) -> int:
-    from cpuify.frontend.ptx_ast import type_size
-    return type_size(t)
 
 
 class RawModule:

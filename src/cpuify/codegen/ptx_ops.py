@@ -15,33 +15,11 @@ from cpuify.codegen.llvm_gen import (
     F16, F32, F64, I1, I8, I16, I32, I64, PTR, SegmentEmitter, handles, is_float, is_signed,
     ptx_llvm_type, _width,
 )
-from cpuify.frontend.ptx_ast import is_ptx_type, type_size
+from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
+from cpuify.ir.modifiers import has, mods, rounding, ty, types
 
 
-def mods(op: Operation) -> list[str]:
-    return op.attributes.get("mods", [])
-
-
-def types(op: Operation) -> list[str]:
-    return [m for m in mods(op) if is_ptx_type(m)]
-
-
-def ty(op: Operation) -> str:
-    ts = types(op)
-    return ts[-1] if ts else "b32"
-
-
-def has(op: Operation, *names: str) -> bool:
-    m = mods(op)
-    return any(n in m for n in names)
-
-
-def rounding(op: Operation) -> str | None:
-    for r in ("rn", "rz", "rm", "rp"):
-        if r in mods(op):
-            return r
-    return None
 
 
 def call(e: SegmentEmitter, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
@@ -535,7 +513,6 @@ def _copysign(e: SegmentEmitter, op: Operation) -> None:
 @handles("ptx.and", "ptx.or", "ptx.xor")
 def _bitwise(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
-    t = ty(op)
     fn = {"ptx.and": b.and_, "ptx.or": b.or_, "ptx.xor": b.xor}[op.name]
     _int_binop(e, op, fn)
 

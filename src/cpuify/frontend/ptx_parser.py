@@ -11,7 +11,7 @@ import struct
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import (
     Addr, CallArgs, Function, Imm, Instruction, Label, Module, Operand, Pair, Param, Reg,
-    RegDecl, Vec, VarDecl, is_ptx_type,
+    Vec, VarDecl, is_ptx_type,
 )
 
 _TOKEN = re.compile(r"""

@@ -27,7 +27,6 @@ are bounds-checked; generic accesses below 64 KiB are refused (null pointers).""
 from __future__ import annotations
 
 import ctypes
-import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -36,10 +35,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from cpuify.api.arguments import pack_arguments
 from cpuify.codegen.analysis import find_sync_points
 from cpuify.codegen.layout import SharedLayout, align_up
 from cpuify.errors import LaunchError, UnsupportedError
-from cpuify.frontend.ptx_ast import Module as PTXModule, type_size
+from cpuify.frontend.ptx_ast import Module as PTXModule
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp.memory import alloc, load
 from cpuify.interp.ops import PTX_OPS, mods
@@ -59,77 +59,11 @@ _RESUMED = "resumed"      # ... of a thread whose warp collective has just been 
 
 # --- parameters --------------------------------------------------------------------------------
 
-# accepted integer values per parameter type (as the API: signed or unsigned spelling)
-_INT_RANGES = {f"{k}{w}": (-2**(w - 1), 2**w - 1) for w in (8, 16, 32, 64) for k in "bsu"}
-
-
-def _address_of(arg: Any) -> int | None:
-    """Data address of an array-like argument (array interface or writable buffer)."""
-    iface = getattr(arg, "__array_interface__", None)
-    if iface is not None:
-        return int(iface["data"][0])
-    if isinstance(arg, (bytes, str)):
-        return None
-    try:
-        mv = memoryview(arg)
-    except TypeError:
-        return None
-    if mv.readonly:
-        return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
-    return ctypes.addressof(ctypes.c_char.from_buffer(mv))
-
-
 def pack_params(kernel: LiftedKernel, args: Sequence[Any]) -> bytes:
-    """The packed parameter buffer, with the rules of `cpuify.api.module.Function._pack`:
-    arrays pass their data address, scalars are converted to the declared PTX type (range
-    checked), structs by value are NumPy structured scalars or bytes of the exact size."""
-    name = kernel.name
-    params = kernel.params
-    if not isinstance(args, (tuple, list)):
-        raise TypeError(f"kernel '{name}': args must be a tuple, got {type(args).__name__}")
-    if len(args) != len(params):
-        raise TypeError(f"kernel '{name}' takes {len(params)} argument(s) "
-                        f"({', '.join(p.ptx_type for p in params)}), {len(args)} given")
+    """The packed parameter buffer, by the same rules as the compiled path."""
     buf = bytearray(max(kernel.param_size, 1))
-    for i, (p, arg) in enumerate(zip(params, args)):
-        t, off, size = p.ptx_type, p.offset, p.size
-        if t in ("f32", "f64"):
-            if isinstance(arg, (float, int, np.floating, np.integer)) and not isinstance(arg, bool):
-                struct.pack_into("<f" if t == "f32" else "<d", buf, off, float(arg))
-                continue
-            raise TypeError(f"kernel '{name}' argument {i}: expected a {t} scalar, "
-                            f"got {type(arg).__name__}")
-        if p.dims or size != type_size(t):          # declared as an array: a struct by value
-            if isinstance(arg, (np.void, np.generic)) or \
-                    isinstance(arg, np.ndarray) and arg.dtype.fields is not None:
-                data = arg.tobytes()
-            elif isinstance(arg, (bytes, bytearray, memoryview)):
-                data = bytes(arg)
-            else:
-                raise TypeError(f"kernel '{name}' argument {i}: a struct of {size} bytes is "
-                                f"passed by value; give a NumPy structured scalar or bytes")
-            if len(data) != size:
-                raise ValueError(f"kernel '{name}' argument {i}: struct parameter is {size} "
-                                 f"bytes, the value given is {len(data)} bytes")
-            buf[off:off + size] = data
-            continue
-        if t in ("b64", "u64", "s64"):
-            addr = _address_of(arg) if not isinstance(arg, (int, np.integer)) else None
-            if addr is not None or arg is None:
-                struct.pack_into("<Q", buf, off, addr or 0)
-                continue
-        if isinstance(arg, (bool, np.bool_)):
-            arg = int(arg)
-        if isinstance(arg, (int, np.integer)):
-            lo, hi = _INT_RANGES[t]
-            v = int(arg)
-            if not lo <= v <= hi:
-                raise ValueError(f"kernel '{name}' argument {i}: {v} does not fit the "
-                                 f"parameter type .{t}")
-            buf[off:off + size] = (v & mask(8 * size)).to_bytes(size, "little")
-            continue
-        raise TypeError(f"kernel '{name}' argument {i}: cannot pass {type(arg).__name__} "
-                        f"for a .{t} parameter")
+    plan = [(p.name, p.ptx_type, p.offset, p.size) for p in kernel.params]
+    pack_arguments(kernel.name, plan, [bool(p.dims) for p in kernel.params], args, buf)
     return bytes(buf)
 
 

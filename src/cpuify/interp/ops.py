@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from cpuify.codegen.analysis import memory_space
-from cpuify.frontend.ptx_ast import is_ptx_type, type_size
+from cpuify.frontend.ptx_ast import type_size
 from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, F64, exact, f16_from_bits, f16_to_bits, float_min_max, ftz, ir_type_of, is_float,
@@ -25,6 +25,7 @@ from cpuify.interp.values import (
     saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
+from cpuify.ir.modifiers import has, mods, rounding, ty, types
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -43,29 +44,6 @@ def handles(*names: str) -> Callable[[Handler], Handler]:
 
 # --- modifier helpers (same meaning as in codegen/ptx_ops.py) ------------------------------
 
-def mods(op: Operation) -> list[str]:
-    return op.attributes.get("mods", [])
-
-
-def types(op: Operation) -> list[str]:
-    return [m for m in mods(op) if is_ptx_type(m)]
-
-
-def ty(op: Operation) -> str:
-    ts = types(op)
-    return ts[-1] if ts else "b32"
-
-
-def has(op: Operation, *names: str) -> bool:
-    m = mods(op)
-    return any(n in m for n in names)
-
-
-def rounding(op: Operation) -> str | None:
-    for r in ("rn", "rz", "rm", "rp"):
-        if r in mods(op):
-            return r
-    return None
 
 
 def width(t: str) -> int:
