@@ -413,9 +413,48 @@ class KernelCodegen:
         kg.initializer = ir.Constant(kt, kinds)
         kg.global_constant = True
         kg.linkage = "internal"
-        run_block = self.mod.intrinsic("cpuify_run_block", I32, [PTR, PTR, PTR, I32])
-        res = b.call(run_block, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR), I32(len(kinds))])
-        b.ret(res)
+        # The common path runs here, with direct calls that LLVM can inline: while every
+        # thread stops at the same plain (or soft) barrier, go straight to its segment.
+        # Anything else (divergence, warp collectives, exits of some threads) goes to the
+        # scheduler in the runtime.
+        err_p = b.gep(ctx, [I32(0), I32(ctx_index("error"))])
+        pre = b.block
+        loop = fn.append_basic_block("segments")
+        check = fn.append_basic_block("stopped")
+        fast = fn.append_basic_block("same_barrier")
+        slow = fn.append_basic_block("scheduler")
+        failed = fn.append_basic_block("failed")
+        done = fn.append_basic_block("all_exited")
+        b.branch(loop)
+        b.position_at_end(loop)
+        resume = b.phi(I32, name="resume")
+        resume.add_incoming(I32(0), pre)
+        known = b.call(disp, [ctx_i8, resume, I32(0)], name="known")
+        err = b.load(err_p)
+        b.cbranch(b.icmp_unsigned("!=", err, I32(0)), failed, check)
+        b.position_at_end(failed)
+        b.ret(err)
+        b.position_at_end(check)
+        b.cbranch(b.icmp_signed("==", known, I32(STATE_EXITED)), done, fast)
+        b.position_at_end(done)
+        b.ret(I32(0))
+        b.position_at_end(fast)
+        sync = b.and_(known, I32(0xFFFF))
+        valid = b.and_(b.icmp_signed("!=", known, I32(STATE_UNKNOWN)),
+                       b.icmp_unsigned("!=", b.and_(known, I32(STATE_WAIT)), I32(0)))
+        index = b.select(valid, b.sub(sync, I32(1)), I32(0))
+        kind = b.load(b.gep(kg, [I32(0), index]))
+        plain = b.or_(b.icmp_signed("==", kind, I32(SYNC_KINDS["barrier"])),
+                      b.icmp_signed("==", kind, I32(SYNC_KINDS["soft"])))
+        again = fn.append_basic_block("next_segment")
+        b.cbranch(b.and_(valid, plain), again, slow)
+        b.position_at_end(again)
+        resume.add_incoming(sync, again)
+        b.branch(loop)
+        b.position_at_end(slow)
+        run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32])
+        b.ret(b.call(run_from, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR),
+                                I32(len(kinds)), known]))
         return fn
 
     @staticmethod

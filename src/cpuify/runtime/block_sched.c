@@ -141,13 +141,23 @@ static void warp_exchange(cpuify_block_ctx *c, uint32_t base, uint32_t nlanes, u
     }
 }
 
+CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn run,
+                                            const int32_t *kinds, int32_t nsync, int32_t known);
+
 CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
-                                       const int32_t *kinds, int32_t nsync)
+                                    const int32_t *kinds, int32_t nsync)
+{
+    return cpuify_run_block_from(c, run, kinds, nsync, run(c, 0, 0));
+}
+
+/* The scheduler, entered after the generated code ran segments itself for as long as all
+ * threads stopped at the same plain barrier; `known` is what the last segment returned. */
+CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn run,
+                                            const int32_t *kinds, int32_t nsync, int32_t known)
 {
     const uint32_t n = c->nthreads;
     int32_t *state = c->state;
     (void)nsync;
-    int32_t known = run(c, 0, 0);
     for (;;) {
         if (c->error)
             return c->error;
