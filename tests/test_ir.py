@@ -11,7 +11,7 @@ import pytest
 from cpuify.errors import IRError
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.ir.core import Block, BlockArgument, Operation, Region
+from cpuify.ir.core import Block, Operation, Region
 from cpuify.ir.parser import parse_op
 from cpuify.ir.printer import print_op
 from cpuify.ir.verifier import verify

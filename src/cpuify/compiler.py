@@ -126,8 +126,7 @@ def store_cached(key: str, module: CompiledModule) -> None:
         pass   # a read-only or full cache directory only costs recompilation
 
 
-def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
-                print_ir: bool = False) -> CompiledModule:
+def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None) -> CompiledModule:
     """Compile PTX text to a native object (no caching here)."""
     t0 = time.perf_counter()
     module = parse_ptx(ptx)
@@ -141,9 +140,6 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
         try:
             lifted = lift_kernel(module, entry)
             verify(lifted.op)
-            if print_ir:
-                from cpuify.ir.printer import print_op
-                print(print_op(lifted.op))
             kernels[entry.name] = gen.add_kernel(lifted)
         except UnsupportedError as exc:
             # one kernel using an unsupported feature must not take its module down:
