@@ -418,43 +418,203 @@ class KernelCodegen:
         # Anything else (divergence, warp collectives, exits of some threads) goes to the
         # scheduler in the runtime.
         err_p = b.gep(ctx, [I32(0), I32(ctx_index("error"))])
+        state_p = b.bitcast(b.load(b.gep(ctx, [I32(0), I32(ctx_index("state"))])), I32.as_pointer())
         pre = b.block
         loop = fn.append_basic_block("segments")
         check = fn.append_basic_block("stopped")
-        fast = fn.append_basic_block("same_barrier")
+        check_known = fn.append_basic_block("known")
+        scan = fn.append_basic_block("scan_states")
+        fast = fn.append_basic_block("same_sync")
         slow = fn.append_basic_block("scheduler")
         failed = fn.append_basic_block("failed")
         done = fn.append_basic_block("all_exited")
         b.branch(loop)
         b.position_at_end(loop)
         resume = b.phi(I32, name="resume")
+        masked = b.phi(I32, name="masked")
         resume.add_incoming(I32(0), pre)
-        known = b.call(disp, [ctx_i8, resume, I32(0)], name="known")
+        masked.add_incoming(I32(0), pre)
+        known = b.call(disp, [ctx_i8, resume, masked], name="known")
         err = b.load(err_p)
         b.cbranch(b.icmp_unsigned("!=", err, I32(0)), failed, check)
         b.position_at_end(failed)
         b.ret(err)
         b.position_at_end(check)
-        b.cbranch(b.icmp_signed("==", known, I32(STATE_EXITED)), done, fast)
+        b.cbranch(b.icmp_signed("==", known, I32(STATE_EXITED)), done, check_known)
         b.position_at_end(done)
         b.ret(I32(0))
+        b.position_at_end(check_known)
+        b.cbranch(b.icmp_signed("==", known, I32(STATE_UNKNOWN)), scan, fast)
+        # Where did the threads stop?  A segment knows when they all took one path; else
+        # one vectorizable scan finds whether every live thread waits at the same sync
+        # point, and whether some threads exited (they are not waited for, as on Volta).
+        b.position_at_end(scan)
+        live_or, live_and, exited = self.scan_live_states(b, state_p, n64)
+        same = b.and_(b.icmp_unsigned("==", live_or, live_and),
+                      b.icmp_unsigned("!=", b.and_(live_and, I32(STATE_WAIT)), I32(0)))
+        scanned_at = b.select(same, live_and, I32(STATE_UNKNOWN))
+        scanned = b.block
+        b.cbranch(b.icmp_signed("==", live_and, I32(-1)), done, fast)
         b.position_at_end(fast)
-        sync = b.and_(known, I32(0xFFFF))
-        valid = b.and_(b.icmp_signed("!=", known, I32(STATE_UNKNOWN)),
-                       b.icmp_unsigned("!=", b.and_(known, I32(STATE_WAIT)), I32(0)))
+        at = b.phi(I32, name="at")
+        some_exited = b.phi(I1, name="some_exited")
+        at.add_incoming(known, check_known)
+        at.add_incoming(scanned_at, scanned)
+        some_exited.add_incoming(ir.Constant(I1, 0), check_known)
+        some_exited.add_incoming(exited, scanned)
+        b.position_at_end(fast)
+        sync = b.and_(at, I32(0xFFFF))
+        valid = b.and_(b.icmp_signed("!=", at, I32(STATE_UNKNOWN)),
+                       b.icmp_unsigned("!=", b.and_(at, I32(STATE_WAIT)), I32(0)))
         index = b.select(valid, b.sub(sync, I32(1)), I32(0))
         kind = b.load(b.gep(kg, [I32(0), index]))
         plain = b.or_(b.icmp_signed("==", kind, I32(SYNC_KINDS["barrier"])),
                       b.icmp_signed("==", kind, I32(SYNC_KINDS["soft"])))
+        go = fn.append_basic_block("go_on")
+        exchange = self.emit_warp_exchange(kinds)
+        if exchange is None:
+            b.cbranch(b.and_(valid, plain), go, slow)
+        else:
+            # every live thread waits at the same shuffle: exchange here when every lane's
+            # member mask is the full warp (the scheduler otherwise)
+            try_inline = fn.append_basic_block("warp_exchange")
+            b.cbranch(b.and_(valid, plain), go, try_inline)
+            b.position_at_end(try_inline)
+            ok = b.and_(valid, b.icmp_unsigned("!=", b.call(exchange, [ctx_i8, sync]), I32(0)))
+            b.cbranch(ok, go, slow)
+        # threads that exited stay out of the next segment: the others are marked to run
+        b.position_at_end(go)
         again = fn.append_basic_block("next_segment")
-        b.cbranch(b.and_(valid, plain), again, slow)
+        mark = fn.append_basic_block("mark_waiting")
+        b.cbranch(some_exited, mark, again)
+        b.position_at_end(mark)
+        self.mark_waiting(b, state_p, n64, sync)
+        b.branch(again)
         b.position_at_end(again)
         resume.add_incoming(sync, again)
+        masked.add_incoming(b.zext(some_exited, I32), again)
         b.branch(loop)
         b.position_at_end(slow)
         run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32])
         b.ret(b.call(run_from, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR),
                                 I32(len(kinds)), known]))
+        return fn
+
+    @staticmethod
+    def _counted_loop(b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
+                      body: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],
+                      name: str) -> list[ir.Value]:
+        """for t in [0, n): carried = body(t, carried); returns the final carried values."""
+        fn = b.function
+        pre = b.block
+        head = fn.append_basic_block(f"{name}.head")
+        loop_body = fn.append_basic_block(f"{name}.body")
+        exit_bb = fn.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        t = b.phi(I64, name="t")
+        t.add_incoming(I64(0), pre)
+        phis = []
+        for v in inits:
+            phi = b.phi(v.type)
+            phi.add_incoming(v, pre)
+            phis.append(phi)
+        b.cbranch(b.icmp_unsigned("<", t, n64), loop_body, exit_bb)
+        b.position_at_end(loop_body)
+        nxt = body(b, t, list(phis))
+        t.add_incoming(b.add(t, I64(1), flags=["nuw"]), b.block)
+        for phi, v in zip(phis, nxt):
+            phi.add_incoming(v, b.block)
+        b.branch(head)
+        b.position_at_end(exit_bb)
+        return phis
+
+    def scan_live_states(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value
+                         ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(OR, AND of the states of live threads, whether some thread exited); OR == AND
+        when all live threads are in one state, AND == -1 when none is live."""
+        def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            st = b.load(b.gep(state_p, [t]))
+            dead = b.icmp_signed("==", st, I32(STATE_EXITED))
+            return [b.or_(acc[0], b.select(dead, I32(0), st)), b.and_(acc[1], st),
+                    b.or_(acc[2], dead)]
+        live_or, live_and, exited = self._counted_loop(
+            b, n64, [I32(0), I32(-1), ir.Constant(I1, 0)], body, "scan")
+        return live_or, live_and, exited
+
+    def mark_waiting(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, sync: ir.Value) -> None:
+        """Live threads (all waiting at `sync`) get state `sync`: the masked thread loop runs
+        the threads whose state is its resume point."""
+        def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            p = b.gep(state_p, [t])
+            st = b.load(p)
+            b.store(b.select(b.icmp_signed("==", st, I32(STATE_EXITED)), st, sync), p)
+            return []
+        self._counted_loop(b, n64, [], body, "mark")
+
+    def emit_warp_exchange(self, kinds: list[int]) -> ir.Function | None:
+        """`i32 exchange(ctx, sync)`: the shuffle at sync point `sync` done for every thread
+        of the block at once, as the scheduler's warp_exchange does (threads that exited
+        take no part); returns 0, having changed nothing the scheduler reads, when `sync`
+        is no shuffle or a live lane's member mask is not the full warp.  Called only when
+        every live thread waits at `sync`.  None when the kernel has no shuffles."""
+        modes = {SYNC_KINDS[f"shfl.{m}"]: m for m in ("up", "down", "bfly", "idx")}
+        shuffles = [(i + 1, modes[k]) for i, k in enumerate(kinds) if k in modes]
+        if not shuffles:
+            return None
+        m = self.mod.module
+        fn = ir.Function(m, ir.FunctionType(I32, [PTR, I32]), name=f"cpuify_exchange_{self.name}")
+        fn.linkage = "internal"
+        ctx_raw, sync = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = b.bitcast(ctx_raw, CTX_TYPE.as_pointer())
+
+        def field(name: str, elem: ir.Type) -> ir.Value:
+            return b.bitcast(b.load(b.gep(ctx, [I32(0), I32(ctx_index(name))])), elem.as_pointer())
+
+        xval, xout = field("xval", I64), field("xout", I64)
+        state, xb, xc, xmask, xpred = (field(f, I32) for f in ("state", "xb", "xc", "xmask", "xpred"))
+        n64 = b.zext(b.load(b.gep(ctx, [I32(0), I32(ctx_index("nthreads"))])), I64)
+        no = fn.append_basic_block("not_a_shuffle")
+        sw = b.switch(sync, no)
+        b.position_at_end(no)
+        b.ret(I32(0))
+        for index, mode in shuffles:
+            case = fn.append_basic_block(f"shfl{index}")
+            sw.add_case(I32(index), case)
+            b.position_at_end(case)
+
+            def lane_body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], mode: str = mode
+                          ) -> list[ir.Value]:
+                lane = b.trunc(b.and_(t, I64(31)), I32)
+                base = b.and_(t, I64(~31 & (2**64 - 1)))
+                bval = b.and_(b.load(b.gep(xb, [t])), I32(31))
+                cword = b.load(b.gep(xc, [t]))
+                cval = b.and_(cword, I32(31))
+                segmask = b.and_(b.lshr(cword, I32(8)), I32(31))
+                notseg = b.xor(segmask, I32(-1))
+                maxlane = b.or_(b.and_(lane, segmask), b.and_(cval, notseg))
+                if mode == "up":
+                    j = b.sub(lane, bval)
+                    pred = b.icmp_signed(">=", j, maxlane)
+                else:
+                    j = (b.add(lane, bval) if mode == "down" else b.xor(lane, bval) if mode == "bfly"
+                         else b.or_(b.and_(lane, segmask), b.and_(bval, notseg)))
+                    pred = b.icmp_signed("<=", j, maxlane)
+                # the source lane must exist (a partial last warp) and not have exited
+                src = b.add(base, b.zext(b.and_(j, I32(31)), I64))
+                inside = b.and_(pred, b.and_(b.icmp_unsigned("<", j, I32(32)),
+                                             b.icmp_unsigned("<", src, n64)))
+                src = b.select(inside, src, t)
+                live_src = b.icmp_signed("!=", b.load(b.gep(state, [src])), I32(STATE_EXITED))
+                src = b.select(live_src, src, t)
+                b.store(b.load(b.gep(xval, [src])), b.gep(xout, [t]))
+                b.store(b.zext(pred, I32), b.gep(xpred, [t]))
+                dead = b.icmp_signed("==", b.load(b.gep(state, [t])), I32(STATE_EXITED))
+                return [b.and_(acc[0], b.select(dead, I32(-1), b.load(b.gep(xmask, [t]))))]
+
+            full, = self._counted_loop(b, n64, [I32(-1)], lane_body, f"shfl{index}")
+            b.ret(b.zext(b.icmp_unsigned("==", full, I32(-1)), I32))
         return fn
 
     @staticmethod
