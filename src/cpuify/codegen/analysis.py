@@ -363,15 +363,46 @@ def _op_may_be_uniform(op: Operation) -> bool:
     return op.name.startswith("ptx.") and info(op).pure
 
 
+def immediate_post_dominators(region: Region) -> dict[Block, Block]:
+    """Block -> its immediate post-dominator, for blocks that have one other than the exit
+    (every path from the block to the end of the kernel passes through it)."""
+    blocks = region.blocks
+    exits = [b for b in blocks if not b.successors]
+    full = set(blocks)
+    # post-dominator sets by iteration to a fixed point (regions are small)
+    pdom: dict[Block, set[Block]] = {b: ({b} if b in exits else set(full)) for b in blocks}
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            if b in exits:
+                continue
+            new = set.intersection(*(pdom[s] for s in b.successors)) | {b}
+            if new != pdom[b]:
+                pdom[b] = new
+                changed = True
+    out: dict[Block, Block] = {}
+    for b in blocks:
+        strict = pdom[b] - {b}
+        # the immediate one is the strict post-dominator that all others post-dominate
+        for c in strict:
+            if strict <= pdom[c]:
+                out[b] = c
+                break
+    return out
+
+
 def uniform_values(region: Region) -> set[Value]:
     """Values equal in every thread of a block (same value in each dynamic instance).
 
     Conservative divergence analysis: an op result is uniform if the op is pure, reads no
     per-thread state and has uniform operands; a block argument is uniform if its incoming
     values are and its block cannot be reached from a branch whose condition is not uniform
-    (so all threads merge the same way; this also rules out the temporal divergence of
-    loops with thread-dependent exits, whose headers such a branch reaches)."""
+    before that branch's immediate post-dominator, where the threads meet again (so all
+    threads merge the same way; this also rules out the temporal divergence of loops with
+    thread-dependent exits, whose headers such a branch reaches before the exit)."""
     incoming = _incoming(region)
+    ipdom = immediate_post_dominators(region)
     tainted: set[Block] = set()
     while True:
         # optimistic start (loop-carried values), then remove what is not uniform
@@ -401,12 +432,16 @@ def uniform_values(region: Region) -> set[Value]:
         for b in region.blocks:
             term = b.terminator
             if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform:
+                # threads part here and meet again at the immediate post-dominator: the
+                # blocks on the way, and the meeting block's merges, see divergence
+                join = ipdom.get(b)
                 stack = list(term.successors)
                 while stack:
                     x = stack.pop()
                     if x not in new_tainted:
                         new_tainted.add(x)
-                        stack.extend(x.successors)
+                        if x is not join:
+                            stack.extend(x.successors)
         if new_tainted <= tainted:
             return uniform
         tainted |= new_tainted
