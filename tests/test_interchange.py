@@ -118,3 +118,77 @@ def test_untouched_kernels_still_run(mod):
     out = np.zeros(64, np.float32)
     mod.get_function("row_sums")((2,), (32,), (m, out, np.int32(10)))
     np.testing.assert_allclose(out, m.sum(axis=1))
+
+
+# --- block-uniform loops carrying a per-thread float (interchange_uniform_loops) -----------
+
+UNIFORM_SRC = r'''
+// n-body's shape: a shared tile, then a uniform loop summing into per-thread accumulators
+extern "C" __global__ void tile_forces(const float4 *pos, float4 *acc_out, int n) {
+    __shared__ float4 sh[64];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float4 me = pos[i];
+    float ax = 0, ay = 0, az = 0;
+    for (int tile = 0; tile < n; tile += blockDim.x) {
+        sh[threadIdx.x] = pos[tile + threadIdx.x];
+        __syncthreads();
+        for (int k = 0; k < blockDim.x; k++) {
+            float dx = sh[k].x - me.x, dy = sh[k].y - me.y, dz = sh[k].z - me.z;
+            float d2 = dx * dx + dy * dy + dz * dz + 0.01f;
+            float inv = 1.0f / sqrtf(d2);
+            float s = sh[k].w * inv * inv * inv;
+            ax += dx * s; ay += dy * s; az += dz * s;
+        }
+        __syncthreads();
+    }
+    acc_out[i] = make_float4(ax, ay, az, 0.0f);
+}
+// the same loop only in some threads: left alone
+extern "C" __global__ void some_threads(const float *x, float *out, int m) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0;
+    if (threadIdx.x % 3 == 0) {
+        for (int k = 0; k < m; k++) {
+            float d = x[k] - i;
+            acc += d * d / (1.0f + d * d) + sqrtf(d * d + 1.0f) * 0.5f - d / (2.0f + d * d);
+        }
+    }
+    out[i] = acc;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def uniform_ptx():
+    return compile_to_ptx(UNIFORM_SRC).ptx
+
+
+@pytest.mark.parametrize("kernel,expected", [("tile_forces", 1), ("some_threads", 0)])
+def test_which_uniform_loops_are_interchanged(uniform_ptx, kernel, expected):
+    from cpuify.transforms.interchange import interchange_uniform_loops
+    module = parse_ptx(uniform_ptx)
+    region = _block_body(lift_kernel(module, module.functions[kernel]).op)
+    assert len(interchange_uniform_loops(region)) == expected
+
+
+def _forces_ref(pos):
+    d = pos[None, :, :3].astype(np.float64) - pos[:, None, :3]
+    d2 = (d ** 2).sum(-1) + 0.01
+    s = pos[None, :, 3] / d2 ** 1.5
+    return (d * s[..., None]).sum(1)
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_uniform_loop_interchange_matches_numpy_and_interpreter(uniform_ptx, n):
+    rng = np.random.default_rng(n)
+    pos = rng.random((n, 4), dtype=np.float32)
+    f = cpuify.RawModule(ptx=uniform_ptx).get_function("tile_forces")
+    for _ in range(3):              # generic code, then the specialized block shape
+        out = np.zeros((n, 4), np.float32)
+        f((n // 64,), (64,), (pos, out, np.int32(n)))
+        np.testing.assert_allclose(out[:, :3], _forces_ref(pos), rtol=1e-4, atol=1e-4)
+    small = np.zeros((64, 4), np.float32)
+    interpret_kernel(uniform_ptx, "tile_forces", (1,), (64,), (pos[:64], small, np.int32(64)))
+    compiled = np.zeros_like(small)
+    f((1,), (64,), (pos[:64], compiled, np.int32(64)))
+    np.testing.assert_allclose(compiled, small, rtol=1e-6, atol=1e-6)

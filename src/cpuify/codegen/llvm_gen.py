@@ -28,7 +28,7 @@ from typing import Callable
 from llvmlite import ir
 
 from cpuify.codegen.analysis import (
-    SyncPoint, infer_pointers, memory_space, no_signed_wrap, plan_sync_points, uniform_values,
+    SyncPoint, immediate_post_dominators, infer_pointers, memory_space, no_signed_wrap, plan_sync_points, uniform_values,
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
@@ -219,9 +219,12 @@ class KernelCodegen:
         self.name = kernel.name
         self.block_dims = block_dims
         self.region = _block_body(kernel.op)
-        from cpuify.transforms.interchange import interchange_thread_strided_loops
+        from cpuify.transforms.interchange import (
+            interchange_thread_strided_loops, interchange_uniform_loops,
+        )
         # iteration counters of interchanged loops: the same in all threads that run together
         self.lockstep = set(interchange_thread_strided_loops(self.region))
+        self.uniform_loops = interchange_uniform_loops(self.region)
         self.syncs: list[SyncPoint] = plan_sync_points(self.region, self.lockstep)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
@@ -232,6 +235,7 @@ class KernelCodegen:
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
+        self.ipdom = immediate_post_dominators(self.region)
         self.convergent = self.convergent_segments()
         self.shared = mod.shared_layout(kernel)
         # local memory (per thread): kernel .local depots
@@ -280,7 +284,8 @@ class KernelCodegen:
                 for op in b.ops[p:]:
                     if op in self.sync_of_op:
                         break
-                    if op.name == "cf.cond_br" and op.operands[0] not in self.uniform:
+                    if op.name == "cf.cond_br" and op.operands[0] not in self.uniform \
+                            and not self.reconverges(b):
                         ok = False
                         break
                     for succ in op.successors:
@@ -290,6 +295,24 @@ class KernelCodegen:
             if ok:
                 out.add(r)
         return out
+
+    def reconverges(self, branch: Block) -> bool:
+        """Whether the threads parting at `branch` all meet again at its immediate
+        post-dominator before any of them reaches a sync point or exits."""
+        join = self.ipdom.get(branch)
+        if join is None:
+            return False
+        seen: set[Block] = set()
+        work = list(branch.successors)
+        while work:
+            x = work.pop()
+            if x is join or x in seen:
+                continue
+            seen.add(x)
+            if not x.successors or any(op in self.sync_of_op for op in x.ops):
+                return False
+            work.extend(x.successors)
+        return True
 
     def error(self, msg: str, op: Operation) -> None:
         line = op.attributes.get("line")

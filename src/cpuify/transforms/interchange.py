@@ -143,3 +143,56 @@ def _first_line(block: Block) -> int | None:
         if line:
             return line
     return None
+
+
+# --- block-uniform loops that carry a per-thread floating-point value ------------------------
+
+#: Fewer ops than this in the loop body: the per-iteration cost of a soft barrier (a pass
+#: over the block's threads, the carried values through memory) would not pay off.
+MIN_UNIFORM_LOOP_OPS = 24
+
+
+def interchange_uniform_loops(region: Region) -> list[Block]:
+    """Interchange innermost loops that every thread of the block runs the same way with the
+    thread loop.  Returns their headers.
+
+    A loop like n-body's `for (k = 0; k < blockDim.x; k++) acc += f(my, sh[k])` runs inside
+    the thread loop as a chain of dependent floating-point additions per thread: LLVM cannot
+    vectorize it (reassociating the sum would change the result) and the thread loop around
+    it is not innermost.  With a soft barrier at its header (Polygeist's interchange of a
+    serial loop with the thread loop) each iteration is one pass over the block's threads:
+    a thread loop that vectorizes, the carried values kept per thread between passes.
+
+    Only loops whose every branch is block-uniform (all threads take each iteration together,
+    so the soft barrier never separates them), that hold no sync point, carry a per-thread
+    f32/f64 value, and are large enough (MIN_UNIFORM_LOOP_OPS)."""
+    if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
+           for op in b.ops):
+        return []           # already interchanged (a thread-strided loop)
+    idom = dominators(region)
+    uniform = uniform_values(region)
+    loops: dict[Block, set[Block]] = {}
+    for p in region.blocks:
+        if p not in idom:
+            continue
+        for h in p.successors:
+            if dominates(idom, h, p):
+                loops.setdefault(h, {h}).update(_natural_loop(h, p))
+    done: list[Block] = []
+    for header, body in loops.items():
+        if any(other is not header and other in body for other in loops):
+            continue        # not innermost
+        if any(is_sync(op) for b in body for op in b.ops):
+            continue
+        branches = [b.terminator for b in body if b.terminator is not None]
+        if any(t.name == "cf.cond_br" and t.operands[0] not in uniform for t in branches):
+            continue
+        if not any(a.type in ("f32", "f64") and a not in uniform for a in header.args):
+            continue
+        if sum(len(b.ops) for b in body) < MIN_UNIFORM_LOOP_OPS:
+            continue
+        soft = Operation("upir.barrier", [], [], {"soft": True, "line": _first_line(header)})
+        soft.parent = header
+        header.ops.insert(0, soft)
+        done.append(header)
+    return done
