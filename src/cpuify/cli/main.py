@@ -1,5 +1,7 @@
-"""`cpuify` command line: look at what the compiler does with a kernel.
+"""`cpuify` command line: build and run CUDA programs, look at what the compiler does.
 
+    cpuify nvcc  [nvcc options] files a drop-in for nvcc (make NVCC="cpuify nvcc")
+    cpuify run   app.cu [nvcc options] [-- args]   build (cached) and run a program
     cpuify ptx   kernel.cu            PTX from NVRTC
     cpuify ir    kernel.cu|.ptx       the parallel IR (MLIR generic syntax) of each kernel
     cpuify llvm  kernel.cu|.ptx       optimized LLVM IR (--raw: before optimization)
@@ -33,9 +35,31 @@ def _lift_all(ptx: str, only: str | None):  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cpuify", description="CUDA on multi-core CPUs: inspect "
-                                     "how cpuify compiles a kernel.")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # nvcc's and the program's options are not ours to parse: hand them over untouched
+    if argv and argv[0] == "nvcc":
+        from cpuify.nvcc.driver import nvcc_main
+        return nvcc_main(argv[1:])
+    if argv and argv[0] == "run" and len(argv) > 1 and argv[1] not in ("-h", "--help"):
+        from cpuify.nvcc.driver import run_main
+        rest = argv[1:]
+        prog_args = rest[rest.index("--") + 1:] if "--" in rest else []
+        build = rest[:rest.index("--")] if "--" in rest else rest
+        sources = [a for a in build if a.endswith(".cu")]
+        if len(sources) != 1:
+            print("cpuify run: error: give exactly one .cu file (cpuify run app.cu [nvcc options] "
+                  "[-- args])", file=sys.stderr)
+            return 2
+        return run_main(sources[0], prog_args, [a for a in build if a != sources[0]])
+    parser = argparse.ArgumentParser(prog="cpuify", description="CUDA on multi-core CPUs: build "
+                                     "and run CUDA programs, inspect how cpuify compiles a kernel.")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("nvcc", help="nvcc-compatible compiler driver: builds executables/objects that "
+                   "run on the CPU (cpuify nvcc --help)", add_help=False)
+    p_run = sub.add_parser("run", help="build (cached) and run a CUDA program: "
+                           "cpuify run app.cu [nvcc options] [-- program arguments]")
+    p_run.add_argument("file", help="the program's .cu source")
+    p_run.add_argument("options", nargs="*", help="nvcc options, then -- and the program's arguments")
     for name, help_ in (("ptx", "print the PTX NVRTC produces"),
                         ("ir", "print the parallel IR of each kernel"),
                         ("llvm", "print the LLVM IR (optimized unless --raw)"),
@@ -80,25 +104,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _explain(ptx: str, only: str | None) -> None:
-    from cpuify.codegen.analysis import plan_sync_points, uniform_values
-    from cpuify.codegen.llvm_gen import _block_body
-    for _, lifted in _lift_all(ptx, only):
-        region = _block_body(lifted.op)
-        points = plan_sync_points(region)
-        uniform = uniform_values(region) if points else set()
+    from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
+    for module, lifted in _lift_all(ptx, only):
+        # the sync points code generation plans, after its interchange transforms
+        kc = KernelCodegen(ModuleCodegen(module), lifted)
+        region = kc.region
         nops = sum(len(b.ops) for b in region.blocks)
         print(f"kernel {lifted.name}: {len(region.blocks)} blocks, {nops} ops, "
               f"{len(lifted.params)} params ({lifted.param_size} bytes)")
-        if not points:
+        if kc.lockstep:
+            print(f"  grid-stride loop interchanged with the thread loop (soft barrier)")
+        if kc.uniform_loops:
+            print(f"  {len(kc.uniform_loops)} block-uniform loop(s) interchanged with the "
+                  "thread loop (soft barrier per iteration)")
+        if not kc.syncs:
             print("  no sync points: one thread loop (flat collapsing)")
-        for sp in points:
-            what = sp.op.attributes.get("kind", "barrier") if sp.op.name != "upir.barrier" else "barrier"
-            kept = [v for v in sp.live if v not in uniform]
-            one = [v for v in sp.live if v in uniform]
+        for sp in kc.syncs:
+            if sp.op.name == "upir.barrier":
+                what = "soft barrier" if sp.op.attributes.get("soft") else "barrier"
+            else:
+                what = sp.op.attributes.get("kind", "barrier")
+            kept = [v for v in sp.live if v not in kc.uniform]
+            one = [v for v in sp.live if v in kc.uniform]
             print(f"  sync {sp.index}: {what} at PTX line {sp.op.attributes.get('line')}: "
                   f"{len(kept)} value(s) kept per thread, {len(one)} uniform (one copy per block), "
-                  f"{len(sp.remat)} recomputed")
-
+                  f"{len(sp.remat)} recomputed, {len(sp.derived)} induction variable(s)")
 
 if __name__ == "__main__":
     sys.exit(main())

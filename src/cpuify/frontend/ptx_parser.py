@@ -380,6 +380,8 @@ class _Parser:
                 self.reg_decl(func)
             elif t in (".local", ".shared", ".param", ".global", ".const"):
                 var = self.var_decl()
+                if t == ".param" and depth > 1:
+                    self._rename_scoped_param(func, var)
                 func.locals.append(var)
             elif t in (".loc", ".file", ".pragma"):
                 self.skip_directive()
@@ -398,6 +400,25 @@ class _Parser:
                 func.body.append(Label(t, tok.line))
             else:
                 func.body.append(self.instruction(func))
+
+    def _rename_scoped_param(self, func: Function, var: VarDecl) -> None:
+        """Call sites declare `.param` variables in nested `{ }` scopes, and nvcc reuses the
+        names (`param0` of a float call and of a printf call): give a redeclared name a
+        unique one for the rest of its scope, so that each has its own type."""
+        if not any(v.space == "param" and v.name == var.name for v in func.locals):
+            return
+        old = var.name
+        var.name = f"{old}$s{len(func.locals)}"
+        depth = 0
+        for tok in self.toks[self.i:]:
+            if tok.text == "{":
+                depth += 1
+            elif tok.text == "}":
+                depth -= 1
+                if depth < 0:
+                    break
+            elif tok.text == old:
+                tok.text = var.name
 
     def reg_decl(self, func: Function) -> None:
         start = self.next()

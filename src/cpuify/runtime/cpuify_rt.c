@@ -381,7 +381,13 @@ static void resize_pool_locked(int32_t want) {
         pthread_attr_setstacksize(&attr, CPUIFY_STACK_SIZE);
         sigset_t all, old;
         sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old); /* workers never take signals */
+        /* workers never take asynchronous signals; faults raised by the code a worker runs
+         * (an out-of-bounds access in a kernel) must reach the process's handler */
+        sigdelset(&all, SIGSEGV);
+        sigdelset(&all, SIGBUS);
+        sigdelset(&all, SIGFPE);
+        sigdelset(&all, SIGILL);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
         while (P.nthreads < want) {
             worker_arg *a = malloc(sizeof *a);
             if (!a) break;

@@ -1,0 +1,410 @@
+"""Device code of whole programs: PTX -> a relocatable native object that registers itself
+with the CUDA runtime on the CPU (runtime/cudart.c), PTX linking for separate compilation
+(-rdc), and the device code that `-dc` objects carry.
+
+A device object is the kernel object of cpuify's pipeline (compiler.compile_ptx, cached)
+linked (`ld -r`) with a generated C file holding the module's registration table
+(runtime/cpuify_cudart.h); the kernel object's symbols are then made local so that
+several translation units may hold the same kernel (a template instantiated in two files)
+or the same variable name."""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from cpuify.codegen.llvm_gen import dynamic_smem_offset
+from cpuify.compiler import CompiledModule, compile_ptx_cached
+from cpuify.errors import CpuifyError, UnsupportedError
+from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler
+
+RDC_SECTION = ".cpuify_rdc"        # device code (PTX) of a -dc object
+DLINK_SECTION = ".cpuify_dlink"    # module ids an explicit -dlink object already registers
+_RDC_MAGIC = b"CPUIFY-RDC 1\n"
+
+
+def run_tool(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CpuifyError(f"{what} failed:\n  {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+
+
+# ------------------------------------------------------------------------------------
+# fat binary identity
+
+
+def fatbin_bytes(fatbin_c: str) -> bytes:
+    """The fat binary nvcc embeds, from its generated `.fatbin.c` (the `.quad` lines)."""
+    m = re.search(r"fatbinData:\\n\"(.*?)\);", fatbin_c, re.S)
+    if m:
+        quads = re.findall(r"0x([0-9a-fA-F]+)", m.group(1))
+        return b"".join(struct.pack("<Q", int(q, 16)) for q in quads)
+    # older nvcc: `static const unsigned long long fatbinData[] = {0x...ull, ...};`
+    m = re.search(r"fatbinData\[\]\s*=\s*\{(.*?)\}", fatbin_c, re.S)
+    if not m:
+        raise CpuifyError("cannot find the fat binary in nvcc's .fatbin.c output")
+    quads = re.findall(r"0x([0-9a-fA-F]+)", m.group(1))
+    return b"".join(struct.pack("<Q", int(q, 16)) for q in quads)
+
+
+def fatbin_hash(data: bytes) -> int:
+    """FNV-1a 64 of the fat binary, as runtime/cudart.c computes it at registration."""
+    magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", data, 0)
+    if magic != 0xBA55ED50:
+        raise CpuifyError("nvcc's fat binary has an unknown format")
+    h = 1469598103934665603
+    for b in data[:hsize + fsize]:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+# ------------------------------------------------------------------------------------
+# registration table
+
+
+def _c_string(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def registration_source(compiled: CompiledModule | None, refused: dict[str, str], *,
+                        source: str, fatbin_hash_value: int, linked_ids: list[str] = ()) -> str:
+    """C source of the module descriptor and its registration (a constructor, or one
+    `__cudaRegisterLinkedBinary_<id>` function per module id for -rdc)."""
+    out = ['#include "cpuify_cudart.h"', ""]
+    kernels: list[str] = []
+    printf = compiled is not None and "vprintf" in compiled.ptx
+    names = list(compiled.kernels) if compiled else []
+    for i, name in enumerate(names):
+        info = compiled.kernels[name]  # type: ignore[union-attr]
+        offs = ", ".join(str(p[2]) for p in info.params) or "0"
+        sizes = ", ".join(str(p[3]) for p in info.params) or "0"
+        out.append(f"extern int32_t cpuify_k{i}(const void *, const cpuify_dims *, uint32_t, uint32_t, "
+                   f"uint32_t, void *, void *) __asm__({_c_string(info.symbol)});")
+        out.append(f"static const uint32_t cpuify_k{i}_off[] = {{{offs}}};")
+        out.append(f"static const uint32_t cpuify_k{i}_size[] = {{{sizes}}};")
+        req = list(info.directives.get("reqntid", ())) + [0, 0, 0]
+        mx = list(info.directives.get("maxntid", ())) + [0, 0, 0]
+        sc = info.scratch
+        extra = sc.scratch_bytes(0)
+        kernels.append(
+            f"{{{_c_string(name)}, cpuify_k{i}, 0, {len(info.params)}, cpuify_k{i}_off, cpuify_k{i}_size, "
+            f"{info.param_size}, {dynamic_smem_offset(info.param_size)}, {info.shared_static}, "
+            f"{sc.per_thread()}, {extra}, {{{req[0]}, {req[1]}, {req[2]}}}, {{{mx[0]}, {mx[1]}, {mx[2]}}}, "
+            f"{sc.local_bytes}, {1 if printf else 0}}}")
+    for name, why in refused.items():
+        kernels.append(f"{{{_c_string(name)}, 0, {_c_string(why)}, 0, 0, 0, 0, 0, 0, 0, 0, "
+                       "{0, 0, 0}, {0, 0, 0}, 0, 0}")
+    variables: list[str] = []
+    if compiled is not None:
+        for j, (name, g) in enumerate(compiled.globals.items()):
+            out.append(f"extern char cpuify_v{j}[] __asm__({_c_string(name)});")
+            variables.append(f"{{{_c_string(name)}, cpuify_v{j}, {g.size}, {1 if g.space == 'const' else 0}}}")
+    out.append("")
+    out.append(f"static const cpuify_kernel_desc kernels[] = {{{', '.join(kernels) or '{0}'}}};")
+    out.append(f"static const cpuify_var_desc vars[] = {{{', '.join(variables) or '{0}'}}};")
+    out.append(f"static const cpuify_module_desc module = {{CPUIFY_CUDART_ABI, {fatbin_hash_value}ull, "
+               f"{_c_string(source)}, {len(kernels)}, kernels, {len(variables)}, vars}};")
+    if linked_ids:
+        for mid in linked_ids:
+            out.append(f"void __cudaRegisterLinkedBinary{mid}(void (*cb)(void **), void *fatbin, "
+                       "void *module_id, void (*dummy)(void *)) {")
+            out.append("    (void)fatbin; (void)module_id; (void)dummy;")
+            out.append("    cpuify_cudart_register_linked(cb, &module);")
+            out.append("}")
+    else:
+        out.append("__attribute__((constructor(101))) static void cpuify_register(void) {")
+        out.append("    cpuify_cudart_register_module(&module);")
+        out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[str, str]]:
+    """Runs cpuify's pipeline on a module's PTX (cached).  Kernels that cannot run on the
+    CPU are reported on stderr and fail at launch."""
+    try:
+        compiled = compile_ptx_cached(ptx)
+    except UnsupportedError as exc:
+        # no kernel of the module can run: keep the program buildable, fail at launch
+        refused = {}
+        for m in re.finditer(r"\.entry\s+([\w$]+)", ptx):
+            refused[m.group(1)] = str(exc)
+        return None, refused
+    return compiled, dict(compiled.refused)
+
+
+def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_hash_value: int = 0,
+                        linked_ids: list[str] = (), warn=print) -> None:  # type: ignore[assignment]
+    """PTX -> relocatable object `out` with the kernels and their registration."""
+    compiled, refused = compile_device(ptx, source)
+    for name, why in refused.items():
+        warn(f"cpuify nvcc: warning: {source}: kernel '{name}' cannot run on the CPU and will fail "
+             f"when launched: {why.splitlines()[0]}")
+    reg_c = os.path.join(tmp, "cpuify_reg.c")
+    Path(reg_c).write_text(registration_source(compiled, refused, source=source,
+                                               fatbin_hash_value=fatbin_hash_value,
+                                               linked_ids=list(linked_ids)))
+    reg_o = reg_c[:-2] + ".o"
+    run_tool([c_compiler(), "-O1", "-fPIC", "-std=c11", f"-I{RUNTIME_DIR}", "-c", reg_c, "-o", reg_o],
+             "compiling the kernel registration table")
+    if compiled is None:
+        os.replace(reg_o, out)
+        return
+    kern_o = os.path.join(tmp, "cpuify_kernels.o")
+    Path(kern_o).write_bytes(compiled.object_code)
+    proc = subprocess.run(["nm", "--defined-only", "-g", kern_o], capture_output=True, text=True)
+    local = [line.split()[-1] for line in proc.stdout.splitlines() if line.strip()]
+    run_tool(["ld", "-r", kern_o, reg_o, "-o", out], "linking the device object")
+    if local:
+        lst = os.path.join(tmp, "cpuify_local.txt")
+        Path(lst).write_text("\n".join(local) + "\n")
+        run_tool(["objcopy", f"--localize-symbols={lst}", out], "localizing device symbols")
+
+
+# ------------------------------------------------------------------------------------
+# device code carried by -dc objects
+
+
+@dataclass
+class RdcModule:
+    module_id: str
+    source: str
+    ptx: str
+
+
+def rdc_record(module_id: str, source: str, ptx: str) -> bytes:
+    body = ptx.encode()
+    return _RDC_MAGIC + f"{module_id}\n{source}\n{len(body)}\n".encode() + body
+
+
+def parse_rdc_records(data: bytes) -> list[RdcModule]:
+    mods: list[RdcModule] = []
+    pos = 0
+    while True:
+        pos = data.find(_RDC_MAGIC, pos)
+        if pos < 0:
+            return mods
+        pos += len(_RDC_MAGIC)
+        mid_end = data.index(b"\n", pos)
+        src_end = data.index(b"\n", mid_end + 1)
+        len_end = data.index(b"\n", src_end + 1)
+        n = int(data[src_end + 1:len_end])
+        mods.append(RdcModule(data[pos:mid_end].decode(), data[mid_end + 1:src_end].decode(),
+                              data[len_end + 1:len_end + 1 + n].decode()))
+        pos = len_end + 1 + n
+
+
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """Named sections of an ELF64 little-endian relocatable object (empty dict otherwise)."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return {}
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if not shoff or shstrndx >= shnum:
+        return {}
+    headers = []
+    for i in range(shnum):
+        name, typ, _flags, _addr, off, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        headers.append((name, typ, off, size))
+    _, _, stroff, strsize = headers[shstrndx]
+    strtab = data[stroff:stroff + strsize]
+    out: dict[str, bytes] = {}
+    for name, typ, off, size in headers:
+        end = strtab.find(b"\0", name)
+        sname = strtab[name:end].decode(errors="replace")
+        out[sname] = b"" if typ == 8 else data[off:off + size]   # SHT_NOBITS
+    return out
+
+
+def archive_members(data: bytes) -> list[bytes]:
+    """Member contents of a Unix `ar` archive."""
+    if not data.startswith(b"!<arch>\n"):
+        return []
+    members: list[bytes] = []
+    pos = 8
+    while pos + 60 <= len(data):
+        header = data[pos:pos + 60]
+        name = header[:16].strip()
+        size = int(header[48:58].strip() or 0)
+        body = data[pos + 60:pos + 60 + size]
+        if name.startswith(b"#1/"):            # BSD long name stored before the data
+            n = int(name[3:])
+            body = body[n:]
+        if name not in (b"/", b"//", b"/SYM64/", b"__.SYMDEF", b"__.SYMDEF SORTED"):
+            members.append(body)
+        pos += 60 + size + (size & 1)
+    return members
+
+
+def device_code_of(path: str) -> tuple[list[RdcModule], set[str]]:
+    """(-dc device modules, module ids already device-linked) found in an object or archive."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return [], set()
+    objs = archive_members(data) if data.startswith(b"!<arch>\n") else [data]
+    mods: list[RdcModule] = []
+    linked: set[str] = set()
+    for obj in objs:
+        secs = elf_sections(obj)
+        if RDC_SECTION in secs:
+            mods += parse_rdc_records(secs[RDC_SECTION])
+        if DLINK_SECTION in secs:
+            linked |= set(secs[DLINK_SECTION].decode(errors="replace").split())
+    return mods, linked
+
+
+# ------------------------------------------------------------------------------------
+# PTX linking (separate compilation)
+
+_IDENT = r"[A-Za-z_$%][\w$]*"
+
+
+@dataclass
+class _Item:
+    text: str
+    kind: str          # "var" | "func" | "entry" | "other"
+    name: str
+    linkage: str       # "", "visible", "extern", "weak", "common"
+    has_body: bool
+
+
+def _split_items(ptx: str) -> tuple[list[str], list[_Item]]:
+    """Header directives (.version/.target/.address_size) and top-level statements."""
+    # drop line comments (they may hold braces); keep the text otherwise intact
+    text = re.sub(r"//[^\n]*", "", ptx)
+    header: list[str] = []
+    items: list[_Item] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        while pos < n and text[pos].isspace():
+            pos += 1
+        if pos >= n:
+            break
+        m = re.match(r"\.(version|target|address_size)\b[^\n]*", text[pos:])
+        if m:
+            header.append(m.group(0).strip())
+            pos += m.end()
+            continue
+        start, depth = pos, 0
+        while pos < n:
+            c = text[pos]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    pos += 1
+                    # an initializer `= {...};` ends at the ';', a body at the '}'
+                    rest = text[pos:pos + 64].lstrip()
+                    if rest.startswith(";"):
+                        pos = text.index(";", pos) + 1
+                    break
+            elif c == ";" and depth == 0:
+                pos += 1
+                break
+            pos += 1
+        stmt = text[start:pos].strip()
+        items.append(_classify(stmt))
+    return header, items
+
+
+def _classify(stmt: str) -> _Item:
+    toks = stmt.split()
+    linkage = ""
+    i = 0
+    while i < len(toks) and toks[i] in (".visible", ".extern", ".weak", ".common"):
+        linkage = toks[i][1:]
+        i += 1
+    head = toks[i] if i < len(toks) else ""
+    if head in (".func", ".entry"):
+        rest = stmt.split(head, 1)[1].lstrip()
+        if rest.startswith("("):      # return parameters
+            depth = 0
+            for k, c in enumerate(rest):
+                depth += c == "("
+                depth -= c == ")"
+                if depth == 0:
+                    rest = rest[k + 1:].lstrip()
+                    break
+        m = re.match(_IDENT, rest)
+        return _Item(stmt, head[1:], m.group(0) if m else "", linkage, "{" in stmt)
+    if head in (".global", ".const", ".shared", ".local"):
+        decl = re.split(r"[=;\[]", stmt, 1)[0]
+        names = re.findall(_IDENT, decl)
+        return _Item(stmt, "var", names[-1] if names else "", linkage, False)
+    return _Item(stmt, "other", "", linkage, False)
+
+
+def link_ptx(modules: list[RdcModule]) -> str:
+    """One PTX module from several (-rdc): extern declarations resolved against the other
+    modules' definitions, weak (template) definitions kept once, file-local names that
+    clash renamed."""
+    parsed = [_split_items(m.ptx) for m in modules]
+    defined: dict[str, int] = {}      # visible/weak name -> module index of its definition
+    local_names: dict[str, list[int]] = {}
+    for mi, (_, items) in enumerate(parsed):
+        for it in items:
+            if not it.name:
+                continue
+            is_def = it.has_body if it.kind in ("func", "entry") else it.linkage != "extern"
+            if not is_def:
+                continue
+            if it.linkage in ("visible", "weak", "common"):
+                if it.linkage == "visible" and it.name in defined and \
+                        defined[it.name] != mi and not it.kind == "entry":
+                    raise CpuifyError(f"device link: '{it.name}' is defined in both "
+                                      f"{modules[defined[it.name]].source} and {modules[mi].source}")
+                defined.setdefault(it.name, mi)
+            else:
+                local_names.setdefault(it.name, []).append(mi)
+    # rename file-local names defined in more than one module (or shadowing a visible one)
+    renames: list[dict[str, str]] = [{} for _ in modules]
+    for name, mis in local_names.items():
+        if len(mis) > 1 or name in defined:
+            for mi in mis[1:] if name not in defined else mis:
+                renames[mi][name] = f"{name}_cpuify_m{mi}"
+    versions = []
+    target = ".target sm_75"
+    addr = ".address_size 64"
+    for header, _ in parsed:
+        for h in header:
+            if h.startswith(".version"):
+                versions.append(h)
+            elif h.startswith(".target") and target == ".target sm_75":
+                target = h
+            elif h.startswith(".address_size"):
+                addr = h
+
+    def vkey(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v))
+
+    version = max(versions, key=vkey) if versions else ".version 7.5"
+    var_out: list[str] = []
+    func_out: list[str] = []
+    seen_defs: set[str] = set()
+    seen_decls: set[str] = set()
+    for mi, (_, items) in enumerate(parsed):
+        ren = renames[mi]
+        pattern = re.compile(r"(?<![\w$%])(" + "|".join(map(re.escape, ren)) + r")(?![\w$])") if ren else None
+        for it in items:
+            text = pattern.sub(lambda m: ren[m.group(1)], it.text) if pattern else it.text
+            name = ren.get(it.name, it.name)
+            is_def = it.has_body if it.kind in ("func", "entry") else (it.kind == "var" and it.linkage != "extern")
+            if it.kind == "other":
+                continue
+            if is_def:
+                if it.linkage in ("weak", "common", "visible") and name in seen_defs:
+                    continue        # a template instantiated in several files
+                seen_defs.add(name)
+                (var_out if it.kind == "var" else func_out).append(text)
+            else:
+                # a declaration: needed only when nothing defines the name
+                if it.name in defined or name in seen_decls:
+                    continue
+                seen_decls.add(name)
+                (var_out if it.kind == "var" else func_out).append(text)
+    return "\n".join([version, target, addr, ""] + var_out + [""] + func_out) + "\n"

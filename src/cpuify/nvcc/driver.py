@@ -1,0 +1,591 @@
+"""`cpuify nvcc`: nvcc's command line, building programs that run on the CPU.
+
+For each CUDA source, NVIDIA's nvcc (PyPI wheel) splits host and device code and compiles
+the host code with the host C++ compiler (its stubs call the registration ABI); the PTX of
+the device code goes through cpuify's pipeline to a native object with a registration
+table; both end up in one relocatable object.  With -rdc/-dc the object carries its PTX
+instead, and the link step links the PTX of all objects into one module.  Executables are
+linked with libcpuify_cudart.a instead of libcudart: no Python, no GPU at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cpuify.errors import CpuifyError
+from cpuify.nvcc import device
+from cpuify.nvcc.rtlib import runtime_library
+from cpuify.nvcc.toolkit import find_toolkit
+
+CUDA_SUFFIXES = (".cu",)
+HOST_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C")
+OBJECT_SUFFIXES = (".o", ".obj", ".a", ".so", ".lo")
+MIN_ARCH = 75
+
+# options taking a value: canonical name -> spellings (value separate, joined, or after '=')
+_VALUE_OPTS = {
+    "-o": ("-o", "--output-file"),
+    "-I": ("-I", "--include-path"),
+    "-D": ("-D", "--define-macro"),
+    "-U": ("-U", "--undefine-macro"),
+    "-L": ("-L", "--library-path"),
+    "-l": ("-l", "--library"),
+    "-x": ("-x", "--x"),
+    "-Xcompiler": ("-Xcompiler", "--compiler-options"),
+    "-Xlinker": ("-Xlinker", "--linker-options"),
+    "-Xptxas": ("-Xptxas", "--ptxas-options"),
+    "-Xnvlink": ("-Xnvlink", "--nvlink-options"),
+    "-Xarchive": ("-Xarchive", "--archive-options"),
+    "-Xcudafe": ("-Xcudafe",),
+    "-arch": ("-arch", "--gpu-architecture"),
+    "-code": ("-code", "--gpu-code"),
+    "-gencode": ("-gencode", "--generate-code"),
+    "-ccbin": ("-ccbin", "--compiler-bindir"),
+    "-std": ("-std", "--std"),
+    "-include": ("-include", "--pre-include"),
+    "-isystem": ("-isystem", "--system-include"),
+    "-maxrregcount": ("-maxrregcount", "--maxrregcount"),
+    "-rdc": ("-rdc", "--relocatable-device-code"),
+    "-MF": ("-MF", "--dependency-output"),
+    "-MT": ("-MT", "--dependency-target-name"),
+    "-odir": ("-odir", "--output-directory"),
+    "-default-stream": ("-default-stream", "--default-stream"),
+    "-t": ("-t", "--threads"),
+    "-O": ("-O", "--optimize"),
+    "-Wno-deprecated-declarations": (),
+    "-diag-suppress": ("-diag-suppress", "--diag-suppress"),
+    "-ftz": ("-ftz", "--ftz"),
+    "-prec-div": ("-prec-div", "--prec-div"),
+    "-prec-sqrt": ("-prec-sqrt", "--prec-sqrt"),
+    "-fmad": ("-fmad", "--fmad"),
+    "-split-compile": ("-split-compile", "--split-compile"),
+    "-Werror": ("-Werror", "--Werror"),
+    "-keep-dir": ("-keep-dir", "--keep-dir"),
+    "-dopt": ("-dopt", "--dopt"),
+}
+# options that are only ever joined (-O3, -Dx) are covered by the joined-prefix rule below
+_JOINABLE = {"-I", "-D", "-U", "-L", "-l", "-O", "-x", "-std", "-isystem"}
+
+# flags without a value: canonical -> spellings
+_FLAGS = {
+    "-c": ("-c", "--compile"),
+    "-dc": ("-dc", "--device-c"),
+    "-dw": ("-dw", "--device-w"),
+    "-dlink": ("-dlink", "--device-link"),
+    "-lib": ("-lib", "--lib"),
+    "-ptx": ("-ptx", "--ptx"),
+    "-E": ("-E", "--preprocess"),
+    "-M": ("-M", "--generate-dependencies"),
+    "-MM": ("-MM", "--generate-nonsystem-dependencies"),
+    "-MD": ("-MD", "--generate-dependencies-with-compile"),
+    "-MMD": ("-MMD", "--generate-nonsystem-dependencies-with-compile"),
+    "-MP": ("-MP", "--generate-dependency-targets"),
+    "-g": ("-g", "--debug"),
+    "-G": ("-G", "--device-debug"),
+    "-lineinfo": ("-lineinfo", "--generate-line-info"),
+    "-use_fast_math": ("-use_fast_math", "--use_fast_math", "--use-fast-math"),
+    "-shared": ("-shared", "--shared"),
+    "-w": ("-w", "--disable-warnings"),
+    "-v": ("-v", "--verbose"),
+    "-V": ("-V", "--version"),
+    "-h": ("-h", "--help"),
+    "-expt-relaxed-constexpr": ("-expt-relaxed-constexpr", "--expt-relaxed-constexpr"),
+    "-extended-lambda": ("-extended-lambda", "--extended-lambda", "-expt-extended-lambda",
+                         "--expt-extended-lambda"),
+    "-keep": ("-keep", "--keep"),
+    "-dryrun": ("-dryrun", "--dryrun"),
+    "-res-usage": ("-res-usage", "--resource-usage"),
+    "-Wno-deprecated-gpu-targets": ("-Wno-deprecated-gpu-targets", "--Wno-deprecated-gpu-targets"),
+    "-Wno-deprecated-declarations": ("-Wno-deprecated-declarations", "--Wno-deprecated-declarations"),
+    "-pg": ("-pg", "--profile"),
+    "-m64": ("-m64", "--machine=64"),
+    "-cudart-static": (),
+    "-src-in-ptx": ("-src-in-ptx", "--source-in-ptx"),
+    "-restrict": ("-restrict", "--restrict"),
+    "-forward-unknown-to-host-compiler": ("-forward-unknown-to-host-compiler",
+                                          "--forward-unknown-to-host-compiler"),
+    "-static-global-template-stub": (),
+    "-cubin": ("-cubin", "--cubin"),
+    "-fatbin": ("-fatbin", "--fatbin"),
+    "-cuda": ("-cuda", "--cuda"),
+    "-run": ("-run", "--run"),
+}
+_NO_EFFECT = {"-lineinfo", "-res-usage", "-Wno-deprecated-gpu-targets", "-m64", "-restrict",
+              "-src-in-ptx", "-keep", "-w", "-v"}
+
+_SPELLING: dict[str, tuple[str, bool]] = {}
+for _canon, _spellings in _VALUE_OPTS.items():
+    for _s in _spellings:
+        _SPELLING[_s] = (_canon, True)
+for _canon, _spellings in _FLAGS.items():
+    for _s in _spellings:
+        _SPELLING[_s] = (_canon, False)
+
+
+class UsageError(CpuifyError):
+    pass
+
+
+@dataclass
+class Options:
+    inputs: list[tuple[str, str]] = field(default_factory=list)   # (path, language: cu|host|obj)
+    output: str | None = None
+    flags: set[str] = field(default_factory=set)
+    host_opts: list[str] = field(default_factory=list)     # given to nvcc for host + device
+    link_opts: list[str] = field(default_factory=list)     # given to the final link
+    archs: list[int] = field(default_factory=list)
+    rdc: bool = False
+    ccbin: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    odir: str | None = None
+
+
+def _arch_numbers(value: str) -> list[int]:
+    if value in ("native", "all", "all-major"):
+        return []
+    return [int(n) for n in re.findall(r"(?:sm|compute|lto)_(\d+)", value)]
+
+
+def parse_args(argv: list[str]) -> Options:
+    o = Options()
+    lang: str | None = None
+    i = 0
+
+    def take(opt: str) -> str:
+        nonlocal i
+        if i + 1 >= len(argv):
+            raise UsageError(f"option '{opt}' needs a value")
+        i += 1
+        return argv[i]
+
+    while i < len(argv):
+        a = argv[i]
+        canon, value = None, None
+        if a in _SPELLING:
+            canon, has_value = _SPELLING[a]
+            if has_value:
+                value = take(a)
+        elif a.startswith("-") and "=" in a and a.split("=", 1)[0] in _SPELLING:
+            name, value = a.split("=", 1)
+            canon, has_value = _SPELLING[name]
+            if not has_value:
+                if canon == "-m64":
+                    canon, value = "-m64", None
+                else:
+                    raise UsageError(f"option '{name}' takes no value")
+        elif a.startswith("-"):
+            for p in sorted(_JOINABLE, key=len, reverse=True):
+                if a.startswith(p) and len(a) > len(p):
+                    canon, value = p, a[len(p):]
+                    break
+        if canon is None:
+            if not a.startswith("-") or a == "-":
+                path = a
+                suffix = Path(path).suffix
+                if lang == "cu" or (lang is None and suffix in CUDA_SUFFIXES):
+                    o.inputs.append((path, "cu"))
+                elif lang in ("c", "c++") or (lang is None and suffix in HOST_SUFFIXES):
+                    o.inputs.append((path, "host"))
+                elif suffix in OBJECT_SUFFIXES or re.search(r"\.so(\.\d+)*$", path):
+                    o.inputs.append((path, "obj"))
+                else:
+                    raise UsageError(f"don't know what to do with input file '{path}' "
+                                     "(expected .cu, .c/.cpp, .o or .a; use -x cu for CUDA sources "
+                                     "with other suffixes)")
+            elif a.startswith("-Wl,"):
+                o.link_opts.append(a)
+            elif a.startswith(("-f", "-W", "-m", "-pthread", "-fopenmp")):
+                # host compiler options nvcc itself would reject: forwarded, as with
+                # --forward-unknown-to-host-compiler
+                o.host_opts += ["-Xcompiler", a]
+                o.link_opts.append(a)
+                o.warnings.append(f"'{a}' is not an nvcc option; forwarded to the host compiler")
+            else:
+                o.warnings.append(f"unknown option '{a}' ignored")
+            i += 1
+            continue
+        if canon == "-o":
+            o.output = value
+        elif canon == "-odir":
+            o.odir = value
+        elif canon in ("-I", "-D", "-U", "-isystem", "-include"):
+            o.host_opts += [f"{canon}{value}" if canon in ("-I", "-D", "-U") else canon,
+                            *([] if canon in ("-I", "-D", "-U") else [value])]   # type: ignore[list-item]
+        elif canon == "-std":
+            o.host_opts.append(f"-std={value}")
+        elif canon == "-O":
+            o.host_opts.append(f"-O{value}")
+            o.link_opts.append(f"-O{value}")
+        elif canon == "-x":
+            lang = {"cu": "cu", "c": "c", "c++": "c++", "none": None}.get(value or "", "?")
+            if lang == "?":
+                raise UsageError(f"unsupported language '-x {value}' (expected cu, c, c++ or none)")
+        elif canon == "-L":
+            o.link_opts.append(f"-L{value}")
+        elif canon == "-l":
+            if value in ("cudart", "cudart_static", "cudadevrt"):
+                pass     # cpuify's runtime replaces them
+            else:
+                if value in ("cuda", "cublas", "cufft", "curand", "cusparse", "cusolver", "nvrtc",
+                             "cublasLt", "nppc", "nvToolsExt", "nvtx3interop"):
+                    o.warnings.append(f"-l{value}: cpuify provides only the CUDA runtime; linking "
+                                      f"lib{value} as given (it will not run kernels on the CPU)")
+                o.link_opts.append(f"-l{value}")
+        elif canon == "-Xcompiler":
+            o.host_opts += ["-Xcompiler", value]    # type: ignore[list-item]
+            o.link_opts += [f for f in value.split(",") if f]   # type: ignore[union-attr]
+        elif canon == "-Xlinker":
+            o.link_opts += [f"-Wl,{value}"]
+        elif canon in ("-Xptxas", "-Xnvlink", "-maxrregcount", "-dopt"):
+            o.warnings.append(f"'{canon} {value}' has no effect on the CPU (no ptxas/nvlink); ignored")
+        elif canon == "-Xcudafe":
+            o.host_opts += ["-Xcudafe", value]     # type: ignore[list-item]
+        elif canon == "-Xarchive":
+            o.warnings.append(f"'-Xarchive {value}' ignored")
+        elif canon in ("-arch", "-code"):
+            o.archs += _arch_numbers(value or "")
+        elif canon == "-gencode":
+            o.archs += _arch_numbers(value or "")
+        elif canon == "-ccbin":
+            o.ccbin = value
+        elif canon == "-rdc":
+            o.rdc = (value or "").lower() in ("true", "1", "yes")
+        elif canon in ("-MF", "-MT"):
+            o.host_opts += [canon, value]          # type: ignore[list-item]
+        elif canon in ("-default-stream",):
+            if value == "per-thread":
+                o.warnings.append("--default-stream per-thread: cpuify runs every stream in issue "
+                                  "order (a valid CUDA schedule); accepted")
+            o.host_opts += ["--default-stream", value]   # type: ignore[list-item]
+        elif canon in ("-ftz", "-prec-div", "-prec-sqrt", "-fmad"):
+            o.host_opts.append(f"{canon}={value}")
+        elif canon in ("-t", "-split-compile", "-keep-dir", "-diag-suppress", "-Werror"):
+            if canon in ("-diag-suppress", "-Werror"):
+                o.host_opts.append(f"{canon}={value}")
+        elif canon == "-g":
+            o.host_opts.append("-g")
+            o.link_opts.append("-g")
+        elif canon == "-G":
+            o.warnings.append("-G: device code is compiled optimized (no device debugging on the CPU); "
+                              "host code gets -g")
+            o.host_opts.append("-g")
+        elif canon == "-use_fast_math":
+            o.host_opts.append("--use_fast_math")
+        elif canon == "-shared":
+            o.flags.add("-shared")
+            o.link_opts.append("-shared")
+        elif canon == "-pg":
+            o.host_opts.append("-pg")
+            o.link_opts.append("-pg")
+        elif canon in ("-expt-relaxed-constexpr", "-extended-lambda", "-MD", "-MMD", "-MP",
+                       "-Wno-deprecated-declarations", "-forward-unknown-to-host-compiler",
+                       "-static-global-template-stub"):
+            o.host_opts.append(a.split("=")[0] if canon != "-extended-lambda" else "--extended-lambda")
+        elif canon == "-cudart-static":
+            pass
+        elif canon in _NO_EFFECT:
+            pass
+        else:
+            o.flags.add(canon)
+        i += 1
+    if "-dc" in o.flags:
+        o.flags.add("-c")
+        o.rdc = True
+    return o
+
+
+def ptx_arch(o: Options) -> int:
+    arch = max(o.archs) if o.archs else MIN_ARCH
+    return max(arch, MIN_ARCH)
+
+
+class Driver:
+    def __init__(self, o: Options, *, verbose: bool = False) -> None:
+        self.o = o
+        self.tk = find_toolkit()
+        self.verbose = verbose or os.environ.get("CPUIFY_NVCC_VERBOSE", "") not in ("", "0")
+        self.arch = ptx_arch(o)
+
+    def log(self, cmd: list[str]) -> None:
+        if self.verbose:
+            print("#$ " + " ".join(cmd), file=sys.stderr)
+
+    def run(self, cmd: list[str], what: str, *, quiet: bool = False) -> None:
+        self.log(cmd)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.stdout and not quiet:
+            sys.stdout.write(proc.stdout)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr)
+            raise CompileFailed(f"{what} failed")
+        if proc.stderr:
+            sys.stderr.write(proc.stderr)
+
+    def nvcc_base(self) -> list[str]:
+        cmd = [self.tk.nvcc, f"-gencode=arch=compute_{self.arch},code=compute_{self.arch}"]
+        if self.o.ccbin:
+            cmd += ["-ccbin", self.o.ccbin]
+        return cmd + self.o.host_opts
+
+    def host_cxx(self) -> str:
+        cc = self.o.ccbin
+        if cc:
+            if os.path.isdir(cc):
+                cand = os.path.join(cc, "g++")
+                return cand if os.path.exists(cand) else os.path.join(cc, "clang++")
+            base = os.path.basename(cc)
+            if "gcc" in base:
+                return os.path.join(os.path.dirname(cc), base.replace("gcc", "g++"))
+            if base.startswith("clang") and "++" not in base:
+                return os.path.join(os.path.dirname(cc), base.replace("clang", "clang++"))
+            return cc
+        return os.environ.get("CXX") or "g++"
+
+    # --- one CUDA translation unit -> relocatable object ---
+    def compile_cu(self, src: str, out: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="cpuify-nvcc-") as tmp:
+            host_o = os.path.join(tmp, "host.o")
+            mode = "-dc" if self.o.rdc else "-c"
+            self.run(self.nvcc_base() + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
+                     f"nvcc ({src})")
+            stem = Path(src).name
+            stem = stem[:-len(Path(src).suffix)] if Path(src).suffix else stem
+            ptx_files = [p for p in Path(tmp).glob("*.ptx")]
+            if not ptx_files:
+                raise CompileFailed(f"{src}: nvcc produced no PTX")
+            ptx = max(ptx_files, key=lambda p: p.stat().st_mtime).read_text()
+            if self.o.rdc:
+                ids = list(Path(tmp).glob("*.module_id"))
+                module_id = ids[0].read_text().strip() if ids else ""
+                if not module_id:
+                    raise CompileFailed(f"{src}: nvcc produced no module id for -rdc")
+                blob = os.path.join(tmp, "rdc.bin")
+                Path(blob).write_bytes(device.rdc_record(module_id, src, ptx))
+                self.run(["objcopy", f"--add-section={device.RDC_SECTION}={blob}",
+                          f"--set-section-flags={device.RDC_SECTION}=noload,readonly", host_o, out],
+                         "embedding device code")
+                return
+            fatbins = list(Path(tmp).glob("*.fatbin.c"))
+            if not fatbins:
+                raise CompileFailed(f"{src}: nvcc produced no fat binary")
+            fb_hash = device.fatbin_hash(device.fatbin_bytes(fatbins[0].read_text()))
+            dev_o = os.path.join(tmp, "device.o")
+            device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
+                                       warn=_warn)
+            self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
+
+    def compile_host(self, src: str, out: str, lang: str) -> None:
+        # nvcc hands .c/.cpp files to the host compiler with the same flags
+        self.run(self.nvcc_base() + ["-c", src, "-o", out], f"host compile ({src})")
+
+    # --- device link (-rdc) ---
+    def device_link(self, objects: list[str], out: str, *, explicit: bool = False) -> bool:
+        """Builds the device-link object for the -dc objects among `objects` into `out`.
+        Returns False when there is nothing to link."""
+        mods: list[device.RdcModule] = []
+        done: set[str] = set()
+        for obj in objects:
+            m, linked = device.device_code_of(obj)
+            mods += m
+            done |= linked
+        mods = [m for m in mods if m.module_id not in done]
+        seen: set[str] = set()
+        uniq = []
+        for m in mods:
+            if m.module_id not in seen:
+                seen.add(m.module_id)
+                uniq.append(m)
+        if not uniq:
+            return False
+        ptx = device.link_ptx(uniq)
+        ids = [m.module_id for m in uniq]
+        with tempfile.TemporaryDirectory(prefix="cpuify-dlink-") as tmp:
+            dev_o = os.path.join(tmp, "dlink.o")
+            device.build_device_object(ptx, dev_o, tmp, source=" ".join(m.source for m in uniq),
+                                       linked_ids=ids, warn=_warn)
+            if explicit:
+                lst = os.path.join(tmp, "ids.txt")
+                Path(lst).write_text("\n".join(ids) + "\n")
+                self.run(["objcopy", f"--add-section={device.DLINK_SECTION}={lst}",
+                          f"--set-section-flags={device.DLINK_SECTION}=noload,readonly", dev_o, out],
+                         "marking the device-link object")
+            else:
+                shutil.copyfile(dev_o, out)
+        return True
+
+    def link(self, objects: list[str], out: str) -> None:
+        with tempfile.TemporaryDirectory(prefix="cpuify-link-") as tmp:
+            extra = []
+            dl = os.path.join(tmp, "cpuify_dlink.o")
+            # static libraries named with -l may hold -dc objects too
+            libdirs = [f[2:] for f in self.o.link_opts if f.startswith("-L")]
+            archives = [os.path.join(d, f"lib{f[2:]}.a") for f in self.o.link_opts if f.startswith("-l")
+                        for d in libdirs if os.path.isfile(os.path.join(d, f"lib{f[2:]}.a"))]
+            if self.device_link(objects + archives, dl):
+                extra.append(dl)
+            cmd = [self.host_cxx(), *objects, *extra, "-o", out, *self.o.link_opts,
+                   str(runtime_library()), "-lpthread", "-lm", "-ldl"]
+            self.run(cmd, "link")
+
+    # --- the whole command ---
+    def output_for(self, src: str, suffix: str) -> str:
+        name = Path(src).stem + suffix
+        return os.path.join(self.o.odir, name) if self.o.odir else name
+
+    def main(self) -> int:
+        o = self.o
+        for w in o.warnings:
+            _warn(f"cpuify nvcc: warning: {w}")
+        unsupported = o.flags & {"-cubin", "-fatbin", "-cuda", "-dw"}
+        if unsupported:
+            raise UsageError(f"{sorted(unsupported)[0]} is not supported by cpuify nvcc (there is no "
+                             "GPU binary); use -c, -dc, -ptx or build an executable")
+        if "-ptx" in o.flags or "-E" in o.flags or "-M" in o.flags or "-MM" in o.flags:
+            # front-end only modes: nvcc does them itself
+            extra = [f for f in ("-ptx", "-E", "-M", "-MM") if f in o.flags]
+            for path, _ in o.inputs:
+                cmd = self.nvcc_base() + extra + [path]
+                if o.output:
+                    cmd += ["-o", o.output]
+                self.run(cmd, "nvcc")
+            return 0
+        if not o.inputs:
+            raise UsageError("no input files")
+        compile_only = "-c" in o.flags
+        if "-dlink" in o.flags:
+            objs = [p for p, _ in o.inputs]
+            out = o.output or "a_dlink.o"
+            if not self.device_link(objs, out, explicit=True):
+                # nothing to link: an empty object keeps Makefiles working
+                with tempfile.TemporaryDirectory() as tmp:
+                    c = os.path.join(tmp, "empty.c")
+                    Path(c).write_text("static int cpuify_empty_dlink;\n")
+                    self.run([os.environ.get("CC") or "cc", "-c", c, "-o", out], "device link")
+            return 0
+        if compile_only and o.output and len([1 for _, lang in o.inputs if lang != "obj"]) > 1:
+            raise UsageError("-o with -c and several input files (nvcc refuses this too)")
+        with tempfile.TemporaryDirectory(prefix="cpuify-build-") as tmp:
+            objects: list[str] = []
+            for k, (path, lang) in enumerate(o.inputs):
+                if lang == "obj":
+                    objects.append(path)
+                    continue
+                if not os.path.isfile(path):
+                    raise UsageError(f"{path}: no such file")
+                if compile_only:
+                    out = o.output or self.output_for(path, ".o")
+                else:
+                    out = os.path.join(tmp, f"{k}_{Path(path).stem}.o")
+                if lang == "cu":
+                    self.compile_cu(path, out)
+                else:
+                    self.compile_host(path, out, lang)
+                objects.append(out)
+            if compile_only:
+                return 0
+            if "-lib" in o.flags:
+                out = o.output or "a.a"
+                if os.path.exists(out):
+                    os.unlink(out)
+                self.run(["ar", "rcs", out, *objects], "ar")
+                return 0
+            self.link(objects, o.output or "a.out")
+        return 0
+
+
+class CompileFailed(CpuifyError):
+    """A tool failed; its diagnostics were already printed."""
+
+
+def _warn(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+HELP = """usage: cpuify nvcc [nvcc options] files...
+
+Builds CUDA programs that run on the CPU: a drop-in for nvcc in Makefiles
+(make NVCC="cpuify nvcc").  Host code is compiled by the host C++ compiler through
+NVIDIA's nvcc (PyPI wheel); kernels are compiled by cpuify to native code; executables
+link cpuify's CUDA runtime instead of libcudart and need neither a GPU nor Python.
+
+inputs: .cu (or any file after -x cu), .c/.cpp (host compiler), .o/.a (linked)
+modes:  (none) build an executable (-o, default a.out) | -c objects | -dc / -rdc=true -c
+        relocatable device code | -dlink device-link object | -lib static library |
+        -ptx / -E / -M front-end only (done by nvcc)
+options: -o -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler -Xlinker
+        -ccbin/--compiler-bindir -arch/-code/-gencode (pick the PTX target, >= compute_75)
+        --use_fast_math -lineinfo -rdc -MD/-MF/-MT -shared --expt-relaxed-constexpr
+        --extended-lambda --default-stream; -G, -Xptxas, -maxrregcount are accepted
+        with a warning (no effect on the CPU); -cubin/-fatbin are refused.
+environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; at run time CPUIFY_NUM_THREADS,
+        CPUIFY_PROFILE=1 (an nvprof-like summary at exit).
+"""
+
+
+def nvcc_main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(HELP)
+        return 0 if argv else 1
+    try:
+        o = parse_args(argv)
+        if "-V" in o.flags:
+            tk = find_toolkit()
+            subprocess.run([tk.nvcc, "--version"])
+            from cpuify import __version__
+            print(f"cpuify nvcc {__version__}: device code compiled for the CPU")
+            return 0
+        return Driver(o).main()
+    except CompileFailed as exc:
+        print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
+        return 1
+    except CpuifyError as exc:
+        print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
+        return 1
+
+
+# ------------------------------------------------------------------------------------
+# cpuify run
+
+
+def run_main(src: str, args: list[str], nvcc_args: list[str]) -> int:
+    """Builds `src` (cached by content, options and cpuify version) and runs it."""
+    from cpuify import __version__
+    from cpuify.compiler import _source_fingerprint, cache_dir
+    try:
+        text = Path(src).read_bytes()
+    except OSError as exc:
+        print(f"cpuify run: error: {exc}", file=sys.stderr)
+        return 1
+    h = hashlib.sha256()
+    for part in (text, "\0".join(nvcc_args).encode(), __version__.encode(),
+                 _source_fingerprint().encode(), os.path.abspath(src).encode()):
+        h.update(part)
+        h.update(b"\1")
+    # headers next to the source may change the program: include their contents
+    for inc in sorted(Path(src).resolve().parent.glob("*.h")) + sorted(Path(src).resolve().parent.glob("*.cuh")):
+        try:
+            h.update(inc.read_bytes())
+        except OSError:
+            pass
+    exe = cache_dir() / "programs" / f"{Path(src).stem}-{h.hexdigest()[:16]}"
+    if not exe.is_file():
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        tmp = str(exe) + f".tmp{os.getpid()}"
+        rc = nvcc_main([*nvcc_args, src, "-o", tmp])
+        if rc != 0:
+            return rc
+        os.replace(tmp, exe)
+    sys.stdout.flush()
+    proc = subprocess.run([str(exe), *args])
+    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

@@ -1,0 +1,79 @@
+/* cpuify CUDA runtime: the interface between a program built by `cpuify nvcc` and the
+ * library that replaces libcudart (cudart.c).
+ *
+ * For every translation unit (or, with -rdc, every device link) `cpuify nvcc` compiles the
+ * device code (PTX) to a native object and generates a small C file holding one
+ * cpuify_module_desc: the kernels (mangled name, block function, parameter layout, shared
+ * and scratch sizes, launch bounds) and the __device__/__constant__ variables.  A
+ * constructor registers it with cpuify_cudart_register_module().  nvcc's own host code
+ * then registers its stubs (__cudaRegisterFatBinary/__cudaRegisterFunction/...); the
+ * runtime ties the two together by the hash of the fat binary (whole-program mode) or by
+ * the module given to __cudaRegisterLinkedBinary_* (separate compilation).
+ *
+ * C11, no dependencies besides cpuify_rt.h.
+ */
+#ifndef CPUIFY_CUDART_H
+#define CPUIFY_CUDART_H
+
+#include <stdint.h>
+
+#include "cpuify_rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever the descriptors below change. */
+#define CPUIFY_CUDART_ABI 1
+
+enum {
+    CPUIFY_KERNEL_PRINTF = 1, /* the kernel calls printf: flush stdout after a launch */
+};
+
+typedef struct cpuify_kernel_desc {
+    const char *name;             /* mangled device name, as __cudaRegisterFunction gives it */
+    cpuify_block_fn fn;           /* NULL when the kernel cannot run on the CPU */
+    const char *refused;          /* why it cannot run (fn == NULL), else NULL */
+    uint32_t nparams;
+    const uint32_t *param_offsets;
+    const uint32_t *param_sizes;
+    uint32_t param_size;          /* bytes of the packed parameters */
+    uint32_t dyn_offset;          /* where the launch's dynamic shared size (u32) goes */
+    uint32_t shared_static;       /* static __shared__ bytes */
+    uint32_t scratch_per_thread;  /* scratch bytes = per_thread * threads + scratch_extra */
+    uint32_t scratch_extra;
+    uint32_t reqntid[3];          /* 0 when not given */
+    uint32_t maxntid[3];
+    uint32_t local_bytes;         /* per-thread local memory (cudaFuncAttributes) */
+    uint32_t flags;               /* CPUIFY_KERNEL_* */
+} cpuify_kernel_desc;
+
+typedef struct cpuify_var_desc {
+    const char *name;             /* PTX name of the __device__/__constant__ variable */
+    void *addr;
+    uint64_t size;
+    uint32_t constant;
+} cpuify_var_desc;
+
+typedef struct cpuify_module_desc {
+    uint32_t abi;                 /* CPUIFY_CUDART_ABI */
+    uint64_t fatbin_hash;         /* FNV-1a of the fat binary nvcc embedded; 0: linked module */
+    const char *source;           /* for messages: the .cu file(s) */
+    uint32_t nkernels;
+    const cpuify_kernel_desc *kernels;
+    uint32_t nvars;
+    const cpuify_var_desc *vars;
+} cpuify_module_desc;
+
+/* Called by the generated constructors. */
+CPUIFY_API void cpuify_cudart_register_module(const cpuify_module_desc *m);
+
+/* Called by the generated __cudaRegisterLinkedBinary_<id> functions (-rdc). */
+CPUIFY_API void cpuify_cudart_register_linked(void (*callback)(void **),
+                                              const cpuify_module_desc *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CPUIFY_CUDART_H */

@@ -1,0 +1,50 @@
+// Error paths: bad launch configuration (non-sticky), double free, invalid symbol, invalid
+// direction, unsupported API, then a device assert (sticky until cudaDeviceReset).
+#include <cstdio>
+#include <cassert>
+
+__device__ int dev_var;
+int not_a_symbol;
+
+__global__ void k(int *p) { p[threadIdx.x] = threadIdx.x; }
+__global__ void check_positive(const int *p) { assert(p[threadIdx.x] > 0); }
+
+#define SHOW(expr) printf("%s -> %s\n", #expr, cudaGetErrorName(expr))
+
+int main() {
+    int *d;
+    cudaMalloc(&d, 2048 * sizeof(int));
+    k<<<1, 2048>>>(d);
+    printf("launch 2048 threads: %s\n", cudaGetErrorName(cudaGetLastError()));
+    printf("after reading: %s\n", cudaGetErrorName(cudaGetLastError()));
+    k<<<dim3(1, 70000), 32>>>(d);
+    printf("grid y 70000: %s (peek %s)\n", cudaGetErrorName(cudaPeekAtLastError()),
+           cudaGetErrorName(cudaGetLastError()));
+    k<<<1, 32>>>(d);
+    printf("good launch: %s\n", cudaGetErrorName(cudaGetLastError()));
+    int *e;
+    cudaMalloc(&e, 16);
+    SHOW(cudaFree(e));
+    SHOW(cudaFree(e));
+    cudaGetLastError();
+    int v = 1;
+    SHOW(cudaMemcpyToSymbol(not_a_symbol, &v, sizeof(int)));
+    SHOW(cudaMemcpyToSymbol(dev_var, &v, sizeof(int)));
+    SHOW(cudaMemcpy(d, &v, 4, (cudaMemcpyKind)42));
+    SHOW(cudaSetDevice(3));
+    cudaGraph_t g;
+    SHOW(cudaGraphCreate(&g, 0));
+    printf("string: %s\n", cudaGetErrorString(cudaErrorInvalidConfiguration));
+    cudaGetLastError();
+
+    int h[4] = {1, 2, 0, 4};
+    cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+    check_positive<<<1, 4>>>(d);
+    SHOW(cudaDeviceSynchronize());
+    SHOW(cudaMalloc(&e, 16));
+    SHOW(cudaGetLastError());
+    SHOW(cudaGetLastError());
+    SHOW(cudaDeviceReset());
+    SHOW(cudaMalloc(&e, 16));
+    return 0;
+}

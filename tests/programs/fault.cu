@@ -1,0 +1,18 @@
+// An out-of-bounds write: the program must stop with a message naming kernel and block.
+#include <cstdio>
+
+__global__ void scatter(int *p, int stride) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (blockIdx.x == 3) p[(size_t)i * stride] = i;   // far outside the allocation
+    else p[i] = i;
+}
+
+int main() {
+    int *d;
+    cudaMalloc(&d, 1024 * sizeof(int));
+    printf("before the launch\n");
+    scatter<<<4, 256>>>(d, 1 << 24);
+    cudaDeviceSynchronize();
+    printf("not reached\n");
+    return 0;
+}

@@ -1,0 +1,186 @@
+"""Unit tests of `cpuify nvcc`'s pieces that need no nvcc: option parsing, PTX linking for
+-rdc, the device-code records of -dc objects, the runtime stubs, and scoped call-site
+`.param` names in the PTX parser."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.nvcc import device
+from cpuify.nvcc.driver import UsageError, parse_args, ptx_arch
+from cpuify.nvcc.rtlib import stub_source
+
+
+def test_parse_nvcc_command_line() -> None:
+    o = parse_args(["-O3", "-std=c++17", "-Iinc", "-D", "N=4", "-gencode", "arch=compute_80,code=sm_80",
+                    "-arch=sm_75", "-Xcompiler", "-fopenmp,-Wall", "-Xlinker", "-rpath=/x", "-lcudart",
+                    "-lm", "-L/lib", "-rdc=true", "-c", "a.cu", "b.cpp", "c.o", "-o", "out.o"])
+    assert o.inputs == [("a.cu", "cu"), ("b.cpp", "host"), ("c.o", "obj")]
+    assert o.output == "out.o" and o.rdc and "-c" in o.flags
+    assert ptx_arch(o) == 80
+    assert "-Iinc" in o.host_opts and "-DN=4" in o.host_opts and "-std=c++17" in o.host_opts
+    assert "-lcudart" not in o.link_opts and "-lm" in o.link_opts and "-L/lib" in o.link_opts
+    assert "-Wl,-rpath=/x" in o.link_opts and "-fopenmp" in o.link_opts
+    o = parse_args(["-x", "cu", "k.cpp", "-arch=sm_60", "--bogus", "-G"])
+    assert o.inputs == [("k.cpp", "cu")] and ptx_arch(o) == 75
+    assert any("--bogus" in w for w in o.warnings) and any("-G" in w for w in o.warnings)
+    with pytest.raises(UsageError):
+        parse_args(["data.bin"])
+
+
+PTX_A = """
+.version 8.0
+.target sm_75
+.address_size 64
+.extern .func (.param .b32 func_retval0) twice(.param .b32 twice_param_0);
+.extern .global .align 4 .u32 shared_counter;
+.global .align 1 .b8 $str[3] = {104, 105, 0};
+.weak .func (.param .b32 func_retval0) tmpl(.param .b32 tmpl_param_0)
+{
+    .reg .b32 %r<2>;
+    ld.param.u32 %r1, [tmpl_param_0];
+    st.param.b32 [func_retval0+0], %r1;
+    ret;
+}
+.visible .entry k(.param .u64 k_param_0)
+{
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [k_param_0];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.global.u32 %r1, [shared_counter];
+    {
+    .param .b32 param0;
+    st.param.b32 [param0+0], %r1;
+    .param .b32 retval0;
+    call.uni (retval0), twice, (param0);
+    ld.param.b32 %r2, [retval0+0];
+    }
+    st.global.u32 [%rd2], %r2;
+    ret;
+}
+"""
+
+PTX_B = """
+.version 8.1
+.target sm_75
+.address_size 64
+.visible .global .align 4 .u32 shared_counter = 21;
+.global .align 1 .b8 $str[3] = {104, 111, 0};
+.weak .func (.param .b32 func_retval0) tmpl(.param .b32 tmpl_param_0)
+{
+    .reg .b32 %r<2>;
+    ld.param.u32 %r1, [tmpl_param_0];
+    st.param.b32 [func_retval0+0], %r1;
+    ret;
+}
+.visible .func (.param .b32 func_retval0) twice(.param .b32 twice_param_0)
+{
+    .reg .b32 %r<3>;
+    ld.param.u32 %r1, [twice_param_0];
+    add.s32 %r2, %r1, %r1;
+    st.param.b32 [func_retval0+0], %r2;
+    ret;
+}
+"""
+
+
+def test_link_ptx_resolves_externs_weak_and_local_names() -> None:
+    text = device.link_ptx([device.RdcModule("_a", "a.cu", PTX_A), device.RdcModule("_b", "b.cu", PTX_B)])
+    assert text.startswith(".version 8.1")                      # the newest version
+    assert ".extern .global" not in text and ".extern .func" not in text
+    assert text.count(".func (.param .b32 func_retval0) tmpl(") == 1
+    assert "$str_cpuify_m1[3]" in text and text.count("$str[3]") == 1
+    m = parse_ptx(text)
+    assert [e.name for e in m.entries] == ["k"] and m.functions["twice"].body
+    from cpuify.compiler import compile_ptx
+    import numpy as np
+    from cpuify.api.module import RawModule
+    mod = RawModule(ptx=text)
+    out = np.zeros(1, np.uint32)
+    mod.get_function("k")((1,), (1,), (out,))
+    assert out[0] == 42                                         # twice(shared_counter = 21)
+    assert compile_ptx(text).kernels
+
+
+def test_link_ptx_rejects_two_definitions() -> None:
+    dup = PTX_B.replace("shared_counter = 21", "other = 1")
+    with pytest.raises(Exception, match="twice"):
+        device.link_ptx([device.RdcModule("_b", "b.cu", PTX_B), device.RdcModule("_c", "c.cu", dup)])
+
+
+def test_rdc_records_round_trip() -> None:
+    blob = device.rdc_record("_id1", "x.cu", "ptx one") + device.rdc_record("_id2", "y.cu", "ptx\ntwo")
+    mods = device.parse_rdc_records(blob)
+    assert [(m.module_id, m.source, m.ptx) for m in mods] == [("_id1", "x.cu", "ptx one"),
+                                                              ("_id2", "y.cu", "ptx\ntwo")]
+
+
+def test_fatbin_hash_matches_embedded_bytes() -> None:
+    body = bytes(range(40))
+    data = struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body + b"\xff" * 8  # padding ignored
+    quads = ",".join(f"0x{struct.unpack_from('<Q', data, i)[0]:016x}" for i in range(0, len(data), 8))
+    fatbin_c = f'asm(\n".section .nv_fatbin, \\"a\\"\\n"\n"fatbinData:\\n"\n".quad {quads}\\n"\n);'
+    assert device.fatbin_bytes(fatbin_c) == data
+    h = 1469598103934665603
+    for b in data[:16 + len(body)]:
+        h = ((h ^ b) * 1099511628211) % 2**64
+    assert device.fatbin_hash(data) == h
+
+
+def test_stubs_cover_unimplemented_functions_only() -> None:
+    header = ("extern __host__ cudaError_t CUDARTAPI cudaGraphCreate(cudaGraph_t *g, unsigned f);\n"
+              "extern __host__ __cudart_builtin__ cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n);\n")
+    src = stub_source(header, {"cudaMalloc"})
+    assert 'int cudaGraphCreate(void) { return cpuify_cudart_not_supported("cudaGraphCreate"); }' in src
+    assert "cudaMalloc" not in src
+
+
+def test_scoped_call_params_get_their_own_names() -> None:
+    # nvcc reuses `param0` in every call scope; the types differ (f32 here, b64 there)
+    ptx = """
+.version 8.0
+.target sm_75
+.address_size 64
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 a, .param .b64 b);
+.func (.param .b32 func_retval0) f(.param .b32 f_param_0)
+{
+    .reg .f32 %f<2>;
+    ld.param.f32 %f1, [f_param_0];
+    st.param.f32 [func_retval0+0], %f1;
+    ret;
+}
+.visible .entry k()
+{
+    .reg .f32 %f<3>;
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    mov.f32 %f1, 0f3F800000;
+    {
+    .param .b32 param0;
+    st.param.f32 [param0+0], %f1;
+    .param .b32 retval0;
+    call.uni (retval0), f, (param0);
+    ld.param.f32 %f2, [retval0+0];
+    }
+    mov.u64 %rd1, 0;
+    {
+    .param .b64 param0;
+    st.param.b64 [param0+0], %rd1;
+    .param .b64 param1;
+    st.param.b64 [param1+0], %rd1;
+    .param .b32 retval0;
+    call.uni (retval0), vprintf, (param0, param1);
+    ld.param.b32 %r1, [retval0+0];
+    }
+    ret;
+}
+"""
+    k = parse_ptx(ptx).functions["k"]
+    params = [(v.name, v.type) for v in k.locals if v.space == "param"]
+    names = [n for n, _ in params]
+    assert len(set(names)) == len(names) == 5
+    assert ("param0", "b32") in params and any(n.startswith("param0$") and t == "b64" for n, t in params)

@@ -1,0 +1,247 @@
+"""Whole CUDA programs built with `cpuify nvcc` (tests/programs/) and checked by their output.
+
+The expected values are computed by hand (comments next to them) or with NumPy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PROGRAMS = Path(__file__).parent / "programs"
+CPUIFY = [sys.executable, "-m", "cpuify.cli.main"]
+
+
+def _have_nvcc() -> bool:
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:
+        return False
+    return shutil.which("g++") is not None and shutil.which("ld") is not None
+
+
+pytestmark = pytest.mark.skipif(not _have_nvcc(), reason="nvcc wheel (nvidia-cuda-nvcc) or g++ missing")
+
+
+def nvcc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CPUIFY, "nvcc", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("programs")
+
+    def _build(name: str, *flags: str) -> Path:
+        exe = out / name
+        r = nvcc(*flags, f"-I{PROGRAMS}", str(PROGRAMS / f"{name}.cu"), "-o", str(exe), cwd=out)
+        assert r.returncode == 0, r.stderr
+        return exe
+    return _build
+
+
+def run(exe: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def lines(r: subprocess.CompletedProcess[str]) -> list[str]:
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.splitlines()
+
+
+def test_multi_kernel_pipeline(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("pipeline")))
+    h = (np.arange(100000) % 100).astype(np.float64)
+    assert out[0] == f"sum {2 * h.sum():.1f}"                 # 9900000.0
+    # transpose of a 37x53 iota: out[1] = in[1][0] = 53, out[37] = in[0][1] = 1
+    assert out[1] == "transpose mismatches 0, out[1] 53, out[37] 1"
+
+
+def test_pinned_managed_pitched_3d_memory(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("memory")))
+    assert out == [
+        "pinned 1 1000",
+        "mapped 1 1999 flags 2",                                # cudaHostAllocMapped == 2
+        "managed 1 2998",
+        "attr device=1 host=1 managed=1 unregistered=1",
+        "memset 0x01010101",
+        "pitch_ok 1 sub 1002 1005 3003",                        # rows 1..3, columns 2..5
+        "memset2d 0 0 1002",
+        "bad pitch cudaErrorInvalidPitchValue",
+        "3d 0 123 235",                                         # z*100 + y*10 + x
+        "meminfo 1",
+    ]
+
+
+def test_streams_events_callbacks(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("streams")))
+    assert out == [
+        "s1 65545 65546 s2 11 14 7",          # d1 = i + 1 + 10; d2 = i + 2, first 4 from d1
+        "callbacks 3 in order 1",
+        "query cudaSuccess cudaSuccess",
+        "elapsed >= 20ms 1, < 10s 1",
+        "unrecorded cudaErrorInvalidResourceHandle",
+        "no timing cudaErrorInvalidResourceHandle",
+        "priority 1",
+    ]
+
+
+def test_constant_and_device_symbols(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("symbols")))
+    x = np.arange(300, dtype=np.float32) * np.float32(0.01)
+    y = 1 + x * (2 + x * (3 + x * np.float32(0.5)))
+    assert out[0] == f"y[0] {y[0]:.4f} y[100] {y[100]:.4f} y[299] {y[299]:.4f} count 300"
+    assert out[1:] == ["table 2 8 16", "address read 12 size 32", "offset read 14 16",
+                       "too big cudaErrorInvalidValue"]
+
+
+def test_templates_functors_structs(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("templates")))
+    assert out == [
+        "float 16 749.5",               # 1 + 3 * 0.5 * i
+        "int 61 2995",                  # 1 + 3 * 2 * i
+        "double 8.5 375.25",            # 1 + 3 * 0.25 * i
+        "functors -2.25 -4 -9 -16",
+        "struct 105 106.5",             # (t + 10) * 0.5 + 100
+    ]
+
+
+def test_launch_api_attributes_occupancy(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("launch_api")))
+    assert out == [
+        "saxpy 1 8992",                 # three launches of y += 3 x
+        "default max dynamic shared 49152",
+        "without opt-in cudaErrorInvalidConfiguration",
+        f"big shared sum {sum(range(16384))}",
+        "bounded max threads 128",
+        "over bounds cudaErrorInvalidConfiguration",
+        "occupancy 8 block 1024",
+    ]
+
+
+def test_error_codes(build) -> None:  # type: ignore[no-untyped-def]
+    r = run(build("errors"))
+    assert lines(r) == [
+        "launch 2048 threads: cudaErrorInvalidConfiguration",
+        "after reading: cudaSuccess",                           # not sticky
+        "grid y 70000: cudaSuccess (peek cudaErrorInvalidConfiguration)",
+        "good launch: cudaSuccess",
+        "cudaFree(e) -> cudaSuccess",
+        "cudaFree(e) -> cudaErrorInvalidValue",
+        "cudaMemcpyToSymbol(not_a_symbol, &v, sizeof(int)) -> cudaErrorInvalidSymbol",
+        "cudaMemcpyToSymbol(dev_var, &v, sizeof(int)) -> cudaSuccess",
+        "cudaMemcpy(d, &v, 4, (cudaMemcpyKind)42) -> cudaErrorInvalidMemcpyDirection",
+        "cudaSetDevice(3) -> cudaErrorInvalidDevice",
+        "cudaGraphCreate(&g, 0) -> cudaErrorNotSupported",
+        "string: invalid configuration argument",
+        "cudaDeviceSynchronize() -> cudaErrorAssert",           # sticky from here on
+        "cudaMalloc(&e, 16) -> cudaErrorAssert",
+        "cudaGetLastError() -> cudaErrorAssert",
+        "cudaGetLastError() -> cudaErrorAssert",
+        "cudaDeviceReset() -> cudaSuccess",
+        "cudaMalloc(&e, 16) -> cudaSuccess",
+    ]
+    assert "cudaGraphCreate is not supported" in r.stderr
+    assert "kernel 'check_positive(int const*)' failed in block (0, 0, 0)" in r.stderr
+
+
+def test_out_of_bounds_write_names_kernel_and_block(build) -> None:  # type: ignore[no-untyped-def]
+    r = run(build("fault"))
+    assert r.returncode != 0
+    assert r.stdout == "before the launch\n"
+    assert "kernel 'scatter(int*, int)' failed in block (3, 0, 0): invalid memory access" in r.stderr
+
+
+def test_printf_order(build) -> None:  # type: ignore[no-untyped-def]
+    expected = []
+    for r in range(3):
+        expected += [f"host before {r}", f"device round {r} thread 0", f"device round {r} thread 1",
+                     f"host after {r}"]
+    assert lines(run(build("printf"))) == expected
+
+
+def test_device_properties_and_args(build) -> None:  # type: ignore[no-untyped-def]
+    out = lines(run(build("device"), "1000"))
+    assert out[0].startswith("devices 1 current 0 warp 32 maxThreads 1024 maxGridY 65535 sms_match 1 managed 1")
+    assert out[1] == "runtime version >= 12000: 1"
+    assert out[2] == f"n 1000 sum {sum(range(1000))}"
+
+
+def test_profile_summary(build) -> None:  # type: ignore[no-untyped-def]
+    r = run(build("pipeline"), env={"CPUIFY_PROFILE": "1"})
+    assert r.returncode == 0
+    assert "cpuify profiling result" in r.stderr
+    rows = {line.split()[-1] if "[" not in line else line[line.index("["):line.index("]") + 1]: line
+            for line in r.stderr.splitlines() if "%" in line}
+    assert any("block_sum" in line and " 2 " in line for line in r.stderr.splitlines())
+    assert "[CUDA memcpy HtoD]" in rows and "[CUDA memcpy DtoH]" in rows
+    assert "cpuify profiling" not in run(build("pipeline")).stderr
+
+
+def test_rdc_makefile(tmp_path: Path) -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make missing")
+    src = tmp_path / "rdc"
+    shutil.copytree(PROGRAMS / "rdc", src)
+    nvcc_cmd = f"{sys.executable} -m cpuify.cli.main nvcc"
+    r = subprocess.run(["make", f"NVCC={nvcc_cmd}"], cwd=src, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = lines(run(src / "app"))
+    assert out == ["step done (device, particles.cu)"] * 3 + [
+        # v: i%4 -> +1 per step, clamped at 4; x += v * 0.25
+        "steps 3 p0 1.5 3 p3 6 4 p63 66 4",
+        "last error cudaSuccess",
+    ]
+
+
+def test_separate_steps_dlink_and_host_cpp(tmp_path: Path) -> None:
+    """-dc objects, an explicit -dlink step and a plain C++ file linked by g++-style steps."""
+    src = PROGRAMS / "rdc"
+    for f in ("main", "particles", "util"):
+        r = nvcc("-dc", f"-I{src}", str(src / f"{f}.cu"), "-o", f"{f}.o", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    r = nvcc("-dlink", "main.o", "particles.o", "util.o", "-o", "dlink.o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "extra.cpp").write_text("int extra_value() { return 42; }\n")
+    r = nvcc("-c", "extra.cpp", "-o", "extra.o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = nvcc("main.o", "particles.o", "util.o", "dlink.o", "extra.o", "-o", "app", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert lines(run(tmp_path / "app"))[-2] == "steps 3 p0 1.5 3 p3 6 4 p63 66 4"
+
+
+def test_cpuify_run_and_flags(tmp_path: Path) -> None:
+    env = {**os.environ, "CPUIFY_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [*CPUIFY, "run", str(PROGRAMS / "device.cu"), f"-I{PROGRAMS}", "--", "50"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == f"n 50 sum {sum(range(50))}"
+    # second run: cached executable
+    assert len(list((tmp_path / "cache" / "programs").iterdir())) == 1
+    r = subprocess.run(cmd[:-1] + ["7"], capture_output=True, text=True, env=env)
+    assert r.stdout.splitlines()[-1] == "n 7 sum 21"
+    # unknown and no-effect flags warn; -cubin is refused with a message
+    r = nvcc("-c", "-Xptxas", "-v", "--bogus-flag", f"-I{PROGRAMS}", str(PROGRAMS / "printf.cu"),
+             "-o", "p.o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "'-Xptxas -v' has no effect" in r.stderr and "unknown option '--bogus-flag'" in r.stderr
+    r = nvcc("-cubin", str(PROGRAMS / "printf.cu"), cwd=tmp_path)
+    assert r.returncode == 1 and "-cubin is not supported" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = nvcc(str(tmp_path / "missing.cu"), cwd=tmp_path)
+    assert r.returncode == 1 and "missing.cu: no such file" in r.stderr
+    r = subprocess.run([*CPUIFY, "nvcc", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "make NVCC=" in r.stdout
+
+
+def test_nvcc_compile_error_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bad.cu").write_text("__global__ void k() { undeclared_thing(); }\nint main() {}\n")
+    r = nvcc("bad.cu", "-o", "bad", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "undeclared_thing" in r.stderr and "Traceback" not in r.stderr
