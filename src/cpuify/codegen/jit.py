@@ -11,6 +11,9 @@ import llvmlite.binding as llvm
 
 _lock = threading.Lock()
 
+#: Instruction budget of LLVM's loop unswitching (see _init).
+UNSWITCH_THRESHOLD = 2000
+
 
 @functools.lru_cache(maxsize=1)
 def _init() -> None:
@@ -20,6 +23,11 @@ def _init() -> None:
         pass   # llvmlite >= 0.45 initializes itself and refuses the call
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # A segment's thread loop often holds a branch on a block-uniform value (the exit test
+    # of an interchanged loop, a uniform `if`): unswitched, each copy of the loop is
+    # straight-line code the vectorizer takes.  LLVM's default budget (50) stops short of
+    # kernel-sized loop bodies.
+    llvm.set_option("cpuify", f"-unswitch-threshold={UNSWITCH_THRESHOLD}")
 
 
 @functools.lru_cache(maxsize=1)
