@@ -1042,7 +1042,13 @@ class SegmentEmitter:
                 b.store(lv, b.gep(arr, [tid]))
         for v in sp.live:
             value = self.coerce_bits(self.get(v), IR_LLVM[v.type])
-            if v in self.kc.uniform and self.resume not in self.kc.convergent:
+            if v in self.kc.uniform and self.resume in self.kc.convergent:
+                # every thread stops here with the same value: each stores it to its own
+                # element of the slot's array (a contiguous vector store; one address
+                # written by all threads would hide the loop from the vectorizer); the next
+                # segment reads element 0
+                b.store(value, b.gep(self.slot_address(v), [self.linear_tid64]))
+            elif v in self.kc.uniform:
                 # threads may stop here or elsewhere: one store after the loop instead of a
                 # conditional store to one address in every iteration (a scatter)
                 b.store(value, self.uniform_tmp(v))
