@@ -492,3 +492,82 @@ def no_signed_wrap(region: Region) -> set[Value]:
                 break
     return cand
 
+
+
+# --- which __shared__ variable an address points into ---------------------------------------
+
+_ADDRESS_ARITH = ("ptx.add", "ptx.sub", "ptx.mad", "ptx.mov", "ptx.cvta", "ptx.cvt")
+
+
+def shared_variables(region: Region) -> dict[Value, str]:
+    """Shared-memory addresses -> the `__shared__` variable they point into, where every
+    path derives the address from that one variable (its `upir.addressof` plus offsets).
+    Distinct variables never overlap and indexing past the end of one is undefined in
+    CUDA, so accesses through different variables are independent."""
+    incoming = _incoming(region)
+    users: dict[Value, list[Operation]] = {}
+    for b in region.blocks:
+        for op in b.ops:
+            for o in op.operands:
+                users.setdefault(o, []).append(op)
+    # the values an address flows into (through address arithmetic and block arguments)
+    roots = [op.results[0] for b in region.blocks for op in b.ops
+             if op.name == "upir.addressof" and op.attributes.get("space") == "shared"]
+    flow: set[Value] = set(roots)
+    work = list(roots)
+    while work:
+        v = work.pop()
+        for op in users.get(v, []):
+            if op.name in _ADDRESS_ARITH and op.results:
+                targets = [op.results[0]]
+            elif op.name in ("cf.br", "cf.cond_br"):
+                targets = [a for succ, args in zip(op.successors, op.successor_args)
+                           for a, x in zip(succ.args, args) if x is v]
+            else:
+                targets = []
+            for t in targets:
+                if t not in flow:
+                    flow.add(t)
+                    work.append(t)
+    # optimistic: a value's variable, or None once two variables (or a non-address) meet
+    base: dict[Value, str | None] = {op.results[0]: op.attributes["symbol"] for b in region.blocks
+                                     for op in b.ops if op.name == "upir.addressof"
+                                     and op.attributes.get("space") == "shared"}
+
+    def derive(op: Operation) -> str | None:
+        ops = op.operands
+        if op.name == "ptx.mad":       # a*b + c is an address only through c
+            addr, offsets = ops[2:], ops[:2]
+        elif op.name == "ptx.sub":     # address - offset
+            addr, offsets = ops[:1], ops[1:]
+        elif op.name == "ptx.add":
+            addr = [o for o in ops if o in flow]
+            offsets = [o for o in ops if o not in flow]
+        else:
+            addr, offsets = ops[:1], ops[1:]
+        if len(addr) != 1 or any(o in flow for o in offsets) or addr[0] not in flow:
+            return None
+        return base.get(addr[0], "")
+
+    changed = True
+    while changed:
+        changed = False
+        for b in region.blocks:
+            values: list[tuple[Value, str | None]] = []
+            for a in b.args:
+                if a in flow:
+                    srcs = incoming.get(a, [])
+                    got = {None if x not in flow else base.get(x, "") for x in srcs} - {""}
+                    values.append((a, got.pop() if len(got) == 1 else None if got else ""))
+            for op in b.ops:
+                if op.results and op.results[0] in flow and op.name != "upir.addressof":
+                    values.append((op.results[0], derive(op)))
+            for v, new in values:
+                if new == "":
+                    continue            # nothing known yet (a loop not visited)
+                old = base.get(v, "")
+                merged = new if old == "" else (old if old == new else None)
+                if merged != old:
+                    base[v] = merged
+                    changed = True
+    return {v: s for v, s in base.items() if s}

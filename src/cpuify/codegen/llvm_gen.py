@@ -28,7 +28,7 @@ from typing import Callable
 from llvmlite import ir
 
 from cpuify.codegen.analysis import (
-    SyncPoint, immediate_post_dominators, infer_pointers, memory_space, no_signed_wrap, plan_sync_points, uniform_values,
+    SyncPoint, immediate_post_dominators, infer_pointers, memory_space, shared_variables, no_signed_wrap, plan_sync_points, uniform_values,
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
@@ -238,6 +238,7 @@ class KernelCodegen:
         self.ipdom = immediate_post_dominators(self.region)
         self.convergent = self.convergent_segments()
         self.shared = mod.shared_layout(kernel)
+        self.shared_alias_tags = self.shared_variable_scopes()
         # local memory (per thread): kernel .local depots
         self.local_offsets: dict[str, int] = {}
         off = 0
@@ -295,6 +296,25 @@ class KernelCodegen:
             if ok:
                 out.add(r)
         return out
+
+    def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
+        """Shared-memory address -> (alias.scope, noalias) metadata of the `__shared__`
+        variable it points into: LLVM then knows that accesses to different variables are
+        independent even where it cannot bound their indices (a clamped neighbour index),
+        which would otherwise keep it from vectorizing the thread loop."""
+        variables = shared_variables(self.region)
+        groups = sorted({self.shared.offsets[sym] for sym in variables.values()
+                         if sym in self.shared.offsets})
+        if len(groups) < 2:
+            return {}
+        m = self.mod.module
+        domain = m.add_metadata([ir.MetaDataString(m, f"cpuify.shared.{self.name}")])
+        scopes = {g: m.add_metadata([ir.MetaDataString(m, f"cpuify.shared.{self.name}.{g}"), domain])
+                  for g in groups}
+        tags = {g: (m.add_metadata([scopes[g]]), m.add_metadata([scopes[h] for h in groups if h != g]))
+                for g in groups}
+        return {v: tags[self.shared.offsets[sym]] for v, sym in variables.items()
+                if sym in self.shared.offsets}
 
     def reconverges(self, branch: Block) -> bool:
         """Whether the threads parting at `branch` all meet again at its immediate
@@ -1115,6 +1135,13 @@ class SegmentEmitter:
         handler(self, op)
 
     # --- address computation
+    def tag_shared_access(self, op: Operation, instr: ir.Instruction) -> None:
+        """Marks a shared-memory load/store with the scope of the variable it accesses."""
+        tags = self.kc.shared_alias_tags.get(op.operands[0])
+        if tags is not None:
+            instr.set_metadata("alias.scope", tags[0])
+            instr.set_metadata("noalias", tags[1])
+
     def address(self, op: Operation, space: str) -> ir.Value:
         """Pointer for memory op `op` (address operand 0 plus its `offset` attribute)."""
         b = self.b

@@ -1042,6 +1042,8 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
         pk = b.gep(p, [I64(k * size)]) if k else p
         v = b.load(b.bitcast(pk, lt.as_pointer()))
         v.align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        if space == "shared":
+            e.tag_shared_access(op, v)
         if "volatile" in m:
             v.volatile = True  # type: ignore[attr-defined]
         elif "acquire" in m or "relaxed" in m:
@@ -1067,6 +1069,8 @@ def _st(e: SegmentEmitter, op: Operation) -> None:
         val = e.operand(v, t)
         s = b.store(val, b.bitcast(pk, lt.as_pointer()))
         s.align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        if space == "shared":
+            e.tag_shared_access(op, s)
         if "volatile" in m or "relaxed" in m or "release" in m:
             s.volatile = True  # type: ignore[attr-defined]
 
