@@ -1,5 +1,6 @@
 // Error paths: bad launch configuration (non-sticky), double free, invalid symbol, invalid
-// direction, unsupported API, then a device assert (sticky until cudaDeviceReset).
+// direction, unsupported API, then a device assert: sticky (cudaGetLastError still clears it from
+// the last-error slot), and after cudaDeviceReset the device stays unusable, as on a GPU.
 #include <cstdio>
 #include <cassert>
 
@@ -18,8 +19,10 @@ int main() {
     printf("launch 2048 threads: %s\n", cudaGetErrorName(cudaGetLastError()));
     printf("after reading: %s\n", cudaGetErrorName(cudaGetLastError()));
     k<<<dim3(1, 70000), 32>>>(d);
-    printf("grid y 70000: %s (peek %s)\n", cudaGetErrorName(cudaPeekAtLastError()),
-           cudaGetErrorName(cudaGetLastError()));
+    cudaError_t peeked = cudaPeekAtLastError();   // separate statements: the order in which
+    cudaError_t got = cudaGetLastError();         // printf's arguments are evaluated is unspecified
+    printf("grid y 70000: peek %s, get %s, then %s\n", cudaGetErrorName(peeked),
+           cudaGetErrorName(got), cudaGetErrorName(cudaGetLastError()));
     k<<<1, 32>>>(d);
     printf("good launch: %s\n", cudaGetErrorName(cudaGetLastError()));
     int *e;

@@ -12,7 +12,8 @@ int main() {
     cudaMalloc(&d, 1024 * sizeof(int));
     printf("before the launch\n");
     scatter<<<4, 256>>>(d, 1 << 24);
-    cudaDeviceSynchronize();
-    printf("not reached\n");
-    return 0;
+    cudaError_t e = cudaDeviceSynchronize();
+    // a GPU gets here with cudaErrorIllegalAddress; cpuify stops the program inside the kernel
+    printf("after the kernel: %s\n", cudaGetErrorName(e));
+    return e == cudaSuccess ? 0 : 1;
 }

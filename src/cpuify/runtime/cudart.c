@@ -100,63 +100,161 @@ CPUIFY_API cudaError_t cpuify_cudart_not_supported(const char *fn) {
     return fail(cudaErrorNotSupported);
 }
 
+/* As CUDA does, cudaGetLastError clears the last error even when it is a sticky one: the
+ * next cudaGetLastError returns cudaSuccess until another call meets the sticky error. */
 cudaError_t cudaGetLastError(void) {
-    int st = atomic_load_explicit(&g_sticky, memory_order_relaxed);
-    if (st) return (cudaError_t)st;
     cudaError_t e = tls_last_error;
     tls_last_error = cudaSuccess;
     return e;
 }
 
-cudaError_t cudaPeekAtLastError(void) {
-    int st = atomic_load_explicit(&g_sticky, memory_order_relaxed);
-    return st ? (cudaError_t)st : tls_last_error;
-}
+cudaError_t cudaPeekAtLastError(void) { return tls_last_error; }
 
 static const struct {
     int code;
     const char *name;
     const char *text;
 } k_errors[] = {
-    {cudaSuccess, "cudaSuccess", "no error"},
-    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
-    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
-    {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
-    {cudaErrorCudartUnloading, "cudaErrorCudartUnloading", "driver shutting down"},
-    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
-    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
-    {cudaErrorInvalidSymbol, "cudaErrorInvalidSymbol", "invalid device symbol"},
-    {cudaErrorInvalidHostPointer, "cudaErrorInvalidHostPointer", "invalid host pointer"},
-    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
-    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
-    {cudaErrorMissingConfiguration, "cudaErrorMissingConfiguration", "__global__ function call is not configured"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
-    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
-    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
-    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
-    {cudaErrorNoKernelImageForDevice, "cudaErrorNoKernelImageForDevice", "no kernel image is available for execution on the device"},
-    {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
-    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
-    {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
-    {cudaErrorLaunchTimeout, "cudaErrorLaunchTimeout", "the launch timed out and was terminated"},
-    {cudaErrorAssert, "cudaErrorAssert", "device-side assert triggered"},
-    {cudaErrorIllegalInstruction, "cudaErrorIllegalInstruction", "an illegal instruction was encountered"},
-    {cudaErrorMisalignedAddress, "cudaErrorMisalignedAddress", "misaligned address"},
-    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
-    {cudaErrorCooperativeLaunchTooLarge, "cudaErrorCooperativeLaunchTooLarge", "too many blocks in cooperative launch"},
-    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
-    {cudaErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered", "part or all of the requested memory range is already mapped"},
-    {cudaErrorHostMemoryNotRegistered, "cudaErrorHostMemoryNotRegistered", "pointer does not correspond to a registered memory region"},
-    {cudaErrorPeerAccessUnsupported, "cudaErrorPeerAccessUnsupported", "peer access is not supported between these two devices"},
-    {cudaErrorInvalidKernelImage, "cudaErrorInvalidKernelImage", "device kernel image is invalid"},
-    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+    /* codes, names and strings as CUDA 13.0's runtime reports them (read on an H100) */
+    {0, "cudaSuccess", "no error"},
+    {1, "cudaErrorInvalidValue", "invalid argument"},
+    {2, "cudaErrorMemoryAllocation", "out of memory"},
+    {3, "cudaErrorInitializationError", "initialization error"},
+    {4, "cudaErrorCudartUnloading", "driver shutting down"},
+    {5, "cudaErrorProfilerDisabled", "profiler disabled while using external profiling tool"},
+    {6, "cudaErrorProfilerNotInitialized", "profiler not initialized: call cudaProfilerInitialize()"},
+    {7, "cudaErrorProfilerAlreadyStarted", "profiler already started"},
+    {8, "cudaErrorProfilerAlreadyStopped", "profiler already stopped"},
+    {9, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {12, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+    {13, "cudaErrorInvalidSymbol", "invalid device symbol"},
+    {16, "cudaErrorInvalidHostPointer", "invalid host pointer"},
+    {17, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {18, "cudaErrorInvalidTexture", "invalid texture reference"},
+    {19, "cudaErrorInvalidTextureBinding", "texture is not bound to a pointer"},
+    {20, "cudaErrorInvalidChannelDescriptor", "invalid channel descriptor"},
+    {21, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {22, "cudaErrorAddressOfConstant", "invalid address of constant"},
+    {23, "cudaErrorTextureFetchFailed", "fetch from texture failed"},
+    {24, "cudaErrorTextureNotBound", "cannot fetch from a texture that is not bound"},
+    {25, "cudaErrorSynchronizationError", "incorrect use of __syncthreads()"},
+    {26, "cudaErrorInvalidFilterSetting", "linear filtering not supported for non-float type"},
+    {27, "cudaErrorInvalidNormSetting", "read as normalized float not supported for data type"},
+    {28, "cudaErrorMixedDeviceExecution", "device emulation mode and device execution mode cannot be mixed"},
+    {31, "cudaErrorNotYetImplemented", "feature not yet implemented"},
+    {32, "cudaErrorMemoryValueTooLarge", "memory size or pointer value too large to fit in 32 bit"},
+    {34, "cudaErrorStubLibrary", "CUDA driver is a stub library"},
+    {35, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version"},
+    {36, "cudaErrorCallRequiresNewerDriver", "API call is not supported in the installed CUDA driver"},
+    {37, "cudaErrorInvalidSurface", "invalid surface reference"},
+    {43, "cudaErrorDuplicateVariableName", "duplicate global variable looked up by string name"},
+    {44, "cudaErrorDuplicateTextureName", "duplicate texture looked up by string name"},
+    {45, "cudaErrorDuplicateSurfaceName", "duplicate surface looked up by string name"},
+    {46, "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy or unavailable"},
+    {49, "cudaErrorIncompatibleDriverContext", "incompatible driver context"},
+    {52, "cudaErrorMissingConfiguration", "__global__ function call is not configured"},
+    {53, "cudaErrorPriorLaunchFailure", "unspecified launch failure in prior launch"},
+    {65, "cudaErrorLaunchMaxDepthExceeded", "launch would exceed maximum depth of nested launches"},
+    {66, "cudaErrorLaunchFileScopedTex", "launch failed because kernel uses unsupported, file-scoped textures (texture objects are supported)"},
+    {67, "cudaErrorLaunchFileScopedSurf", "launch failed because kernel uses unsupported, file-scoped surfaces (surface objects are supported)"},
+    {68, "cudaErrorSyncDepthExceeded", "cudaDeviceSynchronize failed because caller's grid depth exceeds cudaLimitDevRuntimeSyncDepth"},
+    {69, "cudaErrorLaunchPendingCountExceeded", "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount"},
+    {98, "cudaErrorInvalidDeviceFunction", "invalid device function"},
+    {100, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {101, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {102, "cudaErrorDeviceNotLicensed", "device doesn't have valid Grid license"},
+    {103, "cudaErrorSoftwareValidityNotEstablished", "integrity checks failed"},
+    {127, "cudaErrorStartupFailure", "startup failure in cuda runtime"},
+    {200, "cudaErrorInvalidKernelImage", "device kernel image is invalid"},
+    {201, "cudaErrorDeviceUninitialized", "invalid device context"},
+    {205, "cudaErrorMapBufferObjectFailed", "mapping of buffer object failed"},
+    {206, "cudaErrorUnmapBufferObjectFailed", "unmapping of buffer object failed"},
+    {207, "cudaErrorArrayIsMapped", "array is mapped"},
+    {208, "cudaErrorAlreadyMapped", "resource already mapped"},
+    {209, "cudaErrorNoKernelImageForDevice", "no kernel image is available for execution on the device"},
+    {210, "cudaErrorAlreadyAcquired", "resource already acquired"},
+    {211, "cudaErrorNotMapped", "resource not mapped"},
+    {212, "cudaErrorNotMappedAsArray", "resource not mapped as array"},
+    {213, "cudaErrorNotMappedAsPointer", "resource not mapped as pointer"},
+    {214, "cudaErrorECCUncorrectable", "uncorrectable ECC error encountered"},
+    {215, "cudaErrorUnsupportedLimit", "limit is not supported on this architecture"},
+    {216, "cudaErrorDeviceAlreadyInUse", "exclusive-thread device already in use by a different thread"},
+    {217, "cudaErrorPeerAccessUnsupported", "peer access is not supported between these two devices"},
+    {218, "cudaErrorInvalidPtx", "a PTX JIT compilation failed"},
+    {219, "cudaErrorInvalidGraphicsContext", "invalid OpenGL or DirectX context"},
+    {220, "cudaErrorNvlinkUncorrectable", "uncorrectable NVLink error detected during the execution"},
+    {221, "cudaErrorJitCompilerNotFound", "PTX JIT compiler library not found"},
+    {222, "cudaErrorUnsupportedPtxVersion", "the provided PTX was compiled with an unsupported toolchain."},
+    {223, "cudaErrorJitCompilationDisabled", "PTX JIT compilation was disabled"},
+    {224, "cudaErrorUnsupportedExecAffinity", "the provided execution affinity is not supported"},
+    {225, "cudaErrorUnsupportedDevSideSync", "the provided PTX contains unsupported call to cudaDeviceSynchronize"},
+    {226, "cudaErrorContained", "Invalid access of peer GPU memory over nvlink or a hardware error"},
+    {300, "cudaErrorInvalidSource", "device kernel image is invalid"},
+    {301, "cudaErrorFileNotFound", "file not found"},
+    {302, "cudaErrorSharedObjectSymbolNotFound", "shared object symbol not found"},
+    {303, "cudaErrorSharedObjectInitFailed", "shared object initialization failed"},
+    {304, "cudaErrorOperatingSystem", "OS call failed or operation not supported on this OS"},
+    {400, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {401, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
+    {402, "cudaErrorLossyQuery", "attempted introspection would be semantically lossy"},
+    {500, "cudaErrorSymbolNotFound", "named symbol not found"},
+    {600, "cudaErrorNotReady", "device not ready"},
+    {700, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {701, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
+    {702, "cudaErrorLaunchTimeout", "the launch timed out and was terminated"},
+    {703, "cudaErrorLaunchIncompatibleTexturing", "launch uses incompatible texturing mode"},
+    {704, "cudaErrorPeerAccessAlreadyEnabled", "peer access is already enabled"},
+    {705, "cudaErrorPeerAccessNotEnabled", "peer access has not been enabled"},
+    {708, "cudaErrorSetOnActiveProcess", "cannot set while device is active in this process"},
+    {709, "cudaErrorContextIsDestroyed", "context is destroyed"},
+    {710, "cudaErrorAssert", "device-side assert triggered"},
+    {711, "cudaErrorTooManyPeers", "peer mapping resources exhausted"},
+    {712, "cudaErrorHostMemoryAlreadyRegistered", "part or all of the requested memory range is already mapped"},
+    {713, "cudaErrorHostMemoryNotRegistered", "pointer does not correspond to a registered memory region"},
+    {714, "cudaErrorHardwareStackError", "hardware stack error"},
+    {715, "cudaErrorIllegalInstruction", "an illegal instruction was encountered"},
+    {716, "cudaErrorMisalignedAddress", "misaligned address"},
+    {717, "cudaErrorInvalidAddressSpace", "operation not supported on global/shared address space"},
+    {718, "cudaErrorInvalidPc", "invalid program counter"},
+    {719, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {720, "cudaErrorCooperativeLaunchTooLarge", "too many blocks in cooperative launch"},
+    {721, "cudaErrorTensorMemoryLeak", "tensor memory not completely freed"},
+    {800, "cudaErrorNotPermitted", "operation not permitted"},
+    {801, "cudaErrorNotSupported", "operation not supported"},
+    {802, "cudaErrorSystemNotReady", "system not yet initialized"},
+    {803, "cudaErrorSystemDriverMismatch", "system has unsupported display driver / cuda driver combination"},
+    {804, "cudaErrorCompatNotSupportedOnDevice", "forward compatibility was attempted on non supported HW"},
+    {805, "cudaErrorMpsConnectionFailed", "MPS client failed to connect to the MPS control daemon or the MPS server"},
+    {806, "cudaErrorMpsRpcFailure", "the remote procedural call between the MPS server and the MPS client failed"},
+    {807, "cudaErrorMpsServerNotReady", "MPS server is not ready to accept new MPS client requests"},
+    {808, "cudaErrorMpsMaxClientsReached", "the hardware resources required to create MPS client have been exhausted"},
+    {809, "cudaErrorMpsMaxConnectionsReached", "the hardware resources required to support device connections have been exhausted"},
+    {810, "cudaErrorMpsClientTerminated", "the MPS client has been terminated by the server"},
+    {811, "cudaErrorCdpNotSupported", "is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it"},
+    {812, "cudaErrorCdpVersionMismatch", "unsupported interaction between different versions of CUDA Dynamic Parallelism"},
+    {900, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
+    {901, "cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"},
+    {902, "cudaErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences"},
+    {903, "cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began"},
+    {904, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+    {905, "cudaErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream"},
+    {906, "cudaErrorStreamCaptureImplicit", "operation would make the legacy stream depend on a capturing blocking stream"},
+    {907, "cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"},
+    {908, "cudaErrorStreamCaptureWrongThread", "attempt to terminate a thread-local capture sequence from another thread"},
+    {909, "cudaErrorTimeout", "wait operation timed out"},
+    {910, "cudaErrorGraphExecUpdateFailure", "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"},
+    {911, "cudaErrorExternalDevice", "an async error has occured in external entity outside of CUDA"},
+    {912, "cudaErrorInvalidClusterSize", "a kernel launch error has occurred due to cluster misconfiguration"},
+    {913, "cudaErrorFunctionNotLoaded", "the function handle is not loaded when calling an API that requires a loaded function"},
+    {914, "cudaErrorInvalidResourceType", "one or more resources passed in are not valid resource types for the operation"},
+    {915, "cudaErrorInvalidResourceConfiguration", "one or more resources are insufficient or non-applicable for the operation"},
+    {999, "cudaErrorUnknown", "unknown error"},
 };
 
 const char *cudaGetErrorName(cudaError_t e) {
     for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
         if (k_errors[i].code == (int)e) return k_errors[i].name;
-    return "cudaErrorUnknown";
+    return "unrecognized error code";
 }
 
 const char *cudaGetErrorString(cudaError_t e) {
@@ -582,9 +680,8 @@ static cudaError_t do_free(void *p, unsigned mask) {
     return cudaSuccess;
 }
 
-cudaError_t cudaFree(void *devPtr) {
-    return do_free(devPtr, 1u << MEM_DEVICE | 1u << MEM_MANAGED | 1u << MEM_HOST);
-}
+/* pinned host memory goes through cudaFreeHost: cudaFree refuses it, as CUDA does */
+cudaError_t cudaFree(void *devPtr) { return do_free(devPtr, 1u << MEM_DEVICE | 1u << MEM_MANAGED); }
 
 cudaError_t cudaFreeHost(void *ptr) { return do_free(ptr, 1u << MEM_HOST); }
 
@@ -622,7 +719,10 @@ cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost) {
     CHECK_STICKY();
     alloc_t a = lookup(pHost);
     if (!pFlags || (a.kind != MEM_HOST && a.kind != MEM_REGISTERED)) return fail(cudaErrorInvalidValue);
-    *pFlags = a.flags;
+    /* CUDA 13 on a GPU: all page-locked memory is mapped; cudaHostAllocPortable is not
+     * reported (cudaMallocHost, cudaHostAllocDefault, Mapped|Portable and registered
+     * memory all give cudaHostAllocMapped) */
+    *pFlags = (a.flags & ~(unsigned)cudaHostAllocPortable) | cudaHostAllocMapped;
     return cudaSuccess;
 }
 
@@ -664,6 +764,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     default:
         attr->type = cudaMemoryTypeUnregistered;
         attr->device = -2;
+        attr->hostPointer = (void *)ptr; /* as CUDA 13 reports ordinary host memory */
         break;
     }
     return cudaSuccess;
@@ -788,7 +889,9 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData) 
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
     CHECK_STICKY();
-    if (!event) return fail(cudaErrorInvalidValue);
+    if (!event || (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming |
+                                       cudaEventInterprocess)))
+        return fail(cudaErrorInvalidValue);
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e) return fail(cudaErrorMemoryAllocation);
     e->magic = EVENT_MAGIC;
@@ -868,13 +971,22 @@ static void record_copy(int cls, uint64_t t0, uint64_t bytes) {
     pthread_mutex_unlock(&g_prof_lock);
 }
 
+/* Whether [p, p + count) runs past the end of the device, managed or pinned allocation p
+ * points into (CUDA 13 refuses such copies and memsets with cudaErrorInvalidValue); other
+ * memory (ordinary or registered host memory, __device__ variables) is not checked. */
+static int past_allocation(const void *p, size_t count) {
+    alloc_t a = lookup(p);
+    return a.kind && a.kind != MEM_REGISTERED && count > a.size - (size_t)((const char *)p - a.base);
+}
+
 static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                           cudaStream_t s) {
     CHECK_STICKY();
     if (check_kind(kind)) return fail(cudaErrorInvalidMemcpyDirection);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (count == 0) return cudaSuccess;
-    if (!dst || !src) return fail(cudaErrorInvalidValue);
+    if (!dst || !src || past_allocation(dst, count) || past_allocation(src, count))
+        return fail(cudaErrorInvalidValue);
     uint64_t t0 = profiling() ? now_ns() : 0;
     memmove(dst, src, count);
     if (t0) record_copy(copy_class(dst, src, kind), t0, count);
@@ -907,8 +1019,11 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
     if (check_kind(kind)) return fail(cudaErrorInvalidMemcpyDirection);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (width == 0 || height == 0) return cudaSuccess;
-    if (width > dpitch || width > spitch) return fail(cudaErrorInvalidPitchValue);
-    if (!dst || !src) return fail(cudaErrorInvalidValue);
+    /* CUDA 13 answers a pitch below the width with cudaErrorInvalidValue */
+    if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
+    if (!dst || !src || past_allocation(dst, (height - 1) * dpitch + width) ||
+        past_allocation(src, (height - 1) * spitch + width))
+        return fail(cudaErrorInvalidValue);
     uint64_t t0 = profiling() ? now_ns() : 0;
     for (size_t y = 0; y < height; y++)
         memmove((char *)dst + y * dpitch, (const char *)src + y * spitch, width);
@@ -961,7 +1076,7 @@ static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
     CHECK_STICKY();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (count == 0) return cudaSuccess;
-    if (!ptr) return fail(cudaErrorInvalidValue);
+    if (!ptr || past_allocation(ptr, count)) return fail(cudaErrorInvalidValue);
     uint64_t t0 = profiling() ? now_ns() : 0;
     memset(ptr, value, count);
     if (t0) record_copy(CP_MEMSET, t0, count);
@@ -978,8 +1093,8 @@ static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_
     CHECK_STICKY();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (width == 0 || height == 0) return cudaSuccess;
-    if (width > pitch) return fail(cudaErrorInvalidPitchValue);
-    if (!ptr) return fail(cudaErrorInvalidValue);
+    if (width > pitch || !ptr || past_allocation(ptr, (height - 1) * pitch + width))
+        return fail(cudaErrorInvalidValue);   /* as CUDA 13 answers, for a small pitch too */
     uint64_t t0 = profiling() ? now_ns() : 0;
     for (size_t y = 0; y < height; y++) memset((char *)ptr + y * pitch, value, width);
     if (t0) record_copy(CP_MEMSET, t0, (uint64_t)width * height);
@@ -1257,8 +1372,11 @@ cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
 
 cudaError_t cudaDeviceSynchronize(void) { return sticky(); }
 
+/* After a kernel failed (a sticky error) CUDA cannot be used again in the process: on a GPU
+ * (CUDA 13.0, H100) cudaDeviceReset succeeds but every later call returns
+ * cudaErrorDevicesUnavailable, however often it is reset; a reset of a healthy device works. */
 cudaError_t cudaDeviceReset(void) {
-    atomic_store(&g_sticky, cudaSuccess);
+    if (atomic_load(&g_sticky) != cudaSuccess) atomic_store(&g_sticky, cudaErrorDevicesUnavailable);
     tls_last_error = cudaSuccess;
     return cudaSuccess;
 }
@@ -1296,7 +1414,7 @@ cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit) {
     if (!v) {
         switch (limit) {
         case cudaLimitStackSize: v = 1024; break;
-        case cudaLimitPrintfFifoSize: v = 1 << 20; break;
+        case cudaLimitPrintfFifoSize: v = 8650752; break; /* CUDA 13.0's default on an H100 */
         case cudaLimitMallocHeapSize: v = 8 << 20; break;
         default: v = 0; break;
         }
@@ -1425,6 +1543,23 @@ static int32_t block_trampoline(const void *p, const cpuify_dims *dims, uint32_t
     return rc;
 }
 
+/* A bad launch configuration (block or grid dimensions, __launch_bounds__, dynamic shared
+ * memory over the limit) and a host function passed as a kernel: CUDA 13.0's runtime answers
+ * cudaErrorInvalidValue and cudaErrorInvalidResourceHandle (read on an H100); CUDA 12 and
+ * before answered cudaErrorInvalidConfiguration and cudaErrorInvalidDeviceFunction. */
+#if CUDART_VERSION >= 13000
+#define ERR_LAUNCH_CONFIG cudaErrorInvalidValue
+#define ERR_NOT_A_KERNEL cudaErrorInvalidResourceHandle
+#else
+#define ERR_LAUNCH_CONFIG cudaErrorInvalidConfiguration
+#define ERR_NOT_A_KERNEL cudaErrorInvalidDeviceFunction
+#endif
+
+/* the error for a function pointer that is not a registered kernel */
+static cudaError_t not_a_kernel(const void *func) {
+    return fail(func ? ERR_NOT_A_KERNEL : cudaErrorInvalidDeviceFunction);
+}
+
 static _Thread_local unsigned char *tls_params;
 static _Thread_local size_t tls_params_cap;
 
@@ -1455,10 +1590,10 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64 ||
         nthreads > limit || g.x == 0 || g.y == 0 || g.z == 0 || g.x > INT_MAX || g.y > 65535 ||
         g.z > 65535 || smem > (size_t)k->max_dyn_shared)
-        return fail(cudaErrorInvalidConfiguration);
+        return fail(ERR_LAUNCH_CONFIG);
     if (d->reqntid[0] && (b.x != d->reqntid[0] || b.y != (d->reqntid[1] ? d->reqntid[1] : 1) ||
                           b.z != (d->reqntid[2] ? d->reqntid[2] : 1)))
-        return fail(cudaErrorInvalidConfiguration);
+        return fail(ERR_LAUNCH_CONFIG);
     if (cooperative) {
         uint64_t per_sm = MAX_THREADS_PER_SM / ((nthreads + 31) / 32 * 32);
         if (per_sm > MAX_BLOCKS_PER_SM) per_sm = MAX_BLOCKS_PER_SM;
@@ -1539,7 +1674,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
                              size_t sharedMem, cudaStream_t stream) {
     CHECK_STICKY();
     kentry *k = find_kernel(func);
-    if (!k) return fail(cudaErrorInvalidDeviceFunction);
+    if (!k) return not_a_kernel(func);
     return launch(k, gridDim, blockDim, args, sharedMem, stream, 0);
 }
 
@@ -1547,7 +1682,7 @@ cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blo
                                         size_t sharedMem, cudaStream_t stream) {
     CHECK_STICKY();
     kentry *k = find_kernel(func);
-    if (!k) return fail(cudaErrorInvalidDeviceFunction);
+    if (!k) return not_a_kernel(func);
     return launch(k, gridDim, blockDim, args, sharedMem, stream, 1);
 }
 
@@ -1555,7 +1690,7 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *fu
     CHECK_STICKY();
     if (!config) return fail(cudaErrorInvalidValue);
     kentry *k = find_kernel(func);
-    if (!k) return fail(cudaErrorInvalidDeviceFunction);
+    if (!k) return not_a_kernel(func);
     int coop = 0;
     for (unsigned i = 0; i < config->numAttrs; i++)
         if (config->attrs[i].id == cudaLaunchAttributeCooperative && config->attrs[i].val.cooperative)
@@ -1568,7 +1703,8 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     CHECK_STICKY();
     if (!attr) return fail(cudaErrorInvalidValue);
     kentry *k = find_kernel(func);
-    if (!k || !k->desc) return fail(cudaErrorInvalidDeviceFunction);
+    if (!k) return not_a_kernel(func);
+    if (!k->desc) return fail(cudaErrorInvalidDeviceFunction);
     const cpuify_kernel_desc *d = k->desc;
     memset(attr, 0, sizeof *attr);
     attr->sharedSizeBytes = d->shared_static;
