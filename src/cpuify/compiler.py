@@ -149,7 +149,7 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None) -> Com
     if not kernels and refused:
         raise UnsupportedError("no kernel of this module can run on the CPU:\n" + "\n".join(refused.values()))
     t2 = time.perf_counter()
-    llvm_text = str(gen.module)
+    llvm_text = gen.llvm_text()
     try:
         opt = jit.optimize(llvm_text)
     except RuntimeError as exc:   # our codegen produced invalid LLVM IR: an internal error
@@ -178,7 +178,7 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int])
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
     gen.add_kernel(lift_kernel(module, module.functions[kernel]), block_dims)
-    obj = jit.emit_object(jit.optimize(str(gen.module)))
+    obj = jit.emit_object(jit.optimize(gen.llvm_text()))
     if cache_enabled():
         try:
             d.parent.mkdir(parents=True, exist_ok=True)

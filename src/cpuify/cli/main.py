@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                     gen = ModuleCodegen(module, *jit.triple_and_layout())
                 gen.add_kernel(lifted)
             if gen is not None:
-                text = str(gen.module)
+                text = gen.llvm_text()
                 sys.stdout.write(text if args.raw else str(jit.optimize(text)))
         else:
             _explain(ptx, args.kernel)

@@ -21,6 +21,7 @@ original CFG, so the segment's CFG is not the kernel's)."""
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Callable
@@ -118,7 +119,47 @@ class ModuleCodegen:
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.kernels: list[KernelInfo] = []
         self._intrinsics: dict[str, ir.Function] = {}
+        self._access_group: ir.Value | None = None
+        self._loop_ids = 0
         self.emit_globals()
+
+    # --- thread loops are parallel loops ---
+    # Between two sync points the threads of a block do not communicate through memory in
+    # a race-free CUDA program (that needs a barrier, a warp collective or an atomic), so
+    # no memory access of one iteration of a thread loop depends on another iteration: what
+    # `#pragma omp simd` asserts.  Thread loops carry `llvm.loop.parallel_accesses` and
+    # their loads and stores an access group; LLVM then vectorizes them without dependence
+    # analysis or runtime alias checks.  Volatile accesses and the load/store pairs of
+    # shared-memory atomics stay out of the group (LLVM then analyses that loop as usual).
+    # Both nodes must be `distinct`, which llvmlite cannot print: llvm_text() rewrites
+    # their placeholders.
+    _ACCESS_GROUP = "cpuify.access_group"
+    _THREAD_LOOP = "cpuify.thread_loop."
+
+    @property
+    def access_group(self) -> ir.Value:
+        if self._access_group is None:
+            m = self.module
+            self._access_group = m.add_metadata([ir.MetaDataString(m, self._ACCESS_GROUP)])
+        return self._access_group
+
+    def parallel_loop_id(self) -> ir.Value:
+        """A new `llvm.loop` id for one thread loop."""
+        m = self.module
+        self._loop_ids += 1
+        accesses = m.add_metadata([ir.MetaDataString(m, "llvm.loop.parallel_accesses"),
+                                   self.access_group])
+        return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
+                               accesses])
+
+    def llvm_text(self) -> str:
+        """The module as LLVM assembly, with the access group and the thread-loop ids made
+        `distinct` (a loop id's first operand is itself)."""
+        text = str(self.module)
+        text = re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._ACCESS_GROUP) + r'" \}$',
+                      r"\1 = distinct !{}", text, flags=re.M)
+        return re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._THREAD_LOOP) + r'[0-9]+", (![0-9]+) \}$',
+                      r"\1 = distinct !{\1, \2}", text, flags=re.M)
 
     # --- module-scope variables ---
     def emit_globals(self) -> None:
@@ -357,7 +398,9 @@ class KernelCodegen:
                 a.add_attribute("noalias")
             segments.append(fn)
         for r, fn in enumerate(segments):
-            SegmentEmitter(self, fn, r).emit()
+            emitter = SegmentEmitter(self, fn, r)
+            emitter.emit()
+            emitter.tag_parallel_accesses()
         block_fn = self.emit_block_function(segments)
         info = KernelInfo(
             name=self.name, symbol=block_fn.name, param_size=self.kernel.param_size,
@@ -709,6 +752,8 @@ class SegmentEmitter:
         self.block_map: dict[Block, ir.Block] = {}
         self.pending: list[Block] = []
         self.param_cache: dict[tuple[int, str, bool], ir.Value] = {}
+        # accesses through which threads of one segment communicate (shared atomics)
+        self.serial_accesses: set[ir.Instruction] = set()
 
     # ---- helpers
     @property
@@ -841,7 +886,9 @@ class SegmentEmitter:
                 b.branch(headers[k + 1])
             b.position_at_end(latches[k])
             nxt = b.add(phi, I32(1), flags=["nuw"])
-            b.branch(headers[k])
+            back = b.branch(headers[k])
+            if k == 2:
+                back.set_metadata("llvm.loop", self.mod.parallel_loop_id())
             phi.add_incoming(nxt, latches[k])
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
         b.position_at_end(bodies[2])
@@ -1135,6 +1182,24 @@ class SegmentEmitter:
         handler(self, op)
 
     # --- address computation
+    def tag_parallel_accesses(self) -> None:
+        """Puts the segment's loads and stores in the module's access group (see
+        ModuleCodegen.parallel_loop_id), except volatile ones and `self.serial_accesses`."""
+        if self.local_alloca is not None:
+            return      # one local-memory buffer serves every iteration: not parallel
+        group = self.mod.access_group
+        for bb in self.fn.blocks:
+            for instr in bb.instructions:
+                if not isinstance(instr, (ir.LoadInstr, ir.StoreInstr)):
+                    continue
+                pointer = instr.operands[0 if isinstance(instr, ir.LoadInstr) else 1]
+                # the segment's own allocas (values between its LLVM blocks) become
+                # registers before vectorization; they are no thread's memory
+                if isinstance(pointer, ir.AllocaInstr) or getattr(instr, "volatile", False) \
+                        or instr in self.serial_accesses:
+                    continue
+                instr.set_metadata("llvm.access.group", group)
+
     def tag_shared_access(self, op: Operation, instr: ir.Instruction) -> None:
         """Marks a shared-memory load/store with the scope of the variable it accesses."""
         tags = self.kc.shared_alias_tags.get(op.operands[0])

@@ -1113,6 +1113,7 @@ def _atom(e: SegmentEmitter, op: Operation) -> None:
             new = _rmw_value(e, kind, old, val)
             st = b.store(new, ptr)
             st.align = type_size(t)
+            e.serial_accesses.update((old, st))
         else:
             old = b.atomic_rmw(kind, ptr, val, "monotonic")
     if op.results and op.name == "ptx.atom":

@@ -1,0 +1,119 @@
+"""Thread loops are emitted as parallel loops (`llvm.loop.parallel_accesses`): the accesses
+that may carry a dependence between threads of one segment (shared-memory atomics, volatile
+accesses, one local-memory buffer reused by every thread) stay out of the access group.
+Results are checked against NumPy."""
+
+from __future__ import annotations
+
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.codegen.llvm_gen import ModuleCodegen
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.lifting import lift_kernel
+
+SRC = r'''
+// a 5-point stencil with halo loads under thread-dependent conditions
+extern "C" __global__ void blur(const float *in, float *out, int n) {
+    __shared__ float t[18];
+    int x = blockIdx.x * 16 + threadIdx.x;
+    int xc = min(x, n - 1);
+    t[threadIdx.x + 1] = in[xc];
+    if (threadIdx.x == 0) t[0] = in[max(xc - 1, 0)];
+    if (threadIdx.x == 15) t[17] = in[min(xc + 1, n - 1)];
+    __syncthreads();
+    if (x < n) out[x] = 0.25f * t[threadIdx.x] + 0.5f * t[threadIdx.x + 1] + 0.25f * t[threadIdx.x + 2];
+}
+// every thread of a block adds into a few shared bins: the threads depend on each other
+extern "C" __global__ void bins(const int *x, int *hist, int n) {
+    __shared__ int s[8];
+    if (threadIdx.x < 8) s[threadIdx.x] = 0;
+    __syncthreads();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&s[x[i] & 7], 1);
+    __syncthreads();
+    if (threadIdx.x < 8) atomicAdd(&hist[threadIdx.x], s[threadIdx.x]);
+}
+// a per-thread array indexed at run time, no barrier: local memory
+extern "C" __global__ void reverse_digits(const int *x, int *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int d[10];
+    int v = x[i], k = 0;
+    do { d[k++] = v % 10; v /= 10; } while (v && k < 10);
+    int r = 0;
+    for (int j = 0; j < k; j++) r = r * 10 + d[j];
+    out[i] = r;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    return compile_to_ptx(SRC).ptx
+
+
+def _llvm_text(ptx, name):
+    module = parse_ptx(ptx)
+    gen = ModuleCodegen(module)
+    gen.add_kernel(lift_kernel(module, module.functions[name]))
+    return gen.llvm_text()
+
+
+def test_thread_loops_are_parallel_loops(ptx):
+    text = _llvm_text(ptx, "blur")
+    assert "llvm.loop.parallel_accesses" in text
+    group = re.search(r'^(![0-9]+) = distinct !\{\}$', text, re.M)
+    assert group is not None
+    loop_ids = re.findall(r'^(![0-9]+) = distinct !\{(![0-9]+), ![0-9]+\}$', text, re.M)
+    assert loop_ids and all(a == b for a, b in loop_ids)
+    assert text.count("!llvm.access.group") > 5
+    llvm.parse_assembly(text).verify()
+
+
+def test_shared_atomics_stay_out_of_the_group(ptx):
+    text = _llvm_text(ptx, "bins")
+    # the emulated atomic's load and store (an add through a shared address) are untagged
+    tagged = [l for l in text.splitlines() if "!llvm.access.group" in l]
+    untagged_shared = [l for l in text.splitlines()
+                       if ("load i32" in l or "store i32" in l) and "!llvm.access.group" not in l
+                       and "%\"v" not in l and "alloca" not in l]
+    assert tagged and untagged_shared
+
+
+@pytest.mark.parametrize("n", [1, 16, 1000])
+def test_blur_matches_numpy(ptx, n):
+    x = np.random.default_rng(n).random(n, dtype=np.float32)
+    f = cpuify.RawModule(ptx=ptx).get_function("blur")
+    p = np.concatenate([x[:1], x, x[-1:]])
+    ref = 0.25 * p[:-2] + 0.5 * p[1:-1] + 0.25 * p[2:]
+    for _ in range(3):
+        out = np.zeros(n, np.float32)
+        f(((n + 15) // 16,), (16,), (x, out, np.int32(n)))
+        np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("block", [64, 256, 1024])
+def test_shared_atomic_bins_exact(ptx, block):
+    n = 100_000
+    x = np.random.default_rng(block).integers(0, 1 << 20, n, dtype=np.int32)
+    f = cpuify.RawModule(ptx=ptx).get_function("bins")
+    for _ in range(3):
+        hist = np.zeros(8, np.int32)
+        f(((n + block - 1) // block,), (block,), (x, hist, np.int32(n)))
+        np.testing.assert_array_equal(hist, np.bincount(x & 7, minlength=8))
+
+
+def test_local_array_per_thread(ptx):
+    n = 5000
+    x = np.random.default_rng(3).integers(1, 10**9, n, dtype=np.int32)
+    out = np.zeros(n, np.int32)
+    cpuify.RawModule(ptx=ptx).get_function("reverse_digits")(((n + 255) // 256,), (256,),
+                                                             (x, out, np.int32(n)))
+    ref = np.array([int(str(v)[::-1]) for v in x], np.int64)
+    np.testing.assert_array_equal(out, ref.astype(np.int32))
