@@ -39,6 +39,20 @@ extern "C" __global__ void two_loops(int *a, int *b, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) a[i] += 1;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) b[i] += 2;
 }
+// a grid-stride sum, then a shared-memory tree across barriers
+extern "C" __global__ void gs_then_tree(const float *x, float *out, int n) {
+    __shared__ float s[128];
+    float acc = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        acc += x[i];
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
 // a loop whose counter is the same in all threads: vectorized inside the thread loop instead
 extern "C" __global__ void row_sums(const float *m, float *out, int cols) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -60,7 +74,8 @@ def mod(ptx):
 
 
 @pytest.mark.parametrize("kernel,expected", [("axpy_gs", 1), ("partial_sums", 1), ("scale_2d", 1),
-                                             ("two_loops", 0), ("row_sums", 0)])
+                                             ("two_loops", 0), ("row_sums", 0),
+                                             ("gs_then_tree", 1)])
 def test_which_loops_are_interchanged(ptx, kernel, expected):
     module = parse_ptx(ptx)
     region = _block_body(lift_kernel(module, module.functions[kernel]).op)
@@ -192,3 +207,22 @@ def test_uniform_loop_interchange_matches_numpy_and_interpreter(uniform_ptx, n):
     compiled = np.zeros_like(small)
     f((1,), (64,), (pos[:64], compiled, np.int32(64)))
     np.testing.assert_allclose(compiled, small, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [5, 128, 10_000, 100_003])
+def test_grid_stride_then_barriers_matches_numpy_and_interpreter(ptx, mod, n):
+    grid, block = 7, 128
+    x = np.random.default_rng(n).random(n, dtype=np.float32)
+    f = mod.get_function("gs_then_tree")
+    i = np.arange(n)
+    ref = np.zeros(grid, np.float64)
+    np.add.at(ref, (i // block) % grid, x.astype(np.float64))
+    for _ in range(3):
+        out = np.zeros(grid, np.float32)
+        f((grid,), (block,), (x, out, np.int32(n)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+    small = np.zeros(2, np.float32)
+    interpret_kernel(ptx, "gs_then_tree", (2,), (128,), (x[:700], small, np.int32(min(n, 700))))
+    compiled = np.zeros(2, np.float32)
+    f((2,), (128,), (x[:700], compiled, np.int32(min(n, 700))))
+    np.testing.assert_array_equal(compiled, small)

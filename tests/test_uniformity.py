@@ -134,3 +134,42 @@ def test_count_up():
     cpuify.RawModule(ptx=ptx).get_function("count_up")((1,), (200,), (out,))
     t = np.arange(200)
     np.testing.assert_array_equal(out, np.ceil(np.sqrt(t)).astype(np.int32))
+
+
+EXIT_SRC = r'''
+// a block-uniform value (a division: kept, not recomputed) crosses barriers after thread 0
+// has exited: the copy the next segment reads must come from a thread that is still there
+extern "C" __global__ void after_exit(const int *in, int *out, int scale) {
+    __shared__ int buf[256];
+    int s = scale / 7 + 1;
+    float f = (float)scale / 3.0f;
+    if (threadIdx.x == 0) return;
+    buf[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x] * s;
+    __syncthreads();
+    int v = buf[threadIdx.x % (blockDim.x - 1) + 1];
+    __syncthreads();
+    buf[threadIdx.x] = v + s;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = buf[threadIdx.x] + s + (int)f;
+}
+'''
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_uniform_values_after_thread_zero_exits(block):
+    ptx = compile_to_ptx(EXIT_SRC).ptx
+    f = cpuify.RawModule(ptx=ptx).get_function("after_exit")
+    grid, scale = 3, 1000
+    x = np.random.default_rng(block).integers(-50, 50, grid * block, dtype=np.int32)
+    s = scale // 7 + 1
+    fs = int(np.float32(scale) / np.float32(3.0))
+    ref = np.zeros(grid * block, np.int32)
+    for b in range(grid):
+        t = np.arange(1, block)
+        buf = x[b * block + t] * s
+        v = buf[(t % (block - 1) + 1) - 1]
+        ref[b * block + t] = v + s + s + fs
+    for _ in range(3):
+        out = np.zeros(grid * block, np.int32)
+        f((grid,), (block,), (x, out, np.int32(scale)))
+        np.testing.assert_array_equal(out, ref)

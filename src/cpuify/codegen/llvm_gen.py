@@ -586,11 +586,12 @@ class KernelCodegen:
                                 I32(len(kinds)), known]))
         return fn
 
-    @staticmethod
-    def _counted_loop(b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
+    def _counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
                       body: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],
                       name: str) -> list[ir.Value]:
-        """for t in [0, n): carried = body(t, carried); returns the final carried values."""
+        """for t in [0, n): carried = body(t, carried); returns the final carried values.
+        A loop over the block's threads whose iterations touch only thread t's elements
+        (or read shared data): marked parallel like the thread loops."""
         fn = b.function
         pre = b.block
         head = fn.append_basic_block(f"{name}.head")
@@ -611,7 +612,13 @@ class KernelCodegen:
         t.add_incoming(b.add(t, I64(1), flags=["nuw"]), b.block)
         for phi, v in zip(phis, nxt):
             phi.add_incoming(v, b.block)
-        b.branch(head)
+        b.branch(head).set_metadata("llvm.loop", self.mod.parallel_loop_id())
+        group = self.mod.access_group
+        blocks = list(fn.blocks)
+        for bb in blocks[blocks.index(loop_body):blocks.index(b.block) + 1]:
+            for instr in bb.instructions:
+                if isinstance(instr, (ir.LoadInstr, ir.StoreInstr)):
+                    instr.set_metadata("llvm.access.group", group)
         b.position_at_end(exit_bb)
         return phis
 
@@ -808,15 +815,21 @@ class SegmentEmitter:
         # allocas and parameter loads go to the entry block, before its terminator
         self.entry_builder = ir.IRBuilder(entry)
         self.entry_builder.position_before(entry.terminator)
-        self.uniform_out: dict[Value, ir.AllocaInstr] = {}
+        # sync point -> block-uniform values threads of the current thread loop may leave
+        # there (stored per thread; element 0 filled after the loop)
+        self.uniform_stops: dict[int, dict[Value, None]] = {}
         # two copies of the thread loop: all threads (vectorizable), or only those at `resume`
         self.emit_thread_loops(unmasked_bb, exit_bb, masked=False)
+        unmasked_stops, self.uniform_stops = self.uniform_stops, {}
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
-        for bb in (exit_bb, exit_some_bb):
+        exits = {}
+        for bb, stops in ((exit_bb, unmasked_stops), (exit_some_bb, self.uniform_stops)):
             b.position_at_end(bb)
-            self.flush_uniform_slots(b)
-        b.position_at_end(exit_bb)
+            self.uniform_stops = stops
+            self.gather_uniform_slots(b)
+            exits[bb] = b.block
+        b.position_at_end(exits[exit_bb])
         if self.resume in self.kc.convergent:
             # every thread took the same path: the last thread's state is everyone's
             last = b.gep(b.bitcast(self.state, I32.as_pointer()), [b.sub(self.nthreads64, I64(1))])
@@ -825,15 +838,30 @@ class SegmentEmitter:
             b.ret(self.common_state(b))
         else:
             b.ret(I32(STATE_UNKNOWN))
-        b.position_at_end(exit_some_bb)
+        b.position_at_end(exits[exit_some_bb])
         b.ret(I32(STATE_UNKNOWN))
 
-    def flush_uniform_slots(self, b: ir.IRBuilder) -> None:
-        """Block-uniform values kept across a sync point are written once, after the thread
-        loop (every thread computed the same value; a store per thread to one address
-        would make the vectorized loop scatter)."""
-        for v, tmp in self.uniform_out.items():
-            b.store(b.load(tmp), self.slot_address(v, b))
+    def gather_uniform_slots(self, b: ir.IRBuilder) -> None:
+        """Element 0 of a block-uniform value's slot array is the copy the next segment
+        reads: for each sync point where threads stopped with uniform values, copy the
+        elements of the last thread waiting there (a vectorizable max over the states)."""
+        states = b.bitcast(self.state, I32.as_pointer())
+        for index, values in sorted(self.uniform_stops.items()):
+            def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], index: int = index
+                     ) -> list[ir.Value]:
+                here = b.icmp_signed("==", b.load(b.gep(states, [t])), I32(STATE_WAIT | index))
+                last = b.select(here, t, I64(-1))
+                return [b.select(b.icmp_signed(">", last, acc[0]), last, acc[0])]
+            last, = self.kc._counted_loop(b, self.nthreads64, [I64(-1)], body, f"gather{index}")
+            copy = self.fn.append_basic_block(f"gather{index}.copy")
+            done = self.fn.append_basic_block(f"gather{index}.done")
+            b.cbranch(b.icmp_signed(">", last, I64(0)), copy, done)
+            b.position_at_end(copy)
+            for v in values:
+                arr = self.slot_address(v, b)
+                b.store(b.load(b.gep(arr, [last])), arr)
+            b.branch(done)
+            b.position_at_end(done)
 
     def common_state(self, b: ir.IRBuilder) -> ir.Value:
         """The state all threads stopped in, or STATE_UNKNOWN: a vectorizable scan, cheaper
@@ -898,6 +926,7 @@ class SegmentEmitter:
                                       self.ntid[0], flags=nw), phis[2], name="ltid", flags=nw)
         self.linear_tid64 = b.zext(self.linear_tid, I64)
         self.latch = latches[2]
+        self.masked_loop = masked
         if self.kc.local_size:
             if self.local_alloca is not None:
                 self.local_base = self.local_alloca
@@ -1109,29 +1138,19 @@ class SegmentEmitter:
                 b.store(lv, b.gep(arr, [tid]))
         for v in sp.live:
             value = self.coerce_bits(self.get(v), IR_LLVM[v.type])
-            if v in self.kc.uniform and self.resume in self.kc.convergent:
-                # every thread stops here with the same value: each stores it to its own
+            if v in self.kc.uniform:
+                # the same value in every thread that stops here: each stores it to its own
                 # element of the slot's array (a contiguous vector store; one address
-                # written by all threads would hide the loop from the vectorizer); the next
-                # segment reads element 0
+                # written by every thread would keep the loop scalar); the next segment
+                # reads element 0, which the thread loop's exit fills from a thread that
+                # stopped here unless thread 0 certainly did (see gather_uniform_slots)
                 b.store(value, b.gep(self.slot_address(v), [self.linear_tid64]))
-            elif v in self.kc.uniform:
-                # threads may stop here or elsewhere: one store after the loop instead of a
-                # conditional store to one address in every iteration (a scatter)
-                b.store(value, self.uniform_tmp(v))
+                if self.masked_loop or self.resume not in self.kc.convergent:
+                    self.uniform_stops.setdefault(sp.index, {})[v] = None
             else:
                 b.store(value, self.slot_address(v))
         b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
         b.branch(self.latch)
-
-    def uniform_tmp(self, v: Value) -> ir.AllocaInstr:
-        tmp = self.uniform_out.get(v)
-        if tmp is None:
-            eb = self.entry_builder
-            tmp = eb.alloca(IR_LLVM[v.type], name="uniform")
-            eb.store(eb.load(self.slot_address(v, eb)), tmp)   # unchanged unless written
-            self.uniform_out[v] = tmp
-        return tmp
 
     def slot_address(self, v: Value, b: ir.IRBuilder | None = None) -> ir.Value:
         b = b or self.b

@@ -14,10 +14,11 @@ thread loop"): a *soft* barrier at the top of the loop header makes every thread
 once per iteration.  Unlike `__syncthreads`, threads may stop at different soft barriers or
 leave the loop; the scheduler simply runs each group (`block_sched.c`).
 
-Applied only to kernels with no barriers or warp collectives of their own, and only to
-loops with a thread-strided induction variable: initial value different per thread, step
-the same for all threads (a loop whose counter is the same for every thread is vectorized
-better inside the thread loop)."""
+Applied only to loops with no barrier or warp collective inside, outside any other loop,
+with a thread-strided induction variable: initial value different per thread, step the
+same for all threads (a loop whose counter is the same for every thread is handled by
+interchange_uniform_loops below).  Barriers elsewhere in the kernel are fine: all live
+threads enter the loop together, from the kernel's start or from the same barrier."""
 
 from __future__ import annotations
 
@@ -50,8 +51,6 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
     leaves an outermost loop never comes back.  So `k` is kept once per block, and the
     thread-strided induction variable is recomputed from it (init + k * step): affine in the
     thread index, which is what makes the interchanged loop vectorize."""
-    if any(is_sync(op) for b in region.blocks for op in b.ops):
-        return []
     idom = dominators(region)
     uniform = uniform_values(region)
     incoming = _incoming(region)
@@ -68,6 +67,8 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
         return []
     (header,) = strided
     body = loops[header]
+    if any(is_sync(op) for b in body for op in b.ops):
+        return []           # threads of one iteration must not wait for each other
     counter = header.add_arg("i32", "%__iteration")
     zero = Operation("upir.const", [], ["i32"], {"value": 0})
     one = Operation("upir.const", [], ["i32"], {"value": 1})
