@@ -823,43 +823,58 @@ class SegmentEmitter:
         unmasked_stops, self.uniform_stops = self.uniform_stops, {}
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
-        exits = {}
-        for bb, stops in ((exit_bb, unmasked_stops), (exit_some_bb, self.uniform_stops)):
-            b.position_at_end(bb)
-            self.uniform_stops = stops
-            self.gather_uniform_slots(b)
-            exits[bb] = b.block
-        b.position_at_end(exits[exit_bb])
+        b.position_at_end(exit_bb)
         if self.resume in self.kc.convergent:
             # every thread took the same path: the last thread's state is everyone's
             last = b.gep(b.bitcast(self.state, I32.as_pointer()), [b.sub(self.nthreads64, I64(1))])
+            self.gather_uniform_slots(b, unmasked_stops)
             b.ret(b.load(last))
         elif self.kc.syncs:
-            b.ret(self.common_state(b))
+            common = self.common_state(b)
+            self.gather_uniform_slots(b, unmasked_stops, common)
+            b.ret(common)
         else:
             b.ret(I32(STATE_UNKNOWN))
-        b.position_at_end(exits[exit_some_bb])
+        b.position_at_end(exit_some_bb)
+        self.gather_uniform_slots(b, self.uniform_stops)
         b.ret(I32(STATE_UNKNOWN))
 
-    def gather_uniform_slots(self, b: ir.IRBuilder) -> None:
+    def gather_uniform_slots(self, b: ir.IRBuilder, stops: dict[int, dict[Value, None]],
+                             common: ir.Value | None = None) -> None:
         """Element 0 of a block-uniform value's slot array is the copy the next segment
         reads: for each sync point where threads stopped with uniform values, copy the
-        elements of the last thread waiting there (a vectorizable max over the states)."""
+        elements of the last thread waiting there.  `common`: the state every thread is
+        in, when the segment has found one (then that thread is the last of the block);
+        else a vectorizable max over the states finds it."""
         states = b.bitcast(self.state, I32.as_pointer())
-        for index, values in sorted(self.uniform_stops.items()):
-            def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], index: int = index
-                     ) -> list[ir.Value]:
-                here = b.icmp_signed("==", b.load(b.gep(states, [t])), I32(STATE_WAIT | index))
-                last = b.select(here, t, I64(-1))
-                return [b.select(b.icmp_signed(">", last, acc[0]), last, acc[0])]
-            last, = self.kc._counted_loop(b, self.nthreads64, [I64(-1)], body, f"gather{index}")
+        for index, values in sorted(stops.items()):
+            at = I32(STATE_WAIT | index)
+            pre = b.block
+            scan = self.fn.append_basic_block(f"gather{index}.scan")
+            found = self.fn.append_basic_block(f"gather{index}.found")
             copy = self.fn.append_basic_block(f"gather{index}.copy")
             done = self.fn.append_basic_block(f"gather{index}.done")
-            b.cbranch(b.icmp_signed(">", last, I64(0)), copy, done)
+            all_here = ir.Constant(I1, 0) if common is None else b.icmp_signed("==", common, at)
+            b.cbranch(all_here, found, scan)
+            b.position_at_end(scan)
+
+            def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], at: ir.Value = at
+                     ) -> list[ir.Value]:
+                here = b.icmp_signed("==", b.load(b.gep(states, [t])), at)
+                last = b.select(here, b.trunc(t, I32), I32(-1))
+                return [b.select(b.icmp_signed(">", last, acc[0]), last, acc[0])]
+            last_scanned, = self.kc._counted_loop(b, self.nthreads64, [I32(-1)], body, f"gather{index}")
+            scanned = b.block
+            b.branch(found)
+            b.position_at_end(found)
+            last = b.phi(I32)
+            last.add_incoming(I32(0), pre)      # every thread is here: element 0 is written
+            last.add_incoming(last_scanned, scanned)
+            b.cbranch(b.icmp_signed(">", last, I32(0)), copy, done)
             b.position_at_end(copy)
             for v in values:
                 arr = self.slot_address(v, b)
-                b.store(b.load(b.gep(arr, [last])), arr)
+                b.store(b.load(b.gep(arr, [b.zext(last, I64)])), arr)
             b.branch(done)
             b.position_at_end(done)
 
