@@ -363,6 +363,13 @@ def _op_may_be_uniform(op: Operation) -> bool:
     return op.name.startswith("ptx.") and info(op).pure
 
 
+def _exits_at_once(block: Block) -> bool:
+    """A block that only ends the thread (`if (i >= n) return;`): the threads that branch
+    there are gone, so the branch leaves the others all on one path."""
+    return not block.successors and all(op.name == "upir.exit" or (info(op).pure and not op.results)
+                                        for op in block.ops) and not block.args
+
+
 def immediate_post_dominators(region: Region) -> dict[Block, Block]:
     """Block -> its immediate post-dominator, for blocks that have one other than the exit
     (every path from the block to the end of the kernel passes through it)."""
@@ -400,7 +407,8 @@ def uniform_values(region: Region) -> set[Value]:
     values are and its block cannot be reached from a branch whose condition is not uniform
     before that branch's immediate post-dominator, where the threads meet again (so all
     threads merge the same way; this also rules out the temporal divergence of loops with
-    thread-dependent exits, whose headers such a branch reaches before the exit)."""
+    thread-dependent exits, whose headers such a branch reaches before the exit).  A branch
+    to a block that only exits (`if (i >= n) return;`) divides no live threads."""
     incoming = _incoming(region)
     ipdom = immediate_post_dominators(region)
     tainted: set[Block] = set()
@@ -431,7 +439,8 @@ def uniform_values(region: Region) -> set[Value]:
         new_tainted: set[Block] = set()
         for b in region.blocks:
             term = b.terminator
-            if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform:
+            if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
+                    and not any(_exits_at_once(s) for s in term.successors):
                 # threads part here and meet again at the immediate post-dominator: the
                 # blocks on the way, and the meeting block's merges, see divergence
                 join = ipdom.get(b)

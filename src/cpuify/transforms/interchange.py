@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.codegen.analysis import _incoming, uniform_values
+from cpuify.codegen.analysis import _incoming, immediate_post_dominators, uniform_values
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, dominates, dominators,
 )
@@ -164,13 +164,15 @@ def interchange_uniform_loops(region: Region) -> list[Block]:
     serial loop with the thread loop) each iteration is one pass over the block's threads:
     a thread loop that vectorizes, the carried values kept per thread between passes.
 
-    Only loops whose every branch is block-uniform (all threads take each iteration together,
-    so the soft barrier never separates them), that hold no sync point, carry a per-thread
-    f32/f64 value, and are large enough (MIN_UNIFORM_LOOP_OPS)."""
+    Only loops whose exits are block-uniform and whose thread-dependent branches rejoin
+    within the iteration (all threads take each iteration together, so the soft barrier
+    never separates them), that hold no sync point, carry a per-thread f32/f64 value, and
+    are large enough (MIN_UNIFORM_LOOP_OPS)."""
     if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
            for op in b.ops):
         return []           # already interchanged (a thread-strided loop)
     idom = dominators(region)
+    ipdom = immediate_post_dominators(region)
     uniform = uniform_values(region)
     loops: dict[Block, set[Block]] = {}
     for p in region.blocks:
@@ -185,8 +187,10 @@ def interchange_uniform_loops(region: Region) -> list[Block]:
             continue        # not innermost
         if any(is_sync(op) for b in body for op in b.ops):
             continue
-        branches = [b.terminator for b in body if b.terminator is not None]
-        if any(t.name == "cf.cond_br" and t.operands[0] not in uniform for t in branches):
+        # thread-dependent branches only as `if`s that rejoin inside the same iteration
+        if any(b.terminator is not None and b.terminator.name == "cf.cond_br"
+               and b.terminator.operands[0] not in uniform
+               and (ipdom.get(b) not in body or ipdom.get(b) is header) for b in body):
             continue
         if not any(a.type in ("f32", "f64") and a not in uniform for a in header.args):
             continue
