@@ -113,7 +113,7 @@ def _explain(ptx: str, only: str | None) -> None:
         print(f"kernel {lifted.name}: {len(region.blocks)} blocks, {nops} ops, "
               f"{len(lifted.params)} params ({lifted.param_size} bytes)")
         if kc.lockstep:
-            print(f"  grid-stride loop interchanged with the thread loop (soft barrier)")
+            print("  grid-stride loop interchanged with the thread loop (soft barrier)")
         if kc.uniform_loops:
             print(f"  {len(kc.uniform_loops)} block-uniform loop(s) interchanged with the "
                   "thread loop (soft barrier per iteration)")

@@ -586,7 +586,7 @@ class KernelCodegen:
                                 I32(len(kinds)), known]))
         return fn
 
-    def _counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
+    def counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
                       body: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],
                       name: str) -> list[ir.Value]:
         """for t in [0, n): carried = body(t, carried); returns the final carried values.
@@ -631,7 +631,7 @@ class KernelCodegen:
             dead = b.icmp_signed("==", st, I32(STATE_EXITED))
             return [b.or_(acc[0], b.select(dead, I32(0), st)), b.and_(acc[1], st),
                     b.or_(acc[2], dead)]
-        live_or, live_and, exited = self._counted_loop(
+        live_or, live_and, exited = self.counted_loop(
             b, n64, [I32(0), I32(-1), ir.Constant(I1, 0)], body, "scan")
         return live_or, live_and, exited
 
@@ -643,7 +643,7 @@ class KernelCodegen:
             st = b.load(p)
             b.store(b.select(b.icmp_signed("==", st, I32(STATE_EXITED)), st, sync), p)
             return []
-        self._counted_loop(b, n64, [], body, "mark")
+        self.counted_loop(b, n64, [], body, "mark")
 
     def emit_warp_exchange(self, kinds: list[int]) -> ir.Function | None:
         """`i32 exchange(ctx, sync)`: the shuffle at sync point `sync` done for every thread
@@ -706,7 +706,7 @@ class KernelCodegen:
                 dead = b.icmp_signed("==", b.load(b.gep(state, [t])), I32(STATE_EXITED))
                 return [b.and_(acc[0], b.select(dead, I32(-1), b.load(b.gep(xmask, [t]))))]
 
-            full, = self._counted_loop(b, n64, [I32(-1)], lane_body, f"shfl{index}")
+            full, = self.counted_loop(b, n64, [I32(-1)], lane_body, f"shfl{index}")
             b.ret(b.zext(b.icmp_unsigned("==", full, I32(-1)), I32))
         return fn
 
@@ -863,7 +863,7 @@ class SegmentEmitter:
                 here = b.icmp_signed("==", b.load(b.gep(states, [t])), at)
                 last = b.select(here, b.trunc(t, I32), I32(-1))
                 return [b.select(b.icmp_signed(">", last, acc[0]), last, acc[0])]
-            last_scanned, = self.kc._counted_loop(b, self.nthreads64, [I32(-1)], body, f"gather{index}")
+            last_scanned, = self.kc.counted_loop(b, self.nthreads64, [I32(-1)], body, f"gather{index}")
             scanned = b.block
             b.branch(found)
             b.position_at_end(found)
@@ -881,27 +881,12 @@ class SegmentEmitter:
     def common_state(self, b: ir.IRBuilder) -> ir.Value:
         """The state all threads stopped in, or STATE_UNKNOWN: a vectorizable scan, cheaper
         here than in the scheduler."""
-        fn = self.fn
         states = b.bitcast(self.state, I32.as_pointer())
         first = b.load(states)
-        pre = b.block
-        head = fn.append_basic_block("scan.head")
-        body = fn.append_basic_block("scan.body")
-        done = fn.append_basic_block("scan.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        diff = b.phi(I32)
-        i.add_incoming(I64(1), pre)
-        diff.add_incoming(I32(0), pre)
-        b.cbranch(b.icmp_unsigned("<", i, self.nthreads64), body, done)
-        b.position_at_end(body)
-        d2 = b.or_(diff, b.xor(b.load(b.gep(states, [i])), first))
-        i2 = b.add(i, I64(1), flags=["nuw"])
-        i.add_incoming(i2, body)
-        diff.add_incoming(d2, body)
-        b.branch(head)
-        b.position_at_end(done)
+
+        def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            return [b.or_(acc[0], b.xor(b.load(b.gep(states, [t])), first))]
+        diff, = self.kc.counted_loop(b, self.nthreads64, [I32(0)], body, "scan")
         return b.select(b.icmp_unsigned("==", diff, I32(0)), first, I32(STATE_UNKNOWN))
 
     def emit_thread_loops(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool) -> None:
