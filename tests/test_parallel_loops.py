@@ -58,11 +58,20 @@ def ptx():
     return compile_to_ptx(SRC).ptx
 
 
-def _llvm_text(ptx, name):
+def _llvm_text(ptx, name, block_dims=None):
     module = parse_ptx(ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_kernel(module, module.functions[name]))
+    gen.add_kernel(lift_kernel(module, module.functions[name]), block_dims)
     return gen.llvm_text()
+
+
+def test_short_rows_of_2d_blocks_stay_loops(ptx):
+    # specialized for 16x4 threads: the 16-thread rows must not be unrolled away
+    text = _llvm_text(ptx, "blur", (16, 4, 1))
+    assert "llvm.loop.unroll.disable" in text
+    assert re.search(r'^(![0-9]+) = distinct !\{(![0-9]+), ![0-9]+, ![0-9]+\}$', text, re.M)
+    llvm.parse_assembly(text).verify()
+    assert "llvm.loop.unroll.disable" not in _llvm_text(ptx, "blur", (256, 1, 1))
 
 
 def test_thread_loops_are_parallel_loops(ptx):

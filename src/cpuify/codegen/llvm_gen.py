@@ -143,14 +143,19 @@ class ModuleCodegen:
             self._access_group = m.add_metadata([ir.MetaDataString(m, self._ACCESS_GROUP)])
         return self._access_group
 
-    def parallel_loop_id(self) -> ir.Value:
-        """A new `llvm.loop` id for one thread loop."""
+    def parallel_loop_id(self, *, keep_loop: bool = False) -> ir.Value:
+        """A new `llvm.loop` id for one thread loop.  `keep_loop`: forbid unrolling it.  A
+        short thread loop inside a loop over rows (16 threads of a 16x16 block) must stay a
+        loop for the vectorizer: fully unrolled first, the loop around it would be
+        vectorized instead, across rows, with strided gathers and scatters."""
         m = self.module
         self._loop_ids += 1
-        accesses = m.add_metadata([ir.MetaDataString(m, "llvm.loop.parallel_accesses"),
-                                   self.access_group])
+        props = [m.add_metadata([ir.MetaDataString(m, "llvm.loop.parallel_accesses"),
+                                 self.access_group])]
+        if keep_loop:
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")]))
         return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
-                               accesses])
+                               *props])
 
     def llvm_text(self) -> str:
         """The module as LLVM assembly, with the access group and the thread-loop ids made
@@ -158,7 +163,7 @@ class ModuleCodegen:
         text = str(self.module)
         text = re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._ACCESS_GROUP) + r'" \}$',
                       r"\1 = distinct !{}", text, flags=re.M)
-        return re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._THREAD_LOOP) + r'[0-9]+", (![0-9]+) \}$',
+        return re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._THREAD_LOOP) + r'[0-9]+", (.*) \}$',
                       r"\1 = distinct !{\1, \2}", text, flags=re.M)
 
     # --- module-scope variables ---
@@ -916,7 +921,9 @@ class SegmentEmitter:
             nxt = b.add(phi, I32(1), flags=["nuw"])
             back = b.branch(headers[k])
             if k == 2:
-                back.set_metadata("llvm.loop", self.mod.parallel_loop_id())
+                dims = self.kc.block_dims
+                rows = dims is not None and dims[1] * dims[2] > 1
+                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows))
             phi.add_incoming(nxt, latches[k])
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
         b.position_at_end(bodies[2])
