@@ -319,6 +319,9 @@ class KernelCodegen:
         sync point (all branches on the way have block-uniform conditions), so that the
         scheduler need not look at each thread's state."""
         out: set[int] = set()
+        # resume point -> the one sync point every thread reaches from it (no exit on the
+        # way): its segment need not record each thread's state (see leave_at_sync)
+        self.only_next: dict[int, SyncPoint] = {}
         if not self.syncs:
             return out
         starts = [(self.region.entry, 0)] + [(sp.block, sp.position + 1) for sp in self.syncs]
@@ -326,11 +329,16 @@ class KernelCodegen:
             seen: set[Block] = set()
             work = [(blk, pos)]
             ok = True
+            reached: set[Operation] = set()
+            ends = False
             while work and ok:
                 b, p = work.pop()
                 for op in b.ops[p:]:
                     if op in self.sync_of_op:
+                        reached.add(op)
                         break
+                    if op.name in ("upir.exit", "upir.trap"):
+                        ends = True
                     if op.name == "cf.cond_br" and op.operands[0] not in self.uniform \
                             and not self.reconverges(b):
                         ok = False
@@ -341,6 +349,8 @@ class KernelCodegen:
                             work.append((succ, 0))
             if ok:
                 out.add(r)
+                if len(reached) == 1 and not ends:
+                    self.only_next[r] = self.sync_of_op[reached.pop()]
         return out
 
     def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
@@ -571,6 +581,9 @@ class KernelCodegen:
             try_inline = fn.append_basic_block("warp_exchange")
             b.cbranch(b.and_(valid, plain), go, try_inline)
             b.position_at_end(try_inline)
+            # a segment that knew where every thread stopped may not have stored the states
+            # the exchange reads
+            self.fill_states(b, state_p, n64, b.select(valid, known, I32(STATE_UNKNOWN)))
             ok = b.and_(valid, b.icmp_unsigned("!=", b.call(exchange, [ctx_i8, sync]), I32(0)))
             b.cbranch(ok, go, slow)
         # threads that exited stay out of the next segment: the others are marked to run
@@ -639,6 +652,20 @@ class KernelCodegen:
         live_or, live_and, exited = self.counted_loop(
             b, n64, [I32(0), I32(-1), ir.Constant(I1, 0)], body, "scan")
         return live_or, live_and, exited
+
+    def fill_states(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, at: ir.Value) -> None:
+        """state[t] = at for every thread, unless `at` is STATE_UNKNOWN."""
+        fill = b.function.append_basic_block("fill_states")
+        done = b.function.append_basic_block("filled")
+        b.cbranch(b.icmp_signed("!=", at, I32(STATE_UNKNOWN)), fill, done)
+        b.position_at_end(fill)
+
+        def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            b.store(at, b.gep(state_p, [t]))
+            return []
+        self.counted_loop(b, n64, [], body, "fill")
+        b.branch(done)
+        b.position_at_end(done)
 
     def mark_waiting(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, sync: ir.Value) -> None:
         """Live threads (all waiting at `sync`) get state `sync`: the masked thread loop runs
@@ -829,7 +856,11 @@ class SegmentEmitter:
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
         b.position_at_end(exit_bb)
-        if self.resume in self.kc.convergent:
+        if self.resume in self.kc.only_next:
+            # every thread stopped at the one sync point this segment reaches: their states
+            # were not stored (the block function or the scheduler fills them when needed)
+            b.ret(I32(STATE_WAIT | self.kc.only_next[self.resume].index))
+        elif self.resume in self.kc.convergent:
             # every thread took the same path: the last thread's state is everyone's
             last = b.gep(b.bitcast(self.state, I32.as_pointer()), [b.sub(self.nthreads64, I64(1))])
             self.gather_uniform_slots(b, unmasked_stops)
@@ -1156,7 +1187,8 @@ class SegmentEmitter:
                     self.uniform_stops.setdefault(sp.index, {})[v] = None
             else:
                 b.store(value, self.slot_address(v))
-        b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
+        if self.masked_loop or self.resume not in self.kc.only_next:
+            b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
         b.branch(self.latch)
 
     def slot_address(self, v: Value, b: ir.IRBuilder | None = None) -> ir.Value:

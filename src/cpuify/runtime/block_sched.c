@@ -171,6 +171,11 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
                 continue;
             }
         }
+        if (known != STATE_UNKNOWN) {
+            /* a segment that knew where every thread stopped may not have stored states */
+            for (uint32_t t = 0; t < n; t++)
+                state[t] = known;
+        }
         known = STATE_UNKNOWN;
         /* fast path: every thread waits at the same plain barrier (the common case) */
         {
