@@ -581,10 +581,7 @@ class KernelCodegen:
             try_inline = fn.append_basic_block("warp_exchange")
             b.cbranch(b.and_(valid, plain), go, try_inline)
             b.position_at_end(try_inline)
-            # a segment that knew where every thread stopped may not have stored the states
-            # the exchange reads
-            self.fill_states(b, state_p, n64, b.select(valid, known, I32(STATE_UNKNOWN)))
-            ok = b.and_(valid, b.icmp_unsigned("!=", b.call(exchange, [ctx_i8, sync]), I32(0)))
+            ok = b.and_(valid, b.icmp_unsigned("!=", b.call(exchange, [ctx_i8, sync, some_exited]), I32(0)))
             b.cbranch(ok, go, slow)
         # threads that exited stay out of the next segment: the others are marked to run
         b.position_at_end(go)
@@ -653,20 +650,6 @@ class KernelCodegen:
             b, n64, [I32(0), I32(-1), ir.Constant(I1, 0)], body, "scan")
         return live_or, live_and, exited
 
-    def fill_states(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, at: ir.Value) -> None:
-        """state[t] = at for every thread, unless `at` is STATE_UNKNOWN."""
-        fill = b.function.append_basic_block("fill_states")
-        done = b.function.append_basic_block("filled")
-        b.cbranch(b.icmp_signed("!=", at, I32(STATE_UNKNOWN)), fill, done)
-        b.position_at_end(fill)
-
-        def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            b.store(at, b.gep(state_p, [t]))
-            return []
-        self.counted_loop(b, n64, [], body, "fill")
-        b.branch(done)
-        b.position_at_end(done)
-
     def mark_waiting(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, sync: ir.Value) -> None:
         """Live threads (all waiting at `sync`) get state `sync`: the masked thread loop runs
         the threads whose state is its resume point."""
@@ -688,9 +671,9 @@ class KernelCodegen:
         if not shuffles:
             return None
         m = self.mod.module
-        fn = ir.Function(m, ir.FunctionType(I32, [PTR, I32]), name=f"cpuify_exchange_{self.name}")
+        fn = ir.Function(m, ir.FunctionType(I32, [PTR, I32, I1]), name=f"cpuify_exchange_{self.name}")
         fn.linkage = "internal"
-        ctx_raw, sync = fn.args
+        ctx_raw, sync, some_exited = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ctx = b.bitcast(ctx_raw, CTX_TYPE.as_pointer())
 
@@ -731,11 +714,15 @@ class KernelCodegen:
                 inside = b.and_(pred, b.and_(b.icmp_unsigned("<", j, I32(32)),
                                              b.icmp_unsigned("<", src, n64)))
                 src = b.select(inside, src, t)
-                live_src = b.icmp_signed("!=", b.load(b.gep(state, [src])), I32(STATE_EXITED))
+                # states are read only when threads may have exited (they need not be
+                # stored when a segment knew where every thread stopped)
+                live_src = b.or_(b.not_(some_exited),
+                                 b.icmp_signed("!=", b.load(b.gep(state, [src])), I32(STATE_EXITED)))
                 src = b.select(live_src, src, t)
                 b.store(b.load(b.gep(xval, [src])), b.gep(xout, [t]))
                 b.store(b.zext(pred, I32), b.gep(xpred, [t]))
-                dead = b.icmp_signed("==", b.load(b.gep(state, [t])), I32(STATE_EXITED))
+                dead = b.and_(some_exited,
+                              b.icmp_signed("==", b.load(b.gep(state, [t])), I32(STATE_EXITED)))
                 return [b.and_(acc[0], b.select(dead, I32(-1), b.load(b.gep(xmask, [t]))))]
 
             full, = self.counted_loop(b, n64, [I32(-1)], lane_body, f"shfl{index}")
