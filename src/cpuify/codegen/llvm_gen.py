@@ -563,7 +563,6 @@ class KernelCodegen:
         at.add_incoming(scanned_at, scanned)
         some_exited.add_incoming(ir.Constant(I1, 0), check_known)
         some_exited.add_incoming(exited, scanned)
-        b.position_at_end(fast)
         sync = b.and_(at, I32(0xFFFF))
         valid = b.and_(b.icmp_signed("!=", at, I32(STATE_UNKNOWN)),
                        b.icmp_unsigned("!=", b.and_(at, I32(STATE_WAIT)), I32(0)))
@@ -602,8 +601,8 @@ class KernelCodegen:
         return fn
 
     def counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
-                      body: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],
-                      name: str) -> list[ir.Value]:
+                     body: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],
+                     name: str) -> list[ir.Value]:
         """for t in [0, n): carried = body(t, carried); returns the final carried values.
         A loop over the block's threads whose iterations touch only thread t's elements
         (or read shared data): marked parallel like the thread loops."""
@@ -661,11 +660,12 @@ class KernelCodegen:
         self.counted_loop(b, n64, [], body, "mark")
 
     def emit_warp_exchange(self, kinds: list[int]) -> ir.Function | None:
-        """`i32 exchange(ctx, sync)`: the shuffle at sync point `sync` done for every thread
-        of the block at once, as the scheduler's warp_exchange does (threads that exited
-        take no part); returns 0, having changed nothing the scheduler reads, when `sync`
-        is no shuffle or a live lane's member mask is not the full warp.  Called only when
-        every live thread waits at `sync`.  None when the kernel has no shuffles."""
+        """`i32 exchange(ctx, sync, some_exited)`: the shuffle at sync point `sync` done for
+        every thread of the block at once, as the scheduler's warp_exchange does (threads
+        that exited take no part; their states are read only when `some_exited`); returns
+        0, having changed nothing the scheduler reads, when `sync` is no shuffle or a live
+        lane's member mask is not the full warp.  Called only when every live thread waits
+        at `sync`.  None when the kernel has no shuffles."""
         modes = {SYNC_KINDS[f"shfl.{m}"]: m for m in ("up", "down", "bfly", "idx")}
         shuffles = [(i + 1, modes[k]) for i, k in enumerate(kinds) if k in modes]
         if not shuffles:
