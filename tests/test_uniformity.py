@@ -173,3 +173,27 @@ def test_uniform_values_after_thread_zero_exits(block):
         out = np.zeros(grid * block, np.int32)
         f((grid,), (block,), (x, out, np.int32(scale)))
         np.testing.assert_array_equal(out, ref)
+
+
+SPIN_SRC = r'''
+// an endless loop that one thread may enter: its blocks post-dominate nothing and have no
+// post-dominator (only analysed here, never launched with the spinning flag)
+extern "C" __global__ void spin_or_store(int *x, int flag) {
+    if (threadIdx.x == 0 && flag == 12345) {
+        while (1) { x[0] += 1; }
+    }
+    x[threadIdx.x + 1] = threadIdx.x;
+}
+'''
+
+
+def test_endless_loop_has_no_post_dominator():
+    ptx = compile_to_ptx(SPIN_SRC).ptx
+    region = _region(ptx, "spin_or_store")
+    ipdom = immediate_post_dominators(region)
+    spinning = [b for b in region.blocks if b in b.successors]
+    assert spinning and not any(b in ipdom for b in spinning)
+    assert not any(v in spinning for v in ipdom.values())
+    out = np.zeros(65, np.int32)
+    cpuify.RawModule(ptx=ptx).get_function("spin_or_store")((1,), (64,), (out, np.int32(0)))
+    np.testing.assert_array_equal(out[1:], np.arange(64))

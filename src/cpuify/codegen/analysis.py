@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value, predecessors
 from cpuify.ir.dialects import info, is_sync
 
 # ops that can be recomputed at a resume point instead of being kept per thread
@@ -388,8 +388,19 @@ def immediate_post_dominators(region: Region) -> dict[Block, Block]:
             if new != pdom[b]:
                 pdom[b] = new
                 changed = True
+    # blocks with no path to an exit (an endless loop) have no post-dominators
+    reach_exit = set(exits)
+    preds = predecessors(region)
+    work = list(exits)
+    while work:
+        for p in preds.get(work.pop(), []):
+            if p not in reach_exit:
+                reach_exit.add(p)
+                work.append(p)
     out: dict[Block, Block] = {}
     for b in blocks:
+        if b not in reach_exit:
+            continue
         strict = pdom[b] - {b}
         # the immediate one is the strict post-dominator that all others post-dominate
         for c in strict:
