@@ -197,3 +197,36 @@ def test_endless_loop_has_no_post_dominator():
     out = np.zeros(65, np.int32)
     cpuify.RawModule(ptx=ptx).get_function("spin_or_store")((1,), (64,), (out, np.int32(0)))
     np.testing.assert_array_equal(out[1:], np.arange(64))
+
+
+TAIL_SRC = r'''
+// 2D blocks whose later rows exit early; the first rows go on through shuffles and
+// barriers (masked segment runs stop after the last live thread)
+extern "C" __global__ void first_rows_sum(const int *x, int *out, int rows_live) {
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    int v = x[blockIdx.x * blockDim.x * blockDim.y + t];
+    if ((int)threadIdx.y >= rows_live) return;
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    __shared__ int warp_sums[32];
+    if ((threadIdx.x & 31) == 0) warp_sums[t >> 5] = v;
+    __syncthreads();
+    if (t == 0) {
+        int s = 0;
+        for (int w = 0; w < rows_live * (int)blockDim.x / 32; w++) s += warp_sums[w];
+        out[blockIdx.x] = s;
+    }
+}
+'''
+
+
+@pytest.mark.parametrize("block,rows_live", [((32, 8), 1), ((32, 8), 3), ((64, 4), 2), ((32, 4), 4)])
+def test_masked_runs_after_later_rows_exit(block, rows_live):
+    ptx = compile_to_ptx(TAIL_SRC).ptx
+    f = cpuify.RawModule(ptx=ptx).get_function("first_rows_sum")
+    nb = 3
+    x = np.random.default_rng(rows_live).integers(-1000, 1000, nb * block[0] * block[1], dtype=np.int32)
+    ref = x.reshape(nb, block[1], block[0])[:, :rows_live, :].sum(axis=(1, 2))
+    for _ in range(3):
+        out = np.zeros(nb, np.int32)
+        f((nb,), block, (x, out, np.int32(rows_live)))
+        np.testing.assert_array_equal(out, ref)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 # cpuify_block_ctx (must match runtime/cpuify_rt.h)
 CTX_FIELDS = ("params", "dims", "shared", "scratch", "state", "xval", "xb", "xc", "xmask", "xout",
               "xpred", "slots", "local")
-CTX_U32_FIELDS = ("bx", "by", "bz", "nthreads", "error", "dyn_shared", "local_size", "pad")
+CTX_U32_FIELDS = ("bx", "by", "bz", "nthreads", "error", "dyn_shared", "local_size", "live_end")
 CTX_SIZE = 8 * len(CTX_FIELDS) + 4 * len(CTX_U32_FIELDS)
 
 # state[tid] encoding used by generated segments and the C block scheduler

@@ -456,7 +456,7 @@ class KernelCodegen:
         setf("shared", shared)
         setf("scratch", scratch)
         for name, v in (("bx", bx), ("by", by), ("bz", bz), ("nthreads", n), ("error", I32(0)),
-                        ("local_size", I32(self.local_size)), ("pad", I32(0))):
+                        ("local_size", I32(self.local_size)), ("live_end", I32(0))):
             setf(name, v)
         # the launcher stores the dynamic shared memory size right after the parameters
         dyn_p = b.gep(params, [I64(dynamic_smem_offset(self.kernel.param_size))])
@@ -550,7 +550,8 @@ class KernelCodegen:
         # one vectorizable scan finds whether every live thread waits at the same sync
         # point, and whether some threads exited (they are not waited for, as on Volta).
         b.position_at_end(scan)
-        live_or, live_and, exited = self.scan_live_states(b, state_p, n64)
+        live_or, live_and, exited, last_live = self.scan_live_states(b, state_p, n64)
+        live_end64 = b.zext(b.add(last_live, I32(1)), I64)
         same = b.and_(b.icmp_unsigned("==", live_or, live_and),
                       b.icmp_unsigned("!=", b.and_(live_and, I32(STATE_WAIT)), I32(0)))
         scanned_at = b.select(same, live_and, I32(STATE_UNKNOWN))
@@ -559,10 +560,13 @@ class KernelCodegen:
         b.position_at_end(fast)
         at = b.phi(I32, name="at")
         some_exited = b.phi(I1, name="some_exited")
+        live_end = b.phi(I64, name="live_end")      # threads from here on have exited
         at.add_incoming(known, check_known)
         at.add_incoming(scanned_at, scanned)
         some_exited.add_incoming(ir.Constant(I1, 0), check_known)
         some_exited.add_incoming(exited, scanned)
+        live_end.add_incoming(n64, check_known)
+        live_end.add_incoming(live_end64, scanned)
         sync = b.and_(at, I32(0xFFFF))
         valid = b.and_(b.icmp_signed("!=", at, I32(STATE_UNKNOWN)),
                        b.icmp_unsigned("!=", b.and_(at, I32(STATE_WAIT)), I32(0)))
@@ -580,7 +584,8 @@ class KernelCodegen:
             try_inline = fn.append_basic_block("warp_exchange")
             b.cbranch(b.and_(valid, plain), go, try_inline)
             b.position_at_end(try_inline)
-            ok = b.and_(valid, b.icmp_unsigned("!=", b.call(exchange, [ctx_i8, sync, some_exited]), I32(0)))
+            ok = b.and_(valid, b.icmp_unsigned(
+                "!=", b.call(exchange, [ctx_i8, sync, some_exited, live_end]), I32(0)))
             b.cbranch(ok, go, slow)
         # threads that exited stay out of the next segment: the others are marked to run
         b.position_at_end(go)
@@ -588,9 +593,11 @@ class KernelCodegen:
         mark = fn.append_basic_block("mark_waiting")
         b.cbranch(some_exited, mark, again)
         b.position_at_end(mark)
-        self.mark_waiting(b, state_p, n64, sync)
+        self.mark_waiting(b, state_p, live_end, sync)
         b.branch(again)
         b.position_at_end(again)
+        b.store(b.select(some_exited, b.trunc(live_end, I32), I32(0)),
+                b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
         resume.add_incoming(sync, again)
         masked.add_incoming(b.zext(some_exited, I32), again)
         b.branch(loop)
@@ -637,17 +644,19 @@ class KernelCodegen:
         return phis
 
     def scan_live_states(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value
-                         ) -> tuple[ir.Value, ir.Value, ir.Value]:
-        """(OR, AND of the states of live threads, whether some thread exited); OR == AND
-        when all live threads are in one state, AND == -1 when none is live."""
+                         ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+        """(OR, AND of the states of live threads, whether some thread exited, the last live
+        thread's index or -1); OR == AND when all live threads are in one state, AND == -1
+        when none is live."""
         def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             st = b.load(b.gep(state_p, [t]))
             dead = b.icmp_signed("==", st, I32(STATE_EXITED))
+            live_t = b.select(dead, I32(-1), b.trunc(t, I32))
             return [b.or_(acc[0], b.select(dead, I32(0), st)), b.and_(acc[1], st),
-                    b.or_(acc[2], dead)]
-        live_or, live_and, exited = self.counted_loop(
-            b, n64, [I32(0), I32(-1), ir.Constant(I1, 0)], body, "scan")
-        return live_or, live_and, exited
+                    b.or_(acc[2], dead), b.select(b.icmp_signed(">", live_t, acc[3]), live_t, acc[3])]
+        live_or, live_and, exited, last_live = self.counted_loop(
+            b, n64, [I32(0), I32(-1), ir.Constant(I1, 0), I32(-1)], body, "scan")
+        return live_or, live_and, exited, last_live
 
     def mark_waiting(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, sync: ir.Value) -> None:
         """Live threads (all waiting at `sync`) get state `sync`: the masked thread loop runs
@@ -660,9 +669,10 @@ class KernelCodegen:
         self.counted_loop(b, n64, [], body, "mark")
 
     def emit_warp_exchange(self, kinds: list[int]) -> ir.Function | None:
-        """`i32 exchange(ctx, sync, some_exited)`: the shuffle at sync point `sync` done for
-        every thread of the block at once, as the scheduler's warp_exchange does (threads
-        that exited take no part; their states are read only when `some_exited`); returns
+        """`i32 exchange(ctx, sync, some_exited, live_end)`: the shuffle at sync point `sync`
+        done for every thread of the block at once (up to live_end: the threads after it
+        have exited), as the scheduler's warp_exchange does (threads that exited take no
+        part; their states are read only when `some_exited`); returns
         0, having changed nothing the scheduler reads, when `sync` is no shuffle or a live
         lane's member mask is not the full warp.  Called only when every live thread waits
         at `sync`.  None when the kernel has no shuffles."""
@@ -671,9 +681,9 @@ class KernelCodegen:
         if not shuffles:
             return None
         m = self.mod.module
-        fn = ir.Function(m, ir.FunctionType(I32, [PTR, I32, I1]), name=f"cpuify_exchange_{self.name}")
+        fn = ir.Function(m, ir.FunctionType(I32, [PTR, I32, I1, I64]), name=f"cpuify_exchange_{self.name}")
         fn.linkage = "internal"
-        ctx_raw, sync, some_exited = fn.args
+        ctx_raw, sync, some_exited, live_end = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ctx = b.bitcast(ctx_raw, CTX_TYPE.as_pointer())
 
@@ -725,7 +735,7 @@ class KernelCodegen:
                               b.icmp_signed("==", b.load(b.gep(state, [t])), I32(STATE_EXITED)))
                 return [b.and_(acc[0], b.select(dead, I32(-1), b.load(b.gep(xmask, [t]))))]
 
-            full, = self.counted_loop(b, n64, [I32(-1)], lane_body, f"shfl{index}")
+            full, = self.counted_loop(b, live_end, [I32(-1)], lane_body, f"shfl{index}")
             b.ret(b.zext(b.icmp_unsigned("==", full, I32(-1)), I32))
         return fn
 
@@ -961,6 +971,15 @@ class SegmentEmitter:
         else:
             self.local_base = ir.Constant(PTR, None)
         if masked:
+            # threads from live_end on have all exited (the block function found the last
+            # live one): the run stops there
+            live_end = self.entry_builder.load(
+                self.entry_builder.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))]), name="live_end")
+            limit = self.entry_builder.select(
+                self.entry_builder.icmp_unsigned("==", live_end, I32(0)), self.nthreads, live_end)
+            check = fn.append_basic_block("in_range")
+            b.cbranch(b.icmp_unsigned("<", self.linear_tid, limit), check, exit_bb)
+            b.position_at_end(check)
             run = fn.append_basic_block("run")
             st = b.load(self.state_ptr())
             b.cbranch(b.icmp_signed("==", st, I32(self.resume)), run, self.latch)

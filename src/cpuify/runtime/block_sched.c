@@ -36,7 +36,7 @@ typedef struct cpuify_block_ctx {
     int32_t error;
     uint32_t dyn_shared;
     uint32_t local_size;
-    uint32_t pad;
+    uint32_t live_end; /* masked segment runs stop at this linear thread id (0: run to the end) */
 } cpuify_block_ctx;
 
 /* Runs the segment at `resume` for all threads (masked == 0) or for those whose state is
@@ -158,6 +158,7 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
     const uint32_t n = c->nthreads;
     int32_t *state = c->state;
     (void)nsync;
+    c->live_end = 0;   /* the generated code may have narrowed masked runs: not here */
     for (;;) {
         if (c->error)
             return c->error;
