@@ -126,3 +126,62 @@ def test_local_array_per_thread(ptx):
                                                              (x, out, np.int32(n)))
     ref = np.array([int(str(v)[::-1]) for v in x], np.int64)
     np.testing.assert_array_equal(out, ref.astype(np.int32))
+
+
+TREE_SRC = r'''
+#define BLOCK 256
+// a shared-memory tree: each step only threads below k work, the rest go to the barrier
+extern "C" __global__ void tree_sum(const float *x, float *out) {
+    __shared__ float s[BLOCK];
+    unsigned t = threadIdx.x;
+    s[t] = x[blockIdx.x * BLOCK + t];
+    __syncthreads();
+    for (unsigned k = BLOCK / 2; k > 0; k >>= 1) {
+        if (t < k) s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+// the same, but every thread stores before the test: the loop must not be narrowed
+extern "C" __global__ void tree_sum_all_write(const float *x, float *out, float *mark) {
+    __shared__ float s[BLOCK];
+    unsigned t = threadIdx.x;
+    s[t] = x[blockIdx.x * BLOCK + t];
+    __syncthreads();
+    for (unsigned k = BLOCK / 2; k > 0; k >>= 1) {
+        mark[blockIdx.x * BLOCK + t] += 1.0f;
+        if (t < k) s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}
+'''
+
+
+def test_tree_steps_narrow_the_thread_loop():
+    from cpuify.codegen.llvm_gen import KernelCodegen
+    module = parse_ptx(compile_to_ptx(TREE_SRC).ptx)
+    kc = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["tree_sum"]),
+                       (256, 1, 1))
+    assert sorted(kc.thread_limit.values(), reverse=True)[:3] == [128, 64, 32]
+    generic = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["tree_sum"]))
+    assert generic.thread_limit == {}         # only code specialized for the block shape
+    kc2 = KernelCodegen(ModuleCodegen(module),
+                        lift_kernel(module, module.functions["tree_sum_all_write"]), (256, 1, 1))
+    assert kc2.thread_limit == {}
+
+
+def test_tree_sums_match_numpy():
+    mod = cpuify.RawModule(code=TREE_SRC)
+    nb = 37
+    x = np.random.default_rng(5).integers(-100, 100, nb * 256).astype(np.float32)
+    ref = x.reshape(nb, 256).sum(axis=1)
+    for _ in range(3):                  # generic, then specialized (narrowed) code
+        out = np.zeros(nb, np.float32)
+        mod.get_function("tree_sum")((nb,), (256,), (x, out))
+        np.testing.assert_array_equal(out, ref)
+        out2 = np.zeros(nb, np.float32)
+        mark = np.zeros(nb * 256, np.float32)
+        mod.get_function("tree_sum_all_write")((nb,), (256,), (x, out2, mark))
+        np.testing.assert_array_equal(out2, ref)
+        np.testing.assert_array_equal(mark, 8.0)

@@ -39,6 +39,7 @@ from cpuify.codegen.layout import (
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import Module as PTXModule, VarDecl, type_size
 from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.dialects import info
 from cpuify.lifting.lift import LiftedKernel
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -283,6 +284,8 @@ class KernelCodegen:
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
         self.ipdom = immediate_post_dominators(self.region)
         self.convergent = self.convergent_segments()
+        self.thread_limit = {r: k for r in self.only_next
+                             if (k := self.leading_thread_limit(r)) is not None}
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # local memory (per thread): kernel .local depots
@@ -371,6 +374,43 @@ class KernelCodegen:
                 for g in groups}
         return {v: tags[self.shared.offsets[sym]] for v, sym in variables.items()
                 if sym in self.shared.offsets}
+
+    def leading_thread_limit(self, resume: int) -> int | None:
+        """For a segment of a one-dimensional block (in code specialized for its shape) that
+        starts with `if (threadIdx.x < K)` around everything it does before the one sync
+        point it reaches (a tree reduction's step): K, so that the thread loop can stop
+        there; threads from K on would only go to that sync point, and a segment in
+        only_next stores no state for them.  None when the segment has another shape."""
+        dims = self.block_dims
+        if resume == 0 or dims is None or dims[1] * dims[2] != 1:
+            return None
+        sp = self.syncs[resume - 1]
+        target = self.only_next[resume].op
+        ops = sp.block.ops[sp.position + 1:]
+        branch = next((op for op in ops if not (info(op).pure and op.results)), None)
+        if branch is None or branch.name != "cf.cond_br":
+            return None
+        cond = branch.operands[0]
+        if not isinstance(cond, OpResult) or cond.op.name != "ptx.setp":
+            return None
+        mods = cond.op.attributes.get("mods", [])
+        cmp = next((m for m in mods if m in ("lt", "lo", "le", "ls", "gt", "hi", "ge", "hs")), None)
+        if cmp is None or not any(t in mods for t in ("u32", "s32")):
+            return None
+        x, c = cond.op.operands
+        if not (_is_thread_x(x) and isinstance(c, OpResult) and c.op.name == "upir.const"):
+            return None
+        k = int(c.op.attributes["value"]) & 0xFFFFFFFF
+        if "s32" in mods and k >= 2**31:
+            return None
+        # the successor of the threads that do nothing
+        skipped = branch.successors[0 if cmp in ("gt", "hi", "ge", "hs") else 1]
+        if skipped.args or not skipped.ops or skipped.ops[0] is not target:
+            return None
+        # threads that do the work: tid < K (lt), tid <= K (le), not tid > K (gt), ...
+        limit = {"lt": k, "lo": k, "le": k + 1, "ls": k + 1,
+                 "gt": k + 1, "hi": k + 1, "ge": k, "hs": k}[cmp]
+        return max(1, min(limit, dims[0]))
 
     def reconverges(self, branch: Block) -> bool:
         """Whether the threads parting at `branch` all meet again at its immediate
@@ -929,7 +969,8 @@ class SegmentEmitter:
         self.block_map = {}
         self.pending = []
         names = ("tz", "ty", "tx")
-        bounds = (self.ntid[2], self.ntid[1], self.ntid[0])
+        limit = None if masked else self.kc.thread_limit.get(self.resume)
+        bounds = (self.ntid[2], self.ntid[1], self.ntid[0] if limit is None else I32(limit))
         headers = [fn.append_basic_block(f"{n}.head") for n in names]
         bodies = [fn.append_basic_block(f"{n}.body") for n in names]
         latches = [fn.append_basic_block(f"{n}.latch") for n in names]
@@ -1298,6 +1339,14 @@ class SegmentEmitter:
         if offset:
             lv = b.gep(lv, [I64(offset)])
         return lv
+
+
+def _is_thread_x(v: Value) -> bool:
+    """Whether v is threadIdx.x (through moves and same-width conversions)."""
+    while isinstance(v, OpResult) and v.op.name in ("ptx.mov", "ptx.cvt") and len(v.op.operands) == 1:
+        v = v.op.operands[0]
+    return isinstance(v, OpResult) and v.op.name == "upir.special" and \
+        v.op.attributes.get("reg") == "%tid.x"
 
 
 def _width(t: ir.Type) -> int:
