@@ -25,9 +25,19 @@ present in each implementation's dict (extra keys are ignored by the default `ch
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
+
+# ctypes types and converters for the OpenMP twins' arguments
+FLOAT_P = ctypes.POINTER(ctypes.c_float)
+INT_P = ctypes.POINTER(ctypes.c_int)
+
+
+def float_ptr(a: np.ndarray) -> Any:
+    """A float32 array as a `float *` argument."""
+    return a.ctypes.data_as(FLOAT_P)
 
 
 class Workload:

@@ -37,7 +37,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp, float_ptr as _ptr
 
 CUDA_SRC = r"""
 #define HEIGHT 16        // input units per block (threadIdx.y)
@@ -182,12 +182,6 @@ __kernel void bpnn_hidden_sum(__global const float *hidden_partial_sum,
     }
 }
 """
-
-_fp = ctypes.POINTER(ctypes.c_float)
-
-
-def _ptr(a):
-    return a.ctypes.data_as(_fp)
 
 
 class Backprop(Workload):

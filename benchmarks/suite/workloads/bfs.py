@@ -29,7 +29,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, INT_P as _ip
 
 CUDA_SRC = r"""
 #define BLOCK 256
@@ -184,7 +184,6 @@ __kernel void bfs_expand(__global const int *restrict row_ptr,
 }
 """
 
-_ip = ctypes.POINTER(ctypes.c_int)
 
 BLOCK = 256
 

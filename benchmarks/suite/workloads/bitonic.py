@@ -25,7 +25,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, INT_P as _ip
 
 CUDA_SRC = r"""
 #define SHARED_SIZE 1024             // keys per tile; blocks have SHARED_SIZE / 2 threads
@@ -257,7 +257,6 @@ __kernel void bitonic_merge_shared(__global int *d_keys, uint k) {
 }
 """
 
-_ip = ctypes.POINTER(ctypes.c_int)
 
 TILE = 1024            # keys per shared-memory tile (SHARED_SIZE)
 GLOBAL_BLOCK = 256     # threads per block of bitonic_merge_global

@@ -30,7 +30,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp, INT_P as _ip
 
 D = 16
 K = 32
@@ -142,8 +142,6 @@ __kernel void kmeans_assign(__global const float *restrict features,
 }
 """
 
-_fp = ctypes.POINTER(ctypes.c_float)
-_ip = ctypes.POINTER(ctypes.c_int)
 
 BLOCK = 256
 CHUNK = 1 << 16

@@ -24,36 +24,11 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.core import MATMUL_SRC
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp, float_ptr as _ptr
 
-CUDA_SRC = r"""
-#define BLOCK_SIZE 16
-// The CUDA samples' matrixMul kernel: C = A * B, A is hA x wA, B is wA x wB, row-major,
-// dimensions multiples of BLOCK_SIZE; grid (wB/16, hA/16), block (16, 16).
-extern "C" __global__ void matrixMul(float *C, const float *A, const float *B, int wA, int wB) {
-    int bx = blockIdx.x, by = blockIdx.y;
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int aBegin = wA * BLOCK_SIZE * by;
-    int aEnd = aBegin + wA - 1;
-    int aStep = BLOCK_SIZE;
-    int bBegin = BLOCK_SIZE * bx;
-    int bStep = BLOCK_SIZE * wB;
-    float Csub = 0;
-    for (int a = aBegin, b = bBegin; a <= aEnd; a += aStep, b += bStep) {
-        __shared__ float As[BLOCK_SIZE][BLOCK_SIZE];
-        __shared__ float Bs[BLOCK_SIZE][BLOCK_SIZE];
-        As[ty][tx] = A[a + wA * ty + tx];
-        Bs[ty][tx] = B[b + wB * ty + tx];
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < BLOCK_SIZE; ++k)
-            Csub += As[ty][k] * Bs[k][tx];
-        __syncthreads();
-    }
-    int c = wB * BLOCK_SIZE * by + BLOCK_SIZE * bx;
-    C[c + wB * ty + tx] = Csub;
-}
-"""
+# the CUDA samples' matrixMul kernel, the same text core.py measures
+CUDA_SRC = MATMUL_SRC
 
 OMP_SRC = r"""
 /* Tiled 16x16 matrix multiply, the algorithm of the CUDA samples' matrixMul written for the
@@ -170,13 +145,6 @@ def _numba_matmul():
 
         _numba_kernel = matrixMul
     return _numba_kernel
-
-
-_fp = ctypes.POINTER(ctypes.c_float)
-
-
-def _ptr(a: np.ndarray):
-    return a.ctypes.data_as(_fp)
 
 
 class Matmul(Workload):

@@ -25,7 +25,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, INT_P as _ip
 
 CUDA_SRC = r"""
 #define BLOCK_SIZE 256
@@ -200,7 +200,6 @@ __kernel void dynproc_kernel(int iteration, __global const int *gpuWall,
 }
 """
 
-_ip = ctypes.POINTER(ctypes.c_int)
 
 BLOCK_SIZE = 256
 HALO = 1

@@ -25,7 +25,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp, INT_P as _ip
 
 CUDA_SRC = r"""
 // CSR-scalar: one thread per row.
@@ -126,9 +126,6 @@ __kernel void spmv_csr_vector(int n, __global const int *restrict row_ptr,
         y[row] = partial[lid];
 }
 """
-
-_fp = ctypes.POINTER(ctypes.c_float)
-_ip = ctypes.POINTER(ctypes.c_int)
 
 
 def random_csr(n: int, max_row_len: int, rng: np.random.Generator):

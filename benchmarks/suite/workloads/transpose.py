@@ -21,7 +21,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp, float_ptr as _ptr
 
 CUDA_SRC = r"""
 #define TILE_DIM 32
@@ -115,13 +115,6 @@ def _numba_transpose():
 
         _numba_kernel = transposeNoBankConflicts
     return _numba_kernel
-
-
-_fp = ctypes.POINTER(ctypes.c_float)
-
-
-def _ptr(a: np.ndarray):
-    return a.ctypes.data_as(_fp)
 
 
 class Transpose(Workload):

@@ -27,7 +27,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp
 
 CUDA_SRC = r"""
 __device__ __forceinline__ float warp_reduce_sum(float v) {
@@ -130,8 +130,6 @@ __kernel void reduce_sum(__global const float *restrict x, __global float *out, 
 }
 
 """
-
-_fp = ctypes.POINTER(ctypes.c_float)
 
 
 class WarpReduce(Workload):
