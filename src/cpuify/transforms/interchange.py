@@ -54,13 +54,7 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
     idom = dominators(region)
     uniform = uniform_values(region)
     incoming = _incoming(region)
-    loops: dict[Block, set[Block]] = {}
-    for p in region.blocks:
-        if p not in idom:
-            continue
-        for h in p.successors:
-            if dominates(idom, h, p):
-                loops.setdefault(h, {h}).update(_natural_loop(h, p))
+    loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
     strided = [h for h in outermost if _thread_strided(h, idom, incoming, uniform)]
     if len(strided) != 1:
@@ -96,6 +90,18 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
     soft.parent = header
     header.ops.insert(0, soft)
     return [counter]
+
+
+def _loops(region: Region, idom) -> dict[Block, set[Block]]:  # type: ignore[no-untyped-def]
+    """Loop header -> the blocks of its natural loop (all back edges to it together)."""
+    loops: dict[Block, set[Block]] = {}
+    for p in region.blocks:
+        if p not in idom:
+            continue
+        for h in p.successors:
+            if dominates(idom, h, p):
+                loops.setdefault(h, {h}).update(_natural_loop(h, p))
+    return loops
 
 
 def _natural_loop(header: Block, latch: Block) -> set[Block]:
@@ -174,13 +180,7 @@ def interchange_uniform_loops(region: Region) -> list[Block]:
     idom = dominators(region)
     ipdom = immediate_post_dominators(region)
     uniform = uniform_values(region)
-    loops: dict[Block, set[Block]] = {}
-    for p in region.blocks:
-        if p not in idom:
-            continue
-        for h in p.successors:
-            if dominates(idom, h, p):
-                loops.setdefault(h, {h}).update(_natural_loop(h, p))
+    loops = _loops(region, idom)
     done: list[Block] = []
     for header, body in loops.items():
         if any(other is not header and other in body for other in loops):
