@@ -53,6 +53,15 @@ extern "C" __global__ void gs_then_tree(const float *x, float *out, int n) {
     }
     if (threadIdx.x == 0) out[blockIdx.x] = s[0];
 }
+// a grid-stride sum, then warp shuffles: threads leaving the loop stop at a soft barrier
+// after it, in whatever iteration they leave
+extern "C" __global__ void gs_then_shuffles(const float *x, float *out, int n) {
+    float acc = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        acc += x[i];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = acc;
+}
 // a loop whose counter is the same in all threads: vectorized inside the thread loop instead
 extern "C" __global__ void row_sums(const float *m, float *out, int cols) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -75,7 +84,7 @@ def mod(ptx):
 
 @pytest.mark.parametrize("kernel,expected", [("axpy_gs", 1), ("partial_sums", 1), ("scale_2d", 1),
                                              ("two_loops", 0), ("row_sums", 0),
-                                             ("gs_then_tree", 1)])
+                                             ("gs_then_tree", 1), ("gs_then_shuffles", 1)])
 def test_which_loops_are_interchanged(ptx, kernel, expected):
     module = parse_ptx(ptx)
     region = _block_body(lift_kernel(module, module.functions[kernel]).op)
@@ -225,6 +234,38 @@ def test_grid_stride_then_barriers_matches_numpy_and_interpreter(ptx, mod, n):
     interpret_kernel(ptx, "gs_then_tree", (2,), (128,), (x[:700], small, np.int32(min(n, 700))))
     compiled = np.zeros(2, np.float32)
     f((2,), (128,), (x[:700], compiled, np.int32(min(n, 700))))
+    np.testing.assert_array_equal(compiled, small)
+
+
+def test_threads_leaving_a_grid_stride_loop_stop_after_it(ptx):
+    """A soft barrier at the loop's exit when code with effects follows it (gs_then_shuffles,
+    gs_then_tree); none where the threads only exit (axpy_gs)."""
+    module = parse_ptx(ptx)
+    for kernel, soft in (("axpy_gs", 1), ("gs_then_shuffles", 2), ("gs_then_tree", 2)):
+        region = _block_body(lift_kernel(module, module.functions[kernel]).op)
+        interchange_thread_strided_loops(region)
+        found = sum(op.name == "upir.barrier" and bool(op.attributes.get("soft"))
+                    for b in region.blocks for op in b.ops)
+        assert found == soft, kernel
+
+
+@pytest.mark.parametrize("n", [5, 100, 4096, 10_007])
+def test_grid_stride_then_shuffles_matches_numpy_and_interpreter(ptx, mod, n):
+    grid, block = 3, 96
+    x = np.random.default_rng(n).random(n, dtype=np.float32)
+    f = mod.get_function("gs_then_shuffles")
+    i = np.arange(n)
+    ref = np.zeros(grid * block // 32, np.float64)
+    np.add.at(ref, (i % (grid * block)) // 32, x.astype(np.float64))
+    for _ in range(3):              # generic code, then the specialized block shape
+        out = np.zeros_like(ref, dtype=np.float32)
+        f((grid,), (block,), (x, out, np.int32(n)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+    small = np.zeros(6, np.float32)
+    m = min(n, 500)
+    interpret_kernel(ptx, "gs_then_shuffles", (2,), (96,), (x[:m], small, np.int32(m)))
+    compiled = np.zeros(6, np.float32)
+    f((2,), (96,), (x[:m], compiled, np.int32(m)))
     np.testing.assert_array_equal(compiled, small)
 
 

@@ -28,7 +28,7 @@ from cpuify.codegen.analysis import _incoming, immediate_post_dominators, unifor
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, dominates, dominators,
 )
-from cpuify.ir.dialects import is_sync
+from cpuify.ir.dialects import info, is_sync
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,48 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
                 value = zero.results[0]
             term.successor_args[k].append(value)
             value.uses.append(term)
-    soft = Operation("upir.barrier", [], [], {"soft": True, "line": _first_line(header)})
-    soft.parent = header
-    header.ops.insert(0, soft)
+    _insert_soft_barrier(header)
+    # Threads that leave the loop stop right after it when code with effects follows: else
+    # that code (up to the next sync point, a warp shuffle's operands and the values kept
+    # across it, or the thread's final stores) would sit in every iteration's thread loop,
+    # its stores crowding out the loads that keep memory busy, although it runs once per
+    # thread (warp-shuffle reduction 3.8 -> 2.4 ms).
+    for exit_block in _exits(body):
+        if _does_work(exit_block):
+            _insert_soft_barrier(exit_block)
     return [counter]
+
+
+def _insert_soft_barrier(block: Block) -> None:
+    soft = Operation("upir.barrier", [], [], {"soft": True, "line": _first_line(block)})
+    soft.parent = block
+    block.ops.insert(0, soft)
+
+
+def _exits(body: set[Block]) -> list[Block]:
+    """The blocks outside a loop that its blocks branch to, in a deterministic order."""
+    out: dict[Block, None] = {}
+    for b in sorted(body, key=lambda b: b.parent.blocks.index(b) if b.parent else 0):
+        for s in b.successors:
+            if s not in body:
+                out[s] = None
+    return list(out)
+
+
+def _does_work(start: Block) -> bool:
+    """Whether a thread going on from `start` may reach an operation other than pure
+    computation, branches and its exit."""
+    seen = {start}
+    work = [start]
+    while work:
+        b = work.pop()
+        if any(not (info(op).pure or op.successors or op.name == "upir.exit") for op in b.ops):
+            return True
+        for s in b.successors:
+            if s not in seen:
+                seen.add(s)
+                work.append(s)
+    return False
 
 
 def _loops(region: Region, idom) -> dict[Block, set[Block]]:  # type: ignore[no-untyped-def]
@@ -196,8 +234,6 @@ def interchange_uniform_loops(region: Region) -> list[Block]:
             continue
         if sum(len(b.ops) for b in body) < MIN_UNIFORM_LOOP_OPS:
             continue
-        soft = Operation("upir.barrier", [], [], {"soft": True, "line": _first_line(header)})
-        soft.parent = header
-        header.ops.insert(0, soft)
+        _insert_soft_barrier(header)
         done.append(header)
     return done
