@@ -62,6 +62,16 @@ extern "C" __global__ void gs_then_shuffles(const float *x, float *out, int n) {
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
     if ((threadIdx.x & 31) == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = acc;
 }
+// block-strided loops around a grid-stride loop: only the grid-stride one is interchanged
+extern "C" __global__ void hist_gs(const unsigned char *d, unsigned *hist, int n) {
+    __shared__ unsigned s[64];
+    for (int b = threadIdx.x; b < 64; b += blockDim.x) s[b] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        atomicAdd(&s[d[i] & 63], 1u);
+    __syncthreads();
+    for (int b = threadIdx.x; b < 64; b += blockDim.x) atomicAdd(&hist[b], s[b]);
+}
 // a loop whose counter is the same in all threads: vectorized inside the thread loop instead
 extern "C" __global__ void row_sums(const float *m, float *out, int cols) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -84,7 +94,8 @@ def mod(ptx):
 
 @pytest.mark.parametrize("kernel,expected", [("axpy_gs", 1), ("partial_sums", 1), ("scale_2d", 1),
                                              ("two_loops", 0), ("row_sums", 0),
-                                             ("gs_then_tree", 1), ("gs_then_shuffles", 1)])
+                                             ("gs_then_tree", 1), ("gs_then_shuffles", 1),
+                                             ("hist_gs", 1)])
 def test_which_loops_are_interchanged(ptx, kernel, expected):
     module = parse_ptx(ptx)
     region = _block_body(lift_kernel(module, module.functions[kernel]).op)
@@ -267,6 +278,21 @@ def test_grid_stride_then_shuffles_matches_numpy_and_interpreter(ptx, mod, n):
     compiled = np.zeros(6, np.float32)
     f((2,), (96,), (x[:m], compiled, np.int32(m)))
     np.testing.assert_array_equal(compiled, small)
+
+
+@pytest.mark.parametrize("n,block", [(1, 32), (1000, 32), (70_001, 48)])
+def test_grid_stride_histogram_matches_numpy_and_interpreter(ptx, mod, n, block):
+    d = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    f = mod.get_function("hist_gs")
+    ref = np.bincount(d & 63, minlength=64)
+    for _ in range(3):
+        hist = np.zeros(64, np.uint32)
+        f((5,), (block,), (d, hist, np.int32(n)))
+        np.testing.assert_array_equal(hist, ref)
+    m = min(n, 300)
+    small = np.zeros(64, np.uint32)
+    interpret_kernel(ptx, "hist_gs", (2,), (block,), (d[:m], small, np.int32(m)))
+    np.testing.assert_array_equal(small, np.bincount(d[:m] & 63, minlength=64))
 
 
 ARGMIN_SRC = r'''

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from cpuify.codegen.analysis import _incoming, immediate_post_dominators, uniform_values
 from cpuify.ir.core import (
-    Block, BlockArgument, OpResult, Operation, Region, dominates, dominators,
+    Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
 )
 from cpuify.ir.dialects import info, is_sync
 
@@ -57,6 +57,13 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
     loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
     strided = [h for h in outermost if _thread_strided(h, idom, incoming, uniform)]
+    if len(strided) > 1:
+        # Only one loop may be interchanged (threads leaving it at different iterations
+        # would reach a second one out of step).  With several, as in a histogram that
+        # zeroes its shared bins with `for (b = tid; b < BINS; b += blockDim.x)` around a
+        # grid-stride loop, the grid-stride one is the long loop worth interchanging.
+        strided = [h for h in strided
+                   if any(_depends_on_grid(s) for s in _steps(h, idom, incoming))]
     if len(strided) != 1:
         return []
     (header,) = strided
@@ -162,24 +169,45 @@ def _natural_loop(header: Block, latch: Block) -> set[Block]:
     return body
 
 
+def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore[no-untyped-def]
+               ) -> tuple[list[Value], list[Value]]:
+    """(initial values, steps) of a header argument: steps from `arg + step` on back edges."""
+    inits: list[Value] = []
+    steps: list[Value] = []
+    for v in incoming.get(arg, []):
+        op = v.op if isinstance(v, OpResult) else None
+        if op is not None and op.name == "ptx.add" and arg in op.operands and \
+                op.parent is not None and dominates(idom, header, op.parent):
+            steps.extend(o for o in op.operands if o is not arg)
+        else:
+            inits.append(v)
+    return inits, steps
+
+
 def _thread_strided(header: Block, idom, incoming, uniform) -> bool:  # type: ignore[no-untyped-def]
     for arg in header.args:
         if arg.type not in ("i32", "i64"):
             continue
-        sources = incoming.get(arg, [])
-        inits, steps = [], []
-        for v in sources:
-            op = v.op if isinstance(v, OpResult) else None
-            if op is not None and op.name == "ptx.add" and arg in op.operands and \
-                    op.parent is not None and dominates(idom, header, op.parent):
-                other = [o for o in op.operands if o is not arg]
-                steps.extend(other)
-            else:
-                inits.append(v)
+        inits, steps = _induction(header, arg, idom, incoming)
         if inits and steps and all(s in uniform for s in steps) and \
                 any(i not in uniform for i in inits):
             return True
     return False
+
+
+def _steps(header: Block, idom, incoming) -> list[Value]:  # type: ignore[no-untyped-def]
+    return [s for arg in header.args if arg.type in ("i32", "i64")
+            for s in _induction(header, arg, idom, incoming)[1]]
+
+
+def _depends_on_grid(v: Value, depth: int = 8) -> bool:
+    """Whether v is computed from gridDim (%nctaid): a grid-stride loop's step."""
+    if not isinstance(v, OpResult) or depth == 0:
+        return False
+    op = v.op
+    if op.name == "upir.special":
+        return str(op.attributes.get("reg", "")).startswith("%nctaid")
+    return any(_depends_on_grid(o, depth - 1) for o in op.operands)
 
 
 def _first_line(block: Block) -> int | None:
