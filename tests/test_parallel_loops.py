@@ -163,12 +163,14 @@ def test_tree_steps_narrow_the_thread_loop():
     module = parse_ptx(compile_to_ptx(TREE_SRC).ptx)
     kc = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["tree_sum"]),
                        (256, 1, 1))
-    assert sorted(kc.thread_limit.values(), reverse=True)[:3] == [128, 64, 32]
+    x_stops = sorted((r[0][1] for r in kc.thread_range.values()), reverse=True)
+    assert x_stops[:3] == [128, 64, 32] and x_stops[-1] == 1     # the last: if (t == 0)
     generic = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["tree_sum"]))
-    assert generic.thread_limit == {}         # only code specialized for the block shape
+    assert generic.thread_range == {}         # only code specialized for the block shape
     kc2 = KernelCodegen(ModuleCodegen(module),
                         lift_kernel(module, module.functions["tree_sum_all_write"]), (256, 1, 1))
-    assert kc2.thread_limit == {}
+    # the tree steps store `mark` in every thread: only the final `if (t == 0)` is narrowed
+    assert list(kc2.thread_range.values()) == [((0, 1, 1), (0, 1, 1), (0, 1, 1))]
 
 
 def test_tree_sums_match_numpy():
@@ -185,3 +187,54 @@ def test_tree_sums_match_numpy():
         mod.get_function("tree_sum_all_write")((nb,), (256,), (x, out2, mark))
         np.testing.assert_array_equal(out2, ref)
         np.testing.assert_array_equal(mark, 8.0)
+
+
+# Rodinia backprop's layer: phases guarded by conditions on one thread index of a 2-D block
+ROWS_SRC = r'''
+extern "C" __global__ void layer(const float *in, const float *w, float *part, float *keep) {
+    __shared__ float node[16];
+    __shared__ float m[16][16];
+    int tx = threadIdx.x, ty = threadIdx.y, by = blockIdx.x;
+    if (tx == 0) node[ty] = in[by * 16 + ty];
+    __syncthreads();
+    m[ty][tx] = w[(by * 16 + ty) * 16 + tx] * node[ty];
+    float mine = m[ty][tx] * 2.0f;          // kept across the tree steps, per thread
+    __syncthreads();
+    for (int p = 2; p <= 16; p *= 2) {
+        if (ty % p == 0) m[ty][tx] += m[ty + p / 2][tx];
+        __syncthreads();
+    }
+    if (ty > 13) keep[(by * 16 + ty) * 16 + tx] = mine;
+    __syncthreads();
+    if (tx == 0) part[by * 16 + ty] = m[0][ty];
+}
+'''
+
+
+def test_thread_index_conditions_narrow_2d_thread_loops():
+    from cpuify.codegen.llvm_gen import KernelCodegen
+    module = parse_ptx(compile_to_ptx(ROWS_SRC).ptx)
+    kc = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["layer"]),
+                       (16, 16, 1))
+    ranges = set(kc.thread_range.values())
+    assert ((0, 1, 1), (0, 16, 1), (0, 1, 1)) in ranges          # if (tx == 0)
+    for step in (2, 4, 8):                                       # if (ty % p == 0)
+        assert ((0, 16, 1), (0, 16 - step + 1, step), (0, 1, 1)) in ranges
+    assert ((0, 16, 1), (14, 16, 1), (0, 1, 1)) in ranges         # if (ty > 13), keeps `mine`
+
+
+def test_thread_index_conditions_match_numpy():
+    mod = cpuify.RawModule(code=ROWS_SRC)
+    nb = 9
+    rng = np.random.default_rng(2)
+    x = rng.random(nb * 16, dtype=np.float32)
+    w = rng.random(nb * 256, dtype=np.float32)
+    prod = w.reshape(nb, 16, 16) * x.reshape(nb, 16, 1)
+    for _ in range(3):                  # generic, then specialized (narrowed) code
+        part = np.zeros(nb * 16, np.float32)
+        keep = np.zeros(nb * 256, np.float32)
+        mod.get_function("layer")((nb,), (16, 16), (x, w, part, keep))
+        np.testing.assert_allclose(part.reshape(nb, 16), prod.sum(axis=1), rtol=1e-5)
+        k = keep.reshape(nb, 16, 16)
+        np.testing.assert_array_equal(k[:, 14:], prod[:, 14:] * 2)
+        assert not k[:, :14].any()

@@ -29,7 +29,7 @@ from typing import Callable
 from llvmlite import ir
 
 from cpuify.codegen.analysis import (
-    SyncPoint, immediate_post_dominators, infer_pointers, memory_space, shared_variables, no_signed_wrap, plan_sync_points, uniform_values,
+    SyncPoint, immediate_post_dominators, infer_pointers, memory_space, shared_variables, no_signed_wrap, plan_sync_points, thread_index_condition, uniform_values,
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
@@ -284,8 +284,8 @@ class KernelCodegen:
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
         self.ipdom = immediate_post_dominators(self.region)
         self.convergent = self.convergent_segments()
-        self.thread_limit = {r: k for r in self.only_next
-                             if (k := self.leading_thread_limit(r)) is not None}
+        self.thread_range = {r: k for r in range(len(self.syncs) + 1)
+                             if (k := self.thread_ranges(r)) is not None}
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # local memory (per thread): kernel .local depots
@@ -325,10 +325,15 @@ class KernelCodegen:
         # resume point -> the one sync point every thread reaches from it (no exit on the
         # way): its segment need not record each thread's state (see leave_at_sync)
         self.only_next: dict[int, SyncPoint] = {}
+        # resume points from which every thread exits without reaching a sync point: in a
+        # run of all threads, their segment stores no states and says that all exited
+        self.only_exit: set[int] = set()
         if not self.syncs:
             return out
         starts = [(self.region.entry, 0)] + [(sp.block, sp.position + 1) for sp in self.syncs]
         for r, (blk, pos) in enumerate(starts):
+            if not self.reaches_sync(blk, pos):
+                self.only_exit.add(r)
             seen: set[Block] = set()
             work = [(blk, pos)]
             ok = True
@@ -356,6 +361,21 @@ class KernelCodegen:
                     self.only_next[r] = self.sync_of_op[reached.pop()]
         return out
 
+    def reaches_sync(self, blk: Block, pos: int) -> bool:
+        """Whether a thread going on from op `pos` of `blk` may reach a sync point."""
+        seen: set[Block] = set()
+        work = [(blk, pos)]
+        while work:
+            b, p = work.pop()
+            for op in b.ops[p:]:
+                if op in self.sync_of_op:
+                    return True
+                for succ in op.successors:
+                    if succ not in seen:
+                        seen.add(succ)
+                        work.append((succ, 0))
+        return False
+
     def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
         """Shared-memory address -> (alias.scope, noalias) metadata of the `__shared__`
         variable it points into: LLVM then knows that accesses to different variables are
@@ -375,42 +395,99 @@ class KernelCodegen:
         return {v: tags[self.shared.offsets[sym]] for v, sym in variables.items()
                 if sym in self.shared.offsets}
 
-    def leading_thread_limit(self, resume: int) -> int | None:
-        """For a segment of a one-dimensional block (in code specialized for its shape) that
-        starts with `if (threadIdx.x < K)` around everything it does before the one sync
-        point it reaches (a tree reduction's step): K, so that the thread loop can stop
-        there; threads from K on would only go to that sync point, and a segment in
-        only_next stores no state for them.  None when the segment has another shape."""
+    def thread_ranges(self, resume: int) -> tuple[tuple[int, int, int], ...] | None:
+        """For code specialized for a block shape: when the segment from `resume` starts
+        with a branch on a condition of one thread index (`if (tx == 0)`, a tree step
+        `if (t < k)` or `if ((ty & 3) == 0)`) around everything it does, and the threads
+        that skip it only go on to the one sync point the segment reaches, or exit: the
+        (start, stop, step) of the x, y and z thread loops over the threads that do the
+        work.  Threads skipped this way store nothing: the segment knows where every thread
+        stops (only_next, only_exit).  None when the segment has another shape or the
+        working threads are not an arithmetic progression."""
         dims = self.block_dims
-        if resume == 0 or dims is None or dims[1] * dims[2] != 1:
+        if dims is None or not (resume in self.only_next or resume in self.only_exit):
             return None
-        sp = self.syncs[resume - 1]
-        target = self.only_next[resume].op
-        ops = sp.block.ops[sp.position + 1:]
-        branch = next((op for op in ops if not (info(op).pure and op.results)), None)
-        if branch is None or branch.name != "cf.cond_br":
+        if resume == 0:
+            blk, pos = self.region.entry, 0
+        else:
+            sp = self.syncs[resume - 1]
+            blk, pos = sp.block, sp.position + 1
+        branch = next((op for op in blk.ops[pos:] if not (info(op).pure and op.results)), None)
+        if branch is None or branch.name != "cf.cond_br" or any(branch.successor_args):
             return None
-        cond = branch.operands[0]
-        if not isinstance(cond, OpResult) or cond.op.name != "ptx.setp":
+        found = thread_index_condition(branch.operands[0], dims)
+        if found is None:
             return None
-        mods = cond.op.attributes.get("mods", [])
-        cmp = next((m for m in mods if m in ("lt", "lo", "le", "ls", "gt", "hi", "ge", "hs")), None)
-        if cmp is None or not any(t in mods for t in ("u32", "s32")):
+        dim, true_for = found
+        target = self.only_next.get(resume)
+        skip = [k for k, succ in enumerate(branch.successors)
+                if self._only_goes_on(succ, None if target is None else target.op)]
+        if len(skip) != 1:
             return None
-        x, c = cond.op.operands
-        if not (_is_thread_x(x) and isinstance(c, OpResult) and c.op.name == "upir.const"):
-            return None
-        k = int(c.op.attributes["value"]) & 0xFFFFFFFF
-        if "s32" in mods and k >= 2**31:
-            return None
-        # the successor of the threads that do nothing
-        skipped = branch.successors[0 if cmp in ("gt", "hi", "ge", "hs") else 1]
-        if skipped.args or not skipped.ops or skipped.ops[0] is not target:
-            return None
-        # threads that do the work: tid < K (lt), tid <= K (le), not tid > K (gt), ...
-        limit = {"lt": k, "lo": k, "le": k + 1, "ls": k + 1,
-                 "gt": k + 1, "hi": k + 1, "ge": k, "hs": k}[cmp]
-        return max(1, min(limit, dims[0]))
+        if target is not None and (target.op.operands or
+                                   any(self.defined_in_segment(v, resume) for v in target.live)):
+            return None     # skipped threads would have to contribute or keep a value
+        work = true_for if skip[0] == 1 else sorted(set(range(dims[dim])) - set(true_for))
+        if not work:
+            lo, hi, step = 0, 0, 1
+        else:
+            lo, step = work[0], (work[1] - work[0] if len(work) > 1 else 1)
+            hi = work[-1] + 1
+            if work != list(range(lo, hi, step)):
+                return None
+        ranges = [(0, d, 1) for d in dims]
+        ranges[dim] = (lo, hi, step)
+        return tuple(ranges)
+
+    def _only_goes_on(self, block: Block, target: Operation | None) -> bool:
+        """Whether a thread entering `block` only reaches `target` (the sync point; None:
+        the thread's exit) through blocks that do nothing."""
+        seen: set[Block] = set()
+        while block not in seen:
+            seen.add(block)
+            if block.args:
+                return False
+            for op in block.ops:
+                if op is target:
+                    return True
+                if op is block.terminator:
+                    break
+                if not info(op).pure:
+                    return False
+            term = block.terminator
+            if term is None:
+                return False
+            if target is None and term.name == "upir.exit":
+                return True
+            if term.name != "cf.br":
+                return False
+            block = term.successors[0]
+        return False
+
+    def defined_in_segment(self, v: Value, resume: int) -> bool:
+        """Whether a thread running the segment from `resume` may (re)define v."""
+        if resume == 0:
+            start, pos = self.region.entry, 0
+        else:
+            sp = self.syncs[resume - 1]
+            start, pos = sp.block, sp.position + 1
+        owner = v.op.parent if isinstance(v, OpResult) else v.owner if isinstance(v, BlockArgument) else None
+        seen: set[Block] = set()
+        work = [(start, pos)]
+        while work:
+            b, p = work.pop()
+            for op in b.ops[p:]:
+                if op in self.sync_of_op:
+                    break
+                if isinstance(v, OpResult) and op is v.op:
+                    return True
+                for succ in op.successors:
+                    if succ is owner and isinstance(v, BlockArgument):
+                        return True
+                    if succ not in seen:
+                        seen.add(succ)
+                        work.append((succ, 0))
+        return False
 
     def reconverges(self, branch: Block) -> bool:
         """Whether the threads parting at `branch` all meet again at its immediate
@@ -893,7 +970,10 @@ class SegmentEmitter:
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
         b.position_at_end(exit_bb)
-        if self.resume in self.kc.only_next:
+        if self.resume in self.kc.only_exit:
+            # all threads ran this segment to their exit (their states were not stored)
+            b.ret(I32(STATE_EXITED))
+        elif self.resume in self.kc.only_next:
             # every thread stopped at the one sync point this segment reaches: their states
             # were not stored (the block function or the scheduler fills them when needed)
             b.ret(I32(STATE_WAIT | self.kc.only_next[self.resume].index))
@@ -969,8 +1049,12 @@ class SegmentEmitter:
         self.block_map = {}
         self.pending = []
         names = ("tz", "ty", "tx")
-        limit = None if masked else self.kc.thread_limit.get(self.resume)
-        bounds = (self.ntid[2], self.ntid[1], self.ntid[0] if limit is None else I32(limit))
+        ranges = None if masked else self.kc.thread_range.get(self.resume)
+        if ranges is None:
+            starts, bounds, steps = (0, 0, 0), (self.ntid[2], self.ntid[1], self.ntid[0]), (1, 1, 1)
+        else:       # z, y, x: only the threads that do something (thread_ranges)
+            starts, stops, steps = zip(*reversed(ranges))
+            bounds = tuple(I32(v) for v in stops)
         headers = [fn.append_basic_block(f"{n}.head") for n in names]
         bodies = [fn.append_basic_block(f"{n}.body") for n in names]
         latches = [fn.append_basic_block(f"{n}.latch") for n in names]
@@ -980,14 +1064,14 @@ class SegmentEmitter:
         for k in range(3):
             b.position_at_end(headers[k])
             phi = b.phi(I32, name=names[k])
-            phi.add_incoming(I32(0), start if k == 0 else bodies[k - 1])
+            phi.add_incoming(I32(starts[k]), start if k == 0 else bodies[k - 1])
             phis.append(phi)
             b.cbranch(b.icmp_unsigned("<", phi, bounds[k]), bodies[k], exit_bb if k == 0 else latches[k - 1])
             if k < 2:
                 b.position_at_end(bodies[k])
                 b.branch(headers[k + 1])
             b.position_at_end(latches[k])
-            nxt = b.add(phi, I32(1), flags=["nuw"])
+            nxt = b.add(phi, I32(steps[k]), flags=["nuw"])
             back = b.branch(headers[k])
             if k == 2:
                 dims = self.kc.block_dims
@@ -1524,7 +1608,7 @@ def _cond_br(e: SegmentEmitter, op: Operation) -> None:
 
 @handles("upir.exit")
 def _exit(e: SegmentEmitter, op: Operation) -> None:
-    if e.kc.syncs:
+    if e.kc.syncs and (e.masked_loop or e.resume not in e.kc.only_exit):
         e.b.store(I32(STATE_EXITED), e.state_ptr())
     e.b.branch(e.latch)
 
