@@ -302,12 +302,15 @@ class KernelCodegen:
             for v in sp.live:
                 kept[v] = None
         sizes = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "f32": 4, "i64": 8, "f64": 8, "f16": 2}
-        ordered = sorted(kept, key=lambda v: -sizes[v.type])
+        leader = self.coalesce_slots(kept)
+        ordered = sorted((v for v in kept if leader[v] is v), key=lambda v: -sizes[v.type])
         self.slot_offset: dict[Value, int] = {}
         off = 0
         for v in ordered:
             self.slot_offset[v] = off
             off += sizes[v.type]
+        for v in kept:
+            self.slot_offset[v] = self.slot_offset[leader[v]]
         self.slot_bytes = align_up(off, 8)
         self.value_order: dict[Value, int] = {}
         for b in self.region.blocks:
@@ -316,6 +319,38 @@ class KernelCodegen:
             for op in b.ops:
                 for r in op.results:
                     self.value_order[r] = len(self.value_order)
+
+    def coalesce_slots(self, kept: dict[Value, None]) -> dict[Value, Value]:
+        """Kept value -> the value whose slot it shares.  A loop-carried value and the value
+        it takes on the back edge (a matmul's running sum: the sum entering an iteration and
+        the sum after it) share one slot when no sync point keeps both: then a segment that
+        restores one and stores the other writes back what it read, a store LLVM removes.
+        A slot holds one value at a time: a thread reads its element at the start of a
+        segment and writes it only where it stops, so values never live across the same
+        sync point can share it."""
+        leader: dict[Value, Value] = {v: v for v in kept}
+        members: dict[Value, set[Value]] = {v: {v} for v in kept}
+        lives = [set(sp.live) for sp in self.syncs]
+
+        def find(v: Value) -> Value:
+            while leader[v] is not v:
+                v = leader[v]
+            return v
+
+        for b in self.region.blocks:
+            term = b.terminator
+            if term is None:
+                continue
+            for succ, args in zip(term.successors, term.successor_args):
+                for arg, value in zip(succ.args, args):
+                    if arg not in kept or value not in kept or arg.type != value.type:
+                        continue
+                    x, y = find(arg), find(value)
+                    if x is y or any(members[x] & live and members[y] & live for live in lives):
+                        continue
+                    leader[y] = x
+                    members[x] |= members.pop(y)
+        return {v: find(v) for v in kept}
 
     def convergent_segments(self) -> set[int]:
         """Resume points from which every thread follows the same path to the same next
@@ -967,6 +1002,7 @@ class SegmentEmitter:
         # two copies of the thread loop: all threads (vectorizable), or only those at `resume`
         self.emit_thread_loops(unmasked_bb, exit_bb, masked=False)
         unmasked_stops, self.uniform_stops = self.uniform_stops, {}
+        unmasked_last_state = self.last_state
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
         b.position_at_end(exit_bb)
@@ -979,9 +1015,8 @@ class SegmentEmitter:
             b.ret(I32(STATE_WAIT | self.kc.only_next[self.resume].index))
         elif self.resume in self.kc.convergent:
             # every thread took the same path: the last thread's state is everyone's
-            last = b.gep(b.bitcast(self.state, I32.as_pointer()), [b.sub(self.nthreads64, I64(1))])
             self.gather_uniform_slots(b, unmasked_stops)
-            b.ret(b.load(last))
+            b.ret(b.load(unmasked_last_state))
         elif self.kc.syncs:
             common = self.common_state(b)
             self.gather_uniform_slots(b, unmasked_stops, common)
@@ -1087,6 +1122,15 @@ class SegmentEmitter:
         self.linear_tid64 = b.zext(self.linear_tid, I64)
         self.latch = latches[2]
         self.masked_loop = masked
+        # A run of all threads of a convergent segment (every thread takes the same path):
+        # each thread's stop is everyone's, so it goes to a variable, not to state[], and
+        # the segment returns the last thread's (LLVM keeps it in a register)
+        kc = self.kc
+        self.last_state: ir.AllocaInstr | None = None
+        if not masked and self.resume in kc.convergent and \
+                self.resume not in kc.only_next and self.resume not in kc.only_exit:
+            self.last_state = self.entry_builder.alloca(I32, name="last_state")
+            self.entry_builder.store(I32(STATE_UNKNOWN), self.last_state)
         if self.kc.local_size:
             if self.local_alloca is not None:
                 self.local_base = self.local_alloca
@@ -1318,7 +1362,9 @@ class SegmentEmitter:
                     self.uniform_stops.setdefault(sp.index, {})[v] = None
             else:
                 b.store(value, self.slot_address(v))
-        if self.masked_loop or self.resume not in self.kc.only_next:
+        if self.last_state is not None:
+            b.store(I32(STATE_WAIT | sp.index), self.last_state)
+        elif self.masked_loop or self.resume not in self.kc.only_next:
             b.store(I32(STATE_WAIT | sp.index), self.state_ptr())
         b.branch(self.latch)
 
@@ -1608,7 +1654,9 @@ def _cond_br(e: SegmentEmitter, op: Operation) -> None:
 
 @handles("upir.exit")
 def _exit(e: SegmentEmitter, op: Operation) -> None:
-    if e.kc.syncs and (e.masked_loop or e.resume not in e.kc.only_exit):
+    if e.last_state is not None:
+        e.b.store(I32(STATE_EXITED), e.last_state)
+    elif e.kc.syncs and (e.masked_loop or e.resume not in e.kc.only_exit):
         e.b.store(I32(STATE_EXITED), e.state_ptr())
     e.b.branch(e.latch)
 
