@@ -681,13 +681,34 @@ class KernelCodegen:
         slow = fn.append_basic_block("scheduler")
         failed = fn.append_basic_block("failed")
         done = fn.append_basic_block("all_exited")
-        b.branch(loop)
         b.position_at_end(loop)
         resume = b.phi(I32, name="resume")
         masked = b.phi(I32, name="masked")
-        resume.add_incoming(I32(0), pre)
-        masked.add_incoming(I32(0), pre)
-        known = b.call(disp, [ctx_i8, resume, masked], name="known")
+        called = b.call(disp, [ctx_i8, resume, masked], name="called")
+        returned = fn.append_basic_block("returned")
+        b.branch(returned)
+        b.position_at_end(returned)
+        known = b.phi(I32, name="known")
+        known.add_incoming(called, loop)
+        # Chains of segments that each end where all threads wait at the one plain barrier
+        # they reach (only_next: a tree reduction's steps, the phases of a tile) call each
+        # other directly: what the segment returns is compared with the one state it
+        # returns when nothing went wrong, and anything else takes the general path.
+        direct = [fn.append_basic_block(f"direct{r}") for r in range(len(segments))]
+        b.position_at_end(pre)
+        b.branch(direct[0])
+        for r, seg in enumerate(segments):
+            b.position_at_end(direct[r])
+            got = b.call(seg, [ctx_i8, I32(0)] + self.area_args(b, ctx), name=f"known{r}")
+            target = self.only_next.get(r)
+            if target is not None and self.sync_kind(target) in (SYNC_KINDS["barrier"],
+                                                                 SYNC_KINDS["soft"]):
+                expected = I32(STATE_WAIT | target.index)
+                b.cbranch(b.icmp_signed("==", got, expected), direct[target.index], returned)
+            else:
+                b.branch(returned)
+            known.add_incoming(got, direct[r])
+        b.position_at_end(returned)
         err = b.load(err_p)
         b.cbranch(b.icmp_unsigned("!=", err, I32(0)), failed, check)
         b.position_at_end(failed)
