@@ -238,3 +238,69 @@ def test_thread_index_conditions_match_numpy():
         k = keep.reshape(nb, 16, 16)
         np.testing.assert_array_equal(k[:, 14:], prod[:, 14:] * 2)
         assert not k[:, :14].any()
+
+
+# Rows of 32+ threads start their vectors on whole cache lines of the first store: NumPy
+# arrays are often 16 bytes past a line start, and straddling stores cost several times more
+ALIGN_SRC = r'''
+extern "C" __global__ void transpose32(float *out, const float *in, int n) {
+    __shared__ float tile[32][33];
+    int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+    for (int j = 0; j < 32; j += 8) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * n + x];
+    __syncthreads();
+    x = blockIdx.y * 32 + threadIdx.x;
+    y = blockIdx.x * 32 + threadIdx.y;
+    for (int j = 0; j < 32; j += 8) out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];
+}
+extern "C" __global__ void scale(double *out, const double *in, int n, double s) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * s;
+}
+'''
+
+
+def _misaligned(n: int, dtype, shift_bytes: int) -> np.ndarray:
+    item = np.dtype(dtype).itemsize
+    buf = np.zeros(n + 64, dtype)
+    start = (-(buf.ctypes.data // item)) % (64 // item) + shift_bytes // item
+    return buf[start:start + n]
+
+
+def test_rows_of_threads_align_to_their_first_store():
+    from cpuify.codegen.llvm_gen import KernelCodegen
+    module = parse_ptx(compile_to_ptx(ALIGN_SRC).ptx)
+    kc = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["transpose32"]),
+                       (32, 8, 1))
+    assert kc.aligning_store(1) is not None          # the output rows, after the barrier
+    narrow = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["scale"]),
+                           (16, 1, 1))
+    assert narrow.aligning_store(0) is None           # rows of 16: one vector, not aligned
+
+
+def test_aligned_rows_match_numpy_at_every_alignment():
+    mod = cpuify.RawModule(code=ALIGN_SRC)
+    n = 96
+    a = np.random.default_rng(3).random((n, n), dtype=np.float32)
+    for shift in (0, 4, 16, 36, 60):
+        src = _misaligned(n * n, np.float32, shift)
+        src[:] = a.reshape(-1)
+        for _ in range(2):              # generic, then specialized (aligned rows)
+            out = _misaligned(n * n, np.float32, (shift * 3) % 64)
+            mod.get_function("transpose32")((n // 32, n // 32), (32, 8), (out, src, np.int32(n)))
+            np.testing.assert_array_equal(out.reshape(n, n), a.T)
+            _assert_untouched_around(out)
+        m = 1000
+        x = _misaligned(m, np.float64, shift & ~7)
+        x[:] = np.arange(m)
+        for _ in range(2):
+            y = _misaligned(m, np.float64, (shift * 5) & 56)
+            mod.get_function("scale")(((m + 127) // 128,), (128,), (y, x, np.int32(m), np.float64(0.5)))
+            np.testing.assert_array_equal(y, np.arange(m) * 0.5)
+            _assert_untouched_around(y)
+
+
+def _assert_untouched_around(view: np.ndarray) -> None:
+    """Threads before a row's start (alignment) must not store: the buffer around is 0."""
+    buf = view.base
+    first = (view.ctypes.data - buf.ctypes.data) // view.itemsize
+    assert not buf[:first].any() and not buf[first + view.size:].any()

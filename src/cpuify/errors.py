@@ -49,3 +49,8 @@ class IRError(CpuifyError):
 
 class LaunchError(CpuifyError, RuntimeError):
     """A kernel launch was refused (bad configuration) or failed while running."""
+
+
+class SpecializationWarning(RuntimeWarning):
+    """Compiling a kernel for one block shape failed; the launch runs the generic code,
+    which is always correct, only slower.  Please report it with the kernel source."""

@@ -133,7 +133,12 @@ class Function:
             obj = compile_specialized(self.module._compiled.ptx, self.name, block)
             self._loaded.add(obj)
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
-        except Exception:   # the generic code is always correct: keep using it
+        except Exception as e:      # the generic code is always correct: keep using it
+            import warnings
+            from cpuify.errors import SpecializationWarning
+            warnings.warn(f"kernel '{self.name}': compiling it for blocks of {block} failed "
+                          f"({type(e).__name__}: {e}); running the generic code",
+                          SpecializationWarning, stacklevel=3)
             addr = self._addr
         self._shape_addr[block] = addr
         return addr

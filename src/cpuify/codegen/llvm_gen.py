@@ -144,7 +144,7 @@ class ModuleCodegen:
             self._access_group = m.add_metadata([ir.MetaDataString(m, self._ACCESS_GROUP)])
         return self._access_group
 
-    def parallel_loop_id(self, *, keep_loop: bool = False) -> ir.Value:
+    def parallel_loop_id(self, *, keep_loop: bool = False, fold_tail: bool = False) -> ir.Value:
         """A new `llvm.loop` id for one thread loop.  `keep_loop`: forbid unrolling it.  A
         short thread loop inside a loop over rows (16 threads of a 16x16 block) must stay a
         loop for the vectorizer: fully unrolled first, the loop around it would be
@@ -155,6 +155,10 @@ class ModuleCodegen:
                                  self.access_group])]
         if keep_loop:
             props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")]))
+        if fold_tail:
+            # the iterations left after the last full vector run as one masked vector
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.predicate.enable"),
+                                         ir.Constant(I1, 1)]))
         return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
                                *props])
 
@@ -395,6 +399,46 @@ class KernelCodegen:
                 if len(reached) == 1 and not ends:
                     self.only_next[r] = self.sync_of_op[reached.pop()]
         return out
+
+    def aligning_store(self, resume: int) -> Operation | None:
+        """The store whose address the thread loop of the segment from `resume` aligns to
+        whole vectors (see SegmentEmitter.alignment_offset): the first store the segment
+        reaches, when its address is computed without memory reads from thread indices,
+        parameters and the values restored at the resume point.  Only in code specialized
+        for blocks at least 32 threads wide, where a row of threads spans several vectors."""
+        dims = self.block_dims
+        if dims is None or dims[0] < 32:
+            return None
+        if resume == 0:
+            blk, pos, restored = self.region.entry, 0, set()
+        else:
+            sp = self.syncs[resume - 1]
+            blk, pos = sp.block, sp.position + 1
+            restored = set(sp.live) | set(sp.remat) | set(sp.derived)
+        seen: set[Block] = set()
+        work = [(blk, pos)]
+        while work:
+            b, p = work.pop(0)
+            for op in b.ops[p:]:
+                if op in self.sync_of_op:
+                    break
+                if op.name == "ptx.st":
+                    return op if self._computed_from_threads(op.operands[0], restored) else None
+                for succ in op.successors:
+                    if succ not in seen:
+                        seen.add(succ)
+                        work.append((succ, 0))
+        return None
+
+    @staticmethod
+    def _computed_from_threads(v: Value, restored: set[Value], depth: int = 0) -> bool:
+        if v in restored:
+            return True
+        if depth > 24 or not isinstance(v, OpResult) or not info(v.op).pure:
+            return False
+        if v.op.name in ("upir.const", "upir.param", "upir.special", "upir.addressof"):
+            return True
+        return all(KernelCodegen._computed_from_threads(o, restored, depth + 1) for o in v.op.operands)
 
     def reaches_sync(self, blk: Block, pos: int) -> bool:
         """Whether a thread going on from op `pos` of `blk` may reach a sync point."""
@@ -963,6 +1007,8 @@ class SegmentEmitter:
         self.param_cache: dict[tuple[int, str, bool], ir.Value] = {}
         # accesses through which threads of one segment communicate (shared atomics)
         self.serial_accesses: set[ir.Instruction] = set()
+        # values computed for another thread than the loop's (alignment_offset): not stored
+        self.speculating = False
 
     # ---- helpers
     @property
@@ -1111,6 +1157,7 @@ class SegmentEmitter:
         else:       # z, y, x: only the threads that do something (thread_ranges)
             starts, stops, steps = zip(*reversed(ranges))
             bounds = tuple(I32(v) for v in stops)
+        aligning = None if masked or steps[2] != 1 else self.kc.aligning_store(self.resume)
         headers = [fn.append_basic_block(f"{n}.head") for n in names]
         bodies = [fn.append_basic_block(f"{n}.body") for n in names]
         latches = [fn.append_basic_block(f"{n}.latch") for n in names]
@@ -1120,21 +1167,34 @@ class SegmentEmitter:
         for k in range(3):
             b.position_at_end(headers[k])
             phi = b.phi(I32, name=names[k])
-            phi.add_incoming(I32(starts[k]), start if k == 0 else bodies[k - 1])
+            if k < 2 or aligning is None:
+                phi.add_incoming(I32(starts[k]), start if k == 0 else bodies[k - 1])
             phis.append(phi)
-            b.cbranch(b.icmp_unsigned("<", phi, bounds[k]), bodies[k], exit_bb if k == 0 else latches[k - 1])
+            cmp = b.icmp_signed if k == 2 and aligning is not None else b.icmp_unsigned
+            b.cbranch(cmp("<", phi, bounds[k]), bodies[k], exit_bb if k == 0 else latches[k - 1])
             if k < 2:
                 b.position_at_end(bodies[k])
                 b.branch(headers[k + 1])
             b.position_at_end(latches[k])
-            nxt = b.add(phi, I32(steps[k]), flags=["nuw"])
+            nxt = b.add(phi, I32(steps[k]), flags=["nuw"] if k < 2 or aligning is None else ["nsw"])
             back = b.branch(headers[k])
             if k == 2:
                 dims = self.kc.block_dims
                 rows = dims is not None and dims[1] * dims[2] > 1
-                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows))
+                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
+                    keep_loop=rows, fold_tail=aligning is not None))
             phi.add_incoming(nxt, latches[k])
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
+        if aligning is not None:
+            # the row of threads starts `shift` threads early, so that the vectors of the
+            # store fall on whole cache lines; the threads before the row's start do nothing
+            b.position_before(bodies[1].terminator)
+            shift = self.alignment_offset(aligning, starts[2], phis[1], phis[0])
+            phis[2].add_incoming(b.sub(I32(starts[2]), shift), bodies[1])
+            b.position_at_end(bodies[2])
+            real = fn.append_basic_block("tx.run")
+            b.cbranch(b.icmp_signed(">=", phis[2], I32(starts[2])), real, latches[2])
+            bodies[2] = real
         b.position_at_end(bodies[2])
         # < 1024: never wraps (the flags let LLVM see slot indices as affine)
         nw = ["nuw", "nsw"]
@@ -1190,6 +1250,41 @@ class SegmentEmitter:
                 self.vals[a] = b.load(self.slot_of(a))
             self.emit_ops(blk, 0)
 
+    def alignment_offset(self, store: Operation, tx0: int, ty: ir.Value, tz: ir.Value) -> ir.Value:
+        """How many threads before thread tx0 of this row the row's vectors should start
+        for the vectors of `store` to fall on whole 64-byte lines: its addresses for threads
+        tx0 and tx0 + 1 give the element stride and the misalignment; 0 when the stride is
+        not a power of two up to 16 bytes or the address is not a multiple of it.  Stores
+        that straddle two cache lines cost several times an aligned one, and NumPy puts
+        large arrays 16 bytes after a page start: a transpose's rows ran 3x slower."""
+        from cpuify.codegen.analysis import memory_space
+        b = self.b
+        saved_vals, saved_tid = self.vals, getattr(self, "tid", None)
+        saved_lin = (getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
+        addrs = []
+        self.speculating = True
+        try:
+            for tx in (tx0, tx0 + 1):
+                self.vals = {}
+                self.tid = [I32(tx), ty, tz]
+                self.linear_tid = b.add(b.mul(b.add(b.mul(tz, self.ntid[1]), ty), self.ntid[0]), I32(tx))
+                self.linear_tid64 = b.zext(self.linear_tid, I64)
+                if self.resume:
+                    self.restore(self.kc.syncs[self.resume - 1])
+                self.rematerialize(store.operands[0])
+                addrs.append(b.ptrtoint(self.address(store, memory_space(store)), I64))
+        finally:
+            self.speculating = False
+            self.vals, self.tid = saved_vals, saved_tid
+            self.linear_tid, self.linear_tid64 = saved_lin
+        stride = b.sub(addrs[1], addrs[0])
+        ok = b.and_(b.and_(b.icmp_unsigned("<=", b.sub(stride, I64(1)), I64(15)),
+                           b.icmp_unsigned("==", b.and_(stride, b.sub(stride, I64(1))), I64(0))),
+                    b.icmp_unsigned("==", b.and_(addrs[0], b.sub(stride, I64(1))), I64(0)))
+        safe = b.select(ok, stride, I64(1))
+        shift = b.udiv(b.and_(addrs[0], I64(63)), safe)
+        return b.trunc(b.select(ok, shift, I64(0)), I32)
+
     def state_ptr(self) -> ir.Value:
         b = self.b
         sp = b.bitcast(self.state, I32.as_pointer())
@@ -1239,7 +1334,7 @@ class SegmentEmitter:
         want = self.llvm_type(v)
         lv = self.coerce_bits(lv, want)
         self.vals[v] = lv
-        if self.used_elsewhere(v):
+        if self.used_elsewhere(v) and not self.speculating:
             self.b.store(lv, self.slot_of(v))
 
     def used_elsewhere(self, v: Value) -> bool:
