@@ -144,7 +144,7 @@ class ModuleCodegen:
             self._access_group = m.add_metadata([ir.MetaDataString(m, self._ACCESS_GROUP)])
         return self._access_group
 
-    def parallel_loop_id(self, *, keep_loop: bool = False, fold_tail: bool = False) -> ir.Value:
+    def parallel_loop_id(self, *, keep_loop: bool = False) -> ir.Value:
         """A new `llvm.loop` id for one thread loop.  `keep_loop`: forbid unrolling it.  A
         short thread loop inside a loop over rows (16 threads of a 16x16 block) must stay a
         loop for the vectorizer: fully unrolled first, the loop around it would be
@@ -155,10 +155,6 @@ class ModuleCodegen:
                                  self.access_group])]
         if keep_loop:
             props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")]))
-        if fold_tail:
-            # the iterations left after the last full vector run as one masked vector
-            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.predicate.enable"),
-                                         ir.Constant(I1, 1)]))
         return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
                                *props])
 
@@ -413,22 +409,53 @@ class KernelCodegen:
             blk, pos, restored = self.region.entry, 0, set()
         else:
             sp = self.syncs[resume - 1]
+            if self.sync_kind(sp) == SYNC_KINDS["soft"]:
+                return None     # an iteration of an interchanged loop: stores are rare there
             blk, pos = sp.block, sp.position + 1
             restored = set(sp.live) | set(sp.remat) | set(sp.derived)
         seen: set[Block] = set()
         work = [(blk, pos)]
+        store = None
         while work:
             b, p = work.pop(0)
             for op in b.ops[p:]:
                 if op in self.sync_of_op:
+                    if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
+                        return None     # the segment enters an interchanged loop
                     break
-                if op.name == "ptx.st":
-                    return op if self._computed_from_threads(op.operands[0], restored) else None
+                if op.name == "ptx.st" and store is None and memory_space(op) == "global":
+                    store = op
                 for succ in op.successors:
                     if succ not in seen:
                         seen.add(succ)
                         work.append((succ, 0))
-        return None
+        # global memory only: shared and local arrays are laid out aligned by cpuify; and a
+        # store on the segment's way whichever way its uniform branches go (not one on a
+        # rarely taken way, the exit of a loop that runs in segments)
+        if store is None or not self._computed_from_threads(store.operands[0], restored) or \
+                not self._on_every_way(blk, pos, store, set()):
+            return None
+        return store
+
+    def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block]) -> bool:
+        """Whether a vector of threads going on from op `pos` of `blk` reaches `store`
+        whichever way each block-uniform branch goes (a branch on a thread-dependent
+        condition is taken both ways by a vector of threads: one way suffices)."""
+        if pos == 0:
+            if blk in seen:
+                return False
+            seen = seen | {blk}
+        for op in blk.ops[pos:]:
+            if op is store:
+                return True
+            if op in self.sync_of_op or op.name in ("upir.exit", "upir.trap"):
+                return False
+            if op.name == "cf.br":
+                return self._on_every_way(op.successors[0], 0, store, seen)
+            if op.name == "cf.cond_br":
+                ways = [self._on_every_way(succ, 0, store, seen) for succ in op.successors]
+                return all(ways) if op.operands[0] in self.uniform else any(ways)
+        return False
 
     @staticmethod
     def _computed_from_threads(v: Value, restored: set[Value], depth: int = 0) -> bool:
@@ -1164,37 +1191,41 @@ class SegmentEmitter:
         phis = []
         b.position_at_end(start)
         b.branch(headers[0])
+        shift = None
         for k in range(3):
+            bound = bounds[k]
+            if k == 2 and aligning is not None:
+                # the row of threads starts `shift` threads early, so that the vectors of
+                # the store fall on whole cache lines; the threads before the row's start do
+                # nothing.  The loop counts from 0 (tx = counter + start - shift): a loop
+                # from a negative start is one LLVM would not vectorize.
+                b.position_before(bodies[1].terminator)
+                shift = self.alignment_offset(aligning, starts[2], phis[1], phis[0])
+                bound = b.add(b.sub(bound, I32(starts[2])), shift)
             b.position_at_end(headers[k])
-            phi = b.phi(I32, name=names[k])
-            if k < 2 or aligning is None:
-                phi.add_incoming(I32(starts[k]), start if k == 0 else bodies[k - 1])
+            phi = b.phi(I32, name=names[k] if shift is None else "row")
+            phi.add_incoming(I32(starts[k] if shift is None else 0), start if k == 0 else bodies[k - 1])
             phis.append(phi)
-            cmp = b.icmp_signed if k == 2 and aligning is not None else b.icmp_unsigned
-            b.cbranch(cmp("<", phi, bounds[k]), bodies[k], exit_bb if k == 0 else latches[k - 1])
+            b.cbranch(b.icmp_unsigned("<", phi, bound), bodies[k], exit_bb if k == 0 else latches[k - 1])
             if k < 2:
                 b.position_at_end(bodies[k])
                 b.branch(headers[k + 1])
             b.position_at_end(latches[k])
-            nxt = b.add(phi, I32(steps[k]), flags=["nuw"] if k < 2 or aligning is None else ["nsw"])
+            nxt = b.add(phi, I32(steps[k]), flags=["nuw"])
             back = b.branch(headers[k])
             if k == 2:
                 dims = self.kc.block_dims
                 rows = dims is not None and dims[1] * dims[2] > 1
-                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
-                    keep_loop=rows, fold_tail=aligning is not None))
+                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows))
             phi.add_incoming(nxt, latches[k])
-        self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
-        if aligning is not None:
-            # the row of threads starts `shift` threads early, so that the vectors of the
-            # store fall on whole cache lines; the threads before the row's start do nothing
-            b.position_before(bodies[1].terminator)
-            shift = self.alignment_offset(aligning, starts[2], phis[1], phis[0])
-            phis[2].add_incoming(b.sub(I32(starts[2]), shift), bodies[1])
+        if shift is not None:
             b.position_at_end(bodies[2])
             real = fn.append_basic_block("tx.run")
-            b.cbranch(b.icmp_signed(">=", phis[2], I32(starts[2])), real, latches[2])
+            b.cbranch(b.icmp_unsigned(">=", phis[2], shift), real, latches[2])
+            b.position_at_end(real)
+            phis[2] = b.add(b.sub(phis[2], shift), I32(starts[2]), name="tx", flags=["nuw"])
             bodies[2] = real
+        self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
         b.position_at_end(bodies[2])
         # < 1024: never wraps (the flags let LLVM see slot indices as affine)
         nw = ["nuw", "nsw"]
@@ -1257,7 +1288,6 @@ class SegmentEmitter:
         not a power of two up to 16 bytes or the address is not a multiple of it.  Stores
         that straddle two cache lines cost several times an aligned one, and NumPy puts
         large arrays 16 bytes after a page start: a transpose's rows ran 3x slower."""
-        from cpuify.codegen.analysis import memory_space
         b = self.b
         saved_vals, saved_tid = self.vals, getattr(self, "tid", None)
         saved_lin = (getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
@@ -1281,8 +1311,9 @@ class SegmentEmitter:
         ok = b.and_(b.and_(b.icmp_unsigned("<=", b.sub(stride, I64(1)), I64(15)),
                            b.icmp_unsigned("==", b.and_(stride, b.sub(stride, I64(1))), I64(0))),
                     b.icmp_unsigned("==", b.and_(addrs[0], b.sub(stride, I64(1))), I64(0)))
-        safe = b.select(ok, stride, I64(1))
-        shift = b.udiv(b.and_(addrs[0], I64(63)), safe)
+        cttz = self.mod.intrinsic("llvm.cttz.i64", I64, [I64, I1])
+        log2 = b.call(cttz, [b.select(ok, stride, I64(1)), ir.Constant(I1, 1)])
+        shift = b.lshr(b.and_(addrs[0], I64(63)), log2)
         return b.trunc(b.select(ok, shift, I64(0)), I32)
 
     def state_ptr(self) -> ir.Value:
@@ -1824,4 +1855,4 @@ def _free(e: SegmentEmitter, op: Operation) -> None:
 
 from cpuify.codegen import ptx_ops  # noqa: E402  (registers PTX_HANDLERS)
 
-del ptx_ops, math, memory_space, PTXError
+del ptx_ops, math, PTXError
