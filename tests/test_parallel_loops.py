@@ -304,3 +304,71 @@ def _assert_untouched_around(view: np.ndarray) -> None:
     buf = view.base
     first = (view.ctypes.data - buf.ctypes.data) // view.itemsize
     assert not buf[:first].any() and not buf[first + view.size:].any()
+
+
+# `if`s on one thread index at the end of a segment (halo loads) run after the thread loop
+HALO_SRC = r'''
+extern "C" __global__ void blur(const float *in, float *out, int nx, int ny) {
+    __shared__ float t[8 + 2][16 + 2];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int x = blockIdx.x * 16 + tx, y = blockIdx.y * 8 + ty;
+    int xc = min(x, nx - 1), yc = min(y, ny - 1);
+    const float *row = in + yc * nx;
+    t[ty + 1][tx + 1] = row[xc];
+    if (tx == 0)  t[ty + 1][0]  = row[max(xc - 1, 0)];
+    if (tx == 15) t[ty + 1][17] = row[min(xc + 1, nx - 1)];
+    if (ty == 0)  t[0][tx + 1]  = in[max(yc - 1, 0) * nx + xc];
+    if (ty == 7)  t[9][tx + 1]  = in[min(yc + 1, ny - 1) * nx + xc];
+    __syncthreads();
+    if (x < nx && y < ny)
+        out[y * nx + x] = t[ty + 1][tx + 1] * 4.0f - t[ty][tx + 1] - t[ty + 2][tx + 1]
+                          - t[ty + 1][tx] - t[ty + 1][tx + 2];
+}
+// a store after the `if`: the `if` stays in the thread loop
+extern "C" __global__ void not_at_end(float *a, float *b) {
+    int i = blockIdx.x * 32 + threadIdx.x;
+    if (threadIdx.x == 0) a[blockIdx.x] = 1.0f;
+    b[i] = 2.0f;
+}
+'''
+
+
+def test_thread_index_ifs_at_the_end_of_a_segment_are_deferred():
+    from cpuify.codegen.llvm_gen import KernelCodegen
+    module = parse_ptx(compile_to_ptx(HALO_SRC).ptx)
+    kc = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["blur"]),
+                       (16, 8, 1))
+    assert [r.ranges for r in kc.deferred[0]] == [
+        ((0, 1, 1), (0, 8, 1), (0, 1, 1)), ((15, 16, 1), (0, 8, 1), (0, 1, 1)),
+        ((0, 16, 1), (0, 1, 1), (0, 1, 1)), ((0, 16, 1), (7, 8, 1), (0, 1, 1))]
+    other = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["not_at_end"]),
+                          (32, 1, 1))
+    assert other.deferred == {}
+
+
+def _blur_ref(a: np.ndarray) -> np.ndarray:
+    p = np.pad(a, 1, mode="edge")
+    return 4 * a - p[:-2, 1:-1] - p[2:, 1:-1] - p[1:-1, :-2] - p[1:-1, 2:]
+
+
+def test_deferred_halo_loads_match_numpy_and_interpreter():
+    ptx = compile_to_ptx(HALO_SRC).ptx
+    mod = cpuify.RawModule(ptx=ptx)
+    for ny, nx in ((16, 32), (21, 37)):
+        a = np.random.default_rng(nx).random((ny, nx), dtype=np.float32)
+        for _ in range(2):              # generic, then specialized (deferred) code
+            out = np.zeros_like(a)
+            mod.get_function("blur")(((nx + 15) // 16, (ny + 7) // 8), (16, 8),
+                                     (a, out, np.int32(nx), np.int32(ny)))
+            np.testing.assert_allclose(out, _blur_ref(a), rtol=1e-5, atol=1e-5)
+    from cpuify.interp import interpret_kernel
+    a = np.random.default_rng(1).random((8, 16), dtype=np.float32)
+    ref = np.zeros_like(a)
+    interpret_kernel(ptx, "blur", (1, 1), (16, 8), (a, ref, np.int32(16), np.int32(8)))
+    out = np.zeros_like(a)
+    mod.get_function("blur")((1, 1), (16, 8), (a, out, np.int32(16), np.int32(8)))
+    np.testing.assert_array_equal(out, ref)
+    a2, b2 = np.zeros(3, np.float32), np.zeros(96, np.float32)
+    for _ in range(2):
+        mod.get_function("not_at_end")((3,), (32,), (a2, b2))
+    assert (a2 == 1).all() and (b2 == 2).all()

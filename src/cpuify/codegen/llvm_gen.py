@@ -103,6 +103,18 @@ class KernelInfo:
     directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
+@dataclass
+class DeferredRegion:
+    """An `if` on one thread index near the end of a segment (a stencil's halo load under
+    `tx == 0`), run after the segment's thread loop as a loop over the threads it selects
+    (KernelCodegen.deferred_regions)."""
+    branch: Operation                       # the cf.cond_br
+    entry: Block                            # first block of the `then` side
+    join: Block                             # where both sides meet
+    ranges: tuple[tuple[int, int, int], ...]    # (start, stop, step) for x, y, z
+    external: list[Value]                   # values from before the branch it uses
+
+
 class ModuleCodegen:
     """Emits one LLVM module for one PTX module: globals + one block function per kernel."""
 
@@ -286,6 +298,8 @@ class KernelCodegen:
         self.convergent = self.convergent_segments()
         self.thread_range = {r: k for r in range(len(self.syncs) + 1)
                              if (k := self.thread_ranges(r)) is not None}
+        self.deferred = {r: d for r in range(len(self.syncs) + 1)
+                         if (d := self.deferred_regions(r))}
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # local memory (per thread): kernel .local depots
@@ -466,6 +480,101 @@ class KernelCodegen:
         if v.op.name in ("upir.const", "upir.param", "upir.special", "upir.addressof"):
             return True
         return all(KernelCodegen._computed_from_threads(o, restored, depth + 1) for o in v.op.operands)
+
+    def deferred_regions(self, resume: int) -> list[DeferredRegion]:
+        """The `if`s on one thread index that end the segment from `resume`, in code
+        specialized for a block shape: after the segment's last memory access other than
+        them, only such `if`s and pure computation lead to its sync point or exit.  Inside
+        the thread loop their code runs for one or two threads of each row of 16 as masked
+        gathers and scatters, keeping the rest of the loop from plain vectors; after the
+        loop, as a loop of their own over the threads they select, they vectorize along
+        the other dimension or run as scalars.  Moving them after the other threads' work
+        is sound: threads do not communicate between sync points, and the thread's own
+        code after them touches no memory."""
+        dims = self.block_dims
+        if dims is None or resume in self.thread_range:
+            return []
+        if resume == 0:
+            blk, pos, restored = self.region.entry, 0, set()
+        else:
+            sp = self.syncs[resume - 1]
+            blk, pos = sp.block, sp.position + 1
+            restored = set(sp.live) | set(sp.remat) | set(sp.derived)
+        found: list[DeferredRegion] = []
+        seen: set[Block] = set()
+        while blk not in seen:
+            seen.add(blk)
+            nxt = None
+            for op in blk.ops[pos:]:
+                if op in self.sync_of_op or op.name == "upir.exit":
+                    return found
+                if op.name == "cf.br" and not op.successor_args[0]:
+                    nxt = op.successors[0]
+                    break
+                if op.name == "cf.cond_br":
+                    region = self._deferrable(op, restored)
+                    if region is None:
+                        return []
+                    found.append(region)
+                    nxt = region.join
+                    break
+                if not info(op).pure or op.successors:
+                    found = []          # memory access or other branch: not the tail yet
+                    if op.successors:
+                        return []
+            if nxt is None or nxt.args:
+                return []
+            blk, pos = nxt, 0
+        return []
+
+    def _deferrable(self, branch: Operation, restored: set[Value]) -> DeferredRegion | None:
+        dims = self.block_dims
+        assert dims is not None
+        found = thread_index_condition(branch.operands[0], dims)
+        join = self.ipdom.get(branch.parent) if branch.parent is not None else None
+        if found is None or join is None or join not in branch.successors or \
+                branch.successors[0] is branch.successors[1] or any(branch.successor_args):
+            return None
+        dim, true_for = found
+        entry = branch.successors[1 - branch.successors.index(join)]
+        work = true_for if entry is branch.successors[0] else \
+            sorted(set(range(dims[dim])) - set(true_for))
+        if not work or len(work) == dims[dim]:
+            return None
+        lo, step = work[0], (work[1] - work[0] if len(work) > 1 else 1)
+        if work != list(range(lo, work[-1] + 1, step)):
+            return None
+        blocks: set[Block] = set()
+        stack = [entry]
+        while stack:
+            b = stack.pop()
+            if b is join or b in blocks:
+                continue
+            blocks.add(b)
+            if not b.successors or any(op in self.sync_of_op or op.name in ("upir.exit", "upir.trap")
+                                       for op in b.ops):
+                return None
+            stack.extend(b.successors)
+        external: dict[Value, None] = {}
+        for b in blocks:
+            if b is not entry and any(p not in blocks for p in self._preds(b)):
+                return None     # entered from outside the `if`
+            for op in b.ops:
+                for r in op.results:
+                    if any(u.parent not in blocks for u in r.uses):
+                        return None     # a value of the `if` used after it
+                for o in op.operands:
+                    defined_in = o.op.parent if isinstance(o, OpResult) else getattr(o, "block", None)
+                    if defined_in not in blocks:
+                        if not self._computed_from_threads(o, restored):
+                            return None
+                        external[o] = None
+        ranges = [(0, d, 1) for d in dims]
+        ranges[dim] = (lo, work[-1] + 1, step)
+        return DeferredRegion(branch, entry, join, tuple(ranges), list(external))
+
+    def _preds(self, block: Block) -> list[Block]:
+        return [b for b in self.region.blocks if block in b.successors]
 
     def reaches_sync(self, blk: Block, pos: int) -> bool:
         """Whether a thread going on from op `pos` of `blk` may reach a sync point."""
@@ -1036,6 +1145,8 @@ class SegmentEmitter:
         self.serial_accesses: set[ir.Instruction] = set()
         # values computed for another thread than the loop's (alignment_offset): not stored
         self.speculating = False
+        # cf.cond_br -> its join: `if`s the thread loop steps over (run after it, deferred)
+        self.skip_regions: dict[Operation, Block] = {}
 
     # ---- helpers
     @property
@@ -1172,19 +1283,42 @@ class SegmentEmitter:
         return b.select(b.icmp_unsigned("==", diff, I32(0)), first, I32(STATE_UNKNOWN))
 
     def emit_thread_loops(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool) -> None:
-        """for tz, ty, tx (tx innermost): run the segment for one CUDA thread."""
+        """for tz, ty, tx (tx innermost): run the segment for one CUDA thread; then, in a
+        run of all threads, the segment's deferred `if`s (KernelCodegen.deferred_regions),
+        each as a loop over the threads it selects."""
+        deferred = [] if masked else self.kc.deferred.get(self.resume, [])
+        if not deferred:
+            self.emit_one_thread_loop(start, exit_bb, masked=masked)
+            return
+        after = self.fn.append_basic_block("deferred")
+        self.skip_regions = {r.branch: r.join for r in deferred}
+        self.emit_one_thread_loop(start, after, masked=False)
+        self.skip_regions = {}
+        last_state = self.last_state
+        for k, region in enumerate(deferred):
+            nxt = exit_bb if k == len(deferred) - 1 else self.fn.append_basic_block("deferred")
+            self.emit_one_thread_loop(after, nxt, masked=False, region=region)
+            after = nxt
+        self.last_state = last_state
+
+    def emit_one_thread_loop(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool,
+                             region: DeferredRegion | None = None) -> None:
         fn = self.fn
         b = self.builder
         self.block_map = {}
         self.pending = []
         names = ("tz", "ty", "tx")
-        ranges = None if masked else self.kc.thread_range.get(self.resume)
+        if region is not None:
+            ranges = region.ranges
+        else:
+            ranges = None if masked else self.kc.thread_range.get(self.resume)
         if ranges is None:
             starts, bounds, steps = (0, 0, 0), (self.ntid[2], self.ntid[1], self.ntid[0]), (1, 1, 1)
         else:       # z, y, x: only the threads that do something (thread_ranges)
             starts, stops, steps = zip(*reversed(ranges))
             bounds = tuple(I32(v) for v in stops)
-        aligning = None if masked or steps[2] != 1 else self.kc.aligning_store(self.resume)
+        aligning = None if masked or steps[2] != 1 or region is not None else \
+            self.kc.aligning_store(self.resume)
         headers = [fn.append_basic_block(f"{n}.head") for n in names]
         bodies = [fn.append_basic_block(f"{n}.body") for n in names]
         latches = [fn.append_basic_block(f"{n}.latch") for n in names]
@@ -1239,7 +1373,7 @@ class SegmentEmitter:
         # the segment returns the last thread's (LLVM keeps it in a register)
         kc = self.kc
         self.last_state: ir.AllocaInstr | None = None
-        if not masked and self.resume in kc.convergent and \
+        if not masked and region is None and self.resume in kc.convergent and \
                 self.resume not in kc.only_next and self.resume not in kc.only_exit:
             self.last_state = self.entry_builder.alloca(I32, name="last_state")
             self.entry_builder.store(I32(STATE_UNKNOWN), self.last_state)
@@ -1272,7 +1406,16 @@ class SegmentEmitter:
             sp = self.kc.syncs[self.resume - 1]
             start_block, start_pos = sp.block, sp.position + 1
             self.restore(sp)
-        self.emit_ops(start_block, start_pos)
+        if region is None:
+            self.emit_ops(start_block, start_pos)
+        else:
+            # a deferred `if`: recompute what it uses, run it, and go on with the next thread
+            for v in region.external:
+                if isinstance(v, OpResult) and v.op.name != "upir.const":
+                    self.rematerialize(v)
+                    self.define(v, self.vals[v])
+            self.block_map[region.join] = self.latch
+            b.branch(self.block_for(region.entry))
         while self.pending:
             blk = self.pending.pop()
             b.position_at_end(self.block_map[blk])
@@ -1784,8 +1927,12 @@ def _br(e: SegmentEmitter, op: Operation) -> None:
 
 @handles("cf.cond_br")
 def _cond_br(e: SegmentEmitter, op: Operation) -> None:
-    cond = e.get(op.operands[0])
     b = e.b
+    join = e.skip_regions.get(op)
+    if join is not None:        # a deferred `if`: runs after the thread loop
+        b.branch(e.jump(join, []))
+        return
+    cond = e.get(op.operands[0])
     # evaluate both edges' arguments before storing any (parallel copy)
     t_bb = e.fn.append_basic_block("edge.t")
     f_bb = e.fn.append_basic_block("edge.f")
