@@ -1180,7 +1180,10 @@ class SegmentEmitter:
                      for n in ("xval", "xb", "xc", "xmask", "xout", "xpred")}
         self.slots_base = areas["slots"]
         self.local_base_all = areas["local"]
-        self.nthreads = field("nthreads")
+        shape = self.kc.block_dims
+        # in code specialized for a block shape the thread count is a constant: slot arrays
+        # then sit at constant offsets from each other, and LLVM sees that they are apart
+        self.nthreads = field("nthreads") if shape is None else I32(shape[0] * shape[1] * shape[2])
         self.dyn_shared = field("dyn_shared")
         self.nthreads64 = b.zext(self.nthreads, I64)
         if self.kc.local_size and not self.kc.syncs:
