@@ -1054,13 +1054,19 @@ class KernelCodegen:
             case = fn.append_basic_block(f"shfl{index}")
             sw.add_case(I32(index), case)
             b.position_at_end(case)
+            # operands that are constants in the kernel (`__shfl_down_sync(0xffffffff, v, 16)`)
+            # are used as such: the source lane is then the thread's own index plus a
+            # constant, a contiguous load rather than a gather
+            consts = [_const_int(o) for o in self.syncs[index - 1].op.operands[1:4]]
+            consts += [None] * (3 - len(consts))
 
-            def lane_body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], mode: str = mode
-                          ) -> list[ir.Value]:
+            def lane_body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], mode: str = mode,
+                          consts: list[int | None] = consts) -> list[ir.Value]:
+                cb, cc, cm = consts
                 lane = b.trunc(b.and_(t, I64(31)), I32)
                 base = b.and_(t, I64(~31 & (2**64 - 1)))
-                bval = b.and_(b.load(b.gep(xb, [t])), I32(31))
-                cword = b.load(b.gep(xc, [t]))
+                bval = I32(cb & 31) if cb is not None else b.and_(b.load(b.gep(xb, [t])), I32(31))
+                cword = I32(cc & 0xFFFFFFFF) if cc is not None else b.load(b.gep(xc, [t]))
                 cval = b.and_(cword, I32(31))
                 segmask = b.and_(b.lshr(cword, I32(8)), I32(31))
                 notseg = b.xor(segmask, I32(-1))
@@ -1072,21 +1078,37 @@ class KernelCodegen:
                     j = (b.add(lane, bval) if mode == "down" else b.xor(lane, bval) if mode == "bfly"
                          else b.or_(b.and_(lane, segmask), b.and_(bval, notseg)))
                     pred = b.icmp_signed("<=", j, maxlane)
-                # the source lane must exist (a partial last warp) and not have exited
-                src = b.add(base, b.zext(b.and_(j, I32(31)), I64))
+                # the source lane must exist (a partial last warp) and not have exited; the
+                # loads are conditional on that (masked), so the index needs no clamping
+                src = b.add(base, b.sext(j, I64))
                 inside = b.and_(pred, b.and_(b.icmp_unsigned("<", j, I32(32)),
                                              b.icmp_unsigned("<", src, n64)))
-                src = b.select(inside, src, t)
+                fn_ = b.function
+                read = fn_.append_basic_block("shfl.read")
+                own = fn_.append_basic_block("shfl.own")
+                done = fn_.append_basic_block("shfl.done")
+                b.cbranch(inside, read, own)
+                b.position_at_end(read)
                 # states are read only when threads may have exited (they need not be
                 # stored when a segment knew where every thread stopped)
                 live_src = b.or_(b.not_(some_exited),
                                  b.icmp_signed("!=", b.load(b.gep(state, [src])), I32(STATE_EXITED)))
-                src = b.select(live_src, src, t)
-                b.store(b.load(b.gep(xval, [src])), b.gep(xout, [t]))
+                other = b.load(b.gep(xval, [src]))
+                read_end = b.block
+                b.cbranch(live_src, done, own)
+                b.position_at_end(own)
+                mine = b.load(b.gep(xval, [t]))
+                b.branch(done)
+                b.position_at_end(done)
+                got = b.phi(I64)
+                got.add_incoming(other, read_end)
+                got.add_incoming(mine, own)
+                b.store(got, b.gep(xout, [t]))
                 b.store(b.zext(pred, I32), b.gep(xpred, [t]))
                 dead = b.and_(some_exited,
                               b.icmp_signed("==", b.load(b.gep(state, [t])), I32(STATE_EXITED)))
-                return [b.and_(acc[0], b.select(dead, I32(-1), b.load(b.gep(xmask, [t]))))]
+                mask = I32(cm & 0xFFFFFFFF) if cm is not None else b.load(b.gep(xmask, [t]))
+                return [b.and_(acc[0], b.select(dead, I32(-1), mask))]
 
             full, = self.counted_loop(b, live_end, [I32(-1)], lane_body, f"shfl{index}")
             b.ret(b.zext(b.icmp_unsigned("==", full, I32(-1)), I32))
@@ -1762,6 +1784,15 @@ class SegmentEmitter:
         if offset:
             lv = b.gep(lv, [I64(offset)])
         return lv
+
+
+def _const_int(v: Value) -> int | None:
+    """The value of an integer constant (through moves), else None."""
+    while isinstance(v, OpResult) and v.op.name == "ptx.mov" and len(v.op.operands) == 1:
+        v = v.op.operands[0]
+    if isinstance(v, OpResult) and v.op.name == "upir.const" and isinstance(v.op.attributes["value"], int):
+        return int(v.op.attributes["value"])
+    return None
 
 
 def _is_thread_x(v: Value) -> bool:
