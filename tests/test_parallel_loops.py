@@ -324,6 +324,15 @@ extern "C" __global__ void blur(const float *in, float *out, int nx, int ny) {
         out[y * nx + x] = t[ty + 1][tx + 1] * 4.0f - t[ty][tx + 1] - t[ty + 2][tx + 1]
                           - t[ty + 1][tx] - t[ty + 1][tx + 2];
 }
+// a data-dependent `if` first (stays in the loop), then the block total by the last thread
+extern "C" __global__ void tail_after_data_if(const int *x, int *out, int *totals, int n) {
+    __shared__ int s[64];
+    int i = blockIdx.x * 64 + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0;
+    __syncthreads();
+    if (i < n) out[i] = s[63 - threadIdx.x];
+    if (threadIdx.x == 63) totals[blockIdx.x] = s[0] + s[63];
+}
 // a store after the `if`: the `if` stays in the thread loop
 extern "C" __global__ void not_at_end(float *a, float *b) {
     int i = blockIdx.x * 32 + threadIdx.x;
@@ -344,6 +353,9 @@ def test_thread_index_ifs_at_the_end_of_a_segment_are_deferred():
     other = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["not_at_end"]),
                           (32, 1, 1))
     assert other.deferred == {}
+    tail = KernelCodegen(ModuleCodegen(module),
+                         lift_kernel(module, module.functions["tail_after_data_if"]), (64, 1, 1))
+    assert [r.ranges for r in tail.deferred[1]] == [((63, 64, 1), (0, 1, 1), (0, 1, 1))]
 
 
 def _blur_ref(a: np.ndarray) -> np.ndarray:
@@ -368,6 +380,16 @@ def test_deferred_halo_loads_match_numpy_and_interpreter():
     out = np.zeros_like(a)
     mod.get_function("blur")((1, 1), (16, 8), (a, out, np.int32(16), np.int32(8)))
     np.testing.assert_array_equal(out, ref)
+    n = 150
+    x = np.arange(n, dtype=np.int32) * 3 + 1
+    xp = np.zeros(192, np.int32)
+    xp[:n] = x
+    for _ in range(2):
+        out, totals = np.zeros(n, np.int32), np.zeros(3, np.int32)
+        mod.get_function("tail_after_data_if")((3,), (64,), (x, out, totals, np.int32(n)))
+        tiles = xp.reshape(3, 64)
+        np.testing.assert_array_equal(out, tiles[:, ::-1].reshape(-1)[:n])
+        np.testing.assert_array_equal(totals, tiles[:, 0] + tiles[:, 63])
     a2, b2 = np.zeros(3, np.float32), np.zeros(96, np.float32)
     for _ in range(2):
         mod.get_function("not_at_end")((3,), (32,), (a2, b2))

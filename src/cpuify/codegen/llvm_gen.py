@@ -513,10 +513,15 @@ class KernelCodegen:
                     break
                 if op.name == "cf.cond_br":
                     region = self._deferrable(op, restored)
-                    if region is None:
-                        return []
-                    found.append(region)
-                    nxt = region.join
+                    if region is not None:
+                        found.append(region)
+                        nxt = region.join
+                    else:
+                        # another `if` (on data, say): stays in the loop; go on after it
+                        nxt = self._if_join(op)
+                        found = []
+                        if nxt is None:
+                            return []
                     break
                 if not info(op).pure or op.successors:
                     found = []          # memory access or other branch: not the tail yet
@@ -526,6 +531,24 @@ class KernelCodegen:
                 return []
             blk, pos = nxt, 0
         return []
+
+    def _if_join(self, branch: Operation) -> Block | None:
+        """Where the two ways of an `if` meet, when neither reaches a sync point or an exit
+        before that; else None."""
+        join = self.ipdom.get(branch.parent) if branch.parent is not None else None
+        if join is None:
+            return None
+        seen: set[Block] = set()
+        stack = list(branch.successors)
+        while stack:
+            b = stack.pop()
+            if b is join or b in seen:
+                continue
+            seen.add(b)
+            if not b.successors or any(op in self.sync_of_op for op in b.ops):
+                return None
+            stack.extend(b.successors)
+        return join
 
     def _deferrable(self, branch: Operation, restored: set[Value]) -> DeferredRegion | None:
         dims = self.block_dims
