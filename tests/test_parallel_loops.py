@@ -394,3 +394,68 @@ def test_deferred_halo_loads_match_numpy_and_interpreter():
     for _ in range(2):
         mod.get_function("not_at_end")((3,), (32,), (a2, b2))
     assert (a2 == 1).all() and (b2 == 2).all()
+
+
+# Partner indices `t & m`, `t ^ m` of sorting networks: thread loops run in lane groups of 16
+NETWORK_SRC = r'''
+extern "C" __global__ void bitonic_tile(int *keys, int stages) {
+    __shared__ int s[256];
+    unsigned t = threadIdx.x, base = blockIdx.x * 256;
+    s[t] = keys[base + t];
+    s[t + 128] = keys[base + t + 128];
+    for (unsigned k = 2; k <= (1u << stages); k <<= 1)
+        for (unsigned j = k >> 1; j > 0; j >>= 1) {
+            __syncthreads();
+            unsigned pos = 2 * t - (t & (j - 1));
+            bool up = ((base + pos) & k) == 0;
+            int a = s[pos], b = s[pos + j];
+            if ((a > b) == up) { s[pos] = b; s[pos + j] = a; }
+        }
+    __syncthreads();
+    keys[base + t] = s[t];
+    keys[base + t + 128] = s[t + 128];
+}
+extern "C" __global__ void butterfly(const int *x, int *out, int m) {
+    __shared__ int s[128];
+    unsigned t = threadIdx.x;
+    s[t] = x[blockIdx.x * 128 + t];
+    __syncthreads();
+    out[blockIdx.x * 128 + t] = s[t ^ m] * 1000 + s[t & m];
+}
+'''
+
+
+def test_partner_indices_run_in_lane_groups():
+    from cpuify.codegen.llvm_gen import KernelCodegen
+    module = parse_ptx(compile_to_ptx(NETWORK_SRC).ptx)
+    kc = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["bitonic_tile"]),
+                       (128, 1, 1))
+    assert kc.lane_groups
+    generic = KernelCodegen(ModuleCodegen(module),
+                            lift_kernel(module, module.functions["bitonic_tile"]))
+    assert not generic.lane_groups            # specialized code only
+
+
+def test_lane_groups_match_numpy():
+    mod = cpuify.RawModule(code=NETWORK_SRC)
+    rng = np.random.default_rng(4)
+    keys0 = rng.integers(-1000, 1000, 256 * 6).astype(np.int32)
+    for stages in (8, 5):
+        ref = keys0.reshape(6, 256).copy()
+        k = 1 << stages
+        for tile in range(6):           # each run of k keys sorted, direction by (index & k)
+            for r in range(0, 256, k):
+                run = np.sort(ref[tile, r:r + k])
+                ref[tile, r:r + k] = run if ((tile * 256 + r) & k) == 0 else run[::-1]
+        for _ in range(2):              # generic, then specialized (lane groups) code
+            keys = keys0.copy()
+            mod.get_function("bitonic_tile")((6,), (128,), (keys, np.int32(stages)))
+            np.testing.assert_array_equal(keys.reshape(6, 256), ref)
+    x = rng.integers(0, 1000, 3 * 128).astype(np.int32)
+    t = np.arange(128)
+    for m in (0, 1, 15, 16, 48, 63, 127):
+        ref = (x.reshape(3, 128)[:, t ^ m] * 1000 + x.reshape(3, 128)[:, t & m]).reshape(-1)
+        for _ in range(2):
+            out = np.zeros_like(x)
+            mod.get_function("butterfly")((3,), (128,), (x, out, np.int32(m)))
+            np.testing.assert_array_equal(out, ref)

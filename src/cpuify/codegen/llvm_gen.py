@@ -167,6 +167,7 @@ class ModuleCodegen:
                                  self.access_group])]
         if keep_loop:
             props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")]))
+
         return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
                                *props])
 
@@ -300,6 +301,7 @@ class KernelCodegen:
                              if (k := self.thread_ranges(r)) is not None}
         self.deferred = {r: d for r in range(len(self.syncs) + 1)
                          if (d := self.deferred_regions(r))}
+        self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # local memory (per thread): kernel .local depots
@@ -531,6 +533,55 @@ class KernelCodegen:
                 return []
             blk, pos = nxt, 0
         return []
+
+    #: threads per lane group: the vector width for 32-bit values with AVX-512
+    LANES = 16
+
+    def wants_lane_groups(self, resume: int) -> bool:
+        """Whether the segment from `resume` (code for a one-dimensional block shape, a
+        multiple of LANES threads wide) computes `threadIdx.x & m` or `threadIdx.x ^ m` with
+        a block-uniform m that is not a constant: a bitonic or butterfly network's partner
+        index.  Its thread loop then runs in groups of LANES threads (SegmentEmitter.
+        lane_bitwise), where such an index is affine within the group whenever m allows."""
+        dims = self.block_dims
+        if dims is None or dims[1] * dims[2] != 1 or dims[0] % self.LANES or dims[0] < 2 * self.LANES \
+                or resume in self.thread_range or resume in self.deferred or not self.syncs:
+            return False
+        if resume == 0:
+            blk, pos = self.region.entry, 0
+        else:
+            sp = self.syncs[resume - 1]
+            blk, pos = sp.block, sp.position + 1
+        seen: set[Block] = set()
+        work = [(blk, pos)]
+        while work:
+            b, p = work.pop()
+            for op in b.ops[p:]:
+                if op in self.sync_of_op:
+                    break
+                if op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None:
+                    return True
+                for succ in op.successors:
+                    if succ not in seen:
+                        seen.add(succ)
+                        work.append((succ, 0))
+        return False
+
+    def lane_operands(self, op: Operation) -> Value | None:
+        """For `tid.x & m` / `tid.x ^ m` (32-bit, m block-uniform): m, unless m is a
+        constant whose low bits make the result no affine function of the lane."""
+        if len(op.operands) != 2 or op.results[0].type != "i32":
+            return None
+        a, m = op.operands
+        if not _is_thread_x(a):
+            a, m = m, a
+        if not _is_thread_x(a) or not (m in self.uniform or _const_int(m) is not None):
+            return None
+        c = _const_int(m)
+        low = self.LANES - 1
+        if c is not None and (c & low) not in ((0, low) if op.name == "ptx.and" else (0,)):
+            return None
+        return m
 
     def _if_join(self, branch: Operation) -> Block | None:
         """Where the two ways of an `if` meet, when neither reaches a sync point or an exit
@@ -1192,6 +1243,8 @@ class SegmentEmitter:
         self.speculating = False
         # cf.cond_br -> its join: `if`s the thread loop steps over (run after it, deferred)
         self.skip_regions: dict[Operation, Block] = {}
+        # (first thread of the group, lane) when the thread loop runs in lane groups
+        self.lane_group: tuple[ir.Value, ir.Value] | None = None
 
     # ---- helpers
     @property
@@ -1367,6 +1420,10 @@ class SegmentEmitter:
             bounds = tuple(I32(v) for v in stops)
         aligning = None if masked or steps[2] != 1 or region is not None else \
             self.kc.aligning_store(self.resume)
+        grouped = not masked and region is None and ranges is None and aligning is None and \
+            self.resume in self.kc.lane_groups
+        if grouped:     # the x loop steps over groups of LANES threads (see below)
+            steps = (steps[0], steps[1], self.kc.LANES)
         headers = [fn.append_basic_block(f"{n}.head") for n in names]
         bodies = [fn.append_basic_block(f"{n}.body") for n in names]
         latches = [fn.append_basic_block(f"{n}.latch") for n in names]
@@ -1400,6 +1457,35 @@ class SegmentEmitter:
                 rows = dims is not None and dims[1] * dims[2] > 1
                 back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows))
             phi.add_incoming(nxt, latches[k])
+        self.lane_group = None
+        if grouped:
+            # the x loop runs over groups of LANES threads (its step), an inner loop over
+            # the lanes of a group: the vectorizer takes the inner one, one vector
+            lanes = self.kc.LANES
+            group = phis[2]
+            b.position_at_end(bodies[2])
+            l_head = fn.append_basic_block("lane.head")
+            l_body = fn.append_basic_block("lane.body")
+            l_latch = fn.append_basic_block("lane.latch")
+            b.branch(l_head)
+            b.position_at_end(l_head)
+            lane = b.phi(I32, name="lane")
+            lane.add_incoming(I32(0), bodies[2])
+            b.cbranch(b.icmp_unsigned("<", lane, I32(lanes)), l_body, latches[2])
+            b.position_at_end(l_latch)
+            lane_next = b.add(lane, I32(1), flags=["nuw"])
+            lane.add_incoming(lane_next, l_latch)
+            back = b.branch(l_head)
+            back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=True))
+            # the group loop's own id: a plain parallel loop (no vectorizing across groups)
+            for instr in latches[2].instructions:
+                if isinstance(instr, ir.Branch):
+                    instr.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=True))
+            b.position_at_end(l_body)
+            phis[2] = b.add(group, lane, name="tx", flags=["nuw", "nsw"])
+            bodies[2] = l_body
+            latches[2] = l_latch
+            self.lane_group = (group, lane)
         if shift is not None:
             b.position_at_end(bodies[2])
             real = fn.append_basic_block("tx.run")
@@ -1506,6 +1592,32 @@ class SegmentEmitter:
         log2 = b.call(cttz, [b.select(ok, stride, I64(1)), ir.Constant(I1, 1)])
         shift = b.lshr(b.and_(addrs[0], I64(63)), log2)
         return b.trunc(b.select(ok, shift, I64(0)), I32)
+
+    def lane_bitwise(self, op: Operation) -> ir.Value | None:
+        """`tid.x & m` or `tid.x ^ m` in a thread loop run in lane groups (tid.x = g + l, g
+        a multiple of LANES, l < LANES): when m's low bits are all ones (and) or all zeros
+        (xor), the result is `(g & m) + l` or `(g ^ m) + l`, affine in the lane; when m's
+        low bits are all zeros (and), `g & m`, the same for the group.  A select on these
+        block-uniform facts that LLVM unswitches: an index like bitonic's
+        `2t - (t & (j - 1))` then reads and writes whole vectors for j >= LANES."""
+        m = self.kc.lane_operands(op)
+        if m is None or self.lane_group is None:
+            return None
+        b = self.b
+        group, lane = self.lane_group
+        mv = self.operand(m, "b32")
+        t = self.tid[0]
+        low = I32(self.kc.LANES - 1)
+        low_bits = b.and_(mv, low)
+        if op.name == "ptx.and":
+            on_group = b.and_(group, mv)
+            plain = b.and_(t, mv)
+            v = b.select(b.icmp_unsigned("==", low_bits, low), b.add(on_group, lane, flags=["nuw"]),
+                         b.select(b.icmp_unsigned("==", low_bits, I32(0)), on_group, plain))
+        else:
+            v = b.select(b.icmp_unsigned("==", low_bits, I32(0)),
+                         b.add(b.xor(group, mv), lane), b.xor(t, mv))
+        return v
 
     def state_ptr(self) -> ir.Value:
         b = self.b

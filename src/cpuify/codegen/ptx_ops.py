@@ -513,6 +513,11 @@ def _copysign(e: SegmentEmitter, op: Operation) -> None:
 @handles("ptx.and", "ptx.or", "ptx.xor")
 def _bitwise(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
+    if op.name in ("ptx.and", "ptx.xor") and e.lane_group is not None:
+        v = e.lane_bitwise(op)
+        if v is not None:
+            e.result(op, v, ty(op))
+            return
     fn = {"ptx.and": b.and_, "ptx.or": b.or_, "ptx.xor": b.xor}[op.name]
     _int_binop(e, op, fn)
 
