@@ -459,3 +459,31 @@ def test_lane_groups_match_numpy():
             out = np.zeros_like(x)
             mod.get_function("butterfly")((3,), (128,), (x, out, np.int32(m)))
             np.testing.assert_array_equal(out, ref)
+
+
+# Shared-memory neighbours through indices clamped to bounds set per block (pathfinder)
+CLAMP_SRC = r'''
+extern "C" __global__ void neighbours(const int *x, int *out, int n) {
+    __shared__ int s[128];
+    int t = threadIdx.x, base = blockIdx.x * 120 - 4;
+    int lo = base < 0 ? -base : 0;
+    int hi = base + 127 >= n ? n - 1 - base : 127;
+    int g = min(max(base + t, 0), n - 1);
+    s[t] = x[g];
+    __syncthreads();
+    int w = max(t - 1, lo), e = min(t + 1, hi);
+    if (t >= 4 && t < 124 && base + t < n) out[base + t] = s[w] * 10000 + s[t] * 100 + s[e];
+}
+'''
+
+
+def test_clamped_shared_indices_match_numpy():
+    mod = cpuify.RawModule(code=CLAMP_SRC)
+    for n in (120, 250, 361):
+        x = np.arange(n, dtype=np.int32) % 97
+        i = np.arange(n)
+        ref = x[np.maximum(i - 1, 0)] * 10000 + x * 100 + x[np.minimum(i + 1, n - 1)]
+        for _ in range(2):              # generic, then specialized code
+            out = np.zeros(n, np.int32)
+            mod.get_function("neighbours")(((n + 119) // 120,), (128,), (x, out, np.int32(n)))
+            np.testing.assert_array_equal(out, ref)

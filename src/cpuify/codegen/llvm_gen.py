@@ -1619,6 +1619,170 @@ class SegmentEmitter:
                          b.add(b.xor(group, mv), lane), b.xor(t, mv))
         return v
 
+    def clamped_shared_load(self, op: Operation, lt: ir.Type, size: int) -> ir.Value | None:
+        """A shared-memory load through an index clamped to a bound computed from block
+        indices and parameters only (`s[max(tx - 1, lo)]`, pathfinder's and stencils'
+        neighbours), as `tx - 1 >= lo ? s[tx - 1] : s[lo]`: the first a load only the
+        lanes that take it do (a masked contiguous vector load when the index is affine in
+        the thread index), the second one load before the thread loop, its index clamped
+        into the shared buffer (its value is used only by lanes whose index was it).  A
+        gather otherwise.  None when the address has no such min/max."""
+        if self.masked_loop or self.lane_group is not None:
+            return None
+        chain, clamp = self._clamp_in_address(op.operands[0])
+        if clamp is None:
+            return None
+        x, u = clamp.operands
+        if self._entry_computable(x):
+            x, u = u, x
+        if self._entry_computable(x) or not self._entry_computable(u):
+            return None
+        leaves = [o for c in chain if isinstance(c, OpResult) for o in c.op.operands
+                  if o not in chain and o is not clamp.results[0]]
+        if not all(self._entry_computable(o) or o is x for o in leaves):
+            return None
+        offset = op.attributes.get("offset", 0)
+        # the bound's side, once per segment
+        saved_builder = self.builder
+        self.builder = self.entry_builder
+        try:
+            eb = self.entry_builder
+            u_entry = self._in_entry(u)
+            lu = self._with_substitution(op.operands[0], chain, clamp.results[0], u_entry,
+                                         entry=True)
+            if isinstance(lu.type, ir.PointerType):
+                lu = eb.ptrtoint(lu, I64)
+            iu = lu if lu.type == I64 else eb.sext(lu, I64)
+            if offset:
+                iu = eb.add(iu, I64(offset))
+            limit = eb.sub(eb.add(I64(self.kc.shared.dynamic_offset), eb.zext(self.dyn_shared, I64)),
+                           I64(size))
+            iu = eb.select(eb.icmp_signed("<", iu, I64(0)), I64(0), iu)
+            iu = eb.select(eb.icmp_signed(">", iu, limit), limit, iu)
+            vu = eb.load(eb.bitcast(eb.gep(self.shared, [iu]), lt.as_pointer()))
+            vu.align = size
+        finally:
+            self.builder = saved_builder
+        b = self.b
+        signed = any(m.startswith("s") for m in clamp.attributes.get("mods", []))
+        cmp = b.icmp_signed if signed else b.icmp_unsigned
+        xv = self.get(x)
+        take_x = cmp(">=" if clamp.name == "ptx.max" else "<=", xv, self.coerce_bits(u_entry, xv.type))
+        # shared-memory offsets do not wrap: with `nsw` LLVM sees the index as affine
+        lx = self._with_substitution(op.operands[0], chain, clamp.results[0], xv, no_wrap=True)
+        if isinstance(lx.type, ir.PointerType):
+            lx = b.ptrtoint(lx, I64)
+        ix = lx if lx.type == I64 else b.sext(lx, I64)
+        if offset:
+            ix = b.add(ix, I64(offset))
+        read = self.fn.append_basic_block("clamp.read")
+        done = self.fn.append_basic_block("clamp.done")
+        before = b.block
+        b.cbranch(take_x, read, done)
+        b.position_at_end(read)
+        vx = b.load(b.bitcast(b.gep(self.shared, [ix]), lt.as_pointer()))
+        vx.align = size
+        self.tag_shared_access(op, vx)
+        b.branch(done)
+        b.position_at_end(done)
+        got = b.phi(lt)
+        got.add_incoming(vx, read)
+        got.add_incoming(ir.Constant(lt, ir.Undefined), before)
+        return b.select(take_x, got, vu)
+
+    _ENTRY_SPECIALS = ("%ctaid", "%nctaid", "%ntid")
+
+    def _entry_computable(self, v: Value, depth: int = 0) -> bool:
+        """Whether v is pure arithmetic on constants, parameters and block indices (the
+        same for every thread, computable before the thread loop)."""
+        if depth > 12 or not isinstance(v, OpResult) or not info(v.op).pure:
+            return False
+        op = v.op
+        if op.name in ("upir.const", "upir.param", "upir.addressof"):
+            return True
+        if op.name == "upir.special":
+            return str(op.attributes.get("reg", "")).startswith(self._ENTRY_SPECIALS)
+        if op.successors or not op.operands:
+            return False
+        return all(self._entry_computable(o, depth + 1) for o in op.operands)
+
+    def _in_entry(self, v: Value) -> ir.Value:
+        """v (entry-computable) emitted in the segment's entry block."""
+        saved_builder, saved_vals = self.builder, self.vals
+        self.builder, self.vals = self.entry_builder, {}
+        self.speculating = True
+        try:
+            self.rematerialize(v)
+            return self.vals[v]
+        finally:
+            self.speculating = False
+            self.builder, self.vals = saved_builder, saved_vals
+
+    def _clamp_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
+        """(the values on the way from `addr` down to a min/max, that min/max) when addr is
+        integer arithmetic (add, shift, multiply) over exactly one ptx.min/ptx.max."""
+        chain: set[Value] = set()
+        found: list[Operation] = []
+
+        def walk(v: Value, depth: int) -> bool:
+            if not isinstance(v, OpResult) or depth > 8:
+                return False
+            op = v.op
+            if op.name in ("ptx.min", "ptx.max") and len(op.operands) == 2 and \
+                    op.results[0].type in ("i32", "i64"):
+                found.append(op)
+                chain.add(v)
+                return True
+            if op.name not in ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt"):
+                return False
+            hits = [walk(o, depth + 1) for o in op.operands]
+            if any(hits):
+                chain.add(v)
+                return True
+            return False
+
+        walk(addr, 0)
+        if len(found) != 1:
+            return chain, None
+        return chain - {found[0].results[0]}, found[0]
+
+    def _with_substitution(self, v: Value, chain: set[Value], replaced: Value,
+                           replacement: ir.Value, *, no_wrap: bool = False,
+                           entry: bool = False) -> ir.Value:
+        """v computed again with `replaced` standing for `replacement` (the ops on `chain`
+        re-emitted; their results are not kept).  `no_wrap`: the integer arithmetic
+        re-emitted is known not to wrap (flags it nsw).  `entry`: emitted in the entry
+        block, where the other operands are computed afresh (see _entry_computable)."""
+        saved = dict(self.vals)
+        self.speculating = True
+        try:
+            def emit(x: Value) -> ir.Value:
+                if x is replaced:
+                    return replacement
+                if x not in chain:
+                    return self._in_entry(x) if entry else self.get(x)
+                assert isinstance(x, OpResult)
+                for o in x.op.operands:
+                    self.vals[o] = emit(o)
+                amount = _const_int(x.op.operands[1]) if x.op.name == "ptx.shl" else None
+                if no_wrap and amount is not None and 0 <= amount < _width(IR_LLVM[x.type]):
+                    # (the handler guards the shift amount with a select that hides the flag)
+                    got = self.b.shl(self.coerce_bits(self.vals[x.op.operands[0]], IR_LLVM[x.type]),
+                                     ir.Constant(IR_LLVM[x.type], amount), flags=["nsw"])
+                    self.vals[x] = got
+                    return got
+                handler = HANDLERS.get(x.op.name) or PTX_HANDLERS[x.op.name]
+                handler(self, x.op)
+                got = self.vals[x]
+                if no_wrap and isinstance(got, ir.Instruction) and \
+                        got.opname in ("add", "sub", "mul", "shl") and "nsw" not in got.flags:
+                    got.flags.append("nsw")
+                return got
+            return emit(v)
+        finally:
+            self.speculating = False
+            self.vals = saved
+
     def state_ptr(self) -> ir.Value:
         b = self.b
         sp = b.bitcast(self.state, I32.as_pointer())

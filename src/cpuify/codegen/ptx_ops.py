@@ -1039,6 +1039,11 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
     t = ty(op)
     space = memory_space(op)
+    if space == "shared" and len(op.results) == 1 and not (set(mods(op)) & set(_ORDERED_LOADS)):
+        split = e.clamped_shared_load(op, ptx_llvm_type(t), type_size(t))
+        if split is not None:
+            e.result(op, split, t)
+            return
     p = e.address(op, space)
     lt = ptx_llvm_type(t)
     size = type_size(t)
