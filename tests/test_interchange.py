@@ -229,25 +229,6 @@ def test_uniform_loop_interchange_matches_numpy_and_interpreter(uniform_ptx, n):
     np.testing.assert_allclose(compiled, small, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("n", [5, 128, 10_000, 100_003])
-def test_grid_stride_then_barriers_matches_numpy_and_interpreter(ptx, mod, n):
-    grid, block = 7, 128
-    x = np.random.default_rng(n).random(n, dtype=np.float32)
-    f = mod.get_function("gs_then_tree")
-    i = np.arange(n)
-    ref = np.zeros(grid, np.float64)
-    np.add.at(ref, (i // block) % grid, x.astype(np.float64))
-    for _ in range(3):
-        out = np.zeros(grid, np.float32)
-        f((grid,), (block,), (x, out, np.int32(n)))
-        np.testing.assert_allclose(out, ref, rtol=1e-5)
-    small = np.zeros(2, np.float32)
-    interpret_kernel(ptx, "gs_then_tree", (2,), (128,), (x[:700], small, np.int32(min(n, 700))))
-    compiled = np.zeros(2, np.float32)
-    f((2,), (128,), (x[:700], compiled, np.int32(min(n, 700))))
-    np.testing.assert_array_equal(compiled, small)
-
-
 def test_threads_leaving_a_grid_stride_loop_stop_after_it(ptx):
     """A soft barrier at the loop's exit when code with effects follows it (gs_then_shuffles,
     gs_then_tree); none where the threads only exit (axpy_gs)."""
@@ -260,23 +241,32 @@ def test_threads_leaving_a_grid_stride_loop_stop_after_it(ptx):
         assert found == soft, kernel
 
 
-@pytest.mark.parametrize("n", [5, 100, 4096, 10_007])
-def test_grid_stride_then_shuffles_matches_numpy_and_interpreter(ptx, mod, n):
-    grid, block = 3, 96
+# (kernel, grid, block, output bucket of element i): a grid-stride sum, then a shared-memory
+# tree across barriers (one sum per block) or warp shuffles (one sum per warp)
+GRID_STRIDE_SUMS = [
+    ("gs_then_tree", 7, 128, lambda i, g, b: (i // b) % g),
+    ("gs_then_shuffles", 3, 96, lambda i, g, b: (i % (g * b)) // 32),
+]
+
+
+@pytest.mark.parametrize("kernel,grid,block,bucket", GRID_STRIDE_SUMS)
+@pytest.mark.parametrize("n", [5, 100, 4096, 10_007, 100_003])
+def test_grid_stride_then_sync_points_match_numpy_and_interpreter(ptx, mod, kernel, grid, block,
+                                                                   bucket, n):
     x = np.random.default_rng(n).random(n, dtype=np.float32)
-    f = mod.get_function("gs_then_shuffles")
-    i = np.arange(n)
-    ref = np.zeros(grid * block // 32, np.float64)
-    np.add.at(ref, (i % (grid * block)) // 32, x.astype(np.float64))
+    f = mod.get_function(kernel)
+    buckets = bucket(np.arange(n), grid, block)
+    ref = np.zeros(max(bucket(np.arange(grid * block), grid, block)) + 1, np.float64)
+    np.add.at(ref, buckets, x.astype(np.float64))
     for _ in range(3):              # generic code, then the specialized block shape
         out = np.zeros_like(ref, dtype=np.float32)
         f((grid,), (block,), (x, out, np.int32(n)))
         np.testing.assert_allclose(out, ref, rtol=1e-5)
-    small = np.zeros(6, np.float32)
     m = min(n, 500)
-    interpret_kernel(ptx, "gs_then_shuffles", (2,), (96,), (x[:m], small, np.int32(m)))
-    compiled = np.zeros(6, np.float32)
-    f((2,), (96,), (x[:m], compiled, np.int32(m)))
+    small = np.zeros(2 * block // 32, np.float32)
+    interpret_kernel(ptx, kernel, (2,), (block,), (x[:m], small, np.int32(m)))
+    compiled = np.zeros_like(small)
+    f((2,), (block,), (x[:m], compiled, np.int32(m)))
     np.testing.assert_array_equal(compiled, small)
 
 

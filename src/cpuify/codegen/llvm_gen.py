@@ -24,7 +24,8 @@ import math
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from collections import deque
+from typing import Callable, Iterator
 
 from llvmlite import ir
 
@@ -421,30 +422,17 @@ class KernelCodegen:
         dims = self.block_dims
         if dims is None or dims[0] < 32:
             return None
-        if resume == 0:
-            blk, pos, restored = self.region.entry, 0, set()
-        else:
-            sp = self.syncs[resume - 1]
-            if self.sync_kind(sp) == SYNC_KINDS["soft"]:
-                return None     # an iteration of an interchanged loop: stores are rare there
-            blk, pos = sp.block, sp.position + 1
-            restored = set(sp.live) | set(sp.remat) | set(sp.derived)
-        seen: set[Block] = set()
-        work = [(blk, pos)]
+        if resume and self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]:
+            return None     # an iteration of an interchanged loop: stores are rare there
+        blk, pos = self.resume_point(resume)
+        restored = self.restored_at(resume)
         store = None
-        while work:
-            b, p = work.pop(0)
-            for op in b.ops[p:]:
-                if op in self.sync_of_op:
-                    if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
-                        return None     # the segment enters an interchanged loop
-                    break
-                if op.name == "ptx.st" and store is None and memory_space(op) == "global":
-                    store = op
-                for succ in op.successors:
-                    if succ not in seen:
-                        seen.add(succ)
-                        work.append((succ, 0))
+        for op in self.ops_from(blk, pos):
+            if op in self.sync_of_op:
+                if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
+                    return None     # the segment enters an interchanged loop
+            elif op.name == "ptx.st" and store is None and memory_space(op) == "global":
+                store = op
         # global memory only: shared and local arrays are laid out aligned by cpuify; and a
         # store on the segment's way whichever way its uniform branches go (not one on a
         # rarely taken way, the exit of a loop that runs in segments)
@@ -496,12 +484,8 @@ class KernelCodegen:
         dims = self.block_dims
         if dims is None or resume in self.thread_range:
             return []
-        if resume == 0:
-            blk, pos, restored = self.region.entry, 0, set()
-        else:
-            sp = self.syncs[resume - 1]
-            blk, pos = sp.block, sp.position + 1
-            restored = set(sp.live) | set(sp.remat) | set(sp.derived)
+        blk, pos = self.resume_point(resume)
+        restored = self.restored_at(resume)
         found: list[DeferredRegion] = []
         seen: set[Block] = set()
         while blk not in seen:
@@ -547,25 +531,8 @@ class KernelCodegen:
         if dims is None or dims[1] * dims[2] != 1 or dims[0] % self.LANES or dims[0] < 2 * self.LANES \
                 or resume in self.thread_range or resume in self.deferred or not self.syncs:
             return False
-        if resume == 0:
-            blk, pos = self.region.entry, 0
-        else:
-            sp = self.syncs[resume - 1]
-            blk, pos = sp.block, sp.position + 1
-        seen: set[Block] = set()
-        work = [(blk, pos)]
-        while work:
-            b, p = work.pop()
-            for op in b.ops[p:]:
-                if op in self.sync_of_op:
-                    break
-                if op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None:
-                    return True
-                for succ in op.successors:
-                    if succ not in seen:
-                        seen.add(succ)
-                        work.append((succ, 0))
-        return False
+        return any(op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None
+                   for op in self.ops_from(*self.resume_point(resume)) if op not in self.sync_of_op)
 
     def lane_operands(self, op: Operation) -> Value | None:
         """For `tid.x & m` / `tid.x ^ m` (32-bit, m block-uniform): m, unless m is a
@@ -586,20 +553,9 @@ class KernelCodegen:
     def _if_join(self, branch: Operation) -> Block | None:
         """Where the two ways of an `if` meet, when neither reaches a sync point or an exit
         before that; else None."""
-        join = self.ipdom.get(branch.parent) if branch.parent is not None else None
-        if join is None:
+        if branch.parent is None or not self.reconverges(branch.parent):
             return None
-        seen: set[Block] = set()
-        stack = list(branch.successors)
-        while stack:
-            b = stack.pop()
-            if b is join or b in seen:
-                continue
-            seen.add(b)
-            if not b.successors or any(op in self.sync_of_op for op in b.ops):
-                return None
-            stack.extend(b.successors)
-        return join
+        return self.ipdom.get(branch.parent)
 
     def _deferrable(self, branch: Operation, restored: set[Value]) -> DeferredRegion | None:
         dims = self.block_dims
@@ -650,20 +606,39 @@ class KernelCodegen:
     def _preds(self, block: Block) -> list[Block]:
         return [b for b in self.region.blocks if block in b.successors]
 
-    def reaches_sync(self, blk: Block, pos: int) -> bool:
-        """Whether a thread going on from op `pos` of `blk` may reach a sync point."""
+    def resume_point(self, resume: int) -> tuple[Block, int]:
+        """(block, op index) where the segment from `resume` starts."""
+        if resume == 0:
+            return self.region.entry, 0
+        sp = self.syncs[resume - 1]
+        return sp.block, sp.position + 1
+
+    def restored_at(self, resume: int) -> set[Value]:
+        """The values the segment from `resume` reads from slots or recomputes at its start."""
+        if resume == 0:
+            return set()
+        sp = self.syncs[resume - 1]
+        return set(sp.live) | set(sp.remat) | set(sp.derived)
+
+    def ops_from(self, blk: Block, pos: int) -> Iterator[Operation]:
+        """The operations a thread may run going on from op `pos` of `blk`, up to and
+        including the sync points it reaches; each once, nearest first."""
         seen: set[Block] = set()
-        work = [(blk, pos)]
+        work = deque([(blk, pos)])
         while work:
-            b, p = work.pop()
+            b, p = work.popleft()
             for op in b.ops[p:]:
+                yield op
                 if op in self.sync_of_op:
-                    return True
+                    break
                 for succ in op.successors:
                     if succ not in seen:
                         seen.add(succ)
                         work.append((succ, 0))
-        return False
+
+    def reaches_sync(self, blk: Block, pos: int) -> bool:
+        """Whether a thread going on from op `pos` of `blk` may reach a sync point."""
+        return any(op in self.sync_of_op for op in self.ops_from(blk, pos))
 
     def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
         """Shared-memory address -> (alias.scope, noalias) metadata of the `__shared__`
@@ -696,11 +671,7 @@ class KernelCodegen:
         dims = self.block_dims
         if dims is None or not (resume in self.only_next or resume in self.only_exit):
             return None
-        if resume == 0:
-            blk, pos = self.region.entry, 0
-        else:
-            sp = self.syncs[resume - 1]
-            blk, pos = sp.block, sp.position + 1
+        blk, pos = self.resume_point(resume)
         branch = next((op for op in blk.ops[pos:] if not (info(op).pure and op.results)), None)
         if branch is None or branch.name != "cf.cond_br" or any(branch.successor_args):
             return None
@@ -755,27 +726,13 @@ class KernelCodegen:
 
     def defined_in_segment(self, v: Value, resume: int) -> bool:
         """Whether a thread running the segment from `resume` may (re)define v."""
-        if resume == 0:
-            start, pos = self.region.entry, 0
-        else:
-            sp = self.syncs[resume - 1]
-            start, pos = sp.block, sp.position + 1
-        owner = v.op.parent if isinstance(v, OpResult) else v.owner if isinstance(v, BlockArgument) else None
-        seen: set[Block] = set()
-        work = [(start, pos)]
-        while work:
-            b, p = work.pop()
-            for op in b.ops[p:]:
-                if op in self.sync_of_op:
-                    break
-                if isinstance(v, OpResult) and op is v.op:
-                    return True
-                for succ in op.successors:
-                    if succ is owner and isinstance(v, BlockArgument):
-                        return True
-                    if succ not in seen:
-                        seen.add(succ)
-                        work.append((succ, 0))
+        for op in self.ops_from(*self.resume_point(resume)):
+            if op in self.sync_of_op:
+                continue
+            if isinstance(v, OpResult) and op is v.op:
+                return True
+            if isinstance(v, BlockArgument) and v.owner in op.successors:
+                return True
         return False
 
     def reconverges(self, branch: Block) -> bool:
