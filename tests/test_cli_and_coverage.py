@@ -46,6 +46,16 @@ def test_cli_ptx_ir_llvm_explain(cu, capsys):
     assert main(["explain", str(cu)]) == 0
     out = capsys.readouterr().out
     assert "kernel tile_sum" in out and "sync 2: barrier" in out
+    # the specialized code's decisions: tree steps narrowed, the last `if` on one thread
+    assert main(["explain", str(cu), "--block", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "runs only the threads with x in range(0, 64)" in out
+    assert "every thread exits (no states stored); runs only the threads with x in range(0, 1)" in out
+    assert main(["llvm", str(cu), "--raw", "--block", "128"]) == 0
+    assert "cpuify_block_tile_sum__128x1x1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["explain", str(cu), "--block", "64,64"])      # 4096 threads: refused
+    assert "at most 1024 threads" in capsys.readouterr().err
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

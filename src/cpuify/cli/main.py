@@ -6,6 +6,7 @@
     cpuify ir    kernel.cu|.ptx       the parallel IR (MLIR generic syntax) of each kernel
     cpuify llvm  kernel.cu|.ptx       optimized LLVM IR (--raw: before optimization)
     cpuify explain kernel.cu|.ptx     sync points, values kept per thread / recomputed
+                                      (--block 16,16: decisions of the specialized code)
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("-D", dest="defines", action="append", default=[], help="macro for NVRTC")
         p.add_argument("-I", dest="includes", action="append", default=[], help="include dir")
         p.add_argument("--kernel", help="only this kernel (mangled or extern \"C\" name)")
+        if name in ("llvm", "explain"):
+            p.add_argument("--block", type=_block_shape, metavar="X[,Y[,Z]]",
+                           help="the code specialized for this block shape (what a kernel "
+                                "launched twice with it runs)")
         if name == "llvm":
             p.add_argument("--raw", action="store_true", help="before LLVM optimization")
     args = parser.parse_args(argv)
@@ -88,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             for module, lifted in _lift_all(ptx, args.kernel):
                 if gen is None:
                     gen = ModuleCodegen(module, *jit.triple_and_layout())
-                gen.add_kernel(lifted)
+                gen.add_kernel(lifted, args.block)
             if gen is not None:
                 text = gen.llvm_text()
                 sys.stdout.write(text if args.raw else str(jit.optimize(text)))
         else:
-            _explain(ptx, args.kernel)
+            _explain(ptx, args.kernel, args.block)
     except CpuifyError as exc:
         print(f"cpuify: error: {exc}", file=sys.stderr)
         return 1
@@ -103,11 +108,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _explain(ptx: str, only: str | None) -> None:
+def _block_shape(text: str) -> tuple[int, int, int]:
+    try:
+        dims = [int(x) for x in text.split(",")]
+    except ValueError:
+        dims = []
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims) or dims[0] * (dims[1:2] or [1])[0] * \
+            (dims[2:3] or [1])[0] > 1024:
+        raise argparse.ArgumentTypeError(f"'{text}' is no block shape: X[,Y[,Z]], "
+                                         "at most 1024 threads")
+    return (dims + [1, 1])[0], (dims + [1, 1])[1], (dims + [1, 1])[2]
+
+
+def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = None) -> None:
     from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
     for module, lifted in _lift_all(ptx, only):
         # the sync points code generation plans, after its interchange transforms
-        kc = KernelCodegen(ModuleCodegen(module), lifted)
+        kc = KernelCodegen(ModuleCodegen(module), lifted, block)
         region = kc.region
         nops = sum(len(b.ops) for b in region.blocks)
         print(f"kernel {lifted.name}: {len(region.blocks)} blocks, {nops} ops, "
@@ -129,6 +146,42 @@ def _explain(ptx: str, only: str | None) -> None:
             print(f"  sync {sp.index}: {what} at PTX line {sp.op.attributes.get('line')}: "
                   f"{len(kept)} value(s) kept per thread, {len(one)} uniform (one copy per block), "
                   f"{len(sp.remat)} recomputed, {len(sp.derived)} induction variable(s)")
+        for r in range(len(kc.syncs) + 1):
+            notes = _segment_notes(kc, r)
+            if notes:
+                start = "the kernel's start" if r == 0 else f"sync {r}"
+                print(f"  segment from {start}: " + "; ".join(notes))
+
+
+def _ranges_text(ranges, dims) -> str:  # type: ignore[no-untyped-def]
+    parts = [f"{axis} in range({lo}, {hi}{f', {step}' if step != 1 else ''})"
+             for axis, (lo, hi, step), d in zip("xyz", ranges, dims) if (lo, hi, step) != (0, d, 1)]
+    return " and ".join(parts) or "any index"
+
+
+def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """What code generation does for the segment from resume point r, in words."""
+    notes = []
+    target = kc.only_next.get(r)
+    if r in kc.only_exit:
+        notes.append("every thread exits (no states stored)")
+    elif target is not None:
+        notes.append(f"every thread stops at sync {target.index} (no states stored)")
+    elif r in kc.convergent:
+        notes.append("every thread takes the same path (its stop kept in a register)")
+    ranges = kc.thread_range.get(r)
+    if ranges is not None:
+        notes.append(f"runs only the threads with {_ranges_text(ranges, kc.block_dims)}")
+    for region in kc.deferred.get(r, []):
+        notes.append(f"the if at PTX line {region.branch.attributes.get('line')} runs after "
+                     f"the thread loop, for the threads with {_ranges_text(region.ranges, kc.block_dims)}")
+    if r in kc.lane_groups:
+        notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m)")
+    store = kc.aligning_store(r)
+    if store is not None:
+        notes.append(f"rows aligned to the cache lines of the store at PTX line "
+                     f"{store.attributes.get('line')}")
+    return notes
 
 if __name__ == "__main__":
     sys.exit(main())
