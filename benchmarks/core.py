@@ -627,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = cpuify.num_threads()
     info = {"size": args.size, "repeats": repeats, "python": platform.python_version(),
             "numpy": np.__version__, "cpuify": cpuify.__version__, "machine": platform.machine(),
-            "cpu": _cpu_name(), "cores": os.cpu_count(), "cpuify_workers": workers,
+            "cpu": cpu_name(), "cores": os.cpu_count(), "cpuify_workers": workers,
             "loadavg_start": _loadavg()}
     print(f"cpuify {cpuify.__version__} benchmarks, size={args.size}: {info['cpu']}, "
           f"{os.cpu_count()} cores, cpuify workers {workers}, NumPy {np.__version__}, "
@@ -705,7 +705,8 @@ def _targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (for the report header)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

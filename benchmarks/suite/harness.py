@@ -50,6 +50,7 @@ os.environ.setdefault("PYOPENCL_COMPILER_OUTPUT", "0")
 
 import numpy as np  # noqa: E402
 
+from benchmarks.core import cpu_name  # noqa: E402
 from benchmarks.suite.workload import Workload  # noqa: E402
 
 PEERS = ["cpuify", "omp", "omp1", "pocl", "numba"]
@@ -960,17 +961,6 @@ def make_plots(results: list[dict[str, Any]], peers: list[str], nthreads: int, o
     return files
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def _loadavg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -1084,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
     info: dict[str, Any] = {
         "size": args.size, "repeats": args.repeats, "peers": peers, "python":
         platform.python_version(), "numpy": np.__version__, "cpuify": cpuify.__version__,
-        "cpu": _cpu_name(), "cores": os.cpu_count(), "threads": nthreads,
+        "cpu": cpu_name(), "cores": os.cpu_count(), "threads": nthreads,
         "cc": cc_version(), "omp_cflags": OMP_CFLAGS, "loadavg_start": load,
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }

@@ -39,7 +39,7 @@ from cpuify.codegen.layout import (
 )
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import Module as PTXModule, VarDecl, type_size
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value, predecessors
 from cpuify.ir.dialects import info
 from cpuify.lifting.lift import LiftedKernel
 
@@ -297,6 +297,7 @@ class KernelCodegen:
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
         self.ipdom = immediate_post_dominators(self.region)
+        self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()
         self.thread_range = {r: k for r in range(len(self.syncs) + 1)
                              if (k := self.thread_ranges(r)) is not None}
@@ -462,14 +463,10 @@ class KernelCodegen:
         return False
 
     @staticmethod
-    def _computed_from_threads(v: Value, restored: set[Value], depth: int = 0) -> bool:
-        if v in restored:
-            return True
-        if depth > 24 or not isinstance(v, OpResult) or not info(v.op).pure:
-            return False
-        if v.op.name in ("upir.const", "upir.param", "upir.special", "upir.addressof"):
-            return True
-        return all(KernelCodegen._computed_from_threads(o, restored, depth + 1) for o in v.op.operands)
+    def _computed_from_threads(v: Value, restored: set[Value]) -> bool:
+        """Whether v is pure arithmetic on constants, parameters, special registers and the
+        values restored at the resume point."""
+        return _pure_over(v, restored, None, 24)
 
     def deferred_regions(self, resume: int) -> list[DeferredRegion]:
         """The `if`s on one thread index that end the segment from `resume`, in code
@@ -509,10 +506,10 @@ class KernelCodegen:
                         if nxt is None:
                             return []
                     break
-                if not info(op).pure or op.successors:
-                    found = []          # memory access or other branch: not the tail yet
-                    if op.successors:
-                        return []
+                if op.successors:
+                    return []           # a branch of another kind
+                if not info(op).pure:
+                    found = []          # a memory access: the tail starts after it
             if nxt is None or nxt.args:
                 return []
             blk, pos = nxt, 0
@@ -569,10 +566,8 @@ class KernelCodegen:
         entry = branch.successors[1 - branch.successors.index(join)]
         work = true_for if entry is branch.successors[0] else \
             sorted(set(range(dims[dim])) - set(true_for))
-        if not work or len(work) == dims[dim]:
-            return None
-        lo, step = work[0], (work[1] - work[0] if len(work) > 1 else 1)
-        if work != list(range(lo, work[-1] + 1, step)):
+        ranges = _thread_box(dims, dim, work)
+        if not work or len(work) == dims[dim] or ranges is None:
             return None
         blocks: set[Block] = set()
         stack = [entry]
@@ -587,7 +582,7 @@ class KernelCodegen:
             stack.extend(b.successors)
         external: dict[Value, None] = {}
         for b in blocks:
-            if b is not entry and any(p not in blocks for p in self._preds(b)):
+            if b is not entry and any(p not in blocks for p in self.preds[b]):
                 return None     # entered from outside the `if`
             for op in b.ops:
                 for r in op.results:
@@ -599,12 +594,7 @@ class KernelCodegen:
                         if not self._computed_from_threads(o, restored):
                             return None
                         external[o] = None
-        ranges = [(0, d, 1) for d in dims]
-        ranges[dim] = (lo, work[-1] + 1, step)
-        return DeferredRegion(branch, entry, join, tuple(ranges), list(external))
-
-    def _preds(self, block: Block) -> list[Block]:
-        return [b for b in self.region.blocks if block in b.successors]
+        return DeferredRegion(branch, entry, join, ranges, list(external))
 
     def resume_point(self, resume: int) -> tuple[Block, int]:
         """(block, op index) where the segment from `resume` starts."""
@@ -688,16 +678,7 @@ class KernelCodegen:
                                    any(self.defined_in_segment(v, resume) for v in target.live)):
             return None     # skipped threads would have to contribute or keep a value
         work = true_for if skip[0] == 1 else sorted(set(range(dims[dim])) - set(true_for))
-        if not work:
-            lo, hi, step = 0, 0, 1
-        else:
-            lo, step = work[0], (work[1] - work[0] if len(work) > 1 else 1)
-            hi = work[-1] + 1
-            if work != list(range(lo, hi, step)):
-                return None
-        ranges = [(0, d, 1) for d in dims]
-        ranges[dim] = (lo, hi, step)
-        return tuple(ranges)
+        return _thread_box(dims, dim, work)
 
     def _only_goes_on(self, block: Block, target: Operation | None) -> bool:
         """Whether a thread entering `block` only reaches `target` (the sync point; None:
@@ -1411,8 +1392,10 @@ class SegmentEmitter:
             back = b.branch(headers[k])
             if k == 2:
                 dims = self.kc.block_dims
+                # in lane groups, the group loop is a plain parallel loop (the lanes' loop
+                # inside it is the one to vectorize)
                 rows = dims is not None and dims[1] * dims[2] > 1
-                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows))
+                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows or grouped))
             phi.add_incoming(nxt, latches[k])
         self.lane_group = None
         if grouped:
@@ -1434,10 +1417,6 @@ class SegmentEmitter:
             lane.add_incoming(lane_next, l_latch)
             back = b.branch(l_head)
             back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=True))
-            # the group loop's own id: a plain parallel loop (no vectorizing across groups)
-            for instr in latches[2].instructions:
-                if isinstance(instr, ir.Branch):
-                    instr.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=True))
             b.position_at_end(l_body)
             phis[2] = b.add(group, lane, name="tx", flags=["nuw", "nsw"])
             bodies[2] = l_body
@@ -1647,21 +1626,13 @@ class SegmentEmitter:
         got.add_incoming(ir.Constant(lt, ir.Undefined), before)
         return b.select(take_x, got, vu)
 
+    #: special registers with the same value in every thread of a block
     _ENTRY_SPECIALS = ("%ctaid", "%nctaid", "%ntid")
 
-    def _entry_computable(self, v: Value, depth: int = 0) -> bool:
+    def _entry_computable(self, v: Value) -> bool:
         """Whether v is pure arithmetic on constants, parameters and block indices (the
         same for every thread, computable before the thread loop)."""
-        if depth > 12 or not isinstance(v, OpResult) or not info(v.op).pure:
-            return False
-        op = v.op
-        if op.name in ("upir.const", "upir.param", "upir.addressof"):
-            return True
-        if op.name == "upir.special":
-            return str(op.attributes.get("reg", "")).startswith(self._ENTRY_SPECIALS)
-        if op.successors or not op.operands:
-            return False
-        return all(self._entry_computable(o, depth + 1) for o in op.operands)
+        return _pure_over(v, set(), self._ENTRY_SPECIALS, 12)
 
     def _in_entry(self, v: Value) -> ir.Value:
         """v (entry-computable) emitted in the segment's entry block."""
@@ -2040,6 +2011,41 @@ class SegmentEmitter:
         if offset:
             lv = b.gep(lv, [I64(offset)])
         return lv
+
+
+def _thread_box(dims: tuple[int, int, int], dim: int, work: list[int]
+                ) -> tuple[tuple[int, int, int], ...] | None:
+    """(start, stop, step) for the x, y and z thread loops over the block `dims` where the
+    indices along `dim` are `work` (sorted); None unless `work` is an arithmetic
+    progression."""
+    if not work:
+        lo, hi, step = 0, 0, 1
+    else:
+        lo, step, hi = work[0], (work[1] - work[0] if len(work) > 1 else 1), work[-1] + 1
+        if work != list(range(lo, hi, step)):
+            return None
+    ranges = [(0, d, 1) for d in dims]
+    ranges[dim] = (lo, hi, step)
+    return tuple(ranges)
+
+
+def _pure_over(v: Value, leaves: set[Value], specials: tuple[str, ...] | None,
+               max_depth: int, depth: int = 0) -> bool:
+    """Whether v is pure computation over `leaves`, constants, parameters, variable
+    addresses and special registers (only those whose name starts with one of `specials`,
+    when given)."""
+    if v in leaves:
+        return True
+    if depth > max_depth or not isinstance(v, OpResult) or not info(v.op).pure:
+        return False
+    op = v.op
+    if op.name in ("upir.const", "upir.param", "upir.addressof"):
+        return True
+    if op.name == "upir.special":
+        return specials is None or str(op.attributes.get("reg", "")).startswith(specials)
+    if op.successors or not op.operands:
+        return False
+    return all(_pure_over(o, leaves, specials, max_depth, depth + 1) for o in op.operands)
 
 
 def _const_int(v: Value) -> int | None:
