@@ -12,10 +12,14 @@ Layout as in Rodinia: `input` has n_in + 1 entries (entry 0 is the bias unit, un
   interleaved log-step reduction (`if (ty % power_two == 0)`, `__syncthreads()` in the
   loop); one partial sum per (block, hidden unit).  Cleaned up: integer powers instead of
   `__powf`/`__log2f`, and the products are not written back over the weights (Rodinia does,
-  which would make repeated runs differ).  Then a second kernel, `bpnn_hidden_sum`, one
-  block of 256 threads per hidden unit, sums the n_in / 16 partials (strided loop +
-  shared-memory tree), adds the bias and applies the sigmoid; Rodinia does this last step
-  on the host.
+  which would make repeated runs differ).  Rodinia sums the partials on the host; here
+  two more kernels do it on the device, as a CUDA programmer would write them: (a)
+  `bpnn_hidden_sum`, block (hid, 16), one block per chunk of partial rows, thread (j, r)
+  reads rows r, r + 16, ... of the chunk, so a block's loads are whole consecutive rows
+  (coalesced), then a shared-memory tree over r; (b) `bpnn_hidden_out`, one block of hid
+  threads, adds the chunk sums and the bias and applies the sigmoid.  (An earlier version
+  had one block per hidden unit read a column of the partials, 64 bytes apart per thread:
+  uncoalesced on a GPU, and 16 passes over the partials on a CPU.)
 * OpenMP: one pass over the weight rows (row-major, unit stride), each thread keeping the
   16 hidden sums in a local array updated with `omp simd`, combined by an array-section
   reduction `reduction(+:acc[:HID])`; then bias + sigmoid.
@@ -42,7 +46,7 @@ from benchmarks.suite.workload import Workload, FLOAT_P as _fp, float_ptr as _pt
 CUDA_SRC = r"""
 #define HEIGHT 16        // input units per block (threadIdx.y)
 #define WIDTH 16         // hidden units (threadIdx.x); hid must equal WIDTH
-#define SUM_THREADS 256
+#define SUM_ROWS 16      // row lanes of bpnn_hidden_sum (threadIdx.y)
 
 // Rodinia bpnn_layerforward_CUDA: block (WIDTH, HEIGHT); the blocks run along grid x,
 // grid (n_in / HEIGHT, 1), since 2^16 blocks exceed the 65535 limit of Rodinia's grid y.
@@ -75,26 +79,36 @@ extern "C" __global__ void bpnn_layerforward(const float *input_cuda,
         hidden_partial_sum[by * hid + ty] = weight_matrix[tx][ty];
 }
 
-// hidden[j] = sigmoid(bias[j] + sum over blocks of partial[b * hid + j]);
-// grid (hid), block (SUM_THREADS).
-extern "C" __global__ void bpnn_hidden_sum(const float *hidden_partial_sum,
-                                           const float *input_hidden_cuda,
-                                           float *hidden, int num_blocks, int hid) {
-    __shared__ float s[SUM_THREADS];
-    const int j = blockIdx.x;
+// chunk_sum[c * hid + j] = sum of partial[b * hid + j] over the rows b of chunk c:
+// grid (num_chunks), block (hid, SUM_ROWS); rows [c * rows_per_chunk, ...) of the partials.
+extern "C" __global__ void bpnn_hidden_sum(const float *hidden_partial_sum, float *chunk_sum,
+                                           int num_blocks, int rows_per_chunk, int hid) {
+    __shared__ float s[SUM_ROWS][WIDTH];
+    const int j = threadIdx.x, r = threadIdx.y;
+    const int lo = blockIdx.x * rows_per_chunk;
+    const int hi = min(lo + rows_per_chunk, num_blocks);
     float sum = 0.0f;
-    for (int b = threadIdx.x; b < num_blocks; b += blockDim.x)
+    for (int b = lo + r; b < hi; b += blockDim.y)
         sum += hidden_partial_sum[b * hid + j];
-    s[threadIdx.x] = sum;
+    s[r][j] = sum;
     __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) s[threadIdx.x] += s[threadIdx.x + stride];
+    for (int stride = SUM_ROWS / 2; stride > 0; stride >>= 1) {
+        if (r < stride) s[r][j] += s[r + stride][j];
         __syncthreads();
     }
-    if (threadIdx.x == 0) {
-        float x = s[0] + input_hidden_cuda[j + 1];    // row 0: bias weights
-        hidden[j] = 1.0f / (1.0f + expf(-x));
-    }
+    if (r == 0) chunk_sum[blockIdx.x * hid + j] = s[0][j];
+}
+
+// hidden[j] = sigmoid(bias[j] + sum over chunks of chunk_sum[c * hid + j]);
+// grid (1), block (hid).
+extern "C" __global__ void bpnn_hidden_out(const float *chunk_sum,
+                                           const float *input_hidden_cuda,
+                                           float *hidden, int num_chunks, int hid) {
+    const int j = threadIdx.x;
+    float x = input_hidden_cuda[j + 1];               // row 0: bias weights
+    for (int c = 0; c < num_chunks; c++)
+        x += chunk_sum[c * hid + j];
+    hidden[j] = 1.0f / (1.0f + expf(-x));
 }
 """
 
@@ -127,7 +141,7 @@ void layerforward(const float *restrict input, const float *restrict w,
 OPENCL_SRC = r"""
 #define HEIGHT 16
 #define WIDTH 16
-#define SUM_THREADS 256
+#define SUM_ROWS 16
 
 // Rodinia bpnn_layerforward_ocl: local (WIDTH, HEIGHT), groups along dimension 0:
 // global (WIDTH * n_in / HEIGHT, HEIGHT).
@@ -160,26 +174,36 @@ __kernel void bpnn_layerforward(__global const float *input_cuda,
         hidden_partial_sum[by * hid + ty] = weight_matrix[tx][ty];
 }
 
-// global (hid * SUM_THREADS), local (SUM_THREADS).
+// global (num_chunks * hid, SUM_ROWS), local (hid, SUM_ROWS).
 __kernel void bpnn_hidden_sum(__global const float *hidden_partial_sum,
-                              __global const float *input_hidden_cuda,
-                              __global float *hidden, int num_blocks, int hid) {
-    __local float s[SUM_THREADS];
-    const int j = get_group_id(0);
-    const int lid = get_local_id(0);
+                              __global float *chunk_sum,
+                              int num_blocks, int rows_per_chunk, int hid) {
+    __local float s[SUM_ROWS][WIDTH];
+    const int j = get_local_id(0), r = get_local_id(1);
+    const int c = get_group_id(0);
+    const int lo = c * rows_per_chunk;
+    const int hi = min(lo + rows_per_chunk, num_blocks);
     float sum = 0.0f;
-    for (int b = lid; b < num_blocks; b += get_local_size(0))
+    for (int b = lo + r; b < hi; b += get_local_size(1))
         sum += hidden_partial_sum[b * hid + j];
-    s[lid] = sum;
+    s[r][j] = sum;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int stride = get_local_size(0) / 2; stride > 0; stride >>= 1) {
-        if (lid < stride) s[lid] += s[lid + stride];
+    for (int stride = SUM_ROWS / 2; stride > 0; stride >>= 1) {
+        if (r < stride) s[r][j] += s[r + stride][j];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid == 0) {
-        float x = s[0] + input_hidden_cuda[j + 1];
-        hidden[j] = 1.0f / (1.0f + exp(-x));
-    }
+    if (r == 0) chunk_sum[c * hid + j] = s[0][j];
+}
+
+// global (hid), local (hid).
+__kernel void bpnn_hidden_out(__global const float *chunk_sum,
+                              __global const float *input_hidden_cuda,
+                              __global float *hidden, int num_chunks, int hid) {
+    const int j = get_local_id(0);
+    float x = input_hidden_cuda[j + 1];
+    for (int c = 0; c < num_chunks; c++)
+        x += chunk_sum[c * hid + j];
+    hidden[j] = 1.0f / (1.0f + exp(-x));
 }
 """
 
@@ -199,7 +223,12 @@ class Backprop(Workload):
     numba_reason = "no Python port"
 
     HEIGHT = 16
-    SUM_THREADS = 256
+    SUM_ROWS = 16
+    CHUNKS = 64        # blocks of bpnn_hidden_sum
+
+    def _chunks(self, nb):
+        per = -(-nb // self.CHUNKS)
+        return -(-nb // per), per
 
     def make_inputs(self, p, rng):
         n, hid = p["n_in"], p["hid"]
@@ -231,17 +260,22 @@ class Backprop(Workload):
     def run_cpuify(self, p, inp, mod):
         n, hid = p["n_in"], p["hid"]
         nb = n // self.HEIGHT
+        chunks, per = self._chunks(nb)
         bufs = inp.setdefault("_cpuify_bufs", {})
         if "hidden" not in bufs:
             bufs["partial"] = np.empty(nb * hid, np.float32)
+            bufs["chunk"] = np.empty(chunks * hid, np.float32)
             bufs["hidden"] = np.empty(hid, np.float32)
             bufs["fwd"] = mod.get_function("bpnn_layerforward")
             bufs["sum"] = mod.get_function("bpnn_hidden_sum")
-        partial, hidden = bufs["partial"], bufs["hidden"]
+            bufs["out"] = mod.get_function("bpnn_hidden_out")
+        partial, chunk, hidden = bufs["partial"], bufs["chunk"], bufs["hidden"]
         bufs["fwd"]((nb, 1), (hid, self.HEIGHT),
                     (inp["input"], inp["weights"], partial, np.int32(n), np.int32(hid)))
-        bufs["sum"]((hid,), (self.SUM_THREADS,),
-                    (partial, inp["weights"], hidden, np.int32(nb), np.int32(hid)))
+        bufs["sum"]((chunks,), (hid, self.SUM_ROWS),
+                    (partial, chunk, np.int32(nb), np.int32(per), np.int32(hid)))
+        bufs["out"]((1,), (hid,),
+                    (chunk, inp["weights"], hidden, np.int32(chunks), np.int32(hid)))
         return {"hidden": hidden}
 
     def run_omp(self, p, inp, lib):
@@ -258,6 +292,7 @@ class Backprop(Workload):
     def run_opencl(self, p, inp, cl, ctx, queue, prg):
         n, hid = p["n_in"], p["hid"]
         nb = n // self.HEIGHT
+        chunks, per = self._chunks(nb)
         bufs = inp.get("_cl_bufs")
         if bufs is None:
             mf = cl.mem_flags
@@ -266,16 +301,21 @@ class Backprop(Workload):
                 "weights": cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR,
                                      hostbuf=inp["weights"]),
                 "partial": cl.Buffer(ctx, mf.READ_WRITE, size=nb * hid * 4),
+                "chunk": cl.Buffer(ctx, mf.READ_WRITE, size=chunks * hid * 4),
                 "hidden": cl.Buffer(ctx, mf.WRITE_ONLY, size=hid * 4),
                 "h": np.empty(hid, np.float32),
                 "fwd": cl.Kernel(prg, "bpnn_layerforward"),
                 "sum": cl.Kernel(prg, "bpnn_hidden_sum"),
+                "out": cl.Kernel(prg, "bpnn_hidden_out"),
             }
-        fwd, sm = bufs["fwd"], bufs["sum"]
+        fwd, sm, out = bufs["fwd"], bufs["sum"], bufs["out"]
         fwd.set_args(bufs["input"], bufs["weights"], bufs["partial"], np.int32(n), np.int32(hid))
         cl.enqueue_nd_range_kernel(queue, fwd, (hid * nb, self.HEIGHT), (hid, self.HEIGHT))
-        sm.set_args(bufs["partial"], bufs["weights"], bufs["hidden"], np.int32(nb), np.int32(hid))
-        cl.enqueue_nd_range_kernel(queue, sm, (hid * self.SUM_THREADS,), (self.SUM_THREADS,))
+        sm.set_args(bufs["partial"], bufs["chunk"], np.int32(nb), np.int32(per), np.int32(hid))
+        cl.enqueue_nd_range_kernel(queue, sm, (chunks * hid, self.SUM_ROWS), (hid, self.SUM_ROWS))
+        out.set_args(bufs["chunk"], bufs["weights"], bufs["hidden"], np.int32(chunks),
+                     np.int32(hid))
+        cl.enqueue_nd_range_kernel(queue, out, (hid,), (hid,))
         cl.enqueue_copy(queue, bufs["h"], bufs["hidden"])
         queue.finish()
         return {"hidden": bufs["h"]}
