@@ -129,6 +129,9 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         nops = sum(len(b.ops) for b in region.blocks)
         print(f"kernel {lifted.name}: {len(region.blocks)} blocks, {nops} ops, "
               f"{len(lifted.params)} params ({lifted.param_size} bytes)")
+        if kc.swaps_converted:
+            print(f"  {kc.swaps_converted} conditional swap(s) made branch-free "
+                  "(compare-exchange: stores of selects)")
         if kc.lockstep:
             print("  grid-stride loop interchanged with the thread loop (soft barrier)")
         if kc.uniform_loops:
