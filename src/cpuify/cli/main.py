@@ -144,6 +144,8 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
                 what = "soft barrier" if sp.op.attributes.get("soft") else "barrier"
             else:
                 what = sp.op.attributes.get("kind", "barrier")
+                if sp.index in kc.static_shuffles:
+                    what += f" (static: read from buffer {kc.static_shuffles[sp.index][3]}, no exchange)"
             kept = [v for v in sp.live if v not in kc.uniform]
             one = [v for v in sp.live if v in kc.uniform]
             print(f"  sync {sp.index}: {what} at PTX line {sp.op.attributes.get('line')}: "

@@ -33,6 +33,7 @@ SYNC_KINDS = {
     "redux.max.s32": 44, "redux.and": 45, "redux.or": 46, "redux.xor": 47,
 }
 SYNC_64BIT = 0x100            # flag: 64-bit values (match.*.b64)
+SYNC_STATIC = 0x200           # flag: a static shuffle (every thread there: no exchange needed)
 
 
 def align_up(n: int, a: int) -> int:
@@ -49,12 +50,14 @@ class ScratchLayout:
     def per_thread(self) -> int:
         n = 0
         if self.has_sync:
-            n += 4 + 8 + 4 + 4 + 4 + 8 + 4
+            # state, xval and the two buffers of static shuffles, xb, xc, xmask, xout, xpred
+            n += 4 + 3 * 8 + 4 + 4 + 4 + 8 + 4
         return n + self.slot_bytes + self.local_bytes
 
     def scratch_bytes(self, nthreads: int) -> int:
-        # each array starts 64-byte aligned
-        return self.per_thread() * nthreads + 64 * 10
+        # each array starts 64-byte aligned; 512 bytes of guard zones around `xval` and each
+        # buffer of static shuffles (llvm_gen.XVAL_GUARD)
+        return self.per_thread() * nthreads + 64 * 12 + (3 * 512 if self.has_sync else 0)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from cpuify.codegen.analysis import (
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
-    SYNC_64BIT,
+    SYNC_64BIT, SYNC_STATIC,
     SYNC_KINDS, ScratchLayout, SharedLayout, align_up,
 )
 from cpuify.errors import PTXError, UnsupportedError
@@ -306,6 +306,7 @@ class KernelCodegen:
         self.deferred = {r: d for r in range(len(self.syncs) + 1)
                          if (d := self.deferred_regions(r))}
         self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
+        self.static_shuffles = self.plan_static_shuffles()
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # local memory (per thread): kernel .local depots
@@ -598,6 +599,53 @@ class KernelCodegen:
                         external[o] = None
         return DeferredRegion(branch, entry, join, ranges, list(external))
 
+    def plan_static_shuffles(self) -> dict[int, tuple[str, int, int, int]]:
+        """Sync index -> (mode, lane operand, clamp word, buffer 1 or 2) of the static
+        shuffles.  Each has a buffer of its own kind (not `xval`, which the exchange paths
+        read): the segment after one reads its buffer while its threads, one after another,
+        store the values of the next shuffles; a thread must not overwrite a value a later
+        thread still reads, so consecutive static shuffles alternate between the two, and a
+        shuffle a segment reaches with the buffer that segment reads is left to the
+        exchange."""
+        found = {sp.index: k for sp in self.syncs if (k := self.static_shuffle(sp)) is not None}
+        buffers = {idx: 1 + n % 2 for n, idx in enumerate(sorted(found))}
+        changed = True
+        while changed:
+            changed = False
+            for idx in sorted(buffers):
+                if idx not in buffers:
+                    continue
+                for op in self.ops_from(*self.resume_point(idx)):
+                    sp = self.sync_of_op.get(op)
+                    if sp is not None and sp.index in buffers and \
+                            buffers[sp.index] == buffers[idx]:
+                        del buffers[sp.index]
+                        changed = True
+        return {idx: (*found[idx], buffers[idx]) for idx in sorted(buffers)}
+
+    def static_shuffle(self, sp: SyncPoint) -> tuple[str, int, int] | None:
+        """(mode, lane operand, clamp word) of a shuffle whose lane operand, clamp and
+        member mask are constants and whose mask is the full warp
+        (`__shfl_down_sync(0xffffffff, v, 16)`).  When every thread of the block waits at
+        such a shuffle, the next segment reads the source lane's value directly
+        (SegmentEmitter.read_static_shuffle): no exchange pass."""
+        op = sp.op
+        if op.name != "upir.warp_collective" or op.attributes.get("kind") != "shfl":
+            return None
+        consts = [_const_int(o) for o in op.operands[1:4]]
+        if len(consts) != 3 or any(c is None for c in consts) or \
+                consts[2] & 0xFFFFFFFF != 0xFFFFFFFF:
+            return None
+        mode = next(m for m in op.attributes.get("mods", []) if m in ("up", "down", "bfly", "idx"))
+        return mode, consts[0], consts[1]
+
+    @staticmethod
+    def static_buffer_stride(b: ir.IRBuilder, n64: ir.Value) -> ir.Value:
+        """Bytes from `xval` to the first buffer of static shuffles, and from it to the
+        second: n 8-byte values and two guard zones, 64-byte aligned."""
+        size = b.add(b.mul(n64, I64(8)), I64(2 * XVAL_GUARD))
+        return b.and_(b.add(size, I64(63)), I64(~63 & (2**64 - 1)))
+
     def resume_point(self, resume: int) -> tuple[Block, int]:
         """(block, op index) where the segment from `resume` starts."""
         if resume == 0:
@@ -810,10 +858,11 @@ class KernelCodegen:
         # carve scratch: arrays 64-byte aligned
         offset = ir.Constant(I64, 0)
 
-        def carve(name: str, elem: int) -> None:
+        def carve(name: str, elem: int, guard: int = 0) -> None:
+            # `guard` bytes before and after the array (see XVAL_GUARD)
             nonlocal offset
-            setf(name, b.gep(scratch, [offset]))
-            size = b.mul(n64, I64(elem))
+            setf(name, b.gep(scratch, [b.add(offset, I64(guard))]))
+            size = b.add(b.mul(n64, I64(elem)), I64(2 * guard))
             size = b.and_(b.add(size, I64(63)), I64(~63 & (2**64 - 1)))
             offset = b.add(offset, size)
 
@@ -821,7 +870,11 @@ class KernelCodegen:
         if self.syncs:
             for name, elem in (("state", 4), ("xval", 8), ("xb", 4), ("xc", 4), ("xmask", 4),
                                ("xout", 8), ("xpred", 4)):
-                carve(name, elem)
+                carve(name, elem, XVAL_GUARD if name == "xval" else 0)
+                if name == "xval":
+                    # the two buffers of static shuffles follow, at static_buffer_stride()
+                    # from xval and from each other (no ctx fields of their own)
+                    offset = b.add(offset, b.mul(self.static_buffer_stride(b, n64), I64(2)))
         else:
             for name in ("state", "xval", "xb", "xc", "xmask", "xout", "xpred"):
                 setf(name, null)
@@ -857,7 +910,8 @@ class KernelCodegen:
         kinds = [self.sync_kind(sp) for sp in self.syncs]
         kt = ir.ArrayType(I32, len(kinds))
         kg = ir.GlobalVariable(m, kt, name=f"cpuify_sync_kinds_{self.name}")
-        kg.initializer = ir.Constant(kt, kinds)
+        kg.initializer = ir.Constant(kt, [k | (SYNC_STATIC if i + 1 in self.static_shuffles else 0)
+                                          for i, k in enumerate(kinds)])
         kg.global_constant = True
         kg.linkage = "internal"
         # The common path runs here, with direct calls that LLVM can inline: while every
@@ -895,8 +949,9 @@ class KernelCodegen:
             b.position_at_end(direct[r])
             got = b.call(seg, [ctx_i8, I32(0)] + self.area_args(b, ctx), name=f"known{r}")
             target = self.only_next.get(r)
-            if target is not None and self.sync_kind(target) in (SYNC_KINDS["barrier"],
-                                                                 SYNC_KINDS["soft"]):
+            if target is not None and (self.sync_kind(target) in (SYNC_KINDS["barrier"],
+                                                                  SYNC_KINDS["soft"])
+                                       or target.index in self.static_shuffles):
                 expected = I32(STATE_WAIT | target.index)
                 b.cbranch(b.icmp_signed("==", got, expected), direct[target.index], returned)
             else:
@@ -941,6 +996,11 @@ class KernelCodegen:
         kind = b.load(b.gep(kg, [I32(0), index]))
         plain = b.or_(b.icmp_signed("==", kind, I32(SYNC_KINDS["barrier"])),
                       b.icmp_signed("==", kind, I32(SYNC_KINDS["soft"])))
+        if self.static_shuffles:
+            # every thread waits at a static shuffle: the next segment reads the source
+            # lanes itself (SegmentEmitter.read_static_shuffle), no exchange
+            static = b.icmp_unsigned("!=", b.and_(kind, I32(SYNC_STATIC)), I32(0))
+            plain = b.or_(plain, b.and_(static, b.not_(some_exited)))
         go = fn.append_basic_block("go_on")
         exchange = self.emit_warp_exchange(kinds)
         if exchange is None:
@@ -1185,6 +1245,8 @@ class SegmentEmitter:
         self.skip_regions: dict[Operation, Block] = {}
         # (first thread of the group, lane) when the thread loop runs in lane groups
         self.lane_group: tuple[ir.Value, ir.Value] | None = None
+        # the thread loop being emitted runs only the threads waiting at its resume point
+        self.masked_loop = False
 
     # ---- helpers
     @property
@@ -1870,6 +1932,11 @@ class SegmentEmitter:
             names: list[str]
             if op.name == "upir.barrier":
                 names = ["xval"]
+            elif kind == "shfl" and sp.index in self.kc.static_shuffles and not self.masked_loop \
+                    and self.kc.only_next.get(self.resume) is sp:
+                # every thread stops here and the next segment reads the source lanes from
+                # the shuffle's own buffer: nothing else is needed
+                names = []
             elif kind == "shfl":
                 names = ["xval", "xb", "xc", "xmask"]
             elif kind in ("vote", "match", "redux"):
@@ -1893,6 +1960,16 @@ class SegmentEmitter:
                     lv = self.int_resize(lv, I32, False)
                     arr = b.bitcast(self.xarr[name], I32.as_pointer())
                 b.store(lv, b.gep(arr, [tid]))
+            static = self.kc.static_shuffles.get(sp.index)
+            if static is not None:
+                # the value also goes to the shuffle's buffer, which a run of all threads
+                # after it reads (read_static_shuffle)
+                lv = self.get(vals[0])
+                if isinstance(lv.type, ir.PointerType):
+                    lv = b.ptrtoint(lv, I64)
+                if not isinstance(lv.type, ir.IntType):
+                    lv = b.bitcast(lv, ir.IntType(_width(lv.type)))
+                b.store(self.int_resize(lv, I64, False), b.gep(self.static_buffer(static[3]), [tid]))
         for v in sp.live:
             value = self.coerce_bits(self.get(v), IR_LLVM[v.type])
             if v in self.kc.uniform:
@@ -1937,17 +2014,86 @@ class SegmentEmitter:
             self.rematerialize(expr)
             self.define(v, self.vals[expr])
         op = sp.op
-        if op.results:
+        static = self.kc.static_shuffles.get(sp.index)
+        if op.results and static is not None and not self.masked_loop:
+            out, pred = self.read_static_shuffle(*static)
+            self.define_collective_results(op, out, pred)
+        elif op.results:
             tid = self.linear_tid64
             out = b.load(b.gep(b.bitcast(self.xarr["xout"], I64.as_pointer()), [tid]))
             pred = b.load(b.gep(b.bitcast(self.xarr["xpred"], I32.as_pointer()), [tid]))
-            first = op.results[0]
-            if first.type == "i1" and op.name == "upir.barrier" or (first.type == "i1" and op.attributes.get("kind") == "vote"):
-                self.define(first, b.icmp_unsigned("!=", out, I64(0)))
-            else:
-                self.define(first, self.coerce_bits(self.int_resize(out, ir.IntType(_width(IR_LLVM[first.type])), False), IR_LLVM[first.type]))
-            if len(op.results) > 1:
-                self.define(op.results[1], b.icmp_unsigned("!=", pred, I32(0)))
+            self.define_collective_results(op, out, pred)
+
+    def define_collective_results(self, op: Operation, out: ir.Value, pred: ir.Value) -> None:
+        """The results of a collective from its 64-bit value and its 32-bit predicate."""
+        b = self.b
+        first = op.results[0]
+        if first.type == "i1" and op.name == "upir.barrier" or (first.type == "i1" and op.attributes.get("kind") == "vote"):
+            self.define(first, b.icmp_unsigned("!=", out, I64(0)))
+        else:
+            self.define(first, self.coerce_bits(self.int_resize(out, ir.IntType(_width(IR_LLVM[first.type])), False), IR_LLVM[first.type]))
+        if len(op.results) > 1:
+            self.define(op.results[1], b.icmp_unsigned("!=", pred, I32(0)))
+
+    def static_buffer(self, which: int, b: ir.IRBuilder | None = None) -> ir.Value:
+        """Buffer 1 or 2 of static shuffles (KernelCodegen.plan_static_shuffles), as i64*."""
+        b = b or self.b
+        stride = self.kc.static_buffer_stride(b, self.nthreads64)
+        base = b.gep(self.xarr["xval"], [b.mul(stride, I64(which))])
+        return b.bitcast(base, I64.as_pointer())
+
+    def read_static_shuffle(self, mode: str, lane_operand: int, clamp_word: int, which: int
+                            ) -> tuple[ir.Value, ir.Value]:
+        """(value, predicate) of a static shuffle (KernelCodegen.static_shuffle) for this
+        thread, read from the buffer the block's threads stored: in a run of all threads
+        every lane of every warp wrote its value.  The source lane is the thread's own lane
+        plus, minus or xor a constant: a contiguous load, masked where the source is no
+        lane of the warp (the thread's own value then)."""
+        b = self.b
+        t = self.linear_tid64
+        xval = self.static_buffer(which)
+        if self.speculating:
+            # (another thread's values computed outside the thread loop, alignment_offset:
+            # no branches here; the shuffle's result is not what they are after)
+            return b.load(b.gep(xval, [t])), I32(0)
+        lane = b.trunc(b.and_(t, I64(31)), I32)
+        base = b.and_(t, I64(~31 & (2**64 - 1)))
+        bval = I32(lane_operand & 31)
+        cval = I32(clamp_word & 31)
+        segmask = I32((clamp_word >> 8) & 31)
+        notseg = I32(~((clamp_word >> 8) & 31) & 0xFFFFFFFF)
+        maxlane = b.or_(b.and_(lane, segmask), b.and_(cval, notseg))
+        if mode == "up":
+            j = b.sub(lane, bval)
+            pred = b.icmp_signed(">=", j, maxlane)
+        else:
+            j = (b.add(lane, bval) if mode == "down" else b.xor(lane, bval) if mode == "bfly"
+                 else b.or_(b.and_(lane, segmask), b.and_(bval, notseg)))
+            pred = b.icmp_signed("<=", j, maxlane)
+        # the source thread's index (when `inside`), written so that LLVM sees it affine in
+        # t for up and down: a contiguous (masked) load
+        src = (b.add(t, I64(lane_operand & 31)) if mode == "down" else
+               b.sub(t, I64(lane_operand & 31)) if mode == "up" else b.add(base, b.sext(j, I64)))
+        inside = b.and_(pred, b.and_(b.icmp_unsigned("<", j, I32(32)),
+                                     b.icmp_unsigned("<", src, self.nthreads64)))
+        mine = b.load(b.gep(xval, [t]))
+        if mode in ("up", "down"):
+            # t -+ 31 at most: inside the guard zones around xval (XVAL_GUARD), so the load
+            # needs no condition and stays one contiguous vector load
+            other = b.load(b.gep(xval, [src]))
+            return b.select(inside, other, mine), b.zext(pred, I32)
+        read = self.fn.append_basic_block("shfl.read")
+        done = self.fn.append_basic_block("shfl.done")
+        before = b.block
+        b.cbranch(inside, read, done)
+        b.position_at_end(read)
+        other = b.load(b.gep(xval, [src]))
+        b.branch(done)
+        b.position_at_end(done)
+        got = b.phi(I64)
+        got.add_incoming(mine, before)
+        got.add_incoming(other, read)
+        return got, b.zext(pred, I32)
 
     def rematerialize(self, v: Value) -> None:
         if v in self.vals:
@@ -2013,6 +2159,12 @@ class SegmentEmitter:
         if offset:
             lv = b.gep(lv, [I64(offset)])
         return lv
+
+
+#: Bytes kept free before and after the `xval` array (32 lanes of 8 bytes): a static
+#: shuffle up or down reads the value `t -+ k` (k < 32) of every thread unconditionally
+#: (SegmentEmitter.read_static_shuffle), and selects its own where that is no lane of its warp.
+XVAL_GUARD = 256
 
 
 def _thread_box(dims: tuple[int, int, int], dim: int, work: list[int]

@@ -55,6 +55,9 @@ enum {
     K_REDUX_MAX_S = 44, K_REDUX_AND = 45, K_REDUX_OR = 46, K_REDUX_XOR = 47,
 };
 #define K_64BIT 0x100
+/* a shuffle whose operands are constants and whose mask is the full warp: when every thread
+ * waits there the next segment reads the source lanes itself (no exchange, run unmasked) */
+#define K_STATIC 0x200
 
 static int is_warp_kind(int32_t k) { return (k & 0xff) >= 10; }
 
@@ -167,7 +170,7 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
             if (known == STATE_EXITED)
                 return 0;
             int32_t k = kinds[(known & 0xffff) - 1];
-            if (k == K_BARRIER || k == K_SOFT) {
+            if (k == K_BARRIER || k == K_SOFT || (k & K_STATIC)) {
                 known = run(c, known & 0xffff, 0);
                 continue;
             }
