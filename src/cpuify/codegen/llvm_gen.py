@@ -1247,6 +1247,10 @@ class SegmentEmitter:
         self.lane_group: tuple[ir.Value, ir.Value] | None = None
         # the thread loop being emitted runs only the threads waiting at its resume point
         self.masked_loop = False
+        # block-wide idle clamps (idle_clamp): min/max op -> its thread-dependent operand,
+        # and the flag that all of them are idle
+        self.idle_sides: dict[Operation, int] = {}
+        self.idle_flag: ir.Value | None = None
 
     # ---- helpers
     @property
@@ -1692,6 +1696,75 @@ class SegmentEmitter:
 
     #: special registers with the same value in every thread of a block
     _ENTRY_SPECIALS = ("%ctaid", "%nctaid", "%ntid")
+
+    def idle_clamp(self, op: Operation) -> tuple[int, ir.Value] | None:
+        """For an integer `min(a, u)` / `max(a, u)` in a thread loop of code specialized for a
+        block shape, where `a` is monotone in the thread indices and `u` is the same for the
+        whole block (a clamp like `min(x, nx - 1)`): (the index of `a`, an i1 computed before
+        the thread loop that holds when no clamp of the segment changes anything for any
+        thread of the block).  Monotone, `a` takes its extremes at the block's first and
+        last thread, so evaluating it there decides; each check also requires the two
+        values in the direction the structure says (an index that wraps around fails it).
+        One flag for all clamps of the segment: LLVM unswitches the thread loop once (a
+        stencil's interior blocks), not once per clamp.  None when the op is no such
+        clamp."""
+        if self.speculating:
+            return None
+        if self.idle_flag is None:
+            self.idle_flag = self._idle_clamps_flag()
+        side = self.idle_sides.get(op)
+        return None if side is None else (side, self.idle_flag)
+
+    def _idle_clamps_flag(self) -> ir.Value:
+        kc = self.kc
+        flag: ir.Value = ir.Constant(I1, 1)
+        if kc.block_dims is None:
+            return flag
+        for op in kc.ops_from(*kc.resume_point(self.resume)):
+            if op.name not in ("ptx.min", "ptx.max") or op.results[0].type not in ("i32", "i64"):
+                continue
+            for side in (0, 1):
+                a, u = op.operands[side], op.operands[1 - side]
+                direction = _tid_direction(a, 12)
+                if direction in (1, -1) and self._entry_computable(u) and \
+                        _pure_over(a, set(), self._CLAMP_SPECIALS, 12):
+                    self.idle_sides[op] = side
+                    flag = self.entry_builder.and_(flag, self._idle_clamp_flag(op, a, u, direction))
+                    break
+        return flag
+
+    _CLAMP_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
+
+    def _idle_clamp_flag(self, op: Operation, a: Value, u: Value, direction: int) -> ir.Value:
+        dims = self.kc.block_dims
+        assert dims is not None
+        saved = (self.builder, self.vals, getattr(self, "tid", None),
+                 getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
+        b = self.entry_builder
+        self.builder = b
+        self.speculating = True
+        try:
+            ends = []
+            for corner in ((0, 0, 0), (dims[0] - 1, dims[1] - 1, dims[2] - 1)):
+                self.vals = {}
+                self.tid = [I32(c) for c in corner]
+                lin = corner[0] + dims[0] * (corner[1] + dims[1] * corner[2])
+                self.linear_tid, self.linear_tid64 = I32(lin), I64(lin)
+                self.rematerialize(a) if isinstance(a, OpResult) else None
+                ends.append(self.get(a))
+            self.vals = {}
+            bound = self._in_entry(u) if isinstance(u, OpResult) else self.get(u)
+            self.builder = b
+        finally:
+            self.speculating = False
+            self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64 = saved
+        t = next((m for m in op.attributes.get("mods", []) if m[:1] in "sub" and m[1:].isdigit()), "b32")
+        cmp = b.icmp_signed if t.startswith("s") else b.icmp_unsigned
+        lo, hi = ends if direction == 1 else ends[::-1]
+        ordered = cmp("<=", lo, hi)
+        if op.name == "ptx.min":
+            return b.and_(ordered, cmp("<=", hi, bound))
+        return b.and_(ordered, cmp(">=", lo, bound))
 
     def _entry_computable(self, v: Value) -> bool:
         """Whether v is pure arithmetic on constants, parameters and block indices (the
@@ -2200,6 +2273,64 @@ def _pure_over(v: Value, leaves: set[Value], specials: tuple[str, ...] | None,
     if op.successors or not op.operands:
         return False
     return all(_pure_over(o, leaves, specials, max_depth, depth + 1) for o in op.operands)
+
+
+_MONOTONE_OPS = ("ptx.add", "ptx.sub", "ptx.mul", "ptx.mad", "ptx.shl", "ptx.mov", "ptx.cvt",
+                 "ptx.min", "ptx.max")
+
+
+def _tid_direction(v: Value, depth: int) -> int | None:
+    """How integer v moves as the thread indices grow: 1 never down, -1 never up, 0 the
+    same for all threads (no thread index in it), None unknown.  Exact arithmetic: the
+    caller checks the values at the ends against wrap-around."""
+    if not isinstance(v, OpResult) or depth < 0:
+        return None
+    op = v.op
+    if op.name == "upir.special":
+        return 1 if str(op.attributes.get("reg", "")).startswith("%tid") else 0
+    if op.name in ("upir.const", "upir.param", "upir.addressof"):
+        return 0
+    if op.name not in _MONOTONE_OPS:
+        return None
+    if op.name == "ptx.cvt" and any(m.startswith("f") for m in op.attributes.get("mods", [])):
+        return None
+
+    def combine(x: int | None, y: int | None) -> int | None:
+        if x is None or y is None:
+            return None
+        if x == 0 or y == 0 or x == y:
+            return x or y
+        return None
+
+    ds = [_tid_direction(o, depth - 1) for o in op.operands]
+    if op.name in ("ptx.mov", "ptx.cvt"):
+        return ds[0]
+    if op.name in ("ptx.add", "ptx.min", "ptx.max"):
+        return combine(ds[0], ds[1])
+    if op.name == "ptx.sub":
+        return combine(ds[0], None if ds[1] is None else -ds[1])
+    if op.name == "ptx.shl":
+        return ds[0] if ds[1] == 0 else None
+    # mul / mad: a thread-dependent factor times a constant of known sign
+    if ds[0] == 0 and ds[1] == 0:
+        prod = 0
+    else:
+        k = next((_signed_const(o) for o, d in zip(op.operands[:2], ds) if d == 0), None)
+        var = ds[0] if ds[1] == 0 else ds[1] if ds[0] == 0 else None
+        if k is None or var is None:
+            return None
+        prod = 0 if k == 0 else var if k > 0 else -var
+    return prod if op.name == "ptx.mul" else combine(prod, ds[2])
+
+
+def _signed_const(v: Value) -> int | None:
+    """An integer constant read as a signed number of its type's width."""
+    k = _const_int(v)
+    if k is None or v.type not in ("i8", "i16", "i32", "i64"):
+        return k
+    bits = int(v.type[1:])
+    k &= (1 << bits) - 1
+    return k - (1 << bits) if k >> (bits - 1) else k
 
 
 def _const_int(v: Value) -> int | None:

@@ -497,7 +497,15 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
     kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
-    e.result(op, call(e, f"llvm.{kind}.i{a.type.width}", a.type, [a, c]), t)
+    r = call(e, f"llvm.{kind}.i{a.type.width}", a.type, [a, c])
+    idle = e.idle_clamp(op)
+    if idle is not None:
+        # a clamp that selects the thread-dependent side for every thread of the block:
+        # LLVM unswitches the thread loop on this uniform flag, and in the copy where it
+        # holds, the clamped index is affine again (a contiguous load, not a gather)
+        side, flag = idle
+        r = e.b.select(flag, a if side == 0 else c, r)
+    e.result(op, r, t)
 
 
 @handles("ptx.copysign")
