@@ -1,7 +1,7 @@
-"""Clamped indices (`min(x, n - 1)`, `max(x - 1, 0)`) in code specialized for a block shape:
-where no clamp of a segment changes anything for any thread of the block, the segment runs
-a copy of its thread loop without them (SegmentEmitter.idle_clamp), where the loads are
-contiguous.  Checked against NumPy with sizes that are not multiples of the block, so that
+"""Clamped indices (`min(x, n - 1)`, `max(x - 1, 0)`) and guards (`if (i < n)`) in code
+specialized for a block shape: where no clamp of a segment changes anything and every guard
+has the same outcome for all threads of the block, the segment runs a copy of its thread
+loop without them (SegmentEmitter.idle_clamp), where the loads are contiguous and unmasked.  Checked against NumPy with sizes that are not multiples of the block, so that
 edge blocks take the clamping copy and interior blocks the other; each kernel runs twice
 (generic code, then the specialized code)."""
 
@@ -26,6 +26,16 @@ extern "C" __global__ void reverse_clamped(const int *in, int *out, int n, int s
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     int j = max(n - 1 - i - shift, 0);
     if (i < n) out[i] = in[j];
+}
+// guards in both forms nvcc emits, and one on a shrinking index
+extern "C" __global__ void guarded(const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int j = n - 1 - i;
+    float v = 2.0f * x[i];
+    if (j >= 8) v += x[i + 8];
+    if (i < n - 3) v += 1.0f;
+    y[i] = v;
 }
 // an index that wraps around inside a block: the clamp must stay
 extern "C" __global__ void wrapping(const int *in, int *out, int n, int base) {
@@ -87,3 +97,14 @@ def test_wrapping_index_keeps_its_clamp(mod, base):
     for got in _twice(mod.get_function("wrapping"), (2,), (128,),
                       (a, out, np.int32(n), np.int32(base)), out):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [512, 500, 7])
+def test_guards(mod, n):
+    x = np.arange(n, dtype=np.float32)
+    y = np.zeros(n, np.float32)
+    i = np.arange(n)
+    want = 2 * x + np.where(n - 1 - i >= 8, x[np.minimum(i + 8, n - 1)], 0) + (i < n - 3)
+    for got in _twice(mod.get_function("guarded"), ((n + 127) // 128,), (128,),
+                      (x, y, np.int32(n)), y):
+        np.testing.assert_array_equal(got, want.astype(np.float32))

@@ -1249,7 +1249,7 @@ class SegmentEmitter:
         self.masked_loop = False
         # block-wide idle clamps (idle_clamp): min/max op -> its thread-dependent operand,
         # and the flag that all of them are idle
-        self.idle_sides: dict[Operation, int] = {}
+        self.idle_sides: dict[Operation, tuple[int, int]] = {}
         self.idle_flag: ir.Value | None = None
 
     # ---- helpers
@@ -1697,23 +1697,32 @@ class SegmentEmitter:
     #: special registers with the same value in every thread of a block
     _ENTRY_SPECIALS = ("%ctaid", "%nctaid", "%ntid")
 
-    def idle_clamp(self, op: Operation) -> tuple[int, ir.Value] | None:
-        """For an integer `min(a, u)` / `max(a, u)` in a thread loop of code specialized for a
-        block shape, where `a` is monotone in the thread indices and `u` is the same for the
-        whole block (a clamp like `min(x, nx - 1)`): (the index of `a`, an i1 computed before
-        the thread loop that holds when no clamp of the segment changes anything for any
-        thread of the block).  Monotone, `a` takes its extremes at the block's first and
-        last thread, so evaluating it there decides; each check also requires the two
-        values in the direction the structure says (an index that wraps around fails it).
-        One flag for all clamps of the segment: LLVM unswitches the thread loop once (a
-        stencil's interior blocks), not once per clamp.  None when the op is no such
-        clamp."""
+    def idle_clamp(self, op: Operation) -> tuple[int, ir.Value, bool] | None:
+        """Block-wide idle clamps and guards, in code specialized for a block shape: an
+        integer `min(a, u)` / `max(a, u)` (a clamp like `min(x, nx - 1)`) or a compare
+        `a < u` (`<=`, `>`, `>=`; a guard like `if (i < n)`), where `a` is monotone in the
+        thread indices and `u` is the same for the whole block.  Returns (the index of `a`,
+        an i1 computed before the thread loop that holds when no clamp of the segment
+        changes anything and every guard has its expected outcome (guard_expectation), for
+        every thread of the block; that outcome); the caller then selects `a` (a clamp) or
+        the outcome (a guard) under the flag.  Monotone, `a` takes its
+        extremes at the block's first and last thread, so evaluating the op there decides;
+        each check also requires the two values in the order the structure says (an index
+        that wraps around fails it).  One flag for the segment: LLVM unswitches the thread
+        loop once into a copy without clamps and guards (a stencil's interior blocks:
+        contiguous loads instead of gathers, no masks), not once per op.  None when `op` is
+        neither."""
         if self.speculating:
             return None
         if self.idle_flag is None:
             self.idle_flag = self._idle_clamps_flag()
-        side = self.idle_sides.get(op)
-        return None if side is None else (side, self.idle_flag)
+        found = self.idle_sides.get(op)
+        if found is None:
+            return None
+        side, direction = found
+        return side, self.idle_flag, self.guard_expectation(op, side, direction)
+
+    _GUARDS = ("lt", "le", "gt", "ge", "lo", "ls", "hi", "hs")
 
     def _idle_clamps_flag(self) -> ir.Value:
         kc = self.kc
@@ -1721,23 +1730,44 @@ class SegmentEmitter:
         if kc.block_dims is None:
             return flag
         for op in kc.ops_from(*kc.resume_point(self.resume)):
-            if op.name not in ("ptx.min", "ptx.max") or op.results[0].type not in ("i32", "i64"):
+            mods = op.attributes.get("mods", [])
+            if op.name in ("ptx.min", "ptx.max"):
+                if op.results[0].type not in ("i32", "i64"):
+                    continue
+            elif op.name != "ptx.setp" or len(op.operands) != 2 or \
+                    not any(m in self._GUARDS for m in mods) or \
+                    op.operands[0].type not in ("i32", "i64"):
                 continue
             for side in (0, 1):
                 a, u = op.operands[side], op.operands[1 - side]
                 direction = _tid_direction(a, 12)
+                # (an index of the block's own threads alone, `tid < k`, spans the same
+                # values in every block: never idle, and one such op would keep the whole
+                # segment in its slow copy; thread_ranges handles those)
                 if direction in (1, -1) and self._entry_computable(u) and \
-                        _pure_over(a, set(), self._CLAMP_SPECIALS, 12):
-                    self.idle_sides[op] = side
-                    flag = self.entry_builder.and_(flag, self._idle_clamp_flag(op, a, u, direction))
+                        _pure_over(a, set(), self._CLAMP_SPECIALS, 12) and \
+                        _uses_special(a, "%ctaid", 12):
+                    self.idle_sides[op] = (side, direction)
+                    flag = self.entry_builder.and_(flag, self._idle_flag(op, side, direction))
                     break
         return flag
 
     _CLAMP_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
 
-    def _idle_clamp_flag(self, op: Operation, a: Value, u: Value, direction: int) -> ir.Value:
+    def guard_expectation(self, op: Operation, side: int, direction: int) -> bool:
+        """The value a guard `a < u` (and the like) has in a block that lies wholly inside
+        the bound: true for `i < n`, false for `i >= n` (the form nvcc branches on)."""
+        below = any(m in ("lt", "le", "lo", "ls") for m in op.attributes.get("mods", []))
+        a_below_u = below if side == 0 else not below     # what a true result says about a
+        # a growing index is expected below its bound, a shrinking one above it
+        return a_below_u == (direction == 1)
+
+    def _idle_flag(self, op: Operation, side: int, direction: int) -> ir.Value:
+        """Whether clamp or guard `op` is idle for the whole block (see idle_clamp)."""
+        from cpuify.codegen.ptx_ops import compare
         dims = self.kc.block_dims
         assert dims is not None
+        a, u = op.operands[side], op.operands[1 - side]
         saved = (self.builder, self.vals, getattr(self, "tid", None),
                  getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
         b = self.entry_builder
@@ -1750,21 +1780,28 @@ class SegmentEmitter:
                 self.tid = [I32(c) for c in corner]
                 lin = corner[0] + dims[0] * (corner[1] + dims[1] * corner[2])
                 self.linear_tid, self.linear_tid64 = I32(lin), I64(lin)
-                self.rematerialize(a) if isinstance(a, OpResult) else None
+                if isinstance(a, OpResult):
+                    self.rematerialize(a)
                 ends.append(self.get(a))
-            self.vals = {}
             bound = self._in_entry(u) if isinstance(u, OpResult) else self.get(u)
             self.builder = b
+            t = next((m for m in op.attributes.get("mods", [])
+                      if m[:1] in "sub" and m[1:].isdigit()), "b32")
+            cmp = b.icmp_signed if t.startswith("s") else b.icmp_unsigned
+            lo, hi = ends if direction == 1 else ends[::-1]
+            flag = cmp("<=", lo, hi)
+            for end in (lo, hi):
+                if op.name == "ptx.setp":
+                    held = compare(self, op, *((end, bound) if side == 0 else (bound, end)), t)
+                    if not self.guard_expectation(op, side, direction):
+                        held = b.not_(held)
+                else:
+                    held = cmp("<=" if op.name == "ptx.min" else ">=", end, bound)
+                flag = b.and_(flag, held)
+            return flag
         finally:
             self.speculating = False
             self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64 = saved
-        t = next((m for m in op.attributes.get("mods", []) if m[:1] in "sub" and m[1:].isdigit()), "b32")
-        cmp = b.icmp_signed if t.startswith("s") else b.icmp_unsigned
-        lo, hi = ends if direction == 1 else ends[::-1]
-        ordered = cmp("<=", lo, hi)
-        if op.name == "ptx.min":
-            return b.and_(ordered, cmp("<=", hi, bound))
-        return b.and_(ordered, cmp(">=", lo, bound))
 
     def _entry_computable(self, v: Value) -> bool:
         """Whether v is pure arithmetic on constants, parameters and block indices (the
@@ -2321,6 +2358,15 @@ def _tid_direction(v: Value, depth: int) -> int | None:
             return None
         prod = 0 if k == 0 else var if k > 0 else -var
     return prod if op.name == "ptx.mul" else combine(prod, ds[2])
+
+
+def _uses_special(v: Value, prefix: str, depth: int) -> bool:
+    """Whether v is computed from a special register whose name starts with `prefix`."""
+    if not isinstance(v, OpResult) or depth < 0:
+        return False
+    if v.op.name == "upir.special":
+        return str(v.op.attributes.get("reg", "")).startswith(prefix)
+    return any(_uses_special(o, prefix, depth - 1) for o in v.op.operands)
 
 
 def _signed_const(v: Value) -> int | None:
