@@ -12,7 +12,7 @@ from cpuify.codegen.llvm_gen import _block_body
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.lifting import lift_kernel
-from cpuify.transforms.ifconvert import if_convert_swaps
+from cpuify.transforms.ifconvert import if_convert_swaps, select_if_phis
 
 SRC = r'''
 #define TILE 256
@@ -61,6 +61,20 @@ extern "C" __global__ void store_between(int *d, int *flag) {
     int a = d[2 * threadIdx.x], b = d[2 * threadIdx.x + 1];
     flag[threadIdx.x] = 1;                        // may alias d: the values read may be stale
     if (a > b) { d[2 * threadIdx.x] = b; d[2 * threadIdx.x + 1] = a; }
+}
+// a flag set in an `if` and read after a barrier (pathfinder's `computed`)
+extern "C" __global__ void flag_after_barrier(const int *x, int *out, int lo, int hi) {
+    __shared__ int s[128];
+    int t = threadIdx.x;
+    bool done = false;
+    int v = 7;
+    if (t >= lo && t <= hi) {
+        s[t] = x[blockIdx.x * 128 + t] * 2;
+        done = true;
+        v = x[blockIdx.x * 128 + t];
+    }
+    __syncthreads();
+    out[blockIdx.x * 128 + t] = done ? s[t] + v : -1;
 }
 extern "C" __global__ void swap_and_count(int *d, int *count) {
     int a = d[2 * threadIdx.x], b = d[2 * threadIdx.x + 1];
@@ -127,3 +141,23 @@ def test_global_network_sorts(mod):
             j >>= 1
         k <<= 1
     np.testing.assert_array_equal(d, np.sort(keys))
+
+
+def test_flag_phis_become_selects(module):
+    entry = next(f for f in module.functions.values() if f.name == "flag_after_barrier")
+    region = _block_body(lift_kernel(module, entry).op)
+    # `done` (constants on both ways); `v` comes from a load inside the `if`: left alone
+    assert select_if_phis(region) == 1
+
+
+def test_flag_after_barrier(mod):
+    x = np.arange(256, dtype=np.int32) - 100
+    out = np.zeros_like(x)
+    f = mod.get_function("flag_after_barrier")
+    t = np.arange(256) % 128
+    for lo, hi in ((10, 90), (0, 127), (50, 20)):
+        for _ in range(2):
+            out[:] = 0
+            f((2,), (128,), (x, out, np.int32(lo), np.int32(hi)))
+            inside = (t >= lo) & (t <= hi)
+            np.testing.assert_array_equal(out, np.where(inside, 3 * x, -1))

@@ -132,6 +132,9 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         if kc.swaps_converted:
             print(f"  {kc.swaps_converted} conditional swap(s) made branch-free "
                   "(compare-exchange: stores of selects)")
+        if kc.flag_phis:
+            print(f"  {kc.flag_phis} value(s) merged after an if turned into selects "
+                  "(recomputable across barriers)")
         if kc.lockstep:
             print("  grid-stride loop interchanged with the thread loop (soft barrier)")
         if kc.uniform_loops:

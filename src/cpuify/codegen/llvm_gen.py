@@ -280,11 +280,12 @@ class KernelCodegen:
         self.name = kernel.name
         self.block_dims = block_dims
         self.region = _block_body(kernel.op)
-        from cpuify.transforms.ifconvert import if_convert_swaps
+        from cpuify.transforms.ifconvert import if_convert_swaps, select_if_phis
         from cpuify.transforms.interchange import (
             interchange_thread_strided_loops, interchange_uniform_loops,
         )
         self.swaps_converted = if_convert_swaps(self.region)
+        self.flag_phis = select_if_phis(self.region)
         # iteration counters of interchanged loops: the same in all threads that run together
         self.lockstep = set(interchange_thread_strided_loops(self.region))
         self.uniform_loops = interchange_uniform_loops(self.region)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.ir.core import Block, Operation, OpResult, Region, Value, predecessors
+from cpuify.ir.core import Block, Operation, OpResult, Region, Value, dominators, predecessors
 from cpuify.ir.dialects import info
 from cpuify.ir.modifiers import mods, ty
 
@@ -131,3 +131,85 @@ def _convert(block: Block, then: Block, join: Block, stores: list[tuple[Operatio
     then.ops[-1].drop_uses()
     then.ops.clear()
     then.parent.blocks.remove(then)
+
+
+# --- flags set in an `if`: phis of an if-then that become selects -----------------------------
+
+def select_if_phis(region: Region) -> int:
+    """Replace a block argument that an if-then merges (`computed = false; if (c) { ...;
+    computed = true; }`) by a select on the branch condition, computed before the branch,
+    when both incoming values are available there (constants, or values the branch's block
+    sees).  A phi is a value the barrier planner cannot recompute, so such a flag was kept
+    per thread across the barriers after it (stored, and loaded again); a select of
+    constants on a condition of thread indices and uniform values is recomputed like any
+    pure arithmetic (pathfinder's `computed`).  Returns the number of arguments replaced."""
+    replaced = 0
+    preds = predecessors(region)
+    idom = dominators(region)
+    for join in list(region.blocks):
+        if len(join.args) == 0 or len(preds.get(join, [])) != 2:
+            continue
+        for branch, then in (preds[join], preds[join][::-1]):
+            term = branch.terminator
+            if term is None or term.name != "cf.cond_br" or then is branch or \
+                    preds.get(then) != [branch] or then.terminator is None or \
+                    then.terminator.name != "cf.br" or then.terminator.successors != [join]:
+                continue
+            if sorted(map(id, term.successors)) != sorted(map(id, (join, then))):
+                continue
+            k_join = term.successors.index(join)
+            for arg in list(join.args):
+                direct = term.successor_args[k_join][arg.index]
+                via = then.terminator.successor_args[0][arg.index]
+                value = _available(via, branch, then, idom)
+                if value is None or _available(direct, branch, then, idom) is None:
+                    continue
+                # the condition sends threads to `join` directly when true if join is the
+                # first successor
+                pick = [direct, value] if k_join == 0 else [value, direct]
+                sel = Operation("ptx.selp", [*pick, term.operands[0]], [arg.type],
+                                {"mods": [f"b{int(arg.type[1:])}" if arg.type != "i1" else "pred"],
+                                 "line": term.attr("line", 0)})
+                sel.parent = branch
+                branch.ops.insert(len(branch.ops) - 1, sel)
+                _replace_arg(join, arg, sel.results[0], [(term, k_join), (then.terminator, 0)])
+                replaced += 1
+            break
+    return replaced
+
+
+def _available(v: Value, branch: Block, then: Block, idom) -> Value | None:  # type: ignore[no-untyped-def]
+    """v itself when the branch's block sees it, a fresh constant for a constant made (or
+    moved) in `then`, else None."""
+    from cpuify.ir.core import BlockArgument, dominates
+    src = v
+    while isinstance(src, OpResult) and src.op.name == "ptx.mov" and len(src.op.operands) == 1 \
+            and src.op.parent is then:
+        src = src.op.operands[0]
+    owner = src.block if isinstance(src, BlockArgument) else src.op.parent
+    if owner is None:
+        return None
+    if owner is not then and dominates(idom, owner, branch):
+        return src
+    if isinstance(src, OpResult) and src.op.name == "upir.const":
+        c = Operation("upir.const", [], [src.type], dict(src.op.attributes))
+        c.parent = branch
+        branch.ops.insert(len(branch.ops) - 1, c)
+        return c.results[0]
+    return None
+
+
+def _replace_arg(block: Block, arg: Value, new: Value,
+                 edges: list[tuple[Operation, int]]) -> None:
+    for user in list(arg.uses):
+        user.operands = [new if v is arg else v for v in user.operands]
+        user.successor_args = [[new if v is arg else v for v in a] for a in user.successor_args]
+        new.uses.append(user)
+    arg.uses.clear()
+    index = block.args.index(arg)
+    for term, k in edges:
+        removed = term.successor_args[k].pop(index)
+        removed.uses.remove(term)
+    block.args.pop(index)
+    for i, a in enumerate(block.args):
+        a.index = i
