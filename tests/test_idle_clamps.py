@@ -1,7 +1,7 @@
-"""Clamped indices (`min(x, n - 1)`, `max(x - 1, 0)`) and guards (`if (i < n)`) in code
-specialized for a block shape: where no clamp of a segment changes anything and every guard
-has the same outcome for all threads of the block, the segment runs a copy of its thread
-loop without them (SegmentEmitter.idle_clamp), where the loads are contiguous and unmasked.  Checked against NumPy with sizes that are not multiples of the block, so that
+"""Clamped indices (`min(x, n - 1)`, `max(x - 1, 0)`) in code specialized for a block shape:
+where no clamp of a segment changes anything for any thread of the block, the segment runs
+a copy of its thread loop without them (SegmentEmitter.idle_clamp), where the loads are
+contiguous.  Guards next to clamps must keep working.  Checked against NumPy with sizes that are not multiples of the block, so that
 edge blocks take the clamping copy and interior blocks the other; each kernel runs twice
 (generic code, then the specialized code)."""
 

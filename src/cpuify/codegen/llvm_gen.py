@@ -307,6 +307,7 @@ class KernelCodegen:
         self.deferred = {r: d for r in range(len(self.syncs) + 1)
                          if (d := self.deferred_regions(r))}
         self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
+        self.unsigned_indices = self.unsigned_index_segments()
         self.static_shuffles = self.plan_static_shuffles()
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
@@ -646,6 +647,19 @@ class KernelCodegen:
         second: n 8-byte values and two guard zones, 64-byte aligned."""
         size = b.add(b.mul(n64, I64(8)), I64(2 * XVAL_GUARD))
         return b.and_(b.add(size, I64(63)), I64(~63 & (2**64 - 1)))
+
+    def unsigned_index_segments(self) -> set[int]:
+        """Segments that widen an unsigned 32-bit value computed from the thread index
+        (`mul.wide.u32 %rd, %r_i, 4`: an address from an `unsigned int i`)."""
+        out = set()
+        for r in range(len(self.syncs) + 1):
+            for op in self.ops_from(*self.resume_point(r)):
+                m = op.attributes.get("mods", [])
+                if op.name in ("ptx.mul", "ptx.cvt") and ("wide" in m or op.name == "ptx.cvt") \
+                        and "u32" in m and any(_uses_special(o, "%tid", 12) for o in op.operands):
+                    out.add(r)
+                    break
+        return out
 
     def resume_point(self, resume: int) -> tuple[Block, int]:
         """(block, op index) where the segment from `resume` starts."""
@@ -1250,7 +1264,7 @@ class SegmentEmitter:
         self.masked_loop = False
         # block-wide idle clamps (idle_clamp): min/max op -> its thread-dependent operand,
         # and the flag that all of them are idle
-        self.idle_sides: dict[Operation, tuple[int, int]] = {}
+        self.idle_sides: dict[Operation, int] = {}
         self.idle_flag: ir.Value | None = None
 
     # ---- helpers
@@ -1452,10 +1466,13 @@ class SegmentEmitter:
             # The x loop counts in 64 bits, tx is its truncation (nuw nsw: < 1024).  With a
             # 32-bit counter, LLVM widens it to 64 bits for the addresses and every compare
             # on the thread index with it: AVX-512 masks built from two 8-lane 64-bit
-            # compares each (pathfinder's phase 2.7 -> 2.3 ms, k-means -9%).  Not for rows
-            # aligned to cache lines, lane groups or interchanged grid-stride loops, which
-            # measured slower with it.
-            wide = k == 2 and aligning is None and not grouped and not self.kc.lockstep
+            # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows aligned to
+            # cache lines, lane groups, interchanged grid-stride loops, or segments that
+            # index memory with unsigned 32-bit arithmetic on the thread index
+            # (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
+            # address, which then is no longer affine), which all measured slower with it.
+            wide = k == 2 and aligning is None and not grouped and not self.kc.lockstep and \
+                self.resume not in self.kc.unsigned_indices
             ity = I64 if wide else I32
             phi = b.phi(ity, name=names[k] if shift is None else "row")
             phi.add_incoming(ir.Constant(ity, starts[k] if shift is None else 0), start if k == 0 else bodies[k - 1])
@@ -1714,32 +1731,27 @@ class SegmentEmitter:
     #: special registers with the same value in every thread of a block
     _ENTRY_SPECIALS = ("%ctaid", "%nctaid", "%ntid")
 
-    def idle_clamp(self, op: Operation) -> tuple[int, ir.Value, bool] | None:
-        """Block-wide idle clamps and guards, in code specialized for a block shape: an
-        integer `min(a, u)` / `max(a, u)` (a clamp like `min(x, nx - 1)`) or a compare
-        `a < u` (`<=`, `>`, `>=`; a guard like `if (i < n)`), where `a` is monotone in the
-        thread indices and `u` is the same for the whole block.  Returns (the index of `a`,
-        an i1 computed before the thread loop that holds when no clamp of the segment
-        changes anything and every guard has its expected outcome (guard_expectation), for
-        every thread of the block; that outcome); the caller then selects `a` (a clamp) or
-        the outcome (a guard) under the flag.  Monotone, `a` takes its
-        extremes at the block's first and last thread, so evaluating the op there decides;
-        each check also requires the two values in the order the structure says (an index
-        that wraps around fails it).  One flag for the segment: LLVM unswitches the thread
-        loop once into a copy without clamps and guards (a stencil's interior blocks:
-        contiguous loads instead of gathers, no masks), not once per op.  None when `op` is
-        neither."""
+    def idle_clamp(self, op: Operation) -> tuple[int, ir.Value] | None:
+        """Block-wide idle clamps, in code specialized for a block shape: for an integer
+        `min(a, u)` / `max(a, u)` (a clamp like `min(x, nx - 1)`) where `a` is monotone in
+        the thread indices and built from the block index, and `u` is the same for the
+        whole block: (the index of `a`, an i1 computed before the thread loop that holds
+        when no clamp of the segment changes anything for any thread of the block); the
+        caller then selects `a` under the flag.  Monotone, `a` takes its extremes at the
+        block's first and last thread, so evaluating it there decides; each check also
+        requires the two values in the order the structure says (an index that wraps
+        around fails it).  One flag for the segment: LLVM unswitches the thread loop once
+        into a copy without the clamps (a stencil's interior blocks: contiguous loads
+        instead of gathers), not once per clamp.  None when `op` is no such clamp.
+
+        (Guards like `if (i < n)` were tried the same way: they cost reduction 15%, as the
+        compares at the corners let LLVM rewrite the loop's index arithmetic.)"""
         if self.speculating:
             return None
         if self.idle_flag is None:
             self.idle_flag = self._idle_clamps_flag()
-        found = self.idle_sides.get(op)
-        if found is None:
-            return None
-        side, direction = found
-        return side, self.idle_flag, self.guard_expectation(op, side, direction)
-
-    _GUARDS = ("lt", "le", "gt", "ge", "lo", "ls", "hi", "hs")
+        side = self.idle_sides.get(op)
+        return None if side is None else (side, self.idle_flag)
 
     def _idle_clamps_flag(self) -> ir.Value:
         kc = self.kc
@@ -1747,41 +1759,26 @@ class SegmentEmitter:
         if kc.block_dims is None:
             return flag
         for op in kc.ops_from(*kc.resume_point(self.resume)):
-            mods = op.attributes.get("mods", [])
-            if op.name in ("ptx.min", "ptx.max"):
-                if op.results[0].type not in ("i32", "i64"):
-                    continue
-            elif op.name != "ptx.setp" or len(op.operands) != 2 or \
-                    not any(m in self._GUARDS for m in mods) or \
-                    op.operands[0].type not in ("i32", "i64"):
+            if op.name not in ("ptx.min", "ptx.max") or op.results[0].type not in ("i32", "i64"):
                 continue
             for side in (0, 1):
                 a, u = op.operands[side], op.operands[1 - side]
                 direction = _tid_direction(a, 12)
-                # (an index of the block's own threads alone, `tid < k`, spans the same
-                # values in every block: never idle, and one such op would keep the whole
-                # segment in its slow copy; thread_ranges handles those)
+                # (a clamp of the block's own thread indices alone, `max(tx - 1, 0)`, acts
+                # in every block: never idle, and one such clamp would keep the whole
+                # segment in its slow copy)
                 if direction in (1, -1) and self._entry_computable(u) and \
                         _pure_over(a, set(), self._CLAMP_SPECIALS, 12) and \
                         _uses_special(a, "%ctaid", 12):
-                    self.idle_sides[op] = (side, direction)
+                    self.idle_sides[op] = side
                     flag = self.entry_builder.and_(flag, self._idle_flag(op, side, direction))
                     break
         return flag
 
     _CLAMP_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
 
-    def guard_expectation(self, op: Operation, side: int, direction: int) -> bool:
-        """The value a guard `a < u` (and the like) has in a block that lies wholly inside
-        the bound: true for `i < n`, false for `i >= n` (the form nvcc branches on)."""
-        below = any(m in ("lt", "le", "lo", "ls") for m in op.attributes.get("mods", []))
-        a_below_u = below if side == 0 else not below     # what a true result says about a
-        # a growing index is expected below its bound, a shrinking one above it
-        return a_below_u == (direction == 1)
-
     def _idle_flag(self, op: Operation, side: int, direction: int) -> ir.Value:
-        """Whether clamp or guard `op` is idle for the whole block (see idle_clamp)."""
-        from cpuify.codegen.ptx_ops import compare
+        """Whether clamp `op` changes nothing for any thread of the block (idle_clamp)."""
         dims = self.kc.block_dims
         assert dims is not None
         a, u = op.operands[side], op.operands[1 - side]
@@ -1808,13 +1805,7 @@ class SegmentEmitter:
             lo, hi = ends if direction == 1 else ends[::-1]
             flag = cmp("<=", lo, hi)
             for end in (lo, hi):
-                if op.name == "ptx.setp":
-                    held = compare(self, op, *((end, bound) if side == 0 else (bound, end)), t)
-                    if not self.guard_expectation(op, side, direction):
-                        held = b.not_(held)
-                else:
-                    held = cmp("<=" if op.name == "ptx.min" else ">=", end, bound)
-                flag = b.and_(flag, held)
+                flag = b.and_(flag, cmp("<=" if op.name == "ptx.min" else ">=", end, bound))
             return flag
         finally:
             self.speculating = False

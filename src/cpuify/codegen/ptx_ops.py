@@ -503,7 +503,7 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
         # a clamp that selects the thread-dependent side for every thread of the block:
         # LLVM unswitches the thread loop on this uniform flag, and in the copy where it
         # holds, the clamped index is affine again (a contiguous load, not a gather)
-        side, flag, _ = idle
+        side, flag = idle
         r = e.b.select(flag, a if side == 0 else c, r)
     e.result(op, r, t)
 
@@ -796,11 +796,6 @@ def _setp(e: SegmentEmitter, op: Operation) -> None:
     t = ts[-1]
     a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
     p = compare(e, op, a, c, t)
-    idle = e.idle_clamp(op) if op.name == "ptx.setp" else None
-    if idle is not None:
-        # a guard like `i < n` with the same outcome for every thread of the block (see
-        # idle_clamp): that outcome, a constant in the copy of the loop where it holds
-        p = b.select(idle[1], ir.Constant(I1, int(idle[2])), p)
     q = b.not_(p)
     boolop = next((m for m in mods(op) if m in ("and", "or", "xor")), None)
     if boolop is not None:
