@@ -1466,13 +1466,15 @@ class SegmentEmitter:
             # The x loop counts in 64 bits, tx is its truncation (nuw nsw: < 1024).  With a
             # 32-bit counter, LLVM widens it to 64 bits for the addresses and every compare
             # on the thread index with it: AVX-512 masks built from two 8-lane 64-bit
-            # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows aligned to
+            # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows of fewer than
+            # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), rows aligned to
             # cache lines, lane groups, interchanged grid-stride loops, or segments that
             # index memory with unsigned 32-bit arithmetic on the thread index
             # (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
             # address, which then is no longer affine), which all measured slower with it.
             wide = k == 2 and aligning is None and not grouped and not self.kc.lockstep and \
-                self.resume not in self.kc.unsigned_indices
+                self.resume not in self.kc.unsigned_indices and \
+                (self.kc.block_dims is None or self.kc.block_dims[0] >= 32)
             ity = I64 if wide else I32
             phi = b.phi(ity, name=names[k] if shift is None else "row")
             phi.add_incoming(ir.Constant(ity, starts[k] if shift is None else 0), start if k == 0 else bodies[k - 1])
