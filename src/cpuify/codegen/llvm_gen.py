@@ -1152,21 +1152,9 @@ class KernelCodegen:
             def lane_body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value], mode: str = mode,
                           consts: list[int | None] = consts) -> list[ir.Value]:
                 cb, cc, cm = consts
-                lane = b.trunc(b.and_(t, I64(31)), I32)
-                base = b.and_(t, I64(~31 & (2**64 - 1)))
                 bval = I32(cb & 31) if cb is not None else b.and_(b.load(b.gep(xb, [t])), I32(31))
                 cword = I32(cc & 0xFFFFFFFF) if cc is not None else b.load(b.gep(xc, [t]))
-                cval = b.and_(cword, I32(31))
-                segmask = b.and_(b.lshr(cword, I32(8)), I32(31))
-                notseg = b.xor(segmask, I32(-1))
-                maxlane = b.or_(b.and_(lane, segmask), b.and_(cval, notseg))
-                if mode == "up":
-                    j = b.sub(lane, bval)
-                    pred = b.icmp_signed(">=", j, maxlane)
-                else:
-                    j = (b.add(lane, bval) if mode == "down" else b.xor(lane, bval) if mode == "bfly"
-                         else b.or_(b.and_(lane, segmask), b.and_(bval, notseg)))
-                    pred = b.icmp_signed("<=", j, maxlane)
+                base, j, pred = _shuffle_source(b, t, mode, bval, cword)
                 # the source lane must exist (a partial last warp) and not have exited; the
                 # loads are conditional on that (masked), so the index needs no clamping
                 src = b.add(base, b.sext(j, I64))
@@ -2176,20 +2164,8 @@ class SegmentEmitter:
             # (another thread's values computed outside the thread loop, alignment_offset:
             # no branches here; the shuffle's result is not what they are after)
             return b.load(b.gep(xval, [t])), I32(0)
-        lane = b.trunc(b.and_(t, I64(31)), I32)
-        base = b.and_(t, I64(~31 & (2**64 - 1)))
-        bval = I32(lane_operand & 31)
-        cval = I32(clamp_word & 31)
-        segmask = I32((clamp_word >> 8) & 31)
-        notseg = I32(~((clamp_word >> 8) & 31) & 0xFFFFFFFF)
-        maxlane = b.or_(b.and_(lane, segmask), b.and_(cval, notseg))
-        if mode == "up":
-            j = b.sub(lane, bval)
-            pred = b.icmp_signed(">=", j, maxlane)
-        else:
-            j = (b.add(lane, bval) if mode == "down" else b.xor(lane, bval) if mode == "bfly"
-                 else b.or_(b.and_(lane, segmask), b.and_(bval, notseg)))
-            pred = b.icmp_signed("<=", j, maxlane)
+        base, j, pred = _shuffle_source(b, t, mode, I32(lane_operand & 31),
+                                        I32(clamp_word & 0xFFFFFFFF))
         # the source thread's index (when `inside`), written so that LLVM sees it affine in
         # t for up and down: a contiguous (masked) load
         src = (b.add(t, I64(lane_operand & 31)) if mode == "down" else
@@ -2285,6 +2261,26 @@ class SegmentEmitter:
 #: shuffle up or down reads the value `t -+ k` (k < 32) of every thread unconditionally
 #: (SegmentEmitter.read_static_shuffle), and selects its own where that is no lane of its warp.
 XVAL_GUARD = 256
+
+
+def _shuffle_source(b: ir.IRBuilder, t: ir.Value, mode: str, bval: ir.Value, cword: ir.Value
+                    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(first thread of the warp, source lane, whether it is within the segment) of shfl.sync
+    `mode` for thread t (i64) with lane operand `bval` (< 32) and clamp word `cword` (PTX
+    `c`: clamp value in bits 0-4, segment mask in bits 8-12), as the runtime's warp_exchange
+    computes them."""
+    lane = b.trunc(b.and_(t, I64(31)), I32)
+    base = b.and_(t, I64(~31 & (2**64 - 1)))
+    cval = b.and_(cword, I32(31))
+    segmask = b.and_(b.lshr(cword, I32(8)), I32(31))
+    notseg = b.xor(segmask, I32(-1))
+    maxlane = b.or_(b.and_(lane, segmask), b.and_(cval, notseg))
+    if mode == "up":
+        j = b.sub(lane, bval)
+        return base, j, b.icmp_signed(">=", j, maxlane)
+    j = (b.add(lane, bval) if mode == "down" else b.xor(lane, bval) if mode == "bfly"
+         else b.or_(b.and_(lane, segmask), b.and_(bval, notseg)))
+    return base, j, b.icmp_signed("<=", j, maxlane)
 
 
 def _thread_box(dims: tuple[int, int, int], dim: int, work: list[int]
