@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # enum cpuify_error
 CPUIFY_OK = 0
