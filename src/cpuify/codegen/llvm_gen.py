@@ -1250,6 +1250,10 @@ class SegmentEmitter:
         self.lane_group: tuple[ir.Value, ir.Value] | None = None
         # the thread loop being emitted runs only the threads waiting at its resume point
         self.masked_loop = False
+        # interchanged loops' iteration counters: the copies restored before the thread loop,
+        # and those some thread may stop with (store_lockstep_counters)
+        self.lockstep_entry: dict[Value, ir.Value] = {}
+        self.lockstep_reached: set[Value] = set()
         # block-wide idle clamps (idle_clamp): min/max op -> its thread-dependent operand,
         # and the flag that all of them are idle
         self.idle_sides: dict[Operation, int] = {}
@@ -1321,6 +1325,7 @@ class SegmentEmitter:
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
         b.position_at_end(exit_bb)
+        self.store_lockstep_counters(b)
         if self.resume in self.kc.only_exit:
             # all threads ran this segment to their exit (their states were not stored)
             b.ret(I32(STATE_EXITED))
@@ -1339,8 +1344,23 @@ class SegmentEmitter:
         else:
             b.ret(I32(STATE_UNKNOWN))
         b.position_at_end(exit_some_bb)
+        self.store_lockstep_counters(b)
         self.gather_uniform_slots(b, self.uniform_stops)
         b.ret(I32(STATE_UNKNOWN))
+
+    def store_lockstep_counters(self, b: ir.IRBuilder) -> None:
+        """The next value of each interchanged loop's iteration counter that a thread of
+        this segment may have stopped with at the loop's header, written once to the copy
+        the next segment reads: the counter restored at the segment's start plus one (the
+        segment from the header runs one iteration), or 0 in a segment that reaches the
+        header from outside the loop (every thread that comes back to the header has done
+        the same iterations; one that leaves the loop never comes back, so writing it when
+        none stopped there is harmless).  Written per thread, it was one more store in
+        every iteration of the thread loop."""
+        for v in sorted(self.lockstep_reached, key=lambda x: self.kc.value_order.get(x, 0)):
+            restored = self.lockstep_entry.get(v)
+            nxt = I32(0) if restored is None else b.add(self.coerce_bits(restored, I32), I32(1))
+            b.store(nxt, b.bitcast(self.slot_address(v, b), I32.as_pointer()))
 
     def gather_uniform_slots(self, b: ir.IRBuilder, stops: dict[int, dict[Value, None]],
                              common: ir.Value | None = None) -> None:
@@ -2079,6 +2099,11 @@ class SegmentEmitter:
                     lv = b.bitcast(lv, ir.IntType(_width(lv.type)))
                 b.store(self.int_resize(lv, I64, False), b.gep(self.static_buffer(static[3]), [tid]))
         for v in sp.live:
+            if v in self.kc.lockstep and not self.speculating:
+                # an interchanged loop's iteration counter: stored once, after the thread
+                # loop (store_lockstep_counters), not by every thread
+                self.lockstep_reached.add(v)
+                continue
             value = self.coerce_bits(self.get(v), IR_LLVM[v.type])
             if v in self.kc.uniform:
                 # the same value in every thread that stops here: each stores it to its own
@@ -2113,6 +2138,8 @@ class SegmentEmitter:
                 # read once before the thread loop: threads of this segment may already
                 # write the next value of the same slot
                 lv = self.entry_builder.load(self.slot_address(v, self.entry_builder))
+                if v in self.kc.lockstep:
+                    self.lockstep_entry[v] = lv
             else:
                 lv = b.load(self.slot_address(v))
             self.define(v, lv)
