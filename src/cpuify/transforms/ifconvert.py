@@ -1,4 +1,7 @@
-"""If-conversion of conditional swaps: the compare-exchange of sorting networks.
+"""If-conversions before the barrier planner: conditional swaps (if_convert_swaps, below)
+and flags set in an `if` (select_if_phis, at the end).
+
+Conditional swaps: the compare-exchange of sorting networks.
 
     a = s[p]; b = s[q];
     if ((a > b) == ascending) { s[p] = b; s[q] = a; }
