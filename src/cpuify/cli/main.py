@@ -184,7 +184,9 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
         notes.append(f"the if at PTX line {region.branch.attributes.get('line')} runs after "
                      f"the thread loop, for the threads with {_ranges_text(region.ranges, kc.block_dims)}")
     if r in kc.lane_groups:
-        notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m)")
+        notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m"
+                     + ("; a partner closer than a group: lanes unrolled for the SLP vectorizer)"
+                        if kc.unrolled_lanes(r) else ")"))
     store = kc.aligning_store(r)
     if store is not None:
         notes.append(f"rows aligned to the cache lines of the store at PTX line "

@@ -157,7 +157,8 @@ class ModuleCodegen:
             self._access_group = m.add_metadata([ir.MetaDataString(m, self._ACCESS_GROUP)])
         return self._access_group
 
-    def parallel_loop_id(self, *, keep_loop: bool = False) -> ir.Value:
+    def parallel_loop_id(self, *, keep_loop: bool = False, unroll_full: bool = False,
+                         no_vectorize: bool = False) -> ir.Value:
         """A new `llvm.loop` id for one thread loop.  `keep_loop`: forbid unrolling it.  A
         short thread loop inside a loop over rows (16 threads of a 16x16 block) must stay a
         loop for the vectorizer: fully unrolled first, the loop around it would be
@@ -168,6 +169,11 @@ class ModuleCodegen:
                                  self.access_group])]
         if keep_loop:
             props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")]))
+        if unroll_full:
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.full")]))
+        if no_vectorize:
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                                         ir.Constant(ir.IntType(1), 0)]))
 
         return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
                                *props])
@@ -534,11 +540,31 @@ class KernelCodegen:
                 or resume in self.thread_range or resume in self.deferred or not self.syncs:
             return False
         return any(op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None
-                   for op in self.ops_from(*self.resume_point(resume)) if op not in self.sync_of_op)
+                   for op in self.segment_ops(resume))
+
+    def segment_ops(self, resume: int) -> Iterator[Operation]:
+        """The operations the segment from `resume` runs: those it reaches, and those that
+        recompute at its start the values crossing the sync point (an address computed
+        before a barrier and used after it)."""
+        yield from (op for op in self.ops_from(*self.resume_point(resume))
+                    if op not in self.sync_of_op)
+        if not resume:
+            return
+        sp = self.syncs[resume - 1]
+        seen: set[Operation] = set()
+        work = [v for v in [*sp.remat, *sp.derived.values()] if isinstance(v, OpResult)]
+        while work:
+            op = work.pop().op
+            if op in seen:
+                continue
+            seen.add(op)
+            yield op
+            work.extend(o for o in op.operands if isinstance(o, OpResult))
 
     def lane_operands(self, op: Operation) -> Value | None:
-        """For `tid.x & m` / `tid.x ^ m` (32-bit, m block-uniform): m, unless m is a
-        constant whose low bits make the result no affine function of the lane."""
+        """For `tid.x & m` / `tid.x ^ m` (32-bit, m block-uniform or a constant): m.  (A
+        constant whose low bits make the result no affine function of the lane, a partner at
+        distance < LANES, gets its lanes unrolled: unrolled_lanes.)"""
         if len(op.operands) != 2 or op.results[0].type != "i32":
             return None
         a, m = op.operands
@@ -546,11 +572,18 @@ class KernelCodegen:
             a, m = m, a
         if not _is_thread_x(a) or not (m in self.uniform or _const_int(m) is not None):
             return None
-        c = _const_int(m)
-        low = self.LANES - 1
-        if c is not None and (c & low) not in ((0, low) if op.name == "ptx.and" else (0,)):
-            return None
         return m
+
+    def unrolled_lanes(self, resume: int) -> bool:
+        """Whether the segment's lane groups mix the lane into `tid & c` / `tid ^ c` with a
+        constant c whose low bits are neither all ones nor all zeros (a sorting network's
+        partner at distance < LANES): no affine index, so the lanes' loop is unrolled and
+        the SLP vectorizer gets 2 x LANES accesses at constant offsets of the group."""
+        low = self.LANES - 1
+        return any(op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None
+                   and (c := _const_int(self.lane_operands(op))) is not None
+                   and (c & low) not in (0, low)
+                   for op in self.segment_ops(resume))
 
     def _if_join(self, branch: Operation) -> Block | None:
         """Where the two ways of an `if` meet, when neither reaches a sync point or an exit
@@ -1507,7 +1540,9 @@ class SegmentEmitter:
                 # in lane groups, the group loop is a plain parallel loop (the lanes' loop
                 # inside it is the one to vectorize)
                 rows = dims is not None and dims[1] * dims[2] > 1
-                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=rows or grouped))
+                unrolled = grouped and self.kc.unrolled_lanes(self.resume)
+                back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
+                    keep_loop=rows or grouped, no_vectorize=unrolled))
             phi.add_incoming(nxt, latches[k])
         self.lane_group = None
         if grouped:
@@ -1528,7 +1563,9 @@ class SegmentEmitter:
             lane_next = b.add(lane, I32(1), flags=["nuw"])
             lane.add_incoming(lane_next, l_latch)
             back = b.branch(l_head)
-            back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=True))
+            unrolled = self.kc.unrolled_lanes(self.resume)
+            back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
+                keep_loop=not unrolled, unroll_full=unrolled, no_vectorize=unrolled))
             b.position_at_end(l_body)
             phis[2] = b.add(group, lane, name="tx", flags=["nuw", "nsw"])
             bodies[2] = l_body
@@ -1653,6 +1690,13 @@ class SegmentEmitter:
             return None
         b = self.b
         group, lane = self.lane_group
+        c = _const_int(m)
+        lowc = self.kc.LANES - 1
+        if c is not None and (c & lowc) not in (0, lowc):
+            # the group's part and the lane's part of the bits are disjoint (lane < LANES)
+            if op.name == "ptx.and":
+                return b.add(b.and_(group, I32(c & ~lowc & 0xFFFFFFFF)), b.and_(lane, I32(c & lowc)))
+            return b.add(b.xor(group, I32(c & ~lowc & 0xFFFFFFFF)), b.xor(lane, I32(c & lowc)))
         mv = self.operand(m, "b32")
         t = self.tid[0]
         low = I32(self.kc.LANES - 1)
