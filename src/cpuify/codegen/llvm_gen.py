@@ -539,8 +539,16 @@ class KernelCodegen:
         if dims is None or dims[1] * dims[2] != 1 or dims[0] % self.LANES or dims[0] < 2 * self.LANES \
                 or resume in self.thread_range or resume in self.deferred or not self.syncs:
             return False
-        return any(op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None
-                   for op in self.segment_ops(resume))
+        if not any(op.name in ("ptx.and", "ptx.xor") and self.lane_operands(op) is not None
+                   for op in self.segment_ops(resume)):
+            return False
+        # a segment whose lanes would be unrolled (unrolled_lanes) only when it is small: a
+        # sorting network's compare-exchange, not a long computation that uses `tid & 3`
+        return not self.unrolled_lanes(resume) or \
+            sum(1 for _ in self.segment_ops(resume)) <= self.MAX_UNROLLED_OPS
+
+    #: Operations of a segment at most, for its lanes' loop to be unrolled (LANES copies).
+    MAX_UNROLLED_OPS = 96
 
     def segment_ops(self, resume: int) -> Iterator[Operation]:
         """The operations the segment from `resume` runs: those it reaches, and those that
