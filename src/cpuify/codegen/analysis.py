@@ -354,6 +354,16 @@ _UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dy
                      "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")
 
 
+def uses_special(v: Value, prefix: str, depth: int) -> bool:
+    """Whether v is computed (within `depth` operations) from a special register whose name
+    starts with `prefix` (`%nctaid`: a grid-stride step; `%ctaid`: an index of the block)."""
+    if not isinstance(v, OpResult) or depth < 0:
+        return False
+    if v.op.name == "upir.special":
+        return str(v.op.attributes.get("reg", "")).startswith(prefix)
+    return any(uses_special(o, prefix, depth - 1) for o in v.op.operands)
+
+
 def _op_may_be_uniform(op: Operation) -> bool:
     if op.name in ("upir.const", "upir.param", "upir.addressof"):
         return True

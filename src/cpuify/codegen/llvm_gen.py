@@ -31,6 +31,7 @@ from llvmlite import ir
 
 from cpuify.codegen.analysis import (
     SyncPoint, immediate_post_dominators, infer_pointers, memory_space, shared_variables, no_signed_wrap, plan_sync_points, thread_index_condition, uniform_values,
+    uses_special,
 )
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
@@ -697,7 +698,7 @@ class KernelCodegen:
             for op in self.ops_from(*self.resume_point(r)):
                 m = op.attributes.get("mods", [])
                 if op.name in ("ptx.mul", "ptx.cvt") and ("wide" in m or op.name == "ptx.cvt") \
-                        and "u32" in m and any(_uses_special(o, "%tid", 12) for o in op.operands):
+                        and "u32" in m and any(uses_special(o, "%tid", 12) for o in op.operands):
                     out.add(r)
                     break
         return out
@@ -1831,7 +1832,7 @@ class SegmentEmitter:
                 # segment in its slow copy)
                 if direction in (1, -1) and self._entry_computable(u) and \
                         _pure_over(a, set(), self._CLAMP_SPECIALS, 12) and \
-                        _uses_special(a, "%ctaid", 12):
+                        uses_special(a, "%ctaid", 12):
                     self.idle_sides[op] = side
                     flag = self.entry_builder.and_(flag, self._idle_flag(op, side, direction))
                     break
@@ -2443,15 +2444,6 @@ def _tid_direction(v: Value, depth: int) -> int | None:
             return None
         prod = 0 if k == 0 else var if k > 0 else -var
     return prod if op.name == "ptx.mul" else combine(prod, ds[2])
-
-
-def _uses_special(v: Value, prefix: str, depth: int) -> bool:
-    """Whether v is computed from a special register whose name starts with `prefix`."""
-    if not isinstance(v, OpResult) or depth < 0:
-        return False
-    if v.op.name == "upir.special":
-        return str(v.op.attributes.get("reg", "")).startswith(prefix)
-    return any(_uses_special(o, prefix, depth - 1) for o in v.op.operands)
 
 
 def _signed_const(v: Value) -> int | None:

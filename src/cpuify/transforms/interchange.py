@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.codegen.analysis import _incoming, immediate_post_dominators, uniform_values
+from cpuify.codegen.analysis import _incoming, immediate_post_dominators, uniform_values, uses_special
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
 )
@@ -200,14 +200,9 @@ def _steps(header: Block, idom, incoming) -> list[Value]:  # type: ignore[no-unt
             for s in _induction(header, arg, idom, incoming)[1]]
 
 
-def _depends_on_grid(v: Value, depth: int = 8) -> bool:
+def _depends_on_grid(v: Value) -> bool:
     """Whether v is computed from gridDim (%nctaid): a grid-stride loop's step."""
-    if not isinstance(v, OpResult) or depth == 0:
-        return False
-    op = v.op
-    if op.name == "upir.special":
-        return str(op.attributes.get("reg", "")).startswith("%nctaid")
-    return any(_depends_on_grid(o, depth - 1) for o in op.operands)
+    return uses_special(v, "%nctaid", 7)
 
 
 def _first_line(block: Block) -> int | None:
