@@ -179,6 +179,24 @@ def predecessors(region: Region) -> dict[Block, list[Block]]:
     return preds
 
 
+def remove_block_arg(block: Block, arg: BlockArgument, new: Value,
+                     edges: list[tuple[Operation, int]]) -> None:
+    """Replace every use of `arg` by `new` and drop `arg` from `block` and from the
+    successor arguments of `edges` (terminator, successor index): all edges into `block`."""
+    for user in list(arg.uses):
+        user.operands = [new if v is arg else v for v in user.operands]
+        user.successor_args = [[new if v is arg else v for v in a] for a in user.successor_args]
+        new.uses.append(user)
+    arg.uses.clear()
+    index = arg.index
+    for term, k in edges:
+        removed = term.successor_args[k].pop(index)
+        removed.uses.remove(term)
+    block.args.pop(index)
+    for i, a in enumerate(block.args):
+        a.index = i
+
+
 def reverse_postorder(region: Region) -> list[Block]:
     """Blocks reachable from the entry, in reverse post-order (iterative DFS)."""
     seen: set[Block] = set()

@@ -22,7 +22,7 @@ from cpuify.frontend.ptx_ast import (
     Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, Vec, VarDecl,
     type_size,
 )
-from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value
+from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, remove_block_arg
 from cpuify.lifting.inline import InlinedKernel, inline_calls
 from cpuify.lifting.semantics import check_instruction, operand_type
 
@@ -384,17 +384,7 @@ def _remove_trivial_args(region: Region) -> None:
                 if len(vals) != 1:
                     continue
                 (same,) = vals
-                for user in list(arg.uses):
-                    user.operands = [same if v is arg else v for v in user.operands]
-                    user.successor_args = [[same if v is arg else v for v in a] for a in user.successor_args]
-                    same.uses.append(user)
-                arg.uses.clear()
-                for term, k in incoming[b]:
-                    removed = term.successor_args[k].pop(arg.index)
-                    removed.uses.remove(term)
-                b.args.pop(arg.index)
-                for i, a in enumerate(b.args):
-                    a.index = i
+                remove_block_arg(b, arg, same, incoming[b])
                 changed = True
                 break
             if changed:

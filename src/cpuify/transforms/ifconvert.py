@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.ir.core import Block, Operation, OpResult, Region, Value, dominators, predecessors
+from cpuify.ir.core import (
+    Block, Operation, OpResult, Region, Value, dominators, predecessors, remove_block_arg,
+)
 from cpuify.ir.dialects import info
 from cpuify.ir.modifiers import mods, ty
 
@@ -164,8 +166,10 @@ def select_if_phis(region: Region) -> int:
             for arg in list(join.args):
                 direct = term.successor_args[k_join][arg.index]
                 via = then.terminator.successor_args[0][arg.index]
+                # (the value on the direct edge is one `branch` sees; the one through `then`
+                # may need a constant of its own, made only when the rewrite happens)
                 value = _available(via, branch, then, idom)
-                if value is None or _available(direct, branch, then, idom) is None:
+                if value is None:
                     continue
                 # the condition sends threads to `join` directly when true if join is the
                 # first successor
@@ -175,7 +179,7 @@ def select_if_phis(region: Region) -> int:
                                  "line": term.attr("line", 0)})
                 sel.parent = branch
                 branch.ops.insert(len(branch.ops) - 1, sel)
-                _replace_arg(join, arg, sel.results[0], [(term, k_join), (then.terminator, 0)])
+                remove_block_arg(join, arg, sel.results[0], [(term, k_join), (then.terminator, 0)])
                 replaced += 1
             break
     return replaced
@@ -200,19 +204,3 @@ def _available(v: Value, branch: Block, then: Block, idom) -> Value | None:  # t
         branch.ops.insert(len(branch.ops) - 1, c)
         return c.results[0]
     return None
-
-
-def _replace_arg(block: Block, arg: Value, new: Value,
-                 edges: list[tuple[Operation, int]]) -> None:
-    for user in list(arg.uses):
-        user.operands = [new if v is arg else v for v in user.operands]
-        user.successor_args = [[new if v is arg else v for v in a] for a in user.successor_args]
-        new.uses.append(user)
-    arg.uses.clear()
-    index = block.args.index(arg)
-    for term, k in edges:
-        removed = term.successor_args[k].pop(index)
-        removed.uses.remove(term)
-    block.args.pop(index)
-    for i, a in enumerate(block.args):
-        a.index = i
