@@ -186,7 +186,7 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     if r in kc.lane_groups:
         notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m"
                      + ("; a partner closer than a group: lanes unrolled for the SLP vectorizer)"
-                        if kc.unrolled_lanes(r) else ")"))
+                        if r in kc.unrolled_lane_groups else ")"))
     store = kc.aligning_store(r)
     if store is not None:
         notes.append(f"rows aligned to the cache lines of the store at PTX line "

@@ -314,6 +314,8 @@ class KernelCodegen:
         self.deferred = {r: d for r in range(len(self.syncs) + 1)
                          if (d := self.deferred_regions(r))}
         self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
+        # lane groups whose lanes' loop is unrolled (unrolled_lanes)
+        self.unrolled_lane_groups = {r for r in self.lane_groups if self.unrolled_lanes(r)}
         self.unsigned_indices = self.unsigned_index_segments()
         self.static_shuffles = self.plan_static_shuffles()
         self.shared = mod.shared_layout(kernel)
@@ -533,9 +535,10 @@ class KernelCodegen:
     def wants_lane_groups(self, resume: int) -> bool:
         """Whether the segment from `resume` (code for a one-dimensional block shape, a
         multiple of LANES threads wide) computes `threadIdx.x & m` or `threadIdx.x ^ m` with
-        a block-uniform m that is not a constant: a bitonic or butterfly network's partner
-        index.  Its thread loop then runs in groups of LANES threads (SegmentEmitter.
-        lane_bitwise), where such an index is affine within the group whenever m allows."""
+        a block-uniform or constant m: a bitonic or butterfly network's partner index.  Its
+        thread loop then runs in groups of LANES threads (SegmentEmitter.lane_bitwise), where
+        such an index is affine within the group whenever m allows, and the lanes' loop is
+        unrolled where it does not (unrolled_lanes)."""
         dims = self.block_dims
         if dims is None or dims[1] * dims[2] != 1 or dims[0] % self.LANES or dims[0] < 2 * self.LANES \
                 or resume in self.thread_range or resume in self.deferred or not self.syncs:
@@ -1549,7 +1552,7 @@ class SegmentEmitter:
                 # in lane groups, the group loop is a plain parallel loop (the lanes' loop
                 # inside it is the one to vectorize)
                 rows = dims is not None and dims[1] * dims[2] > 1
-                unrolled = grouped and self.kc.unrolled_lanes(self.resume)
+                unrolled = grouped and self.resume in self.kc.unrolled_lane_groups
                 back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
                     keep_loop=rows or grouped, no_vectorize=unrolled))
             phi.add_incoming(nxt, latches[k])
@@ -1572,7 +1575,7 @@ class SegmentEmitter:
             lane_next = b.add(lane, I32(1), flags=["nuw"])
             lane.add_incoming(lane_next, l_latch)
             back = b.branch(l_head)
-            unrolled = self.kc.unrolled_lanes(self.resume)
+            unrolled = self.resume in self.kc.unrolled_lane_groups
             back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
                 keep_loop=not unrolled, unroll_full=unrolled, no_vectorize=unrolled))
             b.position_at_end(l_body)
