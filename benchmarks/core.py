@@ -59,16 +59,18 @@ def _stats(samples: list[float]) -> dict[str, float]:
 
 
 def bench(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 2,
-          min_sample_s: float = 0.005, rounds: int = 3, gap_s: float = 0.15
-          ) -> dict[str, dict[str, float]]:
+          min_sample_s: float = 0.005, rounds: int = 3, gap_s: float = 0.15,
+          warmup_s: float = 0.06) -> dict[str, dict[str, float]]:
     """Times each callable `repeats` times; returns best/median seconds per call.
 
     Contenders run in blocks, round-robin over `rounds` rounds (A A A B B B C C C, A A A ...),
     so that slow drifts of a noisy machine hit all of them alike, while each block runs
     undisturbed: before a block we sleep `gap_s` so that idle threads of the previous
     contender's pool (libgomp and OpenBLAS spin for milliseconds after a parallel region)
-    have gone to sleep and do not steal cores.  A sample runs the callable `inner` times,
-    inner chosen so that a sample lasts at least min_sample_s."""
+    have gone to sleep and do not steal cores.  The warm-up calls that start a block go on
+    until they have run for `warmup_s`: after the pause this VM needs 20-30 ms of load before
+    its cores run at full speed again.  A sample runs the callable `inner` times, inner
+    chosen so that a sample lasts at least min_sample_s."""
     multi = len(fns) > 1
     rounds = max(1, min(rounds, repeats)) if multi else 1
     per_round = [repeats // rounds + (1 if r < repeats % rounds else 0) for r in range(rounds)]
@@ -78,8 +80,11 @@ def bench(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 2,
         for name, fn in fns.items():
             if multi:
                 time.sleep(gap_s)
-            for _ in range(warmup if r == 0 else 1):
+            warm_t0 = time.perf_counter()
+            calls = 0
+            while calls < (warmup if r == 0 else 1) or time.perf_counter() - warm_t0 < warmup_s:
                 fn()
+                calls += 1
             if name not in inner:
                 t0 = time.perf_counter()
                 fn()

@@ -248,7 +248,8 @@ class Contender:
 
 
 def bench(cont: dict[str, Contender], repeats: int, warmup: int = 2, rounds: int = 3,
-          min_sample_s: float = 0.005, gap_s: float = 0.15, max_block_s: float = 4.0
+          min_sample_s: float = 0.005, gap_s: float = 0.15, max_block_s: float = 4.0,
+          warmup_s: float = 0.06
           ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, str]]:
     """Times each contender `repeats` times.  Returns (stats, last output, errors).
 
@@ -256,7 +257,10 @@ def bench(cont: dict[str, Contender], repeats: int, warmup: int = 2, rounds: int
     so that slow drifts of a noisy machine hit all of them alike; before each block we sleep
     `gap_s` so that the idle threads of the previous contender's pool (libgomp spins for a
     while after a parallel region) do not steal cores.  Each block starts with warm-up calls
-    (`warmup` in the first round, 1 later).  A sample runs the callable `inner` times, inner
+    (`warmup` in the first round, 1 later) that go on until they have run for `warmup_s`:
+    after the pause this VM needs 20-30 ms of load before its cores run at full speed again
+    (a 2 ms call takes 8-10 ms right after the pause), so a fixed count of warm-up calls timed
+    the ramp-up of short calls, not the code.  A sample runs the callable `inner` times, inner
     chosen (from the last warm-up call) so that a sample lasts at least min_sample_s.  A block
     stops early, after at least one sample, once it has run for max_block_s (slow
     contenders).  A contender that raises is dropped and its error returned."""
@@ -278,10 +282,14 @@ def bench(cont: dict[str, Contender], repeats: int, warmup: int = 2, rounds: int
                 if c.before is not None:
                     c.before()
                 dt = 0.0
-                for _ in range(warmup if r == 0 else 1):
+                warm_t0 = time.perf_counter()
+                calls = 0
+                while (calls < (warmup if r == 0 else 1)
+                       or time.perf_counter() - warm_t0 < min(warmup_s, max_block_s)):
                     t0 = time.perf_counter()
                     last[name] = c.fn()
                     dt = time.perf_counter() - t0
+                    calls += 1
                 if name not in inner:
                     inner[name] = max(1, math.ceil(min_sample_s / max(dt, 1e-9)))
                 k = inner[name]
