@@ -191,7 +191,13 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     if store is not None:
         notes.append(f"rows aligned to the cache lines of the store at PTX line "
                      f"{store.attributes.get('line')}")
+    prefetched = kc.prefetches.get(r, [])
+    if prefetched:
+        lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)
+        notes.append(f"each pass prefetches {sum(len(p) for _, p, _ in prefetched)} line(s) of "
+                     f"the accesses at PTX line(s) {lines}, {kc.PREFETCH_AHEAD} iterations ahead")
     return notes
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,136 @@
+"""Interchanged loops prefetch ahead (KernelCodegen.iteration_prefetches): in code
+specialized for a block shape, each pass of a grid-stride loop prefetches the lines its
+global accesses will touch a few iterations later, since the block's next chunk of a
+grid-stride loop sits a whole grid's worth of elements further on, a new page in each
+iteration.  Checked: which accesses are prefetched, and that kernels whose prefetches run
+past the arrays' ends (the last iterations, tiny arrays, huge strides) still match NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.lifting import lift_kernel
+
+SRC = r'''
+extern "C" __global__ void axpy_gs(int n, float a, const float *x, float *y) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        y[i] = a * x[i] + y[i];
+}
+// a sum carried across iterations, then a block reduction and an atomic
+extern "C" __global__ void sum_gs(const float *x, float *out, int n) {
+    __shared__ float part[256];
+    float s = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        s += x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+// a gather through an index array: only the index load's address follows the counter
+extern "C" __global__ void gather_gs(const int *idx, const float *src, float *dst, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        dst[i] = src[idx[i]];
+}
+// no loop: nothing to prefetch
+extern "C" __global__ void scale(float *y, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] *= a;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    return parse_ptx(compile_to_ptx(SRC).ptx)
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return cpuify.RawModule(code=SRC)
+
+
+def _prefetched(ptx, kernel, block):
+    """{resume: [(op name, number of probe threads, for writing)]} of the kernel
+    specialized for `block`."""
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions[kernel]), block)
+    return {r: [(op.name, len(probes), write) for op, probes, write in ops]
+            for r, ops in kc.prefetches.items()}
+
+
+def test_which_accesses_are_prefetched(ptx):
+    # x and y: 256 floats are 16 lines, probed at every 16th thread and the last; y is
+    # loaded and stored at the same address: prefetched once, for writing
+    assert _prefetched(ptx, "axpy_gs", (256, 1, 1)) == {
+        1: [("ptx.ld", 17, False), ("ptx.ld", 17, True)]}
+    assert _prefetched(ptx, "sum_gs", (256, 1, 1)) == {1: [("ptx.ld", 17, False)]}
+    # idx[i] and dst[i] follow the counter; src[idx[i]] is an address read from memory
+    assert _prefetched(ptx, "gather_gs", (128, 1, 1)) == {
+        1: [("ptx.ld", 9, False), ("ptx.st", 9, True)]}
+    # 2D blocks: every row of the block, two lines each (16 floats 4 bytes off a line)
+    assert _prefetched(ptx, "axpy_gs", (16, 16, 1)) == {
+        1: [("ptx.ld", 32, False), ("ptx.ld", 32, True)]}
+    # at most MAX_PREFETCHES per pass: the first lines of wider rows
+    assert KernelCodegen.MAX_PREFETCHES == 64
+    assert _prefetched(ptx, "axpy_gs", (1024, 1, 1)) == {1: [("ptx.ld", 64, False)]}
+    assert not _prefetched(ptx, "scale", (256, 1, 1))
+
+
+def test_generic_code_prefetches_nothing(ptx):
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["axpy_gs"]), None)
+    assert kc.prefetches == {}
+
+
+@pytest.mark.parametrize("n,grid,block", [(1, 1, 256), (1000, 2, 256), (70_001, 8, 128),
+                                          (4096, 1, 32), (1 << 18, 64, 256)])
+def test_axpy_matches_numpy(mod, n, grid, block):
+    rng = np.random.default_rng(n)
+    x = rng.random(n, dtype=np.float32)
+    y0 = rng.random(n, dtype=np.float32)
+    f = mod.get_function("axpy_gs")
+    for _ in range(3):              # generic code, then the specialized block shape
+        y = y0.copy()
+        f((grid,), (block,), (np.int32(n), np.float32(2.5), x, y))
+        np.testing.assert_allclose(y, 2.5 * x + y0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n,grid", [(5, 3), (100_000, 16), (1 << 20, 64)])
+def test_sum_matches_numpy(mod, n, grid):
+    x = np.random.default_rng(7).random(n, dtype=np.float32)
+    f = mod.get_function("sum_gs")
+    out = np.zeros(1, np.float32)
+    for _ in range(3):
+        out[0] = 0
+        f((grid,), (256,), (x, out, np.int32(n)))
+        assert out[0] == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-4)
+
+
+def test_gather_matches_numpy(mod):
+    n = 50_000
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, n, n).astype(np.int32)
+    src = rng.random(n, dtype=np.float32)
+    f = mod.get_function("gather_gs")
+    for _ in range(3):
+        dst = np.zeros(n, np.float32)
+        f((4,), (128,), (idx, src, dst, np.int32(n)))
+        np.testing.assert_array_equal(dst, src[idx])
+
+
+def test_explain_reports_prefetches(tmp_path, capsys):
+    from cpuify.cli.main import main
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    assert main(["explain", "--block", "256", "--kernel", "axpy_gs", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "each pass prefetches 34 line(s)" in out and "4 iterations ahead" in out
+    assert main(["explain", "--kernel", "axpy_gs", str(src)]) == 0
+    assert "prefetches" not in capsys.readouterr().out      # generic code: none
