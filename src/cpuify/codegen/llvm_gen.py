@@ -25,6 +25,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from collections import deque
+from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from llvmlite import ir
@@ -1728,24 +1729,15 @@ class SegmentEmitter:
         that straddle two cache lines cost several times an aligned one, and NumPy puts
         large arrays 16 bytes after a page start: a transpose's rows ran 3x slower."""
         b = self.b
-        saved_vals, saved_tid = self.vals, getattr(self, "tid", None)
-        saved_lin = (getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
         addrs = []
-        self.speculating = True
-        try:
+        with self.speculation(b):
             for tx in (tx0, tx0 + 1):
-                self.vals = {}
-                self.tid = [I32(tx), ty, tz]
-                self.linear_tid = b.add(b.mul(b.add(b.mul(tz, self.ntid[1]), ty), self.ntid[0]), I32(tx))
-                self.linear_tid64 = b.zext(self.linear_tid, I64)
+                self.as_thread([I32(tx), ty, tz],
+                               b.add(b.mul(b.add(b.mul(tz, self.ntid[1]), ty), self.ntid[0]), I32(tx)))
                 if self.resume:
                     self.restore(self.kc.syncs[self.resume - 1])
                 self.rematerialize(store.operands[0])
                 addrs.append(b.ptrtoint(self.address(store, memory_space(store)), I64))
-        finally:
-            self.speculating = False
-            self.vals, self.tid = saved_vals, saved_tid
-            self.linear_tid, self.linear_tid64 = saved_lin
         stride = b.sub(addrs[1], addrs[0])
         ok = b.and_(b.and_(b.icmp_unsigned("<=", b.sub(stride, I64(1)), I64(15)),
                            b.icmp_unsigned("==", b.and_(stride, b.sub(stride, I64(1))), I64(0))),
@@ -1913,23 +1905,16 @@ class SegmentEmitter:
         dims = self.kc.block_dims
         assert dims is not None
         a, u = op.operands[side], op.operands[1 - side]
-        saved = (self.builder, self.vals, getattr(self, "tid", None),
-                 getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
         b = self.entry_builder
-        self.builder = b
-        self.speculating = True
-        try:
+        with self.speculation(b):
             ends = []
             for corner in ((0, 0, 0), (dims[0] - 1, dims[1] - 1, dims[2] - 1)):
-                self.vals = {}
-                self.tid = [I32(c) for c in corner]
-                lin = corner[0] + dims[0] * (corner[1] + dims[1] * corner[2])
-                self.linear_tid, self.linear_tid64 = I32(lin), I64(lin)
+                self.as_thread([I32(c) for c in corner],
+                               corner[0] + dims[0] * (corner[1] + dims[1] * corner[2]))
                 if isinstance(a, OpResult):
                     self.rematerialize(a)
                 ends.append(self.get(a))
             bound = self._in_entry(u) if isinstance(u, OpResult) else self.get(u)
-            self.builder = b
             t = next((m for m in op.attributes.get("mods", [])
                       if m[:1] in "sub" and m[1:].isdigit()), "b32")
             cmp = b.icmp_signed if t.startswith("s") else b.icmp_unsigned
@@ -1938,9 +1923,6 @@ class SegmentEmitter:
             for end in (lo, hi):
                 flag = b.and_(flag, cmp("<=" if op.name == "ptx.min" else ">=", end, bound))
             return flag
-        finally:
-            self.speculating = False
-            self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64 = saved
 
     def prefetch_ahead(self, b: ir.IRBuilder) -> None:
         """After the thread loop of an interchanged loop's iteration (`b` there): prefetch
@@ -1958,38 +1940,41 @@ class SegmentEmitter:
         if not ops or dims is None or self.resume == 0:
             return
         sp = self.kc.syncs[self.resume - 1]
-        e = self.entry_builder
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        uniform = {}
-        for v in sp.live:
-            if v in self.kc.uniform:
-                lv = e.load(self.slot_address(v, e))
-                if v in self.kc.lockstep:
-                    lv = e.add(lv, ir.Constant(lv.type, self.kc.PREFETCH_AHEAD))
-                uniform[v] = lv
+        with self.speculation(b):
+            for op, probes, writes in ops:
+                for x, y, z in probes:
+                    self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+                    self.restore(sp, advance=self.kc.PREFETCH_AHEAD)
+                    if isinstance(op.operands[0], OpResult):
+                        self.rematerialize(op.operands[0])
+                    b.call(fn, [self.address(op, "global"), I32(int(writes)), I32(3), I32(1)])
+
+    @contextmanager
+    def speculation(self, b: ir.IRBuilder) -> Iterator[None]:
+        """Emits with `b` values computed for other threads than the thread loop's (at
+        fixed thread indices, see as_thread) or outside it; restores the builder, the
+        values and the thread indices afterwards."""
         saved = (self.builder, self.vals, getattr(self, "tid", None),
-                 getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None))
+                 getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None),
+                 self.speculating)
         self.builder = b
         self.speculating = True
         try:
-            for op, probes, writes in ops:
-                write = I32(1 if writes else 0)
-                for x, y, z in probes:
-                    self.vals = {}
-                    self.tid = [I32(x), I32(y), I32(z)]
-                    lin = x + dims[0] * (y + dims[1] * z)
-                    self.linear_tid, self.linear_tid64 = I32(lin), I64(lin)
-                    for v, lv in uniform.items():
-                        self.define(v, lv)
-                    for v, expr in sp.derived.items():
-                        self.rematerialize(expr)
-                        self.define(v, self.vals[expr])
-                    if isinstance(op.operands[0], OpResult):
-                        self.rematerialize(op.operands[0])
-                    b.call(fn, [self.address(op, "global"), write, I32(3), I32(1)])
+            yield
         finally:
-            self.speculating = False
-            self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64 = saved
+            (self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64,
+             self.speculating) = saved
+
+    def as_thread(self, tid: list[ir.Value], linear: int | ir.Value) -> None:
+        """Within speculation(): compute values from here on as thread `tid` (x, y, z)
+        whose linear index is `linear`, from scratch."""
+        self.vals = {}
+        self.tid = tid
+        if isinstance(linear, int):
+            self.linear_tid, self.linear_tid64 = I32(linear), I64(linear)
+        else:
+            self.linear_tid, self.linear_tid64 = linear, self.b.zext(linear, I64)
 
     def _entry_computable(self, v: Value) -> bool:
         """Whether v is pure arithmetic on constants, parameters and block indices (the
@@ -1998,15 +1983,10 @@ class SegmentEmitter:
 
     def _in_entry(self, v: Value) -> ir.Value:
         """v (entry-computable) emitted in the segment's entry block."""
-        saved_builder, saved_vals = self.builder, self.vals
-        self.builder, self.vals = self.entry_builder, {}
-        self.speculating = True
-        try:
+        with self.speculation(self.entry_builder):
+            self.vals = {}
             self.rematerialize(v)
             return self.vals[v]
-        finally:
-            self.speculating = False
-            self.builder, self.vals = saved_builder, saved_vals
 
     def _clamp_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
         """(the values on the way from `addr` down to a min/max, that min/max) when addr is
@@ -2043,9 +2023,9 @@ class SegmentEmitter:
         re-emitted; their results are not kept).  `no_wrap`: the integer arithmetic
         re-emitted is known not to wrap (flags it nsw).  `entry`: emitted in the entry
         block, where the other operands are computed afresh (see _entry_computable)."""
-        saved = dict(self.vals)
-        self.speculating = True
-        try:
+        with self.speculation(self.b):
+            self.vals = dict(self.vals)
+
             def emit(x: Value) -> ir.Value:
                 if x is replaced:
                     return replacement
@@ -2069,9 +2049,6 @@ class SegmentEmitter:
                     got.flags.append("nsw")
                 return got
             return emit(v)
-        finally:
-            self.speculating = False
-            self.vals = saved
 
     def state_ptr(self) -> ir.Value:
         b = self.b
@@ -2301,15 +2278,21 @@ class SegmentEmitter:
             return arr          # one copy for the whole block
         return b.gep(arr, [self.linear_tid64])
 
-    def restore(self, sp: SyncPoint) -> None:
+    def restore(self, sp: SyncPoint, advance: int = 0) -> None:
+        """The values live at `sp`, as the resumed thread sees them; with `advance`, as it
+        will `advance` iterations of the interchanged loops later (prefetch_ahead)."""
         b = self.b
         for v in sp.live:
             if v in self.kc.uniform:
                 # read once before the thread loop: threads of this segment may already
                 # write the next value of the same slot
-                lv = self.entry_builder.load(self.slot_address(v, self.entry_builder))
+                e = self.entry_builder
+                lv = e.load(self.slot_address(v, e))
                 if v in self.kc.lockstep:
-                    self.lockstep_entry[v] = lv
+                    if advance:
+                        lv = e.add(lv, ir.Constant(lv.type, advance))
+                    else:
+                        self.lockstep_entry[v] = lv
             else:
                 lv = b.load(self.slot_address(v))
             self.define(v, lv)
