@@ -287,6 +287,47 @@ def test_num_workers_env():
     assert _workers_in_subprocess("lots") == _default_workers()
 
 
+_GAPS_CODE = """
+import ctypes, threading, time
+from cpuify.runtime import native
+from cpuify.runtime.native import BLOCK_FN, Dims
+rt = native.load_runtime()
+rt.cpuify_set_num_workers(3)
+d = Dims(); d.grid[:] = [16, 1, 1]; d.block[:] = [1, 1, 1]
+seen = []
+@BLOCK_FN
+def block(params, dims, bx, by, bz, shared, scratch):
+    seen.append((bx, threading.get_ident()))
+    time.sleep(0.0005)     # releases the GIL: the other workers get blocks
+    return 0
+err = (ctypes.c_uint32 * 3)()
+helped = 0
+for gap in [0, 0.0002, 0.001, 0.004, 0.0002, 0.0002, 0.03, 0, 0.0005] * 3:
+    time.sleep(gap)
+    seen.clear()
+    assert rt.cpuify_launch(block, None, ctypes.byref(d), 0, 0, err) == 0
+    assert sorted(b for b, _ in seen) == list(range(16)), seen
+    helped += len({t for _, t in seen}) > 1
+print(helped)
+"""
+
+
+@pytest.mark.parametrize("spin", [None, "0", "50"])
+def test_launches_after_idle_gaps(spin):
+    """Launches after gaps shorter and longer than the workers' idle spin (adaptive by
+    default, fixed by CPUIFY_SPIN_US): every block runs once, and the workers, spinning or
+    woken from sleep, join the launches."""
+    env = dict(os.environ)
+    env.pop("CPUIFY_SPIN_US", None)
+    if spin is not None:
+        env["CPUIFY_SPIN_US"] = spin
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", _GAPS_CODE], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) > 0
+
+
 def test_set_num_workers(rt, workers):
     default = rt.cpuify_num_workers()
     workers(5)

@@ -14,8 +14,14 @@
  * late therefore never delays a launch: it finds the job closed (or a newer generation)
  * and goes back to waiting.
  *
- * Idle workers spin for a few microseconds after a job (so back-to-back launches find them
- * awake), then sleep on a futex; the launcher only issues FUTEX_WAKE when someone sleeps.
+ * Idle workers spin after a job (so back-to-back launches find them awake), then sleep on
+ * a futex; the launcher only issues FUTEX_WAKE when someone sleeps.  Each worker adapts its
+ * spin to the gaps between the launches it sees (adapt_spin): a worker that slept and was
+ * woken soon after spins long enough next time to cover such a gap (up to 2 ms, about what
+ * libgomp spins), one that sleeps long spins less again (down to 20 us).  Waking a sleeping
+ * worker takes tens of microseconds on a VM, so a program that launches kernels every few
+ * hundred microseconds ran them on the launching thread alone for most of that time.
+ * CPUIFY_SPIN_US fixes the spin instead.
  */
 #define _GNU_SOURCE
 #include "cpuify_rt.h"
@@ -44,7 +50,8 @@
 #define CPUIFY_MAX_WORKERS 4096
 #define CPUIFY_ALIGN 64
 #define CPUIFY_STACK_SIZE ((size_t)8 << 20)
-#define CPUIFY_DEFAULT_SPIN_NS 20000u /* idle spin before sleeping */
+#define CPUIFY_MIN_SPIN_NS 20000u     /* idle spin before sleeping: the adaptive range */
+#define CPUIFY_MAX_SPIN_NS 2000000u
 
 #define ENTRY_CLOSED 0x80000000u
 #define ENTRY_COUNT_MASK 0x7fffffffu
@@ -136,14 +143,14 @@ static struct pool {
     slot_t *slots;           /* slot 0: the launching thread; slot i: pool thread i */
     int32_t nslots;
     int32_t nthreads;        /* pool threads alive (ids 1..nthreads) */
-    uint64_t spin_ns;        /* idle spin of the launcher while waiting */
+    uint64_t spin_ns;        /* CPUIFY_SPIN_US, or 0 when unset (adaptive spin) */
 
     /* --- wake-up --- */
     alignas(64) _Atomic uint32_t gen;      /* futex word: bumped once per launch */
     _Atomic int32_t sleepers;              /* pool threads in futex_wait on gen */
     _Atomic int32_t target_threads;        /* pool threads with id > this exit */
     _Atomic int32_t alive;                 /* pool threads running */
-    _Atomic uint64_t worker_spin_ns;
+    _Atomic uint64_t worker_spin_ns;       /* 0: never spin (more workers than CPUs) */
 
     /* --- job admission / completion --- */
     alignas(64) _Atomic uint64_t entry;    /* gen << 32 | CLOSED | joined count */
@@ -170,6 +177,8 @@ static struct pool {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int32_t g_ncpus = 1;
 static int32_t g_default_workers = 1;
+static int g_fixed_spin;     /* CPUIFY_SPIN_US given: no adaptation */
+static _Thread_local uint64_t tls_spin = CPUIFY_MIN_SPIN_NS; /* this worker's idle spin */
 static _Thread_local int tls_in_block = 0;
 
 static int32_t count_cpus(void) {
@@ -208,15 +217,18 @@ static void global_init(void) {
         if (end && *end == '\0' && v >= 1) n = (int32_t)(v > CPUIFY_MAX_WORKERS ? CPUIFY_MAX_WORKERS : v);
     }
     g_default_workers = n;
-    uint64_t spin = CPUIFY_DEFAULT_SPIN_NS;
+    uint64_t spin = 0;
     const char *senv = getenv("CPUIFY_SPIN_US");
     if (senv && *senv) {
         char *end = NULL;
         long v = strtol(senv, &end, 10);
-        if (end && *end == '\0' && v >= 0) spin = (uint64_t)v * 1000u;
+        if (end && *end == '\0' && v >= 0) {
+            spin = (uint64_t)v * 1000u;
+            g_fixed_spin = 1;
+        }
     }
     P.spin_ns = spin;
-    atomic_store(&P.worker_spin_ns, spin);
+    atomic_store(&P.worker_spin_ns, g_fixed_spin ? spin : CPUIFY_MAX_SPIN_NS);
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
@@ -308,10 +320,24 @@ typedef struct worker_arg {
     uint32_t seen;
 } worker_arg;
 
+/* The next idle spin of a worker that spun `spin` and then waited `waited` ns in all for a
+ * job: when it had to sleep but the job came within the adaptive range, long enough to
+ * cover twice that gap; when it slept longer, half as long as before. */
+static uint64_t adapt_spin(uint64_t spin, uint64_t waited) {
+    if (waited <= spin) return spin;
+    if (waited < CPUIFY_MAX_SPIN_NS) {
+        uint64_t s = 2 * waited;
+        return s > CPUIFY_MAX_SPIN_NS ? CPUIFY_MAX_SPIN_NS : s;
+    }
+    return spin / 2 < CPUIFY_MIN_SPIN_NS ? CPUIFY_MIN_SPIN_NS : spin / 2;
+}
+
 /* Waits until P.gen differs from seen; returns the new generation. */
 static uint32_t wait_for_job(uint32_t seen) {
-    uint32_t g = spin_while_equal(&P.gen, seen,
-                                  atomic_load_explicit(&P.worker_spin_ns, memory_order_relaxed));
+    uint64_t cap = atomic_load_explicit(&P.worker_spin_ns, memory_order_relaxed);
+    uint64_t spin = g_fixed_spin || cap == 0 ? cap : tls_spin;
+    uint64_t t0 = spin ? now_ns() : 0;
+    uint32_t g = spin_while_equal(&P.gen, seen, spin);
     while (g == seen) {
         atomic_fetch_add(&P.sleepers, 1); /* seq_cst: pairs with the launcher's gen store */
         g = atomic_load(&P.gen);
@@ -319,6 +345,7 @@ static uint32_t wait_for_job(uint32_t seen) {
         atomic_fetch_sub(&P.sleepers, 1);
         g = atomic_load_explicit(&P.gen, memory_order_acquire);
     }
+    if (spin && !g_fixed_spin) tls_spin = adapt_spin(spin, now_ns() - t0);
     return g;
 }
 
@@ -416,7 +443,8 @@ static void resize_pool_locked(int32_t want) {
         P.nthreads = want;
     }
     /* Spinning only pays when every worker has a core of its own. */
-    atomic_store(&P.worker_spin_ns, P.nthreads + 1 > g_ncpus ? 0 : P.spin_ns);
+    atomic_store(&P.worker_spin_ns,
+                 P.nthreads + 1 > g_ncpus ? 0 : g_fixed_spin ? P.spin_ns : CPUIFY_MAX_SPIN_NS);
 }
 
 /* ------------------------------------------------------------------------------------ */
