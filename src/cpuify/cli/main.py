@@ -191,6 +191,19 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     if store is not None:
         notes.append(f"rows aligned to the cache lines of the store at PTX line "
                      f"{store.attributes.get('line')}")
+    rb = kc.range_branches.get(r)
+    if rb is not None:
+        if not rb.decided_convergent:
+            then = ""
+        elif rb.decided_exit:
+            then = ", where every thread exits"
+        elif rb.decided_next is not None:
+            then = f", where every thread stops at sync {rb.decided_next.index} (no states stored)"
+        else:
+            then = ", where every thread takes the same path"
+        notes.append(f"blocks whose threads all agree on the branch at PTX line "
+                     f"{rb.branch.attributes.get('line')} ({len(rb.terms)} comparison(s) with "
+                     f"threadIdx.x) run a copy of the thread loop with it decided{then}")
     prefetched = kc.prefetches.get(r, [])
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)

@@ -1,0 +1,215 @@
+"""Range branches (KernelCodegen.range_branch): in code specialized for a one-dimensional
+block shape, a branch whose condition keeps one value on an interval of threadIdx.x (`if
+(i < n)`, a grid-stride loop's test, Rodinia pathfinder's `IN_RANGE(tx, ...)`) gets a copy of
+its segment's thread loop with the branch decided, run when the comparisons hold for the first
+and the last thread of the block and tx + u does not wrap in between
+(SegmentEmitter.emit_agreeing_copy).  Checked: which branches qualify, and kernels against
+NumPy at sizes where some blocks take the copy and others the usual loop, including indices
+that wrap around in 32 bits, unsigned comparisons and barriers after the branch.  Each kernel
+runs twice (generic code, then the code specialized for its block shape)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.lifting.lift import lift_kernel
+
+SRC = r'''
+extern "C" __global__ void guard(int n, float a, const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void early_exit(int n, const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    y[i] = 2.0f * x[i] + 1.0f;
+}
+// unsigned: base + tid wraps past 2^32 - 1 in some blocks (a load under the condition
+// keeps it a branch)
+extern "C" __global__ void unsigned_guard(unsigned base, unsigned n, const int *src, int *out) {
+    unsigned i = base + blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[k] = src[k];
+}
+// signed: base + tid wraps past INT_MAX in some blocks
+extern "C" __global__ void signed_wrap(int base, int n, const int *src, int *out) {
+    int i = base + (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[k] = src[k];
+}
+// a grid-stride loop: all threads go on in every pass but the last
+extern "C" __global__ void grid_stride_sum(const float *x, float *partial, int n) {
+    __shared__ float s[128];
+    float sum = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        sum += x[i];
+    s[threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int k = 0; k < 128; k++) t += s[k];
+        partial[blockIdx.x] = t;
+    }
+}
+// an interval with both ends and a block-uniform loop counter (pathfinder's shape)
+extern "C" __global__ void window(const int *in, const int *add, int *out, int lo, int hi,
+                                  int steps) {
+    __shared__ int a[128];
+    __shared__ int b[128];
+    int tx = threadIdx.x;
+    a[tx] = in[blockIdx.x * 128 + tx];
+    __syncthreads();
+#pragma unroll 1
+    for (int s = 0; s < steps; s++) {
+        int v = a[tx];
+        if (tx >= lo + s && tx <= hi - s && tx > 2 * s) v += add[s * 128 + tx];
+        b[tx] = v;
+        __syncthreads();
+        a[tx] = b[tx];
+        __syncthreads();
+    }
+    out[blockIdx.x * 128 + tx] = a[tx];
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return cpuify.RawModule(code=SRC)
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    return parse_ptx(compile_to_ptx(SRC).ptx)
+
+
+def _branches(ptx, kernel, block):
+    """{resume: (comparisons, inside, how the decided copy's threads stop)}."""
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions[kernel]), block)
+    return {r: ([cmp for _, _, cmp, _ in rb.terms], rb.inside,
+                None if not rb.decided_convergent else
+                "exit" if rb.decided_exit else
+                rb.decided_next.index if rb.decided_next else "same")
+            for r, rb in kc.range_branches.items()}
+
+
+def test_which_branches(ptx):
+    # `if (i < n)` and `if (i >= n) return;` (nvcc branches around the work when i >= n):
+    # the copy for blocks whose threads all have i < n; no sync points to stop at
+    for k in ("guard", "early_exit", "unsigned_guard", "signed_wrap"):
+        assert _branches(ptx, k, (256, 1, 1)) == {0: (["lt"], False, None)}, k
+    # the grid-stride loop's test, from its header: every thread goes on to the next pass
+    # (sync 1, the loop's soft barrier), with no state per thread
+    assert _branches(ptx, "grid_stride_sum", (128, 1, 1))[1] == (["lt"], True, 1)
+    # a conjunction of three comparisons with the loop counter, after each barrier that
+    # starts an iteration
+    assert _branches(ptx, "window", (128, 1, 1)) == {
+        1: (["gt", "le", "ge"], False, "same"), 3: (["gt", "le", "ge"], False, "same")}
+    # generic code, 2-D blocks: none
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["guard"]), None)
+    assert kc.range_branches == {}
+    assert _branches(ptx, "guard", (16, 16, 1)) == {}
+
+
+def _twice(launch, out):
+    got = []
+    for _ in range(2):
+        out[:] = -7
+        launch()
+        got.append(out.copy())
+    return got
+
+
+@pytest.mark.parametrize("n", [1, 255, 256, 1000, 4096])
+def test_guard(mod, n):
+    rng = np.random.default_rng(n)
+    x = rng.random(n + 300, dtype=np.float32)
+    y0 = rng.random(n + 300, dtype=np.float32)
+    f = mod.get_function("guard")
+    for _ in range(2):
+        y = y0.copy()
+        f(((n + 255) // 256,), (256,), (np.int32(n), np.float32(3), x, y))
+        want = y0.copy()
+        want[:n] = 3 * x[:n] + y0[:n]
+        np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [100, 512, 777])
+def test_early_exit(mod, n):
+    x = np.arange(1024, dtype=np.float32)
+    y = np.empty(1024, np.float32)
+    f = mod.get_function("early_exit")
+    for got in _twice(lambda: f((4,), (256,), (np.int32(n), x, y)), y):
+        want = np.full(1024, -7, np.float32)
+        want[:n] = 2 * x[:n] + 1
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("base,n", [(0xFFFFFF00, 0xFFFFFFF0), (0xFFFFFFC0, 0x20), (5, 300),
+                                    (0x7FFFFFC0, 0x80000010)])
+def test_unsigned_wrap(mod, base, n):
+    src = np.arange(1024, dtype=np.int32) + 100
+    out = np.empty(1024, np.int32)
+    f = mod.get_function("unsigned_guard")
+    i = (np.uint64(base) + np.arange(1024, dtype=np.uint64)) % np.uint64(1 << 32)
+    want = np.where(i < np.uint64(n), src, -7).astype(np.int32)
+    for got in _twice(lambda: f((4,), (256,), (np.uint32(base), np.uint32(n), src, out)), out):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("base,n", [(0x7FFFFF00, 0x7FFFFFF0), (0x7FFFFFC0, -5), (-300, 200),
+                                    (-(1 << 31), -(1 << 31) + 700)])
+def test_signed_wrap(mod, base, n):
+    src = np.arange(1024, dtype=np.int32) + 100
+    out = np.empty(1024, np.int32)
+    f = mod.get_function("signed_wrap")
+    i = ((np.int64(base) + np.arange(1024) + (1 << 31)) % (1 << 32) - (1 << 31))
+    want = np.where(i < n, src, -7).astype(np.int32)
+    for got in _twice(lambda: f((4,), (256,), (np.int32(base), np.int32(n), src, out)), out):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n,grid", [(128 * 6 * 5, 6), (128 * 6 * 5 + 77, 6), (100, 3),
+                                    (5000, 7)])
+def test_grid_stride_sum(mod, n, grid):
+    x = np.arange(n, dtype=np.float32) % 7
+    part = np.empty(grid, np.float32)
+    f = mod.get_function("grid_stride_sum")
+    idx = np.arange(n)
+    want = np.array([x[(idx // 128) % grid == b].sum() for b in range(grid)], np.float32)
+    for got in _twice(lambda: f((grid,), (128,), (x, part, np.int32(n))), part):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("lo,hi,steps", [(0, 127, 3), (5, 120, 4), (-10, 200, 2), (0, 127, 0),
+                                         (60, 50, 2)])
+def test_window(mod, lo, hi, steps):
+    x = np.arange(3 * 128, dtype=np.int32)
+    add = (np.arange(max(steps, 1) * 128, dtype=np.int32) * 7) % 1000
+    out = np.empty_like(x)
+    f = mod.get_function("window")
+    want = x.reshape(3, 128).copy()
+    tx = np.arange(128)
+    for s in range(steps):
+        inside = (tx >= lo + s) & (tx <= hi - s) & (tx > 2 * s)
+        want[:, inside] += add[s * 128:(s + 1) * 128][inside]
+    for got in _twice(lambda: f((3,), (128,), (x, add, out, np.int32(lo), np.int32(hi),
+                                              np.int32(steps))), out):
+        np.testing.assert_array_equal(got.reshape(3, 128), want)
+
+
+def test_explain_reports_range_branches(tmp_path, capsys):
+    from cpuify.cli.main import main
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    assert main(["explain", "--block", "128", "--kernel", "grid_stride_sum", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "segment from sync 1: blocks whose threads all agree on the branch" in out
+    assert "where every thread stops at sync 1 (no states stored)" in out
+    assert main(["explain", "--kernel", "grid_stride_sum", str(src)]) == 0
+    assert "agree" not in capsys.readouterr().out      # generic code: none
