@@ -2196,12 +2196,22 @@ class SegmentEmitter:
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         with self.speculation(b):
             for op, probes, writes in ops:
+                # one address per row of probes, the row's other lines at constant offsets
+                # from it (the probes assume contiguous accesses of access_size bytes, see
+                # _row_probes): computed per probe, each was an add and a sign extension of
+                # 32-bit index arithmetic LLVM could not fold into a displacement
+                rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
+                size = access_size(op)
                 for x, y, z in probes:
-                    self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
-                    self.restore(sp, advance=self.kc.PREFETCH_AHEAD)
-                    if isinstance(op.operands[0], OpResult):
-                        self.rematerialize(op.operands[0])
-                    b.call(fn, [self.address(op, "global"), I32(int(writes)), I32(3), I32(1)])
+                    if (y, z) not in rows:
+                        self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+                        self.restore(sp, advance=self.kc.PREFETCH_AHEAD)
+                        if isinstance(op.operands[0], OpResult):
+                            self.rematerialize(op.operands[0])
+                        rows[(y, z)] = (x, self.address(op, "global"))
+                    x0, base = rows[(y, z)]
+                    addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
+                    b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
 
     @contextmanager
     def speculation(self, b: ir.IRBuilder) -> Iterator[None]:
