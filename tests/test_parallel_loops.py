@@ -261,6 +261,10 @@ extern "C" __global__ void scale(double *out, const double *in, int n, double s)
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = in[i] * s;
 }
+extern "C" __global__ void axpy(int n, float a, const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
 '''
 
 
@@ -280,6 +284,13 @@ def test_rows_of_threads_align_to_their_first_store():
     narrow = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["scale"]),
                            (16, 1, 1))
     assert narrow.aligning_store(0) is None           # rows of 16: one vector, not aligned
+    wide = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["scale"]),
+                         (256, 1, 1))
+    assert wide.aligning_store(0) is not None
+    # the one store updates in place what the segment loaded: its lines are in the cache
+    inplace = KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions["axpy"]),
+                            (256, 1, 1))
+    assert inplace.aligning_store(0) is None
 
 
 def test_aligned_rows_match_numpy_at_every_alignment():
