@@ -5,8 +5,9 @@ its segment's thread loop with the branch decided, run when the comparisons hold
 and the last thread of the block and tx + u does not wrap in between
 (SegmentEmitter.emit_agreeing_copy).  Checked: which branches qualify, and kernels against
 NumPy at sizes where some blocks take the copy and others the usual loop, including indices
-that wrap around in 32 bits, unsigned comparisons and barriers after the branch.  Each kernel
-runs twice (generic code, then the code specialized for its block shape)."""
+that wrap around in 32 bits, unsigned comparisons and barriers after the branch, and clamped
+shared loads that only the threads inside the interval run (SegmentEmitter.interval_clamps).
+Each kernel runs twice (generic code, then the code specialized for its block shape)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,30 @@ extern "C" __global__ void window(const int *in, const int *add, int *out, int l
     }
     out[blockIdx.x * 128 + tx] = a[tx];
 }
+// pathfinder's neighbours: indices clamped to a block-uniform valid range, read only by
+// the threads inside the range branch's interval (SegmentEmitter.interval_clamps)
+extern "C" __global__ void neighbours(const int *in, const int *add, int *out, int lo, int hi,
+                                      int steps) {
+    __shared__ int a[128];
+    __shared__ int b[128];
+    int tx = threadIdx.x;
+    int vmin = lo - (int)blockIdx.x > 0 ? lo - (int)blockIdx.x : 0;
+    int vmax = hi < 127 ? hi : 127;
+    int W = max(tx - 1, vmin), E = min(tx + 1, vmax);
+    a[tx] = in[blockIdx.x * 128 + tx];
+    __syncthreads();
+#pragma unroll 1
+    for (int s = 0; s < steps; s++) {
+        int v = a[tx];
+        if (tx >= vmin && tx <= vmax && tx > s && tx < 127 - s)
+            v = min(a[W], a[E]) + add[s * 128 + tx];
+        b[tx] = v;
+        __syncthreads();
+        a[tx] = b[tx];
+        __syncthreads();
+    }
+    out[blockIdx.x * 128 + tx] = a[tx];
+}
 '''
 
 
@@ -110,6 +135,10 @@ def test_which_branches(ptx):
     # starts an iteration
     assert _branches(ptx, "window", (128, 1, 1)) == {
         1: (["gt", "le", "ge"], False, "same"), 3: (["gt", "le", "ge"], False, "same")}
+    # pathfinder's clamped neighbours, read inside the interval: a copy without the clamps
+    gen = ModuleCodegen(ptx)
+    gen.add_kernel(lift_kernel(ptx, ptx.functions["neighbours"]), (128, 1, 1))
+    assert "clamp.idle" in gen.llvm_text()
     # generic code, 2-D blocks: none
     kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["guard"]), None)
     assert kc.range_branches == {}
@@ -213,3 +242,29 @@ def test_explain_reports_range_branches(tmp_path, capsys):
     assert "where every thread stops at sync 1 (no states stored)" in out
     assert main(["explain", "--kernel", "grid_stride_sum", str(src)]) == 0
     assert "agree" not in capsys.readouterr().out      # generic code: none
+
+
+@pytest.mark.parametrize("lo,hi,steps", [(0, 127, 5), (2, 127, 4), (0, 100, 3), (5, 60, 6),
+                                         (0, 127, 0), (200, 300, 2)])
+def test_neighbours_clamped_inside_the_interval(mod, lo, hi, steps):
+    nb = 4
+    x = (np.arange(nb * 128, dtype=np.int32) * 37) % 101
+    add = (np.arange(max(steps, 1) * 128, dtype=np.int32) * 7) % 13
+    out = np.empty_like(x)
+    f = mod.get_function("neighbours")
+    want = x.reshape(nb, 128).copy()
+    tx = np.arange(128)
+    for blk in range(nb):
+        vmin, vmax = max(lo - blk, 0), min(hi, 127)
+        # (clipped for NumPy: no thread inside the interval reads past the array)
+        w, e = np.minimum(np.maximum(tx - 1, vmin), 127), np.minimum(tx + 1, vmax)
+        a = want[blk]
+        for s in range(steps):
+            inside = (tx >= vmin) & (tx <= vmax) & (tx > s) & (tx < 127 - s)
+            nxt = a.copy()
+            nxt[inside] = np.minimum(a[w], a[e])[inside] + add[s * 128:(s + 1) * 128][inside]
+            a = nxt
+        want[blk] = a
+    for got in _twice(lambda: f((nb,), (128,), (x, add, out, np.int32(lo), np.int32(hi),
+                                                np.int32(steps))), out):
+        np.testing.assert_array_equal(got.reshape(nb, 128), want)

@@ -1559,6 +1559,10 @@ class SegmentEmitter:
         self.known: dict[Value, ir.Value] = {}
         # how the threads of the thread loop being emitted stop: all at this sync point, all
         # exiting, all the same way (KernelCodegen.convergent_segments)
+        # clamped shared loads on the inside of the segment's range branch -> an i1, computed
+        # before the thread loop being emitted: the clamp changes nothing for the threads
+        # inside the branch's interval (interval_clamps)
+        self.interval_idle: dict[Operation, ir.Value] = {}
         self.next_sync: SyncPoint | None = kc.only_next.get(resume)
         self.all_exit = resume in kc.only_exit
         self.convergent = resume in kc.convergent
@@ -1832,6 +1836,9 @@ class SegmentEmitter:
         latches = [fn.append_basic_block(f"{n}.latch") for n in names]
         phis = []
         b.position_at_end(start)
+        rb = self.kc.range_branches.get(self.resume)
+        self.interval_idle = {} if masked or region is not None or rb is None else \
+            self.interval_clamps(b, rb)
         b.branch(headers[0])
         shift = None
         for k in range(3):
@@ -2046,6 +2053,84 @@ class SegmentEmitter:
                          b.add(b.xor(group, mv), lane), b.xor(t, mv))
         return v
 
+    def interval_clamps(self, b: ir.IRBuilder, rb: RangeBranch) -> dict[Operation, ir.Value]:
+        """With `b` (before a thread loop): for the shared loads through a clamped index
+        (clamped_shared_load) that only threads inside the range branch's interval run,
+        with the index's thread-dependent side tx + u, whether the clamp changes nothing
+        for any thread of the interval, computed at its ends.  Pathfinder's neighbours
+        `prev[max(tx - 1, validXmin)]` are read only by the threads computing a cell,
+        `tx > i >= 0`: in interior blocks the clamps never act for them, and the loads
+        need neither the bound's value (a load before the loop that waited for the last
+        phase's masked stores) nor a blend."""
+        kc = self.kc
+        inside = rb.branch.successors[0 if rb.inside else 1]
+        outside = rb.branch.successors[1 if rb.inside else 0]
+        only_inside = set(kc.ops_from(inside, 0)) - set(kc.ops_from(outside, 0))
+        leaves = {v for v in kc.restored_at(self.resume) if v in kc.uniform}
+        derived = dict(kc.syncs[self.resume - 1].derived) if self.resume else {}
+        found: list[tuple[Operation, Operation, Value, Value]] = []
+        for op in only_inside:
+            if op.name != "ptx.ld" or memory_space(op) != "shared":
+                continue
+            chain, clamp = self._clamp_in_address(op.operands[0])
+            if clamp is None or clamp.results[0].type != "i32":
+                continue
+            x, u = clamp.operands
+            if self._entry_computable(x):
+                x, u = u, x
+            if self._entry_computable(x) or not self._entry_computable(u) or \
+                    not kc._tx_affine(x, leaves, derived, 0):
+                continue
+            found.append((op, clamp, x, u))
+        if not found:
+            return {}
+        n = kc.block_dims[0]
+        out: dict[Operation, ir.Value] = {}
+        with self.speculation(b):
+            self.as_thread([I32(0), I32(0), I32(0)], 0)
+            if self.resume:
+                self.restore(kc.syncs[self.resume - 1])
+
+            def value(v: Value) -> ir.Value:
+                if isinstance(v, OpResult):
+                    self.rematerialize(v)
+                return self.vals[v]
+
+            for edge in rb.edges:
+                got = [value(v) for _, v in edge]      # a parallel copy
+                for (arg, _), lv in zip(edge, got):
+                    self.vals[arg] = lv
+            # the interval [lo, hi] of thread indices, in 64 bits; tx + u must not wrap
+            ok: ir.Value = ir.Constant(I1, 1)
+            lo: ir.Value = I64(0)
+            hi: ir.Value = I64(n - 1)
+            for v, c, cmp, unsigned in rb.terms:
+                ext = b.zext if unsigned else b.sext
+                v0 = ext(self.coerce_bits(value(v), I32), I64)
+                bound = b.sub(ext(self.coerce_bits(value(c), I32), I64), v0)
+                top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
+                ok = b.and_(ok, b.icmp_signed("<=", b.add(v0, I64(n - 1)), top))
+                if cmp in ("gt", "ge"):
+                    t = b.add(bound, I64(1)) if cmp == "gt" else bound
+                    lo = b.select(b.icmp_signed(">", t, lo), t, lo)
+                else:
+                    t = b.sub(bound, I64(1)) if cmp == "lt" else bound
+                    hi = b.select(b.icmp_signed("<", t, hi), t, hi)
+            for op, clamp, x, u in found:
+                signed = any(m.startswith("s") for m in clamp.attributes.get("mods", []))
+                ext = b.sext if signed else b.zext
+                x0 = ext(self.coerce_bits(value(x), I32), I64)
+                bound = ext(self.coerce_bits(self._in_entry(u) if isinstance(u, OpResult)
+                                             else value(u), I32), I64)
+                top = I64(0x7FFFFFFF if signed else 0xFFFFFFFF)
+                flag = b.and_(ok, b.icmp_signed("<=", b.add(x0, I64(n - 1)), top))
+                if clamp.name == "ptx.max":     # max(x, u) is x when x(lo) >= u
+                    flag = b.and_(flag, b.icmp_signed(">=", b.add(x0, lo), bound))
+                else:                           # min(x, u) is x when x(hi) <= u
+                    flag = b.and_(flag, b.icmp_signed("<=", b.add(x0, hi), bound))
+                out[op] = flag
+        return out
+
     def clamped_shared_load(self, op: Operation, lt: ir.Type, size: int) -> ir.Value | None:
         """A shared-memory load through an index clamped to a bound computed from block
         indices and parameters only (`s[max(tx - 1, lo)]`, pathfinder's and stencils'
@@ -2069,11 +2154,52 @@ class SegmentEmitter:
         if not all(self._entry_computable(o) or o is x for o in leaves):
             return None
         offset = op.attributes.get("offset", 0)
+        idle = self.interval_idle.get(op)
+        if idle is not None:
+            # the clamp changes nothing for the threads that run this load in this block: a
+            # plain load then; else the code below, in a block of its own (its load of the
+            # bound's side then happens only where needed: LLVM unswitches the thread loop
+            # on `idle` and hoists it out of the other copy)
+            b = self.b
+            xv = self.get(x)
+            lx = self._with_substitution(op.operands[0], chain, clamp.results[0], xv, no_wrap=True)
+            if isinstance(lx.type, ir.PointerType):
+                lx = b.ptrtoint(lx, I64)
+            ix = lx if lx.type == I64 else b.sext(lx, I64)
+            if offset:
+                ix = b.add(ix, I64(offset))
+            plain_bb = self.fn.append_basic_block("clamp.idle")
+            clamped_bb = self.fn.append_basic_block("clamp.acts")
+            join = self.fn.append_basic_block("clamp.join")
+            b.cbranch(idle, plain_bb, clamped_bb)
+            b.position_at_end(plain_bb)
+            plain = b.load(b.bitcast(b.gep(self.shared, [ix]), lt.as_pointer()))
+            plain.align = size
+            self.tag_shared_access(op, plain)
+            b.branch(join)
+            b.position_at_end(clamped_bb)
+            vals = dict(self.vals)
+            clamped = self._clamped_load(op, lt, size, chain, clamp, x, u, offset, self.b)
+            clamped_end = self.b.block
+            self.vals = vals
+            b = self.b
+            b.branch(join)
+            b.position_at_end(join)
+            got = b.phi(lt)
+            got.add_incoming(plain, plain_bb)
+            got.add_incoming(clamped, clamped_end)
+            return got
+        return self._clamped_load(op, lt, size, chain, clamp, x, u, offset, self.entry_builder)
+
+    def _clamped_load(self, op: Operation, lt: ir.Type, size: int, chain: set[Value],
+                      clamp: Operation, x: Value, u: Value, offset: int,
+                      eb: ir.IRBuilder) -> ir.Value:
+        """clamped_shared_load's select between the masked load and the bound's side,
+        whose value is loaded with `eb` (the entry block, or where the clamp may act)."""
         # the bound's side, once per segment
         saved_builder = self.builder
-        self.builder = self.entry_builder
+        self.builder = eb
         try:
-            eb = self.entry_builder
             u_entry = self._in_entry(u)
             lu = self._with_substitution(op.operands[0], chain, clamp.results[0], u_entry,
                                          entry=True)
