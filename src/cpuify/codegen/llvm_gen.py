@@ -1781,6 +1781,24 @@ class SegmentEmitter:
         """With `b` (before the thread loops): whether every comparison of the range branch
         holds for every thread.  u is the value of tx + u in thread 0, the comparisons are
         made in 64 bits for threads 0 and blockDim.x - 1, and tx + u must not wrap."""
+        last = self.kc.block_dims[0] - 1
+        ok: ir.Value = ir.Constant(I1, 1)
+        with self.at_range_branch(b, rb) as wide:
+            for v, c, cmp, unsigned in rb.terms:
+                first, bound = wide(v, unsigned), wide(c, unsigned)
+                end = b.add(first, I64(last))
+                op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
+                for x in (self.no_wrap(b, first, unsigned), b.icmp_signed(op, first, bound),
+                          b.icmp_signed(op, end, bound)):
+                    ok = b.and_(ok, x)
+        return ok
+
+    @contextmanager
+    def at_range_branch(self, b: ir.IRBuilder, rb: RangeBranch
+                        ) -> Iterator[Callable[[Value, bool], ir.Value]]:
+        """Within: values computed with `b` as thread 0 sees them at the range branch
+        (restored at the resume point, then set along the edges to it); yields
+        wide(v, unsigned), the 32-bit v there extended to 64 bits."""
         with self.speculation(b):
             self.as_thread([I32(0), I32(0), I32(0)], 0)
             if self.resume:
@@ -1795,19 +1813,17 @@ class SegmentEmitter:
                 got = [value(v) for _, v in edge]      # a parallel copy
                 for (arg, _), lv in zip(edge, got):
                     self.vals[arg] = lv
-            last = self.kc.block_dims[0] - 1
-            ok: ir.Value = ir.Constant(I1, 1)
-            for v, c, cmp, unsigned in rb.terms:
-                ext = b.zext if unsigned else b.sext
-                first = ext(self.coerce_bits(value(v), I32), I64)
-                bound = ext(self.coerce_bits(value(c), I32), I64)
-                end = b.add(first, I64(last))
-                top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
-                op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
-                for x in (b.icmp_signed("<=", end, top), b.icmp_signed(op, first, bound),
-                          b.icmp_signed(op, end, bound)):
-                    ok = b.and_(ok, x)
-            return ok
+
+            def wide(v: Value, unsigned: bool) -> ir.Value:
+                lv = self.coerce_bits(value(v), I32)
+                return b.zext(lv, I64) if unsigned else b.sext(lv, I64)
+            yield wide
+
+    def no_wrap(self, b: ir.IRBuilder, first: ir.Value, unsigned: bool) -> ir.Value:
+        """Whether tx + u, `first` (64 bits) in thread 0, stays within 32 bits up to the
+        block's last thread."""
+        top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
+        return b.icmp_signed("<=", b.add(first, I64(self.kc.block_dims[0] - 1)), top)
 
     def emit_one_thread_loop(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool,
                              region: DeferredRegion | None = None) -> None:
@@ -2086,30 +2102,15 @@ class SegmentEmitter:
             return {}
         n = kc.block_dims[0]
         out: dict[Operation, ir.Value] = {}
-        with self.speculation(b):
-            self.as_thread([I32(0), I32(0), I32(0)], 0)
-            if self.resume:
-                self.restore(kc.syncs[self.resume - 1])
-
-            def value(v: Value) -> ir.Value:
-                if isinstance(v, OpResult):
-                    self.rematerialize(v)
-                return self.vals[v]
-
-            for edge in rb.edges:
-                got = [value(v) for _, v in edge]      # a parallel copy
-                for (arg, _), lv in zip(edge, got):
-                    self.vals[arg] = lv
+        with self.at_range_branch(b, rb) as wide:
             # the interval [lo, hi] of thread indices, in 64 bits; tx + u must not wrap
             ok: ir.Value = ir.Constant(I1, 1)
             lo: ir.Value = I64(0)
             hi: ir.Value = I64(n - 1)
             for v, c, cmp, unsigned in rb.terms:
-                ext = b.zext if unsigned else b.sext
-                v0 = ext(self.coerce_bits(value(v), I32), I64)
-                bound = b.sub(ext(self.coerce_bits(value(c), I32), I64), v0)
-                top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
-                ok = b.and_(ok, b.icmp_signed("<=", b.add(v0, I64(n - 1)), top))
+                v0 = wide(v, unsigned)
+                bound = b.sub(wide(c, unsigned), v0)
+                ok = b.and_(ok, self.no_wrap(b, v0, unsigned))
                 if cmp in ("gt", "ge"):
                     t = b.add(bound, I64(1)) if cmp == "gt" else bound
                     lo = b.select(b.icmp_signed(">", t, lo), t, lo)
@@ -2118,12 +2119,8 @@ class SegmentEmitter:
                     hi = b.select(b.icmp_signed("<", t, hi), t, hi)
             for op, clamp, x, u in found:
                 signed = any(m.startswith("s") for m in clamp.attributes.get("mods", []))
-                ext = b.sext if signed else b.zext
-                x0 = ext(self.coerce_bits(value(x), I32), I64)
-                bound = ext(self.coerce_bits(self._in_entry(u) if isinstance(u, OpResult)
-                                             else value(u), I32), I64)
-                top = I64(0x7FFFFFFF if signed else 0xFFFFFFFF)
-                flag = b.and_(ok, b.icmp_signed("<=", b.add(x0, I64(n - 1)), top))
+                x0, bound = wide(x, not signed), wide(u, not signed)
+                flag = b.and_(ok, self.no_wrap(b, x0, not signed))
                 if clamp.name == "ptx.max":     # max(x, u) is x when x(lo) >= u
                     flag = b.and_(flag, b.icmp_signed(">=", b.add(x0, lo), bound))
                 else:                           # min(x, u) is x when x(hi) <= u
