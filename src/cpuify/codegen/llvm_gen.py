@@ -2088,14 +2088,11 @@ class SegmentEmitter:
         for op in only_inside:
             if op.name != "ptx.ld" or memory_space(op) != "shared":
                 continue
-            chain, clamp = self._clamp_in_address(op.operands[0])
-            if clamp is None or clamp.results[0].type != "i32":
+            sides = self.clamp_sides(op)
+            if sides is None:
                 continue
-            x, u = clamp.operands
-            if self._entry_computable(x):
-                x, u = u, x
-            if self._entry_computable(x) or not self._entry_computable(u) or \
-                    not kc._tx_affine(x, leaves, derived, 0):
+            _, clamp, x, u = sides
+            if clamp.results[0].type != "i32" or not kc._tx_affine(x, leaves, derived, 0):
                 continue
             found.append((op, clamp, x, u))
         if not found:
@@ -2138,6 +2135,50 @@ class SegmentEmitter:
         gather otherwise.  None when the address has no such min/max."""
         if self.masked_loop or self.lane_group is not None:
             return None
+        sides = self.clamp_sides(op)
+        if sides is None:
+            return None
+        chain, clamp, x, u = sides
+        leaves = [o for c in chain if isinstance(c, OpResult) for o in c.op.operands
+                  if o not in chain and o is not clamp.results[0]]
+        if not all(self._entry_computable(o) or o is x for o in leaves):
+            return None
+        b = self.b
+        xv = self.get(x)
+        # the index with x standing for the clamp (shared-memory offsets do not wrap: with
+        # `nsw` LLVM sees it as affine in the thread index)
+        ix = self.shared_index(b, op, self._with_substitution(
+            op.operands[0], chain, clamp.results[0], xv, no_wrap=True))
+        idle = self.interval_idle.get(op)
+        if idle is None:
+            return self._clamped_load(op, lt, size, chain, clamp, xv, u, ix, self.entry_builder)
+        # the clamp changes nothing for the threads that run this load in this block: a
+        # plain load then; else the clamped load, in a block of its own (its load of the
+        # bound's side then happens only where needed: LLVM unswitches the thread loop on
+        # `idle` and hoists it out of the other copy)
+        plain_bb = self.fn.append_basic_block("clamp.idle")
+        clamped_bb = self.fn.append_basic_block("clamp.acts")
+        join = self.fn.append_basic_block("clamp.join")
+        b.cbranch(idle, plain_bb, clamped_bb)
+        b.position_at_end(plain_bb)
+        plain = self.shared_load_at(b, op, ix, lt, size)
+        b.branch(join)
+        b.position_at_end(clamped_bb)
+        vals = dict(self.vals)
+        clamped = self._clamped_load(op, lt, size, chain, clamp, xv, u, ix, b)
+        clamped_end = b.block
+        self.vals = vals
+        b.branch(join)
+        b.position_at_end(join)
+        got = b.phi(lt)
+        got.add_incoming(plain, plain_bb)
+        got.add_incoming(clamped, clamped_end)
+        return got
+
+    def clamp_sides(self, op: Operation) -> tuple[set[Value], Operation, Value, Value] | None:
+        """For a load whose address goes through one min/max: (the values between the
+        address and the min/max, the min/max, its thread-dependent side x, its side u
+        computable before the thread loop), or None."""
         chain, clamp = self._clamp_in_address(op.operands[0])
         if clamp is None:
             return None
@@ -2146,65 +2187,39 @@ class SegmentEmitter:
             x, u = u, x
         if self._entry_computable(x) or not self._entry_computable(u):
             return None
-        leaves = [o for c in chain if isinstance(c, OpResult) for o in c.op.operands
-                  if o not in chain and o is not clamp.results[0]]
-        if not all(self._entry_computable(o) or o is x for o in leaves):
-            return None
+        return chain, clamp, x, u
+
+    def shared_index(self, b: ir.IRBuilder, op: Operation, lv: ir.Value) -> ir.Value:
+        """The 64-bit byte offset into shared (or local) memory of access `op` at address
+        `lv`: sign-extended, as offsets are < 2^31 and, with `nsw` index arithmetic, LLVM
+        then sees them as affine in the thread index."""
+        if isinstance(lv.type, ir.PointerType):
+            lv = b.ptrtoint(lv, I64)
+        ix = lv if lv.type == I64 else b.sext(lv, I64)
         offset = op.attributes.get("offset", 0)
-        idle = self.interval_idle.get(op)
-        if idle is not None:
-            # the clamp changes nothing for the threads that run this load in this block: a
-            # plain load then; else the code below, in a block of its own (its load of the
-            # bound's side then happens only where needed: LLVM unswitches the thread loop
-            # on `idle` and hoists it out of the other copy)
-            b = self.b
-            xv = self.get(x)
-            lx = self._with_substitution(op.operands[0], chain, clamp.results[0], xv, no_wrap=True)
-            if isinstance(lx.type, ir.PointerType):
-                lx = b.ptrtoint(lx, I64)
-            ix = lx if lx.type == I64 else b.sext(lx, I64)
-            if offset:
-                ix = b.add(ix, I64(offset))
-            plain_bb = self.fn.append_basic_block("clamp.idle")
-            clamped_bb = self.fn.append_basic_block("clamp.acts")
-            join = self.fn.append_basic_block("clamp.join")
-            b.cbranch(idle, plain_bb, clamped_bb)
-            b.position_at_end(plain_bb)
-            plain = b.load(b.bitcast(b.gep(self.shared, [ix]), lt.as_pointer()))
-            plain.align = size
-            self.tag_shared_access(op, plain)
-            b.branch(join)
-            b.position_at_end(clamped_bb)
-            vals = dict(self.vals)
-            clamped = self._clamped_load(op, lt, size, chain, clamp, x, u, offset, self.b)
-            clamped_end = self.b.block
-            self.vals = vals
-            b = self.b
-            b.branch(join)
-            b.position_at_end(join)
-            got = b.phi(lt)
-            got.add_incoming(plain, plain_bb)
-            got.add_incoming(clamped, clamped_end)
-            return got
-        return self._clamped_load(op, lt, size, chain, clamp, x, u, offset, self.entry_builder)
+        return b.add(ix, I64(offset)) if offset else ix
+
+    def shared_load_at(self, b: ir.IRBuilder, op: Operation, ix: ir.Value, lt: ir.Type,
+                       size: int) -> ir.Instruction:
+        """Load `op`'s value from shared-memory byte offset `ix`, tagged as its access."""
+        got = b.load(b.bitcast(b.gep(self.shared, [ix]), lt.as_pointer()))
+        got.align = size
+        self.tag_shared_access(op, got)
+        return got
 
     def _clamped_load(self, op: Operation, lt: ir.Type, size: int, chain: set[Value],
-                      clamp: Operation, x: Value, u: Value, offset: int,
+                      clamp: Operation, xv: ir.Value, u: Value, ix: ir.Value,
                       eb: ir.IRBuilder) -> ir.Value:
-        """clamped_shared_load's select between the masked load and the bound's side,
-        whose value is loaded with `eb` (the entry block, or where the clamp may act)."""
+        """clamped_shared_load's select between the load at `ix` (x's side, for the lanes
+        whose index x is) and the bound's side, loaded with `eb` (the entry block, or where
+        the clamp may act)."""
         # the bound's side, once per segment
         saved_builder = self.builder
         self.builder = eb
         try:
             u_entry = self._in_entry(u)
-            lu = self._with_substitution(op.operands[0], chain, clamp.results[0], u_entry,
-                                         entry=True)
-            if isinstance(lu.type, ir.PointerType):
-                lu = eb.ptrtoint(lu, I64)
-            iu = lu if lu.type == I64 else eb.sext(lu, I64)
-            if offset:
-                iu = eb.add(iu, I64(offset))
+            iu = self.shared_index(eb, op, self._with_substitution(
+                op.operands[0], chain, clamp.results[0], u_entry, entry=True))
             limit = eb.sub(eb.add(I64(self.kc.shared.dynamic_offset), eb.zext(self.dyn_shared, I64)),
                            I64(size))
             iu = eb.select(eb.icmp_signed("<", iu, I64(0)), I64(0), iu)
@@ -2216,23 +2231,13 @@ class SegmentEmitter:
         b = self.b
         signed = any(m.startswith("s") for m in clamp.attributes.get("mods", []))
         cmp = b.icmp_signed if signed else b.icmp_unsigned
-        xv = self.get(x)
         take_x = cmp(">=" if clamp.name == "ptx.max" else "<=", xv, self.coerce_bits(u_entry, xv.type))
-        # shared-memory offsets do not wrap: with `nsw` LLVM sees the index as affine
-        lx = self._with_substitution(op.operands[0], chain, clamp.results[0], xv, no_wrap=True)
-        if isinstance(lx.type, ir.PointerType):
-            lx = b.ptrtoint(lx, I64)
-        ix = lx if lx.type == I64 else b.sext(lx, I64)
-        if offset:
-            ix = b.add(ix, I64(offset))
         read = self.fn.append_basic_block("clamp.read")
         done = self.fn.append_basic_block("clamp.done")
         before = b.block
         b.cbranch(take_x, read, done)
         b.position_at_end(read)
-        vx = b.load(b.bitcast(b.gep(self.shared, [ix]), lt.as_pointer()))
-        vx.align = size
-        self.tag_shared_access(op, vx)
+        vx = self.shared_load_at(b, op, ix, lt, size)
         b.branch(done)
         b.position_at_end(done)
         got = b.phi(lt)
@@ -2816,14 +2821,7 @@ class SegmentEmitter:
         lv = self.get(base)
         if space == "shared" or space == "local":
             root = self.shared if space == "shared" else self.local_base
-            if isinstance(lv.type, ir.PointerType):
-                lv = b.ptrtoint(lv, I64)
-            # sign-extended: offsets are < 2^31, and with `nsw` index arithmetic LLVM can
-            # then see them as affine in the thread index
-            idx = lv if lv.type == I64 else b.sext(lv, I64)
-            if offset:
-                idx = b.add(idx, I64(offset))
-            return b.gep(root, [idx])
+            return b.gep(root, [self.shared_index(b, op, lv)])
         if space == "param":
             if isinstance(lv.type, ir.PointerType):
                 p = lv
