@@ -481,7 +481,8 @@ class KernelCodegen:
         blk, pos = self.resume_point(resume)
         restored = self.restored_at(resume)
         store = None
-        for op in self.ops_from(blk, pos):
+        ops = list(self.ops_from(blk, pos))
+        for op in ops:
             if op in self.sync_of_op:
                 if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
                     return None     # the segment enters an interchanged loop
@@ -494,7 +495,6 @@ class KernelCodegen:
                 not self._on_every_way(blk, pos, store, set()):
             return None
         key = (store.operands[0], store.attributes.get("offset", 0))
-        ops = list(self.ops_from(blk, pos))
         if any(op.name == "ptx.ld" and (op.operands[0], op.attributes.get("offset", 0)) == key
                for op in ops) and \
                 sum(1 for op in ops if op.name == "ptx.st" and memory_space(op) == "global") == 1:
@@ -913,8 +913,7 @@ class KernelCodegen:
         if dims is None or dims[1] * dims[2] != 1 or resume in self.thread_range or \
                 resume in self.deferred or resume in self.lane_groups:
             return None
-        leaves = {v for v in self.restored_at(resume) if v in self.uniform}
-        derived = dict(self.syncs[resume - 1].derived) if resume else {}
+        leaves, derived = self.uniform_at(resume)
         found = self._find_range_branch(*self.resume_point(resume), [], leaves, derived, set())
         if found is None or not self.syncs:
             return found
@@ -927,6 +926,12 @@ class KernelCodegen:
             if len(reached) == 1 and not ends:
                 found.decided_next = self.sync_of_op[reached.pop()]
         return found
+
+    def uniform_at(self, resume: int) -> tuple[set[Value], dict[Value, Value]]:
+        """(the block-uniform values restored at `resume`, the induction variables derived
+        there with their expressions): what _tx_affine builds on in that segment."""
+        leaves = {v for v in self.restored_at(resume) if v in self.uniform}
+        return leaves, dict(self.syncs[resume - 1].derived) if resume else {}
 
     def _find_range_branch(self, blk: Block, pos: int, edges: list[list[tuple[Value, Value]]],
                            leaves: set[Value], derived: dict[Value, Value],
@@ -2082,8 +2087,7 @@ class SegmentEmitter:
         inside = rb.branch.successors[0 if rb.inside else 1]
         outside = rb.branch.successors[1 if rb.inside else 0]
         only_inside = set(kc.ops_from(inside, 0)) - set(kc.ops_from(outside, 0))
-        leaves = {v for v in kc.restored_at(self.resume) if v in kc.uniform}
-        derived = dict(kc.syncs[self.resume - 1].derived) if self.resume else {}
+        leaves, derived = kc.uniform_at(self.resume)
         found: list[tuple[Operation, Operation, Value, Value]] = []
         for op in only_inside:
             if op.name != "ptx.ld" or memory_space(op) != "shared":
