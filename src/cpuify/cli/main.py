@@ -142,6 +142,10 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
                   "thread loop (soft barrier per iteration)")
         if not kc.syncs:
             print("  no sync points: one thread loop (flat collapsing)")
+        if kc.prefix_runs:
+            print("  once whole warps have exited and the live threads are the block's first "
+                  "ones, the segments after sync points run them as one loop (no state checks; "
+                  "static shuffles read their buffers)")
         for sp in kc.syncs:
             if sp.op.name == "upir.barrier":
                 what = "soft barrier" if sp.op.attributes.get("soft") else "barrier"

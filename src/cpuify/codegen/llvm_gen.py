@@ -341,6 +341,7 @@ class KernelCodegen:
         self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
         self.range_branches = {r: k for r in range(len(self.syncs) + 1)
                                if (k := self.range_branch(r)) is not None}
+        self.prefix_runs = self.plan_prefix_runs()
         # lane groups whose lanes' loop is unrolled (unrolled_lanes)
         self.unrolled_lane_groups = {r for r in self.lane_groups if self.unrolled_lanes(r)}
         self.unsigned_indices = self.unsigned_index_segments()
@@ -436,6 +437,23 @@ class KernelCodegen:
                 if len(reached) == 1 and not ends:
                     self.only_next[r] = self.sync_of_op[reached.pop()]
         return out
+
+    def plan_prefix_runs(self) -> bool:
+        """Whether the segments after the kernel's start get a third thread loop, run when
+        the live threads are the block's first live_end ones, whole warps, and the others
+        exited: a block reduction's `if (warp == 0)` stage after the other warps returned.
+        Without it, each of warp 0's steps was a masked run (a state check per thread), a
+        scan of the states and, at each shuffle, an exchange.  In code specialized for a
+        one-dimensional block shape with sync points, where some segment lets some threads
+        exit and others go on."""
+        dims = self.block_dims
+        if dims is None or dims[1] * dims[2] != 1 or not self.syncs:
+            return False
+        starts = [(self.region.entry, 0)] + [(sp.block, sp.position + 1) for sp in self.syncs]
+        # (in a convergent segment, all threads exit or none does)
+        return any(r not in self.only_exit and r not in self.convergent and
+                   any(op.name == "upir.exit" for op in self.ops_from(blk, pos))
+                   for r, (blk, pos) in enumerate(starts))
 
     def convergent_walk(self, blk: Block, pos: int, decided: dict[Operation, int]
                         ) -> tuple[bool, set[Operation], bool]:
@@ -1288,8 +1306,20 @@ class KernelCodegen:
         # one vectorizable scan finds whether every live thread waits at the same sync
         # point, and whether some threads exited (they are not waited for, as on Volta).
         b.position_at_end(scan)
-        live_or, live_and, exited, last_live = self.scan_live_states(b, state_p, n64)
+        # threads from ctx.live_end on (when set) exited in an earlier step and stay exited:
+        # the scan stops there (the five shuffles of warp 0 after a block reduction's other
+        # warps exited scan its 32 threads, not the block's)
+        prev_end = b.load(b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
+        bound = b.select(b.icmp_unsigned("==", prev_end, I32(0)), n64, b.zext(prev_end, I64))
+        live_or, live_and, exited, last_live, live_count = \
+            self.scan_live_states(b, state_p, bound)
+        exited = b.or_(exited, b.icmp_unsigned("!=", bound, n64))
         live_end64 = b.zext(b.add(last_live, I32(1)), I64)
+        # the live threads are the first live_end, whole warps (plan_prefix_runs)
+        prefix_scanned = ir.Constant(I1, 0)
+        if self.prefix_runs:
+            prefix_scanned = b.and_(b.icmp_unsigned("==", live_count, b.add(last_live, I32(1))),
+                                    b.icmp_unsigned("==", b.and_(last_live, I32(31)), I32(31)))
         same = b.and_(b.icmp_unsigned("==", live_or, live_and),
                       b.icmp_unsigned("!=", b.and_(live_and, I32(STATE_WAIT)), I32(0)))
         scanned_at = b.select(same, live_and, I32(STATE_UNKNOWN))
@@ -1301,10 +1331,26 @@ class KernelCodegen:
         live_end = b.phi(I64, name="live_end")      # threads from here on have exited
         at.add_incoming(known, check_known)
         at.add_incoming(scanned_at, scanned)
-        some_exited.add_incoming(ir.Constant(I1, 0), check_known)
+        prefix = b.phi(I1, name="prefix")     # some_exited, and the live threads a prefix
         some_exited.add_incoming(exited, scanned)
-        live_end.add_incoming(n64, check_known)
         live_end.add_incoming(live_end64, scanned)
+        prefix.add_incoming(prefix_scanned, scanned)
+        if self.prefix_runs:
+            # a segment returns where its threads stopped only from a run of all threads or
+            # of a prefix (a masked run returns STATE_UNKNOWN): after a prefix run,
+            # ctx.live_end still says where the live threads end
+            with b.goto_block(check_known):
+                b.position_before(check_known.terminator)
+                prev = b.load(b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
+                after_prefix = b.icmp_unsigned("!=", prev, I32(0))
+                known_end = b.select(after_prefix, b.zext(prev, I64), n64)
+            some_exited.add_incoming(after_prefix, check_known)
+            live_end.add_incoming(known_end, check_known)
+            prefix.add_incoming(after_prefix, check_known)
+        else:
+            some_exited.add_incoming(ir.Constant(I1, 0), check_known)
+            live_end.add_incoming(n64, check_known)
+            prefix.add_incoming(ir.Constant(I1, 0), check_known)
         sync = b.and_(at, I32(0xFFFF))
         valid = b.and_(b.icmp_signed("!=", at, I32(STATE_UNKNOWN)),
                        b.icmp_unsigned("!=", b.and_(at, I32(STATE_WAIT)), I32(0)))
@@ -1316,7 +1362,7 @@ class KernelCodegen:
             # every thread waits at a static shuffle: the next segment reads the source
             # lanes itself (SegmentEmitter.read_static_shuffle), no exchange
             static = b.icmp_unsigned("!=", b.and_(kind, I32(SYNC_STATIC)), I32(0))
-            plain = b.or_(plain, b.and_(static, b.not_(some_exited)))
+            plain = b.or_(plain, b.and_(static, b.or_(b.not_(some_exited), prefix)))
         go = fn.append_basic_block("go_on")
         exchange = self.emit_warp_exchange(kinds)
         if exchange is None:
@@ -1331,10 +1377,11 @@ class KernelCodegen:
                 "!=", b.call(exchange, [ctx_i8, sync, some_exited, live_end]), I32(0)))
             b.cbranch(ok, go, slow)
         # threads that exited stay out of the next segment: the others are marked to run
+        # (a masked run), or they are the first live_end threads (a prefix run: masked 2)
         b.position_at_end(go)
         again = fn.append_basic_block("next_segment")
         mark = fn.append_basic_block("mark_waiting")
-        b.cbranch(some_exited, mark, again)
+        b.cbranch(b.and_(some_exited, b.not_(prefix)), mark, again)
         b.position_at_end(mark)
         self.mark_waiting(b, state_p, live_end, sync)
         b.branch(again)
@@ -1342,7 +1389,7 @@ class KernelCodegen:
         b.store(b.select(some_exited, b.trunc(live_end, I32), I32(0)),
                 b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
         resume.add_incoming(sync, again)
-        masked.add_incoming(b.zext(some_exited, I32), again)
+        masked.add_incoming(b.select(prefix, I32(2), b.zext(some_exited, I32)), again)
         b.branch(loop)
         b.position_at_end(slow)
         run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32])
@@ -1389,17 +1436,18 @@ class KernelCodegen:
     def scan_live_states(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value
                          ) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
         """(OR, AND of the states of live threads, whether some thread exited, the last live
-        thread's index or -1); OR == AND when all live threads are in one state, AND == -1
-        when none is live."""
+        thread's index or -1, the number of live threads); OR == AND when all live threads
+        are in one state, AND == -1 when none is live."""
         def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             st = b.load(b.gep(state_p, [t]))
             dead = b.icmp_signed("==", st, I32(STATE_EXITED))
             live_t = b.select(dead, I32(-1), b.trunc(t, I32))
             return [b.or_(acc[0], b.select(dead, I32(0), st)), b.and_(acc[1], st),
-                    b.or_(acc[2], dead), b.select(b.icmp_signed(">", live_t, acc[3]), live_t, acc[3])]
-        live_or, live_and, exited, last_live = self.counted_loop(
-            b, n64, [I32(0), I32(-1), ir.Constant(I1, 0), I32(-1)], body, "scan")
-        return live_or, live_and, exited, last_live
+                    b.or_(acc[2], dead), b.select(b.icmp_signed(">", live_t, acc[3]), live_t, acc[3]),
+                    b.add(acc[4], b.zext(b.not_(dead), I32))]
+        live_or, live_and, exited, last_live, count = self.counted_loop(
+            b, n64, [I32(0), I32(-1), ir.Constant(I1, 0), I32(-1), I32(0)], body, "scan")
+        return live_or, live_and, exited, last_live, count
 
     def mark_waiting(self, b: ir.IRBuilder, state_p: ir.Value, n64: ir.Value, sync: ir.Value) -> None:
         """Live threads (all waiting at `sync`) get state `sync`: the masked thread loop runs
@@ -1568,6 +1616,9 @@ class SegmentEmitter:
         # before the thread loop being emitted: the clamp changes nothing for the threads
         # inside the branch's interval (interval_clamps)
         self.interval_idle: dict[Operation, ir.Value] = {}
+        # the thread loop being emitted runs the first ctx.live_end threads, all waiting at
+        # `resume` (the others exited; KernelCodegen.plan_prefix_runs)
+        self.prefix_run = False
         self.next_sync: SyncPoint | None = kc.only_next.get(resume)
         self.all_exit = resume in kc.only_exit
         self.convergent = resume in kc.convergent
@@ -1620,7 +1671,14 @@ class SegmentEmitter:
         exit_bb = fn.append_basic_block("done")
         exit_some_bb = fn.append_basic_block("done_some")
         unmasked_bb = fn.append_basic_block("all_threads")
-        if self.kc.syncs:
+        prefix = self.kc.prefix_runs and self.resume > 0
+        if prefix:
+            masked_bb = fn.append_basic_block("some_threads")
+            prefix_bb = fn.append_basic_block("first_threads")
+            sw = b.switch(masked, unmasked_bb)
+            sw.add_case(I32(1), masked_bb)
+            sw.add_case(I32(2), prefix_bb)
+        elif self.kc.syncs:
             masked_bb = fn.append_basic_block("some_threads")
             b.cbranch(b.icmp_signed("!=", masked, I32(0)), masked_bb, unmasked_bb)
         else:
@@ -1637,6 +1695,16 @@ class SegmentEmitter:
         unmasked_last_state = self.last_state
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
+        if prefix:
+            exit_prefix_bb = fn.append_basic_block("done_first")
+            self.uniform_stops = {}
+            self.prefix_run = True
+            try:
+                self.emit_thread_loops(prefix_bb, exit_prefix_bb, masked=False)
+                b.position_at_end(exit_prefix_bb)
+                self.finish_run(b, self.uniform_stops, self.last_state)
+            finally:
+                self.prefix_run = False
         b.position_at_end(exit_bb)
         self.finish_run(b, unmasked_stops, unmasked_last_state)
         b.position_at_end(exit_some_bb)
@@ -1726,18 +1794,22 @@ class SegmentEmitter:
         here than in the scheduler."""
         states = b.bitcast(self.state, I32.as_pointer())
         first = b.load(states)
+        n = self.nthreads64
+        if self.prefix_run:     # the threads after the prefix exited
+            n = b.zext(b.load(b.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))])), I64)
 
         def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             return [b.or_(acc[0], b.xor(b.load(b.gep(states, [t])), first))]
-        diff, = self.kc.counted_loop(b, self.nthreads64, [I32(0)], body, "scan")
+        diff, = self.kc.counted_loop(b, n, [I32(0)], body, "scan")
         return b.select(b.icmp_unsigned("==", diff, I32(0)), first, I32(STATE_UNKNOWN))
 
     def emit_thread_loops(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool) -> None:
         """for tz, ty, tx (tx innermost): run the segment for one CUDA thread; then, in a
         run of all threads, the segment's deferred `if`s (KernelCodegen.deferred_regions),
         each as a loop over the threads it selects."""
-        deferred = [] if masked else self.kc.deferred.get(self.resume, [])
-        rb = None if masked else self.kc.range_branches.get(self.resume)
+        whole = not masked and not self.prefix_run      # every thread of the block runs
+        deferred = self.kc.deferred.get(self.resume, []) if whole else []
+        rb = self.kc.range_branches.get(self.resume) if whole else None
         if rb is not None:
             start = self.emit_agreeing_copy(start, rb)
         if not deferred:
@@ -1837,18 +1909,23 @@ class SegmentEmitter:
         self.block_map = {}
         self.pending = []
         names = ("tz", "ty", "tx")
+        whole = not masked and not self.prefix_run      # every thread of the block runs
         if region is not None:
             ranges = region.ranges
         else:
-            ranges = None if masked else self.kc.thread_range.get(self.resume)
+            ranges = self.kc.thread_range.get(self.resume) if whole else None
         if ranges is None:
             starts, bounds, steps = (0, 0, 0), (self.ntid[2], self.ntid[1], self.ntid[0]), (1, 1, 1)
         else:       # z, y, x: only the threads that do something (thread_ranges)
             starts, stops, steps = zip(*reversed(ranges))
             bounds = tuple(I32(v) for v in stops)
-        aligning = None if masked or steps[2] != 1 or region is not None else \
+        if self.prefix_run:     # the first live_end threads of a one-dimensional block
+            bounds = (bounds[0], bounds[1], self.entry_builder.load(
+                self.entry_builder.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))]),
+                name="live_end"))
+        aligning = None if not whole or steps[2] != 1 or region is not None else \
             self.kc.aligning_store(self.resume)
-        grouped = not masked and region is None and ranges is None and aligning is None and \
+        grouped = whole and region is None and ranges is None and aligning is None and \
             self.resume in self.kc.lane_groups
         if grouped:     # the x loop steps over groups of LANES threads (see below)
             steps = (steps[0], steps[1], self.kc.LANES)
@@ -1858,7 +1935,7 @@ class SegmentEmitter:
         phis = []
         b.position_at_end(start)
         rb = self.kc.range_branches.get(self.resume)
-        self.interval_idle = {} if masked or region is not None or rb is None else \
+        self.interval_idle = {} if not whole or region is not None or rb is None else \
             self.interval_clamps(b, rb)
         b.branch(headers[0])
         shift = None
