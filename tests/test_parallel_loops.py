@@ -349,6 +349,17 @@ extern "C" __global__ void tail_after_data_if(const int *x, int *out, int *total
     if (i < n) out[i] = s[63 - threadIdx.x];
     if (threadIdx.x == 63) totals[blockIdx.x] = s[0] + s[63];
 }
+// nvcc lays this `if` out as `@%p bra THEN; bra.uni JOIN; THEN: ...`: the way to the join
+// goes through a block that only jumps
+extern "C" __global__ void load_then_node(const float *in, const float *node_in, float *out) {
+    __shared__ float node[8];
+    __shared__ float w[8][16];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    w[ty][tx] = in[(blockIdx.x * 8 + ty) * 17 + tx + 1];
+    if (tx == 0) node[ty] = node_in[blockIdx.x * 8 + ty];
+    __syncthreads();
+    out[(blockIdx.x * 8 + ty) * 16 + tx] = w[ty][tx] * node[ty];
+}
 // a store after the `if`: the `if` stays in the thread loop
 extern "C" __global__ void not_at_end(float *a, float *b) {
     int i = blockIdx.x * 32 + threadIdx.x;
@@ -372,6 +383,12 @@ def test_thread_index_ifs_at_the_end_of_a_segment_are_deferred():
     tail = KernelCodegen(ModuleCodegen(module),
                          lift_kernel(module, module.functions["tail_after_data_if"]), (64, 1, 1))
     assert [r.ranges for r in tail.deferred[1]] == [((63, 64, 1), (0, 1, 1), (0, 1, 1))]
+    text = compile_to_ptx(HALO_SRC).ptx
+    body = text[text.index("load_then_node("):]
+    assert re.search(r"@%p\d+ bra\s+(\S+);\s+bra.uni", body)     # the layout above
+    node = KernelCodegen(ModuleCodegen(module),
+                         lift_kernel(module, module.functions["load_then_node"]), (16, 8, 1))
+    assert [r.ranges for r in node.deferred[0]] == [((0, 1, 1), (0, 8, 1), (0, 1, 1))]
 
 
 def _blur_ref(a: np.ndarray) -> np.ndarray:
@@ -406,6 +423,13 @@ def test_deferred_halo_loads_match_numpy_and_interpreter():
         tiles = xp.reshape(3, 64)
         np.testing.assert_array_equal(out, tiles[:, ::-1].reshape(-1)[:n])
         np.testing.assert_array_equal(totals, tiles[:, 0] + tiles[:, 63])
+    w_in = np.arange(3 * 8 * 17, dtype=np.float32) * 0.5
+    node_in = np.arange(3 * 8, dtype=np.float32) + 1
+    want = w_in.reshape(24, 17)[:, 1:] * node_in[:, None]
+    for _ in range(2):
+        got = np.zeros((24, 16), np.float32)
+        mod.get_function("load_then_node")((3,), (16, 8), (w_in, node_in, got))
+        np.testing.assert_array_equal(got, want)
     a2, b2 = np.zeros(3, np.float32), np.zeros(96, np.float32)
     for _ in range(2):
         mod.get_function("not_at_end")((3,), (32,), (a2, b2))

@@ -739,11 +739,16 @@ class KernelCodegen:
         assert dims is not None
         found = thread_index_condition(branch.operands[0], dims)
         join = self.ipdom.get(branch.parent) if branch.parent is not None else None
-        if found is None or join is None or join not in branch.successors or \
-                branch.successors[0] is branch.successors[1] or any(branch.successor_args):
+        if found is None or join is None or branch.successors[0] is branch.successors[1] or \
+                any(branch.successor_args):
+            return None
+        # one way goes to the join, directly or through blocks that only jump (nvcc's
+        # `@%p bra THEN; bra.uni JOIN; THEN: ...`)
+        ways = [_forwards_to(succ, join) for succ in branch.successors]
+        if ways.count(True) != 1:
             return None
         dim, true_for = found
-        entry = branch.successors[1 - branch.successors.index(join)]
+        entry = branch.successors[ways.index(False)]
         work = true_for if entry is branch.successors[0] else \
             sorted(set(range(dims[dim])) - set(true_for))
         ranges = _thread_box(dims, dim, work)
@@ -3064,6 +3069,18 @@ def _const_int(v: Value) -> int | None:
     if isinstance(v, OpResult) and v.op.name == "upir.const" and isinstance(v.op.attributes["value"], int):
         return int(v.op.attributes["value"])
     return None
+
+
+def _forwards_to(block: Block, join: Block) -> bool:
+    """Whether `block` is `join`, or leads to it through blocks that only jump there (an
+    argument-less cf.br and nothing else)."""
+    for _ in range(8):
+        if block is join:
+            return True
+        if len(block.ops) != 1 or block.ops[0].name != "cf.br" or block.ops[0].successor_args[0]:
+            return False
+        block = block.ops[0].successors[0]
+    return False
 
 
 def _is_thread_x(v: Value) -> bool:
