@@ -61,7 +61,7 @@ def int32_view(addr, shape):
 
 
 @pytest.mark.parametrize("nworkers", [1, 2, 3, 4])
-@pytest.mark.parametrize("grid", [(1, 1, 1), (5, 4, 3), (37, 1, 2), (1, 9, 1)])
+@pytest.mark.parametrize("grid", [(1, 1, 1), (5, 4, 3), (37, 1, 2), (1, 9, 1), (300, 7, 1)])
 def test_every_block_called_once(rt, workers, nworkers, grid):
     workers(nworkers)
     assert rt.cpuify_num_workers() == nworkers
