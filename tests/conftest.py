@@ -18,3 +18,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def run_twice():
+    """run_twice(mod, kernel, grid, block, args, out): launches the kernel twice, `out` set to
+    -1 before each launch; returns `out` after each (the first launch runs the generic code,
+    the second the code specialized for `block`)."""
+    def run(mod, name, grid, block, args, out):  # type: ignore[no-untyped-def]
+        f = mod.get_function(name)
+        results = []
+        for _ in range(2):
+            out[:] = -1
+            f(grid, block, args)
+            results.append(out.copy())
+        return results
+    return run

@@ -102,16 +102,6 @@ def ptx():
     return parse_ptx(compile_to_ptx(SRC).ptx)
 
 
-def _run_twice(mod, name, grid, block, args, out):
-    f = mod.get_function(name)
-    got = []
-    for _ in range(2):     # generic code, then the code specialized for `block`
-        out[:] = -1
-        f(grid, block, args)
-        got.append(out.copy())
-    return got
-
-
 def _warp_sum(v: np.ndarray) -> np.ndarray:
     """__shfl_down_sync sums (o = 16 .. 1) of each warp: lane k gets the sum of lanes k,
     k + 1, ... of a tree whose missing sources are the lane's own value."""
@@ -137,17 +127,17 @@ def test_which_kernels(ptx):
 
 @pytest.mark.parametrize("block,n", [(256, 256 * 7), (256, 1000), (1024, 3000), (64, 640),
                                      (96, 500), (32, 100)])
-def test_block_sum(mod, block, n):
+def test_block_sum(mod, block, n, run_twice):
     rng = np.random.default_rng(block + n)
     grid = (n + block - 1) // block
     x = rng.integers(-1000, 1000, grid * block).astype(np.int32)
     out = np.zeros(grid, np.int32)
     want = np.where(np.arange(grid * block) < n, x, 0).reshape(grid, block).sum(axis=1)
-    for got in _run_twice(mod, "block_sum", (grid,), (block,), (x, out, np.int32(n)), out):
+    for got in run_twice(mod, "block_sum", (grid,), (block,), (x, out, np.int32(n)), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_steps(mod):
+def test_steps(mod, run_twice):
     rng = np.random.default_rng(1)
     x = rng.integers(-1000, 1000, 3 * 256).astype(np.int32)
     out = np.zeros_like(x)
@@ -157,33 +147,33 @@ def test_steps(mod):
         s[:128] += s[128:]
         s[:64] += s[64:128]
         want[b * 256:b * 256 + 32] = _warp_sum(s[:32] + s[32:64])
-    for got in _run_twice(mod, "steps", (3,), (256,), (x, out), out):
+    for got in run_twice(mod, "steps", (3,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_holes_take_the_masked_path(mod):
+def test_holes_take_the_masked_path(mod, run_twice):
     rng = np.random.default_rng(2)
     x = rng.integers(-1000, 1000, 2 * 256).astype(np.int32)
     out = np.zeros_like(x)
     sums = _warp_sum(x)
     warp = (np.arange(512) >> 5) & 1
     want = np.where(warp == 0, sums, -1).astype(np.int32)
-    for got in _run_twice(mod, "holes", (2,), (256,), (x, out), out):
+    for got in run_twice(mod, "holes", (2,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_partial_warp_takes_the_masked_path(mod):
+def test_partial_warp_takes_the_masked_path(mod, run_twice):
     x = np.arange(2 * 256, dtype=np.int32) * 3
     out = np.zeros_like(x)
     want = np.full_like(x, -1)
     for b in range(2):
         s = x[b * 256:b * 256 + 40]
         want[b * 256:b * 256 + 40] = s + np.roll(s, -1)
-    for got in _run_twice(mod, "partial", (2,), (256,), (x, out), out):
+    for got in run_twice(mod, "partial", (2,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_prefix_run_that_diverges(mod):
+def test_prefix_run_that_diverges(mod, run_twice):
     rng = np.random.default_rng(3)
     x = rng.integers(-1000, 1000, 2 * 128).astype(np.int32)
     out = np.zeros_like(x)
@@ -192,7 +182,7 @@ def test_prefix_run_that_diverges(mod):
         blk = x[b * 128:(b + 1) * 128]
         v = blk[:64][::-1] + np.where(blk[:64] & 1, 1, -1)
         want[b * 128:b * 128 + 64] = _warp_sum(v)
-    for got in _run_twice(mod, "diverge", (2,), (128,), (x, out), out):
+    for got in run_twice(mod, "diverge", (2,), (128,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 

@@ -100,60 +100,50 @@ def _shfl_up(v: np.ndarray, o: int) -> np.ndarray:
     return out.reshape(v.shape)
 
 
-def _run_twice(mod, name, grid, block, args, out):
-    f = mod.get_function(name)
-    results = []
-    for _ in range(2):     # generic code, then the code specialized for `block`
-        out[:] = -1
-        f(grid, block, args)
-        results.append(out.copy())
-    return results
-
-
 @pytest.mark.parametrize("block", [64, 256])
-def test_down_chain(mod, rng, block):
+def test_down_chain(mod, rng, block, run_twice):
     x = rng.integers(-100, 100, 4 * block).astype(np.float32)
     out = np.zeros_like(x)
     want = x.copy()
     for o in (16, 8, 4, 2, 1):
         want = want + _shfl_down(want, o)
-    for got in _run_twice(mod, "down_chain", (4,), (block,), (x, out), out):
+    for got in run_twice(mod, "down_chain", (4,), (block,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_up_chain_is_a_warp_scan(mod, rng):
+def test_up_chain_is_a_warp_scan(mod, rng, run_twice):
     x = rng.integers(-100, 100, 512).astype(np.int32)
     out = np.zeros_like(x)
     want = np.cumsum(_lanes(x), axis=1).ravel()
-    for got in _run_twice(mod, "up_chain", (2,), (256,), (x, out), out):
+    for got in run_twice(mod, "up_chain", (2,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_xor_chain_is_an_allreduce(mod, rng):
+def test_xor_chain_is_an_allreduce(mod, rng, run_twice):
     x = rng.integers(-1000, 1000, 512).astype(np.int32)
     out = np.zeros_like(x)
     want = np.repeat(_lanes(x).max(axis=1), 32)
-    for got in _run_twice(mod, "xor_chain", (2,), (256,), (x, out), out):
+    for got in run_twice(mod, "xor_chain", (2,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_idx_with_width(mod, rng):
+def test_idx_with_width(mod, rng, run_twice):
     x = rng.integers(-1000, 1000, 256).astype(np.int32)
     out = np.zeros_like(x)
     want = np.repeat(x.reshape(-1, 8)[:, 5], 8)
-    for got in _run_twice(mod, "idx_bcast", (2,), (128,), (x, out), out):
+    for got in run_twice(mod, "idx_bcast", (2,), (128,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_down_with_width(mod, rng):
+def test_down_with_width(mod, rng, run_twice):
     x = rng.integers(-1000, 1000, 256).astype(np.int32)
     out = np.zeros_like(x)
     want = _shfl_down(x, 3, 8)
-    for got in _run_twice(mod, "width8_down", (2,), (128,), (x, out), out):
+    for got in run_twice(mod, "width8_down", (2,), (128,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_partial_last_warp(mod, rng):
+def test_partial_last_warp(mod, rng, run_twice):
     # 48 threads: the second warp has 16 lanes; a lane whose source lane does not exist gets
     # its own value (as when the source is past the shuffle's width)
     x = rng.integers(-100, 100, 96).astype(np.float32)
@@ -161,7 +151,7 @@ def test_partial_last_warp(mod, rng):
     padded = np.zeros(128, np.float32)
     for b in range(2):
         padded[b * 64:b * 64 + 48] = x[b * 48:(b + 1) * 48]
-    got_all = _run_twice(mod, "down_chain", (2,), (48,), (x, out), out)
+    got_all = run_twice(mod, "down_chain", (2,), (48,), (x, out), out)
     want = padded.copy()
     for o in (16, 8, 4, 2, 1):
         sh = _shfl_down(want, o)
@@ -176,7 +166,7 @@ def test_partial_last_warp(mod, rng):
         np.testing.assert_array_equal(got, want)
 
 
-def test_exited_warps_take_the_exchange_path(mod, rng):
+def test_warps_after_the_others_exited(mod, rng, run_twice):
     x = rng.integers(-100, 100, 256).astype(np.int32)
     out = np.zeros_like(x)
     want = np.full_like(x, -1)
@@ -184,25 +174,25 @@ def test_exited_warps_take_the_exchange_path(mod, rng):
     for o in (16, 8, 4, 2, 1):
         first = first + _shfl_down(first, o)
     want[:32] = first
-    for got in _run_twice(mod, "first_warp_only", (1,), (256,), (x, out), out):
+    for got in run_twice(mod, "first_warp_only", (1,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_shuffle_in_a_loop(mod, rng):
+def test_shuffle_in_a_loop(mod, rng, run_twice):
     x = rng.integers(-100, 100, 256).astype(np.int32)
     out = np.zeros_like(x)
     want = x.copy()
     for _ in range(5):
         want = want + _shfl_down(want, 1)
-    for got in _run_twice(mod, "loop_shuffle", (2,), (128,), (x, out, np.int32(5)), out):
+    for got in run_twice(mod, "loop_shuffle", (2,), (128,), (x, out, np.int32(5)), out):
         np.testing.assert_array_equal(got, want)
 
 
-def test_mixed_with_a_runtime_offset(mod, rng):
+def test_mixed_with_a_runtime_offset(mod, rng, run_twice):
     x = rng.integers(-100, 100, 256).astype(np.int32)
     out = np.zeros_like(x)
     want = x + _shfl_down(x, 3)
     want = want + _shfl_down(want, 2)
     want = want + _shfl_up(want, 4)
-    for got in _run_twice(mod, "mixed", (2,), (128,), (x, out, np.int32(3)), out):
+    for got in run_twice(mod, "mixed", (2,), (128,), (x, out, np.int32(3)), out):
         np.testing.assert_array_equal(got, want)
