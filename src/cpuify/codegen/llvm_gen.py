@@ -2735,7 +2735,7 @@ class SegmentEmitter:
                     lv = b.ptrtoint(lv, I64)
                 if not isinstance(lv.type, ir.IntType):
                     lv = b.bitcast(lv, ir.IntType(_width(lv.type)))
-                b.store(self.int_resize(lv, I64, False), b.gep(self.static_buffer(static[3]), [tid]))
+                b.store(self.int_resize(lv, I32, False), b.gep(self.static_buffer(static[3]), [tid]))
         for v in sp.live:
             if v in self.kc.lockstep and not self.speculating:
                 # an interchanged loop's iteration counter: stored once, after the thread
@@ -2815,11 +2815,14 @@ class SegmentEmitter:
             self.define(op.results[1], b.icmp_unsigned("!=", pred, I32(0)))
 
     def static_buffer(self, which: int, b: ir.IRBuilder | None = None) -> ir.Value:
-        """Buffer 1 or 2 of static shuffles (KernelCodegen.plan_static_shuffles), as i64*."""
+        """Buffer 1 or 2 of static shuffles (KernelCodegen.plan_static_shuffles), as i32*:
+        `shfl` moves 32-bit values (the exchange's xval holds 64 for votes and matches; the
+        shuffles' own buffers with 64-bit elements took a zero extension per store and a
+        truncation per load, and twice the bytes)."""
         b = b or self.b
         stride = self.kc.static_buffer_stride(b, self.nthreads64)
         base = b.gep(self.xarr["xval"], [b.mul(stride, I64(which))])
-        return b.bitcast(base, I64.as_pointer())
+        return b.bitcast(base, I32.as_pointer())
 
     def read_static_shuffle(self, mode: str, lane_operand: int, clamp_word: int, which: int
                             ) -> tuple[ir.Value, ir.Value]:
@@ -2834,7 +2837,7 @@ class SegmentEmitter:
         if self.speculating:
             # (another thread's values computed outside the thread loop, alignment_offset:
             # no branches here; the shuffle's result is not what they are after)
-            return b.load(b.gep(xval, [t])), I32(0)
+            return b.zext(b.load(b.gep(xval, [t])), I64), I32(0)
         base, j, pred = _shuffle_source(b, t, mode, I32(lane_operand & 31),
                                         I32(clamp_word & 0xFFFFFFFF))
         # the source thread's index (when `inside`), written so that LLVM sees it affine in
@@ -2848,7 +2851,7 @@ class SegmentEmitter:
             # t -+ 31 at most: inside the guard zones around xval (XVAL_GUARD), so the load
             # needs no condition and stays one contiguous vector load
             other = b.load(b.gep(xval, [src]))
-            return b.select(inside, other, mine), b.zext(pred, I32)
+            return b.zext(b.select(inside, other, mine), I64), b.zext(pred, I32)
         read = self.fn.append_basic_block("shfl.read")
         done = self.fn.append_basic_block("shfl.done")
         before = b.block
@@ -2857,10 +2860,10 @@ class SegmentEmitter:
         other = b.load(b.gep(xval, [src]))
         b.branch(done)
         b.position_at_end(done)
-        got = b.phi(I64)
+        got = b.phi(I32)
         got.add_incoming(mine, before)
         got.add_incoming(other, read)
-        return got, b.zext(pred, I32)
+        return b.zext(got, I64), b.zext(pred, I32)
 
     def rematerialize(self, v: Value) -> None:
         if v in self.vals:
