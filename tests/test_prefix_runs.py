@@ -56,6 +56,18 @@ extern "C" __global__ void steps(const int *x, int *out) {
     int v = warp_sum(s[t] + s[t + 32]);
     out[i] = v;
 }
+// after the prefix run, warp 0 meets at a vote, which the generated code leaves to the
+// runtime's scheduler: the threads that exited must stay exited there
+extern "C" __global__ void vote_after_exits(const int *x, int *out) {
+    __shared__ int s[256];
+    int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    if (t >= 64) return;
+    s[t] = x[i];
+    __syncthreads();
+    int v = s[63 - t];
+    unsigned b = __ballot_sync(0xffffffffu, v > 0);
+    out[i] = __popc(b) * 10000 + warp_sum(v);
+}
 // the live threads are not the first ones (every other warp returns): the masked path
 extern "C" __global__ void holes(const int *x, int *out) {
     int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
@@ -183,6 +195,20 @@ def test_prefix_run_that_diverges(mod, run_twice):
         v = blk[:64][::-1] + np.where(blk[:64] & 1, 1, -1)
         want[b * 128:b * 128 + 64] = _warp_sum(v)
     for got in run_twice(mod, "diverge", (2,), (128,), (x, out), out):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_collective_after_a_prefix_run_goes_to_the_scheduler(mod, run_twice):
+    rng = np.random.default_rng(4)
+    x = rng.integers(-1000, 1000, 2 * 256).astype(np.int32)
+    out = np.zeros_like(x)
+    want = np.full_like(x, -1)
+    for b in range(2):
+        v = x[b * 256:b * 256 + 64][::-1]
+        ballots = [(v[w * 32:(w + 1) * 32] > 0).sum() for w in range(2)]
+        popc = np.repeat(ballots, 32)
+        want[b * 256:b * 256 + 64] = popc * 10000 + _warp_sum(v)
+    for got in run_twice(mod, "vote_after_exits", (2,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 

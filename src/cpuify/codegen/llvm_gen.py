@@ -1397,9 +1397,27 @@ class KernelCodegen:
         masked.add_incoming(b.select(prefix, I32(2), b.zext(some_exited, I32)), again)
         b.branch(loop)
         b.position_at_end(slow)
+        if self.prefix_runs:
+            # after a prefix run that knew where its threads stopped (no states stored),
+            # the scheduler must not take `known` for every thread: the first live_end
+            # threads get it in state[], the others stay exited, and it scans
+            fill = fn.append_basic_block("prefix_states")
+            call = fn.append_basic_block("scheduler_call")
+            unknown = b.icmp_signed("==", known, I32(STATE_UNKNOWN))
+            b.cbranch(b.and_(prefix, b.not_(unknown)), fill, call)
+            b.position_at_end(fill)
+            self.mark_waiting(b, state_p, live_end, known)
+            filled = b.block
+            b.branch(call)
+            b.position_at_end(call)
+            handed = b.phi(I32, name="handed")
+            handed.add_incoming(known, slow)
+            handed.add_incoming(I32(STATE_UNKNOWN), filled)
+        else:
+            handed = known
         run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32])
         b.ret(b.call(run_from, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR),
-                                I32(len(kinds)), known]))
+                                I32(len(kinds)), handed]))
         return fn
 
     def counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
