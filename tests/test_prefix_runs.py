@@ -68,6 +68,17 @@ extern "C" __global__ void vote_after_exits(const int *x, int *out) {
     unsigned b = __ballot_sync(0xffffffffu, v > 0);
     out[i] = __popc(b) * 10000 + warp_sum(v);
 }
+// a barrier with a reduction (a kind the scheduler runs) after the other warps exited: it
+// counts the live threads only
+extern "C" __global__ void count_after_exits(const int *x, int *out) {
+    __shared__ int s[256];
+    int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+    if (t >= 96) return;
+    s[t] = x[i];
+    __syncthreads();
+    int n = __syncthreads_count(s[95 - t] > 0);
+    out[i] = n * 10000 + s[(t + 1) % 96];
+}
 // the live threads are not the first ones (every other warp returns): the masked path
 extern "C" __global__ void holes(const int *x, int *out) {
     int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
@@ -209,6 +220,18 @@ def test_collective_after_a_prefix_run_goes_to_the_scheduler(mod, run_twice):
         popc = np.repeat(ballots, 32)
         want[b * 256:b * 256 + 64] = popc * 10000 + _warp_sum(v)
     for got in run_twice(mod, "vote_after_exits", (2,), (256,), (x, out), out):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_barrier_reduction_after_a_prefix_run(mod, run_twice):
+    rng = np.random.default_rng(5)
+    x = rng.integers(-1000, 1000, 2 * 256).astype(np.int32)
+    out = np.zeros_like(x)
+    want = np.full_like(x, -1)
+    for b in range(2):
+        v = x[b * 256:b * 256 + 96]
+        want[b * 256:b * 256 + 96] = (v > 0).sum() * 10000 + np.roll(v, -1)
+    for got in run_twice(mod, "count_after_exits", (2,), (256,), (x, out), out):
         np.testing.assert_array_equal(got, want)
 
 

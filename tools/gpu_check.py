@@ -49,6 +49,9 @@ def _cases() -> list[tuple[str, str, tuple, tuple, list]]:
                   [np.arange(512, dtype=np.int32) * 3, ("out", 512, np.int32)]))
     cases.append(("diverge", "diverge", (2,), (128,),
                   [rng.integers(-1000, 1000, 256).astype(np.int32), ("out", 256, np.int32)]))
+    for name in ("vote_after_exits", "count_after_exits"):
+        cases.append((name, name, (2,), (256,),
+                      [rng.integers(-1000, 1000, 512).astype(np.int32), ("out", 512, np.int32)]))
     return cases
 
 
