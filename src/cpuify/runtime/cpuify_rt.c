@@ -188,6 +188,12 @@ static int g_fixed_spin;     /* CPUIFY_SPIN_US given: no adaptation */
 static _Thread_local uint64_t tls_spin = CPUIFY_MIN_SPIN_NS; /* this worker's idle spin */
 static _Thread_local int tls_in_block = 0;
 
+/* The longest idle spin of a worker: CPUIFY_SPIN_US when given, else the top of the
+ * adaptive range (each worker adapts below it, wait_for_job). */
+static uint64_t spin_cap(void) {
+    return g_fixed_spin ? P.spin_ns : CPUIFY_MAX_SPIN_NS;
+}
+
 static int32_t count_cpus(void) {
 #ifdef __linux__
     cpu_set_t set;
@@ -235,7 +241,7 @@ static void global_init(void) {
         }
     }
     P.spin_ns = spin;
-    atomic_store(&P.worker_spin_ns, g_fixed_spin ? spin : CPUIFY_MAX_SPIN_NS);
+    atomic_store(&P.worker_spin_ns, spin_cap());
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
@@ -457,8 +463,7 @@ static void resize_pool_locked(int32_t want) {
         P.nthreads = want;
     }
     /* Spinning only pays when every worker has a core of its own. */
-    atomic_store(&P.worker_spin_ns,
-                 P.nthreads + 1 > g_ncpus ? 0 : g_fixed_spin ? P.spin_ns : CPUIFY_MAX_SPIN_NS);
+    atomic_store(&P.worker_spin_ns, P.nthreads + 1 > g_ncpus ? 0 : spin_cap());
 }
 
 /* ------------------------------------------------------------------------------------ */
