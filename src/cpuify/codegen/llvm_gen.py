@@ -449,11 +449,10 @@ class KernelCodegen:
         dims = self.block_dims
         if dims is None or dims[1] * dims[2] != 1 or not self.syncs:
             return False
-        starts = [(self.region.entry, 0)] + [(sp.block, sp.position + 1) for sp in self.syncs]
         # (in a convergent segment, all threads exit or none does)
         return any(r not in self.only_exit and r not in self.convergent and
-                   any(op.name == "upir.exit" for op in self.ops_from(blk, pos))
-                   for r, (blk, pos) in enumerate(starts))
+                   any(op.name == "upir.exit" for op in self.ops_from(*self.resume_point(r)))
+                   for r in range(len(self.syncs) + 1))
 
     def convergent_walk(self, blk: Block, pos: int, decided: dict[Operation, int]
                         ) -> tuple[bool, set[Operation], bool]:
@@ -1258,6 +1257,7 @@ class KernelCodegen:
         # Anything else (divergence, warp collectives, exits of some threads) goes to the
         # scheduler in the runtime.
         err_p = b.gep(ctx, [I32(0), I32(ctx_index("error"))])
+        live_end_p = b.gep(ctx, [I32(0), I32(ctx_index("live_end"))])
         state_p = b.bitcast(b.load(b.gep(ctx, [I32(0), I32(ctx_index("state"))])), I32.as_pointer())
         pre = b.block
         loop = fn.append_basic_block("segments")
@@ -1314,7 +1314,7 @@ class KernelCodegen:
         # threads from ctx.live_end on (when set) exited in an earlier step and stay exited:
         # the scan stops there (the five shuffles of warp 0 after a block reduction's other
         # warps exited scan its 32 threads, not the block's)
-        prev_end = b.load(b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
+        prev_end = b.load(live_end_p)
         bound = b.select(b.icmp_unsigned("==", prev_end, I32(0)), n64, b.zext(prev_end, I64))
         live_or, live_and, exited, last_live, live_count = \
             self.scan_live_states(b, state_p, bound)
@@ -1346,7 +1346,7 @@ class KernelCodegen:
             # ctx.live_end still says where the live threads end
             with b.goto_block(check_known):
                 b.position_before(check_known.terminator)
-                prev = b.load(b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
+                prev = b.load(live_end_p)
                 after_prefix = b.icmp_unsigned("!=", prev, I32(0))
                 known_end = b.select(after_prefix, b.zext(prev, I64), n64)
             some_exited.add_incoming(after_prefix, check_known)
@@ -1391,8 +1391,7 @@ class KernelCodegen:
         self.mark_waiting(b, state_p, live_end, sync)
         b.branch(again)
         b.position_at_end(again)
-        b.store(b.select(some_exited, b.trunc(live_end, I32), I32(0)),
-                b.gep(ctx, [I32(0), I32(ctx_index("live_end"))]))
+        b.store(b.select(some_exited, b.trunc(live_end, I32), I32(0)), live_end_p)
         resume.add_incoming(sync, again)
         masked.add_incoming(b.select(prefix, I32(2), b.zext(some_exited, I32)), again)
         b.branch(loop)
@@ -1633,8 +1632,6 @@ class SegmentEmitter:
         # values decided for every thread of the thread loop being emitted (a range
         # branch's condition in the copy where all threads agree, see emit_thread_loops)
         self.known: dict[Value, ir.Value] = {}
-        # how the threads of the thread loop being emitted stop: all at this sync point, all
-        # exiting, all the same way (KernelCodegen.convergent_segments)
         # clamped shared loads on the inside of the segment's range branch -> an i1, computed
         # before the thread loop being emitted: the clamp changes nothing for the threads
         # inside the branch's interval (interval_clamps)
@@ -1642,6 +1639,9 @@ class SegmentEmitter:
         # the thread loop being emitted runs the first ctx.live_end threads, all waiting at
         # `resume` (the others exited; KernelCodegen.plan_prefix_runs)
         self.prefix_run = False
+        self._live_end: ir.Value | None = None      # live_end()
+        # how the threads of the thread loop being emitted stop: all at this sync point, all
+        # exiting, all the same way (KernelCodegen.convergent_segments)
         self.next_sync: SyncPoint | None = kc.only_next.get(resume)
         self.all_exit = resume in kc.only_exit
         self.convergent = resume in kc.convergent
@@ -1812,14 +1812,22 @@ class SegmentEmitter:
             b.branch(done)
             b.position_at_end(done)
 
+    def live_end(self) -> ir.Value:
+        """ctx.live_end, loaded once in the entry block: where the block function found the
+        threads after the last live one (0: none exited).  The masked and prefix runs stop
+        there."""
+        if self._live_end is None:
+            e = self.entry_builder
+            self._live_end = e.load(e.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))]),
+                                    name="live_end")
+        return self._live_end
+
     def common_state(self, b: ir.IRBuilder) -> ir.Value:
         """The state all threads stopped in, or STATE_UNKNOWN: a vectorizable scan, cheaper
         here than in the scheduler."""
         states = b.bitcast(self.state, I32.as_pointer())
         first = b.load(states)
-        n = self.nthreads64
-        if self.prefix_run:     # the threads after the prefix exited
-            n = b.zext(b.load(b.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))])), I64)
+        n = b.zext(self.live_end(), I64) if self.prefix_run else self.nthreads64
 
         def body(b: ir.IRBuilder, t: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             return [b.or_(acc[0], b.xor(b.load(b.gep(states, [t])), first))]
@@ -1943,9 +1951,7 @@ class SegmentEmitter:
             starts, stops, steps = zip(*reversed(ranges))
             bounds = tuple(I32(v) for v in stops)
         if self.prefix_run:     # the first live_end threads of a one-dimensional block
-            bounds = (bounds[0], bounds[1], self.entry_builder.load(
-                self.entry_builder.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))]),
-                name="live_end"))
+            bounds = (bounds[0], bounds[1], self.live_end())
         aligning = None if not whole or steps[2] != 1 or region is not None else \
             self.kc.aligning_store(self.resume)
         grouped = whole and region is None and ranges is None and aligning is None and \
@@ -2079,8 +2085,7 @@ class SegmentEmitter:
         if masked:
             # threads from live_end on have all exited (the block function found the last
             # live one): the run stops there
-            live_end = self.entry_builder.load(
-                self.entry_builder.gep(self.ctx, [I32(0), I32(ctx_index("live_end"))]), name="live_end")
+            live_end = self.live_end()
             limit = self.entry_builder.select(
                 self.entry_builder.icmp_unsigned("==", live_end, I32(0)), self.nthreads, live_end)
             check = fn.append_basic_block("in_range")
