@@ -160,79 +160,58 @@ def test_block_sum(mod, block, n, run_twice):
         np.testing.assert_array_equal(got, want)
 
 
-def test_steps(mod, run_twice):
-    rng = np.random.default_rng(1)
-    x = rng.integers(-1000, 1000, 3 * 256).astype(np.int32)
+def _check_blocks(mod, run_twice, kernel, nblocks, block, x, live, ref):
+    """Runs `kernel` on x (nblocks blocks of `block` threads, one output per thread) and
+    checks every block: its first `live` outputs are ref(the block's x), the other threads
+    exited before writing (-1)."""
     out = np.zeros_like(x)
     want = np.full_like(x, -1)
-    for b in range(3):
-        s = x[b * 256:(b + 1) * 256].copy()
+    for b in range(nblocks):
+        want[b * block:b * block + live] = ref(x[b * block:(b + 1) * block])
+    for got in run_twice(mod, kernel, (nblocks,), (block,), (x, out), out):
+        np.testing.assert_array_equal(got, want)
+
+
+def _ints(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-1000, 1000, n).astype(np.int32)
+
+
+def test_steps(mod, run_twice):
+    def ref(blk):
+        s = blk.copy()
         s[:128] += s[128:]
         s[:64] += s[64:128]
-        want[b * 256:b * 256 + 32] = _warp_sum(s[:32] + s[32:64])
-    for got in run_twice(mod, "steps", (3,), (256,), (x, out), out):
-        np.testing.assert_array_equal(got, want)
+        return _warp_sum(s[:32] + s[32:64])
+    _check_blocks(mod, run_twice, "steps", 3, 256, _ints(1, 3 * 256), 32, ref)
 
 
 def test_holes_take_the_masked_path(mod, run_twice):
-    rng = np.random.default_rng(2)
-    x = rng.integers(-1000, 1000, 2 * 256).astype(np.int32)
-    out = np.zeros_like(x)
-    sums = _warp_sum(x)
-    warp = (np.arange(512) >> 5) & 1
-    want = np.where(warp == 0, sums, -1).astype(np.int32)
-    for got in run_twice(mod, "holes", (2,), (256,), (x, out), out):
-        np.testing.assert_array_equal(got, want)
+    warp = (np.arange(256) >> 5) & 1
+    _check_blocks(mod, run_twice, "holes", 2, 256, _ints(2, 2 * 256), 256,
+                  lambda blk: np.where(warp == 0, _warp_sum(blk), -1))
 
 
 def test_partial_warp_takes_the_masked_path(mod, run_twice):
-    x = np.arange(2 * 256, dtype=np.int32) * 3
-    out = np.zeros_like(x)
-    want = np.full_like(x, -1)
-    for b in range(2):
-        s = x[b * 256:b * 256 + 40]
-        want[b * 256:b * 256 + 40] = s + np.roll(s, -1)
-    for got in run_twice(mod, "partial", (2,), (256,), (x, out), out):
-        np.testing.assert_array_equal(got, want)
+    _check_blocks(mod, run_twice, "partial", 2, 256, np.arange(2 * 256, dtype=np.int32) * 3,
+                  40, lambda blk: blk[:40] + np.roll(blk[:40], -1))
 
 
 def test_prefix_run_that_diverges(mod, run_twice):
-    rng = np.random.default_rng(3)
-    x = rng.integers(-1000, 1000, 2 * 128).astype(np.int32)
-    out = np.zeros_like(x)
-    want = np.full_like(x, -1)
-    for b in range(2):
-        blk = x[b * 128:(b + 1) * 128]
-        v = blk[:64][::-1] + np.where(blk[:64] & 1, 1, -1)
-        want[b * 128:b * 128 + 64] = _warp_sum(v)
-    for got in run_twice(mod, "diverge", (2,), (128,), (x, out), out):
-        np.testing.assert_array_equal(got, want)
+    _check_blocks(mod, run_twice, "diverge", 2, 128, _ints(3, 2 * 128), 64,
+                  lambda blk: _warp_sum(blk[:64][::-1] + np.where(blk[:64] & 1, 1, -1)))
 
 
 def test_collective_after_a_prefix_run_goes_to_the_scheduler(mod, run_twice):
-    rng = np.random.default_rng(4)
-    x = rng.integers(-1000, 1000, 2 * 256).astype(np.int32)
-    out = np.zeros_like(x)
-    want = np.full_like(x, -1)
-    for b in range(2):
-        v = x[b * 256:b * 256 + 64][::-1]
-        ballots = [(v[w * 32:(w + 1) * 32] > 0).sum() for w in range(2)]
-        popc = np.repeat(ballots, 32)
-        want[b * 256:b * 256 + 64] = popc * 10000 + _warp_sum(v)
-    for got in run_twice(mod, "vote_after_exits", (2,), (256,), (x, out), out):
-        np.testing.assert_array_equal(got, want)
+    def ref(blk):
+        v = blk[:64][::-1]
+        popc = np.repeat([(v[w * 32:(w + 1) * 32] > 0).sum() for w in range(2)], 32)
+        return popc * 10000 + _warp_sum(v)
+    _check_blocks(mod, run_twice, "vote_after_exits", 2, 256, _ints(4, 2 * 256), 64, ref)
 
 
 def test_barrier_reduction_after_a_prefix_run(mod, run_twice):
-    rng = np.random.default_rng(5)
-    x = rng.integers(-1000, 1000, 2 * 256).astype(np.int32)
-    out = np.zeros_like(x)
-    want = np.full_like(x, -1)
-    for b in range(2):
-        v = x[b * 256:b * 256 + 96]
-        want[b * 256:b * 256 + 96] = (v > 0).sum() * 10000 + np.roll(v, -1)
-    for got in run_twice(mod, "count_after_exits", (2,), (256,), (x, out), out):
-        np.testing.assert_array_equal(got, want)
+    _check_blocks(mod, run_twice, "count_after_exits", 2, 256, _ints(5, 2 * 256), 96,
+                  lambda blk: (blk[:96] > 0).sum() * 10000 + np.roll(blk[:96], -1))
 
 
 def test_explain_reports_prefix_runs(tmp_path, capsys):
