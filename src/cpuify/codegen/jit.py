@@ -42,6 +42,11 @@ def host_cpu() -> tuple[str, str]:
     return name, features
 
 
+def has_avx512() -> bool:
+    """Whether this machine has AVX-512F (its 14-bit reciprocal square root estimate)."""
+    return "+avx512f" in host_cpu()[1].split(",")
+
+
 @functools.lru_cache(maxsize=1)
 def target_machine() -> llvm.TargetMachine:
     """The shared machine for optimization and object emission (never given to an engine)."""
@@ -51,7 +56,7 @@ def target_machine() -> llvm.TargetMachine:
 def new_target_machine() -> llvm.TargetMachine:
     _init()
     cpu, features = host_cpu()
-    if "+avx512f" in features.split(","):
+    if has_avx512():
         # thread loops are long and regular: use the full 512-bit vectors the CPU has
         # (LLVM's default tuning for these CPUs stops at 256 bits)
         features += ",-prefer-256-bit"

@@ -161,6 +161,9 @@ class ModuleCodegen:
         self._intrinsics: dict[str, ir.Function] = {}
         self._access_group: ir.Value | None = None
         self._loop_ids = 0
+        # set by code that wants LLVM's reciprocal square root estimate unrefined (it
+        # refines it itself: ptx_ops.approx_rsqrt_f32)
+        self.rsqrt_estimates = False
         self.emit_globals()
 
     # --- thread loops are parallel loops ---
@@ -210,8 +213,13 @@ class ModuleCodegen:
         text = str(self.module)
         text = re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._ACCESS_GROUP) + r'" \}$',
                       r"\1 = distinct !{}", text, flags=re.M)
-        return re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._THREAD_LOOP) + r'[0-9]+", (.*) \}$',
+        text = re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._THREAD_LOOP) + r'[0-9]+", (.*) \}$',
                       r"\1 = distinct !{\1, \2}", text, flags=re.M)
+        if self.rsqrt_estimates:
+            # (a string attribute, which llvmlite cannot add)
+            text = re.sub(r"^(define .*)$", r'\1 "reciprocal-estimates"="sqrtf:0,vec-sqrtf:0"',
+                          text, flags=re.M)
+        return text
 
     # --- module-scope variables ---
     def emit_globals(self) -> None:
