@@ -2,8 +2,10 @@
 specialized for a block shape, each pass of a grid-stride loop prefetches the lines its
 global accesses will touch a few iterations later, since the block's next chunk of a
 grid-stride loop sits a whole grid's worth of elements further on, a new page in each
-iteration.  Checked: which accesses are prefetched, and that kernels whose prefetches run
-past the arrays' ends (the last iterations, tiny arrays, huge strides) still match NumPy."""
+iteration.  Loops with barriers whose counter crosses a barrier do the same for the tiles
+or rows their next iterations load (matrixMul's tiles, pathfinder's rows).  Checked: which
+accesses are prefetched, and that kernels whose prefetches run past the arrays' ends (the
+last iterations, tiny arrays, huge strides) still match NumPy."""
 
 from __future__ import annotations
 
@@ -39,6 +41,40 @@ extern "C" __global__ void sum_gs(const float *x, float *out, int n) {
 extern "C" __global__ void gather_gs(const int *idx, const float *src, float *dst, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         dst[i] = src[idx[i]];
+}
+// tiles of A and B through shared memory, the CUDA samples' matrixMul: the loop's counter
+// and the tile pointers cross the barriers
+extern "C" __global__ void tiled_mm(float *C, const float *A, const float *B, int wA, int wB) {
+    __shared__ float As[16][16];
+    __shared__ float Bs[16][16];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int aBegin = wA * 16 * blockIdx.y, aEnd = aBegin + wA - 1, bBegin = 16 * blockIdx.x;
+    float c = 0.0f;
+    for (int a = aBegin, b = bBegin; a <= aEnd; a += 16, b += 16 * wB) {
+        As[ty][tx] = A[a + wA * ty + tx];
+        Bs[ty][tx] = B[b + wB * ty + tx];
+        __syncthreads();
+        for (int k = 0; k < 16; ++k)
+            c += As[ty][k] * Bs[k][tx];
+        __syncthreads();
+    }
+    C[wB * 16 * blockIdx.y + 16 * blockIdx.x + wB * ty + tx] = c;
+}
+// one row per iteration, rows a whole width apart: a row of `rows` iterations, each
+// reading the row below its result
+extern "C" __global__ void rows_down(const float *w, float *out, int cols, int rows) {
+    __shared__ float cur[256];
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    cur[threadIdx.x] = x < cols ? w[x] : 0.0f;
+    __syncthreads();
+    for (int r = 1; r < rows; r++) {
+        float left = cur[threadIdx.x > 0 ? threadIdx.x - 1 : 0];
+        float v = x < cols ? w[r * cols + x] + 0.5f * (cur[threadIdx.x] + left) : 0.0f;
+        __syncthreads();
+        cur[threadIdx.x] = v;
+        __syncthreads();
+    }
+    if (x < cols) out[x] = cur[threadIdx.x];
 }
 // no loop: nothing to prefetch
 extern "C" __global__ void scale(float *y, float a, int n) {
@@ -82,6 +118,50 @@ def test_which_accesses_are_prefetched(ptx):
     assert KernelCodegen.MAX_PREFETCHES == 64
     assert _prefetched(ptx, "axpy_gs", (1024, 1, 1)) == {1: [("ptx.ld", 64, False)]}
     assert not _prefetched(ptx, "scale", (256, 1, 1))
+
+
+def test_loops_with_barriers_prefetch_their_next_loads(ptx):
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["tiled_mm"]),
+                       (16, 16, 1))
+    # the segment after the second barrier loads the next tiles (the counter and the tile
+    # pointers cross it); every row of both tiles, two probes per row (a 64-byte row may
+    # straddle a line); the segment after the first barrier loads nothing global
+    assert {r: [(op.name, len(p), w) for op, p, w in ops] for r, ops in kc.prefetches.items()} \
+        == {2: [("ptx.ld", 32, False), ("ptx.ld", 32, False)]}
+    assert kc.prefetch_advance(2) == KernelCodegen.LOOP_PREFETCH_AHEAD
+    assert all(kc.syncs[r].steps for r in range(2))
+    # the row loop (unrolled by NVRTC: one load per copy of the body): the load of
+    # w[r * cols + x], 16 lines of a 256-thread row (probed at every 16th thread and the last)
+    found = _prefetched(ptx, "rows_down", (256, 1, 1))
+    assert found and all(v == [("ptx.ld", 17, False)] for v in found.values())
+
+
+@pytest.mark.parametrize("n", [16, 48, 256])
+def test_tiled_mm_matches_numpy(mod, n):
+    rng = np.random.default_rng(n)
+    A = rng.random((n, n), dtype=np.float32)
+    B = rng.random((n, n), dtype=np.float32)
+    f = mod.get_function("tiled_mm")
+    for _ in range(2):
+        C = np.zeros((n, n), np.float32)
+        f((n // 16, n // 16), (16, 16), (C, A, B, np.int32(n), np.int32(n)))
+        np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cols,rows,block", [(1000, 7, 256), (300, 2, 128), (5000, 40, 256)])
+def test_rows_down_matches_numpy(mod, cols, rows, block):
+    w = np.random.default_rng(cols).random((rows, cols), dtype=np.float32)
+    ref = w[0].astype(np.float64)
+    for r in range(1, rows):
+        left = np.concatenate([ref[:1], ref[:-1]])
+        starts = np.arange(0, cols, block)
+        left[starts] = ref[starts]              # thread 0 of each block reads itself
+        ref = w[r] + 0.5 * (ref + left)
+    f = mod.get_function("rows_down")
+    for _ in range(2):
+        out = np.zeros(cols, np.float32)
+        f(((cols + block - 1) // block,), (block,), (w, out, np.int32(cols), np.int32(rows)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
 
 
 def test_generic_code_prefetches_nothing(ptx):

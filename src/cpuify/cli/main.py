@@ -212,7 +212,7 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)
         notes.append(f"each pass prefetches {sum(len(p) for _, p, _ in prefetched)} line(s) of "
-                     f"the accesses at PTX line(s) {lines}, {kc.PREFETCH_AHEAD} iterations ahead")
+                     f"the accesses at PTX line(s) {lines}, {kc.prefetch_advance(r)} iterations ahead")
     return notes
 
 

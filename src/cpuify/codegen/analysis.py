@@ -28,6 +28,10 @@ class SyncPoint:
     remat: list[Value] = field(default_factory=list)    # recomputed at the resume point
     # loop induction variables recomputed from the loop counter: value -> expression
     derived: dict[Value, Value] = field(default_factory=dict)
+    # the block-uniform loop counters kept across the sync (`k = phi(k0, k + s)`, s a
+    # constant): counter -> s.  With k + n*s for k, the values above are those n
+    # iterations later (SegmentEmitter.restore, prefetch_ahead).
+    steps: dict[Value, int] = field(default_factory=dict)
 
 
 def find_sync_points(region: Region) -> list[SyncPoint]:
@@ -116,7 +120,8 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list
     if not points:
         return points
     live_in = block_liveness(region)
-    inductions = induction_variables(region, uniform_values(region) | set(lockstep))
+    counters: dict[Value, int] = {}
+    inductions = induction_variables(region, uniform_values(region) | set(lockstep), counters)
     for sp in points:
         live = sorted(live_after(sp, live_in, region), key=_value_order(region))
         for v in live:
@@ -131,6 +136,7 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list
             counter = inductions[v][1]
             if counter not in sp.live and not rematerializable(counter):
                 sp.live.append(counter)
+        sp.steps = {v: counters[v] for v in sp.live if v in counters}
     return points
 
 
@@ -138,12 +144,14 @@ def _is_const(v: Value, value: int) -> bool:
     return isinstance(v, OpResult) and v.op.name == "upir.const" and v.op.attributes.get("value") == value
 
 
-def induction_variables(region: Region, uniform: set[Value]) -> dict[Value, tuple[Value, Value]]:
+def induction_variables(region: Region, uniform: set[Value],
+                        counters: dict[Value, int] | None = None) -> dict[Value, tuple[Value, Value]]:
     """Loop-carried integers `b = phi(b0, b + step)` of a loop that also has a counter
     `k = phi(k0, k + s)` (s a constant): in every iteration b == b0 + ((k - k0) / s) * step,
     so b need not be kept per thread across a barrier when b0, step and k0 can be
     recomputed.  The counter must be block-uniform (one copy per block is kept).
-    Returns b -> (a detached expression for the code generator, k)."""
+    Returns b -> (a detached expression for the code generator, k); fills `counters` with
+    each loop's counter k -> s (also for loops with no other induction variable)."""
     from cpuify.ir.core import dominates, dominators
     idom = dominators(region)
     preds: dict[Block, list[tuple[Block, int]]] = {}
@@ -201,6 +209,8 @@ def induction_variables(region: Region, uniform: set[Value]) -> dict[Value, tupl
         if best is None:
             continue
         rank, counter, k0, s = best
+        if counters is not None:
+            counters[counter] = s.op.attributes["value"]   # type: ignore[union-attr]
         it = counter.type
         ops: list[Operation] = []
         if rank == 0:

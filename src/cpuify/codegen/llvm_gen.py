@@ -534,6 +534,9 @@ class KernelCodegen:
 
     #: iterations ahead that the passes of an interchanged loop prefetch
     PREFETCH_AHEAD = 4
+    #: iterations ahead that the segment of a loop with barriers prefetches (counted from
+    #: the iteration whose barrier it resumes at; its own accesses are for the next one)
+    LOOP_PREFETCH_AHEAD = 2
     #: at most this many prefetches per pass (rows x lines x accesses)
     MAX_PREFETCHES = 64
 
@@ -550,12 +553,22 @@ class KernelCodegen:
         prefetchers do not follow, so each pass waited for its lines to come from L3 or
         DRAM.  Only accesses with addresses computed from the
         iteration counter, the induction variables derived from it, block-uniform values,
-        thread and block indices, parameters and constants."""
+        thread and block indices, parameters and constants.
+
+        The same for a loop with barriers whose block-uniform counter crosses the barrier
+        `resume` resumes at (SyncPoint.steps: the CUDA samples' matrixMul stepping through
+        tiles, pathfinder's rows): the segment loads the next iteration's tiles and
+        prefetches those of the iteration LOOP_PREFETCH_AHEAD after the barrier's, whose
+        rows are a page apart (matrixMul's B tile: 16 lines 4 KB apart; the stall on
+        them was half its time)."""
         dims = self.block_dims
         sp = self.syncs[resume - 1]
-        if dims is None or self.sync_kind(sp) != SYNC_KINDS["soft"]:
+        if dims is None:
             return []
-        counters = {v for v in sp.live if v in self.lockstep}
+        if self.sync_kind(sp) == SYNC_KINDS["soft"]:
+            counters = {v for v in sp.live if v in self.lockstep}
+        else:
+            counters = set(sp.steps)
         if not counters:
             return []
         leaves = {v for v in sp.live if v in self.uniform} | set(sp.derived)
@@ -592,6 +605,11 @@ class KernelCodegen:
         return found
 
     _PREFETCH_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
+
+    def prefetch_advance(self, resume: int) -> int:
+        """How many iterations ahead the prefetches of the segment from `resume` are."""
+        soft = self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]
+        return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
 
     def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block]) -> bool:
         """Whether a vector of threads going on from op `pos` of `blk` reaches `store`
@@ -2436,11 +2454,12 @@ class SegmentEmitter:
             return flag
 
     def prefetch_ahead(self, b: ir.IRBuilder) -> None:
-        """After the thread loop of an interchanged loop's iteration (`b` there): prefetch
-        the lines that the accesses KernelCodegen.iteration_prefetches chose will touch
-        PREFETCH_AHEAD iterations later (prefetchw for stores).  Their addresses are
-        computed as at the resume point, for the probe threads, with the iteration counter
-        advanced; past the loop's end they are harmless, as a prefetch never faults.
+        """After the thread loop of an interchanged loop's iteration, or of a segment of a
+        loop with barriers (`b` there): prefetch the lines that the accesses
+        KernelCodegen.iteration_prefetches chose will touch some iterations later
+        (prefetch_advance; prefetchw for stores).  Their addresses are computed as at the
+        resume point, for the probe threads, with the loop counter advanced; past the loop's
+        end they are harmless, as a prefetch never faults.
 
         After the loop, not before it: computed in the entry block, the same address
         arithmetic as the thread loop's (without no-wrap flags) was merged with the loop's
@@ -2451,6 +2470,7 @@ class SegmentEmitter:
         if not ops or dims is None or self.resume == 0:
             return
         sp = self.kc.syncs[self.resume - 1]
+        advance = self.kc.prefetch_advance(self.resume)
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         with self.speculation(b):
             for op, probes, writes in ops:
@@ -2463,7 +2483,7 @@ class SegmentEmitter:
                 for x, y, z in probes:
                     if (y, z) not in rows:
                         self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
-                        self.restore(sp, advance=self.kc.PREFETCH_AHEAD)
+                        self.restore(sp, advance=advance)
                         if isinstance(op.operands[0], OpResult):
                             self.rematerialize(op.operands[0])
                         rows[(y, z)] = (x, self.address(op, "global"))
@@ -2802,8 +2822,10 @@ class SegmentEmitter:
 
     def restore(self, sp: SyncPoint, advance: int = 0) -> None:
         """The values live at `sp`, as the resumed thread sees them; with `advance`, as it
-        will `advance` iterations of the interchanged loops later (prefetch_ahead)."""
+        will `advance` iterations later: of the interchanged loops at a soft barrier, else
+        of the loops whose counters cross `sp` (prefetch_ahead)."""
         b = self.b
+        soft = self.kc.sync_kind(sp) == SYNC_KINDS["soft"]
         for v in sp.live:
             if v in self.kc.uniform:
                 # read once before the thread loop: threads of this segment may already
@@ -2815,6 +2837,8 @@ class SegmentEmitter:
                         lv = e.add(lv, ir.Constant(lv.type, advance))
                     else:
                         self.lockstep_entry[v] = lv
+                elif advance and not soft and v in sp.steps:
+                    lv = e.add(lv, ir.Constant(lv.type, advance * sp.steps[v]))
             else:
                 lv = b.load(self.slot_address(v))
             self.define(v, lv)
