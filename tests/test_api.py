@@ -153,3 +153,66 @@ def test_launch_config_specialization_gives_the_same_results(tmp_path, monkeypat
     assert set(f._shape_addr) == {(16, 16, 1), (8, 4, 1)}
     assert all(a != f._addr for a in f._shape_addr.values())
     assert list(tmp_path.glob("*.obj"))          # the specialization is cached on disk
+
+
+SCALARS = r'''
+extern "C" __global__ void scalars(unsigned char u8, short s16, int s32, unsigned u32,
+                                   long long s64, float f32, double f64, const int *p,
+                                   double *out) {
+    out[0] = u8; out[1] = s16; out[2] = s32; out[3] = u32; out[4] = (double)s64;
+    out[5] = f32; out[6] = f64; out[7] = p[1];
+}
+'''
+
+
+def test_argument_packing_fast_and_general_paths_agree():
+    """The packer's fast path (NumPy scalars of a parameter's width, floats, arrays) writes
+    the same bytes as the general conversion (Python ints, bools, buffers)."""
+    from cpuify.api.arguments import ArgumentPacker, pack_arguments
+    f = cpuify.RawModule(code=SCALARS).get_function("scalars")
+    p = np.array([5, -9], np.int32)
+    out = np.zeros(8, np.float64)
+    fast = (np.uint8(200), np.int16(-7), np.int32(-5), np.uint32(4_000_000_000),
+            np.int64(-2**40), np.float32(0.1), 0.3, p, out)
+    general = (200, -7, -5, 4_000_000_000, -2**40, 0.1, 0.3, memoryview(p), out)
+    packer = ArgumentPacker(f.name, f._plan, f._aggregate)
+    a, b = bytearray(f._param_size), bytearray(f._param_size)
+    packer(fast, a)
+    pack_arguments(f.name, f._plan, f._aggregate, general, b)
+    assert a == b
+    f((1,), (1,), fast)
+    assert list(out[:5]) == [200, -7, -5, 4_000_000_000, -2**40]
+    assert out[5] == np.float32(0.1) and out[6] == 0.3 and out[7] == -9
+    fast = fast[:-1]
+    # errors come from the general path, whichever argument is off
+    with pytest.raises(ValueError, match="argument 2: 5000000000 does not fit"):
+        f((1,), (1,), fast[:2] + (5_000_000_000,) + fast[3:] + (out,))
+    with pytest.raises(TypeError, match="argument 5: expected a f32"):
+        f((1,), (1,), fast[:5] + ("x",) + fast[6:] + (out,))
+    with pytest.raises(TypeError, match="takes 9 argument"):
+        f((1,), (1,), fast)
+
+
+def test_array_addresses_read_from_the_object():
+    from cpuify.api.arguments import array_address
+    base = np.arange(64, dtype=np.float64)
+    for a in (base, base[5:], base[::-1], base.reshape(8, 8)[2:, 3:], np.zeros(0), np.empty(3)):
+        assert array_address(a) == a.__array_interface__["data"][0]
+    a = np.zeros(8, np.int32)
+    before = array_address(a)
+    a.resize(1 << 16, refcheck=False)           # reallocates in place
+    assert array_address(a) == a.__array_interface__["data"][0] != before
+
+
+def test_launch_checks_hold_after_the_first_launch(mod):
+    f = cpuify.RawKernel('extern "C" __global__ void s(int *p) { extern __shared__ int t[];'
+                         ' t[threadIdx.x] = 1; p[threadIdx.x] = t[threadIdx.x]; }', "s")
+    p = np.zeros(32, np.int32)
+    for _ in range(2):
+        f((1,), (32,), (p,), shared_mem=4096)
+    f.max_dynamic_shared_size_bytes = 1024
+    with pytest.raises(ValueError, match="4096 bytes of dynamic shared memory"):
+        f((1,), (32,), (p,), shared_mem=4096)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="out of range"):
+            f((0,), (32,), (p,))

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cpuify.api.arguments import pack_arguments
+from cpuify.api.arguments import ArgumentPacker
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
     ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
@@ -48,6 +48,14 @@ _ERROR_TEXT = {
 
 
 def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
+    if type(value) is tuple and all(type(v) is int for v in value):
+        n = len(value)
+        if n == 3:
+            return value
+        if n == 1:
+            return value[0], 1, 1
+        if n == 2:
+            return value[0], value[1], 1
     if isinstance(value, (int, np.integer)):
         dims = [int(value)]
     else:
@@ -91,6 +99,9 @@ class Function:
         self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT - info.shared_static
         self._plan = [(name, t, off, size) for (name, t, off, size) in info.params]
         self._aggregate = list(info.aggregate_params)
+        self._packer = ArgumentPacker(self.name, self._plan, self._aggregate)
+        # launch configurations (grid, block, shared_mem) already checked
+        self._checked: set[tuple[Any, Any, int]] = set()
 
     # CuPy-compatible read-only attributes
     @property
@@ -144,7 +155,7 @@ class Function:
         return addr
 
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
-        pack_arguments(self.name, self._plan, self._aggregate, args, bufs.params)
+        self._packer(args, bufs.params)
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
                  stream: Any = None, enable_cooperative_groups: bool = False) -> None:
@@ -152,30 +163,13 @@ class Function:
         g = _dim3(grid, "grid", name)
         bl = _dim3(block, "block", name)
         nthreads = bl[0] * bl[1] * bl[2]
-        for k in range(3):
-            if not 1 <= bl[k] <= MAX_BLOCK_DIM[k]:
-                raise ValueError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
-                                 f"range 1..{MAX_BLOCK_DIM[k]} (cudaErrorInvalidConfiguration)")
-            if not 1 <= g[k] <= MAX_GRID_DIM[k]:
-                raise ValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
-                                 f"range 1..{MAX_GRID_DIM[k]} (cudaErrorInvalidConfiguration)")
-        req = self.info.directives.get("reqntid")
-        if req and tuple(req) + (1,) * (3 - len(req)) != bl:
-            raise ValueError(f"kernel '{name}' requires a block of exactly "
-                             f"{tuple(req) + (1,) * (3 - len(req))} threads (__launch_bounds__/"
-                             f".reqntid), got {bl} (cudaErrorInvalidConfiguration)")
-        if nthreads > self.max_threads_per_block:
-            raise ValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
-                             f"{self.max_threads_per_block} (cudaErrorInvalidConfiguration)")
-        shared_mem = int(shared_mem)
-        if shared_mem < 0:
-            raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
-        if shared_mem > self.max_dynamic_shared_size_bytes:
-            raise ValueError(
-                f"kernel '{name}': {shared_mem} bytes of dynamic shared memory exceed the limit of "
-                f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
-                f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
-                "as cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) does")
+        if type(shared_mem) is not int:
+            shared_mem = int(shared_mem)
+        config = (g, bl, shared_mem)
+        if config not in self._checked:
+            self._check_config(g, bl, nthreads, shared_mem)
+            if len(self._checked) < 64:
+                self._checked.add(config)
         addr = self._shape_addr.get(bl)
         if addr is None:
             addr = self._block_function_for(bl)
@@ -201,6 +195,34 @@ class Function:
             raise LaunchError(f"kernel '{name}' failed in block ({e[0]}, {e[1]}, {e[2]}): "
                               f"{_ERROR_TEXT.get(rc, f'error code {rc}')}")
 
+    def _check_config(self, g: tuple[int, int, int], bl: tuple[int, int, int], nthreads: int,
+                      shared_mem: int) -> None:
+        """Raises for a launch configuration CUDA would refuse."""
+        name = self.name
+        for k in range(3):
+            if not 1 <= bl[k] <= MAX_BLOCK_DIM[k]:
+                raise ValueError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
+                                 f"range 1..{MAX_BLOCK_DIM[k]} (cudaErrorInvalidConfiguration)")
+            if not 1 <= g[k] <= MAX_GRID_DIM[k]:
+                raise ValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
+                                 f"range 1..{MAX_GRID_DIM[k]} (cudaErrorInvalidConfiguration)")
+        req = self.info.directives.get("reqntid")
+        if req and tuple(req) + (1,) * (3 - len(req)) != bl:
+            raise ValueError(f"kernel '{name}' requires a block of exactly "
+                             f"{tuple(req) + (1,) * (3 - len(req))} threads (__launch_bounds__/"
+                             f".reqntid), got {bl} (cudaErrorInvalidConfiguration)")
+        if nthreads > self.max_threads_per_block:
+            raise ValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
+                             f"{self.max_threads_per_block} (cudaErrorInvalidConfiguration)")
+        if shared_mem < 0:
+            raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
+        if shared_mem > self.max_dynamic_shared_size_bytes:
+            raise ValueError(
+                f"kernel '{name}': {shared_mem} bytes of dynamic shared memory exceed the limit of "
+                f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
+                f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
+                "as cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) does")
+
     def __setattr__(self, key: str, value: Any) -> None:
         if key == "max_dynamic_shared_size_bytes" and hasattr(self, "info"):
             value = int(value)
@@ -208,6 +230,8 @@ class Function:
             if not 0 <= value <= limit:
                 raise ValueError(f"kernel '{self.name}': max_dynamic_shared_size_bytes must be in "
                                  f"0..{limit} (cudaErrorInvalidValue)")
+            if hasattr(self, "_checked"):
+                self._checked.clear()       # the limit the checked launches were held to
         object.__setattr__(self, key, value)
 
 
