@@ -527,3 +527,46 @@ def test_clamped_shared_indices_match_numpy():
             out = np.zeros(n, np.int32)
             mod.get_function("neighbours")(((n + 119) // 120,), (128,), (x, out, np.int32(n)))
             np.testing.assert_array_equal(out, ref)
+
+
+ITEMS_SRC = r'''
+// each thread scans 4 consecutive items of a shared tile (CUB-style items per thread):
+// the first item's store writes back the value just loaded, so LLVM drops it and the
+// stores of the other three form an interleaved group with a gap
+extern "C" __global__ void scan_items(const int *in, int *out) {
+    __shared__ int s[1024];
+    const int base = blockIdx.x * 1024;
+    for (int k = 0; k < 4; k++)
+        s[k * blockDim.x + threadIdx.x] = in[base + k * blockDim.x + threadIdx.x];
+    __syncthreads();
+    int acc = 0;
+    for (int k = 0; k < 4; k++) {
+        acc += s[threadIdx.x * 4 + k];
+        s[threadIdx.x * 4 + k] = acc;
+    }
+    __syncthreads();
+    for (int k = 0; k < 4; k++)
+        out[base + k * blockDim.x + threadIdx.x] = s[k * blockDim.x + threadIdx.x];
+}
+'''
+
+
+def test_items_per_thread_with_a_gap_match_numpy():
+    f = cpuify.RawModule(code=ITEMS_SRC).get_function("scan_items")
+    x = np.random.default_rng(5).integers(-100, 100, 8 * 1024).astype(np.int32)
+    ref = np.cumsum(x.reshape(-1, 4), axis=1).reshape(-1)
+    for _ in range(3):                  # generic code, then the code specialized for 256
+        out = np.zeros_like(x)
+        f((8,), (256,), (x, out))
+        np.testing.assert_array_equal(out, ref)
+
+
+def test_items_per_thread_store_without_scatters():
+    from cpuify.codegen import jit
+    if not jit.has_avx512():
+        pytest.skip("the scatters in question are AVX-512's")
+    module = parse_ptx(compile_to_ptx(ITEMS_SRC).ptx)
+    gen = ModuleCodegen(module)
+    gen.add_kernel(lift_kernel(module, module.functions["scan_items"]), (256, 1, 1))
+    asm = jit.emit_assembly(jit.optimize(gen.llvm_text()))
+    assert "vpscatter" not in asm
