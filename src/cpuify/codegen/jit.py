@@ -31,7 +31,7 @@ def _init() -> None:
     # Strided shared-memory accesses of a thread loop (`s[tid * 4 + k]`, CUB-style items per
     # thread) form interleaved groups; a group of stores with a gap (a store LLVM dropped as
     # storing the value just loaded) became scatters.  With masked interleaved accesses it
-    # is shuffles and masked stores (scan +4%).
+    # is shuffles and masked stores (scan +1-4%).
     llvm.set_option("cpuify", "-enable-masked-interleaved-mem-accesses=1")
 
 

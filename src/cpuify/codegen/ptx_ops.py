@@ -917,7 +917,7 @@ def approx_rsqrt_f32(e: SegmentEmitter, a: ir.Value) -> ir.Value:
     """rsqrt.approx.f32 within CUDA's bound for rsqrtf (2 ulp from the correctly rounded
     result; this is within 1 ulp, checked for every positive f32): the CPU's reciprocal
     square root estimate refined by one third-order step, a handful of multiplies instead
-    of a square root and a division (n-body's inner loop is about twice as fast).
+    of a square root and a division (n-body 49.3 -> 35.8 ms).
 
     The estimate comes from `1 / sqrt(x)` with LLVM's approximate-function flags in a
     module that asks for estimates without refinement (ModuleCodegen.rsqrt_estimates):
@@ -932,17 +932,19 @@ def approx_rsqrt_f32(e: SegmentEmitter, a: ir.Value) -> ir.Value:
     b = e.b
     e.mod.rsqrt_estimates = True
     fast = ("afn", "arcp", "contract")
-    sqrt = e.mod.intrinsic("llvm.sqrt.f32", F32, [F32])
-    fma = e.mod.intrinsic("llvm.fma.f32", F32, [F32, F32, F32])
+    sqrt = e.mod.intrinsic("llvm.sqrt.f32", F32, [F32])     # (call() sets no flags)
 
     def c(v: float) -> ir.Constant:
         return ir.Constant(F32, v)
 
+    def fma(x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+        return call(e, "llvm.fma.f32", F32, [x, y, z])
+
     tiny = b.fcmp_ordered("<", a, c(2.0 ** -126))        # also zeros and negative inputs
     x = b.select(tiny, b.fmul(a, c(2.0 ** 24)), a)
     y = b.fdiv(c(1.0), b.call(sqrt, [x], fastmath=fast), flags=fast)
-    r = b.call(fma, [b.fneg(b.fmul(x, y)), y, c(1.0)])
-    refined = b.call(fma, [y, b.fmul(r, b.call(fma, [r, c(0.375), c(0.5)])), y])
+    r = fma(b.fneg(b.fmul(x, y)), y, c(1.0))
+    refined = fma(y, b.fmul(r, fma(r, c(0.375), c(0.5))), y)
     y = b.select(b.fcmp_unordered("uno", r, r), y, refined)
     return b.select(tiny, b.fmul(y, c(2.0 ** 12)), y)
 
