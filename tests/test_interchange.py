@@ -11,7 +11,7 @@ from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp import interpret_kernel
 from cpuify.lifting import lift_kernel
-from cpuify.codegen.llvm_gen import _block_body
+from cpuify.ir.structure import block_body as _block_body
 from cpuify.transforms.interchange import interchange_thread_strided_loops
 
 SRC = r'''
@@ -307,7 +307,7 @@ extern "C" __global__ void assign(const float *x, int *label, int n, int k) {
 
 
 def test_loop_with_rejoining_if_after_early_return_is_interchanged():
-    from cpuify.codegen.analysis import uniform_values
+    from cpuify.analysis.uniformity import uniform_values
     from cpuify.transforms.interchange import interchange_uniform_loops
     ptx = compile_to_ptx(ARGMIN_SRC).ptx
     module = parse_ptx(ptx)

@@ -1398,6 +1398,70 @@ def test_printf_matches_compiled(capfd):
     assert out_i == out_c
 
 
+PRINTF_FORMATS_SRC = r"""
+extern "C" __global__ void formats(const double* d, const long long* q)
+{
+    int t = threadIdx.x;
+    printf("[%c|%-6s|%+.3e|%g|%o|%X|%#o|%#x|%lu|%hhd|%hu|%05d|%-5i|%%|%.0f|%10.4G|%a]\n",
+           'a' + t, t ? "ab" : "", d[t], d[t] * 1e-7, t * 8 + 7, 0xbeef + t, t, t,
+           (unsigned long)q[t], 300 + t, 70000 + t, -t, t, d[t], d[t] * 1e6, d[t]);
+    printf("%s %5.1s|%ld %lld %llx %zu|%q %d\n", "str", "xyz", q[t], -q[t], q[t], (size_t)t, t);
+    printf("%*d|%p|%d %d\n", 3, t, (void*)0, t);
+}
+"""
+
+
+def test_printf_conversions_match_compiled(capfd):
+    """The interpreter's printf (its own, on the C library's snprintf) prints what the
+    native runtime prints: flags, widths, precisions, length modifiers, `%%`, and the
+    conversions it copies as written (`*` widths, unknown letters)."""
+    ptx = ptx_of(PRINTF_FORMATS_SRC)
+    d = np.array([3.25, -1e300, np.inf, np.nan], np.float64)
+    q = np.array([0, -1, 2**40 + 3, -(2**62)], np.int64)
+    compiled(ptx).get_function("formats")(1, 4, (d, q))
+    out_c = capfd.readouterr().out
+    interpret_kernel(ptx, "formats", 1, 4, (d, q))
+    out_i = capfd.readouterr().out
+    assert "[a|      |+3.250e+00|3.25e-07|7|BEEF|0|0|0|44|4464|00000|0    |%|3|  3.25E+06|0x1.ap+1]" in out_i
+    assert "str     x|-1 1 ffffffffffffffff 1|%q 1\n" in out_i
+    assert out_i == out_c
+
+
+def test_interpreter_shares_no_code_with_what_it_checks():
+    """The oracle imports only the IR, the errors, and (to start from PTX text) the
+    frontend and lifting: never code generation, analyses, transforms, the API or the
+    runtime.  And the IR does not import the frontend."""
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(cpuify.__file__).parent
+
+    def imports(path: Path) -> set[str]:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        return {m for m in found if m == "cpuify" or m.startswith("cpuify.")}
+
+    allowed = ("cpuify.ir", "cpuify.errors", "cpuify.frontend", "cpuify.lifting", "cpuify.interp")
+    for path in sorted((src / "interp").glob("*.py")):
+        bad = [m for m in imports(path) if not m.startswith(allowed)]
+        assert not bad, f"{path.name} imports {bad}"
+    for path in sorted((src / "ir").glob("*.py")):
+        bad = [m for m in imports(path) if not m.startswith(("cpuify.ir", "cpuify.errors"))]
+        assert not bad, f"ir/{path.name} imports {bad}"
+    code = ("import sys, cpuify.interp; print(' '.join(sorted(m for m in sys.modules "
+            "if m.startswith('cpuify.'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True).stdout.split()
+    for layer in ("codegen", "analysis", "transforms", "api", "runtime", "compiler"):
+        assert not [m for m in loaded if m.startswith(f"cpuify.{layer}")], (layer, loaded)
+
+
 def test_module_variables_persist_per_module():
     ptx = ptx_of(MISC_SRC)
     x = np.arange(8, dtype=np.int32)

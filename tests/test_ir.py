@@ -186,7 +186,12 @@ def test_attribute_round_trip():
     }
     op = Operation("test.attrs", attributes=attrs)
     text = print_op(op)
-    assert "pinf = inf : f64" in text and "ninf = -inf : f64" in text and "nan = nan : f64" in text
+    # MLIR has no inf/nan literals: the f64 bit pattern in hex; -0.0 and tiny floats keep a '.'
+    assert "pinf = 0x7FF0000000000000 : f64" in text and "ninf = 0xFFF0000000000000 : f64" in text
+    assert "nan = 0x7FF8000000000000 : f64" in text and "tiny = 5.0e-324 : f64" in text
+    assert "negzero = -0.0 : f64" in text and "big = 18446744073709551621 : i128" in text
+    # strings in MLIR's escapes (two hex digits), not JSON's
+    assert r'"quote \22 backslash \5C newline \0A tab \09 unicode \C3\A9 %x ^bb1 {}"' in text
     assert "u = unit" in text and "t = true" in text and '"needs quoting" = 1 : i64' in text
     parsed = parse_op(text)
     assert print_op(parsed) == text
@@ -267,7 +272,7 @@ FORWARD = '''"upir.block_parallel"() ({
   "cf.br"() [^bb2] : () -> ()
 ^bb1:
   %y = "ptx.add"(%x, %x) {mods = ["s32"]} : (i32, i32) -> i32
-  "cf.br"() [^bb3(%y : i32)] : () -> ()
+  "cf.br"(%y) [^bb3] : (i32) -> ()
 ^bb2:
   %x = "upir.const"() {value = 5 : i64} : () -> i32
   "cf.br"() [^bb1] : () -> ()
@@ -305,7 +310,7 @@ def test_forward_value_reference_is_resolved():
      "has type i32, used as f32"),
     ('"a.b"() ({\n  "c.d"(%0) : (f32) -> ()\n  %0 = "c.c"() : () -> i32\n}) : () -> ()', 3,
      "defined with type i32 but was used as f32"),
-    ('"a.b"() ({\n  %0 = "c.c"() : () -> i32\n  "cf.br"() [^bb1(%0 : i64)] : () -> ()\n'
+    ('"a.b"() ({\n  %0 = "c.c"() : () -> i32\n  "cf.br"(%0) [^bb1] : (i64) -> ()\n'
      '^bb1(%1: i64):\n  "upir.exit"() : () -> ()\n}) : () -> ()', 3, "has type i32, used as i64"),
     ('%0 = "a.b"() : () -> i128', 1, "unknown type 'i128'"),
     ('%0 = "a.b"() : () -> (i32, i32)', 1, "binds 1 name(s)"),
@@ -448,7 +453,7 @@ def test_wrong_successor_argument_type():
 def test_wrong_successor_argument_type_from_text():
     text = '''"upir.block_parallel"() ({
   %0 = "upir.const"() {value = 1 : i64} : () -> i32
-  "cf.br"() [^bb1(%0 : i32)] : () -> ()
+  "cf.br"(%0) [^bb1] : (i32) -> ()
 ^bb1(%1: f32):
   "upir.exit"() : () -> ()
 }) : () -> ()

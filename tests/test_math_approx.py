@@ -17,7 +17,7 @@ from cpuify.codegen import jit
 from cpuify.codegen.llvm_gen import ModuleCodegen
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.lifting import lift_kernel
+from cpuify.compiler import lift_optimized
 
 SRC = r'''
 extern "C" __global__ void rsq(const float *x, float *y, int n) {
@@ -125,7 +125,7 @@ def test_inverse_distance_cubes_match_numpy(mod, block):
 def test_estimate_is_used_with_avx512(ptx):
     module = parse_ptx(ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_kernel(module, module.functions["rsq"]), (256, 1, 1))
+    gen.add_kernel(lift_optimized(module, module.functions["rsq"]), (256, 1, 1))
     text = gen.llvm_text()
     if not jit.has_avx512():
         assert "reciprocal-estimates" not in text and "afn" not in text

@@ -16,7 +16,7 @@ import cpuify
 from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.lifting import lift_kernel
+from cpuify.compiler import lift_optimized
 
 SRC = r'''
 extern "C" __global__ void axpy_gs(int n, float a, const float *x, float *y) {
@@ -97,7 +97,7 @@ def mod():
 def _prefetched(ptx, kernel, block):
     """{resume: [(op name, number of probe threads, for writing)]} of the kernel
     specialized for `block`."""
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions[kernel]), block)
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel]), block)
     return {r: [(op.name, len(probes), write) for op, probes, write in ops]
             for r, ops in kc.prefetches.items()}
 
@@ -121,7 +121,7 @@ def test_which_accesses_are_prefetched(ptx):
 
 
 def test_loops_with_barriers_prefetch_their_next_loads(ptx):
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["tiled_mm"]),
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["tiled_mm"]),
                        (16, 16, 1))
     # the segment after the second barrier loads the next tiles (the counter and the tile
     # pointers cross it); every row of both tiles, two probes per row (a 64-byte row may
@@ -165,7 +165,7 @@ def test_rows_down_matches_numpy(mod, cols, rows, block):
 
 
 def test_generic_code_prefetches_nothing(ptx):
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["axpy_gs"]), None)
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["axpy_gs"]), None)
     assert kc.prefetches == {}
 
 

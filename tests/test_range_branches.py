@@ -18,7 +18,7 @@ import cpuify
 from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.lifting.lift import lift_kernel
+from cpuify.compiler import lift_optimized
 
 SRC = r'''
 extern "C" __global__ void guard(int n, float a, const float *x, float *y) {
@@ -115,7 +115,7 @@ def ptx():
 
 def _branches(ptx, kernel, block):
     """{resume: (comparisons, inside, how the decided copy's threads stop)}."""
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions[kernel]), block)
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel]), block)
     return {r: ([cmp for _, _, cmp, _ in rb.terms], rb.inside,
                 None if not rb.decided_convergent else
                 "exit" if rb.decided_exit else
@@ -137,10 +137,10 @@ def test_which_branches(ptx):
         1: (["gt", "le", "ge"], False, "same"), 3: (["gt", "le", "ge"], False, "same")}
     # pathfinder's clamped neighbours, read inside the interval: a copy without the clamps
     gen = ModuleCodegen(ptx)
-    gen.add_kernel(lift_kernel(ptx, ptx.functions["neighbours"]), (128, 1, 1))
+    gen.add_kernel(lift_optimized(ptx, ptx.functions["neighbours"]), (128, 1, 1))
     assert "clamp.idle" in gen.llvm_text()
     # generic code, 2-D blocks: none
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions["guard"]), None)
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["guard"]), None)
     assert kc.range_branches == {}
     assert _branches(ptx, "guard", (16, 16, 1)) == {}
 

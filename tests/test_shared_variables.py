@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import cpuify
-from cpuify.codegen.analysis import shared_variables
-from cpuify.codegen.llvm_gen import _block_body
+from cpuify.analysis.pointers import shared_variables
+from cpuify.ir.structure import block_body as _block_body
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.lifting import lift_kernel

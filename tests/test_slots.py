@@ -10,7 +10,7 @@ from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp import interpret_kernel
-from cpuify.lifting import lift_kernel
+from cpuify.compiler import lift_optimized
 
 SRC = r'''
 // the running sum crosses both barriers of each iteration: the sum entering an iteration and
@@ -49,7 +49,7 @@ extern "C" __global__ void both_live(const float *in, float *out, int iters) {
 
 def _codegen(kernel: str) -> KernelCodegen:
     module = parse_ptx(compile_to_ptx(SRC).ptx)
-    return KernelCodegen(ModuleCodegen(module), lift_kernel(module, module.functions[kernel]),
+    return KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions[kernel]),
                          (64, 1, 1))
 
 

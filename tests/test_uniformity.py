@@ -1,4 +1,4 @@
-"""Divergence analysis (codegen/analysis.py): which values are the same in every thread of a
+"""Divergence analysis (analysis/uniformity.py): which values are the same in every thread of a
 block.  A thread-dependent branch makes values divergent only until the threads meet again
 (its immediate post-dominator); a loop with a thread-dependent exit makes its counters
 divergent.  Results of kernels whose values the analysis keeps once per block are checked
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import cpuify
-from cpuify.codegen.analysis import immediate_post_dominators, uniform_values
-from cpuify.codegen.llvm_gen import _block_body
+from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.analysis.uniformity import uniform_values
+from cpuify.ir.structure import block_body as _block_body
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp import interpret_kernel

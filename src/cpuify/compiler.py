@@ -26,7 +26,8 @@ from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.ir.verifier import verify
-from cpuify.lifting import lift_kernel
+from cpuify.lifting import LiftedKernel, lift_kernel
+from cpuify.transforms.pass_manager import PipelineOptions, PipelineResult, run_pipeline
 
 _CACHE_FORMAT = 1
 
@@ -49,6 +50,33 @@ class CompiledModule:
     refused: dict[str, str] = field(default_factory=dict)     # kernel -> why it cannot run
     timings: dict[str, float] = field(default_factory=dict)
     from_cache: bool = False
+    passes: tuple[str, ...] = ()          # the pass pipeline the kernels went through
+    pass_counts: dict[str, dict[str, int]] = field(default_factory=dict)   # kernel -> pass -> n
+
+
+def pipeline_options(options: Sequence[str] = ()) -> tuple[PipelineOptions, list[str]]:
+    """The pass pipeline from the environment (CPUIFY_PASSES, CPUIFY_DISABLE_PASSES) and
+    `options` (which win), and the options left for NVRTC."""
+    env: list[str] = []
+    if "CPUIFY_PASSES" in os.environ:
+        env.append("--passes=" + os.environ["CPUIFY_PASSES"])
+    if os.environ.get("CPUIFY_DISABLE_PASSES"):
+        env.append("--disable-pass=" + os.environ["CPUIFY_DISABLE_PASSES"])
+    return PipelineOptions.parse(env + [str(o) for o in options])
+
+
+def lift_optimized(module, entry) -> LiftedKernel:  # type: ignore[no-untyped-def]
+    """One kernel lifted and run through the default pipeline (what compile_ptx compiles)."""
+    return lift_and_optimize(module, entry, PipelineOptions())[0]
+
+
+def lift_and_optimize(module, entry, pipeline: PipelineOptions  # type: ignore[no-untyped-def]
+                      ) -> tuple[LiftedKernel, PipelineResult]:
+    """One kernel of a parsed PTX module, lifted, verified and run through the pipeline."""
+    lifted = lift_kernel(module, entry)
+    verify(lifted.op)
+    result = run_pipeline(lifted.op, pipeline)
+    return lifted, result
 
 
 def cache_dir() -> Path:
@@ -126,8 +154,11 @@ def store_cached(key: str, module: CompiledModule) -> None:
         pass   # a read-only or full cache directory only costs recompilation
 
 
-def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None) -> CompiledModule:
+def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
+                pipeline: PipelineOptions | None = None) -> CompiledModule:
     """Compile PTX text to a native object (no caching here)."""
+    pipeline = pipeline or PipelineOptions()
+    counts: dict[str, dict[str, int]] = {}
     t0 = time.perf_counter()
     module = parse_ptx(ptx)
     t1 = time.perf_counter()
@@ -138,8 +169,8 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None) -> Com
     for entry in module.entries:
         before = set(gen.module.globals)
         try:
-            lifted = lift_kernel(module, entry)
-            verify(lifted.op)
+            lifted, result = lift_and_optimize(module, entry, pipeline)
+            counts[entry.name] = result.counts
             kernels[entry.name] = gen.add_kernel(lifted)
         except UnsupportedError as exc:
             # one kernel using an unsupported feature must not take its module down:
@@ -161,13 +192,17 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None) -> Com
         if v.space in ("global", "const"):
             globals_[v.name] = GlobalInfo(v.name, v.space, v.size, v.type)
     return CompiledModule(obj, kernels, globals_, ptx, dict(lowered_names or {}), refused,
-                          {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2})
+                          {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2},
+                          passes=tuple(pipeline.pipeline()), pass_counts=counts)
 
 
-def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int]) -> bytes:
+def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
+                        passes: Sequence[str] | None = None) -> bytes:
     """A native object with `kernel` compiled for one block shape only; it declares the
-    module's variables, so it must be loaded next to the module's own object.  Cached."""
-    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}")
+    module's variables, so it must be loaded next to the module's own object (and reads the
+    values of its launch prologue: `passes` must be the module's pipeline).  Cached."""
+    pipeline = PipelineOptions(tuple(passes) if passes is not None else None)
+    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}")
     d = cache_dir() / f"{key}.obj"
     if cache_enabled():
         try:
@@ -177,7 +212,8 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int])
     module = parse_ptx(ptx)
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
-    gen.add_kernel(lift_kernel(module, module.functions[kernel]), block_dims)
+    lifted, _ = lift_and_optimize(module, module.functions[kernel], pipeline)
+    gen.add_kernel(lifted, block_dims)
     obj = jit.emit_object(jit.optimize(gen.llvm_text()))
     if cache_enabled():
         try:
@@ -195,26 +231,28 @@ def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: 
                  filename: str = "kernel.cu", arch: str | None = None) -> CompiledModule:
     """CUDA C++ source to a native object, through the cache."""
     from cpuify.frontend import nvrtc
+    pipeline, options = pipeline_options(options)
     key = cache_key("cuda", source, [str(o) for o in options], list(name_expressions),
-                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}")
-    cached = load_cached(key)
+                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}|{pipeline.key()}")
+    cached = None if pipeline.print_after else load_cached(key)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
     res = nvrtc.compile_to_ptx(source, filename=filename, options=options,
                                name_expressions=name_expressions, arch=arch)
     t1 = time.perf_counter()
-    compiled = compile_ptx(res.ptx, lowered_names=res.lowered_names)
+    compiled = compile_ptx(res.ptx, lowered_names=res.lowered_names, pipeline=pipeline)
     compiled.timings["nvrtc"] = t1 - t0
     store_cached(key, compiled)
     return compiled
 
 
-def compile_ptx_cached(ptx: str) -> CompiledModule:
-    key = cache_key("ptx", ptx)
-    cached = load_cached(key)
+def compile_ptx_cached(ptx: str, options: Sequence[str] = ()) -> CompiledModule:
+    pipeline, _ = pipeline_options(options)
+    key = cache_key("ptx", ptx, extra=pipeline.key())
+    cached = None if pipeline.print_after else load_cached(key)
     if cached is not None:
         return cached
-    compiled = compile_ptx(ptx)
+    compiled = compile_ptx(ptx, pipeline=pipeline)
     store_cached(key, compiled)
     return compiled

@@ -90,7 +90,9 @@ class Function:
         self._shape_seen: dict[tuple[int, int, int], int] = {}
         self._specialize = os.environ.get("CPUIFY_SPECIALIZE", "1") != "0"
         self._dyn_offset = dynamic_smem_offset(info.param_size)
-        self._param_size = self._dyn_offset + 8
+        self._param_size = info.buffer_size()
+        # the launch prologue (parallel-licm), run before each launch's grid
+        self._prologue = loaded.function_address(info.prologue_symbol) if info.prologue_symbol else 0
         # launch buffers, reused by one launch at a time (launches release the GIL; a
         # concurrent launch of the same kernel from another thread gets fresh ones)
         self._buffers = _LaunchBuffers(self._param_size)
@@ -141,7 +143,8 @@ class Function:
         from cpuify.codegen.llvm_gen import specialized_symbol
         from cpuify.compiler import compile_specialized
         try:
-            obj = compile_specialized(self.module._compiled.ptx, self.name, block)
+            obj = compile_specialized(self.module._compiled.ptx, self.name, block,
+                                      self.module._compiled.passes)
             self._loaded.add(obj)
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
         except Exception as e:      # the generic code is always correct: keep using it
@@ -181,9 +184,15 @@ class Function:
             self._pack(args, bufs)
             struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
             d = bufs.dims
+            rc = 0
+            if self._prologue:
+                d[0], d[1], d[2], d[3], d[4], d[5] = 1, 1, 1, 1, 1, 1
+                rc = self._launch(self._prologue, bufs.params_addr, bufs.dims_addr, 0,
+                                  self.info.prologue_scratch, bufs.err_addr)
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
-            rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
-                              bufs.err_addr)
+            if rc == 0:
+                rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
+                                  bufs.err_addr)
             e = tuple(bufs.err) if rc else ()
         finally:
             if own:
@@ -277,7 +286,7 @@ class RawModule:
         self.options = tuple(options)
         self.name_expressions = tuple(name_expressions or ())
         if ptx is not None:
-            self._compiled: CompiledModule = compile_ptx_cached(ptx)
+            self._compiled: CompiledModule = compile_ptx_cached(ptx, self.options)
         else:
             assert code is not None
             self._compiled = compile_cuda(code, options=self.options,

@@ -4,6 +4,7 @@
     cpuify run   app.cu [nvcc options] [-- args]   build (cached) and run a program
     cpuify ptx   kernel.cu            PTX from NVRTC
     cpuify ir    kernel.cu|.ptx       the parallel IR (MLIR generic syntax) of each kernel
+                                      (--mlir: all kernels in one builtin.module)
     cpuify llvm  kernel.cu|.ptx       optimized LLVM IR (--raw: before optimization)
     cpuify explain kernel.cu|.ptx     sync points, values kept per thread / recomputed
                                       (--block 16,16: decisions of the specialized code)
@@ -26,13 +27,17 @@ def _ptx_of(path: str, options: list[str]) -> str:
     return compile_to_ptx(text, filename=Path(path).name, options=options).ptx
 
 
-def _lift_all(ptx: str, only: str | None):  # type: ignore[no-untyped-def]
+def _lift_all(ptx: str, only: str | None, pipeline=None):  # type: ignore[no-untyped-def]
+    """(module, lifted kernel, what each pass changed) for each kernel, after the pass
+    pipeline (none when `pipeline` is None)."""
+    from cpuify.compiler import lift_and_optimize
     from cpuify.frontend.ptx_parser import parse_ptx
-    from cpuify.lifting import lift_kernel
+    from cpuify.transforms.pass_manager import PipelineOptions
     module = parse_ptx(ptx)
     for entry in module.entries:
         if only is None or entry.name == only:
-            yield module, lift_kernel(module, entry)
+            lifted, result = lift_and_optimize(module, entry, pipeline or PipelineOptions(passes=()))
+            yield module, lifted, result.counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,21 +81,28 @@ def main(argv: list[str] | None = None) -> int:
                                 "launched twice with it runs)")
         if name == "llvm":
             p.add_argument("--raw", action="store_true", help="before LLVM optimization")
+        if name == "ir":
+            p.add_argument("--mlir", action="store_true",
+                           help="one MLIR file: the kernels inside a builtin.module (what "
+                                "MLIR tools and xDSL read, dialects upir/ptx unregistered)")
+        if name != "ptx":
+            _add_pipeline_flags(p)
     args = parser.parse_args(argv)
     options = [f"-D{d}" for d in args.defines] + [f"-I{i}" for i in args.includes]
     try:
+        pipeline = _pipeline_of(args) if args.command != "ptx" else None
         ptx = _ptx_of(args.file, options)
         if args.command == "ptx":
             sys.stdout.write(ptx)
         elif args.command == "ir":
-            from cpuify.ir.printer import print_op
-            for _, lifted in _lift_all(ptx, args.kernel):
-                sys.stdout.write(print_op(lifted.op))
+            from cpuify.ir.printer import print_module, print_ops
+            kernels = [lifted.op for _, lifted, _ in _lift_all(ptx, args.kernel, pipeline)]
+            sys.stdout.write((print_module if args.mlir else print_ops)(kernels))
         elif args.command == "llvm":
             from cpuify.codegen import jit
             from cpuify.codegen.llvm_gen import ModuleCodegen
             gen = None
-            for module, lifted in _lift_all(ptx, args.kernel):
+            for module, lifted, _ in _lift_all(ptx, args.kernel, pipeline):
                 if gen is None:
                     gen = ModuleCodegen(module, *jit.triple_and_layout())
                 gen.add_kernel(lifted, args.block)
@@ -98,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 text = gen.llvm_text()
                 sys.stdout.write(text if args.raw else str(jit.optimize(text)))
         else:
-            _explain(ptx, args.kernel, args.block)
+            _explain(ptx, args.kernel, args.block, pipeline)
     except CpuifyError as exc:
         print(f"cpuify: error: {exc}", file=sys.stderr)
         return 1
@@ -106,6 +118,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cpuify: error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
+    from cpuify.transforms.pass_manager import default_pipeline
+    names = ", ".join(default_pipeline())
+    p.add_argument("--passes", metavar="A,B,...",
+                   help=f"run these passes, in this order (default: {names}; "
+                        "--passes= runs none: the IR as lifted)")
+    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                   help="leave this pass out of the pipeline (repeatable)")
+    p.add_argument("--print-ir-after", action="append", default=[], metavar="NAME|all",
+                   help="print the IR to stderr after this pass (or after each)")
+    p.add_argument("--verify-each", action="store_true", help="verify the IR after each pass")
+
+
+def _pipeline_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from cpuify.compiler import pipeline_options
+    opts = []
+    if args.passes is not None:
+        opts.append(f"--passes={args.passes}")
+    opts += [f"--disable-pass={n}" for n in args.disable_pass]
+    opts += [f"--print-ir-after={n}" for n in args.print_ir_after]
+    if args.verify_each:
+        opts.append("--verify-each")
+    return pipeline_options(opts)[0]
 
 
 def _block_shape(text: str) -> tuple[int, int, int]:
@@ -120,26 +157,27 @@ def _block_shape(text: str) -> tuple[int, int, int]:
     return (dims + [1, 1])[0], (dims + [1, 1])[1], (dims + [1, 1])[2]
 
 
-def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = None) -> None:
+def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = None,
+             pipeline=None) -> None:  # type: ignore[no-untyped-def]
     from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
-    for module, lifted in _lift_all(ptx, only):
-        # the sync points code generation plans, after its interchange transforms
+    from cpuify.ir.structure import launch_prologue
+    from cpuify.transforms.pass_manager import DESCRIPTIONS
+    for module, lifted, counts in _lift_all(ptx, only, pipeline):
+        # the sync points code generation plans, after the pass pipeline
         kc = KernelCodegen(ModuleCodegen(module), lifted, block)
         region = kc.region
         nops = sum(len(b.ops) for b in region.blocks)
         print(f"kernel {lifted.name}: {len(region.blocks)} blocks, {nops} ops, "
               f"{len(lifted.params)} params ({lifted.param_size} bytes)")
-        if kc.swaps_converted:
-            print(f"  {kc.swaps_converted} conditional swap(s) made branch-free "
-                  "(compare-exchange: stores of selects)")
-        if kc.flag_phis:
-            print(f"  {kc.flag_phis} value(s) merged after an if turned into selects "
-                  "(recomputable across barriers)")
-        if kc.lockstep:
-            print("  grid-stride loop interchanged with the thread loop (soft barrier)")
-        if kc.uniform_loops:
-            print(f"  {len(kc.uniform_loops)} block-uniform loop(s) interchanged with the "
-                  "thread loop (soft barrier per iteration)")
+        print("  passes: " + (", ".join(f"{name} {n}" for name, n in counts.items()) or "none"))
+        for name, n in counts.items():
+            if n:
+                print(f"  {name}: {n} {DESCRIPTIONS[name]}")
+        prologue = launch_prologue(lifted.op)
+        if prologue is not None:
+            nblocks = len(prologue.regions[0].blocks)
+            print(f"  launch prologue: {nblocks} blocks of invariant code run once per launch, "
+                  f"{lifted.op.attributes.get('launch_bytes', 0)} bytes of values handed to the grid")
         if not kc.syncs:
             print("  no sync points: one thread loop (flat collapsing)")
         if kc.prefix_runs:

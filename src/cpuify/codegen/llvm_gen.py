@@ -23,17 +23,18 @@ from __future__ import annotations
 import math
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from llvmlite import ir
 
-from cpuify.codegen.analysis import (
-    SyncPoint, immediate_post_dominators, infer_pointers, memory_space, shared_variables, no_signed_wrap, plan_sync_points, thread_index_condition, uniform_values,
-    uses_special,
-)
+from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.analysis.pointers import infer_pointers, memory_space, no_signed_wrap, shared_variables
+from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
+from cpuify.analysis.thread_index import thread_index_condition
+from cpuify.analysis.uniformity import uniform_values, uses_special
 from cpuify.codegen.layout import (
     CTX_FIELDS, CTX_U32_FIELDS, ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN, STATE_WAIT,
     SYNC_64BIT, SYNC_STATIC,
@@ -44,6 +45,7 @@ from cpuify.frontend.ptx_ast import Module as PTXModule, VarDecl, type_size
 from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value, predecessors
 from cpuify.ir.dialects import info
 from cpuify.ir.modifiers import ty as operand_type
+from cpuify.ir.structure import block_body, launch_prologue, lockstep_counters
 from cpuify.lifting.lift import LiftedKernel
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -105,6 +107,17 @@ class KernelInfo:
     has_sync: bool
     num_sync: int
     directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # the launch prologue (parallel-licm): its block function, run once per launch on one
+    # thread (grid and block of 1) with the launch's parameter buffer before the grid; it
+    # writes launch_bytes of hoisted values after the dynamic shared size word
+    prologue_symbol: str = ""
+    prologue_scratch: int = 0
+    launch_bytes: int = 0
+
+    def buffer_size(self) -> int:
+        """Bytes of a launch's parameter buffer: the parameters, the dynamic shared memory
+        size, the values the prologue hands to the grid."""
+        return dynamic_smem_offset(self.param_size) + 8 + self.launch_bytes
 
 
 @dataclass
@@ -297,13 +310,21 @@ class ModuleCodegen:
 
     def add_kernel(self, kernel: LiftedKernel,
                    block_dims: tuple[int, int, int] | None = None) -> KernelInfo:
-        return KernelCodegen(self, kernel, block_dims).emit()
-
-
-def _block_body(kernel_op: Operation) -> Region:
-    grid = kernel_op.regions[0].entry.ops[0]
-    block = grid.regions[0].entry.ops[0]
-    return block.regions[0]
+        """Emit `kernel` (its IR after the pass pipeline).  A kernel with a launch prologue
+        (parallel-licm) gets a second block function for it, run once per launch on one
+        thread before the grid; code specialized for a block shape shares the generic
+        code's prologue."""
+        info = KernelCodegen(self, kernel, block_dims).emit()
+        prologue = launch_prologue(kernel.op)
+        if prologue is not None and block_dims is None:
+            pk = replace(kernel, name=f"{kernel.name}__launch_prologue", shared_vars=[],
+                         local_vars=[])
+            pinfo = KernelCodegen(self, pk, None, body=prologue.regions[0]).emit()
+            self.kernels.remove(pinfo)
+            info.prologue_symbol = pinfo.symbol
+            info.prologue_scratch = pinfo.scratch.scratch_bytes(1)
+            info.launch_bytes = int(kernel.op.attributes.get("launch_bytes", 0))
+        return info
 
 
 def specialized_symbol(kernel: str, block_dims: tuple[int, int, int]) -> str:
@@ -312,23 +333,19 @@ def specialized_symbol(kernel: str, block_dims: tuple[int, int, int]) -> str:
 
 class KernelCodegen:
     def __init__(self, mod: ModuleCodegen, kernel: LiftedKernel,
-                 block_dims: tuple[int, int, int] | None = None) -> None:
+                 block_dims: tuple[int, int, int] | None = None, *,
+                 body: Region | None = None) -> None:
         """`block_dims`: compile for this block shape only (launch-config specialization:
-        constant thread-loop bounds let LLVM drop remainder loops and runtime checks)."""
+        constant thread-loop bounds let LLVM drop remainder loops and runtime checks).
+        `kernel.op` is the kernel's IR after the pass pipeline (cpuify.transforms);
+        `body`: the region to emit instead of the kernel's block body (its launch prologue)."""
         self.mod = mod
         self.kernel = kernel
         self.name = kernel.name
         self.block_dims = block_dims
-        self.region = _block_body(kernel.op)
-        from cpuify.transforms.ifconvert import if_convert_swaps, select_if_phis
-        from cpuify.transforms.interchange import (
-            interchange_thread_strided_loops, interchange_uniform_loops,
-        )
-        self.swaps_converted = if_convert_swaps(self.region)
-        self.flag_phis = select_if_phis(self.region)
+        self.region = block_body(kernel.op) if body is None else body
         # iteration counters of interchanged loops: the same in all threads that run together
-        self.lockstep = set(interchange_thread_strided_loops(self.region))
-        self.uniform_loops = interchange_uniform_loops(self.region)
+        self.lockstep = lockstep_counters(self.region)
         self.syncs: list[SyncPoint] = plan_sync_points(self.region, self.lockstep)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
@@ -3212,6 +3229,15 @@ def _param(e: SegmentEmitter, op: Operation) -> None:
         e.define(op.results[0], v)
     else:
         e.result(op, v, t)
+
+
+@handles("upir.launch_store")
+def _launch_store(e: SegmentEmitter, op: Operation) -> None:
+    # a value the launch prologue hands to the grid, read there as a parameter
+    v = op.operands[0]
+    lv = e.get(v)
+    p = e.b.gep(e.params, [I64(op.attributes["offset"])])
+    e.b.store(lv, e.b.bitcast(p, lv.type.as_pointer()))
 
 
 @handles("upir.special")

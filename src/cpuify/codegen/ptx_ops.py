@@ -11,7 +11,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from cpuify.codegen import jit
-from cpuify.codegen.analysis import memory_space
+from cpuify.analysis.pointers import memory_space
 from cpuify.codegen.llvm_gen import (
     F16, F32, F64, I1, I8, I16, I32, I64, PTR, SegmentEmitter, handles, is_float, is_signed,
     ptx_llvm_type, _width,

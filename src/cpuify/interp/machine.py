@@ -4,7 +4,12 @@
     mod.launch("kernel", grid, block, (x, y, np.int32(n)), shared_mem=0)
 
 Same frontend as the compiler (parse_ptx, lift_kernel); the `upir.block_parallel` region
-is executed directly:
+is executed directly.  Beyond that the interpreter shares no code with what it checks: it
+imports only the IR, the errors and (to start from PTX text) the frontend and lifting, never
+code generation, analyses, transforms, the API or the native runtime; its argument packing
+(`params.py`), shared-memory layout, sync-point numbering, module-variable initializers
+and printf (`printf.py`) are its own.
+
 
   * every CUDA thread is a Python generator walking the IR (an environment maps SSA values
     to Python values, block arguments are assigned on branches);
@@ -27,27 +32,29 @@ are bounds-checked; generic accesses below 64 KiB are refused (null pointers).""
 from __future__ import annotations
 
 import ctypes
-import sys
+import dataclasses
+import struct
 import time
-from dataclasses import dataclass
-from types import SimpleNamespace
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from cpuify.api.arguments import pack_arguments
-from cpuify.codegen.analysis import find_sync_points
-from cpuify.codegen.layout import SharedLayout, align_up
 from cpuify.errors import LaunchError, UnsupportedError
 from cpuify.frontend.ptx_ast import Module as PTXModule
+from cpuify.frontend.ptx_ast import VarDecl
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.interp.memory import alloc, load
+from cpuify.interp.memory import align_up, alloc, load
 from cpuify.interp.ops import PTX_OPS, mods
+from cpuify.interp.params import pack_arguments
+from cpuify.interp.printf import device_assert_message, device_printf
 from cpuify.interp.values import (
     coerce, from_bits, ir_type_of, mask, read_as, resize_int, to_bits, to_signed, width_of,
     write_as,
 )
 from cpuify.ir.core import Operation, Region, Value
+from cpuify.ir.dialects import is_sync
+from cpuify.ir.modifiers import type_size
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 
@@ -60,11 +67,9 @@ _RESUMED = "resumed"      # ... of a thread whose warp collective has just been 
 # --- parameters --------------------------------------------------------------------------------
 
 def pack_params(kernel: LiftedKernel, args: Sequence[Any]) -> bytes:
-    """The packed parameter buffer, by the same rules as the compiled path."""
-    buf = bytearray(max(kernel.param_size, 1))
-    plan = [(p.name, p.ptx_type, p.offset, p.size) for p in kernel.params]
-    pack_arguments(kernel.name, plan, [bool(p.dims) for p in kernel.params], args, buf)
-    return bytes(buf)
+    """The packed parameter buffer (the interpreter's own packer, by the compiled path's
+    rules), laid out as the lifted kernel's parameters say."""
+    return pack_arguments(kernel.name, kernel.params, kernel.param_size, args)
 
 
 def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
@@ -85,10 +90,56 @@ def _block_body(kernel_op: Operation) -> Region:
     return block.regions[0]
 
 
+@dataclass
+class SharedLayout:
+    """Where each `__shared__` variable of a kernel lives in the block's shared window."""
+    offsets: dict[str, int] = field(default_factory=dict)   # variable -> byte offset
+    dynamic_offset: int = 0          # where `extern __shared__` arrays start (static size)
+
+
 def shared_layout(module: PTXModule, kernel: LiftedKernel) -> SharedLayout:
-    """Static shared-memory offsets, computed by the code generator's own routine."""
-    from cpuify.codegen.llvm_gen import ModuleCodegen
-    return ModuleCodegen.shared_layout(SimpleNamespace(ptx=module), kernel)  # type: ignore[arg-type]
+    """The shared variables of the module and of the kernel, one after another in
+    declaration order, each at its alignment; the dynamic ones (`extern`, `[]`) all start
+    after them, 16-byte aligned."""
+    layout = SharedLayout()
+    declared = [v for v in module.variables if v.space == "shared"] + list(kernel.shared_vars)
+    end = 0
+    for v in declared:
+        if v.dims and v.dims[0] is None:
+            continue
+        end = align_up(end, max(v.alignment, 1))
+        layout.offsets[v.name] = end
+        end += v.size
+    layout.dynamic_offset = align_up(end, 16)
+    for v in declared:
+        layout.offsets.setdefault(v.name, layout.dynamic_offset)
+    return layout
+
+
+def sync_points(region: Region) -> dict[Operation, int]:
+    """Barriers and warp collectives of the block body, numbered from 1 in region order
+    (block by block): a resumed group of lanes runs in this order, the compiled code's."""
+    ops = [op for block in region.blocks for op in block.ops if is_sync(op)]
+    return {op: i + 1 for i, op in enumerate(ops)}
+
+
+def initial_bytes(var: VarDecl, size: int) -> bytes:
+    """The first `size` bytes of a `.global`/`.const` variable: its initializer, zeros after."""
+    if var.init is None:
+        return bytes(size)
+    out = bytearray()
+    esize = type_size(var.type)
+    for v in var.init:
+        if isinstance(v, str):
+            raise UnsupportedError(f"initializer of '{var.name}' takes the address of '{v}'; "
+                                   "address initializers are not supported", line=var.line)
+        if var.type == "f32":
+            out += struct.pack("<f", float(v))
+        elif var.type == "f64":
+            out += struct.pack("<d", float(v))
+        else:
+            out += (int(v) & ((1 << (8 * esize)) - 1)).to_bytes(esize, "little")
+    return bytes(out[:size]) + bytes(max(size - len(out), 0))
 
 
 @dataclass
@@ -99,7 +150,7 @@ class _Kernel:
     shared_static: int                 # bytes before dynamic shared memory
     local_offsets: dict[str, int]
     local_size: int
-    sync_index: dict[Operation, int]   # sync op -> resume id (codegen's numbering)
+    sync_index: dict[Operation, int]   # sync op -> resume id (region order, from 1)
 
 
 def _prepare(module: PTXModule, lifted: LiftedKernel) -> _Kernel:
@@ -111,9 +162,8 @@ def _prepare(module: PTXModule, lifted: LiftedKernel) -> _Kernel:
         off = align_up(off, max(v.alignment, 1))
         local_offsets[v.name] = off
         off += v.size
-    sync_index = {sp.op: sp.index for sp in find_sync_points(region)}
-    return _Kernel(lifted, region, shared, shared.dynamic_offset if shared.static_size else 0,
-                   local_offsets, align_up(off, 16), sync_index)
+    return _Kernel(lifted, region, shared, shared.dynamic_offset, local_offsets,
+                   align_up(off, 16), sync_points(region))
 
 
 # --- the module -----------------------------------------------------------------------------------
@@ -127,7 +177,6 @@ class InterpModule:
         self.module = parse_ptx(ptx)
         self.globals: dict[str, tuple[np.ndarray, int]] = {}
         self._kernels: dict[str, _Kernel] = {}
-        from cpuify.codegen.llvm_gen import ModuleCodegen
         for var in self.module.variables:
             if var.space not in ("global", "const"):
                 continue
@@ -135,7 +184,7 @@ class InterpModule:
                 raise UnsupportedError(f"extern {var.space} variable '{var.name}' has no "
                                        "definition in this module", line=var.line)
             size = max(var.size, 1)
-            data = ModuleCodegen._init_bytes(None, var, size)  # type: ignore[arg-type]
+            data = initial_bytes(var, size)
             buf, addr = alloc(size, max(var.alignment, 16))
             buf[:] = np.frombuffer(data, dtype=np.uint8)
             self.globals[var.name] = (buf, addr)
@@ -164,6 +213,14 @@ class InterpModule:
             k = self._kernels[name] = _prepare(self.module, lifted)
         return k
 
+    def use_ir(self, name: str, kernel_op: Operation) -> None:
+        """Run kernel `name` from `kernel_op`, a `upir.kernel` op (e.g. its IR printed and
+        parsed back), instead of the IR lifted from the PTX; parameters and variables
+        keep the layout of the PTX kernel."""
+        verify(kernel_op)
+        lifted = dataclasses.replace(self.kernel(name).lifted, op=kernel_op)
+        self._kernels[name] = _prepare(self.module, lifted)
+
     def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any],
                shared_mem: int = 0) -> None:
         k = self.kernel(name)
@@ -181,15 +238,11 @@ class InterpModule:
             raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
         params = ctypes.create_string_buffer(pack_params(k.lifted, args), max(k.lifted.param_size, 1))
         launch = _Launch(self, k, g, b, ctypes.addressof(params), int(shared_mem))
-        try:
-            with np.errstate(all="ignore"):        # IEEE results, no warnings
-                for bz in range(g[2]):
-                    for by in range(g[1]):
-                        for bx in range(g[0]):
-                            _BlockRun(launch, (bx, by, bz)).run()
-        finally:
-            if launch.printed:
-                _runtime().cpuify_flush()
+        with np.errstate(all="ignore"):            # IEEE results, no warnings
+            for bz in range(g[2]):
+                for by in range(g[1]):
+                    for bx in range(g[0]):
+                        _BlockRun(launch, (bx, by, bz)).run()
 
 
 @dataclass
@@ -200,7 +253,6 @@ class _Launch:
     block: tuple[int, int, int]
     params: int                        # address of the packed parameter buffer
     dyn_shared: int
-    printed: bool = False
 
     @property
     def name(self) -> str:
@@ -216,26 +268,7 @@ def interpret_kernel(ptx_text: str, kernel: str, grid: Any, block: Any, args: tu
     InterpModule(ptx_text).launch(kernel, grid, block, args, shared_mem)
 
 
-# --- the native runtime (printf) ---------------------------------------------------------------
-
-_RT: Any = None
-
-
-def _runtime() -> Any:
-    global _RT
-    if _RT is None:
-        from cpuify.runtime.native import load_runtime
-        lib = load_runtime()
-        ns = SimpleNamespace()
-        # own prototypes on the same symbols: addresses as plain integers
-        ns.cpuify_vprintf = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)(
-            ("cpuify_vprintf", lib))
-        ns.cpuify_assert_message = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
-            ("cpuify_assert_message", lib))
-        ns.cpuify_flush = lib.cpuify_flush
-        _RT = ns
-    return _RT
-
+# --- the C library (device malloc/free) ----------------------------------------------------
 
 _LIBC = ctypes.CDLL(None)
 _LIBC.malloc.restype = ctypes.c_void_p
@@ -474,16 +507,12 @@ def _nop(th: Thread, op: Operation) -> None:
 
 
 def _printf(th: Thread, op: Operation) -> None:
-    rt = _runtime()
     fmt = th.bits(op.operands[0])
     if op.attributes.get("assert"):
-        sys.stdout.flush()
-        rt.cpuify_assert_message(fmt)
+        device_assert_message(fmt)
         return
     args = th.bits(op.operands[1]) if len(op.operands) > 1 else 0
-    sys.stdout.flush()
-    th.launch.printed = True
-    n = rt.cpuify_vprintf(fmt, args or None)
+    n = device_printf(fmt, args)
     if op.results:
         th.set(op, n & mask(32), "s32")
 

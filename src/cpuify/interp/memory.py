@@ -8,9 +8,12 @@ import ctypes
 
 import numpy as np
 
-from cpuify.codegen.layout import align_up
-from cpuify.frontend.ptx_ast import type_size
 from cpuify.interp.values import from_bits, ir_type_of, mask, to_bits
+from cpuify.ir.modifiers import type_size
+
+
+def align_up(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
 
 
 def load(addr: int, ptx_type: str) -> object:

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from cpuify.codegen.analysis import memory_space
-from cpuify.frontend.ptx_ast import type_size
 from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, F64, exact, f16_from_bits, f16_to_bits, float_min_max, ftz, ir_type_of, is_float,
@@ -25,7 +23,7 @@ from cpuify.interp.values import (
     saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, rounding, ty, types
+from cpuify.ir.modifiers import has, mods, rounding, ty, type_size, types
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -756,6 +754,14 @@ def _isspacep(th: "Thread", op: Operation) -> None:
 
 
 # --- memory ----------------------------------------------------------------------------------------
+
+_SPACES = ("global", "shared", "local", "const", "param")
+
+
+def memory_space(op: Operation) -> str:
+    """The state space a memory op names (`ld.shared` -> shared); generic without one."""
+    return next((s for s in _SPACES if s in mods(op)), "generic")
+
 
 @handles("ptx.ld", "ptx.ldu")
 def _ld(th: "Thread", op: Operation) -> None:

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from cpuify.frontend.ptx_ast import type_size
+from cpuify.ir.modifiers import type_size
 
 # --- integers -----------------------------------------------------------------------------
 

@@ -95,6 +95,8 @@ define("upir.global", pure=True)                 # a module-scope variable (attr
 define("upir.kernel", regions=1, verify=_verify_region)
 define("upir.grid_parallel", regions=1, verify=_verify_region)
 define("upir.block_parallel", regions=1, verify=_verify_region)
+define("upir.launch_prologue", regions=1, verify=_verify_region)   # runs once per launch
+define("upir.launch_store", effects=lambda op: [(WRITE, "param")])  # prologue -> grid value
 define("upir.yield", terminator=True, pure=True)
 define("upir.param", pure=True, verify=_verify_results(1))
 define("upir.special", pure=True, verify=_verify_results(1))   # %tid.x, %ctaid.y, %laneid …

@@ -1,10 +1,29 @@
 """Reading the PTX modifiers a `ptx.*` op carries in its `mods` attribute (shared by the
-code generator and the reference interpreter, so that both read an op the same way)."""
+code generator and the reference interpreter, so that both read an op the same way).
+
+The IR keeps its own table of PTX fundamental types: the IR sits above the frontend and
+must not import it."""
 
 from __future__ import annotations
 
-from cpuify.frontend.ptx_ast import is_ptx_type
 from cpuify.ir.core import Operation
+
+# PTX fundamental types (the names a `mods` list may hold) and their sizes in bytes
+PTX_TYPE_SIZES = {
+    "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
+    "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "tf32": 4,
+    "b64": 8, "u64": 8, "s64": 8, "f64": 8, "pred": 1, "b128": 16,
+}
+
+
+def is_ptx_type(word: str) -> bool:
+    """Whether a modifier names a PTX fundamental type (`s32`, `f16x2`, `pred`, ...)."""
+    return word in PTX_TYPE_SIZES
+
+
+def type_size(ptx_type: str) -> int:
+    """Size in bytes of a PTX fundamental type."""
+    return PTX_TYPE_SIZES[ptx_type]
 
 
 def mods(op: Operation) -> list[str]:

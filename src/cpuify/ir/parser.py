@@ -1,16 +1,24 @@
 """Parse the MLIR generic syntax that :mod:`cpuify.ir.printer` prints back into IR.
 
     op          ::= [value-id (`,` value-id)* `=`] string `(` [value-id (`,` value-id)*] `)`
-                    [`[` successor (`,` successor)* `]`]
+                    [`[` block-id (`,` block-id)* `]`]
+                    [`<{` [attr (`,` attr)*] `}>`]
                     [`(` region (`,` region)* `)`]
                     [`{` [attr (`,` attr)*] `}`]
                     `:` `(` [type (`,` type)*] `)` `->` (type | `(` [type (`,` type)*] `)`)
-    successor   ::= block-id [`(` value-id `:` type (`,` value-id `:` type)* `)`]
     region      ::= `{` op* (block-label op*)* `}`
     block-label ::= block-id [`(` value-id `:` type (`,` value-id `:` type)* `)`] `:`
     attr        ::= (bare-id | string) [`=` attr-value]          (no value: unit)
     attr-value  ::= number `:` type | (`inf` | `-inf` | `nan`) `:` type | string
                   | `true` | `false` | `unit` | `[` [attr-value (`,` attr-value)*] `]`
+                  | `array<i32:` [integer (`,` integer)*] `>`
+
+As in MLIR, successor arguments are operands of the terminator: the only property read is
+`operandSegmentSizes` (the op's own operands, then each successor's); without it, an op
+with one successor passes all its operands to it (`cf.br`).  A hex integer with a float
+type is the float with that bit pattern (`0x7FF0000000000000 : f64` is +inf).  Strings
+take MLIR's escapes (`\n`, `\t`, `\"`, `\\`, two hex digits).  :func:`parse_module`
+reads a file of ops, in a `builtin.module` or not.
 
 Values are resolved by name; a use before the textual definition (legal when the
 defining block dominates but comes later in the region) is a forward reference that is
@@ -18,13 +26,13 @@ patched when the definition is parsed.  Block names are scoped to their region a
 referenced before their label.  Any malformed text raises :class:`IRError` naming the line.
 
 The parser checks syntax and types (an operand's type must match the op's signature, a
-successor argument's type must match what was written); structural rules such as
-dominance and terminators are the verifier's job (:func:`cpuify.ir.verifier.verify`)."""
+value's uses must agree on its type); structural rules such as dominance, terminators and
+successor argument types are the verifier's job (:func:`cpuify.ir.verifier.verify`)."""
 
 from __future__ import annotations
 
-import json
 import re
+import struct
 from typing import Any
 
 from cpuify.errors import IRError
@@ -40,8 +48,35 @@ _TOKEN = re.compile(r"""
   | (?P<number>-?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?))
   | (?P<ident>[A-Za-z_][\w$.]*)
   | (?P<arrow>->)
-  | (?P<punct>[()\[\]{},:=\-])
+  | (?P<punct>[()\[\]{},:=\-<>])
 """, re.VERBOSE)
+
+
+_ESCAPES = {"n": b"\n", "t": b"\t", '"': b'"', "\\": b"\\"}
+_HEX = "0123456789abcdefABCDEF"
+
+
+def _string_value(text: str) -> str:
+    """The contents of an MLIR string literal token (quotes included)."""
+    out = bytearray()
+    body = text[1:-1]
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out += c.encode("utf-8")
+            i += 1
+            continue
+        esc = body[i + 1:i + 2]
+        if esc in _ESCAPES:
+            out += _ESCAPES[esc]
+            i += 2
+        elif len(body) >= i + 3 and body[i + 1] in _HEX and body[i + 2] in _HEX:
+            out.append(int(body[i + 1:i + 3], 16))
+            i += 3
+        else:
+            raise ValueError(f"bad escape sequence '\\{esc}'")
+    return out.decode("utf-8")
 
 
 class _Tok:
@@ -146,6 +181,12 @@ class _Parser:
         self.i += 1
         return tok
 
+    def string(self, tok: _Tok) -> str:
+        try:
+            return _string_value(tok.text)
+        except ValueError as exc:        # UnicodeDecodeError too
+            raise self.error(f"bad string literal {tok.text}: {exc}", tok.line) from None
+
     def type_(self) -> str:
         tok = self.peek()
         if tok is None or tok.kind != "ident":
@@ -217,7 +258,7 @@ class _Parser:
                 result_toks.append(self.expect_kind("value", "a result name"))
             self.expect("=")
         name_tok = self.expect_kind("string", "an operation name in quotes")
-        name = json.loads(name_tok.text)
+        name = self.string(name_tok)
         if not name:
             raise self.error("empty operation name", name_tok.line)
 
@@ -230,24 +271,17 @@ class _Parser:
             self.expect(")")
 
         successors: list[Block] = []
-        succ_args: list[list[Value]] = []
         if self.accept("["):
             while True:
                 btok = self.expect_kind("block", "a successor block")
                 successors.append(self.block_ref(btok))
-                args: list[Value] = []
-                if self.accept("("):
-                    while True:
-                        vtok = self.expect_kind("value", "a successor argument")
-                        self.expect(":")
-                        args.append(self.use(vtok, self.type_()))
-                        if not self.accept(","):
-                            break
-                    self.expect(")")
-                succ_args.append(args)
                 if not self.accept(","):
                     break
             self.expect("]")
+
+        segments: list[int] | None = None
+        if self.at("<"):
+            segments = self.properties()
 
         regions: list[Region] = []
         if self.accept("("):
@@ -274,6 +308,20 @@ class _Parser:
             raise self.error(f"'{name}' has {len(result_types)} result type(s) but binds "
                              f"{len(result_toks)} name(s)", start)
         operands = [self.use(t, ty) for t, ty in zip(operand_toks, operand_types)]
+        succ_args: list[list[Value]] = [[] for _ in successors]
+        if segments is not None:
+            if len(segments) != 1 + len(successors) or sum(segments) != len(operands):
+                raise self.error(f"'{name}': operandSegmentSizes {segments} does not split "
+                                 f"{len(operands)} operand(s) among the op and its "
+                                 f"{len(successors)} successor(s)", start)
+            pos = segments[0]
+            own = operands[:pos]
+            for k, n in enumerate(segments[1:]):
+                succ_args[k] = operands[pos:pos + n]
+                pos += n
+            operands = own
+        elif len(successors) == 1:
+            succ_args[0], operands = operands, []
         op = Operation(name, operands, result_types, attrs, regions, successors, succ_args)
         for tok, r in zip(result_toks, op.results):
             self.define(tok, r)
@@ -323,6 +371,48 @@ class _Parser:
         self.expect(":")
         return block
 
+    def properties(self) -> list[int]:
+        """`<{operandSegmentSizes = array<i32: ...>}>`, the only property the IR has."""
+        start = self.expect("<")
+        self.expect("{")
+        segments: list[int] | None = None
+        if not self.accept("}"):
+            while True:
+                tok = self.next()
+                key = self.string(tok) if tok.kind == "string" else tok.text
+                if key != "operandSegmentSizes" or segments is not None:
+                    raise self.error(f"unsupported property '{key}' (only operandSegmentSizes)",
+                                     tok.line)
+                self.expect("=")
+                segments = self.i32_array()
+                if self.accept("}"):
+                    break
+                self.expect(",")
+        self.expect(">")
+        if segments is None:
+            raise self.error("empty properties: expected operandSegmentSizes", start.line)
+        return segments
+
+    def i32_array(self) -> list[int]:
+        """`array<i32: 1, 2, 0>` (dense array of non-negative sizes)."""
+        tok = self.expect_kind("ident", "array<i32: ...>")
+        if tok.text != "array":
+            raise self.error(f"expected array<i32: ...>, found '{tok.text}'", tok.line)
+        self.expect("<")
+        if self.type_() != "i32":
+            raise self.error("operandSegmentSizes must be an array<i32: ...>", tok.line)
+        values: list[int] = []
+        if self.accept(":"):
+            while True:
+                num = self.expect_kind("number", "a segment size")
+                if not num.text.isdigit():
+                    raise self.error(f"bad segment size '{num.text}'", num.line)
+                values.append(int(num.text))
+                if not self.accept(","):
+                    break
+        self.expect(">")
+        return values
+
     def attr_dict(self) -> dict[str, Any]:
         self.expect("{")
         attrs: dict[str, Any] = {}
@@ -333,7 +423,7 @@ class _Parser:
             if tok.kind == "ident":
                 key = tok.text
             elif tok.kind == "string":
-                key = json.loads(tok.text)
+                key = self.string(tok)
             else:
                 raise self.error(f"expected an attribute name, found '{tok.text}'", tok.line)
             if key in attrs:
@@ -346,10 +436,7 @@ class _Parser:
     def attr_value(self) -> Any:
         tok = self.next()
         if tok.kind == "string":
-            try:
-                return json.loads(tok.text)
-            except ValueError as exc:
-                raise self.error(f"bad string literal {tok.text}: {exc}", tok.line) from None
+            return self.string(tok)
         if tok.text == "[":
             items: list[Any] = []
             if self.accept("]"):
@@ -375,10 +462,22 @@ class _Parser:
     def typed_number(self, text: str, line: int, float_only: bool = False) -> int | float:
         type_ = "i64"
         if self.accept(":"):
-            type_ = self.type_()
+            tok = self.peek()
+            if tok is not None and tok.kind == "ident" and re.fullmatch(r"i(?:128|[1-9]\d?)", tok.text):
+                type_ = self.next().text      # an integer attribute may be wider than a value
+            else:
+                type_ = self.type_()
         elif float_only:
             type_ = "f64"
+        is_hex = text.lstrip("-")[:2].lower() == "0x"
         if type_.startswith("f"):
+            if is_hex and not float_only:
+                width = int(type_[1:])
+                bits = int(text, 16)
+                if text.startswith("-") or bits >> width:
+                    raise self.error(f"'{text}' is no {type_} bit pattern", line)
+                fmt = {16: "<e", 32: "<f", 64: "<d"}[width]
+                return float(struct.unpack(fmt, bits.to_bytes(width // 8, "little"))[0])
             try:
                 return float(text)
             except ValueError:
@@ -386,7 +485,7 @@ class _Parser:
         if float_only:
             raise self.error(f"'{text}' is not a valid {type_} value", line)
         try:
-            return int(text, 0) if text.lstrip("-")[:2].lower() == "0x" else int(text)
+            return int(text, 0) if is_hex else int(text)
         except ValueError:
             raise self.error(f"'{text}' is not an integer (a float needs ': f64')", line) from None
 
@@ -402,6 +501,15 @@ class _Parser:
             raise self.error(f"use of undefined value '{name}'", fwd.line)
         return op
 
+    def parse_all(self) -> list[Operation]:
+        ops: list[Operation] = []
+        while self.peek() is not None:
+            ops.append(self.op())
+        if self.forward:
+            name, fwd = min(self.forward.items(), key=lambda kv: kv[1].line)
+            raise self.error(f"use of undefined value '{name}'", fwd.line)
+        return ops
+
 
 def parse_op(text: str) -> Operation:
     """Parse one operation (with everything nested in it) from MLIR generic syntax, as
@@ -410,4 +518,21 @@ def parse_op(text: str) -> Operation:
     return _Parser(text).parse()
 
 
-__all__ = ["parse_op"]
+def parse_module(text: str) -> list[Operation]:
+    """The top-level ops of an MLIR file (as :func:`cpuify.ir.printer.print_module`
+    prints): the ops of its `builtin.module`, or the ops of the file when they are not in
+    one.  Raises :class:`IRError` with the line number on malformed text."""
+    ops = _Parser(text).parse_all()
+    if len(ops) == 1 and ops[0].name == "builtin.module":
+        module = ops[0]
+        if len(module.regions) != 1 or len(module.regions[0].blocks) > 1 or module.operands \
+                or module.results or module.successors:
+            raise IRError("line 1: 'builtin.module' must hold one region of one block")
+        inner = module.regions[0].blocks[0].ops if module.regions[0].blocks else []
+        for op in inner:
+            op.parent = None
+        return list(inner)
+    return ops
+
+
+__all__ = ["parse_module", "parse_op"]

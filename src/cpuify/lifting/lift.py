@@ -105,6 +105,7 @@ class _Lifter:
         self.param_slots: dict[str, set[tuple[int, str]]] = {}
         self.arg_owner: dict[BlockArgument, _PBlock] = {}
         self.const_cache: dict[tuple[str, object], Value] = {}
+        self.const_ops: list[Operation] = []
 
     def error(self, msg: str, line: int, cls: type[PTXError] = UnsupportedError) -> None:
         raise cls(msg, line=line, kernel=self.entry.name, source_line=self.module.source_line(line))
@@ -196,34 +197,67 @@ class _Lifter:
         return self.read_var_recursive(name, block, line)
 
     def read_var_recursive(self, name: str, block: _PBlock, line: int) -> Value:
+        """Braun et al.'s readVariableRecursive, run with an explicit stack (the recursion
+        follows predecessor chains, whose length grows with the kernel): identical values,
+        block arguments and argument order as the recursive formulation.
+
+        Continuations on the stack: `_PBlock` = "record the value found as `name`'s
+        definition in that block" (the single-predecessor case); a list [block, arg, i] =
+        "the value found is the incoming value of `arg` from block.preds[i]; then read the
+        next predecessor" (a phi's operands, in predecessor order)."""
         vtype = self.var_type(name, line)
-        if not block.sealed:
-            arg = block.ir.add_arg(vtype, name)
-            self.arg_owner[arg] = block
-            block.incomplete[name] = arg
-            val: Value = arg
-        elif not block.preds:
-            val = self.undef(vtype)
-        elif len(block.preds) == 1:
-            val = self.read_var(name, block.preds[0], line)
-        else:
-            arg = block.ir.add_arg(vtype, name)
-            self.arg_owner[arg] = block
-            self.write_var(name, block, arg)
-            self.add_phi_operands(name, arg, block, line)
-            val = arg
-        self.write_var(name, block, val)
-        return val
+        stack: list = []
+        blk = block
+        while True:
+            # descend: read `name` in blk
+            while True:
+                val = blk.defs.get(name)
+                if val is not None:
+                    break
+                if not blk.sealed:
+                    arg = blk.ir.add_arg(vtype, name)
+                    self.arg_owner[arg] = blk
+                    blk.incomplete[name] = arg
+                    val = arg
+                    blk.defs[name] = val
+                    break
+                preds = blk.preds
+                if not preds:
+                    val = self.undef(vtype)
+                    blk.defs[name] = val
+                    break
+                if len(preds) == 1:
+                    stack.append(blk)
+                    blk = preds[0]
+                    continue
+                arg = blk.ir.add_arg(vtype, name)
+                self.arg_owner[arg] = blk
+                blk.defs[name] = arg
+                stack.append([blk, arg, 0])
+                blk = preds[0]
+            # ascend: hand the value to the continuations until one needs another read
+            while stack:
+                top = stack[-1]
+                if isinstance(top, _PBlock):
+                    top.defs[name] = val
+                    stack.pop()
+                    continue
+                phi_block, arg, i = top
+                _append_phi_operand(phi_block.preds[i], phi_block, arg, val)
+                i += 1
+                if i < len(phi_block.preds):
+                    top[2] = i
+                    blk = phi_block.preds[i]
+                    break
+                stack.pop()
+                val = arg
+                phi_block.defs[name] = arg
+            else:
+                return val
 
     def add_phi_operands(self, name: str, arg: BlockArgument, block: _PBlock, line: int) -> None:
         for pred in block.preds:
-            v = self.read_var(name, pred, line)
-            term = pred.ir.terminator
-            assert term is not None
-            for k, s in enumerate(term.successors):
-                if s is block.ir and len(term.successor_args[k]) == arg.index:
-                    term.successor_args[k].append(v)
-                    v.uses.append(term)
+            _append_phi_operand(pred, block, arg, self.read_var(name, pred, line))
 
     def seal(self, block: _PBlock) -> None:
         for name, arg in block.incomplete.items():
@@ -245,7 +279,8 @@ class _Lifter:
         v = self.const_cache.get(key)
         if v is None:
             op = Operation("upir.const", (), [vtype], {"value": value})
-            self.entry_block.ir.ops.insert(len(self.const_cache), op)
+            # placed at the top of the entry block once it is filled (run)
+            self.const_ops.append(op)
             op.parent = self.entry_block.ir
             v = op.result
             self.const_cache[key] = v
@@ -271,9 +306,10 @@ class _Lifter:
                 if not s.sealed and all(p.filled for p in s.preds if p in reachable):
                     s.preds = [p for p in s.preds if p in reachable]
                     self.seal(s)
-        for b in blocks:
-            if b not in reachable:
-                region.blocks.remove(b.ir)
+        entry_ops = self.entry_block.ir.ops
+        entry_ops[:0] = self.const_ops
+        self.const_ops = []
+        region.blocks = [b.ir for b in blocks if b in reachable]
         _remove_trivial_args(region)
         block_par = Operation("upir.block_parallel", regions=[region])
         grid_region = Region([Block()])
@@ -347,6 +383,16 @@ class _Lifter:
         blk.append(op)
 
 
+def _append_phi_operand(pred: _PBlock, block: _PBlock, arg: BlockArgument, v: Value) -> None:
+    """`v` flows from `pred` into `arg` (on each edge pred -> block still missing it)."""
+    term = pred.ir.terminator
+    assert term is not None
+    for k, s in enumerate(term.successors):
+        if s is block.ir and len(term.successor_args[k]) == arg.index:
+            term.successor_args[k].append(v)
+            v.uses.append(term)
+
+
 def _rpo(blocks: list[_PBlock]) -> list[_PBlock]:
     seen = {blocks[0]}
     order: list[_PBlock] = []
@@ -367,28 +413,53 @@ def _rpo(blocks: list[_PBlock]) -> list[_PBlock]:
 
 
 def _remove_trivial_args(region: Region) -> None:
-    """Drop block arguments whose incoming values are all one value (or the arg itself)."""
-    changed = True
-    while changed:
-        changed = False
-        incoming: dict[Block, list[tuple[Operation, int]]] = {b: [] for b in region.blocks}
-        for b in region.blocks:
-            term = b.terminator
-            if term is None:
+    """Drop block arguments whose incoming values are all one value (or the arg itself).
+
+    A worklist: removing an argument can only make the arguments it flows into trivial,
+    so those are looked at again (linear in the number of arguments and edges, rather than
+    a rescan of the region after each removal)."""
+    incoming: dict[Block, list[tuple[Operation, int]]] = {b: [] for b in region.blocks}
+    for b in region.blocks:
+        term = b.terminator
+        if term is None:
+            continue
+        for k, s in enumerate(term.successors):
+            incoming[s].append((term, k))
+    # popped from the end: the first block's first argument is looked at first
+    work: list[BlockArgument] = [a for b in reversed(region.blocks) for a in reversed(b.args)]
+    removed: set[BlockArgument] = set()
+    while work:
+        arg = work.pop()
+        if arg in removed:
+            continue
+        b = arg.block
+        index = arg.index
+        same: Value | None = None
+        trivial = False
+        for term, k in incoming[b]:
+            v = term.successor_args[k][index]
+            if v is arg or v is same:
                 continue
-            for k, s in enumerate(term.successors):
-                incoming[s].append((term, k))
-        for b in region.blocks:
-            for arg in list(b.args):
-                vals = {term.successor_args[k][arg.index] for term, k in incoming[b]} - {arg}
-                if len(vals) != 1:
-                    continue
-                (same,) = vals
-                remove_block_arg(b, arg, same, incoming[b])
-                changed = True
+            if same is None:
+                same = v
+                trivial = True
+            else:
+                trivial = False
                 break
-            if changed:
-                break
+        if not trivial:
+            continue
+        assert same is not None
+        # the arguments `arg` flows into may become trivial once it is replaced
+        fed: list[BlockArgument] = []
+        for user in arg.uses:
+            for k, sargs in enumerate(user.successor_args):
+                for j, v in enumerate(sargs):
+                    if v is arg:
+                        fed.append(user.successors[k].args[j])
+        remove_block_arg(b, arg, same, incoming[b])
+        removed.add(arg)
+        fed.reverse()
+        work.extend(fed)
 
 
 def lift_kernel(module: Module, entry: Function) -> LiftedKernel:

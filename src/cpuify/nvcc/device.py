@@ -84,6 +84,11 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
         sizes = ", ".join(str(p[3]) for p in info.params) or "0"
         out.append(f"extern int32_t cpuify_k{i}(const void *, const cpuify_dims *, uint32_t, uint32_t, "
                    f"uint32_t, void *, void *) __asm__({_c_string(info.symbol)});")
+        prologue = "0"
+        if info.prologue_symbol:
+            out.append(f"extern int32_t cpuify_p{i}(const void *, const cpuify_dims *, uint32_t, "
+                       f"uint32_t, uint32_t, void *, void *) __asm__({_c_string(info.prologue_symbol)});")
+            prologue = f"cpuify_p{i}"
         out.append(f"static const uint32_t cpuify_k{i}_off[] = {{{offs}}};")
         out.append(f"static const uint32_t cpuify_k{i}_size[] = {{{sizes}}};")
         req = list(info.directives.get("reqntid", ())) + [0, 0, 0]
@@ -94,10 +99,11 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
             f"{{{_c_string(name)}, cpuify_k{i}, 0, {len(info.params)}, cpuify_k{i}_off, cpuify_k{i}_size, "
             f"{info.param_size}, {dynamic_smem_offset(info.param_size)}, {info.shared_static}, "
             f"{sc.per_thread()}, {extra}, {{{req[0]}, {req[1]}, {req[2]}}}, {{{mx[0]}, {mx[1]}, {mx[2]}}}, "
-            f"{sc.local_bytes}, {1 if printf else 0}}}")
+            f"{sc.local_bytes}, {1 if printf else 0}, {prologue}, {info.prologue_scratch}, "
+            f"{info.launch_bytes}}}")
     for name, why in refused.items():
         kernels.append(f"{{{_c_string(name)}, 0, {_c_string(why)}, 0, 0, 0, 0, 0, 0, 0, 0, "
-                       "{0, 0, 0}, {0, 0, 0}, 0, 0}")
+                       "{0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0}")
     variables: list[str] = []
     if compiled is not None:
         for j, (name, g) in enumerate(compiled.globals.items()):

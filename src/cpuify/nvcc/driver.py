@@ -568,8 +568,15 @@ def run_main(src: str, args: list[str], nvcc_args: list[str]) -> int:
         print(f"cpuify run: error: {exc}", file=sys.stderr)
         return 1
     h = hashlib.sha256()
+    from cpuify.compiler import pipeline_options
+    from cpuify.errors import CpuifyError
+    try:
+        passes = pipeline_options()[0].key()      # CPUIFY_PASSES / CPUIFY_DISABLE_PASSES
+    except CpuifyError as exc:
+        print(f"cpuify run: error: {exc}", file=sys.stderr)
+        return 1
     for part in (text, "\0".join(nvcc_args).encode(), __version__.encode(),
-                 _source_fingerprint().encode(), os.path.abspath(src).encode()):
+                 _source_fingerprint().encode(), os.path.abspath(src).encode(), passes.encode()):
         h.update(part)
         h.update(b"\1")
     # headers next to the source may change the program: include their contents

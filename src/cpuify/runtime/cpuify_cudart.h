@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever the descriptors below change. */
-#define CPUIFY_CUDART_ABI 1
+#define CPUIFY_CUDART_ABI 2
 
 enum {
     CPUIFY_KERNEL_PRINTF = 1, /* the kernel calls printf: flush stdout after a launch */
@@ -46,6 +46,10 @@ typedef struct cpuify_kernel_desc {
     uint32_t maxntid[3];
     uint32_t local_bytes;         /* per-thread local memory (cudaFuncAttributes) */
     uint32_t flags;               /* CPUIFY_KERNEL_* */
+    cpuify_block_fn prologue;     /* launch prologue (hoisted invariant code), or NULL: run
+                                     once per launch on one thread before the grid */
+    uint32_t prologue_scratch;    /* its scratch bytes */
+    uint32_t launch_bytes;        /* values it writes after the dynamic shared size word */
 } cpuify_kernel_desc;
 
 typedef struct cpuify_var_desc {

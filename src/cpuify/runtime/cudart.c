@@ -1600,7 +1600,7 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         if ((uint64_t)g.x * g.y * g.z > per_sm * (uint64_t)cpuify_num_workers())
             return fail(cudaErrorCooperativeLaunchTooLarge);
     }
-    size_t need = (size_t)d->dyn_offset + 8;
+    size_t need = (size_t)d->dyn_offset + 8 + d->launch_bytes;
     if (need > tls_params_cap) {
         unsigned char *np = realloc(tls_params, need);
         if (!np) return fail(cudaErrorMemoryAllocation);
@@ -1621,9 +1621,17 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     const int prof = profiling();
     uint64_t t0 = prof ? now_ns() : 0;
     g_current = k;
-    int32_t rc = cpuify_launch(block_trampoline, &ctx, &dims, d->shared_static + smem,
-                               (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra,
-                               err_block);
+    int32_t rc = 0;
+    if (d->prologue) {
+        /* code hoisted out of the grid (parallel-licm): one thread, before any block */
+        cpuify_dims one = {{1, 1, 1}, {1, 1, 1}};
+        launch_ctx pctx = {d->prologue, buf};
+        rc = cpuify_launch(block_trampoline, &pctx, &one, 0, d->prologue_scratch, err_block);
+    }
+    if (!rc)
+        rc = cpuify_launch(block_trampoline, &ctx, &dims, d->shared_static + smem,
+                           (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra,
+                           err_block);
     g_current = NULL;
     if (prof) {
         uint64_t t = now_ns() - t0;

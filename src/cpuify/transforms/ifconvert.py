@@ -33,20 +33,34 @@ from cpuify.ir.core import (
 )
 from cpuify.ir.dialects import info
 from cpuify.ir.modifiers import mods, ty
+from cpuify.ir.structure import block_body
+from cpuify.transforms.pass_manager import register
 
 #: modifiers that order an access or make it observable: never moved or duplicated
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 _SPACES = ("shared", "global")
 
 
+@register("if-convert-swaps", "conditional swaps made branch-free (compare-exchange: stores of selects)")
 @dataclass(frozen=True)
 class IfConvertSwaps:
     """Pass: branch-free conditional swaps."""
     name: str = "if-convert-swaps"
 
-    def apply(self, region: Region) -> int:
+    def run(self, kernel: Operation) -> int:
         """Returns the number of `if`s converted."""
-        return if_convert_swaps(region)
+        return if_convert_swaps(block_body(kernel))
+
+
+@register("select-if-phis", "values merged after an if turned into selects (recomputable across barriers)")
+@dataclass(frozen=True)
+class SelectIfPhis:
+    """Pass: flags set in an `if` become selects on the branch condition."""
+    name: str = "select-if-phis"
+
+    def run(self, kernel: Operation) -> int:
+        """Returns the number of block arguments replaced."""
+        return select_if_phis(block_body(kernel))
 
 
 def if_convert_swaps(region: Region) -> int:

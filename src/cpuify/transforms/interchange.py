@@ -24,21 +24,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.codegen.analysis import _incoming, immediate_post_dominators, uniform_values, uses_special
+from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
+from cpuify.analysis.uniformity import uniform_values, uses_special
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
 )
 from cpuify.ir.dialects import info, is_sync
+from cpuify.ir.structure import block_body
+from cpuify.transforms.pass_manager import register
 
 
+@register("interchange-thread-strided-loops",
+          "grid-stride loops interchanged with the thread loop (soft barrier per iteration)")
 @dataclass(frozen=True)
 class InterchangeThreadStridedLoops:
-    """Pass: insert soft barriers at the headers of thread-strided loops."""
+    """Pass: insert soft barriers at the headers of thread-strided loops.  The iteration
+    counter it adds is recorded on the header's soft barrier (`lockstep`: indices of the
+    header's arguments that are the same in every thread resuming there)."""
     name: str = "interchange-thread-strided-loops"
 
-    def apply(self, region: Region) -> int:
+    def run(self, kernel: Operation) -> int:
         """Returns the number of loops interchanged."""
-        return len(interchange_thread_strided_loops(region))
+        counters = interchange_thread_strided_loops(block_body(kernel))
+        for arg in counters:
+            soft = next(op for op in arg.block.ops if op.name == "upir.barrier" and op.attr("soft"))
+            soft.attributes["lockstep"] = sorted(set(soft.attr("lockstep", [])) | {arg.index})
+        return len(counters)
+
+
+@register("interchange-uniform-loops",
+          "block-uniform loops interchanged with the thread loop (soft barrier per iteration)")
+@dataclass(frozen=True)
+class InterchangeUniformLoops:
+    """Pass: soft barriers at the headers of block-uniform loops that carry per-thread
+    floating-point values (n-body's inner loop)."""
+    name: str = "interchange-uniform-loops"
+
+    def run(self, kernel: Operation) -> int:
+        """Returns the number of loops interchanged."""
+        return len(interchange_uniform_loops(block_body(kernel)))
+
 
 
 def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Compile time and memory of cpuify against kernel size.
+
+    python -m benchmarks.compile_time [--sizes 1000,4000,16000,64000] [--json out.json]
+                                      [--timeout 600] [--no-nvcc] [--profile DIR]
+
+Each size N is a generated CUDA program whose kernel is a chain of N integer statements on
+three 32-bit variables (add / mul / xor / shift / rotate, every 8th statement under an `if`
+on a data-dependent value that loads from a global array, so the kernel has real branches),
+reading one global array and writing another so that nothing is dead.  For each size, in a
+fresh subprocess with the compile cache off: the PTX instruction count, the wall time per
+stage (NVRTC, PTX parse, lift+codegen, LLVM: `CompiledModule.timings`), the peak RSS of the
+process, the result checked against a NumPy evaluation of the same chain, and the growth
+factor of the total time from the previous size.  NVIDIA's nvcc (from the PyPI wheels, found
+by `cpuify.nvcc.toolkit`) compiles the same source with `-c` to an object for the ratio.
+
+A measurement tool: it never fails on a slow size; a crash or a timeout is reported as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+N_THREADS = 256          # threads launched for the correctness check (power of two)
+KERNEL = "chain"
+
+
+# ----------------------------------------------------------------------------------------
+# the generated program
+
+def gen_statements(n: int, seed: int = 1) -> list[tuple]:
+    """N statements as tuples, shared by the CUDA printer and the NumPy evaluator:
+    ("op", dst, src, const) or ("if", cond_var, bit, dst, k) (every 8th)."""
+    rnd = random.Random(seed)
+    names = "xyz"
+    out: list[tuple] = []
+    for j in range(n):
+        d = names[rnd.randrange(3)]
+        s = names[(names.index(d) + 1 + rnd.randrange(2)) % 3]
+        if j % 8 == 7:
+            out.append(("if", s, rnd.randrange(32), d, rnd.randrange(1, 1 << 12)))
+            continue
+        kind = rnd.choice(("add", "mul", "xor", "shl", "shr", "rot", "sub"))
+        if kind == "mul":
+            c = rnd.randrange(1 << 31) * 2 + 1
+        elif kind in ("shl", "shr", "rot"):
+            c = rnd.randrange(1, 31)
+        else:
+            c = rnd.randrange(1 << 32)
+        out.append((kind, d, s, c))
+    return out
+
+
+def cuda_source(stmts: list[tuple]) -> str:
+    lines = [
+        f'extern "C" __global__ void {KERNEL}(const unsigned *in, unsigned *out, unsigned mask) {{',
+        "    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;",
+        "    unsigned x = in[i], y = x * 0x9e3779b9u + 1u, z = i;",
+    ]
+    for st in stmts:
+        if st[0] == "if":
+            _, s, bit, d, k = st
+            lines.append(f"    if (({s} >> {bit}) & 1u) {d} += in[({s} + {k}u) & mask];")
+            continue
+        kind, d, s, c = st
+        expr = {
+            "add": f"{d} + {s} + {c}u",
+            "sub": f"{d} - ({s} ^ {c}u)",
+            "mul": f"{d} * {c}u + {s}",
+            "xor": f"{d} ^ ({s} + {c}u)",
+            "shl": f"{d} + ({s} << {c})",
+            "shr": f"{d} ^ ({s} >> {c})",
+            "rot": f"(({d} << {c}) | ({d} >> {32 - c})) + {s}",
+        }[kind]
+        lines.append(f"    {d} = {expr};")
+    lines.append("    out[i] = x ^ y ^ z;")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def reference(stmts: list[tuple], inp):  # type: ignore[no-untyped-def]
+    """The kernel's output for input `inp` (uint32 array of a power-of-two length)."""
+    import numpy as np
+    n = len(inp)
+    mask = np.uint32(n - 1)
+    with np.errstate(over="ignore"):
+        i = np.arange(n, dtype=np.uint32)
+        v = {"x": inp.copy(), "y": inp * np.uint32(0x9E3779B9) + np.uint32(1), "z": i.copy()}
+        for st in stmts:
+            if st[0] == "if":
+                _, s, bit, d, k = st
+                cond = ((v[s] >> np.uint32(bit)) & np.uint32(1)) != 0
+                v[d] = np.where(cond, v[d] + inp[(v[s] + np.uint32(k)) & mask], v[d])
+                continue
+            kind, d, s, c = st
+            a, b, cc = v[d], v[s], np.uint32(c)
+            if kind == "add":
+                r = a + b + cc
+            elif kind == "sub":
+                r = a - (b ^ cc)
+            elif kind == "mul":
+                r = a * cc + b
+            elif kind == "xor":
+                r = a ^ (b + cc)
+            elif kind == "shl":
+                r = a + (b << cc)
+            elif kind == "shr":
+                r = a ^ (b >> cc)
+            else:
+                r = ((a << cc) | (a >> np.uint32(32 - c))) + b
+            v[d] = r.astype(np.uint32)
+    return v["x"] ^ v["y"] ^ v["z"]
+
+
+# ----------------------------------------------------------------------------------------
+# one measurement (runs in a child process)
+
+_CHILD = r"""
+import json, os, resource, sys, time
+sys.setrecursionlimit(int(os.environ.get("CT_RECURSION", "1000")))
+sys.path.insert(0, {root!r})
+from benchmarks.compile_time import gen_statements, cuda_source, reference, N_THREADS, KERNEL
+n = int(sys.argv[1]); profile = sys.argv[2] if len(sys.argv) > 2 else ""
+src = cuda_source(gen_statements(n))
+t0 = time.perf_counter()
+import numpy as np
+import cpuify
+from cpuify.compiler import compile_cuda
+t_import = time.perf_counter() - t0
+if profile:
+    import cProfile
+    prof = cProfile.Profile(); prof.enable()
+t0 = time.perf_counter()
+m = compile_cuda(src)
+total = time.perf_counter() - t0
+if profile:
+    prof.disable(); prof.dump_stats(profile)
+ptx_instrs = sum(1 for line in m.ptx.splitlines()
+                 if line.strip() and not line.strip().startswith(("//", ".", "{{", "}}", "$", ")"))
+                 and not line.strip().endswith(":") and line.strip().endswith(";"))
+rss_compile = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+ok = None
+if os.environ.get("CT_CHECK", "1") == "1":
+    mod = cpuify.RawModule(code=src)
+    k = mod.get_function(KERNEL)
+    inp = (np.arange(N_THREADS, dtype=np.uint64) * 2654435761 % (1 << 32)).astype(np.uint32)
+    out = np.zeros_like(inp)
+    k((1,), (N_THREADS,), (inp, out, np.uint32(N_THREADS - 1)))
+    ok = bool((out == reference(gen_statements(n), inp)).all())
+print("RESULT " + json.dumps({{"timings": m.timings, "total": total, "import": t_import,
+                             "ptx_instrs": ptx_instrs, "ptx_lines": len(m.ptx.splitlines()),
+                             "peak_rss_mb": rss_compile / 1024, "correct": ok}}))
+"""
+
+
+def _run_measured(cmd: list[str], timeout: float, env: dict[str, str] | None = None,
+                  cwd: str | None = None) -> tuple[int, float, float, str]:
+    """Run cmd; returns (exit status, wall seconds, peak RSS of the child in MB, output)."""
+    with tempfile.TemporaryFile("w+") as out:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        deadline = t0 + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                p.kill()
+                pid, status, ru = os.wait4(p.pid, 0)
+                status = 124 << 8     # reported as a timeout
+                break
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        p.returncode = 0   # reaped by wait4 ourselves
+        out.seek(0)
+        text = out.read()
+    if os.WIFSIGNALED(status):
+        rc = -os.WTERMSIG(status)
+    else:
+        rc = os.WEXITSTATUS(status)
+    return rc, wall, ru.ru_maxrss / 1024, text
+
+
+def measure_cpuify(n: int, timeout: float, check: bool, profile: str = "",
+                   recursion: int = 1000) -> dict:
+    env = dict(os.environ)
+    env["CPUIFY_NO_CACHE"] = "1"
+    env["CT_CHECK"] = "1" if check else "0"
+    env["CT_RECURSION"] = str(recursion)
+    code = _CHILD.format(root=str(ROOT))
+    cmd = [sys.executable, "-c", code, str(n)] + ([profile] if profile else [])
+    rc, wall, rss, text = _run_measured(cmd, timeout, env)
+    res: dict = {"n": n, "rc": rc, "wall": wall, "child_peak_rss_mb": rss}
+    m = re.search(r"^RESULT (.*)$", text, re.M)
+    if rc == 0 and m:
+        res.update(json.loads(m.group(1)))
+    else:
+        res["error"] = ("timeout" if rc == 124 else f"exit {rc}") + ": " + text[-1500:]
+    return res
+
+
+def measure_nvcc(n: int, timeout: float) -> dict:
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        nvcc = find_toolkit().nvcc
+    except Exception as exc:     # noqa: BLE001
+        return {"error": f"no nvcc: {exc}"}
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "chain.cu"
+        src.write_text(cuda_source(gen_statements(n)))
+        rc, wall, rss, text = _run_measured([nvcc, "-c", str(src), "-o", str(Path(d) / "chain.o")],
+                                            timeout, cwd=d)
+    if rc != 0:
+        return {"error": f"exit {rc}: {text[-800:]}", "wall": wall}
+    return {"wall": wall, "peak_rss_mb": rss}
+
+
+# ----------------------------------------------------------------------------------------
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,4000,16000,64000")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per size and tool")
+    ap.add_argument("--no-nvcc", action="store_true")
+    ap.add_argument("--no-check", action="store_true", help="skip running the compiled kernel")
+    ap.add_argument("--profile", default="", help="directory for cProfile dumps (prof-N.out)")
+    ap.add_argument("--recursion-limit", type=int, default=1000,
+                    help="sys.setrecursionlimit in the child (default: Python's 1000)")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    rows = []
+    prev = None
+    for n in sizes:
+        prof = ""
+        if args.profile:
+            os.makedirs(args.profile, exist_ok=True)
+            prof = os.path.join(args.profile, f"prof-{n}.out")
+        r = measure_cpuify(n, args.timeout, not args.no_check, prof, args.recursion_limit)
+        r["nvcc"] = {} if args.no_nvcc else measure_nvcc(n, args.timeout)
+        if prev is not None and "total" in r and "total" in prev:
+            r["growth"] = r["total"] / prev["total"]
+            r["size_step"] = n / prev["n"]
+        if "total" in r and "wall" in r["nvcc"] and "error" not in r["nvcc"]:
+            r["ratio_vs_nvcc"] = (r["total"] + r.get("import", 0.0)) / r["nvcc"]["wall"]
+        rows.append(r)
+        prev = r
+        _print_row(r)
+    _print_table(rows)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": rows, "python": sys.version,
+                                               "threads_checked": N_THREADS}, indent=1))
+    return 0
+
+
+def _print_row(r: dict) -> None:
+    if "error" in r:
+        print(f"N={r['n']}: cpuify FAILED ({r['error'][:300]!r})", flush=True)
+    else:
+        print(f"N={r['n']}: {r['total']:.2f} s, {r['peak_rss_mb']:.0f} MB, "
+              f"nvcc {_fmt(r['nvcc'].get('wall'))} s", flush=True)
+
+
+def _print_table(rows: list[dict]) -> None:
+    hdr = (f"{'N stmts':>8} {'PTX ins':>8} {'nvrtc':>7} {'parse':>7} {'lift+cg':>8} {'llvm':>8} "
+           f"{'total':>8} {'growth':>7} {'RSS MB':>7} {'nvcc s':>7} {'x nvcc':>7} {'ok':>3}")
+    print()
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        if "error" in r:
+            print(f"{r['n']:>8} {'FAILED: ' + r['error'].splitlines()[0][:80]}")
+            continue
+        t = r["timings"]
+        g = f"{r['growth']:.1f}x" if "growth" in r else "-"
+        ok = {True: "yes", False: "NO", None: "-"}[r.get("correct")]
+        print(f"{r['n']:>8} {r['ptx_instrs']:>8} {_fmt(t.get('nvrtc')):>7} {_fmt(t.get('parse')):>7} "
+              f"{_fmt(t.get('lift+codegen')):>8} {_fmt(t.get('llvm')):>8} {r['total']:>8.2f} {g:>7} "
+              f"{r['peak_rss_mb']:>7.0f} {_fmt(r['nvcc'].get('wall')):>7} "
+              f"{_fmt(r.get('ratio_vs_nvcc'), '.1f'):>7} {ok:>3}")
+    print("(times in seconds; total = compile_cuda wall time without the import; "
+          "x nvcc = (total + import) / nvcc -c wall time)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Which 64-bit integers are real addresses (emitted as GEPs the loop vectorizer
+understands), which 32-bit index arithmetic cannot wrap, and which `__shared__` variable an
+address points into."""
+
+from __future__ import annotations
+
+from cpuify.ir.core import BlockArgument, OpResult, Operation, Region, Value
+from cpuify.analysis.cfg import incoming_values as _incoming
+
+# --- pointer inference ------------------------------------------------------------------
+
+_ADDRESS_SPACES_REAL = ("global", "const", "generic", "param")
+
+
+def _mem_space(op: Operation) -> str:
+    mods = op.attributes.get("mods", [])
+    for s in ("global", "shared", "local", "const", "param"):
+        if s in mods:
+            return s
+    return "generic"
+
+
+def memory_space(op: Operation) -> str:
+    return _mem_space(op)
+
+
+def infer_pointers(region: Region) -> set[Value]:
+    """64-bit values that hold real (global/generic) addresses: emitted as LLVM `ptr`."""
+    address_flow: set[Value] = set()
+    work: list[Value] = []
+
+    def mark(v: Value) -> None:
+        if v.type == "i64" and v not in address_flow:
+            address_flow.add(v)
+            work.append(v)
+
+    all_ops = [op for b in region.blocks for op in b.ops]
+    for op in all_ops:
+        if op.name in ("ptx.ld", "ptx.ldu", "ptx.st", "ptx.atom", "ptx.red") and \
+                _mem_space(op) in _ADDRESS_SPACES_REAL:
+            mark(op.operands[0])
+        elif op.name == "ptx.cvta" and "to" in op.attributes.get("mods", ()):
+            mark(op.operands[0])
+    incoming = _incoming(region)
+    while work:
+        v = work.pop()
+        if isinstance(v, OpResult):
+            op = v.op
+            if op.name in ("ptx.add", "ptx.sub", "ptx.mov"):
+                for o in op.operands:
+                    mark(o)
+        elif isinstance(v, BlockArgument):
+            for src in incoming.get(v, []):
+                mark(src)
+
+    pointers: set[Value] = set()
+    for op in all_ops:
+        for r in op.results:
+            if r not in address_flow and not (op.name == "ptx.cvta"):
+                continue
+            if op.name == "ptx.cvta" and r.type == "i64" and "to" not in op.attributes.get("mods", ()):
+                pointers.add(r)       # shared/local/global -> generic: a real address
+            elif op.name == "ptx.cvta" and r.type == "i64" and ("global" in op.attributes["mods"]):
+                pointers.add(r)
+            elif op.name in ("upir.param", "ptx.ld", "ptx.ldu") and r.type == "i64":
+                pointers.add(r)
+            elif op.name == "upir.addressof" and op.attributes.get("space") in ("global", "const", "param"):
+                pointers.add(r)
+    for b in region.blocks:
+        for a in b.args:
+            if a in address_flow:
+                pointers.add(a)
+    # forward: add/sub/mov with exactly one pointer operand; block args need all inputs
+    changed = True
+    while changed:
+        changed = False
+        for op in all_ops:
+            if op.name in ("ptx.add", "ptx.sub", "ptx.mov") and op.results and op.results[0].type == "i64":
+                r = op.results[0]
+                n_ptr = sum(1 for o in op.operands if o in pointers)
+                is_ptr = r in address_flow and (
+                    (op.name == "ptx.add" and n_ptr == 1) or
+                    (op.name in ("ptx.sub", "ptx.mov") and op.operands[0] in pointers and n_ptr == 1))
+                if is_ptr and r not in pointers:
+                    pointers.add(r)
+                    changed = True
+                elif not is_ptr and r in pointers:
+                    pointers.discard(r)
+                    changed = True
+        for b in region.blocks:
+            for a in b.args:
+                if a in pointers and not all(src in pointers for src in incoming.get(a, [])):
+                    pointers.discard(a)
+                    changed = True
+    return pointers
+
+
+# --- signed index arithmetic ----------------------------------------------------------------
+
+_INDEX_OPS = ("ptx.add", "ptx.sub", "ptx.mul", "ptx.mad")
+
+
+def _is_sext_to_64(op: Operation) -> bool:
+    mods = op.attributes.get("mods", ())
+    if op.name in ("ptx.mul", "ptx.mad") and "wide" in mods and "s32" in mods:
+        return True
+    return op.name == "ptx.cvt" and "s64" in mods and "s32" in mods
+
+
+def no_signed_wrap(region: Region) -> set[Value]:
+    """32-bit signed add/sub/mul results that only feed sign extensions to 64 bits or
+    shared/local addresses (directly or through more such arithmetic): array indices computed
+    in C++ `int`, whose overflow is undefined in the source.  Marking them `nsw` (as clang does) lets LLVM prove that the
+    64-bit addresses are affine in the thread index, instead of guarding every vector loop
+    with wrap checks.  A wrapped index would address memory ~8 GiB away anyway."""
+    cand: set[Value] = set()
+    for b in region.blocks:
+        for op in b.ops:
+            mods = op.attributes.get("mods", ())
+            if op.name in _INDEX_OPS and ("s32" in mods or "u32" in mods or "b32" in mods) \
+                    and "wide" not in mods and "hi" not in mods \
+                    and "sat" not in mods and "cc" not in mods and op.results:
+                cand.add(op.results[0])
+    changed = True
+    while changed:
+        changed = False
+        for v in list(cand):
+            for user in v.uses:
+                if user.name in _INDEX_OPS and user.results and user.results[0] in cand:
+                    continue
+                if _is_sext_to_64(user) and v in user.operands[:2]:
+                    continue
+                # shared/local offsets are sign-extended by the code generator too
+                if user.name in ("ptx.ld", "ptx.st", "ptx.atom", "ptx.red") and \
+                        _mem_space(user) in ("shared", "local") and user.operands[0] is v and \
+                        v not in user.operands[1:]:
+                    continue
+                cand.discard(v)
+                changed = True
+                break
+    return cand
+
+
+
+# --- which __shared__ variable an address points into ---------------------------------------
+
+_ADDRESS_ARITH = ("ptx.add", "ptx.sub", "ptx.mad", "ptx.mov", "ptx.cvta", "ptx.cvt")
+
+
+def shared_variables(region: Region) -> dict[Value, str]:
+    """Shared-memory addresses -> the `__shared__` variable they point into, where every
+    path derives the address from that one variable (its `upir.addressof` plus offsets).
+    Distinct variables never overlap and indexing past the end of one is undefined in
+    CUDA, so accesses through different variables are independent."""
+    incoming = _incoming(region)
+    users: dict[Value, list[Operation]] = {}
+    for b in region.blocks:
+        for op in b.ops:
+            for o in op.operands:
+                users.setdefault(o, []).append(op)
+    # the values an address flows into (through address arithmetic and block arguments)
+    roots = [op.results[0] for b in region.blocks for op in b.ops
+             if op.name == "upir.addressof" and op.attributes.get("space") == "shared"]
+    flow: set[Value] = set(roots)
+    work = list(roots)
+    while work:
+        v = work.pop()
+        for op in users.get(v, []):
+            if op.name in _ADDRESS_ARITH and op.results:
+                targets = [op.results[0]]
+            elif op.name in ("cf.br", "cf.cond_br"):
+                targets = [a for succ, args in zip(op.successors, op.successor_args)
+                           for a, x in zip(succ.args, args) if x is v]
+            else:
+                targets = []
+            for t in targets:
+                if t not in flow:
+                    flow.add(t)
+                    work.append(t)
+    # optimistic: a value's variable, or None once two variables (or a non-address) meet
+    base: dict[Value, str | None] = {op.results[0]: op.attributes["symbol"] for b in region.blocks
+                                     for op in b.ops if op.name == "upir.addressof"
+                                     and op.attributes.get("space") == "shared"}
+
+    def derive(op: Operation) -> str | None:
+        ops = op.operands
+        if op.name == "ptx.mad":       # a*b + c is an address only through c
+            addr, offsets = ops[2:], ops[:2]
+        elif op.name == "ptx.sub":     # address - offset
+            addr, offsets = ops[:1], ops[1:]
+        elif op.name == "ptx.add":
+            addr = [o for o in ops if o in flow]
+            offsets = [o for o in ops if o not in flow]
+        else:
+            addr, offsets = ops[:1], ops[1:]
+        if len(addr) != 1 or any(o in flow for o in offsets) or addr[0] not in flow:
+            return None
+        return base.get(addr[0], "")
+
+    changed = True
+    while changed:
+        changed = False
+        for b in region.blocks:
+            values: list[tuple[Value, str | None]] = []
+            for a in b.args:
+                if a in flow:
+                    srcs = incoming.get(a, [])
+                    got = {None if x not in flow else base.get(x, "") for x in srcs} - {""}
+                    values.append((a, got.pop() if len(got) == 1 else None if got else ""))
+            for op in b.ops:
+                if op.results and op.results[0] in flow and op.name != "upir.addressof":
+                    values.append((op.results[0], derive(op)))
+            for v, new in values:
+                if new == "":
+                    continue            # nothing known yet (a loop not visited)
+                old = base.get(v, "")
+                merged = new if old == "" else (old if old == new else None)
+                if merged != old:
+                    base[v] = merged
+                    changed = True
+    return {v: s for v, s in base.items() if s}
+
+

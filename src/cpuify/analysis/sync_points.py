@@ -1,0 +1,258 @@
+"""Sync points of a block body and what crosses each: liveness, rematerialization,
+and induction variables recomputed from a loop counter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.dialects import info, is_sync
+from cpuify.analysis.uniformity import uniform_values
+
+# ops that can be recomputed at a resume point instead of being kept per thread
+_REMAT_OPS = {"upir.const", "upir.param", "upir.special", "upir.addressof", "ptx.mov", "ptx.add",
+              "ptx.sub", "ptx.mul", "ptx.mad", "ptx.shl", "ptx.shr", "ptx.and", "ptx.or",
+              "ptx.xor", "ptx.cvt", "ptx.cvta", "ptx.neg", "ptx.not", "ptx.setp", "ptx.selp",
+              "ptx.min", "ptx.max"}
+_REMAT_DEPTH = 12
+
+
+@dataclass
+class SyncPoint:
+    index: int                 # 1-based resume id
+    op: Operation
+    block: Block
+    position: int              # index of the op in its block
+    live: list[Value] = field(default_factory=list)     # kept per thread across the sync
+    remat: list[Value] = field(default_factory=list)    # recomputed at the resume point
+    # loop induction variables recomputed from the loop counter: value -> expression
+    derived: dict[Value, Value] = field(default_factory=dict)
+    # the block-uniform loop counters kept across the sync (`k = phi(k0, k + s)`, s a
+    # constant): counter -> s.  With k + n*s for k, the values above are those n
+    # iterations later (SegmentEmitter.restore, prefetch_ahead).
+    steps: dict[Value, int] = field(default_factory=dict)
+
+
+def find_sync_points(region: Region) -> list[SyncPoint]:
+    out: list[SyncPoint] = []
+    for b in region.blocks:
+        for i, op in enumerate(b.ops):
+            if is_sync(op):
+                out.append(SyncPoint(len(out) + 1, op, b, i))
+    return out
+
+
+def _uses_in(op: Operation) -> list[Value]:
+    vals = list(op.operands)
+    for args in op.successor_args:
+        vals.extend(args)
+    return vals
+
+
+def block_liveness(region: Region) -> dict[Block, set[Value]]:
+    """Live-in sets per block (block arguments are defined at block entry)."""
+    live_in: dict[Block, set[Value]] = {b: set() for b in region.blocks}
+    gen: dict[Block, set[Value]] = {}
+    kill: dict[Block, set[Value]] = {}
+    for b in region.blocks:
+        defined: set[Value] = set(b.args)
+        used: set[Value] = set()
+        for op in b.ops:
+            for v in _uses_in(op):
+                if v not in defined and _local_to(v, region):
+                    used.add(v)
+            defined.update(op.results)
+        gen[b] = used
+        kill[b] = defined
+    changed = True
+    order = list(reversed(region.blocks))
+    while changed:
+        changed = False
+        for b in order:
+            out: set[Value] = set()
+            for s in b.successors:
+                out |= live_in[s]
+            new = gen[b] | (out - kill[b])
+            if new != live_in[b]:
+                live_in[b] = new
+                changed = True
+    return live_in
+
+
+def _local_to(v: Value, region: Region) -> bool:
+    if isinstance(v, OpResult):
+        blk = v.op.parent
+        return blk is not None and blk.parent is region
+    if isinstance(v, BlockArgument):
+        return v.block.parent is region
+    return False
+
+
+def live_after(sp: SyncPoint, live_in: dict[Block, set[Value]], region: Region) -> set[Value]:
+    live: set[Value] = set()
+    for s in sp.block.successors:
+        live |= live_in[s]
+    for op in reversed(sp.block.ops[sp.position + 1:]):
+        live -= set(op.results)
+        for v in _uses_in(op):
+            if _local_to(v, region):
+                live.add(v)
+    live -= set(sp.op.results)
+    return live
+
+
+def rematerializable(v: Value, depth: int = 0) -> bool:
+    if not isinstance(v, OpResult) or depth > _REMAT_DEPTH:
+        return False
+    op = v.op
+    if op.name not in _REMAT_OPS or not info(op).pure and op.name.startswith("ptx."):
+        return False
+    if op.name == "upir.special" and op.attributes.get("reg", "").startswith("%clock"):
+        return False
+    return all(rematerializable(o, depth + 1) for o in op.operands)
+
+
+def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list[SyncPoint]:  # type: ignore[assignment]
+    """Sync points with what crosses each.  `lockstep`: values known to be the same in all
+    threads that resume together (iteration counters of interchanged loops)."""
+    points = find_sync_points(region)
+    if not points:
+        return points
+    live_in = block_liveness(region)
+    counters: dict[Value, int] = {}
+    inductions = induction_variables(region, uniform_values(region) | set(lockstep), counters)
+    for sp in points:
+        live = sorted(live_after(sp, live_in, region), key=_value_order(region))
+        for v in live:
+            if rematerializable(v):
+                sp.remat.append(v)
+            elif v in inductions:
+                sp.derived[v] = inductions[v][0]
+            else:
+                sp.live.append(v)
+        # the loop counters the derived values need must cross the sync point too
+        for v in sp.derived:
+            counter = inductions[v][1]
+            if counter not in sp.live and not rematerializable(counter):
+                sp.live.append(counter)
+        sp.steps = {v: counters[v] for v in sp.live if v in counters}
+    return points
+
+
+def _is_const(v: Value, value: int) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "upir.const" and v.op.attributes.get("value") == value
+
+
+def induction_variables(region: Region, uniform: set[Value],
+                        counters: dict[Value, int] | None = None) -> dict[Value, tuple[Value, Value]]:
+    """Loop-carried integers `b = phi(b0, b + step)` of a loop that also has a counter
+    `k = phi(k0, k + s)` (s a constant): in every iteration b == b0 + ((k - k0) / s) * step,
+    so b need not be kept per thread across a barrier when b0, step and k0 can be
+    recomputed.  The counter must be block-uniform (one copy per block is kept).
+    Returns b -> (a detached expression for the code generator, k); fills `counters` with
+    each loop's counter k -> s (also for loops with no other induction variable)."""
+    from cpuify.ir.core import dominates, dominators
+    idom = dominators(region)
+    preds: dict[Block, list[tuple[Block, int]]] = {}
+    for blk in region.blocks:
+        term = blk.terminator
+        if term is None:
+            continue
+        for k, succ in enumerate(term.successors):
+            preds.setdefault(succ, []).append((blk, k))
+    out: dict[Value, tuple[Value, Value]] = {}
+    for header in region.blocks:
+        if not header.args or header not in idom:
+            continue
+        entries: list[tuple[Block, int]] = []
+        backs: list[tuple[Block, int]] = []
+        for p, k in preds.get(header, []):
+            (backs if p in idom and dominates(idom, header, p) else entries).append((p, k))
+        if not entries or not backs:
+            continue
+
+        def incoming(arg: BlockArgument, edges: list[tuple[Block, int]]) -> list[Value]:
+            return [p.terminator.successor_args[k][arg.index] for p, k in edges]  # type: ignore[union-attr]
+
+        def step_of(arg: BlockArgument) -> Value | None:
+            steps = set()
+            for v in incoming(arg, backs):
+                if not (isinstance(v, OpResult) and v.op.name == "ptx.add" and arg in v.op.operands):
+                    return None
+                other = [o for o in v.op.operands if o is not arg]
+                if len(other) != 1:
+                    return None
+                steps.add(other[0])
+            return steps.pop() if len(steps) == 1 else None
+
+        def init_of(arg: BlockArgument) -> Value | None:
+            inits = set(incoming(arg, entries))
+            if len(inits) != 1:
+                return None
+            (init,) = inits
+            return init if rematerializable(init) else None
+
+        # the loop counter: a constant step (1 from 0 is the common, division-free case)
+        best: tuple[int, BlockArgument, Value, Value] | None = None
+        for a in header.args:
+            step, init = step_of(a), init_of(a)
+            if a.type not in ("i32", "i64") or a not in uniform or step is None or init is None or \
+                    not (isinstance(step, OpResult) and step.op.name == "upir.const") or \
+                    not isinstance(step.op.attributes.get("value"), int) or \
+                    step.op.attributes["value"] == 0:
+                continue
+            simple = _is_const(step, 1) and (_is_const(init, 0) or _mov_of_zero(init))
+            rank = 0 if simple else 1
+            if best is None or rank < best[0]:
+                best = (rank, a, init, step)
+        if best is None:
+            continue
+        rank, counter, k0, s = best
+        if counters is not None:
+            counters[counter] = s.op.attributes["value"]   # type: ignore[union-attr]
+        it = counter.type
+        ops: list[Operation] = []
+        if rank == 0:
+            iteration: Value = counter
+        else:
+            sub = Operation("ptx.sub", [counter, k0], [it], {"mods": ["s" + it[1:]]})
+            div = Operation("ptx.div", [sub.results[0], s], [it], {"mods": ["s" + it[1:]]})
+            ops += [sub, div]
+            iteration = div.results[0]
+        for a in header.args:
+            if a is counter or a.type not in ("i32", "i64") or (a.type == "i32" and it != "i32"):
+                continue
+            init, step = init_of(a), step_of(a)
+            if init is None or step is None or not rematerializable(step):
+                continue
+            k = iteration
+            if a.type == "i64":
+                wide = Operation("ptx.cvt", [iteration], ["i64"],
+                                 {"mods": ["s64", "s32" if it == "i32" else "s64"]})
+                ops.append(wide)
+                k = wide.results[0]
+            bits = a.type[1:]
+            mul = Operation("ptx.mul", [k, step], [a.type], {"mods": ["lo", "s" + bits]})
+            add = Operation("ptx.add", [init, mul.results[0]], [a.type], {"mods": ["s" + bits]})
+            out[a] = (add.results[0], counter)
+            ops += [mul, add]
+        # detached ops must not count as uses of the real values
+        for op in ops:
+            op.drop_uses()
+    return out
+
+
+def _mov_of_zero(v: Value) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "ptx.mov" and _is_const(v.op.operands[0], 0)
+
+
+def _value_order(region: Region):  # type: ignore[no-untyped-def]
+    order: dict[Value, int] = {}
+    for b in region.blocks:
+        for a in b.args:
+            order[a] = len(order)
+        for op in b.ops:
+            for r in op.results:
+                order[r] = len(order)
+    return lambda v: order.get(v, 0)
+

@@ -1,0 +1,125 @@
+"""Divergence analysis: which values are the same in every thread of a block."""
+
+from __future__ import annotations
+
+from cpuify.ir.core import Block, OpResult, Operation, Region, Value
+from cpuify.ir.dialects import info
+from cpuify.analysis.cfg import immediate_post_dominators
+
+_UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dynamic_smem_size",
+                     "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")
+
+
+def uses_special(v: Value, prefix: str, depth: int) -> bool:
+    """Whether v is computed (within `depth` operations) from a special register whose name
+    starts with `prefix` (`%nctaid`: a grid-stride step; `%ctaid`: an index of the block)."""
+    if not isinstance(v, OpResult) or depth < 0:
+        return False
+    if v.op.name == "upir.special":
+        return str(v.op.attributes.get("reg", "")).startswith(prefix)
+    return any(uses_special(o, prefix, depth - 1) for o in v.op.operands)
+
+
+def _op_may_be_uniform(op: Operation) -> bool:
+    if op.name in ("upir.const", "upir.param", "upir.addressof"):
+        return True
+    if op.name == "upir.special":
+        return op.attributes.get("reg", "").split(".")[0] in _UNIFORM_SPECIALS
+    if op.name == "ptx.cvta":
+        return "local" not in op.attributes.get("mods", ())
+    return op.name.startswith("ptx.") and info(op).pure
+
+
+def _exits_at_once(block: Block) -> bool:
+    """A block that only ends the thread (`if (i >= n) return;`): the threads that branch
+    there are gone, so the branch leaves the others all on one path."""
+    return not block.successors and all(op.name == "upir.exit" or (info(op).pure and not op.results)
+                                        for op in block.ops) and not block.args
+
+
+def uniform_values(region: Region) -> set[Value]:
+    """Values equal in every thread of a block (same value in each dynamic instance).
+
+    Conservative divergence analysis: an op result is uniform if the op is pure, reads no
+    per-thread state and has uniform operands; a block argument is uniform if its incoming
+    values are and its block cannot be reached from a branch whose condition is not uniform
+    before that branch's immediate post-dominator, where the threads meet again (so all
+    threads merge the same way; this also rules out the temporal divergence of loops with
+    thread-dependent exits, whose headers such a branch reaches before the exit).  A branch
+    to a block that only exits (`if (i >= n) return;`) divides no live threads."""
+    ipdom = immediate_post_dominators(region)
+    # who depends on each value: the ops using it, the block arguments it flows into
+    op_users: dict[Value, list[Operation]] = {}
+    arg_users: dict[Value, list[Value]] = {}
+    uniform: set[Value] = set()
+    for b in region.blocks:
+        uniform.update(b.args)
+        for op in b.ops:
+            if _op_may_be_uniform(op):
+                uniform.update(op.results)
+            if op.results:
+                for o in op.operands:
+                    op_users.setdefault(o, []).append(op)
+            for s, args in zip(op.successors, op.successor_args):
+                for a, v in zip(s.args, args):
+                    arg_users.setdefault(v, []).append(a)
+    # optimistic start (loop-carried values), then remove what is not uniform, with a
+    # worklist (a pure op with uniform operands is uniform wherever it runs; only the merges
+    # of block arguments depend on the path taken).  When more blocks are tainted, the
+    # greatest solution can only shrink: the removal goes on from the previous one.
+    work: list[Value] = []
+
+    def kill(v: Value) -> None:
+        uniform.discard(v)
+        work.append(v)
+
+    for b in region.blocks:
+        for op in b.ops:
+            for s, args in zip(op.successors, op.successor_args):
+                for a, v in zip(s.args, args):
+                    if v not in uniform and a in uniform:
+                        kill(a)
+            if op.results and op.results[0] in uniform and \
+                    not all(o in uniform for o in op.operands):
+                for r in op.results:
+                    if r in uniform:
+                        kill(r)
+
+    def propagate() -> None:
+        while work:
+            v = work.pop()
+            for a in arg_users.get(v, ()):
+                if a in uniform:
+                    kill(a)
+            for op in op_users.get(v, ()):
+                if op.results[0] in uniform:
+                    for r in op.results:
+                        if r in uniform:
+                            kill(r)
+
+    propagate()
+    tainted: set[Block] = set()
+    while True:
+        new_tainted: set[Block] = set()
+        for b in region.blocks:
+            term = b.terminator
+            if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
+                    and not any(_exits_at_once(s) for s in term.successors):
+                # threads part here and meet again at the immediate post-dominator: the
+                # blocks on the way, and the meeting block's merges, see divergence
+                join = ipdom.get(b)
+                stack = list(term.successors)
+                while stack:
+                    x = stack.pop()
+                    if x not in new_tainted:
+                        new_tainted.add(x)
+                        if x is not join:
+                            stack.extend(x.successors)
+        if new_tainted <= tainted:
+            return uniform
+        for x in new_tainted - tainted:
+            for a in x.args:
+                if a in uniform:
+                    kill(a)
+        tainted |= new_tainted
+        propagate()

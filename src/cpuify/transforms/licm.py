@@ -1,0 +1,320 @@
+"""Parallel loop-invariant code motion out of the grid (Polygeist paper, IV-C).
+
+    __global__ void normalize(float *out, const float *in, int n) {
+        float total = sum(in, n);                 // the same in every thread of the launch
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) out[i] = in[i] / total;
+    }
+
+Every thread computes `sum(in, n)`: O(n) work per thread, O(n^2) per launch.  The loop's
+operands are kernel parameters and what it reads is global memory that nothing in the kernel
+writes before it, so its result is the same in every thread of every block.  The paper's
+argument makes hoisting legal: the iterations of a parallel loop may run in lock step, so an
+instruction may move out of it when its operands are invariant and no instruction *before*
+it in the parallel loop conflicts with it; instructions after it need no check.
+
+This pass hoists the kernel's invariant *prefix*: the blocks from the kernel's start that
+compute only launch-invariant values (constants, parameters, addresses of module variables,
+pure arithmetic on those, loads of global/constant memory through invariant addresses,
+branches on invariant conditions) and that every thread runs before anything else.  They
+move to a `upir.launch_prologue` region, run once per launch by one thread before any
+block; the values the grid needs travel in the launch's parameter buffer (`upir.launch_store`
+there, `upir.param` in the grid), or are recomputed in the grid when they are cheap
+(constants, parameters and arithmetic on them).  Thread-dependent arithmetic of the
+prologue's first block (`blockIdx.x * blockDim.x + threadIdx.x`) stays in the grid.
+
+Only prefixes with a loop are hoisted (straight-line invariant code costs little per thread,
+and LLVM already computes it once per thread loop).  Nothing is hoisted past a store, an
+atomic, a barrier, a warp collective, printf, a volatile or ordered load, or a thread exit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpuify.analysis.cfg import incoming_values
+from cpuify.ir.core import Block, OpResult, Operation, Region, Value
+from cpuify.ir.dialects import info
+from cpuify.ir.structure import block_body, grid_parallel, launch_prologue
+from cpuify.transforms.pass_manager import register
+
+#: loads with these modifiers are ordered or observable: never moved
+_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
+#: how deep an expression is recomputed in the grid instead of being passed in a slot
+_REMAT_DEPTH = 6
+#: parameter-buffer types of the values passed from the prologue to the grid
+_SLOT_TYPE = {"i8": "b8", "i16": "b16", "i32": "b32", "i64": "b64", "f32": "f32", "f64": "f64"}
+
+
+@register("parallel-licm", "blocks of launch-invariant code (with a loop) hoisted out of the "
+                           "grid into a launch prologue, run once per launch")
+@dataclass(frozen=True)
+class ParallelLICM:
+    """Pass: hoist the kernel's launch-invariant prefix into `upir.launch_prologue`."""
+    name: str = "parallel-licm"
+
+    def run(self, kernel: Operation) -> int:
+        """Returns the number of blocks hoisted."""
+        return hoist_launch_invariant_prefix(kernel)
+
+
+def _space(op: Operation) -> str:
+    mods = op.attributes.get("mods", ())
+    for s in ("global", "const", "shared", "local", "param"):
+        if s in mods:
+            return s
+    return "generic"
+
+
+def _invariant_kind(op: Operation) -> bool:
+    """Whether op computes a launch-invariant value when its operands are invariant."""
+    name = op.name
+    if name in ("upir.const", "upir.param"):
+        return True
+    if name == "upir.addressof":
+        return op.attributes.get("space") in ("global", "const", "param")
+    if name in ("ptx.ld", "ptx.ldu"):
+        mods = set(op.attributes.get("mods", ()))
+        # generic addresses computed from parameters and module variables point to global
+        # memory (a shared or local address would need a cvta of a non-invariant value)
+        return _space(op) in ("global", "const", "generic") and not (mods & _ORDERED)
+    if name == "ptx.cvta":
+        return "local" not in op.attributes.get("mods", ()) and "shared" not in op.attributes.get("mods", ())
+    return name.startswith("ptx.") and info(op).pure and not op.regions
+
+
+def launch_invariant_values(region: Region) -> set[Value]:
+    """Values of `region` that are the same in every thread of a launch, as long as no write
+    to global memory happens before them (the caller checks that)."""
+    incoming = incoming_values(region)
+    inv: set[Value] = set()
+    for b in region.blocks:
+        inv.update(b.args)                  # optimistic for loop-carried values
+        for op in b.ops:
+            if _invariant_kind(op):
+                inv.update(op.results)
+    changed = True
+    while changed:
+        changed = False
+        for b in region.blocks:
+            for a in b.args:
+                if a in inv and not all(v in inv for v in incoming.get(a, [])):
+                    inv.discard(a)
+                    changed = True
+            for op in b.ops:
+                if op.results and op.results[0] in inv and not all(o in inv for o in op.operands):
+                    inv.difference_update(op.results)
+                    changed = True
+    return inv
+
+
+def hoist_launch_invariant_prefix(kernel: Operation) -> int:
+    if launch_prologue(kernel) is not None:
+        return 0
+    region = block_body(kernel)
+    entry = region.entry
+    inv = launch_invariant_values(region)
+
+    def block_ok(b: Block) -> bool:
+        term = b.terminator
+        if term is None or term.name not in ("cf.br", "cf.cond_br"):
+            return False
+        if term.name == "cf.cond_br" and term.operands[0] not in inv:
+            return False
+        if any(a not in inv for a in b.args):
+            return False
+        for op in b.ops[:-1]:
+            if op.results and all(r in inv for r in op.results) and _invariant_kind(op):
+                continue
+            # thread-dependent pure arithmetic may stay behind, in the first block only
+            if b is entry and info(op).pure and not op.regions and op.name != "upir.const":
+                continue
+            return False
+        return True
+
+    # the prefix: blocks reachable from the entry through blocks that qualify
+    if not block_ok(entry):
+        return 0
+    prefix: list[Block] = []
+    seen = {entry}
+    stack = [entry]
+    while stack:
+        b = stack.pop()
+        prefix.append(b)
+        for s in b.successors:
+            if s not in seen and block_ok(s) and s is not entry:
+                seen.add(s)
+                stack.append(s)
+    in_prefix = set(prefix)
+    exits = [(b, k) for b in prefix for k, s in enumerate(b.successors) if s not in in_prefix]
+    targets = {b.successors[k] for b, k in exits}
+    if len(targets) != 1 or any(entry in b.successors for b in prefix):
+        return 0
+    (cont,) = targets
+    if not _has_cycle(prefix, in_prefix):
+        return 0                        # straight-line code: not worth a prologue
+    # thread-dependent values of the entry block are recomputed in the grid: their operands
+    # must be available there too
+    thread_ops = [op for op in entry.ops[:-1] if not (op.results and all(r in inv for r in op.results))]
+
+    # values defined in the prefix that the grid uses
+    defined_in = {v: b for b in prefix for v in [*b.args, *(r for op in b.ops for r in op.results)]}
+    body_blocks = [b for b in region.blocks if b not in in_prefix]
+    needed: dict[Value, None] = {}
+    for b in body_blocks:
+        for op in b.ops:
+            for v in [*op.operands, *(x for args in op.successor_args for x in args)]:
+                if v in defined_in:
+                    needed[v] = None
+
+    # the grid's new entry: recomputed values and slot loads, then a jump to `cont`
+    new_entry = Block()
+    base = _align(_align(int(kernel.attributes.get("param_size", 0)), 8) + 8, 8)
+    slots: dict[Value, int] = {}
+    replacement: dict[Value, Value] = {}
+
+    def slot_of(v: Value) -> Value | None:
+        if v.type not in _SLOT_TYPE:
+            return None
+        if v not in slots:
+            slots[v] = base + 8 * len(slots)
+        load = Operation("upir.param", [], [v.type],
+                         {"offset": slots[v], "type": _SLOT_TYPE[v.type], "hoisted": True})
+        new_entry.append(load)
+        return load.results[0]
+
+    def in_grid(v: Value, depth: int = 0) -> Value | None:
+        """The grid's copy of prefix value v (recomputed, or loaded from its slot)."""
+        got = replacement.get(v)
+        if got is not None:
+            return got
+        new: Value | None = None
+        if isinstance(v, OpResult) and v.op.parent is entry and (
+                v.op in thread_ops or _cheap(v.op, inv)) and depth <= _REMAT_DEPTH:
+            operands = []
+            for o in v.op.operands:
+                x = in_grid(o, depth + 1) if o in defined_in else o
+                if x is None:
+                    break
+                operands.append(x)
+            else:
+                clone = Operation(v.op.name, operands, [r.type for r in v.op.results],
+                                  dict(v.op.attributes))
+                new_entry.append(clone)
+                new = clone.results[v.index]
+        if new is None and v in inv:
+            new = slot_of(v)
+        if new is not None:
+            replacement[v] = new
+        return new
+
+    for v in needed:
+        if in_grid(v) is None:
+            return 0                    # (the ops appended to new_entry are discarded)
+    # values entering `cont` from the prefix: one slot per argument of the merge block
+    merge = Block([a.type for a in cont.args])
+    cont_args: list[Value] = []
+    for a in merge.args:
+        if a.type not in _SLOT_TYPE:
+            return 0
+        slots[a] = base + 8 * len(slots)
+        load = Operation("upir.param", [], [a.type],
+                         {"offset": slots[a], "type": _SLOT_TYPE[a.type], "hoisted": True})
+        new_entry.append(load)
+        cont_args.append(load.results[0])
+    for arg_value in (x for b, k in exits for x in b.terminator.successor_args[k]):  # type: ignore[union-attr]
+        if arg_value not in inv:
+            return 0
+
+    # --- rewrite: nothing above changed the IR ---
+    for b in body_blocks:
+        for op in b.ops:
+            for i, o in enumerate(op.operands):
+                if o in replacement:
+                    op.set_operand(i, replacement[o])
+            for args in op.successor_args:
+                for i, o in enumerate(args):
+                    if o in replacement:
+                        o.uses.remove(op)
+                        args[i] = replacement[o]
+                        replacement[o].uses.append(op)
+    new_entry.append(Operation("cf.br", [], [], {}, successors=[cont], successor_args=[cont_args]))
+    for b, k in exits:
+        b.terminator.successors[k] = merge  # type: ignore[union-attr]
+    for v, off in slots.items():
+        if v in merge.args:
+            continue
+        merge.append(Operation("upir.launch_store", [v], [], {"offset": off}))
+    for a in merge.args:
+        merge.append(Operation("upir.launch_store", [a], [], {"offset": slots[a]}))
+    merge.append(Operation("upir.exit"))
+    # the thread-dependent ops left in the prologue are dead there
+    for op in thread_ops:
+        if all(not r.uses for r in op.results):
+            op.drop_uses()
+            entry.ops.remove(op)
+    _drop_dead_thread_ops(entry, inv)
+
+    prologue_region = Region()
+    for b in prefix:
+        region.blocks.remove(b)
+    for b in prefix:                    # (the entry is first)
+        prologue_region.add_block(b)
+    prologue_region.add_block(merge)
+    region.blocks.insert(0, new_entry)
+    new_entry.parent = region
+    prologue = Operation("upir.launch_prologue", regions=[prologue_region])
+    top = kernel.regions[0].entry
+    grid = grid_parallel(kernel)
+    prologue.parent = top
+    top.ops.insert(top.ops.index(grid), prologue)
+    kernel.attributes["launch_bytes"] = 8 * len(slots)
+    kernel.attributes["launch_offset"] = base
+    return len(prefix)
+
+
+def _cheap(op: Operation, inv: set[Value]) -> bool:
+    """Recomputing op in every thread costs about as much as loading it."""
+    return op.name in ("upir.const", "upir.param", "upir.addressof", "ptx.cvta", "ptx.mov",
+                       "ptx.add", "ptx.sub", "ptx.mul", "ptx.shl", "ptx.cvt", "ptx.and", "ptx.or")
+
+
+def _drop_dead_thread_ops(entry: Block, inv: set[Value]) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op in list(entry.ops[:-1]):
+            if info(op).pure and op.results and all(not r.uses for r in op.results) and \
+                    not all(r in inv for r in op.results):
+                op.drop_uses()
+                entry.ops.remove(op)
+                changed = True
+
+
+def _has_cycle(blocks: list[Block], members: set[Block]) -> bool:
+    color: dict[Block, int] = {}
+    for start in blocks:
+        if start in color:
+            continue
+        stack = [(start, iter(start.successors))]
+        color[start] = 1
+        while stack:
+            b, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[b] = 2
+                stack.pop()
+            elif nxt in members:
+                c = color.get(nxt, 0)
+                if c == 1:
+                    return True
+                if c == 0:
+                    color[nxt] = 1
+                    stack.append((nxt, iter(nxt.successors)))
+    return False
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+__all__ = ["ParallelLICM", "hoist_launch_invariant_prefix", "launch_invariant_values"]

@@ -1,0 +1,154 @@
+"""The pass manager: every transform of the parallel IR is a named pass, and a pipeline is a
+list of pass names.
+
+    cpuify ir kernel.cu --print-ir-after=all          # the IR after each pass
+    cpuify explain kernel.cu --disable-pass=parallel-licm
+    RawModule(code, options=("--disable-pass=interchange-uniform-loops",))
+
+A pass is a small frozen dataclass with a `name` and a `run(kernel)` method that rewrites one
+`upir.kernel` op in place and returns what it changed (a count, printed by `cpuify explain`).
+What a pass decides and later stages need is recorded in the IR itself (attributes on the ops
+it inserts), never handed over on the side: code generation reads only the IR.
+
+Pipeline options come from the command line (`--passes`, `--disable-pass`, `--print-ir-after`,
+`--verify-each`), from `RawModule(options=...)` (the same spellings) or, for whole programs
+built by `cpuify nvcc`, from the environment (`CPUIFY_PASSES`, `CPUIFY_DISABLE_PASSES`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence, TextIO
+
+from cpuify.errors import CpuifyError
+from cpuify.ir.core import Operation
+from cpuify.ir.printer import print_op
+from cpuify.ir.verifier import verify
+
+
+class KernelPass(Protocol):
+    name: str
+
+    def run(self, kernel: Operation) -> int:
+        """Rewrite `kernel` (a `upir.kernel` op) in place; return how many changes were made."""
+        ...
+
+
+#: name -> factory of the pass (registration order is the default pipeline's order)
+REGISTRY: dict[str, Callable[[], KernelPass]] = {}
+#: what each pass's count means, for `cpuify explain` and `--help`
+DESCRIPTIONS: dict[str, str] = {}
+
+
+def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]], Callable[[], KernelPass]]:
+    def deco(factory: Callable[[], KernelPass]) -> Callable[[], KernelPass]:
+        REGISTRY[name] = factory
+        DESCRIPTIONS[name] = description
+        return factory
+    return deco
+
+
+def _load_passes() -> None:
+    # importing the modules registers their passes (one module per pass family)
+    from cpuify.transforms import ifconvert, interchange, licm  # noqa: F401
+
+
+def default_pipeline() -> list[str]:
+    _load_passes()
+    return list(DEFAULT_ORDER)
+
+
+#: the default pipeline, in order: if-conversions first (they make values recomputable and
+#: loops branch-free), then hoisting out of the parallel loops, then the interchanges that
+#: insert soft barriers (they must see the final loops)
+DEFAULT_ORDER = ("if-convert-swaps", "select-if-phis", "parallel-licm",
+                 "interchange-thread-strided-loops", "interchange-uniform-loops")
+
+
+class PipelineError(CpuifyError):
+    """A pipeline option names no pass, or a pass left IR that does not verify."""
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Which passes run, and what is printed or checked between them."""
+    passes: tuple[str, ...] | None = None        # None: the default pipeline
+    disabled: frozenset[str] = frozenset()
+    print_after: frozenset[str] = frozenset()    # pass names, or {"all"}
+    verify_each: bool = False
+
+    def pipeline(self) -> list[str]:
+        names = default_pipeline() if self.passes is None else list(self.passes)
+        for n in list(names) + sorted(self.disabled) + sorted(self.print_after - {"all"}):
+            if n not in REGISTRY:
+                raise PipelineError(f"unknown pass '{n}'; the passes are: {', '.join(REGISTRY)}")
+        return [n for n in names if n not in self.disabled]
+
+    def key(self) -> str:
+        """What distinguishes the generated code (for cache keys): the passes that run."""
+        return ",".join(self.pipeline())
+
+    @staticmethod
+    def parse(options: Sequence[str]) -> tuple["PipelineOptions", list[str]]:
+        """Split cpuify's pipeline options (`--passes=a,b`, `--disable-pass=a`,
+        `--print-ir-after=a|all`, `--verify-each`) from the rest (left for NVRTC/nvcc)."""
+        passes: list[str] | None = None
+        disabled: set[str] = set()
+        print_after: set[str] = set()
+        verify_each = False
+        rest: list[str] = []
+        for o in options:
+            o = str(o)
+            if o.startswith("--passes="):
+                passes = [p for p in o.split("=", 1)[1].split(",") if p]
+            elif o.startswith("--disable-pass="):
+                disabled.update(p for p in o.split("=", 1)[1].split(",") if p)
+            elif o.startswith("--print-ir-after="):
+                print_after.update(p for p in o.split("=", 1)[1].split(",") if p)
+            elif o == "--verify-each":
+                verify_each = True
+            else:
+                rest.append(o)
+        opts = PipelineOptions(tuple(passes) if passes is not None else None, frozenset(disabled),
+                               frozenset(print_after), verify_each)
+        opts.pipeline()     # unknown names are an error now, not at the first kernel
+        return opts, rest
+
+    @staticmethod
+    def from_environment() -> "PipelineOptions":
+        """`CPUIFY_PASSES=a,b` (the pipeline) and `CPUIFY_DISABLE_PASSES=a,b`."""
+        opts: list[str] = []
+        if "CPUIFY_PASSES" in os.environ:
+            opts.append("--passes=" + os.environ["CPUIFY_PASSES"])
+        if os.environ.get("CPUIFY_DISABLE_PASSES"):
+            opts.append("--disable-pass=" + os.environ["CPUIFY_DISABLE_PASSES"])
+        return PipelineOptions.parse(opts)[0]
+
+
+@dataclass
+class PipelineResult:
+    """What each pass changed (pass name -> count), in pipeline order."""
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
+                 out: TextIO | None = None) -> PipelineResult:
+    """Run the pipeline's passes over one `upir.kernel` op, in place."""
+    options = options or PipelineOptions()
+    out = out or sys.stderr
+    result = PipelineResult()
+    name_attr = kernel.attributes.get("sym_name", "?")
+    for name in options.pipeline():
+        p = REGISTRY[name]()
+        result.counts[name] = p.run(kernel)
+        if options.verify_each:
+            try:
+                verify(kernel)
+            except CpuifyError as exc:
+                raise PipelineError(f"kernel '{name_attr}': the IR after pass '{name}' does not "
+                                    f"verify: {exc}") from None
+        if name in options.print_after or "all" in options.print_after:
+            out.write(f"// -----// IR of kernel '{name_attr}' after {name} //----- //\n")
+            out.write(print_op(kernel))
+    return result
