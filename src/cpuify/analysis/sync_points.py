@@ -151,8 +151,9 @@ def induction_variables(region: Region, uniform: set[Value],
     recomputed.  The counter must be block-uniform (one copy per block is kept).
     Returns b -> (a detached expression for the code generator, k); fills `counters` with
     each loop's counter k -> s (also for loops with no other induction variable)."""
-    from cpuify.ir.core import dominates, dominators
+    from cpuify.ir.core import DomTree, dominators
     idom = dominators(region)
+    dom = DomTree(idom)
     preds: dict[Block, list[tuple[Block, int]]] = {}
     for blk in region.blocks:
         term = blk.terminator
@@ -167,7 +168,7 @@ def induction_variables(region: Region, uniform: set[Value],
         entries: list[tuple[Block, int]] = []
         backs: list[tuple[Block, int]] = []
         for p, k in preds.get(header, []):
-            (backs if p in idom and dominates(idom, header, p) else entries).append((p, k))
+            (backs if p in idom and dom.dominates(header, p) else entries).append((p, k))
         if not entries or not backs:
             continue
 

@@ -46,34 +46,13 @@ from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Va
 from cpuify.ir.dialects import info
 from cpuify.ir.modifiers import ty as operand_type
 from cpuify.ir.structure import block_body, launch_prologue, lockstep_counters
+from cpuify.codegen import ptx_ops  # noqa: F401  (registers the PTX instructions' lowerings)
+from cpuify.codegen.lowering import (
+    HANDLERS, I1, I8, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, VOID, handles, is_signed,
+    ptx_llvm_type, _width,
+)
 from cpuify.lifting.lift import LiftedKernel
 
-I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
-PTR = ir.PointerType(I8)     # llvmlite prints i8*; LLVM 15+ reads it as opaque ptr
-VOID = ir.VoidType()
-
-IR_LLVM = {"i1": I1, "i8": I8, "i16": I16, "i32": I32, "i64": I64, "f16": F16, "f32": F32, "f64": F64}
-
-
-def ptx_llvm_type(t: str) -> ir.Type:
-    if t == "pred":
-        return I1
-    if t in ("f32",):
-        return F32
-    if t == "f64":
-        return F64
-    if t in ("f16", "bf16"):
-        return I16
-    return ir.IntType(8 * type_size(t))
-
-
-def is_signed(t: str) -> bool:
-    return t.startswith("s")
-
-
-def is_float(t: str) -> bool:
-    return t in ("f32", "f64", "f16")
 
 
 CTX_TYPE = ir.LiteralStructType([PTR] * len(CTX_FIELDS) + [I32] * len(CTX_U32_FIELDS))
@@ -3166,20 +3145,6 @@ def _is_thread_x(v: Value) -> bool:
         v.op.attributes.get("reg") == "%tid.x"
 
 
-def _width(t: ir.Type) -> int:
-    if isinstance(t, ir.IntType):
-        return t.width
-    if isinstance(t, ir.HalfType):
-        return 16
-    if isinstance(t, ir.FloatType):
-        return 32
-    if isinstance(t, ir.DoubleType):
-        return 64
-    if isinstance(t, ir.PointerType):
-        return 64
-    raise TypeError(t)
-
-
 def _float_from_bits(bits: int, t: str) -> float:
     if t == "f32":
         return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
@@ -3188,17 +3153,6 @@ def _float_from_bits(bits: int, t: str) -> float:
     return float(bits)
 
 
-Handler = Callable[[SegmentEmitter, Operation], None]
-HANDLERS: dict[str, Handler] = {}
-PTX_HANDLERS: dict[str, Handler] = {}
-
-
-def handles(*names: str) -> Callable[[Handler], Handler]:
-    def deco(fn: Handler) -> Handler:
-        for n in names:
-            (PTX_HANDLERS if n.startswith("ptx.") else HANDLERS)[n] = fn
-        return fn
-    return deco
 
 
 # ---------------------------------------------------------------------------------------------
@@ -3406,6 +3360,5 @@ def _free(e: SegmentEmitter, op: Operation) -> None:
     e.b.call(fn, [p if isinstance(p.type, ir.PointerType) else e.b.inttoptr(p, PTR)])
 
 
-from cpuify.codegen import ptx_ops  # noqa: E402  (registers PTX_HANDLERS)
 
 del ptx_ops, math, PTXError

@@ -8,16 +8,20 @@ Integer division by zero yields all ones instead of a CPU fault."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from llvmlite import ir
 
 from cpuify.codegen import jit
 from cpuify.analysis.pointers import memory_space
-from cpuify.codegen.llvm_gen import (
-    F16, F32, F64, I1, I8, I16, I32, I64, PTR, SegmentEmitter, handles, is_float, is_signed,
-    ptx_llvm_type, _width,
+from cpuify.codegen.lowering import (
+    F16, F32, F64, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type, _width,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
+
+if TYPE_CHECKING:
+    from cpuify.codegen.llvm_gen import SegmentEmitter
 from cpuify.ir.modifiers import has, mods, rounding, ty, types
 
 

@@ -6,7 +6,10 @@ the compiled path on small grids.
 
 Each CUDA thread runs separately (a generator over the lifted IR) with real barrier and
 warp-collective semantics; see `cpuify.interp.machine` for the execution model and
-`cpuify.interp.ops` for the PTX instruction semantics."""
+`cpuify.interp.ops` for the PTX instruction semantics.  `InterpModule.use_ir(name, op)`
+runs a kernel from other IR of it (e.g. its printed MLIR parsed back).  The interpreter is
+the oracle of the compiled path and shares no code with it: it imports only `cpuify.ir`,
+`cpuify.errors`, and the frontend and lifting it starts from."""
 
 from cpuify.interp.machine import InterpModule, interpret_kernel, pack_params
 

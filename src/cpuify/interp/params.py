@@ -10,7 +10,8 @@ from NumPy structured scalars or bytes of the exact size."""
 from __future__ import annotations
 
 import struct
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -256,3 +256,50 @@ def dominates(idom: dict[Block, Block | None], a: Block, b: Block) -> bool:
             return True
         node = idom.get(node)
     return False
+
+
+class DomTree:
+    """Constant-time dominance queries over an immediate-dominator map (as returned by
+    :func:`dominators`): pre/post numbers of an iterative walk of the dominator tree.
+    `DomTree(idom).dominates(a, b)` is `dominates(idom, a, b)`, without walking the idom
+    chain (whose length grows with the kernel)."""
+    __slots__ = ("pre", "post")
+
+    def __init__(self, idom: dict[Block, Block | None]) -> None:
+        children: dict[Block, list[Block]] = {}
+        roots: list[Block] = []
+        for b, parent in idom.items():
+            if parent is None or parent is b:
+                roots.append(b)
+            else:
+                children.setdefault(parent, []).append(b)
+        self.pre: dict[Block, int] = {}
+        self.post: dict[Block, int] = {}
+        clock = 0
+        for root in roots:
+            self.pre[root] = clock
+            clock += 1
+            stack: list[tuple[Block, int]] = [(root, 0)]
+            while stack:
+                b, i = stack[-1]
+                kids = children.get(b, ())
+                if i < len(kids):
+                    stack[-1] = (b, i + 1)
+                    c = kids[i]
+                    if c not in self.pre:
+                        self.pre[c] = clock
+                        clock += 1
+                        stack.append((c, 0))
+                else:
+                    stack.pop()
+                    self.post[b] = clock
+                    clock += 1
+
+    def dominates(self, a: Block, b: Block) -> bool:
+        if a is b:
+            return True
+        pb = self.pre.get(b)
+        pa = self.pre.get(a)
+        if pa is None or pb is None:
+            return False
+        return pa <= pb and self.post[b] <= self.post[a]

@@ -275,6 +275,9 @@ class _Parser:
             while True:
                 btok = self.expect_kind("block", "a successor block")
                 successors.append(self.block_ref(btok))
+                if self.at("("):
+                    raise self.error("successor arguments are operands of the op in MLIR's "
+                                     "generic form: \"cf.br\"(%x) [^bb1] : (i32) -> ()")
                 if not self.accept(","):
                     break
             self.expect("]")

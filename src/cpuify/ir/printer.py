@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 import re
 import struct
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cpuify.ir.core import Block, Operation, Region, Value
 

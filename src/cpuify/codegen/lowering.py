@@ -1,0 +1,75 @@
+"""The lowering table: LLVM types of IR types, and which function lowers each op.
+
+Each op's lowering is a function `(emitter, op) -> None` registered with `@handles(name)`:
+`upir.*`/`cf.*` ops in llvm_gen.py, the PTX instructions in ptx_ops.py.  The table sits
+below both, so that neither imports the other to fill it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from llvmlite import ir
+
+from cpuify.ir.core import Operation
+from cpuify.ir.modifiers import type_size
+
+if TYPE_CHECKING:
+    from cpuify.codegen.llvm_gen import SegmentEmitter
+
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType(I8)     # llvmlite prints i8*; LLVM 15+ reads it as opaque ptr
+VOID = ir.VoidType()
+
+IR_LLVM = {"i1": I1, "i8": I8, "i16": I16, "i32": I32, "i64": I64, "f16": F16, "f32": F32, "f64": F64}
+
+
+def ptx_llvm_type(t: str) -> ir.Type:
+    if t == "pred":
+        return I1
+    if t in ("f32",):
+        return F32
+    if t == "f64":
+        return F64
+    if t in ("f16", "bf16"):
+        return I16
+    return ir.IntType(8 * type_size(t))
+
+
+def is_signed(t: str) -> bool:
+    return t.startswith("s")
+
+
+def is_float(t: str) -> bool:
+    return t in ("f32", "f64", "f16")
+
+
+def _width(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return t.width
+    if isinstance(t, ir.HalfType):
+        return 16
+    if isinstance(t, ir.FloatType):
+        return 32
+    if isinstance(t, ir.DoubleType):
+        return 64
+    if isinstance(t, ir.PointerType):
+        return 64
+    raise TypeError(t)
+
+
+Handler = Callable[[Any, Operation], None]     # (SegmentEmitter, op)
+HANDLERS: dict[str, Handler] = {}
+PTX_HANDLERS: dict[str, Handler] = {}
+
+
+def handles(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            (PTX_HANDLERS if n.startswith("ptx.") else HANDLERS)[n] = fn
+        return fn
+    return deco
+
+
+def lowering_of(name: str) -> "Callable[[SegmentEmitter, Operation], None] | None":
+    return HANDLERS.get(name) or PTX_HANDLERS.get(name)
