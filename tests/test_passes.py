@@ -1,0 +1,221 @@
+"""The pass manager (transforms/pass_manager.py) and parallel-licm (transforms/licm.py).
+
+IR-in/IR-out checks on printed IR (where a pass must fire and where it must not), pipeline
+options from the CLI and from RawModule options, and end-to-end results with the pass on
+and off against NumPy, through the Python API and a whole program."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.compiler import lift_and_optimize
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.ir.printer import print_op
+from cpuify.ir.structure import block_body, launch_prologue
+from cpuify.ir.verifier import verify
+from cpuify.transforms.pass_manager import PipelineError, PipelineOptions, run_pipeline
+
+SUM = "__device__ float sum(const float *d, int n) { float t = 0; for (int i = 0; i < n; i++) t += d[i]; return t; }\n"
+
+NORMALIZE = SUM + r'''
+extern "C" __global__ void normalize(float *out, const float *in, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    float val = sum(in, n);
+    if (tid < n) out[tid] = in[tid] / val;
+}'''
+
+# kernels where parallel-licm must not fire, each for one reason
+NOT_HOISTED = {
+    # a store before the loop: the loop might read what it wrote
+    "store_before": SUM + r'''
+extern "C" __global__ void store_before(float *out, float *in, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    in[tid] = 1.0f;
+    float val = sum(in, n);
+    if (tid < n) out[tid] = val;
+}''',
+    # the loop's trip count depends on the thread
+    "thread_dependent": SUM + r'''
+extern "C" __global__ void thread_dependent(float *out, const float *in, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    float val = sum(in, tid % 7);
+    if (tid < n) out[tid] = val;
+}''',
+    # only some threads run the loop: hoisting would run its loads speculatively
+    "guarded": SUM + r'''
+extern "C" __global__ void guarded(float *out, const float *in, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid < n) out[tid] = in[tid] / sum(in, n);
+}''',
+    # volatile loads are observable: each thread must perform them
+    "volatile_loads": r'''
+extern "C" __global__ void volatile_loads(float *out, volatile float *in, int n) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    float t = 0;
+    for (int i = 0; i < n; i++) t += in[i];
+    if (tid < n) out[tid] = t;
+}''',
+    # the loop reads shared memory (per block, written by the block's threads)
+    "shared_reads": r'''
+extern "C" __global__ void shared_reads(float *out, int n) {
+    __shared__ float s[64];
+    float t = 0;
+    for (int i = 0; i < n; i++) t += s[i & 63];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = t;
+}''',
+    # an atomic in the loop
+    "atomics": r'''
+extern "C" __global__ void atomics(int *out, int *counter, int n) {
+    int t = 0;
+    for (int i = 0; i < n; i++) t += atomicAdd(counter, 1);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = t;
+}''',
+    # straight-line invariant code: no loop, nothing worth a prologue
+    "no_loop": r'''
+extern "C" __global__ void no_loop(float *out, const float *in, int n) {
+    float v = in[0] * in[1];
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid < n) out[tid] = v;
+}''',
+}
+
+
+def _kernel(source: str, name: str, options: PipelineOptions | None = None):  # type: ignore[no-untyped-def]
+    ptx = compile_to_ptx(source, filename=f"{name}.cu").ptx
+    module = parse_ptx(ptx)
+    lifted, result = lift_and_optimize(module, module.functions[name], options or PipelineOptions())
+    return lifted, result
+
+
+def test_normalize_prefix_is_hoisted() -> None:
+    lifted, result = _kernel(NORMALIZE, "normalize")
+    assert result.counts["parallel-licm"] > 0
+    prologue = launch_prologue(lifted.op)
+    assert prologue is not None
+    text = print_op(lifted.op)
+    # the prologue holds the loop's loads and hands the sum to the grid...
+    prologue_text = text[:text.index('"upir.grid_parallel"')]
+    assert prologue_text.count('"ptx.ld"') >= 1
+    assert '"upir.launch_store"' in prologue_text
+    # ...which reads it like a parameter, and loads only its own element
+    grid_text = text[text.index('"upir.grid_parallel"'):]
+    assert "hoisted = true" in grid_text
+    assert grid_text.count('"ptx.ld"') == 1
+    assert "%tid.x" in grid_text and "%tid.x" not in prologue_text
+    verify(lifted.op)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_HOISTED))
+def test_licm_does_not_fire(name: str) -> None:
+    lifted, result = _kernel(NOT_HOISTED[name], name)
+    assert result.counts["parallel-licm"] == 0
+    assert launch_prologue(lifted.op) is None
+
+
+def test_pipeline_options() -> None:
+    opts, rest = PipelineOptions.parse(["-DN=3", "--disable-pass=parallel-licm", "--verify-each"])
+    assert rest == ["-DN=3"]
+    assert "parallel-licm" not in opts.pipeline() and opts.verify_each
+    assert PipelineOptions.parse(["--passes="])[0].pipeline() == []
+    with pytest.raises(PipelineError, match="unknown pass 'no-such-pass'"):
+        PipelineOptions.parse(["--disable-pass=no-such-pass"])
+    lifted, result = _kernel(NORMALIZE, "normalize", opts)
+    assert "parallel-licm" not in result.counts and launch_prologue(lifted.op) is None
+
+
+def test_print_ir_after() -> None:
+    ptx = compile_to_ptx(NORMALIZE, filename="n.cu").ptx
+    module = parse_ptx(ptx)
+    from cpuify.lifting import lift_kernel
+    lifted = lift_kernel(module, module.functions["normalize"])
+    out = io.StringIO()
+    run_pipeline(lifted.op, PipelineOptions(print_after=frozenset({"parallel-licm"})), out)
+    text = out.getvalue()
+    assert text.startswith("// -----// IR of kernel 'normalize' after parallel-licm")
+    assert '"upir.launch_prologue"' in text
+
+
+@pytest.mark.parametrize("licm", [True, False])
+def test_normalize_results(licm: bool) -> None:
+    options = () if licm else ("--disable-pass=parallel-licm",)
+    k = cpuify.RawKernel(NORMALIZE, "normalize", options=options)
+    rng = np.random.default_rng(5)
+    for n in (1, 31, 1000, 4099):
+        x = rng.random(n, dtype=np.float32) + np.float32(0.5)
+        out = np.zeros(n, np.float32)
+        for _ in range(2):      # the second launch runs the code specialized for the block
+            k(((n + 31) // 32,), (32,), (out, x, np.int32(n)))
+            # each thread sums sequentially in float32, as on the GPU
+            total = np.float32(0)
+            for v in x:
+                total = np.float32(total + v)
+            np.testing.assert_array_equal(out, x / total)
+
+
+def test_prologue_values_are_per_launch() -> None:
+    """The hoisted sum is recomputed by each launch (the input changes between launches)."""
+    k = cpuify.RawKernel(NORMALIZE, "normalize")
+    out = np.zeros(64, np.float32)
+    for scale in (1, 2, 4):
+        x = np.full(64, scale, np.float32)
+        k((2,), (32,), (out, x, np.int32(64)))
+        np.testing.assert_array_equal(out, np.full(64, 1 / 64, np.float32))
+
+
+def test_licm_in_a_whole_program(tmp_path: Path) -> None:
+    src = tmp_path / "norm.cu"
+    src.write_text("#include <cstdio>\n" + NORMALIZE.replace('extern "C" ', "") + r'''
+int main() {
+    const int n = 3000;
+    float h[n], o[n], s = 0;
+    for (int i = 0; i < n; i++) { h[i] = (float)(i % 5) + 1; s += h[i]; }
+    float *din, *dout;
+    cudaMalloc(&din, sizeof h); cudaMalloc(&dout, sizeof o);
+    cudaMemcpy(din, h, sizeof h, cudaMemcpyHostToDevice);
+    normalize<<<(n + 31) / 32, 32>>>(dout, din, n);
+    cudaMemcpy(o, dout, sizeof o, cudaMemcpyDeviceToHost);
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += o[i] != h[i] / s;
+    printf("bad %d\n", bad);
+    return bad != 0;
+}''')
+    exe = tmp_path / "norm"
+    build = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "nvcc", str(src), "-o", str(exe)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and "bad 0" in run.stdout, run.stdout + run.stderr
+
+
+def test_cli_pipeline_flags(tmp_path: Path) -> None:
+    src = tmp_path / "norm.cu"
+    src.write_text(NORMALIZE)
+    cli = [sys.executable, "-m", "cpuify.cli.main"]
+    on = subprocess.run(cli + ["explain", str(src)], capture_output=True, text=True)
+    assert on.returncode == 0, on.stderr
+    assert "launch prologue:" in on.stdout and "parallel-licm" in on.stdout
+    off = subprocess.run(cli + ["explain", str(src), "--disable-pass", "parallel-licm"],
+                         capture_output=True, text=True)
+    assert off.returncode == 0 and "launch prologue" not in off.stdout
+    bad = subprocess.run(cli + ["ir", str(src), "--disable-pass", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "unknown pass 'nope'" in bad.stderr
+    lifted = subprocess.run(cli + ["ir", str(src), "--passes="], capture_output=True, text=True)
+    assert lifted.returncode == 0 and "launch_prologue" not in lifted.stdout
+    printed = subprocess.run(cli + ["ir", str(src), "--print-ir-after=all", "--verify-each"],
+                             capture_output=True, text=True)
+    assert printed.returncode == 0
+    assert printed.stderr.count("// -----// IR of kernel") == 5
+
+
+def test_block_body_unchanged_when_nothing_hoisted() -> None:
+    lifted, _ = _kernel(NOT_HOISTED["guarded"], "guarded")
+    ops = [op.name for b in block_body(lifted.op).blocks for op in b.ops]
+    assert ops.count("ptx.ld") >= 2          # the loop's load and the element's load stay
