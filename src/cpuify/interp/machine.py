@@ -44,7 +44,7 @@ from cpuify.errors import LaunchError, UnsupportedError
 from cpuify.frontend.ptx_ast import Module as PTXModule
 from cpuify.frontend.ptx_ast import VarDecl
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.interp.memory import align_up, alloc, load
+from cpuify.interp.memory import align_up, alloc, load, store
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf
@@ -83,11 +83,20 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
 # --- one kernel, prepared ------------------------------------------------------------------------
 
 def _block_body(kernel_op: Operation) -> Region:
-    """The `upir.block_parallel` region (as codegen's llvm_gen._block_body)."""
-    grid = kernel_op.regions[0].entry.ops[0]
+    """The `upir.block_parallel` region."""
+    grid = next(op for op in kernel_op.regions[0].entry.ops if op.name == "upir.grid_parallel")
     block = grid.regions[0].entry.ops[0]
-    assert grid.name == "upir.grid_parallel" and block.name == "upir.block_parallel"
+    assert block.name == "upir.block_parallel"
     return block.regions[0]
+
+
+def _launch_prologue(kernel_op: Operation) -> Region | None:
+    """The region of `upir.launch_prologue` (code run once per launch, by one thread, before
+    the grid; it writes values into the launch's parameter buffer), if the kernel has one."""
+    for op in kernel_op.regions[0].entry.ops:
+        if op.name == "upir.launch_prologue":
+            return op.regions[0]
+    return None
 
 
 @dataclass
@@ -151,10 +160,12 @@ class _Kernel:
     local_offsets: dict[str, int]
     local_size: int
     sync_index: dict[Operation, int]   # sync op -> resume id (region order, from 1)
+    prologue: "_Kernel | None" = None  # the launch prologue, run as a grid of one thread
+    buffer_size: int = 0               # bytes of the launch's parameter buffer
 
 
-def _prepare(module: PTXModule, lifted: LiftedKernel) -> _Kernel:
-    region = _block_body(lifted.op)
+def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None) -> _Kernel:
+    region = _block_body(lifted.op) if body is None else body
     shared = shared_layout(module, lifted)
     local_offsets: dict[str, int] = {}
     off = 0
@@ -162,8 +173,15 @@ def _prepare(module: PTXModule, lifted: LiftedKernel) -> _Kernel:
         off = align_up(off, max(v.alignment, 1))
         local_offsets[v.name] = off
         off += v.size
-    return _Kernel(lifted, region, shared, shared.dynamic_offset, local_offsets,
-                   align_up(off, 16), sync_points(region))
+    k = _Kernel(lifted, region, shared, shared.dynamic_offset, local_offsets,
+                align_up(off, 16), sync_points(region))
+    attrs = lifted.op.attributes
+    k.buffer_size = max(lifted.param_size, 1)
+    prologue = _launch_prologue(lifted.op) if body is None else None
+    if prologue is not None:
+        k.prologue = _prepare(module, lifted, prologue)
+        k.buffer_size = int(attrs["launch_offset"]) + int(attrs["launch_bytes"])
+    return k
 
 
 # --- the module -----------------------------------------------------------------------------------
@@ -236,9 +254,12 @@ class InterpModule:
                              f"of {limit} (cudaErrorInvalidConfiguration)")
         if shared_mem < 0:
             raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
-        params = ctypes.create_string_buffer(pack_params(k.lifted, args), max(k.lifted.param_size, 1))
+        params = ctypes.create_string_buffer(pack_params(k.lifted, args), k.buffer_size)
         launch = _Launch(self, k, g, b, ctypes.addressof(params), int(shared_mem))
         with np.errstate(all="ignore"):            # IEEE results, no warnings
+            if k.prologue is not None:
+                one = (1, 1, 1)
+                _BlockRun(_Launch(self, k.prologue, one, one, launch.params, 0), (0, 0, 0)).run()
             for bz in range(g[2]):
                 for by in range(g[1]):
                     for bx in range(g[0]):
@@ -452,6 +473,14 @@ def _param(th: Thread, op: Operation) -> None:
     th.set(op, load(th.launch.params + op.attributes["offset"], t), t)
 
 
+_STORE_TYPE = {"i8": "b8", "i16": "b16", "i32": "b32", "i64": "b64", "f32": "f32", "f64": "f64"}
+
+
+def _launch_store(th: Thread, op: Operation) -> None:
+    v = op.operands[0]
+    store(th.launch.params + op.attributes["offset"], _STORE_TYPE[v.type], th.get(v))
+
+
 def _special(th: Thread, op: Operation) -> None:
     reg: str = op.attributes["reg"]
     base, _, comp = reg.partition(".")
@@ -530,6 +559,7 @@ def _free(th: Thread, op: Operation) -> None:
 
 UPIR_OPS = {
     "upir.const": _const, "upir.param": _param, "upir.special": _special,
+    "upir.launch_store": _launch_store,
     "upir.clock": _clock, "upir.addressof": _addressof, "upir.fence": _nop,
     "upir.nanosleep": _nop, "upir.printf": _printf, "upir.malloc": _malloc, "upir.free": _free,
 }
