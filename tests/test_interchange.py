@@ -33,11 +33,17 @@ extern "C" __global__ void scale_2d(double *v, long long n, double s) {
     long long start = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     for (long long i = start; i < n; i += stride) v[i] *= s;
 }
-// two strided loops one after the other: left alone (threads could meet out of step)
+// two strided loops one after the other: one is interchanged (two could meet out of step)
 extern "C" __global__ void two_loops(int *a, int *b, int n) {
     int s = blockDim.x * gridDim.x;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) a[i] += 1;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) b[i] += 2;
+}
+// the stride computed once before the loop: nvcc splits it into a remainder loop and a main
+// loop unrolled 4 times, whose index advances by s + s + s + s (recognized by what it adds)
+extern "C" __global__ void pre_stride(const float *a, float *b, int n) {
+    int s = blockDim.x * gridDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) b[i] = 2.0f * a[i] + 1.0f;
 }
 // a grid-stride sum, then a shared-memory tree across barriers
 extern "C" __global__ void gs_then_tree(const float *x, float *out, int n) {
@@ -93,9 +99,9 @@ def mod(ptx):
 
 
 @pytest.mark.parametrize("kernel,expected", [("axpy_gs", 1), ("partial_sums", 1), ("scale_2d", 1),
-                                             ("two_loops", 0), ("row_sums", 0),
+                                             ("two_loops", 1), ("row_sums", 0),
                                              ("gs_then_tree", 1), ("gs_then_shuffles", 1),
-                                             ("hist_gs", 1)])
+                                             ("hist_gs", 1), ("pre_stride", 1)])
 def test_which_loops_are_interchanged(ptx, kernel, expected):
     module = parse_ptx(ptx)
     region = _block_body(lift_kernel(module, module.functions[kernel]).op)
@@ -335,3 +341,26 @@ def test_argmin_matches_numpy(n):
         f(((n + 127) // 128,), (128,), (x, label, np.int32(n), np.int32(8)))
         close = np.sort(d, 1)[:, 1] - np.sort(d, 1)[:, 0] < 1e-5     # ties within rounding
         np.testing.assert_array_equal(label[~close], ref[~close])
+
+
+def test_unrolled_grid_stride_loop(ptx, mod):
+    """The loop interchanged is nvcc's unrolled main loop (four loads per iteration), not
+    its remainder loop; results as NumPy's."""
+    module = parse_ptx(ptx)
+    region = _block_body(lift_kernel(module, module.functions["pre_stride"]).op)
+    (counter,) = interchange_thread_strided_loops(region)
+    header = counter.block
+    loads = [op for b in region.blocks for op in b.ops if op.name == "ptx.ld"]
+    assert len(loads) >= 5          # 4 in the main loop, 1 in the remainder loop
+    from cpuify.ir.core import dominates, dominators
+    idom = dominators(region)
+    in_loop = [op for op in loads if dominates(idom, header, op.parent)]
+    assert len(in_loop) >= 4
+    f = mod.get_function("pre_stride")
+    rng = np.random.default_rng(3)
+    for n, grid in ((1, 1), (1000, 3), (100_003, 16)):
+        a = rng.random(n, dtype=np.float32)
+        b = np.zeros(n, np.float32)
+        for _ in range(2):
+            f((grid,), (64,), (a, b, np.int32(n)))
+            np.testing.assert_array_equal(b, np.float32(2) * a + np.float32(1))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
 from cpuify.ir.dialects import info, is_sync
+from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.uniformity import uniform_values
 
 # ops that can be recomputed at a resume point instead of being kept per thread
@@ -101,15 +102,28 @@ def live_after(sp: SyncPoint, live_in: dict[Block, set[Value]], region: Region) 
     return live
 
 
-def rematerializable(v: Value, depth: int = 0) -> bool:
+def rematerializable(v: Value, depth: int = 0, memo: dict | None = None) -> bool:
+    """Whether v can be recomputed from at most `_REMAT_DEPTH - depth` levels of cheap pure
+    ops.  `memo` (a dict kept by the caller across queries on an unchanged region) makes
+    each query constant time on average: without it, values shared in the expression DAG
+    are looked at once per path (up to 2^_REMAT_DEPTH times)."""
     if not isinstance(v, OpResult) or depth > _REMAT_DEPTH:
         return False
+    if memo is not None:
+        key = (v, depth)
+        got = memo.get(key)
+        if got is not None:
+            return got
     op = v.op
     if op.name not in _REMAT_OPS or not info(op).pure and op.name.startswith("ptx."):
-        return False
-    if op.name == "upir.special" and op.attributes.get("reg", "").startswith("%clock"):
-        return False
-    return all(rematerializable(o, depth + 1) for o in op.operands)
+        r = False
+    elif op.name == "upir.special" and op.attributes.get("reg", "").startswith("%clock"):
+        r = False
+    else:
+        r = all(rematerializable(o, depth + 1, memo) for o in op.operands)
+    if memo is not None:
+        memo[key] = r
+    return r
 
 
 def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list[SyncPoint]:  # type: ignore[assignment]
@@ -121,10 +135,12 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list
     live_in = block_liveness(region)
     counters: dict[Value, int] = {}
     inductions = induction_variables(region, uniform_values(region) | set(lockstep), counters)
+    order = _value_order(region)
+    memo: dict = {}
     for sp in points:
-        live = sorted(live_after(sp, live_in, region), key=_value_order(region))
+        live = sorted(live_after(sp, live_in, region), key=order)
         for v in live:
-            if rematerializable(v):
+            if rematerializable(v, 0, memo):
                 sp.remat.append(v)
             elif v in inductions:
                 sp.derived[v] = inductions[v][0]
@@ -133,7 +149,7 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list
         # the loop counters the derived values need must cross the sync point too
         for v in sp.derived:
             counter = inductions[v][1]
-            if counter not in sp.live and not rematerializable(counter):
+            if counter not in sp.live and not rematerializable(counter, 0, memo):
                 sp.live.append(counter)
         sp.steps = {v: counters[v] for v in sp.live if v in counters}
     return points
@@ -154,6 +170,7 @@ def induction_variables(region: Region, uniform: set[Value],
     from cpuify.ir.core import DomTree, dominators
     idom = dominators(region)
     dom = DomTree(idom)
+    memo: dict = {}
     preds: dict[Block, list[tuple[Block, int]]] = {}
     for blk in region.blocks:
         term = blk.terminator
@@ -175,23 +192,27 @@ def induction_variables(region: Region, uniform: set[Value],
         def incoming(arg: BlockArgument, edges: list[tuple[Block, int]]) -> list[Value]:
             return [p.terminator.successor_args[k][arg.index] for p, k in edges]  # type: ignore[union-attr]
 
-        def step_of(arg: BlockArgument) -> Value | None:
-            steps = set()
+        def step_terms_of(arg: BlockArgument) -> list[Value] | None:
+            """arg's step as terms added on every back edge (an unrolled loop adds its
+            step several times: `((i + s) + s) + s`), the same on each back edge."""
+            found: list[Value] | None = None
             for v in incoming(arg, backs):
-                if not (isinstance(v, OpResult) and v.op.name == "ptx.add" and arg in v.op.operands):
+                terms = increment_terms(arg, v)
+                if terms is None or found is not None and terms != found:
                     return None
-                other = [o for o in v.op.operands if o is not arg]
-                if len(other) != 1:
-                    return None
-                steps.add(other[0])
-            return steps.pop() if len(steps) == 1 else None
+                found = terms
+            return found
+
+        def step_of(arg: BlockArgument) -> Value | None:
+            terms = step_terms_of(arg)
+            return terms[0] if terms is not None and len(terms) == 1 else None
 
         def init_of(arg: BlockArgument) -> Value | None:
             inits = set(incoming(arg, entries))
             if len(inits) != 1:
                 return None
             (init,) = inits
-            return init if rematerializable(init) else None
+            return init if rematerializable(init, 0, memo) else None
 
         # the loop counter: a constant step (1 from 0 is the common, division-free case)
         best: tuple[int, BlockArgument, Value, Value] | None = None
@@ -223,9 +244,15 @@ def induction_variables(region: Region, uniform: set[Value],
         for a in header.args:
             if a is counter or a.type not in ("i32", "i64") or (a.type == "i32" and it != "i32"):
                 continue
-            init, step = init_of(a), step_of(a)
-            if init is None or step is None or not rematerializable(step):
+            init, terms = init_of(a), step_terms_of(a)
+            if init is None or terms is None or \
+                    not all(rematerializable(s, 0, memo) for s in terms):
                 continue
+            step = terms[0]
+            for term in terms[1:]:      # the step of an unrolled loop: the sum of its terms
+                total = Operation("ptx.add", [step, term], [a.type], {"mods": ["s" + a.type[1:]]})
+                ops.append(total)
+                step = total.results[0]
             k = iteration
             if a.type == "i64":
                 wide = Operation("ptx.cvt", [iteration], ["i64"],

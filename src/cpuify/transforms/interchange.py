@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
+from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.uniformity import uniform_values, uses_special
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
@@ -89,6 +90,11 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
         # grid-stride loop, the grid-stride one is the long loop worth interchanging.
         strided = [h for h in strided
                    if any(_depends_on_grid(s) for s in _steps(h, idom, incoming))]
+    if len(strided) > 1:
+        # nvcc splits a grid-stride loop whose trip count it can compute into a remainder
+        # loop and a main loop unrolled k times: interchange the one with the most work
+        # (the other runs inside the thread loop, where any code may run)
+        strided = [max(strided, key=lambda h: sum(len(b.ops) for b in loops[h]))]
     if len(strided) != 1:
         return []
     (header,) = strided
@@ -201,9 +207,10 @@ def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore
     steps: list[Value] = []
     for v in incoming.get(arg, []):
         op = v.op if isinstance(v, OpResult) else None
-        if op is not None and op.name == "ptx.add" and arg in op.operands and \
-                op.parent is not None and dominates(idom, header, op.parent):
-            steps.extend(o for o in op.operands if o is not arg)
+        terms = increment_terms(arg, v) if op is not None and op.parent is not None and \
+            dominates(idom, header, op.parent) else None
+        if terms is not None:
+            steps.extend(terms)         # arg + t1 + ... (an unrolled loop adds its step k times)
         else:
             inits.append(v)
     return inits, steps
