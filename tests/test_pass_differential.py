@@ -70,6 +70,17 @@ extern "C" __global__ void uniform_loop(const float4 *pos, float *acc, int n) {
     }
     acc[i] = a;
 }
+extern "C" __global__ void two_phases(const float *__restrict__ x, const float *y, float *out) {
+    __shared__ float s1[64], s2[64], s3[64];
+    int t = threadIdx.x;
+    s1[t] = x[t];
+    __syncthreads();
+    s2[t] = y[t] * 2.0f;
+    __syncthreads();
+    s3[t] = s1[63 - t] + s2[63 - t];
+    __syncthreads();
+    out[t] = s3[t] * 0.5f;
+}
 extern "C" __global__ void tree_sum(const float *x, float *out) {
     __shared__ float s[64];
     int t = threadIdx.x;
@@ -96,6 +107,8 @@ def _cases(rng: np.random.Generator) -> dict:
         "grid_stride": ((2,), (16,), lambda: [rng.random(n, dtype=np.float32), np.zeros(n, np.float32),
                                               np.int32(n)]),
         "uniform_loop": ((2,), (32,), lambda: [pos.copy(), np.zeros(64, np.float32), np.int32(64)]),
+        "two_phases": ((1,), (64,), lambda: [rng.random(64, dtype=np.float32),
+                                             rng.random(64, dtype=np.float32), np.zeros(64, np.float32)]),
         "tree_sum": ((2,), (64,), lambda: [rng.random(128, dtype=np.float32), np.zeros(2, np.float32)]),
     }
 
@@ -108,6 +121,9 @@ def ptx() -> str:
 def _run(ptx: str, name: str, pipeline: list[str], args_of, grid, block) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
     module = parse_ptx(ptx)
     lifted = lift_kernel(module, module.functions[name])
+    # the block shape is known, as in code specialized for it (barrier-elimination's
+    # same-thread rule needs it)
+    lifted.op.attributes["block_dims"] = list((tuple(block) + (1, 1))[:3])
     run_pipeline(lifted.op, PipelineOptions(passes=tuple(pipeline), verify_each=True))
     interp = InterpModule(ptx)
     interp.use_ir(name, lifted.op)
@@ -116,7 +132,8 @@ def _run(ptx: str, name: str, pipeline: list[str], args_of, grid, block) -> list
     return [a for a in args if isinstance(a, np.ndarray)]
 
 
-@pytest.mark.parametrize("name", ["normalize", "swaps", "flags", "grid_stride", "uniform_loop", "tree_sum"])
+@pytest.mark.parametrize("name", ["normalize", "swaps", "flags", "grid_stride", "uniform_loop",
+                                  "two_phases", "tree_sum"])
 def test_interpreter_after_each_pass_and_without_each(ptx: str, name: str) -> None:
     passes = default_pipeline()
     pipelines = [passes[:k] for k in range(1, len(passes) + 1)]            # after each pass
@@ -137,8 +154,9 @@ def test_the_passes_fire(ptx: str) -> None:
     test would compare unchanged IR)."""
     module = parse_ptx(ptx)
     fired = {}
-    for name in ("normalize", "swaps", "flags", "grid_stride", "uniform_loop"):
+    for name in ("normalize", "swaps", "flags", "grid_stride", "uniform_loop", "two_phases"):
         lifted = lift_kernel(module, module.functions[name])
+        lifted.op.attributes["block_dims"] = [64, 1, 1]
         counts = run_pipeline(lifted.op, PipelineOptions()).counts
         fired[name] = {p for p, n in counts.items() if n}
     assert "parallel-licm" in fired["normalize"]
@@ -146,3 +164,4 @@ def test_the_passes_fire(ptx: str) -> None:
     assert "select-if-phis" in fired["flags"]
     assert "interchange-thread-strided-loops" in fired["grid_stride"]
     assert "interchange-uniform-loops" in fired["uniform_loop"]
+    assert "barrier-elimination" in fired["two_phases"]

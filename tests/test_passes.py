@@ -21,7 +21,7 @@ from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body, launch_prologue
 from cpuify.ir.verifier import verify
-from cpuify.transforms.pass_manager import PipelineError, PipelineOptions, run_pipeline
+from cpuify.transforms.pass_manager import PipelineError, PipelineOptions, default_pipeline, run_pipeline
 
 SUM = "__device__ float sum(const float *d, int n) { float t = 0; for (int i = 0; i < n; i++) t += d[i]; return t; }\n"
 
@@ -212,7 +212,7 @@ def test_cli_pipeline_flags(tmp_path: Path) -> None:
     printed = subprocess.run(cli + ["ir", str(src), "--print-ir-after=all", "--verify-each"],
                              capture_output=True, text=True)
     assert printed.returncode == 0
-    assert printed.stderr.count("// -----// IR of kernel") == 5
+    assert printed.stderr.count("// -----// IR of kernel") == len(default_pipeline())
 
 
 def test_block_body_unchanged_when_nothing_hoisted() -> None:

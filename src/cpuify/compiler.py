@@ -70,11 +70,19 @@ def lift_optimized(module, entry) -> LiftedKernel:  # type: ignore[no-untyped-de
     return lift_and_optimize(module, entry, PipelineOptions())[0]
 
 
-def lift_and_optimize(module, entry, pipeline: PipelineOptions  # type: ignore[no-untyped-def]
+def lift_and_optimize(module, entry, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]
+                      block_dims: tuple[int, int, int] | None = None
                       ) -> tuple[LiftedKernel, PipelineResult]:
-    """One kernel of a parsed PTX module, lifted, verified and run through the pipeline."""
+    """One kernel of a parsed PTX module, lifted, verified and run through the pipeline.
+    `block_dims`: the block shape the code is for (the kernel's `.reqntid` when it has
+    one), recorded on the kernel op for the passes that depend on it."""
     lifted = lift_kernel(module, entry)
     verify(lifted.op)
+    req = lifted.directives.get("reqntid")
+    if block_dims is None and req:
+        block_dims = (tuple(req) + (1, 1, 1))[:3]  # type: ignore[assignment]
+    if block_dims is not None:
+        lifted.op.attributes["block_dims"] = list(block_dims)
     result = run_pipeline(lifted.op, pipeline)
     return lifted, result
 
@@ -212,7 +220,7 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     module = parse_ptx(ptx)
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
-    lifted, _ = lift_and_optimize(module, module.functions[kernel], pipeline)
+    lifted, _ = lift_and_optimize(module, module.functions[kernel], pipeline, block_dims)
     gen.add_kernel(lifted, block_dims)
     obj = jit.emit_object(jit.optimize(gen.llvm_text()))
     if cache_enabled():

@@ -51,7 +51,7 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
-    from cpuify.transforms import ifconvert, interchange, licm  # noqa: F401
+    from cpuify.transforms import barriers, ifconvert, interchange, licm  # noqa: F401
 
 
 def default_pipeline() -> list[str]:
@@ -60,9 +60,11 @@ def default_pipeline() -> list[str]:
 
 
 #: the default pipeline, in order: if-conversions first (they make values recomputable and
-#: loops branch-free), then hoisting out of the parallel loops, then the interchanges that
-#: insert soft barriers (they must see the final loops)
-DEFAULT_ORDER = ("if-convert-swaps", "select-if-phis", "parallel-licm",
+#: loops branch-free), then hoisting out of the grid (before barrier elimination, which
+#: may differ between the generic code and code specialized for a block shape, while the
+#: launch prologue both share must not), barrier elimination, then the interchanges that
+#: insert soft barriers (they must see the final loops and barriers)
+DEFAULT_ORDER = ("if-convert-swaps", "select-if-phis", "parallel-licm", "barrier-elimination",
                  "interchange-thread-strided-loops", "interchange-uniform-loops")
 
 
