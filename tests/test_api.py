@@ -152,7 +152,7 @@ def test_launch_config_specialization_gives_the_same_results(tmp_path, monkeypat
         np.testing.assert_array_equal(out, x.reshape(7, n).sum(axis=1), err_msg=str(block))
     assert set(f._shape_addr) == {(16, 16, 1), (8, 4, 1)}
     assert all(a != f._addr for a in f._shape_addr.values())
-    assert list(tmp_path.glob("*.obj"))          # the specialization is cached on disk
+    assert list(tmp_path.glob("*.spec"))         # the specialization is cached on disk
 
 
 SCALARS = r'''

@@ -198,3 +198,32 @@ def test_results(ptx: str) -> None:
         np.testing.assert_array_equal(got_h, results[0][0])
     for a in (x,):
         assert a.dtype == np.float32
+
+
+def test_store_forwarding_across_a_barrier(ptx: str) -> None:
+    """store-forwarding (opt-in): Fig. 9's `weights[ty][tx]` load after the barrier reads
+    the value the same thread stored (every store of `weights` is at [ty][tx]); the store
+    it came from is dead (overwritten before any thread reads it).  Results unchanged."""
+    module = parse_ptx(ptx)
+    passes = PipelineOptions(passes=("store-forwarding",))
+    _, result = lift_and_optimize(module, module.functions["fig9"], passes, (16, 16, 1))
+    assert result.counts["store-forwarding"] == 2
+    _, generic = lift_and_optimize(module, module.functions["fig9"], passes)
+    assert generic.counts["store-forwarding"] == 0          # needs the block shape
+    # node[ty] is written by the tx == 0 threads only: never forwarded
+    _, result = lift_and_optimize(module, module.functions["neighbour"], passes, (64, 1, 1))
+    assert result.counts["store-forwarding"] == 0
+    mod = cpuify.RawModule(code=SOURCE, options=("--passes=store-forwarding",))
+    rng = np.random.default_rng(2)
+    hid, blocks = 16, 3
+    inp = rng.random(16 * blocks + 1, dtype=np.float32)
+    hidden = rng.random((hid + 1) * (16 * blocks + 1), dtype=np.float32)
+    outs = []
+    for m in (mod, cpuify.RawModule(code=SOURCE, options=("--passes=",))):
+        for _ in range(2):                  # the generic code, then the code for 16 x 16
+            h, out = hidden.copy(), np.zeros(blocks * hid, np.float32)
+            m.get_function("fig9")((1, blocks), (16, 16), (inp, h, out, np.int32(hid)))
+            outs.append((h, out))
+    for h, out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0][1])
+        np.testing.assert_array_equal(h, outs[0][0])

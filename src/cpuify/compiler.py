@@ -22,6 +22,7 @@ import llvmlite
 
 from cpuify import __version__
 from cpuify.codegen import jit
+from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
@@ -204,35 +205,47 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
                           passes=tuple(pipeline.pipeline()), pass_counts=counts)
 
 
+@dataclass
+class SpecializedObject:
+    """A kernel compiled for one block shape: its object code and the scratch memory its
+    block function needs (passes may keep other values across barriers than in the
+    generic code)."""
+    object_code: bytes
+    scratch: ScratchLayout
+
+
 def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
-                        passes: Sequence[str] | None = None) -> bytes:
-    """A native object with `kernel` compiled for one block shape only; it declares the
-    module's variables, so it must be loaded next to the module's own object (and reads the
-    values of its launch prologue: `passes` must be the module's pipeline).  Cached."""
+                        passes: Sequence[str] | None = None) -> SpecializedObject:
+    """`kernel` compiled for one block shape only; its object declares the module's
+    variables, so it must be loaded next to the module's own object (and reads the values
+    of its launch prologue: `passes` must be the module's pipeline).  Cached."""
     pipeline = PipelineOptions(tuple(passes) if passes is not None else None)
     key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}")
-    d = cache_dir() / f"{key}.obj"
+    d = cache_dir() / f"{key}.spec"
     if cache_enabled():
         try:
-            return d.read_bytes()
-        except OSError:
-            pass
+            with open(d, "rb") as f:
+                got = pickle.load(f)
+            if isinstance(got, SpecializedObject):
+                return got
+        except Exception:
+            pass                        # missing or damaged: rebuilt below
     module = parse_ptx(ptx)
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
     lifted, _ = lift_and_optimize(module, module.functions[kernel], pipeline, block_dims)
-    gen.add_kernel(lifted, block_dims)
-    obj = jit.emit_object(jit.optimize(gen.llvm_text()))
+    info = gen.add_kernel(lifted, block_dims)
+    spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch)
     if cache_enabled():
         try:
             d.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=d.parent, prefix=".tmp-", suffix=".obj")
+            fd, tmp = tempfile.mkstemp(dir=d.parent, prefix=".tmp-", suffix=".spec")
             with os.fdopen(fd, "wb") as f:
-                f.write(obj)
+                pickle.dump(spec, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, d)
         except OSError:
             pass
-    return obj
+    return spec
 
 
 def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: Sequence[str] = (),

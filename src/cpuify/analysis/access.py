@@ -19,6 +19,9 @@ from cpuify.ir.modifiers import mods, ty, type_size
 
 _TID = {"%tid.x": 0, "%tid.y": 1, "%tid.z": 2}
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
+#: ops whose value depends only on an attribute (and the launch): parameters, variables'
+#: addresses, block-uniform special registers
+_SYMBOLIC = {"upir.param": "offset", "upir.addressof": "symbol", "upir.special": "reg"}
 #: how deep an address expression is followed
 _DEPTH = 24
 
@@ -71,6 +74,10 @@ def affine_form(v: Value, uniform: set[Value] | "Symbols", depth: int = 0,
         result = ({v: 1}, 0) if v in uniform else None
     elif isinstance(v, OpResult) and v.op.name == "upir.special" and v.op.attributes.get("reg") in _TID:
         result = ({("tid", _TID[v.op.attributes["reg"]]): 1}, 0)
+    elif isinstance(v, OpResult) and v.op.name in _SYMBOLIC and v in getattr(uniform, "uniform", uniform):
+        # the same value wherever it is computed: a leaf named by what it reads
+        key = v.op.attributes.get(_SYMBOLIC[v.op.name])
+        result = ({(v.op.name, key, v.type): 1}, 0)
     elif isinstance(v, OpResult) and v.op.name.startswith("ptx."):
         result = _affine_op(v.op, uniform, depth, memo)
         if result is None and v in uniform:

@@ -25,6 +25,7 @@ from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
     ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
 )
+from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
 from cpuify.errors import CpuifyError, LaunchError, UnsupportedError
@@ -87,6 +88,8 @@ class Function:
         # launch-config specialization: a block shape launched a second time gets code
         # compiled for exactly that shape (constant thread-loop bounds)
         self._shape_addr: dict[tuple[int, int, int], int] = {}
+        # the scratch layout of each specialized block function (its own slots)
+        self._shape_scratch: dict[tuple[int, int, int], ScratchLayout] = {}
         self._shape_seen: dict[tuple[int, int, int], int] = {}
         self._specialize = os.environ.get("CPUIFY_SPECIALIZE", "1") != "0"
         self._dyn_offset = dynamic_smem_offset(info.param_size)
@@ -143,9 +146,10 @@ class Function:
         from cpuify.codegen.llvm_gen import specialized_symbol
         from cpuify.compiler import compile_specialized
         try:
-            obj = compile_specialized(self.module._compiled.ptx, self.name, block,
-                                      self.module._compiled.passes)
-            self._loaded.add(obj)
+            spec = compile_specialized(self.module._compiled.ptx, self.name, block,
+                                       self.module._compiled.passes)
+            self._loaded.add(spec.object_code)
+            self._shape_scratch[block] = spec.scratch
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
         except Exception as e:      # the generic code is always correct: keep using it
             import warnings
@@ -177,7 +181,7 @@ class Function:
         if addr is None:
             addr = self._block_function_for(bl)
         shared_bytes = self.info.shared_static + shared_mem
-        scratch = self.info.scratch.scratch_bytes(nthreads)
+        scratch = self._shape_scratch.get(bl, self.info.scratch).scratch_bytes(nthreads)
         own = self._busy.acquire(blocking=False)
         bufs = self._buffers if own else _LaunchBuffers(self._param_size)
         try:

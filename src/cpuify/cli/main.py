@@ -27,7 +27,7 @@ def _ptx_of(path: str, options: list[str]) -> str:
     return compile_to_ptx(text, filename=Path(path).name, options=options).ptx
 
 
-def _lift_all(ptx: str, only: str | None, pipeline=None):  # type: ignore[no-untyped-def]
+def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: ignore[no-untyped-def]
     """(module, lifted kernel, what each pass changed) for each kernel, after the pass
     pipeline (none when `pipeline` is None)."""
     from cpuify.compiler import lift_and_optimize
@@ -36,7 +36,8 @@ def _lift_all(ptx: str, only: str | None, pipeline=None):  # type: ignore[no-unt
     module = parse_ptx(ptx)
     for entry in module.entries:
         if only is None or entry.name == only:
-            lifted, result = lift_and_optimize(module, entry, pipeline or PipelineOptions(passes=()))
+            lifted, result = lift_and_optimize(module, entry, pipeline or PipelineOptions(passes=()),
+                                               block)
             yield module, lifted, result.counts
 
 
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             from cpuify.codegen import jit
             from cpuify.codegen.llvm_gen import ModuleCodegen
             gen = None
-            for module, lifted, _ in _lift_all(ptx, args.kernel, pipeline):
+            for module, lifted, _ in _lift_all(ptx, args.kernel, pipeline, args.block):
                 if gen is None:
                     gen = ModuleCodegen(module, *jit.triple_and_layout())
                 gen.add_kernel(lifted, args.block)
@@ -162,7 +163,7 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
     from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
     from cpuify.ir.structure import launch_prologue
     from cpuify.transforms.pass_manager import DESCRIPTIONS
-    for module, lifted, counts in _lift_all(ptx, only, pipeline):
+    for module, lifted, counts in _lift_all(ptx, only, pipeline, block):
         # the sync points code generation plans, after the pass pipeline
         kc = KernelCodegen(ModuleCodegen(module), lifted, block)
         region = kc.region

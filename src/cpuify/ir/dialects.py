@@ -71,7 +71,9 @@ def is_sync(op: Operation) -> bool:
 
 def _space_effect(kinds: tuple[str, ...]) -> Callable[[Operation], list[tuple[str, str]]]:
     def effects(op: Operation) -> list[tuple[str, str]]:
-        space = op.attributes.get("space", "generic")
+        # the state space: an attribute, or (PTX ops) one of the modifiers
+        space = op.attributes.get("space") or next(
+            (m for m in op.attributes.get("mods", ()) if m in ALL_SPACES), "generic")
         spaces = ALL_SPACES if space == "generic" else (space,)
         return [(k, s) for k in kinds for s in spaces]
     return effects
