@@ -2,17 +2,23 @@
 """Compile time and memory of cpuify against kernel size.
 
     python -m benchmarks.compile_time [--sizes 1000,4000,16000,64000] [--json out.json]
-                                      [--timeout 600] [--no-nvcc] [--profile DIR]
+                                      [--timeout 600] [--no-nvcc] [--no-check] [--profile DIR]
+                                      [--if-every 8] [--experiment-novec-lines N]
 
 Each size N is a generated CUDA program whose kernel is a chain of N integer statements on
 three 32-bit variables (add / mul / xor / shift / rotate, every 8th statement under an `if`
 on a data-dependent value that loads from a global array, so the kernel has real branches),
 reading one global array and writing another so that nothing is dead.  For each size, in a
-fresh subprocess with the compile cache off: the PTX instruction count, the wall time per
+fresh subprocess with an empty compile cache: the PTX instruction count, the wall time per
 stage (NVRTC, PTX parse, lift+codegen, LLVM: `CompiledModule.timings`), the peak RSS of the
 process, the result checked against a NumPy evaluation of the same chain, and the growth
 factor of the total time from the previous size.  NVIDIA's nvcc (from the PyPI wheels, found
 by `cpuify.nvcc.toolkit`) compiles the same source with `-c` to an object for the ratio.
+
+`--profile DIR` writes a cProfile dump of each compile; `--if-every 0` makes straight-line
+kernels; `--experiment-novec-lines N` shows what the compile would cost if the code generator
+turned LLVM's loop vectorizer off for huge thread loops (its cost grows super-linearly with
+the loop body: LLVM 20's VPlan type inference), by patching `jit.optimize` in the child.
 
 A measurement tool: it never fails on a slow size; a crash or a timeout is reported as such.
 """
@@ -24,6 +30,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,16 +47,16 @@ KERNEL = "chain"
 # ----------------------------------------------------------------------------------------
 # the generated program
 
-def gen_statements(n: int, seed: int = 1) -> list[tuple]:
+def gen_statements(n: int, seed: int = 1, if_every: int = 8) -> list[tuple]:
     """N statements as tuples, shared by the CUDA printer and the NumPy evaluator:
-    ("op", dst, src, const) or ("if", cond_var, bit, dst, k) (every 8th)."""
+    ("op", dst, src, const) or ("if", cond_var, bit, dst, k) (every `if_every`th; 0: none)."""
     rnd = random.Random(seed)
     names = "xyz"
     out: list[tuple] = []
     for j in range(n):
         d = names[rnd.randrange(3)]
         s = names[(names.index(d) + 1 + rnd.randrange(2)) % 3]
-        if j % 8 == 7:
+        if if_every and j % if_every == if_every - 1:
             out.append(("if", s, rnd.randrange(32), d, rnd.randrange(1, 1 << 12)))
             continue
         kind = rnd.choice(("add", "mul", "xor", "shl", "shr", "rot", "sub"))
@@ -133,7 +140,28 @@ sys.setrecursionlimit(int(os.environ.get("CT_RECURSION", "1000")))
 sys.path.insert(0, {root!r})
 from benchmarks.compile_time import gen_statements, cuda_source, reference, N_THREADS, KERNEL
 n = int(sys.argv[1]); profile = sys.argv[2] if len(sys.argv) > 2 else ""
-src = cuda_source(gen_statements(n))
+IF_EVERY = int(os.environ.get("CT_IF_EVERY", "8"))
+NOVEC = int(os.environ.get("CT_NOVEC_LINES", "0"))
+if NOVEC:
+    # experiment: what compile time would be if code generation turned LLVM's loop
+    # vectorizer off for huge thread loops (its VPlan type inference is super-linear in the
+    # loop body): every loop id of a module over NOVEC lines gets vectorize.enable=false
+    import re as _re
+    from cpuify.codegen import jit as _jit
+    _optimize = _jit.optimize
+    def _novec(text):
+        if text.count("\n") > NOVEC:
+            ids = [int(x) for x in _re.findall(r"^!(\d+) = ", text, _re.M)]
+            if ids:
+                node = f"!{{max(ids) + 1}}"
+                text, k = _re.subn(r"^(!\d+) = distinct !\{{\1((?:, [^}}]*)?)\}}$",
+                                   lambda m: f"{{m.group(1)}} = distinct !{{{{{{m.group(1)}}{{m.group(2)}}, {{node}}}}}}",
+                                   text, flags=_re.M)
+                if k:
+                    text += f'\n{{node}} = !{{{{!"llvm.loop.vectorize.enable", i1 false}}}}\n'
+        return _optimize(text)
+    _jit.optimize = _novec
+src = cuda_source(gen_statements(n, if_every=IF_EVERY))
 t0 = time.perf_counter()
 import numpy as np
 import cpuify
@@ -158,10 +186,11 @@ if os.environ.get("CT_CHECK", "1") == "1":
     inp = (np.arange(N_THREADS, dtype=np.uint64) * 2654435761 % (1 << 32)).astype(np.uint32)
     out = np.zeros_like(inp)
     k((1,), (N_THREADS,), (inp, out, np.uint32(N_THREADS - 1)))
-    ok = bool((out == reference(gen_statements(n), inp)).all())
+    ok = bool((out == reference(gen_statements(n, if_every=IF_EVERY), inp)).all())
 print("RESULT " + json.dumps({{"timings": m.timings, "total": total, "import": t_import,
                              "ptx_instrs": ptx_instrs, "ptx_lines": len(m.ptx.splitlines()),
-                             "peak_rss_mb": rss_compile / 1024, "correct": ok}}))
+                             "peak_rss_mb": rss_compile / 1024, "correct": ok,
+                             "from_cache": m.from_cache}}))
 """
 
 
@@ -194,14 +223,22 @@ def _run_measured(cmd: list[str], timeout: float, env: dict[str, str] | None = N
 
 
 def measure_cpuify(n: int, timeout: float, check: bool, profile: str = "",
-                   recursion: int = 1000) -> dict:
+                   recursion: int = 1000, if_every: int = 8, novec_lines: int = 0) -> dict:
     env = dict(os.environ)
-    env["CPUIFY_NO_CACHE"] = "1"
+    env["CT_NOVEC_LINES"] = str(novec_lines)
+    env["CT_IF_EVERY"] = str(if_every)
+    # a fresh, empty cache: the timed compile is cold, the correctness check then loads it
+    env.pop("CPUIFY_NO_CACHE", None)
+    cache = tempfile.mkdtemp(prefix="cpuify-ct-")
+    env["CPUIFY_CACHE_DIR"] = cache
     env["CT_CHECK"] = "1" if check else "0"
     env["CT_RECURSION"] = str(recursion)
     code = _CHILD.format(root=str(ROOT))
     cmd = [sys.executable, "-c", code, str(n)] + ([profile] if profile else [])
-    rc, wall, rss, text = _run_measured(cmd, timeout, env)
+    try:
+        rc, wall, rss, text = _run_measured(cmd, timeout, env)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     res: dict = {"n": n, "rc": rc, "wall": wall, "child_peak_rss_mb": rss}
     m = re.search(r"^RESULT (.*)$", text, re.M)
     if rc == 0 and m:
@@ -211,7 +248,7 @@ def measure_cpuify(n: int, timeout: float, check: bool, profile: str = "",
     return res
 
 
-def measure_nvcc(n: int, timeout: float) -> dict:
+def measure_nvcc(n: int, timeout: float, if_every: int = 8) -> dict:
     try:
         from cpuify.nvcc.toolkit import find_toolkit
         nvcc = find_toolkit().nvcc
@@ -219,7 +256,7 @@ def measure_nvcc(n: int, timeout: float) -> dict:
         return {"error": f"no nvcc: {exc}"}
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "chain.cu"
-        src.write_text(cuda_source(gen_statements(n)))
+        src.write_text(cuda_source(gen_statements(n, if_every=if_every)))
         rc, wall, rss, text = _run_measured([nvcc, "-c", str(src), "-o", str(Path(d) / "chain.o")],
                                             timeout, cwd=d)
     if rc != 0:
@@ -241,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-nvcc", action="store_true")
     ap.add_argument("--no-check", action="store_true", help="skip running the compiled kernel")
     ap.add_argument("--profile", default="", help="directory for cProfile dumps (prof-N.out)")
+    ap.add_argument("--if-every", type=int, default=8,
+                    help="every K-th statement is under an `if` (default 8; 0: straight-line)")
+    ap.add_argument("--experiment-novec-lines", type=int, default=0, metavar="N",
+                    help="experiment: turn LLVM's loop vectorizer off for loops of LLVM modules "
+                         "over N lines of text (emulates a proposed code generator change)")
     ap.add_argument("--recursion-limit", type=int, default=1000,
                     help="sys.setrecursionlimit in the child (default: Python's 1000)")
     args = ap.parse_args(argv)
@@ -252,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             os.makedirs(args.profile, exist_ok=True)
             prof = os.path.join(args.profile, f"prof-{n}.out")
-        r = measure_cpuify(n, args.timeout, not args.no_check, prof, args.recursion_limit)
-        r["nvcc"] = {} if args.no_nvcc else measure_nvcc(n, args.timeout)
+        r = measure_cpuify(n, args.timeout, not args.no_check, prof, args.recursion_limit,
+                           args.if_every, args.experiment_novec_lines)
+        r["nvcc"] = {} if args.no_nvcc else measure_nvcc(n, args.timeout, args.if_every)
         if prev is not None and "total" in r and "total" in prev:
             r["growth"] = r["total"] / prev["total"]
             r["size_step"] = n / prev["n"]
@@ -266,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"rows": rows, "python": sys.version,
+                                               "if_every": args.if_every,
+                                               "experiment_novec_lines": args.experiment_novec_lines,
                                                "threads_checked": N_THREADS}, indent=1))
     return 0
 

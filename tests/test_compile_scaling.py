@@ -294,3 +294,82 @@ def test_dom_tree_matches_dominates() -> None:
         for a in blocks:
             for b in blocks:
                 assert tree.dominates(a, b) == dominates(idom, a, b)
+
+
+def test_cyclic_blocks_are_the_blocks_on_cycles() -> None:
+    import random
+    from cpuify.analysis.cfg import cyclic_blocks
+    rnd = random.Random(11)
+    for _ in range(300):
+        n = rnd.randrange(1, 14)
+        blocks = [Block() for _ in range(n)]
+        region = Region(blocks)
+        for b in blocks:
+            k = rnd.choice([0, 1, 1, 2, 2])
+            b.append(Operation("cf.br", successors=[blocks[rnd.randrange(n)] for _ in range(k)]))
+        on_cycle = set()
+        for start in blocks:            # the definition: start is reachable from itself
+            seen: set[Block] = set()
+            stack = list(start.successors)
+            while stack:
+                b = stack.pop()
+                if b is start:
+                    on_cycle.add(start)
+                    break
+                if b not in seen:
+                    seen.add(b)
+                    stack.extend(b.successors)
+        assert cyclic_blocks(region) == on_cycle
+
+
+def _ipdom_by_sets(region: Region) -> dict[Block, Block]:
+    """Immediate post-dominators from post-dominator sets iterated to a fixed point (the
+    textbook definition; quadratic memory, fine for small CFGs)."""
+    from cpuify.ir.core import predecessors
+    blocks = region.blocks
+    exits = [b for b in blocks if not b.successors]
+    pdom = {b: ({b} if b in exits else set(blocks)) for b in blocks}
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            if b in exits:
+                continue
+            new = set.intersection(*(pdom[s] for s in b.successors)) | {b}
+            if new != pdom[b]:
+                pdom[b] = new
+                changed = True
+    reach = set(exits)
+    preds = predecessors(region)
+    work = list(exits)
+    while work:
+        for p in preds.get(work.pop(), []):
+            if p not in reach:
+                reach.add(p)
+                work.append(p)
+    out = {}
+    for b in blocks:
+        if b in reach:
+            strict = pdom[b] - {b}
+            for c in strict:
+                if strict <= pdom[c]:
+                    out[b] = c
+                    break
+    return out
+
+
+def test_immediate_post_dominators_match_the_set_definition() -> None:
+    import random
+    from cpuify.analysis.cfg import immediate_post_dominators
+    rnd = random.Random(5)
+    for _ in range(500):
+        n = rnd.randrange(1, 14)
+        blocks = [Block() for _ in range(n)]
+        region = Region(blocks)
+        for i, b in enumerate(blocks):
+            k = rnd.choice([0, 1, 1, 2, 2, 2]) if i else rnd.choice([1, 2])
+            succ = [blocks[rnd.randrange(n)] for _ in range(k)]
+            if k and i + 1 < n and rnd.random() < 0.6:
+                succ[0] = blocks[i + 1]
+            b.append(Operation("cf.br" if k else "upir.exit", successors=succ))
+        assert immediate_post_dominators(region) == _ipdom_by_sets(region)

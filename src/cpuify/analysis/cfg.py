@@ -87,3 +87,53 @@ def immediate_post_dominators(region: Region) -> dict[Block, Block]:
         if d != top and d != -1:
             out[b] = order[d]
     return out
+
+
+def cyclic_blocks(region: Region) -> set[Block]:
+    """Blocks on some cycle of the region's CFG (a strongly connected component of more
+    than one block, or a block that branches to itself): Tarjan's algorithm with an
+    explicit stack, linear in blocks and edges."""
+    index: dict[Block, int] = {}
+    low: dict[Block, int] = {}
+    on_stack: set[Block] = set()
+    scc_stack: list[Block] = []
+    out: set[Block] = set()
+    for root in region.blocks:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        scc_stack.append(root)
+        on_stack.add(root)
+        work: list[tuple[Block, int]] = [(root, 0)]
+        while work:
+            b, i = work[-1]
+            succs = b.successors
+            if i < len(succs):
+                work[-1] = (b, i + 1)
+                s = succs[i]
+                if s is b:
+                    out.add(b)
+                if s not in index:
+                    index[s] = low[s] = len(index)
+                    scc_stack.append(s)
+                    on_stack.add(s)
+                    work.append((s, 0))
+                elif s in on_stack and index[s] < low[b]:
+                    low[b] = index[s]
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                if low[b] < low[parent]:
+                    low[parent] = low[b]
+            if low[b] == index[b]:
+                members: list[Block] = []
+                while True:
+                    x = scc_stack.pop()
+                    on_stack.discard(x)
+                    members.append(x)
+                    if x is b:
+                        break
+                if len(members) > 1:
+                    out.update(members)
+    return out

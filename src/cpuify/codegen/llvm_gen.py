@@ -705,6 +705,23 @@ class KernelCodegen:
     #: Operations of a segment at most, for its lanes' loop to be unrolled (LANES copies).
     MAX_UNROLLED_OPS = 96
 
+    #: a segment with more ops than this gets thread loops LLVM does not vectorize: the loop
+    #: vectorizer's time grows faster than the loop body (generated chains of statements:
+    #: 2000 statements, 7k ops, 2.3 s of 3.0 s in LLVM; 4000, 14k ops, 13.8 of 16.9 s;
+    #: 16000: over 700 s; without it 1.0 s at 4000)
+    MAX_VECTORIZED_OPS = 10000
+
+    def too_large_to_vectorize(self, resume: int) -> bool:
+        sizes = self.__dict__.setdefault("_segment_sizes", {})
+        if resume not in sizes:
+            n = 0
+            for _ in self.segment_ops(resume):
+                n += 1
+                if n > self.MAX_VECTORIZED_OPS:
+                    break
+            sizes[resume] = n
+        return sizes[resume] > self.MAX_VECTORIZED_OPS
+
     def segment_ops(self, resume: int) -> Iterator[Operation]:
         """The operations the segment from `resume` runs: those it reaches, and those that
         recompute at its start the values crossing the sync point (an address computed
@@ -2042,7 +2059,8 @@ class SegmentEmitter:
                 # its masks LLVM unrolled it fully, and the reduction's loads ran 15% slower
                 # (scan's 7% faster; saxpy 5% slower)
                 back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
-                    keep_loop=rows or grouped or bool(self.known), no_vectorize=unrolled))
+                    keep_loop=rows or grouped or bool(self.known),
+                    no_vectorize=unrolled or self.kc.too_large_to_vectorize(self.resume)))
             phi.add_incoming(nxt, latches[k])
         self.lane_group = None
         if grouped:
@@ -2065,7 +2083,8 @@ class SegmentEmitter:
             back = b.branch(l_head)
             unrolled = self.resume in self.kc.unrolled_lane_groups
             back.set_metadata("llvm.loop", self.mod.parallel_loop_id(
-                keep_loop=not unrolled, unroll_full=unrolled, no_vectorize=unrolled))
+                keep_loop=not unrolled, unroll_full=unrolled,
+                no_vectorize=unrolled or self.kc.too_large_to_vectorize(self.resume)))
             b.position_at_end(l_body)
             phis[2] = b.add(group, lane, name="tx", flags=["nuw", "nsw"])
             bodies[2] = l_body

@@ -246,11 +246,71 @@ def dominators(region: Region) -> dict[Block, Block | None]:
                 idom[b] = new
                 changed = True
     idom[rpo[0]] = None
-    return idom
+    return _IdomMap(idom)
+
+
+class _IdomMap(dict):
+    """What :func:`dominators` returns: a plain dict of immediate dominators that also keeps
+    a :class:`DomTree` for :func:`dominates`, built on the first deep query and dropped
+    whenever the dict changes."""
+    __slots__ = ("_tree",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tree: DomTree | None = None
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._tree = None
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._tree = None
+        super().__delitem__(key)
+
+    def __ior__(self, other: Any) -> Any:
+        self._tree = None
+        return super().__ior__(other)
+
+    def pop(self, *args: Any) -> Any:
+        self._tree = None
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self._tree = None
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._tree = None
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._tree = None
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._tree = None
+        return super().setdefault(key, default)
+
+    def __reduce__(self) -> Any:
+        return (_IdomMap, (dict(self),))
 
 
 def dominates(idom: dict[Block, Block | None], a: Block, b: Block) -> bool:
+    """Whether `a` dominates `b` (`idom` from :func:`dominators`).  Walks the idom chain a
+    few steps; a deeper query on a map from :func:`dominators` builds its DomTree once, so
+    that many queries on a long chain of blocks cost constant time each."""
     node: Block | None = b
+    for _ in range(32):
+        if node is None:
+            return False
+        if node is a:
+            return True
+        node = idom.get(node)
+    if type(idom) is _IdomMap:
+        tree = idom._tree
+        if tree is None:
+            tree = idom._tree = DomTree(idom)
+        return tree.dominates(a, b)
     while node is not None:
         if node is a:
             return True
