@@ -37,6 +37,7 @@ def _verify_region(region: Region) -> None:
             if succ.parent is not region:
                 raise IRError(f"{_where(term)} branches out of its region")  # type: ignore[arg-type]
     idom = dominators(region)
+    cache = _Cache()
     for block in region.blocks:
         if not block.ops:
             raise IRError("block without a terminator")
@@ -64,7 +65,7 @@ def _verify_region(region: Region) -> None:
             continue   # unreachable: dominance is vacuous
         for i, op in enumerate(block.ops):
             for v in list(op.operands) + [a for args in op.successor_args for a in args]:
-                _check_dominance(v, op, block, i, idom)
+                _check_dominance(v, op, block, i, idom, cache)
 
 
 def _defining_block(v: Value) -> Block | None:
@@ -88,8 +89,30 @@ def _ancestor_in(op: Operation, region: Region) -> Operation | None:
     return None
 
 
+class _Cache:
+    """Op positions within blocks and dominator trees of regions, computed once per
+    verification (looking them up per use made verification quadratic in block size)."""
+    __slots__ = ("positions", "doms")
+
+    def __init__(self) -> None:
+        self.positions: dict[Block, dict[Operation, int]] = {}
+        self.doms: dict[Region, dict[Block, Block | None]] = {}
+
+    def position(self, op: Operation, block: Block) -> int:
+        got = self.positions.get(block)
+        if got is None:
+            got = self.positions[block] = {o: i for i, o in enumerate(block.ops)}
+        return got[op]
+
+    def dominators(self, region: Region) -> dict[Block, Block | None]:
+        got = self.doms.get(region)
+        if got is None:
+            got = self.doms[region] = dominators(region)
+        return got
+
+
 def _check_dominance(v: Value, user: Operation, block: Block, index: int,
-                     idom: dict[Block, Block | None]) -> None:
+                     idom: dict[Block, Block | None], cache: _Cache) -> None:
     def_block = _defining_block(v)
     if def_block is None:
         raise IRError(f"{_where(user)} uses a value of a detached op")
@@ -103,7 +126,7 @@ def _check_dominance(v: Value, user: Operation, block: Block, index: int,
     assert anchor_block is not None
     if region is not block.parent:
         # the use is nested: check against the enclosing op in the defining region
-        local_idom = dominators(region)
+        local_idom = cache.dominators(region)
         if anchor_block not in local_idom:
             return
         idom_here = local_idom
@@ -111,7 +134,7 @@ def _check_dominance(v: Value, user: Operation, block: Block, index: int,
         idom_here = idom
     if isinstance(v, OpResult):
         if def_block is anchor_block:
-            if anchor_block.ops.index(v.op) >= anchor_block.ops.index(anchor):
+            if cache.position(v.op, anchor_block) >= cache.position(anchor, anchor_block):
                 raise IRError(f"{_where(user)} uses a value before its definition")
             return
     elif def_block is anchor_block:

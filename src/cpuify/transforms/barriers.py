@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpuify.analysis.access import Access, Symbols, accesses, may_conflict
-from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.pointers import shared_variables
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Block, Operation, Region
@@ -61,19 +61,7 @@ def _is_block_barrier(op: Operation) -> bool:
 
 def loop_blocks(region: Region) -> set[Block]:
     """Blocks on some cycle of the region's CFG."""
-    out: set[Block] = set()
-    for start in region.blocks:
-        seen: set[Block] = set()
-        stack = list(start.successors)
-        while stack:
-            b = stack.pop()
-            if b is start:
-                out.add(start)
-                break
-            if b not in seen:
-                seen.add(b)
-                stack.extend(b.successors)
-    return out
+    return cyclic_blocks(region)
 
 
 def _walk(region: Region, barrier: Operation, forward: bool, stop_at_barriers: bool,

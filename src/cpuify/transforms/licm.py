@@ -248,10 +248,6 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         merge.append(Operation("upir.launch_store", [a], [], {"offset": slots[a]}))
     merge.append(Operation("upir.exit"))
     # the thread-dependent ops left in the prologue are dead there
-    for op in thread_ops:
-        if all(not r.uses for r in op.results):
-            op.drop_uses()
-            entry.ops.remove(op)
     _drop_dead_thread_ops(entry, inv)
 
     prologue_region = Region()
@@ -279,15 +275,16 @@ def _cheap(op: Operation, inv: set[Value]) -> bool:
 
 
 def _drop_dead_thread_ops(entry: Block, inv: set[Value]) -> None:
-    changed = True
-    while changed:
-        changed = False
-        for op in list(entry.ops[:-1]):
-            if info(op).pure and op.results and all(not r.uses for r in op.results) and \
-                    not all(r in inv for r in op.results):
-                op.drop_uses()
-                entry.ops.remove(op)
-                changed = True
+    """Remove the pure thread-dependent ops of `entry` nothing uses any more (in one
+    backward pass: an op's users come after it)."""
+    dead: set[Operation] = set()
+    for op in reversed(entry.ops[:-1]):
+        if info(op).pure and op.results and not all(r in inv for r in op.results) and \
+                all(user in dead for r in op.results for user in r.uses):
+            dead.add(op)
+    for op in dead:
+        op.drop_uses()
+    entry.ops = [op for op in entry.ops if op not in dead]
 
 
 def _has_cycle(blocks: list[Block], members: set[Block]) -> bool:
