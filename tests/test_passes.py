@@ -219,3 +219,34 @@ def test_block_body_unchanged_when_nothing_hoisted() -> None:
     lifted, _ = _kernel(NOT_HOISTED["guarded"], "guarded")
     ops = [op.name for b in block_body(lifted.op).blocks for op in b.ops]
     assert ops.count("ptx.ld") >= 2          # the loop's load and the element's load stay
+
+
+def test_code_generation_reads_only_the_ir() -> None:
+    """A kernel's IR after the pipeline, printed and parsed back, generates the same LLVM
+    IR as the kernel itself: parameters, variables, directives and everything the passes
+    decided are in the printed IR (only module-scope variables come from the module)."""
+    import importlib
+    import pkgutil
+
+    import benchmarks.suite.workloads as workloads
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.ir.parser import parse_op
+    from cpuify.ir.structure import KernelView
+    sources = [NORMALIZE]
+    for info in pkgutil.iter_modules(workloads.__path__):
+        mod = importlib.import_module(f"benchmarks.suite.workloads.{info.name}")
+        sources += [v for v in vars(mod).values() if isinstance(v, str) and "__global__" in v]
+    checked = 0
+    for source in sources:
+        module = parse_ptx(compile_to_ptx(source, filename="k.cu").ptx)
+        for entry in module.entries:
+            lifted, _ = lift_and_optimize(module, entry, PipelineOptions())
+            parsed = KernelView.from_op(parse_op(print_op(lifted.op)))
+            texts = []
+            for kernel in (lifted, parsed):
+                gen = ModuleCodegen(module)
+                gen.add_kernel(kernel)
+                texts.append(gen.llvm_text())
+            assert texts[0] == texts[1], entry.name
+            checked += 1
+    assert checked >= 20

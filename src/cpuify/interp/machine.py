@@ -32,7 +32,6 @@ are bounds-checked; generic accesses below 64 KiB are refused (null pointers).""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import struct
 import time
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from cpuify.interp.values import (
 from cpuify.ir.core import Operation, Region, Value
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.modifiers import type_size
+from cpuify.ir.structure import KernelView
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 
@@ -232,12 +232,12 @@ class InterpModule:
         return k
 
     def use_ir(self, name: str, kernel_op: Operation) -> None:
-        """Run kernel `name` from `kernel_op`, a `upir.kernel` op (e.g. its IR printed and
-        parsed back), instead of the IR lifted from the PTX; parameters and variables
-        keep the layout of the PTX kernel."""
+        """Run kernel `name` from `kernel_op`, a `upir.kernel` op (e.g. its IR after passes,
+        or printed and parsed back), instead of the IR lifted from the PTX: its parameters,
+        variables and directives are read from the op."""
         verify(kernel_op)
-        lifted = dataclasses.replace(self.kernel(name).lifted, op=kernel_op)
-        self._kernels[name] = _prepare(self.module, lifted)
+        self.kernel(name)                   # (the name must be one of the module's kernels)
+        self._kernels[name] = _prepare(self.module, KernelView.from_op(kernel_op))
 
     def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any],
                shared_mem: int = 0) -> None:

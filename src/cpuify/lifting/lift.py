@@ -15,14 +15,13 @@ PTX registers and call-site `.param` slots are the variables, block arguments ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import (
-    Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, Vec, VarDecl,
-    type_size,
+    Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, Vec, type_size,
 )
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, remove_block_arg
+from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
 from cpuify.lifting.inline import InlinedKernel, inline_calls
 from cpuify.lifting.semantics import check_instruction, operand_type
 
@@ -42,25 +41,9 @@ SPECIAL_REGS = {
 }
 
 
-@dataclass
-class KernelParam:
-    name: str
-    ptx_type: str
-    offset: int          # byte offset in the packed parameter buffer
-    size: int
-    align: int
-    dims: tuple[int, ...] = ()
-
-
-@dataclass
-class LiftedKernel:
-    name: str
-    op: Operation                      # the upir.kernel op
-    params: list[KernelParam]
-    param_size: int
-    shared_vars: list[VarDecl]         # static .shared declared in the kernel (demoted)
-    local_vars: list[VarDecl]          # .local depots (per thread)
-    directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
+# what a lifted kernel is: a view of its `upir.kernel` op, which records everything
+# (parameters, variables, directives); see cpuify.ir.structure
+LiftedKernel = KernelView
 
 
 def _layout_params(params: list[Param]) -> tuple[list[KernelParam], int]:
@@ -325,10 +308,9 @@ class _Lifter:
         kernel = Operation("upir.kernel", regions=[kernel_region],
                            attributes={"sym_name": self.entry.name,
                                        "param_size": self.param_size})
-        shared = [v for v in self.k.locals if v.space == "shared"]
-        local = [v for v in self.k.locals if v.space == "local"]
-        return LiftedKernel(self.entry.name, kernel, self.params, self.param_size, shared, local,
-                            dict(self.entry.directives))
+        own = [v for v in self.k.locals if v.space in ("shared", "local")]
+        describe_kernel(kernel, self.params, own, dict(self.entry.directives))
+        return KernelView.from_op(kernel)
 
     def prescan_params(self) -> None:
         for stmt in self.k.body:
