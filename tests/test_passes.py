@@ -250,3 +250,17 @@ def test_code_generation_reads_only_the_ir() -> None:
             assert texts[0] == texts[1], entry.name
             checked += 1
     assert checked >= 20
+
+
+def test_long_builds_report_progress(monkeypatch, capsys) -> None:
+    """A module that takes long prints each kernel and stage on stderr (here: at once)."""
+    from cpuify import compiler
+    monkeypatch.setattr(compiler._Progress, "PROGRESS_AFTER", 0.0)
+    ptx = compile_to_ptx(NORMALIZE + NOT_HOISTED["no_loop"].replace(SUM, ""), filename="p.cu").ptx
+    compiler.compile_ptx(ptx)
+    err = capsys.readouterr().err
+    assert "cpuify: kernel 1/2: normalize" in err and "cpuify: kernel 2/2: no_loop" in err
+    assert "LLVM optimization" in err
+    monkeypatch.setenv("CPUIFY_QUIET", "1")
+    compiler.compile_ptx(ptx)
+    assert capsys.readouterr().err == ""

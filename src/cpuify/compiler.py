@@ -163,6 +163,31 @@ def store_cached(key: str, module: CompiledModule) -> None:
         pass   # a read-only or full cache directory only costs recompilation
 
 
+class _Progress:
+    """Lines on stderr about a long build: once a module has taken PROGRESS_AFTER seconds,
+    each kernel it starts and each stage (CPUIFY_QUIET=1: none)."""
+    PROGRESS_AFTER = 5.0
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.perf_counter()
+        self.quiet = os.environ.get("CPUIFY_QUIET", "") not in ("", "0")
+
+    def _say(self, text: str) -> None:
+        if not self.quiet and time.perf_counter() - self.start >= self.PROGRESS_AFTER:
+            import sys
+            print(f"cpuify: {text} ({time.perf_counter() - self.start:.0f} s)", file=sys.stderr,
+                  flush=True)
+
+    def kernel(self, name: str) -> None:
+        self.done += 1
+        self._say(f"kernel {self.done}/{self.total}: {name}")
+
+    def stage(self, text: str) -> None:
+        self._say(text)
+
+
 def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
                 pipeline: PipelineOptions | None = None) -> CompiledModule:
     """Compile PTX text to a native object (no caching here)."""
@@ -175,7 +200,9 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     gen = ModuleCodegen(module, triple, layout)
     kernels: dict[str, KernelInfo] = {}
     refused: dict[str, str] = {}
+    progress = _Progress(len(module.entries))
     for entry in module.entries:
+        progress.kernel(entry.name)
         before = set(gen.module.globals)
         try:
             lifted, result = lift_and_optimize(module, entry, pipeline)
@@ -189,6 +216,7 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     if not kernels and refused:
         raise UnsupportedError("no kernel of this module can run on the CPU:\n" + "\n".join(refused.values()))
     t2 = time.perf_counter()
+    progress.stage("LLVM optimization and code generation")
     llvm_text = gen.llvm_text()
     try:
         opt = jit.optimize(llvm_text)

@@ -181,6 +181,9 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
                   f"{lifted.op.attributes.get('launch_bytes', 0)} bytes of values handed to the grid")
         if not kc.syncs:
             print("  no sync points: one thread loop (flat collapsing)")
+        else:
+            print(f"  {kc.slot_bytes} bytes of slots per thread for the values kept across "
+                  "sync points")
         if kc.prefix_runs:
             print("  once whole warps have exited and the live threads are the block's first "
                   "ones, the segments after sync points run them as one loop (no state checks; "
