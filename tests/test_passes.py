@@ -264,3 +264,14 @@ def test_long_builds_report_progress(monkeypatch, capsys) -> None:
     monkeypatch.setenv("CPUIFY_QUIET", "1")
     compiler.compile_ptx(ptx)
     assert capsys.readouterr().err == ""
+
+
+def test_warp_size_constant() -> None:
+    """`warpSize` compiles to PTX's WARP_SZ constant (it was refused as an unknown symbol)."""
+    k = cpuify.RawKernel(r'''extern "C" __global__ void lanes(int *out) {
+        out[threadIdx.x] = threadIdx.x % warpSize + 100 * (threadIdx.x / warpSize) + warpSize;
+    }''', "lanes")
+    out = np.zeros(96, np.int32)
+    k((1,), (96,), (out,))
+    t = np.arange(96)
+    np.testing.assert_array_equal(out, t % 32 + 100 * (t // 32) + 32)

@@ -126,9 +126,11 @@ def rematerializable(v: Value, depth: int = 0, memo: dict | None = None) -> bool
     return r
 
 
-def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list[SyncPoint]:  # type: ignore[assignment]
+def plan_sync_points(region: Region, lockstep: set[Value] = frozenset(),  # type: ignore[assignment]
+                     min_cut: bool = False) -> list[SyncPoint]:
     """Sync points with what crosses each.  `lockstep`: values known to be the same in all
-    threads that resume together (iteration counters of interchanged loops)."""
+    threads that resume together (iteration counters of interchanged loops).  `min_cut`:
+    keep the cheapest set of values from which the others are recomputed (_min_cut)."""
     points = find_sync_points(region)
     if not points:
         return points
@@ -151,8 +153,143 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset()) -> list
             counter = inductions[v][1]
             if counter not in sp.live and not rematerializable(counter, 0, memo):
                 sp.live.append(counter)
+        if min_cut and len(sp.live) > 1:
+            _min_cut(sp, region, uniform_values(region) | set(lockstep), memo, order)
         sp.steps = {v: counters[v] for v in sp.live if v in counters}
     return points
+
+
+#: ops the min-cut may recompute after a sync point from kept operands (pure arithmetic)
+_RECOMPUTE_OPS = _REMAT_OPS | {"ptx.fma", "ptx.div", "ptx.rem", "ptx.abs", "ptx.mul24",
+                               "ptx.mad24", "ptx.shf", "ptx.bfe", "ptx.lop3", "ptx.popc",
+                               "ptx.clz", "ptx.brev", "ptx.copysign", "ptx.slct"}
+_SIZES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "f32": 4, "i64": 8, "f64": 8, "f16": 2}
+#: how far back from a kept value the cut looks for cheaper values to keep
+_CUT_DEPTH = 6
+_CUT_NODES = 200
+
+
+def kept_bytes(points: list[SyncPoint], uniform: set[Value]) -> int:
+    """Bytes per thread of the values kept per thread across the sync points (each sync
+    point's values; uniform values are kept once per block)."""
+    return sum(_SIZES.get(v.type, 8) for sp in points for v in sp.live if v not in uniform)
+
+
+def _available_before(sp: SyncPoint) -> set[Value]:
+    """Values the thread computed since the previous sync point on the way to `sp` (their
+    defining op reaches sp without crossing a sync point): they can be kept at sp."""
+    out: set[Value] = set()
+    preds: dict[Block, list[Block]] = {}
+    region = sp.block.parent
+    assert region is not None
+    for b in region.blocks:
+        for s in b.successors:
+            preds.setdefault(s, []).append(b)
+
+    def scan(ops: list[Operation]) -> bool:
+        for op in reversed(ops):
+            if is_sync(op):
+                return False
+            out.update(op.results)
+        return True
+
+    seen: set[Block] = set()
+    work = list(preds.get(sp.block, [])) if scan(sp.block.ops[:sp.position]) else []
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        ops = b.ops if b is not sp.block else b.ops[sp.position + 1:]
+        if scan(ops) and b is not sp.block:
+            work.extend(preds.get(b, []))
+    return out
+
+
+def _min_cut(sp: SyncPoint, region: Region, uniform: set[Value], memo: dict,  # type: ignore[type-arg]
+             order) -> None:  # type: ignore[no-untyped-def]
+    """Keep fewer bytes across `sp`: a value computed by pure arithmetic from values
+    available before the barrier may be recomputed after it from those (the Polygeist
+    paper's min-cut, III-B1): of all sets of values from which everything used after the
+    barrier can be recomputed, keep one of least size per thread (minimum vertex cut
+    between the values that cannot be recomputed and the values used)."""
+    available = _available_before(sp)
+    sinks = list(sp.live)
+    nodes: dict[Value, bool] = {}        # value -> can be recomputed from its operands
+    work = [(v, 0) for v in sinks]
+    while work:
+        v, depth = work.pop()
+        if v in nodes:
+            continue
+        if len(nodes) > _CUT_NODES:
+            return
+        op = v.op if isinstance(v, OpResult) else None
+        recomputable = op is not None and op.name in _RECOMPUTE_OPS and depth < _CUT_DEPTH and \
+            len(op.results) == 1 and (info(op).pure or not op.name.startswith("ptx.")) and \
+            all(o in available or rematerializable(o, 0, memo) or o in sinks
+                for o in op.operands)
+        nodes[v] = recomputable
+        if recomputable:
+            work.extend((o, depth + 1) for o in op.operands  # type: ignore[union-attr]
+                        if not rematerializable(o, 0, memo))
+
+    def cost(v: Value) -> int | None:
+        if v in sinks or v in available:
+            return 1 if v in uniform else 16 * _SIZES.get(v.type, 8)
+        return None                      # cannot be kept here
+
+    before = sum(cost(v) or 0 for v in sinks)
+    INF = 1 << 40
+    cap: dict[object, dict[object, int]] = {}
+
+    def edge(a: object, b: object, c: int) -> None:
+        cap.setdefault(a, {})
+        cap.setdefault(b, {})
+        cap[a][b] = cap[a].get(b, 0) + c
+        cap[b].setdefault(a, 0)
+
+    S, T = "source", "sink"
+    for v, recomputable in nodes.items():
+        c = cost(v)
+        edge((v, 0), (v, 1), INF if c is None else c)
+        if not recomputable:
+            edge(S, (v, 0), INF)
+        else:
+            for o in v.op.operands:  # type: ignore[union-attr]
+                if o in nodes:
+                    edge((o, 1), (v, 0), INF)
+    for v in sinks:
+        edge((v, 1), T, INF)
+    flow = 0
+    while True:                          # Edmonds-Karp
+        parent: dict[object, object] = {S: S}
+        queue = [S]
+        for x in queue:
+            for y, c in cap[x].items():
+                if c > 0 and y not in parent:
+                    parent[y] = x
+                    queue.append(y)
+        if T not in parent:
+            break
+        path = []
+        y = T
+        while y != S:
+            path.append((parent[y], y))
+            y = parent[y]
+        push = min(cap[a][b] for a, b in path)
+        for a, b in path:
+            cap[a][b] -= push
+            cap[b][a] += push
+        flow += push
+        if flow >= before:
+            return                       # no cheaper cut than keeping what is used
+    reach = set(parent)                  # the source side of the minimum cut
+    kept = [v for v in nodes if (v, 0) in reach and (v, 1) not in reach]
+    if flow >= before or any(cost(v) is None for v in kept):
+        return
+    recomputed = [v for v in sinks if v not in kept]
+    sp.live = sorted(kept, key=order)
+    sp.remat.extend(sorted(recomputed, key=order))
 
 
 def _is_const(v: Value, value: int) -> bool:

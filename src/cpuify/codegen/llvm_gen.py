@@ -325,7 +325,9 @@ class KernelCodegen:
         self.region = block_body(kernel.op) if body is None else body
         # iteration counters of interchanged loops: the same in all threads that run together
         self.lockstep = lockstep_counters(self.region)
-        self.syncs: list[SyncPoint] = plan_sync_points(self.region, self.lockstep)
+        self.syncs: list[SyncPoint] = plan_sync_points(
+            self.region, self.lockstep,
+            min_cut=kernel.op.attributes.get("fission") == "min-cut" and body is None)
         self.sync_of_op = {sp.op: sp for sp in self.syncs}
         self.pointers = infer_pointers(self.region)
         self.nsw = no_signed_wrap(self.region)
@@ -733,13 +735,14 @@ class KernelCodegen:
         sp = self.syncs[resume - 1]
         seen: set[Operation] = set()
         work = [v for v in [*sp.remat, *sp.derived.values()] if isinstance(v, OpResult)]
+        kept = set(sp.live)                 # (restored from their slots, not recomputed)
         while work:
             op = work.pop().op
             if op in seen:
                 continue
             seen.add(op)
             yield op
-            work.extend(o for o in op.operands if isinstance(o, OpResult))
+            work.extend(o for o in op.operands if isinstance(o, OpResult) and o not in kept)
 
     def lane_operands(self, op: Operation) -> Value | None:
         """For `tid.x & m` / `tid.x ^ m` (32-bit, m block-uniform or a constant): m.  (A

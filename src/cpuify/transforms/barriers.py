@@ -36,6 +36,7 @@ from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.pointers import shared_variables
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Block, Operation, Region
+from cpuify.ir.dialects import is_sync
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
 
@@ -198,3 +199,29 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                 removed += 1
                 changed = True
     return removed
+
+
+@register("min-cut-fission", "bytes per thread fewer kept across barriers: values recomputed "
+                             "after the barrier from a cheaper set of kept ones (min-cut)")
+@dataclass(frozen=True)
+class MinCutFission:
+    """Pass: choose the fission strategy of the kernel's barriers: with this pass, the
+    values that cross a barrier are chosen by a minimum cut (the Polygeist paper, III-B1:
+    keep the least bytes per thread from which everything used after the barrier can be
+    recomputed) instead of keeping every value used after it that is not trivially
+    recomputable.  Recorded as the kernel attribute `fission = "min-cut"`, which code
+    generation's sync-point planner reads.  Returns the bytes per thread saved."""
+    name: str = "min-cut-fission"
+
+    def run(self, kernel: Operation) -> int:
+        from cpuify.analysis.sync_points import kept_bytes, plan_sync_points
+        from cpuify.ir.structure import lockstep_counters
+        region = block_body(kernel)
+        if not any(is_sync(op) for b in region.blocks for op in b.ops):
+            return 0
+        kernel.attributes["fission"] = "min-cut"
+        lockstep = lockstep_counters(region)
+        uniform = uniform_values(region) | lockstep
+        before = kept_bytes(plan_sync_points(region, lockstep), uniform)
+        after = kept_bytes(plan_sync_points(region, lockstep, min_cut=True), uniform)
+        return max(before - after, 0)

@@ -65,7 +65,8 @@ def default_pipeline() -> list[str]:
 #: launch prologue both share must not), barrier elimination, then the interchanges that
 #: insert soft barriers (they must see the final loops and barriers)
 DEFAULT_ORDER = ("if-convert-swaps", "select-if-phis", "parallel-licm", "barrier-elimination",
-                 "interchange-thread-strided-loops", "interchange-uniform-loops")
+                 "interchange-thread-strided-loops", "interchange-uniform-loops",
+                 "min-cut-fission")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
 #: per-thread slot kept across it, no cheaper (Fig. 9: 0.141 -> 0.157 ms); it pays once
