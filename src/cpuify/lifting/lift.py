@@ -23,7 +23,8 @@ from cpuify.frontend.ptx_ast import (
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
 from cpuify.lifting.inline import InlinedKernel, inline_calls
-from cpuify.lifting.semantics import check_instruction, operand_type
+from cpuify.lifting.semantics import SPECIAL_REGS, check_instruction, operand_type
+from cpuify.lifting.translate import translate
 
 REG_TYPE = {
     "pred": "i1", "b8": "i8", "u8": "i8", "s8": "i8", "b16": "i16", "u16": "i16", "s16": "i16",
@@ -32,13 +33,6 @@ REG_TYPE = {
     "b128": "i64",
 }
 
-SPECIAL_REGS = {
-    "%tid", "%ntid", "%ctaid", "%nctaid", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
-    "%gridid", "%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo",
-    "%globaltimer_hi", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge",
-    "%lanemask_gt", "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size",
-    "%warpsize",
-}
 
 
 # what a lifted kernel is: a view of its `upir.kernel` op, which records everything
@@ -336,7 +330,6 @@ class _Lifter:
                 self.var_types[f"{name}+{off}"] = REG_TYPE[t]
 
     def fill(self, pb: _PBlock) -> None:
-        from cpuify.lifting.translate import translate
         for instr in pb.instrs:
             translate(self, pb, instr)
         self.terminate(pb)

@@ -13,6 +13,15 @@ from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter
 
+#: the special registers PTX code reads (`%tid.x`, `%clock64`, ...)
+SPECIAL_REGS = {
+    "%tid", "%ntid", "%ctaid", "%nctaid", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
+    "%gridid", "%clock", "%clock64", "%clock_hi", "%globaltimer", "%globaltimer_lo",
+    "%globaltimer_hi", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge",
+    "%lanemask_gt", "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size",
+    "%warpsize",
+}
+
 _ROUND = {"rn", "rz", "rm", "rp"}
 _ROUNDI = {"rni", "rzi", "rmi", "rpi"}
 _SPACES = {"global", "shared", "local", "const", "param", "generic"}

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
 from cpuify.ir.core import Operation, Value
-from cpuify.lifting.semantics import instr_types, operand_type
+from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter, _PBlock
@@ -236,7 +236,6 @@ def _retype(lf: "_Lifter", pb: "_PBlock", v: Value, want: str, ptx_type: str, li
 
 
 def value_of(lf: "_Lifter", pb: "_PBlock", o: Operand, ptx_type: str, line: int) -> Value:
-    from cpuify.lifting.lift import SPECIAL_REGS
     if isinstance(o, Imm):
         t = _IR_TYPE_OF_PTX.get(ptx_type, "i32")
         if t.startswith("f"):
