@@ -81,6 +81,12 @@ extern "C" __global__ void two_phases(const float *__restrict__ x, const float *
     __syncthreads();
     out[t] = s3[t] * 0.5f;
 }
+extern "C" __global__ void row_normalize(const float *x, float *y, int cols) {
+    const float *row = x + (size_t)blockIdx.x * cols;
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) s += row[j];
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) y[(size_t)blockIdx.x * cols + j] = row[j] / s;
+}
 extern "C" __global__ void tree_sum(const float *x, float *out) {
     __shared__ float s[64];
     int t = threadIdx.x;
@@ -109,6 +115,8 @@ def _cases(rng: np.random.Generator) -> dict:
         "uniform_loop": ((2,), (32,), lambda: [pos.copy(), np.zeros(64, np.float32), np.int32(64)]),
         "two_phases": ((1,), (64,), lambda: [rng.random(64, dtype=np.float32),
                                              rng.random(64, dtype=np.float32), np.zeros(64, np.float32)]),
+        "row_normalize": ((3,), (16,), lambda: [rng.random(3 * 40, dtype=np.float32),
+                                                np.zeros(3 * 40, np.float32), np.int32(40)]),
         "tree_sum": ((2,), (64,), lambda: [rng.random(128, dtype=np.float32), np.zeros(2, np.float32)]),
     }
 
@@ -133,7 +141,7 @@ def _run(ptx: str, name: str, pipeline: list[str], args_of, grid, block) -> list
 
 
 @pytest.mark.parametrize("name", ["normalize", "swaps", "flags", "grid_stride", "uniform_loop",
-                                  "two_phases", "tree_sum"])
+                                  "two_phases", "row_normalize", "tree_sum"])
 def test_interpreter_after_each_pass_and_without_each(ptx: str, name: str) -> None:
     passes = default_pipeline()
     pipelines = [passes[:k] for k in range(1, len(passes) + 1)]            # after each pass
@@ -154,7 +162,8 @@ def test_the_passes_fire(ptx: str) -> None:
     test would compare unchanged IR)."""
     module = parse_ptx(ptx)
     fired = {}
-    for name in ("normalize", "swaps", "flags", "grid_stride", "uniform_loop", "two_phases"):
+    for name in ("normalize", "swaps", "flags", "grid_stride", "uniform_loop", "two_phases",
+                 "row_normalize"):
         lifted = lift_kernel(module, module.functions[name])
         lifted.op.attributes["block_dims"] = [64, 1, 1]
         counts = run_pipeline(lifted.op, PipelineOptions()).counts
@@ -165,3 +174,4 @@ def test_the_passes_fire(ptx: str) -> None:
     assert "interchange-thread-strided-loops" in fired["grid_stride"]
     assert "interchange-uniform-loops" in fired["uniform_loop"]
     assert "barrier-elimination" in fired["two_phases"]
+    assert "parallel-licm" in fired["row_normalize"]

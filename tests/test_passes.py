@@ -275,3 +275,36 @@ def test_warp_size_constant() -> None:
     k((1,), (96,), (out,))
     t = np.arange(96)
     np.testing.assert_array_equal(out, t % 32 + 100 * (t // 32) + 32)
+
+
+ROW_NORMALIZE = r'''
+extern "C" __global__ void row_normalize(const float *x, float *y, int cols) {
+    const float *row = x + (size_t)blockIdx.x * cols;   // the block's row
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) s += row[j];          // the same in every thread of a block
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        y[(size_t)blockIdx.x * cols + j] = row[j] / s;
+}'''
+
+
+def test_block_invariant_prefix() -> None:
+    """A prefix depending on blockIdx runs on thread 0 of each block; the others read its
+    value from shared memory after a barrier."""
+    lifted, result = _kernel(ROW_NORMALIZE, "row_normalize")
+    assert result.counts["parallel-licm"] > 0 and launch_prologue(lifted.op) is None
+    assert any(v.name.startswith("__cpuify_hoisted_") for v in lifted.shared_vars)
+    body = block_body(lifted.op)
+    assert sum(op.name == "upir.barrier" for b in body.blocks for op in b.ops) == 1
+    verify(lifted.op)
+    rng = np.random.default_rng(9)
+    for opts in ((), ("--disable-pass=parallel-licm",)):
+        k = cpuify.RawKernel(ROW_NORMALIZE, "row_normalize", options=opts)
+        for rows, cols, threads in ((3, 1000, 128), (5, 7, 32), (1, 1, 64)):
+            x = rng.random((rows, cols), dtype=np.float32)
+            y = np.zeros_like(x)
+            for _ in range(2):
+                k((rows,), (threads,), (x, y, np.int32(cols)))
+                s = np.zeros(rows, np.float32)
+                for j in range(cols):                   # sequential float32 sums, as on a GPU
+                    s = (s + x[:, j]).astype(np.float32)
+                np.testing.assert_array_equal(y, x / s[:, None])

@@ -26,6 +26,7 @@ from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.ir.structure import KernelView
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 from cpuify.transforms.pass_manager import PipelineOptions, PipelineResult, run_pipeline
@@ -85,7 +86,8 @@ def lift_and_optimize(module, entry, pipeline: PipelineOptions,  # type: ignore[
     if block_dims is not None:
         lifted.op.attributes["block_dims"] = list(block_dims)
     result = run_pipeline(lifted.op, pipeline)
-    return lifted, result
+    # (passes may declare variables of their own: the kernel as its op now reads)
+    return KernelView.from_op(lifted.op), result
 
 
 def cache_dir() -> Path:

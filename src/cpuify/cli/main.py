@@ -174,6 +174,9 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         for name, n in counts.items():
             if n:
                 print(f"  {name}: {n} {DESCRIPTIONS[name]}")
+        if any(v.name.startswith("__cpuify_hoisted_") for v in lifted.shared_vars):
+            print("  block-invariant prefix run by thread 0 of each block, its values handed "
+                  "to the others in shared memory behind a barrier")
         prologue = launch_prologue(lifted.op)
         if prologue is not None:
             nblocks = len(prologue.regions[0].blocks)

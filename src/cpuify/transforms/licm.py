@@ -23,6 +23,10 @@ there, `upir.param` in the grid), or are recomputed in the grid when they are ch
 (constants, parameters and arithmetic on them).  Thread-dependent arithmetic of the
 prologue's first block (`blockIdx.x * blockDim.x + threadIdx.x`) stays in the grid.
 
+A prefix whose values depend on the block (`blockIdx`, `blockDim`: a row's sum in a
+kernel with a block per row) is hoisted one level less far (hoist_block_invariant_prefix):
+thread 0 of each block runs it and hands the values over in shared memory.
+
 Only prefixes with a loop are hoisted (straight-line invariant code costs little per thread,
 and LLVM already computes it once per thread loop).  Nothing is hoisted past a store, an
 atomic, a barrier, a warp collective, printf, a volatile or ordered load, or a thread exit."""
@@ -45,8 +49,9 @@ _REMAT_DEPTH = 6
 _SLOT_TYPE = {"i8": "b8", "i16": "b16", "i32": "b32", "i64": "b64", "f32": "f32", "f64": "f64"}
 
 
-@register("parallel-licm", "blocks of launch-invariant code (with a loop) hoisted out of the "
-                           "grid into a launch prologue, run once per launch")
+@register("parallel-licm", "blocks of invariant code (with a loop) hoisted: out of the grid "
+                           "into a launch prologue (run once per launch), or, when they depend "
+                           "on the block, run by one thread per block")
 @dataclass(frozen=True)
 class ParallelLICM:
     """Pass: hoist the kernel's launch-invariant prefix into `upir.launch_prologue`."""
@@ -54,7 +59,7 @@ class ParallelLICM:
 
     def run(self, kernel: Operation) -> int:
         """Returns the number of blocks hoisted."""
-        return hoist_launch_invariant_prefix(kernel)
+        return hoist_launch_invariant_prefix(kernel) or hoist_block_invariant_prefix(kernel)
 
 
 def _space(op: Operation) -> str:
@@ -65,9 +70,16 @@ def _space(op: Operation) -> str:
     return "generic"
 
 
-def _invariant_kind(op: Operation) -> bool:
-    """Whether op computes a launch-invariant value when its operands are invariant."""
+#: special registers that are the same in every thread of a block
+_BLOCK_SPECIALS = ("%ctaid", "%nctaid", "%ntid")
+
+
+def _invariant_kind(op: Operation, block_level: bool = False) -> bool:
+    """Whether op computes a launch-invariant value when its operands are invariant
+    (`block_level`: a value the same in every thread of one block)."""
     name = op.name
+    if block_level and name == "upir.special":
+        return str(op.attributes.get("reg", "")).split(".")[0] in _BLOCK_SPECIALS
     if name in ("upir.const", "upir.param"):
         return True
     if name == "upir.addressof":
@@ -82,15 +94,16 @@ def _invariant_kind(op: Operation) -> bool:
     return name.startswith("ptx.") and info(op).pure and not op.regions
 
 
-def launch_invariant_values(region: Region) -> set[Value]:
-    """Values of `region` that are the same in every thread of a launch, as long as no write
-    to global memory happens before them (the caller checks that)."""
+def launch_invariant_values(region: Region, block_level: bool = False) -> set[Value]:
+    """Values of `region` that are the same in every thread of a launch (`block_level`: of
+    a block), as long as no write to global memory happens before them (the caller checks
+    that)."""
     incoming = incoming_values(region)
     inv: set[Value] = set()
     for b in region.blocks:
         inv.update(b.args)                  # optimistic for loop-carried values
         for op in b.ops:
-            if _invariant_kind(op):
+            if _invariant_kind(op, block_level):
                 inv.update(op.results)
     changed = True
     while changed:
@@ -107,12 +120,22 @@ def launch_invariant_values(region: Region) -> set[Value]:
     return inv
 
 
-def hoist_launch_invariant_prefix(kernel: Operation) -> int:
-    if launch_prologue(kernel) is not None:
-        return 0
-    region = block_body(kernel)
+@dataclass
+class _Prefix:
+    """The kernel's invariant prefix: its blocks (entry first), the one block it leaves
+    to, the edges leaving it, the entry's thread-dependent ops, the prefix's values and
+    which of them the rest of the kernel uses."""
+    blocks: list[Block]
+    cont: Block
+    exits: list[tuple[Block, int]]
+    thread_ops: list[Operation]
+    defined_in: dict[Value, Block]
+    needed: dict[Value, None]
+    body_blocks: list[Block]
+
+
+def _invariant_prefix(region: Region, inv: set[Value], block_level: bool = False) -> _Prefix | None:
     entry = region.entry
-    inv = launch_invariant_values(region)
 
     def block_ok(b: Block) -> bool:
         term = b.terminator
@@ -123,7 +146,7 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         if any(a not in inv for a in b.args):
             return False
         for op in b.ops[:-1]:
-            if op.results and all(r in inv for r in op.results) and _invariant_kind(op):
+            if op.results and all(r in inv for r in op.results) and _invariant_kind(op, block_level):
                 continue
             # thread-dependent pure arithmetic may stay behind, in the first block only
             if b is entry and info(op).pure and not op.regions and op.name != "upir.const":
@@ -133,7 +156,7 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
 
     # the prefix: blocks reachable from the entry through blocks that qualify
     if not block_ok(entry):
-        return 0
+        return None
     prefix: list[Block] = []
     seen = {entry}
     stack = [entry]
@@ -148,15 +171,14 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
     exits = [(b, k) for b in prefix for k, s in enumerate(b.successors) if s not in in_prefix]
     targets = {b.successors[k] for b, k in exits}
     if len(targets) != 1 or any(entry in b.successors for b in prefix):
-        return 0
+        return None
     (cont,) = targets
     if not _has_cycle(prefix, in_prefix):
-        return 0                        # straight-line code: not worth a prologue
-    # thread-dependent values of the entry block are recomputed in the grid: their operands
-    # must be available there too
+        return None                     # straight-line code: not worth hoisting
+    for b, k in exits:
+        if any(x not in inv for x in b.terminator.successor_args[k]):  # type: ignore[union-attr]
+            return None
     thread_ops = [op for op in entry.ops[:-1] if not (op.results and all(r in inv for r in op.results))]
-
-    # values defined in the prefix that the grid uses
     defined_in = {v: b for b in prefix for v in [*b.args, *(r for op in b.ops for r in op.results)]}
     body_blocks = [b for b in region.blocks if b not in in_prefix]
     needed: dict[Value, None] = {}
@@ -165,6 +187,20 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
             for v in [*op.operands, *(x for args in op.successor_args for x in args)]:
                 if v in defined_in:
                     needed[v] = None
+    return _Prefix(prefix, cont, exits, thread_ops, defined_in, needed, body_blocks)
+
+
+def hoist_launch_invariant_prefix(kernel: Operation) -> int:
+    if launch_prologue(kernel) is not None:
+        return 0
+    region = block_body(kernel)
+    entry = region.entry
+    inv = launch_invariant_values(region)
+    plan = _invariant_prefix(region, inv)
+    if plan is None:
+        return 0
+    prefix, cont, exits, thread_ops = plan.blocks, plan.cont, plan.exits, plan.thread_ops
+    defined_in, needed, body_blocks = plan.defined_in, plan.needed, plan.body_blocks
 
     # the grid's new entry: recomputed values and slot loads, then a jump to `cont`
     new_entry = Block()
@@ -221,9 +257,6 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
                          {"offset": slots[a], "type": _SLOT_TYPE[a.type], "hoisted": True})
         new_entry.append(load)
         cont_args.append(load.results[0])
-    for arg_value in (x for b, k in exits for x in b.terminator.successor_args[k]):  # type: ignore[union-attr]
-        if arg_value not in inv:
-            return 0
 
     # --- rewrite: nothing above changed the IR ---
     for b in body_blocks:
@@ -266,6 +299,121 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
     kernel.attributes["launch_bytes"] = 8 * len(slots)
     kernel.attributes["launch_offset"] = base
     return len(prefix)
+
+
+def hoist_block_invariant_prefix(kernel: Operation) -> int:
+    """The Polygeist paper's other variant of Fig. 1, for a prefix whose values depend on
+    the block (`blockIdx`, `blockDim`): thread 0 of each block runs it and leaves the values
+    the rest of the kernel uses in a `__shared__` variable of the pass's own, behind a
+    barrier all threads reach (added barriers are always legal: the prefix comes first and
+    no thread exits in it).  O(n) work per block instead of O(n) per thread; in code
+    specialized for a block shape the prefix's segment runs thread 0 only."""
+    region = block_body(kernel)
+    entry = region.entry
+    inv = launch_invariant_values(region, block_level=True)
+    plan = _invariant_prefix(region, inv, block_level=True)
+    if plan is None:
+        return 0
+    thread_ops, defined_in = plan.thread_ops, plan.defined_in
+    symbol = f"__cpuify_hoisted_{kernel.attributes.get('sym_name', 'k')}"
+    join = Block()
+    slots: dict[Value, int] = {}
+    replacement: dict[Value, Value] = {}
+    address = Operation("upir.addressof", [], ["i64"], {"symbol": symbol, "space": "shared"})
+    join.append(Operation("upir.barrier", [], [], {"mods": ["sync"], "hoisted": True}))
+    join.append(address)
+
+    def from_shared(v: Value) -> Value | None:
+        if v.type not in _SLOT_TYPE:
+            return None
+        if v not in slots:
+            slots[v] = 8 * len(slots)
+        load = Operation("ptx.ld", [address.results[0]], [v.type],
+                         {"mods": ["shared", _SLOT_TYPE[v.type]], "offset": slots[v]})
+        join.append(load)
+        return load.results[0]
+
+    def in_body(v: Value, depth: int = 0) -> Value | None:
+        got = replacement.get(v)
+        if got is not None:
+            return got
+        new: Value | None = None
+        if isinstance(v, OpResult) and v.op.parent is entry and (
+                v.op in thread_ops or _cheap(v.op, inv)) and depth <= _REMAT_DEPTH:
+            operands = []
+            for o in v.op.operands:
+                x = in_body(o, depth + 1) if o in defined_in else o
+                if x is None:
+                    break
+                operands.append(x)
+            else:
+                clone = Operation(v.op.name, operands, [r.type for r in v.op.results],
+                                  dict(v.op.attributes))
+                join.append(clone)
+                new = clone.results[v.index]
+        if new is None and v in inv:
+            new = from_shared(v)
+        if new is not None:
+            replacement[v] = new
+        return new
+
+    for v in plan.needed:
+        if in_body(v) is None:
+            return 0
+    merge = Block([a.type for a in plan.cont.args])
+    cont_args: list[Value] = []
+    for a in merge.args:
+        got = from_shared(a)
+        if got is None:
+            return 0
+        cont_args.append(got)
+    # --- rewrite: nothing above changed the IR ---
+    for b in plan.body_blocks:
+        for op in b.ops:
+            for i, o in enumerate(op.operands):
+                if o in replacement:
+                    op.set_operand(i, replacement[o])
+            for args in op.successor_args:
+                for i, o in enumerate(args):
+                    if o in replacement:
+                        o.uses.remove(op)
+                        args[i] = replacement[o]
+                        replacement[o].uses.append(op)
+    join.append(Operation("cf.br", [], [], {}, successors=[plan.cont], successor_args=[cont_args]))
+    for b, k in plan.exits:
+        b.terminator.successors[k] = merge  # type: ignore[union-attr]
+    store_base = Operation("upir.addressof", [], ["i64"], {"symbol": symbol, "space": "shared"})
+    merge.append(store_base)
+    for v, off in slots.items():
+        merge.append(Operation("ptx.st", [store_base.results[0], v], [],
+                               {"mods": ["shared", _SLOT_TYPE[v.type]], "offset": off}))
+    merge.append(Operation("cf.br", [], [], {}, successors=[join]))
+    # thread 0 runs the prefix; the others go straight to the barrier
+    guard = Block()
+    tids = []
+    for axis in "xyz":
+        tids.append(guard.append(Operation("upir.special", [], ["i32"],
+                                           {"reg": f"%tid.{axis}"})).results[0])
+    any_tid = guard.append(Operation("ptx.or", [tids[0], tids[1]], ["i32"], {"mods": ["b32"]}))
+    any_tid = guard.append(Operation("ptx.or", [any_tid.results[0], tids[2]], ["i32"],
+                                     {"mods": ["b32"]}))
+    zero = guard.append(Operation("upir.const", [], ["i32"], {"value": 0}))
+    first = guard.append(Operation("ptx.setp", [any_tid.results[0], zero.results[0]], ["i1"],
+                                   {"mods": ["eq", "s32"]}))
+    guard.append(Operation("cf.cond_br", [first.results[0]], [], {},
+                           successors=[entry, join], successor_args=[[], []]))
+    region.blocks.insert(0, guard)
+    guard.parent = region
+    region.add_block(merge)
+    region.add_block(join)
+    _drop_dead_thread_ops(entry, inv)
+    decl = Operation("upir.global", attributes={
+        "sym_name": symbol, "space": "shared", "type": "b8", "line": 0, "align": 8,
+        "dims": [8 * len(slots)], "linkage": "", "vector": 1})
+    top = kernel.regions[0].entry
+    decl.parent = top
+    top.ops.insert(0, decl)
+    return len(plan.blocks)
 
 
 def _cheap(op: Operation, inv: set[Value]) -> bool:
