@@ -211,14 +211,19 @@ def test_cli_ir_mlir(tmp_path, capsys):
     cu.write_text(MIXED_SRC)
     assert main(["ir", "--mlir", str(cu)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith('"builtin.module"() ({\n  "upir.kernel"() ({')
-    assert [op.attributes["sym_name"] for op in parse_module(text)] == ["mixed", "say"]
+    assert text.startswith('"builtin.module"() ({\n  "upir.global"() {sym_name = "coef"')
+    ops = parse_module(text)
+    # the module-scope variables first (the file compiles on its own), then the kernels
+    kernels = [op for op in ops if op.name == "upir.kernel"]
+    assert [op.attributes["sym_name"] for op in kernels] == ["mixed", "say"]
+    assert {op.name for op in ops} == {"upir.global", "upir.kernel"}
     xdsl_parse(text)
-    assert main(["ir", str(cu)]) == 0     # without --mlir: the same ops without the module
+    assert main(["ir", str(cu)]) == 0     # without --mlir: the kernels alone, no module
     plain = capsys.readouterr().out
     assert plain.startswith('"upir.kernel"()')
     assert [op.attributes["sym_name"] for op in parse_module(plain)] == ["mixed", "say"]
-    assert print_module(parse_module(plain)) == text
+    globals_ = [op for op in ops if op.name == "upir.global"]
+    assert print_module(globals_ + parse_module(plain)) == text
     xdsl_parse(plain)                     # values numbered across the file: MLIR too
 
 

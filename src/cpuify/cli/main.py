@@ -21,7 +21,7 @@ from cpuify.errors import CpuifyError
 
 def _ptx_of(path: str, options: list[str]) -> str:
     text = Path(path).read_text()
-    if path.endswith(".ptx"):
+    if path.endswith((".ptx", ".mlir")):
         return text
     from cpuify.frontend.nvrtc import compile_to_ptx
     return compile_to_ptx(text, filename=Path(path).name, options=options).ptx
@@ -32,7 +32,21 @@ def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: i
     pipeline (none when `pipeline` is None)."""
     from cpuify.compiler import lift_and_optimize
     from cpuify.frontend.ptx_parser import parse_ptx
-    from cpuify.transforms.pass_manager import PipelineOptions
+    from cpuify.transforms.pass_manager import PipelineOptions, run_pipeline
+    if ptx.lstrip().startswith('"'):
+        # an MLIR file (cpuify ir --mlir): the IR itself, its module-scope variables with it
+        from cpuify.ir.parser import parse_module
+        from cpuify.ir.structure import KernelView, ModuleView
+        from cpuify.ir.verifier import verify
+        view = ModuleView.from_ops(parse_module(ptx))
+        for kernel in view.kernels:
+            if only is None or kernel.name == only:
+                verify(kernel.op)
+                if block is not None:
+                    kernel.op.attributes["block_dims"] = list(block)
+                counts = run_pipeline(kernel.op, pipeline or PipelineOptions(passes=())).counts
+                yield view, KernelView.from_op(kernel.op), counts
+        return
     module = parse_ptx(ptx)
     for entry in module.entries:
         if only is None or entry.name == only:
@@ -72,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                         ("llvm", "print the LLVM IR (optimized unless --raw)"),
                         ("explain", "show sync points and how values cross them")):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("file", help="a .cu CUDA source or a .ptx file")
+        p.add_argument("file", help="a .cu CUDA source, a .ptx file, or an .mlir file (cpuify ir --mlir)")
         p.add_argument("-D", dest="defines", action="append", default=[], help="macro for NVRTC")
         p.add_argument("-I", dest="includes", action="append", default=[], help="include dir")
         p.add_argument("--kernel", help="only this kernel (mangled or extern \"C\" name)")
@@ -97,8 +111,16 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(ptx)
         elif args.command == "ir":
             from cpuify.ir.printer import print_module, print_ops
-            kernels = [lifted.op for _, lifted, _ in _lift_all(ptx, args.kernel, pipeline)]
-            sys.stdout.write((print_module if args.mlir else print_ops)(kernels))
+            lifted_all = list(_lift_all(ptx, args.kernel, pipeline))
+            kernels = [lifted.op for _, lifted, _ in lifted_all]
+            if args.mlir:
+                # with the module-scope variables: the file compiles on its own
+                from cpuify.ir.structure import variable_op
+                variables = [variable_op(v) for v in lifted_all[0][0].variables
+                             if v.space in ("global", "const", "shared")] if lifted_all else []
+                sys.stdout.write(print_module(variables + kernels))
+            else:
+                sys.stdout.write(print_ops(kernels))
         elif args.command == "llvm":
             from cpuify.codegen import jit
             from cpuify.codegen.llvm_gen import ModuleCodegen

@@ -161,3 +161,17 @@ def describe_kernel(op: Operation, params: list[KernelParam], variables: list[An
         decl = variable_op(v)
         decl.parent = top
         top.ops.insert(i, decl)
+
+
+@dataclass
+class ModuleView:
+    """A module as code generation reads it: its module-scope variables (`upir.global` ops
+    at the top level) and its kernels (`upir.kernel` ops), e.g. an MLIR file `cpuify ir
+    --mlir` printed and parse_module read back."""
+    variables: list[Variable]
+    kernels: list[KernelView]
+
+    @staticmethod
+    def from_ops(ops: list[Operation]) -> "ModuleView":
+        return ModuleView([variable_of(op) for op in ops if op.name == "upir.global"],
+                          [KernelView.from_op(op) for op in ops if op.name == "upir.kernel"])
