@@ -227,3 +227,13 @@ def test_store_forwarding_across_a_barrier(ptx: str) -> None:
     for h, out in outs[1:]:
         np.testing.assert_array_equal(out, outs[0][1])
         np.testing.assert_array_equal(h, outs[0][0])
+
+
+def test_keep_divergent_splits_option(ptx: str) -> None:
+    """barrier-elimination{keep_divergent_splits=false}: Fig. 9 loses its first barrier, as
+    in the paper (node and weights never overlap), at the price measured in the pass's
+    docstring."""
+    module = parse_ptx(ptx)
+    opts = PipelineOptions.parse(["--passes=barrier-elimination{keep_divergent_splits=false}"])[0]
+    _, result = lift_and_optimize(module, module.functions["fig9"], opts)
+    assert result.counts["barrier-elimination"] == 1

@@ -337,3 +337,23 @@ extern "C" __global__ void poly(const float *x, float *y, int n) {
     from_cu = subprocess.run(cli + ["llvm", str(src)], capture_output=True, text=True)
     assert from_mlir.returncode == 0 and from_cu.returncode == 0, from_mlir.stderr + from_cu.stderr
     assert from_mlir.stdout == from_cu.stdout
+
+
+def test_pass_options() -> None:
+    """Passes take typed options in MLIR's spelling: name{option=value,...}."""
+    opts, _ = PipelineOptions.parse(["--passes=parallel-licm{block_level=false},min-cut-fission"])
+    assert opts.pipeline() == ["parallel-licm{block_level=false}", "min-cut-fission"]
+    lifted, result = _kernel(ROW_NORMALIZE, "row_normalize", opts)
+    assert result.counts["parallel-licm"] == 0          # block-invariant: not hoisted now
+    lifted, result = _kernel(ROW_NORMALIZE, "row_normalize",
+                             PipelineOptions.parse(["--passes=parallel-licm"])[0])
+    assert result.counts["parallel-licm"] > 0
+    for bad, why in (("parallel-licm{nope=1}", "has no option 'nope'"),
+                     ("parallel-licm{block_level=2}", "takes true or false"),
+                     ("interchange-uniform-loops{min_ops=many}", "takes an integer")):
+        with pytest.raises(PipelineError, match=why):
+            PipelineOptions.parse([f"--passes={bad}"])
+    # the options are part of what the cache key distinguishes
+    a = PipelineOptions.parse(["--passes=interchange-uniform-loops{min_ops=10}"])[0].key()
+    b = PipelineOptions.parse(["--passes=interchange-uniform-loops"])[0].key()
+    assert a != b

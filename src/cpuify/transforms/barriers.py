@@ -50,10 +50,13 @@ MAX_ACCESSES = 2000
 class BarrierElimination:
     """Pass: remove `upir.barrier` ops whose ordering no memory access needs."""
     name: str = "barrier-elimination"
+    # keep a barrier that separates code only some threads run from code all threads run
+    keep_divergent_splits: bool = True
 
     def run(self, kernel: Operation) -> int:
         dims = kernel.attributes.get("block_dims")
-        return eliminate_barriers(block_body(kernel), tuple(dims) if dims else None)  # type: ignore[arg-type]
+        return eliminate_barriers(block_body(kernel), tuple(dims) if dims else None,  # type: ignore[arg-type]
+                                  keep_divergent_splits=self.keep_divergent_splits)
 
 
 def _is_block_barrier(op: Operation) -> bool:
@@ -130,7 +133,8 @@ def divergent_blocks(region: Region, uniform: set) -> set[Block]:  # type: ignor
     return out
 
 
-def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None = None) -> int:
+def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None = None, *,
+                       keep_divergent_splits: bool = True) -> int:
     removed = 0
     uniform = uniform_values(region)
     symbols = Symbols(uniform, loop_blocks(region))
@@ -185,7 +189,7 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                 near_before_ops = _walk(region, op, False, True, preds)
                 near_after_ops = _walk(region, op, True, True, preds)
                 sides = {only_some_threads(near_before_ops), only_some_threads(near_after_ops)}
-                if sides == {True, False}:
+                if sides == {True, False} and keep_divergent_splits:
                     continue            # it isolates code only some threads run
                 before_near = effects(near_before_ops)
                 after_all = effects(_walk(region, op, True, False, preds))

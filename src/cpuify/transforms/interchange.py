@@ -60,10 +60,11 @@ class InterchangeUniformLoops:
     """Pass: soft barriers at the headers of block-uniform loops that carry per-thread
     floating-point values (n-body's inner loop)."""
     name: str = "interchange-uniform-loops"
+    min_ops: int = 24               # MIN_UNIFORM_LOOP_OPS: smaller loops stay as they are
 
     def run(self, kernel: Operation) -> int:
         """Returns the number of loops interchanged."""
-        return len(interchange_uniform_loops(block_body(kernel)))
+        return len(interchange_uniform_loops(block_body(kernel), min_ops=self.min_ops))
 
 
 
@@ -252,7 +253,7 @@ def _first_line(block: Block) -> int | None:
 MIN_UNIFORM_LOOP_OPS = 24
 
 
-def interchange_uniform_loops(region: Region) -> list[Block]:
+def interchange_uniform_loops(region: Region, min_ops: int | None = None) -> list[Block]:
     """Interchange innermost loops that every thread of the block runs the same way with the
     thread loop.  Returns their headers.
 
@@ -287,7 +288,7 @@ def interchange_uniform_loops(region: Region) -> list[Block]:
             continue
         if not any(a.type in ("f32", "f64") and a not in uniform for a in header.args):
             continue
-        if sum(len(b.ops) for b in body) < MIN_UNIFORM_LOOP_OPS:
+        if sum(len(b.ops) for b in body) < (MIN_UNIFORM_LOOP_OPS if min_ops is None else min_ops):
             continue
         _insert_soft_barrier(header)
         done.append(header)

@@ -56,10 +56,12 @@ _SLOT_TYPE = {"i8": "b8", "i16": "b16", "i32": "b32", "i64": "b64", "f32": "f32"
 class ParallelLICM:
     """Pass: hoist the kernel's launch-invariant prefix into `upir.launch_prologue`."""
     name: str = "parallel-licm"
+    block_level: bool = True        # also hoist block-invariant prefixes (one thread per block)
 
     def run(self, kernel: Operation) -> int:
         """Returns the number of blocks hoisted."""
-        return hoist_launch_invariant_prefix(kernel) or hoist_block_invariant_prefix(kernel)
+        return hoist_launch_invariant_prefix(kernel) or \
+            (hoist_block_invariant_prefix(kernel) if self.block_level else 0)
 
 
 def _space(op: Operation) -> str:

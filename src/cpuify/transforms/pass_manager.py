@@ -86,11 +86,15 @@ class PipelineOptions:
     verify_each: bool = False
 
     def pipeline(self) -> list[str]:
-        names = default_pipeline() if self.passes is None else list(self.passes)
-        for n in list(names) + sorted(self.disabled) + sorted(self.print_after - {"all"}):
+        """The passes that run, in order, each as `name` or `name{option=value,...}`."""
+        _load_passes()
+        specs = default_pipeline() if self.passes is None else list(self.passes)
+        for spec in specs:
+            make_pass(spec)             # unknown passes and options are errors now
+        for n in sorted(self.disabled) + sorted(self.print_after - {"all"}):
             if n not in REGISTRY:
                 raise PipelineError(f"unknown pass '{n}'; the passes are: {', '.join(REGISTRY)}")
-        return [n for n in names if n not in self.disabled]
+        return [s for s in specs if pass_name(s) not in self.disabled]
 
     def key(self) -> str:
         """What distinguishes the generated code (for cache keys): the passes that run."""
@@ -108,7 +112,7 @@ class PipelineOptions:
         for o in options:
             o = str(o)
             if o.startswith("--passes="):
-                passes = [p for p in o.split("=", 1)[1].split(",") if p]
+                passes = split_pipeline(o.split("=", 1)[1])
             elif o.startswith("--disable-pass="):
                 disabled.update(p for p in o.split("=", 1)[1].split(",") if p)
             elif o.startswith("--print-ir-after="):
@@ -133,6 +137,63 @@ class PipelineOptions:
         return PipelineOptions.parse(opts)[0]
 
 
+def split_pipeline(text: str) -> list[str]:
+    """`a,b{x=1,y=true},c` -> ['a', 'b{x=1,y=true}', 'c'] (commas inside braces stay)."""
+    out: list[str] = []
+    depth = 0
+    cur = ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            if cur.strip():
+                out.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch == "{") - (ch == "}")
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def pass_name(spec: str) -> str:
+    return spec.split("{", 1)[0].strip()
+
+
+def make_pass(spec: str) -> KernelPass:
+    """The pass a pipeline entry names, with its options: `name{option=value,...}` (MLIR's
+    spelling); options are the pass's dataclass fields, typed (bool: true/false, int)."""
+    import dataclasses
+    _load_passes()
+    name = pass_name(spec)
+    factory = REGISTRY.get(name)
+    if factory is None:
+        raise PipelineError(f"unknown pass '{name}'; the passes are: {', '.join(REGISTRY)}")
+    options: dict[str, object] = {}
+    body = spec[len(name):].strip()
+    if body:
+        if not (body.startswith("{") and body.endswith("}")):
+            raise PipelineError(f"pass '{spec}': options are written name{{option=value,...}}")
+        fields = {f.name: f for f in dataclasses.fields(factory) if f.name != "name"}  # type: ignore[arg-type]
+        for item in split_pipeline(body[1:-1]):
+            key, eq, value = item.partition("=")
+            key = key.strip()
+            f = fields.get(key)
+            if f is None or not eq:
+                known = ", ".join(f"{k}: {v.type}" for k, v in fields.items()) or "none"
+                raise PipelineError(f"pass '{name}' has no option '{key}' (its options: {known})")
+            value = value.strip()
+            if f.type in (bool, "bool"):
+                if value not in ("true", "false"):
+                    raise PipelineError(f"pass '{name}': option '{key}' takes true or false")
+                options[key] = value == "true"
+            else:
+                try:
+                    options[key] = int(value)
+                except ValueError:
+                    raise PipelineError(f"pass '{name}': option '{key}' takes an integer") from None
+    return factory(**options)
+
+
 @dataclass
 class PipelineResult:
     """What each pass changed (pass name -> count), in pipeline order."""
@@ -146,8 +207,9 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
     out = out or sys.stderr
     result = PipelineResult()
     name_attr = kernel.attributes.get("sym_name", "?")
-    for name in options.pipeline():
-        p = REGISTRY[name]()
+    for spec in options.pipeline():
+        p = make_pass(spec)
+        name = p.name
         result.counts[name] = p.run(kernel)
         if options.verify_each:
             try:
