@@ -357,3 +357,20 @@ def test_pass_options() -> None:
     a = PipelineOptions.parse(["--passes=interchange-uniform-loops{min_ops=10}"])[0].key()
     b = PipelineOptions.parse(["--passes=interchange-uniform-loops"])[0].key()
     assert a != b
+
+
+def test_analyses_are_shared_between_passes() -> None:
+    """The pass manager computes an analysis once for the passes that ask for it, until a
+    pass changes the IR."""
+    source = r'''
+    extern "C" __global__ void tile(const float *x, float *y) {
+        __shared__ float s[64];
+        s[threadIdx.x] = x[blockIdx.x * 64 + threadIdx.x];
+        __syncthreads();
+        y[blockIdx.x * 64 + threadIdx.x] = s[63 - threadIdx.x];
+    }'''
+    _, result = _kernel(source, "tile")
+    assert not any(result.counts.values())          # no pass changes this kernel
+    # uniformity, dominators, post-dominators, loop blocks, shared variables: once each
+    # (barrier-elimination, both interchanges and min-cut-fission ask for several)
+    assert result.analyses_computed <= 5

@@ -38,6 +38,7 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Block, Operation, Region
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.structure import block_body
+from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.transforms.pass_manager import register
 
 #: more memory ops than this on one side of a barrier: not analysed (pairs are compared)
@@ -53,10 +54,11 @@ class BarrierElimination:
     # keep a barrier that separates code only some threads run from code all threads run
     keep_divergent_splits: bool = True
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         return eliminate_barriers(block_body(kernel), tuple(dims) if dims else None,  # type: ignore[arg-type]
-                                  keep_divergent_splits=self.keep_divergent_splits)
+                                  keep_divergent_splits=self.keep_divergent_splits,
+                                  analyses=analyses)
 
 
 def _is_block_barrier(op: Operation) -> bool:
@@ -113,10 +115,11 @@ def _walk(region: Region, barrier: Operation, forward: bool, stop_at_barriers: b
     return out
 
 
-def divergent_blocks(region: Region, uniform: set) -> set[Block]:  # type: ignore[type-arg]
+def divergent_blocks(region: Region, uniform: set, ipdom: dict | None = None  # type: ignore[type-arg]
+                     ) -> set[Block]:
     """Blocks only some threads of a block may run: reached from a branch on a
     thread-dependent condition before the branch's immediate post-dominator."""
-    ipdom = immediate_post_dominators(region)
+    ipdom = immediate_post_dominators(region) if ipdom is None else ipdom
     out: set[Block] = set()
     for b in region.blocks:
         term = b.terminator
@@ -134,11 +137,14 @@ def divergent_blocks(region: Region, uniform: set) -> set[Block]:  # type: ignor
 
 
 def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None = None, *,
-                       keep_divergent_splits: bool = True) -> int:
+                       keep_divergent_splits: bool = True,
+                       analyses: AnalysisManager | None = None) -> int:
     removed = 0
-    uniform = uniform_values(region)
-    symbols = Symbols(uniform, loop_blocks(region))
-    divergent = divergent_blocks(region, uniform)
+    if not any(_is_block_barrier(op) for b in region.blocks for op in b.ops):
+        return 0
+    uniform = cached(analyses, uniform_values, region)
+    symbols = Symbols(uniform, cached(analyses, cyclic_blocks, region))
+    divergent = divergent_blocks(region, uniform, cached(analyses, immediate_post_dominators, region))
 
     def only_some_threads(ops: list[Operation] | None) -> bool | None:
         """Whether all memory accesses of ops run in divergent code (None: no accesses)."""
@@ -146,7 +152,7 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
         if not effectful:
             return None
         return all(op.parent in divergent for op in effectful)
-    shared_var = shared_variables(region)
+    shared_var = cached(analyses, shared_variables, region)
     memo: dict = {}  # type: ignore[type-arg]
     access_cache: dict[Operation, list[Access]] = {}
 
@@ -217,7 +223,7 @@ class MinCutFission:
     generation's sync-point planner reads.  Returns the bytes per thread saved."""
     name: str = "min-cut-fission"
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         from cpuify.analysis.sync_points import kept_bytes, plan_sync_points
         from cpuify.ir.structure import lockstep_counters
         region = block_body(kernel)
@@ -225,7 +231,7 @@ class MinCutFission:
             return 0
         kernel.attributes["fission"] = "min-cut"
         lockstep = lockstep_counters(region)
-        uniform = uniform_values(region) | lockstep
+        uniform = cached(analyses, uniform_values, region) | lockstep
         before = kept_bytes(plan_sync_points(region, lockstep), uniform)
         after = kept_bytes(plan_sync_points(region, lockstep, min_cut=True), uniform)
         return max(before - after, 0)

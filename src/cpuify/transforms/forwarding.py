@@ -28,6 +28,7 @@ from cpuify.ir.dialects import memory_effects
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
 from cpuify.transforms.barriers import _walk, loop_blocks
+from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 
 _PLAIN = frozenset(("volatile", "relaxed", "acquire", "release", "mmio", "v2", "v4", "v8"))
@@ -40,7 +41,7 @@ class StoreForwarding:
     """Pass: forward stores to loads of thread-private shared elements across barriers."""
     name: str = "store-forwarding"
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         if not dims:
             return 0

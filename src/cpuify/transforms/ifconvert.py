@@ -34,6 +34,7 @@ from cpuify.ir.core import (
 from cpuify.ir.dialects import info
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.structure import block_body
+from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 
 #: modifiers that order an access or make it observable: never moved or duplicated
@@ -47,7 +48,7 @@ class IfConvertSwaps:
     """Pass: branch-free conditional swaps."""
     name: str = "if-convert-swaps"
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of `if`s converted."""
         return if_convert_swaps(block_body(kernel))
 
@@ -58,7 +59,7 @@ class SelectIfPhis:
     """Pass: flags set in an `if` become selects on the branch condition."""
     name: str = "select-if-phis"
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of block arguments replaced."""
         return select_if_phis(block_body(kernel))
 

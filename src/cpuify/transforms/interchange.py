@@ -32,6 +32,7 @@ from cpuify.ir.core import (
 )
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
+from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.transforms.pass_manager import register
 
 
@@ -44,9 +45,9 @@ class InterchangeThreadStridedLoops:
     header's arguments that are the same in every thread resuming there)."""
     name: str = "interchange-thread-strided-loops"
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
-        counters = interchange_thread_strided_loops(block_body(kernel))
+        counters = interchange_thread_strided_loops(block_body(kernel), analyses)
         for arg in counters:
             soft = next(op for op in arg.block.ops if op.name == "upir.barrier" and op.attr("soft"))
             soft.attributes["lockstep"] = sorted(set(soft.attr("lockstep", [])) | {arg.index})
@@ -62,13 +63,15 @@ class InterchangeUniformLoops:
     name: str = "interchange-uniform-loops"
     min_ops: int = 24               # MIN_UNIFORM_LOOP_OPS: smaller loops stay as they are
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
-        return len(interchange_uniform_loops(block_body(kernel), min_ops=self.min_ops))
+        return len(interchange_uniform_loops(block_body(kernel), min_ops=self.min_ops,
+                                             analyses=analyses))
 
 
 
-def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
+def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager | None = None
+                                     ) -> list[BlockArgument]:
     """Interchange the kernel's thread-strided loop, if it has exactly one that no other
     loop contains.  Returns the iteration counters added (one per interchanged loop).
 
@@ -78,8 +81,8 @@ def interchange_thread_strided_loops(region: Region) -> list[BlockArgument]:
     leaves an outermost loop never comes back.  So `k` is kept once per block, and the
     thread-strided induction variable is recomputed from it (init + k * step): affine in the
     thread index, which is what makes the interchanged loop vectorize."""
-    idom = dominators(region)
-    uniform = uniform_values(region)
+    idom = cached(analyses, dominators, region)
+    uniform = cached(analyses, uniform_values, region)
     incoming = _incoming(region)
     loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
@@ -253,7 +256,8 @@ def _first_line(block: Block) -> int | None:
 MIN_UNIFORM_LOOP_OPS = 24
 
 
-def interchange_uniform_loops(region: Region, min_ops: int | None = None) -> list[Block]:
+def interchange_uniform_loops(region: Region, min_ops: int | None = None,
+                              analyses: AnalysisManager | None = None) -> list[Block]:
     """Interchange innermost loops that every thread of the block runs the same way with the
     thread loop.  Returns their headers.
 
@@ -271,9 +275,9 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None) -> lis
     if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
            for op in b.ops):
         return []           # already interchanged (a thread-strided loop)
-    idom = dominators(region)
-    ipdom = immediate_post_dominators(region)
-    uniform = uniform_values(region)
+    idom = cached(analyses, dominators, region)
+    ipdom = cached(analyses, immediate_post_dominators, region)
+    uniform = cached(analyses, uniform_values, region)
     loops = _loops(region, idom)
     done: list[Block] = []
     for header, body in loops.items():

@@ -39,6 +39,7 @@ from cpuify.analysis.cfg import incoming_values
 from cpuify.ir.core import Block, OpResult, Operation, Region, Value
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body, grid_parallel, launch_prologue
+from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 
 #: loads with these modifiers are ordered or observable: never moved
@@ -58,7 +59,7 @@ class ParallelLICM:
     name: str = "parallel-licm"
     block_level: bool = True        # also hoist block-invariant prefixes (one thread per block)
 
-    def run(self, kernel: Operation) -> int:
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of blocks hoisted."""
         return hoist_launch_invariant_prefix(kernel) or \
             (hoist_block_invariant_prefix(kernel) if self.block_level else 0)

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, TextIO
 
+from cpuify.analysis.manager import AnalysisManager
 from cpuify.errors import CpuifyError
 from cpuify.ir.core import Operation
 from cpuify.ir.printer import print_op
@@ -30,8 +31,10 @@ from cpuify.ir.verifier import verify
 class KernelPass(Protocol):
     name: str
 
-    def run(self, kernel: Operation) -> int:
-        """Rewrite `kernel` (a `upir.kernel` op) in place; return how many changes were made."""
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        """Rewrite `kernel` (a `upir.kernel` op) in place; return how many changes were made
+        (0: the IR is unchanged).  `analyses`: analyses of the kernel's regions shared with
+        the other passes."""
         ...
 
 
@@ -198,6 +201,7 @@ def make_pass(spec: str) -> KernelPass:
 class PipelineResult:
     """What each pass changed (pass name -> count), in pipeline order."""
     counts: dict[str, int] = field(default_factory=dict)
+    analyses_computed: int = 0
 
 
 def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
@@ -207,10 +211,13 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
     out = out or sys.stderr
     result = PipelineResult()
     name_attr = kernel.attributes.get("sym_name", "?")
+    analyses = AnalysisManager()
     for spec in options.pipeline():
         p = make_pass(spec)
         name = p.name
-        result.counts[name] = p.run(kernel)
+        result.counts[name] = p.run(kernel, analyses)
+        if result.counts[name]:
+            analyses.invalidate()       # the IR changed: analyses are recomputed on demand
         if options.verify_each:
             try:
                 verify(kernel)
@@ -220,4 +227,5 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
         if name in options.print_after or "all" in options.print_after:
             out.write(f"// -----// IR of kernel '{name_attr}' after {name} //----- //\n")
             out.write(print_op(kernel))
+    result.analyses_computed = analyses.computed
     return result
