@@ -78,6 +78,15 @@ extern "C" __global__ void atomics(int *out, int *counter, int n) {
     for (int i = 0; i < n; i++) t += atomicAdd(counter, 1);
     out[blockIdx.x * blockDim.x + threadIdx.x] = t;
 }''',
+    # a loop of a fixed trip count: cheap per thread, not worth a prologue or a barrier
+    "fixed_trip": r'''
+extern "C" __global__ void fixed_trip(const float *w, float *y, int n) {
+    float acc = 0.0f;
+    #pragma unroll 1
+    for (int k = 0; k < 8; k++) acc += w[k];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = acc * i;
+}''',
     # straight-line invariant code: no loop, nothing worth a prologue
     "no_loop": r'''
 extern "C" __global__ void no_loop(float *out, const float *in, int n) {

@@ -178,6 +178,11 @@ def _invariant_prefix(region: Region, inv: set[Value], block_level: bool = False
     (cont,) = targets
     if not _has_cycle(prefix, in_prefix):
         return None                     # straight-line code: not worth hoisting
+    if not any(b.terminator.name == "cf.cond_br" and _data_dependent(b.terminator.operands[0])  # type: ignore[union-attr]
+               for b in prefix):
+        # every branch compares constants: a loop of a fixed, small trip count (nvcc
+        # unrolls the rest) costs each thread little, less than a prologue or a barrier
+        return None
     for b, k in exits:
         if any(x not in inv for x in b.terminator.successor_args[k]):  # type: ignore[union-attr]
             return None
@@ -417,6 +422,37 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
     decl.parent = top
     top.ops.insert(0, decl)
     return len(plan.blocks)
+
+
+def _data_dependent(v: Value, depth: int = 0) -> bool:
+    """Whether v depends on a kernel parameter, a load or a special register (a loop bound
+    known only at run time)."""
+    if depth > 16:
+        return False
+    if not isinstance(v, OpResult):
+        return _arg_data_dependent(v, depth)
+    if v.op.name in ("upir.param", "ptx.ld", "ptx.ldu", "upir.special"):
+        return True
+    return any(_data_dependent(o, depth + 1) for o in v.op.operands)
+
+
+def _arg_data_dependent(v: Value, depth: int) -> bool:
+    """A block argument (a loop counter): data dependent when a value flowing into it is."""
+    from cpuify.ir.core import BlockArgument
+    if not isinstance(v, BlockArgument) or depth > 8:
+        return False
+    region = v.block.parent
+    if region is None:
+        return False
+    for b in region.blocks:
+        term = b.terminator
+        if term is None:
+            continue
+        for succ, args in zip(term.successors, term.successor_args):
+            if succ is v.block and args[v.index] is not v and \
+                    isinstance(args[v.index], OpResult) and _data_dependent(args[v.index], depth + 4):
+                return True
+    return False
 
 
 def _cheap(op: Operation, inv: set[Value]) -> bool:
