@@ -34,6 +34,7 @@ atomic, a barrier, a warp collective, printf, a volatile or ordered load, or a t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from cpuify.analysis.cfg import incoming_values
 from cpuify.ir.core import Block, OpResult, Operation, Region, Value
@@ -207,8 +208,8 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
     plan = _invariant_prefix(region, inv)
     if plan is None:
         return 0
-    prefix, cont, exits, thread_ops = plan.blocks, plan.cont, plan.exits, plan.thread_ops
-    defined_in, needed, body_blocks = plan.defined_in, plan.needed, plan.body_blocks
+    prefix, cont, exits = plan.blocks, plan.cont, plan.exits
+    needed, body_blocks = plan.needed, plan.body_blocks
 
     # the grid's new entry: recomputed values and slot loads, then a jump to `cont`
     new_entry = Block()
@@ -226,33 +227,8 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         new_entry.append(load)
         return load.results[0]
 
-    def in_grid(v: Value, depth: int = 0) -> Value | None:
-        """The grid's copy of prefix value v (recomputed, or loaded from its slot)."""
-        got = replacement.get(v)
-        if got is not None:
-            return got
-        new: Value | None = None
-        if isinstance(v, OpResult) and v.op.parent is entry and (
-                v.op in thread_ops or _cheap(v.op, inv)) and depth <= _REMAT_DEPTH:
-            operands = []
-            for o in v.op.operands:
-                x = in_grid(o, depth + 1) if o in defined_in else o
-                if x is None:
-                    break
-                operands.append(x)
-            else:
-                clone = Operation(v.op.name, operands, [r.type for r in v.op.results],
-                                  dict(v.op.attributes))
-                new_entry.append(clone)
-                new = clone.results[v.index]
-        if new is None and v in inv:
-            new = slot_of(v)
-        if new is not None:
-            replacement[v] = new
-        return new
-
     for v in needed:
-        if in_grid(v) is None:
+        if _copy_of(v, plan, inv, new_entry, slot_of, replacement) is None:
             return 0                    # (the ops appended to new_entry are discarded)
     # values entering `cont` from the prefix: one slot per argument of the merge block
     merge = Block([a.type for a in cont.args])
@@ -267,17 +243,7 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         cont_args.append(load.results[0])
 
     # --- rewrite: nothing above changed the IR ---
-    for b in body_blocks:
-        for op in b.ops:
-            for i, o in enumerate(op.operands):
-                if o in replacement:
-                    op.set_operand(i, replacement[o])
-            for args in op.successor_args:
-                for i, o in enumerate(args):
-                    if o in replacement:
-                        o.uses.remove(op)
-                        args[i] = replacement[o]
-                        replacement[o].uses.append(op)
+    _replace_uses(body_blocks, replacement)
     new_entry.append(Operation("cf.br", [], [], {}, successors=[cont], successor_args=[cont_args]))
     for b, k in exits:
         b.terminator.successors[k] = merge  # type: ignore[union-attr]
@@ -322,7 +288,6 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
     plan = _invariant_prefix(region, inv, block_level=True)
     if plan is None:
         return 0
-    thread_ops, defined_in = plan.thread_ops, plan.defined_in
     symbol = f"__cpuify_hoisted_{kernel.attributes.get('sym_name', 'k')}"
     join = Block()
     slots: dict[Value, int] = {}
@@ -341,32 +306,8 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
         join.append(load)
         return load.results[0]
 
-    def in_body(v: Value, depth: int = 0) -> Value | None:
-        got = replacement.get(v)
-        if got is not None:
-            return got
-        new: Value | None = None
-        if isinstance(v, OpResult) and v.op.parent is entry and (
-                v.op in thread_ops or _cheap(v.op, inv)) and depth <= _REMAT_DEPTH:
-            operands = []
-            for o in v.op.operands:
-                x = in_body(o, depth + 1) if o in defined_in else o
-                if x is None:
-                    break
-                operands.append(x)
-            else:
-                clone = Operation(v.op.name, operands, [r.type for r in v.op.results],
-                                  dict(v.op.attributes))
-                join.append(clone)
-                new = clone.results[v.index]
-        if new is None and v in inv:
-            new = from_shared(v)
-        if new is not None:
-            replacement[v] = new
-        return new
-
     for v in plan.needed:
-        if in_body(v) is None:
+        if _copy_of(v, plan, inv, join, from_shared, replacement) is None:
             return 0
     merge = Block([a.type for a in plan.cont.args])
     cont_args: list[Value] = []
@@ -376,17 +317,7 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
             return 0
         cont_args.append(got)
     # --- rewrite: nothing above changed the IR ---
-    for b in plan.body_blocks:
-        for op in b.ops:
-            for i, o in enumerate(op.operands):
-                if o in replacement:
-                    op.set_operand(i, replacement[o])
-            for args in op.successor_args:
-                for i, o in enumerate(args):
-                    if o in replacement:
-                        o.uses.remove(op)
-                        args[i] = replacement[o]
-                        replacement[o].uses.append(op)
+    _replace_uses(plan.body_blocks, replacement)
     join.append(Operation("cf.br", [], [], {}, successors=[plan.cont], successor_args=[cont_args]))
     for b, k in plan.exits:
         b.terminator.successors[k] = merge  # type: ignore[union-attr]
@@ -422,6 +353,54 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
     decl.parent = top
     top.ops.insert(0, decl)
     return len(plan.blocks)
+
+
+def _copy_of(v: Value, plan: _Prefix, inv: set[Value], into: Block,
+             handed_over: "Callable[[Value], Value | None]", replacement: dict[Value, Value],
+             depth: int = 0) -> Value | None:
+    """The copy of prefix value v where the rest of the kernel runs: recomputed in `into`
+    (thread-dependent arithmetic of the prefix's first block, cheap invariant arithmetic),
+    else as `handed_over` gets it (a slot of the parameter buffer, a shared variable).
+    None when neither can."""
+    got = replacement.get(v)
+    if got is not None:
+        return got
+    entry = plan.blocks[0]
+    new: Value | None = None
+    if isinstance(v, OpResult) and v.op.parent is entry and (
+            v.op in plan.thread_ops or _cheap(v.op, inv)) and depth <= _REMAT_DEPTH:
+        operands = []
+        for o in v.op.operands:
+            x = _copy_of(o, plan, inv, into, handed_over, replacement, depth + 1) \
+                if o in plan.defined_in else o
+            if x is None:
+                break
+            operands.append(x)
+        else:
+            clone = Operation(v.op.name, operands, [r.type for r in v.op.results],
+                              dict(v.op.attributes))
+            into.append(clone)
+            new = clone.results[v.index]
+    if new is None and v in inv:
+        new = handed_over(v)
+    if new is not None:
+        replacement[v] = new
+    return new
+
+
+def _replace_uses(blocks: list[Block], replacement: dict[Value, Value]) -> None:
+    """Uses of the replaced values in `blocks`, operands and successor arguments alike."""
+    for b in blocks:
+        for op in b.ops:
+            for i, o in enumerate(op.operands):
+                if o in replacement:
+                    op.set_operand(i, replacement[o])
+            for args in op.successor_args:
+                for i, o in enumerate(args):
+                    if o in replacement:
+                        o.uses.remove(op)
+                        args[i] = replacement[o]
+                        replacement[o].uses.append(op)
 
 
 def _data_dependent(v: Value, depth: int = 0) -> bool:
