@@ -78,16 +78,23 @@ def lift_and_optimize(module, entry, pipeline: PipelineOptions,  # type: ignore[
     """One kernel of a parsed PTX module, lifted, verified and run through the pipeline.
     `block_dims`: the block shape the code is for (the kernel's `.reqntid` when it has
     one), recorded on the kernel op for the passes that depend on it."""
-    lifted = lift_kernel(module, entry)
-    verify(lifted.op)
-    req = lifted.directives.get("reqntid")
+    return optimize_kernel(lift_kernel(module, entry).op, pipeline, block_dims)
+
+
+def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]
+                    block_dims: tuple[int, int, int] | None = None
+                    ) -> tuple[LiftedKernel, PipelineResult]:
+    """A `upir.kernel` op (lifted, or read from an MLIR file) verified and run through the
+    pipeline, for `block_dims` (default: the kernel's `.reqntid`)."""
+    verify(kernel_op)
+    req = KernelView.from_op(kernel_op).directives.get("reqntid")
     if block_dims is None and req:
         block_dims = (tuple(req) + (1, 1, 1))[:3]  # type: ignore[assignment]
     if block_dims is not None:
-        lifted.op.attributes["block_dims"] = list(block_dims)
-    result = run_pipeline(lifted.op, pipeline)
+        kernel_op.attributes["block_dims"] = list(block_dims)
+    result = run_pipeline(kernel_op, pipeline)
     # (passes may declare variables of their own: the kernel as its op now reads)
-    return KernelView.from_op(lifted.op), result
+    return KernelView.from_op(kernel_op), result
 
 
 def cache_dir() -> Path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cpuify.ir.core import Block, BlockArgument, Region, Value, predecessors
+from cpuify.ir.core import Block, BlockArgument, Region, Value, postorder, predecessors
 
 
 def incoming_values(region: Region) -> dict[BlockArgument, list[Value]]:
@@ -29,26 +29,8 @@ def immediate_post_dominators(region: Region) -> dict[Block, Block]:
     blocks = region.blocks
     preds = predecessors(region)
     exits = [b for b in blocks if not b.successors]
-    # post-order of the reversed CFG from the virtual exit (iterative DFS)
-    order: list[Block] = []
-    seen: set[Block] = set()
-    for root in exits:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack: list[tuple[Block, int]] = [(root, 0)]
-        while stack:
-            b, i = stack[-1]
-            ps = preds.get(b, ())
-            if i < len(ps):
-                stack[-1] = (b, i + 1)
-                p = ps[i]
-                if p not in seen:
-                    seen.add(p)
-                    stack.append((p, 0))
-            else:
-                stack.pop()
-                order.append(b)
+    # post-order of the reversed CFG from the virtual exit
+    order = postorder(exits, lambda b: preds.get(b, ()))
     # numbers: the virtual exit is the highest (it comes last in post-order)
     number = {b: i for i, b in enumerate(order)}
     top = len(order)

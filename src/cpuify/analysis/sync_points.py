@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value, predecessors
 from cpuify.ir.dialects import info, is_sync
 from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.uniformity import uniform_values
@@ -32,6 +32,8 @@ class SyncPoint:
     # constant): counter -> s.  With k + n*s for k, the values above are those n
     # iterations later (SegmentEmitter.restore, prefetch_ahead).
     steps: dict[Value, int] = field(default_factory=dict)
+    # what `live` was before the min-cut replaced it by a cheaper set (None: not replaced)
+    live_before_cut: list[Value] | None = None
 
 
 def find_sync_points(region: Region) -> list[SyncPoint]:
@@ -136,9 +138,11 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset(),  # type
         return points
     live_in = block_liveness(region)
     counters: dict[Value, int] = {}
-    inductions = induction_variables(region, uniform_values(region) | set(lockstep), counters)
+    uniform = uniform_values(region) | set(lockstep)
+    inductions = induction_variables(region, uniform, counters)
     order = _value_order(region)
     memo: dict = {}
+    preds: dict[Block, list[Block]] | None = None     # (for the min-cut, made once)
     for sp in points:
         live = sorted(live_after(sp, live_in, region), key=order)
         for v in live:
@@ -154,7 +158,9 @@ def plan_sync_points(region: Region, lockstep: set[Value] = frozenset(),  # type
             if counter not in sp.live and not rematerializable(counter, 0, memo):
                 sp.live.append(counter)
         if min_cut and len(sp.live) > 1:
-            _min_cut(sp, region, uniform_values(region) | set(lockstep), memo, order)
+            if preds is None:
+                preds = predecessors(region)
+            _min_cut(sp, preds, uniform, memo, order)
         sp.steps = {v: counters[v] for v in sp.live if v in counters}
     return points
 
@@ -169,22 +175,19 @@ _CUT_DEPTH = 6
 _CUT_NODES = 200
 
 
-def kept_bytes(points: list[SyncPoint], uniform: set[Value]) -> int:
+def kept_bytes(points: list[SyncPoint], uniform: set[Value], before_cut: bool = False) -> int:
     """Bytes per thread of the values kept per thread across the sync points (each sync
-    point's values; uniform values are kept once per block)."""
-    return sum(_SIZES.get(v.type, 8) for sp in points for v in sp.live if v not in uniform)
+    point's values; uniform values are kept once per block); `before_cut`: as they were
+    before the min-cut chose cheaper ones."""
+    def kept(sp: SyncPoint) -> list[Value]:
+        return sp.live_before_cut if before_cut and sp.live_before_cut is not None else sp.live
+    return sum(_SIZES.get(v.type, 8) for sp in points for v in kept(sp) if v not in uniform)
 
 
-def _available_before(sp: SyncPoint) -> set[Value]:
+def _available_before(sp: SyncPoint, preds: dict[Block, list[Block]]) -> set[Value]:
     """Values the thread computed since the previous sync point on the way to `sp` (their
     defining op reaches sp without crossing a sync point): they can be kept at sp."""
     out: set[Value] = set()
-    preds: dict[Block, list[Block]] = {}
-    region = sp.block.parent
-    assert region is not None
-    for b in region.blocks:
-        for s in b.successors:
-            preds.setdefault(s, []).append(b)
 
     def scan(ops: list[Operation]) -> bool:
         for op in reversed(ops):
@@ -206,14 +209,14 @@ def _available_before(sp: SyncPoint) -> set[Value]:
     return out
 
 
-def _min_cut(sp: SyncPoint, region: Region, uniform: set[Value], memo: dict,  # type: ignore[type-arg]
-             order) -> None:  # type: ignore[no-untyped-def]
+def _min_cut(sp: SyncPoint, preds: dict[Block, list[Block]], uniform: set[Value],
+             memo: dict, order) -> None:  # type: ignore[no-untyped-def,type-arg]
     """Keep fewer bytes across `sp`: a value computed by pure arithmetic from values
     available before the barrier may be recomputed after it from those (the Polygeist
     paper's min-cut, III-B1): of all sets of values from which everything used after the
     barrier can be recomputed, keep one of least size per thread (minimum vertex cut
     between the values that cannot be recomputed and the values used)."""
-    available = _available_before(sp)
+    available = _available_before(sp, preds)
     sinks = list(sp.live)
     nodes: dict[Value, bool] = {}        # value -> can be recomputed from its operands
     work = [(v, 0) for v in sinks]
@@ -288,6 +291,7 @@ def _min_cut(sp: SyncPoint, region: Region, uniform: set[Value], memo: dict,  # 
     if flow >= before or any(cost(v) is None for v in kept):
         return
     recomputed = [v for v in sinks if v not in kept]
+    sp.live_before_cut = sp.live
     sp.live = sorted(kept, key=order)
     sp.remat.extend(sorted(recomputed, key=order))
 

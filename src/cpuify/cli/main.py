@@ -30,22 +30,19 @@ def _ptx_of(path: str, options: list[str]) -> str:
 def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: ignore[no-untyped-def]
     """(module, lifted kernel, what each pass changed) for each kernel, after the pass
     pipeline (none when `pipeline` is None)."""
-    from cpuify.compiler import lift_and_optimize
+    from cpuify.compiler import lift_and_optimize, optimize_kernel
     from cpuify.frontend.ptx_parser import parse_ptx
-    from cpuify.transforms.pass_manager import PipelineOptions, run_pipeline
+    from cpuify.transforms.pass_manager import PipelineOptions
     if ptx.lstrip().startswith('"'):
         # an MLIR file (cpuify ir --mlir): the IR itself, its module-scope variables with it
         from cpuify.ir.parser import parse_module
-        from cpuify.ir.structure import KernelView, ModuleView
-        from cpuify.ir.verifier import verify
+        from cpuify.ir.structure import ModuleView
         view = ModuleView.from_ops(parse_module(ptx))
         for kernel in view.kernels:
             if only is None or kernel.name == only:
-                verify(kernel.op)
-                if block is not None:
-                    kernel.op.attributes["block_dims"] = list(block)
-                counts = run_pipeline(kernel.op, pipeline or PipelineOptions(passes=())).counts
-                yield view, KernelView.from_op(kernel.op), counts
+                optimized, result = optimize_kernel(
+                    kernel.op, pipeline or PipelineOptions(passes=()), block)
+                yield view, optimized, result.counts
         return
     module = parse_ptx(ptx)
     for entry in module.entries:

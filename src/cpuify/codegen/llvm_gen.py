@@ -325,6 +325,8 @@ class KernelCodegen:
         self.region = block_body(kernel.op) if body is None else body
         # iteration counters of interchanged loops: the same in all threads that run together
         self.lockstep = lockstep_counters(self.region)
+        # resume point -> ops its segment runs, counted up to MAX_VECTORIZED_OPS + 1
+        self.segment_sizes: dict[int, int] = {}
         self.syncs: list[SyncPoint] = plan_sync_points(
             self.region, self.lockstep,
             min_cut=kernel.op.attributes.get("fission") == "min-cut" and body is None)
@@ -714,7 +716,7 @@ class KernelCodegen:
     MAX_VECTORIZED_OPS = 10000
 
     def too_large_to_vectorize(self, resume: int) -> bool:
-        sizes = self.__dict__.setdefault("_segment_sizes", {})
+        sizes = self.segment_sizes
         if resume not in sizes:
             n = 0
             for _ in self.segment_ops(resume):

@@ -54,7 +54,7 @@ from cpuify.interp.values import (
 from cpuify.ir.core import Operation, Region, Value
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.modifiers import type_size
-from cpuify.ir.structure import KernelView
+from cpuify.ir.structure import KernelView, block_body, launch_prologue
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 
@@ -81,23 +81,6 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
 
 
 # --- one kernel, prepared ------------------------------------------------------------------------
-
-def _block_body(kernel_op: Operation) -> Region:
-    """The `upir.block_parallel` region."""
-    grid = next(op for op in kernel_op.regions[0].entry.ops if op.name == "upir.grid_parallel")
-    block = grid.regions[0].entry.ops[0]
-    assert block.name == "upir.block_parallel"
-    return block.regions[0]
-
-
-def _launch_prologue(kernel_op: Operation) -> Region | None:
-    """The region of `upir.launch_prologue` (code run once per launch, by one thread, before
-    the grid; it writes values into the launch's parameter buffer), if the kernel has one."""
-    for op in kernel_op.regions[0].entry.ops:
-        if op.name == "upir.launch_prologue":
-            return op.regions[0]
-    return None
-
 
 @dataclass
 class SharedLayout:
@@ -165,7 +148,7 @@ class _Kernel:
 
 
 def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None) -> _Kernel:
-    region = _block_body(lifted.op) if body is None else body
+    region = block_body(lifted.op) if body is None else body
     shared = shared_layout(module, lifted)
     local_offsets: dict[str, int] = {}
     off = 0
@@ -177,9 +160,11 @@ def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None
                 align_up(off, 16), sync_points(region))
     attrs = lifted.op.attributes
     k.buffer_size = max(lifted.param_size, 1)
-    prologue = _launch_prologue(lifted.op) if body is None else None
+    # code run once per launch, by one thread, before the grid (it writes values into the
+    # launch's parameter buffer)
+    prologue = launch_prologue(lifted.op) if body is None else None
     if prologue is not None:
-        k.prologue = _prepare(module, lifted, prologue)
+        k.prologue = _prepare(module, lifted, prologue.regions[0])
         k.buffer_size = int(attrs["launch_offset"]) + int(attrs["launch_bytes"])
     return k
 

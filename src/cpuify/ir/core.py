@@ -10,7 +10,9 @@ Types are interned strings: `i1 i8 i16 i32 i64 f16 f32 f64`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
+
+N = TypeVar("N", bound=Hashable)
 
 TYPES = ("i1", "i8", "i16", "i32", "i64", "f16", "f32", "f64")
 INT_TYPES = frozenset(("i1", "i8", "i16", "i32", "i64"))
@@ -197,24 +199,34 @@ def remove_block_arg(block: Block, arg: BlockArgument, new: Value,
         a.index = i
 
 
+def postorder(roots: Iterable[N], successors: Callable[[N], Sequence[N]]) -> list[N]:
+    """The nodes reachable from `roots` in depth-first post-order (each after the nodes it
+    reaches first), by an iterative walk: no recursion however long the graph."""
+    seen: set[N] = set()
+    order: list[N] = []
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack: list[tuple[N, int]] = [(root, 0)]
+        while stack:
+            node, i = stack[-1]
+            succs = successors(node)
+            if i < len(succs):
+                stack[-1] = (node, i + 1)
+                s = succs[i]
+                if s not in seen:
+                    seen.add(s)
+                    stack.append((s, 0))
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
 def reverse_postorder(region: Region) -> list[Block]:
-    """Blocks reachable from the entry, in reverse post-order (iterative DFS)."""
-    seen: set[Block] = set()
-    order: list[Block] = []
-    stack: list[tuple[Block, int]] = [(region.entry, 0)]
-    seen.add(region.entry)
-    while stack:
-        block, i = stack[-1]
-        succs = block.successors
-        if i < len(succs):
-            stack[-1] = (block, i + 1)
-            s = succs[i]
-            if s not in seen:
-                seen.add(s)
-                stack.append((s, 0))
-        else:
-            stack.pop()
-            order.append(block)
+    """Blocks reachable from the entry, in reverse post-order."""
+    order = postorder([region.entry], lambda b: b.successors)
     order.reverse()
     return order
 

@@ -20,7 +20,7 @@ from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import (
     Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, Vec, type_size,
 )
-from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, remove_block_arg
+from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, postorder, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
 from cpuify.lifting.inline import InlinedKernel, inline_calls
 from cpuify.lifting.semantics import SPECIAL_REGS, check_instruction, operand_type
@@ -369,20 +369,7 @@ def _append_phi_operand(pred: _PBlock, block: _PBlock, arg: BlockArgument, v: Va
 
 
 def _rpo(blocks: list[_PBlock]) -> list[_PBlock]:
-    seen = {blocks[0]}
-    order: list[_PBlock] = []
-    stack = [(blocks[0], 0)]
-    while stack:
-        b, i = stack[-1]
-        if i < len(b.succ):
-            stack[-1] = (b, i + 1)
-            s = b.succ[i]
-            if s not in seen:
-                seen.add(s)
-                stack.append((s, 0))
-        else:
-            stack.pop()
-            order.append(b)
+    order = postorder([blocks[0]], lambda b: b.succ)
     order.reverse()
     return order
 

@@ -35,7 +35,7 @@ from cpuify.analysis.access import Access, Symbols, accesses, may_conflict
 from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.pointers import shared_variables
 from cpuify.analysis.uniformity import uniform_values
-from cpuify.ir.core import Block, Operation, Region
+from cpuify.ir.core import Block, Operation, Region, predecessors
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.structure import block_body
 from cpuify.analysis.manager import AnalysisManager, cached
@@ -63,11 +63,6 @@ class BarrierElimination:
 
 def _is_block_barrier(op: Operation) -> bool:
     return op.name == "upir.barrier" and not op.attributes.get("soft") and not op.results
-
-
-def loop_blocks(region: Region) -> set[Block]:
-    """Blocks on some cycle of the region's CFG."""
-    return cyclic_blocks(region)
 
 
 def _walk(region: Region, barrier: Operation, forward: bool, stop_at_barriers: bool,
@@ -99,16 +94,12 @@ def _walk(region: Region, barrier: Operation, forward: bool, stop_at_barriers: b
         if b in visited:
             continue
         visited.add(b)
-        ops = b.ops if forward else list(reversed(b.ops))
         if b is blk:
-            # the barrier's own block, reached around a loop: up to (or back from) the barrier
-            ops = blk.ops[:pos] if forward else list(reversed(blk.ops[pos + 1:]))
-            if forward:
-                scan(ops)
-                continue
-            scan(ops)
+            # the barrier's own block, reached around a loop: up to (or back from) the
+            # barrier, where the walk ends
+            scan(blk.ops[:pos] if forward else list(reversed(blk.ops[pos + 1:])))
             continue
-        if scan(ops):
+        if scan(b.ops if forward else list(reversed(b.ops))):
             work.extend(b.successors if forward else preds.get(b, []))
         if len(out) > 20 * MAX_ACCESSES:
             return None
@@ -184,10 +175,7 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
     changed = True
     while changed:
         changed = False
-        preds: dict[Block, list[Block]] = {b: [] for b in region.blocks}
-        for b in region.blocks:
-            for s in b.successors:
-                preds[s].append(b)
+        preds = predecessors(region)
         for b in region.blocks:
             for op in list(b.ops):
                 if not _is_block_barrier(op):
@@ -232,6 +220,5 @@ class MinCutFission:
         kernel.attributes["fission"] = "min-cut"
         lockstep = lockstep_counters(region)
         uniform = cached(analyses, uniform_values, region) | lockstep
-        before = kept_bytes(plan_sync_points(region, lockstep), uniform)
-        after = kept_bytes(plan_sync_points(region, lockstep, min_cut=True), uniform)
-        return max(before - after, 0)
+        points = plan_sync_points(region, lockstep, min_cut=True)
+        return max(kept_bytes(points, uniform, before_cut=True) - kept_bytes(points, uniform), 0)

@@ -21,13 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpuify.analysis.access import Affine, Symbols, affine_form, same_thread_only
+from cpuify.analysis.cfg import cyclic_blocks
 from cpuify.analysis.pointers import memory_space, shared_variables
 from cpuify.analysis.uniformity import uniform_values
-from cpuify.ir.core import Block, Operation, Region, dominates, dominators
+from cpuify.ir.core import Block, Operation, Region, dominates, dominators, predecessors
 from cpuify.ir.dialects import memory_effects
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
-from cpuify.transforms.barriers import _walk, loop_blocks
+from cpuify.transforms.barriers import _walk
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 
@@ -53,7 +54,7 @@ def _shared_access(op: Operation) -> bool:
 
 
 def forward_stores(region: Region, block_dims: tuple[int, int, int]) -> int:
-    symbols = Symbols(uniform_values(region), loop_blocks(region))
+    symbols = Symbols(uniform_values(region), cyclic_blocks(region))
     var_of = shared_variables(region)
     memo: dict = {}  # type: ignore[type-arg]
     by_var: dict[str, list[Operation]] = {}
@@ -77,6 +78,7 @@ def forward_stores(region: Region, block_dims: tuple[int, int, int]) -> int:
 
     changed = 0
     idom = dominators(region)
+    preds = predecessors(region)
     for var, ops in by_var.items():
         stores = [op for op in ops if op.name == "ptx.st"]
         if not stores or any(set(mods(op)) & _PLAIN for op in ops):
@@ -93,7 +95,7 @@ def forward_stores(region: Region, block_dims: tuple[int, int, int]) -> int:
         # every store of the variable writes the storing thread's own element: a load at
         # that element reads the thread's last store there
         for load in [op for op in ops if op.name == "ptx.ld" and form(op) == f]:
-            store = _reaching_store(load, stores, idom)
+            store = _reaching_store(load, stores, idom, preds, symbols.loop_blocks)
             if store is None or store.operands[1].type != load.results[0].type or \
                     type_size(ty(load)) != size:
                 continue
@@ -112,11 +114,12 @@ def forward_stores(region: Region, block_dims: tuple[int, int, int]) -> int:
             load.parent.ops.remove(load)  # type: ignore[union-attr]
             ops.remove(load)
             changed += 1
-        changed += _remove_dead_stores(region, var, ops, f)
+        changed += _remove_dead_stores(region, ops, preds)
     return changed
 
 
-def _reaching_store(load: Operation, stores: list[Operation], idom) -> Operation | None:  # type: ignore[no-untyped-def]
+def _reaching_store(load: Operation, stores: list[Operation], idom,  # type: ignore[no-untyped-def]
+                    preds: dict[Block, list[Block]], in_loops: set[Block]) -> Operation | None:
     """The store every path to `load` passes last (among `stores`), if there is one."""
     blk = load.parent
     assert blk is not None
@@ -140,17 +143,11 @@ def _reaching_store(load: Operation, stores: list[Operation], idom) -> Operation
     assert cblk is not None
     # blocks on a path from the candidate to the load (excluding the two ends' far sides)
     forward = _reach(cblk, lambda b: b.successors, stop=blk)
-    preds: dict[Block, list[Block]] = {}
-    region = blk.parent
-    assert region is not None
-    for b in region.blocks:
-        for s in b.successors:
-            preds.setdefault(s, []).append(b)
     backward = _reach(blk, lambda b: preds.get(b, []), stop=cblk)
     between = (forward & backward) - {cblk, blk}
     if any(op in stores for b in between for op in b.ops):
         return None
-    if blk in _reach(blk, lambda b: b.successors, stop=None):  # type: ignore[arg-type]
+    if blk in in_loops:
         return None                     # the load is in a loop: another iteration's store
     if not dominates(idom, cblk, blk):
         return None
@@ -170,14 +167,11 @@ def _reach(start: Block, next_of, stop: Block) -> set[Block]:  # type: ignore[no
     return seen
 
 
-def _remove_dead_stores(region: Region, var: str, ops: list[Operation], f: Affine) -> int:
+def _remove_dead_stores(region: Region, ops: list[Operation],
+                        preds: dict[Block, list[Block]]) -> int:
     """Stores of `var` followed, on every path, by another store of the same thread's
     element with no load of `var` (any thread's) in the barrier intervals in between."""
     removed = 0
-    preds: dict[Block, list[Block]] = {b: [] for b in region.blocks}
-    for b in region.blocks:
-        for s in b.successors:
-            preds[s].append(b)
     loads = {op for op in ops if op.name == "ptx.ld"}
     stores = [op for op in ops if op.name == "ptx.st"]
     for store in list(stores):

@@ -16,7 +16,6 @@ built by `cpuify nvcc`, from the environment (`CPUIFY_PASSES`, `CPUIFY_DISABLE_P
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, TextIO
@@ -128,16 +127,6 @@ class PipelineOptions:
                                frozenset(print_after), verify_each)
         opts.pipeline()     # unknown names are an error now, not at the first kernel
         return opts, rest
-
-    @staticmethod
-    def from_environment() -> "PipelineOptions":
-        """`CPUIFY_PASSES=a,b` (the pipeline) and `CPUIFY_DISABLE_PASSES=a,b`."""
-        opts: list[str] = []
-        if "CPUIFY_PASSES" in os.environ:
-            opts.append("--passes=" + os.environ["CPUIFY_PASSES"])
-        if os.environ.get("CPUIFY_DISABLE_PASSES"):
-            opts.append("--disable-pass=" + os.environ["CPUIFY_DISABLE_PASSES"])
-        return PipelineOptions.parse(opts)[0]
 
 
 def split_pipeline(text: str) -> list[str]:
