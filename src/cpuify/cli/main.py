@@ -3,11 +3,14 @@
     cpuify nvcc  [nvcc options] files a drop-in for nvcc (make NVCC="cpuify nvcc")
     cpuify run   app.cu [nvcc options] [-- args]   build (cached) and run a program
     cpuify ptx   kernel.cu            PTX from NVRTC
-    cpuify ir    kernel.cu|.ptx       the parallel IR (MLIR generic syntax) of each kernel
-                                      (--mlir: all kernels in one builtin.module)
-    cpuify llvm  kernel.cu|.ptx       optimized LLVM IR (--raw: before optimization)
-    cpuify explain kernel.cu|.ptx     sync points, values kept per thread / recomputed
+    cpuify ir    kernel.cu|.ptx|.mlir the parallel IR (MLIR generic syntax) of each kernel
+                                      after the passes (--mlir: one self-contained module)
+    cpuify llvm  kernel.cu|.ptx|.mlir optimized LLVM IR (--raw: before optimization)
+    cpuify explain kernel.cu|.ptx|.mlir  what each pass changed, sync points, values kept
+                                      per thread / recomputed
                                       (--block 16,16: decisions of the specialized code)
+    ir, llvm and explain take --passes=a,b{option=value}, --disable-pass, --print-ir-after,
+    --verify-each (docs/usage.md, "Passes")
 """
 
 from __future__ import annotations
