@@ -1,6 +1,7 @@
 """LLVM target machine, optimization, object emission and in-memory loading (llvmlite.binding).
 
-Kept apart from IR construction (llvm_gen.py) as llvmlite separates `ir` from `binding`."""
+Kept apart from IR construction (llvm_gen.py and its parts) as llvmlite separates `ir` from
+`binding`."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class ScratchLayout:
 
     def scratch_bytes(self, nthreads: int) -> int:
         # each array starts 64-byte aligned; 512 bytes of guard zones around `xval` and each
-        # buffer of static shuffles (llvm_gen.XVAL_GUARD)
+        # buffer of static shuffles (kernel_abi.XVAL_GUARD)
         return self.per_thread() * nthreads + 64 * 12 + (3 * 512 if self.has_sync else 0)
 
 

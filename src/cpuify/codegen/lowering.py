@@ -1,7 +1,7 @@
 """The lowering table: LLVM types of IR types, and which function lowers each op.
 
 Each op's lowering is a function `(emitter, op) -> None` registered with `@handles(name)`:
-`upir.*`/`cf.*` ops in llvm_gen.py, the PTX instructions in ptx_ops.py.  The table sits
+`upir.*`/`cf.*` ops in upir_ops.py, the PTX instructions in ptx_ops.py.  The table sits
 below both, so that neither imports the other to fill it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import type_size
 
 if TYPE_CHECKING:
-    from cpuify.codegen.llvm_gen import SegmentEmitter
+    from cpuify.codegen.segment_emitter import SegmentEmitter
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()

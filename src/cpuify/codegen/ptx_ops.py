@@ -21,7 +21,7 @@ from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
 
 if TYPE_CHECKING:
-    from cpuify.codegen.llvm_gen import SegmentEmitter
+    from cpuify.codegen.segment_emitter import SegmentEmitter
 from cpuify.ir.modifiers import has, mods, rounding, ty, types
 
 

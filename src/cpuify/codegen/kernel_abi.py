@@ -1,0 +1,67 @@
+"""The interface of generated code with the runtime and the Python API: the LLVM types of
+the block context (runtime/cpuify_rt.h's cpuify_block_ctx) and of the launch dimensions,
+the memory areas a segment function takes, the guard zones of the exchange buffer, the
+block function's symbol, and what a launch needs to know of a compiled kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from cpuify.codegen.layout import CTX_FIELDS, CTX_U32_FIELDS, ScratchLayout, align_up
+from cpuify.codegen.lowering import I32, PTR
+
+
+CTX_TYPE = ir.LiteralStructType([PTR] * len(CTX_FIELDS) + [I32] * len(CTX_U32_FIELDS))
+DIMS_TYPE = ir.LiteralStructType([ir.ArrayType(I32, 3), ir.ArrayType(I32, 3)])
+
+
+SEGMENT_AREAS = ("params", "shared", "state", "slots", "local", "xval", "xout")
+
+
+#: Bytes kept free before and after the `xval` array (32 lanes of 8 bytes): a static
+#: shuffle up or down reads the value `t -+ k` (k < 32) of every thread unconditionally
+#: (SegmentEmitter.read_static_shuffle), and selects its own where that is no lane of its warp.
+XVAL_GUARD = 256
+
+
+def dynamic_smem_offset(param_size: int) -> int:
+    """Where the launcher puts the launch's dynamic shared memory size (a u32)."""
+    return align_up(param_size, 8)
+
+
+def ctx_index(name: str) -> int:
+    if name in CTX_FIELDS:
+        return CTX_FIELDS.index(name)
+    return len(CTX_FIELDS) + CTX_U32_FIELDS.index(name)
+
+
+@dataclass
+class KernelInfo:
+    """What the runtime and Python API need to launch a compiled kernel."""
+    name: str
+    symbol: str                     # block function symbol
+    param_size: int
+    params: list[tuple[str, str, int, int]]    # (name, ptx type, offset, size)
+    aggregate_params: list[bool]                # declared as byte arrays: structs by value
+    scratch: ScratchLayout
+    shared_static: int
+    has_sync: bool
+    num_sync: int
+    directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # the launch prologue (parallel-licm): its block function, run once per launch on one
+    # thread (grid and block of 1) with the launch's parameter buffer before the grid; it
+    # writes launch_bytes of hoisted values after the dynamic shared size word
+    prologue_symbol: str = ""
+    prologue_scratch: int = 0
+    launch_bytes: int = 0
+
+    def buffer_size(self) -> int:
+        """Bytes of a launch's parameter buffer: the parameters, the dynamic shared memory
+        size, the values the prologue hands to the grid."""
+        return dynamic_smem_offset(self.param_size) + 8 + self.launch_bytes
+
+
+def specialized_symbol(kernel: str, block_dims: tuple[int, int, int]) -> str:
+    return f"cpuify_block_{kernel}__{block_dims[0]}x{block_dims[1]}x{block_dims[2]}"

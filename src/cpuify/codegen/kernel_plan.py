@@ -1,0 +1,206 @@
+"""A kernel's code-generation plan: its sync points, the values kept across them and their
+slots, which segments are convergent, the thread-loop plans of each segment, the static
+shuffles and the alias scopes of shared variables, all computed when KernelCodegen is made."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.analysis.pointers import infer_pointers, no_signed_wrap, shared_variables
+from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
+from cpuify.analysis.uniformity import uniform_values
+from cpuify.codegen.helpers import const_int
+from cpuify.codegen.kernel_abi import XVAL_GUARD
+from cpuify.codegen.layout import align_up
+from cpuify.codegen.lowering import I64
+from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
+from cpuify.ir.core import Region, Value, predecessors
+from cpuify.ir.structure import block_body, lockstep_counters
+from cpuify.lifting.lift import LiftedKernel
+
+if TYPE_CHECKING:
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+
+
+class KernelPlan(ThreadLoopPlans):
+    """Everything code generation decides about a kernel before emitting it."""
+
+    def __init__(self, mod: ModuleCodegen, kernel: LiftedKernel,
+                 block_dims: tuple[int, int, int] | None = None, *,
+                 body: Region | None = None) -> None:
+        """`block_dims`: compile for this block shape only (launch-config specialization:
+        constant thread-loop bounds let LLVM drop remainder loops and runtime checks).
+        `kernel.op` is the kernel's IR after the pass pipeline (cpuify.transforms);
+        `body`: the region to emit instead of the kernel's block body (its launch prologue)."""
+        self.mod = mod
+        self.kernel = kernel
+        self.name = kernel.name
+        self.block_dims = block_dims
+        self.region = block_body(kernel.op) if body is None else body
+        # iteration counters of interchanged loops: the same in all threads that run together
+        self.lockstep = lockstep_counters(self.region)
+        # resume point -> ops its segment runs, counted up to MAX_VECTORIZED_OPS + 1
+        self.segment_sizes: dict[int, int] = {}
+        self.syncs: list[SyncPoint] = plan_sync_points(
+            self.region, self.lockstep,
+            min_cut=kernel.op.attributes.get("fission") == "min-cut" and body is None)
+        self.sync_of_op = {sp.op: sp for sp in self.syncs}
+        self.pointers = infer_pointers(self.region)
+        self.nsw = no_signed_wrap(self.region)
+        for sp in self.syncs:
+            for v, expr in sp.derived.items():
+                if v in self.pointers:
+                    self.pointers.add(expr)
+        # values kept across sync points that are the same in every thread get one slot
+        self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
+        self.ipdom = immediate_post_dominators(self.region)
+        self.preds = predecessors(self.region)
+        self.convergent = self.convergent_segments()
+        self.thread_range = {r: k for r in range(len(self.syncs) + 1)
+                             if (k := self.thread_ranges(r)) is not None}
+        self.deferred = {r: d for r in range(len(self.syncs) + 1)
+                         if (d := self.deferred_regions(r))}
+        self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
+        self.range_branches = {r: k for r in range(len(self.syncs) + 1)
+                               if (k := self.range_branch(r)) is not None}
+        self.prefix_runs = self.plan_prefix_runs()
+        # lane groups whose lanes' loop is unrolled (unrolled_lanes)
+        self.unrolled_lane_groups = {r for r in self.lane_groups if self.unrolled_lanes(r)}
+        self.unsigned_indices = self.unsigned_index_segments()
+        self.static_shuffles = self.plan_static_shuffles()
+        self.prefetches = {r: ops for r in range(1, len(self.syncs) + 1)
+                           if (ops := self.iteration_prefetches(r))}
+        self.shared = mod.shared_layout(kernel)
+        self.shared_alias_tags = self.shared_variable_scopes()
+        # local memory (per thread): kernel .local depots
+        self.local_offsets: dict[str, int] = {}
+        off = 0
+        for v in kernel.local_vars:
+            off = align_up(off, max(v.alignment, 1))
+            self.local_offsets[v.name] = off
+            off += v.size
+        self.local_size = align_up(off, 16)
+        # slots for values kept per thread across sync points (sorted by size: aligned)
+        kept: dict[Value, None] = {}
+        for sp in self.syncs:
+            for v in sp.live:
+                kept[v] = None
+        sizes = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "f32": 4, "i64": 8, "f64": 8, "f16": 2}
+        leader = self.coalesce_slots(kept)
+        ordered = sorted((v for v in kept if leader[v] is v), key=lambda v: -sizes[v.type])
+        self.slot_offset: dict[Value, int] = {}
+        off = 0
+        for v in ordered:
+            self.slot_offset[v] = off
+            off += sizes[v.type]
+        for v in kept:
+            self.slot_offset[v] = self.slot_offset[leader[v]]
+        self.slot_bytes = align_up(off, 8)
+        self.value_order: dict[Value, int] = {}
+        for b in self.region.blocks:
+            for a in b.args:
+                self.value_order[a] = len(self.value_order)
+            for op in b.ops:
+                for r in op.results:
+                    self.value_order[r] = len(self.value_order)
+
+    def coalesce_slots(self, kept: dict[Value, None]) -> dict[Value, Value]:
+        """Kept value -> the value whose slot it shares.  A loop-carried value and the value
+        it takes on the back edge (a matmul's running sum: the sum entering an iteration and
+        the sum after it) share one slot when no sync point keeps both: then a segment that
+        restores one and stores the other writes back what it read, a store LLVM removes.
+        A slot holds one value at a time: a thread reads its element at the start of a
+        segment and writes it only where it stops, so values never live across the same
+        sync point can share it."""
+        leader: dict[Value, Value] = {v: v for v in kept}
+        members: dict[Value, set[Value]] = {v: {v} for v in kept}
+        lives = [set(sp.live) for sp in self.syncs]
+
+        def find(v: Value) -> Value:
+            while leader[v] is not v:
+                v = leader[v]
+            return v
+
+        for b in self.region.blocks:
+            term = b.terminator
+            if term is None:
+                continue
+            for succ, args in zip(term.successors, term.successor_args):
+                for arg, value in zip(succ.args, args):
+                    if arg not in kept or value not in kept or arg.type != value.type:
+                        continue
+                    x, y = find(arg), find(value)
+                    if x is y or any(members[x] & live and members[y] & live for live in lives):
+                        continue
+                    leader[y] = x
+                    members[x] |= members.pop(y)
+        return {v: find(v) for v in kept}
+
+    def plan_static_shuffles(self) -> dict[int, tuple[str, int, int, int]]:
+        """Sync index -> (mode, lane operand, clamp word, buffer 1 or 2) of the static
+        shuffles.  Each has a buffer of its own kind (not `xval`, which the exchange paths
+        read): the segment after one reads its buffer while its threads, one after another,
+        store the values of the next shuffles; a thread must not overwrite a value a later
+        thread still reads, so consecutive static shuffles alternate between the two, and a
+        shuffle a segment reaches with the buffer that segment reads is left to the
+        exchange."""
+        found = {sp.index: k for sp in self.syncs if (k := self.static_shuffle(sp)) is not None}
+        buffers = {idx: 1 + n % 2 for n, idx in enumerate(sorted(found))}
+        changed = True
+        while changed:
+            changed = False
+            for idx in sorted(buffers):
+                if idx not in buffers:
+                    continue
+                for op in self.ops_from(*self.resume_point(idx)):
+                    sp = self.sync_of_op.get(op)
+                    if sp is not None and sp.index in buffers and \
+                            buffers[sp.index] == buffers[idx]:
+                        del buffers[sp.index]
+                        changed = True
+        return {idx: (*found[idx], buffers[idx]) for idx in sorted(buffers)}
+
+    def static_shuffle(self, sp: SyncPoint) -> tuple[str, int, int] | None:
+        """(mode, lane operand, clamp word) of a shuffle whose lane operand, clamp and
+        member mask are constants and whose mask is the full warp
+        (`__shfl_down_sync(0xffffffff, v, 16)`).  When every thread of the block waits at
+        such a shuffle, the next segment reads the source lane's value directly
+        (SegmentEmitter.read_static_shuffle): no exchange pass."""
+        op = sp.op
+        if op.name != "upir.warp_collective" or op.attributes.get("kind") != "shfl":
+            return None
+        consts = [const_int(o) for o in op.operands[1:4]]
+        if len(consts) != 3 or any(c is None for c in consts) or \
+                consts[2] & 0xFFFFFFFF != 0xFFFFFFFF:
+            return None
+        mode = next(m for m in op.attributes.get("mods", []) if m in ("up", "down", "bfly", "idx"))
+        return mode, consts[0], consts[1]
+
+    @staticmethod
+    def static_buffer_stride(b: ir.IRBuilder, n64: ir.Value) -> ir.Value:
+        """Bytes from `xval` to the first buffer of static shuffles, and from it to the
+        second: n 8-byte values and two guard zones, 64-byte aligned."""
+        size = b.add(b.mul(n64, I64(8)), I64(2 * XVAL_GUARD))
+        return b.and_(b.add(size, I64(63)), I64(~63 & (2**64 - 1)))
+
+    def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
+        """Shared-memory address -> (alias.scope, noalias) metadata of the `__shared__`
+        variable it points into: LLVM then knows that accesses to different variables are
+        independent even where it cannot bound their indices (a clamped neighbour index),
+        which would otherwise keep it from vectorizing the thread loop."""
+        variables = shared_variables(self.region)
+        groups = sorted({self.shared.offsets[sym] for sym in variables.values()
+                         if sym in self.shared.offsets})
+        if len(groups) < 2:
+            return {}
+        m = self.mod.module
+        domain = m.add_metadata([ir.MetaDataString(m, f"cpuify.shared.{self.name}")])
+        scopes = {g: m.add_metadata([ir.MetaDataString(m, f"cpuify.shared.{self.name}.{g}"), domain])
+                  for g in groups}
+        tags = {g: (m.add_metadata([scopes[g]]), m.add_metadata([scopes[h] for h in groups if h != g]))
+                for g in groups}
+        return {v: tags[self.shared.offsets[sym]] for v, sym in variables.items()
+                if sym in self.shared.offsets}

@@ -1,0 +1,459 @@
+"""Values a segment computes for other threads than its thread loop's, or before the loop:
+what its range branch and clamped shared-memory loads need at the ends of the block or of
+an interval of threads, block-wide idle clamps, prefetches for later iterations, and the
+alignment of a row's stores (the layer of SegmentEmitter above SyncCrossing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from cpuify.analysis.pointers import memory_space
+from cpuify.analysis.uniformity import uses_special
+from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, tid_direction
+from cpuify.codegen.lowering import HANDLERS, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width
+from cpuify.codegen.sync_crossing import SyncCrossing
+from cpuify.ir.core import Operation, OpResult, Value
+
+if TYPE_CHECKING:
+    from cpuify.codegen.thread_loop_plan import RangeBranch
+
+
+class SpeculativeValues(SyncCrossing):
+    """Values computed outside the thread loop or for other threads (SegmentEmitter sets the
+    attributes below)."""
+
+    resume: int
+    dyn_shared: ir.Value
+    ntid: list[ir.Value]
+    tid: list[ir.Value]
+    lane_group: tuple[ir.Value, ir.Value] | None
+    interval_idle: dict[Operation, ir.Value]
+    idle_sides: dict[Operation, int]
+    idle_flag: ir.Value | None
+
+    @contextmanager
+    def speculation(self, b: ir.IRBuilder) -> Iterator[None]:
+        """Emits with `b` values computed for other threads than the thread loop's (at
+        fixed thread indices, see as_thread) or outside it; restores the builder, the
+        values and the thread indices afterwards."""
+        saved = (self.builder, self.vals, getattr(self, "tid", None),
+                 getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None),
+                 self.speculating)
+        self.builder = b
+        self.speculating = True
+        try:
+            yield
+        finally:
+            (self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64,
+             self.speculating) = saved
+
+    def as_thread(self, tid: list[ir.Value], linear: int | ir.Value) -> None:
+        """Within speculation(): compute values from here on as thread `tid` (x, y, z)
+        whose linear index is `linear`, from scratch."""
+        self.vals = {}
+        self.tid = tid
+        if isinstance(linear, int):
+            self.linear_tid, self.linear_tid64 = I32(linear), I64(linear)
+        else:
+            self.linear_tid, self.linear_tid64 = linear, self.b.zext(linear, I64)
+
+    def _entry_computable(self, v: Value) -> bool:
+        """Whether v is pure arithmetic on constants, parameters and block indices (the
+        same for every thread, computable before the thread loop)."""
+        return pure_over(v, set(), ENTRY_SPECIALS, 12)
+
+    def _in_entry(self, v: Value) -> ir.Value:
+        """v (entry-computable) emitted in the segment's entry block."""
+        with self.speculation(self.entry_builder):
+            self.vals = {}
+            self.rematerialize(v)
+            return self.vals[v]
+
+    def _with_substitution(self, v: Value, chain: set[Value], replaced: Value,
+                           replacement: ir.Value, *, no_wrap: bool = False,
+                           entry: bool = False) -> ir.Value:
+        """v computed again with `replaced` standing for `replacement` (the ops on `chain`
+        re-emitted; their results are not kept).  `no_wrap`: the integer arithmetic
+        re-emitted is known not to wrap (flags it nsw).  `entry`: emitted in the entry
+        block, where the other operands are computed afresh (see _entry_computable)."""
+        with self.speculation(self.b):
+            self.vals = dict(self.vals)
+
+            def emit(x: Value) -> ir.Value:
+                if x is replaced:
+                    return replacement
+                if x not in chain:
+                    return self._in_entry(x) if entry else self.get(x)
+                assert isinstance(x, OpResult)
+                for o in x.op.operands:
+                    self.vals[o] = emit(o)
+                amount = const_int(x.op.operands[1]) if x.op.name == "ptx.shl" else None
+                if no_wrap and amount is not None and 0 <= amount < _width(IR_LLVM[x.type]):
+                    # (the handler guards the shift amount with a select that hides the flag)
+                    got = self.b.shl(self.coerce_bits(self.vals[x.op.operands[0]], IR_LLVM[x.type]),
+                                     ir.Constant(IR_LLVM[x.type], amount), flags=["nsw"])
+                    self.vals[x] = got
+                    return got
+                handler = HANDLERS.get(x.op.name) or PTX_HANDLERS[x.op.name]
+                handler(self, x.op)
+                got = self.vals[x]
+                if no_wrap and isinstance(got, ir.Instruction) and \
+                        got.opname in ("add", "sub", "mul", "shl") and "nsw" not in got.flags:
+                    got.flags.append("nsw")
+                return got
+            return emit(v)
+
+    @contextmanager
+    def at_range_branch(self, b: ir.IRBuilder, rb: RangeBranch
+                        ) -> Iterator[Callable[[Value, bool], ir.Value]]:
+        """Within: values computed with `b` as thread 0 sees them at the range branch
+        (restored at the resume point, then set along the edges to it); yields
+        wide(v, unsigned), the 32-bit v there extended to 64 bits."""
+        with self.speculation(b):
+            self.as_thread([I32(0), I32(0), I32(0)], 0)
+            if self.resume:
+                self.restore(self.kc.syncs[self.resume - 1])
+
+            def value(v: Value) -> ir.Value:
+                if isinstance(v, OpResult):
+                    self.rematerialize(v)
+                return self.vals[v]
+
+            for edge in rb.edges:
+                got = [value(v) for _, v in edge]      # a parallel copy
+                for (arg, _), lv in zip(edge, got):
+                    self.vals[arg] = lv
+
+            def wide(v: Value, unsigned: bool) -> ir.Value:
+                lv = self.coerce_bits(value(v), I32)
+                return b.zext(lv, I64) if unsigned else b.sext(lv, I64)
+            yield wide
+
+    def no_wrap(self, b: ir.IRBuilder, first: ir.Value, unsigned: bool) -> ir.Value:
+        """Whether tx + u, `first` (64 bits) in thread 0, stays within 32 bits up to the
+        block's last thread."""
+        top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
+        return b.icmp_signed("<=", b.add(first, I64(self.kc.block_dims[0] - 1)), top)
+
+    def alignment_offset(self, store: Operation, tx0: int, ty: ir.Value, tz: ir.Value) -> ir.Value:
+        """How many threads before thread tx0 of this row the row's vectors should start
+        for the vectors of `store` to fall on whole 64-byte lines: its addresses for threads
+        tx0 and tx0 + 1 give the element stride and the misalignment; 0 when the stride is
+        not a power of two up to 16 bytes or the address is not a multiple of it.  Stores
+        that straddle two cache lines cost several times an aligned one, and NumPy puts
+        large arrays 16 bytes after a page start: a transpose's rows ran 3x slower."""
+        b = self.b
+        addrs = []
+        with self.speculation(b):
+            for tx in (tx0, tx0 + 1):
+                self.as_thread([I32(tx), ty, tz],
+                               b.add(b.mul(b.add(b.mul(tz, self.ntid[1]), ty), self.ntid[0]), I32(tx)))
+                if self.resume:
+                    self.restore(self.kc.syncs[self.resume - 1])
+                self.rematerialize(store.operands[0])
+                addrs.append(b.ptrtoint(self.address(store, memory_space(store)), I64))
+        stride = b.sub(addrs[1], addrs[0])
+        ok = b.and_(b.and_(b.icmp_unsigned("<=", b.sub(stride, I64(1)), I64(15)),
+                           b.icmp_unsigned("==", b.and_(stride, b.sub(stride, I64(1))), I64(0))),
+                    b.icmp_unsigned("==", b.and_(addrs[0], b.sub(stride, I64(1))), I64(0)))
+        cttz = self.mod.intrinsic("llvm.cttz.i64", I64, [I64, I1])
+        log2 = b.call(cttz, [b.select(ok, stride, I64(1)), ir.Constant(I1, 1)])
+        shift = b.lshr(b.and_(addrs[0], I64(63)), log2)
+        return b.trunc(b.select(ok, shift, I64(0)), I32)
+
+    def interval_clamps(self, b: ir.IRBuilder, rb: RangeBranch) -> dict[Operation, ir.Value]:
+        """With `b` (before a thread loop): for the shared loads through a clamped index
+        (clamped_shared_load) that only threads inside the range branch's interval run,
+        with the index's thread-dependent side tx + u, whether the clamp changes nothing
+        for any thread of the interval, computed at its ends.  Pathfinder's neighbours
+        `prev[max(tx - 1, validXmin)]` are read only by the threads computing a cell,
+        `tx > i >= 0`: in interior blocks the clamps never act for them, and the loads
+        need neither the bound's value (a load before the loop that waited for the last
+        phase's masked stores) nor a blend."""
+        kc = self.kc
+        inside = rb.branch.successors[0 if rb.inside else 1]
+        outside = rb.branch.successors[1 if rb.inside else 0]
+        only_inside = set(kc.ops_from(inside, 0)) - set(kc.ops_from(outside, 0))
+        leaves, derived = kc.uniform_at(self.resume)
+        found: list[tuple[Operation, Operation, Value, Value]] = []
+        for op in only_inside:
+            if op.name != "ptx.ld" or memory_space(op) != "shared":
+                continue
+            sides = self.clamp_sides(op)
+            if sides is None:
+                continue
+            _, clamp, x, u = sides
+            if clamp.results[0].type != "i32" or not kc._tx_affine(x, leaves, derived, 0):
+                continue
+            found.append((op, clamp, x, u))
+        if not found:
+            return {}
+        n = kc.block_dims[0]
+        out: dict[Operation, ir.Value] = {}
+        with self.at_range_branch(b, rb) as wide:
+            # the interval [lo, hi] of thread indices, in 64 bits; tx + u must not wrap
+            ok: ir.Value = ir.Constant(I1, 1)
+            lo: ir.Value = I64(0)
+            hi: ir.Value = I64(n - 1)
+            for v, c, cmp, unsigned in rb.terms:
+                v0 = wide(v, unsigned)
+                bound = b.sub(wide(c, unsigned), v0)
+                ok = b.and_(ok, self.no_wrap(b, v0, unsigned))
+                if cmp in ("gt", "ge"):
+                    t = b.add(bound, I64(1)) if cmp == "gt" else bound
+                    lo = b.select(b.icmp_signed(">", t, lo), t, lo)
+                else:
+                    t = b.sub(bound, I64(1)) if cmp == "lt" else bound
+                    hi = b.select(b.icmp_signed("<", t, hi), t, hi)
+            for op, clamp, x, u in found:
+                signed = any(m.startswith("s") for m in clamp.attributes.get("mods", []))
+                x0, bound = wide(x, not signed), wide(u, not signed)
+                flag = b.and_(ok, self.no_wrap(b, x0, not signed))
+                if clamp.name == "ptx.max":     # max(x, u) is x when x(lo) >= u
+                    flag = b.and_(flag, b.icmp_signed(">=", b.add(x0, lo), bound))
+                else:                           # min(x, u) is x when x(hi) <= u
+                    flag = b.and_(flag, b.icmp_signed("<=", b.add(x0, hi), bound))
+                out[op] = flag
+        return out
+
+    def clamped_shared_load(self, op: Operation, lt: ir.Type, size: int) -> ir.Value | None:
+        """A shared-memory load through an index clamped to a bound computed from block
+        indices and parameters only (`s[max(tx - 1, lo)]`, pathfinder's and stencils'
+        neighbours), as `tx - 1 >= lo ? s[tx - 1] : s[lo]`: the first a load only the
+        lanes that take it do (a masked contiguous vector load when the index is affine in
+        the thread index), the second one load before the thread loop, its index clamped
+        into the shared buffer (its value is used only by lanes whose index was it).  A
+        gather otherwise.  None when the address has no such min/max."""
+        if self.masked_loop or self.lane_group is not None:
+            return None
+        sides = self.clamp_sides(op)
+        if sides is None:
+            return None
+        chain, clamp, x, u = sides
+        leaves = [o for c in chain if isinstance(c, OpResult) for o in c.op.operands
+                  if o not in chain and o is not clamp.results[0]]
+        if not all(self._entry_computable(o) or o is x for o in leaves):
+            return None
+        b = self.b
+        xv = self.get(x)
+        # the index with x standing for the clamp (shared-memory offsets do not wrap: with
+        # `nsw` LLVM sees it as affine in the thread index)
+        ix = self.shared_index(b, op, self._with_substitution(
+            op.operands[0], chain, clamp.results[0], xv, no_wrap=True))
+        idle = self.interval_idle.get(op)
+        if idle is None:
+            return self._clamped_load(op, lt, size, chain, clamp, xv, u, ix, self.entry_builder)
+        # the clamp changes nothing for the threads that run this load in this block: a
+        # plain load then; else the clamped load, in a block of its own (its load of the
+        # bound's side then happens only where needed: LLVM unswitches the thread loop on
+        # `idle` and hoists it out of the other copy)
+        plain_bb = self.fn.append_basic_block("clamp.idle")
+        clamped_bb = self.fn.append_basic_block("clamp.acts")
+        join = self.fn.append_basic_block("clamp.join")
+        b.cbranch(idle, plain_bb, clamped_bb)
+        b.position_at_end(plain_bb)
+        plain = self.shared_load_at(b, op, ix, lt, size)
+        b.branch(join)
+        b.position_at_end(clamped_bb)
+        vals = dict(self.vals)
+        clamped = self._clamped_load(op, lt, size, chain, clamp, xv, u, ix, b)
+        clamped_end = b.block
+        self.vals = vals
+        b.branch(join)
+        b.position_at_end(join)
+        got = b.phi(lt)
+        got.add_incoming(plain, plain_bb)
+        got.add_incoming(clamped, clamped_end)
+        return got
+
+    def clamp_sides(self, op: Operation) -> tuple[set[Value], Operation, Value, Value] | None:
+        """For a load whose address goes through one min/max: (the values between the
+        address and the min/max, the min/max, its thread-dependent side x, its side u
+        computable before the thread loop), or None."""
+        chain, clamp = self._clamp_in_address(op.operands[0])
+        if clamp is None:
+            return None
+        x, u = clamp.operands
+        if self._entry_computable(x):
+            x, u = u, x
+        if self._entry_computable(x) or not self._entry_computable(u):
+            return None
+        return chain, clamp, x, u
+
+    def _clamp_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
+        """(the values on the way from `addr` down to a min/max, that min/max) when addr is
+        integer arithmetic (add, shift, multiply) over exactly one ptx.min/ptx.max."""
+        chain: set[Value] = set()
+        found: list[Operation] = []
+
+        def walk(v: Value, depth: int) -> bool:
+            if not isinstance(v, OpResult) or depth > 8:
+                return False
+            op = v.op
+            if op.name in ("ptx.min", "ptx.max") and len(op.operands) == 2 and \
+                    op.results[0].type in ("i32", "i64"):
+                found.append(op)
+                chain.add(v)
+                return True
+            if op.name not in ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt"):
+                return False
+            hits = [walk(o, depth + 1) for o in op.operands]
+            if any(hits):
+                chain.add(v)
+                return True
+            return False
+
+        walk(addr, 0)
+        if len(found) != 1:
+            return chain, None
+        return chain - {found[0].results[0]}, found[0]
+
+    def _clamped_load(self, op: Operation, lt: ir.Type, size: int, chain: set[Value],
+                      clamp: Operation, xv: ir.Value, u: Value, ix: ir.Value,
+                      eb: ir.IRBuilder) -> ir.Value:
+        """clamped_shared_load's select between the load at `ix` (x's side, for the lanes
+        whose index x is) and the bound's side, loaded with `eb` (the entry block, or where
+        the clamp may act)."""
+        # the bound's side, once per segment
+        saved_builder = self.builder
+        self.builder = eb
+        try:
+            u_entry = self._in_entry(u)
+            iu = self.shared_index(eb, op, self._with_substitution(
+                op.operands[0], chain, clamp.results[0], u_entry, entry=True))
+            limit = eb.sub(eb.add(I64(self.kc.shared.dynamic_offset), eb.zext(self.dyn_shared, I64)),
+                           I64(size))
+            iu = eb.select(eb.icmp_signed("<", iu, I64(0)), I64(0), iu)
+            iu = eb.select(eb.icmp_signed(">", iu, limit), limit, iu)
+            vu = eb.load(eb.bitcast(eb.gep(self.shared, [iu]), lt.as_pointer()))
+            vu.align = size
+        finally:
+            self.builder = saved_builder
+        b = self.b
+        signed = any(m.startswith("s") for m in clamp.attributes.get("mods", []))
+        cmp = b.icmp_signed if signed else b.icmp_unsigned
+        take_x = cmp(">=" if clamp.name == "ptx.max" else "<=", xv, self.coerce_bits(u_entry, xv.type))
+        read = self.fn.append_basic_block("clamp.read")
+        done = self.fn.append_basic_block("clamp.done")
+        before = b.block
+        b.cbranch(take_x, read, done)
+        b.position_at_end(read)
+        vx = self.shared_load_at(b, op, ix, lt, size)
+        b.branch(done)
+        b.position_at_end(done)
+        got = b.phi(lt)
+        got.add_incoming(vx, read)
+        got.add_incoming(ir.Constant(lt, ir.Undefined), before)
+        return b.select(take_x, got, vu)
+
+    def idle_clamp(self, op: Operation) -> tuple[int, ir.Value] | None:
+        """Block-wide idle clamps, in code specialized for a block shape: for an integer
+        `min(a, u)` / `max(a, u)` (a clamp like `min(x, nx - 1)`) where `a` is monotone in
+        the thread indices and built from the block index, and `u` is the same for the
+        whole block: (the index of `a`, an i1 computed before the thread loop that holds
+        when no clamp of the segment changes anything for any thread of the block); the
+        caller then selects `a` under the flag.  Monotone, `a` takes its extremes at the
+        block's first and last thread, so evaluating it there decides; each check also
+        requires the two values in the order the structure says (an index that wraps
+        around fails it).  One flag for the segment: LLVM unswitches the thread loop once
+        into a copy without the clamps (a stencil's interior blocks: contiguous loads
+        instead of gathers), not once per clamp.  None when `op` is no such clamp.
+
+        (Guards like `if (i < n)` were tried the same way: they cost reduction 15%, as the
+        compares at the corners let LLVM rewrite the loop's index arithmetic.)"""
+        if self.speculating:
+            return None
+        if self.idle_flag is None:
+            self.idle_flag = self._idle_clamps_flag()
+        side = self.idle_sides.get(op)
+        return None if side is None else (side, self.idle_flag)
+
+    def _idle_clamps_flag(self) -> ir.Value:
+        kc = self.kc
+        flag: ir.Value = ir.Constant(I1, 1)
+        if kc.block_dims is None:
+            return flag
+        for op in kc.ops_from(*kc.resume_point(self.resume)):
+            if op.name not in ("ptx.min", "ptx.max") or op.results[0].type not in ("i32", "i64"):
+                continue
+            for side in (0, 1):
+                a, u = op.operands[side], op.operands[1 - side]
+                direction = tid_direction(a, 12)
+                # (a clamp of the block's own thread indices alone, `max(tx - 1, 0)`, acts
+                # in every block: never idle, and one such clamp would keep the whole
+                # segment in its slow copy)
+                if direction in (1, -1) and self._entry_computable(u) and \
+                        pure_over(a, set(), self._CLAMP_SPECIALS, 12) and \
+                        uses_special(a, "%ctaid", 12):
+                    self.idle_sides[op] = side
+                    flag = self.entry_builder.and_(flag, self._idle_flag(op, side, direction))
+                    break
+        return flag
+
+    _CLAMP_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
+
+    def _idle_flag(self, op: Operation, side: int, direction: int) -> ir.Value:
+        """Whether clamp `op` changes nothing for any thread of the block (idle_clamp)."""
+        dims = self.kc.block_dims
+        assert dims is not None
+        a, u = op.operands[side], op.operands[1 - side]
+        b = self.entry_builder
+        with self.speculation(b):
+            ends = []
+            for corner in ((0, 0, 0), (dims[0] - 1, dims[1] - 1, dims[2] - 1)):
+                self.as_thread([I32(c) for c in corner],
+                               corner[0] + dims[0] * (corner[1] + dims[1] * corner[2]))
+                if isinstance(a, OpResult):
+                    self.rematerialize(a)
+                ends.append(self.get(a))
+            bound = self._in_entry(u) if isinstance(u, OpResult) else self.get(u)
+            t = next((m for m in op.attributes.get("mods", [])
+                      if m[:1] in "sub" and m[1:].isdigit()), "b32")
+            cmp = b.icmp_signed if t.startswith("s") else b.icmp_unsigned
+            lo, hi = ends if direction == 1 else ends[::-1]
+            flag = cmp("<=", lo, hi)
+            for end in (lo, hi):
+                flag = b.and_(flag, cmp("<=" if op.name == "ptx.min" else ">=", end, bound))
+            return flag
+
+    def prefetch_ahead(self, b: ir.IRBuilder) -> None:
+        """After the thread loop of an interchanged loop's iteration, or of a segment of a
+        loop with barriers (`b` there): prefetch the lines that the accesses
+        KernelCodegen.iteration_prefetches chose will touch some iterations later
+        (prefetch_advance; prefetchw for stores).  Their addresses are computed as at the
+        resume point, for the probe threads, with the loop counter advanced; past the loop's
+        end they are harmless, as a prefetch never faults.
+
+        After the loop, not before it: computed in the entry block, the same address
+        arithmetic as the thread loop's (without no-wrap flags) was merged with the loop's
+        by GVN, and the vectorizer then turned the loop's contiguous loads into gathers
+        (warp reduction 1.9 -> 2.6 ms instead of 1.65)."""
+        dims = self.kc.block_dims
+        ops = self.kc.prefetches.get(self.resume)
+        if not ops or dims is None or self.resume == 0:
+            return
+        sp = self.kc.syncs[self.resume - 1]
+        advance = self.kc.prefetch_advance(self.resume)
+        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        with self.speculation(b):
+            for op, probes, writes in ops:
+                # one address per row of probes, the row's other lines at constant offsets
+                # from it (the probes assume contiguous accesses of access_size bytes, see
+                # row_probes): computed per probe, each was an add and a sign extension of
+                # 32-bit index arithmetic LLVM could not fold into a displacement
+                rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
+                size = access_size(op)
+                for x, y, z in probes:
+                    if (y, z) not in rows:
+                        self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+                        self.restore(sp, advance=advance)
+                        if isinstance(op.operands[0], OpResult):
+                            self.rematerialize(op.operands[0])
+                        rows[(y, z)] = (x, self.address(op, "global"))
+                    x0, base = rows[(y, z)]
+                    addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
+                    b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
