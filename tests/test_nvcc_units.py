@@ -184,3 +184,62 @@ def test_scoped_call_params_get_their_own_names() -> None:
     names = [n for n, _ in params]
     assert len(set(names)) == len(names) == 5
     assert ("param0", "b32") in params and any(n.startswith("param0$") and t == "b64" for n, t in params)
+
+
+# ------------------------------------------------------------------------------------
+# block shapes of launches, read from nvcc's host translation
+
+HOST_CPP = """
+extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim = 1, size_t sharedMem = 0, CUstream_st * stream = 0);
+static void run(int t) {
+  (__cudaPushCallConfiguration(4, t)) ? (void)0 : dyn(p);
+}
+int main(int argc, char **argv) {
+  dim3 threads(16, 16); dim3 grid(4); const int bs = 8 * 32; int later = 64;
+  dim3 flat = dim3(bs / 2);
+  (__cudaPushCallConfiguration(grid, threads)) ? (void)0 : tile(d, 1024);
+  (__cudaPushCallConfiguration(4, 256u, 0, 0)) ? (void)0 : ::ns::k2<float, 4> (d, 1024);
+  (__cudaPushCallConfiguration(8, bs)) ? (void)0 : scale(d, f(1, 2));
+  (__cudaPushCallConfiguration(8, flat)) ? (void)0 : scale(d, 3);
+  (__cudaPushCallConfiguration(8, dim3(32, 4, 2))) ? (void)0 : cube(d);
+  (__cudaPushCallConfiguration(8)) ? (void)0 : one(d);
+  later = atoi(argv[1]);
+  (__cudaPushCallConfiguration(8, later)) ? (void)0 : var(d);
+  (__cudaPushCallConfiguration(8, 2048)) ? (void)0 : huge(d);
+  (__cudaPushCallConfiguration(8, threads.x * 2)) ? (void)0 : member(d);
+}
+"""
+
+
+def test_launch_shapes_from_host_translation() -> None:
+    from cpuify.nvcc.launch_shapes import launch_shapes, launch_sites
+    assert ("k2", "256u") not in launch_sites(HOST_CPP)
+    assert ("ns::k2<float, 4>", "256u") in launch_sites(HOST_CPP)
+    got = launch_shapes(HOST_CPP)
+    assert got == {
+        "tile": {(16, 16, 1)},
+        "k2": {(256, 1, 1)},
+        "scale": {(256, 1, 1), (128, 1, 1)},
+        "cube": {(32, 4, 2)},
+        "one": {(1, 1, 1)},
+        # not constants: a parameter, a variable assigned later, a member access; and a
+        # block of more than 1024 threads (the launch fails anyway)
+    }
+
+
+def test_launch_shapes_map_to_ptx_entries() -> None:
+    from cpuify.nvcc.launch_shapes import kernel_shapes
+    entries = ["_Z4tilePfi", "_ZN2ns2k2IfLi4EEEvPfi", "plain", "_Z5otherv"]
+    got = kernel_shapes({"tile": {(16, 16, 1)}, "k2": {(256, 1, 1), (64, 1, 1)},
+                         "plain": [(32, 1, 1)]}, entries)
+    assert got == {"_Z4tilePfi": [(16, 16, 1)], "_ZN2ns2k2IfLi4EEEvPfi": [(64, 1, 1), (256, 1, 1)],
+                   "plain": [(32, 1, 1)]}
+
+
+def test_rdc_record_carries_launch_shapes() -> None:
+    rec = device.rdc_record("mod1", "a.cu", ".entry k {}", {"k": [(16, 16, 1), (256, 1, 1)]})
+    old = b"CPUIFY-RDC 1\nmod0\nb.cu\n3\nabc"
+    mods = device.parse_rdc_records(b"junk" + rec + b"pad" + old)
+    assert [(m.module_id, m.source, m.ptx, m.shapes) for m in mods] == [
+        ("mod1", "a.cu", ".entry k {}", {"k": [(16, 16, 1), (256, 1, 1)]}),
+        ("mod0", "b.cu", "abc", {})]

@@ -230,7 +230,39 @@ def test_separate_steps_dlink_and_host_cpp(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = nvcc("main.o", "particles.o", "util.o", "dlink.o", "extra.o", "-o", "app", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert lines(run(tmp_path / "app"))[-2] == "steps 3 p0 1.5 3 p3 6 4 p63 66 4"
+    r = run(tmp_path / "app", env={"CPUIFY_PROFILE": "1"})
+    assert lines(r)[-2] == "steps 3 p0 1.5 3 p3 6 4 p63 66 4"
+    # main.cu launches step<<<1, n>>> with const n = 64; the kernel is in particles.cu: the
+    # shape travels in main.o's device-code record to the device link
+    assert any("step(" in line and "(3 specialized for their block shape)" in line
+               for line in r.stderr.splitlines()), r.stderr
+
+
+def test_launch_shape_specialization(build) -> None:  # type: ignore[no-untyped-def]
+    """Kernels launched with block shapes known at build time run a block function
+    compiled for the shape; a shape known only at run time runs the generic one; results
+    are the same either way."""
+    exe = build("shapes")
+    for threads in ("64", "256", "1024"):
+        r = run(exe, threads, env={"CPUIFY_PROFILE": "1"})
+        # sum of i % 7 for i < 10000: 1428 full cycles of 21, then 0..3
+        assert lines(r) == ["sums 29994 29994 expect 29994", "blur mismatches 0"]
+        stderr = r.stderr.splitlines()
+        # block_sum: 256 (a const) and 128 (literals) are specialized, argv's shape only
+        # when it equals one of them
+        want = "3" if threads == "256" else "2"
+        assert any("block_sum" in line and f"({want} specialized" in line for line in stderr), r.stderr
+        assert any("stencil::blur<float>" in line and "(1 specialized" in line for line in stderr), r.stderr
+
+
+def test_launch_shape_specialization_off(tmp_path: Path) -> None:
+    env = {**os.environ, "CPUIFY_SPECIALIZE": "0"}
+    r = subprocess.run([*CPUIFY, "nvcc", f"-I{PROGRAMS}", str(PROGRAMS / "shapes.cu"), "-o", "s"],
+                       cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    r = run(tmp_path / "s", "512", env={"CPUIFY_PROFILE": "1"})
+    assert lines(r) == ["sums 29994 29994 expect 29994", "blur mismatches 0"]
+    assert "specialized" not in r.stderr
 
 
 def test_cpuify_run_and_flags(tmp_path: Path) -> None:

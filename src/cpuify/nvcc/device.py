@@ -14,17 +14,17 @@ import os
 import re
 import struct
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpuify.codegen.llvm_gen import dynamic_smem_offset
-from cpuify.compiler import CompiledModule, compile_ptx_cached
+from cpuify.codegen.llvm_gen import dynamic_smem_offset, specialized_symbol
+from cpuify.compiler import CompiledModule, SpecializedObject, compile_ptx_cached, compile_specialized
 from cpuify.errors import CpuifyError, UnsupportedError
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler
 
 RDC_SECTION = ".cpuify_rdc"        # device code (PTX) of a -dc object
 DLINK_SECTION = ".cpuify_dlink"    # module ids an explicit -dlink object already registers
-_RDC_MAGIC = b"CPUIFY-RDC 1\n"
+_RDC_MAGIC = b"CPUIFY-RDC 2\n"
 
 
 def run_tool(cmd: list[str], what: str) -> None:
@@ -70,10 +70,15 @@ def _c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+Variants = dict[str, list[tuple[tuple[int, int, int], SpecializedObject]]]
+
+
 def registration_source(compiled: CompiledModule | None, refused: dict[str, str], *,
-                        source: str, fatbin_hash_value: int, linked_ids: list[str] = ()) -> str:
+                        source: str, fatbin_hash_value: int, linked_ids: list[str] = (),
+                        variants: Variants | None = None) -> str:
     """C source of the module descriptor and its registration (a constructor, or one
-    `__cudaRegisterLinkedBinary_<id>` function per module id for -rdc)."""
+    `__cudaRegisterLinkedBinary_<id>` function per module id for -rdc).  `variants`: per
+    kernel, the block functions specialized for one block shape."""
     out = ['#include "cpuify_cudart.h"', ""]
     kernels: list[str] = []
     printf = compiled is not None and "vprintf" in compiled.ptx
@@ -95,15 +100,27 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
         mx = list(info.directives.get("maxntid", ())) + [0, 0, 0]
         sc = info.scratch
         extra = sc.scratch_bytes(0)
+        shapes = (variants or {}).get(name, [])
+        var_list = "0"
+        for j, (block, spec) in enumerate(shapes):
+            out.append(f"extern int32_t cpuify_k{i}_s{j}(const void *, const cpuify_dims *, uint32_t, "
+                       f"uint32_t, uint32_t, void *, void *) "
+                       f"__asm__({_c_string(specialized_symbol(name, block))});")
+        if shapes:
+            rows = ", ".join(
+                f"{{{{{b[0]}, {b[1]}, {b[2]}}}, cpuify_k{i}_s{j}, {spec.scratch.per_thread()}, "
+                f"{spec.scratch.scratch_bytes(0)}}}" for j, (b, spec) in enumerate(shapes))
+            out.append(f"static const cpuify_kernel_variant cpuify_k{i}_var[] = {{{rows}}};")
+            var_list = f"cpuify_k{i}_var"
         kernels.append(
             f"{{{_c_string(name)}, cpuify_k{i}, 0, {len(info.params)}, cpuify_k{i}_off, cpuify_k{i}_size, "
             f"{info.param_size}, {dynamic_smem_offset(info.param_size)}, {info.shared_static}, "
             f"{sc.per_thread()}, {extra}, {{{req[0]}, {req[1]}, {req[2]}}}, {{{mx[0]}, {mx[1]}, {mx[2]}}}, "
             f"{sc.local_bytes}, {1 if printf else 0}, {prologue}, {info.prologue_scratch}, "
-            f"{info.launch_bytes}}}")
+            f"{info.launch_bytes}, {len(shapes)}, {var_list}}}")
     for name, why in refused.items():
         kernels.append(f"{{{_c_string(name)}, 0, {_c_string(why)}, 0, 0, 0, 0, 0, 0, 0, 0, "
-                       "{0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0}")
+                       "{0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0, 0, 0}")
     variables: list[str] = []
     if compiled is not None:
         for j, (name, g) in enumerate(compiled.globals.items()):
@@ -142,17 +159,42 @@ def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[s
     return compiled, dict(compiled.refused)
 
 
+def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, int]]],
+               warn=print) -> Variants:  # type: ignore[assignment]
+    """The kernels of `compiled` compiled for the block shapes the program launches them
+    with (launch_shapes.kernel_shapes); a shape that fails to compile keeps the generic code
+    (the generic block function is always correct).  CPUIFY_SPECIALIZE=0 turns it off."""
+    if os.environ.get("CPUIFY_SPECIALIZE", "1") == "0":
+        return {}
+    out: Variants = {}
+    for name, blocks in shapes.items():
+        if name not in compiled.kernels:
+            continue
+        for block in blocks:
+            try:
+                spec = compile_specialized(compiled.ptx, name, block, compiled.passes)
+            except Exception as e:  # noqa: BLE001 - any failure: the generic code serves
+                warn(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of {block} "
+                     f"failed ({type(e).__name__}: {e}); its launches use the generic code")
+                continue
+            out.setdefault(name, []).append((block, spec))
+    return out
+
+
 def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_hash_value: int = 0,
-                        linked_ids: list[str] = (), warn=print) -> None:  # type: ignore[assignment]
-    """PTX -> relocatable object `out` with the kernels and their registration."""
+                        linked_ids: list[str] = (), warn=print,  # type: ignore[assignment]
+                        shapes: dict[str, list[tuple[int, int, int]]] | None = None) -> None:
+    """PTX -> relocatable object `out` with the kernels and their registration; `shapes`:
+    block shapes to specialize kernels for (PTX entry name -> shapes)."""
     compiled, refused = compile_device(ptx, source)
     for name, why in refused.items():
         warn(f"cpuify nvcc: warning: {source}: kernel '{name}' cannot run on the CPU and will fail "
              f"when launched: {why.splitlines()[0]}")
+    variants = specialize(compiled, shapes, warn) if compiled is not None and shapes else {}
     reg_c = os.path.join(tmp, "cpuify_reg.c")
     Path(reg_c).write_text(registration_source(compiled, refused, source=source,
                                                fatbin_hash_value=fatbin_hash_value,
-                                               linked_ids=list(linked_ids)))
+                                               linked_ids=list(linked_ids), variants=variants))
     reg_o = reg_c[:-2] + ".o"
     run_tool([c_compiler(), "-O1", "-fPIC", "-std=c11", f"-I{RUNTIME_DIR}", "-c", reg_c, "-o", reg_o],
              "compiling the kernel registration table")
@@ -161,9 +203,15 @@ def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_has
         return
     kern_o = os.path.join(tmp, "cpuify_kernels.o")
     Path(kern_o).write_bytes(compiled.object_code)
-    proc = subprocess.run(["nm", "--defined-only", "-g", kern_o], capture_output=True, text=True)
-    local = [line.split()[-1] for line in proc.stdout.splitlines() if line.strip()]
-    run_tool(["ld", "-r", kern_o, reg_o, "-o", out], "linking the device object")
+    objects = [kern_o]
+    for shaped in variants.values():
+        for _, spec in shaped:
+            objects.append(os.path.join(tmp, f"cpuify_spec_{len(objects)}.o"))
+            Path(objects[-1]).write_bytes(spec.object_code)
+    proc = subprocess.run(["nm", "--defined-only", "-g", *objects], capture_output=True, text=True)
+    local = sorted({line.split()[-1] for line in proc.stdout.splitlines()
+                    if line.strip() and not line.endswith(":")})
+    run_tool(["ld", "-r", *objects, reg_o, "-o", out], "linking the device object")
     if local:
         lst = os.path.join(tmp, "cpuify_local.txt")
         Path(lst).write_text("\n".join(local) + "\n")
@@ -179,27 +227,58 @@ class RdcModule:
     module_id: str
     source: str
     ptx: str
+    # kernel name as launched (launch_shapes.base_name) -> constant block shapes its host
+    # code launches it with
+    shapes: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
-def rdc_record(module_id: str, source: str, ptx: str) -> bytes:
+_RDC_MAGIC_V1 = b"CPUIFY-RDC 1\n"      # records without launch shapes (older objects)
+
+
+def _shapes_line(shapes: dict[str, list[tuple[int, int, int]]]) -> str:
+    return ";".join(f"{name}=" + ",".join(f"{a}x{b}x{c}" for a, b, c in dims)
+                    for name, dims in sorted(shapes.items()))
+
+
+def _parse_shapes_line(line: str) -> dict[str, list[tuple[int, int, int]]]:
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for item in filter(None, line.split(";")):
+        name, _, dims = item.partition("=")
+        try:
+            out[name] = [tuple(int(x) for x in d.split("x")) for d in dims.split(",") if d]  # type: ignore[misc]
+        except ValueError:
+            continue
+    return out
+
+
+def rdc_record(module_id: str, source: str, ptx: str,
+               shapes: dict[str, list[tuple[int, int, int]]] | None = None) -> bytes:
     body = ptx.encode()
-    return _RDC_MAGIC + f"{module_id}\n{source}\n{len(body)}\n".encode() + body
+    return (_RDC_MAGIC + f"{module_id}\n{source}\n{_shapes_line(shapes or {})}\n{len(body)}\n".encode()
+            + body)
 
 
 def parse_rdc_records(data: bytes) -> list[RdcModule]:
     mods: list[RdcModule] = []
     pos = 0
     while True:
-        pos = data.find(_RDC_MAGIC, pos)
-        if pos < 0:
+        v2, v1 = data.find(_RDC_MAGIC, pos), data.find(_RDC_MAGIC_V1, pos)
+        if v2 < 0 and v1 < 0:
             return mods
-        pos += len(_RDC_MAGIC)
+        has_shapes = v2 >= 0 and (v1 < 0 or v2 < v1)
+        pos = (v2 + len(_RDC_MAGIC)) if has_shapes else (v1 + len(_RDC_MAGIC_V1))
         mid_end = data.index(b"\n", pos)
         src_end = data.index(b"\n", mid_end + 1)
+        shapes: dict[str, list[tuple[int, int, int]]] = {}
+        if has_shapes:
+            shp_end = data.index(b"\n", src_end + 1)
+            shapes = _parse_shapes_line(data[src_end + 1:shp_end].decode(errors="replace"))
+            src_end = shp_end
         len_end = data.index(b"\n", src_end + 1)
         n = int(data[src_end + 1:len_end])
-        mods.append(RdcModule(data[pos:mid_end].decode(), data[mid_end + 1:src_end].decode(),
-                              data[len_end + 1:len_end + 1 + n].decode()))
+        mods.append(RdcModule(data[pos:mid_end].decode(),
+                              data[mid_end + 1:(data.index(b"\n", mid_end + 1))].decode(),
+                              data[len_end + 1:len_end + 1 + n].decode(), shapes))
         pos = len_end + 1 + n
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device
+from cpuify.nvcc import device, launch_shapes
 from cpuify.nvcc.rtlib import runtime_library
 from cpuify.nvcc.toolkit import find_toolkit
 
@@ -368,7 +368,8 @@ class Driver:
                 if not module_id:
                     raise CompileFailed(f"{src}: nvcc produced no module id for -rdc")
                 blob = os.path.join(tmp, "rdc.bin")
-                Path(blob).write_bytes(device.rdc_record(module_id, src, ptx))
+                Path(blob).write_bytes(device.rdc_record(module_id, src, ptx,
+                                                         self.launch_shapes(tmp)))
                 self.run(["objcopy", f"--add-section={device.RDC_SECTION}={blob}",
                           f"--set-section-flags={device.RDC_SECTION}=noload,readonly", host_o, out],
                          "embedding device code")
@@ -379,8 +380,20 @@ class Driver:
             fb_hash = device.fatbin_hash(device.fatbin_bytes(fatbins[0].read_text()))
             dev_o = os.path.join(tmp, "device.o")
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
-                                       warn=_warn)
+                                       warn=_warn, shapes=launch_shapes.kernel_shapes(
+                                           self.launch_shapes(tmp), _entries(ptx)))
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
+
+    @staticmethod
+    def launch_shapes(tmp: str) -> dict[str, list[tuple[int, int, int]]]:
+        """Kernel name -> the constant block shapes the translation unit launches it with,
+        read from nvcc's host translation (kernels get a block function specialized for
+        each)."""
+        hosts = list(Path(tmp).glob("*.cudafe1.cpp"))
+        if not hosts:
+            return {}
+        found = launch_shapes.launch_shapes(hosts[0].read_text(errors="replace"))
+        return {name: sorted(dims) for name, dims in found.items()}
 
     def compile_host(self, src: str, out: str, lang: str) -> None:
         # nvcc hands .c/.cpp files to the host compiler with the same flags
@@ -409,8 +422,13 @@ class Driver:
         ids = [m.module_id for m in uniq]
         with tempfile.TemporaryDirectory(prefix="cpuify-dlink-") as tmp:
             dev_o = os.path.join(tmp, "dlink.o")
+            shapes: dict[str, list[tuple[int, int, int]]] = {}
+            for m in mods:           # launches may sit in any object, kernels in another
+                for name, dims in m.shapes.items():
+                    shapes.setdefault(name, []).extend(dims)
             device.build_device_object(ptx, dev_o, tmp, source=" ".join(m.source for m in uniq),
-                                       linked_ids=ids, warn=_warn)
+                                       linked_ids=ids, warn=_warn,
+                                       shapes=launch_shapes.kernel_shapes(shapes, _entries(ptx)))
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -499,6 +517,10 @@ class Driver:
                 return 0
             self.link(objects, o.output or "a.out")
         return 0
+
+
+def _entries(ptx: str) -> list[str]:
+    return re.findall(r"\.entry\s+([\w$]+)", ptx)
 
 
 class CompileFailed(CpuifyError):

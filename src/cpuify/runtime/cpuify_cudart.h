@@ -24,11 +24,21 @@ extern "C" {
 #endif
 
 /* Bumped whenever the descriptors below change. */
-#define CPUIFY_CUDART_ABI 2
+#define CPUIFY_CUDART_ABI 3
 
 enum {
     CPUIFY_KERNEL_PRINTF = 1, /* the kernel calls printf: flush stdout after a launch */
 };
+
+/* The kernel compiled for one block shape (`cpuify nvcc` finds the shapes a program
+ * launches with at build time): used instead of the generic block function when a launch's
+ * block equals `block`.  It reads the same launch prologue values. */
+typedef struct cpuify_kernel_variant {
+    uint32_t block[3];
+    cpuify_block_fn fn;
+    uint32_t scratch_per_thread;
+    uint32_t scratch_extra;
+} cpuify_kernel_variant;
 
 typedef struct cpuify_kernel_desc {
     const char *name;             /* mangled device name, as __cudaRegisterFunction gives it */
@@ -50,6 +60,8 @@ typedef struct cpuify_kernel_desc {
                                      once per launch on one thread before the grid */
     uint32_t prologue_scratch;    /* its scratch bytes */
     uint32_t launch_bytes;        /* values it writes after the dynamic shared size word */
+    uint32_t nvariants;           /* block functions specialized for one block shape */
+    const cpuify_kernel_variant *variants;
 } cpuify_kernel_desc;
 
 typedef struct cpuify_var_desc {

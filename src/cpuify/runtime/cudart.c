@@ -273,6 +273,7 @@ static const char *const k_copy_names[CP_N] = {
 
 typedef struct stat_t {
     uint64_t calls, total_ns, min_ns, max_ns, bytes;
+    uint64_t specialized;     /* kernel launches that ran a block function for their shape */
 } stat_t;
 
 static int g_profile = -1;
@@ -1615,7 +1616,17 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     uint32_t dyn = (uint32_t)smem;
     memcpy(buf + d->dyn_offset, &dyn, 4);
     cpuify_dims dims = {{g.x, g.y, g.z}, {b.x, b.y, b.z}};
-    launch_ctx ctx = {d->fn, buf};
+    cpuify_block_fn fn = d->fn;
+    uint64_t scratch = (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra;
+    for (uint32_t v = 0; v < d->nvariants; v++) {
+        const cpuify_kernel_variant *kv = &d->variants[v];
+        if (kv->block[0] == b.x && kv->block[1] == b.y && kv->block[2] == b.z) {
+            fn = kv->fn;
+            scratch = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
+            break;
+        }
+    }
+    launch_ctx ctx = {fn, buf};
     uint32_t err_block[3] = {0, 0, 0};
     pthread_once(&g_fault_once, install_fault_handler);
     const int prof = profiling();
@@ -1629,14 +1640,14 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         rc = cpuify_launch(block_trampoline, &pctx, &one, 0, d->prologue_scratch, err_block);
     }
     if (!rc)
-        rc = cpuify_launch(block_trampoline, &ctx, &dims, d->shared_static + smem,
-                           (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra,
+        rc = cpuify_launch(block_trampoline, &ctx, &dims, d->shared_static + smem, scratch,
                            err_block);
     g_current = NULL;
     if (prof) {
         uint64_t t = now_ns() - t0;
         pthread_mutex_lock(&g_prof_lock);
         stat_add(&k->stat, t, 0);
+        if (fn != d->fn) k->stat.specialized++;
         pthread_mutex_unlock(&g_prof_lock);
     }
     if (rc) {
@@ -1865,6 +1876,9 @@ __attribute__((destructor)) static void profile_report(void) {
             double secs = (double)rows[i]->total_ns / 1e9;
             snprintf(extra, sizeof extra, "  (%.1f MB, %.2f GB/s)", (double)rows[i]->bytes / 1e6,
                      secs > 0 ? (double)rows[i]->bytes / secs / 1e9 : 0.0);
+        } else if (rows[i]->specialized) {
+            snprintf(extra, sizeof extra, "  (%llu specialized for their block shape)",
+                     (unsigned long long)rows[i]->specialized);
         }
         print_row(i == 0 ? "GPU activities:" : "", total, rows[i], names[i], extra);
     }
