@@ -184,7 +184,8 @@ extern "C" __global__ void tile_forces(const float4 *pos, float4 *acc_out, int n
     }
     acc_out[i] = make_float4(ax, ay, az, 0.0f);
 }
-// the same loop only in some threads: left alone
+// the same loop only in some threads: its counter is the same in the threads that run
+// it, so it is interchanged too (the others never stop at its soft barrier)
 extern "C" __global__ void some_threads(const float *x, float *out, int m) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     float acc = 0;
@@ -204,12 +205,29 @@ def uniform_ptx():
     return compile_to_ptx(UNIFORM_SRC).ptx
 
 
-@pytest.mark.parametrize("kernel,expected", [("tile_forces", 1), ("some_threads", 0)])
+@pytest.mark.parametrize("kernel,expected", [("tile_forces", 1), ("some_threads", 1)])
 def test_which_uniform_loops_are_interchanged(uniform_ptx, kernel, expected):
     from cpuify.transforms.interchange import interchange_uniform_loops
     module = parse_ptx(uniform_ptx)
     region = _block_body(lift_kernel(module, module.functions[kernel]).op)
     assert len(interchange_uniform_loops(region)) == expected
+
+
+def test_loop_in_some_threads_matches_numpy_and_interpreter(uniform_ptx):
+    n, m = 512, 37
+    x = np.random.default_rng(3).random(m, dtype=np.float32)
+    i = np.arange(n)
+    d = x[None, :].astype(np.float64) - i[:, None]
+    terms = d * d / (1 + d * d) + np.sqrt(d * d + 1) * 0.5 - d / (2 + d * d)
+    ref = np.where((i % 128) % 3 == 0, terms.sum(1), 0.0)
+    f = cpuify.RawModule(ptx=uniform_ptx).get_function("some_threads")
+    for _ in range(3):              # generic code, then the specialized block shape
+        out = np.full(n, -1.0, np.float32)
+        f((n // 128,), (128,), (x, out, np.int32(m)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+    small = np.full(128, -1.0, np.float32)
+    interpret_kernel(uniform_ptx, "some_threads", (1,), (128,), (x, small, np.int32(m)))
+    np.testing.assert_allclose(small, ref[:128], rtol=1e-5)
 
 
 def _forces_ref(pos):

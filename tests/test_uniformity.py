@@ -231,3 +231,87 @@ def test_masked_runs_after_later_rows_exit(block, rows_live):
         out = np.zeros(nb, np.int32)
         f((nb,), block, (x, out, np.int32(rows_live)))
         np.testing.assert_array_equal(out, ref)
+
+
+GUARDED = r'''
+// a block-uniform loop inside a thread-dependent `if` (a clustering cost kernel's shape:
+// `if (i < num) for (d < dim) ...`), a barrier after it; and a loop inside an `if` whose
+// exit depends on the thread
+extern "C" __global__ void guarded(const float *x, const float *c, float *out, float *part,
+                                   int n, int dim) {
+    __shared__ float s[128];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    if (i < n) {
+        for (int d = 0; d < dim; d++) { float v = x[d * n + i] - c[d]; acc = fmaf(v, v, acc); }
+        out[i] = acc;
+    }
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int k = 0; k < (int)blockDim.x; k++) t += s[k];
+        part[blockIdx.x] = t;
+    }
+}
+extern "C" __global__ void guarded_divergent(int *out, int n) {
+    int i = threadIdx.x, k = 0;
+    if (i < n) {
+        while (k * k < i) k++;
+    }
+    out[i] = k;
+}
+'''
+
+
+def test_loop_inside_one_way_of_a_divergent_if_is_uniform():
+    ptx = compile_to_ptx(GUARDED).ptx
+    region = _region(ptx, "guarded")
+    uniform = uniform_values(region)
+    headers = _loop_headers(region)
+    assert len(headers) >= 2
+    # every loop's counter is uniform in the threads that run it (the `d` loop's, inside
+    # the `if`, too); its pointer induction variables (x + d * n + i) are not
+    assert all(any(a in uniform for a in h.args if a.type in ("i32", "i64")) for h in headers)
+    # so are the loops' exit conditions
+    exits = [b.terminator.operands[0] for h in headers for b in region.blocks
+             if b.terminator is not None and b.terminator.name == "cf.cond_br" and h in b.successors]
+    assert exits and all(c in uniform for c in exits)
+    # the accumulator merged after the `if` (acc or 0) is not
+    joins = [a for b in region.blocks for a in b.args if a.type == "f32" and b not in headers]
+    assert joins and not any(a in uniform for a in joins)
+    region = _region(ptx, "guarded_divergent")
+    uniform = uniform_values(region)
+    headers = _loop_headers(region)
+    assert headers and not any(a in uniform for h in headers for a in h.args)
+
+
+@pytest.mark.parametrize("n", [1000, 1024, 77])
+def test_guarded_loop_matches_numpy_and_interpreter(n):
+    ptx = compile_to_ptx(GUARDED).ptx
+    rng = np.random.default_rng(n)
+    dim, block = 12, 128
+    grid = (n + block - 1) // block
+    x = rng.random((dim, n), dtype=np.float32)
+    c = rng.random(dim, dtype=np.float32)
+    ref = ((x.astype(np.float64) - c[:, None]) ** 2).sum(0)
+    padded = np.zeros(grid * block)
+    padded[:n] = ref
+    f = cpuify.RawModule(ptx=ptx).get_function("guarded")
+    for _ in range(3):                       # generic code, then the specialized block shape
+        out = np.zeros(n, np.float32)
+        part = np.zeros(grid, np.float32)
+        f((grid,), (block,), (x, c, out, part, np.int32(n), np.int32(dim)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+        np.testing.assert_allclose(part, padded.reshape(grid, block).sum(1), rtol=1e-5)
+    small_n = min(n, block)
+    out = np.zeros(small_n, np.float32)
+    part = np.zeros(1, np.float32)
+    xs = np.ascontiguousarray(x[:, :small_n])
+    interpret_kernel(ptx, "guarded", (1,), (block,), (xs, c, out, part, np.int32(small_n), np.int32(dim)))
+    np.testing.assert_allclose(out, ref[:small_n] if small_n == n else
+                               ((xs.astype(np.float64) - c[:, None]) ** 2).sum(0), rtol=1e-5)
+    out = np.zeros(block, np.int32)
+    cpuify.RawModule(ptx=ptx).get_function("guarded_divergent")((1,), (block,), (out, np.int32(100)))
+    k = np.array([int(np.ceil(np.sqrt(i))) if i < 100 else 0 for i in range(block)])
+    np.testing.assert_array_equal(out, k)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cpuify.ir.core import Block, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, OpResult, Operation, Region, Value, dominates, dominators
 from cpuify.ir.dialects import info
 from cpuify.analysis.cfg import immediate_post_dominators
 
@@ -42,11 +42,13 @@ def uniform_values(region: Region) -> set[Value]:
 
     Conservative divergence analysis: an op result is uniform if the op is pure, reads no
     per-thread state and has uniform operands; a block argument is uniform if its incoming
-    values are and its block cannot be reached from a branch whose condition is not uniform
-    before that branch's immediate post-dominator, where the threads meet again (so all
-    threads merge the same way; this also rules out the temporal divergence of loops with
-    thread-dependent exits, whose headers such a branch reaches before the exit).  A branch
-    to a block that only exits (`if (i >= n) return;`) divides no live threads."""
+    values are and its block is not where the two ways of a branch whose condition is not
+    uniform meet: the branch's immediate post-dominator (where the threads meet again), a
+    block both ways reach before it, or the header of a loop around the branch (the
+    temporal divergence of loops with thread-dependent exits).  A block argument inside one
+    way only (a loop with uniform exits inside `if (i < n)`) merges alike in the threads that
+    run it.  A branch to a block that only exits (`if (i >= n) return;`) divides no live
+    threads."""
     ipdom = immediate_post_dominators(region)
     # who depends on each value: the ops using it, the block arguments it flows into
     op_users: dict[Value, list[Operation]] = {}
@@ -98,7 +100,9 @@ def uniform_values(region: Region) -> set[Value]:
                             kill(r)
 
     propagate()
+    idom = None
     tainted: set[Block] = set()
+    merging: set[Block] = set()
     while True:
         new_tainted: set[Block] = set()
         for b in region.blocks:
@@ -106,20 +110,51 @@ def uniform_values(region: Region) -> set[Value]:
             if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
                     and not any(_exits_at_once(s) for s in term.successors):
                 # threads part here and meet again at the immediate post-dominator: the
-                # blocks on the way, and the meeting block's merges, see divergence
+                # blocks on the way see divergence, and merges where the two ways meet
                 join = ipdom.get(b)
-                stack = list(term.successors)
-                while stack:
-                    x = stack.pop()
-                    if x not in new_tainted:
-                        new_tainted.add(x)
-                        if x is not join:
-                            stack.extend(x.successors)
+                arms: dict[Block, set[int]] = {}
+                for k, succ in enumerate(term.successors):
+                    stack = [succ]
+                    while stack:
+                        x = stack.pop()
+                        got = arms.setdefault(x, set())
+                        if k not in got:
+                            got.add(k)
+                            if x is not join:
+                                stack.extend(x.successors)
+                new_tainted.update(arms)
+                if idom is None:
+                    idom = dominators(region)
+                for x, ks in arms.items():
+                    # the meeting block, blocks both ways reach, and the headers of loops
+                    # the branch is in (threads leave them at different iterations); a
+                    # loop inside one way, with exits of its own, runs alike in its threads
+                    if x is join or len(ks) > 1 or _loop_around(x, b, idom):
+                        merging.add(x)
         if new_tainted <= tainted:
             return uniform
-        for x in new_tainted - tainted:
+        for x in merging:
             for a in x.args:
                 if a in uniform:
                     kill(a)
         tainted |= new_tainted
         propagate()
+
+
+def _loop_around(header: Block, b: Block, idom) -> bool:  # type: ignore[no-untyped-def]
+    """Whether `header` heads a loop that contains `b`: it dominates `b` and `b` reaches it
+    again through blocks it dominates."""
+    if header is b:
+        return True
+    if not dominates(idom, header, b):
+        return False
+    seen = {b}
+    stack = list(b.successors)
+    while stack:
+        x = stack.pop()
+        if x is header:
+            return True
+        if x not in seen and dominates(idom, header, x):
+            seen.add(x)
+            stack.extend(x.successors)
+    return False
