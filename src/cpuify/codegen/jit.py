@@ -6,6 +6,10 @@ Kept apart from IR construction (llvm_gen.py and its parts) as llvmlite separate
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 
 import llvmlite.binding as llvm
@@ -115,12 +119,45 @@ class LoadedObject:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
+        self._perf_map(obj)
 
     def add(self, obj: bytes) -> None:
         """Load another object into the same engine (it may use this one's symbols)."""
         with _lock:
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
+        self._perf_map(obj)
+
+    def _perf_map(self, obj: bytes) -> None:
+        """With CPUIFY_PERF_MAP=1, append the object's functions to /tmp/perf-<pid>.map,
+        where `perf report` finds the names of JIT code (the segment functions too)."""
+        if os.environ.get("CPUIFY_PERF_MAP", "0") in ("", "0") or not shutil.which("nm"):
+            return
+        with tempfile.NamedTemporaryFile(suffix=".o") as f:
+            f.write(obj)
+            f.flush()
+            out = subprocess.run(["nm", "-S", "--defined-only", f.name], capture_output=True,
+                                 text=True).stdout
+        syms = []
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 4 and parts[2] in "Tt":
+                syms.append((int(parts[0], 16), int(parts[1], 16), parts[2], parts[3]))
+        # the text section is loaded in one piece: locals sit at the same distance from a
+        # global function as in the object
+        base = None
+        for off, _, kind, name in syms:
+            if kind == "T":
+                try:
+                    base = self.function_address(name) - off
+                    break
+                except KeyError:
+                    continue
+        if base is None:
+            return
+        with open(f"/tmp/perf-{os.getpid()}.map", "a") as m:
+            for off, size, _, name in syms:
+                m.write(f"{base + off:x} {size:x} {name}\n")
 
     def function_address(self, name: str) -> int:
         addr = self.engine.get_function_address(name)

@@ -25,6 +25,11 @@ SEGMENT_AREAS = ("params", "shared", "state", "slots", "local", "xval", "xout")
 #: (SegmentEmitter.read_static_shuffle), and selects its own where that is no lane of its warp.
 XVAL_GUARD = 256
 
+#: Readable bytes before and after the shared-memory (and scratch) buffer of a block
+#: (runtime/cpuify_rt.c CPUIFY_BUFFER_GUARD): a shared load `c ? s[i + a] : s[i + b]` loads
+#: both sides when they are at most this far apart (one of them is in the buffer).
+BUFFER_GUARD = 256
+
 
 def dynamic_smem_offset(param_size: int) -> int:
     """Where the launcher puts the launch's dynamic shared memory size (a u32)."""

@@ -73,3 +73,10 @@ def handles(*names: str) -> Callable[[Handler], Handler]:
 
 def lowering_of(name: str) -> "Callable[[SegmentEmitter, Operation], None] | None":
     return HANDLERS.get(name) or PTX_HANDLERS.get(name)
+
+
+def freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """LLVM's `freeze` (llvmlite's builder has none)."""
+    ins = ir.instructions.Instruction(b.block, v.type, "freeze", [v])
+    b._insert(ins)
+    return ins

@@ -1092,6 +1092,8 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
     space = memory_space(op)
     if space == "shared" and len(op.results) == 1 and not (set(mods(op)) & set(_ORDERED_LOADS)):
         split = e.clamped_shared_load(op, ptx_llvm_type(t), type_size(t))
+        if split is None:
+            split = e.selected_shared_load(op, ptx_llvm_type(t), type_size(t))
         if split is not None:
             e.result(op, split, t)
             return

@@ -14,7 +14,8 @@ from llvmlite import ir
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.uniformity import uses_special
 from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, tid_direction
-from cpuify.codegen.lowering import HANDLERS, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width
+from cpuify.codegen.kernel_abi import BUFFER_GUARD
+from cpuify.codegen.lowering import HANDLERS, freeze, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width
 from cpuify.codegen.sync_crossing import SyncCrossing
 from cpuify.ir.core import Operation, OpResult, Value
 
@@ -269,6 +270,148 @@ class SpeculativeValues(SyncCrossing):
         got.add_incoming(plain, plain_bb)
         got.add_incoming(clamped, clamped_end)
         return got
+
+    def selected_shared_load(self, op: Operation, lt: ir.Type, size: int) -> ir.Value | None:
+        """A shared-memory load whose address goes through one `selp` (a neighbour chosen
+        per thread: `s[ty][gx > 0 ? tx - 1 : tx]`, or nvcc's `base + (selp(-1, 0, p) << 2)`)
+        as `p ? s[..a..] : s[..b..]`: each side a load only the lanes that take it do, a
+        masked contiguous vector load when its index is affine in the thread index (a
+        gather otherwise, as the load through the select would be).  None when the address
+        has no such select."""
+        if self.masked_loop or self.lane_group is not None:
+            return None
+        chain, sel = self._select_in_address(op.operands[0])
+        if sel is None:
+            return None
+        on_true, on_false, cond = sel.operands
+        if cond in self.kc.uniform or self._entry_computable(cond):
+            return None         # all threads take one side (ping-pong buffers): no gather
+        b = self.b
+        take = self.operand(cond, "pred")
+        it = IR_LLVM[sel.results[0].type]
+        delta = self._select_distance(op.operands[0], chain, sel)
+        if delta is not None and abs(delta) <= BUFFER_GUARD - size:
+            # both sides close together: one of them is in the buffer, the other within its
+            # guard zone; plain loads (contiguous vector loads) and a select
+            got = []
+            for value in (on_true, on_false):
+                side = self.coerce_bits(self.get(value), it)
+                ix = self.shared_index(b, op, self._with_substitution(
+                    op.operands[0], chain, sel.results[0], side, no_wrap=True))
+                got.append(self.shared_load_at(b, op, ix, lt, size))
+            return b.select(take, got[0], got[1])
+        sides = [self.fn.append_basic_block("select.true"), self.fn.append_basic_block("select.false")]
+        done = self.fn.append_basic_block("select.done")
+        b.cbranch(take, sides[0], sides[1])
+        got = []
+        for bb, value in zip(sides, (on_true, on_false)):
+            b.position_at_end(bb)
+            vals = dict(self.vals)
+            side = self.coerce_bits(self.get(value), it)
+            ix = self.shared_index(b, op, self._with_substitution(
+                op.operands[0], chain, sel.results[0], side, no_wrap=True))
+            load: ir.Value = self.shared_load_at(b, op, ix, lt, size)
+            if bb is sides[1]:
+                # (a freeze, free in machine code, keeps LLVM from merging the two loads
+                # into one load of a selected address: a gather)
+                load = freeze(b, load)
+            got.append((load, b.block))
+            self.vals = vals
+            b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(lt)
+        for v, bb in got:
+            phi.add_incoming(v, bb)
+        return phi
+
+    @staticmethod
+    def _select_distance(addr: Value, chain: set[Value], sel: Operation) -> int | None:
+        """The byte distance between the addresses `addr` takes with the select's two
+        sides, when both are constants and the way from the select to addr is linear
+        (adds of other values, subtractions, shifts and products by constants, widening
+        conversions); else None.  The sides count as signed unless a widening on the way
+        zero-extends them (`mul.wide.u16`, `cvt.u64.u32`)."""
+        sides = [const_int(v) for v in sel.operands[:2]]
+        if sides[0] is None or sides[1] is None:
+            return None
+        unsigned = []
+
+        def type_mod(op: Operation) -> str:
+            return next((m for m in op.attributes.get("mods", [])
+                         if m[:1] in "sub" and m[1:].isdigit()), "")
+
+        def slope(v: Value, depth: int) -> int | None:
+            if v is sel.results[0]:
+                return 1
+            if v not in chain or not isinstance(v, OpResult) or depth > 8:
+                return 0
+            op = v.op
+            ins = [o for o in op.operands if o is sel.results[0] or o in chain]
+            if len(ins) != 1:
+                return None
+            inner = slope(ins[0], depth + 1)
+            if inner is None:
+                return None
+            k = op.operands.index(ins[0])
+            mods = op.attributes.get("mods", [])
+            if op.name == "ptx.cvt":
+                types = [m for m in mods if m[:1] in "subf" and m[1:].isdigit()]
+                if len(types) != 2 or types[0][0] == "f" or types[1][0] == "f":
+                    return None
+                if types[1][0] == "u" and int(types[0][1:]) > int(types[1][1:]):
+                    unsigned.append(op)
+                return inner
+            if op.name in ("ptx.mul", "ptx.mad") and "wide" in mods and type_mod(op).startswith("u"):
+                unsigned.append(op)
+            if op.name in ("ptx.mov", "ptx.add"):
+                return inner
+            if op.name == "ptx.sub":
+                return inner if k == 0 else -inner
+            if op.name == "ptx.shl" and k == 0:
+                amount = const_int(op.operands[1])
+                return inner << amount if amount is not None and 0 <= amount < 32 else None
+            if op.name in ("ptx.mul", "ptx.mad") and k < 2:
+                factor = const_int(op.operands[1 - k])
+                return inner * factor if factor is not None else None
+            if op.name == "ptx.mad" and k == 2:
+                return inner
+            return None
+
+        s = slope(addr, 0)
+        if s is None:
+            return None
+        bits = {"i16": 16, "i32": 32, "i64": 64}[sel.results[0].type]
+        if not unsigned:        # (-1 selected, then added: the address moves back)
+            sides = [x - (1 << bits) if x >= 1 << (bits - 1) else x for x in sides]
+        return s * (sides[0] - sides[1])
+
+    def _select_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
+        """(the values on the way from `addr` down to a `selp` of integers, that selp)
+        when addr is integer arithmetic over exactly one such selp."""
+        chain: set[Value] = set()
+        found: list[Operation] = []
+
+        def walk(v: Value, depth: int) -> bool:
+            if not isinstance(v, OpResult) or depth > 8:
+                return False
+            op = v.op
+            if op.name == "ptx.selp" and len(op.operands) == 3 and \
+                    op.results[0].type in ("i16", "i32", "i64"):
+                found.append(op)
+                chain.add(v)
+                return True
+            if op.name not in ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt"):
+                return False
+            hits = [walk(o, depth + 1) for o in op.operands]
+            if any(hits):
+                chain.add(v)
+                return True
+            return False
+
+        walk(addr, 0)
+        if len(found) != 1:
+            return chain, None
+        return chain - {found[0].results[0]}, found[0]
 
     def clamp_sides(self, op: Operation) -> tuple[set[Value], Operation, Value, Value] | None:
         """For a load whose address goes through one min/max: (the values between the

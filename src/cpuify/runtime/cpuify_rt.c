@@ -55,6 +55,8 @@
 
 #define CPUIFY_MAX_WORKERS 4096
 #define CPUIFY_ALIGN 64
+/* readable bytes around shared and scratch buffers (codegen/kernel_abi.py BUFFER_GUARD) */
+#define CPUIFY_BUFFER_GUARD 256
 #define CPUIFY_STACK_SIZE ((size_t)8 << 20)
 #define CPUIFY_MIN_SPIN_NS 20000u     /* idle spin before sleeping: the adaptive range */
 #define CPUIFY_MAX_SPIN_NS 2000000u
@@ -117,16 +119,26 @@ static uint32_t spin_while_equal(_Atomic uint32_t *addr, uint32_t val, uint64_t 
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-/* Grows *buf (64-byte aligned) to hold at least need bytes.  Returns 0 or -1. */
+static void free_buffer(void *buf) {
+    if (buf) free((char *)buf - CPUIFY_BUFFER_GUARD);
+}
+
+/* Grows *buf (64-byte aligned) to hold at least need bytes, with CPUIFY_BUFFER_GUARD
+ * readable bytes before and after it: generated code may load a neighbour of a shared-
+ * memory element that a thread then does not use (`c ? s[i - 1] : s[i]` as two plain
+ * vector loads and a select), and such a load must not fault at the buffer's ends.
+ * Returns 0 or -1.  Release with free_buffer. */
 static int ensure_buffer(void **buf, uint64_t *cap, uint64_t need) {
     if (need < CPUIFY_ALIGN) need = CPUIFY_ALIGN;
     if (*buf && *cap >= need) return 0;
-    if (need > (uint64_t)SIZE_MAX - 4096) return -1;
+    if (need > (uint64_t)SIZE_MAX - 4096 - 2 * CPUIFY_BUFFER_GUARD) return -1;
     uint64_t size = round_up(need, CPUIFY_ALIGN);
-    void *p = aligned_alloc(CPUIFY_ALIGN, (size_t)size);
+    char *p = aligned_alloc(CPUIFY_ALIGN, (size_t)(size + 2 * CPUIFY_BUFFER_GUARD));
     if (!p) return -1;
-    free(*buf);
-    *buf = p;
+    memset(p, 0, CPUIFY_BUFFER_GUARD);
+    memset(p + CPUIFY_BUFFER_GUARD + size, 0, CPUIFY_BUFFER_GUARD);
+    free_buffer(*buf);
+    *buf = p + CPUIFY_BUFFER_GUARD;
     *cap = size;
     return 0;
 }
@@ -488,8 +500,8 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
         } else {
             rc = run_serial(fn, params, dims, sh, sc, err_block);
         }
-        free(sh);
-        free(sc);
+        free_buffer(sh);
+        free_buffer(sc);
         return rc;
     }
 

@@ -53,7 +53,9 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
-    from cpuify.transforms import barriers, forwarding, ifconvert, interchange, licm  # noqa: F401
+    from cpuify.transforms import (  # noqa: F401
+        barriers, canonicalize, forwarding, ifconvert, interchange, licm,
+    )
 
 
 def default_pipeline() -> list[str]:
@@ -61,14 +63,15 @@ def default_pipeline() -> list[str]:
     return list(DEFAULT_ORDER)
 
 
-#: the default pipeline, in order: if-conversions first (they make values recomputable and
-#: loops branch-free), then hoisting out of the grid (before barrier elimination, which
+#: the default pipeline, in order: canonical forms (selects that are min/max) and
+#: if-conversions first (they make values recomputable and loops branch-free), then
+#: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
 #: launch prologue both share must not), barrier elimination, then the interchanges that
 #: insert soft barriers (they must see the final loops and barriers)
-DEFAULT_ORDER = ("if-convert-swaps", "select-if-phis", "parallel-licm", "barrier-elimination",
-                 "interchange-thread-strided-loops", "interchange-uniform-loops",
-                 "min-cut-fission")
+DEFAULT_ORDER = ("selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
+                 "barrier-elimination", "interchange-thread-strided-loops",
+                 "interchange-uniform-loops", "min-cut-fission")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
 #: per-thread slot kept across it, no cheaper (Fig. 9: 0.141 -> 0.157 ms); it pays once
