@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,9 @@ def test_cli_ptx_ir_llvm_explain(cu, capsys):
     out = capsys.readouterr().out
     assert "runs only the threads with x in range(0, 64)" in out
     assert "every thread exits (no states stored); runs only the threads with x in range(0, 1)" in out
+    # the loop vectorizer's remarks: the tree steps' thread loops are vector loops
+    m = re.search(r"LLVM: (\d+) loop\(s\) vectorized \((\d+) lanes", out)
+    assert m and int(m.group(1)) >= 1
     assert main(["llvm", str(cu), "--raw", "--block", "128"]) == 0
     assert "cpuify_block_tile_sum__128x1x1" in capsys.readouterr().out
     with pytest.raises(SystemExit):

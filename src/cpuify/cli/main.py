@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -230,6 +231,37 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
             if notes:
                 start = "the kernel's start" if r == 0 else f"sync {r}"
                 print(f"  segment from {start}: " + "; ".join(notes))
+        print("  " + _vectorization_text(ptx, lifted.name, block, pipeline))
+
+
+def _vectorization_text(ptx: str, kernel: str, block, pipeline) -> str:  # type: ignore[no-untyped-def]
+    """The loop vectorizer's remarks on the kernel's code, summed up in a line."""
+    from collections import Counter
+    from cpuify.codegen import jit
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    gen = None
+    for module, lifted, _ in _lift_all(ptx, kernel, pipeline, block):
+        gen = gen or ModuleCodegen(module, *jit.triple_and_layout())
+        gen.add_kernel(lifted, block)
+    if gen is None:
+        return "LLVM: no code"
+    remarks = jit.vectorizer_remarks(gen.llvm_text())
+    done: Counter[str] = Counter()
+    missed: Counter[str] = Counter()
+    for r in remarks:
+        m = re.match(r"vectorized loop \(vectorization width: (\d+), interleaved count: (\d+)\)", r)
+        if m:
+            lanes, ic = m.groups()
+            done[f"{lanes} lanes" + (f" x{ic} interleaved" if ic != "1" else "")] += 1
+        elif r.startswith("loop not vectorized:"):
+            missed[r[len("loop not vectorized:"):].strip()] += 1
+    text = f"LLVM: {sum(done.values())} loop(s) vectorized"
+    if done:
+        text += " (" + ", ".join(f"{k}: {n}" for k, n in sorted(done.items())) + ")"
+    if missed:
+        text += f"; {sum(missed.values())} not: " + "; ".join(
+            f"{why} ({n})" for why, n in missed.most_common())
+    return text
 
 
 def _ranges_text(ranges, dims) -> str:  # type: ignore[no-untyped-def]

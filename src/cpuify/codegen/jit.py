@@ -9,6 +9,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -97,6 +98,29 @@ def optimize(module_text: str) -> llvm.ModuleRef:
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
     return mod
+
+
+def vectorizer_remarks(module_text: str) -> list[str]:
+    """What LLVM's loop vectorizer said while optimizing `module_text` (`vectorized loop
+    (vectorization width: 16, interleaved count: 4)`, `loop not vectorized: <why>`), for
+    `cpuify explain`: LLVM prints its remarks to the process's stderr, read back here."""
+    _init()
+    with _lock, tempfile.TemporaryFile() as f:
+        for kind in ("", "-missed", "-analysis"):
+            llvm.set_option("cpuify", f"-pass-remarks{kind}=loop-vectorize")
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            optimize(module_text)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            for kind in ("", "-missed", "-analysis"):
+                llvm.set_option("cpuify", f"-pass-remarks{kind}=^$")   # (no pass is named so)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    return [line.split(": ", 2)[-1].strip() for line in text.splitlines() if line.startswith("remark:")]
 
 
 def emit_object(mod: llvm.ModuleRef) -> bytes:
