@@ -31,9 +31,10 @@ what PTX ISA 9.x documents for the instruction:
   while k < 2^23), sin and cos of r by odd/even polynomials of degree 7/8 fitted on
   |r| <= 0.8 (relative error 2^-27.8 / 2^-32.7), picked and negated by k mod 4; sin takes
   the sign of x (so sin(-0) = -0).  Absolute error below 2^-23.5 for |x| < 2^17, where
-  results are also within 1 ulp of the correctly rounded ones except a few next to zeros
-  of the function; above that the reduction degrades (|x| is clamped to 2^30 and r to
-  [-0.8, 0.8]: results stay in [-1, 1]).  +-inf and NaN -> NaN.
+  results above 2^-10 are also within 2 ulp of the correctly rounded ones (1 ulp but for
+  about one input in 3 million: r itself is rounded); above that the reduction degrades
+  (|x| is clamped to 2^30 and r to [-0.8, 0.8]: results stay in [-1, 1]).  +-inf and
+  NaN -> NaN.
 """
 
 from __future__ import annotations
