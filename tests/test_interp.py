@@ -2,9 +2,11 @@
 the compiled path (differential tests: the same PTX, the same inputs, both executors).
 
 Comparisons are bitwise (NaN == NaN) unless a test says otherwise.  The only tolerances are for
-PTX's approximate transcendentals (sin/cos/ex2/lg2/tanh.approx): the compiled code calls libm
-(sinf, exp2f, ...), the interpreter rounds the double-precision NumPy function to f32; both are
-faithful, so they may differ by 1 ulp; and for rsqrt.approx.f32, which compiled code on an
+PTX's approximate transcendentals (sin/cos/ex2/lg2/tanh.approx): the compiled code evaluates
+inline polynomials for the f32 sin/cos/ex2/lg2.approx (cpuify.codegen.approx_math, within 1 ulp
+of the correctly rounded result; see tests/test_approx_math.py) and calls libm for tanh, the
+interpreter rounds the double-precision NumPy function to f32, so they may differ by 1 ulp; and
+for rsqrt.approx.f32, which compiled code on an
 AVX-512 CPU computes from the CPU's estimate (within 2 ulp, CUDA's bound; see
 tests/test_math_approx.py), the interpreter as the exact quotient.
 
@@ -531,14 +533,24 @@ def test_float_ops_interp_matches_numpy():
 
 
 def test_float_approx_within_one_ulp():
-    """sin/cos/ex2/lg2.approx and tanh: libm in compiled code, rounded f64 in the interpreter."""
+    """sin/cos/ex2/lg2.approx and tanh: inline polynomials (libm for tanh) in compiled code,
+    rounded f64 in the interpreter.  sinf(x) + cosf(x) under --use_fast_math is the sum of
+    sin.approx and cos.approx, which cancels near x = 3pi/4 + k pi: there the two 1-ulp errors
+    of the terms are held to an absolute bound instead (PTX documents an absolute error)."""
     X = np.concatenate([np.linspace(-20, 20, 56), [0.0, -0.0, 1e-3, 100.0, np.inf, np.nan, 1e-40, 88.0]])
     X = X.astype(np.float32)
     n = len(X)
     for options in ((), ("--use_fast_math",)):
         c, i = run_both(ptx_of(FLOAT_SRC, options), "fapprox", (2,), (32,),
                         (X, np.zeros(n * 8, np.float32), np.int32(n)))
-        assert ulps(c[1], i[1]).max() <= 1, options
+        c, i = c[1].reshape(n, 8), i[1].reshape(n, 8)
+        assert ulps(c[:, :7], i[:, :7]).max() <= 1, options
+        if options:
+            d = np.abs(c[:, 7].astype(np.float64) - i[:, 7])
+            assert np.isnan(c[:, 7]).tolist() == np.isnan(i[:, 7]).tolist()
+            assert np.nanmax(d) <= 2.0 ** -22, options
+        else:
+            assert ulps(c[:, 7], i[:, 7]).max() <= 1
 
 
 def test_interp_cvt_directed_from_64bit_ints():

@@ -23,6 +23,7 @@ compiler, the API and the CLI import code generation from here.  The parts, bott
 
     kernel_abi        what generated code shares with the runtime and the API (KernelInfo)
     helpers           facts about IR values the planning and the emission share
+    approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by ptx_ops)
     upir_ops, ptx_ops the lowerings of the ops, registered in lowering's table
     segment_paths, thread_loop_plan, kernel_plan
                       a kernel's plan (KernelPlan): sync points, slots, thread-loop shapes

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from cpuify.codegen import jit
+from cpuify.codegen import approx_math, jit
 from cpuify.analysis.pointers import memory_space
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type, _width,
@@ -904,6 +904,12 @@ def _math(e: SegmentEmitter, op: Operation) -> None:
         if mode in ("rz", "rm", "rp"):
             r = directed(e, r, _div_error(e, one, a, r), mode, [a],
                          exact_inf=b.fcmp_ordered("==", a, ir.Constant(a.type, 0.0)))
+    elif name in ("sin", "cos") and a.type == F32:
+        r = approx_math.sin_cos_f32(b, e.mod.intrinsic, a, cos=name == "cos")
+    elif name == "ex2" and a.type == F32:
+        r = approx_math.exp2_f32(b, e.mod.intrinsic, a)
+    elif name == "lg2" and a.type == F32:
+        r = approx_math.log2_f32(b, e.mod.intrinsic, a, subnormals=not has(op, "ftz"))
     elif name == "sin":
         r = call(e, f"llvm.sin.{sfx}", a.type, [a])
     elif name == "cos":
