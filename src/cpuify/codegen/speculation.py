@@ -388,30 +388,8 @@ class SpeculativeValues(SyncCrossing):
     def _select_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
         """(the values on the way from `addr` down to a `selp` of integers, that selp)
         when addr is integer arithmetic over exactly one such selp."""
-        chain: set[Value] = set()
-        found: list[Operation] = []
-
-        def walk(v: Value, depth: int) -> bool:
-            if not isinstance(v, OpResult) or depth > 8:
-                return False
-            op = v.op
-            if op.name == "ptx.selp" and len(op.operands) == 3 and \
-                    op.results[0].type in ("i16", "i32", "i64"):
-                found.append(op)
-                chain.add(v)
-                return True
-            if op.name not in ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt"):
-                return False
-            hits = [walk(o, depth + 1) for o in op.operands]
-            if any(hits):
-                chain.add(v)
-                return True
-            return False
-
-        walk(addr, 0)
-        if len(found) != 1:
-            return chain, None
-        return chain - {found[0].results[0]}, found[0]
+        return _one_in_address(addr, lambda op: op.name == "ptx.selp" and len(op.operands) == 3
+                               and op.results[0].type in ("i16", "i32", "i64"))
 
     def clamp_sides(self, op: Operation) -> tuple[set[Value], Operation, Value, Value] | None:
         """For a load whose address goes through one min/max: (the values between the
@@ -430,30 +408,8 @@ class SpeculativeValues(SyncCrossing):
     def _clamp_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
         """(the values on the way from `addr` down to a min/max, that min/max) when addr is
         integer arithmetic (add, shift, multiply) over exactly one ptx.min/ptx.max."""
-        chain: set[Value] = set()
-        found: list[Operation] = []
-
-        def walk(v: Value, depth: int) -> bool:
-            if not isinstance(v, OpResult) or depth > 8:
-                return False
-            op = v.op
-            if op.name in ("ptx.min", "ptx.max") and len(op.operands) == 2 and \
-                    op.results[0].type in ("i32", "i64"):
-                found.append(op)
-                chain.add(v)
-                return True
-            if op.name not in ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt"):
-                return False
-            hits = [walk(o, depth + 1) for o in op.operands]
-            if any(hits):
-                chain.add(v)
-                return True
-            return False
-
-        walk(addr, 0)
-        if len(found) != 1:
-            return chain, None
-        return chain - {found[0].results[0]}, found[0]
+        return _one_in_address(addr, lambda op: op.name in ("ptx.min", "ptx.max")
+                               and len(op.operands) == 2 and op.results[0].type in ("i32", "i64"))
 
     def _clamped_load(self, op: Operation, lt: ir.Type, size: int, chain: set[Value],
                       clamp: Operation, xv: ir.Value, u: Value, ix: ir.Value,
@@ -600,3 +556,35 @@ class SpeculativeValues(SyncCrossing):
                     x0, base = rows[(y, z)]
                     addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
                     b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+
+
+_INDEX_ARITHMETIC = ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt")
+
+
+def _one_in_address(addr: Value, is_target: Callable[[Operation], bool]
+                    ) -> tuple[set[Value], Operation | None]:
+    """(the values on the way from `addr` down to an op `is_target` accepts, that op) when
+    addr is integer arithmetic over exactly one such op; else (..., None)."""
+    chain: set[Value] = set()
+    found: list[Operation] = []
+
+    def walk(v: Value, depth: int) -> bool:
+        if not isinstance(v, OpResult) or depth > 8:
+            return False
+        op = v.op
+        if is_target(op):
+            found.append(op)
+            chain.add(v)
+            return True
+        if op.name not in _INDEX_ARITHMETIC:
+            return False
+        hits = [walk(o, depth + 1) for o in op.operands]
+        if any(hits):
+            chain.add(v)
+            return True
+        return False
+
+    walk(addr, 0)
+    if len(found) != 1:
+        return chain, None
+    return chain - {found[0].results[0]}, found[0]
