@@ -18,7 +18,7 @@ from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type, _width,
 )
 from cpuify.frontend.ptx_ast import type_size
-from cpuify.ir.core import Operation
+from cpuify.ir.core import Operation, OpResult, Value
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
@@ -391,7 +391,10 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
         a, c, d = (b.bitcast(x, F16) for x in (a, c, d))
     mode = rounding(op)
     sfx = fsuffix(a.type)
-    if mode in ("rz", "rm", "rp"):
+    quantized = _quantized_fma(e, op, mode, t, a, c, d) if mode in ("rz", "rm", "rp") else None
+    if quantized is not None:
+        r = quantized
+    elif mode in ("rz", "rm", "rp"):
         if t != "f32":
             e.kc.error(f"fma.{mode}.{t} (directed rounding) is not supported", op)
         # exact: the f32 product is exact in f64; TwoSum with the addend gives s + t == a*c + d
@@ -414,6 +417,74 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
     if t == "f16":
         r = b.bitcast(r, I16)
     fdone(e, op, r, t)
+
+
+def _f32_range(v: Value, depth: int = 0) -> tuple[float, float] | None:
+    """Bounds of an f32 value where the IR shows them: a constant, `cvt.sat` (in [0, 1],
+    NaN -> 0), a product of bounded values."""
+    if not isinstance(v, OpResult) or depth > 4:
+        return None
+    op = v.op
+    if op.name == "upir.const" and isinstance(op.attributes.get("value"), (int, float)):
+        x = _const_f32(op)
+        return (x, x) if x is not None else None
+    if op.name == "ptx.mov" and len(op.operands) == 1:
+        return _f32_range(op.operands[0], depth + 1)
+    if op.name == "ptx.cvt" and "sat" in mods(op) and all(m == "f32" for m in types(op)):
+        return (0.0, 1.0)
+    if op.name == "ptx.mul" and ty(op) == "f32" and not rounding(op) in ("rz", "rm", "rp"):
+        ra, rb = _f32_range(op.operands[0], depth + 1), _f32_range(op.operands[1], depth + 1)
+        if ra is None or rb is None:
+            return None
+        ends = [x * y for x in ra for y in rb]
+        return (min(ends), max(ends))
+    return None
+
+
+def _const_f32(op: Operation) -> float | None:
+    """An f32 constant's value (constants of float registers are stored as their bits)."""
+    import struct
+    value = op.attributes.get("value")
+    if op.results[0].type == "f32" and isinstance(value, float):
+        return value
+    if isinstance(value, int) and 0 <= value < 2 ** 32:
+        return struct.unpack("<f", struct.pack("<I", value))[0]
+    return None
+
+
+def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Value,
+                   c: ir.Value, d: ir.Value) -> ir.Value | None:
+    """fma.{rm,rp,rz}.f32 whose exact result lies in one binade of at least 2^23, with a
+    constant addend on that binade's grid (the rounding trick of NVRTC's expf:
+    `fma.rm(sat(x * log2e / 128 + 0.5), 252, 12582913)`): every f32 there is a multiple of
+    the binade's ulp, so rounding is a floor/ceil of the product, exact in f64, plus the
+    addend.  Eight f64 operations instead of the general emulation's error-free sum and
+    fix-ups.  None when the bounds are not known from the IR."""
+    import math
+    if t != "f32":
+        return None
+    ra, rc = _f32_range(op.operands[0]), _f32_range(op.operands[1])
+    rd = _f32_range(op.operands[2])
+    if ra is None or rc is None or rd is None or rd[0] != rd[1]:
+        return None
+    addend = rd[0]
+    ends = [x * y for x in ra for y in rc]
+    lo, hi = addend + min(ends), addend + max(ends)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+        return None
+    exp = math.floor(math.log2(lo))
+    if exp < 23 or hi >= 2.0 ** (exp + 1) or exp > 126:
+        return None
+    ulp = 2.0 ** (exp - 23)
+    if addend % ulp:
+        return None
+    b = e.b
+    p = b.fmul(b.fpext(a, F64), b.fpext(c, F64))                   # exact
+    q = b.fmul(p, ir.Constant(F64, 1.0 / ulp))                      # exact (a power of two)
+    # all values are positive: rz is rm
+    k = call(e, "llvm.ceil.f64" if mode == "rp" else "llvm.floor.f64", F64, [q])
+    r = b.fadd(b.fmul(k, ir.Constant(F64, ulp)), b.fpext(d, F64))   # on the binade's grid
+    return b.fptrunc(r, F32)
 
 
 @handles("ptx.div")
