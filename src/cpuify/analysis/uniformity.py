@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cpuify.ir.core import Block, OpResult, Operation, Region, Value, dominates, dominators
-from cpuify.ir.dialects import info
 from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.ir.core import Block, Operation, OpResult, Region, Value, dominates, dominators
+from cpuify.ir.dialects import info
 
 _UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dynamic_smem_size",
                      "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")

@@ -160,8 +160,8 @@ class LoadedObject:
         with tempfile.NamedTemporaryFile(suffix=".o") as f:
             f.write(obj)
             f.flush()
-            out = subprocess.run(["nm", "-S", "--defined-only", f.name], capture_output=True,
-                                 text=True).stdout
+            out = subprocess.run(["nm", "-S", "--defined-only", f.name], check=False,
+                                 capture_output=True, text=True).stdout
         syms = []
         for line in out.splitlines():
             parts = line.split()

@@ -15,7 +15,7 @@ from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.uniformity import uses_special
 from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, tid_direction
 from cpuify.codegen.kernel_abi import BUFFER_GUARD
-from cpuify.codegen.lowering import HANDLERS, freeze, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width
+from cpuify.codegen.lowering import HANDLERS, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width, freeze
 from cpuify.codegen.sync_crossing import SyncCrossing
 from cpuify.ir.core import Operation, OpResult, Value
 

@@ -51,9 +51,7 @@ def launch_sites(host_cpp: str) -> list[tuple[str, str]]:
         m = re.match(r"\s*\)\s*\?\s*\(void\)\s*0\s*:\s*([\w:\s<>,*&]+?)\s*\(", tail)
         if not m:
             continue
-        name = m.group(1).strip()
-        if name.startswith("::"):
-            name = name[2:]
+        name = m.group(1).strip().removeprefix("::")
         block = args[1] if len(args) > 1 else "1"
         sites.append((name, block.strip()))
 
@@ -95,7 +93,7 @@ class _Evaluator:
         expr = expr.strip()
         if depth > _MAX_DEPTH or not expr:
             return None
-        m = re.fullmatch(r"(?:::)?dim3\s*[({](.*)[)}]", expr, re.S)
+        m = re.fullmatch(r"(?:::)?dim3\s*[({](.*)[)}]", expr, re.DOTALL)
         if m:
             return self._dims(m.group(1), depth)
         if _IDENT.fullmatch(expr):
@@ -233,7 +231,7 @@ def entry_base_names(entries: list[str]) -> dict[str, str]:
     demangled: list[str] = []
     if tool:
         try:
-            proc = subprocess.run([tool], input="\n".join(mangled), capture_output=True,
+            proc = subprocess.run([tool], check=False, input="\n".join(mangled), capture_output=True,
                                   text=True, timeout=60)
             demangled = proc.stdout.splitlines()
         except (OSError, subprocess.SubprocessError):
