@@ -178,7 +178,10 @@ class SpeculativeValues(SyncCrossing):
         kc = self.kc
         inside = rb.branch.successors[0 if rb.inside else 1]
         outside = rb.branch.successors[1 if rb.inside else 0]
-        only_inside = set(kc.ops_from(inside, 0)) - set(kc.ops_from(outside, 0))
+        outside_ops = set(kc.ops_from(outside, 0))
+        # (in program order: the checks emitted, and so the code, must not depend on where
+        # the ops sit in memory)
+        only_inside = [op for op in dict.fromkeys(kc.ops_from(inside, 0)) if op not in outside_ops]
         leaves, derived = kc.uniform_at(self.resume)
         found: list[tuple[Operation, Operation, Value, Value]] = []
         for op in only_inside:
