@@ -1,4 +1,4 @@
-"""fma with directed rounding whose result lies on a known grid (codegen/ptx_ops.py
+"""fma with directed rounding whose result lies on a known grid (codegen/ptx_arith.py
 _quantized_fma): NVRTC's expf rounds `sat(x) * 252 + 12582913` down to an integer with
 `fma.rm.f32`; with its operands' bounds known from the IR (cvt.sat gives [0, 1], constants)
 the rounding is a floor of the product, exact in double.  The results must be those of the

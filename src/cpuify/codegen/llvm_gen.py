@@ -23,8 +23,12 @@ compiler, the API and the CLI import code generation from here.  The parts, bott
 
     kernel_abi        what generated code shares with the runtime and the API (KernelInfo)
     helpers           facts about IR values the planning and the emission share
-    approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by ptx_ops)
-    upir_ops, ptx_ops the lowerings of the ops, registered in lowering's table
+    approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by ptx_convert)
+    ptx_ops           the helpers the PTX instructions' lowerings share, and the memory ones
+    upir_ops, ptx_arith, ptx_bits, ptx_convert
+                      the lowerings of the ops (upir/cf; PTX moves and arithmetic, bitwise,
+                      comparisons and selects, math functions and conversions), registered
+                      in lowering's table
     segment_paths, thread_loop_plan, kernel_plan
                       a kernel's plan (KernelPlan): sync points, slots, thread-loop shapes
     segment_values, sync_crossing, speculation, segment_emitter
@@ -82,7 +86,7 @@ class ModuleCodegen:
         self._access_group: ir.Value | None = None
         self._loop_ids = 0
         # set by code that wants LLVM's reciprocal square root estimate unrefined (it
-        # refines it itself: ptx_ops.approx_rsqrt_f32)
+        # refines it itself: ptx_convert.approx_rsqrt_f32)
         self.rsqrt_estimates = False
         self.emit_globals()
 

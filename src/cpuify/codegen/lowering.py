@@ -1,8 +1,9 @@
 """The lowering table: LLVM types of IR types, and which function lowers each op.
 
 Each op's lowering is a function `(emitter, op) -> None` registered with `@handles(name)`:
-`upir.*`/`cf.*` ops in upir_ops.py, the PTX instructions in ptx_ops.py.  The table sits
-below both, so that neither imports the other to fill it."""
+`upir.*`/`cf.*` ops in upir_ops.py, the PTX instructions in ptx_ops.py, ptx_arith.py,
+ptx_bits.py and ptx_convert.py.  The table sits below them, so that none imports another to
+fill it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Semantics of the `ptx.*` ops for the reference interpreter: one function per opcode,
 registered in `PTX_OPS` (op name -> handler(thread, op)).
 
-Each handler mirrors the matching handler of `cpuify.codegen.ptx_ops` (same modifiers, same
+Each handler mirrors the matching handler of `cpuify.codegen.ptx_*` (same modifiers, same
 operand typing) but computes the PTX ISA result directly: integers as Python ints wrapped
 at the register width, floats with NumPy scalars in the instruction's precision, directed
 rounding from exact rationals.  Where the compiled path approximates (documented in
-ptx_ops.py) this file computes the exact PTX result; tests compare the two."""
+codegen/ptx_*.py) this file computes the exact PTX result; tests compare the two."""
 
 from __future__ import annotations
 

@@ -1,0 +1,430 @@
+"""LLVM lowering of the PTX moves and integer and float arithmetic (ptx_ops.py holds the
+shared helpers).
+
+Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on add/sub/mul/div and fma.f32 are
+computed exactly from the round-to-nearest result and the sign of its exact error
+(ptx_ops.directed); `.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1].
+Integer division by zero yields all ones instead of a CPU fault."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from cpuify.codegen.lowering import (
+    F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
+)
+from cpuify.codegen.ptx_ops import (
+    call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
+)
+from cpuify.frontend.ptx_ast import type_size
+from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.modifiers import has, mods, rounding, ty, types
+
+if TYPE_CHECKING:
+    from cpuify.codegen.segment_emitter import SegmentEmitter
+
+
+# --- moves ---------------------------------------------------------------------------------
+
+@handles("ptx.mov")
+def _mov(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    if len(op.operands) > 1:          # pack {a, b} -> wide
+        w = type_size(t) * 8
+        part = w // len(op.operands)
+        acc: ir.Value = ir.IntType(w)(0)
+        for k, v in enumerate(op.operands):
+            pv = e.int_resize(e.coerce_bits(e.get(v), ir.IntType(_width(e.llvm_type(v)))), ir.IntType(part), False)
+            acc = b.or_(acc, b.shl(b.zext(pv, ir.IntType(w)), ir.IntType(w)(part * k)))
+        e.result(op, acc, t)
+        return
+    if len(op.results) > 1:           # unpack wide -> {a, b}
+        w = type_size(t) * 8
+        part = w // len(op.results)
+        v = e.operand(op.operands[0], t)
+        v = e.coerce_bits(v, ir.IntType(w))
+        for k in range(len(op.results)):
+            piece = b.trunc(b.lshr(v, ir.IntType(w)(part * k)), ir.IntType(part))
+            e.result(op, piece, "b%d" % part, k)
+        return
+    v = e.get(op.operands[0])
+    r = op.results[0]
+    if r in e.kc.pointers or isinstance(v.type, ir.PointerType) and r.type == "i64":
+        e.define(r, v)
+        return
+    e.result(op, e.operand(op.operands[0], t), t)
+
+
+# --- integer and float arithmetic -------------------------------------------------------------
+
+@handles("ptx.add", "ptx.sub")
+def _add(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    is_add = op.name == "ptx.add"
+    if is_float(t):
+        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+        if t == "f16":
+            a, c = b.bitcast(a, F16), b.bitcast(c, F16)
+        r = b.fadd(a, c) if is_add else b.fsub(a, c)
+        mode = rounding(op)
+        if mode in ("rz", "rm", "rp"):
+            cc = c if is_add else b.fneg(c)
+            # TwoSum: exact error of a + cc
+            bb = b.fsub(r, a)
+            err = b.fadd(b.fsub(a, b.fsub(r, bb)), b.fsub(cc, bb))
+            r = directed(e, r, err, mode, [a, c])
+            if mode == "rm":
+                r = _rm_zero(e, r, [a, cc])
+        if t == "f16":
+            r = b.bitcast(r, I16)
+        fdone(e, op, r, t)
+        return
+    res = op.results[0]
+    # pointer arithmetic: GEP on the pointer operand
+    if res in e.kc.pointers:
+        base_i = 0 if op.operands[0] in e.kc.pointers else 1
+        base = e.get(op.operands[base_i])
+        off = e.operand(op.operands[1 - base_i], "s64")
+        if not is_add:
+            off = b.neg(off)
+        e.define(res, b.gep(base, [off]))
+        return
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    if has(op, "sat"):
+        r = call(e, f"llvm.{'sadd' if is_add else 'ssub'}.sat.i32", I32, [a, c])
+    elif has(op, "cc") or op.name in ("ptx.addc", "ptx.subc"):
+        r = _carry_op(e, op, a, c, is_add)
+        return
+    else:
+        flags = wrap_flags(e, op)
+        r = b.add(a, c, flags=flags) if is_add else b.sub(a, c, flags=flags)
+    e.result(op, r, t)
+
+
+def _carry_op(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, is_add: bool) -> None:
+    """add.cc / addc / sub.cc / subc with the carry flag as an i32 (0/1) SSA value."""
+    b = e.b
+    t = ty(op)
+    w = a.type.width
+    wide = ir.IntType(w + 1)
+    carry_in = None
+    if op.name in ("ptx.addc", "ptx.subc"):
+        carry_in = e.operand(op.operands[2], "u32")
+    if is_add:
+        s = b.add(b.zext(a, wide), b.zext(c, wide))
+        if carry_in is not None:
+            s = b.add(s, b.zext(b.trunc(carry_in, I1), wide))
+        r = b.trunc(s, a.type)
+        cout = b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32)
+    else:
+        s = b.sub(b.zext(a, wide), b.zext(c, wide))
+        if carry_in is not None:
+            s = b.sub(s, b.zext(b.trunc(carry_in, I1), wide))
+        r = b.trunc(s, a.type)
+        cout = b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32)   # borrow
+    e.result(op, r, t)
+    if len(op.results) > 1:
+        e.result(op, cout, "u32", 1)
+
+
+@handles("ptx.addc", "ptx.subc")
+def _addc(e: SegmentEmitter, op: Operation) -> None:
+    t = ty(op)
+    _carry_op(e, op, src(e, op, 0, t), src(e, op, 1, t), op.name == "ptx.addc")
+
+
+def _mul_parts(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, t: str) -> tuple[ir.Value, str]:
+    b = e.b
+    w = a.type.width
+    if has(op, "wide"):
+        wt = ir.IntType(2 * w)
+        ext = b.sext if is_signed(t) else b.zext
+        return b.mul(ext(a, wt), ext(c, wt)), ("s" if is_signed(t) else "u") + str(2 * w)
+    if has(op, "hi"):
+        wt = ir.IntType(2 * w)
+        ext = b.sext if is_signed(t) else b.zext
+        p = b.mul(ext(a, wt), ext(c, wt))
+        return b.trunc(b.lshr(p, wt(w)), a.type), t
+    return b.mul(a, c, flags=wrap_flags(e, op)), t
+
+
+@handles("ptx.mul")
+def _mul(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    if is_float(t):
+        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+        if t == "f16":
+            a, c = b.bitcast(a, F16), b.bitcast(c, F16)
+        r = b.fmul(a, c)
+        mode = rounding(op)
+        if mode in ("rz", "rm", "rp"):
+            if a.type == F32:
+                # the product of two floats is exact in double: no underflow of the error
+                err = b.fsub(b.fmul(b.fpext(a, F64), b.fpext(c, F64)), b.fpext(r, F64))
+            else:
+                err = _mul_error_f64(e, a, c, r)
+            r = directed(e, r, err, mode, [a, c])
+        if t == "f16":
+            r = b.bitcast(r, I16)
+        fdone(e, op, r, t)
+        return
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    r, rt = _mul_parts(e, op, a, c, t)
+    e.result(op, r, rt)
+
+
+@handles("ptx.mul24", "ptx.mad24")
+def _mul24(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    ext = b.sext if is_signed(t) else b.zext
+    a = ext(b.trunc(a, ir.IntType(24)), I64)
+    c = ext(b.trunc(c, ir.IntType(24)), I64)
+    p = b.mul(a, c)
+    r = b.trunc(b.lshr(p, I64(16)), I32) if has(op, "hi") else b.trunc(p, I32)
+    if op.name == "ptx.mad24":
+        r = b.add(r, src(e, op, 2, t))
+    e.result(op, r, t)
+
+
+@handles("ptx.mad", "ptx.madc")
+def _mad(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    if is_float(t):
+        _fma(e, op)
+        return
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    p, rt = _mul_parts(e, op, a, c, t)
+    d = src(e, op, 2, rt)
+    if has(op, "cc") or op.name == "ptx.madc":
+        w = p.type.width
+        wide = ir.IntType(w + 1)
+        s = b.add(b.zext(p, wide), b.zext(d, wide))
+        if op.name == "ptx.madc":
+            s = b.add(s, b.zext(b.trunc(e.operand(op.operands[3], "u32"), I1), wide))
+        e.result(op, b.trunc(s, p.type), rt)
+        if len(op.results) > 1:
+            e.result(op, b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32), "u32", 1)
+        return
+    if has(op, "sat"):
+        r = call(e, "llvm.sadd.sat.i32", I32, [p, d])
+    else:
+        r = b.add(p, d, flags=wrap_flags(e, op))
+    e.result(op, r, rt)
+
+
+@handles("ptx.fma")
+def _fma(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    a, c, d = fsrc(e, op, 0, t), fsrc(e, op, 1, t), fsrc(e, op, 2, t)
+    if t == "f16":
+        a, c, d = (b.bitcast(x, F16) for x in (a, c, d))
+    mode = rounding(op)
+    sfx = fsuffix(a.type)
+    quantized = _quantized_fma(e, op, mode, t, a, c, d) if mode in ("rz", "rm", "rp") else None
+    if quantized is not None:
+        r = quantized
+    elif mode in ("rz", "rm", "rp"):
+        if t != "f32":
+            e.kc.error(f"fma.{mode}.{t} (directed rounding) is not supported", op)
+        # exact: the f32 product is exact in f64; TwoSum with the addend gives s + t == a*c + d
+        p = b.fmul(b.fpext(a, F64), b.fpext(c, F64))
+        d64 = b.fpext(d, F64)
+        s = b.fadd(p, d64)
+        bb = b.fsub(s, p)
+        t = b.fadd(b.fsub(p, b.fsub(s, bb)), b.fsub(d64, bb))
+        rn = b.fptrunc(s, F32)
+        err = b.fadd(b.fsub(s, b.fpext(rn, F64)), t)
+        r = directed(e, rn, err, mode, [a, c, d])
+        if mode == "rm":
+            exact_zero = b.fcmp_ordered("==", b.fadd(s, t), ir.Constant(F64, 0.0))
+            r = _rm_zero(e, r, [b.fptrunc(p, F32), d], exact_zero=exact_zero)
+    elif mode is None and op.name == "ptx.mad" and t == "f32" and not has(op, "rn"):
+        r = b.fadd(b.fmul(a, c), d)     # mad.f32 without rounding: not fused on sm_1x; use fma
+        r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
+    else:
+        r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
+    if t == "f16":
+        r = b.bitcast(r, I16)
+    fdone(e, op, r, t)
+
+
+def _f32_range(v: Value, depth: int = 0) -> tuple[float, float] | None:
+    """Bounds of an f32 value where the IR shows them: a constant, `cvt.sat` (in [0, 1],
+    NaN -> 0), a product of bounded values."""
+    if not isinstance(v, OpResult) or depth > 4:
+        return None
+    op = v.op
+    if op.name == "upir.const" and isinstance(op.attributes.get("value"), (int, float)):
+        x = _const_f32(op)
+        return (x, x) if x is not None else None
+    if op.name == "ptx.mov" and len(op.operands) == 1:
+        return _f32_range(op.operands[0], depth + 1)
+    if op.name == "ptx.cvt" and "sat" in mods(op) and all(m == "f32" for m in types(op)):
+        return (0.0, 1.0)
+    if op.name == "ptx.mul" and ty(op) == "f32" and not rounding(op) in ("rz", "rm", "rp"):
+        ra, rb = _f32_range(op.operands[0], depth + 1), _f32_range(op.operands[1], depth + 1)
+        if ra is None or rb is None:
+            return None
+        ends = [x * y for x in ra for y in rb]
+        return (min(ends), max(ends))
+    return None
+
+
+def _const_f32(op: Operation) -> float | None:
+    """An f32 constant's value (constants of float registers are stored as their bits)."""
+    import struct
+    value = op.attributes.get("value")
+    if op.results[0].type == "f32" and isinstance(value, float):
+        return value
+    if isinstance(value, int) and 0 <= value < 2 ** 32:
+        return struct.unpack("<f", struct.pack("<I", value))[0]
+    return None
+
+
+def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Value,
+                   c: ir.Value, d: ir.Value) -> ir.Value | None:
+    """fma.{rm,rp,rz}.f32 whose exact result lies in one binade of at least 2^23, with a
+    constant addend on that binade's grid (the rounding trick of NVRTC's expf:
+    `fma.rm(sat(x * log2e / 128 + 0.5), 252, 12582913)`): every f32 there is a multiple of
+    the binade's ulp, so rounding is a floor/ceil of the product, exact in f64, plus the
+    addend.  Eight f64 operations instead of the general emulation's error-free sum and
+    fix-ups.  None when the bounds are not known from the IR."""
+    import math
+    if t != "f32":
+        return None
+    ra, rc = _f32_range(op.operands[0]), _f32_range(op.operands[1])
+    rd = _f32_range(op.operands[2])
+    if ra is None or rc is None or rd is None or rd[0] != rd[1]:
+        return None
+    addend = rd[0]
+    ends = [x * y for x in ra for y in rc]
+    lo, hi = addend + min(ends), addend + max(ends)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+        return None
+    exp = math.floor(math.log2(lo))
+    if exp < 23 or hi >= 2.0 ** (exp + 1) or exp > 126:
+        return None
+    ulp = 2.0 ** (exp - 23)
+    if addend % ulp:
+        return None
+    b = e.b
+    p = b.fmul(b.fpext(a, F64), b.fpext(c, F64))                   # exact
+    q = b.fmul(p, ir.Constant(F64, 1.0 / ulp))                      # exact (a power of two)
+    # all values are positive: rz is rm
+    k = call(e, "llvm.ceil.f64" if mode == "rp" else "llvm.floor.f64", F64, [q])
+    r = b.fadd(b.fmul(k, ir.Constant(F64, ulp)), b.fpext(d, F64))   # on the binade's grid
+    return b.fptrunc(r, F32)
+
+
+@handles("ptx.div")
+def _div(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    t = ty(op)
+    if is_float(t):
+        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+        r = b.fdiv(a, c)
+        mode = rounding(op)
+        if mode in ("rz", "rm", "rp"):
+            r = directed(e, r, _div_error(e, a, c, r), mode, [a, c],
+                         exact_inf=b.fcmp_ordered("==", c, ir.Constant(c.type, 0.0)))
+        fdone(e, op, r, t)
+        return
+    _int_div(e, op, rem=False)
+
+
+def _int_div(e: SegmentEmitter, op: Operation, rem: bool) -> None:
+    b = e.b
+    t = ty(op)
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    zero = b.icmp_unsigned("==", c, c.type(0))
+    safe_c = b.select(zero, c.type(1), c)
+    if is_signed(t):
+        # INT_MIN / -1 faults on x86: PTX wraps
+        minv = c.type(1 << (c.type.width - 1))
+        ovf = b.and_(b.icmp_signed("==", a, minv), b.icmp_signed("==", c, c.type(-1)))
+        safe_c = b.select(ovf, c.type(1), safe_c)
+        r = b.srem(a, safe_c) if rem else b.sdiv(a, safe_c)
+        if rem:
+            r = b.select(ovf, c.type(0), r)
+    else:
+        r = b.urem(a, safe_c) if rem else b.udiv(a, safe_c)
+    r = b.select(zero, a if rem else c.type(-1), r)
+    e.result(op, r, t)
+
+
+@handles("ptx.rem")
+def _rem(e: SegmentEmitter, op: Operation) -> None:
+    _int_div(e, op, rem=True)
+
+
+@handles("ptx.neg")
+def _neg(e: SegmentEmitter, op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        a = fsrc(e, op, 0, t)
+        if t == "f16":
+            e.result(op, e.b.xor(a, I16(0x8000)), t)
+            return
+        fdone(e, op, e.b.fneg(a), t)
+    else:
+        e.result(op, e.b.neg(src(e, op, 0, t)), t)
+
+
+@handles("ptx.abs")
+def _abs(e: SegmentEmitter, op: Operation) -> None:
+    t = ty(op)
+    if is_float(t):
+        a = fsrc(e, op, 0, t)
+        if t == "f16":
+            e.result(op, e.b.and_(a, I16(0x7FFF)), t)
+            return
+        fdone(e, op, call(e, f"llvm.fabs.{fsuffix(a.type)}", a.type, [a]), t)
+    else:
+        a = src(e, op, 0, t)
+        e.result(op, call(e, f"llvm.abs.i{a.type.width}", a.type, [a, I1(0)]), t)
+
+
+@handles("ptx.min", "ptx.max")
+def _minmax(e: SegmentEmitter, op: Operation) -> None:
+    t = ty(op)
+    is_min = op.name == "ptx.min"
+    if is_float(t):
+        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+        if t == "f16":
+            e.kc.error("f16 min/max is not supported", op)
+        sfx = fsuffix(a.type)
+        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored
+        if has(op, "NaN"):
+            name = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
+        else:
+            name = f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}"
+        fdone(e, op, call(e, name, a.type, [a, c]), t)
+        return
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
+    r = call(e, f"llvm.{kind}.i{a.type.width}", a.type, [a, c])
+    idle = e.idle_clamp(op)
+    if idle is not None:
+        # a clamp that selects the thread-dependent side for every thread of the block:
+        # LLVM unswitches the thread loop on this uniform flag, and in the copy where it
+        # holds, the clamped index is affine again (a contiguous load, not a gather)
+        side, flag = idle
+        r = e.b.select(flag, a if side == 0 else c, r)
+    e.result(op, r, t)
+
+
+@handles("ptx.copysign")
+def _copysign(e: SegmentEmitter, op: Operation) -> None:
+    t = ty(op)
+    a, c = src(e, op, 0, t), src(e, op, 1, t)
+    # PTX copysign d, a, b: magnitude of b, sign of a
+    e.result(op, call(e, f"llvm.copysign.{fsuffix(a.type)}", a.type, [c, a]), t)
