@@ -231,20 +231,16 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
             if notes:
                 start = "the kernel's start" if r == 0 else f"sync {r}"
                 print(f"  segment from {start}: " + "; ".join(notes))
-        print("  " + _vectorization_text(ptx, lifted.name, block, pipeline))
+        print("  " + _vectorization_text(module, lifted, block))
 
 
-def _vectorization_text(ptx: str, kernel: str, block, pipeline) -> str:  # type: ignore[no-untyped-def]
+def _vectorization_text(module, lifted, block) -> str:  # type: ignore[no-untyped-def]
     """The loop vectorizer's remarks on the kernel's code, summed up in a line."""
     from collections import Counter
     from cpuify.codegen import jit
     from cpuify.codegen.llvm_gen import ModuleCodegen
-    gen = None
-    for module, lifted, _ in _lift_all(ptx, kernel, pipeline, block):
-        gen = gen or ModuleCodegen(module, *jit.triple_and_layout())
-        gen.add_kernel(lifted, block)
-    if gen is None:
-        return "LLVM: no code"
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(lifted, block)    # (planning above left the kernel's IR as it was)
     remarks = jit.vectorizer_remarks(gen.llvm_text())
     done: Counter[str] = Counter()
     missed: Counter[str] = Counter()

@@ -8,10 +8,12 @@ Integer division by zero yields all ones instead of a CPU fault."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
 )
@@ -259,34 +261,26 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
 
 def _f32_range(v: Value, depth: int = 0) -> tuple[float, float] | None:
     """Bounds of an f32 value where the IR shows them: a constant, `cvt.sat` (in [0, 1],
-    NaN -> 0), a product of bounded values."""
+    NaN -> 0), a product of bounded values (widened by an f32 rounding step each way)."""
     if not isinstance(v, OpResult) or depth > 4:
         return None
     op = v.op
-    if op.name == "upir.const" and isinstance(op.attributes.get("value"), (int, float)):
-        x = _const_f32(op)
-        return (x, x) if x is not None else None
+    if op.name == "upir.const" and v.type == "f32":
+        value = op.attributes.get("value")
+        if isinstance(value, int):          # (float registers' constants as their bits)
+            value = float_from_bits(value, "f32")
+        return (value, value) if isinstance(value, float) else None
     if op.name == "ptx.mov" and len(op.operands) == 1:
         return _f32_range(op.operands[0], depth + 1)
     if op.name == "ptx.cvt" and "sat" in mods(op) and all(m == "f32" for m in types(op)):
         return (0.0, 1.0)
-    if op.name == "ptx.mul" and ty(op) == "f32" and not rounding(op) in ("rz", "rm", "rp"):
+    if op.name == "ptx.mul" and ty(op) == "f32" and rounding(op) not in ("rz", "rm", "rp"):
         ra, rb = _f32_range(op.operands[0], depth + 1), _f32_range(op.operands[1], depth + 1)
         if ra is None or rb is None:
             return None
         ends = [x * y for x in ra for y in rb]
-        return (min(ends), max(ends))
-    return None
-
-
-def _const_f32(op: Operation) -> float | None:
-    """An f32 constant's value (constants of float registers are stored as their bits)."""
-    import struct
-    value = op.attributes.get("value")
-    if op.results[0].type == "f32" and isinstance(value, float):
-        return value
-    if isinstance(value, int) and 0 <= value < 2 ** 32:
-        return struct.unpack("<f", struct.pack("<I", value))[0]
+        lo, hi = min(ends), max(ends)
+        return (lo - abs(lo) * 2.0 ** -23, hi + abs(hi) * 2.0 ** -23)
     return None
 
 
@@ -298,7 +292,6 @@ def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Va
     the binade's ulp, so rounding is a floor/ceil of the product, exact in f64, plus the
     addend.  Eight f64 operations instead of the general emulation's error-free sum and
     fix-ups.  None when the bounds are not known from the IR."""
-    import math
     if t != "f32":
         return None
     ra, rc = _f32_range(op.operands[0]), _f32_range(op.operands[1])

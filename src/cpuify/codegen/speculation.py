@@ -277,10 +277,11 @@ class SpeculativeValues(SyncCrossing):
     def selected_shared_load(self, op: Operation, lt: ir.Type, size: int) -> ir.Value | None:
         """A shared-memory load whose address goes through one `selp` (a neighbour chosen
         per thread: `s[ty][gx > 0 ? tx - 1 : tx]`, or nvcc's `base + (selp(-1, 0, p) << 2)`)
-        as `p ? s[..a..] : s[..b..]`: each side a load only the lanes that take it do, a
-        masked contiguous vector load when its index is affine in the thread index (a
-        gather otherwise, as the load through the select would be).  None when the address
-        has no such select."""
+        as `p ? s[..a..] : s[..b..]`.  Sides at most the runtime's guard zone apart are both
+        loaded (plain contiguous vector loads where the index is affine in the thread
+        index) and selected; others each in a branch only the lanes that take it run (a
+        masked vector load, a gather where not affine, as the load through the select would
+        be).  None when the address has no such select, or all threads take one side."""
         if self.masked_loop or self.lane_group is not None:
             return None
         chain, sel = self._select_in_address(op.operands[0])
@@ -292,17 +293,17 @@ class SpeculativeValues(SyncCrossing):
         b = self.b
         take = self.operand(cond, "pred")
         it = IR_LLVM[sel.results[0].type]
+
+        def side_load(value: Value) -> ir.Instruction:
+            side = self.coerce_bits(self.get(value), it)
+            ix = self.shared_index(b, op, self._with_substitution(
+                op.operands[0], chain, sel.results[0], side, no_wrap=True))
+            return self.shared_load_at(b, op, ix, lt, size)
+
         delta = self._select_distance(op.operands[0], chain, sel)
         if delta is not None and abs(delta) <= BUFFER_GUARD - size:
-            # both sides close together: one of them is in the buffer, the other within its
-            # guard zone; plain loads (contiguous vector loads) and a select
-            got = []
-            for value in (on_true, on_false):
-                side = self.coerce_bits(self.get(value), it)
-                ix = self.shared_index(b, op, self._with_substitution(
-                    op.operands[0], chain, sel.results[0], side, no_wrap=True))
-                got.append(self.shared_load_at(b, op, ix, lt, size))
-            return b.select(take, got[0], got[1])
+            # one side is in the buffer, the other within its guard zone
+            return b.select(take, side_load(on_true), side_load(on_false))
         sides = [self.fn.append_basic_block("select.true"), self.fn.append_basic_block("select.false")]
         done = self.fn.append_basic_block("select.done")
         b.cbranch(take, sides[0], sides[1])
@@ -310,10 +311,7 @@ class SpeculativeValues(SyncCrossing):
         for bb, value in zip(sides, (on_true, on_false)):
             b.position_at_end(bb)
             vals = dict(self.vals)
-            side = self.coerce_bits(self.get(value), it)
-            ix = self.shared_index(b, op, self._with_substitution(
-                op.operands[0], chain, sel.results[0], side, no_wrap=True))
-            load: ir.Value = self.shared_load_at(b, op, ix, lt, size)
+            load: ir.Value = side_load(value)
             if bb is sides[1]:
                 # (a freeze, free in machine code, keeps LLVM from merging the two loads
                 # into one load of a selected address: a gather)

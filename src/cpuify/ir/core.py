@@ -181,15 +181,20 @@ def predecessors(region: Region) -> dict[Block, list[Block]]:
     return preds
 
 
+def replace_all_uses(old: Value, new: Value) -> None:
+    """Every use of `old`, as an operand or a successor argument, becomes a use of `new`."""
+    for user in list(old.uses):     # (one entry per use: a user using it twice is here twice)
+        user.operands = [new if v is old else v for v in user.operands]
+        user.successor_args = [[new if v is old else v for v in a] for a in user.successor_args]
+        new.uses.append(user)
+    old.uses.clear()
+
+
 def remove_block_arg(block: Block, arg: BlockArgument, new: Value,
                      edges: list[tuple[Operation, int]]) -> None:
     """Replace every use of `arg` by `new` and drop `arg` from `block` and from the
     successor arguments of `edges` (terminator, successor index): all edges into `block`."""
-    for user in list(arg.uses):
-        user.operands = [new if v is arg else v for v in user.operands]
-        user.successor_args = [[new if v is arg else v for v in a] for a in user.successor_args]
-        new.uses.append(user)
-    arg.uses.clear()
+    replace_all_uses(arg, new)
     index = arg.index
     for term, k in edges:
         removed = term.successor_args[k].pop(index)

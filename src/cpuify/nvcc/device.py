@@ -145,6 +145,11 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
     return "\n".join(out) + "\n"
 
 
+def entry_names(ptx: str) -> list[str]:
+    """The kernels (`.entry` names) of a PTX module, in order."""
+    return re.findall(r"\.entry\s+([\w$]+)", ptx)
+
+
 def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[str, str]]:
     """Runs cpuify's pipeline on a module's PTX (cached).  Kernels that cannot run on the
     CPU are reported on stderr and fail at launch."""
@@ -152,9 +157,7 @@ def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[s
         compiled = compile_ptx_cached(ptx)
     except UnsupportedError as exc:
         # no kernel of the module can run: keep the program buildable, fail at launch
-        refused = {}
-        for m in re.finditer(r"\.entry\s+([\w$]+)", ptx):
-            refused[m.group(1)] = str(exc)
+        refused = {name: str(exc) for name in entry_names(ptx)}
         return None, refused
     return compiled, dict(compiled.refused)
 
@@ -270,14 +273,13 @@ def parse_rdc_records(data: bytes) -> list[RdcModule]:
         mid_end = data.index(b"\n", pos)
         src_end = data.index(b"\n", mid_end + 1)
         shapes: dict[str, list[tuple[int, int, int]]] = {}
+        fields_end = src_end
         if has_shapes:
-            shp_end = data.index(b"\n", src_end + 1)
-            shapes = _parse_shapes_line(data[src_end + 1:shp_end].decode(errors="replace"))
-            src_end = shp_end
-        len_end = data.index(b"\n", src_end + 1)
-        n = int(data[src_end + 1:len_end])
-        mods.append(RdcModule(data[pos:mid_end].decode(),
-                              data[mid_end + 1:(data.index(b"\n", mid_end + 1))].decode(),
+            fields_end = data.index(b"\n", src_end + 1)
+            shapes = _parse_shapes_line(data[src_end + 1:fields_end].decode(errors="replace"))
+        len_end = data.index(b"\n", fields_end + 1)
+        n = int(data[fields_end + 1:len_end])
+        mods.append(RdcModule(data[pos:mid_end].decode(), data[mid_end + 1:src_end].decode(),
                               data[len_end + 1:len_end + 1 + n].decode(), shapes))
         pos = len_end + 1 + n
 

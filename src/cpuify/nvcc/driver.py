@@ -381,7 +381,7 @@ class Driver:
             dev_o = os.path.join(tmp, "device.o")
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
-                                           self.launch_shapes(tmp), _entries(ptx)))
+                                           self.launch_shapes(tmp), device.entry_names(ptx)))
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -428,7 +428,8 @@ class Driver:
                     shapes.setdefault(name, []).extend(dims)
             device.build_device_object(ptx, dev_o, tmp, source=" ".join(m.source for m in uniq),
                                        linked_ids=ids, warn=_warn,
-                                       shapes=launch_shapes.kernel_shapes(shapes, _entries(ptx)))
+                                       shapes=launch_shapes.kernel_shapes(
+                                           shapes, device.entry_names(ptx)))
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -517,10 +518,6 @@ class Driver:
                 return 0
             self.link(objects, o.output or "a.out")
         return 0
-
-
-def _entries(ptx: str) -> list[str]:
-    return re.findall(r"\.entry\s+([\w$]+)", ptx)
 
 
 class CompileFailed(CpuifyError):

@@ -87,7 +87,7 @@ class _Evaluator:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._decl_cache: dict[str, str | None] = {}
+        self._declarations: dict[str, tuple[str, str] | None] = {}
 
     def shape(self, expr: str, depth: int = 0) -> Shape | None:
         expr = expr.strip()
@@ -166,12 +166,9 @@ class _Evaluator:
     def _declaration(self, name: str) -> tuple[str, str] | None:
         """("dim3", arguments) or ("int", initializer) of the one declaration of `name`,
         when the variable is never assigned after it; None otherwise."""
-        if name in self._decl_cache:
-            got = self._decl_cache[name]
-            return None if got is None else (got.split("\0")[0], got.split("\0")[1])
-        result = self._find_declaration(name)
-        self._decl_cache[name] = None if result is None else "\0".join(result)
-        return result
+        if name not in self._declarations:
+            self._declarations[name] = self._find_declaration(name)
+        return self._declarations[name]
 
     def _find_declaration(self, name: str) -> tuple[str, str] | None:
         n = re.escape(name)

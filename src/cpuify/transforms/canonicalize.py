@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpuify.analysis.manager import AnalysisManager
-from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.core import Operation, OpResult, Value, replace_all_uses
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
 
@@ -39,17 +39,7 @@ class SelectsToMinMax:
                     continue
                 new.parent = block
                 block.ops[i] = new
-                old = op.results[0]
-                for user in list(old.uses):
-                    for k, o in enumerate(user.operands):
-                        if o is old:
-                            user.set_operand(k, new.results[0])
-                    for args in user.successor_args:
-                        for k, o in enumerate(args):
-                            if o is old:
-                                old.uses.remove(user)
-                                args[k] = new.results[0]
-                                new.results[0].uses.append(user)
+                replace_all_uses(op.results[0], new.results[0])
                 op.drop_uses()
                 count += 1
         return count

@@ -24,7 +24,9 @@ from cpuify.analysis.access import Affine, Symbols, affine_form, same_thread_onl
 from cpuify.analysis.cfg import cyclic_blocks
 from cpuify.analysis.pointers import memory_space, shared_variables
 from cpuify.analysis.uniformity import uniform_values
-from cpuify.ir.core import Block, Operation, Region, dominates, dominators, predecessors
+from cpuify.ir.core import (
+    Block, Operation, Region, dominates, dominators, predecessors, replace_all_uses,
+)
 from cpuify.ir.dialects import memory_effects
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
@@ -99,17 +101,7 @@ def forward_stores(region: Region, block_dims: tuple[int, int, int]) -> int:
             if store is None or store.operands[1].type != load.results[0].type or \
                     type_size(ty(load)) != size:
                 continue
-            value = store.operands[1]
-            for user in list(load.results[0].uses):
-                for i, o in enumerate(user.operands):
-                    if o is load.results[0]:
-                        user.set_operand(i, value)
-                for args in user.successor_args:
-                    for i, o in enumerate(args):
-                        if o is load.results[0]:
-                            o.uses.remove(user)
-                            args[i] = value
-                            value.uses.append(user)
+            replace_all_uses(load.results[0], store.operands[1])
             load.drop_uses()
             load.parent.ops.remove(load)  # type: ignore[union-attr]
             ops.remove(load)
