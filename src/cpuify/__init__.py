@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 from cpuify.errors import (  # noqa: E402
     ArgumentError, ArgumentOverflowError, ArgumentValueError, CompileError, CompileException,
-    CpuifyError, CUDADriverError, IRError, KernelFailure, LaunchError, ModuleFileNotFoundError,
+    CpuifyError, CUDADriverError, IllegalAddressError, IRError, KernelFailure, LaunchError,
+    LaunchTimeoutError, ModuleFileNotFoundError,
     PTXError, SymbolNotFoundError, UnsupportedError,
 )
 
@@ -21,5 +22,6 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
 
 __all__ = ["RawModule", "RawKernel", "Function", "CompileError", "CompileException", "CpuifyError",
            "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
+           "IllegalAddressError", "LaunchTimeoutError",
            "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]

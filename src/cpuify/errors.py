@@ -133,6 +133,33 @@ class KernelFailure(LaunchError, CUDADriverError):
         return (type(self), (self.status, self.detail, self.kernel))
 
 
+class IllegalAddressError(KernelFailure):
+    """A kernel faulted: it read or wrote memory that is not mapped (far out of bounds,
+    through NULL) or not writable (a read-only array or mapping): CUDA_ERROR_ILLEGAL_ADDRESS.
+    The fault is contained: the launch is abandoned, nothing else is lost, and the next
+    launch runs normally.  `block` is the block that faulted, `address` the address."""
+
+    def __init__(self, detail: str = "", kernel: str | None = None,
+                 block: tuple[int, int, int] | None = None, address: int | None = None) -> None:
+        super().__init__(700, detail, kernel)
+        self.block = block
+        self.address = address
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.detail, self.kernel, self.block, self.address))
+
+
+class LaunchTimeoutError(KernelFailure):
+    """A kernel ran longer than CPUIFY_KERNEL_TIMEOUT seconds and was stopped
+    (CUDA_ERROR_LAUNCH_TIMEOUT, what a display watchdog reports on a GPU)."""
+
+    def __init__(self, detail: str = "", kernel: str | None = None) -> None:
+        super().__init__(702, detail, kernel)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.detail, self.kernel))
+
+
 class CompileException(CompileError):
     """CuPy's `cupy.cuda.compiler.CompileException`: the CUDA source did not compile.
 

@@ -1,5 +1,11 @@
-// An out-of-bounds write: the program must stop with a message naming kernel and block.
+// Faults and runaway kernels in a whole program: each must become CUDA's error, and the
+// program must go on (a GPU reports them from the next synchronizing call).
+//   fault far      a write far outside the allocation (block 3)
+//   fault null     a write through NULL (block 1)
+//   fault memcpy   cudaMemcpy from/to pointers that are no memory at all
+//   fault spin     a kernel spinning forever (run with CPUIFY_KERNEL_TIMEOUT)
 #include <cstdio>
+#include <cstring>
 
 __global__ void scatter(int *p, int stride) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -7,13 +13,52 @@ __global__ void scatter(int *p, int stride) {
     else p[i] = i;
 }
 
-int main() {
+__global__ void through_null(int *p, int *null_ptr) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    p[i] = i;
+    if (blockIdx.x == 1 && threadIdx.x == 7) *null_ptr = 1;
+}
+
+__global__ void spin(volatile int *flag) {
+    if (blockIdx.x == 2)
+        while (*flag == 0) { }
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "far";
     int *d;
     cudaMalloc(&d, 1024 * sizeof(int));
     printf("before the launch\n");
-    scatter<<<4, 256>>>(d, 1 << 24);
+    if (!strcmp(mode, "memcpy")) {
+        int host[4] = {1, 2, 3, 4};
+        int *bogus = (int *)(1ull << 46);   // unmapped: neither device nor host memory
+        printf("from bogus: %s\n", cudaGetErrorName(cudaMemcpy(host, bogus, 16, cudaMemcpyDeviceToHost)));
+        printf("to bogus: %s\n", cudaGetErrorName(cudaMemcpy(bogus, host, 16, cudaMemcpyHostToDevice)));
+        printf("memset bogus: %s\n", cudaGetErrorName(cudaMemset(bogus, 0, 16)));
+        printf("2D from bogus: %s\n", cudaGetErrorName(
+            cudaMemcpy2D(host, 8, bogus, 64, 8, 2, cudaMemcpyDeviceToHost)));
+        printf("last error: %s\n", cudaGetErrorName(cudaGetLastError()));
+        // not sticky: the next copy works
+        cudaError_t e = cudaMemcpy(d, host, 16, cudaMemcpyHostToDevice);
+        int back[4] = {0, 0, 0, 0};
+        cudaError_t e2 = cudaMemcpy(back, d, 16, cudaMemcpyDeviceToHost);
+        printf("after: %s %s %d %d %d %d\n", cudaGetErrorName(e), cudaGetErrorName(e2), back[0],
+               back[1], back[2], back[3]);
+        return 0;
+    }
+    if (!strcmp(mode, "spin")) {
+        int *flag;
+        cudaMalloc(&flag, sizeof(int));
+        cudaMemset(flag, 0, sizeof(int));
+        spin<<<4, 32>>>(flag);
+    } else if (!strcmp(mode, "null")) {
+        through_null<<<4, 256>>>(d, nullptr);
+    } else {
+        scatter<<<4, 256>>>(d, 1 << 24);
+    }
     cudaError_t e = cudaDeviceSynchronize();
-    // a GPU gets here with cudaErrorIllegalAddress; cpuify stops the program inside the kernel
     printf("after the kernel: %s\n", cudaGetErrorName(e));
+    // sticky, as on a GPU
+    printf("then cudaMalloc: %s\n", cudaGetErrorName(cudaMalloc(&d, 16)));
     return e == cudaSuccess ? 0 : 1;
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import struct
 import sys
 import threading
@@ -28,8 +29,14 @@ from cpuify.codegen.layout import (
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
-from cpuify.errors import CpuifyError, LaunchError, UnsupportedError
-from cpuify.runtime.native import load_runtime
+from cpuify.errors import (
+    CpuifyError, IllegalAddressError, KernelFailure, LaunchError, LaunchTimeoutError,
+    UnsupportedError,
+)
+from cpuify.runtime.native import (
+    CPUIFY_ERR_HARDWARE, CPUIFY_ERR_ILLEGAL_ADDRESS, CPUIFY_ERR_INTERRUPTED, CPUIFY_ERR_TIMEOUT,
+    last_fault, load_runtime,
+)
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
@@ -46,6 +53,37 @@ _ERROR_TEXT = {
     5: "out of memory allocating shared/scratch memory for the launch",
 }
 
+
+
+def _stopped_launch(name: str, rc: int, block: tuple[int, ...]) -> BaseException:
+    """The exception for a launch the runtime stopped: a contained fault, the watchdog,
+    Ctrl-C.  Nothing outlives it: the next launch starts afresh (a context reset)."""
+    where = f"block ({block[0]}, {block[1]}, {block[2]})"
+    if rc == CPUIFY_ERR_INTERRUPTED:
+        # Python's own SIGINT handler ran too: in the main thread what it raises
+        # (KeyboardInterrupt) comes now, if it has not already; in another thread (where
+        # Python runs no signal handlers) the launch raises KeyboardInterrupt itself
+        ctypes.pythonapi.PyErr_CheckSignals()
+        return KeyboardInterrupt(f"kernel '{name}' was stopped in {where}")
+    if rc == CPUIFY_ERR_TIMEOUT:
+        limit = os.environ.get("CPUIFY_KERNEL_TIMEOUT", "?")
+        return LaunchTimeoutError(
+            f"kernel '{name}' ran longer than CPUIFY_KERNEL_TIMEOUT={limit} s and was stopped "
+            f"(in {where}); a kernel that waits for something no block does never ends", name)
+    fault = last_fault()
+    addr = fault.address
+    if rc == CPUIFY_ERR_HARDWARE:
+        what = ("an illegal instruction" if fault.signal == signal.SIGILL
+                else "an arithmetic exception")
+        return KernelFailure(715 if fault.signal == signal.SIGILL else 719,
+                             f"kernel '{name}' failed in {where}: {what} at address {addr:#x}",
+                             name)
+    access = {1: "writing", 0: "reading"}.get(fault.access, "accessing")
+    hint = (" (a NULL pointer)" if addr < 4096 else "")
+    return IllegalAddressError(
+        f"kernel '{name}' failed in {where}: invalid memory access {access} address {addr:#x}"
+        f"{hint}; the launch was abandoned, later launches run normally",
+        name, (block[0], block[1], block[2]), addr)
 
 
 def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
@@ -205,6 +243,8 @@ class Function:
             sys.stdout.flush()
             self._rt.cpuify_flush()
         if rc:
+            if rc >= CPUIFY_ERR_ILLEGAL_ADDRESS:
+                raise _stopped_launch(name, rc, e)
             raise LaunchError(f"kernel '{name}' failed in block ({e[0]}, {e[1]}, {e[2]}): "
                               f"{_ERROR_TEXT.get(rc, f'error code {rc}')}")
 

@@ -15,7 +15,10 @@ import threading
 
 import llvmlite.binding as llvm
 
+from cpuify.forksafe import compile_section, renew_in_child
+
 _lock = threading.Lock()
+renew_in_child(globals(), "_lock", threading.Lock)
 
 #: Instruction budget of LLVM's loop unswitching (see _init).
 UNSWITCH_THRESHOLD = 2000
@@ -23,6 +26,11 @@ UNSWITCH_THRESHOLD = 2000
 
 @functools.lru_cache(maxsize=1)
 def _init() -> None:
+    with compile_section():
+        _init_llvm()
+
+
+def _init_llvm() -> None:
     try:
         llvm.initialize()
     except RuntimeError:
@@ -71,9 +79,10 @@ def new_target_machine() -> llvm.TargetMachine:
         # thread loops are long and regular: use the full 512-bit vectors the CPU has
         # (LLVM's default tuning for these CPUs stops at 256 bits)
         features += ",-prefer-256-bit"
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                        codemodel="default")
+    with compile_section():
+        target = llvm.Target.from_default_triple()
+        return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                            codemodel="default")
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,16 +96,17 @@ def optimize(module_text: str) -> llvm.ModuleRef:
     """Parse, verify and run the O3 pipeline for the host CPU."""
     _init()
     tm = target_machine()
-    mod = llvm.parse_assembly(module_text)
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pto.loop_interleaving = True
-    pb = llvm.create_pass_builder(tm, pto)
-    mpm = pb.getModulePassManager()
-    mpm.run(mod, pb)
+    with compile_section():
+        mod = llvm.parse_assembly(module_text)
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pto.loop_interleaving = True
+        pb = llvm.create_pass_builder(tm, pto)
+        mpm = pb.getModulePassManager()
+        mpm.run(mod, pb)
     return mod
 
 
@@ -105,7 +115,7 @@ def vectorizer_remarks(module_text: str) -> list[str]:
     (vectorization width: 16, interleaved count: 4)`, `loop not vectorized: <why>`), for
     `cpuify explain`: LLVM prints its remarks to the process's stderr, read back here."""
     _init()
-    with _lock, tempfile.TemporaryFile() as f:
+    with compile_section(), _lock, tempfile.TemporaryFile() as f:
         for kind in ("", "-missed", "-analysis"):
             llvm.set_option("cpuify", f"-pass-remarks{kind}=loop-vectorize")
         sys.stderr.flush()
@@ -124,11 +134,15 @@ def vectorizer_remarks(module_text: str) -> list[str]:
 
 
 def emit_object(mod: llvm.ModuleRef) -> bytes:
-    return target_machine().emit_object(mod)
+    tm = target_machine()
+    with compile_section():
+        return tm.emit_object(mod)
 
 
 def emit_assembly(mod: llvm.ModuleRef) -> str:
-    return target_machine().emit_assembly(mod)
+    tm = target_machine()
+    with compile_section():
+        return tm.emit_assembly(mod)
 
 
 class LoadedObject:
@@ -138,7 +152,7 @@ class LoadedObject:
         _init()
         from cpuify.runtime.native import load_runtime
         load_runtime()      # JIT code calls cpuify_* functions by symbol
-        with _lock:
+        with compile_section(), _lock:
             # the engine takes ownership of (and frees) its target machine: give it its own
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -147,7 +161,7 @@ class LoadedObject:
 
     def add(self, obj: bytes) -> None:
         """Load another object into the same engine (it may use this one's symbols)."""
-        with _lock:
+        with compile_section(), _lock:
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
         self._perf_map(obj)

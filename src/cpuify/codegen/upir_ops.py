@@ -208,13 +208,14 @@ def _printf(e: SegmentEmitter, op: Operation) -> None:
 
 @handles("upir.malloc")
 def _malloc(e: SegmentEmitter, op: Operation) -> None:
-    fn = e.mod.intrinsic("malloc", PTR, [I64])
+    # the runtime's malloc: one a cancelled launch cannot leave holding the heap's lock
+    fn = e.mod.intrinsic("cpuify_device_malloc", PTR, [I64])
     r = e.b.call(fn, [e.operand(op.operands[0], "u64")])
     e.define(op.results[0], r)
 
 
 @handles("upir.free")
 def _free(e: SegmentEmitter, op: Operation) -> None:
-    fn = e.mod.intrinsic("free", VOID, [PTR])
+    fn = e.mod.intrinsic("cpuify_device_free", VOID, [PTR])
     p = e.get(op.operands[0])
     e.b.call(fn, [p if isinstance(p.type, ir.PointerType) else e.b.inttoptr(p, PTR)])

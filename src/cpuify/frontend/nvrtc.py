@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from cpuify.errors import CompileError
+from cpuify.forksafe import compile_section, renew_in_child
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -161,6 +162,8 @@ def _find_in_cuda_home() -> _Toolkit | None:
 
 _load_lock = threading.Lock()
 _compile_lock = threading.RLock()
+renew_in_child(globals(), "_load_lock", threading.Lock)
+renew_in_child(globals(), "_compile_lock", threading.RLock)
 _toolkit: _Toolkit | None = None
 _lib: ctypes.CDLL | None = None
 _keepalive: list[ctypes.CDLL] = []
@@ -409,7 +412,7 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
     opts = _build_options(options, arch)
 
     key = (source, filename, tuple(opts), names)
-    with _compile_lock:
+    with compile_section(), _compile_lock:     # (a fork waits until NVRTC is done)
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)

@@ -307,6 +307,8 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
 
 CPUIFY_API void cpuify_assert_message(const char *message)
 {
+    cpuify_nocancel(1);   /* stderr's lock: a cancel waits until it is released */
     fprintf(stderr, "cpuify: device assertion failed: %s\n", message ? message : "(no message)");
     fflush(stderr);
+    cpuify_nocancel(0);
 }

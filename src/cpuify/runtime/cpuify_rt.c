@@ -36,6 +36,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdalign.h>
@@ -46,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <ucontext.h>
 #include <wchar.h>
 
 #ifdef __linux__
@@ -177,11 +179,25 @@ static struct pool {
 
     /* --- work distribution --- */
     alignas(64) _Atomic uint64_t next;     /* next linear block id to hand out */
-    alignas(64) _Atomic int32_t err;       /* first error code, 0 if none */
+    /* the launch's id << 8 | its first error code (0: none so far); one word, so that a
+     * cancellation (watchdog, SIGINT) can only ever fail the launch it was meant for */
+    alignas(64) _Atomic uint64_t state;
+    _Atomic int32_t blamed;                /* err_block written */
     uint32_t err_block[3];
+    uint64_t fault_addr;                   /* the fault that failed the launch, if one did */
+    int32_t fault_sig;
+    int32_t fault_access;
+
+    /* --- the running launch (read by signal handlers and the monitor thread) --- */
+    alignas(64) _Atomic uint64_t running_id;    /* id of the launch running now, 0: none */
+    _Atomic uint64_t running_start;             /* its start (now_ns), with a watchdog */
+    _Atomic uint64_t cancel_id;                 /* the launch whose runners must stop */
+    _Atomic uint32_t monitor_asleep;            /* futex word of the monitor thread */
+    uint64_t launch_seq;                        /* last id given out, under lock */
 
     /* --- job description: written by the launcher before publication, then read-only --- */
     alignas(64) cpuify_block_fn fn;
+    uint64_t launch_id;
     const void *params;
     cpuify_dims dims;
     uint64_t nblocks;
@@ -219,6 +235,334 @@ static int32_t count_cpus(void) {
     return n >= 1 ? (int32_t)(n > CPUIFY_MAX_WORKERS ? CPUIFY_MAX_WORKERS : n) : 1;
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* fault containment and cancellation                                                   */
+/*
+ * A thread that runs blocks of a launch (the launching thread as slot 0, pool thread i as
+ * slot i) is a "runner": before its first block it saves a jump buffer (sigsetjmp, without
+ * the signal mask: no system call) and marks itself armed.  Then
+ *   - a memory fault (SIGSEGV, SIGBUS) or SIGILL/SIGFPE raised while it is armed is caught by
+ *     fault_handler, which records the signal and address and siglongjmps back to the
+ *     runner's loop: the block is abandoned, the launch fails with CPUIFY_ERR_ILLEGAL_ADDRESS
+ *     (or CPUIFY_ERR_HARDWARE) and the other runners stop (below).  Faults of threads that
+ *     are not armed go to the handler that was installed before ours (or the default one:
+ *     a crash, as without cpuify).
+ *   - cancel_launch (the watchdog, SIGINT from Python, a fault in another runner) marks the
+ *     launch failed -- runners stop taking blocks -- and sends CANCEL_SIGNAL to each runner
+ *     armed for it; cancel_handler jumps out of the block it is running, however long it
+ *     spins.  Kernel code holds no locks, but the runtime functions kernels call may
+ *     (printf's stdout lock, malloc's arena lock): those run as "no-cancel" sections, and a
+ *     cancel that arrives inside one takes effect when it ends.
+ * Blocks run inside one thread each, so an abandoned block leaves no other thread waiting
+ * at one of its barriers; the pool's own state is only touched outside blocks.
+ * Nothing of this costs a system call per launch or any work per block beyond storing the
+ * block's index; hot loops are untouched (no polling at loop back-edges).
+ */
+
+typedef struct runner {
+    sigjmp_buf jmp;
+    volatile sig_atomic_t armed;       /* 1: running blocks, 2: a guarded host copy */
+    volatile sig_atomic_t nocancel;    /* depth of no-cancel sections */
+    volatile sig_atomic_t cancel_pending;
+    volatile int32_t why;              /* after a jump: the CPUIFY_ERR_* code */
+    volatile uint64_t launch_id;       /* the launch it runs blocks of */
+    volatile uint64_t block;           /* linear index of the block it runs */
+    void *volatile fault_addr;
+    volatile int32_t fault_sig;
+    volatile int32_t fault_access;     /* 1 write, 0 read, -1 unknown */
+    pid_t tid;
+    void *altstack;                    /* ours, or NULL when the thread had one */
+} runner_t;
+
+/* initial-exec: signal handlers read it, and the first access to a dynamic TLS variable
+ * of a dlopen'ed library may allocate (not async-signal-safe) */
+static __thread runner_t *tls_runner __attribute__((tls_model("initial-exec")));
+
+#define ALTSTACK_SIZE ((size_t)64 << 10)
+
+/* Which thread is armed for which launch (index: slot), read by cancel_launch. */
+static struct armed_slot {
+    _Atomic uint64_t launch;
+    _Atomic int32_t tid;
+    char pad[64 - sizeof(uint64_t) - sizeof(int32_t)];
+} g_armed[CPUIFY_MAX_WORKERS];
+static _Atomic int32_t g_armed_hi; /* slots below this were ever used */
+
+static int g_cancel_signal;        /* 0: cancellation only between blocks */
+static uint64_t g_timeout_ns;      /* CPUIFY_KERNEL_TIMEOUT, 0: no watchdog */
+static _Atomic int g_catch_sigint; /* cpuify_catch_interrupts(1) was called */
+static _Atomic int g_monitor_started;
+static struct sigaction g_old_segv, g_old_bus, g_old_ill, g_old_fpe;
+static struct sigaction g_old_int[2]; /* the SIGINT handler ours chains to (double buffer) */
+static _Atomic int g_old_int_idx;
+static pthread_mutex_t g_sigint_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t g_runner_key;
+
+static pid_t current_tid(void) {
+#ifdef __linux__
+    return (pid_t)syscall(SYS_gettid);
+#else
+    return 0;
+#endif
+}
+
+static void free_runner(void *p) {
+    runner_t *r = p;
+    if (!r) return;
+    tls_runner = NULL;
+    if (r->altstack) {
+        stack_t ss;
+        memset(&ss, 0, sizeof ss);
+        ss.ss_flags = SS_DISABLE;
+        sigaltstack(&ss, NULL);
+        free(r->altstack);
+    }
+    free(r);
+}
+
+/* This thread's runner (created on first use, with a signal stack when the thread has
+ * none, so that a stack overflow in a kernel is caught too); NULL when out of memory. */
+__attribute__((noinline)) static runner_t *get_runner(void) {
+    runner_t *r = tls_runner;
+    if (r) return r;
+    r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->tid = current_tid();
+    r->fault_access = -1;
+    stack_t old;
+    if (sigaltstack(NULL, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+        stack_t ss;
+        ss.ss_sp = malloc(ALTSTACK_SIZE);
+        ss.ss_size = ALTSTACK_SIZE;
+        ss.ss_flags = 0;
+        if (ss.ss_sp && sigaltstack(&ss, NULL) == 0) r->altstack = ss.ss_sp;
+        else free(ss.ss_sp);
+    }
+    tls_runner = r;
+    pthread_setspecific(g_runner_key, r);
+    return r;
+}
+
+static void nocancel_begin(void) {
+    runner_t *r = tls_runner;
+    if (r) r->nocancel++;
+}
+
+static void nocancel_end(void) {
+    runner_t *r = tls_runner;
+    if (!r) return;
+    if (--r->nocancel == 0 && r->cancel_pending && r->armed == 1) {
+        r->cancel_pending = 0;
+        r->why = 0;
+        siglongjmp(r->jmp, 1);
+    }
+}
+
+/* Sends the cancel signal to every thread armed for launch `id` (async-signal-safe). */
+static void signal_runners(uint64_t id) {
+    if (!g_cancel_signal) return;
+#ifdef __linux__
+    pid_t pid = getpid();
+    int32_t hi = atomic_load(&g_armed_hi);
+    for (int32_t i = 0; i < hi; i++)
+        if (atomic_load(&g_armed[i].launch) == id)
+            syscall(SYS_tgkill, pid, atomic_load(&g_armed[i].tid), g_cancel_signal);
+#endif
+}
+
+/* Async-signal-safe: stops launch `id` with `reason` unless it already failed or ended. */
+static void cancel_launch(uint64_t id, int32_t reason) {
+    if (!id) return;
+    uint64_t expect = id << 8;
+    if (!atomic_compare_exchange_strong(&P.state, &expect, expect | (uint64_t)reason)) return;
+    atomic_store(&P.cancel_id, id);
+    signal_runners(id);
+}
+
+/* Leaves the signal handler for the runner's loop with the interrupted context's mask
+ * (the jump buffer does not hold one). */
+static void jump_out(runner_t *r, void *ucv) {
+    ucontext_t *uc = ucv;
+    if (uc) pthread_sigmask(SIG_SETMASK, &uc->uc_sigmask, NULL);
+    siglongjmp(r->jmp, 1);
+}
+
+static void chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc) {
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) old->sa_sigaction(sig, si, uc);
+    } else if (old->sa_handler != SIG_IGN && old->sa_handler != SIG_DFL) {
+        old->sa_handler(sig);
+    } else {
+        /* default action: put it back; the faulting instruction runs again and gets it */
+        sigaction(sig, old, NULL);
+    }
+}
+
+static void fault_handler(int sig, siginfo_t *si, void *ucv) {
+    runner_t *r = tls_runner;
+    if (r && r->armed) {
+        r->fault_sig = sig;
+        r->fault_addr = si ? si->si_addr : NULL;
+        r->fault_access = -1;
+#if defined(__linux__) && defined(__x86_64__)
+        if (ucv && sig == SIGSEGV) /* page-fault error code: bit 1 is set for a write */
+            r->fault_access = (((ucontext_t *)ucv)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#endif
+        r->why = sig == SIGSEGV || sig == SIGBUS ? CPUIFY_ERR_ILLEGAL_ADDRESS : CPUIFY_ERR_HARDWARE;
+        jump_out(r, ucv);
+    }
+    chain(sig == SIGSEGV ? &g_old_segv : sig == SIGBUS ? &g_old_bus
+          : sig == SIGILL ? &g_old_ill : &g_old_fpe, sig, si, ucv);
+}
+
+static void cancel_handler(int sig, siginfo_t *si, void *ucv) {
+    (void)sig;
+    (void)si;
+    runner_t *r = tls_runner;
+    if (!r || r->armed != 1 || r->launch_id != atomic_load(&P.cancel_id)) return;
+    if (r->nocancel) {
+        r->cancel_pending = 1;
+        return;
+    }
+    r->why = 0;
+    jump_out(r, ucv);
+}
+
+static void sigint_handler(int sig, siginfo_t *si, void *uc) {
+    int saved = errno;
+    /* Python's handler first: it marks KeyboardInterrupt pending for when the launch returns */
+    chain(&g_old_int[atomic_load(&g_old_int_idx)], sig, si, uc);
+    cancel_launch(atomic_load(&P.running_id), CPUIFY_ERR_INTERRUPTED);
+    errno = saved;
+}
+
+/* Puts sigint_handler in front of the SIGINT handler installed now, when that is a
+ * function (Python's): not over SIG_DFL (Ctrl-C ends the process anyway) or SIG_IGN. */
+static void ensure_sigint_handler(void) {
+    pthread_mutex_lock(&g_sigint_lock);
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
+            ? cur.sa_sigaction != sigint_handler
+            : cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN)) {
+        int idx = !atomic_load(&g_old_int_idx);
+        g_old_int[idx] = cur;
+        atomic_store(&g_old_int_idx, idx);
+        struct sigaction sa = cur;
+        sa.sa_sigaction = sigint_handler;
+        sa.sa_flags = cur.sa_flags | SA_SIGINFO;
+        /* a cancel signal sent to this thread by our own handler waits until it returns */
+        if (g_cancel_signal) sigaddset(&sa.sa_mask, g_cancel_signal);
+        sigaction(SIGINT, &sa, NULL);
+    }
+    pthread_mutex_unlock(&g_sigint_lock);
+}
+
+static void install_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = fault_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+    sigaction(SIGBUS, &sa, &g_old_bus);
+    sigaction(SIGILL, &sa, &g_old_ill);
+    sigaction(SIGFPE, &sa, &g_old_fpe);
+#ifdef __linux__
+    /* a real-time signal nobody handles: SIGRTMAX - 3 (glibc keeps the lowest ones) */
+    int cs = SIGRTMAX - 3;
+    struct sigaction cur;
+    if (cs > SIGRTMIN && sigaction(cs, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_handler == SIG_DFL) {
+        sa.sa_sigaction = cancel_handler;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        if (sigaction(cs, &sa, NULL) == 0) g_cancel_signal = cs;
+    }
+#endif
+}
+
+/* Marks the calling thread as running blocks of launch `id` in `slot`. */
+static void arm_slot(int32_t slot, uint64_t id, pid_t tid) {
+    atomic_store_explicit(&g_armed[slot].tid, tid, memory_order_relaxed);
+    atomic_store_explicit(&g_armed[slot].launch, id, memory_order_release);
+    if (slot >= atomic_load_explicit(&g_armed_hi, memory_order_relaxed)) {
+        int32_t hi = atomic_load(&g_armed_hi);
+        while (hi <= slot && !atomic_compare_exchange_weak(&g_armed_hi, &hi, slot + 1)) {}
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* the monitor thread: watchdog (CPUIFY_KERNEL_TIMEOUT) and keeping our SIGINT handler in
+ * front of Python's (ipykernel, for one, installs its own around every cell)             */
+
+#define MONITOR_IDLE_NS 1000000000u /* asleep after this long without a launch */
+
+static uint64_t monitor_tick_ns(void) {
+    uint64_t t = g_timeout_ns ? g_timeout_ns / 10 : 50000000u;
+    if (t < 1000000u) t = 1000000u;
+    if (t > 50000000u) t = 50000000u;
+    return t;
+}
+
+static void *monitor_main(void *arg) {
+    (void)arg;
+    const uint64_t tick = monitor_tick_ns();
+    uint64_t last_busy = now_ns();
+    for (;;) {
+        uint64_t id = atomic_load(&P.running_id);
+        uint64_t t = now_ns();
+        if (id) {
+            last_busy = t;
+            if (g_timeout_ns) {
+                uint64_t start = atomic_load(&P.running_start);
+                if (atomic_load(&P.running_id) == id && t > start && t - start >= g_timeout_ns)
+                    cancel_launch(id, CPUIFY_ERR_TIMEOUT);
+            }
+            if (atomic_load(&g_catch_sigint)) ensure_sigint_handler();
+        } else if (t - last_busy >= MONITOR_IDLE_NS) {
+            atomic_store(&P.monitor_asleep, 1);
+            if (atomic_load(&P.running_id) == 0) futex_wait(&P.monitor_asleep, 1);
+            atomic_store(&P.monitor_asleep, 0);
+            last_busy = now_ns();
+            continue;
+        }
+        struct timespec ts = {(time_t)(tick / 1000000000u), (long)(tick % 1000000000u)};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* Starts the monitor when something needs it (caller holds P.lock). */
+static void start_monitor_locked(void) {
+    if (atomic_load_explicit(&g_monitor_started, memory_order_relaxed)) return;
+    if (!g_timeout_ns && !atomic_load(&g_catch_sigint)) return;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t th;
+    if (pthread_create(&th, &attr, monitor_main, NULL) == 0)
+        atomic_store(&g_monitor_started, 1);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+}
+
+static uint64_t parse_timeout(void) {
+    const char *env = getenv("CPUIFY_KERNEL_TIMEOUT");
+    if (!env || !*env) return 0;
+    char *end = NULL;
+    double v = strtod(env, &end);
+    while (end && (*end == ' ' || *end == '\t' || *end == '\n')) end++;
+    if (!end || *end != '\0' || !(v >= 0) || v > 1e9) {
+        fprintf(stderr, "cpuify: CPUIFY_KERNEL_TIMEOUT=%s is not a number of seconds; "
+                        "no kernel watchdog\n", env);
+        return 0;
+    }
+    return (uint64_t)(v * 1e9);
+}
+
 static void atfork_child(void) {
     /* Pool threads do not exist in the child: start over with a fresh, empty pool. */
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
@@ -229,6 +573,20 @@ static void atfork_child(void) {
     atomic_store(&P.sleepers, 0);
     atomic_store(&P.caller_waiting, 0);
     tls_in_block = 0;
+    /* neither are the monitor thread and any launch another thread was running */
+    atomic_store(&g_monitor_started, 0);
+    atomic_store(&P.monitor_asleep, 0);
+    atomic_store(&P.running_id, 0);
+    for (int32_t i = 0; i < atomic_load(&g_armed_hi); i++) atomic_store(&g_armed[i].launch, 0);
+    pthread_mutex_t fresh_sigint = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&g_sigint_lock, &fresh_sigint, sizeof(fresh_sigint));
+    runner_t *r = tls_runner;
+    if (r) {
+        r->armed = 0;
+        r->nocancel = 0;
+        r->cancel_pending = 0;
+        r->tid = current_tid();
+    }
 }
 
 static void global_init(void) {
@@ -254,6 +612,9 @@ static void global_init(void) {
     }
     P.spin_ns = spin;
     atomic_store(&P.worker_spin_ns, spin_cap());
+    g_timeout_ns = parse_timeout();
+    pthread_key_create(&g_runner_key, free_runner);
+    install_handlers();
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
@@ -265,28 +626,40 @@ static int32_t workers_locked(void) {
 /* ------------------------------------------------------------------------------------ */
 /* running blocks                                                                       */
 
-static void record_error(int32_t rc, uint32_t bx, uint32_t by, uint32_t bz) {
+static inline int32_t launch_error(void) {
+    return (int32_t)(atomic_load_explicit(&P.state, memory_order_relaxed) & 0xff);
+}
+
+static void blame(uint32_t bx, uint32_t by, uint32_t bz) {
     int32_t zero = 0;
-    if (atomic_compare_exchange_strong_explicit(&P.err, &zero, rc, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
+    if (atomic_compare_exchange_strong(&P.blamed, &zero, 1)) {
         P.err_block[0] = bx;
         P.err_block[1] = by;
         P.err_block[2] = bz;
     }
 }
 
+/* Fails launch `id` with rc (the first error wins); returns whether this one did. */
+static int record_error(uint64_t id, int32_t rc, uint32_t bx, uint32_t by, uint32_t bz) {
+    uint64_t expect = id << 8;
+    if (!atomic_compare_exchange_strong_explicit(&P.state, &expect, expect | (uint32_t)rc,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return 0;
+    blame(bx, by, bz);
+    return 1;
+}
+
 /* Runs chunks of the current pool job on this thread with the given buffers. */
-static void run_job_blocks(void *shared, void *scratch) {
+static void job_blocks(runner_t *r, void *shared, void *scratch) {
     const cpuify_block_fn fn = P.fn;
     const void *params = P.params;
     const cpuify_dims *dims = &P.dims;
-    const uint64_t nblocks = P.nblocks, chunk = P.chunk, share = P.share;
+    const uint64_t nblocks = P.nblocks, chunk = P.chunk, share = P.share, id = P.launch_id;
     const uint32_t gx = dims->grid[0], gy = dims->grid[1];
-    tls_in_block = 1;
     uint64_t start = atomic_load_explicit(&P.next, memory_order_relaxed);
     for (;;) {
-        if (atomic_load_explicit(&P.err, memory_order_relaxed)) break;
-        if (start >= nblocks) break;
+        if (launch_error()) return;
+        if (start >= nblocks) return;
         /* guided: a share of what is left, at least `chunk` blocks */
         uint64_t take = (nblocks - start) / share;
         if (take < chunk) take = chunk;
@@ -299,10 +672,11 @@ static void run_job_blocks(void *shared, void *scratch) {
         uint32_t by = (uint32_t)(t % gy);
         uint32_t bz = (uint32_t)(t / gy);
         for (uint64_t l = start;;) {
+            r->block = l;
             int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
             if (rc) {
-                record_error(rc, bx, by, bz);
-                goto out;
+                record_error(id, rc, bx, by, bz);
+                return;
             }
             if (++l >= end) break;
             if (++bx == gx) {
@@ -312,26 +686,97 @@ static void run_job_blocks(void *shared, void *scratch) {
                     ++bz;
                 }
             }
-            if (atomic_load_explicit(&P.err, memory_order_relaxed)) goto out;
+            if (launch_error()) return;
         }
         start = atomic_load_explicit(&P.next, memory_order_relaxed);
     }
-out:
-    tls_in_block = 0;
 }
 
-/* Runs every block of the grid on this thread, stopping at the first error. */
-static int32_t run_serial(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+/* Runs every block of the grid on this thread, stopping at the first error (the launch's
+ * own, or one another thread recorded: a cancel). */
+static void serial_blocks(runner_t *r, uint64_t id, cpuify_block_fn fn, const void *params,
+                          const cpuify_dims *dims, void *shared, void *scratch) {
+    const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+    uint64_t l = 0;
+    for (uint32_t bz = 0; bz < gz; bz++)
+        for (uint32_t by = 0; by < gy; by++)
+            for (uint32_t bx = 0; bx < gx; bx++, l++) {
+                r->block = l;
+                int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+                if (rc) {
+                    record_error(id, rc, bx, by, bz);
+                    return;
+                }
+                if (launch_error()) return;
+            }
+}
+
+/* Runs blocks of launch `id` on this thread as runner `slot`: the pool job (fn == NULL) or
+ * the whole grid serially, containing faults and cancellation (see above). */
+static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const void *params,
+                        const cpuify_dims *dims, void *shared, void *scratch) {
+    runner_t *const r0 = get_runner();
+    if (!r0) { /* no memory for the guard: run unguarded */
+        static runner_t spare;
+        tls_in_block = 1;
+        if (fn) serial_blocks(&spare, id, fn, params, dims, shared, scratch);
+        else job_blocks(&spare, shared, scratch);
+        tls_in_block = 0;
+        return;
+    }
+    /* what the code after a jump back reads: in memory, not in registers sigsetjmp saved */
+    runner_t *volatile r = r0;
+    const cpuify_dims *volatile grid = fn ? dims : &P.dims;
+    volatile int32_t vslot = slot;
+    volatile uint64_t vid = id;
+    r0->launch_id = id;
+    r0->cancel_pending = 0;
+    r0->nocancel = 0;
+    r0->block = 0;
+    arm_slot(slot, id, r0->tid);
+    tls_in_block = 1;
+    if (sigsetjmp(r0->jmp, 0) == 0) {
+        r0->armed = 1;
+        if (fn) serial_blocks(r0, id, fn, params, dims, shared, scratch);
+        else job_blocks(r0, shared, scratch);
+        r0->armed = 0;
+    } else {
+        /* back from fault_handler or cancel_handler: the block was abandoned */
+        r->armed = 0;
+        slot = vslot;
+        id = vid;
+        const cpuify_dims *d = grid;
+        uint64_t l = r->block;
+        uint32_t bx = (uint32_t)(l % d->grid[0]);
+        uint64_t t = l / d->grid[0];
+        uint32_t by = (uint32_t)(t % d->grid[1]), bz = (uint32_t)(t / d->grid[1]);
+        int32_t why = r->why;
+        if (why && record_error(id, why, bx, by, bz)) {
+            P.fault_addr = (uint64_t)(uintptr_t)r->fault_addr;
+            P.fault_sig = r->fault_sig;
+            P.fault_access = r->fault_access;
+            /* the other runners stop too, wherever they are (as a GPU context dies) */
+            atomic_store_explicit(&g_armed[slot].launch, 0, memory_order_release);
+            atomic_store(&P.cancel_id, id);
+            signal_runners(id);
+        } else {
+            blame(bx, by, bz); /* cancelled: name a block that was running */
+        }
+    }
+    tls_in_block = 0;
+    atomic_store_explicit(&g_armed[slot].launch, 0, memory_order_release);
+}
+
+/* Runs every block of a grid launched from inside a block (tls_in_block), on this thread:
+ * faults and cancellation go to the enclosing launch's guard. */
+static int32_t run_nested(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                           void *shared, void *scratch, uint32_t *err_block) {
     const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
-    int saved = tls_in_block;
-    tls_in_block = 1;
     for (uint32_t bz = 0; bz < gz; bz++)
         for (uint32_t by = 0; by < gy; by++)
             for (uint32_t bx = 0; bx < gx; bx++) {
                 int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
                 if (rc) {
-                    tls_in_block = saved;
                     if (err_block) {
                         err_block[0] = bx;
                         err_block[1] = by;
@@ -340,7 +785,6 @@ static int32_t run_serial(cpuify_block_fn fn, const void *params, const cpuify_d
                     return rc;
                 }
             }
-    tls_in_block = saved;
     return 0;
 }
 
@@ -386,6 +830,7 @@ static void *worker_main(void *argp) {
     free(argp);
     const int32_t id = arg.id;
     uint32_t seen = arg.seen;
+    get_runner(); /* its signal stack, before any kernel runs here */
     for (;;) {
         uint32_t g = wait_for_job(seen);
         seen = g;
@@ -407,7 +852,7 @@ static void *worker_main(void *argp) {
         slot_t *s = &P.slots[id];
         if (ensure_buffer(&s->shared, &s->shared_cap, P.shared_bytes) == 0 &&
             ensure_buffer(&s->scratch, &s->scratch_cap, P.scratch_bytes) == 0)
-            run_job_blocks(s->shared, s->scratch);
+            run_guarded(id, P.launch_id, NULL, NULL, NULL, s->shared, s->scratch);
         /* (on allocation failure this worker simply runs no blocks; the others do) */
         atomic_fetch_add(&P.finished, 1); /* seq_cst: pairs with caller_waiting */
         if (atomic_load(&P.caller_waiting)) futex_wake_all(&P.finished);
@@ -446,6 +891,7 @@ static void resize_pool_locked(int32_t want) {
         sigdelset(&all, SIGBUS);
         sigdelset(&all, SIGFPE);
         sigdelset(&all, SIGILL);
+        if (g_cancel_signal) sigdelset(&all, g_cancel_signal);
         pthread_sigmask(SIG_SETMASK, &all, &old);
         while (P.nthreads < want) {
             worker_arg *a = malloc(sizeof *a);
@@ -481,6 +927,45 @@ static void resize_pool_locked(int32_t want) {
 /* ------------------------------------------------------------------------------------ */
 /* public API                                                                           */
 
+static _Thread_local cpuify_fault tls_last_fault;
+
+/* Starts launch bookkeeping (caller holds P.lock): a new id, no error, running. */
+static uint64_t begin_launch_locked(void) {
+    uint64_t id = ++P.launch_seq;
+    if (id >> 56) id = P.launch_seq = 1; /* (never in practice: 2^56 launches) */
+    atomic_store_explicit(&P.state, id << 8, memory_order_relaxed);
+    atomic_store_explicit(&P.blamed, 0, memory_order_relaxed);
+    P.fault_sig = 0;
+    if (g_timeout_ns) atomic_store_explicit(&P.running_start, now_ns(), memory_order_relaxed);
+    atomic_store(&P.running_id, id); /* seq_cst: pairs with the monitor's monitor_asleep */
+    if (atomic_load(&P.monitor_asleep)) {
+        atomic_store(&P.monitor_asleep, 0);
+        futex_wake_all(&P.monitor_asleep);
+    }
+    return id;
+}
+
+/* Ends the launch: its error code, the failing block and fault for the caller. */
+static int32_t end_launch_locked(uint32_t *err_block) {
+    atomic_store_explicit(&P.running_id, 0, memory_order_release);
+    int32_t rc = (int32_t)(atomic_load_explicit(&P.state, memory_order_acquire) & 0xff);
+    if (rc) {
+        if (err_block) {
+            if (atomic_load(&P.blamed)) {
+                err_block[0] = P.err_block[0];
+                err_block[1] = P.err_block[1];
+                err_block[2] = P.err_block[2];
+            } else {
+                err_block[0] = err_block[1] = err_block[2] = 0;
+            }
+        }
+        tls_last_fault.signal = P.fault_sig;
+        tls_last_fault.access = P.fault_sig ? P.fault_access : -1;
+        tls_last_fault.address = P.fault_sig ? P.fault_addr : 0;
+    }
+    return rc;
+}
+
 int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                       uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block) {
     pthread_once(&g_once, global_init);
@@ -494,18 +979,24 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
         void *sh = NULL, *sc = NULL;
         uint64_t shc = 0, scc = 0;
         int32_t rc;
-        if (ensure_buffer(&sh, &shc, shared_bytes) || ensure_buffer(&sc, &scc, scratch_bytes)) {
+        nocancel_begin();
+        int bad = ensure_buffer(&sh, &shc, shared_bytes) || ensure_buffer(&sc, &scc, scratch_bytes);
+        nocancel_end();
+        if (bad) {
             rc = CPUIFY_ERR_OUT_OF_MEMORY;
             if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
         } else {
-            rc = run_serial(fn, params, dims, sh, sc, err_block);
+            rc = run_nested(fn, params, dims, sh, sc, err_block);
         }
+        nocancel_begin();
         free_buffer(sh);
         free_buffer(sc);
+        nocancel_end();
         return rc;
     }
 
     pthread_mutex_lock(&P.lock);
+    start_monitor_locked();
     if (grow_slots_locked(1) != 0) goto oom;
     slot_t *s0 = &P.slots[0];
     if (ensure_buffer(&s0->shared, &s0->shared_cap, shared_bytes) ||
@@ -513,21 +1004,21 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
         goto oom;
 
     int32_t workers = workers_locked();
-    if (nblocks == 1 || workers <= 1) {
-        int32_t rc = run_serial(fn, params, dims, s0->shared, s0->scratch, err_block);
-        pthread_mutex_unlock(&P.lock);
-        return rc;
-    }
-    if (P.nthreads != workers - 1) resize_pool_locked(workers - 1);
-    if (P.nthreads == 0) { /* no thread could be created */
-        int32_t rc = run_serial(fn, params, dims, s0->shared, s0->scratch, err_block);
+    if (nblocks > 1 && workers > 1 && P.nthreads != workers - 1) resize_pool_locked(workers - 1);
+    if (nblocks == 1 || workers <= 1 || P.nthreads == 0) { /* (no thread could be created) */
+        s0 = &P.slots[0];
+        uint64_t id = begin_launch_locked();
+        run_guarded(0, id, fn, params, dims, s0->shared, s0->scratch);
+        int32_t rc = end_launch_locked(err_block);
         pthread_mutex_unlock(&P.lock);
         return rc;
     }
     s0 = &P.slots[0]; /* slots may have moved */
 
     /* describe the job */
+    uint64_t id = begin_launch_locked();
     P.fn = fn;
+    P.launch_id = id;
     P.params = params;
     P.dims = *dims;
     P.nblocks = nblocks;
@@ -537,7 +1028,6 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
     P.shared_bytes = shared_bytes;
     P.scratch_bytes = scratch_bytes;
     atomic_store_explicit(&P.next, 0, memory_order_relaxed);
-    atomic_store_explicit(&P.err, 0, memory_order_relaxed);
     atomic_store_explicit(&P.finished, 0, memory_order_relaxed);
     atomic_store_explicit(&P.caller_waiting, 0, memory_order_relaxed);
 
@@ -548,7 +1038,7 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
     if (atomic_load(&P.sleepers) > 0) futex_wake_all(&P.gen);
 
     /* work */
-    run_job_blocks(s0->shared, s0->scratch);
+    run_guarded(0, id, NULL, NULL, NULL, s0->shared, s0->scratch);
 
     /* close admission and wait for the workers that joined */
     uint64_t old = atomic_fetch_or_explicit(&P.entry, ENTRY_CLOSED, memory_order_acq_rel);
@@ -568,12 +1058,7 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
         atomic_thread_fence(memory_order_acquire);
     }
 
-    int32_t rc = atomic_load_explicit(&P.err, memory_order_acquire);
-    if (rc && err_block) {
-        err_block[0] = P.err_block[0];
-        err_block[1] = P.err_block[1];
-        err_block[2] = P.err_block[2];
-    }
+    int32_t rc = end_launch_locked(err_block);
     pthread_mutex_unlock(&P.lock);
     return rc;
 
@@ -581,6 +1066,50 @@ oom:
     pthread_mutex_unlock(&P.lock);
     if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
     return CPUIFY_ERR_OUT_OF_MEMORY;
+}
+
+void cpuify_last_fault(cpuify_fault *out) {
+    if (out) *out = tls_last_fault;
+}
+
+int32_t cpuify_cancel(int32_t reason) {
+    pthread_once(&g_once, global_init);
+    uint64_t id = atomic_load(&P.running_id);
+    if (!id) return 0;
+    cancel_launch(id, reason ? reason : CPUIFY_ERR_INTERRUPTED);
+    return 1;
+}
+
+void cpuify_catch_interrupts(void) {
+    pthread_once(&g_once, global_init);
+    atomic_store(&g_catch_sigint, 1);
+    ensure_sigint_handler();
+}
+
+static void copy_rows(char *dst, uint64_t dpitch, const char *src, uint64_t spitch,
+                      uint64_t width, uint64_t height, int32_t fill) {
+    for (uint64_t y = 0; y < height; y++) {
+        if (src) memmove(dst + y * dpitch, src + y * spitch, (size_t)width);
+        else memset(dst + y * dpitch, fill, (size_t)width);
+    }
+}
+
+int32_t cpuify_guarded_copy(void *dst, uint64_t dpitch, const void *src, uint64_t spitch,
+                            uint64_t width, uint64_t height, int32_t fill) {
+    pthread_once(&g_once, global_init);
+    runner_t *r = tls_runner ? tls_runner : get_runner();
+    if (!r || r->armed) { /* no memory for the guard, or called from a kernel (guarded) */
+        copy_rows(dst, dpitch, src, spitch, width, height, fill);
+        return 0;
+    }
+    if (sigsetjmp(r->jmp, 0)) {
+        r->armed = 0;
+        return -1;
+    }
+    r->armed = 2;
+    copy_rows(dst, dpitch, src, spitch, width, height, fill);
+    r->armed = 0;
+    return 0;
 }
 
 int32_t cpuify_num_workers(void) {
@@ -672,7 +1201,36 @@ static int next_arg(const unsigned char *args, size_t *off, size_t size, void *o
     return 0;
 }
 
+static int32_t vprintf_impl(const char *fmt, const void *argsp);
+
+/* device printf: a no-cancel section (stdout's lock, the heap) */
 int32_t cpuify_vprintf(const char *fmt, const void *argsp) {
+    nocancel_begin();
+    int32_t n = vprintf_impl(fmt, argsp);
+    nocancel_end();
+    return n;
+}
+
+/* device malloc/free (the heap's locks): no-cancel sections */
+void *cpuify_device_malloc(uint64_t size) {
+    nocancel_begin();
+    void *p = size <= SIZE_MAX ? malloc((size_t)size) : NULL;
+    nocancel_end();
+    return p;
+}
+
+void cpuify_device_free(void *p) {
+    nocancel_begin();
+    free(p);
+    nocancel_end();
+}
+
+void cpuify_nocancel(int32_t begin) {
+    if (begin) nocancel_begin();
+    else nocancel_end();
+}
+
+static int32_t vprintf_impl(const char *fmt, const void *argsp) {
     if (!fmt) return -1;
     const unsigned char *args = (const unsigned char *)argsp;
     size_t off = 0;

@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever the ABI below changes; the Python loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 3
+#define CPUIFY_RT_ABI_VERSION 4
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */
@@ -36,9 +36,21 @@ enum cpuify_error {
     CPUIFY_ERR_TRAP = 2,               /* PTX trap                                             */
     CPUIFY_ERR_WARP_DIVERGENCE = 3,    /* threads of a warp disagree at a warp collective     */
     CPUIFY_ERR_ASSERT = 4,             /* device-side assert failed                           */
-    CPUIFY_ERR_OUT_OF_MEMORY = 5       /* runtime only: shared/scratch buffers could not be
+    CPUIFY_ERR_OUT_OF_MEMORY = 5,      /* runtime only: shared/scratch buffers could not be
                                           allocated (err_block is then 0xffffffff x3)         */
+    /* runtime only: a launch stopped from outside its blocks' code */
+    CPUIFY_ERR_ILLEGAL_ADDRESS = 6,    /* a block faulted (SIGSEGV/SIGBUS): cpuify_last_fault  */
+    CPUIFY_ERR_HARDWARE = 7,           /* a block raised SIGILL or SIGFPE: cpuify_last_fault   */
+    CPUIFY_ERR_TIMEOUT = 8,            /* ran longer than CPUIFY_KERNEL_TIMEOUT seconds        */
+    CPUIFY_ERR_INTERRUPTED = 9         /* cpuify_cancel(), e.g. from SIGINT (see below)        */
 };
+
+/* The fault that failed a launch (CPUIFY_ERR_ILLEGAL_ADDRESS / CPUIFY_ERR_HARDWARE). */
+typedef struct cpuify_fault {
+    uint64_t address; /* the faulting address (si_addr) */
+    int32_t signal;   /* SIGSEGV, SIGBUS, SIGILL or SIGFPE; 0: the launch did not fault */
+    int32_t access;   /* 1: a write, 0: a read, -1: not known */
+} cpuify_fault;
 
 /* Runs one whole thread block.  Returns 0, or a nonzero error code (enum cpuify_error).
  *   params:  packed kernel parameters
@@ -51,10 +63,44 @@ typedef int32_t (*cpuify_block_fn)(const void *params, const cpuify_dims *dims,
 /* Launch fn over the whole grid.  Returns 0, or the first error code any block returned;
  * then err_block[0..2] (may be NULL) holds that block's index.  Returns only after every
  * started block has finished.  Launches are serialized (one at a time in the pool).
- * A launch from inside a block function runs its grid serially on that thread. */
+ * A launch from inside a block function runs its grid serially on that thread.
+ *
+ * Faults are contained: a block that faults is abandoned, the other blocks stop and the
+ * launch returns CPUIFY_ERR_ILLEGAL_ADDRESS (CPUIFY_ERR_HARDWARE), err_block naming the
+ * block; the process goes on.  (Faults of code that is not a kernel reach the handler
+ * installed before the runtime's, as usual.)  With CPUIFY_KERNEL_TIMEOUT=<seconds> a
+ * launch that runs longer is stopped with CPUIFY_ERR_TIMEOUT.  Running blocks are stopped
+ * with the real-time signal SIGRTMAX-3 when nothing else handles it (else between blocks
+ * only). */
 CPUIFY_API int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                                  uint64_t shared_bytes, uint64_t scratch_bytes,
                                  uint32_t *err_block);
+
+/* The fault of the last launch of the calling thread that failed with one. */
+CPUIFY_API void cpuify_last_fault(cpuify_fault *out);
+
+/* Stops the running launch (if any) with `reason` (0: CPUIFY_ERR_INTERRUPTED); returns
+ * whether one was running.  Async-signal-safe. */
+CPUIFY_API int32_t cpuify_cancel(int32_t reason);
+
+/* Chains a SIGINT handler in front of the current one (when that is a function, as
+ * Python's is): Ctrl-C then also stops the running launch with CPUIFY_ERR_INTERRUPTED.
+ * The runtime puts it back in front during long launches if it was replaced. */
+CPUIFY_API void cpuify_catch_interrupts(void);
+
+/* Copies `height` rows of `width` bytes (row y from src + y * spitch to dst + y * dpitch,
+ * as memmove; when src is NULL, sets them to `fill` as memset) and returns 0, or -1 instead
+ * of crashing when an address is not mapped (or not writable): host API calls check the
+ * pointers they are given this way. */
+CPUIFY_API int32_t cpuify_guarded_copy(void *dst, uint64_t dpitch, const void *src,
+                                       uint64_t spitch, uint64_t width, uint64_t height,
+                                       int32_t fill);
+
+/* Device-side malloc/free, and no-cancel sections (begin = 1 / 0) for runtime code that
+ * kernels call while it holds a lock: a cancel waits until the section ends. */
+CPUIFY_API void *cpuify_device_malloc(uint64_t size);
+CPUIFY_API void cpuify_device_free(void *p);
+CPUIFY_API void cpuify_nocancel(int32_t begin);
 
 /* Number of workers (calling thread included) a launch uses: the value given to
  * cpuify_set_num_workers, else CPUIFY_NUM_THREADS (>= 1), else the CPUs this process may

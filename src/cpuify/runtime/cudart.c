@@ -980,6 +980,14 @@ static int past_allocation(const void *p, size_t count) {
     return a.kind && a.kind != MEM_REGISTERED && count > a.size - (size_t)((const char *)p - a.base);
 }
 
+/* A copy or memset met an address that is not mapped (or not writable): neither a device
+ * allocation nor host memory.  CUDA answers cudaErrorInvalidValue (not sticky). */
+static cudaError_t bad_pointer(const char *call, const void *dst, const void *src) {
+    fprintf(stderr, "cpuify: %s(dst=%p, src=%p): an address the copy reaches is not valid "
+                    "memory (cudaErrorInvalidValue)\n", call, dst, src);
+    return fail(cudaErrorInvalidValue);
+}
+
 static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                           cudaStream_t s) {
     CHECK_STICKY();
@@ -989,7 +997,7 @@ static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMem
     if (!dst || !src || past_allocation(dst, count) || past_allocation(src, count))
         return fail(cudaErrorInvalidValue);
     uint64_t t0 = profiling() ? now_ns() : 0;
-    memmove(dst, src, count);
+    if (cpuify_guarded_copy(dst, 0, src, 0, count, 1, 0)) return bad_pointer("cudaMemcpy", dst, src);
     if (t0) record_copy(copy_class(dst, src, kind), t0, count);
     return cudaSuccess;
 }
@@ -1026,8 +1034,8 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
         past_allocation(src, (height - 1) * spitch + width))
         return fail(cudaErrorInvalidValue);
     uint64_t t0 = profiling() ? now_ns() : 0;
-    for (size_t y = 0; y < height; y++)
-        memmove((char *)dst + y * dpitch, (const char *)src + y * spitch, width);
+    if (cpuify_guarded_copy(dst, dpitch, src, spitch, width, height, 0))
+        return bad_pointer("cudaMemcpy2D", dst, src);
     if (t0) record_copy(copy_class(dst, src, kind), t0, (uint64_t)width * height);
     return cudaSuccess;
 }
@@ -1059,10 +1067,11 @@ static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
     size_t dslice = dp.pitch * (dp.ysize ? dp.ysize : e.height);
     uint64_t t0 = profiling() ? now_ns() : 0;
     for (size_t z = 0; z < e.depth; z++)
-        for (size_t y = 0; y < e.height; y++)
-            memmove((char *)dp.ptr + (p->dstPos.z + z) * dslice + (p->dstPos.y + y) * dp.pitch + p->dstPos.x,
-                    (const char *)sp.ptr + (p->srcPos.z + z) * sslice + (p->srcPos.y + y) * sp.pitch + p->srcPos.x,
-                    e.width);
+        if (cpuify_guarded_copy((char *)dp.ptr + (p->dstPos.z + z) * dslice + p->dstPos.y * dp.pitch + p->dstPos.x,
+                                dp.pitch,
+                                (const char *)sp.ptr + (p->srcPos.z + z) * sslice + p->srcPos.y * sp.pitch + p->srcPos.x,
+                                sp.pitch, e.width, e.height, 0))
+            return bad_pointer("cudaMemcpy3D", dp.ptr, sp.ptr);
     if (t0) record_copy(copy_class(dp.ptr, sp.ptr, p->kind), t0, (uint64_t)e.width * e.height * e.depth);
     return cudaSuccess;
 }
@@ -1079,7 +1088,7 @@ static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
     if (count == 0) return cudaSuccess;
     if (!ptr || past_allocation(ptr, count)) return fail(cudaErrorInvalidValue);
     uint64_t t0 = profiling() ? now_ns() : 0;
-    memset(ptr, value, count);
+    if (cpuify_guarded_copy(ptr, 0, NULL, 0, count, 1, value)) return bad_pointer("cudaMemset", ptr, NULL);
     if (t0) record_copy(CP_MEMSET, t0, count);
     return cudaSuccess;
 }
@@ -1097,7 +1106,8 @@ static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_
     if (width > pitch || !ptr || past_allocation(ptr, (height - 1) * pitch + width))
         return fail(cudaErrorInvalidValue);   /* as CUDA 13 answers, for a small pitch too */
     uint64_t t0 = profiling() ? now_ns() : 0;
-    for (size_t y = 0; y < height; y++) memset((char *)ptr + y * pitch, value, width);
+    if (cpuify_guarded_copy(ptr, pitch, NULL, 0, width, height, value))
+        return bad_pointer("cudaMemset2D", ptr, NULL);
     if (t0) record_copy(CP_MEMSET, t0, (uint64_t)width * height);
     return cudaSuccess;
 }
@@ -1468,82 +1478,6 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun) {
     return k ? cudaSuccess : fail(cudaErrorInvalidDeviceFunction);
 }
 
-/* --- fault reporting --- */
-
-static _Thread_local volatile uint32_t tls_block[3];
-static _Thread_local volatile int tls_in_kernel;
-static _Thread_local int tls_altstack;
-static kentry *volatile g_current;
-static struct sigaction g_old_segv, g_old_bus, g_old_fpe, g_old_ill;
-
-static void fault_handler(int sig, siginfo_t *info, void *uctx) {
-    (void)uctx;
-    kentry *k = g_current;
-    if (tls_in_kernel && k) {
-        char buf[1024];
-        const char *what = sig == SIGFPE ? "arithmetic exception (integer division by zero?)"
-                           : sig == SIGILL ? "illegal instruction"
-                                           : "invalid memory access";
-        int n = snprintf(buf, sizeof buf,
-                         "cpuify: kernel '%s' failed in block (%u, %u, %u): %s at address %p "
-                         "(cudaErrorIllegalAddress); stopping the program\n",
-                         k->pretty ? k->pretty : k->device_name, tls_block[0], tls_block[1],
-                         tls_block[2], what, info ? info->si_addr : NULL);
-        fflush(stdout);
-        if (n > 0) {
-            ssize_t w = write(2, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1));
-            (void)w;
-        }
-        _exit(134);
-    }
-    /* not ours: give the signal to whoever had it before */
-    struct sigaction *old = sig == SIGSEGV ? &g_old_segv : sig == SIGBUS ? &g_old_bus
-                          : sig == SIGFPE ? &g_old_fpe : &g_old_ill;
-    sigaction(sig, old, NULL);
-}
-
-static void install_fault_handler(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = fault_handler;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &g_old_segv);
-    sigaction(SIGBUS, &sa, &g_old_bus);
-    sigaction(SIGFPE, &sa, &g_old_fpe);
-    sigaction(SIGILL, &sa, &g_old_ill);
-}
-
-static pthread_once_t g_fault_once = PTHREAD_ONCE_INIT;
-
-typedef struct launch_ctx {
-    cpuify_block_fn fn;
-    const void *params;
-} launch_ctx;
-
-/* Wraps every block: records which block runs on this thread for the fault message. */
-static int32_t block_trampoline(const void *p, const cpuify_dims *dims, uint32_t bx, uint32_t by,
-                                uint32_t bz, void *shared, void *scratch) {
-    const launch_ctx *c = p;
-    if (!tls_altstack) {
-        /* a stack overflow in a kernel must still be reported: handle signals on a
-         * stack of their own (one per worker thread, kept for the thread's life) */
-        tls_altstack = 1;
-        stack_t ss;
-        ss.ss_sp = malloc(65536);
-        ss.ss_size = 65536;
-        ss.ss_flags = 0;
-        if (ss.ss_sp) sigaltstack(&ss, NULL);
-    }
-    tls_block[0] = bx;
-    tls_block[1] = by;
-    tls_block[2] = bz;
-    tls_in_kernel = 1;
-    int32_t rc = c->fn(c->params, dims, bx, by, bz, shared, scratch);
-    tls_in_kernel = 0;
-    return rc;
-}
-
 /* A bad launch configuration (block or grid dimensions, __launch_bounds__, dynamic shared
  * memory over the limit) and a host function passed as a kernel: CUDA 13.0's runtime answers
  * cudaErrorInvalidValue and cudaErrorInvalidResourceHandle (read on an H100); CUDA 12 and
@@ -1626,23 +1560,17 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
             break;
         }
     }
-    launch_ctx ctx = {fn, buf};
     uint32_t err_block[3] = {0, 0, 0};
-    pthread_once(&g_fault_once, install_fault_handler);
     const int prof = profiling();
     uint64_t t0 = prof ? now_ns() : 0;
-    g_current = k;
     int32_t rc = 0;
     if (d->prologue) {
         /* code hoisted out of the grid (parallel-licm): one thread, before any block */
         cpuify_dims one = {{1, 1, 1}, {1, 1, 1}};
-        launch_ctx pctx = {d->prologue, buf};
-        rc = cpuify_launch(block_trampoline, &pctx, &one, 0, d->prologue_scratch, err_block);
+        rc = cpuify_launch(d->prologue, buf, &one, 0, d->prologue_scratch, err_block);
     }
     if (!rc)
-        rc = cpuify_launch(block_trampoline, &ctx, &dims, d->shared_static + smem, scratch,
-                           err_block);
-    g_current = NULL;
+        rc = cpuify_launch(fn, buf, &dims, d->shared_static + smem, scratch, err_block);
     if (prof) {
         uint64_t t = now_ns() - t0;
         pthread_mutex_lock(&g_prof_lock);
@@ -1652,6 +1580,7 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     }
     if (rc) {
         const char *why;
+        char detail[160];
         cudaError_t e = cudaErrorLaunchFailure;
         switch (rc) {
         case CPUIFY_ERR_BARRIER_DIVERGENCE:
@@ -1666,6 +1595,29 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         case CPUIFY_ERR_OUT_OF_MEMORY:
             fprintf(stderr, "cpuify: kernel '%s': out of memory for shared/scratch buffers\n", k->pretty);
             return fail(cudaErrorLaunchOutOfResources);
+        case CPUIFY_ERR_ILLEGAL_ADDRESS:
+        case CPUIFY_ERR_HARDWARE: {
+            /* a contained fault: the program goes on, the error is sticky as on a GPU */
+            cpuify_fault f;
+            cpuify_last_fault(&f);
+            const char *what = rc == CPUIFY_ERR_ILLEGAL_ADDRESS
+                ? (f.access == 1 ? "invalid memory access writing" : f.access == 0
+                   ? "invalid memory access reading" : "invalid memory access at")
+                : f.signal == SIGILL ? "illegal instruction at" : "arithmetic exception at";
+            e = rc == CPUIFY_ERR_ILLEGAL_ADDRESS ? cudaErrorIllegalAddress
+                : f.signal == SIGILL ? cudaErrorIllegalInstruction : cudaErrorLaunchFailure;
+            snprintf(detail, sizeof detail, "%s address %#llx%s", what,
+                     (unsigned long long)f.address, f.address < 4096 ? " (a NULL pointer)" : "");
+            why = detail;
+            break;
+        }
+        case CPUIFY_ERR_TIMEOUT:
+            why = "ran longer than CPUIFY_KERNEL_TIMEOUT and was stopped";
+            e = cudaErrorLaunchTimeout;
+            break;
+        case CPUIFY_ERR_INTERRUPTED:
+            why = "interrupted";
+            break;
         default: why = "unknown error"; break;
         }
         fflush(stdout);

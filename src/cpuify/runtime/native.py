@@ -23,16 +23,19 @@ import threading
 from pathlib import Path
 
 from ..errors import CpuifyError
+from ..forksafe import renew_in_child
 
 __all__ = [
     "ABI_VERSION", "BLOCK_FN", "Dims", "ERROR_NAMES",
     "CPUIFY_OK", "CPUIFY_ERR_BARRIER_DIVERGENCE", "CPUIFY_ERR_TRAP",
     "CPUIFY_ERR_WARP_DIVERGENCE", "CPUIFY_ERR_ASSERT", "CPUIFY_ERR_OUT_OF_MEMORY",
+    "CPUIFY_ERR_ILLEGAL_ADDRESS", "CPUIFY_ERR_HARDWARE", "CPUIFY_ERR_TIMEOUT",
+    "CPUIFY_ERR_INTERRUPTED", "Fault", "last_fault",
     "load_runtime", "runtime_path",
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # enum cpuify_error
 CPUIFY_OK = 0
@@ -41,6 +44,10 @@ CPUIFY_ERR_TRAP = 2
 CPUIFY_ERR_WARP_DIVERGENCE = 3
 CPUIFY_ERR_ASSERT = 4
 CPUIFY_ERR_OUT_OF_MEMORY = 5
+CPUIFY_ERR_ILLEGAL_ADDRESS = 6
+CPUIFY_ERR_HARDWARE = 7
+CPUIFY_ERR_TIMEOUT = 8
+CPUIFY_ERR_INTERRUPTED = 9
 
 ERROR_NAMES = {
     CPUIFY_ERR_BARRIER_DIVERGENCE: "barrier divergence",
@@ -48,7 +55,17 @@ ERROR_NAMES = {
     CPUIFY_ERR_WARP_DIVERGENCE: "warp divergence",
     CPUIFY_ERR_ASSERT: "device assert",
     CPUIFY_ERR_OUT_OF_MEMORY: "out of memory",
+    CPUIFY_ERR_ILLEGAL_ADDRESS: "illegal address",
+    CPUIFY_ERR_HARDWARE: "illegal instruction or arithmetic exception",
+    CPUIFY_ERR_TIMEOUT: "timeout",
+    CPUIFY_ERR_INTERRUPTED: "interrupted",
 }
+
+
+class Fault(ctypes.Structure):
+    """``struct cpuify_fault``: the fault that failed a launch."""
+
+    _fields_ = [("address", ctypes.c_uint64), ("signal", ctypes.c_int32), ("access", ctypes.c_int32)]
 
 
 class Dims(ctypes.Structure):
@@ -70,6 +87,7 @@ _HEADER = _RUNTIME_DIR / "cpuify_rt.h"
 _CFLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-pthread"]
 
 _lock = threading.Lock()
+renew_in_child(globals(), "_lock", threading.Lock)
 _lib: ctypes.CDLL | None = None
 _lib_path: str | None = None
 
@@ -201,6 +219,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.cpuify_flush.restype = None
     lib.cpuify_runtime_abi_version.argtypes = []
     lib.cpuify_runtime_abi_version.restype = ctypes.c_int32
+    lib.cpuify_last_fault.argtypes = [ctypes.POINTER(Fault)]
+    lib.cpuify_last_fault.restype = None
+    lib.cpuify_cancel.argtypes = [ctypes.c_int32]
+    lib.cpuify_cancel.restype = ctypes.c_int32
+    lib.cpuify_catch_interrupts.argtypes = []
+    lib.cpuify_catch_interrupts.restype = None
 
 
 def load_runtime() -> ctypes.CDLL:
@@ -227,9 +251,19 @@ def load_runtime() -> ctypes.CDLL:
             llvm.load_library_permanently(str(path))
         except ImportError:  # pragma: no cover - llvmlite is a hard dependency
             pass
+        # Ctrl-C stops a running kernel: the runtime's SIGINT handler goes in front of
+        # Python's (which still raises KeyboardInterrupt once the launch has returned)
+        lib.cpuify_catch_interrupts()
         _lib_path = str(path)
         _lib = lib
         return lib
+
+
+def last_fault() -> Fault:
+    """The fault that failed the calling thread's last failed launch (signal 0: none)."""
+    f = Fault()
+    load_runtime().cpuify_last_fault(ctypes.byref(f))
+    return f
 
 
 def runtime_path() -> str:
