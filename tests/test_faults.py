@@ -8,7 +8,6 @@ Tests whose failure mode would be a hang run in a child process with a timeout."
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import signal
@@ -133,8 +132,8 @@ def run_python(code: str, env: dict[str, str] | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`code` in a fresh interpreter (its own runtime, environment read at start)."""
     full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=full_env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False,
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
 SPIN = '''
@@ -295,15 +294,23 @@ def compile_loop():
     while not stop:
         cpuify.RawModule(code=kernel_src(i) + f"// {time.time()}")
         i += 1
-t = threading.Thread(target=compile_loop, daemon=True)
-t.start()
-time.sleep(0.3)
 src = r"""
 extern "C" __global__ void axpy(float a, const float *x, float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
 }
 """
+parent_kernel = cpuify.RawKernel(src, "axpy")
+def launch_loop():
+    # the worker pool exists and is busy (or between launches) when the forks happen
+    x = np.arange(1 << 16, dtype=np.float32)
+    while not stop:
+        y = np.zeros_like(x)
+        parent_kernel((256,), (256,), (np.float32(3), x, y, np.int32(x.size)))
+        assert np.array_equal(y, 3 * x)
+for body in (compile_loop, launch_loop):
+    threading.Thread(target=body, daemon=True).start()
+time.sleep(0.3)
 kids = []
 for round in range(3):
     pid = os.fork()
@@ -323,6 +330,6 @@ for pid in kids:
     _, status = os.waitpid(pid, 0)
     print("child", os.waitstatus_to_exitcode(status))
 stop = True
-''', env={"CPUIFY_NO_CACHE": "1"}, timeout=300)
+''', env={"CPUIFY_NO_CACHE": "1", "CPUIFY_NUM_THREADS": "3"}, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["child 0"] * 3, r.stderr

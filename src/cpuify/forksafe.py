@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["compile_section", "renew_in_child", "FORK_WAIT"]
+__all__ = ["FORK_WAIT", "compile_section", "renew_in_child"]
 
 #: The longest a fork waits for compile sections of other threads to end.
 FORK_WAIT = 60.0
@@ -40,7 +41,7 @@ class _Gate:
                 self.active += 1
         local.depth = depth + 1
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         local = self.local
         local.depth -= 1
         if local.depth == 0:
