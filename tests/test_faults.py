@@ -333,3 +333,36 @@ stop = True
 ''', env={"CPUIFY_NO_CACHE": "1", "CPUIFY_NUM_THREADS": "3"}, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["child 0"] * 3, r.stderr
+
+
+def test_watchdog_stop_inside_printf_and_malloc_leaves_them_usable() -> None:
+    # the kernel spends its time in printf and malloc/free, which hold locks (stdout's, the
+    # heap's): a stop must not leave one held, or the next printf/allocation would hang
+    r = run_python('''
+import sys
+import numpy as np, cpuify
+src = r"""
+extern "C" __global__ void busy(volatile int *flag, int tag) {
+    while (flag[0] == 0) {
+        int *p = (int *)malloc(64);
+        p[0] = tag;
+        printf("%d", p[0]);
+        free(p);
+    }
+    if (threadIdx.x == 0) printf("\\nagain %d\\n", tag);
+}
+"""
+k = cpuify.RawKernel(src, "busy")
+flag = np.zeros(1, np.int32)
+for round in range(3):
+    try:
+        k((2,), (4,), (flag, np.int32(1)))
+    except cpuify.LaunchTimeoutError:
+        print("\\nstopped", round, flush=True)
+flag[0] = 1
+k((1,), (1,), (flag, np.int32(7)))
+print(int(np.ones(1 << 20).sum()))
+''', env={"CPUIFY_KERNEL_TIMEOUT": "0.2", "CPUIFY_NUM_THREADS": "2"})
+    assert r.returncode == 0, r.stderr
+    tail = [line for line in r.stdout.splitlines() if line and set(line) != {"1"}]
+    assert tail[-5:] == ["stopped 0", "stopped 1", "stopped 2", "again 7", "1048576"], tail[-6:]
