@@ -366,3 +366,26 @@ print(int(np.ones(1 << 20).sum()))
     assert r.returncode == 0, r.stderr
     tail = [line for line in r.stdout.splitlines() if line and set(line) != {"1"}]
     assert tail[-5:] == ["stopped 0", "stopped 1", "stopped 2", "again 7", "1048576"], tail[-6:]
+
+
+def test_fault_handler_installed_later_hands_kernel_faults_on() -> None:
+    # faulthandler enabled after the runtime loaded sees the fault first, reports it and
+    # re-raises it: still contained (the address is then unknown)
+    r = run_python(SPIN + '''
+again()
+import faulthandler
+faulthandler.enable()
+poke = cpuify.RawKernel(r"""extern "C" __global__ void poke(unsigned long long p) { *(int *)p = 1; }""", "poke")
+try:
+    poke((1,), (1,), (np.uint64(16),))
+except cpuify.IllegalAddressError as e:
+    print("contained", e.address, e.block)
+    print(e)
+again()
+''')
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "next launch ok" and out[1] == "contained None (0, 0, 0)"
+    assert "invalid memory access accessing an unknown address" in out[2]
+    assert out[3] == "next launch ok"
+    assert "Fatal Python error: Segmentation fault" in r.stderr

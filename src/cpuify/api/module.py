@@ -71,18 +71,18 @@ def _stopped_launch(name: str, rc: int, block: tuple[int, ...]) -> BaseException
             f"kernel '{name}' ran longer than CPUIFY_KERNEL_TIMEOUT={limit} s and was stopped "
             f"(in {where}); a kernel that waits for something no block does never ends", name)
     fault = last_fault()
-    addr = fault.address
+    addr: int | None = fault.address if fault.address != 2**64 - 1 else None
+    at = f"address {addr:#x}" if addr is not None else "an unknown address"
     if rc == CPUIFY_ERR_HARDWARE:
         what = ("an illegal instruction" if fault.signal == signal.SIGILL
                 else "an arithmetic exception")
         return KernelFailure(715 if fault.signal == signal.SIGILL else 719,
-                             f"kernel '{name}' failed in {where}: {what} at address {addr:#x}",
-                             name)
+                             f"kernel '{name}' failed in {where}: {what} at {at}", name)
     access = {1: "writing", 0: "reading"}.get(fault.access, "accessing")
-    hint = (" (a NULL pointer)" if addr < 4096 else "")
+    hint = " (a NULL pointer)" if addr is not None and addr < 4096 else ""
     return IllegalAddressError(
-        f"kernel '{name}' failed in {where}: invalid memory access {access} address {addr:#x}"
-        f"{hint}; the launch was abandoned, later launches run normally",
+        f"kernel '{name}' failed in {where}: invalid memory access {access} {at}{hint}; "
+        "the launch was abandoned, later launches run normally",
         name, (block[0], block[1], block[2]), addr)
 
 

@@ -402,10 +402,12 @@ static void fault_handler(int sig, siginfo_t *si, void *ucv) {
     runner_t *r = tls_runner;
     if (r && r->armed) {
         r->fault_sig = sig;
-        r->fault_addr = si ? si->si_addr : NULL;
+        /* a fault re-raised by a handler in front of ours (faulthandler) comes with
+         * no address: si_code <= 0 (SI_USER, SI_TKILL) */
+        r->fault_addr = si && si->si_code > 0 ? si->si_addr : (void *)UINTPTR_MAX;
         r->fault_access = -1;
 #if defined(__linux__) && defined(__x86_64__)
-        if (ucv && sig == SIGSEGV) /* page-fault error code: bit 1 is set for a write */
+        if (ucv && sig == SIGSEGV && si && si->si_code > 0) /* page-fault error code: bit 1 set for a write */
             r->fault_access = (((ucontext_t *)ucv)->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
 #endif
         r->why = sig == SIGSEGV || sig == SIGBUS ? CPUIFY_ERR_ILLEGAL_ADDRESS : CPUIFY_ERR_HARDWARE;

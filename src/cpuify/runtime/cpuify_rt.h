@@ -47,7 +47,7 @@ enum cpuify_error {
 
 /* The fault that failed a launch (CPUIFY_ERR_ILLEGAL_ADDRESS / CPUIFY_ERR_HARDWARE). */
 typedef struct cpuify_fault {
-    uint64_t address; /* the faulting address (si_addr) */
+    uint64_t address; /* the faulting address (si_addr); UINT64_MAX: not known */
     int32_t signal;   /* SIGSEGV, SIGBUS, SIGILL or SIGFPE; 0: the launch did not fault */
     int32_t access;   /* 1: a write, 0: a read, -1: not known */
 } cpuify_fault;

@@ -1606,8 +1606,11 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
                 : f.signal == SIGILL ? "illegal instruction at" : "arithmetic exception at";
             e = rc == CPUIFY_ERR_ILLEGAL_ADDRESS ? cudaErrorIllegalAddress
                 : f.signal == SIGILL ? cudaErrorIllegalInstruction : cudaErrorLaunchFailure;
-            snprintf(detail, sizeof detail, "%s address %#llx%s", what,
-                     (unsigned long long)f.address, f.address < 4096 ? " (a NULL pointer)" : "");
+            if (f.address == UINT64_MAX)
+                snprintf(detail, sizeof detail, "%s an unknown address", what);
+            else
+                snprintf(detail, sizeof detail, "%s address %#llx%s", what,
+                         (unsigned long long)f.address, f.address < 4096 ? " (a NULL pointer)" : "");
             why = detail;
             break;
         }
