@@ -206,6 +206,11 @@ def test_watchdog_stops_a_spinning_kernel(build) -> None:  # type: ignore[no-unt
         "CPUIFY_KERNEL_TIMEOUT" in r.stderr
 
 
+def test_fork_while_other_threads_allocate_and_launch(build) -> None:  # type: ignore[no-untyped-def]
+    r = run(build("fault"), "fork")
+    assert lines(r) == ["children ok: 20 of 20"]
+
+
 def test_ctrl_c_ends_a_spinning_program(build) -> None:  # type: ignore[no-untyped-def]
     # whole programs keep the default SIGINT action: the process ends, it does not hang
     import signal

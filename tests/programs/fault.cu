@@ -4,8 +4,13 @@
 //   fault null     a write through NULL (block 1)
 //   fault memcpy   cudaMemcpy from/to pointers that are no memory at all
 //   fault spin     a kernel spinning forever (run with CPUIFY_KERNEL_TIMEOUT)
+//   fault fork     fork while another thread allocates and launches; the children compute
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 
 __global__ void scatter(int *p, int stride) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -24,8 +29,53 @@ __global__ void spin(volatile int *flag) {
         while (*flag == 0) { }
 }
 
+__global__ void iota(int *p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = 2 * i;
+}
+
+// allocates, launches and copies back; returns the number of wrong elements
+static int compute(int n) {
+    int *d = nullptr;
+    if (cudaMalloc(&d, n * sizeof(int)) != cudaSuccess) return -1;
+    iota<<<(n + 255) / 256, 256>>>(d, n);
+    int *h = new int[n];
+    cudaError_t e = cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost);
+    int bad = e == cudaSuccess ? 0 : -1;
+    for (int i = 0; bad >= 0 && i < n; i++) bad += h[i] != 2 * i;
+    delete[] h;
+    cudaFree(d);
+    return bad;
+}
+
+static int fork_test() {
+    std::atomic<bool> stop{false};
+    // the other thread keeps the runtime's locks busy: allocations, launches, copies
+    std::thread busy([&] {
+        for (int i = 0; !stop; i++) {
+            void *p;
+            cudaMalloc(&p, 64);
+            cudaFree(p);
+            if (i % 64 == 0) compute(1 << 12);
+        }
+    });
+    int ok = 0;
+    for (int round = 0; round < 20; round++) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(compute(100000) == 0 ? 0 : 3);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        ok += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    stop = true;
+    busy.join();
+    printf("children ok: %d of 20\n", ok);
+    return ok == 20 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "far";
+    if (!strcmp(mode, "fork")) return fork_test();
     int *d;
     cudaMalloc(&d, 1024 * sizeof(int));
     printf("before the launch\n");

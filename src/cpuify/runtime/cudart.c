@@ -1478,6 +1478,25 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun) {
     return k ? cudaSuccess : fail(cudaErrorInvalidDeviceFunction);
 }
 
+/* fork: the child must not inherit a registry lock held by a thread it does not have; the
+ * parent takes them all before forking (so none is mid-update) and both sides release them.
+ * (The worker pool of cpuify_rt.c restarts in the child by itself.) */
+static void prepare_fork(void) {
+    pthread_mutex_lock(&g_reg_lock);
+    pthread_mutex_lock(&g_mem_lock);
+    pthread_mutex_lock(&g_prof_lock);
+}
+
+static void after_fork(void) {
+    pthread_mutex_unlock(&g_prof_lock);
+    pthread_mutex_unlock(&g_mem_lock);
+    pthread_mutex_unlock(&g_reg_lock);
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void) {
+    pthread_atfork(prepare_fork, after_fork, after_fork);
+}
+
 /* A bad launch configuration (block or grid dimensions, __launch_bounds__, dynamic shared
  * memory over the limit) and a host function passed as a kernel: CUDA 13.0's runtime answers
  * cudaErrorInvalidValue and cudaErrorInvalidResourceHandle (read on an H100); CUDA 12 and
@@ -1609,7 +1628,7 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
             if (f.address == UINT64_MAX)
                 snprintf(detail, sizeof detail, "%s an unknown address", what);
             else
-                snprintf(detail, sizeof detail, "%s address %#llx%s", what,
+                snprintf(detail, sizeof detail, "%s address 0x%llx%s", what,
                          (unsigned long long)f.address, f.address < 4096 ? " (a NULL pointer)" : "");
             why = detail;
             break;
