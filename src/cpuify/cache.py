@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -242,6 +243,23 @@ def temporary_directory(prefix: str = "cpuify-") -> Iterator[str]:
         _unregister_cleanup(path)
 
 
+def run_tool(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(cmd, capture_output=True, text=True)` with the tool in a process group
+    of its own: when cpuify is ended (SIGTERM, Ctrl-C, an exception) the tool and every
+    process it started are killed before the temporary directories go, so none of them
+    writes a file there afterwards."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 _sigterm_installed = False
 
 
@@ -375,10 +393,11 @@ def write_entry(name: str, meta: dict[str, Any], data: bytes = b"") -> None:
     """Stores entry `name` (atomically; an unwritable cache only costs a rebuild later)."""
     try:
         path = _path_of(name)
-        _atomic_write(path, [encode_entry(name, meta, data)])
+        blob = encode_entry(name, meta, data)
+        _atomic_write(path, [blob])
     except OSError:
         return
-    evict()
+    _after_store(len(blob))
 
 
 def drop_entry(name: str) -> None:
@@ -443,6 +462,7 @@ def store_file(name: str, source: str | os.PathLike[str], *, executable: bool = 
     mode = 0o700 if executable else 0o600
     try:
         _store_blob(Path(source), path, mode)
+        _after_store(size)
         write_entry(name + ".ref", {"file": blob, "sha256": digest, "size": size})
     except OSError:
         # an unwritable cache directory: this process's private directory then
@@ -452,18 +472,7 @@ def store_file(name: str, source: str | os.PathLike[str], *, executable: bool = 
 
 
 def _store_blob(source: Path, path: Path, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX)
-    try:
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as f:
-            shutil.copyfileobj(f, out, 1 << 20)
-            out.flush()
-            os.fchmod(out.fileno(), mode)
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    _atomic_write(path, [source.read_bytes()], mode)
 
 
 # ------------------------------------------------------------------------------------
@@ -497,6 +506,25 @@ def _walk(root: Path) -> Iterator[CacheFile]:
                 continue
 
 
+_EVICT_EVERY = 30.0         # seconds between two walks of the directory in one process
+# the directory walked, bytes in it at the last walk, bytes written since, when
+_usage: dict[str, Any] = {"root": "", "known": -1, "written": 0, "walked": 0.0}
+
+
+def _after_store(nbytes: int) -> None:
+    """Evicts when the cache may be over its limit: walking the whole directory on every
+    store would cost more than a small compile, so a process walks it after its first
+    store, then when what it wrote since could pass the limit, or every _EVICT_EVERY s."""
+    with _lock:
+        if _usage["root"] != str(location()):
+            _usage.update(root=str(location()), known=-1, written=0)
+        _usage["written"] += nbytes
+        due = (_usage["known"] < 0 or _usage["known"] + _usage["written"] > max_bytes()
+               or time.monotonic() - _usage["walked"] > _EVICT_EVERY)
+    if due:
+        evict()
+
+
 def evict(limit: int | None = None) -> int:
     """Removes the least recently used files until the cache is within `limit` (default
     `max_bytes()`) and temporary files left by killed processes; returns bytes freed."""
@@ -517,16 +545,17 @@ def evict(limit: int | None = None) -> int:
             continue
         live.append(f)
     total = sum(f.size for f in live)
-    if total <= limit:
-        return freed
-    live.sort(key=lambda f: f.mtime)
-    for f in live:
-        if total <= limit:
-            break
-        with contextlib.suppress(OSError):
-            os.unlink(f.path)
-            total -= f.size
-            freed += f.size
+    if total > limit:
+        live.sort(key=lambda f: f.mtime)
+        for f in live:
+            if total <= limit:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(f.path)
+                total -= f.size
+                freed += f.size
+    with _lock:
+        _usage.update(root=str(root), known=total, written=0, walked=time.monotonic())
     return freed
 
 
@@ -559,7 +588,7 @@ def info() -> dict[str, Any]:
     if root.is_dir():
         for f in _walk(root):
             rel = str(f.path.relative_to(root))
-            if f.path.name.startswith(_TMP_PREFIX) or rel.endswith(".ref") or rel.endswith(".deps"):
+            if f.path.name.startswith(_TMP_PREFIX) or rel.endswith((".ref", ".deps")):
                 total += f.size
                 continue
             k = _kind(rel)

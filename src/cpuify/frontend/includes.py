@@ -16,7 +16,7 @@ import os
 import re
 from typing import Sequence
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include(?:_next)?[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>|(.*))', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include(?:_next)?[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>|(.*))', re.MULTILINE)
 MAX_FILES = 4000          # a scan this wide is not worth it: the compile is not cached
 
 UNCACHEABLE = None
@@ -87,7 +87,7 @@ def dependency_digest(source: str, filename: str, options: Sequence[object]) -> 
     return h.hexdigest() if seen else ""
 
 
-def _visit(h: "hashlib._Hash", seen: set[str], candidates: list[str],
+def _visit(h: hashlib._Hash, seen: set[str], candidates: list[str],
            work: list[tuple[str, str]]) -> bool:
     for c in candidates:
         c = os.path.normpath(c)
@@ -97,7 +97,8 @@ def _visit(h: "hashlib._Hash", seen: set[str], candidates: list[str],
         if len(seen) > MAX_FILES:
             return False
         try:
-            data = open(c, "rb").read()
+            with open(c, "rb") as f:
+                data = f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             h.update(f"{c}\0-\1".encode())
             continue

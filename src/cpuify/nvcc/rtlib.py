@@ -30,7 +30,7 @@ def c_compiler() -> str:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = cache.run_tool(cmd)
     if proc.returncode != 0:
         raise CpuifyError(f"{what} failed:\n  {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
