@@ -134,12 +134,27 @@ _FINGERPRINT: str | None = None
 
 def _source_fingerprint() -> str:
     """Hash of the contents of the compiler's own sources (Python, C runtime and its
-    headers), so that a changed cpuify never reuses old code."""
+    headers), so that a changed cpuify never reuses old code.  Reading them all costs a
+    fresh process several ms: the hash is kept in the cache under the sources' sizes and
+    modification times, and recomputed when any of those changes."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
-        h = hashlib.sha256()
         root = Path(__file__).parent
-        for p in sorted(root.rglob("*.py")) + sorted(root.rglob("*.c")) + sorted(root.rglob("*.h")):
+        files = sorted(p for pattern in ("*.py", "*.c", "*.h") for p in root.rglob(pattern))
+        stamp = hashlib.sha256()
+        for p in files:
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            stamp.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+        name = f"fingerprint-{stamp.hexdigest()[:32]}"
+        got = cache.read_entry(name) if cache.cache_enabled() else None
+        if got is not None and isinstance(got[0].get("sources"), str):
+            _FINGERPRINT = got[0]["sources"]
+            return _FINGERPRINT
+        h = hashlib.sha256()
+        for p in files:
             try:
                 data = p.read_bytes()
             except OSError:
@@ -147,6 +162,8 @@ def _source_fingerprint() -> str:
             h.update(f"{p.relative_to(root)}:{len(data)}:".encode())
             h.update(data)
         _FINGERPRINT = h.hexdigest()[:16]
+        if cache.cache_enabled():
+            cache.write_entry(name, {"sources": _FINGERPRINT})
     return _FINGERPRINT
 
 

@@ -590,8 +590,10 @@ options: -o -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler -Xlinker
         --use_fast_math -lineinfo -rdc -MD/-MF/-MT -shared --expt-relaxed-constexpr
         --extended-lambda --default-stream; -G, -Xptxas, -maxrregcount are accepted
         with a warning (no effect on the CPU); -cubin/-fatbin are refused.
-environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; at run time CPUIFY_NUM_THREADS,
-        CPUIFY_PROFILE=1 (an nvprof-like summary at exit).
+environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; kernels and the runtime library
+        are cached in CPUIFY_CACHE_DIR (cpuify cache info|clear; CPUIFY_NO_CACHE=1: off);
+        at run time CPUIFY_NUM_THREADS, CPUIFY_PROFILE=1 (an nvprof-like summary at exit).
+SIGTERM: exit status 143, temporary files removed.
 """
 
 
