@@ -458,3 +458,21 @@ def test_concurrent_cpuify_run(tmp_path):
     r = _cli("run", "app.cu", cwd=tmp_path, env=env)
     assert r.stdout.strip() == "10" and "damaged" not in r.stderr
     assert not list((tmp_path / "cache").rglob(".tmp-*"))
+
+
+def test_a_limit_smaller_than_one_entry_never_breaks_a_build(cache, monkeypatch, tmp_path_factory):
+    """What was just stored stays until it has been used (linked, run), whatever the limit."""
+    monkeypatch.setenv("CPUIFY_CACHE_MAX_BYTES", "1")
+    src = tmp_path_factory.mktemp("blob") / "tool"
+    src.write_bytes(b"\x7fELF" + bytes(5000))
+    path = disk_cache.store_file("programs/tool", src, executable=True)
+    assert path.read_bytes() == src.read_bytes()
+    assert disk_cache.load_file("programs/tool") == path
+    np.testing.assert_array_equal(_run_scale(cpuify.RawModule(code=SRC)), np.arange(100) * 3)
+    # once they are no longer fresh, the next store evicts them
+    old = time.time() - 60
+    for p in cache.rglob("*"):
+        if p.is_file():
+            os.utime(p, (old, old))
+    compiler.compile_cuda(SRC.replace("*= s", "*= s * 2.0f"))
+    assert not path.exists() and not list(cache.glob("*.bin"))[1:]

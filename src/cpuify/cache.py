@@ -46,6 +46,7 @@ DEFAULT_MAX_BYTES = 2 << 30
 _MAGIC = b"CPUIFY-CACHE/1"
 _TMP_PREFIX = ".tmp-"
 _STALE_TMP_SECONDS = 3600.0     # a temporary file this old was left by a killed process
+_IN_USE_SECONDS = 10.0          # an entry used this recently may be about to be linked or run
 
 _lock = threading.RLock()
 _checked: dict[str, str | None] = {}    # cache directory -> why it cannot be used (None: usable)
@@ -110,8 +111,9 @@ def _untrusted(path: Path) -> str | None:
         return (f"is owned by another user (uid {st.st_uid}); set CPUIFY_CACHE_DIR to a "
                 "directory of your own")
     if st.st_mode & 0o022:
-        return (f"is writable by {'group and others' if st.st_mode & 0o022 == 0o022 else 'group' if st.st_mode & 0o020 else 'others'} "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}), so anyone could plant code in it; "
+        who = {0o022: "group and others", 0o020: "its group", 0o002: "others"}[st.st_mode & 0o022]
+        return (f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}), so they "
+                "could plant code that cpuify runs; "
                 f"check its contents and run `chmod 700 {path}`, or `cpuify cache clear`, "
                 "or set CPUIFY_CACHE_DIR")
     if not os.access(path, os.W_OK | os.X_OK):
@@ -180,10 +182,14 @@ def cache_dir(*subdirs: str) -> Path:
     base = location() if cache_enabled() else private_dir()
     d = base.joinpath(*subdirs)
     if subdirs:
-        _make_private_dirs(d)
-        why = _untrusted(d)
+        try:
+            _make_private_dirs(d)
+            why = _untrusted(d)
+        except OSError as exc:
+            why = f"cannot be created ({exc.strerror})"
         if why is not None:
-            _warn(f"cpuify: the cache directory {d} {why}. Caching is off for this process.")
+            _warn(f"cpuify: the cache directory {d} {why}. Using a private temporary "
+                  "directory instead.")
             d = private_dir().joinpath(*subdirs)
             _make_private_dirs(d)
     return d
@@ -548,7 +554,7 @@ def evict(limit: int | None = None) -> int:
     if total > limit:
         live.sort(key=lambda f: f.mtime)
         for f in live:
-            if total <= limit:
+            if total <= limit or f.mtime > now - _IN_USE_SECONDS:
                 break
             with contextlib.suppress(OSError):
                 os.unlink(f.path)
