@@ -32,6 +32,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -62,7 +63,13 @@ def _warn(message: str) -> None:
         if message in _warned:
             return
         _warned.add(message)
-    warnings.warn(CacheWarning(message), stacklevel=3)
+    # attributed to the caller of cpuify (the user's line), not to cpuify's internals
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        level += 1
+        frame = frame.f_back
+    warnings.warn(CacheWarning(message), stacklevel=level)
 
 
 # ------------------------------------------------------------------------------------
