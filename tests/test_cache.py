@@ -476,3 +476,24 @@ def test_a_limit_smaller_than_one_entry_never_breaks_a_build(cache, monkeypatch,
             os.utime(p, (old, old))
     compiler.compile_cuda(SRC.replace("*= s", "*= s * 2.0f"))
     assert not path.exists() and not list(cache.glob("*.bin"))[1:]
+
+
+def test_include_scan_covers_nested_shadowing_and_computed_includes(tmp_path):
+    from cpuify.frontend.includes import UNCACHEABLE, dependency_digest
+    a, b = tmp_path / "a", tmp_path / "b"
+    (b / "sub").mkdir(parents=True)
+    a.mkdir()
+    (b / "top.h").write_text('#include "sub/nested.h"\n')
+    (b / "sub" / "nested.h").write_text("#define N 1\n")
+    src = '#include <top.h>\n#include <cuda_fp16.h>\n'
+    opts = [f"-I{a}", "-I", str(b)]
+    first = dependency_digest(src, str(tmp_path / "k.cu"), opts)
+    assert first and first == dependency_digest(src, str(tmp_path / "k.cu"), opts)
+    (b / "sub" / "nested.h").write_text("#define N 2\n")          # nested header edited
+    second = dependency_digest(src, str(tmp_path / "k.cu"), opts)
+    assert second != first
+    (a / "top.h").write_text("#define N 3\n")                     # a shadowing header appears
+    assert dependency_digest(src, str(tmp_path / "k.cu"), opts) != second
+    assert dependency_digest("__global__ void k() {}", "k.cu", opts) == ""
+    assert dependency_digest("#include <cuda_fp16.h>\n", "k.cu", []) == ""
+    assert dependency_digest("#define H <top.h>\n#include H\n", "k.cu", opts) is UNCACHEABLE

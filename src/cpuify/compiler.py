@@ -388,7 +388,7 @@ def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: 
     # the headers the source includes from the user's directories are part of the input
     headers = includes.dependency_digest(source, filename, list(options))
     key = cache_key("cuda", source, [str(o) for o in options], list(name_expressions),
-                    f"{filename}|{os.path.abspath(filename)}|{arch}|{nvrtc.nvrtc_version()}|"
+                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}|"
                     f"{pipeline.key()}|{headers}")
     uncacheable = pipeline.print_after or headers is includes.UNCACHEABLE
     cached = None if uncacheable else load_cached(key)
