@@ -497,3 +497,27 @@ def test_include_scan_covers_nested_shadowing_and_computed_includes(tmp_path):
     assert dependency_digest("__global__ void k() {}", "k.cu", opts) == ""
     assert dependency_digest("#include <cuda_fp16.h>\n", "k.cu", []) == ""
     assert dependency_digest("#define H <top.h>\n#include H\n", "k.cu", opts) is UNCACHEABLE
+
+
+def test_forked_child_keeps_its_parents_temporaries(tmp_path, monkeypatch):
+    """A child forked while the parent holds the cache's lock can still use the cache, and
+    removes only its own temporary directories at exit."""
+    monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
+    parent_dir = disk_cache.private_dir()
+    r, w = os.pipe()
+    with disk_cache._lock:                   # another thread mid-operation at the fork
+        pid = os.fork()
+        if pid == 0:                         # child
+            try:
+                os.close(r)
+                child_dir = disk_cache.private_dir()
+                ok = child_dir != parent_dir and child_dir.is_dir()
+                disk_cache.remove_temporaries()
+                ok = ok and not child_dir.exists() and parent_dir.is_dir()
+                os.write(w, b"ok" if ok else b"no")
+            finally:
+                os._exit(0)
+    os.close(w)
+    assert os.read(r, 2) == b"ok"
+    os.waitpid(pid, 0)
+    assert parent_dir.is_dir()

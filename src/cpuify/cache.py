@@ -231,7 +231,7 @@ def _unregister_cleanup(path: Path) -> None:
 def remove_temporaries() -> None:
     """Removes this process's temporary directories (idempotent; a forked child leaves
     its parent's alone)."""
-    if os.getpid() != _cleanup_pid:
+    if os.getpid() != _cleanup_pid:     # (a child made without the fork hook)
         return
     with _lock:
         paths = list(_cleanup)
@@ -241,6 +241,20 @@ def remove_temporaries() -> None:
 
 
 atexit.register(remove_temporaries)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with a fresh lock (another thread may have held it at the
+    fork) and leaves its parent's temporary directories to the parent."""
+    global _lock, _private, _cleanup_pid
+    _lock = threading.RLock()
+    _cleanup.clear()
+    _private = None
+    _cleanup_pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager
