@@ -270,6 +270,44 @@ def temporary_directory(prefix: str = "cpuify-") -> Iterator[str]:
         _unregister_cleanup(path)
 
 
+_outer_tmpdir: list[str | None] = []     # TMPDIR outside each private_tmpdir() block
+
+
+@contextlib.contextmanager
+def private_tmpdir() -> Iterator[None]:
+    """TMPDIR (for this process's tempfile and the tools it runs) set to a private
+    directory, removed when the block ends, at exit or on SIGTERM: a tool killed midway
+    leaves nothing behind.  `outer_environment()` is the environment outside it."""
+    saved_env, saved_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    path = Path(tempfile.mkdtemp(prefix="cpuify-session-"))
+    _register_cleanup(path)
+    _outer_tmpdir.append(saved_env)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(path)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_tempdir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+        _outer_tmpdir.pop()
+        shutil.rmtree(path, ignore_errors=True)
+        _unregister_cleanup(path)
+
+
+def outer_environment() -> dict[str, str]:
+    """os.environ with the TMPDIR the process had outside private_tmpdir() (for a program
+    the user runs: its temporary files are not cpuify's)."""
+    env = dict(os.environ)
+    if _outer_tmpdir:
+        if _outer_tmpdir[0] is None:
+            env.pop("TMPDIR", None)
+        else:
+            env["TMPDIR"] = _outer_tmpdir[0]
+    return env
+
+
 def run_tool(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     """`subprocess.run(cmd, capture_output=True, text=True)` with the tool in a process group
     of its own: when cpuify is ended (SIGTERM, Ctrl-C, an exception) the tool and every

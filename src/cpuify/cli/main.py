@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import warnings
 from pathlib import Path
 
-from cpuify.errors import CpuifyError
+from cpuify import cache
+from cpuify.errors import CacheWarning, CpuifyError
 
 
 def _ptx_of(path: str, options: list[str]) -> str:
@@ -61,10 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     """The command line.  SIGTERM ends it with status 143 after removing its temporary
     files; tools it runs (nvcc, the host compiler) keep theirs in a private TMPDIR that
     goes with them."""
-    import signal
-    import warnings
-    from cpuify import cache
-    from cpuify.errors import CacheWarning
     try:
         previous = signal.signal(signal.SIGTERM, cache.on_sigterm)
     except ValueError:             # not the main thread (an embedding program)
@@ -81,47 +80,19 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.showwarning = show
     try:
-        with _private_tmpdir():
+        with cache.private_tmpdir():
             return _main(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:
         print("cpuify: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:          # `cpuify ... | head`: the reader is gone
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     finally:
         warnings.showwarning = saved_show
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-class _private_tmpdir:
-    """TMPDIR (for this process's tempfile and the tools it runs) set to a private
-    directory removed at the end: a tool killed midway leaves nothing behind."""
-
-    def __enter__(self) -> None:
-        import os
-        import tempfile
-        from pathlib import Path
-        from cpuify import cache
-        self.saved_env = os.environ.get("TMPDIR")
-        self.saved_tempdir = tempfile.tempdir
-        self.path = Path(tempfile.mkdtemp(prefix="cpuify-session-"))
-        cache._register_cleanup(self.path)
-        os.environ["CPUIFY_OUTER_TMPDIR"] = self.saved_env or ""
-        os.environ["TMPDIR"] = str(self.path)
-        tempfile.tempdir = str(self.path)
-
-    def __exit__(self, *exc: object) -> None:
-        import os
-        import shutil
-        import tempfile
-        from cpuify import cache
-        tempfile.tempdir = self.saved_tempdir
-        if self.saved_env is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = self.saved_env
-        os.environ.pop("CPUIFY_OUTER_TMPDIR", None)
-        shutil.rmtree(self.path, ignore_errors=True)
-        cache._unregister_cleanup(self.path)
 
 
 def _main(argv: list[str]) -> int:
@@ -223,7 +194,6 @@ def _size_text(n: int) -> str:
 
 
 def _cache_command(argv: list[str]) -> int:
-    from cpuify import cache
     parser = argparse.ArgumentParser(
         prog="cpuify cache", description="The on-disk cache of compiled kernels, programs "
         "(cpuify run) and runtime libraries: $CPUIFY_CACHE_DIR (default ~/.cache/cpuify), "

@@ -717,14 +717,8 @@ def _run_program(exe: str, args: list[str]) -> int:
     import signal
     sys.stdout.flush()
     sys.stderr.flush()
-    env = dict(os.environ)
-    outer_tmp = env.pop("CPUIFY_OUTER_TMPDIR", None)   # the CLI's private TMPDIR is ours
-    if outer_tmp is not None:
-        if outer_tmp:
-            env["TMPDIR"] = outer_tmp
-        else:
-            env.pop("TMPDIR", None)
-    proc = subprocess.Popen([exe, *args], env=env)
+    from cpuify.cache import outer_environment
+    proc = subprocess.Popen([exe, *args], env=outer_environment())   # (not cpuify's TMPDIR)
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
