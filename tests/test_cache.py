@@ -521,3 +521,15 @@ def test_forked_child_keeps_its_parents_temporaries(tmp_path, monkeypatch):
     assert os.read(r, 2) == b"ok"
     os.waitpid(pid, 0)
     assert parent_dir.is_dir()
+
+
+def test_eviction_leaves_other_subdirectories_whole(cache, monkeypatch):
+    """A tree of files another part of cpuify keeps in the cache (cache_dir("name"), e.g. a
+    CUDA-toolkit-shaped directory) is never thinned out file by file."""
+    tree = disk_cache.cache_dir("tree", "lib")
+    (tree / "libx.so").write_bytes(bytes(10000))
+    old = time.time() - 600
+    os.utime(tree / "libx.so", (old, old))
+    monkeypatch.setenv("CPUIFY_CACHE_MAX_BYTES", "1")
+    compiler.compile_cuda(SRC)
+    assert (tree / "libx.so").exists()

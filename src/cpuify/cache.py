@@ -185,7 +185,9 @@ def reset() -> None:
 def cache_dir(*subdirs: str) -> Path:
     """The directory to write cached things into (created, 0700): the persistent cache, or
     when there is none this process's private temporary directory (removed at exit).
-    `subdirs` name a subdirectory (e.g. `cache_dir("programs")`)."""
+    `subdirs` name a subdirectory (e.g. `cache_dir("programs")`).  Files directly in the
+    cache directory and in EVICTABLE_SUBDIRS are removed when least recently used; other
+    subdirectories are never touched by eviction (only by `cpuify cache clear`)."""
     base = location() if cache_enabled() else private_dir()
     d = base.joinpath(*subdirs)
     if subdirs:
@@ -590,6 +592,15 @@ def _after_store(nbytes: int) -> None:
         evict()
 
 
+# subdirectories whose files are cache entries; any other subdirectory (one made with
+# cache_dir("name") for a tree of files used together) is left whole: `cpuify cache clear`
+EVICTABLE_SUBDIRS = ("programs",)
+
+
+def _evictable(rel: Path) -> bool:
+    return len(rel.parts) == 1 or (len(rel.parts) == 2 and rel.parts[0] in EVICTABLE_SUBDIRS)
+
+
 def evict(limit: int | None = None) -> int:
     """Removes the least recently used files until the cache is within `limit` (default
     `max_bytes()`) and temporary files left by killed processes; returns bytes freed."""
@@ -597,7 +608,7 @@ def evict(limit: int | None = None) -> int:
         return 0
     limit = max_bytes() if limit is None else limit
     root = location()
-    files = list(_walk(root))
+    files = [f for f in _walk(root) if _evictable(f.path.relative_to(root))]
     now = time.time()
     freed = 0
     live = []
