@@ -386,11 +386,11 @@ def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: 
     from cpuify.frontend import includes, nvrtc
     pipeline, options = pipeline_options(options)
     # the headers the source includes from the user's directories are part of the input
-    headers = includes.dependency_digest(source, filename, list(options))
+    included = includes.dependency_digest(source, filename, list(options))
     key = cache_key("cuda", source, [str(o) for o in options], list(name_expressions),
                     f"{filename}|{arch}|{nvrtc.nvrtc_version()}|"
-                    f"{pipeline.key()}|{headers}")
-    uncacheable = pipeline.print_after or headers is includes.UNCACHEABLE
+                    f"{pipeline.key()}|{included}")
+    uncacheable = pipeline.print_after or included is includes.UNCACHEABLE
     cached = None if uncacheable else load_cached(key)
     if cached is not None:
         return cached

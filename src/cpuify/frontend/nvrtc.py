@@ -410,9 +410,9 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
     opts = _build_options(options, arch)
 
     # (the user headers' contents too: a header edited in a running session is read again)
-    headers = (includes.dependency_digest(source, filename, _flatten(options))
-               if "include" in source else "")
-    key = (source, filename, tuple(opts), names, object() if headers is None else headers)
+    included = (includes.dependency_digest(source, filename, _flatten(options))
+                if "include" in source else "")
+    key = (source, filename, tuple(opts), names, object() if included is None else included)
     with _compile_lock:
         hit = _cache.get(key)
         if hit is not None:
