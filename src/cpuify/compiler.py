@@ -10,6 +10,7 @@ version and the host CPU with its features."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import time
@@ -182,14 +183,31 @@ def _to_json(value: Any) -> Any:
     raise TypeError(f"cannot store a {type(value).__name__} in a cache entry")
 
 
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def _from_json(tp: Any, value: Any) -> Any:
     """JSON data back into type `tp` (checked: a mismatch raises ValueError)."""
+    if tp in (int, str, bool):
+        if type(value) is not tp:
+            raise ValueError(f"{value!r} is not a {tp.__name__}")
+        return value
+    if tp is float:
+        if type(value) not in (float, int):
+            raise ValueError(f"{value!r} is not a float")
+        return float(value)
+    if tp is bytes:                 # the native code (the entry's data)
+        if type(value) is not bytes:
+            raise ValueError("not bytes")
+        return value
     if tp is Any:
         return value
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ValueError(f"{tp.__name__}: not an object")
-        hints = typing.get_type_hints(tp)
+        hints = _field_types(tp)
         args = {}
         for f in dataclasses.fields(tp):
             if f.name in value:
@@ -205,13 +223,11 @@ def _from_json(tp: Any, value: Any) -> Any:
             except ValueError:
                 continue
         raise ValueError(f"{value!r} is none of {tp}")
+    if origin in (list, tuple) and not isinstance(value, list):
+        raise ValueError("not a list")
     if origin is list:
-        if not isinstance(value, list):
-            raise ValueError("not a list")
         return [_from_json(params[0] if params else Any, v) for v in value]
     if origin is tuple:
-        if not isinstance(value, list):
-            raise ValueError("not a list")
         if len(params) == 2 and params[1] is Ellipsis:
             return tuple(_from_json(params[0], v) for v in value)
         if params and len(params) != len(value):
@@ -225,14 +241,6 @@ def _from_json(tp: Any, value: Any) -> Any:
         if value is not None:
             raise ValueError("not null")
         return None
-    if tp is bytes and isinstance(value, bytes):      # the native code (the entry's data)
-        return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp in (int, str, float, bool):
-        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise ValueError(f"{value!r} is not a {tp.__name__}")
-        return value
     raise ValueError(f"cannot read {tp} from a cache entry")
 
 
