@@ -54,3 +54,8 @@ class LaunchError(CpuifyError, RuntimeError):
 class SpecializationWarning(RuntimeWarning):
     """Compiling a kernel for one block shape failed; the launch runs the generic code,
     which is always correct, only slower.  Please report it with the kernel source."""
+
+
+class CacheWarning(UserWarning):
+    """The on-disk cache could not be used as it is (a damaged entry rebuilt, a directory
+    refused or unwritable: no cache for this process).  Results stay correct."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from cpuify.errors import CompileError
+from cpuify.frontend import includes
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -408,7 +409,10 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
     names = tuple(str(n) for n in name_expressions)
     opts = _build_options(options, arch)
 
-    key = (source, filename, tuple(opts), names)
+    # (the user headers' contents too: a header edited in a running session is read again)
+    included = (includes.dependency_digest(source, filename, _flatten(options))
+                if "include" in source else "")
+    key = (source, filename, tuple(opts), names, object() if included is None else included)
     with _compile_lock:
         hit = _cache.get(key)
         if hit is not None:
