@@ -3,7 +3,9 @@
 __version__ = "0.1.0"
 
 from cpuify.errors import (  # noqa: E402
-    CompileError, CpuifyError, IRError, LaunchError, PTXError, UnsupportedError,
+    ArgumentError, ArgumentOverflowError, ArgumentValueError, CompileError, CompileException,
+    CpuifyError, CUDADriverError, IRError, KernelFailure, LaunchError, ModuleFileNotFoundError,
+    PTXError, SymbolNotFoundError, UnsupportedError,
 )
 
 
@@ -17,5 +19,7 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
     raise AttributeError(f"module 'cpuify' has no attribute {name!r}")
 
 
-__all__ = ["RawModule", "RawKernel", "Function", "CompileError", "CpuifyError", "IRError",
+__all__ = ["RawModule", "RawKernel", "Function", "CompileError", "CompileException", "CpuifyError",
+           "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
+           "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]
