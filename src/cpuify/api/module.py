@@ -464,6 +464,7 @@ class _Image:
 
 
 _BACKENDS = ("nvrtc", "nvcc")
+_MISSING_HEADER = re.compile(r'cannot open source file "([^"]+)"')
 
 
 def _options_tuple(options: Any, what: str) -> tuple[str, ...]:
@@ -586,16 +587,28 @@ class RawModule:
             return compile_ptx_cached(text, self.options)
         from cpuify.api import headers
         source = headers.translate_cucomplex(text) if self.translate_cucomplex else text
-        try:
-            return compile_cuda(source, options=self.options,
-                                name_expressions=self.name_expressions or (), filename=filename,
-                                backend=self.backend,
-                                headers=headers.headers_for(source, jitify=bool(self.jitify)))
-        except CompileException:
-            raise
-        except CompileError as exc:
-            raise CompileException(str(exc), source, filename, self.options, self.backend,
-                                   log=exc.log) from None
+        given = headers.headers_for(source, jitify=bool(self.jitify))
+        for _ in range(32):
+            try:
+                return compile_cuda(source, options=self.options,
+                                    name_expressions=self.name_expressions or (),
+                                    filename=filename, backend=self.backend, headers=given)
+            except CompileException:
+                raise
+            except CompileError as exc:
+                missing = _MISSING_HEADER.findall(exc.log or str(exc))
+                if self.jitify and missing and not any(m in given for m in missing):
+                    # as Jitify does: a header that cannot be found is taken as empty (the
+                    # compile fails later if the kernel needed anything from it)
+                    import warnings
+                    warnings.warn(f"jitify: header(s) {', '.join(missing)} not found; "
+                                  "compiling without them", RuntimeWarning, stacklevel=4)
+                    given = {**given, **{m: "" for m in missing}}
+                    continue
+                raise CompileException(str(exc), source, filename, self.options, self.backend,
+                                       log=exc.log) from None
+        raise CompileException(f"{filename}: too many missing headers", source, filename,
+                               self.options, self.backend)
 
     @property
     def _compiled(self) -> CompiledModule:
