@@ -321,19 +321,6 @@ class _LaunchBuffers:
         self.err_addr = ctypes.addressof(self.err)
 
 
-class _LaunchBuffers:
-    """ctypes buffers of one launch: packed parameters, dims, the failing block's index."""
-    __slots__ = ("params", "params_addr", "dims", "dims_addr", "err", "err_addr")
-
-    def __init__(self, param_size: int) -> None:
-        self.params = (ctypes.c_char * param_size)()
-        self.params_addr = ctypes.addressof(self.params)
-        self.dims = (ctypes.c_uint32 * 6)()
-        self.dims_addr = ctypes.addressof(self.dims)
-        self.err = (ctypes.c_uint32 * 3)()
-        self.err_addr = ctypes.addressof(self.err)
-
-
 _REG_DECL = re.compile(r"\.reg\s+\.(\w+)\s+[%\w$]+(?:<(\d+)>)?")
 _LOCAL_DECL = re.compile(r"\.local\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[%\w$]+((?:\[\d*\])*)")
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(")
@@ -407,8 +394,8 @@ class _Image:
     def ptx_facts(self) -> tuple[int, int]:
         """(PTX ISA version, target architecture), both as 10 * major + minor."""
         ptx = self._compiled.ptx
-        v = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", ptx, re.M)
-        t = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.M)
+        v = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", ptx, re.MULTILINE)
+        t = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.MULTILINE)
         return (int(v.group(1)) * 10 + int(v.group(2)) if v else 0, int(t.group(1)) if t else 0)
 
     def get_function(self, name: str, expressions: Sequence[str] = ()) -> Function:
@@ -727,8 +714,8 @@ def _read_module_file(path: str) -> tuple[str, str, str]:
     if "\0" in text:
         raise CUDADriverError(200, f"{path} is neither PTX nor CUDA source (binary data)")
     stripped = re.sub(r"//[^\n]*", "", text)
-    if p.suffix == ".ptx" or (re.search(r"^\s*\.version\s", stripped, re.M) and
-                              re.search(r"^\s*\.target\s", stripped, re.M)):
+    if p.suffix == ".ptx" or (re.search(r"^\s*\.version\s", stripped, re.MULTILINE) and
+                              re.search(r"^\s*\.target\s", stripped, re.MULTILINE)):
         return "ptx", text, p.name
     return "cuda", text, p.name
 

@@ -70,7 +70,7 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
         out = os.path.join(tmp, "kernel.ptx")
         cmd = [nvcc, "-ptx", *opts, f"-I{os.path.join(tmp, 'include')}", src, "-o", out]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp)
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=tmp)
         except subprocess.TimeoutExpired:
             raise CompileError(f"nvcc did not finish compiling {filename} in {timeout:.0f} s") from None
         except OSError as exc:
