@@ -13,13 +13,16 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
     if name in ("RawModule", "RawKernel", "Function"):
         from cpuify.api import module
         return getattr(module, name)
+    if name in ("ElementwiseKernel", "ReductionKernel"):
+        from cpuify.api import elementwise
+        return getattr(elementwise, name)
     if name in ("num_threads", "set_num_threads"):
         from cpuify.runtime import native
         return getattr(native, name)
     raise AttributeError(f"module 'cpuify' has no attribute {name!r}")
 
 
-__all__ = ["RawModule", "RawKernel", "Function", "CompileError", "CompileException", "CpuifyError",
+__all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "ReductionKernel", "CompileError", "CompileException", "CpuifyError",
            "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
            "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]
