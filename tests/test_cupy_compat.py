@@ -391,3 +391,99 @@ def test_public_calls_do_not_leak():
         gc.collect()
         grown = _rss_kib() - before
         assert grown < 2048, f"{name}: RSS grew by {grown} KiB"
+
+
+# --- ElementwiseKernel, ReductionKernel, cpuify.cupy ---------------------------------------
+
+def test_elementwise_kernel_placeholders_broadcast_raw_and_outputs():
+    import cpuify.cupy as cp
+    add = cp.ElementwiseKernel("T x, T y", "T z", "z = x + y", "ew_add")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.linspace(0, 1, 4).astype(np.float32)
+    z = add(a, b)
+    assert z.dtype == np.float32 and z.shape == (3, 4)
+    np.testing.assert_array_equal(z, a + b)
+    np.testing.assert_array_equal(add(a, np.float32(2)), a + 2)           # scalar input
+    ia = np.arange(10, dtype=np.int64)
+    np.testing.assert_array_equal(add(ia, 5), ia + 5)                      # T = int64 here
+    out = np.zeros((4, 3), np.float32).T                                  # a non-contiguous output
+    add(a, b, out)
+    np.testing.assert_array_equal(out, a + b)
+    gather = cp.ElementwiseKernel("raw float64 t, int32 k", "float64 y",
+                                  "y = t[k] * 2 + _ind.size()", "ew_gather")
+    t = np.array([1.0, 10.0, 100.0])
+    k = np.array([2, 0, 1, 2], np.int32)
+    np.testing.assert_array_equal(gather(t, k), t[k] * 2 + 4)
+    fill = cp.ElementwiseKernel("", "raw int32 y", "y[i] = i * i", "ew_fill")
+    y = np.zeros(7, np.int32)
+    fill(y, size=7)
+    np.testing.assert_array_equal(y, np.arange(7) ** 2)
+    two = cp.ElementwiseKernel("complex128 x", "float64 re, float64 im",
+                               "re = x.real(); im = x.imag()", "ew_split")
+    c = np.array([1 + 2j, -3.5 + 0.25j])
+    re, im = two(c)
+    np.testing.assert_array_equal(re, c.real)
+    np.testing.assert_array_equal(im, c.imag)
+    with pytest.raises(ValueError, match="ew_add.*broadcast"):
+        add(a, np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="ew_add.*2 input"):
+        add(a)
+    with pytest.raises(TypeError, match="ew_add.*'y' is float64, but T is float32"):
+        add(a, b.astype(np.float64))
+    with pytest.raises(ValueError, match="give size="):
+        fill(y)
+    with pytest.raises(ValueError, match="'i'"):
+        cp.ElementwiseKernel("T i", "T z", "z = i", "bad")
+    with pytest.raises(cpuify.CompileException, match="ew_typo"):
+        cp.ElementwiseKernel("T x", "T z", "z = x +* 1", "ew_typo")(a)
+
+
+def test_reduction_kernel_axes_keepdims_out():
+    import cpuify.cupy as cp
+    l2 = cp.ReductionKernel("T x", "T y", "x * x", "a + b", "y = sqrt(a)", "0", "l2norm")
+    x = np.random.default_rng(1).random((6, 300, 5))
+    np.testing.assert_allclose(l2(x), np.sqrt((x * x).sum()), rtol=1e-13)
+    for axis in (0, 1, 2, (0, 2), -1):
+        np.testing.assert_allclose(l2(x, axis=axis), np.sqrt((x * x).sum(axis=axis)), rtol=1e-13)
+    kd = l2(x, axis=1, keepdims=True)
+    assert kd.shape == (6, 1, 5)
+    out = np.zeros((6, 5))
+    assert l2(x, axis=1, out=out) is out
+    np.testing.assert_allclose(out, np.sqrt((x * x).sum(axis=1)), rtol=1e-13)
+    argmaxish = cp.ReductionKernel("float32 x, float32 w", "float64 y", "x * w", "max(a, b)",
+                                   "y = a", "-1e30", "wmax", reduce_type="float64")
+    xf = np.arange(24, dtype=np.float32).reshape(4, 6)
+    np.testing.assert_array_equal(argmaxish(xf, np.float32(-1), axis=0), (-xf).max(axis=0))
+    count = cp.ReductionKernel("T x", "int64 n", "x > 0.5 ? 1 : 0", "a + b", "n = a", "0",
+                               "count_big", reduce_type="int64")
+    assert count(x) == (x > 0.5).sum()
+    empty = l2(np.zeros((3, 0)), axis=1)
+    np.testing.assert_array_equal(empty, [0, 0, 0])
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
+        l2(x, axis=3)
+
+
+def test_cupy_module_maps_the_usual_script():
+    import cpuify.cupy as cp
+    x = cp.arange(8, dtype=cp.float32)
+    assert isinstance(x, np.ndarray) and cp.get_array_module(x) is np
+    host = cp.asnumpy(x)
+    assert host is not x and (host == x).all()
+    k = cp.RawKernel(r'extern "C" __global__ void twice(float* v) { v[threadIdx.x] *= 2; }', "twice")
+    stream = cp.cuda.Stream(non_blocking=True)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    with stream:
+        start.record()
+        k((1,), (8,), (x,))
+        end.record()
+        stream.synchronize()
+    cp.cuda.Device().synchronize()
+    cp.cuda.runtime.deviceSynchronize()
+    assert cp.cuda.get_elapsed_time(start, end) >= 0
+    assert cp.cuda.get_current_stream() is cp.cuda.Stream.null
+    np.testing.assert_array_equal(x, 2 * host)
+    assert cp.cuda.compiler.CompileException is cpuify.CompileException
+    with pytest.raises(cpuify.CUDADriverError, match="one device"):
+        cp.cuda.Device(1)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_thing'"):
+        cp.no_such_thing  # noqa: B018

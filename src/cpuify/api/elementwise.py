@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cpuify.errors import ArgumentError, ArgumentValueError
+from cpuify.errors import ArgumentError, ArgumentValueError, CompileException
 
 _C_TYPES = {
     np.dtype(np.bool_): "bool", np.dtype(np.int8): "signed char", np.dtype(np.uint8): "unsigned char",
@@ -114,12 +114,19 @@ class _KernelBase:
         self.options = tuple(options)
         self._modules: dict[str, Any] = {}
 
-    def _module(self, source: str):  # type: ignore[no-untyped-def]
+    def _function(self, source: str):  # type: ignore[no-untyped-def]
+        """The generated kernel compiled (once per source: per argument types)."""
         from cpuify.api.module import RawModule
         mod = self._modules.get(source)
         if mod is None:
-            mod = self._modules[source] = RawModule(code=source, options=self.options)
-        return mod
+            mod = RawModule(code=source, options=self.options, filename=f"{self.name}.cu")
+            try:
+                mod.compile()
+            except CompileException as exc:
+                raise CompileException(f"{type(self).__name__} '{self.name}': {exc}", exc.source,
+                                       exc.name, exc.options, exc.backend, log=exc.log) from None
+            self._modules[source] = mod
+        return mod.get_function(self.name)
 
     def _split_args(self, args: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
         nin, nout = len(self.in_params), len(self.out_params)
@@ -270,7 +277,7 @@ class ElementwiseKernel(_KernelBase):
             "         i += (long long)blockDim.x * gridDim.x) {\n" + elementwise +
             f"      {self.operation};\n    }}\n    {self.after_loop}\n}}\n")
         if n > 0:
-            fn = self._module(source).get_function(name)
+            fn = self._function(source)
             grid = max(1, min((n + block_size - 1) // block_size, 1 << 16))
             fn((grid,), (block_size,), tuple(launch_args))
         for original, contiguous in copies_back:
@@ -431,7 +438,7 @@ class ReductionKernel(_KernelBase):
             raise ArgumentValueError(f"kernel '{name}': a reduction over zero elements needs an "
                                      "identity")
         if n_out > 0:
-            fn = self._module(source).get_function(name)
+            fn = self._function(source)
             grid = max(1, min(n_out, 1 << 16))
             fn((grid,), (block,), tuple(launch_args))
         if y_flat is not y:

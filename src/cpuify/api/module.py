@@ -480,7 +480,8 @@ class RawModule:
                  options: Sequence[str] = (), backend: str = "nvrtc",
                  translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
                  name_expressions: Sequence[str] | None = None, jitify: bool | None = False,
-                 ptx: str | None = None) -> None:
+                 ptx: str | None = None, filename: str = "kernel.cu") -> None:
+        """`filename`: the name the compiler's messages give the source (`code=`)."""
         given = [x is not None for x in (code, path, ptx)]
         if sum(given) != 1:
             raise TypeError("RawModule: give exactly one of code=, path= or ptx=")
@@ -511,6 +512,7 @@ class RawModule:
         self.code = code
         self.file_path = os.fspath(path) if path is not None else None
         self._ptx_text = ptx
+        self._filename = str(filename)
         if code is not None:
             self.options = _options_tuple(options, "RawModule")
             self.backend = backend
@@ -562,7 +564,7 @@ class RawModule:
     def _source(self) -> tuple[str, str, str]:
         """('cuda' | 'ptx', text, file name) of what this module compiles."""
         if self.code is not None:
-            return "cuda", self.code, "kernel.cu"
+            return "cuda", self.code, self._filename
         if self._ptx_text is not None:
             return "ptx", self._ptx_text, "kernel.ptx"
         assert self.file_path is not None
@@ -657,7 +659,7 @@ class RawModule:
                 "translate_cucomplex": self.translate_cucomplex,
                 "enable_cooperative_groups": self.enable_cooperative_groups,
                 "name_expressions": self.name_expressions, "jitify": self.jitify,
-                "cpuify_raw_version": 1}
+                "filename": self._filename, "cpuify_raw_version": 1}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if state.get("cpuify_raw_version") != 1:
@@ -673,6 +675,7 @@ class RawModule:
         self.enable_cooperative_groups = state["enable_cooperative_groups"]
         self.name_expressions = state["name_expressions"]
         self.jitify = state["jitify"]
+        self._filename = state.get("filename", "kernel.cu")
         self._init_state()
 
     def __repr__(self) -> str:
