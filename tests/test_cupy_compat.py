@@ -380,13 +380,16 @@ def test_public_calls_do_not_leak():
         "attributes": lambda: k.attributes,
         "launch": lambda: k((1,), (4,), (y,)),
         "bad argument": lambda: pytest.raises(TypeError, k, (1,), (4,), ("x",)),
+        "unknown name": lambda: pytest.raises(LookupError, mod.get_global, "nothere"),
+        "RawKernel()": lambda: cpuify.RawKernel(ADD, "add"),             # lazy: no compile
+        "RawModule()": lambda: cpuify.RawModule(code=ADD, options=("-DX",)),
     }
     for name, call in calls.items():
         for _ in range(2000):                              # warm up
             call()
         gc.collect()
         before = _rss_kib()
-        for _ in range(100_000 if name != "bad argument" else 20_000):
+        for _ in range(20_000 if name in ("bad argument", "unknown name") else 100_000):
             call()
         gc.collect()
         grown = _rss_kib() - before
