@@ -519,15 +519,11 @@ class RawModule:
         self.file_path = os.fspath(path) if path is not None else None
         self._ptx_text = ptx
         self._filename = str(filename)
-        if code is not None:
-            self.options = _options_tuple(options, "RawModule")
-            self.backend = backend
-            self.translate_cucomplex = bool(translate_cucomplex)
-        else:
-            # as CuPy: a compiled module takes no compiler options (ours: the pass options)
-            self.options = _options_tuple(options, "RawModule")
-            self.backend = "nvcc" if path is not None else backend
-            self.translate_cucomplex = False
+        # (CuPy drops the options of path= modules, which are cubins or PTX there; a path=
+        # here may name CUDA source, compiled with the options and backend given)
+        self.options = _options_tuple(options, "RawModule")
+        self.backend = backend
+        self.translate_cucomplex = bool(translate_cucomplex) and ptx is None
         self.enable_cooperative_groups = bool(enable_cooperative_groups)
         self.name_expressions = tuple(name_expressions) if name_expressions is not None else None
         self.jitify = jitify
