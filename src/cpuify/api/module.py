@@ -490,31 +490,31 @@ class RawModule:
         """`filename`: the name the compiler's messages give the source (`code=`)."""
         given = [x is not None for x in (code, path, ptx)]
         if sum(given) != 1:
-            raise TypeError("RawModule: give exactly one of code=, path= or ptx=")
+            raise ArgumentError("RawModule: give exactly one of code=, path= or ptx=")
         if code is not None and not isinstance(code, str):
-            raise TypeError(f"RawModule: code must be a str, got {type(code).__name__}")
+            raise ArgumentError(f"RawModule: code must be a str, got {type(code).__name__}")
         if ptx is not None and not isinstance(ptx, str):
-            raise TypeError(f"RawModule: ptx must be a str, got {type(ptx).__name__}")
+            raise ArgumentError(f"RawModule: ptx must be a str, got {type(ptx).__name__}")
         if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"RawModule: path must be a str or path, got {type(path).__name__}")
+            raise ArgumentError(f"RawModule: path must be a str or path, got {type(path).__name__}")
         if backend not in _BACKENDS:
-            raise ValueError(f"RawModule: backend must be 'nvrtc' or 'nvcc', got {backend!r}")
+            raise ArgumentValueError(f"RawModule: backend must be 'nvrtc' or 'nvcc', got {backend!r}")
         if name_expressions is not None:
             if isinstance(name_expressions, str):
                 name_expressions = (name_expressions,)
             if code is None:
-                raise ValueError("RawModule: name_expressions need CUDA C++ code (code=), not a "
+                raise ArgumentValueError("RawModule: name_expressions need CUDA C++ code (code=), not a "
                                  "compiled module")
             if backend != "nvrtc":
-                raise ValueError("RawModule: only backend='nvrtc' supports name_expressions "
+                raise ArgumentValueError("RawModule: only backend='nvrtc' supports name_expressions "
                                  "(nvcc cannot report the mangled names)")
             if not all(isinstance(n, str) for n in name_expressions):
-                raise TypeError("RawModule: name_expressions must be strings")
+                raise ArgumentError("RawModule: name_expressions must be strings")
         if jitify:
             if code is None:
-                raise ValueError("RawModule: jitify=True needs CUDA C++ code (code=)")
+                raise ArgumentValueError("RawModule: jitify=True needs CUDA C++ code (code=)")
             if backend != "nvrtc":
-                raise ValueError("RawModule: jitify=True only works with backend='nvrtc'")
+                raise ArgumentValueError("RawModule: jitify=True only works with backend='nvrtc'")
         self.code = code
         self.file_path = os.fspath(path) if path is not None else None
         self._ptx_text = ptx
@@ -623,7 +623,7 @@ class RawModule:
         if k is not None:
             return k
         if not isinstance(name, str):
-            raise TypeError(f"get_function: the kernel name must be a str, got {type(name).__name__}")
+            raise ArgumentError(f"get_function: the kernel name must be a str, got {type(name).__name__}")
         fn = self.module.get_function(name, self.name_expressions or ())
         k = RawKernel._from_module(self, name, fn)
         self._kernels[name] = k
@@ -633,7 +633,7 @@ class RawModule:
         """A writable NumPy view of a `__device__` or `__constant__` variable (CuPy returns a
         MemoryPointer; on the CPU the memory is the array), as `dtype`."""
         if not isinstance(name, str):
-            raise TypeError(f"get_global: the variable name must be a str, got {type(name).__name__}")
+            raise ArgumentError(f"get_global: the variable name must be a str, got {type(name).__name__}")
         view = self.module.global_view(name)
         try:
             dt = np.dtype(dtype)
@@ -734,13 +734,13 @@ class RawKernel:
                  *, translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
                  jitify: bool | None = False) -> None:
         if not isinstance(code, str):
-            raise TypeError(f"RawKernel: code must be a str, got {type(code).__name__}")
+            raise ArgumentError(f"RawKernel: code must be a str, got {type(code).__name__}")
         if not isinstance(name, str):
-            raise TypeError(f"RawKernel: name must be a str, got {type(name).__name__}")
+            raise ArgumentError(f"RawKernel: name must be a str, got {type(name).__name__}")
         if backend not in _BACKENDS:
-            raise ValueError(f"RawKernel: backend must be 'nvrtc' or 'nvcc', got {backend!r}")
+            raise ArgumentValueError(f"RawKernel: backend must be 'nvrtc' or 'nvcc', got {backend!r}")
         if jitify and backend != "nvrtc":
-            raise ValueError("RawKernel: jitify=True only works with backend='nvrtc'")
+            raise ArgumentValueError("RawKernel: jitify=True only works with backend='nvrtc'")
         self.code: str | None = code
         self.name = name
         self.__name__ = name
