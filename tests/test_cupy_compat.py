@@ -506,3 +506,21 @@ def test_dynamic_parallelism_refused_clearly():
     assert (a == 1).all()
     with pytest.raises(cpuify.CompileException):       # without -dc NVRTC refuses it
         cpuify.RawModule(code=src).compile()
+
+
+def test_complex_scalars_for_libcu_and_cupy_complex_parameters():
+    src = r'''
+    #include <cupy/complex.cuh>
+    #include <cuda/std/complex>
+    extern "C" __global__ void axpy(complex<float> a, const complex<float>* x,
+                                    cuda::std::complex<double> b, complex<double>* y, int n) {
+        int i = threadIdx.x;
+        if (i < n) y[i] = complex<double>(a * x[i]) + b;
+    }'''
+    k = cpuify.RawKernel(src, "axpy")
+    x = (np.arange(8) + 1j * np.arange(8)[::-1]).astype(np.complex64)
+    y = np.zeros(8, np.complex128)
+    for a, b in ((2 - 1j, 0.5 + 3j), (np.complex64(1 + 1j), np.complex128(-2j)),
+                 (np.complex128(0.25j), 1 + 0j)):
+        k((1,), (8,), (a, x, b, y, 8))
+        np.testing.assert_allclose(y, (np.complex64(a) * x).astype(np.complex128) + b, rtol=1e-6)

@@ -176,6 +176,11 @@ class Function:
     def kernel_name(self) -> str:
         return self.name
 
+    @property
+    def ptr(self) -> int:
+        """The address of the kernel's generic block function (CuPy's Function.ptr)."""
+        return self._addr
+
     def __repr__(self) -> str:
         return f"<cpuify.Function {self.name}({', '.join(t for _, t, _, _ in self._plan)})>"
 
@@ -433,7 +438,11 @@ class _Image:
                 fn = self._functions[name] = Function(self, info, self._loaded)
         return fn
 
-    def get_global_var(self, name: str) -> tuple[int, int]:
+    def get_global_var(self, name: str) -> int:
+        """The address of a `__device__`/`__constant__` variable (CuPy's Module method)."""
+        return self._global_var(name)[0]
+
+    def _global_var(self, name: str) -> tuple[int, int]:
         """(address, size in bytes) of a `__device__`/`__constant__` variable."""
         symbol = self.mapping.get(name, name)
         g = self._compiled.globals.get(symbol)
@@ -448,7 +457,7 @@ class _Image:
         memory stays alive as long as any view of it (ctypes array -> this image)."""
         view = self._global_views.get(name)
         if view is None:
-            addr, size = self.get_global_var(name)
+            addr, size = self._global_var(name)
             raw = (ctypes.c_uint8 * size).from_address(addr)
             raw._cpuify_image = self        # type: ignore[attr-defined]
             view = np.frombuffer(raw, dtype=np.uint8)
