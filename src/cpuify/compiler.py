@@ -18,12 +18,13 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import llvmlite
 import llvmlite.binding as llvm_binding
 
 from cpuify import __version__, cache
+from cpuify.analysis.access import written_parameters
 from cpuify.codegen import jit
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
@@ -57,6 +58,7 @@ class CompiledModule:
     from_cache: bool = False
     passes: tuple[str, ...] = ()          # the pass pipeline the kernels went through
     pass_counts: dict[str, dict[str, int]] = field(default_factory=dict)   # kernel -> pass -> n
+    log: str = ""                         # the CUDA compiler's warnings (NVRTC or nvcc)
 
 
 def pipeline_options(options: Sequence[str] = ()) -> tuple[PipelineOptions, list[str]]:
@@ -329,9 +331,15 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
         progress.kernel(entry.name)
         before = set(gen.module.globals)
         try:
-            lifted, result = lift_and_optimize(module, entry, pipeline)
+            kernel_op = lift_kernel(module, entry).op
+            # before the passes move parameter loads (launch prologue): what the kernel
+            # writes through, read by the API to refuse read-only arrays
+            written = written_parameters(kernel_op)
+            lifted, result = optimize_kernel(kernel_op, pipeline)
             counts[entry.name] = result.counts
-            kernels[entry.name] = gen.add_kernel(lifted)
+            info = gen.add_kernel(lifted)
+            info.written_params = tuple(i for i, p in enumerate(info.params) if p[2] in written)
+            kernels[entry.name] = info
         except UnsupportedError as exc:
             # one kernel using an unsupported feature must not take its module down:
             # the error is raised when that kernel is asked for
@@ -389,25 +397,39 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
 
 
 def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: Sequence[str] = (),
-                 filename: str = "kernel.cu", arch: str | None = None) -> CompiledModule:
-    """CUDA C++ source to a native object, through the cache."""
+                 filename: str = "kernel.cu", arch: str | None = None, backend: str = "nvrtc",
+                 headers: Mapping[str, str] | None = None) -> CompiledModule:
+    """CUDA C++ source to a native object, through the cache.  `backend`: 'nvrtc' (NVRTC
+    in-process) or 'nvcc' (`nvcc -ptx`, no name expressions); `headers`: include name ->
+    text, found before the include paths."""
     from cpuify.frontend import includes, nvrtc
     pipeline, options = pipeline_options(options)
     # the headers the source includes from the user's directories are part of the input
     included = includes.dependency_digest(source, filename, list(options))
+    header_key = "\0".join(f"{k}\1{v}" for k, v in sorted((headers or {}).items()))
     key = cache_key("cuda", source, [str(o) for o in options], list(name_expressions),
-                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}|"
-                    f"{pipeline.key()}|{included}")
+                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}|{pipeline.key()}|{backend}|"
+                    f"{included}|" + header_key)
     uncacheable = pipeline.print_after or included is includes.UNCACHEABLE
     cached = None if uncacheable else load_cached(key)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
-    res = nvrtc.compile_to_ptx(source, filename=filename, options=options,
-                               name_expressions=name_expressions, arch=arch)
+    if backend == "nvcc":
+        from cpuify.frontend import nvcc_ptx
+        if name_expressions:
+            raise ValueError("name expressions need backend='nvrtc' (nvcc cannot report the "
+                             "mangled names)")
+        if arch is not None:
+            options = [f"-arch={arch}", *options]
+        res = nvcc_ptx.compile_to_ptx(source, filename=filename, options=options, headers=headers)
+    else:
+        res = nvrtc.compile_to_ptx(source, filename=filename, options=options,
+                                   name_expressions=name_expressions, arch=arch, headers=headers)
     t1 = time.perf_counter()
     compiled = compile_ptx(res.ptx, lowered_names=res.lowered_names, pipeline=pipeline)
-    compiled.timings["nvrtc"] = t1 - t0
+    compiled.log = res.log
+    compiled.timings[backend] = t1 - t0
     if not uncacheable:
         store_cached(key, compiled)
     return compiled
