@@ -263,6 +263,7 @@ def test_concurrent_processes_share_the_cache(cache):
 
 
 def test_header_change_invalidates_rawmodule(cache, tmp_path_factory):
+    from cpuify.api import headers as api_headers       # what RawModule hands the compiler
     inc = tmp_path_factory.mktemp("inc")
     (inc / "factor.h").write_text("#define FACTOR 3.0f\n")
     src = SRC.replace("x[i] *= s;", "x[i] *= s * FACTOR;").replace("extern", '#include "factor.h"\nextern')
@@ -273,7 +274,8 @@ def test_header_change_invalidates_rawmodule(cache, tmp_path_factory):
             (1,), (128,), (x, np.float32(2), np.int32(100)))
         return x
     np.testing.assert_array_equal(run(), np.full(100, 6.0))
-    assert compiler.compile_cuda(src, options=("-I", str(inc))).from_cache
+    assert compiler.compile_cuda(src, options=("-I", str(inc)),
+                                 headers=api_headers.headers_for(src, jitify=False)).from_cache
     (inc / "factor.h").write_text("#define FACTOR 5.0f\n")       # same session, same size
     np.testing.assert_array_equal(run(), np.full(100, 10.0))
     # a header that now shadows the included one (earlier on the search path) counts too
