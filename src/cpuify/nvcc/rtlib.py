@@ -18,8 +18,8 @@ from cpuify.errors import CpuifyError
 from cpuify.nvcc.toolkit import find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-SOURCES = ("cudart.c", "cpuify_rt.c", "block_sched.c")
-HEADERS = ("cpuify_rt.h", "cpuify_cudart.h")
+SOURCES = ("cudart.c", "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
+HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]
 
 # declared `extern __host__ [__cudart_builtin__] cudaError_t CUDARTAPI name(`

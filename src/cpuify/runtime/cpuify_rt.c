@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "cpuify_rt.h"
+#include "cpuify_tex.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -199,6 +200,25 @@ static int32_t g_default_workers = 1;
 static int g_fixed_spin;     /* CPUIFY_SPIN_US given: no adaptation */
 static _Thread_local uint64_t tls_spin = CPUIFY_MIN_SPIN_NS; /* this worker's idle spin */
 static _Thread_local int tls_in_block = 0;
+/* a failure that device-side runtime calls (textures, surfaces) report for the running
+ * block: cpuify_device_fault() sets it, the block loops return it as the block's error */
+static _Thread_local int32_t tls_device_fault = 0;
+
+void cpuify_device_fault(int32_t code, const char *message) {
+    if (tls_device_fault) return;
+    tls_device_fault = code;
+    fprintf(stderr, "cpuify: %s\n", message);
+    fflush(stderr);
+}
+
+/* the block's error code: what its function returned, else a device-side fault */
+static inline int32_t block_result(int32_t rc) {
+    if (__builtin_expect(tls_device_fault != 0, 0)) {
+        if (!rc) rc = tls_device_fault;
+        tls_device_fault = 0;
+    }
+    return rc;
+}
 
 /* The longest idle spin of a worker: CPUIFY_SPIN_US when given, else the top of the
  * adaptive range (each worker adapts below it, wait_for_job). */
@@ -299,7 +319,7 @@ static void run_job_blocks(void *shared, void *scratch) {
         uint32_t by = (uint32_t)(t % gy);
         uint32_t bz = (uint32_t)(t / gy);
         for (uint64_t l = start;;) {
-            int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+            int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch));
             if (rc) {
                 record_error(rc, bx, by, bz);
                 goto out;
@@ -329,7 +349,7 @@ static int32_t run_serial(cpuify_block_fn fn, const void *params, const cpuify_d
     for (uint32_t bz = 0; bz < gz; bz++)
         for (uint32_t by = 0; by < gy; by++)
             for (uint32_t bx = 0; bx < gx; bx++) {
-                int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+                int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch));
                 if (rc) {
                     tls_in_block = saved;
                     if (err_block) {

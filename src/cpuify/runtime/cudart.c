@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cpuify_cudart.h"
+#include "cpuify_tex.h"
 
 #define MAX_THREADS_PER_BLOCK 1024
 #define DEFAULT_SHARED 49152u
@@ -1043,12 +1044,29 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     return copy2d(dst, dpitch, src, spitch, width, height, kind, stream);
 }
 
+static size_t array_view(cudaArray_const_t a, struct cudaPitchedPtr *view);
+static int array_fits(cudaArray_const_t a, struct cudaPos pos, struct cudaExtent bytes);
+
 static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
     CHECK_STICKY();
     if (!p) return fail(cudaErrorInvalidValue);
-    if (p->srcArray || p->dstArray) return cpuify_cudart_not_supported("cudaMemcpy3D with a cudaArray");
     if (check_kind(p->kind)) return fail(cudaErrorInvalidMemcpyDirection);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    struct cudaMemcpy3DParms q = *p;
+    /* a CUDA array takes part as the pitched pointer over its memory; with an array, the
+     * extent's width and the positions' x are in elements */
+    if (q.srcArray || q.dstArray) {
+        size_t es = array_view(q.srcArray, &q.srcPtr);
+        size_t ed = array_view(q.dstArray, &q.dstPtr);
+        if (!es || !ed || (q.srcArray && q.dstArray && es != ed)) return fail(cudaErrorInvalidValue);
+        size_t esize = q.srcArray ? es : ed;
+        q.extent.width *= esize;
+        if (q.srcArray) q.srcPos.x *= esize;
+        if (q.dstArray) q.dstPos.x *= esize;
+        if (!array_fits(q.srcArray, q.srcPos, q.extent) || !array_fits(q.dstArray, q.dstPos, q.extent))
+            return fail(cudaErrorInvalidValue);
+    }
+    p = &q;
     const struct cudaExtent e = p->extent;
     if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
     const struct cudaPitchedPtr sp = p->srcPtr, dp = p->dstPtr;
@@ -1808,6 +1826,423 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, c
     size_t per = SHARED_PER_SM / (size_t)numBlocks;
     if (per > MAX_SHARED_OPTIN) per = MAX_SHARED_OPTIN;
     *dynamicSmemSize = per > k->desc->shared_static ? per - k->desc->shared_static : 0;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* CUDA arrays, texture and surface objects                                             */
+
+/* A CUDA array is rows of elements without padding: pitch = width * element size; layers
+ * (and the slices of a 3D array) follow each other. */
+#define ARRAY_MAGIC 0x59525241u /* "ARRY" */
+
+struct cudaArray {
+    uint32_t magic;
+    struct cudaChannelFormatDesc desc;
+    struct cudaExtent extent;    /* as allocated: height 0 for 1D, depth 0 for 2D */
+    unsigned int flags;
+    size_t esize, pitch, rows, slices, slice;
+    char *data;
+};
+
+struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w,
+                                                   enum cudaChannelFormatKind f) {
+    struct cudaChannelFormatDesc d = {x, y, z, w, f};
+    return d;
+}
+
+/* Channels, bits per channel and kind of a format cpuify samples; 0 when it is not one
+ * (channels of different widths, block-compressed or video formats). */
+static int channel_format(const struct cudaChannelFormatDesc *d, uint32_t *bits, uint32_t *kind) {
+    const int b[4] = {d->x, d->y, d->z, d->w};
+    int n = 0;
+    while (n < 4 && b[n] > 0) n++;
+    for (int i = n; i < 4; i++)
+        if (b[i] != 0) return 0;
+    if (n == 0) return 0;
+    for (int i = 1; i < n; i++)
+        if (b[i] != b[0]) return 0;
+    if (b[0] != 8 && b[0] != 16 && b[0] != 32) return 0;
+    switch (d->f) {
+    case cudaChannelFormatKindSigned: *kind = CPUIFY_FMT_SIGNED; break;
+    case cudaChannelFormatKindUnsigned: *kind = CPUIFY_FMT_UNSIGNED; break;
+    case cudaChannelFormatKindFloat:
+        if (b[0] == 8) return 0;
+        *kind = CPUIFY_FMT_FLOAT;
+        break;
+    default: return 0;
+    }
+    *bits = (uint32_t)b[0];
+    return n;
+}
+
+static int array_ok(cudaArray_const_t a) { return a && a->magic == ARRAY_MAGIC; }
+
+static cudaError_t new_array(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                             struct cudaExtent e, unsigned int flags) {
+    CHECK_STICKY();
+    uint32_t bits, kind;
+    if (!array || !desc) return fail(cudaErrorInvalidValue);
+    int n = channel_format(desc, &bits, &kind);
+    if (!n) return fail(cudaErrorInvalidChannelDescriptor);
+    if (flags & cudaArrayCubemap)
+        return cpuify_cudart_not_supported("cube map CUDA arrays");
+    if (flags & ~(unsigned)(cudaArrayLayered | cudaArraySurfaceLoadStore | cudaArrayTextureGather |
+                            cudaArrayDefault))
+        return cpuify_cudart_not_supported("CUDA arrays with these flags");
+    if (e.width == 0 || (e.depth && !e.height && !(flags & cudaArrayLayered)))
+        return fail(cudaErrorInvalidValue);
+    if ((flags & cudaArrayLayered) && e.depth == 0) return fail(cudaErrorInvalidValue);
+    struct cudaArray *a = calloc(1, sizeof *a);
+    if (!a) return fail(cudaErrorMemoryAllocation);
+    a->magic = ARRAY_MAGIC;
+    a->desc = *desc;
+    a->extent = e;
+    a->flags = flags;
+    a->esize = (size_t)n * bits / 8;
+    a->pitch = e.width * a->esize;
+    a->rows = e.height ? e.height : 1;
+    a->slices = e.depth ? e.depth : 1;
+    a->slice = a->pitch * a->rows;
+    size_t total = a->slice * a->slices;
+    a->data = alloc_aligned(total);
+    if (!a->data) {
+        free(a);
+        return fail(cudaErrorMemoryAllocation);
+    }
+    memset(a->data, 0, total);
+    *array = a;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                            size_t width, size_t height, unsigned int flags) {
+    if (flags & cudaArrayLayered) return fail(cudaErrorInvalidValue);
+    struct cudaExtent e = {width, height, 0};
+    return new_array(array, desc, e, flags);
+}
+
+cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                              struct cudaExtent extent, unsigned int flags) {
+    return new_array(array, desc, extent, flags);
+}
+
+cudaError_t cudaFreeArray(cudaArray_t array) {
+    CHECK_STICKY();
+    if (!array) return cudaSuccess;
+    if (!array_ok(array)) return fail(cudaErrorInvalidValue);
+    array->magic = 0;
+    free(array->data);
+    free(array);
+    return cudaSuccess;
+}
+
+cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent,
+                             unsigned int *flags, cudaArray_t array) {
+    if (!array_ok(array)) return fail(cudaErrorInvalidValue);
+    if (desc) *desc = array->desc;
+    if (extent) *extent = array->extent;
+    if (flags) *flags = array->flags;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array) {
+    if (!array_ok(array) || !desc) return fail(cudaErrorInvalidValue);
+    *desc = array->desc;
+    return cudaSuccess;
+}
+
+/* The pitched pointer over an array's memory and its element size (1 for no array, 0 for a
+ * bad one). */
+static size_t array_view(cudaArray_const_t a, struct cudaPitchedPtr *view) {
+    if (!a) return 1;
+    if (!array_ok(a)) return 0;
+    view->ptr = a->data;
+    view->pitch = a->pitch;
+    view->xsize = a->pitch;
+    view->ysize = a->rows;
+    return a->esize;
+}
+
+/* whether a box of `bytes` (width in bytes) at pos (x in bytes) lies inside the array */
+static int array_fits(cudaArray_const_t a, struct cudaPos pos, struct cudaExtent bytes) {
+    if (!a) return 1;
+    return pos.x + bytes.width <= a->pitch && pos.y + bytes.height <= a->rows &&
+           pos.z + bytes.depth <= a->slices;
+}
+
+/* the address of byte column w, row h of layer 0 (checking that `width` x `height` bytes
+ * from there lie inside the array), or NULL */
+static char *array_at(cudaArray_const_t a, size_t w, size_t h, size_t width, size_t height) {
+    if (!array_ok(a) || w + width > a->pitch || h + height > a->rows * a->slices) return NULL;
+    return a->data + h * a->pitch + w;
+}
+
+cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src,
+                                size_t spitch, size_t width, size_t height,
+                                enum cudaMemcpyKind kind) {
+    char *d = array_at(dst, wOffset, hOffset, width, height);
+    if (!d) return fail(cudaErrorInvalidValue);
+    return copy2d(d, dst->pitch, src, spitch, width, height, kind, NULL);
+}
+
+cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset,
+                                     const void *src, size_t spitch, size_t width, size_t height,
+                                     enum cudaMemcpyKind kind, cudaStream_t stream) {
+    char *d = array_at(dst, wOffset, hOffset, width, height);
+    if (!d) return fail(cudaErrorInvalidValue);
+    return copy2d(d, dst->pitch, src, spitch, width, height, kind, stream);
+}
+
+cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset,
+                                  size_t hOffset, size_t width, size_t height,
+                                  enum cudaMemcpyKind kind) {
+    char *s = array_at(src, wOffset, hOffset, width, height);
+    if (!s) return fail(cudaErrorInvalidValue);
+    return copy2d(dst, dpitch, s, src->pitch, width, height, kind, NULL);
+}
+
+cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src,
+                                       size_t wOffset, size_t hOffset, size_t width,
+                                       size_t height, enum cudaMemcpyKind kind,
+                                       cudaStream_t stream) {
+    char *s = array_at(src, wOffset, hOffset, width, height);
+    if (!s) return fail(cudaErrorInvalidValue);
+    return copy2d(dst, dpitch, s, src->pitch, width, height, kind, stream);
+}
+
+cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst,
+                                     cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc,
+                                     size_t width, size_t height, enum cudaMemcpyKind kind) {
+    char *d = array_at(dst, wOffsetDst, hOffsetDst, width, height);
+    char *s = array_at(src, wOffsetSrc, hOffsetSrc, width, height);
+    if (!d || !s) return fail(cudaErrorInvalidValue);
+    return copy2d(d, dst->pitch, s, src->pitch, width, height, kind, NULL);
+}
+
+/* The legacy 1D copies: `count` bytes from (wOffset, hOffset) on, row after row. */
+static char *array_run(cudaArray_const_t a, size_t w, size_t h, size_t count) {
+    if (!array_ok(a) || w >= a->pitch || h >= a->rows * a->slices) return NULL;
+    size_t start = h * a->pitch + w;
+    if (count > a->pitch * a->rows * a->slices - start) return NULL;
+    return a->data + start;
+}
+
+cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src,
+                              size_t count, enum cudaMemcpyKind kind) {
+    char *d = array_run(dst, wOffset, hOffset, count);
+    if (!d) return fail(cudaErrorInvalidValue);
+    return copy1d(d, src, count, kind, NULL);
+}
+
+cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset,
+                                   const void *src, size_t count, enum cudaMemcpyKind kind,
+                                   cudaStream_t stream) {
+    char *d = array_run(dst, wOffset, hOffset, count);
+    if (!d) return fail(cudaErrorInvalidValue);
+    return copy1d(d, src, count, kind, stream);
+}
+
+cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset,
+                                size_t count, enum cudaMemcpyKind kind) {
+    char *s = array_run(src, wOffset, hOffset, count);
+    if (!s) return fail(cudaErrorInvalidValue);
+    return copy1d(dst, s, count, kind, NULL);
+}
+
+cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset,
+                                     size_t hOffset, size_t count, enum cudaMemcpyKind kind,
+                                     cudaStream_t stream) {
+    char *s = array_run(src, wOffset, hOffset, count);
+    if (!s) return fail(cudaErrorInvalidValue);
+    return copy1d(dst, s, count, kind, stream);
+}
+
+cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst,
+                                   cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc,
+                                   size_t count, enum cudaMemcpyKind kind) {
+    char *d = array_run(dst, wOffsetDst, hOffsetDst, count);
+    char *s = array_run(src, wOffsetSrc, hOffsetSrc, count);
+    if (!d || !s) return fail(cudaErrorInvalidValue);
+    return copy1d(d, s, count, kind, NULL);
+}
+
+/* A texture or surface object: the descriptor device code samples through (first, so the
+ * handle is its address) and the descriptions it was created from. */
+typedef struct {
+    cpuify_texdesc d;
+    struct cudaResourceDesc res;
+    struct cudaTextureDesc tex;
+} texture_object;
+
+/* Fills the resource part of a descriptor; returns the error for a resource cpuify cannot
+ * sample. */
+static cudaError_t describe_resource(cpuify_texdesc *d, const struct cudaResourceDesc *r) {
+    const struct cudaChannelFormatDesc *fmt;
+    d->width = d->height = d->depth = d->layers = 1;
+    switch (r->resType) {
+    case cudaResourceTypeArray: {
+        cudaArray_const_t a = r->res.array.array;
+        if (!array_ok(a)) return fail(cudaErrorInvalidResourceHandle);
+        fmt = &a->desc;
+        d->width = a->extent.width;
+        d->pitch = a->pitch;
+        d->slice = a->slice;
+        d->data = (uint64_t)(uintptr_t)a->data;
+        if (a->flags & cudaArrayLayered) {
+            d->layered = 1;
+            d->layers = a->extent.depth;
+            d->dims = a->extent.height ? 2 : 1;
+            d->height = a->rows;
+        } else {
+            d->dims = a->extent.depth ? 3 : a->extent.height ? 2 : 1;
+            d->height = a->rows;
+            d->depth = a->slices;
+        }
+        break;
+    }
+    case cudaResourceTypeLinear:
+        fmt = &r->res.linear.desc;
+        if (!r->res.linear.devPtr) return fail(cudaErrorInvalidValue);
+        d->dims = 1;
+        d->linear = 1;
+        d->data = (uint64_t)(uintptr_t)r->res.linear.devPtr;
+        break;
+    case cudaResourceTypePitch2D:
+        fmt = &r->res.pitch2D.desc;
+        if (!r->res.pitch2D.devPtr) return fail(cudaErrorInvalidValue);
+        d->dims = 2;
+        d->width = r->res.pitch2D.width;
+        d->height = r->res.pitch2D.height;
+        d->pitch = r->res.pitch2D.pitchInBytes;
+        d->data = (uint64_t)(uintptr_t)r->res.pitch2D.devPtr;
+        break;
+    case cudaResourceTypeMipmappedArray:
+        return cpuify_cudart_not_supported("textures over mipmapped arrays");
+    default:
+        return fail(cudaErrorInvalidValue);
+    }
+    uint32_t bits = 0, kind = 0;
+    int n = channel_format(fmt, &bits, &kind);
+    if (!n) return fail(cudaErrorInvalidChannelDescriptor);
+    d->channels = (uint32_t)n;
+    d->bits = bits;
+    d->kind = kind;
+    size_t esize = (size_t)n * bits / 8;
+    if (r->resType == cudaResourceTypeLinear) {
+        d->width = r->res.linear.sizeInBytes / esize;
+        d->pitch = d->width * esize;
+    }
+    if (r->resType == cudaResourceTypePitch2D && d->pitch < d->width * esize)
+        return fail(cudaErrorInvalidValue);
+    if (d->width == 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+
+cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject,
+                                    const struct cudaResourceDesc *pResDesc,
+                                    const struct cudaTextureDesc *pTexDesc,
+                                    const struct cudaResourceViewDesc *pResViewDesc) {
+    CHECK_STICKY();
+    if (!pTexObject || !pResDesc || !pTexDesc) return fail(cudaErrorInvalidValue);
+    if (pResViewDesc) return cpuify_cudart_not_supported("cudaCreateTextureObject with a resource view");
+    if (pTexDesc->sRGB) return cpuify_cudart_not_supported("cudaCreateTextureObject with sRGB");
+    texture_object *o = calloc(1, sizeof *o);
+    if (!o) return fail(cudaErrorMemoryAllocation);
+    cudaError_t e = describe_resource(&o->d, pResDesc);
+    if (e) {
+        free(o);
+        return e;
+    }
+    cpuify_texdesc *d = &o->d;
+    d->magic = CPUIFY_TEX_MAGIC;
+    d->filter = pTexDesc->filterMode == cudaFilterModeLinear;
+    d->normalized = pTexDesc->normalizedCoords != 0;
+    d->read_mode = pTexDesc->readMode == cudaReadModeNormalizedFloat;
+    for (int i = 0; i < 3; i++) {
+        if ((unsigned)pTexDesc->addressMode[i] > cudaAddressModeBorder) {
+            free(o);
+            return fail(cudaErrorInvalidValue);
+        }
+        d->address[i] = (uint32_t)pTexDesc->addressMode[i];
+    }
+    for (int i = 0; i < 4; i++) d->border[i] = pTexDesc->borderColor[i];
+    /* linear filtering interpolates floats: a float format or normalized integer reads */
+    int float_result = d->kind == CPUIFY_FMT_FLOAT || (d->read_mode && d->bits < 32);
+    if (d->filter && !float_result) {
+        free(o);
+        return fail(cudaErrorInvalidValue);
+    }
+    o->res = *pResDesc;
+    o->tex = *pTexDesc;
+    *pTexObject = (cudaTextureObject_t)(uintptr_t)o;
+    return cudaSuccess;
+}
+
+static texture_object *object_of(unsigned long long handle, uint32_t magic) {
+    texture_object *o = (texture_object *)(uintptr_t)handle;
+    return o && o->d.magic == magic ? o : NULL;
+}
+
+cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject) {
+    CHECK_STICKY();
+    if (!texObject) return cudaSuccess;
+    texture_object *o = object_of(texObject, CPUIFY_TEX_MAGIC);
+    if (!o) return fail(cudaErrorInvalidValue);
+    o->d.magic = 0;
+    free(o);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc,
+                                             cudaTextureObject_t texObject) {
+    texture_object *o = object_of(texObject, CPUIFY_TEX_MAGIC);
+    if (!o || !pResDesc) return fail(cudaErrorInvalidValue);
+    *pResDesc = o->res;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc,
+                                            cudaTextureObject_t texObject) {
+    texture_object *o = object_of(texObject, CPUIFY_TEX_MAGIC);
+    if (!o || !pTexDesc) return fail(cudaErrorInvalidValue);
+    *pTexDesc = o->tex;
+    return cudaSuccess;
+}
+
+cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject,
+                                    const struct cudaResourceDesc *pResDesc) {
+    CHECK_STICKY();
+    if (!pSurfObject || !pResDesc) return fail(cudaErrorInvalidValue);
+    if (pResDesc->resType != cudaResourceTypeArray) return fail(cudaErrorInvalidValue);
+    texture_object *o = calloc(1, sizeof *o);
+    if (!o) return fail(cudaErrorMemoryAllocation);
+    cudaError_t e = describe_resource(&o->d, pResDesc);
+    if (e) {
+        free(o);
+        return e;
+    }
+    o->d.magic = CPUIFY_SURF_MAGIC;
+    o->res = *pResDesc;
+    *pSurfObject = (cudaSurfaceObject_t)(uintptr_t)o;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject) {
+    CHECK_STICKY();
+    if (!surfObject) return cudaSuccess;
+    texture_object *o = object_of(surfObject, CPUIFY_SURF_MAGIC);
+    if (!o) return fail(cudaErrorInvalidValue);
+    o->d.magic = 0;
+    free(o);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc,
+                                             cudaSurfaceObject_t surfObject) {
+    texture_object *o = object_of(surfObject, CPUIFY_SURF_MAGIC);
+    if (!o || !pResDesc) return fail(cudaErrorInvalidValue);
+    *pResDesc = o->res;
     return cudaSuccess;
 }
 

@@ -65,7 +65,7 @@ BLOCK_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(Dims
 
 _RUNTIME_DIR = Path(__file__).resolve().parent
 _SOURCE = _RUNTIME_DIR / "cpuify_rt.c"
-_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c")
+_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c", _RUNTIME_DIR / "cpuify_tex.c")
 _HEADER = _RUNTIME_DIR / "cpuify_rt.h"
 _CFLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-pthread"]
 
