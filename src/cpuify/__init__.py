@@ -11,11 +11,14 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
     if name in ("RawModule", "RawKernel", "Function"):
         from cpuify.api import module
         return getattr(module, name)
+    if name in ("TextureObject", "SurfaceObject"):
+        from cpuify.api import texture
+        return getattr(texture, name)
     if name in ("num_threads", "set_num_threads"):
         from cpuify.runtime import native
         return getattr(native, name)
     raise AttributeError(f"module 'cpuify' has no attribute {name!r}")
 
 
-__all__ = ["RawModule", "RawKernel", "Function", "CompileError", "CpuifyError", "IRError",
+__all__ = ["RawModule", "RawKernel", "Function", "TextureObject", "SurfaceObject", "CompileError", "CpuifyError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]

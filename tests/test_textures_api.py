@@ -1,0 +1,172 @@
+"""Texture and surface objects from the Python API (cpuify.TextureObject/SurfaceObject):
+compiled kernels (JIT) and the reference interpreter (its own sampler, cpuify.interp.texture)
+against the NumPy model of CUDA's texture fetching in test_textures.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.interp import interpret_kernel
+from test_textures import XS, YS, ZS, F, gather, sample
+
+SOURCE = r'''
+#define NC 10
+__constant__ float xs[NC] = {-1.3f, -0.2f, 0.1f, 0.37f, 1.5f, 2.71f, 4.0f, 4.9f, 5.6f, 7.2f};
+__constant__ float ys[NC] = {0.5f, -0.7f, 1.25f, 3.9f, 2.0f, 0.3f, 4.6f, 1.8f, -2.2f, 3.1f};
+__constant__ float zs[NC] = {0.5f, 1.2f, -0.4f, 2.6f, 1.9f, 0.0f, 3.3f, 1.05f, 0.75f, 2.2f};
+extern "C" __global__ void s2d(cudaTextureObject_t t, float sx, float sy, float *out) {
+    int i = threadIdx.x;
+    out[i] = tex2D<float>(t, xs[i] * sx, ys[i] * sy);
+}
+extern "C" __global__ void s1d4(cudaTextureObject_t t, float4 *out) {
+    int i = threadIdx.x;
+    out[i] = tex1D<float4>(t, xs[i]);
+}
+extern "C" __global__ void s3d(cudaTextureObject_t t, float *out) {
+    int i = threadIdx.x;
+    out[i] = tex3D<float>(t, xs[i], ys[i], zs[i]);
+}
+extern "C" __global__ void slayered(cudaTextureObject_t t, float *out) {
+    int i = threadIdx.x;
+    out[i] = tex2DLayered<float>(t, xs[i], ys[i], i % 3);
+}
+extern "C" __global__ void sgather(cudaTextureObject_t t, float4 *out) {
+    int i = threadIdx.x;
+    out[i] = tex2Dgather<float4>(t, xs[i], ys[i], 1);
+}
+extern "C" __global__ void fetch(cudaTextureObject_t t, int *out) {
+    int i = threadIdx.x;
+    out[i] = tex1Dfetch<int>(t, i - 3);
+}
+extern "C" __global__ void surf(cudaSurfaceObject_t s, int w) {
+    int x = threadIdx.x, y = blockIdx.x;
+    uchar2 v = surf2Dread<uchar2>(s, x * 2, y);
+    surf2Dwrite(make_uchar2(v.y, (unsigned char)(v.x + x + 10 * y)), s, x * 2, y);
+    if (x == 0) surf2Dwrite(make_uchar2(1, 2), s, w * 2 + 6, y, cudaBoundaryModeZero);
+}
+extern "C" __global__ void surf_trap(cudaSurfaceObject_t s) {
+    surf1Dwrite(1.0f, s, -4);
+}
+'''
+
+W, H, D = 5, 4, 3
+
+
+@pytest.fixture(scope="module")
+def mod() -> cpuify.RawModule:
+    return cpuify.RawModule(code=SOURCE)
+
+
+@pytest.fixture(scope="module")
+def ptx() -> str:
+    return compile_to_ptx(SOURCE).ptx
+
+
+def both(mod, ptx, name, block, args, out) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """The kernel's output compiled and interpreted."""
+    results = []
+    for runner in ("jit", "interp"):
+        out[...] = -7
+        if runner == "jit":
+            mod.get_function(name)((1,), block, args)
+        else:
+            interpret_kernel(ptx, name, (1,), block, args)
+        results.append(out.copy())
+    return results
+
+
+def close(got: np.ndarray, want) -> None:  # type: ignore[no-untyped-def]
+    np.testing.assert_allclose(got.ravel(), np.asarray(want, np.float64).ravel(), rtol=2e-6, atol=2e-7)
+
+
+@pytest.mark.parametrize("filt", ["point", "linear"])
+@pytest.mark.parametrize("mode", ["wrap", "mirror", "border"])
+def test_2d_normalized(mod, ptx, filt: str, mode: str) -> None:  # type: ignore[no-untyped-def]
+    img = ((np.arange(W * H) * 37 % 101).astype(F) / F(7)).reshape(H, W)
+    tex = cpuify.TextureObject(img, filter_mode=filt, address_mode=mode, normalized_coords=True,
+                               border_color=(0.25, 0, 0, 0))
+    out = np.zeros(10, F)
+    sx, sy = F(1) / F(W), F(1) / F(H)
+    want = [sample(img[..., None], [F(x * sx), F(y * sy)], filt, mode, True)[0] if mode != "border"
+            else _border(img, F(x * sx), F(y * sy), filt) for x, y in zip(XS, YS)]
+    for got in both(mod, ptx, "s2d", (10,), (tex.handle, sx, sy, out), out):
+        close(got, want)
+
+
+def _border(img, x, y, filt):  # type: ignore[no-untyped-def]
+    from test_textures import BORDER
+    assert BORDER[0] == F(0.25)
+    return sample(img[..., None], [x, y], filt, "border", True)[0]
+
+
+def test_uchar4_normalized_linear(mod, ptx) -> None:  # type: ignore[no-untyped-def]
+    px = (np.arange(24) * 53 % 256).astype(np.uint8).reshape(6, 4)
+    tex = cpuify.TextureObject(px, channels=4, filter_mode="linear", read_mode="normalized_float")
+    out = np.zeros((10, 4), F)
+    want = [sample(px.astype(F) / F(255), [x], "linear", "clamp", False) for x in XS]
+    for got in both(mod, ptx, "s1d4", (10,), (tex.handle, out), out):
+        close(got, want)
+
+
+def test_3d_layered_gather_fetch(mod, ptx) -> None:  # type: ignore[no-untyped-def]
+    vol = ((np.arange(W * H * D) * 41 % 97).astype(F) * F(0.5)).reshape(D, H, W)
+    tex = cpuify.TextureObject(vol, filter_mode="linear")
+    out = np.zeros(10, F)
+    want = [sample(vol[..., None], [x, y, z], "linear", "clamp", False)[0] for x, y, z in zip(XS, YS, ZS)]
+    for got in both(mod, ptx, "s3d", (10,), (tex.handle, out), out):
+        close(got, want)
+
+    lay = (np.arange(W * H * 3) * 19 % 53).astype(np.float16).reshape(3, H, W)
+    tex = cpuify.TextureObject(lay, layered=True, filter_mode="linear", address_mode="wrap")
+    want = [sample(lay[i % 3].astype(F)[..., None], [x, y], "linear", "wrap", False)[0]
+            for i, (x, y) in enumerate(zip(XS, YS))]
+    for got in both(mod, ptx, "slayered", (10,), (tex.handle, out), out):
+        close(got, want)
+
+    rg = (np.arange(W * H * 2) * 7 % 23).astype(np.int16).reshape(H, W, 2)
+    tex = cpuify.TextureObject(rg, channels=2, read_mode="normalized_float")
+    out4 = np.zeros((10, 4), F)
+    data = rg.astype(F) / F(32767)
+    for got in both(mod, ptx, "sgather", (10,), (tex.handle, out4), out4):
+        close(got, [gather(data, x, y, 1) for x, y in zip(XS, YS)])
+
+    ints = (np.arange(6) * -12345).astype(np.int32)
+    tex = cpuify.TextureObject(ints, linear=True)
+    outi = np.zeros(10, np.int32)
+    for got in both(mod, ptx, "fetch", (10,), (tex.handle, outi), outi):
+        assert list(got) == [ints[i - 3] if 0 <= i - 3 < 6 else 0 for i in range(10)]
+
+
+def test_surfaces(mod, ptx) -> None:  # type: ignore[no-untyped-def]
+    start = (np.arange(W * H * 2) * 11 % 256).astype(np.uint8).reshape(H, W, 2)
+    want = start.copy()
+    for y in range(H):
+        for x in range(W):
+            want[y, x] = (start[y, x, 1], (int(start[y, x, 0]) + x + 10 * y) % 256)
+    for runner in ("jit", "interp"):
+        arr = start.copy()
+        s = cpuify.SurfaceObject(arr, channels=2)
+        if runner == "jit":
+            mod.get_function("surf")((H,), (W,), (s.handle, np.int32(W)))
+        else:
+            interpret_kernel(ptx, "surf", (H,), (W,), (s.handle, np.int32(W)))
+        np.testing.assert_array_equal(arr, want)
+    s = cpuify.SurfaceObject(np.zeros(4, F))
+    with pytest.raises(cpuify.LaunchError, match="trap"):
+        mod.get_function("surf_trap")((1,), (1,), (s.handle,))
+    with pytest.raises(cpuify.LaunchError, match="trap mode"):
+        interpret_kernel(ptx, "surf_trap", (1,), (1,), (s.handle,))
+
+
+def test_bad_handle_and_arguments(mod) -> None:  # type: ignore[no-untyped-def]
+    out = np.zeros(10, F)
+    surface = cpuify.SurfaceObject(np.zeros((H, W), F))
+    with pytest.raises(cpuify.LaunchError, match="trap"):       # a surface used as a texture
+        mod.get_function("s2d")((1,), (10,), (surface.handle, F(1), F(1), out))
+    with pytest.raises(ValueError, match="linear filtering"):
+        cpuify.TextureObject(np.zeros(4, np.int32), filter_mode="linear")
+    with pytest.raises(ValueError, match="address_mode"):
+        cpuify.TextureObject(np.zeros(4, F), address_mode="repeat")
