@@ -182,3 +182,20 @@ def test_surfaces(textures, build) -> None:  # type: ignore[no-untyped-def]
     assert r.returncode == 0
     assert "trap cudaErrorLaunchFailure" in r.stdout
     assert "surface store out of range in trap mode" in r.stderr
+
+
+def test_legacy_texture_references(build) -> None:  # type: ignore[no-untyped-def]
+    """texture<...> references, cudaBindTexture/2D/ToArray and cudaUnbindTexture (removed
+    from CUDA 12+ headers) build unchanged through the compatibility header."""
+    out = parse(lines(run(build("legacy_texture"))))
+    assert [str(v) for v in out["gather"]] == ["offset", "0.0", "mismatches", "0.0"]
+    w, h = 6, 4
+    px = (np.arange(w * h) * 41 % 256).astype(F).reshape(h, w, 1)
+    i = np.arange(16, dtype=F)
+    xs, ys = i * F(0.7) - F(1), i * F(0.45)
+    # unnormalized coordinates: the wrap/mirror modes the program sets act as clamp
+    close(out["image"], [sample(px / F(255), [x, y], "linear", "clamp", False)[0] for x, y in zip(xs, ys)])
+    # declared `texture<float, 2> pitched(0, cudaFilterModeLinear, cudaAddressModeClamp)`
+    close(out["pitched"], [sample(px, [x, y], "linear", "clamp", False)[0] for x, y in zip(xs, ys)])
+    close(out["layers"], [(1 - 2 * (k % 2)) * sample(px, [x, y], "point", "clamp", False)[0]
+                          for k, (x, y) in enumerate(zip(xs, ys))])

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, launch_shapes
+from cpuify.nvcc import device, launch_shapes, legacy_texture
 from cpuify.nvcc.rtlib import runtime_library
 from cpuify.nvcc.toolkit import find_toolkit
 
@@ -354,7 +354,9 @@ class Driver:
         with tempfile.TemporaryDirectory(prefix="cpuify-nvcc-") as tmp:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
-            self.run(self.nvcc_base() + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
+            compat = legacy_texture.pre_include(src, self.o.host_opts)
+            self.run(self.nvcc_base() + compat + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src,
+                                                   "-o", host_o],
                      f"nvcc ({src})")
             stem = Path(src).name
             stem = stem[:-len(Path(src).suffix)] if Path(src).suffix else stem
