@@ -234,6 +234,37 @@ static __host__ cudaError_t cudaGetTextureAlignmentOffset(size_t *offset,
     return cudaSuccess;
 }
 
+/* the C-style forms, on pointers (CUDA's `const struct textureReference *`) */
+template <class T, int dim, enum cudaTextureReadMode M>
+static __host__ cudaError_t cudaBindTexture(size_t *offset, const cpuify_texref<T, dim, M> *tex,
+                                            const void *devPtr, const struct cudaChannelFormatDesc *desc,
+                                            size_t size = UINT_MAX) {
+    if (!tex || !desc) return cudaErrorInvalidValue;
+    return cudaBindTexture(offset, *tex, devPtr, *desc, size);
+}
+
+template <class T, int dim, enum cudaTextureReadMode M>
+static __host__ cudaError_t cudaBindTexture2D(size_t *offset, const cpuify_texref<T, dim, M> *tex,
+                                              const void *devPtr, const struct cudaChannelFormatDesc *desc,
+                                              size_t width, size_t height, size_t pitch) {
+    if (!tex || !desc) return cudaErrorInvalidValue;
+    return cudaBindTexture2D(offset, *tex, devPtr, *desc, width, height, pitch);
+}
+
+template <class T, int dim, enum cudaTextureReadMode M>
+static __host__ cudaError_t cudaBindTextureToArray(const cpuify_texref<T, dim, M> *tex,
+                                                   cudaArray_const_t array,
+                                                   const struct cudaChannelFormatDesc *desc) {
+    if (!tex) return cudaErrorInvalidValue;
+    return cudaBindTextureToArray(*tex, array);
+}
+
+template <class T, int dim, enum cudaTextureReadMode M>
+static __host__ cudaError_t cudaUnbindTexture(const cpuify_texref<T, dim, M> *tex) {
+    if (!tex) return cudaErrorInvalidValue;
+    return cudaUnbindTexture(*tex);
+}
+
 /* ---- device: fetches ---------------------------------------------------------------------- */
 
 #define CPUIFY_TEXEL typename cpuify_texel<T, M>::type
