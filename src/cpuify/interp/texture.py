@@ -127,7 +127,7 @@ def _texel(d: Descriptor, idx: list[int], layer: int) -> tuple[list[np.float32],
 
 
 def _floor(v: np.float32) -> int:
-    if v != v:
+    if math.isnan(v):
         return 0
     return int(max(min(math.floor(v), 10 ** 12), -10 ** 12))
 
@@ -174,7 +174,7 @@ def _tex(th: "Thread", op: Operation) -> None:
         return
     xb = [F(v - F(0.5)) for v in x]
     base = [_floor(v) for v in xb]
-    w = [_weight(F(v - F(math.floor(v)))) if v == v else F(0) for v in xb]
+    w = [F(0) if math.isnan(v) else _weight(F(v - F(math.floor(v)))) for v in xb]
 
     def corner(*off: int) -> tuple[list[np.float32], list[int]]:
         return _texel(d, [base[k] + off[k] if k < ndim else 0 for k in range(3)], layer)
@@ -183,15 +183,16 @@ def _tex(th: "Thread", op: Operation) -> None:
         texels = [corner(0, 1), corner(1, 1), corner(1, 0), corner(0, 0)]
         _results(th, op, result_type, [t[0][c] for t in texels], [t[1][c] for t in texels])
         return
+    # the corner texels' float channels, x fastest: (0,0,0), (1,0,0), (0,1,0), (1,1,0), ...
+    t = [corner(k & 1, (k >> 1) & 1, (k >> 2) & 1)[0] for k in range(1 << ndim)]
     out = []
     for c in range(4):
         if ndim == 1:
-            out.append(_lerp(w[0], corner(0)[0][c], corner(1)[0][c]))
+            out.append(_lerp(w[0], t[0][c], t[1][c]))
             continue
-        def plane(z: int) -> np.float32:
-            return _lerp(w[1], _lerp(w[0], corner(0, 0, z)[0][c], corner(1, 0, z)[0][c]),
-                         _lerp(w[0], corner(0, 1, z)[0][c], corner(1, 1, z)[0][c]))
-        out.append(plane(0) if ndim == 2 else _lerp(w[2], plane(0), plane(1)))
+        planes = [_lerp(w[1], _lerp(w[0], t[4 * z][c], t[4 * z + 1][c]),
+                        _lerp(w[0], t[4 * z + 2][c], t[4 * z + 3][c])) for z in range(ndim - 1)]
+        out.append(planes[0] if ndim == 2 else _lerp(w[2], planes[0], planes[1]))
     _results(th, op, result_type, out, [0] * 4)
 
 
