@@ -21,6 +21,12 @@ extern "C" __global__ void s2d(cudaTextureObject_t t, float sx, float sy, float 
     int i = threadIdx.x;
     out[i] = tex2D<float>(t, xs[i] * sx, ys[i] * sy);
 }
+extern "C" __global__ void lod_grad(cudaTextureObject_t t, float *out) {
+    // an explicit level or gradient: cpuify's textures have one level, level 0
+    int i = threadIdx.x;
+    out[i] = tex2DLod<float>(t, xs[i], ys[i], 1.5f);
+    out[10 + i] = tex2DGrad<float>(t, xs[i], ys[i], make_float2(2, 0), make_float2(0, 2));
+}
 extern "C" __global__ void s1d4(cudaTextureObject_t t, float4 *out) {
     int i = threadIdx.x;
     out[i] = tex1D<float4>(t, xs[i]);
@@ -100,6 +106,58 @@ def _border(img, x, y, filt):  # type: ignore[no-untyped-def]
     from test_textures import BORDER
     assert BORDER[0] == F(0.25)
     return sample(img[..., None], [x, y], filt, "border", True)[0]
+
+
+def test_level_and_gradient_read_level_0(mod, ptx, run_twice) -> None:  # type: ignore[no-untyped-def]
+    img = ((np.arange(W * H) * 37 % 101).astype(F) / F(7)).reshape(H, W)
+    tex = cpuify.TextureObject(img, filter_mode="linear")
+    want = [sample(img[..., None], [x, y], "linear", "clamp", False)[0] for x, y in zip(XS, YS)]
+    out = np.zeros(20, F)
+    # twice: the generic code, then the code specialized for the block shape
+    for got in run_twice(mod, "lod_grad", (1,), (10,), (tex.handle, out), out):
+        close(got, want + want)
+    interpret_kernel(ptx, "lod_grad", (1,), (10,), (tex.handle, out))
+    close(out, want + want)
+
+
+TXQ_PTX = """
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry query(.param .u64 t, .param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [t];
+    ld.param.u64 %rd2, [out];
+    cvta.to.global.u64 %rd3, %rd2;
+    txq.width.b32 %r1, [%rd1];
+    txq.height.b32 %r2, [%rd1];
+    txq.depth.b32 %r3, [%rd1];
+    txq.normalized_coords.b32 %r4, [%rd1];
+    txq.filter_mode.b32 %r5, [%rd1];
+    txq.addr_mode_1.b32 %r6, [%rd1];
+    txq.array_size.b32 %r7, [%rd1];
+    st.global.v4.u32 [%rd3], {%r1, %r2, %r3, %r4};
+    st.global.v2.u32 [%rd3+16], {%r5, %r6};
+    st.global.u32 [%rd3+24], %r7;
+    ret;
+}
+"""
+
+
+def test_txq() -> None:
+    lay = np.zeros((3, H, W), F)
+    tex = cpuify.TextureObject(lay, layered=True, filter_mode="linear",
+                               address_mode=("clamp", "mirror", "wrap"), normalized_coords=True)
+    # width, height, depth, normalized, filter (1 linear), address mode 1 (2 mirror), layers
+    want = [W, H, 1, 1, 1, 2, 3]
+    out = np.zeros(7, np.int32)
+    cpuify.RawModule(ptx=TXQ_PTX).get_function("query")((1,), (1,), (tex.handle, out))
+    assert list(out) == want
+    out[:] = 0
+    interpret_kernel(TXQ_PTX, "query", (1,), (1,), (tex.handle, out))
+    assert list(out) == want
 
 
 def test_uchar4_normalized_linear(mod, ptx) -> None:  # type: ignore[no-untyped-def]
