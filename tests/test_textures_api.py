@@ -47,6 +47,10 @@ extern "C" __global__ void fetch(cudaTextureObject_t t, int *out) {
     int i = threadIdx.x;
     out[i] = tex1Dfetch<int>(t, i - 3);
 }
+extern "C" __global__ void fetch4(cudaTextureObject_t t, float4 *out) {
+    int i = threadIdx.x;
+    out[i] = tex1Dfetch<float4>(t, 7 - i);
+}
 extern "C" __global__ void surf(cudaSurfaceObject_t s, int w) {
     int x = threadIdx.x, y = blockIdx.x;
     uchar2 v = surf2Dread<uchar2>(s, x * 2, y);
@@ -196,6 +200,17 @@ def test_3d_layered_gather_fetch(mod, ptx) -> None:  # type: ignore[no-untyped-d
     outi = np.zeros(10, np.int32)
     for got in both(mod, ptx, "fetch", (10,), (tex.handle, outi), outi):
         assert list(got) == [ints[i - 3] if 0 <= i - 3 < 6 else 0 for i in range(10)]
+
+
+def test_fetch_float4(mod, ptx) -> None:  # type: ignore[no-untyped-def]
+    # 32-bit channels of a linear resource are read inline by compiled code: 4 channels,
+    # indices 7 .. -2 over 5 elements (zeros outside)
+    v = (np.arange(20, dtype=F) * F(1.5) - F(3)).reshape(5, 4)
+    tex = cpuify.TextureObject(v, linear=True, channels=4)
+    out = np.zeros((10, 4), F)
+    want = [v[7 - i] if 0 <= 7 - i < 5 else np.zeros(4, F) for i in range(10)]
+    for got in both(mod, ptx, "fetch4", (10,), (tex.handle, out), out):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_surfaces(mod, ptx) -> None:  # type: ignore[no-untyped-def]

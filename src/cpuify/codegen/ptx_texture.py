@@ -9,7 +9,7 @@ coordinate and result types (cpuify_tex.h)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
 
@@ -62,10 +62,71 @@ def _tex(e: SegmentEmitter, op: Operation) -> None:
     info = geometry(op) | (0x10 if coord_type == "s32" else 0) | RESULT[result_type] << 5
     if op.name == "ptx.tld4":
         info |= next(GATHER[m] for m in mods(op) if m in GATHER) << 8
+    handle, coords = _handle(e, op), _coords(e, op, coord_type)
     fn = e.mod.intrinsic("cpuify_tex", PAIR, [I64, I32, I32, I32, I32, I32])
-    pair = e.b.call(fn, [_handle(e, op), I32(info), *_coords(e, op, coord_type)])
-    for k, w in enumerate(_words(e, pair)[:len(op.results)]):
+    if op.name == "ptx.tex" and geometry(op) == 1 and coord_type == "s32":
+        words = _fetch_inline(e, handle, coords[0], result_type == "f32",
+                              lambda: _words(e, e.b.call(fn, [handle, I32(info), *coords])))
+    else:
+        words = _words(e, e.b.call(fn, [handle, I32(info), *coords]))
+    for k, w in enumerate(words[:len(op.results)]):
         e.result(op, e.b.bitcast(w, F32) if result_type == "f32" else w, result_type, k)
+
+
+# fields of cpuify_texdesc (runtime/cpuify_tex.h) that tex1Dfetch's inline path reads
+_CHANNELS, _BITS, _KIND, _LINEAR, _WIDTH, _DATA = 4, 8, 12, 24, 56, 104
+
+
+def _fetch_inline(e: SegmentEmitter, handle: ir.Value, index: ir.Value, want_float: bool,
+                  call_runtime: Callable[[], list[ir.Value]]) -> list[ir.Value]:
+    """tex1Dfetch: an element of 32-bit channels (float for f32 results, integers for s32/u32)
+    of a linear resource is read inline (zeros out of range, as the runtime does); any other
+    format goes to the runtime.  The runtime's call costs several times the load."""
+    b = e.b
+    desc = b.inttoptr(handle, ir.IntType(8).as_pointer())
+
+    def field(offset: int, t: ir.Type) -> ir.Value:
+        v = b.load(b.bitcast(b.gep(desc, [I64(offset)]), t.as_pointer()))
+        v.align = t.width // 8 if isinstance(t, ir.IntType) else 4
+        return v
+    channels, width = field(_CHANNELS, I32), field(_WIDTH, I64)
+    kind_ok = b.icmp_unsigned("==" if want_float else "!=", field(_KIND, I32), I32(2))
+    ok = b.and_(b.and_(b.icmp_unsigned("==", field(_LINEAR, I32), I32(1)),
+                       b.icmp_unsigned("==", field(_BITS, I32), I32(32))),
+                b.and_(kind_ok, b.icmp_unsigned("!=", width, I64(0))))
+    start = b.block
+    fast = e.fn.append_basic_block("tex1dfetch.inline")
+    slow = e.fn.append_basic_block("tex1dfetch.runtime")
+    done = e.fn.append_basic_block("tex1dfetch.done")
+    b.cbranch(ok, fast, slow)
+    del start
+    b.position_at_end(fast)
+    i64 = b.sext(index, I64)
+    inside = b.icmp_unsigned("<", i64, width)
+    # out of range: read element 0 (it exists: width > 0) and return zeros
+    elem = b.mul(b.select(inside, i64, I64(0)), b.zext(channels, I64))
+    base = b.bitcast(b.inttoptr(field(_DATA, I64), ir.IntType(8).as_pointer()), I32.as_pointer())
+    fast_words = []
+    for c in range(4):
+        has = b.icmp_unsigned(">", channels, I32(c))
+        idx = b.select(has, b.add(elem, I64(c)), elem)
+        v = b.load(b.gep(base, [idx]))
+        v.align = 4
+        fast_words.append(b.select(b.and_(inside, has), v, I32(0)))
+    fast_end = b.block
+    b.branch(done)
+    b.position_at_end(slow)
+    slow_words = call_runtime()
+    slow_end = b.block
+    b.branch(done)
+    b.position_at_end(done)
+    out = []
+    for fw, sw in zip(fast_words, slow_words):
+        phi = b.phi(I32)
+        phi.add_incoming(fw, fast_end)
+        phi.add_incoming(sw, slow_end)
+        out.append(phi)
+    return out
 
 
 @handles("ptx.txq")

@@ -133,9 +133,10 @@ typedef struct {
     int64_t i[4];
 } texel_t;
 
-/* the texel at integer coordinates (address modes applied per dimension) */
+/* the texel at integer coordinates (address modes applied per dimension); as floats when
+ * `as_float`, else as integers */
 static void texel(const cpuify_texdesc *t, int64_t x, int64_t y, int64_t z, int64_t layer,
-                  texel_t *out) {
+                  texel_t *out, int as_float) {
     int inside = address(t, 0, &x, (int64_t)t->width);
     if (t->dims >= 2) inside &= address(t, 1, &y, (int64_t)t->height);
     else y = 0;
@@ -149,21 +150,35 @@ static void texel(const cpuify_texdesc *t, int64_t x, int64_t y, int64_t z, int6
         return;
     }
     const unsigned char *p = element(t, x, y, z, layer);
+    if (as_float && t->kind == CPUIFY_FMT_FLOAT && t->bits == 32) {
+        memset(out->f, 0, sizeof out->f);
+        memcpy(out->f, p, 4 * t->channels);
+        return;
+    }
     for (uint32_t c = 0; c < 4; c++) {
-        if (c < t->channels) {
-            out->f[c] = channel_float(t, p, c);
-            out->i[c] = channel_int(t, p, c);
-        } else {
+        if (c >= t->channels) {
             out->f[c] = 0.0f;
             out->i[c] = 0;
+        } else if (as_float) {
+            out->f[c] = channel_float(t, p, c);
+        } else {
+            out->i[c] = channel_int(t, p, c);
         }
     }
 }
 
-static float as_float(uint32_t bits) {
+static float float_of_bits(uint32_t bits) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
+}
+
+/* floorf without a libm call (the runtime is built for the baseline ISA, where floorf is
+ * one); NaN and values of 2^23 and more in magnitude are returned as they are */
+static inline float floor_float(float v) {
+    if (!(v > -8388608.0f && v < 8388608.0f)) return v;
+    float t = (float)(int32_t)v;
+    return t > v ? t - 1.0f : t;
 }
 
 /* floor of a coordinate as an index (NaN reads index 0; huge values stay far outside) */
@@ -171,7 +186,7 @@ static int64_t index_of(float v) {
     if (!(v == v)) return 0;
     if (v > 1e12f) return (int64_t)1e12;
     if (v < -1e12f) return -(int64_t)1e12;
-    return (int64_t)floorf(v);
+    return (int64_t)floor_float(v);
 }
 
 /* the linear filter's weight: frac in 9-bit fixed point (8 fractional bits) */
@@ -189,6 +204,18 @@ cpuify_tex_result cpuify_tex(uint64_t handle, uint32_t info, uint32_t c0, uint32
     uint32_t geom = info & 15u, result = (info >> CPUIFY_TEX_RESULT_SHIFT) & 3u;
     uint32_t gather = (info >> CPUIFY_TEX_GATHER_SHIFT) & 7u;
     int int_coords = (info & CPUIFY_TEX_INT_COORDS) != 0;
+    int as_float = result == 0;
+    if (int_coords && geom == 1 && t->linear && t->bits == 32 && (t->kind == CPUIFY_FMT_FLOAT) == as_float) {
+        /* tex1Dfetch of 32-bit channels: the common case, read straight */
+        uint32_t out[4] = {0, 0, 0, 0};
+        int32_t i = (int32_t)c0;
+        if (i >= 0 && (uint64_t)i < t->width)
+            memcpy(out, (const unsigned char *)(uintptr_t)t->data + (uint64_t)i * t->channels * 4,
+                   t->channels * 4);
+        res.lo = (uint64_t)out[0] | (uint64_t)out[1] << 32;
+        res.hi = (uint64_t)out[2] | (uint64_t)out[3] << 32;
+        return res;
+    }
     int64_t layer = 0;
     uint32_t coord[3] = {c0, c1, c2};
     if (geom == 4 || geom == 5) { /* a1d/a2d: the layer first */
@@ -210,7 +237,7 @@ cpuify_tex_result cpuify_tex(uint64_t handle, uint32_t info, uint32_t c0, uint32
         if (t->linear && (i[0] < 0 || i[0] >= (int64_t)t->width)) {
             memset(&v[0], 0, sizeof v[0]);
         } else {
-            texel(t, i[0], i[1], i[2], layer, &v[0]);
+            texel(t, i[0], i[1], i[2], layer, &v[0], as_float);
         }
     } else {
         static const uint64_t one = 1;
@@ -218,7 +245,7 @@ cpuify_tex_result cpuify_tex(uint64_t handle, uint32_t info, uint32_t c0, uint32
                                    t->dims >= 3 ? &t->depth : &one};
         float x[3] = {0, 0, 0};
         for (uint32_t d = 0; d < ndim; d++) {
-            x[d] = as_float(coord[d]);
+            x[d] = float_of_bits(coord[d]);
             if (t->normalized) x[d] *= (float)*size[d];
         }
         linear = t->filter == 1 || gather;
@@ -227,13 +254,14 @@ cpuify_tex_result cpuify_tex(uint64_t handle, uint32_t info, uint32_t c0, uint32
             for (uint32_t d = 0; d < ndim; d++) {
                 float xb = x[d] - 0.5f;
                 i[d] = index_of(xb);
-                float fl = floorf(xb);
+                float fl = floor_float(xb);
                 w[d] = weight(xb == xb ? xb - fl : 0.0f);
             }
             for (int k = 0; k < (1 << ndim); k++)
-                texel(t, i[0] + (k & 1), i[1] + ((k >> 1) & 1), i[2] + ((k >> 2) & 1), layer, &v[k]);
+                texel(t, i[0] + (k & 1), i[1] + ((k >> 1) & 1), i[2] + ((k >> 2) & 1), layer, &v[k],
+                      as_float);
         } else {
-            texel(t, index_of(x[0]), index_of(x[1]), index_of(x[2]), layer, &v[0]);
+            texel(t, index_of(x[0]), index_of(x[1]), index_of(x[2]), layer, &v[0], as_float);
         }
     }
     uint32_t out[4];
