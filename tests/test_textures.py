@@ -199,3 +199,19 @@ def test_legacy_texture_references(build) -> None:  # type: ignore[no-untyped-de
     close(out["pitched"], [sample(px, [x, y], "linear", "clamp", False)[0] for x, y in zip(xs, ys)])
     close(out["layers"], [(1 - 2 * (k % 2)) * sample(px, [x, y], "point", "clamp", False)[0]
                           for k, (x, y) in enumerate(zip(xs, ys))])
+
+
+def test_texture_reference_detection(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from cpuify.nvcc.legacy_texture import uses_texture_references
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "refs.h").write_text("texture<float, 1> t;\n")
+    (tmp_path / "angled.cu").write_text("#include <refs.h>\n#include <cstdio>\n")
+    (tmp_path / "quoted.cu").write_text('#include "inc/refs.h"\n')
+    (tmp_path / "binds.cu").write_text("void f() { cudaUnbindTexture(t); }\n")
+    (tmp_path / "plain.cu").write_text("#include <cstdio>\n// a texture is mentioned\nint texture = 1;\n")
+    assert uses_texture_references(str(tmp_path / "angled.cu"), [str(inc)])
+    assert not uses_texture_references(str(tmp_path / "angled.cu"), [])   # not found: not ours
+    assert uses_texture_references(str(tmp_path / "quoted.cu"), [])
+    assert uses_texture_references(str(tmp_path / "binds.cu"), [])
+    assert not uses_texture_references(str(tmp_path / "plain.cu"), [str(inc)])

@@ -57,6 +57,15 @@ extern "C" __global__ void surf(cudaSurfaceObject_t s, int w) {
     surf2Dwrite(make_uchar2(v.y, (unsigned char)(v.x + x + 10 * y)), s, x * 2, y);
     if (x == 0) surf2Dwrite(make_uchar2(1, 2), s, w * 2 + 6, y, cudaBoundaryModeZero);
 }
+extern "C" __global__ void surf_neighbours(cudaSurfaceObject_t s, int *out) {
+    // a barrier between surface stores and loads of other threads' elements must stay
+    int i = threadIdx.x, n = blockDim.x;
+    surf1Dwrite(i * i + 1, s, i * 4);
+    __syncthreads();
+    out[i] = surf1Dread<int>(s, ((i + 1) % n) * 4);
+    __syncthreads();
+    surf1Dwrite(-out[i], s, i * 4);
+}
 extern "C" __global__ void surf_trap(cudaSurfaceObject_t s) {
     surf1Dwrite(1.0f, s, -4);
 }
@@ -232,6 +241,19 @@ def test_surfaces(mod, ptx) -> None:  # type: ignore[no-untyped-def]
         mod.get_function("surf_trap")((1,), (1,), (s.handle,))
     with pytest.raises(cpuify.LaunchError, match="trap mode"):
         interpret_kernel(ptx, "surf_trap", (1,), (1,), (s.handle,))
+
+
+def test_barrier_orders_surface_accesses(mod, ptx, run_twice) -> None:  # type: ignore[no-untyped-def]
+    n = 64
+    want = (np.arange(1, n + 1) % n) ** 2 + 1
+    arr = np.zeros(n, np.int32)
+    s = cpuify.SurfaceObject(arr)
+    out = np.zeros(n, np.int32)
+    for got in run_twice(mod, "surf_neighbours", (1,), (n,), (s.handle, out), out):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(arr, -want)
+    interpret_kernel(ptx, "surf_neighbours", (1,), (n,), (s.handle, out))
+    np.testing.assert_array_equal(out, want)
 
 
 def test_bad_handle_and_arguments(mod) -> None:  # type: ignore[no-untyped-def]

@@ -1,7 +1,7 @@
 """Legacy CUDA texture references (`texture<T, dim, mode>` variables and the
 `cudaBindTexture*`/`cudaUnbindTexture` functions, removed from CUDA 12's headers): the driver
 pre-includes runtime/include/cpuify_texture_compat.h, which models them on texture objects,
-when a source file or a header it includes with quotes uses them.  CPUIFY_TEXTURE_COMPAT=1
+when a source file or a header it includes from its own directories uses them.  CPUIFY_TEXTURE_COMPAT=1
 forces the header in, =0 leaves it out."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from pathlib import Path
 HEADER = Path(__file__).resolve().parent.parent / "runtime" / "include" / "cpuify_texture_compat.h"
 
 _USES = re.compile(r"\btexture\s*<|\bcuda(?:Bind|Unbind)Texture\w*\s*\(")
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+_INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.M)
 
 
 def uses_texture_references(src: str, include_dirs: list[str], *, limit: int = 200) -> bool:
-    """Whether `src` or a file it includes with quotes (found next to the including file or
-    in `include_dirs`) declares or binds texture references."""
+    """Whether `src` or a file it includes declares or binds texture references: quoted
+    includes are looked up next to the including file and in `include_dirs`, angle-bracket
+    ones in `include_dirs` only (never the system's or the toolkit's headers)."""
     seen: set[str] = set()
     todo = [os.path.abspath(src)]
     while todo and len(seen) < limit:
@@ -32,8 +33,9 @@ def uses_texture_references(src: str, include_dirs: list[str], *, limit: int = 2
             continue
         if _USES.search(text):
             return True
-        for name in _INCLUDE.findall(text):
-            for d in [os.path.dirname(path), *include_dirs]:
+        for quoted, angled in _INCLUDE.findall(text):
+            name = quoted or angled
+            for d in ([os.path.dirname(path)] if quoted else []) + include_dirs:
                 cand = os.path.join(d, name)
                 if os.path.isfile(cand):
                     todo.append(os.path.abspath(cand))
