@@ -473,7 +473,9 @@ class Driver:
             # front-end only modes: nvcc does them itself
             extra = [f for f in ("-ptx", "-E", "-M", "-MM") if f in o.flags]
             for path, _ in o.inputs:
-                cmd = self.nvcc_base() + extra + [path]
+                compat = legacy_texture.pre_include(path, o.host_opts) \
+                    if "-ptx" in extra or "-E" in extra else []
+                cmd = self.nvcc_base() + compat + extra + [path]
                 if o.output:
                     cmd += ["-o", o.output]
                 self.run(cmd, "nvcc")
