@@ -115,6 +115,8 @@ def test_arrays_and_copies(textures) -> None:  # type: ignore[no-untyped-def]
     assert textures["roundtrip"][0] == 1 and textures["legacy_roundtrip"][0] == 1
     assert textures["roundtrip3d"][0] == 1
     assert list(textures["descs"]) == [1, 1, 1]
+    # a compute capability 7.5 GPU's texture limits (programs check sizes against them)
+    assert list(textures["limits"]) == [131072, 131072, 65536, 2048]
 
 
 @pytest.mark.parametrize("filt", ["point", "linear"])

@@ -126,6 +126,12 @@ int main(int argc, char **argv) {
                                 cudaMemcpyDeviceToHost));
     printf("roundtrip %d\n", memcmp(back, img, sizeof img) == 0);
 
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    int attr;
+    CHECK(cudaDeviceGetAttribute(&attr, cudaDevAttrMaxTexture2DHeight, 0));
+    printf("limits %d %d %d %d\n", prop.maxTexture1D, prop.maxTexture2D[0], attr, prop.maxSurface2DLayered[2]);
+
     const char *filters[] = {"point", "linear"};
     const char *modes[] = {"wrap", "clamp", "mirror", "border"};
     for (int f = 0; f < 2; f++)

@@ -1242,6 +1242,67 @@ static void cpu_model(char *out, size_t n) {
     fclose(f);
 }
 
+/* The texture and surface sizes a compute capability 7.5 GPU reports (cpuify samples any
+ * size; mipmaps and cube maps, which it does not implement, report 0). */
+static void texture_limits(struct cudaDeviceProp *p) {
+    p->maxTexture1D = 131072;
+    p->maxTexture2D[0] = 131072; p->maxTexture2D[1] = 65536;
+    p->maxTexture2DLinear[0] = 131072; p->maxTexture2DLinear[1] = 65000;
+    p->maxTexture2DLinear[2] = 2097120;
+    p->maxTexture2DGather[0] = 32768; p->maxTexture2DGather[1] = 32768;
+    p->maxTexture3D[0] = p->maxTexture3D[1] = p->maxTexture3D[2] = 16384;
+    p->maxTexture3DAlt[0] = 8192; p->maxTexture3DAlt[1] = 8192; p->maxTexture3DAlt[2] = 32768;
+    p->maxTexture1DLayered[0] = 32768; p->maxTexture1DLayered[1] = 2048;
+    p->maxTexture2DLayered[0] = 32768; p->maxTexture2DLayered[1] = 32768;
+    p->maxTexture2DLayered[2] = 2048;
+    p->maxSurface1D = 32768;
+    p->maxSurface2D[0] = 131072; p->maxSurface2D[1] = 65536;
+    p->maxSurface3D[0] = p->maxSurface3D[1] = p->maxSurface3D[2] = 16384;
+    p->maxSurface1DLayered[0] = 32768; p->maxSurface1DLayered[1] = 2048;
+    p->maxSurface2DLayered[0] = 32768; p->maxSurface2DLayered[1] = 32768;
+    p->maxSurface2DLayered[2] = 2048;
+}
+
+/* cudaDeviceGetAttribute's texture and surface sizes; -1 for another attribute */
+static int texture_attribute(enum cudaDeviceAttr attr, const struct cudaDeviceProp *p) {
+    switch (attr) {
+    case cudaDevAttrMaxTexture1DWidth: return p->maxTexture1D;
+    case cudaDevAttrMaxTexture1DLinearWidth: return 1 << 28;
+    case cudaDevAttrMaxTexture2DWidth: return p->maxTexture2D[0];
+    case cudaDevAttrMaxTexture2DHeight: return p->maxTexture2D[1];
+    case cudaDevAttrMaxTexture2DLinearWidth: return p->maxTexture2DLinear[0];
+    case cudaDevAttrMaxTexture2DLinearHeight: return p->maxTexture2DLinear[1];
+    case cudaDevAttrMaxTexture2DLinearPitch: return p->maxTexture2DLinear[2];
+    case cudaDevAttrMaxTexture2DGatherWidth: return p->maxTexture2DGather[0];
+    case cudaDevAttrMaxTexture2DGatherHeight: return p->maxTexture2DGather[1];
+    case cudaDevAttrMaxTexture3DWidth: return p->maxTexture3D[0];
+    case cudaDevAttrMaxTexture3DHeight: return p->maxTexture3D[1];
+    case cudaDevAttrMaxTexture3DDepth: return p->maxTexture3D[2];
+    case cudaDevAttrMaxTexture3DWidthAlt: return p->maxTexture3DAlt[0];
+    case cudaDevAttrMaxTexture3DHeightAlt: return p->maxTexture3DAlt[1];
+    case cudaDevAttrMaxTexture3DDepthAlt: return p->maxTexture3DAlt[2];
+    case cudaDevAttrMaxTexture1DLayeredWidth: return p->maxTexture1DLayered[0];
+    case cudaDevAttrMaxTexture1DLayeredLayers: return p->maxTexture1DLayered[1];
+    case cudaDevAttrMaxTexture2DLayeredWidth: return p->maxTexture2DLayered[0];
+    case cudaDevAttrMaxTexture2DLayeredHeight: return p->maxTexture2DLayered[1];
+    case cudaDevAttrMaxTexture2DLayeredLayers: return p->maxTexture2DLayered[2];
+    case cudaDevAttrMaxSurface1DWidth: return p->maxSurface1D;
+    case cudaDevAttrMaxSurface2DWidth: return p->maxSurface2D[0];
+    case cudaDevAttrMaxSurface2DHeight: return p->maxSurface2D[1];
+    case cudaDevAttrMaxSurface3DWidth: return p->maxSurface3D[0];
+    case cudaDevAttrMaxSurface3DHeight: return p->maxSurface3D[1];
+    case cudaDevAttrMaxSurface3DDepth: return p->maxSurface3D[2];
+    case cudaDevAttrMaxSurface1DLayeredWidth: return p->maxSurface1DLayered[0];
+    case cudaDevAttrMaxSurface1DLayeredLayers: return p->maxSurface1DLayered[1];
+    case cudaDevAttrMaxSurface2DLayeredWidth: return p->maxSurface2DLayered[0];
+    case cudaDevAttrMaxSurface2DLayeredHeight: return p->maxSurface2DLayered[1];
+    case cudaDevAttrMaxSurface2DLayeredLayers: return p->maxSurface2DLayered[2];
+    case cudaDevAttrSurfaceAlignment: return (int)p->surfaceAlignment;
+    case cudaDevAttrTexturePitchAlignment: return (int)p->texturePitchAlignment;
+    default: return -1;
+    }
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (!p) return fail(cudaErrorInvalidValue);
     if (device != 0) return fail(cudaErrorInvalidDevice);
@@ -1289,6 +1350,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->hostRegisterSupported = 1;
     p->deviceNumaId = -1;
     p->hostNumaId = -1;
+    texture_limits(p);
     return sticky();
 }
 
@@ -1342,7 +1404,10 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrStreamPrioritiesSupported: v = 1; break;
     case cudaDevAttrMemoryPoolsSupported: v = 1; break;
     case cudaDevAttrPciBusId: case cudaDevAttrPciDeviceId: case cudaDevAttrPciDomainId: v = 0; break;
-    default: v = 0; break;
+    default:
+        v = texture_attribute(attr, &p);
+        if (v < 0) v = 0;
+        break;
     }
     *value = v;
     return sticky();
