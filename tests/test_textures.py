@@ -191,6 +191,7 @@ def test_legacy_texture_references(build) -> None:  # type: ignore[no-untyped-de
     from CUDA 12+ headers) build unchanged through the compatibility header."""
     out = parse(lines(run(build("legacy_texture"))))
     assert [str(v) for v in out["gather"]] == ["offset", "0.0", "mismatches", "0.0"]
+    assert list(out["past_end"]) == [0, 0, 0, 0]
     w, h = 6, 4
     px = (np.arange(w * h) * 41 % 256).astype(F).reshape(h, w, 1)
     i = np.arange(16, dtype=F)

@@ -20,6 +20,11 @@ __global__ void gather(const int *idx, float *out, int n) {
     }
 }
 
+__global__ void past_end(float *out, int n) {
+    ((int2 *)out)[0] = tex1Dfetch(pair_tex, n);
+    ((int2 *)out)[1] = tex1Dfetch(pair_tex, n + 5);
+}
+
 __global__ void sample(float *out) {
     int i = threadIdx.x;
     float x = i * 0.7f - 1.0f, y = i * 0.45f;
@@ -50,7 +55,7 @@ int main() {
     cudaChannelFormatDesc fdesc = cudaCreateChannelDesc<float>();
     size_t offset = 1;
     CHECK(cudaBindTexture(&offset, vec_tex, d_vec, fdesc, n * sizeof(float)));
-    CHECK(cudaBindTexture(0, pair_tex, d_pairs, sizeof h_pairs));
+    CHECK(cudaBindTexture(0, pair_tex, d_pairs));   // the default size: the whole allocation
     gather<<<(n + 127) / 128, 128>>>(d_idx, d_out, n);
     float h_out[n];
     CHECK(cudaMemcpy(h_out, d_out, sizeof h_out, cudaMemcpyDeviceToHost));
@@ -58,6 +63,10 @@ int main() {
     for (int i = 0; i < n; i++)
         if (h_out[i] != h_vec[h_idx[i]] + (i % 13) * 1000 - i) bad++;
     printf("gather offset %zu mismatches %d\n", offset, bad);
+    past_end<<<1, 1>>>(d_out, n);                   // pairs n and n + 5: zeros
+    int2 past[2];
+    CHECK(cudaMemcpy(past, d_out, sizeof past, cudaMemcpyDeviceToHost));
+    printf("past_end %d %d %d %d\n", past[0].x, past[0].y, past[1].x, past[1].y);
     CHECK(cudaUnbindTexture(vec_tex));
     CHECK(cudaUnbindTexture(pair_tex));
 

@@ -2195,7 +2195,15 @@ static cudaError_t describe_resource(cpuify_texdesc *d, const struct cudaResourc
     d->kind = kind;
     size_t esize = (size_t)n * bits / 8;
     if (r->resType == cudaResourceTypeLinear) {
-        d->width = r->res.linear.sizeInBytes / esize;
+        /* a size past the end of the allocation (legacy cudaBindTexture's default is
+         * UINT_MAX) ends at the allocation's end: fetches beyond it read zeros */
+        size_t bytes = r->res.linear.sizeInBytes;
+        alloc_t a = lookup(r->res.linear.devPtr);
+        if (a.kind) {
+            size_t left = a.size - (size_t)((const char *)r->res.linear.devPtr - a.base);
+            if (bytes > left) bytes = left;
+        }
+        d->width = bytes / esize;
         d->pitch = d->width * esize;
     }
     if (r->resType == cudaResourceTypePitch2D && d->pitch < d->width * esize)
