@@ -1,6 +1,7 @@
 """LLVM lowering of the texture and surface instructions (`ptx.tex`, `ptx.tld4`, `ptx.txq`,
 `ptx.suld`, `ptx.sust`): calls into the native runtime (runtime/cpuify_tex.c), which
-samples through the descriptor a texture or surface object handle points to.
+samples through the descriptor a texture or surface object handle points to; `tex1Dfetch`
+of 32-bit channels from linear memory (the common lookup table) is read inline.
 
 The calls return the four 32-bit results (or up to 16 bytes of a surface load) as an LLVM
 `{i64, i64}`, which x86-64 and AArch64 return in two registers like the C struct of two
@@ -94,12 +95,10 @@ def _fetch_inline(e: SegmentEmitter, handle: ir.Value, index: ir.Value, want_flo
     ok = b.and_(b.and_(b.icmp_unsigned("==", field(_LINEAR, I32), I32(1)),
                        b.icmp_unsigned("==", field(_BITS, I32), I32(32))),
                 b.and_(kind_ok, b.icmp_unsigned("!=", width, I64(0))))
-    start = b.block
     fast = e.fn.append_basic_block("tex1dfetch.inline")
     slow = e.fn.append_basic_block("tex1dfetch.runtime")
     done = e.fn.append_basic_block("tex1dfetch.done")
     b.cbranch(ok, fast, slow)
-    del start
     b.position_at_end(fast)
     i64 = b.sext(index, I64)
     inside = b.icmp_unsigned("<", i64, width)
