@@ -256,11 +256,22 @@ def test_barrier_orders_surface_accesses(mod, ptx, run_twice) -> None:  # type: 
     np.testing.assert_array_equal(out, want)
 
 
-def test_bad_handle_and_arguments(mod) -> None:  # type: ignore[no-untyped-def]
+def test_bad_handle_and_arguments(mod, ptx) -> None:  # type: ignore[no-untyped-def]
     out = np.zeros(10, F)
     surface = cpuify.SurfaceObject(np.zeros((H, W), F))
     with pytest.raises(cpuify.LaunchError, match="trap"):       # a surface used as a texture
         mod.get_function("s2d")((1,), (10,), (surface.handle, F(1), F(1), out))
+    with pytest.raises(cpuify.LaunchError, match="invalid texture object handle"):
+        interpret_kernel(ptx, "s2d", (1,), (10,), (surface.handle, F(1), F(1), out))
+    with pytest.raises(cpuify.LaunchError, match="null texture object handle"):
+        interpret_kernel(ptx, "s2d", (1,), (10,), (0, F(1), F(1), out))
+    with pytest.raises(cpuify.LaunchError, match="trap"):       # a null handle: no crash
+        mod.get_function("s2d")((1,), (10,), (0, F(1), F(1), out))
+    outi = np.zeros(10, np.int32)
+    with pytest.raises(cpuify.LaunchError, match="trap"):       # tex1Dfetch's inline path too
+        mod.get_function("fetch")((1,), (10,), (0, outi))
+    with pytest.raises(cpuify.LaunchError, match="trap"):
+        mod.get_function("fetch")((1,), (10,), (surface.handle, outi))
     with pytest.raises(ValueError, match="linear filtering"):
         cpuify.TextureObject(np.zeros(4, np.int32), filter_mode="linear")
     with pytest.raises(ValueError, match="address_mode"):

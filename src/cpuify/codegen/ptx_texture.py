@@ -75,7 +75,8 @@ def _tex(e: SegmentEmitter, op: Operation) -> None:
 
 
 # fields of cpuify_texdesc (runtime/cpuify_tex.h) that tex1Dfetch's inline path reads
-_CHANNELS, _BITS, _KIND, _LINEAR, _WIDTH, _DATA = 4, 8, 12, 24, 56, 104
+_MAGIC, _CHANNELS, _BITS, _KIND, _LINEAR, _WIDTH, _DATA = 0, 4, 8, 12, 24, 56, 104
+_TEX_MAGIC = 0x31584554
 
 
 def _fetch_inline(e: SegmentEmitter, handle: ir.Value, index: ir.Value, want_float: bool,
@@ -84,6 +85,13 @@ def _fetch_inline(e: SegmentEmitter, handle: ir.Value, index: ir.Value, want_flo
     of a linear resource is read inline (zeros out of range, as the runtime does); any other
     format goes to the runtime.  The runtime's call costs several times the load."""
     b = e.b
+    check = e.fn.append_basic_block("tex1dfetch.check")
+    fast = e.fn.append_basic_block("tex1dfetch.inline")
+    slow = e.fn.append_basic_block("tex1dfetch.runtime")
+    done = e.fn.append_basic_block("tex1dfetch.done")
+    # a null handle goes to the runtime, which reports it (the kernel traps)
+    b.cbranch(b.icmp_unsigned("!=", handle, I64(0)), check, slow)
+    b.position_at_end(check)
     desc = b.inttoptr(handle, ir.IntType(8).as_pointer())
 
     def field(offset: int, t: ir.Type) -> ir.Value:
@@ -92,12 +100,10 @@ def _fetch_inline(e: SegmentEmitter, handle: ir.Value, index: ir.Value, want_flo
         return v
     channels, width = field(_CHANNELS, I32), field(_WIDTH, I64)
     kind_ok = b.icmp_unsigned("==" if want_float else "!=", field(_KIND, I32), I32(2))
+    is_texture = b.icmp_unsigned("==", field(_MAGIC, I32), I32(_TEX_MAGIC))
     ok = b.and_(b.and_(b.icmp_unsigned("==", field(_LINEAR, I32), I32(1)),
                        b.icmp_unsigned("==", field(_BITS, I32), I32(32))),
-                b.and_(kind_ok, b.icmp_unsigned("!=", width, I64(0))))
-    fast = e.fn.append_basic_block("tex1dfetch.inline")
-    slow = e.fn.append_basic_block("tex1dfetch.runtime")
-    done = e.fn.append_basic_block("tex1dfetch.done")
+                b.and_(b.and_(kind_ok, is_texture), b.icmp_unsigned("!=", width, I64(0))))
     b.cbranch(ok, fast, slow)
     b.position_at_end(fast)
     i64 = b.sext(index, I64)
