@@ -276,3 +276,8 @@ def test_bad_handle_and_arguments(mod, ptx) -> None:  # type: ignore[no-untyped-
         cpuify.TextureObject(np.zeros(4, np.int32), filter_mode="linear")
     with pytest.raises(ValueError, match="address_mode"):
         cpuify.TextureObject(np.zeros(4, F), address_mode="repeat")
+
+
+def test_three_channels_are_refused() -> None:
+    with pytest.raises(ValueError, match="1, 2 or 4"):
+        cpuify.TextureObject(np.zeros((4, 3), F), channels=3)

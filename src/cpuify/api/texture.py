@@ -45,8 +45,8 @@ class _Resource:
                 (array.dtype.kind == "f" and array.dtype.itemsize == 1):
             raise TypeError(f"unsupported texture element type {array.dtype} (use 8/16/32-bit "
                             "integers, float16 or float32)")
-        if not 1 <= channels <= 4:
-            raise ValueError("channels must be 1 to 4")
+        if channels not in (1, 2, 4):
+            raise ValueError("channels must be 1, 2 or 4 (CUDA has no 3-channel formats)")
         if dims not in (1, 2, 3) or (layered and dims == 3) or (linear and (dims != 1 or layered)):
             raise ValueError("dims must be 1, 2 or 3 (layered: 1 or 2; linear: 1)")
         shape = array.shape[:-1] if channels > 1 else array.shape
@@ -79,7 +79,8 @@ class _Resource:
 class TextureObject(_Resource):
     """A texture object over `array`: `dims` of 1, 2 or 3 (its last axes, width last),
     `layered` (the first axis is the layer), `linear` (a linear-memory resource for
-    `tex1Dfetch`: integer fetches out of range read zeros), `channels` (1-4, the last axis),
+    `tex1Dfetch`: integer fetches out of range read zeros), `channels` (1, 2 or 4: the last
+    axis),
     `filter_mode` ("point", "linear"), `address_mode` (one or three of "wrap", "clamp",
     "mirror", "border"), `normalized_coords`, `read_mode` ("element", "normalized_float"),
     `border_color`."""

@@ -109,7 +109,7 @@ static int channel_format(const struct cudaChannelFormatDesc *d, uint32_t *bits,
     while (n < 4 && b[n] > 0) n++;
     for (int i = n; i < 4; i++)
         if (b[i] != 0) return 0;
-    if (n == 0) return 0;
+    if (n == 0 || n == 3) return 0; /* no 3-channel formats, as on a GPU */
     for (int i = 1; i < n; i++)
         if (b[i] != b[0]) return 0;
     if (b[0] != 8 && b[0] != 16 && b[0] != 32) return 0;
