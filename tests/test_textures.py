@@ -156,6 +156,7 @@ def test_read_modes_and_formats(textures) -> None:  # type: ignore[no-untyped-de
     want_int = [sample(hi, [x, y], "point", "clamp", False)[0] for x, y in zip(XS, YS)]
     assert list(textures["s32_point_clamp"]) == want_int
     assert list(textures["int_linear"]) == ["cudaErrorInvalidValue"]
+    assert list(textures["three_channels"]) == ["cudaErrorInvalidChannelDescriptor"]
 
 
 def test_3d_layered_and_gather(textures) -> None:  # type: ignore[no-untyped-def]

@@ -361,6 +361,10 @@ int main(int argc, char **argv) {
         td.filterMode = cudaFilterModeLinear;
         cudaTextureObject_t bad;
         printf("int_linear %s\n", cudaGetErrorName(cudaCreateTextureObject(&bad, &r, &td, NULL)));
+        cudaChannelFormatDesc three = cudaCreateChannelDesc(32, 32, 32, 0, cudaChannelFormatKindFloat);
+        cudaArray_t a3c;
+        printf("three_channels %s\n", cudaGetErrorName(cudaMallocArray(&a3c, &three, 4, 4)));
+        cudaGetLastError();
         cudaGetLastError();
         CHECK(cudaDestroyTextureObject(t));
         CHECK(cudaFreeArray(ai));
