@@ -203,6 +203,8 @@ def test_legacy_texture_references(build) -> None:  # type: ignore[no-untyped-de
     close(out["pitched"], [sample(px, [x, y], "linear", "clamp", False)[0] for x, y in zip(xs, ys)])
     close(out["layers"], [(1 - 2 * (k % 2)) * sample(px, [x, y], "point", "clamp", False)[0]
                           for k, (x, y) in enumerate(zip(xs, ys))])
+    g = [gather(px, x, y, 0) for x, y in zip(xs, ys)]
+    close(out["gathered"], [v[0] + 10 * v[1] + 100 * v[2] + 1000 * v[3] for v in g])
 
 
 def test_texture_reference_detection(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -31,6 +31,8 @@ __global__ void sample(float *out) {
     out[i] = tex2D(image, x, y);
     out[16 + i] = tex2D(pitched, x, y);
     out[32 + i] = tex2DLayered(layers, x, y, i % 2);
+    float4 g = tex2Dgather(pitched, x, y);
+    out[48 + i] = g.x + 10 * g.y + 100 * g.z + 1000 * g.w;
 }
 
 int main() {
@@ -110,9 +112,9 @@ int main() {
     CHECK(cudaBindTextureToArray(layers, larr));
 
     sample<<<1, 16>>>(d_out);
-    CHECK(cudaMemcpy(h_out, d_out, 48 * sizeof(float), cudaMemcpyDeviceToHost));
-    const char *names[] = {"image", "pitched", "layers"};
-    for (int k = 0; k < 3; k++) {
+    CHECK(cudaMemcpy(h_out, d_out, 64 * sizeof(float), cudaMemcpyDeviceToHost));
+    const char *names[] = {"image", "pitched", "layers", "gathered"};
+    for (int k = 0; k < 4; k++) {
         printf("%s", names[k]);
         for (int i = 0; i < 16; i++) printf(" %.9g", h_out[16 * k + i]);
         printf("\n");

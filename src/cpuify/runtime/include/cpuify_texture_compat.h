@@ -302,6 +302,29 @@ static __device__ __forceinline__ CPUIFY_TEXEL tex2DLayered(const cpuify_texref<
     return tex2DLayered<CPUIFY_TEXEL>(t.cpuify_object, x, y, layer);
 }
 
+/* tex2Dgather: four texels' component `comp`, as a 4-vector of T's channel type (floats for
+ * normalized-float reads) */
+template <class T, enum cudaTextureReadMode M> struct cpuify_gathered { typedef float4 type; };
+#define CPUIFY_GATHERED(S, V) \
+    template <> struct cpuify_gathered<S, cudaReadModeElementType> { typedef V##4 type; }; \
+    template <> struct cpuify_gathered<V##1, cudaReadModeElementType> { typedef V##4 type; }; \
+    template <> struct cpuify_gathered<V##2, cudaReadModeElementType> { typedef V##4 type; }; \
+    template <> struct cpuify_gathered<V##4, cudaReadModeElementType> { typedef V##4 type; };
+template <> struct cpuify_gathered<char, cudaReadModeElementType> { typedef char4 type; };
+CPUIFY_GATHERED(signed char, char)
+CPUIFY_GATHERED(unsigned char, uchar)
+CPUIFY_GATHERED(short, short)
+CPUIFY_GATHERED(unsigned short, ushort)
+CPUIFY_GATHERED(int, int)
+CPUIFY_GATHERED(unsigned int, uint)
+#undef CPUIFY_GATHERED
+
+template <class T, int dim, enum cudaTextureReadMode M>
+static __device__ __forceinline__ typename cpuify_gathered<T, M>::type
+tex2Dgather(const cpuify_texref<T, dim, M> &t, float x, float y, int comp = 0) {
+    return tex2Dgather<typename cpuify_gathered<T, M>::type>(t.cpuify_object, x, y, comp);
+}
+
 #undef CPUIFY_TEXEL
 
 /* `texture<float, 1, cudaReadModeElementType> tex;` declares a texture reference */
