@@ -14,9 +14,9 @@
  * object functions of texture_indirect_functions.h.
  *
  * Differences from CUDA 11's texture references: none visible to programs that use the
- * functions above; `cudaGetTextureReference` and the C-style `textureReference *` bind
- * functions are not provided.  The macro `texture` is defined, so the identifier cannot be
- * used otherwise in a file that includes this header.
+ * functions above (also in their `textureReference *` pointer forms) and tex2Dgather;
+ * cudaGetTextureReference and cube maps are not provided.  The macro `texture` is defined,
+ * so the identifier cannot be used otherwise in a file that includes this header.
  */
 #ifndef CPUIFY_TEXTURE_COMPAT_H
 #define CPUIFY_TEXTURE_COMPAT_H
