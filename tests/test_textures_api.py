@@ -281,3 +281,22 @@ def test_bad_handle_and_arguments(mod, ptx) -> None:  # type: ignore[no-untyped-
 def test_three_channels_are_refused() -> None:
     with pytest.raises(ValueError, match="1, 2 or 4"):
         cpuify.TextureObject(np.zeros((4, 3), F), channels=3)
+
+
+def test_missing_channels_read_zero(mod, ptx) -> None:  # type: ignore[no-untyped-def]
+    # a 1-channel texture fetched as float4, with a border color in all four channels:
+    # the channels the format lacks read 0, out of range as well
+    v = np.arange(6, dtype=F) + F(1)
+    tex = cpuify.TextureObject(v, filter_mode="linear", address_mode="border",
+                               border_color=(0.25, 0.5, 0.75, 1.0))
+    out = np.zeros((10, 4), F)
+    data = v[:, None]
+    want = []
+    for x in XS:
+        xb = F(x - F(0.5))
+        i = int(np.floor(xb))
+        w = F(np.floor(F(F(F(xb - F(np.floor(xb))) * F(256)) + F(0.5)))) / F(256)
+        t = [data[j, 0] if 0 <= j < 6 else F(0.25) for j in (i, i + 1)]
+        want.append([(F(1) - w) * t[0] + w * t[1], 0, 0, 0])
+    for got in both(mod, ptx, "s1d4", (10,), (tex.handle, out), out):
+        close(got, want)

@@ -118,7 +118,9 @@ def _texel(d: Descriptor, idx: list[int], layer: int) -> tuple[list[np.float32],
     for k in range(d.dims):
         a = _address(d, k, idx[k], d.sizes[k])
         if a is None:
-            return [F(b) for b in d.border], [int(b) for b in d.border]
+            # channels the format lacks read 0, the border color's too
+            return ([F(b) if c < d.channels else F(0) for c, b in enumerate(d.border)],
+                    [int(b) if c < d.channels else 0 for c, b in enumerate(d.border)])
         pos[k] = a
     raw = _raw_channels(d, pos[0], pos[1], pos[2], layer) + [0] * (4 - d.channels)
     floats = [_as_float(d, r) if c < d.channels else F(0) for c, r in enumerate(raw)]

@@ -12,7 +12,8 @@
  *    it in x, then y, then z);
  *  - normalized float reads: unsigned 8/16-bit v / (2^n - 1), signed max(v / (2^(n-1) - 1), -1);
  *  - integer coordinates (tex1Dfetch) read one texel; on a linear-memory resource an index
- *    out of range reads zeros.
+ *    out of range reads zeros;
+ *  - channels the format lacks read 0 (the border color's too).
  */
 #include <math.h>
 #include <stdio.h>
@@ -143,16 +144,20 @@ static void texel(const cpuify_texdesc *t, int64_t x, int64_t y, int64_t z, int6
     if (t->dims >= 3) inside &= address(t, 2, &z, (int64_t)t->depth);
     else z = 0;
     if (!inside) {
-        for (int c = 0; c < 4; c++) {
-            out->f[c] = t->border[c];
-            out->i[c] = (int64_t)t->border[c];
+        for (uint32_t c = 0; c < 4; c++) { /* channels the format lacks read 0 */
+            out->f[c] = c < t->channels ? t->border[c] : 0.0f;
+            out->i[c] = c < t->channels ? (int64_t)t->border[c] : 0;
         }
         return;
     }
     const unsigned char *p = element(t, x, y, z, layer);
     if (as_float && t->kind == CPUIFY_FMT_FLOAT && t->bits == 32) {
         memset(out->f, 0, sizeof out->f);
-        memcpy(out->f, p, 4 * t->channels);
+        switch (t->channels) { /* fixed sizes: no library call */
+        case 1: memcpy(out->f, p, 4); break;
+        case 2: memcpy(out->f, p, 8); break;
+        default: memcpy(out->f, p, 16); break;
+        }
         return;
     }
     for (uint32_t c = 0; c < 4; c++) {
@@ -276,7 +281,11 @@ cpuify_tex_result cpuify_tex(uint64_t handle, uint32_t info, uint32_t c0, uint32
             else out[k] = (uint32_t)tv->i[c];
         }
     } else if (result == 0) {
-        for (int c = 0; c < 4; c++) {
+        for (uint32_t c = 0; c < 4; c++) {
+            if (c >= t->channels) { /* a missing channel reads 0 */
+                out[c] = 0;
+                continue;
+            }
             float r = v[0].f[c];
             if (linear) {
                 if (ndim == 1) {
