@@ -448,7 +448,11 @@ void __cudaRegisterManagedVar(void **handle, void **hostVarPtrAddress, char *dev
 void __cudaRegisterTexture(void **handle, const void *hostVar, const void **deviceAddress,
                            const char *deviceName, int dim, int norm, int ext) {
     (void)handle; (void)hostVar; (void)deviceAddress; (void)dim; (void)norm; (void)ext;
-    fprintf(stderr, "cpuify: texture reference '%s' is not supported\n", deviceName);
+    /* only a CUDA toolkit before 12 registers texture references: with the toolkit cpuify
+     * uses, its compatibility header turns them into texture objects */
+    fprintf(stderr, "cpuify: texture reference '%s' registered by a CUDA toolkit before 12 is not "
+                    "supported; build with the CUDA 12+ toolkit cpuify uses by default, whose "
+                    "texture references cpuify compiles as texture objects\n", deviceName);
 }
 
 void __cudaRegisterSurface(void **handle, const void *hostVar, const void **deviceAddress,
