@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever the ABI below changes; the Python loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 3
+#define CPUIFY_RT_ABI_VERSION 4
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */
