@@ -21,7 +21,8 @@ extern "C" {
 #define CPUIFY_API __attribute__((visibility("default")))
 #endif
 
-/* Bumped whenever the ABI below changes; the Python loader checks it. */
+/* Bumped whenever the ABI below (or cpuify_tex.h, which compiled kernels call: version 4)
+ * changes; the Python loader checks it. */
 #define CPUIFY_RT_ABI_VERSION 4
 
 typedef struct cpuify_dims {
