@@ -16,13 +16,17 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
     if name in ("ElementwiseKernel", "ReductionKernel"):
         from cpuify.api import elementwise
         return getattr(elementwise, name)
+    if name in ("TextureObject", "SurfaceObject"):
+        from cpuify.api import texture
+        return getattr(texture, name)
     if name in ("num_threads", "set_num_threads"):
         from cpuify.runtime import native
         return getattr(native, name)
     raise AttributeError(f"module 'cpuify' has no attribute {name!r}")
 
 
-__all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "ReductionKernel", "CompileError", "CompileException", "CpuifyError",
+__all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "ReductionKernel",
+           "TextureObject", "SurfaceObject", "CompileError", "CompileException", "CpuifyError",
            "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
            "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]

@@ -210,18 +210,20 @@ def test_rawkernel_unknown_name_raises_lookup_error():
         k((1,), (1,), (np.zeros(1, np.int32),))
 
 
-TEX_OBJ_SRC = r'''
+# (textures were the example until cpuify implemented them: a partial barrier now)
+UNSUPPORTED_SRC = r'''
 extern "C" __global__ void tex_read(cudaTextureObject_t tex, float *out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
+    asm volatile("bar.arrive 1, 64;");
     if (i < n) out[i] = tex1Dfetch<float>(tex, i);
 }
 '''
 
 
-def test_texture_object_is_unsupported():
-    # NVRTC accepts texture objects; cpuify must refuse the tex instruction by name
+def test_unsupported_instruction_is_refused():
+    # NVRTC accepts the inline PTX; cpuify must refuse the instruction by name
     with pytest.raises(cpuify.UnsupportedError) as ei:
-        m = cpuify.RawModule(code=TEX_OBJ_SRC)
+        m = cpuify.RawModule(code=UNSUPPORTED_SRC)
         m.get_function("tex_read")
     msg = str(ei.value)
     assert "tex_read" in msg
@@ -230,7 +232,7 @@ def test_texture_object_is_unsupported():
 
 
 def test_unsupported_kernel_next_to_supported_one():
-    src = TEX_OBJ_SRC + r'''
+    src = UNSUPPORTED_SRC + r'''
     extern "C" __global__ void plain(float *out) { out[threadIdx.x] = 2.0f * threadIdx.x; }'''
     m = cpuify.RawModule(code=src)
     out = np.zeros(8, np.float32)
@@ -241,15 +243,18 @@ def test_unsupported_kernel_next_to_supported_one():
     assert "tex_read" in str(ei.value) and re.search(r"PTX line \d+", str(ei.value))
 
 
-def test_surface_write_is_unsupported():
+def test_formatted_surface_store_is_unsupported():
+    # surf*write compiles to unformatted sust.b, which cpuify implements (test_textures_api);
+    # the formatted sust.p is refused by name
     src = r'''
     extern "C" __global__ void surf_write(cudaSurfaceObject_t s, int n) {
         int i = threadIdx.x;
-        if (i < n) surf1Dwrite(1.0f * i, s, i * 4);
+        if (i < n) asm volatile("sust.p.1d.b32.trap [%0, {%1}], {%2};" :: "l"(s), "r"(i * 4), "r"(i));
     }'''
-    with pytest.raises(cpuify.UnsupportedError, match="surf_write"):
+    with pytest.raises(cpuify.UnsupportedError, match="surf_write") as ei:
         m = cpuify.RawModule(code=src)
         m.get_function("surf_write")
+    assert "sust.p" in str(ei.value) or "'.p'" in str(ei.value)
 
 
 def test_named_partial_barrier_is_unsupported():

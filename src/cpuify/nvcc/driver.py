@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cpuify.cache import run_tool
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, launch_shapes
+from cpuify.nvcc import device, launch_shapes, legacy_texture
 from cpuify.nvcc.rtlib import runtime_library
 from cpuify.nvcc.toolkit import find_toolkit
 
@@ -358,7 +358,9 @@ class Driver:
         with tempfile.TemporaryDirectory(prefix="cpuify-nvcc-") as tmp:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
-            self.run(self.nvcc_base() + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
+            compat = legacy_texture.pre_include(src, self.o.host_opts)
+            self.run(self.nvcc_base() + compat + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src,
+                                                   "-o", host_o],
                      f"nvcc ({src})")
             self.dependencies |= preprocessed_files(tmp)
             stem = Path(src).name
@@ -484,7 +486,9 @@ class Driver:
             # front-end only modes: nvcc does them itself
             extra = [f for f in ("-ptx", "-E", "-M", "-MM") if f in o.flags]
             for path, _ in o.inputs:
-                cmd = self.nvcc_base() + extra + [path]
+                compat = legacy_texture.pre_include(path, o.host_opts) \
+                    if "-ptx" in extra or "-E" in extra else []
+                cmd = self.nvcc_base() + compat + extra + [path]
                 if o.output:
                     cmd += ["-o", o.output]
                 self.run(cmd, "nvcc")

@@ -1,4 +1,5 @@
-"""Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c) together with
+"""Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
+runtime/cudart_texture.c for arrays, textures and surfaces) together with
 the block scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
 function of the CUDA runtime API (each prints one line naming itself and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
@@ -17,8 +18,8 @@ from cpuify.errors import CpuifyError
 from cpuify.nvcc.toolkit import find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-SOURCES = ("cudart.c", "cpuify_rt.c", "block_sched.c")
-HEADERS = ("cpuify_rt.h", "cpuify_cudart.h")
+SOURCES = ("cudart.c", "cudart_texture.c", "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
+HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h", "cudart_internal.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]
 
 # declared `extern __host__ [__cudart_builtin__] cudaError_t CUDARTAPI name(`
@@ -71,7 +72,8 @@ def runtime_library() -> Path:
             objs.append(obj)
         header = (Path(tk.include) / "cuda_runtime_api.h").read_text(errors="replace")
         stubs = os.path.join(tmp, "cudart_stubs.c")
-        Path(stubs).write_text(stub_source(header, _defined_symbols(objs[0])))
+        implemented = set().union(*(_defined_symbols(o) for o in objs))
+        Path(stubs).write_text(stub_source(header, implemented))
         _run([cc, *CFLAGS, "-c", stubs, "-o", stubs[:-2] + ".o"], "compiling the runtime stubs")
         objs.append(stubs[:-2] + ".o")
         archive = os.path.join(tmp, name)

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # enum cpuify_error
 CPUIFY_OK = 0
@@ -65,8 +65,9 @@ BLOCK_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(Dims
 
 _RUNTIME_DIR = Path(__file__).resolve().parent
 _SOURCE = _RUNTIME_DIR / "cpuify_rt.c"
-_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c")
+_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c", _RUNTIME_DIR / "cpuify_tex.c")
 _HEADER = _RUNTIME_DIR / "cpuify_rt.h"
+_HEADERS = (_HEADER, _RUNTIME_DIR / "cpuify_tex.h")
 _CFLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-pthread"]
 
 _lock = threading.Lock()
@@ -119,7 +120,7 @@ def _compiler() -> str:
 
 def _source_hash(cc: str) -> str:
     h = hashlib.sha256()
-    for p in (*_SOURCES, _HEADER):
+    for p in (*_SOURCES, *_HEADERS):
         h.update(p.read_bytes())
         h.update(b"\0")
     h.update(" ".join([cc, *_CFLAGS]).encode())
@@ -159,7 +160,7 @@ def _find_or_build() -> Path:
             raise CpuifyError(f"$CPUIFY_RUNTIME_LIB={env} does not exist")
         return p
     src_mtime = max(p.stat().st_mtime for p in _SOURCES) if _SOURCE.is_file() else None
-    hdr_mtime = _HEADER.stat().st_mtime if _HEADER.is_file() else None
+    hdr_mtime = max((h.stat().st_mtime for h in _HEADERS if h.is_file()), default=None)
     for cand in _built_extension_candidates():
         if _in_source_checkout() and src_mtime is not None:
             # in a checkout, an in-place build older than the source is stale
