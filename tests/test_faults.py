@@ -287,12 +287,12 @@ def kernel_src(i):
             '    if (t >= n) return;\\n    float x = a[t];\\n%s    a[t] = x;\\n}\\n') % (i, body)
 # (one compile first: a fork while another thread imports a module for the first time can
 # deadlock in CPython's import machinery, whatever the module)
-cpuify.RawModule(code=kernel_src(999))
+cpuify.RawModule(code=kernel_src(999)).compile()      # (compiles lazily otherwise)
 stop = False
 def compile_loop():
     i = 0
     while not stop:
-        cpuify.RawModule(code=kernel_src(i) + f"// {time.time()}")
+        cpuify.RawModule(code=kernel_src(i) + f"// {time.time()}").compile()
         i += 1
 src = r"""
 extern "C" __global__ void axpy(float a, const float *x, float *y, int n) {
@@ -308,8 +308,9 @@ def launch_loop():
         y = np.zeros_like(x)
         parent_kernel((256,), (256,), (np.float32(3), x, y, np.int32(x.size)))
         assert np.array_equal(y, 3 * x)
-for body in (compile_loop, launch_loop):
-    threading.Thread(target=body, daemon=True).start()
+threads = [threading.Thread(target=body, daemon=True) for body in (compile_loop, launch_loop)]
+for t in threads:
+    t.start()
 time.sleep(0.3)
 kids = []
 for round in range(3):
@@ -330,6 +331,8 @@ for pid in kids:
     _, status = os.waitpid(pid, 0)
     print("child", os.waitstatus_to_exitcode(status))
 stop = True
+for t in threads:
+    t.join()
 ''', env={"CPUIFY_NO_CACHE": "1", "CPUIFY_NUM_THREADS": "3"}, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["child 0"] * 3, r.stderr

@@ -14,13 +14,20 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
     if name in ("RawModule", "RawKernel", "Function"):
         from cpuify.api import module
         return getattr(module, name)
+    if name in ("ElementwiseKernel", "ReductionKernel"):
+        from cpuify.api import elementwise
+        return getattr(elementwise, name)
+    if name in ("TextureObject", "SurfaceObject"):
+        from cpuify.api import texture
+        return getattr(texture, name)
     if name in ("num_threads", "set_num_threads"):
         from cpuify.runtime import native
         return getattr(native, name)
     raise AttributeError(f"module 'cpuify' has no attribute {name!r}")
 
 
-__all__ = ["RawModule", "RawKernel", "Function", "CompileError", "CompileException", "CpuifyError",
+__all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "ReductionKernel",
+           "TextureObject", "SurfaceObject", "CompileError", "CompileException", "CpuifyError",
            "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
            "IllegalAddressError", "LaunchTimeoutError",
            "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",

@@ -57,6 +57,7 @@ class LaunchError(CpuifyError, RuntimeError):
 DRIVER_STATUS: dict[int, tuple[str, str]] = {
     1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
     2: ("CUDA_ERROR_OUT_OF_MEMORY", "out of memory"),
+    101: ("CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"),
     200: ("CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"),
     209: ("CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"),
     218: ("CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"),
@@ -216,3 +217,8 @@ class ArgumentOverflowError(ArgumentValueError, OverflowError):
 class SpecializationWarning(RuntimeWarning):
     """Compiling a kernel for one block shape failed; the launch runs the generic code,
     which is always correct, only slower.  Please report it with the kernel source."""
+
+
+class CacheWarning(UserWarning):
+    """The on-disk cache could not be used as it is (a damaged entry rebuilt, a directory
+    refused or unwritable: no cache for this process).  Results stay correct."""

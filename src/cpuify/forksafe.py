@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FORK_WAIT", "compile_section", "renew_in_child"]
+__all__ = ["FORK_WAIT", "compile_section", "hold_during_fork", "renew_in_child"]
 
 #: The longest a fork waits for compile sections of other threads to end.
 FORK_WAIT = 60.0
@@ -55,8 +55,16 @@ class _Gate:
         with self.cond:
             self.forking += 1
             self.cond.wait_for(lambda: self.active <= mine, timeout=FORK_WAIT)
+        # then the locks of libraries that also serve calls outside sections (held briefly)
+        self.held = [lock for lock in _held_during_fork if lock.acquire(timeout=FORK_WAIT)]
+
+    def release_held(self) -> None:
+        for lock in reversed(getattr(self, "held", [])):
+            lock.release()
+        self.held = []
 
     def after_fork_in_parent(self) -> None:
+        self.release_held()
         with self.cond:
             self.forking -= 1
             self.cond.notify_all()
@@ -70,7 +78,17 @@ def compile_section() -> _Gate:
     return _gate
 
 
+_held_during_fork: list[Any] = []
+
+
+def hold_during_fork(lock: Any) -> None:
+    """Have os.fork() take `lock` (after no thread is inside a compile section) and release
+    it on both sides: for a library lock that guards every call into it (llvmlite's)."""
+    _held_during_fork.append(lock)
+
+
 def _fresh_gate_in_child() -> None:
+    _gate.release_held()      # (taken by this thread before the fork)
     # the forking thread is the only one left: inside a section or not
     _gate.cond = threading.Condition(threading.Lock())
     _gate.active = 1 if getattr(_gate.local, "depth", 0) else 0

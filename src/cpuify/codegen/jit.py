@@ -15,10 +15,14 @@ import threading
 
 import llvmlite.binding as llvm
 
-from cpuify.forksafe import compile_section, renew_in_child
+from cpuify.forksafe import compile_section, hold_during_fork, renew_in_child
 
 _lock = threading.Lock()
 renew_in_child(globals(), "_lock", threading.Lock)
+# llvmlite serializes every call into LLVM with one lock of its own: a fork takes it too
+_llvmlite_lock = getattr(getattr(getattr(llvm, "ffi", None), "lib", None), "_lock", None)
+if _llvmlite_lock is not None and hasattr(_llvmlite_lock, "_lock"):
+    hold_during_fork(_llvmlite_lock._lock)
 
 #: Instruction budget of LLVM's loop unswitching (see _init).
 UNSWITCH_THRESHOLD = 2000

@@ -1,8 +1,9 @@
-"""Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c) together with
+"""Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
+runtime/cudart_texture.c for arrays, textures and surfaces) together with
 the block scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
 function of the CUDA runtime API (each prints one line naming itself and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
-to link).  Built once per source/compiler/toolkit combination into the cache directory."""
+to link).  Built once per source/compiler/toolkit combination into the cache (cpuify.cache)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,15 @@ import hashlib
 import os
 import re
 import subprocess
-import tempfile
 from pathlib import Path
 
-from cpuify.compiler import cache_dir
+from cpuify import cache
 from cpuify.errors import CpuifyError
 from cpuify.nvcc.toolkit import find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-SOURCES = ("cudart.c", "cpuify_rt.c", "block_sched.c")
-HEADERS = ("cpuify_rt.h", "cpuify_cudart.h")
+SOURCES = ("cudart.c", "cudart_texture.c", "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
+HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h", "cudart_internal.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]
 
 # declared `extern __host__ [__cudart_builtin__] cudaError_t CUDARTAPI name(`
@@ -31,7 +31,7 @@ def c_compiler() -> str:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = cache.run_tool(cmd)
     if proc.returncode != 0:
         raise CpuifyError(f"{what} failed:\n  {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
@@ -59,25 +59,24 @@ def runtime_library() -> Path:
         h.update((RUNTIME_DIR / name).read_bytes())
     h.update(" ".join([cc, *CFLAGS, tk.include]).encode())
     h.update(Path(__file__).read_bytes())
-    target = cache_dir() / f"libcpuify_cudart-{h.hexdigest()[:16]}.a"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cpuify-rt-") as tmp:
+    name = f"libcpuify_cudart-{h.hexdigest()[:16]}.a"
+    hit = cache.load_file(name)        # its SHA-256 checked before the linker sees it
+    if hit is not None:
+        return hit
+    with cache.temporary_directory(prefix="cpuify-rt-") as tmp:
         objs = []
-        for name in SOURCES:
-            obj = os.path.join(tmp, name.replace(".c", ".o"))
-            _run([cc, *CFLAGS, f"-I{RUNTIME_DIR}", f"-I{tk.include}", "-c", str(RUNTIME_DIR / name),
+        for name_c in SOURCES:
+            obj = os.path.join(tmp, name_c.replace(".c", ".o"))
+            _run([cc, *CFLAGS, f"-I{RUNTIME_DIR}", f"-I{tk.include}", "-c", str(RUNTIME_DIR / name_c),
                   "-o", obj], "compiling the cpuify CUDA runtime")
             objs.append(obj)
         header = (Path(tk.include) / "cuda_runtime_api.h").read_text(errors="replace")
         stubs = os.path.join(tmp, "cudart_stubs.c")
-        Path(stubs).write_text(stub_source(header, _defined_symbols(objs[0])))
+        implemented = set().union(*(_defined_symbols(o) for o in objs))
+        Path(stubs).write_text(stub_source(header, implemented))
         _run([cc, *CFLAGS, "-c", stubs, "-o", stubs[:-2] + ".o"], "compiling the runtime stubs")
         objs.append(stubs[:-2] + ".o")
-        fd, tmp_ar = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".a")
-        os.close(fd)
-        os.unlink(tmp_ar)
-        _run(["ar", "rcs", tmp_ar, *objs], "archiving the cpuify CUDA runtime")
-        os.replace(tmp_ar, target)
-    return target
+        archive = os.path.join(tmp, name)
+        _run(["ar", "rcs", archive, *objs], "archiving the cpuify CUDA runtime")
+        # into the cache (0600, atomic), or this process's private directory without one
+        return cache.store_file(name, archive)

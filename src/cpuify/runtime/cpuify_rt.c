@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "cpuify_rt.h"
+#include "cpuify_tex.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -215,6 +216,31 @@ static int32_t g_default_workers = 1;
 static int g_fixed_spin;     /* CPUIFY_SPIN_US given: no adaptation */
 static _Thread_local uint64_t tls_spin = CPUIFY_MIN_SPIN_NS; /* this worker's idle spin */
 static _Thread_local int tls_in_block = 0;
+/* a failure that device-side runtime calls (textures, surfaces) report for the running
+ * block: cpuify_device_fault() sets it, the block loops return it as the block's error */
+static _Thread_local int32_t tls_device_fault = 0;
+
+static void nocancel_begin(void);
+static void nocancel_end(void);
+
+void cpuify_device_fault(int32_t code, const char *message) {
+    if (tls_device_fault) return;
+    tls_device_fault = code;
+    nocancel_begin(); /* stderr's lock */
+    fprintf(stderr, "cpuify: %s\n", message);
+    fflush(stderr);
+    nocancel_end();
+}
+
+/* the block's error code: what its function returned, else a device-side fault (`fault`:
+ * this thread's tls_device_fault, its address taken once per run of blocks) */
+static inline int32_t block_result(int32_t rc, int32_t *fault) {
+    if (__builtin_expect(*fault != 0, 0)) {
+        if (!rc) rc = *fault;
+        *fault = 0;
+    }
+    return rc;
+}
 
 /* The longest idle spin of a worker: CPUIFY_SPIN_US when given, else the top of the
  * adaptive range (each worker adapts below it, wait_for_job). */
@@ -658,6 +684,7 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
     const cpuify_dims *dims = &P.dims;
     const uint64_t nblocks = P.nblocks, chunk = P.chunk, share = P.share, id = P.launch_id;
     const uint32_t gx = dims->grid[0], gy = dims->grid[1];
+    int32_t *const fault = &tls_device_fault;
     uint64_t start = atomic_load_explicit(&P.next, memory_order_relaxed);
     for (;;) {
         if (launch_error()) return;
@@ -675,7 +702,7 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
         uint32_t bz = (uint32_t)(t / gy);
         for (uint64_t l = start;;) {
             r->block = l;
-            int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+            int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
             if (rc) {
                 record_error(id, rc, bx, by, bz);
                 return;
@@ -699,12 +726,13 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
 static void serial_blocks(runner_t *r, uint64_t id, cpuify_block_fn fn, const void *params,
                           const cpuify_dims *dims, void *shared, void *scratch) {
     const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+    int32_t *const fault = &tls_device_fault;
     uint64_t l = 0;
     for (uint32_t bz = 0; bz < gz; bz++)
         for (uint32_t by = 0; by < gy; by++)
             for (uint32_t bx = 0; bx < gx; bx++, l++) {
                 r->block = l;
-                int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+                int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
                 if (rc) {
                     record_error(id, rc, bx, by, bz);
                     return;
@@ -745,6 +773,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     } else {
         /* back from fault_handler or cancel_handler: the block was abandoned */
         r->armed = 0;
+        tls_device_fault = 0;
         slot = vslot;
         id = vid;
         const cpuify_dims *d = grid;
@@ -774,10 +803,11 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
 static int32_t run_nested(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                           void *shared, void *scratch, uint32_t *err_block) {
     const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+    int32_t *const fault = &tls_device_fault;
     for (uint32_t bz = 0; bz < gz; bz++)
         for (uint32_t by = 0; by < gy; by++)
             for (uint32_t bx = 0; bx < gx; bx++) {
-                int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+                int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
                 if (rc) {
                     if (err_block) {
                         err_block[0] = bx;

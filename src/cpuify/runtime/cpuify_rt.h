@@ -21,8 +21,10 @@ extern "C" {
 #define CPUIFY_API __attribute__((visibility("default")))
 #endif
 
-/* Bumped whenever the ABI below changes; the Python loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 4
+/* Bumped whenever the ABI below (or cpuify_tex.h, which compiled kernels call: version 4;
+ * fault containment, cancellation and the guarded copy: version 5) changes; the Python
+ * loader checks it. */
+#define CPUIFY_RT_ABI_VERSION 5
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */
