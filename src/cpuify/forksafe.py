@@ -5,9 +5,10 @@ work half done: a lock held by a thread that does not exist in the child (it dea
 its first compile) or a data structure in mid-update.  So every section of code that runs
 NVRTC or LLVM in this process is a `compile_section()`; `os.fork()` waits (before it
 forks) until no thread is inside one and keeps new ones from starting until it has forked,
-and the child starts with fresh locks (`renew_in_child`).  A fork therefore waits for the
-compile step under way in another thread (one NVRTC call or one LLVM optimization or
-emission, not a whole module), at most FORK_WAIT seconds."""
+then takes the locks of `hold_during_fork` (llvmlite's), and the child starts with fresh
+locks (`renew_in_child`).  A fork therefore waits for the compile work under way in other
+threads (a RawModule's build, an NVRTC call, an LLVM optimization), at most FORK_WAIT
+seconds."""
 
 from __future__ import annotations
 
