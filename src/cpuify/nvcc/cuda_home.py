@@ -166,9 +166,9 @@ def cuda_home(*, persistent: bool = False) -> Path:
         except OSError:
             pass               # another process moved it first
     tmp = Path(tempfile.mkdtemp(dir=base, prefix=f".{home.name}.tmp-"))
-    tmp.chmod(0o755)
     try:
         _build(tmp, home, tk, runtime)
+        _make_private(tmp)
         try:
             os.rename(tmp, home)
         except OSError:
@@ -177,6 +177,18 @@ def cuda_home(*, persistent: bool = False) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return home
+
+
+def _make_private(root: Path) -> None:
+    """As everything in the cache (cpuify.cache): directories and executables 0700, other
+    files 0600, whatever the umask (symlinks have no modes of their own)."""
+    for d, dirs, files in os.walk(root):
+        os.chmod(d, 0o700)
+        for name in files:
+            path = os.path.join(d, name)
+            st = os.lstat(path)
+            if not os.path.islink(path):
+                os.chmod(path, 0o700 if st.st_mode & 0o100 else 0o600)
 
 
 def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
