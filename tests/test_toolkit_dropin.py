@@ -530,3 +530,20 @@ def test_cmake_project(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     run([cmake, "--build", "build"], tmp_path, env)
     check_output(tmp_path / "build" / "app", env)
     check_output(tmp_path / "build" / "app_cuda", env)
+
+
+@needs_toolchain
+def test_without_a_cache_directory(tmp_path: Path, env: dict[str, str]) -> None:
+    """CPUIFY_NO_CACHE=1: `cpuify cuda-home` says why it cannot give a lasting directory;
+    cpuify nvcc still links the static runtime (from a private copy), and refuses the shared
+    libraries an executable would load from that copy after it is gone."""
+    write_program(tmp_path, "main.cu")
+    nocache = {**env, "CPUIFY_NO_CACHE": "1"}
+    r = subprocess.run([*CPUIFY, "cuda-home"], env=nocache, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "CPUIFY_NO_CACHE" in r.stderr and "Traceback" not in r.stderr
+    run([*CPUIFY, "nvcc", "-c", "kernel.cu", "main.cu"], tmp_path, nocache)
+    run([*CPUIFY, "nvcc", "kernel.o", "main.o", "-o", "app"], tmp_path, nocache)
+    check_output(tmp_path / "app", env)
+    r = subprocess.run([*CPUIFY, "nvcc", "-cudart", "shared", "kernel.o", "main.o", "-o", "app2"],
+                       cwd=tmp_path, env=nocache, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "-cudart shared" in r.stderr and not (tmp_path / "app2").exists()
