@@ -363,6 +363,9 @@ def test_dependency_files(tmp_path: Path, env: dict[str, str]) -> None:
     # -E: the preprocessed source on stdout
     r = run([*CPUIFY, "nvcc", "-E", "kernel.cu"], tmp_path, env)
     assert "out[i] = in[i] * in[i] + 3;" in r.stdout
+    # -cuda: nvcc's host translation, with a warning that it has no CPU code for kernels
+    r = run([*CPUIFY, "nvcc", "-cuda", "kernel.cu"], tmp_path, env)
+    assert (tmp_path / "kernel.cu.cpp.ii").is_file() and "no CPU code" in r.stderr
     # -M alone: only the dependencies, nothing compiled
     r = run([*CPUIFY, "nvcc", "-M", "kernel.cu", "-MT", "custom"], tmp_path, env)
     assert r.stdout.startswith("custom :") and "square.h" in r.stdout
