@@ -27,7 +27,9 @@ _DECL = re.compile(r"extern\s+__host__\s+(?:__cudart_builtin__\s+)?cudaError_t\s
 
 
 def c_compiler() -> str:
-    return os.environ.get("CC") or "cc"
+    """The C compiler of the runtime: `cc`, never $CC (make exports CC, and a Makefile may
+    set it to `cpuify nvcc` itself)."""
+    return "cc"
 
 
 def _run(cmd: list[str], what: str) -> None:
