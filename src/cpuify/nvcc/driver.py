@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, launch_shapes
+from cpuify.nvcc import device, headers, launch_shapes
 from cpuify.nvcc.rtlib import runtime_library
 from cpuify.nvcc.toolkit import find_toolkit
 
@@ -117,6 +117,10 @@ _FLAGS = {
     "-fatbin": ("-fatbin", "--fatbin"),
     "-cuda": ("-cuda", "--cuda"),
     "-run": ("-run", "--run"),
+    # cpuify's own: the legacy CUDA layer off (nvcc/headers.py); refused kernels fail at
+    # launch instead of failing the build
+    "--cpuify-no-legacy": ("--cpuify-no-legacy",),
+    "--cpuify-defer-refused": ("--cpuify-defer-refused",),
 }
 _NO_EFFECT = {"-lineinfo", "-res-usage", "-Wno-deprecated-gpu-targets", "-m64", "-restrict",
               "-src-in-ptx", "-keep", "-w", "-v"}
@@ -333,6 +337,8 @@ class Driver:
         cmd = [self.tk.nvcc, f"-gencode=arch=compute_{self.arch},code=compute_{self.arch}"]
         if self.o.ccbin:
             cmd += ["-ccbin", self.o.ccbin]
+        # cpuify's headers ahead of the toolkit's, the legacy CUDA layer pre-included
+        cmd += headers.include_options(self.tk, legacy=headers.legacy_enabled(self.o.flags))
         return cmd + self.o.host_opts
 
     def host_cxx(self) -> str:
@@ -354,8 +360,9 @@ class Driver:
         with tempfile.TemporaryDirectory(prefix="cpuify-nvcc-") as tmp:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
-            self.run(self.nvcc_base() + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
-                     f"nvcc ({src})")
+            # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
+            self.run(self.nvcc_base() + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp, src,
+                                         "-o", host_o], f"nvcc ({src})")
             stem = Path(src).name
             stem = stem[:-len(Path(src).suffix)] if Path(src).suffix else stem
             ptx_files = [p for p in Path(tmp).glob("*.ptx")]
@@ -381,7 +388,8 @@ class Driver:
             dev_o = os.path.join(tmp, "device.o")
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
-                                           self.launch_shapes(tmp), device.entry_names(ptx)))
+                                           self.launch_shapes(tmp), device.entry_names(ptx)),
+                                       defer=device.defer_refused(self.o.flags))
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -429,7 +437,8 @@ class Driver:
             device.build_device_object(ptx, dev_o, tmp, source=" ".join(m.source for m in uniq),
                                        linked_ids=ids, warn=_warn,
                                        shapes=launch_shapes.kernel_shapes(
-                                           shapes, device.entry_names(ptx)))
+                                           shapes, device.entry_names(ptx)),
+                                       defer=device.defer_refused(self.o.flags))
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -564,6 +573,9 @@ def nvcc_main(argv: list[str]) -> int:
         return Driver(o).main()
     except CompileFailed as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
+        return 1
+    except device.RefusedKernels as exc:
+        print(exc, file=sys.stderr)      # `file:line: error: ...` per kernel
         return 1
     except CpuifyError as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
