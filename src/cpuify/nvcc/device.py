@@ -219,7 +219,11 @@ def refusal_report(ptx: str, refused: dict[str, str], source: str, severity: str
         ptx_line = int(m.group(1)) if m else None
         what = m.group(2) if m else first
         loc = source_location(ptx, ptx_line, source) if ptx_line else None
-        where = f"{_shown_path(loc[0])}:{loc[1]}" if loc else source
+        if loc:
+            given = [w for w in source.split() if os.path.realpath(w) == os.path.realpath(loc[0])]
+            where = f"{given[0] if given else _shown_path(loc[0])}:{loc[1]}"
+        else:
+            where = source
         text = f"{where}: {severity}: kernel '{demangle(name)}' cannot run on the CPU: {what}"
         if ptx_line:
             text += f"\n    (PTX line {ptx_line}" + (f": {rest.strip()}" if rest.strip() else "") + ")"

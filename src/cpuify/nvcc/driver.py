@@ -237,9 +237,16 @@ def parse_args(argv: list[str]) -> Options:
         elif canon == "-l":
             if value in ("cudart", "cudart_static", "cudadevrt"):
                 pass     # cpuify's runtime replaces them
+            elif value in ("nvToolsExt", "nvtx3interop"):
+                pass     # NVTX v3 is header-only (nvtx3/nvToolsExt.h); without a tool it does nothing
+            elif value == "curand":
+                # the device API (curand_kernel.h) is header-only; libcurand needs a GPU
+                o.warnings.append("-lcurand: the cuRAND device API (curand_kernel.h) works on the CPU; "
+                                  "the host API (curandCreateGenerator, ...) is not supported, so "
+                                  "libcurand is not linked")
             else:
-                if value in ("cuda", "cublas", "cufft", "curand", "cusparse", "cusolver", "nvrtc",
-                             "cublasLt", "nppc", "nvToolsExt", "nvtx3interop"):
+                if value in ("cuda", "cublas", "cufft", "cusparse", "cusolver", "nvrtc",
+                             "cublasLt", "nppc"):
                     o.warnings.append(f"-l{value}: cpuify provides only the CUDA runtime; linking "
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
