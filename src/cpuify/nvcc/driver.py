@@ -560,8 +560,14 @@ options: -o -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler -Xlinker
         --use_fast_math -lineinfo -rdc -MD/-MF/-MT -shared --expt-relaxed-constexpr
         --extended-lambda --default-stream; -G, -Xptxas, -maxrregcount are accepted
         with a warning (no effect on the CPU); -cubin/-fatbin are refused.
-environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; at run time CPUIFY_NUM_THREADS,
-        CPUIFY_PROFILE=1 (an nvprof-like summary at exit).
+cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
+        launches then fail; by default the build fails naming kernel and line);
+        --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
+        cudaDeviceProp fields, ...: on by default).
+environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; CPUIFY_DEFER_REFUSED=1 and
+        CPUIFY_LEGACY=0 as the flags above; at run time CPUIFY_NUM_THREADS,
+        CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
+        (the compute capability reported; default: the compiled target).
 """
 
 
