@@ -73,7 +73,7 @@ def _original_prop_size(tmp: Path) -> int:
     src.write_text("#include <stdio.h>\n#include <cuda_runtime_api.h>\n"
                    'int main(void) { printf("%zu\\n", sizeof(struct cudaDeviceProp)); return 0; }\n')
     subprocess.run(["cc", f"-I{INCLUDE}", str(src), "-o", str(tmp / "size")], check=True)
-    return int(subprocess.run([str(tmp / "size")], capture_output=True, text=True).stdout)
+    return int(subprocess.run([str(tmp / "size")], check=True, capture_output=True, text=True).stdout)
 
 
 def test_legacy_calls_and_removed_prop_fields(legacy_exe: Path, tmp_path: Path) -> None:

@@ -40,12 +40,12 @@ def run_tool(cmd: list[str], what: str) -> None:
 
 def fatbin_bytes(fatbin_c: str) -> bytes:
     """The fat binary nvcc embeds, from its generated `.fatbin.c` (the `.quad` lines)."""
-    m = re.search(r"fatbinData:\\n\"(.*?)\);", fatbin_c, re.S)
+    m = re.search(r"fatbinData:\\n\"(.*?)\);", fatbin_c, re.DOTALL)
     if m:
         quads = re.findall(r"0x([0-9a-fA-F]+)", m.group(1))
         return b"".join(struct.pack("<Q", int(q, 16)) for q in quads)
     # older nvcc: `static const unsigned long long fatbinData[] = {0x...ull, ...};`
-    m = re.search(r"fatbinData\[\]\s*=\s*\{(.*?)\}", fatbin_c, re.S)
+    m = re.search(r"fatbinData\[\]\s*=\s*\{(.*?)\}", fatbin_c, re.DOTALL)
     if not m:
         raise CpuifyError("cannot find the fat binary in nvcc's .fatbin.c output")
     quads = re.findall(r"0x([0-9a-fA-F]+)", m.group(1))
@@ -157,7 +157,7 @@ def entry_names(ptx: str) -> list[str]:
 
 def ptx_target(ptx: str) -> int:
     """The module's `.target sm_XX` as XX (0 when absent)."""
-    m = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.M)
+    m = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.MULTILINE)
     return int(m.group(1)) if m else 0
 
 
@@ -178,7 +178,7 @@ def source_location(ptx: str, line: int, sources: str = "") -> tuple[str, int] |
     file (a toolkit header) the call site in one of `sources` (the translation units) is
     preferred."""
     lines = ptx.splitlines()
-    files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.M))
+    files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.MULTILINE))
     wanted = {os.path.basename(s) for s in sources.split()}
     for text in reversed(lines[:max(0, min(line, len(lines)))]):
         m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", text)
@@ -570,7 +570,7 @@ def link_ptx(modules: list[RdcModule]) -> str:
     file_maps: list[dict[str, str]] = []
     for m in modules:
         fmap: dict[str, str] = {}
-        for num, path in re.findall(r'^\s*\.file\s+(\d+)\s+("[^"]*")', m.ptx, re.M):
+        for num, path in re.findall(r'^\s*\.file\s+(\d+)\s+("[^"]*")', m.ptx, re.MULTILINE):
             fmap[num] = str(len(file_out) + 1)
             file_out.append(f".file\t{fmap[num]} {path}")
         file_maps.append(fmap)

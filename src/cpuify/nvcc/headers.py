@@ -46,9 +46,9 @@ LEGACY_PROP_FIELDS = ("clockRate", "deviceOverlap", "kernelExecTimeoutEnabled", 
                       "maxTexture1DLinear", "memoryClockRate", "singleToDoublePrecisionPerfRatio",
                       "cooperativeMultiDeviceLaunch")
 
-_STRUCT = re.compile(r"struct\s+__device_builtin__\s+cudaDeviceProp\s*\{(.*?)\n\};", re.S)
+_STRUCT = re.compile(r"struct\s+__device_builtin__\s+cudaDeviceProp\s*\{(.*?)\n\};", re.DOTALL)
 _RESERVED = re.compile(r"\n(\s*)int\s+reserved\s*\[\s*(\d+)\s*\]\s*;[^\n]*")
-_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
 def legacy_enabled(flags: set[str] | frozenset[str] = frozenset()) -> bool:
