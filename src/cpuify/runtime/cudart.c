@@ -1764,7 +1764,7 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         return fail(ERR_LAUNCH_CONFIG);
     if (cooperative) {
         uint64_t per_sm = MAX_THREADS_PER_SM / ((nthreads + 31) / 32 * 32);
-        if (per_sm > MAX_BLOCKS_PER_SM) per_sm = MAX_BLOCKS_PER_SM;
+        if (per_sm > (uint64_t)MAX_BLOCKS_PER_SM) per_sm = (uint64_t)MAX_BLOCKS_PER_SM;
         if ((uint64_t)g.x * g.y * g.z > per_sm * (uint64_t)cpuify_num_workers())
             return fail(cudaErrorCooperativeLaunchTooLarge);
     }
