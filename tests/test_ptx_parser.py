@@ -592,19 +592,27 @@ def test_unsupported_modifier_is_named():
     assert "'.foo'" in str(err) and err.line == INSTR_LINE and err.kernel == "k"
 
 
-def test_texture_fetch_is_unsupported():
+def test_texture_fetch_lifts_to_one_op():
     body = "\ttex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f5, %f6}];"
-    with pytest.raises(UnsupportedError) as exc:
-        m = parse_ptx(kernel_ptx(body))
-        lift_kernel(m, m.functions["k"])
-    assert "texture" in str(exc.value)
-    assert exc.value.line == INSTR_LINE
+    m = parse_ptx(kernel_ptx(body))
+    kernel = lift_kernel(m, m.functions["k"])
+    texs = [op for op in kernel.op.walk() if op.name == "ptx.tex"]
+    assert len(texs) == 1
+    # the handle, then four coordinates (the two missing ones are zero constants)
+    assert len(texs[0].operands) == 5 and len(texs[0].results) == 4
+    assert [r.type for r in texs[0].results] == ["f32"] * 4
 
 
-def test_texture_fetch_with_simple_operands_is_unsupported():
-    # the same refusal when the operands happen to be in a form the parser already knows
-    err = _lift_error("\ttex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, %rd1;")
-    assert "texture" in str(err) and err.line == INSTR_LINE
+@pytest.mark.parametrize("body, words", [
+    # a texture reference by name (pre-CUDA 12 PTX) or a handle outside [handle, {coords}]
+    ("\ttex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, %rd1;", "[handle, {coordinates}]"),
+    ("\ttex.cube.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f5, %f6, %f5, %f6}];", "cube"),
+    ("\ttex.2d.v4.f16.f32 {%f1, %f2, %f3, %f4}, [%rd1, {%f5, %f6}];", "f32, s32 or u32"),
+    ("\tsust.p.2d.b32.trap [%rd1, {%r1, %r2}], {%r3};", "'.p'"),
+])
+def test_texture_forms_cpuify_does_not_sample_are_refused(body: str, words: str):
+    err = _lift_error(body)
+    assert words in str(err) and err.line == INSTR_LINE and err.kernel == "k"
 
 
 @pytest.mark.parametrize("body, word", [

@@ -481,7 +481,9 @@ def test_compile_on_demand(tmp_path, monkeypatch):
     monkeypatch.setenv("CPUIFY_CACHE_DIR", str(tmp_path))
     p = native._compile_runtime()
     assert p.parent == tmp_path and p.name.startswith("runtime-") and p.suffix == ".so"
-    mtime = p.stat().st_mtime_ns
-    assert native._compile_runtime() == p and p.stat().st_mtime_ns == mtime  # cached
-    assert [q.name for q in tmp_path.iterdir()] == [p.name]  # no temp files left
+    assert p.stat().st_mode & 0o777 == 0o700
+    ino = p.stat().st_ino
+    assert native._compile_runtime() == p and p.stat().st_ino == ino  # cached
+    # the library and the entry naming it with its SHA-256; no temp files left
+    assert sorted(q.name for q in tmp_path.iterdir()) == sorted([p.name, p.name.split(".")[0] + ".so.ref"])
     assert native._abi_ok(p)

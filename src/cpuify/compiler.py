@@ -1,26 +1,30 @@
 """The pipeline: CUDA C++ -> PTX (NVRTC) -> PTX AST -> parallel IR -> LLVM -> native object,
 with an on-disk cache of the result.
 
-Cache entries live in `$CPUIFY_CACHE_DIR` (default `~/.cache/cpuify`), one file per key; the
-key covers the input text, options, name expressions, the NVRTC and cpuify versions, the
-llvmlite/LLVM version and the host CPU with its features.  Writes go to a temporary file
-renamed into place (atomic, safe with concurrent processes); an entry that does not load is
-rebuilt."""
+Compiled modules are entries of the on-disk cache (cpuify.cache: atomic writes, SHA-256
+verified before use, JSON metadata and the native code, private permissions, LRU size
+limit), one per key; the key covers the input text, the contents of the user headers it
+includes, options, name expressions, the NVRTC version, cpuify's sources, the llvmlite/LLVM
+version and the host CPU with its features."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import os
-import pickle
-import tempfile
 import time
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import llvmlite
+import llvmlite.binding as llvm_binding
 
-from cpuify import __version__
+from cpuify import __version__, cache
+from cpuify.analysis.access import written_parameters
 from cpuify.codegen import jit
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
@@ -31,7 +35,7 @@ from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 from cpuify.transforms.pass_manager import PipelineOptions, PipelineResult, run_pipeline
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
 @dataclass
@@ -54,6 +58,7 @@ class CompiledModule:
     from_cache: bool = False
     passes: tuple[str, ...] = ()          # the pass pipeline the kernels went through
     pass_counts: dict[str, dict[str, int]] = field(default_factory=dict)   # kernel -> pass -> n
+    log: str = ""                         # the CUDA compiler's warnings (NVRTC or nvcc)
 
 
 def pipeline_options(options: Sequence[str] = ()) -> tuple[PipelineOptions, list[str]]:
@@ -97,21 +102,31 @@ def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-unt
     return KernelView.from_op(kernel_op), result
 
 
-def cache_dir() -> Path:
-    env = os.environ.get("CPUIFY_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "cpuify"
+# --- the cache layer: keys, and compiled modules as verified entries (cpuify.cache) ---
+
+def cache_dir(*subdirs: str) -> Path:
+    """Where cached things go (cpuify.cache.cache_dir: the cache directory, or a private
+    temporary directory of this process when there is no usable cache)."""
+    return cache.cache_dir(*subdirs)
 
 
 def cache_enabled() -> bool:
-    return os.environ.get("CPUIFY_NO_CACHE", "") in ("", "0")
+    return cache.cache_enabled()
+
+
+def toolchain_key() -> str:
+    """What every cached native result depends on besides its input: cpuify's own sources,
+    llvmlite and LLVM, and the host CPU with its features."""
+    cpu, features = jit.host_cpu()
+    llvm_version = ".".join(map(str, llvm_binding.llvm_version_info))
+    return "|".join((str(_CACHE_FORMAT), __version__, _source_fingerprint(), llvmlite.__version__,
+                     llvm_version, cpu, features))
 
 
 def cache_key(kind: str, text: str, options: Sequence[str] = (), names: Sequence[str] = (),
               extra: str = "") -> str:
     h = hashlib.sha256()
-    cpu, features = jit.host_cpu()
-    for part in (str(_CACHE_FORMAT), __version__, kind, text, "\0".join(options), "\0".join(names),
-                 extra, llvmlite.__version__, cpu, features, _source_fingerprint()):
+    for part in (kind, text, "\0".join(options), "\0".join(names), extra, toolchain_key()):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()
@@ -121,55 +136,157 @@ _FINGERPRINT: str | None = None
 
 
 def _source_fingerprint() -> str:
-    """Hash of the compiler's own sources, so that a changed cpuify never reuses old code."""
+    """Hash of the contents of the compiler's own sources (Python, C runtime and its
+    headers), so that a changed cpuify never reuses old code.  Reading them all costs a
+    fresh process several ms: the hash is kept in the cache under the sources' sizes and
+    modification times, and recomputed when any of those changes."""
     global _FINGERPRINT
     if _FINGERPRINT is None:
-        h = hashlib.sha256()
         root = Path(__file__).parent
-        for p in sorted(root.rglob("*.py")) + sorted(root.rglob("*.c")):
+        files = sorted(p for pattern in ("*.py", "*.c", "*.h") for p in root.rglob(pattern))
+        stamp = hashlib.sha256()
+        for p in files:
             try:
                 st = p.stat()
             except OSError:
                 continue
-            h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+            stamp.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+        name = f"fingerprint-{stamp.hexdigest()[:32]}"
+        got = cache.read_entry(name) if cache.cache_enabled() else None
+        if got is not None and isinstance(got[0].get("sources"), str):
+            _FINGERPRINT = got[0]["sources"]
+            return _FINGERPRINT
+        h = hashlib.sha256()
+        for p in files:
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue
+            h.update(f"{p.relative_to(root)}:{len(data)}:".encode())
+            h.update(data)
         _FINGERPRINT = h.hexdigest()[:16]
+        if cache.cache_enabled():
+            cache.write_entry(name, {"sources": _FINGERPRINT})
     return _FINGERPRINT
+
+
+def _to_json(value: Any) -> Any:
+    """A dataclass (nested dataclasses, lists, tuples, dicts, scalars) as JSON data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("dict keys must be strings")
+        return {k: _to_json(v) for k, v in value.items()}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"cannot store a {type(value).__name__} in a cache entry")
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _from_json(tp: Any, value: Any) -> Any:
+    """JSON data back into type `tp` (checked: a mismatch raises ValueError)."""
+    if tp in (int, str, bool):
+        if type(value) is not tp:
+            raise ValueError(f"{value!r} is not a {tp.__name__}")
+        return value
+    if tp is float:
+        if type(value) not in (float, int):
+            raise ValueError(f"{value!r} is not a float")
+        return float(value)
+    if tp is bytes:                 # the native code (the entry's data)
+        if type(value) is not bytes:
+            raise ValueError("not bytes")
+        return value
+    if tp is Any:
+        return value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ValueError(f"{tp.__name__}: not an object")
+        hints = _field_types(tp)
+        args = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                args[f.name] = _from_json(hints[f.name], value[f.name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{tp.__name__}.{f.name} missing")
+        return tp(**args)
+    origin, params = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        for option in params:
+            try:
+                return _from_json(option, value)
+            except ValueError:
+                continue
+        raise ValueError(f"{value!r} is none of {tp}")
+    if origin in (list, tuple) and not isinstance(value, list):
+        raise ValueError("not a list")
+    if origin is list:
+        return [_from_json(params[0] if params else Any, v) for v in value]
+    if origin is tuple:
+        if len(params) == 2 and params[1] is Ellipsis:
+            return tuple(_from_json(params[0], v) for v in value)
+        if params and len(params) != len(value):
+            raise ValueError("tuple of the wrong length")
+        return tuple(_from_json(t, v) for t, v in zip(params, value)) if params else tuple(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError("not an object")
+        return {k: _from_json(params[1] if params else Any, v) for k, v in value.items()}
+    if tp is type(None):
+        if value is not None:
+            raise ValueError("not null")
+        return None
+    raise ValueError(f"cannot read {tp} from a cache entry")
+
+
+_T = typing.TypeVar("_T")
+
+
+def _store(name: str, obj: Any) -> None:
+    """A compiled object (a dataclass whose `object_code` is the native code) as an entry:
+    the rest as JSON metadata, the code as its data."""
+    try:
+        meta = {f.name: _to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.name not in ("object_code", "from_cache")}
+    except TypeError:
+        return                        # a field type the cache cannot store: only costs a rebuild
+    cache.write_entry(name, meta, obj.object_code)
+
+
+def _load(name: str, cls: type[_T]) -> _T | None:
+    got = cache.read_entry(name)
+    if got is None:
+        return None
+    meta, code = got
+    try:
+        return typing.cast(_T, _from_json(cls, {**meta, "object_code": code}))
+    except (ValueError, TypeError, KeyError) as exc:
+        # verified bytes of an older layout cannot happen (the key covers cpuify's sources),
+        # so this is damage the hash did not see: rebuild
+        cache.drop_entry(name)
+        cache._warn(f"cpuify: cache entry {name} does not decode ({exc}); rebuilding it")
+        return None
 
 
 def load_cached(key: str) -> CompiledModule | None:
     if not cache_enabled():
         return None
-    path = cache_dir() / f"{key}.bin"
-    try:
-        with open(path, "rb") as f:
-            entry = pickle.load(f)
-        if not isinstance(entry, CompiledModule):
-            raise ValueError("not a cpuify cache entry")
-    except FileNotFoundError:
-        return None
-    except Exception:
-        # corrupted or from an incompatible version: rebuild
-        try:
-            path.unlink()
-        except OSError:
-            pass
-        return None
-    entry.from_cache = True
+    entry = _load(f"{key}.bin", CompiledModule)
+    if entry is not None:
+        entry.from_cache = True
     return entry
 
 
 def store_cached(key: str, module: CompiledModule) -> None:
-    if not cache_enabled():
-        return
-    d = cache_dir()
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".bin")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(module, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, d / f"{key}.bin")
-    except OSError:
-        pass   # a read-only or full cache directory only costs recompilation
+    if cache_enabled():
+        _store(f"{key}.bin", module)
 
 
 class _Progress:
@@ -214,9 +331,15 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
         progress.kernel(entry.name)
         before = set(gen.module.globals)
         try:
-            lifted, result = lift_and_optimize(module, entry, pipeline)
+            kernel_op = lift_kernel(module, entry).op
+            # before the passes move parameter loads (launch prologue): what the kernel
+            # writes through, read by the API to refuse read-only arrays
+            written = written_parameters(kernel_op)
+            lifted, result = optimize_kernel(kernel_op, pipeline)
             counts[entry.name] = result.counts
-            kernels[entry.name] = gen.add_kernel(lifted)
+            info = gen.add_kernel(lifted)
+            info.written_params = tuple(i for i, p in enumerate(info.params) if p[2] in written)
+            kernels[entry.name] = info
         except UnsupportedError as exc:
             # one kernel using an unsupported feature must not take its module down:
             # the error is raised when that kernel is asked for
@@ -260,15 +383,10 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     of its launch prologue: `passes` must be the module's pipeline).  Cached."""
     pipeline = PipelineOptions(tuple(passes) if passes is not None else None)
     key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}")
-    d = cache_dir() / f"{key}.spec"
     if cache_enabled():
-        try:
-            with open(d, "rb") as f:
-                got = pickle.load(f)
-            if isinstance(got, SpecializedObject):
-                return got
-        except Exception:
-            pass                        # missing or damaged: rebuilt below
+        got = _load(f"{key}.spec", SpecializedObject)
+        if got is not None:
+            return got
     module = parse_ptx(ptx)
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
@@ -276,34 +394,46 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     info = gen.add_kernel(lifted, block_dims)
     spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch)
     if cache_enabled():
-        try:
-            d.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=d.parent, prefix=".tmp-", suffix=".spec")
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(spec, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, d)
-        except OSError:
-            pass
+        _store(f"{key}.spec", spec)
     return spec
 
 
 def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: Sequence[str] = (),
-                 filename: str = "kernel.cu", arch: str | None = None) -> CompiledModule:
-    """CUDA C++ source to a native object, through the cache."""
-    from cpuify.frontend import nvrtc
+                 filename: str = "kernel.cu", arch: str | None = None, backend: str = "nvrtc",
+                 headers: Mapping[str, str] | None = None) -> CompiledModule:
+    """CUDA C++ source to a native object, through the cache.  `backend`: 'nvrtc' (NVRTC
+    in-process) or 'nvcc' (`nvcc -ptx`, no name expressions); `headers`: include name ->
+    text, found before the include paths."""
+    from cpuify.frontend import includes, nvrtc
     pipeline, options = pipeline_options(options)
+    # the headers the source includes from the user's directories are part of the input
+    included = includes.dependency_digest(source, filename, list(options))
+    header_key = "\0".join(f"{k}\1{v}" for k, v in sorted((headers or {}).items()))
     key = cache_key("cuda", source, [str(o) for o in options], list(name_expressions),
-                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}|{pipeline.key()}")
-    cached = None if pipeline.print_after else load_cached(key)
+                    f"{filename}|{arch}|{nvrtc.nvrtc_version()}|{pipeline.key()}|{backend}|"
+                    f"{included}|" + header_key)
+    uncacheable = pipeline.print_after or included is includes.UNCACHEABLE
+    cached = None if uncacheable else load_cached(key)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
-    res = nvrtc.compile_to_ptx(source, filename=filename, options=options,
-                               name_expressions=name_expressions, arch=arch)
+    if backend == "nvcc":
+        from cpuify.frontend import nvcc_ptx
+        if name_expressions:
+            raise ValueError("name expressions need backend='nvrtc' (nvcc cannot report the "
+                             "mangled names)")
+        if arch is not None:
+            options = [f"-arch={arch}", *options]
+        res = nvcc_ptx.compile_to_ptx(source, filename=filename, options=options, headers=headers)
+    else:
+        res = nvrtc.compile_to_ptx(source, filename=filename, options=options,
+                                   name_expressions=name_expressions, arch=arch, headers=headers)
     t1 = time.perf_counter()
     compiled = compile_ptx(res.ptx, lowered_names=res.lowered_names, pipeline=pipeline)
-    compiled.timings["nvrtc"] = t1 - t0
-    store_cached(key, compiled)
+    compiled.log = res.log
+    compiled.timings[backend] = t1 - t0
+    if not uncacheable:
+        store_cached(key, compiled)
     return compiled
 
 

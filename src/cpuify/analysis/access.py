@@ -238,3 +238,45 @@ def same_thread_only(address: Affine, size: int, block_dims: tuple[int, int, int
 
 __all__ = ["Access", "Affine", "READ", "WRITE", "Symbols", "accesses", "affine_form",
            "may_conflict", "same_thread_only"]
+
+
+#: ops through which an address keeps pointing into the object its operands point into
+#: (arithmetic, moves, conversions, selects); loads start a new provenance
+_ADDRESS_ARITHMETIC = ("ptx.add", "ptx.sub", "ptx.mov", "ptx.cvta", "ptx.mad", "ptx.mul",
+                       "ptx.shl", "ptx.cvt", "ptx.and", "ptx.or", "ptx.xor", "ptx.selp",
+                       "ptx.slct", "ptx.neg", "ptx.min", "ptx.max")
+
+
+def written_parameters(kernel: Operation) -> set[int]:
+    """Byte offsets of the kernel's parameters (`upir.param`) that an address written through
+    (a global or generic `st`, `atom`, `red`) is computed from, following address
+    arithmetic and block arguments back, not loads: a pointer loaded from memory may point
+    anywhere, and an index read from an array (`out[idx[i]]`) does not make `idx` written.
+    A parameter not in the set is one the kernel is known only to read through."""
+    from cpuify.analysis.cfg import incoming_values
+    from cpuify.ir.core import BlockArgument
+    incoming: dict[BlockArgument, list[Value]] = {}
+    stores: list[Value] = []
+    for op in kernel.walk():
+        for region in op.regions:
+            incoming.update(incoming_values(region))
+        if op.name in ("ptx.st", "ptx.atom", "ptx.red") and op.operands and \
+                memory_space(op) in ("global", "generic"):
+            stores.append(op.operands[0])
+    written: set[int] = set()
+    seen: set[Value] = set()
+    work = list(stores)
+    while work:
+        v = work.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, OpResult):
+            op = v.op
+            if op.name == "upir.param":
+                written.add(int(op.attributes.get("offset", -1)))
+            elif op.name in _ADDRESS_ARITHMETIC:
+                work.extend(op.operands)
+        elif isinstance(v, BlockArgument):
+            work.extend(incoming.get(v, ()))
+    return written

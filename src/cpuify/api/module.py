@@ -1,17 +1,21 @@
-"""CuPy-compatible kernel API on the CPU: RawModule, RawKernel, Function.
+"""CuPy-compatible kernel API on the CPU: RawModule, RawKernel (CuPy 13-14's surface), and
+Function, the compiled kernel behind a RawKernel (CuPy's `cupy.cuda.Function`).
 
     mod = cpuify.RawModule(code=src, options=("-DN=4",), name_expressions=("k<4>",))
-    k = mod.get_function("k<4>")
+    k = mod.get_function("k<4>")                 # a RawKernel
     k((blocks,), (threads,), (x, y, np.float32(2.0), np.int32(n)))
 
-Pointers are NumPy arrays (or anything with the array interface or the buffer protocol);
-scalars are converted to the parameter type the kernel declares (the PTX knows it), with
-range checks; structs by value come from NumPy structured scalars or bytes."""
+As in CuPy, compilation is lazy: on the first launch, `get_function`, `get_global`,
+`.attributes` or `compile()`.  Pointers are NumPy arrays (or anything with the array
+interface or the buffer protocol); scalars are converted to the parameter type the kernel
+declares (the PTX knows it), with range checks; structs by value come from NumPy structured
+scalars or bytes, complex parameters (cuComplex, complex<T>) from complex scalars."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import struct
 import sys
 import threading
@@ -28,7 +32,10 @@ from cpuify.codegen.layout import (
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
-from cpuify.errors import CpuifyError, LaunchError, UnsupportedError
+from cpuify.errors import (
+    ArgumentError, ArgumentValueError, CompileError, CompileException, CUDADriverError,
+    KernelFailure, ModuleFileNotFoundError, SymbolNotFoundError, UnsupportedError,
+)
 from cpuify.runtime.native import load_runtime
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -45,6 +52,9 @@ _ERROR_TEXT = {
     ERR_ASSERT: "a device-side assert() failed",
     5: "out of memory allocating shared/scratch memory for the launch",
 }
+# the CUDA driver status a GPU reports for each (KernelFailure.status)
+_ERROR_STATUS = {ERR_BARRIER_DIVERGENCE: 719, ERR_TRAP: 719, ERR_WARP_DIVERGENCE: 719,
+                 ERR_ASSERT: 710, 5: 2}
 
 
 
@@ -57,18 +67,23 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
             return value[0], 1, 1
         if n == 2:
             return value[0], value[1], 1
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         dims = [int(value)]
     else:
         try:
             if isinstance(value, (str, bytes)):
                 raise TypeError
-            dims = [int(v) for v in value]
-        except (TypeError, ValueError):
-            raise TypeError(f"kernel '{kernel}': {what} must be an int or a tuple of up to 3 ints, "
-                            f"got {type(value).__name__}") from None
+            items = list(value)
+            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                       for v in items):
+                raise TypeError
+            dims = [int(v) for v in items]
+        except TypeError:
+            raise ArgumentError(f"kernel '{kernel}': {what} must be an int or a tuple of up to 3 "
+                                f"ints, got {value!r:.80}") from None
     if not 1 <= len(dims) <= 3:
-        raise ValueError(f"kernel '{kernel}': {what} must have 1 to 3 dimensions, got {len(dims)}")
+        raise ArgumentValueError(f"kernel '{kernel}': {what} must have 1 to 3 dimensions, "
+                                 f"got {len(dims)}")
     while len(dims) < 3:
         dims.append(1)
     return dims[0], dims[1], dims[2]
@@ -77,7 +92,7 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
 class Function:
     """A compiled kernel, launched with `fn(grid, block, args, shared_mem=0)`."""
 
-    def __init__(self, module: "RawModule", info: KernelInfo, loaded: LoadedObject) -> None:
+    def __init__(self, module: "_Image", info: KernelInfo, loaded: LoadedObject) -> None:
         self.module = module
         self.info = info
         self.name = info.name
@@ -104,13 +119,43 @@ class Function:
         self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT - info.shared_static
         self._plan = [(name, t, off, size) for (name, t, off, size) in info.params]
         self._aggregate = list(info.aggregate_params)
-        self._packer = ArgumentPacker(self.name, self._plan, self._aggregate)
+        self._packer = ArgumentPacker(self.name, self._plan, self._aggregate, info.written_params)
+        self.preferred_shared_memory_carveout = -1     # CUDA's "no preference"
         # launch configurations (grid, block, shared_mem) already checked
         self._checked: set[tuple[Any, Any, int]] = set()
 
-    # CuPy-compatible read-only attributes
+    # CuPy-compatible read-only attributes (CUDA's cuFuncGetAttribute)
     @property
     def num_regs(self) -> int:
+        """An estimate: the 32-bit PTX virtual registers the kernel declares (64-bit ones
+        count two, predicates none), at most 255 as on a GPU.  ptxas would allocate fewer;
+        the CPU code keeps values in its own registers and its per-thread scratch."""
+        return self.module.entry_facts(self.name)[0]
+
+    @property
+    def local_size_bytes(self) -> int:
+        """Bytes of local memory per thread: the kernel's `.local` arrays (stack frames of
+        called functions included when the compiler declared them in the kernel)."""
+        return self.module.entry_facts(self.name)[1]
+
+    @property
+    def const_size_bytes(self) -> int:
+        """Bytes of the module's `__constant__` variables."""
+        return sum(g.size for g in self.module._compiled.globals.values() if g.space == "const")
+
+    @property
+    def ptx_version(self) -> int:
+        """The PTX ISA version of the kernel's PTX, 10 * major + minor (PTX 8.5: 85)."""
+        return self.module.ptx_facts()[0]
+
+    @property
+    def binary_version(self) -> int:
+        """The architecture the PTX was generated for, 10 * major + minor (sm_75: 75)."""
+        return self.module.ptx_facts()[1]
+
+    @property
+    def cache_mode_ca(self) -> int:
+        """0: no `-Xptxas -dlcm=ca` (global loads cached in L1), which has no CPU meaning."""
         return 0
 
     @property
@@ -130,6 +175,11 @@ class Function:
     @property
     def kernel_name(self) -> str:
         return self.name
+
+    @property
+    def ptr(self) -> int:
+        """The address of the kernel's generic block function (CuPy's Function.ptr)."""
+        return self._addr
 
     def __repr__(self) -> str:
         return f"<cpuify.Function {self.name}({', '.join(t for _, t, _, _ in self._plan)})>"
@@ -171,6 +221,9 @@ class Function:
         bl = _dim3(block, "block", name)
         nthreads = bl[0] * bl[1] * bl[2]
         if type(shared_mem) is not int:
+            if not isinstance(shared_mem, (int, np.integer)) or isinstance(shared_mem, bool):
+                raise ArgumentError(f"kernel '{name}': shared_mem must be an int (bytes of "
+                                    f"dynamic shared memory), got {shared_mem!r:.80}")
             shared_mem = int(shared_mem)
         config = (g, bl, shared_mem)
         if config not in self._checked:
@@ -205,8 +258,10 @@ class Function:
             sys.stdout.flush()
             self._rt.cpuify_flush()
         if rc:
-            raise LaunchError(f"kernel '{name}' failed in block ({e[0]}, {e[1]}, {e[2]}): "
-                              f"{_ERROR_TEXT.get(rc, f'error code {rc}')}")
+            where = f" in block ({e[0]}, {e[1]}, {e[2]})" if rc != 5 and e[0] != 0xFFFFFFFF else ""
+            raise KernelFailure(_ERROR_STATUS.get(rc, 719),
+                                f"kernel '{name}' failed{where}: "
+                                f"{_ERROR_TEXT.get(rc, f'error code {rc}')}", name)
 
     def _check_config(self, g: tuple[int, int, int], bl: tuple[int, int, int], nthreads: int,
                       shared_mem: int) -> None:
@@ -214,23 +269,23 @@ class Function:
         name = self.name
         for k in range(3):
             if not 1 <= bl[k] <= MAX_BLOCK_DIM[k]:
-                raise ValueError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
+                raise ArgumentValueError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
                                  f"range 1..{MAX_BLOCK_DIM[k]} (cudaErrorInvalidConfiguration)")
             if not 1 <= g[k] <= MAX_GRID_DIM[k]:
-                raise ValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
+                raise ArgumentValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
                                  f"range 1..{MAX_GRID_DIM[k]} (cudaErrorInvalidConfiguration)")
         req = self.info.directives.get("reqntid")
         if req and tuple(req) + (1,) * (3 - len(req)) != bl:
-            raise ValueError(f"kernel '{name}' requires a block of exactly "
+            raise ArgumentValueError(f"kernel '{name}' requires a block of exactly "
                              f"{tuple(req) + (1,) * (3 - len(req))} threads (__launch_bounds__/"
                              f".reqntid), got {bl} (cudaErrorInvalidConfiguration)")
         if nthreads > self.max_threads_per_block:
-            raise ValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
+            raise ArgumentValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
                              f"{self.max_threads_per_block} (cudaErrorInvalidConfiguration)")
         if shared_mem < 0:
-            raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
+            raise ArgumentValueError(f"kernel '{name}': shared_mem must be >= 0, got {shared_mem}")
         if shared_mem > self.max_dynamic_shared_size_bytes:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"kernel '{name}': {shared_mem} bytes of dynamic shared memory exceed the limit of "
                 f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
                 f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
@@ -238,13 +293,23 @@ class Function:
 
     def __setattr__(self, key: str, value: Any) -> None:
         if key == "max_dynamic_shared_size_bytes" and hasattr(self, "info"):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise ArgumentError(f"kernel '{self.name}': max_dynamic_shared_size_bytes must be "
+                                    f"an int, got {value!r:.80}")
             value = int(value)
             limit = MAX_SHARED_OPTIN - self.info.shared_static
             if not 0 <= value <= limit:
-                raise ValueError(f"kernel '{self.name}': max_dynamic_shared_size_bytes must be in "
-                                 f"0..{limit} (cudaErrorInvalidValue)")
+                raise ArgumentValueError(f"kernel '{self.name}': max_dynamic_shared_size_bytes "
+                                         f"must be in 0..{limit} (cudaErrorInvalidValue)")
             if hasattr(self, "_checked"):
                 self._checked.clear()       # the limit the checked launches were held to
+        elif key == "preferred_shared_memory_carveout" and hasattr(self, "info"):
+            # a hint about the L1/shared split of a GPU: checked as CUDA does, no effect here
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or \
+                    not -1 <= int(value) <= 100:
+                raise ArgumentValueError(f"kernel '{self.name}': preferred_shared_memory_carveout "
+                                         f"must be -1 or a percentage 0..100, got {value!r:.80}")
+            value = int(value)
         object.__setattr__(self, key, value)
 
 
@@ -261,124 +326,583 @@ class _LaunchBuffers:
         self.err_addr = ctypes.addressof(self.err)
 
 
+_REG_DECL = re.compile(r"\.reg\s+\.(\w+)\s+[%\w$]+(?:<(\d+)>)?")
+_LOCAL_DECL = re.compile(r"\.local\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[%\w$]+((?:\[\d*\])*)")
+_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(")
+# what a kernel launch in device code compiles to (CUDA dynamic parallelism)
+_DEVICE_LAUNCH = re.compile(r"\b(?:cudaLaunchDevice\w*|cudaGetParameterBuffer\w*|__cudaCDP\w*)\b")
+
+
+def _entry_bodies(ptx: str) -> dict[str, str]:
+    """The text of each `.entry` of a PTX module, from its name to its closing brace."""
+    bodies: dict[str, str] = {}
+    for m in _ENTRY.finditer(ptx):
+        start = ptx.find("{", m.end())
+        if start < 0:
+            continue
+        depth, i = 0, start
+        while i < len(ptx):
+            c = ptx[i]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            i += 1
+        bodies[m.group(1)] = ptx[m.start():i + 1]
+    return bodies
+
+
+def _type_bytes(t: str) -> int:
+    digits = re.sub(r"\D", "", t)
+    return max(1, int(digits) // 8) if digits else 4
+
+
+class _Image:
+    """A compiled module loaded into this process (what `RawModule.module` returns; CuPy's
+    `cupy.cuda.Module`): its kernels as Functions, its variables, `mapping` from name
+    expressions to mangled names."""
+
+    def __init__(self, compiled: CompiledModule) -> None:
+        self._compiled = compiled
+        self._loaded = LoadedObject(compiled.object_code)
+        self.mapping: dict[str, str] = dict(compiled.lowered_names)
+        self._functions: dict[str, Function] = {}
+        self._global_views: dict[str, np.ndarray] = {}
+        self._bodies: dict[str, str] | None = None
+        self._facts: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+
+    def _entry_text(self, name: str) -> str:
+        if self._bodies is None:
+            self._bodies = _entry_bodies(self._compiled.ptx)
+        return self._bodies.get(name, "")
+
+    def entry_facts(self, name: str) -> tuple[int, int]:
+        """(register estimate, local bytes per thread) of one kernel, from its PTX."""
+        facts = self._facts.get(name)
+        if facts is None:
+            body = self._entry_text(name)
+            regs = 0
+            for m in _REG_DECL.finditer(body):
+                t, n = m.group(1), int(m.group(2) or 1)
+                if t != "pred":
+                    regs += n * (2 if _type_bytes(t) == 8 else 1)
+            local = 0
+            for m in _LOCAL_DECL.finditer(body):
+                n = 1
+                for dim in re.findall(r"\[(\d*)\]", m.group(2)):
+                    n *= int(dim or 0)
+                local += n * _type_bytes(m.group(1))
+            facts = self._facts[name] = (max(1, min(regs, 255)), local)
+        return facts
+
+    def ptx_facts(self) -> tuple[int, int]:
+        """(PTX ISA version, target architecture), both as 10 * major + minor."""
+        ptx = self._compiled.ptx
+        v = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", ptx, re.MULTILINE)
+        t = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.MULTILINE)
+        return (int(v.group(1)) * 10 + int(v.group(2)) if v else 0, int(t.group(1)) if t else 0)
+
+    def get_function(self, name: str, expressions: Sequence[str] = ()) -> Function:
+        fn = self._functions.get(name)
+        if fn is not None:
+            return fn
+        compiled = self._compiled
+        symbol = self.mapping.get(name, name)
+        info = compiled.kernels.get(symbol)
+        if _DEVICE_LAUNCH.search(self._entry_text(symbol)):
+            raise UnsupportedError(
+                f"kernel '{name}' launches kernels from device code (dynamic parallelism), "
+                "which cpuify does not run: launch the inner kernels from the host", kernel=name)
+        if info is None and symbol in compiled.refused:
+            raise UnsupportedError(compiled.refused[symbol])
+        if info is None:
+            known = ", ".join(sorted(compiled.kernels)) or "none"
+            hint = ""
+            if "<" in name and name not in expressions:
+                hint = " (template kernels must be listed in name_expressions=)"
+            elif any(k.startswith("_Z") and name in k for k in compiled.kernels):
+                hint = " (the kernel name is C++-mangled: declare it extern \"C\" or use name_expressions=)"
+            raise SymbolNotFoundError(f"no kernel named '{name}' in this module{hint}; "
+                                      f"kernels: {known}")
+        if "%envreg1" in self._entry_text(symbol) or "%envreg2" in self._entry_text(symbol):
+            raise UnsupportedError(
+                f"kernel '{name}' synchronizes the whole grid (cooperative_groups::this_grid()."
+                "sync() / grid.sync()), which cpuify does not run: split the kernel in two "
+                "launches at the grid sync", kernel=name)
+        with self._lock:
+            fn = self._functions.get(name)
+            if fn is None:
+                fn = self._functions[name] = Function(self, info, self._loaded)
+        return fn
+
+    def get_global_var(self, name: str) -> int:
+        """The address of a `__device__`/`__constant__` variable (CuPy's Module method)."""
+        return self._global_var(name)[0]
+
+    def _global_var(self, name: str) -> tuple[int, int]:
+        """(address, size in bytes) of a `__device__`/`__constant__` variable."""
+        symbol = self.mapping.get(name, name)
+        g = self._compiled.globals.get(symbol)
+        if g is None:
+            known = ", ".join(sorted(n for n in self._compiled.globals if not n.startswith("$"))) or "none"
+            raise SymbolNotFoundError(f"no __device__/__constant__ variable named '{name}'; "
+                                      f"variables: {known}")
+        return self._loaded.global_address(symbol), g.size
+
+    def global_view(self, name: str) -> np.ndarray:
+        """The bytes of a variable as a uint8 array; one per variable, made once: the JIT
+        memory stays alive as long as any view of it (ctypes array -> this image)."""
+        view = self._global_views.get(name)
+        if view is None:
+            addr, size = self._global_var(name)
+            raw = (ctypes.c_uint8 * size).from_address(addr)
+            raw._cpuify_image = self        # type: ignore[attr-defined]
+            view = np.frombuffer(raw, dtype=np.uint8)
+            self._global_views[name] = view
+        return view
+
+
+_BACKENDS = ("nvrtc", "nvcc")
+_MISSING_HEADER = re.compile(r'cannot open source file "([^"]+)"')
+
+
+def _options_tuple(options: Any, what: str) -> tuple[str, ...]:
+    if options is None:
+        return ()
+    if isinstance(options, str):
+        return (options,)
+    try:
+        out = tuple(options)
+    except TypeError:
+        raise ArgumentError(f"{what}: options must be a tuple of strings, got "
+                            f"{type(options).__name__}") from None
+    for o in out:
+        if not isinstance(o, (str, bytes, tuple, list)):
+            raise ArgumentError(f"{what}: option {o!r} is not a string")
+    return out
+
+
 class RawModule:
-    """CUDA C++ (or PTX) compiled for the CPU.  Mirrors `cupy.RawModule`."""
+    """CUDA C++ (or PTX) compiled for the CPU.  Mirrors `cupy.RawModule` (CuPy 13-14).
+
+    `code=` CUDA source, or `path=` a file (.ptx, or CUDA source; a cubin or fatbin is
+    refused: it holds GPU machine code), or `ptx=` PTX text.  Compiled on first use."""
 
     def __init__(self, code: str | None = None, *, path: str | os.PathLike[str] | None = None,
                  options: Sequence[str] = (), backend: str = "nvrtc",
                  translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
-                 name_expressions: Sequence[str] | None = None, jitify: bool = False,
-                 ptx: str | None = None) -> None:
+                 name_expressions: Sequence[str] | None = None, jitify: bool | None = False,
+                 ptx: str | None = None, filename: str = "kernel.cu") -> None:
+        """`filename`: the name the compiler's messages give the source (`code=`)."""
+        given = [x is not None for x in (code, path, ptx)]
+        if sum(given) != 1:
+            raise ArgumentError("RawModule: give exactly one of code=, path= or ptx=")
+        if code is not None and not isinstance(code, str):
+            raise ArgumentError(f"RawModule: code must be a str, got {type(code).__name__}")
+        if ptx is not None and not isinstance(ptx, str):
+            raise ArgumentError(f"RawModule: ptx must be a str, got {type(ptx).__name__}")
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise ArgumentError(f"RawModule: path must be a str or path, got {type(path).__name__}")
+        if backend not in _BACKENDS:
+            raise ArgumentValueError(f"RawModule: backend must be 'nvrtc' or 'nvcc', got {backend!r}")
+        if name_expressions is not None:
+            if isinstance(name_expressions, str):
+                name_expressions = (name_expressions,)
+            if code is None:
+                raise ArgumentValueError("RawModule: name_expressions need CUDA C++ code (code=), not a "
+                                 "compiled module")
+            if backend != "nvrtc":
+                raise ArgumentValueError("RawModule: only backend='nvrtc' supports name_expressions "
+                                 "(nvcc cannot report the mangled names)")
+            if not all(isinstance(n, str) for n in name_expressions):
+                raise ArgumentError("RawModule: name_expressions must be strings")
         if jitify:
-            raise CpuifyError("jitify=True is not supported by cpuify; compile without it")
-        if backend not in ("nvrtc", "nvcc"):
-            raise ValueError(f"backend must be 'nvrtc' or 'nvcc', got {backend!r}")
-        sources = [x is not None for x in (code, path, ptx)]
-        if sum(sources) != 1:
-            raise TypeError("give exactly one of code=, path= or ptx=")
-        filename = "kernel.cu"
-        if path is not None:
-            p = Path(path)
-            text = p.read_text()
-            if p.suffix == ".ptx" or text.lstrip().startswith(("//", ".version")) and ".entry" in text:
-                ptx = text
-            else:
-                code, filename = text, p.name
-        if isinstance(options, str):
-            options = (options,)
+            if code is None:
+                raise ArgumentValueError("RawModule: jitify=True needs CUDA C++ code (code=)")
+            if backend != "nvrtc":
+                raise ArgumentValueError("RawModule: jitify=True only works with backend='nvrtc'")
         self.code = code
-        self.options = tuple(options)
-        self.name_expressions = tuple(name_expressions or ())
-        if ptx is not None:
-            self._compiled: CompiledModule = compile_ptx_cached(ptx, self.options)
-        else:
-            assert code is not None
-            self._compiled = compile_cuda(code, options=self.options,
-                                          name_expressions=self.name_expressions, filename=filename)
-        self._loaded = LoadedObject(self._compiled.object_code)
-        self._functions: dict[str, Function] = {}
+        self.file_path = os.fspath(path) if path is not None else None
+        self._ptx_text = ptx
+        self._filename = str(filename)
+        # (CuPy drops the options of path= modules, which are cubins or PTX there; a path=
+        # here may name CUDA source, compiled with the options and backend given)
+        self.options = _options_tuple(options, "RawModule")
+        self.backend = backend
+        self.translate_cucomplex = bool(translate_cucomplex) and ptx is None
+        self.enable_cooperative_groups = bool(enable_cooperative_groups)
+        self.name_expressions = tuple(name_expressions) if name_expressions is not None else None
+        self.jitify = jitify
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._image: _Image | None = None
+        self._kernels: dict[str, RawKernel] = {}
+        self._build_lock = threading.Lock()
+
+    # -- compilation ---------------------------------------------------------------------
+    @property
+    def module(self) -> _Image:
+        """The compiled module (compiles on first access)."""
+        image = self._image
+        if image is None:
+            image = self._build()
+        return image
+
+    def compile(self, log_stream: Any = None) -> None:
+        """Compile now (launches, get_function, get_global compile on first use anyway).
+        `log_stream`: a file object (sys.stdout, io.StringIO) that receives the CUDA
+        compiler's warnings."""
+        image = self.module
+        if log_stream is not None and image._compiled.log:
+            log_stream.write(image._compiled.log)
+            if not image._compiled.log.endswith("\n"):
+                log_stream.write("\n")
+            flush = getattr(log_stream, "flush", None)
+            if flush is not None:
+                flush()
+
+    def _build(self) -> _Image:
+        with self._build_lock:
+            if self._image is not None:
+                return self._image
+            self._image = _Image(self._compile())
+            return self._image
+
+    def _source(self) -> tuple[str, str, str]:
+        """('cuda' | 'ptx', text, file name) of what this module compiles."""
+        if self.code is not None:
+            return "cuda", self.code, self._filename
+        if self._ptx_text is not None:
+            return "ptx", self._ptx_text, "kernel.ptx"
+        assert self.file_path is not None
+        return _read_module_file(self.file_path)
+
+    def _compile(self) -> CompiledModule:
+        kind, text, filename = self._source()
+        if kind == "ptx":
+            return compile_ptx_cached(text, self.options)
+        from cpuify.api import headers
+        source = headers.translate_cucomplex(text) if self.translate_cucomplex else text
+        given = headers.headers_for(source, jitify=bool(self.jitify))
+        for _ in range(32):
+            try:
+                return compile_cuda(source, options=self.options,
+                                    name_expressions=self.name_expressions or (),
+                                    filename=filename, backend=self.backend, headers=given)
+            except CompileException:
+                raise
+            except CompileError as exc:
+                missing = _MISSING_HEADER.findall(exc.log or str(exc))
+                if self.jitify and missing and not any(m in given for m in missing):
+                    # as Jitify does: a header that cannot be found is taken as empty (the
+                    # compile fails later if the kernel needed anything from it)
+                    import warnings
+                    warnings.warn(f"jitify: header(s) {', '.join(missing)} not found; "
+                                  "compiling without them", RuntimeWarning, stacklevel=4)
+                    given = {**given, **{m: "" for m in missing}}
+                    continue
+                raise CompileException(str(exc), source, filename, self.options, self.backend,
+                                       log=exc.log) from None
+        raise CompileException(f"{filename}: too many missing headers", source, filename,
+                               self.options, self.backend)
+
+    @property
+    def _compiled(self) -> CompiledModule:
+        return self.module._compiled
 
     @property
     def ptx(self) -> str:
+        """The PTX the module was compiled from."""
         return self._compiled.ptx
 
     @property
     def kernel_names(self) -> list[str]:
         return list(self._compiled.kernels)
 
-    def _resolve(self, name: str) -> str:
-        return self._compiled.lowered_names.get(name, name)
-
-    def get_function(self, name: str) -> Function:
-        fn = self._functions.get(name)
-        if fn is not None:
-            return fn
-        symbol = self._resolve(name)
-        info = self._compiled.kernels.get(symbol)
-        if info is None and symbol in self._compiled.refused:
-            raise UnsupportedError(self._compiled.refused[symbol])
-        if info is None:
-            known = ", ".join(sorted(self._compiled.kernels)) or "none"
-            hint = ""
-            if "<" in name and name not in self.name_expressions:
-                hint = " (template kernels must be listed in name_expressions=)"
-            elif any(k.startswith("_Z") and name in k for k in self._compiled.kernels):
-                hint = " (the kernel name is C++-mangled: declare it extern \"C\" or use name_expressions=)"
-            raise LookupError(f"no kernel named '{name}' in this module{hint}; kernels: {known}")
-        fn = Function(self, info, self._loaded)
-        self._functions[name] = fn
-        return fn
+    # -- contents ------------------------------------------------------------------------
+    def get_function(self, name: str) -> "RawKernel":
+        """The kernel `name` (an extern "C" name, a mangled name, or one of the
+        name_expressions) as a RawKernel.  SymbolNotFoundError (CUDA_ERROR_NOT_FOUND, a
+        CUDADriverError and a LookupError) if the module has no such kernel."""
+        k = self._kernels.get(name)
+        if k is not None:
+            return k
+        if not isinstance(name, str):
+            raise ArgumentError(f"get_function: the kernel name must be a str, got {type(name).__name__}")
+        fn = self.module.get_function(name, self.name_expressions or ())
+        k = RawKernel._from_module(self, name, fn)
+        self._kernels[name] = k
+        return k
 
     def get_global(self, name: str, dtype: Any = np.uint8) -> np.ndarray:
-        """A writable NumPy view of a `__device__` or `__constant__` variable."""
-        symbol = self._resolve(name)
-        g = self._compiled.globals.get(symbol)
-        if g is None:
-            known = ", ".join(sorted(n for n in self._compiled.globals if not n.startswith("$"))) or "none"
-            raise LookupError(f"no __device__/__constant__ variable named '{name}'; variables: {known}")
-        addr = self._loaded.global_address(symbol)
-        raw = (ctypes.c_uint8 * g.size).from_address(addr)
-        arr = np.frombuffer(raw, dtype=np.uint8)
-        arr = arr.view(dtype) if np.dtype(dtype) != np.uint8 else arr
-        # keep the JIT memory alive as long as the view
-        _views_keepalive.setdefault(id(self), (self, []))[1].append(raw)
-        return arr
+        """A writable NumPy view of a `__device__` or `__constant__` variable (CuPy returns a
+        MemoryPointer; on the CPU the memory is the array), as `dtype`."""
+        if not isinstance(name, str):
+            raise ArgumentError(f"get_global: the variable name must be a str, got {type(name).__name__}")
+        view = self.module.global_view(name)
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as exc:
+            raise ArgumentError(f"get_global('{name}'): bad dtype {dtype!r}: {exc}") from None
+        if dt == np.uint8:
+            return view[...]
+        if dt.hasobject:
+            raise ArgumentError(f"get_global('{name}'): dtype=object cannot view device memory")
+        if view.nbytes % dt.itemsize:
+            raise ArgumentValueError(f"get_global('{name}'): the variable is {view.nbytes} bytes, "
+                                     f"not a multiple of {dt} ({dt.itemsize} bytes)")
+        return view.view(dt)
+
+    def get_texref(self, name: str) -> Any:
+        """CuPy's texture references (the legacy `texture<>` API) do not exist on the CPU."""
+        raise UnsupportedError(f"get_texref('{name}'): texture references are not supported by "
+                               "cpuify (textures and surfaces are refused); read the array "
+                               "through a pointer parameter instead")
+
+    # -- pickling: the source and options; an unpickled module compiles on first use -----
+    def __getstate__(self) -> dict[str, Any]:
+        return {"code": self.code, "file_path": self.file_path, "ptx": self._ptx_text,
+                "options": self.options, "backend": self.backend,
+                "translate_cucomplex": self.translate_cucomplex,
+                "enable_cooperative_groups": self.enable_cooperative_groups,
+                "name_expressions": self.name_expressions, "jitify": self.jitify,
+                "filename": self._filename, "cpuify_raw_version": 1}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state.get("cpuify_raw_version") != 1:
+            import pickle
+            raise pickle.UnpicklingError("this pickled cpuify.RawModule comes from another "
+                                         "cpuify version; create it again")
+        self.code = state["code"]
+        self.file_path = state["file_path"]
+        self._ptx_text = state["ptx"]
+        self.options = tuple(state["options"])
+        self.backend = state["backend"]
+        self.translate_cucomplex = state["translate_cucomplex"]
+        self.enable_cooperative_groups = state["enable_cooperative_groups"]
+        self.name_expressions = state["name_expressions"]
+        self.jitify = state["jitify"]
+        self._filename = state.get("filename", "kernel.cu")
+        self._init_state()
+
+    def __repr__(self) -> str:
+        what = f"path={self.file_path!r}" if self.file_path else \
+            "ptx=..." if self._ptx_text is not None else "code=..."
+        state = "compiled" if self._image is not None else "not compiled yet"
+        return f"<cpuify.RawModule {what} backend={self.backend!r} ({state})>"
 
 
-_views_keepalive: dict[int, tuple[RawModule, list[Any]]] = {}
+_ELF_MAGIC = b"\x7fELF"
+_FATBIN_MAGIC = (b"\x50\xed\x55\xba", b"\x46\x62\xb1\x43")     # fatbin, fatbin wrapper
+
+
+def _read_module_file(path: str) -> tuple[str, str, str]:
+    """('ptx' | 'cuda', text, file name) of a module file; clear errors for a missing file
+    and for GPU binaries (cubin, fatbin) that cannot run on a CPU."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ModuleFileNotFoundError(str(path)) from None
+    except IsADirectoryError:
+        raise CUDADriverError(1, f"{path} is a directory, not a PTX or CUDA source file") from None
+    except OSError as exc:
+        raise CUDADriverError(301, f"cannot read {path}: {exc.strerror or exc}") from None
+    if data.startswith(_ELF_MAGIC):
+        raise CUDADriverError(
+            209, f"{path} is a cubin (ELF): GPU machine code, which cpuify cannot run on a CPU. "
+            "Load the PTX instead (nvcc -ptx, or RawModule(code=...) with the CUDA source)")
+    if data[:4] in _FATBIN_MAGIC:
+        raise CUDADriverError(
+            209, f"{path} is a fatbin: GPU binaries, which cpuify cannot load. Load the PTX "
+            "instead (nvcc -ptx, or RawModule(code=...) with the CUDA source)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CUDADriverError(200, f"{path} is neither PTX nor CUDA source (not text); give a "
+                              ".ptx or .cu file") from None
+    if "\0" in text:
+        raise CUDADriverError(200, f"{path} is neither PTX nor CUDA source (binary data)")
+    stripped = re.sub(r"//[^\n]*", "", text)
+    if p.suffix == ".ptx" or (re.search(r"^\s*\.version\s", stripped, re.MULTILINE) and
+                              re.search(r"^\s*\.target\s", stripped, re.MULTILINE)):
+        return "ptx", text, p.name
+    return "cuda", text, p.name
 
 
 class RawKernel:
-    """One kernel from CUDA source.  Mirrors `cupy.RawKernel`."""
+    """One kernel from CUDA source.  Mirrors `cupy.RawKernel` (CuPy 13-14): compiled on the
+    first launch (or `compile()`), `attributes` and the properties of CUDA's function
+    attributes, picklable (the source and options; recompiled after unpickling)."""
 
     def __init__(self, code: str, name: str, options: Sequence[str] = (), backend: str = "nvrtc",
-                 translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
-                 jitify: bool = False) -> None:
-        self.code = code
+                 *, translate_cucomplex: bool = False, enable_cooperative_groups: bool = False,
+                 jitify: bool | None = False) -> None:
+        if not isinstance(code, str):
+            raise ArgumentError(f"RawKernel: code must be a str, got {type(code).__name__}")
+        if not isinstance(name, str):
+            raise ArgumentError(f"RawKernel: name must be a str, got {type(name).__name__}")
+        if backend not in _BACKENDS:
+            raise ArgumentValueError(f"RawKernel: backend must be 'nvrtc' or 'nvcc', got {backend!r}")
+        if jitify and backend != "nvrtc":
+            raise ArgumentValueError("RawKernel: jitify=True only works with backend='nvrtc'")
+        self.code: str | None = code
         self.name = name
-        self.options = tuple(options) if not isinstance(options, str) else (options,)
-        self._module = RawModule(code=code, options=self.options, backend=backend,
-                                 enable_cooperative_groups=enable_cooperative_groups, jitify=jitify)
-        self._fn = self._module.get_function(name)
+        self.__name__ = name
+        self.options = _options_tuple(options, f"RawKernel '{name}'")
+        self.backend = backend
+        self.translate_cucomplex = bool(translate_cucomplex)
+        self.enable_cooperative_groups = bool(enable_cooperative_groups)
+        self.jitify = jitify
+        self.file_path: str | None = None          # set for kernels of RawModule(path=...)
+        self.name_expressions: tuple[str, ...] | None = None
+        self._ptx_text: str | None = None
+        self._owner: RawModule | None = None
+        self._fn: Function | None = None
+
+    @classmethod
+    def _from_module(cls, module: RawModule, name: str, fn: Function) -> "RawKernel":
+        k = cls.__new__(cls)
+        k.code, k.name, k.__name__ = module.code, name, name
+        k.options, k.backend = module.options, module.backend
+        k.translate_cucomplex = module.translate_cucomplex
+        k.enable_cooperative_groups = module.enable_cooperative_groups
+        k.jitify, k.file_path = module.jitify, module.file_path
+        k.name_expressions, k._ptx_text = module.name_expressions, module._ptx_text
+        k._owner, k._fn = module, fn
+        return k
+
+    def _module(self) -> RawModule:
+        owner = self._owner
+        if owner is None:
+            owner = RawModule(code=self.code, path=self.file_path, ptx=self._ptx_text,
+                              options=self.options, backend=self.backend,
+                              translate_cucomplex=self.translate_cucomplex,
+                              enable_cooperative_groups=self.enable_cooperative_groups,
+                              name_expressions=self.name_expressions, jitify=self.jitify)
+            self._owner = owner
+        return owner
+
+    def _function(self) -> Function:
+        fn = self._fn
+        if fn is None:
+            mod = self._module()
+            fn = self._fn = mod.module.get_function(self.name, self.name_expressions or ())
+        return fn
 
     @property
     def kernel(self) -> Function:
-        return self._fn
+        """The compiled kernel (compiles on first access)."""
+        return self._fn or self._function()
 
-    @property
-    def max_dynamic_shared_size_bytes(self) -> int:
-        return self._fn.max_dynamic_shared_size_bytes
+    def compile(self, log_stream: Any = None) -> None:
+        """Compile now; `log_stream` receives the compiler's warnings."""
+        self._module().compile(log_stream)
+        self._function()
 
-    @max_dynamic_shared_size_bytes.setter
-    def max_dynamic_shared_size_bytes(self, value: int) -> None:
-        self._fn.max_dynamic_shared_size_bytes = value
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
+                 stream: Any = None, enable_cooperative_groups: bool | None = None) -> None:
+        """Launch on `grid` blocks of `block` threads (ints or tuples of up to 3); returns
+        when the kernel has finished (`stream` is accepted, launches are synchronous)."""
+        fn = self._fn
+        if fn is None:
+            fn = self._function()
+        fn(grid, block, args, shared_mem=shared_mem)
+
+    # -- attributes (CUDA's function attributes, as CuPy reports them) -------------------
+    _ATTRIBUTES = ("max_threads_per_block", "shared_size_bytes", "const_size_bytes",
+                   "local_size_bytes", "num_regs", "ptx_version", "binary_version",
+                   "cache_mode_ca", "max_dynamic_shared_size_bytes",
+                   "preferred_shared_memory_carveout")
 
     @property
     def attributes(self) -> dict[str, int]:
-        return {"max_threads_per_block": self._fn.max_threads_per_block,
-                "shared_size_bytes": self._fn.shared_size_bytes,
-                "max_dynamic_shared_size_bytes": self._fn.max_dynamic_shared_size_bytes}
+        """All ten of CuPy's keys.  num_regs is an estimate from the PTX (see
+        Function.num_regs); max_dynamic_shared_size_bytes and
+        preferred_shared_memory_carveout can be set as properties."""
+        fn = self.kernel
+        return {key: getattr(fn, key) for key in self._ATTRIBUTES}
 
-    def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
-                 stream: Any = None, enable_cooperative_groups: bool = False) -> None:
-        self._fn(grid, block, args, shared_mem=shared_mem)
+    @property
+    def max_threads_per_block(self) -> int:
+        return self.kernel.max_threads_per_block
+
+    @property
+    def shared_size_bytes(self) -> int:
+        return self.kernel.shared_size_bytes
+
+    @property
+    def const_size_bytes(self) -> int:
+        return self.kernel.const_size_bytes
+
+    @property
+    def local_size_bytes(self) -> int:
+        return self.kernel.local_size_bytes
+
+    @property
+    def num_regs(self) -> int:
+        return self.kernel.num_regs
+
+    @property
+    def ptx_version(self) -> int:
+        return self.kernel.ptx_version
+
+    @property
+    def binary_version(self) -> int:
+        return self.kernel.binary_version
+
+    @property
+    def cache_mode_ca(self) -> int:
+        return self.kernel.cache_mode_ca
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self.kernel.max_dynamic_shared_size_bytes
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        self.kernel.max_dynamic_shared_size_bytes = value
+
+    @property
+    def preferred_shared_memory_carveout(self) -> int:
+        return self.kernel.preferred_shared_memory_carveout
+
+    @preferred_shared_memory_carveout.setter
+    def preferred_shared_memory_carveout(self, value: int) -> None:
+        self.kernel.preferred_shared_memory_carveout = value
+
+    def __getattr__(self, key: str) -> Any:
+        # what get_function returned before it returned RawKernels (Function's details)
+        if key.startswith("__") or key in ("_fn", "_owner"):
+            raise AttributeError(key)
+        return getattr(self._function(), key)
+
+    # -- pickling ------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"code": self.code, "name": self.name, "options": self.options,
+                "backend": self.backend, "translate_cucomplex": self.translate_cucomplex,
+                "enable_cooperative_groups": self.enable_cooperative_groups,
+                "jitify": self.jitify, "file_path": self.file_path,
+                "name_expressions": self.name_expressions, "ptx": self._ptx_text,
+                "cpuify_raw_version": 1}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state.get("cpuify_raw_version") != 1:
+            import pickle
+            raise pickle.UnpicklingError("this pickled cpuify.RawKernel comes from another "
+                                         "cpuify version; create it again")
+        self.code, self.name = state["code"], state["name"]
+        self.__name__ = self.name
+        self.options, self.backend = tuple(state["options"]), state["backend"]
+        self.translate_cucomplex = state["translate_cucomplex"]
+        self.enable_cooperative_groups = state["enable_cooperative_groups"]
+        self.jitify, self.file_path = state["jitify"], state["file_path"]
+        self.name_expressions, self._ptx_text = state["name_expressions"], state["ptx"]
+        self._owner, self._fn = None, None
+
+    def __repr__(self) -> str:
+        return f"<cpuify.RawKernel {self.name!r}>"

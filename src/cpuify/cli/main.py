@@ -2,6 +2,7 @@
 
     cpuify nvcc  [nvcc options] files a drop-in for nvcc (make NVCC="cpuify nvcc")
     cpuify run   app.cu [nvcc options] [-- args]   build (cached) and run a program
+    cpuify cache info|clear           the compile cache: where, what, how big; empty it
     cpuify ptx   kernel.cu            PTX from NVRTC
     cpuify ir    kernel.cu|.ptx|.mlir the parallel IR (MLIR generic syntax) of each kernel
                                       after the passes (--mlir: one self-contained module)
@@ -17,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import warnings
 from pathlib import Path
 
-from cpuify.errors import CpuifyError
+from cpuify import cache
+from cpuify.errors import CacheWarning, CpuifyError
 
 
 def _ptx_of(path: str, options: list[str]) -> str:
@@ -57,11 +61,47 @@ def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line.  SIGTERM ends it with status 143 after removing its temporary
+    files; tools it runs (nvcc, the host compiler) keep theirs in a private TMPDIR that
+    goes with them."""
+    try:
+        previous = signal.signal(signal.SIGTERM, cache.on_sigterm)
+    except ValueError:             # not the main thread (an embedding program)
+        previous = None
+    saved_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, CacheWarning):
+            text = str(message)
+            print(text if text.startswith("cpuify") else f"cpuify: warning: {text}",
+                  file=sys.stderr)
+        else:
+            saved_show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        with cache.private_tmpdir():
+            return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("cpuify: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:          # `cpuify ... | head`: the reader is gone
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        warnings.showwarning = saved_show
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str]) -> int:
     # nvcc's and the program's options are not ours to parse: hand them over untouched
     if argv and argv[0] == "nvcc":
         from cpuify.nvcc.driver import nvcc_main
         return nvcc_main(argv[1:])
+    if argv and argv[0] == "cache":
+        return _cache_command(argv[1:])
     if argv and argv[0] == "run" and len(argv) > 1 and argv[1] not in ("-h", "--help"):
         from cpuify.nvcc.driver import run_main
         rest = argv[1:]
@@ -82,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                            "cpuify run app.cu [nvcc options] [-- program arguments]")
     p_run.add_argument("file", help="the program's .cu source")
     p_run.add_argument("options", nargs="*", help="nvcc options, then -- and the program's arguments")
+    sub.add_parser("cache", help="the compile cache: `cpuify cache info` (location, entries, "
+                   "size, limit) and `cpuify cache clear` (cpuify cache --help)", add_help=False)
     for name, help_ in (("ptx", "print the PTX NVRTC produces"),
                         ("ir", "print the parallel IR of each kernel"),
                         ("llvm", "print the LLVM IR (optimized unless --raw)"),
@@ -141,6 +183,42 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cpuify: error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _cache_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="cpuify cache", description="The on-disk cache of compiled kernels, programs "
+        "(cpuify run) and runtime libraries: $CPUIFY_CACHE_DIR (default ~/.cache/cpuify), "
+        "limited to $CPUIFY_CACHE_MAX_BYTES (default 2G; least recently used entries are "
+        "evicted).  CPUIFY_NO_CACHE=1 turns it off.")
+    parser.add_argument("action", choices=("info", "clear"),
+                        help="info: location, state, entries, size and limit; "
+                             "clear: remove every entry")
+    args = parser.parse_args(argv)
+    if args.action == "info":
+        i = cache.info()
+        print(f"location: {i['location']}")
+        print(f"state:    {i['state']}")
+        print(f"entries:  {i['entries']}")
+        for kind, n in sorted(i["kinds"].items()):
+            print(f"  {kind}: {n} ({_size_text(i['kind_bytes'][kind])})")
+        print(f"size:     {_size_text(i['total_bytes'])}")
+        print(f"limit:    {_size_text(i['limit_bytes'])} (CPUIFY_CACHE_MAX_BYTES)")
+        return 0
+    try:
+        freed = cache.clear()
+    except (ValueError, OSError) as exc:
+        print(f"cpuify cache: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"removed {_size_text(freed)} from {cache.location()}")
     return 0
 
 

@@ -61,8 +61,8 @@ class KernelCodegen(KernelPlan):
     def emit_block_function(self, segments: list[ir.Function]) -> ir.Function:
         m = self.mod.module
         fty = ir.FunctionType(I32, [PTR, PTR, I32, I32, I32, PTR, PTR])
-        fn = ir.Function(m, fty, name=f"cpuify_block_{self.name}" if self.block_dims is None
-                         else specialized_symbol(self.name, self.block_dims))
+        fn = ir.Function(m, fty, name=f"cpuify_block_{self.name}" if self.launch_dims is None
+                         else specialized_symbol(self.name, self.launch_dims))
         params, dims, bx, by, bz, shared, scratch = fn.args
         for a in (params, dims, shared, scratch):
             a.add_attribute("noalias") if a is not params else None
@@ -77,8 +77,9 @@ class KernelCodegen(KernelPlan):
         dims_p = b.bitcast(dims, DIMS_TYPE.as_pointer())
         if self.block_dims is not None:
             blk = [I32(d) for d in self.block_dims]
-        else:
-            blk = [b.load(b.gep(dims_p, [I32(0), I32(1), I32(k)])) for k in range(3)]
+        else:       # the thread loops' extents: duplicate dimensions run once
+            blk = [I32(1) if k in self.duplicate_dims else
+                   b.load(b.gep(dims_p, [I32(0), I32(1), I32(k)])) for k in range(3)]
         n = b.mul(b.mul(blk[0], blk[1]), blk[2], name="nthreads")
         n64 = b.zext(n, I64)
         setf("params", params)

@@ -61,6 +61,9 @@ class KernelInfo:
     prologue_symbol: str = ""
     prologue_scratch: int = 0
     launch_bytes: int = 0
+    # indexes of the pointer parameters the kernel stores or atomically updates through
+    # (analysis.access.written_parameters): the API refuses read-only arrays for them
+    written_params: tuple[int, ...] = ()
 
     def buffer_size(self) -> int:
         """Bytes of a launch's parameter buffer: the parameters, the dynamic shared memory

@@ -18,7 +18,7 @@ from cpuify.codegen.layout import align_up
 from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
 from cpuify.ir.core import Region, Value, predecessors
-from cpuify.ir.structure import block_body, lockstep_counters
+from cpuify.ir.structure import block_body, block_parallel, lockstep_counters
 from cpuify.lifting.lift import LiftedKernel
 
 if TYPE_CHECKING:
@@ -38,8 +38,18 @@ class KernelPlan(ThreadLoopPlans):
         self.mod = mod
         self.kernel = kernel
         self.name = kernel.name
+        # the block shape of the launch (`%ntid` in specialized code) and the shape the
+        # thread loops run: the launch's with the duplicate_dims (below) set to 1
+        self.launch_dims = block_dims
         self.block_dims = block_dims
         self.region = block_body(kernel.op) if body is None else body
+        # thread-index dimensions whose threads are duplicates (merge-duplicate-threads):
+        # their thread loops run once
+        self.duplicate_dims: frozenset[int] = frozenset() if body is not None else frozenset(
+            block_parallel(kernel.op).attributes.get("duplicate_thread_dims", ()))
+        if block_dims is not None and self.duplicate_dims:
+            self.block_dims = tuple(1 if k in self.duplicate_dims else d     # type: ignore[assignment]
+                                    for k, d in enumerate(block_dims))
         # iteration counters of interchanged loops: the same in all threads that run together
         self.lockstep = lockstep_counters(self.region)
         # resume point -> ops its segment runs, counted up to MAX_VECTORIZED_OPS + 1

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.analysis.sync_points import SyncPoint
-from cpuify.codegen import ptx_arith, ptx_bits, ptx_convert, ptx_ops, upir_ops  # noqa: F401  (registers the ops' lowerings)
+from cpuify.codegen import ptx_arith, ptx_bits, ptx_convert, ptx_ops, ptx_texture, upir_ops  # noqa: F401  (registers the ops' lowerings)
 from cpuify.codegen.helpers import const_int
 from cpuify.codegen.kernel_abi import CTX_TYPE, DIMS_TYPE, SEGMENT_AREAS, ctx_index
 from cpuify.codegen.layout import STATE_EXITED, STATE_UNKNOWN, STATE_WAIT
@@ -85,10 +85,13 @@ class SegmentEmitter(SpeculativeValues):
 
         self.params = areas["params"]
         dims = b.bitcast(field("dims"), DIMS_TYPE.as_pointer())
-        if self.kc.block_dims is not None:
-            self.ntid = [I32(d) for d in self.kc.block_dims]
+        if self.kc.launch_dims is not None:
+            self.ntid = [I32(d) for d in self.kc.launch_dims]
+            self.loop_ntid = [I32(d) for d in self.kc.block_dims]
         else:
             self.ntid = [b.load(b.gep(dims, [I32(0), I32(1), I32(k)]), name=f"ntid{k}") for k in range(3)]
+            # the extents of the thread loops: duplicate dimensions run once
+            self.loop_ntid = [I32(1) if k in self.kc.duplicate_dims else self.ntid[k] for k in range(3)]
         self.nctaid = [b.load(b.gep(dims, [I32(0), I32(0), I32(k)]), name=f"nctaid{k}") for k in range(3)]
         self.ctaid = [field(n) for n in ("bx", "by", "bz")]
         self.shared = areas["shared"]
@@ -258,7 +261,7 @@ class SegmentEmitter(SpeculativeValues):
         else:
             ranges = self.kc.thread_range.get(self.resume) if whole else None
         if ranges is None:
-            starts, bounds, steps = (0, 0, 0), (self.ntid[2], self.ntid[1], self.ntid[0]), (1, 1, 1)
+            starts, bounds, steps = (0, 0, 0), (self.loop_ntid[2], self.loop_ntid[1], self.loop_ntid[0]), (1, 1, 1)
         else:       # z, y, x: only the threads that do something (thread_ranges)
             starts, stops, steps = zip(*reversed(ranges))
             bounds = tuple(I32(v) for v in stops)
@@ -374,8 +377,8 @@ class SegmentEmitter(SpeculativeValues):
         b.position_at_end(bodies[2])
         # < 1024: never wraps (the flags let LLVM see slot indices as affine)
         nw = ["nuw", "nsw"]
-        self.linear_tid = b.add(b.mul(b.add(b.mul(phis[0], self.ntid[1], flags=nw), phis[1], flags=nw),
-                                      self.ntid[0], flags=nw), phis[2], name="ltid", flags=nw)
+        self.linear_tid = b.add(b.mul(b.add(b.mul(phis[0], self.loop_ntid[1], flags=nw), phis[1], flags=nw),
+                                      self.loop_ntid[0], flags=nw), phis[2], name="ltid", flags=nw)
         self.linear_tid64 = b.zext(self.linear_tid, I64)
         self.latch = latches[2]
         self.masked_loop = masked

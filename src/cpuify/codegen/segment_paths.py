@@ -28,6 +28,8 @@ class SegmentPaths:
     kernel: LiftedKernel
     name: str
     block_dims: tuple[int, int, int] | None
+    launch_dims: tuple[int, int, int] | None
+    duplicate_dims: frozenset[int]
     region: Region
     segment_sizes: dict[int, int]
     syncs: list[SyncPoint]

@@ -30,6 +30,7 @@ class SpeculativeValues(SyncCrossing):
     resume: int
     dyn_shared: ir.Value
     ntid: list[ir.Value]
+    loop_ntid: list[ir.Value]
     tid: list[ir.Value]
     lane_group: tuple[ir.Value, ir.Value] | None
     interval_idle: dict[Operation, ir.Value]
@@ -152,7 +153,7 @@ class SpeculativeValues(SyncCrossing):
         with self.speculation(b):
             for tx in (tx0, tx0 + 1):
                 self.as_thread([I32(tx), ty, tz],
-                               b.add(b.mul(b.add(b.mul(tz, self.ntid[1]), ty), self.ntid[0]), I32(tx)))
+                               b.add(b.mul(b.add(b.mul(tz, self.loop_ntid[1]), ty), self.loop_ntid[0]), I32(tx)))
                 if self.resume:
                     self.restore(self.kc.syncs[self.resume - 1])
                 self.rematerialize(store.operands[0])

@@ -23,9 +23,10 @@ import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from cpuify.errors import CompileError
+from cpuify.frontend import includes
 
 __all__ = [
     "DEFAULT_ARCH",
@@ -389,7 +390,8 @@ def _bad_name_expressions(log: str, names: tuple[str, ...]) -> list[str]:
 
 
 def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequence[str] = (),
-                   name_expressions: Sequence[str] = (), arch: str | None = None) -> PTXResult:
+                   name_expressions: Sequence[str] = (), arch: str | None = None,
+                   headers: Mapping[str, str] | None = None) -> PTXResult:
     """Compile CUDA C++ `source` to PTX with NVRTC.
 
     `options` are NVRTC options (CuPy style: a sequence of strings; split pairs such as
@@ -397,7 +399,9 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
     (unless `arch` or an ``-arch``/``--gpu-architecture`` option says otherwise),
     ``-std=c++17`` (unless a ``-std`` option is given) and the wheel's include dirs.
     `name_expressions` (e.g. ``"k<4>"``) are resolved to mangled names in
-    ``PTXResult.lowered_names``.  Raises :class:`CompileError` carrying the NVRTC log.
+    ``PTXResult.lowered_names``.  `headers` maps include names (``"cupy/complex.cuh"``)
+    to header text that NVRTC finds before its include paths.  Raises
+    :class:`CompileError` carrying the NVRTC log.
     """
     if isinstance(source, bytes):
         source = source.decode("utf-8")
@@ -407,8 +411,13 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
         name_expressions = [name_expressions]
     names = tuple(str(n) for n in name_expressions)
     opts = _build_options(options, arch)
+    header_items = tuple(sorted((headers or {}).items()))
 
-    key = (source, filename, tuple(opts), names)
+    # (the user headers' contents too: a header edited in a running session is read again)
+    included = (includes.dependency_digest(source, filename, _flatten(options))
+                if "include" in source else "")
+    key = (source, filename, tuple(opts), names, header_items,
+           object() if included is None else included)
     with _compile_lock:
         hit = _cache.get(key)
         if hit is not None:
@@ -416,7 +425,7 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
             return PTXResult(hit.ptx, dict(hit.lowered_names), hit.log)
 
         lib = _load()
-        result = _compile(lib, source, filename, opts, names)
+        result = _compile(lib, source, filename, opts, names, header_items)
         _cache[key] = result
         if len(_cache) > _CACHE_MAX:
             _cache.popitem(last=False)
@@ -424,10 +433,14 @@ def compile_to_ptx(source: str, *, filename: str = "kernel.cu", options: Sequenc
 
 
 def _compile(lib: ctypes.CDLL, source: str, filename: str, opts: list[str],
-             names: tuple[str, ...]) -> PTXResult:
+             names: tuple[str, ...], headers: tuple[tuple[str, str], ...] = ()) -> PTXResult:
     prog = ctypes.c_void_p()
+    n = len(headers)
+    texts = (ctypes.c_char_p * max(n, 1))(*[t.encode("utf-8") for _, t in headers])
+    includes = (ctypes.c_char_p * max(n, 1))(*[h.encode("utf-8") for h, _ in headers])
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode("utf-8"),
-                                       filename.encode("utf-8"), 0, None, None),
+                                       filename.encode("utf-8"), n, texts if n else None,
+                                       includes if n else None),
            "nvrtcCreateProgram")
     try:
         for n in names:

@@ -135,6 +135,12 @@ define("ptx.ldu", effects=_space_effect((READ,)))
 define("ptx.st", effects=_space_effect((WRITE,)))
 define("ptx.atom", effects=_space_effect((READ, WRITE)))
 define("ptx.red", effects=_space_effect((READ, WRITE)))
+# textures and surfaces: the handle names a descriptor whose data is global memory
+define("ptx.tex", effects=lambda op: [(READ, "global")])
+define("ptx.tld4", effects=lambda op: [(READ, "global")])
+define("ptx.txq", effects=lambda op: [(READ, "global")])
+define("ptx.suld", effects=lambda op: [(READ, "global")])
+define("ptx.sust", effects=lambda op: [(WRITE, "global")])
 
 
 def verify_op(op: Operation) -> None:

@@ -71,10 +71,21 @@ ALLOWED: dict[str, set[str]] = {
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
 }
 
+_TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
+_SURF_CACHE = {"ca", "cg", "cs", "cv", "wb", "wt"}
+ALLOWED.update({
+    # textures and surfaces through object handles (runtime/cpuify_tex.c); no mipmaps, so
+    # an explicit level or gradient reads level 0
+    "tex": _TEX_GEOMETRY | {"v4", "level", "grad", "base"},
+    "tld4": {"2d", "a2d", "v4", "r", "g", "b", "a"},
+    "txq": {"width", "height", "depth", "channel_data_type", "channel_order",
+            "normalized_coords", "filter_mode", "addr_mode_0", "addr_mode_1", "addr_mode_2",
+            "array_size", "num_mipmap_levels", "num_samples"},
+    "suld": _TEX_GEOMETRY | _SURF_CACHE | {"b", "v2", "v4", "trap", "clamp", "zero"},
+    "sust": _TEX_GEOMETRY | _SURF_CACHE | {"b", "v2", "v4", "trap", "clamp", "zero"},
+})
+
 _REFUSED = {
-    "tex": "texture fetches (tex) are not supported; read the data through a plain pointer",
-    "tld4": "texture gathers are not supported", "txq": "texture queries are not supported",
-    "suld": "surface loads are not supported", "sust": "surface stores are not supported",
     "wmma": "tensor-core wmma operations are not supported",
     "mma": "tensor-core mma operations are not supported",
     "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
@@ -127,10 +138,35 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
         if any(t in ("f16", "bf16", "f16x2", "bf16x2", "b128") for t in types) or "v2" in instr.modifiers \
                 or "v4" in instr.modifiers:
             lifter.error(f"'{instr.full_opcode}': this atomic type is not supported", instr.line)
+    if op in ("tex", "tld4", "txq", "suld", "sust"):
+        check_texture(instr, lifter)
     if op in ("bar", "barrier") and ("arrive" in instr.modifiers or len(instr.operands) > 1 and not
                                      ("red" in instr.modifiers and len(instr.operands) == 3)):
         lifter.error(f"'{instr.full_opcode}': named/partial barriers (bar.arrive, thread counts) "
                      "are not supported; use __syncthreads()", instr.line)
+
+
+def check_texture(instr: Instruction, lifter: "_Lifter") -> None:
+    """Texture and surface instructions: the forms cpuify samples (object handles in
+    registers, 1D/2D/3D and layered geometries, 32-bit results)."""
+    op, m = instr.opcode, instr.modifiers
+    if op == "txq":
+        return
+    if not any(g in m for g in _TEX_GEOMETRY):
+        lifter.error(f"'{instr.full_opcode}': only 1d, 2d, 3d, a1d and a2d textures and surfaces "
+                     "are supported (no cube maps or multisample textures)", instr.line)
+    types = instr_types(instr)
+    if op in ("tex", "tld4"):
+        if len(types) != 2 or types[0] not in ("f32", "s32", "u32") or types[1] not in ("f32", "s32"):
+            lifter.error(f"'{instr.full_opcode}': texture fetches return f32, s32 or u32 "
+                         "from f32 or s32 coordinates", instr.line)
+        if op == "tld4" and types[1] != "f32":
+            lifter.error(f"'{instr.full_opcode}': gathers take f32 coordinates", instr.line)
+    elif len(types) != 1 or types[0] not in ("b8", "b16", "b32", "b64"):
+        lifter.error(f"'{instr.full_opcode}': surface accesses are .b8/.b16/.b32/.b64", instr.line)
+    elif "b" not in m:
+        lifter.error(f"'{instr.full_opcode}': only unformatted (.b) surface accesses are supported",
+                     instr.line)
 
 
 def ensure(cond: bool, instr: Instruction, message: str) -> None:

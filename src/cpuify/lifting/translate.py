@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 NO_DEST = {"st", "red", "bar", "barrier", "membar", "fence", "nanosleep", "prefetch", "prefetchu",
            "pmevent", "discard", "free", "trap", "ret", "exit", "bra"}
 
+TEXTURE_OPS = {"tex", "tld4", "txq", "suld", "sust"}
+_LAYERED = {"a1d", "a2d"}
 WARP_OPS = {"shfl", "vote", "activemask", "match", "redux"}
 CARRY = "%__carry"
 
@@ -110,6 +112,10 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
                 lf.write_var(slot, pb, res.results[0])
         return
 
+    if op in TEXTURE_OPS:
+        _texture(lf, pb, instr)
+        return
+
     # --- ld/st on parameters ---
     if op in ("ld", "st") and "param" in instr.modifiers:
         addr_i = 1 if op == "ld" else 0
@@ -200,6 +206,64 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         new = Operation(f"ptx.{op}", values, result_types, attrs)
     emit(lf, pb, new)
     for d, r in zip(dest_names, new.results):
+        if d is not None:
+            lf.write_var(d, pb, r)
+
+
+def _texture(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
+    """tex/tld4/suld/sust/txq: `ptx.<op>` with the handle as operand 0, then (not for txq)
+    exactly four coordinates in PTX order (layered: the layer first; missing ones are 0),
+    then sust's data values."""
+    op, line = instr.opcode, instr.line
+    operands = list(instr.operands)
+    attrs: dict[str, object] = {"mods": list(instr.modifiers), "line": line}
+    if op == "txq":
+        addr = operands[1]
+        if not isinstance(addr, Addr) or addr.base is None or addr.offset:
+            lf.error("txq: the texture must be a handle in a register", line, PTXError)
+        assert isinstance(addr, Addr)
+        dests = _dest_names(operands[0])
+        handle = value_of(lf, pb, Reg(addr.base or ""), "b64", line)
+        new = emit(lf, pb, Operation("ptx.txq", [handle], [lf.var_type(d, line) if d else "i32"
+                                                          for d in dests], attrs))
+        for d, r in zip(dests, new.results):
+            if d is not None:
+                lf.write_var(d, pb, r)
+        return
+    if op == "sust":
+        target, rest = operands[0], operands[1:]
+        dests: list[str | None] = []
+    else:
+        if isinstance(operands[0], Pair):
+            lf.error(f"'{instr.full_opcode}': the residency predicate of a fetch is not supported",
+                     line)
+        dests, target, rest = _dest_names(operands[0]), operands[1], operands[2:]
+    if not (isinstance(target, Vec) and len(target.items) == 2 and isinstance(target.items[0], Reg)
+            and isinstance(target.items[1], Vec)):
+        lf.error(f"'{instr.full_opcode}': expected [handle, {{coordinates}}] with the texture or "
+                 "surface object handle in a register (texture references are compiled as "
+                 "objects by cpuify's compatibility header)", line)
+    assert isinstance(target, Vec) and isinstance(target.items[1], Vec)
+    handle = value_of(lf, pb, target.items[0], "b64", line)
+    types = instr_types(instr)
+    coord_type = types[1] if op in ("tex", "tld4") else "s32"
+    coords: list[Value] = []
+    for k, c in enumerate(target.items[1].items[:4]):
+        layer = k == 0 and any(m in _LAYERED for m in instr.modifiers)
+        coords.append(value_of(lf, pb, c, "s32" if layer else coord_type, line))
+    while len(coords) < 4:
+        coords.append(lf.const(0, "i32"))
+    values = [handle] + coords
+    if op == "sust":
+        data = rest[0] if rest else None
+        items = data.items if isinstance(data, Vec) else (data,) if data is not None else ()
+        values += [value_of(lf, pb, v, types[-1], line) for v in items]
+    # tex.level's level and tex.grad's gradients select a mipmap level: cpuify's textures
+    # have one level, so they are not read
+    sink = _IR_TYPE_OF_PTX[types[0]] if op in ("tex", "tld4") else _sink_type(instr)
+    result_types = [lf.var_type(d, line) if d is not None else sink for d in dests]
+    new = emit(lf, pb, Operation(f"ptx.{op}", values, result_types, attrs))
+    for d, r in zip(dests, new.results):
         if d is not None:
             lf.write_var(d, pb, r)
 

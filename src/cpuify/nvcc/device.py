@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cpuify import cache
 from cpuify.codegen.llvm_gen import dynamic_smem_offset, specialized_symbol
 from cpuify.compiler import CompiledModule, SpecializedObject, compile_ptx_cached, compile_specialized
 from cpuify.errors import CpuifyError, UnsupportedError
@@ -29,7 +30,7 @@ _RDC_MAGIC = b"CPUIFY-RDC 2\n"
 
 
 def run_tool(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = cache.run_tool(cmd)       # (ended with cpuify: no process outlives its temp dir)
     if proc.returncode != 0:
         raise CpuifyError(f"{what} failed:\n  {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 

@@ -17,11 +17,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cpuify.cache import run_tool
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, headers, launch_shapes
+from cpuify.nvcc import device, headers, launch_shapes, legacy_texture
 from cpuify.nvcc.rtlib import runtime_library
 from cpuify.nvcc.toolkit import find_toolkit
 
@@ -324,6 +326,8 @@ class Driver:
         self.tk = find_toolkit()
         self.verbose = verbose or os.environ.get("CPUIFY_NVCC_VERBOSE", "") not in ("", "0")
         self.arch = ptx_arch(o)
+        # every file the preprocessor read for the sources built (for `cpuify run`'s key)
+        self.dependencies: set[str] = set()
 
     def log(self, cmd: list[str]) -> None:
         if self.verbose:
@@ -331,7 +335,7 @@ class Driver:
 
     def run(self, cmd: list[str], what: str, *, quiet: bool = False) -> None:
         self.log(cmd)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = run_tool(cmd)
         if proc.stdout and not quiet:
             sys.stdout.write(proc.stdout)
         if proc.returncode != 0:
@@ -367,9 +371,12 @@ class Driver:
         with tempfile.TemporaryDirectory(prefix="cpuify-nvcc-") as tmp:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
+            compat = legacy_texture.pre_include(src, self.o.host_opts)
             # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
-            self.run(self.nvcc_base() + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp, src,
-                                         "-o", host_o], f"nvcc ({src})")
+            self.run(self.nvcc_base() + compat + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir",
+                                                   tmp, src, "-o", host_o],
+                     f"nvcc ({src})")
+            self.dependencies |= preprocessed_files(tmp)
             stem = Path(src).name
             stem = stem[:-len(Path(src).suffix)] if Path(src).suffix else stem
             ptx_files = [p for p in Path(tmp).glob("*.ptx")]
@@ -412,7 +419,15 @@ class Driver:
 
     def compile_host(self, src: str, out: str, lang: str) -> None:
         # nvcc hands .c/.cpp files to the host compiler with the same flags
-        self.run(self.nvcc_base() + ["-c", src, "-o", out], f"host compile ({src})")
+        if any(f in self.o.host_opts for f in ("-MD", "-MMD", "-MF")):
+            self.run(self.nvcc_base() + ["-c", src, "-o", out], f"host compile ({src})")
+            self.dependencies.add(src)
+            return
+        with tempfile.TemporaryDirectory(prefix="cpuify-host-") as tmp:
+            dep = os.path.join(tmp, "deps.d")
+            self.run(self.nvcc_base() + ["-c", src, "-o", out, "-MD", "-MF", dep],
+                     f"host compile ({src})")
+            self.dependencies |= depfile_files(dep) | {src}
 
     # --- device link (-rdc) ---
     def device_link(self, objects: list[str], out: str, *, explicit: bool = False) -> bool:
@@ -487,7 +502,9 @@ class Driver:
             # front-end only modes: nvcc does them itself
             extra = [f for f in ("-ptx", "-E", "-M", "-MM") if f in o.flags]
             for path, _ in o.inputs:
-                cmd = self.nvcc_base() + extra + [path]
+                compat = legacy_texture.pre_include(path, o.host_opts) \
+                    if "-ptx" in extra or "-E" in extra else []
+                cmd = self.nvcc_base() + compat + extra + [path]
                 if o.output:
                     cmd += ["-o", o.output]
                 self.run(cmd, "nvcc")
@@ -540,6 +557,39 @@ class CompileFailed(CpuifyError):
     """A tool failed; its diagnostics were already printed."""
 
 
+# `# 12 "path" 1 3`: the line markers of preprocessed output name every file read
+_LINE_MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"', re.M)
+
+
+def preprocessed_files(keep_dir: str) -> set[str]:
+    """The files nvcc's preprocessor read, from the line markers of the preprocessed
+    sources it kept (*.ii) in `keep_dir`; absolute paths."""
+    found: set[str] = set()
+    for ii in Path(keep_dir).glob("*.ii"):
+        try:
+            data = ii.read_bytes()
+        except OSError:
+            continue
+        for m in _LINE_MARKER.finditer(data):
+            name = m.group(1).decode("utf-8", "replace").replace('\\\\', '\\')
+            if name.startswith("<") or not name:
+                continue        # <built-in>, <command-line>
+            found.add(os.path.abspath(name))
+    return found
+
+
+def depfile_files(path: str) -> set[str]:
+    """The prerequisites of a make-style dependency file (-MD -MF), absolute paths."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return set()
+    text = text.replace("\\\n", " ")
+    _, _, prereqs = text.partition(":")
+    names = re.findall(r"(?:\\ |[^\s])+", prereqs)
+    return {os.path.abspath(n.replace("\\ ", " ")) for n in names}
+
+
 def _warn(msg: str) -> None:
     print(msg, file=sys.stderr)
 
@@ -565,13 +615,17 @@ cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the
         --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
         cudaDeviceProp fields, ...: on by default).
 environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; CPUIFY_DEFER_REFUSED=1 and
-        CPUIFY_LEGACY=0 as the flags above; at run time CPUIFY_NUM_THREADS,
-        CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
-        (the compute capability reported; default: the compiled target).
+        CPUIFY_LEGACY=0 as the flags above; kernels and the runtime library
+        are cached in CPUIFY_CACHE_DIR (cpuify cache info|clear; CPUIFY_NO_CACHE=1: off);
+        at run time CPUIFY_NUM_THREADS, CPUIFY_PROFILE=1 (an nvprof-like summary at exit),
+        CPUIFY_COMPUTE_CAPABILITY=8.0 (the compute capability reported; default: the
+        compiled target).
+SIGTERM: exit status 143, temporary files removed.
 """
 
 
-def nvcc_main(argv: list[str]) -> int:
+def nvcc_main(argv: list[str], *, dependencies: set[str] | None = None) -> int:
+    """`cpuify nvcc argv`; the files the build read are added to `dependencies`."""
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(HELP)
         return 0 if argv else 1
@@ -583,7 +637,12 @@ def nvcc_main(argv: list[str]) -> int:
             from cpuify import __version__
             print(f"cpuify nvcc {__version__}: device code compiled for the CPU")
             return 0
-        return Driver(o).main()
+        driver = Driver(o)
+        try:
+            return driver.main()
+        finally:
+            if dependencies is not None:
+                dependencies |= driver.dependencies
     except CompileFailed as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
         return 1
@@ -602,41 +661,102 @@ def nvcc_main(argv: list[str]) -> int:
 # cpuify run
 
 
-def run_main(src: str, args: list[str], nvcc_args: list[str]) -> int:
-    """Builds `src` (cached by content, options and cpuify version) and runs it."""
-    from cpuify import __version__
-    from cpuify.compiler import _source_fingerprint, cache_dir
-    try:
-        text = Path(src).read_bytes()
-    except OSError as exc:
-        print(f"cpuify run: error: {exc}", file=sys.stderr)
-        return 1
+def _program_key(src: str, nvcc_args: list[str]) -> str:
+    """What a program built by `cpuify run` depends on besides the headers it includes:
+    its source and the other input files, options, cpuify's sources, the pass pipeline,
+    the NVIDIA toolkit, the host compilers, LLVM and the host CPU."""
+    from cpuify.compiler import pipeline_options, toolchain_key
+    tk = find_toolkit()
     h = hashlib.sha256()
-    from cpuify.compiler import pipeline_options
-    from cpuify.errors import CpuifyError
+    inputs = [path for path, _ in parse_args(nvcc_args).inputs]
+    compilers = []
+    for name in {os.environ.get("CC") or "cc", os.environ.get("CXX") or "g++"}:
+        found = shutil.which(name)
+        st = os.stat(found) if found else None
+        compilers.append(f"{name}={found}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}")
+    for part in ("\0".join(nvcc_args), os.path.abspath(src), pipeline_options()[0].key(),
+                 toolchain_key(), tk.root, tk.version(), *sorted(compilers)):
+        h.update(part.encode())
+        h.update(b"\1")
+    for path in [src, *inputs]:
+        h.update(os.path.abspath(path).encode() + b"\0")
+        h.update(Path(path).read_bytes())
+        h.update(b"\1")
+    return h.hexdigest()
+
+
+def _files_digest(paths: list[str], before: float | None = None) -> str | None:
+    """Digest of the contents of `paths` (None if one is missing, or, with `before`,
+    was changed after that time: it may not be what the build read)."""
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        try:
+            st = os.stat(p)
+            data = Path(p).read_bytes()
+        except OSError:
+            return None
+        if before is not None and st.st_mtime >= before:
+            return None
+        h.update(p.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def run_main(src: str, args: list[str], nvcc_args: list[str]) -> int:
+    """Builds `src` (cached: see _program_key, plus every header the build read) and runs it."""
+    from cpuify import cache
     try:
-        passes = pipeline_options()[0].key()      # CPUIFY_PASSES / CPUIFY_DISABLE_PASSES
-    except CpuifyError as exc:
+        base = _program_key(src, nvcc_args)
+    except (OSError, CpuifyError) as exc:
         print(f"cpuify run: error: {exc}", file=sys.stderr)
         return 1
-    for part in (text, "\0".join(nvcc_args).encode(), __version__.encode(),
-                 _source_fingerprint().encode(), os.path.abspath(src).encode(), passes.encode()):
-        h.update(part)
-        h.update(b"\1")
-    # headers next to the source may change the program: include their contents
-    for inc in sorted(Path(src).resolve().parent.glob("*.h")) + sorted(Path(src).resolve().parent.glob("*.cuh")):
-        try:
-            h.update(inc.read_bytes())
-        except OSError:
-            pass
-    exe = cache_dir() / "programs" / f"{Path(src).stem}-{h.hexdigest()[:16]}"
-    if not exe.is_file():
-        exe.parent.mkdir(parents=True, exist_ok=True)
-        tmp = str(exe) + f".tmp{os.getpid()}"
-        rc = nvcc_main([*nvcc_args, src, "-o", tmp])
+    stem = re.sub(r"[^\w.+-]", "_", Path(src).stem) or "program"
+    # the headers the last build of this program read, and their contents now
+    deps_entry = f"programs/{stem}-{base[:16]}.deps"
+    exe: Path | None = None
+    got = cache.read_entry(deps_entry) if cache.cache_enabled() else None
+    if got is not None and isinstance(got[0].get("files"), list):
+        digest = _files_digest([str(f) for f in got[0]["files"]])
+        if digest is not None:
+            exe = cache.load_file(f"programs/{stem}-{_full_key(base, digest)[:16]}")
+    if exe is not None:
+        return _run_program(str(exe), args)
+    with cache.temporary_directory(prefix="cpuify-run-") as tmp:
+        out = os.path.join(tmp, stem)
+        started = time.time()
+        deps: set[str] = set()
+        rc = nvcc_main([*nvcc_args, src, "-o", out], dependencies=deps)
         if rc != 0:
             return rc
-        os.replace(tmp, exe)
+        files = sorted(deps | {os.path.abspath(src)})
+        digest = _files_digest(files, before=started)
+        if digest is not None and cache.cache_enabled():
+            cache.write_entry(deps_entry, {"files": files})
+            exe = cache.store_file(f"programs/{stem}-{_full_key(base, digest)[:16]}", out,
+                                   executable=True)
+            return _run_program(str(exe), args)
+        # no cache, or a header changed while building: run this build, keep nothing
+        return _run_program(out, args)
+
+
+def _full_key(base: str, headers: str) -> str:
+    return hashlib.sha256(f"{base}|{headers}".encode()).hexdigest()
+
+
+def _run_program(exe: str, args: list[str]) -> int:
+    """Runs the built program in the caller's environment; SIGTERM is passed on to it."""
+    import signal
     sys.stdout.flush()
-    proc = subprocess.run([str(exe), *args])
-    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    sys.stderr.flush()
+    from cpuify.cache import outer_environment
+    proc = subprocess.Popen([exe, *args], env=outer_environment())   # (not cpuify's TMPDIR)
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    except ValueError:          # not the main thread
+        pass
+    try:
+        rc = proc.wait()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return rc if rc >= 0 else 128 - rc

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from cpuify.compiler import cache_dir
+from cpuify import cache
 from cpuify.errors import CpuifyError
 from cpuify.nvcc.toolkit import Toolkit
 
@@ -119,7 +119,7 @@ def legacy_header_dir(tk: Toolkit) -> Path:
     for part in (str(include), original, headers, Path(__file__).read_text()):
         h.update(part.encode())
         h.update(b"\1")
-    target = cache_dir() / "include" / f"legacy-{h.hexdigest()[:16]}"
+    target = cache.cache_dir("include") / f"legacy-{h.hexdigest()[:16]}"
     if (target / "driver_types.h").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

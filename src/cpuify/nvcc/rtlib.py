@@ -1,9 +1,10 @@
-"""Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c) together with
+"""Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
+runtime/cudart_texture.c for arrays, textures and surfaces) together with
 the block scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
 function of the CUDA runtime API (each prints one line naming itself, once, and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
 to link), and the per-thread-default-stream names (`cudaMemcpy_ptds`) of them all.  Built
-once per source/compiler/toolkit combination into the cache directory."""
+once per source/compiler/toolkit combination into the cache (cpuify.cache)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,17 @@ import hashlib
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cpuify.compiler import cache_dir
+from cpuify import cache
 from cpuify.errors import CpuifyError
 from cpuify.nvcc.headers import RUNTIME_INCLUDE, legacy_header_dir
 from cpuify.nvcc.toolkit import Toolkit, find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-SOURCES = ("cudart.c", "cpuify_rt.c", "block_sched.c")
-HEADERS = ("cpuify_rt.h", "cpuify_cudart.h")
+SOURCES = ("cudart.c", "cudart_texture.c", "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
+HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h", "cudart_internal.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]
 
 # `extern [__CUDA_DEPRECATED] __host__ [__cudart_builtin__] RET CUDARTAPI name(params);`
@@ -37,7 +37,7 @@ def c_compiler() -> str:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = cache.run_tool(cmd)
     if proc.returncode != 0:
         raise CpuifyError(f"{what} failed:\n  {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
@@ -145,35 +145,33 @@ def runtime_library() -> Path:
         h.update(inc.read_bytes())
     h.update(" ".join([cc, *cflags]).encode())
     h.update(Path(__file__).read_bytes())
-    target = cache_dir() / f"libcpuify_cudart-{h.hexdigest()[:16]}.a"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    name = f"libcpuify_cudart-{h.hexdigest()[:16]}.a"
+    hit = cache.load_file(name)        # its SHA-256 checked before the linker sees it
+    if hit is not None:
+        return hit
     header = (Path(tk.include) / "cuda_runtime_api.h").read_text(errors="replace")
-    with tempfile.TemporaryDirectory(prefix="cpuify-rt-") as tmp:
+    with cache.temporary_directory(prefix="cpuify-rt-") as tmp:
         objs = []
-        for name in SOURCES:
-            obj = os.path.join(tmp, name.replace(".c", ".o"))
-            _run([cc, *cflags, "-c", str(RUNTIME_DIR / name), "-o", obj],
+        for name_c in SOURCES:
+            obj = os.path.join(tmp, name_c.replace(".c", ".o"))
+            _run([cc, *cflags, "-c", str(RUNTIME_DIR / name_c), "-o", obj],
                  "compiling the cpuify CUDA runtime")
             objs.append(obj)
+        for name_c, obj in zip(SOURCES, objs):
+            aliases = per_thread_aliases(header, _defined_symbols(obj))
+            if aliases.strip():
+                # the source again, with the aliases in its translation unit
+                unit = os.path.join(tmp, f"alias_{name_c}")
+                Path(unit).write_text(f'#include "{RUNTIME_DIR / name_c}"\n' + aliases)
+                _run([cc, *cflags, "-c", unit, "-o", obj], "compiling the cpuify CUDA runtime")
         implemented = _defined_symbols(*objs)
-        aliases = per_thread_aliases(header, implemented)
-        if aliases.strip():
-            # cudart.c again, with the aliases in its translation unit
-            unit = os.path.join(tmp, "cudart_unit.c")
-            Path(unit).write_text(f'#include "{RUNTIME_DIR / "cudart.c"}"\n' + aliases)
-            _run([cc, *cflags, "-c", unit, "-o", objs[0]], "compiling the cpuify CUDA runtime")
-            implemented = _defined_symbols(*objs)
         stubs = os.path.join(tmp, "cudart_stubs.c")
         interop = "\n".join((Path(tk.include) / h).read_text(errors="replace")
                              for h in INTEROP_HEADERS if (Path(tk.include) / h).is_file())
         Path(stubs).write_text(stub_source(header, implemented, interop))
         _run([cc, *cflags, "-w", "-c", stubs, "-o", stubs[:-2] + ".o"], "compiling the runtime stubs")
         objs.append(stubs[:-2] + ".o")
-        fd, tmp_ar = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".a")
-        os.close(fd)
-        os.unlink(tmp_ar)
-        _run(["ar", "rcs", tmp_ar, *objs], "archiving the cpuify CUDA runtime")
-        os.replace(tmp_ar, target)
-    return target
+        archive = os.path.join(tmp, name)
+        _run(["ar", "rcs", archive, *objs], "archiving the cpuify CUDA runtime")
+        # into the cache (0600, atomic), or this process's private directory without one
+        return cache.store_file(name, archive)

@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "cpuify_rt.h"
+#include "cpuify_tex.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -199,6 +200,26 @@ static int32_t g_default_workers = 1;
 static int g_fixed_spin;     /* CPUIFY_SPIN_US given: no adaptation */
 static _Thread_local uint64_t tls_spin = CPUIFY_MIN_SPIN_NS; /* this worker's idle spin */
 static _Thread_local int tls_in_block = 0;
+/* a failure that device-side runtime calls (textures, surfaces) report for the running
+ * block: cpuify_device_fault() sets it, the block loops return it as the block's error */
+static _Thread_local int32_t tls_device_fault = 0;
+
+void cpuify_device_fault(int32_t code, const char *message) {
+    if (tls_device_fault) return;
+    tls_device_fault = code;
+    fprintf(stderr, "cpuify: %s\n", message);
+    fflush(stderr);
+}
+
+/* the block's error code: what its function returned, else a device-side fault (`fault`:
+ * this thread's tls_device_fault, its address taken once per run of blocks) */
+static inline int32_t block_result(int32_t rc, int32_t *fault) {
+    if (__builtin_expect(*fault != 0, 0)) {
+        if (!rc) rc = *fault;
+        *fault = 0;
+    }
+    return rc;
+}
 
 /* The longest idle spin of a worker: CPUIFY_SPIN_US when given, else the top of the
  * adaptive range (each worker adapts below it, wait_for_job). */
@@ -282,6 +303,7 @@ static void run_job_blocks(void *shared, void *scratch) {
     const cpuify_dims *dims = &P.dims;
     const uint64_t nblocks = P.nblocks, chunk = P.chunk, share = P.share;
     const uint32_t gx = dims->grid[0], gy = dims->grid[1];
+    int32_t *const fault = &tls_device_fault;
     tls_in_block = 1;
     uint64_t start = atomic_load_explicit(&P.next, memory_order_relaxed);
     for (;;) {
@@ -299,7 +321,7 @@ static void run_job_blocks(void *shared, void *scratch) {
         uint32_t by = (uint32_t)(t % gy);
         uint32_t bz = (uint32_t)(t / gy);
         for (uint64_t l = start;;) {
-            int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+            int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
             if (rc) {
                 record_error(rc, bx, by, bz);
                 goto out;
@@ -324,12 +346,13 @@ out:
 static int32_t run_serial(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                           void *shared, void *scratch, uint32_t *err_block) {
     const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+    int32_t *const fault = &tls_device_fault;
     int saved = tls_in_block;
     tls_in_block = 1;
     for (uint32_t bz = 0; bz < gz; bz++)
         for (uint32_t by = 0; by < gy; by++)
             for (uint32_t bx = 0; bx < gx; bx++) {
-                int32_t rc = fn(params, dims, bx, by, bz, shared, scratch);
+                int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
                 if (rc) {
                     tls_in_block = saved;
                     if (err_block) {

@@ -21,8 +21,9 @@ extern "C" {
 #define CPUIFY_API __attribute__((visibility("default")))
 #endif
 
-/* Bumped whenever the ABI below changes; the Python loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 3
+/* Bumped whenever the ABI below (or cpuify_tex.h, which compiled kernels call: version 4)
+ * changes; the Python loader checks it. */
+#define CPUIFY_RT_ABI_VERSION 4
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */

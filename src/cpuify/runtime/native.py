@@ -2,8 +2,8 @@
 
 The library is normally built by setuptools as the extension ``cpuify._cpuify_rt`` (see
 ``setup.py``).  When it is missing -- e.g. running from a source checkout that was never
-built -- it is compiled on demand with the system C compiler into a cache directory
-(``$CPUIFY_CACHE_DIR`` or ``~/.cache/cpuify``).  ``$CPUIFY_RUNTIME_LIB`` names a library
+built -- it is compiled on demand with the system C compiler into the cache
+(:mod:`cpuify.cache`).  ``$CPUIFY_RUNTIME_LIB`` names a library
 to use instead of either.
 
 The library is loaded with ``RTLD_GLOBAL`` and registered with llvmlite, so JIT-compiled
@@ -18,10 +18,10 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
+from .. import cache
 from ..errors import CpuifyError
 
 __all__ = [
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # enum cpuify_error
 CPUIFY_OK = 0
@@ -65,8 +65,9 @@ BLOCK_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(Dims
 
 _RUNTIME_DIR = Path(__file__).resolve().parent
 _SOURCE = _RUNTIME_DIR / "cpuify_rt.c"
-_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c")
+_SOURCES = (_SOURCE, _RUNTIME_DIR / "block_sched.c", _RUNTIME_DIR / "cpuify_tex.c")
 _HEADER = _RUNTIME_DIR / "cpuify_rt.h"
+_HEADERS = (_HEADER, _RUNTIME_DIR / "cpuify_tex.h")
 _CFLAGS = ["-O3", "-std=c11", "-shared", "-fPIC", "-pthread"]
 
 _lock = threading.Lock()
@@ -113,53 +114,42 @@ def _abi_ok(path: Path) -> bool:
     return fn() == ABI_VERSION
 
 
-def _cache_dir() -> Path:
-    env = os.environ.get("CPUIFY_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "cpuify"
-
-
 def _compiler() -> str:
     return os.environ.get("CC") or "cc"
 
 
 def _source_hash(cc: str) -> str:
     h = hashlib.sha256()
-    for p in (*_SOURCES, _HEADER):
+    for p in (*_SOURCES, *_HEADERS):
         h.update(p.read_bytes())
         h.update(b"\0")
     h.update(" ".join([cc, *_CFLAGS]).encode())
     return h.hexdigest()[:20]
 
 
-def _compile_runtime(cache_dir: Path | None = None) -> Path:
-    """Compiles cpuify_rt.c into cache_dir/runtime-<hash>.so (reused when present)."""
+def _compile_runtime() -> Path:
+    """Compiles cpuify_rt.c into the cache (cpuify.cache: reused when present and its hash
+    checks out; with no usable cache, into this process's private directory)."""
     if not _SOURCE.is_file():
         raise CpuifyError(f"cpuify runtime source {_SOURCE} is missing; reinstall cpuify")
     cc = _compiler()
-    cache_dir = Path(cache_dir) if cache_dir is not None else _cache_dir()
-    target = cache_dir / f"runtime-{_source_hash(cc)}.so"
-    if target.is_file():
-        return target
+    name = f"runtime-{_source_hash(cc)}.so"
+    hit = cache.load_file(name)
+    if hit is not None:
+        return hit
     if shutil.which(cc) is None:
         raise CpuifyError(
             f"the cpuify native runtime is not built and no C compiler ('{cc}') was found; "
             "install cpuify with pip (which builds it) or install a C compiler / set $CC")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".runtime-", suffix=".so.tmp", dir=cache_dir)
-    os.close(fd)
-    try:
-        cmd = [cc, *_CFLAGS, f"-I{_RUNTIME_DIR}", *map(str, _SOURCES), "-o", tmp]
+    with cache.temporary_directory(prefix="cpuify-rt-") as tmp:
+        out = os.path.join(tmp, name)
+        cmd = [cc, *_CFLAGS, f"-I{_RUNTIME_DIR}", *map(str, _SOURCES), "-o", out]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CpuifyError(
                 "compiling the cpuify native runtime failed:\n  " + " ".join(cmd) + "\n"
                 + proc.stdout + proc.stderr)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)  # atomic: concurrent builders all produce the same file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+        return cache.store_file(name, out, executable=True)
 
 
 def _find_or_build() -> Path:
@@ -170,7 +160,7 @@ def _find_or_build() -> Path:
             raise CpuifyError(f"$CPUIFY_RUNTIME_LIB={env} does not exist")
         return p
     src_mtime = max(p.stat().st_mtime for p in _SOURCES) if _SOURCE.is_file() else None
-    hdr_mtime = _HEADER.stat().st_mtime if _HEADER.is_file() else None
+    hdr_mtime = max((h.stat().st_mtime for h in _HEADERS if h.is_file()), default=None)
     for cand in _built_extension_candidates():
         if _in_source_checkout() and src_mtime is not None:
             # in a checkout, an in-place build older than the source is stale

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""Real-code coverage: build every program of a CUDA corpus with its own build files,
+unchanged, through cpuify, run it, and report built / ran / passed its own check, with the
+first error of each program that did not get through.
+
+    python -m benchmarks.coverage CORPUS_DIR [--suite NAME] [--only SUBSTR...]
+                                  [--json OUT] [--build-timeout S] [--run-timeout S] [--jobs N]
+
+CORPUS_DIR is a checkout of a public suite (fetched by you; this script fetches nothing).
+The suite is recognised by its layout, or named with --suite (`--list` shows the recipes).
+Each program is copied to a scratch directory first, so the corpus stays untouched, and
+built the way its README says, with the CUDA toolkit replaced by cpuify:
+`PATH=<cuda-home>/bin:$PATH`, `CUDA_PATH`/`CUDA_HOME`/`CUDA_DIR`/`CUDA_INSTALL_PATH` set
+to cpuify's toolkit directory (`cpuify cuda-home`) and `NVCC="cpuify nvcc"`.  A program
+counts as built only when an executable appeared *and* cpuify built it (it carries cpuify's
+runtime: the `cpuify_launch` symbol, no libcudart): a system nvcc on the PATH cannot hide a
+failure.  "passed" means the program's own check said so (each recipe knows how its suite
+reports success); a program that prints its success message over wrong results is exactly
+what this is meant to catch, so recipes match the suite's *comparison* output, not a bare
+"PASSED" where the suite prints a count of mismatches.
+
+A measurement tool: it never fails because a program fails; the exit status is 0 unless the
+tool itself is misused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one suite is laid out, built, run and checked."""
+    name: str
+    marker: str                          # a path (glob) relative to the corpus that identifies it
+    programs: str                        # glob of program directories relative to the corpus
+    build: tuple[str, ...]               # shell commands run in the program's scratch copy
+    exe_glob: str = "*"                  # which new executables are the program
+    run_args: tuple[str, ...] = ()
+    passed: str = r"(?i)\b(pass(ed)?|test passed|success)\b"
+    failed: str = r"(?i)\b(fail(ed|ure)?|mismatch|incorrect|wrong)\b"
+    copy_up: int = 0                     # copy this many parent levels (shared utilities)
+    run: bool = True                     # False: the suite's inputs are not at hand; build only
+    description: str = ""
+
+
+# PolyBench-ACC prints its count of results that differ from its CPU run (two spellings)
+PB_PASSED = r"(Non-Matching CPU-GPU Outputs Beyond Error Threshold of [\d.]+ Percent: 0\b|Number of misses: 0\b)"
+PB_FAILED = r"(Non-Matching CPU-GPU Outputs Beyond Error Threshold of [\d.]+ Percent: [1-9]|Number of misses: [1-9])"
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("polybench-acc", marker="CUDA/utilities/polybench.h", programs="CUDA/*/*/*/Makefile",
+           build=("make",), exe_glob="*.exe", copy_up=3,
+           passed=PB_PASSED, failed=PB_FAILED,
+           description="PolyBench-ACC's CUDA versions: `make` calls plain `nvcc`; each program "
+                       "compares its GPU result with its own CPU run"),
+    Recipe("polybench-acc-2", marker="CUDA/utilities/polybench.h", programs="CUDA/*/*/Makefile",
+           build=("make",), exe_glob="*.exe", copy_up=2,
+           passed=PB_PASSED, failed=PB_FAILED,
+           description="the PolyBench-ACC programs two levels deep (datamining, stencils)"),
+    Recipe("parboil", marker="common/mk/Makefile", programs="benchmarks/*/src/cuda/Makefile",
+           build=(
+               # the setup step of Parboil's README: common/Makefile.conf names the toolkit
+               'printf "CUDA_PATH=$CUDA_PATH\\nCUDA_LIB_PATH=$CUDA_PATH/lib64\\n" '
+               '> "$TOP/common/Makefile.conf"',
+               'make -C "$TOP/common/src" PARBOIL_ROOT="$TOP"',
+               # what `./parboil compile BENCH cuda` runs (its driver is Python 2); the default
+               # platform file hard-codes CUDAHOME=/usr/local/cuda, overridden on the command line
+               'B=$(echo "$REL" | cut -d/ -f2); cd "$TOP/benchmarks/$B" && '
+               'make -f "$TOP/common/mk/Makefile" SRCDIR=src/cuda BUILDDIR=build/cuda_default '
+               'BIN=build/cuda_default/$B PARBOIL_ROOT="$TOP" PLATFORM=default BUILD=cuda '
+               'HOST_PLATFORM=linux CUDAHOME="$CUDA_PATH" default'),
+           exe_glob="*", copy_up=4, run=False,
+           description="Parboil's CUDA versions, built as its driver does; its datasets are a "
+                       "separate download, so programs are only built"),
+    Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
+           description="any directory with a Makefile and .cu files: `make`, then run each new "
+                       "executable without arguments"),
+)}
+
+
+@dataclass
+class Result:
+    program: str
+    built: bool = False
+    ran: bool = False
+    passed: bool = False
+    build_s: float = 0.0
+    run_s: float = 0.0
+    executables: list[str] = field(default_factory=list)
+    first_error: str = ""
+
+
+def cuda_home() -> tuple[str, str]:
+    """(toolkit directory, bin directory holding an `nvcc` that is cpuify's)."""
+    cli = [sys.executable, "-m", "cpuify.cli.main"]
+    try:
+        r = subprocess.run([*cli, "cuda-home"], capture_output=True, text=True, timeout=600)
+        if r.returncode == 0 and r.stdout.strip():
+            home = r.stdout.strip().splitlines()[-1]
+            return home, os.path.join(home, "bin")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    # an older cpuify without `cuda-home`: a bin directory with an nvcc that runs cpuify nvcc
+    shim = Path(tempfile.mkdtemp(prefix="cpuify-coverage-bin-"))
+    (shim / "nvcc").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cpuify.cli.main nvcc "$@"\n')
+    (shim / "nvcc").chmod(0o755)
+    return str(shim.parent), str(shim)
+
+
+def built_by_cpuify(exe: Path) -> bool:
+    """True when `exe` carries cpuify's runtime and does not load NVIDIA's libcudart."""
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(exe)], capture_output=True, text=True)
+    nm_static = subprocess.run(["nm", "--defined-only", str(exe)], capture_output=True, text=True)
+    has_rt = "cpuify_launch" in nm.stdout + nm_static.stdout
+    ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+    foreign = [line for line in ldd.splitlines() if "libcudart" in line and "cpuify" not in line]
+    if not has_rt:       # linked against a shared libcudart: is it cpuify's?
+        has_rt = any("libcudart" in line and "cpuify" in line for line in ldd.splitlines())
+        foreign = []
+    return has_rt and not foreign
+
+
+def _first_error(text: str) -> str:
+    for line in text.splitlines():
+        if re.search(r"(?i)\berror\b|undefined reference|no such file|not supported|refused|"
+                     r"segmentation fault|core dumped|unsupported", line):
+            return line.strip()[:300]
+    tail = [line for line in text.splitlines() if line.strip()]
+    return tail[-1].strip()[:300] if tail else ""
+
+
+def _executables(d: Path, pattern: str, before: set[Path]) -> list[Path]:
+    out = []
+    for p in d.rglob(pattern):
+        if p in before or not p.is_file() or not os.access(p, os.X_OK) or p.suffix in (
+                ".sh", ".py", ".pl", ".o", ".a", ".so", ".cu", ".c", ".cpp", ".h"):
+            continue
+        with open(p, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                continue
+        out.append(p)
+    return sorted(out)
+
+
+def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str],
+                build_timeout: float, run_timeout: float, keep: Path | None) -> Result:
+    prog_dir = makefile.parent
+    rel = str(prog_dir.relative_to(corpus))
+    res = Result(rel)
+    scratch = Path(tempfile.mkdtemp(prefix="cpuify-coverage-", dir=keep))
+    try:
+        top = prog_dir
+        for _ in range(recipe.copy_up):
+            top = top.parent
+        shutil.copytree(top, scratch / top.name, symlinks=True)
+        work = scratch / top.name / prog_dir.relative_to(top)
+        top_copy = scratch / top.name
+        before = set(_executables(top_copy, "*", set()))
+        env = {**env, "TOP": str(top_copy), "PROG": str(work),
+               "REL": str(prog_dir.relative_to(top))}
+        t0 = time.perf_counter()
+        log = ""
+        for cmd in recipe.build:
+            try:
+                r = subprocess.run(cmd, shell=True, cwd=work, env=env, capture_output=True,
+                                   text=True, timeout=build_timeout)
+            except subprocess.TimeoutExpired:
+                res.first_error = f"build timed out after {build_timeout:.0f} s"
+                return res
+            log += r.stdout + r.stderr
+            if r.returncode != 0:
+                break
+        res.build_s = time.perf_counter() - t0
+        exes = _executables(top_copy, recipe.exe_glob, before)
+        ours = [e for e in exes if built_by_cpuify(e)]
+        res.executables = [str(e.relative_to(top_copy)) for e in exes]
+        if not ours:
+            res.first_error = (_first_error(log) if not exes else
+                               f"{exes[0].name} was not built by cpuify (no cpuify runtime in it)")
+            return res
+        res.built = True
+        if not recipe.run:
+            return res
+        t0 = time.perf_counter()
+        outputs = []
+        for exe in ours:
+            try:
+                r = subprocess.run([str(exe), *recipe.run_args], cwd=exe.parent, env=env,
+                                   capture_output=True, text=True, timeout=run_timeout,
+                                   errors="replace")
+            except subprocess.TimeoutExpired:
+                res.first_error = f"{exe.name}: run timed out after {run_timeout:.0f} s"
+                return res
+            out = r.stdout + r.stderr
+            outputs.append(out)
+            if r.returncode != 0 and r.returncode < 0:
+                res.first_error = f"{exe.name}: killed by signal {-r.returncode}: {_first_error(out)}"
+                return res
+        res.run_s = time.perf_counter() - t0
+        res.ran = True
+        text = "\n".join(outputs)
+        if re.search(recipe.failed, text):
+            m = re.search(recipe.failed, text)
+            res.first_error = f"its check failed: {text[max(0, m.start() - 80):m.end() + 40].strip()}"
+        elif re.search(recipe.passed, text):
+            res.passed = True
+        else:
+            res.first_error = f"no success message: {_first_error(text)}"
+        return res
+    finally:
+        if keep is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def detect(corpus: Path) -> list[Recipe]:
+    found = [r for r in RECIPES.values() if r.marker and list(corpus.glob(r.marker))]
+    return found or [RECIPES["makefiles"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.coverage", description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus", nargs="?", type=Path)
+    ap.add_argument("--suite", action="append", choices=sorted(RECIPES))
+    ap.add_argument("--only", nargs="*", default=[], help="programs whose path contains one of these")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--build-timeout", type=float, default=900)
+    ap.add_argument("--run-timeout", type=float, default=600)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--keep", type=Path, help="keep the scratch copies under this directory")
+    ap.add_argument("--list", action="store_true", help="list the suite recipes")
+    a = ap.parse_args(argv)
+    if a.list:
+        for r in RECIPES.values():
+            print(f"{r.name:16s} {r.description}")
+        return 0
+    if a.corpus is None or not a.corpus.is_dir():
+        ap.error("give a corpus directory (a checkout of a CUDA suite)")
+    corpus = a.corpus.resolve()
+    recipes = [RECIPES[n] for n in a.suite] if a.suite else detect(corpus)
+    home, bindir = cuda_home()
+    env = dict(os.environ)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    for var in ("CUDA_PATH", "CUDA_HOME", "CUDA_DIR", "CUDA_INSTALL_PATH", "CUDA_ROOT"):
+        env[var] = home
+    env["NVCC"] = os.path.join(bindir, "nvcc")
+    if a.keep:
+        a.keep.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for recipe in recipes:
+        for mk in sorted(corpus.glob(recipe.programs)):
+            if recipe.name == "makefiles" and not list(mk.parent.glob("*.cu")):
+                continue
+            rel = str(mk.parent.relative_to(corpus))
+            if a.only and not any(s in rel for s in a.only):
+                continue
+            jobs.append((recipe, mk))
+    print(f"corpus {corpus}: {len(jobs)} programs ({', '.join(r.name for r in recipes)}); "
+          f"toolkit {home}", flush=True)
+    results: list[Result] = []
+
+    def one(job: tuple[Recipe, Path]) -> Result:
+        r = run_program(job[0], corpus, job[1], env, a.build_timeout, a.run_timeout, a.keep)
+        state = "passed" if r.passed else "ran" if r.ran else "built" if r.built else "FAILED"
+        print(f"  {r.program:50s} {state:7s} build {r.build_s:6.1f} s  run {r.run_s:6.1f} s"
+              f"{'  ' + r.first_error if r.first_error else ''}", flush=True)
+        return r
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        results = list(pool.map(one, jobs))
+    n = len(results)
+    built = sum(r.built for r in results)
+    ran = sum(r.ran for r in results)
+    passed = sum(r.passed for r in results)
+    print(f"\n{n} programs: {built} built, {ran} ran, {passed} passed their own check")
+    if a.json:
+        a.json.write_text(json.dumps({"corpus": str(corpus), "recipes": [r.name for r in recipes],
+                                      "programs": n, "built": built, "ran": ran, "passed": passed,
+                                      "results": [asdict(r) for r in results]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""`merge-duplicate-threads`: threads that differ only in a thread-index dimension the kernel
+never reads run once.
+
+A 1D kernel launched with 2D blocks (`dim3 block(32, 8)` with `i = blockIdx.x * blockDim.x +
+threadIdx.x`: PolyBench-ACC's matrix-vector kernels) has eight threads per `i` doing
+exactly the same thing.  When the kernel cannot tell them apart (it reads neither
+`threadIdx.y` nor anything derived from the linear thread index: lane, warp, lane masks)
+and they cannot see each other (no barrier, warp collective, atomic, printf or allocation:
+only plain loads and stores), executing each group of identical threads once is one of the
+schedules CUDA allows: the identical threads running in lockstep, each load returning the
+same value to all of them and each store writing the same value to the same address.  It is
+the schedule a GPU comes close to in practice, and racy kernels of this shape rely on it
+(`x1[i] += a[i * n + j] * y[j]` by eight threads: one sum on a GPU, eight times the sum when
+the threads run one after another).  It also does a factor of blockDim.y less work.
+
+The pass records the dimensions whose threads are duplicates on the `upir.block_parallel`
+op (`duplicate_thread_dims = [1]` for y, `[1, 2]` for y and z); the code generator then
+runs those dimensions' thread loops once (`%ntid` still reads the launch's block shape).
+The reference interpreter runs every thread, which is also a schedule CUDA allows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpuify.analysis.manager import AnalysisManager
+from cpuify.ir.core import Operation
+from cpuify.ir.dialects import info
+from cpuify.ir.structure import block_body, block_parallel
+from cpuify.transforms.pass_manager import register
+
+ATTRIBUTE = "duplicate_thread_dims"
+
+#: ops with effects that duplicated threads perform identically (each duplicate reads what
+#: the others read and writes what they write); anything else may tell them apart
+_SAME_IN_DUPLICATES = frozenset({
+    "ptx.ld", "ptx.ldu", "ptx.st", "ptx.prefetch", "ptx.prefetchu", "upir.exit", "upir.trap",
+    "upir.fence", "upir.clock", "upir.yield", "upir.param", "upir.special", "upir.launch_store",
+})
+#: special registers that tell threads of a block apart beyond tid.x/y/z
+_THREAD_SPECIALS = ("%laneid", "%warpid", "%lanemask")
+
+
+def duplicate_dims(kernel: Operation) -> list[int]:
+    """The thread-index dimensions (0 = x, 1 = y, 2 = z) whose threads are exact duplicates
+    of each other in `kernel`, or [] when the kernel can tell them apart."""
+    body = block_body(kernel)
+    read = set()
+    for block in body.blocks:
+        for op in block.ops:
+            if op.regions:
+                return []
+            if op.name == "upir.special":
+                reg = str(op.attributes.get("reg", ""))
+                if reg.startswith(_THREAD_SPECIALS):
+                    return []
+                if reg.startswith("%tid"):
+                    comp = reg.partition(".")[2]
+                    read.add("xyz".index(comp) if comp in ("x", "y", "z") else 0)
+                continue
+            i = info(op)
+            if i.pure or i.terminator and op.name.startswith("cf."):
+                continue
+            if op.name not in _SAME_IN_DUPLICATES or i.block_sync or i.warp_sync:
+                return []
+            if op.name in ("ptx.ld", "ptx.st") and any(
+                    m in ("volatile", "relaxed", "acquire", "release")
+                    for m in op.attributes.get("mods", ())):
+                return []       # a flag protocol between threads: keep every thread
+    return [k for k in (0, 1, 2) if k not in read]
+
+
+@register("merge-duplicate-threads",
+          "thread-index dimensions the kernel never reads, run once (blocks whose threads "
+          "differ only there are duplicates)")
+@dataclass(frozen=True)
+class MergeDuplicateThreads:
+    """Pass: records `duplicate_thread_dims` on the kernel's `upir.block_parallel`."""
+    name: str = "merge-duplicate-threads"
+
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        """Returns the number of thread dimensions marked as duplicates."""
+        dims = duplicate_dims(kernel)
+        if not dims:
+            return 0
+        bp = block_parallel(kernel)
+        if bp.attributes.get(ATTRIBUTE) == dims:
+            return 0
+        bp.attributes[ATTRIBUTE] = dims
+        return len(dims)
