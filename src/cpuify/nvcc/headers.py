@@ -135,6 +135,11 @@ def legacy_header_dir(tk: Toolkit) -> Path:
                 " * driver_types.h (legacy cudaDeviceProp fields) included first. */\n"
                 '#include "driver_types.h"\n'
                 f"#include_next <{name}>\n")
+        # the files are a function of the toolkit's header: they carry its time, so a build
+        # that made them does not take them for headers changed while it ran (cpuify run)
+        stamp = src.stat()
+        for f in tmp.iterdir():
+            os.utime(f, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
         try:
             os.rename(tmp, target)
         except OSError:         # another process made it first
