@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cpuify.cache import cache_enabled, run_tool
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, launch_shapes, legacy_texture
+from cpuify.nvcc import device, headers, launch_shapes, legacy_texture
 from cpuify.nvcc.cuda_home import (RUNTIME_LINK_LIBS, cuda_home, is_foreign_cuda_include,
                                    library_dirs, verbose_environment)
 from cpuify.nvcc.toolkit import find_toolkit
@@ -126,6 +126,10 @@ _FLAGS = {
     "-fatbin": ("-fatbin", "--fatbin"),
     "-cuda": ("-cuda", "--cuda"),
     "-run": ("-run", "--run"),
+    # cpuify's own: the legacy CUDA layer off (nvcc/headers.py); refused kernels fail at
+    # launch instead of failing the build
+    "--cpuify-no-legacy": ("--cpuify-no-legacy",),
+    "--cpuify-defer-refused": ("--cpuify-defer-refused",),
 }
 _NO_EFFECT = {"-lineinfo", "-res-usage", "-Wno-deprecated-gpu-targets", "-m64", "-restrict",
               "-src-in-ptx", "-keep", "-w"}
@@ -298,9 +302,16 @@ def parse_args(argv: list[str]) -> Options:
         elif canon == "-l":
             if value in ("cudart", "cudart_static", "cudadevrt"):
                 pass     # cpuify's runtime replaces them
+            elif value in ("nvToolsExt", "nvtx3interop"):
+                pass     # NVTX v3 is header-only (nvtx3/nvToolsExt.h); without a tool it does nothing
+            elif value == "curand":
+                # the device API (curand_kernel.h) is header-only; libcurand needs a GPU
+                o.warnings.append("-lcurand: the cuRAND device API (curand_kernel.h) works on the CPU; "
+                                  "the host API (curandCreateGenerator, ...) is not supported, so "
+                                  "libcurand is not linked")
             else:
-                if value in ("cublas", "cufft", "curand", "cusparse", "cusolver", "nvrtc",
-                             "cublasLt", "nppc", "nvToolsExt", "nvtx3interop"):
+                if value in ("cublas", "cufft", "cusparse", "cusolver", "nvrtc",
+                             "cublasLt", "nppc"):
                     o.warnings.append(f"-l{value}: cpuify provides only the CUDA runtime; linking "
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
@@ -474,6 +485,8 @@ class Driver:
         cmd = [self.tk.nvcc, "-arch", f"compute_{self.arch}", "-code", f"compute_{self.arch}"]
         if self.o.ccbin:
             cmd += ["-ccbin", self.o.ccbin]
+        # cpuify's headers ahead of the toolkit's, the legacy CUDA layer pre-included
+        cmd += headers.include_options(self.tk, legacy=headers.legacy_enabled(self.o.flags))
         return cmd + self.o.host_opts
 
     def dependency_opts(self, out: str) -> list[str]:
@@ -517,8 +530,9 @@ class Driver:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
             compat = legacy_texture.pre_include(src, self.o.host_opts)
+            # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
             self.run(self.nvcc_base() + compat + self.dependency_opts(dep_target)
-                     + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
+                     + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
                      f"nvcc ({src})")
             if self.dry:
                 print(f"# cpuify: the kernels of {src} (PTX, compute_{self.arch}) to native code",
@@ -555,7 +569,8 @@ class Driver:
                       file=sys.stderr)
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
-                                           self.launch_shapes(tmp), device.entry_names(ptx)))
+                                           self.launch_shapes(tmp), device.entry_names(ptx)),
+                                       defer=device.defer_refused(self.o.flags))
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -613,7 +628,8 @@ class Driver:
             device.build_device_object(ptx, dev_o, tmp, source=" ".join(m.source for m in uniq),
                                        linked_ids=ids, warn=_warn,
                                        shapes=launch_shapes.kernel_shapes(
-                                           shapes, device.entry_names(ptx)))
+                                           shapes, device.entry_names(ptx)),
+                                       defer=device.defer_refused(self.o.flags))
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -800,11 +816,17 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
         -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
         runtime, -lcuda its driver API library (cpuify cuda-home); an -I/-isystem to
         another CUDA installation's headers is dropped with a warning.
+cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
+        launches then fail; by default the build fails naming kernel and line);
+        --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
+        cudaDeviceProp fields, ...: on by default).
 host compiler: -ccbin, else $NVCC_CCBIN, else g++/gcc (never $CC/$CXX).
 environment: NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS as nvcc; CPUIFY_NVCC_VERBOSE=1 prints
-        the commands; kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify
-        cache info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
-        CPUIFY_PROFILE=1 (an nvprof-like summary at exit).
+        the commands; CPUIFY_DEFER_REFUSED=1 and CPUIFY_LEGACY=0 as the flags above;
+        kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify cache
+        info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
+        CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
+        (the compute capability reported; default: the compiled target).
 SIGTERM: exit status 143, temporary files removed.
 """
 
@@ -846,6 +868,9 @@ def nvcc_main(argv: list[str], *, dependencies: set[str] | None = None) -> int:
                 dependencies |= driver.dependencies
     except CompileFailed as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
+        return 1
+    except device.RefusedKernels as exc:
+        print(exc, file=sys.stderr)      # `file:line: error: ...` per kernel
         return 1
     except CpuifyError as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
