@@ -309,6 +309,27 @@ def test_compile_with_cpuify_link_with_gxx(tmp_path: Path, home: Path, env: dict
 
 
 @needs_toolchain
+def test_host_files_see_the_legacy_device_properties(tmp_path: Path, home: Path,
+                                                     env: dict[str, str]) -> None:
+    # a host file compiled by the host compiler against cuda-home's headers reads the
+    # cudaDeviceProp fields CUDA 13 removed, filled by cpuify's runtime
+    _write(tmp_path / "props.cpp", r"""
+#include <cuda_runtime.h>
+#include <cstdio>
+int main() {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return 2;
+    printf("clock %d overlap %d\n", p.clockRate > 0, p.deviceOverlap);
+    return 0;
+}
+""")
+    run(["g++", f"-I{home}/include", "props.cpp", f"-L{home}/lib64", "-lcudart", "-o", "props"],
+        tmp_path, env)
+    out = subprocess.run([str(tmp_path / "props")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.startswith("clock 1 overlap "), out.stdout + out.stderr
+
+
+@needs_toolchain
 def test_make_exporting_cc_as_cpuify_nvcc(tmp_path: Path, env: dict[str, str]) -> None:
     """make CC="cpuify nvcc": make exports CC (and here CXX) to the recipes; the driver and
     its runtime build must not take them for the host compiler."""

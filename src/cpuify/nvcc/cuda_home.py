@@ -36,6 +36,7 @@ from pathlib import Path
 
 from cpuify import cache
 from cpuify.errors import CpuifyError
+from cpuify.nvcc.headers import RUNTIME_INCLUDE, legacy_header_dir
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_library
 from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
 
@@ -130,6 +131,9 @@ def _key(tk: Toolkit, runtime: Path) -> str:
         h.update(b"\0")
     for header in sorted(RUNTIME_DIR.glob("*.h")):       # include/ links each of them
         h.update(header.name.encode() + b"\0")
+    for header in sorted(RUNTIME_INCLUDE.glob("*.h")):   # and these, in place of the wheel's
+        h.update(header.name.encode() + b"\0")
+    h.update(str(legacy_header_dir(tk)).encode())
     return h.hexdigest()[:16]
 
 
@@ -205,6 +209,16 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
     for header in sorted(RUNTIME_DIR.glob("*.h")):
         if not (tmp / "include" / header.name).exists():
             os.symlink(header, tmp / "include" / header.name)
+    # cpuify's own headers (profiler API, NVTX v2 names, the legacy layer) take the place of
+    # the wheel's, and driver_types.h is the legacy layer's (cudaDeviceProp with the fields
+    # CUDA 13 removed, in its reserved space): host files compiled by the host compiler
+    # with -I$(CUDA_HOME)/include see the struct cpuify nvcc's sources see
+    overlays = [*sorted(RUNTIME_INCLUDE.glob("*.h")), legacy_header_dir(tk) / "driver_types.h"]
+    for header in overlays:
+        link = tmp / "include" / header.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        os.symlink(header, link)
     nvvm = os.path.join(tk.root, "nvvm")
     if os.path.isdir(nvvm):
         os.symlink(nvvm, tmp / "nvvm")
