@@ -139,6 +139,7 @@ def legacy_header_dir(tk: Toolkit) -> Path:
         # that made them does not take them for headers changed while it ran (cpuify run)
         stamp = src.stat()
         for f in tmp.iterdir():
+            os.chmod(f, 0o600)          # private as the rest of the cache, whatever the umask
             os.utime(f, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
         try:
             os.rename(tmp, target)
