@@ -74,7 +74,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                # the setup step of Parboil's README: common/Makefile.conf names the toolkit
                'printf "CUDA_PATH=$CUDA_PATH\\nCUDA_LIB_PATH=$CUDA_PATH/lib64\\n" '
                '> "$TOP/common/Makefile.conf"',
-               'make -C "$TOP/common/src" PARBOIL_ROOT="$TOP"',
+               'mkdir -p "$TOP/common/lib" && make -C "$TOP/common/src" PARBOIL_ROOT="$TOP"',
                # what `./parboil compile BENCH cuda` runs (its driver is Python 2); the default
                # platform file hard-codes CUDAHOME=/usr/local/cuda, overridden on the command line
                'B=$(echo "$REL" | cut -d/ -f2); cd "$TOP/benchmarks/$B" && '

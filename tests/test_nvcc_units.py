@@ -11,7 +11,7 @@ import pytest
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.nvcc import device
 from cpuify.nvcc.driver import UsageError, parse_args, ptx_arch
-from cpuify.nvcc.rtlib import stub_source
+from cpuify.nvcc.rtlib import per_thread_aliases, stub_source
 
 
 def test_parse_nvcc_command_line() -> None:
@@ -133,10 +133,27 @@ def test_fatbin_hash_matches_embedded_bytes() -> None:
 
 def test_stubs_cover_unimplemented_functions_only() -> None:
     header = ("extern __host__ cudaError_t CUDARTAPI cudaGraphCreate(cudaGraph_t *g, unsigned f);\n"
-              "extern __host__ __cudart_builtin__ cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n);\n")
+              "extern __host__ __cudart_builtin__ cudaError_t CUDARTAPI cudaMalloc(void **p, size_t n);\n"
+              "extern __CUDA_DEPRECATED __host__ cudaError_t CUDARTAPI cudaOldThing(int x);\n"
+              "extern __host__ struct cudaChannelFormatDesc CUDARTAPI cudaCreateChannelDesc(int x, int y, "
+              "int z, int w, enum cudaChannelFormatKind f);\n"
+              "    #define cudaMalloc __CUDART_API_PTDS(cudaMalloc)\n"
+              "    #define cudaGraphCreate __CUDART_API_PTSZ(cudaGraphCreate)\n")
     src = stub_source(header, {"cudaMalloc"})
-    assert 'int cudaGraphCreate(void) { return cpuify_cudart_not_supported("cudaGraphCreate"); }' in src
+    # each stub names itself (once: the `said` flag) and returns cudaErrorNotSupported
+    assert ('int cudaGraphCreate_cpuify(void) { static int said; int e = '
+            'cpuify_cudart_not_supported_once("cudaGraphCreate", &said); return e; }') in src
+    assert '__asm__("cudaGraphCreate")' in src
+    assert '__asm__("cudaOldThing")' in src               # deprecated functions too
+    assert '__asm__("cudaGraphCreate_ptsz")' in src       # per-thread default stream name
+    # other return types: a typed stub returning zeros
+    assert ("struct cudaChannelFormatDesc cudaCreateChannelDesc_cpuify(int x, int y, int z, int w, "
+            "enum cudaChannelFormatKind f)") in src
     assert "cudaMalloc" not in src
+    assert stub_source(header, {"cudaMalloc", "cudaCreateChannelDesc"}).count("cudaCreateChannelDesc") == 0
+    # the implemented function's per-thread name is an alias of it
+    assert per_thread_aliases(header, {"cudaMalloc"}).strip() == (
+        'extern __typeof__(cudaMalloc) cudaMalloc_ptds __attribute__((alias("cudaMalloc")));')
 
 
 def test_scoped_call_params_get_their_own_names() -> None:

@@ -310,13 +310,13 @@ def outer_environment() -> dict[str, str]:
     return env
 
 
-def run_tool(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    """`subprocess.run(cmd, capture_output=True, text=True)` with the tool in a process group
-    of its own: when cpuify is ended (SIGTERM, Ctrl-C, an exception) the tool and every
-    process it started are killed before the temporary directories go, so none of them
-    writes a file there afterwards."""
+def run_tool(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(cmd, capture_output=True, text=True, env=env)` with the tool in a
+    process group of its own: when cpuify is ended (SIGTERM, Ctrl-C, an exception) the tool
+    and every process it started are killed before the temporary directories go, so none of
+    them writes a file there afterwards."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         out, err = proc.communicate()
     except BaseException:

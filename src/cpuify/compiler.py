@@ -346,7 +346,9 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
             refused[entry.name] = str(exc)
             gen.forget(set(gen.module.globals) - before)
     if not kernels and refused:
-        raise UnsupportedError("no kernel of this module can run on the CPU:\n" + "\n".join(refused.values()))
+        err = UnsupportedError("no kernel of this module can run on the CPU:\n" + "\n".join(refused.values()))
+        err.refused = refused       # type: ignore[attr-defined]  # kernel -> why, for cpuify nvcc
+        raise err
     t2 = time.perf_counter()
     progress.stage("LLVM optimization and code generation")
     llvm_text = gen.llvm_text()

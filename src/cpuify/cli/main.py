@@ -3,6 +3,10 @@
     cpuify nvcc  [nvcc options] files a drop-in for nvcc (make NVCC="cpuify nvcc")
     cpuify run   app.cu [nvcc options] [-- args]   build (cached) and run a program
     cpuify cache info|clear           the compile cache: where, what, how big; empty it
+    cpuify cuda-home                  a CUDA-toolkit-shaped directory (bin/nvcc, include/,
+                                      lib64/libcudart.so ...) for build systems:
+                                      make CUDA_PATH=$(cpuify cuda-home),
+                                      cmake -DCMAKE_CUDA_COMPILER=$(cpuify cuda-home)/bin/nvcc
     cpuify ptx   kernel.cu            PTX from NVRTC
     cpuify ir    kernel.cu|.ptx|.mlir the parallel IR (MLIR generic syntax) of each kernel
                                       after the passes (--mlir: one self-contained module)
@@ -124,6 +128,11 @@ def _main(argv: list[str]) -> int:
     p_run.add_argument("options", nargs="*", help="nvcc options, then -- and the program's arguments")
     sub.add_parser("cache", help="the compile cache: `cpuify cache info` (location, entries, "
                    "size, limit) and `cpuify cache clear` (cpuify cache --help)", add_help=False)
+    sub.add_parser("cuda-home", help="print a directory laid out like a CUDA toolkit (bin/nvcc, "
+                   "include/, lib64/ with cpuify's libcudart.so, libcudart_static.a, libcuda.so), "
+                   "made on first use: make CUDA_PATH=$(cpuify cuda-home), PATH=$(cpuify "
+                   "cuda-home)/bin:$PATH make, cmake -DCMAKE_CUDA_COMPILER=$(cpuify "
+                   "cuda-home)/bin/nvcc")
     for name, help_ in (("ptx", "print the PTX NVRTC produces"),
                         ("ir", "print the parallel IR of each kernel"),
                         ("llvm", "print the LLVM IR (optimized unless --raw)"),
@@ -146,6 +155,14 @@ def _main(argv: list[str]) -> int:
         if name != "ptx":
             _add_pipeline_flags(p)
     args = parser.parse_args(argv)
+    if args.command == "cuda-home":
+        from cpuify.nvcc.cuda_home import cuda_home
+        try:
+            print(cuda_home(persistent=True))
+        except (CpuifyError, OSError) as exc:
+            print(f"cpuify cuda-home: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     options = [f"-D{d}" for d in args.defines] + [f"-I{i}" for i in args.includes]
     try:
         pipeline = _pipeline_of(args) if args.command != "ptx" else None

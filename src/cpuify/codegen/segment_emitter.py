@@ -140,6 +140,8 @@ class SegmentEmitter(SpeculativeValues):
         unmasked_last_state = self.last_state
         if self.kc.syncs:
             self.emit_thread_loops(masked_bb, exit_some_bb, masked=True)
+        # (the prefix copy below starts its own: the masked run's are gathered at its exit)
+        masked_stops = self.uniform_stops
         if prefix:
             exit_prefix_bb = fn.append_basic_block("done_first")
             self.uniform_stops = {}
@@ -154,7 +156,7 @@ class SegmentEmitter(SpeculativeValues):
         self.finish_run(b, unmasked_stops, unmasked_last_state)
         b.position_at_end(exit_some_bb)
         self.store_lockstep_counters(b)
-        self.gather_uniform_slots(b, self.uniform_stops)
+        self.gather_uniform_slots(b, masked_stops)
         b.ret(I32(STATE_UNKNOWN))
 
     def finish_run(self, b: ir.IRBuilder, stops: dict[int, dict[Value, None]],

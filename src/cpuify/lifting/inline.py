@@ -12,6 +12,7 @@ assert marker, `malloc`/`free` become `Instruction('malloc'/'free')`."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from cpuify.errors import PTXError, UnsupportedError
@@ -20,6 +21,11 @@ from cpuify.frontend.ptx_ast import (
 )
 
 BUILTIN_CALLS = ("vprintf", "__assertfail", "malloc", "free")
+# what nvcc calls for a kernel launch, stream or sync inside device code (CUDA dynamic
+# parallelism, in libcudadevrt): cudaGetParameterBuffer[V2], cudaLaunchDevice[V2],
+# __cudaCDP2*, the device-side cudaDeviceSynchronize and stream functions
+_DEVICE_LAUNCH = re.compile(r"^(?:__cudaCDP2\w*|cudaGetParameterBuffer\w*|cudaLaunchDevice\w*|"
+                            r"cudaDeviceSynchronize\w*|cudaStream\w*|cudaEvent\w*)$")
 
 
 @dataclass
@@ -110,6 +116,10 @@ class _Inliner:
                                              stmt.text, guard))
             return
         callee = self.module.functions.get(target)
+        if (callee is None or callee.body is None) and _DEVICE_LAUNCH.match(target):
+            self.error(f"dynamic parallelism (a kernel launching a kernel: the call to '{target}') "
+                       "is not supported by cpuify; launch the child kernel from the host",
+                       stmt.line)
         if callee is None or callee.body is None:
             self.error(f"call to '{target}', which has no body in this PTX module "
                        "(external device functions need -rdc linking, which is not supported here)",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import struct
 import subprocess
 from dataclasses import dataclass, field
@@ -40,12 +41,12 @@ def run_tool(cmd: list[str], what: str) -> None:
 
 def fatbin_bytes(fatbin_c: str) -> bytes:
     """The fat binary nvcc embeds, from its generated `.fatbin.c` (the `.quad` lines)."""
-    m = re.search(r"fatbinData:\\n\"(.*?)\);", fatbin_c, re.S)
+    m = re.search(r"fatbinData:\\n\"(.*?)\);", fatbin_c, re.DOTALL)
     if m:
         quads = re.findall(r"0x([0-9a-fA-F]+)", m.group(1))
         return b"".join(struct.pack("<Q", int(q, 16)) for q in quads)
     # older nvcc: `static const unsigned long long fatbinData[] = {0x...ull, ...};`
-    m = re.search(r"fatbinData\[\]\s*=\s*\{(.*?)\}", fatbin_c, re.S)
+    m = re.search(r"fatbinData\[\]\s*=\s*\{(.*?)\}", fatbin_c, re.DOTALL)
     if not m:
         raise CpuifyError("cannot find the fat binary in nvcc's .fatbin.c output")
     quads = re.findall(r"0x([0-9a-fA-F]+)", m.group(1))
@@ -76,11 +77,15 @@ Variants = dict[str, list[tuple[tuple[int, int, int], SpecializedObject]]]
 
 def registration_source(compiled: CompiledModule | None, refused: dict[str, str], *,
                         source: str, fatbin_hash_value: int, linked_ids: list[str] = (),
-                        variants: Variants | None = None) -> str:
+                        variants: Variants | None = None, arch: int = 0) -> str:
     """C source of the module descriptor and its registration (a constructor, or one
     `__cudaRegisterLinkedBinary_<id>` function per module id for -rdc).  `variants`: per
-    kernel, the block functions specialized for one block shape."""
+    kernel, the block functions specialized for one block shape; `arch`: the PTX target
+    (sm_XX), which the runtime reports as the device's compute capability."""
     out = ['#include "cpuify_cudart.h"', ""]
+    if arch:
+        out += ["__attribute__((constructor(101))) static void cpuify_note_arch(void) {",
+                f"    cpuify_cudart_note_arch({arch});", "}", ""]
     kernels: list[str] = []
     printf = compiled is not None and "vprintf" in compiled.ptx
     names = list(compiled.kernels) if compiled else []
@@ -151,16 +156,90 @@ def entry_names(ptx: str) -> list[str]:
     return re.findall(r"\.entry\s+([\w$]+)", ptx)
 
 
+def ptx_target(ptx: str) -> int:
+    """The module's `.target sm_XX` as XX (0 when absent)."""
+    m = re.search(r"^\s*\.target\s+sm_(\d+)", ptx, re.MULTILINE)
+    return int(m.group(1)) if m else 0
+
+
 def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[str, str]]:
-    """Runs cpuify's pipeline on a module's PTX (cached).  Kernels that cannot run on the
-    CPU are reported on stderr and fail at launch."""
+    """Runs cpuify's pipeline on a module's PTX (cached).  Returns the compiled module (None
+    when no kernel of it can run) and, per refused kernel, why."""
     try:
         compiled = compile_ptx_cached(ptx)
     except UnsupportedError as exc:
-        # no kernel of the module can run: keep the program buildable, fail at launch
-        refused = {name: str(exc) for name in entry_names(ptx)}
-        return None, refused
+        refused = getattr(exc, "refused", None) or {name: str(exc) for name in entry_names(ptx)}
+        return None, dict(refused)
     return compiled, dict(compiled.refused)
+
+
+def source_location(ptx: str, line: int, sources: str = "") -> tuple[str, int] | None:
+    """The CUDA source file and line of PTX line `line` (1-based), from the `.loc`/`.file`
+    directives nvcc writes with -lineinfo; None without them.  In code inlined from another
+    file (a toolkit header) the call site in one of `sources` (the translation units) is
+    preferred."""
+    lines = ptx.splitlines()
+    files = dict(re.findall(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', ptx, re.MULTILINE))
+    wanted = {os.path.basename(s) for s in sources.split()}
+    for text in reversed(lines[:max(0, min(line, len(lines)))]):
+        m = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", text)
+        if m:
+            spots = [(m.group(1), m.group(2))]
+            spots += re.findall(r"inlined_at\s+(\d+)\s+(\d+)", text)
+            found = [(files[f], int(n)) for f, n in spots if f in files and int(n) > 0]
+            for path, n in found:
+                if os.path.basename(path) in wanted:
+                    return path, n
+            return found[0] if found else None
+        if re.match(r"\s*\.(entry|func)\b", text):
+            return None
+    return None
+
+
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory when it lies below it."""
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if rel.startswith("..") else rel
+
+
+def demangle(name: str) -> str:
+    if not name.startswith("_Z") or not shutil.which("c++filt"):
+        return name
+    proc = subprocess.run(["c++filt", name], capture_output=True, text=True)
+    out = proc.stdout.strip()
+    return out if proc.returncode == 0 and out else name
+
+
+def refusal_report(ptx: str, refused: dict[str, str], source: str, severity: str = "error") -> str:
+    """One diagnostic per refused kernel: the .cu file and line (when the PTX has line
+    info), the kernel, what it uses that cpuify cannot run, and the PTX line."""
+    out = []
+    for name, why in refused.items():
+        first, _, rest = why.partition("\n")
+        m = re.match(r"(?:kernel '[^']*', )?PTX line (\d+): (.*)", first)
+        ptx_line = int(m.group(1)) if m else None
+        what = m.group(2) if m else first
+        loc = source_location(ptx, ptx_line, source) if ptx_line else None
+        if loc:
+            given = [w for w in source.split() if os.path.realpath(w) == os.path.realpath(loc[0])]
+            where = f"{given[0] if given else _shown_path(loc[0])}:{loc[1]}"
+        else:
+            where = source
+        text = f"{where}: {severity}: kernel '{demangle(name)}' cannot run on the CPU: {what}"
+        if ptx_line:
+            text += f"\n    (PTX line {ptx_line}" + (f": {rest.strip()}" if rest.strip() else "") + ")"
+        out.append(text)
+    return "\n".join(out)
+
+
+def defer_refused(flags: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Whether kernels cpuify cannot run build anyway and fail when launched
+    (--cpuify-defer-refused or CPUIFY_DEFER_REFUSED=1) instead of failing the build."""
+    return "--cpuify-defer-refused" in flags or os.environ.get("CPUIFY_DEFER_REFUSED", "0") not in ("", "0")
+
+
+class RefusedKernels(CpuifyError):
+    """Kernels of a translation unit use something cpuify cannot run."""
 
 
 def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, int]]],
@@ -187,18 +266,26 @@ def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, 
 
 def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_hash_value: int = 0,
                         linked_ids: list[str] = (), warn=print,  # type: ignore[assignment]
-                        shapes: dict[str, list[tuple[int, int, int]]] | None = None) -> None:
+                        shapes: dict[str, list[tuple[int, int, int]]] | None = None,
+                        defer: bool = False) -> None:
     """PTX -> relocatable object `out` with the kernels and their registration; `shapes`:
-    block shapes to specialize kernels for (PTX entry name -> shapes)."""
+    block shapes to specialize kernels for (PTX entry name -> shapes).  A kernel cpuify
+    cannot run raises RefusedKernels (naming the kernel, the construct and the line); with
+    `defer` it is registered as refused instead and its launches fail."""
     compiled, refused = compile_device(ptx, source)
-    for name, why in refused.items():
-        warn(f"cpuify nvcc: warning: {source}: kernel '{name}' cannot run on the CPU and will fail "
-             f"when launched: {why.splitlines()[0]}")
+    if refused:
+        if not defer:
+            raise RefusedKernels(refusal_report(ptx, refused, source) +
+                                 "\n(--cpuify-defer-refused or CPUIFY_DEFER_REFUSED=1 builds the "
+                                 "program anyway; launching such a kernel then fails)")
+        warn(refusal_report(ptx, refused, source, "warning") +
+             "\n(built anyway: launching it fails with cudaErrorNotSupported)")
     variants = specialize(compiled, shapes, warn) if compiled is not None and shapes else {}
     reg_c = os.path.join(tmp, "cpuify_reg.c")
     Path(reg_c).write_text(registration_source(compiled, refused, source=source,
                                                fatbin_hash_value=fatbin_hash_value,
-                                               linked_ids=list(linked_ids), variants=variants))
+                                               linked_ids=list(linked_ids), variants=variants,
+                                               arch=ptx_target(ptx)))
     reg_o = reg_c[:-2] + ".o"
     run_tool([c_compiler(), "-O1", "-fPIC", "-std=c11", f"-I{RUNTIME_DIR}", "-c", reg_c, "-o", reg_o],
              "compiling the kernel registration table")
@@ -377,6 +464,10 @@ def _split_items(ptx: str) -> tuple[list[str], list[_Item]]:
             header.append(m.group(0).strip())
             pos += m.end()
             continue
+        m = re.match(r"\.file\b[^\n]*", text[pos:])
+        if m:        # line info: no ';' ends it (link_ptx renumbers and re-emits the files)
+            pos += m.end()
+            continue
         start, depth = pos, 0
         while pos < n:
             c = text[pos]
@@ -475,11 +566,28 @@ def link_ptx(modules: list[RdcModule]) -> str:
     func_out: list[str] = []
     seen_defs: set[str] = set()
     seen_decls: set[str] = set()
+    # line info (-lineinfo): each module's `.file` numbers renumbered into one table
+    file_out: list[str] = []
+    file_maps: list[dict[str, str]] = []
+    for m in modules:
+        fmap: dict[str, str] = {}
+        for num, path in re.findall(r'^\s*\.file\s+(\d+)\s+("[^"]*")', m.ptx, re.MULTILINE):
+            fmap[num] = str(len(file_out) + 1)
+            file_out.append(f".file\t{fmap[num]} {path}")
+        file_maps.append(fmap)
+
+    def renumber_loc(text: str, fmap: dict[str, str]) -> str:
+        if not fmap or ".loc" not in text:
+            return text
+        return re.sub(r"(\.loc\s+|inlined_at\s+)(\d+)",
+                      lambda m: m.group(1) + fmap.get(m.group(2), m.group(2)), text)
+
     for mi, (_, items) in enumerate(parsed):
         ren = renames[mi]
         pattern = re.compile(r"(?<![\w$%])(" + "|".join(map(re.escape, ren)) + r")(?![\w$])") if ren else None
         for it in items:
             text = pattern.sub(lambda m: ren[m.group(1)], it.text) if pattern else it.text
+            text = renumber_loc(text, file_maps[mi])
             name = ren.get(it.name, it.name)
             is_def = it.has_body if it.kind in ("func", "entry") else (it.kind == "var" and it.linkage != "extern")
             if it.kind == "other":
@@ -495,4 +603,4 @@ def link_ptx(modules: list[RdcModule]) -> str:
                     continue
                 seen_decls.add(name)
                 (var_out if it.kind == "var" else func_out).append(text)
-    return "\n".join([version, target, addr, ""] + var_out + [""] + func_out) + "\n"
+    return "\n".join([version, target, addr, ""] + var_out + [""] + func_out + [""] + file_out) + "\n"

@@ -11,8 +11,10 @@ linked with libcpuify_cudart.a instead of libcudart: no Python, no GPU at run ti
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,10 +23,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpuify.cache import run_tool
+from cpuify.cache import cache_enabled, run_tool
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, launch_shapes, legacy_texture
-from cpuify.nvcc.rtlib import runtime_library
+from cpuify.nvcc import device, headers, launch_shapes, legacy_texture
+from cpuify.nvcc.cuda_home import (RUNTIME_LINK_LIBS, cuda_home, is_foreign_cuda_include,
+                                   library_dirs, verbose_environment)
 from cpuify.nvcc.toolkit import find_toolkit
 
 CUDA_SUFFIXES = (".cu",)
@@ -72,6 +75,10 @@ _VALUE_OPTS = {
     "-Werror": ("-Werror", "--Werror"),
     "-keep-dir": ("-keep-dir", "--keep-dir"),
     "-dopt": ("-dopt", "--dopt"),
+    "-Xfatbin": ("-Xfatbin", "--fatbin-options"),
+    "-cudart": ("-cudart", "--cudart"),
+    "-run-args": ("-run-args", "--run-args"),
+    "-time": ("-time", "--time"),
 }
 # options that are only ever joined (-O3, -Dx) are covered by the joined-prefix rule below
 _JOINABLE = {"-I", "-D", "-U", "-L", "-l", "-O", "-x", "-std", "-isystem"}
@@ -119,9 +126,16 @@ _FLAGS = {
     "-fatbin": ("-fatbin", "--fatbin"),
     "-cuda": ("-cuda", "--cuda"),
     "-run": ("-run", "--run"),
+    # cpuify's own: the legacy CUDA layer off (nvcc/headers.py); refused kernels fail at
+    # launch instead of failing the build
+    "--cpuify-no-legacy": ("--cpuify-no-legacy",),
+    "--cpuify-defer-refused": ("--cpuify-defer-refused",),
 }
 _NO_EFFECT = {"-lineinfo", "-res-usage", "-Wno-deprecated-gpu-targets", "-m64", "-restrict",
-              "-src-in-ptx", "-keep", "-w", "-v"}
+              "-src-in-ptx", "-keep", "-w"}
+# front-end only modes: nvcc itself does them (no device code is compiled)
+_FRONT_END_MODES = ("-ptx", "-E", "-M", "-MM", "-cuda")
+RESPONSE_FILE_OPTIONS = ("-optf", "--options-file")
 
 _SPELLING: dict[str, tuple[str, bool]] = {}
 for _canon, _spellings in _VALUE_OPTS.items():
@@ -148,12 +162,65 @@ class Options:
     ccbin: str | None = None
     warnings: list[str] = field(default_factory=list)
     odir: str | None = None
+    dep_mode: str | None = None        # -MD / -MMD: a dependency file next to the compile
+    dep_file: str | None = None        # -MF
+    dep_targets: list[str] = field(default_factory=list)   # -MT (repeatable)
+    dep_phony: bool = False            # -MP
+    cudart: str = "static"             # -cudart static|shared|none
+    run_args: list[str] = field(default_factory=list)      # --run-args
 
 
 def _arch_numbers(value: str) -> list[int]:
     if value in ("native", "all", "all-major"):
         return []
     return [int(n) for n in re.findall(r"(?:sm|compute|lto)_(\d+)", value)]
+
+
+def expand_response_files(argv: list[str], _depth: int = 0) -> list[str]:
+    """nvcc's `@file` and `--options-file`/`-optf file`: the file's words (shell quoting, any
+    number per line) in place of the option, recursively."""
+    if _depth > 16:
+        raise UsageError("response files nest more than 16 deep (a file that includes itself?)")
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        path = None
+        if a.startswith("@") and len(a) > 1:
+            path = a[1:]
+        elif a in RESPONSE_FILE_OPTIONS:
+            if i + 1 >= len(argv):
+                raise UsageError(f"option '{a}' needs a file")
+            i += 1
+            path = argv[i]
+        elif a.split("=", 1)[0] in RESPONSE_FILE_OPTIONS and "=" in a:
+            path = a.split("=", 1)[1]
+        if path is None:
+            out.append(a)
+        else:
+            for one in path.split(","):
+                try:
+                    text = Path(one).read_text()
+                except OSError as exc:
+                    raise UsageError(f"cannot read options file '{one}': {exc.strerror}") from None
+                try:
+                    words = shlex.split(text, comments=False)
+                except ValueError as exc:
+                    raise UsageError(f"options file '{one}': {exc}") from None
+                out += expand_response_files(words, _depth + 1)
+        i += 1
+    return out
+
+
+def environment_args(argv: list[str], env: dict[str, str] | os._Environ[str] = os.environ) -> list[str]:
+    """The command line as nvcc sees it: NVCC_PREPEND_FLAGS, the arguments (response files
+    expanded), NVCC_APPEND_FLAGS."""
+    try:
+        before = shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
+        after = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
+    except ValueError as exc:
+        raise UsageError(f"NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS: {exc}") from None
+    return expand_response_files(before + argv + after)
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -235,9 +302,16 @@ def parse_args(argv: list[str]) -> Options:
         elif canon == "-l":
             if value in ("cudart", "cudart_static", "cudadevrt"):
                 pass     # cpuify's runtime replaces them
+            elif value in ("nvToolsExt", "nvtx3interop"):
+                pass     # NVTX v3 is header-only (nvtx3/nvToolsExt.h); without a tool it does nothing
+            elif value == "curand":
+                # the device API (curand_kernel.h) is header-only; libcurand needs a GPU
+                o.warnings.append("-lcurand: the cuRAND device API (curand_kernel.h) works on the CPU; "
+                                  "the host API (curandCreateGenerator, ...) is not supported, so "
+                                  "libcurand is not linked")
             else:
-                if value in ("cuda", "cublas", "cufft", "curand", "cusparse", "cusolver", "nvrtc",
-                             "cublasLt", "nppc", "nvToolsExt", "nvtx3interop"):
+                if value in ("cublas", "cufft", "cusparse", "cusolver", "nvrtc",
+                             "cublasLt", "nppc"):
                     o.warnings.append(f"-l{value}: cpuify provides only the CUDA runtime; linking "
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
@@ -260,8 +334,22 @@ def parse_args(argv: list[str]) -> Options:
             o.ccbin = value
         elif canon == "-rdc":
             o.rdc = (value or "").lower() in ("true", "1", "yes")
-        elif canon in ("-MF", "-MT"):
-            o.host_opts += [canon, value]          # type: ignore[list-item]
+        elif canon == "-MF":
+            o.dep_file = value
+        elif canon == "-MT":
+            o.dep_targets.append(value)            # type: ignore[arg-type]
+        elif canon in ("-MD", "-MMD"):
+            o.dep_mode = canon
+        elif canon == "-MP":
+            o.dep_phony = True
+        elif canon == "-cudart":
+            if value not in ("static", "shared", "none"):
+                raise UsageError(f"-cudart {value}: expected static, shared or none")
+            o.cudart = value
+        elif canon == "-run-args":
+            o.run_args += [a for a in (value or "").split(",") if a]
+        elif canon in ("-Xfatbin", "-time"):
+            o.warnings.append(f"'{canon} {value}' has no effect on the CPU; ignored")
         elif canon in ("-default-stream",):
             if value == "per-thread":
                 o.warnings.append("--default-stream per-thread: cpuify runs every stream in issue "
@@ -287,7 +375,7 @@ def parse_args(argv: list[str]) -> Options:
         elif canon == "-pg":
             o.host_opts.append("-pg")
             o.link_opts.append("-pg")
-        elif canon in ("-expt-relaxed-constexpr", "-extended-lambda", "-MD", "-MMD", "-MP",
+        elif canon in ("-expt-relaxed-constexpr", "-extended-lambda",
                        "-Wno-deprecated-declarations", "-forward-unknown-to-host-compiler",
                        "-static-global-template-stub"):
             o.host_opts.append(a.split("=")[0] if canon != "-extended-lambda" else "--extended-lambda")
@@ -301,6 +389,8 @@ def parse_args(argv: list[str]) -> Options:
     if "-dc" in o.flags:
         o.flags.add("-c")
         o.rdc = True
+    if o.ccbin is None and os.environ.get("NVCC_CCBIN"):
+        o.ccbin = os.environ["NVCC_CCBIN"]
     return o
 
 
@@ -309,22 +399,80 @@ def ptx_arch(o: Options) -> int:
     return max(arch, MIN_ARCH)
 
 
+def _shell_word(arg: str, after: str = "") -> str:
+    """An argument as nvcc -v prints it: file names (the one after -o too), -I/-L paths and
+    words with spaces in double quotes."""
+    if (arg.startswith(("-I", "-L")) or after == "-o" or ("/" in arg and not arg.startswith("-"))
+            or re.search(r"[\s\"'$`\\;&|<>()]", arg) or not arg):
+        return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return arg
+
+
+# nvcc's own environment variables: read by this driver, not passed on to NVIDIA's nvcc
+NVCC_ENVIRONMENT = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
+# options kept in host_opts together with the value after them
+_PAIRED_HOST_OPTS = ("-Xcompiler", "-Xcudafe", "-include", "--default-stream", "-isystem")
+
+
 class Driver:
     def __init__(self, o: Options, *, verbose: bool = False) -> None:
         self.o = o
         self.tk = find_toolkit()
-        self.verbose = verbose or os.environ.get("CPUIFY_NVCC_VERBOSE", "") not in ("", "0")
+        # --dryrun: the commands are printed, not run (nor are kernels compiled)
+        self.dry = "-dryrun" in o.flags
+        self.verbose = (verbose or self.dry or "-v" in o.flags
+                        or os.environ.get("CPUIFY_NVCC_VERBOSE", "") not in ("", "0"))
         self.arch = ptx_arch(o)
         # every file the preprocessor read for the sources built (for `cpuify run`'s key)
         self.dependencies: set[str] = set()
+        self.env = {k: v for k, v in os.environ.items() if k not in NVCC_ENVIRONMENT}
+        self._home: Path | None = None
+        o.host_opts = self._without_foreign_includes(o.host_opts)
+
+    @property
+    def home(self) -> Path:
+        """`cpuify cuda-home`: the runtime libraries executables link (built on first use)."""
+        if self._home is None:
+            self._home = cuda_home()
+        return self._home
+
+    def _without_foreign_includes(self, opts: list[str]) -> list[str]:
+        """Drops -I/-isystem directories of another CUDA installation: its headers would mix
+        with the ones nvcc (and cpuify's runtime) use."""
+        out: list[str] = []
+        i = 0
+        while i < len(opts):
+            a = opts[i]
+            if a.startswith("-I") and len(a) > 2:
+                directory, n = a[2:], 1
+            elif a == "-isystem" and i + 1 < len(opts):
+                directory, n = opts[i + 1], 2
+            elif a in _PAIRED_HOST_OPTS:
+                out += opts[i:i + 2]
+                i += 2
+                continue
+            else:
+                out.append(a)
+                i += 1
+                continue
+            if is_foreign_cuda_include(directory, self.tk.include):
+                _warn(f"cpuify nvcc: warning: dropped '{' '.join(opts[i:i + n])}': another CUDA "
+                      f"installation's headers (cpuify compiles against {self.tk.include})")
+            else:
+                out += opts[i:i + n]
+            i += n
+        return out
 
     def log(self, cmd: list[str]) -> None:
         if self.verbose:
-            print("#$ " + " ".join(cmd), file=sys.stderr)
+            words = [cmd[0]] + [_shell_word(a, b) for b, a in itertools.pairwise(cmd)]
+            print("#$ " + " ".join(words), file=sys.stderr)
 
     def run(self, cmd: list[str], what: str, *, quiet: bool = False) -> None:
         self.log(cmd)
-        proc = run_tool(cmd)
+        if self.dry:
+            return
+        proc = run_tool(cmd, env=self.env)
         if proc.stdout and not quiet:
             sys.stdout.write(proc.stdout)
         if proc.returncode != 0:
@@ -334,12 +482,35 @@ class Driver:
             sys.stderr.write(proc.stderr)
 
     def nvcc_base(self) -> list[str]:
-        cmd = [self.tk.nvcc, f"-gencode=arch=compute_{self.arch},code=compute_{self.arch}"]
+        cmd = [self.tk.nvcc, "-arch", f"compute_{self.arch}", "-code", f"compute_{self.arch}"]
         if self.o.ccbin:
             cmd += ["-ccbin", self.o.ccbin]
+        # cpuify's headers ahead of the toolkit's, the legacy CUDA layer pre-included
+        cmd += headers.include_options(self.tk, legacy=headers.legacy_enabled(self.o.flags))
         return cmd + self.o.host_opts
 
+    def dependency_opts(self, out: str) -> list[str]:
+        """-MD/-MMD as nvcc does them: the file next to `out` (or -MF), naming `out` (or -MT)."""
+        o = self.o
+        if o.dep_mode is None:
+            return []
+        dep_file = o.dep_file or str(Path(out).with_suffix(".d"))
+        # several -MT name several targets, as with gcc (nvcc itself keeps the last)
+        opts = [o.dep_mode, "-MF", dep_file, "-MT", " ".join(o.dep_targets or [out])]
+        return opts + (["-MP"] if o.dep_phony else [])
+
+    def host_cc(self) -> str:
+        """The host C compiler (-ccbin's C sibling, else gcc); never $CC."""
+        cxx = self.host_cxx()
+        base = os.path.basename(cxx)
+        for cpp, c in (("g++", "gcc"), ("clang++", "clang"), ("c++", "cc")):
+            if base.endswith(cpp):
+                return os.path.join(os.path.dirname(cxx), base[:-len(cpp)] + c)
+        return cxx
+
     def host_cxx(self) -> str:
+        """The host C++ compiler: -ccbin / --compiler-bindir / NVCC_CCBIN, else g++ (as nvcc:
+        never $CXX or $CC, which make exports and a Makefile may set to `cpuify nvcc`)."""
         cc = self.o.ccbin
         if cc:
             if os.path.isdir(cc):
@@ -351,17 +522,24 @@ class Driver:
             if base.startswith("clang") and "++" not in base:
                 return os.path.join(os.path.dirname(cc), base.replace("clang", "clang++"))
             return cc
-        return os.environ.get("CXX") or "g++"
+        return "g++"
 
     # --- one CUDA translation unit -> relocatable object ---
-    def compile_cu(self, src: str, out: str) -> None:
+    def compile_cu(self, src: str, out: str, dep_target: str) -> None:
         with tempfile.TemporaryDirectory(prefix="cpuify-nvcc-") as tmp:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
             compat = legacy_texture.pre_include(src, self.o.host_opts)
-            self.run(self.nvcc_base() + compat + [mode, "-x", "cu", "--keep", "--keep-dir", tmp, src,
-                                                   "-o", host_o],
+            # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
+            self.run(self.nvcc_base() + compat + self.dependency_opts(dep_target)
+                     + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
                      f"nvcc ({src})")
+            if self.dry:
+                print(f"# cpuify: the kernels of {src} (PTX, compute_{self.arch}) to native code",
+                      file=sys.stderr)
+                self.run(["ld", "-r", host_o, os.path.join(tmp, "device.o"), "-o", out],
+                         "combining host and device objects")
+                return
             self.dependencies |= preprocessed_files(tmp)
             stem = Path(src).name
             stem = stem[:-len(Path(src).suffix)] if Path(src).suffix else stem
@@ -386,9 +564,13 @@ class Driver:
                 raise CompileFailed(f"{src}: nvcc produced no fat binary")
             fb_hash = device.fatbin_hash(device.fatbin_bytes(fatbins[0].read_text()))
             dev_o = os.path.join(tmp, "device.o")
+            if self.verbose:
+                print(f"# cpuify: the kernels of {src} (PTX, compute_{self.arch}) to native code",
+                      file=sys.stderr)
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
-                                           self.launch_shapes(tmp), device.entry_names(ptx)))
+                                           self.launch_shapes(tmp), device.entry_names(ptx)),
+                                       defer=device.defer_refused(self.o.flags))
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -402,11 +584,13 @@ class Driver:
         found = launch_shapes.launch_shapes(hosts[0].read_text(errors="replace"))
         return {name: sorted(dims) for name, dims in found.items()}
 
-    def compile_host(self, src: str, out: str, lang: str) -> None:
+    def compile_host(self, src: str, out: str, lang: str, dep_target: str) -> None:
         # nvcc hands .c/.cpp files to the host compiler with the same flags
-        if any(f in self.o.host_opts for f in ("-MD", "-MMD", "-MF")):
-            self.run(self.nvcc_base() + ["-c", src, "-o", out], f"host compile ({src})")
-            self.dependencies.add(src)
+        deps = self.dependency_opts(dep_target)
+        if deps or self.dry:
+            self.run(self.nvcc_base() + deps + ["-c", src, "-o", out], f"host compile ({src})")
+            if deps:
+                self.dependencies |= depfile_files(deps[deps.index("-MF") + 1]) | {src}
             return
         with tempfile.TemporaryDirectory(prefix="cpuify-host-") as tmp:
             dep = os.path.join(tmp, "deps.d")
@@ -444,7 +628,8 @@ class Driver:
             device.build_device_object(ptx, dev_o, tmp, source=" ".join(m.source for m in uniq),
                                        linked_ids=ids, warn=_warn,
                                        shapes=launch_shapes.kernel_shapes(
-                                           shapes, device.entry_names(ptx)))
+                                           shapes, device.entry_names(ptx)),
+                                       defer=device.defer_refused(self.o.flags))
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -463,10 +648,20 @@ class Driver:
             libdirs = [f[2:] for f in self.o.link_opts if f.startswith("-L")]
             archives = [os.path.join(d, f"lib{f[2:]}.a") for f in self.o.link_opts if f.startswith("-l")
                         for d in libdirs if os.path.isfile(os.path.join(d, f"lib{f[2:]}.a"))]
-            if self.device_link(objects + archives, dl):
+            if not self.dry and self.device_link(objects + archives, dl):
                 extra.append(dl)
-            cmd = [self.host_cxx(), *objects, *extra, "-o", out, *self.o.link_opts,
-                   str(runtime_library()), "-lpthread", "-lm", "-ldl"]
+            # cpuify's library directories first: -lcudart_static, -lcudart and -lcuda find
+            # cpuify's, never another CUDA's that a -L of the command line names
+            libs = {"static": RUNTIME_LINK_LIBS,
+                    "shared": tuple("-lcudart" if f == "-lcudart_static" else f
+                                    for f in RUNTIME_LINK_LIBS),
+                    "none": tuple(f for f in RUNTIME_LINK_LIBS if f != "-lcudart_static")}
+            if (self.o.cudart == "shared" or "-lcuda" in self.o.link_opts) and not cache_enabled():
+                raise UsageError("-cudart shared and -lcuda link libraries of the toolkit directory "
+                                 "in the cache directory, and there is none (CPUIFY_NO_CACHE or an "
+                                 "unusable directory): the executable would lose them at exit")
+            cmd = [self.host_cxx(), *library_dirs(self.home), *objects, *extra, "-o", out,
+                   *self.o.link_opts, *libs[self.o.cudart]]
             self.run(cmd, "link")
 
     # --- the whole command ---
@@ -478,13 +673,21 @@ class Driver:
         o = self.o
         for w in o.warnings:
             _warn(f"cpuify nvcc: warning: {w}")
-        unsupported = o.flags & {"-cubin", "-fatbin", "-cuda", "-dw"}
+        unsupported = o.flags & {"-cubin", "-fatbin", "-dw"}
         if unsupported:
             raise UsageError(f"{sorted(unsupported)[0]} is not supported by cpuify nvcc (there is no "
                              "GPU binary); use -c, -dc, -ptx or build an executable")
-        if "-ptx" in o.flags or "-E" in o.flags or "-M" in o.flags or "-MM" in o.flags:
+        if o.flags & set(_FRONT_END_MODES):
             # front-end only modes: nvcc does them itself
-            extra = [f for f in ("-ptx", "-E", "-M", "-MM") if f in o.flags]
+            extra = [f for f in _FRONT_END_MODES if f in o.flags]
+            if "-cuda" in o.flags:
+                _warn("cpuify nvcc: warning: -cuda writes nvcc's host translation (.cu.cpp.ii); an "
+                      "object compiled from it has no CPU code for its kernels (build with -c)")
+            if "-M" in o.flags or "-MM" in o.flags:
+                extra += ["-MT", " ".join(o.dep_targets)] if o.dep_targets else []
+                extra += ["-MP"] if o.dep_phony else []
+                if o.dep_file and not o.output:
+                    extra += ["-o", o.dep_file]
             for path, _ in o.inputs:
                 compat = legacy_texture.pre_include(path, o.host_opts) \
                     if "-ptx" in extra or "-E" in extra else []
@@ -496,7 +699,7 @@ class Driver:
         if not o.inputs:
             raise UsageError("no input files")
         compile_only = "-c" in o.flags
-        if "-dlink" in o.flags:
+        if "-dlink" in o.flags and not self.dry:
             objs = [p for p, _ in o.inputs]
             out = o.output or "a_dlink.o"
             if not self.device_link(objs, out, explicit=True):
@@ -504,7 +707,7 @@ class Driver:
                 with tempfile.TemporaryDirectory() as tmp:
                     c = os.path.join(tmp, "empty.c")
                     Path(c).write_text("static int cpuify_empty_dlink;\n")
-                    self.run([os.environ.get("CC") or "cc", "-c", c, "-o", out], "device link")
+                    self.run([self.host_cc(), "-c", c, "-o", out], "device link")
             return 0
         if compile_only and o.output and len([1 for _, lang in o.inputs if lang != "obj"]) > 1:
             raise UsageError("-o with -c and several input files (nvcc refuses this too)")
@@ -514,16 +717,18 @@ class Driver:
                 if lang == "obj":
                     objects.append(path)
                     continue
-                if not os.path.isfile(path):
+                if not os.path.isfile(path) and not self.dry:
                     raise UsageError(f"{path}: no such file")
                 if compile_only:
                     out = o.output or self.output_for(path, ".o")
+                    dep_target = out
                 else:
                     out = os.path.join(tmp, f"{k}_{Path(path).stem}.o")
+                    dep_target = o.output or "a.out"      # nvcc names the executable
                 if lang == "cu":
-                    self.compile_cu(path, out)
+                    self.compile_cu(path, out, dep_target)
                 else:
-                    self.compile_host(path, out, lang)
+                    self.compile_host(path, out, lang, dep_target)
                 objects.append(out)
             if compile_only:
                 return 0
@@ -534,6 +739,16 @@ class Driver:
                 self.run(["ar", "rcs", out, *objects], "ar")
                 return 0
             self.link(objects, o.output or "a.out")
+        if "-run" in o.flags:
+            exe = o.output or "a.out"
+            sys.stdout.flush()
+            cmd = [exe if os.path.dirname(exe) else os.path.join(".", exe), *o.run_args]
+            self.log(cmd)
+            if self.dry:
+                return 0
+            from cpuify import cache
+            proc = subprocess.run(cmd, env=cache.outer_environment())   # the caller's TMPDIR
+            return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         return 0
 
 
@@ -581,24 +796,49 @@ def _warn(msg: str) -> None:
 HELP = """usage: cpuify nvcc [nvcc options] files...
 
 Builds CUDA programs that run on the CPU: a drop-in for nvcc in Makefiles
-(make NVCC="cpuify nvcc").  Host code is compiled by the host C++ compiler through
-NVIDIA's nvcc (PyPI wheel); kernels are compiled by cpuify to native code; executables
-link cpuify's CUDA runtime instead of libcudart and need neither a GPU nor Python.
+(make NVCC="cpuify nvcc", or make CUDA_PATH=$(cpuify cuda-home) / PATH=$(cpuify
+cuda-home)/bin:$PATH make, and CMake with -DCMAKE_CUDA_COMPILER=$(cpuify cuda-home)/bin/nvcc).
+Host code is compiled by the host C++ compiler through NVIDIA's nvcc (PyPI wheel); kernels
+are compiled by cpuify to native code; executables link cpuify's CUDA runtime instead of
+libcudart and need neither a GPU nor Python.
 
-inputs: .cu (or any file after -x cu), .c/.cpp (host compiler), .o/.a (linked)
-modes:  (none) build an executable (-o, default a.out) | -c objects | -dc / -rdc=true -c
-        relocatable device code | -dlink device-link object | -lib static library |
-        -ptx / -E / -M front-end only (done by nvcc)
-options: -o -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler -Xlinker
-        -ccbin/--compiler-bindir -arch/-code/-gencode (pick the PTX target, >= compute_75)
-        --use_fast_math -lineinfo -rdc -MD/-MF/-MT -shared --expt-relaxed-constexpr
-        --extended-lambda --default-stream; -G, -Xptxas, -maxrregcount are accepted
-        with a warning (no effect on the CPU); -cubin/-fatbin are refused.
-environment: CPUIFY_NVCC_VERBOSE=1 prints the commands; kernels and the runtime library
-        are cached in CPUIFY_CACHE_DIR (cpuify cache info|clear; CPUIFY_NO_CACHE=1: off);
-        at run time CPUIFY_NUM_THREADS, CPUIFY_PROFILE=1 (an nvprof-like summary at exit).
+inputs: .cu (or any file after -x cu), .c/.cpp (host compiler), .o/.a/.so (linked)
+modes:  (none) build an executable (-o, default a.out; --run [--run-args a,b] runs it) |
+        -c objects | -dc / -rdc=true -c relocatable device code | -dlink device-link object |
+        -lib static library | -ptx / -E / -M / -MM / -cuda front-end only (done by nvcc)
+options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (comma list)
+        -Xlinker -ccbin/--compiler-bindir -arch/-code/-gencode (pick the PTX target,
+        >= compute_75) --use_fast_math -rdc -MD/-MMD/-MF/-MT/-MP -shared -cudart
+        static|shared|none --expt-relaxed-constexpr --extended-lambda --default-stream
+        @file / --options-file/-optf file (response files) -v (commands, as nvcc -v);
+        -G, -lineinfo, -Xptxas, --ptxas-options, -maxrregcount, --resource-usage are
+        accepted (no effect on the CPU; a warning where a GPU build would differ);
+        -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
+        runtime, -lcuda its driver API library (cpuify cuda-home); an -I/-isystem to
+        another CUDA installation's headers is dropped with a warning.
+cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
+        launches then fail; by default the build fails naming kernel and line);
+        --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
+        cudaDeviceProp fields, ...: on by default).
+host compiler: -ccbin, else $NVCC_CCBIN, else g++/gcc (never $CC/$CXX).
+environment: NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS as nvcc; CPUIFY_NVCC_VERBOSE=1 prints
+        the commands; CPUIFY_DEFER_REFUSED=1 and CPUIFY_LEGACY=0 as the flags above;
+        kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify cache
+        info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
+        CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
+        (the compute capability reported; default: the compiled target).
 SIGTERM: exit status 143, temporary files removed.
 """
+
+
+def print_version() -> None:
+    """nvcc's --version text (build tools read its first line and the release), then ours."""
+    from cpuify import __version__
+    tk = find_toolkit()
+    out = subprocess.run([tk.nvcc, "--version"], capture_output=True, text=True).stdout
+    sys.stdout.write(out)
+    print(f"cpuify nvcc {__version__}: NVIDIA's nvcc {tk.root} for host code, cpuify for the "
+          f"kernels (run on the CPU); toolkit directory: cpuify cuda-home")
 
 
 def nvcc_main(argv: list[str], *, dependencies: set[str] | None = None) -> int:
@@ -607,12 +847,18 @@ def nvcc_main(argv: list[str], *, dependencies: set[str] | None = None) -> int:
         sys.stdout.write(HELP)
         return 0 if argv else 1
     try:
+        argv = environment_args(argv)
+        if {"-v", "--verbose", "-dryrun", "--dryrun"} & set(argv):
+            # as nvcc -v: the toolkit's variables first (CMake reads TOP, LIBRARIES, ...), even
+            # when the command line turns out to be wrong
+            for line in verbose_environment(cuda_home()):
+                print("#$ " + line, file=sys.stderr)
         o = parse_args(argv)
         if "-V" in o.flags:
-            tk = find_toolkit()
-            subprocess.run([tk.nvcc, "--version"])
-            from cpuify import __version__
-            print(f"cpuify nvcc {__version__}: device code compiled for the CPU")
+            print_version()
+            return 0
+        if "-h" in o.flags:
+            sys.stdout.write(HELP)
             return 0
         driver = Driver(o)
         try:
@@ -622,6 +868,9 @@ def nvcc_main(argv: list[str], *, dependencies: set[str] | None = None) -> int:
                 dependencies |= driver.dependencies
     except CompileFailed as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
+        return 1
+    except device.RefusedKernels as exc:
+        print(exc, file=sys.stderr)      # `file:line: error: ...` per kernel
         return 1
     except CpuifyError as exc:
         print(f"cpuify nvcc: error: {exc}", file=sys.stderr)
@@ -642,13 +891,16 @@ def _program_key(src: str, nvcc_args: list[str]) -> str:
     from cpuify.compiler import pipeline_options, toolchain_key
     tk = find_toolkit()
     h = hashlib.sha256()
-    inputs = [path for path, _ in parse_args(nvcc_args).inputs]
+    # the command line as cpuify nvcc sees it: response files' contents, NVCC_PREPEND/APPEND_FLAGS
+    args = environment_args(nvcc_args)
+    o = parse_args(args)
+    inputs = [path for path, _ in o.inputs]
     compilers = []
-    for name in {os.environ.get("CC") or "cc", os.environ.get("CXX") or "g++"}:
+    for name in {o.ccbin or "g++", "cc"}:     # the host compiler (-ccbin/NVCC_CCBIN), the runtime's
         found = shutil.which(name)
         st = os.stat(found) if found else None
         compilers.append(f"{name}={found}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}")
-    for part in ("\0".join(nvcc_args), os.path.abspath(src), pipeline_options()[0].key(),
+    for part in ("\0".join(args), os.getcwd(), os.path.abspath(src), pipeline_options()[0].key(),
                  toolchain_key(), tk.root, tk.version(), *sorted(compilers)):
         h.update(part.encode())
         h.update(b"\1")

@@ -1,9 +1,10 @@
 """Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
 runtime/cudart_texture.c for arrays, textures and surfaces) together with
 the block scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
-function of the CUDA runtime API (each prints one line naming itself and returns
+function of the CUDA runtime API (each prints one line naming itself, once, and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
-to link).  Built once per source/compiler/toolkit combination into the cache (cpuify.cache)."""
+to link), and the per-thread-default-stream names (`cudaMemcpy_ptds`) of them all.  Built
+once per source/compiler/toolkit combination into the cache (cpuify.cache)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,30 @@ import hashlib
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from cpuify import cache
 from cpuify.errors import CpuifyError
-from cpuify.nvcc.toolkit import find_toolkit
+from cpuify.nvcc.headers import RUNTIME_INCLUDE, legacy_header_dir
+from cpuify.nvcc.toolkit import Toolkit, find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 SOURCES = ("cudart.c", "cudart_texture.c", "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
 HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h", "cudart_internal.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]
 
-# declared `extern __host__ [__cudart_builtin__] cudaError_t CUDARTAPI name(`
-_DECL = re.compile(r"extern\s+__host__\s+(?:__cudart_builtin__\s+)?cudaError_t\s+CUDARTAPI\s+(\w+)\s*\(")
+# `extern [__CUDA_DEPRECATED] __host__ [__cudart_builtin__] RET CUDARTAPI name(params);`
+_DECL = re.compile(r"^\s*extern\s+(?:__CUDA_DEPRECATED\s+)?__host__\s+(?:__cudart_builtin__\s+)?"
+                   r"([\w\s\*]+?)\s*CUDARTAPI\s+(\w+)\s*\(", re.MULTILINE)
+# `#define cudaMemcpy __CUDART_API_PTDS(cudaMemcpy)`: the per-thread default stream names
+_PER_THREAD = re.compile(r"#\s*define\s+(\w+)\s+__CUDART_API_(PTDS|PTSZ)\(\1\)")
 
 
 def c_compiler() -> str:
-    return os.environ.get("CC") or "cc"
+    """The C compiler of the runtime: `cc`, never $CC (make exports CC, and a Makefile may
+    set it to `cpuify nvcc` itself)."""
+    return "cc"
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -36,45 +44,134 @@ def _run(cmd: list[str], what: str) -> None:
         raise CpuifyError(f"{what} failed:\n  {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
 
-def _defined_symbols(obj: str) -> set[str]:
-    out = subprocess.run(["nm", "--defined-only", "-g", obj], capture_output=True, text=True)
-    return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+def _defined_symbols(*objs: str) -> set[str]:
+    out = subprocess.run(["nm", "--defined-only", "-g", *objs], capture_output=True, text=True)
+    return {line.split()[-1] for line in out.stdout.splitlines()
+            if line.strip() and not line.endswith(":")}
 
 
-def stub_source(header_text: str, implemented: set[str]) -> str:
-    names = sorted(set(_DECL.findall(header_text)) - implemented)
+@dataclass(frozen=True)
+class ApiFunction:
+    name: str
+    returns: str      # C return type as declared: "cudaError_t", "const char*", "struct ..."
+    params: str       # the parameter list as declared (may use __dv(default))
+
+
+def api_functions(header_text: str) -> list[ApiFunction]:
+    """The host functions a CUDA runtime header declares."""
+    out: list[ApiFunction] = []
+    for m in _DECL.finditer(header_text):
+        depth, i = 1, m.end()
+        while i < len(header_text) and depth:
+            depth += {"(": 1, ")": -1}.get(header_text[i], 0)
+            i += 1
+        out.append(ApiFunction(m.group(2), " ".join(m.group(1).split()), header_text[m.end():i - 1]))
+    return out
+
+
+def per_thread_names(header_text: str) -> dict[str, str]:
+    """API name -> its per-thread-default-stream symbol (cudaMemcpy -> cudaMemcpy_ptds)."""
+    return {m.group(1): f"{m.group(1)}_{m.group(2).lower()}" for m in _PER_THREAD.finditer(header_text)}
+
+
+# headers of the runtime API beyond cuda_runtime_api.h (graphics interop): their functions get
+# stubs too when they return cudaError_t (those stubs need none of the header's types)
+INTEROP_HEADERS = ("cuda_gl_interop.h", "cuda_egl_interop.h", "cuda_vdpau_interop.h")
+
+
+def stub_source(header_text: str, implemented: set[str], interop_text: str = "") -> str:
+    """C source defining every function of `header_text` (cuda_runtime_api.h) that is not in
+    `implemented`: each prints one line naming itself, the first time it is called, and
+    returns cudaErrorNotSupported (a function returning something else returns zeros).
+    The per-thread-default-stream symbols (`cudaMemcpy_ptds`, what a program built with
+    --default-stream per-thread calls) of unimplemented functions are stubs too."""
+    funcs = {f.name: f for f in api_functions(header_text)}
+    for f in api_functions(interop_text):
+        if f.returns == "cudaError_t":
+            funcs.setdefault(f.name, f)
     lines = ["/* generated by cpuify/nvcc/rtlib.py: CUDA runtime functions cpuify does not implement */",
-             "extern int cpuify_cudart_not_supported(const char *fn);"]
-    for n in names:
-        lines.append(f'int {n}(void) {{ return cpuify_cudart_not_supported("{n}"); }}')
+             "#include <string.h>",
+             "#include <cuda_runtime_api.h>",
+             "extern int cpuify_cudart_not_supported_once(const char *fn, int *said);"]
+    per_thread = per_thread_names(header_text)
+    # (the per-thread names of implemented functions are aliases: per_thread_aliases)
+    names = sorted(set(funcs) | {per_thread[n] for n in funcs if n in per_thread and n not in implemented})
+    for name in names:
+        if name in implemented:
+            continue
+        base = name.rsplit("_", 1)[0] if name not in funcs else name
+        f = funcs[base]
+        say = f'static int said; int e = cpuify_cudart_not_supported_once("{name}", &said);'
+        if f.returns == "cudaError_t":
+            # the arguments are never read: no prototype needed (the C name differs from the
+            # header's, the symbol is the API name)
+            lines.append(f"int {name}_cpuify(void) __asm__(\"{name}\");")
+            lines.append(f"int {name}_cpuify(void) {{ {say} return e; }}")
+        elif f.returns == "void":
+            lines.append(f"void {name}_cpuify({f.params}) __asm__(\"{name}\");")
+            lines.append(f"void {name}_cpuify({f.params}) {{ {say} (void)e; }}")
+        else:
+            lines.append(f"{f.returns} {name}_cpuify({f.params}) __asm__(\"{name}\");")
+            lines.append(f"{f.returns} {name}_cpuify({f.params}) {{ {say} (void)e; {f.returns} r; "
+                         "memset(&r, 0, sizeof r); return r; }")
     return "\n".join(lines) + "\n"
+
+
+def per_thread_aliases(header_text: str, implemented: set[str]) -> str:
+    """C text appended to cudart.c's translation unit: the per-thread-default-stream symbols
+    of the implemented functions as aliases (cpuify runs every stream in issue order, so the
+    per-thread default stream behaves as the legacy one)."""
+    lines = []
+    for name, alias in sorted(per_thread_names(header_text).items()):
+        if name in implemented and alias not in implemented:
+            lines.append(f'extern __typeof__({name}) {alias} __attribute__((alias("{name}")));')
+    return "\n".join(lines) + "\n"
+
+
+def runtime_cflags(tk: Toolkit) -> list[str]:
+    """Compiler flags of the runtime sources: the same headers cpuify nvcc gives programs
+    (with the legacy cudaDeviceProp fields: the runtime fills them)."""
+    return [*CFLAGS, f"-I{RUNTIME_DIR}", f"-I{legacy_header_dir(tk)}", f"-I{RUNTIME_INCLUDE}",
+            f"-I{tk.include}"]
 
 
 def runtime_library() -> Path:
     """Path of libcpuify_cudart.a (built on first use, then cached)."""
     tk = find_toolkit()
     cc = c_compiler()
+    cflags = runtime_cflags(tk)
     h = hashlib.sha256()
     for name in SOURCES + HEADERS:
         h.update((RUNTIME_DIR / name).read_bytes())
-    h.update(" ".join([cc, *CFLAGS, tk.include]).encode())
+    for inc in sorted(RUNTIME_INCLUDE.glob("*.h")):
+        h.update(inc.read_bytes())
+    h.update(" ".join([cc, *cflags]).encode())
     h.update(Path(__file__).read_bytes())
     name = f"libcpuify_cudart-{h.hexdigest()[:16]}.a"
     hit = cache.load_file(name)        # its SHA-256 checked before the linker sees it
     if hit is not None:
         return hit
+    header = (Path(tk.include) / "cuda_runtime_api.h").read_text(errors="replace")
     with cache.temporary_directory(prefix="cpuify-rt-") as tmp:
         objs = []
         for name_c in SOURCES:
             obj = os.path.join(tmp, name_c.replace(".c", ".o"))
-            _run([cc, *CFLAGS, f"-I{RUNTIME_DIR}", f"-I{tk.include}", "-c", str(RUNTIME_DIR / name_c),
-                  "-o", obj], "compiling the cpuify CUDA runtime")
+            _run([cc, *cflags, "-c", str(RUNTIME_DIR / name_c), "-o", obj],
+                 "compiling the cpuify CUDA runtime")
             objs.append(obj)
-        header = (Path(tk.include) / "cuda_runtime_api.h").read_text(errors="replace")
+        for name_c, obj in zip(SOURCES, objs):
+            aliases = per_thread_aliases(header, _defined_symbols(obj))
+            if aliases.strip():
+                # the source again, with the aliases in its translation unit
+                unit = os.path.join(tmp, f"alias_{name_c}")
+                Path(unit).write_text(f'#include "{RUNTIME_DIR / name_c}"\n' + aliases)
+                _run([cc, *cflags, "-c", unit, "-o", obj], "compiling the cpuify CUDA runtime")
+        implemented = _defined_symbols(*objs)
         stubs = os.path.join(tmp, "cudart_stubs.c")
-        implemented = set().union(*(_defined_symbols(o) for o in objs))
-        Path(stubs).write_text(stub_source(header, implemented))
-        _run([cc, *CFLAGS, "-c", stubs, "-o", stubs[:-2] + ".o"], "compiling the runtime stubs")
+        interop = "\n".join((Path(tk.include) / h).read_text(errors="replace")
+                             for h in INTEROP_HEADERS if (Path(tk.include) / h).is_file())
+        Path(stubs).write_text(stub_source(header, implemented, interop))
+        _run([cc, *cflags, "-w", "-c", stubs, "-o", stubs[:-2] + ".o"], "compiling the runtime stubs")
         objs.append(stubs[:-2] + ".o")
         archive = os.path.join(tmp, name)
         _run(["ar", "rcs", archive, *objs], "archiving the cpuify CUDA runtime")

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from cpuify.errors import CompileError
 
+# a file in the directories `cpuify cuda-home` makes: their bin/nvcc is cpuify's own driver,
+# never the toolkit cpuify nvcc runs
+HOME_MARKER = ".cpuify-cuda-home"
+
 INSTALL_HINT = "pip install nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl"
 
 
@@ -54,6 +58,8 @@ def _candidates() -> list[str]:
 @functools.lru_cache(maxsize=1)
 def find_toolkit() -> Toolkit:
     for root in _candidates():
+        if os.path.exists(os.path.join(root, HOME_MARKER)):
+            continue
         nvcc = os.path.join(root, "bin", "nvcc")
         if not os.access(nvcc, os.X_OK):
             continue

@@ -88,6 +88,11 @@ CPUIFY_API void cpuify_cudart_register_module(const cpuify_module_desc *m);
 CPUIFY_API void cpuify_cudart_register_linked(void (*callback)(void **),
                                               const cpuify_module_desc *m);
 
+/* Called by the generated constructors with the module's PTX target (`.target sm_80` ->
+ * 80): the device reports the newest as its compute capability (unless
+ * CPUIFY_COMPUTE_CAPABILITY says otherwise). */
+CPUIFY_API void cpuify_cudart_note_arch(uint32_t sm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,13 +42,25 @@
 
 #include "cpuify_cudart.h"
 #include "cudart_internal.h"
+#include "cpuify_legacy.h"
+#include "cuda_profiler_api.h"
+
+typedef struct cc_limits {
+    int cc;                   /* 10 * major + minor */
+    int threads_per_sm;
+    int blocks_per_sm;
+    unsigned shared_per_sm;
+    unsigned shared_optin;    /* most shared memory one block may opt in to */
+} cc_limits;
+static cc_limits device_limits(void);
 
 #define MAX_THREADS_PER_BLOCK 1024
 #define DEFAULT_SHARED 49152u
-#define MAX_SHARED_OPTIN (227u * 1024u)
-#define SHARED_PER_SM (228u * 1024u)
-#define MAX_THREADS_PER_SM 2048
-#define MAX_BLOCKS_PER_SM 32
+/* per-multiprocessor limits of the compute capability the device reports (device_limits) */
+#define MAX_SHARED_OPTIN (device_limits().shared_optin)
+#define SHARED_PER_SM (device_limits().shared_per_sm)
+#define MAX_THREADS_PER_SM (device_limits().threads_per_sm)
+#define MAX_BLOCKS_PER_SM (device_limits().blocks_per_sm)
 #define ALLOC_ALIGN 256
 #define PITCH_ALIGN 512
 
@@ -102,6 +114,14 @@ static cudaError_t sticky(void) {
 CPUIFY_API cudaError_t cpuify_cudart_not_supported(const char *fn) {
     fprintf(stderr, "cpuify: %s is not supported by cpuify's CUDA runtime "
                     "(returning cudaErrorNotSupported)\n", fn);
+    return fail(cudaErrorNotSupported);
+}
+
+/* The generated stubs (cpuify/nvcc/rtlib.py): the message once per function. */
+CPUIFY_API cudaError_t cpuify_cudart_not_supported_once(const char *fn, int *said) {
+    if (!__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "cpuify: %s is not supported by cpuify's CUDA runtime "
+                        "(returning cudaErrorNotSupported)\n", fn);
     return fail(cudaErrorNotSupported);
 }
 
@@ -1258,9 +1278,89 @@ static void cpu_model(char *out, size_t n) {
     fclose(f);
 }
 
+/* The compute capability the device reports: CPUIFY_COMPUTE_CAPABILITY (e.g. "8.0") when
+ * set, else the newest PTX target of the registered device code (what `cpuify nvcc -arch`
+ * compiled it for: that code is what runs), else 7.5, cpuify nvcc's default target.  The
+ * per-multiprocessor limits are those of that compute capability (CUDA programming
+ * guide's table), so occupancy arithmetic in programs stays consistent. */
+static const cc_limits k_cc_limits[] = {
+    {50, 2048, 32, 65536u, 49152u},   {52, 2048, 32, 98304u, 49152u},
+    {53, 2048, 32, 65536u, 49152u},   {60, 2048, 32, 65536u, 49152u},
+    {61, 2048, 32, 98304u, 49152u},   {62, 2048, 32, 65536u, 49152u},
+    {70, 2048, 32, 98304u, 98304u},   {72, 2048, 32, 98304u, 98304u},
+    {75, 1024, 16, 65536u, 65536u},   {80, 2048, 32, 167936u, 166912u},
+    {86, 1536, 16, 102400u, 101376u}, {87, 1536, 16, 167936u, 166912u},
+    {89, 1536, 24, 102400u, 101376u}, {90, 2048, 32, 233472u, 232448u},
+    {100, 2048, 32, 233472u, 232448u}, {103, 2048, 32, 233472u, 232448u},
+    {110, 1536, 24, 233472u, 232448u}, {120, 1536, 32, 102400u, 101376u},
+};
+static _Atomic int g_module_arch;   /* newest `.target sm_XX` of the registered modules */
+
+void cpuify_cudart_note_arch(uint32_t sm) {
+    int cur = atomic_load(&g_module_arch);
+    while ((int)sm > cur && !atomic_compare_exchange_weak(&g_module_arch, &cur, (int)sm)) {
+    }
+}
+
+static int parse_cc(const char *s) {
+    int major = 0, minor = 0;
+    char dot = 0, end = 0;
+    if (sscanf(s, "%d%c%d%c", &major, &dot, &minor, &end) == 3 && dot == '.' && major > 0 &&
+        minor >= 0 && minor < 10)
+        return major * 10 + minor;
+    if (sscanf(s, "%d%c", &major, &end) == 1 && major >= 10) return major; /* "80" */
+    return 0;
+}
+
+static cc_limits device_limits(void) {
+    int cc = 0;
+    const char *env = getenv("CPUIFY_COMPUTE_CAPABILITY");
+    if (env && *env) {
+        cc = parse_cc(env);
+        static _Atomic int warned;
+        if (!cc && !atomic_exchange(&warned, 1))
+            fprintf(stderr, "cpuify: CPUIFY_COMPUTE_CAPABILITY='%s' is not a compute capability "
+                            "like 8.0; using the default\n", env);
+    }
+    if (!cc) cc = atomic_load(&g_module_arch);
+    if (cc < 50) cc = 75;
+    cc_limits lim = k_cc_limits[0];
+    for (size_t i = 0; i < sizeof k_cc_limits / sizeof *k_cc_limits; i++)
+        if (k_cc_limits[i].cc <= cc) lim = k_cc_limits[i];
+    lim.cc = cc;
+    return lim;
+}
+
+/* The clock rate of what a kernel's clock()/clock64() counts (the CPU's cycle counter), in
+ * kHz, measured once: programs divide clock64() differences by it to get milliseconds. */
+static int clock_rate_khz(void) {
+    static _Atomic int rate;
+    int r = atomic_load(&rate);
+    if (r) return r;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned lo, hi;
+    uint64_t t0 = now_ns();
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    uint64_t c0 = ((uint64_t)hi << 32) | lo, t1, c1;
+    do {
+        t1 = now_ns();
+        __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+        c1 = ((uint64_t)hi << 32) | lo;
+    } while (t1 - t0 < 2000000u);
+    r = (int)((double)(c1 - c0) / (double)(t1 - t0) * 1e6);
+#endif
+    if (r <= 0) r = 1000000;
+    atomic_store(&rate, r);
+    return r;
+}
+
+/* What cpuify implements, not what a GPU has: kernels run one after another (no concurrent
+ * kernels, no copy/compute overlap), no grid-wide sync (no cooperative launch), no memory
+ * pools; device memory is host memory (integrated, managed and pageable memory work). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (!p) return fail(cudaErrorInvalidValue);
     if (device != 0) return fail(cudaErrorInvalidDevice);
+    const cc_limits lim = device_limits();
     memset(p, 0, sizeof *p);
     cpu_model(p->name, sizeof p->name);
     memcpy(p->uuid.bytes, "cpuify-cpu-dev-0", 16);
@@ -1273,39 +1373,52 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = INT_MAX; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
     p->totalConstMem = 65536;
-    p->major = 7;
-    p->minor = 5;
+    p->major = lim.cc / 10;
+    p->minor = lim.cc % 10;
     p->textureAlignment = 512;
     p->texturePitchAlignment = 32;
     p->multiProcessorCount = cpuify_num_workers();
     p->integrated = 1;
     p->canMapHostMemory = 1;
     p->surfaceAlignment = 512;
-    p->concurrentKernels = 1;
-    p->asyncEngineCount = 1;
+    p->concurrentKernels = 0;
+    p->asyncEngineCount = 0;
     p->unifiedAddressing = 1;
     p->memoryBusWidth = 64;
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     p->l2CacheSize = l2 > 0 && l2 < INT_MAX ? (int)l2 : 1 << 20;
-    p->maxThreadsPerMultiProcessor = MAX_THREADS_PER_SM;
+    p->maxThreadsPerMultiProcessor = lim.threads_per_sm;
+    p->streamPrioritiesSupported = 0;
     p->globalL1CacheSupported = 1;
     p->localL1CacheSupported = 1;
-    p->sharedMemPerMultiprocessor = SHARED_PER_SM;
+    p->sharedMemPerMultiprocessor = lim.shared_per_sm;
     p->regsPerMultiprocessor = 65536;
     p->managedMemory = 1;
     p->hostNativeAtomicSupported = 1;
     p->pageableMemoryAccess = 1;
     p->concurrentManagedAccess = 1;
     p->canUseHostPointerForRegisteredMem = 1;
-    p->cooperativeLaunch = 1;
-    p->sharedMemPerBlockOptin = MAX_SHARED_OPTIN;
+    p->cooperativeLaunch = 0;
+    p->sharedMemPerBlockOptin = lim.shared_optin;
     p->pageableMemoryAccessUsesHostPageTables = 1;
     p->directManagedMemAccessFromHost = 1;
-    p->maxBlocksPerMultiProcessor = MAX_BLOCKS_PER_SM;
+    p->maxBlocksPerMultiProcessor = lim.blocks_per_sm;
     p->hostRegisterSupported = 1;
+    p->memoryPoolsSupported = 0;
     p->deviceNumaId = -1;
     p->hostNumaId = -1;
     cpuify_cudart_texture_limits(p);
+#if defined(CPUIFY_LEGACY_DEVICE_PROP) || CUDART_VERSION < 13000
+    /* the fields CUDA 13 removed (cpuify/nvcc/headers.py puts them back) */
+    p->clockRate = clock_rate_khz();
+    p->deviceOverlap = 0;
+    p->kernelExecTimeoutEnabled = 0;
+    p->computeMode = cudaComputeModeDefault;
+    p->maxTexture1DLinear = 1 << 28;   /* as cudaDevAttrMaxTexture1DLinearWidth (cudart_texture.c) */
+    p->memoryClockRate = 1600000;
+    p->singleToDoublePrecisionPerfRatio = 2;
+    p->cooperativeMultiDeviceLaunch = 0;
+#endif
     return sticky();
 }
 
@@ -1328,19 +1441,21 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrWarpSize: v = 32; break;
     case cudaDevAttrMaxPitch: v = INT_MAX; break;
     case cudaDevAttrMaxRegistersPerBlock: v = p.regsPerBlock; break;
-    case cudaDevAttrClockRate: v = 2000000; break;
+    case cudaDevAttrClockRate: v = clock_rate_khz(); break;
     case cudaDevAttrTextureAlignment: v = 512; break;
+    case cudaDevAttrGpuOverlap: v = 0; break;
     case cudaDevAttrMultiProcessorCount: v = p.multiProcessorCount; break;
+    case cudaDevAttrKernelExecTimeout: v = 0; break;
     case cudaDevAttrIntegrated: v = 1; break;
     case cudaDevAttrCanMapHostMemory: v = 1; break;
-    case cudaDevAttrComputeMode: v = 0; break;
-    case cudaDevAttrConcurrentKernels: v = 1; break;
+    case cudaDevAttrComputeMode: v = cudaComputeModeDefault; break;
+    case cudaDevAttrConcurrentKernels: v = 0; break;
     case cudaDevAttrEccEnabled: v = 0; break;
-    case cudaDevAttrMemoryClockRate: v = 3200000; break;
+    case cudaDevAttrMemoryClockRate: v = 1600000; break;
     case cudaDevAttrGlobalMemoryBusWidth: v = p.memoryBusWidth; break;
     case cudaDevAttrL2CacheSize: v = p.l2CacheSize; break;
     case cudaDevAttrMaxThreadsPerMultiProcessor: v = p.maxThreadsPerMultiProcessor; break;
-    case cudaDevAttrAsyncEngineCount: v = 1; break;
+    case cudaDevAttrAsyncEngineCount: v = 0; break;
     case cudaDevAttrUnifiedAddressing: v = 1; break;
     case cudaDevAttrComputeCapabilityMajor: v = p.major; break;
     case cudaDevAttrComputeCapabilityMinor: v = p.minor; break;
@@ -1349,15 +1464,19 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrManagedMemory: v = 1; break;
     case cudaDevAttrConcurrentManagedAccess: v = 1; break;
     case cudaDevAttrPageableMemoryAccess: v = 1; break;
-    case cudaDevAttrCooperativeLaunch: v = 1; break;
+    case cudaDevAttrPageableMemoryAccessUsesHostPageTables: v = 1; break;
+    case cudaDevAttrCanUseHostPointerForRegisteredMem: v = 1; break;
+    case cudaDevAttrHostRegisterSupported: v = 1; break;
+    case cudaDevAttrCooperativeLaunch: v = 0; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: v = (int)p.sharedMemPerBlockOptin; break;
     case cudaDevAttrMaxBlocksPerMultiprocessor: v = p.maxBlocksPerMultiProcessor; break;
     case cudaDevAttrHostNativeAtomicSupported: v = 1; break;
     case cudaDevAttrDirectManagedMemAccessFromHost: v = 1; break;
     case cudaDevAttrGlobalL1CacheSupported: v = 1; break;
     case cudaDevAttrLocalL1CacheSupported: v = 1; break;
-    case cudaDevAttrStreamPrioritiesSupported: v = 1; break;
-    case cudaDevAttrMemoryPoolsSupported: v = 1; break;
+    case cudaDevAttrStreamPrioritiesSupported: v = 0; break;
+    case cudaDevAttrMemoryPoolsSupported: v = 0; break;
+    case cudaDevAttrSingleToDoublePrecisionPerfRatio: v = 2; break;
     case cudaDevAttrPciBusId: case cudaDevAttrPciDeviceId: case cudaDevAttrPciDomainId: v = 0; break;
     default:
         v = cpuify_cudart_texture_attribute(attr, &p);
@@ -1469,6 +1588,53 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
     return sticky();
 }
 
+/* The CUDA <= 12 names CUDA 13 removed (include/cpuify_legacy.h). */
+cudaError_t cudaThreadSynchronize(void) { return cudaDeviceSynchronize(); }
+cudaError_t cudaThreadExit(void) { return cudaDeviceReset(); }
+cudaError_t cudaThreadSetLimit(enum cudaLimit limit, size_t value) {
+    return cudaDeviceSetLimit(limit, value);
+}
+cudaError_t cudaThreadGetLimit(size_t *pValue, enum cudaLimit limit) {
+    return cudaDeviceGetLimit(pValue, limit);
+}
+cudaError_t cudaThreadSetCacheConfig(enum cudaFuncCache cacheConfig) {
+    return cudaDeviceSetCacheConfig(cacheConfig);
+}
+cudaError_t cudaThreadGetCacheConfig(enum cudaFuncCache *pCacheConfig) {
+    return cudaDeviceGetCacheConfig(pCacheConfig);
+}
+cudaError_t cudaSetDoubleForDevice(double *d) {
+    if (!d) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+cudaError_t cudaSetDoubleForHost(double *d) {
+    if (!d) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+
+/* Shared memory banks are 4 bytes wide on every GPU since Maxwell; CUDA 13 accepts and
+ * ignores a request for 8-byte banks the same way. */
+cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig) {
+    if (!pConfig) return fail(cudaErrorInvalidValue);
+    *pConfig = cudaSharedMemBankSizeFourByte;
+    return sticky();
+}
+cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config) {
+    if ((unsigned)config > cudaSharedMemBankSizeEightByte) return fail(cudaErrorInvalidValue);
+    return sticky();
+}
+cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config) {
+    CHECK_STICKY();
+    if ((unsigned)config > cudaSharedMemBankSizeEightByte) return fail(cudaErrorInvalidValue);
+    if (!find_kernel(func)) return fail(cudaErrorInvalidDeviceFunction);
+    return cudaSuccess;
+}
+
+/* cuda_profiler_api.h: there is no GPU profiler to start or stop (CPUIFY_PROFILE=1 gives
+ * cpuify's own summary). */
+cudaError_t cudaProfilerStart(void) { return sticky(); }
+cudaError_t cudaProfilerStop(void) { return sticky(); }
+
 /* ------------------------------------------------------------------------------------ */
 /* kernels                                                                              */
 
@@ -1578,7 +1744,7 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         return fail(ERR_LAUNCH_CONFIG);
     if (cooperative) {
         uint64_t per_sm = MAX_THREADS_PER_SM / ((nthreads + 31) / 32 * 32);
-        if (per_sm > MAX_BLOCKS_PER_SM) per_sm = MAX_BLOCKS_PER_SM;
+        if (per_sm > (uint64_t)MAX_BLOCKS_PER_SM) per_sm = (uint64_t)MAX_BLOCKS_PER_SM;
         if ((uint64_t)g.x * g.y * g.z > per_sm * (uint64_t)cpuify_num_workers())
             return fail(cudaErrorCooperativeLaunchTooLarge);
     }
@@ -1737,8 +1903,8 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     }
     attr->maxThreadsPerBlock = maxt;
     attr->numRegs = 32;
-    attr->ptxVersion = 75;
-    attr->binaryVersion = 75;
+    attr->ptxVersion = device_limits().cc;
+    attr->binaryVersion = device_limits().cc;
     attr->maxDynamicSharedSizeBytes = k->max_dyn_shared;
     attr->preferredShmemCarveout = -1;
     return cudaSuccess;

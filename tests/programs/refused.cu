@@ -1,0 +1,24 @@
+// A kernel cpuify cannot run (an indirect call through a function pointer) next to one it
+// can: the build fails naming the kernel and the line, unless deferred to the launch.
+#include <cstdio>
+
+typedef int (*op_t)(int);
+
+__global__ void fill(int *p) { p[threadIdx.x] = threadIdx.x; }
+
+__global__ void apply(int *p, op_t f) {
+    p[threadIdx.x] = f(p[threadIdx.x]);
+}
+
+int main() {
+    int *d;
+    cudaMalloc(&d, 32 * sizeof(int));
+    fill<<<1, 32>>>(d);
+    printf("fill %s\n", cudaGetErrorName(cudaGetLastError()));
+    apply<<<1, 32>>>(d, nullptr);
+    printf("apply %s\n", cudaGetErrorName(cudaGetLastError()));
+    int h[32];
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    printf("h[5] %d\n", h[5]);
+    return 0;
+}

@@ -1,0 +1,573 @@
+"""The CUDA-toolkit drop-in (`cpuify cuda-home`) and nvcc's command-line behaviour.
+
+Small programs of our own are built through each route a real project takes (a Makefile
+with CUDA_PATH, a Makefile calling plain `nvcc` from PATH, `cpuify nvcc -c` + `g++ -lcudart`,
+CMake), and each executable is checked twice: its output against a hand computation, and
+that it was built by cpuify (it carries cpuify's runtime and loads no other libcudart; the
+machine may have a real nvcc on PATH and a real libcudart in the loader's cache)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cpuify.nvcc.cuda_home import (driver_api_names, driver_stub_source, error_values,
+                                   is_foreign_cuda_include)
+from cpuify.nvcc.driver import (UsageError, environment_args, expand_response_files,
+                                parse_args)
+
+CPUIFY = [sys.executable, "-m", "cpuify.cli.main"]
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def _have_toolchain() -> bool:
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:
+        return False
+    return all(shutil.which(t) for t in ("g++", "gcc", "ld", "make", "ar", "nm"))
+
+
+needs_toolchain = pytest.mark.skipif(not _have_toolchain(),
+                                     reason="nvcc wheel (nvidia-cuda-nvcc), g++ or make missing")
+
+# ------------------------------------------------------------------------------------------
+# command line, without building anything
+
+
+def test_response_files_expand_in_place(tmp_path: Path) -> None:
+    inner = tmp_path / "inner.rsp"
+    inner.write_text('-DB=2 "-I/dir with space"\n')
+    outer = tmp_path / "outer.rsp"
+    outer.write_text(f"-O2 @{inner}\n-Xcompiler -Wall,-Wextra\n")
+    other = tmp_path / "other.rsp"
+    other.write_text("-lm")
+    args = expand_response_files(["-c", f"@{outer}", "a.cu", "--options-file", str(other),
+                                  f"-optf={other}"])
+    assert args == ["-c", "-O2", "-DB=2", "-I/dir with space", "-Xcompiler", "-Wall,-Wextra",
+                    "a.cu", "-lm", "-lm"]
+    with pytest.raises(UsageError, match="cannot read options file"):
+        expand_response_files([f"@{tmp_path / 'missing.rsp'}"])
+    loop = tmp_path / "loop.rsp"
+    loop.write_text(f"@{loop}")
+    with pytest.raises(UsageError, match="nest"):
+        expand_response_files([f"@{loop}"])
+
+
+def test_nvcc_environment_variables() -> None:
+    env = {"NVCC_PREPEND_FLAGS": "-DFIRST", "NVCC_APPEND_FLAGS": "'-DLAST=a b'"}
+    assert environment_args(["a.cu"], env) == ["-DFIRST", "a.cu", "-DLAST=a b"]
+
+
+def test_host_compiler_from_ccbin_never_from_cc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "cpuify nvcc")
+    monkeypatch.setenv("CXX", "cpuify nvcc")
+    monkeypatch.delenv("NVCC_CCBIN", raising=False)
+    assert parse_args(["a.cu"]).ccbin is None
+    monkeypatch.setenv("NVCC_CCBIN", "/opt/gcc/bin/gcc-12")
+    assert parse_args(["a.cu"]).ccbin == "/opt/gcc/bin/gcc-12"
+    assert parse_args(["-ccbin", "clang", "a.cu"]).ccbin == "clang"      # the option wins
+    assert parse_args(["--compiler-bindir=/usr/bin", "a.cu"]).ccbin == "/usr/bin"
+
+
+def test_makefile_options_are_accepted() -> None:
+    o = parse_args(["-c", "k.cu", "-o", "obj/k.o", "-MD", "-MF", "obj/k.d", "-MT", "obj/k.o",
+                    "-MT", "k.stamp", "-MP", "-lcuda", "-gencode", "arch=compute_60,code=[sm_60,compute_60]",
+                    "-gencode=arch=compute_80,code=sm_80", "--ptxas-options=-v", "--resource-usage",
+                    "-lineinfo", "-G", "-Xptxas", "-dlcm=cg", "-Wno-deprecated-gpu-targets",
+                    "-maxrregcount=32", "-use_fast_math", "-cudart", "shared", "-m64",
+                    "-Xlinker", "--as-needed"])
+    assert o.dep_mode == "-MD" and o.dep_file == "obj/k.d" and o.dep_targets == ["obj/k.o", "k.stamp"]
+    assert o.dep_phony and o.cudart == "shared"
+    assert "-lcuda" in o.link_opts and "-Wl,--as-needed" in o.link_opts
+    assert max(o.archs) == 80
+    # nothing unknown among them
+    assert not [w for w in o.warnings if "unknown option" in w], o.warnings
+    o = parse_args(["-MMD", "--run", "--run-args", "a,b", "x.cu"])
+    assert o.dep_mode == "-MMD" and "-run" in o.flags and o.run_args == ["a", "b"]
+    with pytest.raises(UsageError, match="-cudart"):
+        parse_args(["-cudart", "dynamic", "x.cu"])
+
+
+def test_foreign_cuda_include_is_recognized(tmp_path: Path) -> None:
+    from cpuify.nvcc.toolkit import find_toolkit
+    try:
+        ours = find_toolkit().include
+    except Exception:
+        pytest.skip("nvcc wheel missing")
+    other = tmp_path / "cuda" / "include"
+    other.mkdir(parents=True)
+    (other / "cuda_runtime.h").write_text("#error other\n")
+    assert is_foreign_cuda_include(str(other), ours)
+    assert not is_foreign_cuda_include(ours, ours)
+    assert not is_foreign_cuda_include(str(tmp_path), ours)       # no cuda_runtime.h
+
+
+CUDA_H = """
+#define CUDAAPI
+#define cuMemAlloc cuMemAlloc_v2
+typedef enum cudaError_enum {
+    /** ok */
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1, /* a comment = 5 */
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999
+} CUresult;
+CUresult CUDAAPI cuInit(unsigned int Flags);
+CUresult CUDAAPI cuMemAlloc(unsigned long long *p, size_t n);
+"""
+
+
+def test_driver_stubs_cover_every_declared_name_and_the_error_table() -> None:
+    names = driver_api_names(CUDA_H, ["CUresult cuInit(unsigned int Flags);\n"
+                                      "CUresult cuMemAlloc_v2(unsigned long long *p, size_t n);\n"])
+    assert names == {"cuInit", "cuMemAlloc", "cuMemAlloc_v2"}
+    errors = error_values(CUDA_H)
+    assert errors == {0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE",
+                      801: "CUDA_ERROR_NOT_SUPPORTED", 999: "CUDA_ERROR_UNKNOWN"}
+    src = driver_stub_source(names, {"cuInit"}, errors)
+    assert "int cuMemAlloc_v2(void)" in src and "int cuMemAlloc(void)" in src
+    assert "int cuInit(" not in src
+    assert 'case 801: return "CUDA_ERROR_NOT_SUPPORTED";' in src
+    assert "return 801;" in src
+
+
+# ------------------------------------------------------------------------------------------
+# building programs
+
+
+KERNEL_CU = r"""
+#include "square.h"
+__global__ void square(const int *in, int *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * in[i] + OFFSET;
+}
+extern "C" long run_square(int n) {
+    int *h = new int[n], *d_in, *d_out;
+    for (int i = 0; i < n; i++) h[i] = i;
+    cudaMalloc(&d_in, n * sizeof(int));
+    cudaMalloc(&d_out, n * sizeof(int));
+    cudaMemcpy(d_in, h, n * sizeof(int), cudaMemcpyHostToDevice);
+    square<<<(n + 127) / 128, 128>>>(d_in, d_out, n);
+    cudaMemcpy(h, d_out, n * sizeof(int), cudaMemcpyDeviceToHost);
+    long s = 0;
+    for (int i = 0; i < n; i++) s += h[i];
+    cudaFree(d_in);
+    cudaFree(d_out);
+    delete[] h;
+    return s;
+}
+"""
+HEADER = "#define OFFSET 3\n"
+MAIN_CPP = r"""
+#include <cstdio>
+#include <cuda_runtime.h>
+extern "C" long run_square(int n);
+int main() {
+    int devices = -1;
+    cudaGetDeviceCount(&devices);
+    printf("devices %d sum %ld\n", devices, run_square(1000));
+    return 0;
+}
+"""
+# sum over i < 1000 of i*i + 3
+EXPECTED = f"devices 1 sum {sum(i * i + 3 for i in range(1000))}"
+
+
+def write_program(d: Path, main_name: str = "main.cpp") -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "kernel.cu").write_text(KERNEL_CU)
+    (d / "square.h").write_text(HEADER)
+    (d / main_name).write_text(MAIN_CPP)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment with a fresh cache directory (the runtime and cuda-home built from
+    scratch) and this checkout's cpuify."""
+    if not _have_toolchain():
+        pytest.skip("nvcc wheel (nvidia-cuda-nvcc), g++ or make missing")
+    cache = tmp_path_factory.mktemp("cache")
+    e = {**os.environ, "CPUIFY_CACHE_DIR": str(cache),
+         "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CUDA_PATH", "CUDA_HOME"):
+        e.pop(var, None)
+    return e
+
+
+@pytest.fixture(scope="module")
+def home(env: dict[str, str]) -> Path:
+    """cpuify cuda-home, asked for by two processes at once in a fresh cache directory."""
+    procs = [subprocess.Popen([*CPUIFY, "cuda-home"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    paths = {out.strip() for out, _ in outs}
+    assert len(paths) == 1, paths
+    path = Path(paths.pop())
+    assert path.is_dir()
+    leftovers = [p.name for p in path.parent.iterdir() if ".tmp-" in p.name]
+    assert not leftovers, leftovers
+    return path
+
+
+def run(cmd: list[str] | str, cwd: Path, env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+                       shell=isinstance(cmd, str), **kw)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def built_by_cpuify(exe: Path) -> None:
+    """The executable carries cpuify's runtime, statically or as cuda-home's libcudart.so,
+    and loads no other libcudart."""
+    symbols = subprocess.run(["nm", str(exe)], capture_output=True, text=True).stdout
+    deps = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+    cudart = [line for line in deps.splitlines() if "libcudart" in line]
+    assert all("cpuify-cuda-home-" in line for line in cudart), cudart
+    assert "cpuify_launch" in symbols or cudart, "no cpuify runtime in " + str(exe)
+
+
+def check_output(exe: Path, env: dict[str, str]) -> None:
+    r = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == EXPECTED
+    built_by_cpuify(exe)
+
+
+@needs_toolchain
+def test_cuda_home_layout(home: Path, env: dict[str, str]) -> None:
+    import json
+    for rel in ("bin/nvcc", "include/cuda_runtime.h", "include/cpuify_cudart.h", "lib64/libcudart.so",
+                "lib64/libcudart_static.a", "lib64/libcuda.so", "lib64/stubs/libcuda.so",
+                "lib64/libcudadevrt.a", "lib/libcudart.so", "nvvm/libdevice"):
+        assert os.path.exists(home / rel), rel
+    version = json.loads((home / "version.json").read_text())["cuda"]["version"]
+    assert (home / "version.txt").read_text().strip() == f"CUDA Version {version}"
+    # the shared libraries name themselves by absolute path: no system libcudart replaces them
+    soname = subprocess.run(["readelf", "-d", str(home / "lib64/libcudart.so")],
+                            capture_output=True, text=True).stdout
+    assert str(home / "lib64") in soname
+    # bin/nvcc is cpuify's, with this checkout's code whatever PYTHONPATH says
+    r = run([str(home / "bin/nvcc"), "--version"], home, {**env, "PYTHONPATH": ""})
+    assert "Cuda compilation tools, release" in r.stdout and "cpuify nvcc" in r.stdout
+    # asked again: the same directory, not rebuilt
+    assert run([*CPUIFY, "cuda-home"], home, env).stdout.strip() == str(home)
+
+
+@needs_toolchain
+def test_makefile_with_cuda_path(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    write_program(tmp_path)
+    # the usual shape: NVCC from the toolkit variable, the host compiler for .cpp files,
+    # the link by g++ with the toolkit's library directory
+    (tmp_path / "Makefile").write_text(textwrap.dedent("""\
+        CUDA_PATH ?= /usr/local/cuda
+        NVCC := $(CUDA_PATH)/bin/nvcc
+        app: kernel.o main.o
+        \tg++ -o $@ $^ -L$(CUDA_PATH)/lib64 -lcudart
+        kernel.o: kernel.cu square.h
+        \t$(NVCC) -O2 -arch=sm_70 -c $< -o $@
+        main.o: main.cpp
+        \tg++ -O2 -I$(CUDA_PATH)/include -c $< -o $@
+        """))
+    run(["make", f"CUDA_PATH={home}"], tmp_path, env)
+    check_output(tmp_path / "app", env)
+
+
+@needs_toolchain
+def test_makefile_calling_plain_nvcc_from_path(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    write_program(tmp_path, "main.cu")
+    (tmp_path / "Makefile").write_text(
+        "app: kernel.cu main.cu square.h\n\tnvcc -O3 -o app kernel.cu main.cu\n")
+    path_env = {**env, "PATH": f"{home}/bin{os.pathsep}{env['PATH']}"}
+    run(["make"], tmp_path, path_env)
+    check_output(tmp_path / "app", env)
+
+
+@needs_toolchain
+def test_compile_with_cpuify_link_with_gxx(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    write_program(tmp_path)
+    run([*CPUIFY, "nvcc", "-c", "kernel.cu", "-o", "kernel.o"], tmp_path, env)
+    run(["g++", "-c", f"-I{home}/include", "main.cpp", "-o", "main.o"], tmp_path, env)
+    # shared runtime: the executable finds cuda-home's libcudart.so with no LD_LIBRARY_PATH
+    run(["g++", "kernel.o", "main.o", f"-L{home}/lib64", "-lcudart", "-o", "app_shared"], tmp_path, env)
+    check_output(tmp_path / "app_shared", {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"})
+    deps = subprocess.run(["ldd", str(tmp_path / "app_shared")], capture_output=True, text=True).stdout
+    assert str(home / "lib64") in deps
+    # static runtime, as nvcc links by default
+    run(["gcc", "kernel.o", "main.o", f"-L{home}/lib64", "-lcudart_static", "-lstdc++", "-lpthread",
+         "-ldl", "-lrt", "-lm", "-o", "app_static"], tmp_path, env)
+    check_output(tmp_path / "app_static", env)
+
+
+@needs_toolchain
+def test_host_files_see_the_legacy_device_properties(tmp_path: Path, home: Path,
+                                                     env: dict[str, str]) -> None:
+    # a host file compiled by the host compiler against cuda-home's headers reads the
+    # cudaDeviceProp fields CUDA 13 removed, filled by cpuify's runtime
+    _write(tmp_path / "props.cpp", r"""
+#include <cuda_runtime.h>
+#include <cstdio>
+int main() {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return 2;
+    printf("clock %d overlap %d\n", p.clockRate > 0, p.deviceOverlap);
+    return 0;
+}
+""")
+    run(["g++", f"-I{home}/include", "props.cpp", f"-L{home}/lib64", "-lcudart", "-o", "props"],
+        tmp_path, env)
+    out = subprocess.run([str(tmp_path / "props")], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.startswith("clock 1 overlap "), out.stdout + out.stderr
+
+
+@needs_toolchain
+def test_make_exporting_cc_as_cpuify_nvcc(tmp_path: Path, env: dict[str, str]) -> None:
+    """make CC="cpuify nvcc": make exports CC (and here CXX) to the recipes; the driver and
+    its runtime build must not take them for the host compiler."""
+    write_program(tmp_path, "main.cu")
+    (tmp_path / "Makefile").write_text("app: kernel.cu main.cu\n\t$(CC) -o app kernel.cu main.cu\n")
+    cpuify_nvcc = " ".join([sys.executable, "-m", "cpuify.cli.main", "nvcc"])
+    fresh = {**env, "CPUIFY_CACHE_DIR": str(tmp_path / "fresh-cache")}     # runtime built anew
+    run(["make", f"CC={cpuify_nvcc}", f"CXX={cpuify_nvcc}"], tmp_path, fresh)
+    check_output(tmp_path / "app", fresh)
+
+
+@needs_toolchain
+def test_foreign_cuda_headers_and_libraries_are_not_used(tmp_path: Path, env: dict[str, str]) -> None:
+    """-I/-isystem to another CUDA's include/ is dropped with a warning; -L to its lib64 does
+    not replace cpuify's runtime."""
+    write_program(tmp_path, "main.cu")
+    other = tmp_path / "other-cuda"
+    (other / "include").mkdir(parents=True)
+    (other / "include" / "cuda_runtime.h").write_text('#error "the other CUDA\'s header was used"\n')
+    (other / "lib64").mkdir()
+    # libraries that would give a different answer if they were linked
+    fake = other / "fake.c"
+    fake.write_text("int cudaGetDeviceCount(int *n) { *n = 42; return 0; }\n")
+    run(["gcc", "-shared", "-fPIC", str(fake), "-o", str(other / "lib64" / "libcudart.so")], tmp_path, env)
+    run(["gcc", "-c", "-fPIC", str(fake), "-o", str(other / "fake.o")], tmp_path, env)
+    run(["ar", "rcs", str(other / "lib64" / "libcudart_static.a"), str(other / "fake.o")], tmp_path, env)
+    r = run([*CPUIFY, "nvcc", f"-I{other}/include", "-isystem", f"{other}/include",
+             f"-L{other}/lib64", "-lcudart", "kernel.cu", "main.cu", "-o", "app"], tmp_path, env)
+    assert r.stderr.count("another CUDA installation's headers") == 2, r.stderr
+    check_output(tmp_path / "app", env)
+
+
+@needs_toolchain
+def test_dependency_files(tmp_path: Path, env: dict[str, str]) -> None:
+    write_program(tmp_path)
+    (tmp_path / "obj").mkdir()
+    run([*CPUIFY, "nvcc", "-c", "kernel.cu", "-o", "obj/kernel.o", "-MD"], tmp_path, env)
+    text = (tmp_path / "obj" / "kernel.d").read_text()          # next to the object, as nvcc
+    assert text.startswith("obj/kernel.o :") and "square.h" in text and "kernel.cu" in text
+    (tmp_path / "deps").mkdir()
+    run([*CPUIFY, "nvcc", "-c", "kernel.cu", "-o", "obj/k2.o", "-MMD", "-MF", "deps/k2.dep",
+         "-MT", "obj/k2.o", "-MT", "stamp", "-MP"], tmp_path, env)
+    text = (tmp_path / "deps" / "k2.dep").read_text()
+    first = text.splitlines()[0]
+    assert first.startswith("obj/k2.o stamp :") or first.startswith("obj/k2.o stamp:"), first
+    assert "/usr/include/stdio.h" not in text                     # -MMD: no system headers
+    assert "\nsquare.h:" in text or "\nsquare.h :" in text        # -MP: a phony target per header
+    # -odir: the object and its dependency file in that directory
+    run([*CPUIFY, "nvcc", "-c", "kernel.cu", "-odir", "deps", "-MD"], tmp_path, env)
+    assert (tmp_path / "deps" / "kernel.o").is_file()
+    assert (tmp_path / "deps" / "kernel.d").read_text().startswith("deps/kernel.o :")
+    # -E: the preprocessed source on stdout
+    r = run([*CPUIFY, "nvcc", "-E", "kernel.cu"], tmp_path, env)
+    assert "out[i] = in[i] * in[i] + 3;" in r.stdout
+    # -cuda: nvcc's host translation, with a warning that it has no CPU code for kernels
+    r = run([*CPUIFY, "nvcc", "-cuda", "kernel.cu"], tmp_path, env)
+    assert (tmp_path / "kernel.cu.cpp.ii").is_file() and "no CPU code" in r.stderr
+    # -M alone: only the dependencies, nothing compiled
+    r = run([*CPUIFY, "nvcc", "-M", "kernel.cu", "-MT", "custom"], tmp_path, env)
+    assert r.stdout.startswith("custom :") and "square.h" in r.stdout
+    # a Makefile rebuilds when the header changes
+    (tmp_path / "Makefile").write_text(textwrap.dedent(f"""\
+        NVCC := {" ".join(CPUIFY)} nvcc
+        obj/kernel.o: kernel.cu
+        \t$(NVCC) -c $< -o $@ -MD
+        -include obj/kernel.d
+        """))
+    assert "up to date" in run(["make"], tmp_path, env).stdout
+    os.utime(tmp_path / "square.h")
+    assert "nvcc" in run(["make"], tmp_path, env).stdout
+
+
+@needs_toolchain
+def test_response_files_compiler_lists_and_run(tmp_path: Path, env: dict[str, str]) -> None:
+    (tmp_path / "inc dir").mkdir()
+    (tmp_path / "inc dir" / "greeting.h").write_text('#define GREETING "hello"\n')
+    (tmp_path / "prog.cu").write_text(textwrap.dedent(r"""
+        #include <cstdio>
+        #include "greeting.h"
+        __global__ void add(int *v) { v[threadIdx.x] += A + B; }
+        int main(int argc, char **argv) {
+            int h[4] = {1, 2, 3, 4}, *d;
+            cudaMalloc(&d, sizeof h);
+            cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+            add<<<1, 4>>>(d);
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+            printf("%s %s %d %d %d %d %s\n", GREETING, WHO, h[0], h[1], h[2], h[3],
+                   argc > 2 ? argv[2] : "-");
+            return 7;
+        }
+        """))
+    (tmp_path / "flags.rsp").write_text('"-Iinc dir" -Xcompiler -DA=10,-DB=20\n')
+    (tmp_path / "more.rsp").write_text("'-DWHO=\"world\"'\n")
+    r = subprocess.run([*CPUIFY, "nvcc", "@flags.rsp", "--options-file", "more.rsp", "prog.cu",
+                        "-o", "prog", "--run", "--run-args", "x,y"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    # --run: the program's output and exit status
+    assert r.returncode == 7, r.stderr
+    assert r.stdout.strip() == "hello world 31 32 33 34 y"      # h[i] + 10 + 20
+
+
+@needs_toolchain
+def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    """nvcc -v: what CMake reads (TOP=, LIBRARIES=, a link line containing LIBRARIES and
+    -lcudart_static, -arch compute_XX)."""
+    write_program(tmp_path, "main.cu")
+    r = run([str(home / "bin/nvcc"), "-v", "kernel.cu", "main.cu", "-o", "app"], tmp_path, env)
+    lines = r.stderr.splitlines()
+    assert f"#$ TOP={home}" in lines
+    libraries = next(line for line in lines if line.startswith("#$ LIBRARIES=")).split("=", 1)[1].strip()
+    link = [line for line in lines if libraries in line and "-lcudart_static" in line]
+    assert len(link) == 1 and link[0].startswith("#$ g++ ")
+    assert any("-arch compute_75" in line for line in lines)
+    check_output(tmp_path / "app", env)
+    # the variables come first even for a command line nvcc refuses (CMake's first probe)
+    r = subprocess.run([str(home / "bin/nvcc"), "-v", "__cmake_determine_cuda"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and f"#$ TOP={home}" in r.stderr
+    # --dryrun: the same lines, nothing run or written, no source needed (SHOC's configure
+    # reads the link line of `nvcc -dryrun bogus.cu`)
+    r = run([str(home / "bin/nvcc"), "-dryrun", "-cudart", "shared", "bogus.cu", "-o", "never"],
+            tmp_path, env)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("#$ g++ ") and libraries in last and '-o "never" ' in last
+    assert "-lcudart " in last and not (tmp_path / "never").exists()
+
+
+DRIVER_API_CU = r"""
+#include <cstdio>
+#include <cuda.h>
+int main() {
+    int count = 0, major = 0, version = 0;
+    CUdevice dev;
+    char name[64];
+    if (cuDeviceGetCount(&count) != CUDA_ERROR_NOT_INITIALIZED) return 1;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&count) || cuDeviceGet(&dev, 0)) return 2;
+    if (cuDeviceGet(&dev, 1) != CUDA_ERROR_INVALID_DEVICE) return 3;
+    cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    cuDriverGetVersion(&version);
+    if (cuDeviceGetName(name, sizeof name, dev)) return 4;
+    CUdeviceptr p;
+    int in[3] = {5, 6, 7}, out[3] = {0, 0, 0};
+    if (cuMemAlloc(&p, sizeof in) || cuMemcpyHtoD(p, in, sizeof in) ||
+        cuMemcpyDtoH(out, p, sizeof out) || cuCtxSynchronize() || cuMemFree(p)) return 5;
+    const char *err = 0;
+    cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &err);
+    CUmodule m;
+    CUresult r1 = cuModuleLoad(&m, "kernels.cubin"), r2 = cuModuleLoad(&m, "kernels.cubin");
+    printf("count %d major %d version %d copied %d %d %d err %s load %d %d named %d\n", count,
+           major, version > 0, out[0], out[1], out[2], err, (int)r1, (int)r2, name[0] != 0);
+    return 0;
+}
+"""
+
+
+@needs_toolchain
+def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    (tmp_path / "drv.cu").write_text(DRIVER_API_CU)
+    run([*CPUIFY, "nvcc", "drv.cu", "-o", "drv", "-lcuda"], tmp_path, env)
+    r = subprocess.run([str(tmp_path / "drv")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rt = subprocess.run([*CPUIFY, "run", str(tmp_path / "drv.cu"), "-lcuda"], env=env,
+                        capture_output=True, text=True, timeout=600)
+    assert rt.stdout == r.stdout            # cpuify run builds it the same way
+    # the device cpuify's runtime describes (compute capability 7.5 unless configured)
+    props = subprocess.run([str(home / "bin/nvcc"), "--run", "-o", str(tmp_path / "cc"),
+                            str(_write(tmp_path / "cc.cu", CC_CU))], env=env, capture_output=True,
+                           text=True, timeout=600)
+    major = props.stdout.split()[0]
+    assert r.stdout.strip() == (f"count 1 major {major} version 1 copied 5 6 7 err "
+                                "CUDA_ERROR_INVALID_VALUE load 801 801 named 1")
+    # one line for the unsupported function, however often it is called
+    assert r.stderr.count("cuModuleLoad") == 1, r.stderr
+    deps = subprocess.run(["ldd", str(tmp_path / "drv")], capture_output=True, text=True).stdout
+    assert str(home / "lib64" / "libcuda.so.1") in deps
+
+
+CC_CU = r"""
+#include <cstdio>
+int main() { cudaDeviceProp p; cudaGetDeviceProperties(&p, 0); printf("%d\n", p.major); }
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _cmake() -> str | None:
+    try:
+        import cmake  # type: ignore[import-not-found]   # the PyPI wheel
+        exe = os.path.join(cmake.CMAKE_BIN_DIR, "cmake")
+        if os.access(exe, os.X_OK):
+            return exe
+    except ImportError:
+        pass
+    return shutil.which("cmake")
+
+
+@needs_toolchain
+@pytest.mark.skipif(_cmake() is None, reason="cmake not installed (pip install cmake)")
+def test_cmake_project(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    """project(... LANGUAGES CXX CUDA) (CMake's enable_language(CUDA): compiler identification
+    from nvcc -v), find_package(CUDAToolkit) + CUDA::cudart (the shared runtime), and a target
+    of .cu files only, linked by CMake's CUDA rule (the static runtime nvcc -v names)."""
+    cmake = _cmake()
+    assert cmake is not None
+    write_program(tmp_path)
+    (tmp_path / "main.cu").write_text(MAIN_CPP)
+    (tmp_path / "CMakeLists.txt").write_text(textwrap.dedent("""\
+        cmake_minimum_required(VERSION 3.18)
+        project(dropin LANGUAGES CXX CUDA)
+        find_package(CUDAToolkit REQUIRED)
+        add_executable(app main.cpp kernel.cu)
+        target_link_libraries(app CUDA::cudart)
+        add_executable(app_cuda main.cu kernel.cu)
+        """))
+    # a real nvcc may sit on PATH: the compiler named here must be the one used
+    run([cmake, "-S", ".", "-B", "build", f"-DCMAKE_CUDA_COMPILER={home}/bin/nvcc"], tmp_path, env)
+    cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
+    assert f"CUDAToolkit_BIN_DIR:PATH={home}/bin" in cache or f"{home}/bin" in cache
+    run([cmake, "--build", "build"], tmp_path, env)
+    check_output(tmp_path / "build" / "app", env)
+    check_output(tmp_path / "build" / "app_cuda", env)
+
+
+@needs_toolchain
+def test_without_a_cache_directory(tmp_path: Path, env: dict[str, str]) -> None:
+    """CPUIFY_NO_CACHE=1: `cpuify cuda-home` says why it cannot give a lasting directory;
+    cpuify nvcc still links the static runtime (from a private copy), and refuses the shared
+    libraries an executable would load from that copy after it is gone."""
+    write_program(tmp_path, "main.cu")
+    nocache = {**env, "CPUIFY_NO_CACHE": "1"}
+    r = subprocess.run([*CPUIFY, "cuda-home"], env=nocache, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "CPUIFY_NO_CACHE" in r.stderr and "Traceback" not in r.stderr
+    run([*CPUIFY, "nvcc", "-c", "kernel.cu", "main.cu"], tmp_path, nocache)
+    run([*CPUIFY, "nvcc", "kernel.o", "main.o", "-o", "app"], tmp_path, nocache)
+    check_output(tmp_path / "app", env)
+    r = subprocess.run([*CPUIFY, "nvcc", "-cudart", "shared", "kernel.o", "main.o", "-o", "app2"],
+                       cwd=tmp_path, env=nocache, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "-cudart shared" in r.stderr and not (tmp_path / "app2").exists()
