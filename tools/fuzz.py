@@ -37,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -88,13 +89,13 @@ class Stmt:
     header, a whole unit such as a shared-memory exchange)."""
     kind: str                  # "code" | "if" | "for" | "return"
     text: str
-    bodies: list[list["Stmt"]] = field(default_factory=list)
+    bodies: list[list[Stmt]] = field(default_factory=list)
 
     def to_json(self) -> Any:
         return [self.kind, self.text, [[s.to_json() for s in b] for b in self.bodies]]
 
     @staticmethod
-    def from_json(j: Any) -> "Stmt":
+    def from_json(j: Any) -> Stmt:
         return Stmt(j[0], j[1], [[Stmt.from_json(s) for s in b] for b in j[2]])
 
 
@@ -134,7 +135,7 @@ class KernelSpec:
                 "gat64_ops": {str(k): v for k, v in self.gat64_ops.items()}, "p0": self.p0, "p1": self.p1}
 
     @staticmethod
-    def from_json(j: dict[str, Any]) -> "KernelSpec":
+    def from_json(j: dict[str, Any]) -> KernelSpec:
         return KernelSpec(j["name"], j["seed"], tuple(j["grid"]), tuple(j["block"]), j["mode"],  # type: ignore[arg-type]
                           [tuple(v) for v in j["variables"]], j["inits"],  # type: ignore[misc]
                           [Stmt.from_json(s) for s in j["body"]], j["shared"], j["n_tickets"],
@@ -153,6 +154,7 @@ class Ctx:
     depth: int = 0
     uniform_vars: tuple[str, ...] = ()    # block-uniform u32 loop counters in scope
     thread_vars: tuple[str, ...] = ()     # thread-dependent u32 loop counters in scope
+    warp_converged: bool = True  # every lane of the warp runs this point together
 
 
 U32_CONSTS = [0, 1, 2, 3, 7, 31, 32, 255, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x12345678,
@@ -213,7 +215,7 @@ class Generator:
 
     def expr_u32(self, d: int, ctx: Ctx) -> str:
         r = self.r
-        e = lambda t="u32": self.expr(t, d, ctx)  # noqa: E731
+        e = lambda t="u32": self.expr(t, d, ctx)
         if r.random() < 0.25:
             return f"({e()} {r.choice(['+', '-', '*', '&', '|', '^'])} {e()})"
         return r.choice([
@@ -237,7 +239,7 @@ class Generator:
 
     def expr_s32(self, d: int, ctx: Ctx) -> str:
         r = self.r
-        e = lambda t="s32": self.expr(t, d, ctx)  # noqa: E731
+        e = lambda t="s32": self.expr(t, d, ctx)
         k = r.randrange(12)
         return [
             lambda: f"(int)((unsigned){e()} {r.choice(['+', '-', '*', '&', '|', '^'])} (unsigned){e()})",
@@ -255,7 +257,7 @@ class Generator:
 
     def expr_u64(self, d: int, ctx: Ctx) -> str:
         r = self.r
-        e = lambda t="u64": self.expr(t, d, ctx)  # noqa: E731
+        e = lambda t="u64": self.expr(t, d, ctx)
         k = r.randrange(14)
         return [
             lambda: f"({e()} {r.choice(['+', '-', '*', '&', '|', '^'])} {e()})",
@@ -273,7 +275,7 @@ class Generator:
 
     def expr_s64(self, d: int, ctx: Ctx) -> str:
         r = self.r
-        e = lambda t="s64": self.expr(t, d, ctx)  # noqa: E731
+        e = lambda t="s64": self.expr(t, d, ctx)
         k = r.randrange(10)
         return [
             lambda: (f"(long long)((unsigned long long){e()} {r.choice(['+', '-', '*', '&', '|', '^'])} "
@@ -290,7 +292,7 @@ class Generator:
 
     def expr_f32(self, d: int, ctx: Ctx) -> str:
         r = self.r
-        e = lambda t="f32": self.expr(t, d, ctx)  # noqa: E731
+        e = lambda t="f32": self.expr(t, d, ctx)
         k = r.randrange(20)
         if k < 5:
             return f"({e()} {r.choice(['+', '-', '*', '/'])} {e()})"
@@ -303,16 +305,20 @@ class Generator:
             lambda: f"__fmaf_r{r.choice('nzud')}({e()}, {e()}, {e()})",
             lambda: f"(float){e(r.choice(['u32', 's32', 'u64', 's64', 'f64']))}",
             # (directed rounding from 64-bit integers is refused by cpuify: docs/usage.md)
-            lambda: (lambda c: f"__{c[0]}2float_r{r.choice(c[2])}({e(c[1])})")(
-                r.choice([("uint", "u32", "nzud"), ("int", "s32", "nzud"), ("ull", "u64", "n"), ("ll", "s64", "n")])),
+            lambda: self.int_to_float(d, ctx),
             lambda: f"__double2float_r{r.choice('nzud')}({e('f64')})",
             lambda: f"__uint_as_float({e('u32')})",
             lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
         ][k - 5]()
 
+    def int_to_float(self, d: int, ctx: Ctx) -> str:
+        name, t, modes = self.r.choice([("uint", "u32", "nzud"), ("int", "s32", "nzud"), ("ull", "u64", "n"),
+                                        ("ll", "s64", "n")])
+        return f"__{name}2float_r{self.r.choice(modes)}({self.expr(t, d, ctx)})"
+
     def expr_f64(self, d: int, ctx: Ctx) -> str:
         r = self.r
-        e = lambda t="f64": self.expr(t, d, ctx)  # noqa: E731
+        e = lambda t="f64": self.expr(t, d, ctx)
         k = r.randrange(18)
         if k < 5:
             return f"({e()} {r.choice(['+', '-', '*', '/'])} {e()})"
@@ -341,8 +347,8 @@ class Generator:
         r = self.r
         if r.random() < 0.4:
             return r.choice([f"(lt % {r.randrange(2, 5)}u == 0u)", f"(lane < {r.randrange(1, 32)}u)",
-                             f"(threadIdx.y == {r.randrange(2)}u)", f"((gt & 5u) != 0u)",
-                             f"(lt >= nt / 2u)"])
+                             f"(threadIdx.y == {r.randrange(2)}u)", "((gt & 5u) != 0u)",
+                             "(lt >= nt / 2u)"])
         return self.cond(2, ctx)
 
     def assign(self, ctx: Ctx) -> Stmt:
@@ -364,10 +370,14 @@ class Generator:
             choices.append((0.5, lambda: Stmt("code", r.choice(["break;", "continue;"]))))
         if self.mode == "free" and ctx.depth > 0:
             choices.append((0.4, lambda: Stmt("return", "")))
+        if self.local:
+            choices.append((1.0, lambda: self.local_access(ctx)))
         if self.mode == "sync" and ctx.converged:
-            choices += [(1.5, lambda: self.exchange()), (1.0, lambda: self.collective(ctx)),
+            choices += [(1.5, lambda: self.exchange()),
                         (0.5, lambda: self.shared_atomic(ctx)), (0.3, lambda: Stmt("code", "__syncthreads();")),
-                        (0.3, lambda: self.block_vote(ctx)), (0.2, lambda: Stmt("code", "__syncwarp(wmask);"))]
+                        (0.3, lambda: self.block_vote(ctx))]
+        if self.mode == "sync" and ctx.warp_converged:
+            choices += [(1.2, lambda: self.collective(ctx)), (0.2, lambda: Stmt("code", "__syncwarp(wmask);"))]
         total = sum(w for w, _ in choices)
         x = r.random() * total
         for w, f in choices:
@@ -376,12 +386,20 @@ class Generator:
                 return f()
         return choices[0][1]()
 
+    def warp_cond(self) -> str:
+        r = self.r
+        return r.choice([f"((warp & 1u) == {r.randrange(2)}u)", f"(warp < {r.randrange(1, 3)}u)",
+                         "(warp * 3u % 4u < 2u)", "((warp ^ bid) & 1u)"])
+
     def if_stmt(self, ctx: Ctx) -> Stmt:
         r = self.r
-        uniform = ctx.converged and r.random() < 0.4
-        cond = self.uniform_cond(ctx) if uniform else self.thread_cond(ctx)
+        x = r.random()
+        uniform = ctx.converged and x < 0.4
+        warp_uniform = uniform or (ctx.warp_converged and self.mode == "sync" and x < 0.6)
+        cond = self.uniform_cond(ctx) if uniform else self.warp_cond() if warp_uniform else self.thread_cond(ctx)
         inner = Ctx(ctx.converged and uniform, ctx.in_loop, ctx.breakable, ctx.depth + 1,
-                    ctx.uniform_vars if uniform else (), ctx.thread_vars + (() if uniform else ctx.uniform_vars))
+                    ctx.uniform_vars if uniform else (), ctx.thread_vars + (() if uniform else ctx.uniform_vars),
+                    warp_uniform and ctx.warp_converged)
         then = self.stmts(inner, r.randrange(1, 4))
         other = self.stmts(inner, r.randrange(0, 3)) if r.random() < 0.5 else []
         return Stmt("if", cond, [then, other])
@@ -390,20 +408,38 @@ class Generator:
         r = self.r
         self.loops += 1
         i = f"i{self.loops}"
-        uniform = ctx.converged and r.random() < 0.6
+        x = r.random()
+        uniform = ctx.converged and x < 0.5
+        warp_uniform = uniform or (ctx.warp_converged and self.mode == "sync" and x < 0.7)
         if uniform:
             bound = r.choice([f"{r.randrange(1, 5)}u", "((unsigned)p0 & 3u)", "(blockIdx.x % 3u + 1u)", "(p1 % 4u)"])
+        elif warp_uniform:
+            bound = r.choice(["(warp % 3u)", "(warp + 1u)", "((warp * 5u + bid) & 3u)"])
         else:
             bound = r.choice(["(lt % 4u)", "(lane & 3u)", f"({self.expr('u32', 1, ctx)} & 3u)",
                               "((gt * 7u) % 5u)"])
         header = f"for (unsigned {i} = 0u; {i} < {bound}; {i}++)"
         converged = ctx.converged and uniform
-        inner = Ctx(converged, True, ctx.breakable or not converged or self.mode == "free", ctx.depth + 1,
+        warp_converged = ctx.warp_converged and warp_uniform
+        inner = Ctx(converged, True, ctx.breakable or not warp_converged or self.mode == "free", ctx.depth + 1,
                     (ctx.uniform_vars + (i,)) if converged else (),
-                    ctx.thread_vars + (() if converged else ctx.uniform_vars + (i,)))
+                    ctx.thread_vars + (() if converged else ctx.uniform_vars + (i,)), warp_converged)
         if self.mode == "free":
             inner.breakable = True
         return Stmt("for", header, [self.stmts(inner, r.randrange(1, 4))])
+
+    def local_access(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        t = r.choice(self.local)
+        arr = {"u32": "la_u", "f64": "la_d"}[t]
+        idx = f"({self.expr('u32', 1, ctx)} & 7u)"
+        if r.random() < 0.5:
+            return Stmt("code", f"{arr}[{idx}] = {self.expr(t, 2, ctx)};")
+        dst = self.var(t) or "u0"
+        if dict(self.variables)[dst] != t:
+            return Stmt("code", f"{dst} = (unsigned){arr}[{idx}];" if t == "u32" else
+                        f"{dst} = __double2uint_rz({arr}[{idx}]);")
+        return Stmt("code", f"{dst} = {arr}[{idx}];")
 
     def gat_free(self) -> list[int]:
         return [k for k in range(N_GAT) if k not in self.gat_ops]
@@ -526,7 +562,7 @@ class Generator:
                 n = f"{prefix[t]}{k}"
                 self.variables.append((n, t))
                 a, b = r.randrange(1, 40, 2), r.randrange(N_IN)
-                ix = lambda: f"iu[(gt * {r.randrange(1, 40, 2)}u + {r.randrange(N_IN)}u) & {N_IN - 1}u]"  # noqa: E731
+                ix = lambda: f"iu[(gt * {r.randrange(1, 40, 2)}u + {r.randrange(N_IN)}u) & {N_IN - 1}u]"
                 init = {"u32": ix(), "s32": f"(int){ix()}",
                         "u64": f"((unsigned long long){ix()} << 32) | {ix()}",
                         "s64": f"(long long)(((unsigned long long){ix()} << 32) | {ix()})",
@@ -539,6 +575,11 @@ class Generator:
         self.gat_ops: dict[int, str] = {}
         self.gat64_ops: dict[int, str] = {}
         self.shared: list[str] = []
+        self.local = r.choice([[], [], ["u32"], ["f64"], ["u32", "f64"]])
+        for t in self.local:
+            arr, src = {"u32": ("la_u", "iu"), "f64": ("la_d", "idb")}[t]
+            inits.append(f"{CTYPE[t]} {arr}[8]; for (unsigned q_ = 0u; q_ < 8u; q_++) "
+                         f"{arr}[q_] = {src}[(gt * {r.randrange(1, 9)}u + q_ * {r.randrange(1, 40, 2)}u) & {N_IN - 1}u];")
         body = self.stmts(Ctx(), r.randrange(4, 14))
         return KernelSpec(self.name, self.kseed, grid, block, self.mode, self.variables, inits, body,
                           self.shared, self.n_tickets, self.ticket_kind, self.gat_ops, self.gat64_ops,
@@ -729,7 +770,7 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
     t0 = time.perf_counter()
     try:
         ptx = compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH).ptx
-    except Exception as e:       # a generator bug: the kernels must be valid CUDA
+    except Exception as e:  # noqa: BLE001 (any failure is a finding)       # a generator bug: the kernels must be valid CUDA
         if len(specs) == 1:
             return [{"name": specs[0].name, "status": "error", "detail": f"NVRTC: {e}"}], times
         results: list[dict[str, Any]] = []
@@ -747,7 +788,7 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
             if len(specs) == 1:
                 return [{"name": specs[0].name, "status": "refused", "detail": str(e)}], times
             errors[variant] = f"{type(e).__name__}: {e}"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (any failure is a finding)
             errors[variant] = f"{type(e).__name__}: {e}"
     t2 = time.perf_counter()
     times["compile"] = t2 - t1
@@ -773,7 +814,7 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
             a = _copy(args)
             interp.launch(spec.name, spec.grid, spec.block, a)
             outs["interp"] = outputs(a)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (any failure is a finding)
             fails.append(f"interp: {type(e).__name__}: {e}")
         tb = time.perf_counter()
         times["interp"] += tb - ta
@@ -792,7 +833,7 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
                         warnings.simplefilter("error")
                         fn(spec.grid, spec.block, a)
                     outs[run_as] = outputs(a)
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 (any failure is a finding)
                     fails.append(f"{run_as}: {type(e).__name__}: {e}")
         times["run_native"] += time.perf_counter() - tb
         if refused is not None:
@@ -831,7 +872,7 @@ def _spawn(args: list[str], timeout: float) -> dict[str, Any]:
     """Runs a worker in its own process (a crash or a hang takes only the worker down)."""
     cmd = [sys.executable, str(Path(__file__).resolve())] + args
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"crash": f"timed out after {timeout:.0f} s"}
     marker = p.stdout.rfind("@@FUZZ@@")
@@ -970,17 +1011,17 @@ def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list
     """Builds and runs the batch as a program with `nvcc`; each kernel's outputs are compared
     with the interpreter's (a kernel whose other executions already failed is skipped)."""
     _setup_env()
-    from cpuify.interp import InterpModule
     from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.interp import InterpModule
     src, exe, data = workdir / "referee.cu", workdir / "referee", workdir / "referee.bin"
     src.write_text(render_program(specs, str(data)))
     build = subprocess.run(shlex.split(nvcc) + ["-arch=sm_80", "-o", str(exe), str(src)],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, check=False)
     if build.returncode != 0:
         for r in results:
             r.update(status="error", detail=f"referee build failed: {build.stderr[-800:]}")
         return
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, check=False)
     if run.returncode != 0:
         for r in results:
             r.update(status="error", detail=f"referee run failed: {run.stderr[-800:]}")
@@ -1030,7 +1071,7 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
     while pending or running:
         while pending and len(running) < jobs:
             start(*pending.pop(0))
-        p, first, n, started = running.pop(0)
+        p, first, n, _started = running.pop(0)
         try:
             so, se = p.communicate(timeout=max(60.0, 20.0 * n))
             marker = so.rfind("@@FUZZ@@")
@@ -1070,10 +1111,10 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
             log(f"minimizing kernel {f['index']} ...")
             want = f["status"]
             if want == "mismatch":      # in this process: the kernel neither crashed nor hung
-                def still(s: KernelSpec) -> bool:
+                def still(s: KernelSpec, want: str = want) -> bool:
                     return run_batch([s], specialized)[0][0]["status"] == want
             else:
-                def still(s: KernelSpec) -> bool:
+                def still(s: KernelSpec, want: str = want) -> bool:
                     return check_spec(s, specialized, timeout=120)["status"] == want
             spec = minimize(spec, still, log)
             f["minimized"] = check_spec(spec, specialized)
