@@ -1050,10 +1050,11 @@ def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list
 
 def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | None = None,
          specialized: bool = True, minimize_failures: bool = True, referee: str | None = None,
-         max_minimize: int = 10, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Runs kernels 0..count-1 of `seed`; returns the counts and the failures."""
+         max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0) -> dict[str, Any]:
+    """Runs kernels first..first+count-1 of `seed`; returns the counts and the failures."""
     t0 = time.perf_counter()
-    batches = [(first, min(batch, count - first)) for first in range(0, count, batch)]
+    end = first + count
+    batches = [(k, min(batch, end - k)) for k in range(first, end, batch)]
     counts = {"ok": 0, "mismatch": 0, "error": 0, "refused": 0, "crash": 0}
     failures: list[dict[str, Any]] = []
     refusals: dict[str, int] = {}
@@ -1149,6 +1150,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the block-shape-specialized native run (one LLVM compile per kernel)")
     ap.add_argument("--no-minimize", action="store_true", help="report failures as generated")
     ap.add_argument("--kernel", type=int, default=None, metavar="I", help="print kernel I's source and launch")
+    ap.add_argument("--reproduce", type=int, default=None, metavar="I",
+                    help="run only kernel I (minimized and kept if it fails)")
     ap.add_argument("--gpu-referee", action="store_true",
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
@@ -1159,8 +1162,10 @@ def main(argv: list[str] | None = None) -> int:
         print(PRELUDE + render_kernel(spec))
         print(f"// launch: grid {spec.grid} block {spec.block} p0={spec.p0} p1={spec.p1}")
         return 0
+    if a.reproduce is not None:
+        a.count, a.batch = 1, 1
     summary = fuzz(a.count, a.seed, a.jobs, a.batch, a.keep_failures, not a.no_specialized,
-                   not a.no_minimize, a.nvcc if a.gpu_referee else None)
+                   not a.no_minimize, a.nvcc if a.gpu_referee else None, first=a.reproduce or 0)
     print(f"{summary['count']} kernels in {summary['seconds']:.1f} s "
           f"({summary['kernels_per_second']:.2f} kernels/s): {summary['counts']}")
     if summary["times"]:

@@ -1,0 +1,121 @@
+"""Kernels the differential fuzzer (tools/fuzz.py) found wrong, minimized, each checked against
+a NumPy result and the reference interpreter.
+
+fz_300_16 (seed 300, kernel 16): a shared-memory rotation `s[(t + 1) % 32]` after a barrier,
+stored with a stride (`out[gt * 7 + 5]`), in code specialized for blocks of 32 threads.  The
+last thread of each block read the word past the array (0.0) instead of `s[0]`.  The cause is
+LLVM's (llvmlite 0.46, LLVM 22.1) loop vectorizer, not cpuify's IR: the raw LLVM IR of the
+segment is right (`urem (tx + 1), 32`), and the same miscompile happens on a ten-line LLVM
+function (`test_llvm_vectorizer_drops_the_wrap_of_a_masked_index`): with a run-time no-wrap
+check for the strided store, the vectorized loop loads `s[1..32]` as one consecutive range,
+dropping the wrap of `(i + 1) & 31`.  The generic code (block shape unknown, so the modulus
+is not a constant) is right.  Not fixed: there is no local workaround short of hiding every
+masked or modular thread index from LLVM's scalar evolution, which would cost the
+vectorization of ordinary `tid & 31` indexing; the xfail below turns into a failure when an
+LLVM update fixes it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.interp import interpret_kernel
+
+ROTATE = r'''
+extern "C" __global__ void rotate(const double *in, unsigned long long *out) {
+    const unsigned t = threadIdx.x, n = blockDim.x, g = blockIdx.x * n + t;
+    __shared__ double s[32];
+    s[t] = in[t] + 1.0;
+    __syncthreads();
+    double v = s[(t + 1u) % n];
+    out[g * 7u + 5u] = __double_as_longlong(v);
+}'''
+
+
+def _rotate_expected(x: np.ndarray, blocks: int) -> np.ndarray:
+    return np.tile(np.roll(x + 1.0, -1), blocks)
+
+
+def _rotate_launch(fn, x: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
+    out = np.zeros(2 * 32 * 7, np.uint64)
+    fn((2,), (32,), (x, out))
+    return out.reshape(-1, 7)[:, 5].view(np.float64)
+
+
+@pytest.fixture(scope="module")
+def rotate_module() -> cpuify.RawModule:
+    return cpuify.RawModule(code=ROTATE)
+
+
+def test_rotation_generic_code_and_interpreter(rotate_module: cpuify.RawModule) -> None:
+    x = np.arange(32, dtype=np.float64) * 0.5
+    got = _rotate_launch(cpuify.RawModule(code=ROTATE).get_function("rotate"), x)
+    np.testing.assert_array_equal(got, _rotate_expected(x, 2))
+    out = np.zeros(2 * 32 * 7, np.uint64)
+    interpret_kernel(rotate_module.ptx, "rotate", (2,), (32,), (x, out))
+    np.testing.assert_array_equal(out.reshape(-1, 7)[:, 5].view(np.float64), _rotate_expected(x, 2))
+
+
+@pytest.mark.xfail(strict=True, reason="LLVM 22.1 loop-vectorizer miscompile of (i + 1) & 31 "
+                                       "(see the module docstring): thread 31 reads s[32]")
+def test_rotation_specialized_code(rotate_module: cpuify.RawModule) -> None:
+    x = np.arange(32, dtype=np.float64) * 0.5
+    fn = rotate_module.get_function("rotate")
+    _rotate_launch(fn, x)                       # the generic code
+    got = _rotate_launch(fn, x)                 # the code specialized for blocks of 32
+    np.testing.assert_array_equal(got, _rotate_expected(x, 2))
+
+
+MASKED_INDEX_LOOP = r'''
+define void @f(ptr noalias %s, ptr noalias %out, i32 %bx) {
+entry:
+  %base = mul i32 %bx, 32
+  br label %head
+head:
+  %i = phi i32 [0, %entry], [%next, %latch]
+  %c = icmp ult i32 %i, 32
+  br i1 %c, label %body, label %exit
+body:
+  %i1 = add i32 %i, 1
+  %r = and i32 %i1, 31
+  %off = shl i32 %r, 3
+  %off64 = sext i32 %off to i64
+  %p = getelementptr i8, ptr %s, i64 %off64
+  %v = load i64, ptr %p, align 8
+  %gt = add i32 %base, %i
+  %o7 = mul i32 %gt, 7
+  %o75 = add i32 %o7, 5
+  %o64 = zext i32 %o75 to i64
+  %o8 = mul i64 %o64, 8
+  %q = getelementptr i8, ptr %out, i64 %o8
+  store i64 %v, ptr %q, align 8
+  br label %latch
+latch:
+  %next = add nuw i32 %i, 1
+  br label %head
+exit:
+  ret void
+}
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="LLVM 22.1 loop-vectorizer miscompile (module docstring)")
+def test_llvm_vectorizer_drops_the_wrap_of_a_masked_index() -> None:
+    """The same bug without cpuify's IR: a loop over i < 32 storing s[(i + 1) & 31] to
+    out[(32 * bx + i) * 7 + 5], optimized at O3 by cpuify's pipeline (jit.optimize), emitted
+    and run.  The last iteration must store s[0]."""
+    import ctypes
+
+    from cpuify.codegen import jit
+    triple, layout = jit.triple_and_layout()
+    text = f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n' + MASKED_INDEX_LOOP
+    loaded = jit.LoadedObject(jit.emit_object(jit.optimize(text)))
+    f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32)(loaded.function_address("f"))
+    s = np.zeros(40, np.uint64)
+    s[:32] = np.arange(100, 132)
+    s[32:] = 7777                          # what lies past the 32 words
+    out = np.zeros(32 * 7 * 2, np.uint64)
+    f(s.ctypes.data, out.ctypes.data, 1)
+    got = out.reshape(-1, 7)[32:, 5]
+    np.testing.assert_array_equal(got, np.roll(s[:32], -1))
