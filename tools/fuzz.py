@@ -1048,6 +1048,17 @@ def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list
 
 # --- the command line ------------------------------------------------------------------------------
 
+def _keep(keep: Path, spec: KernelSpec, result: dict[str, Any], suffix: str = "") -> None:
+    """Writes `spec` as a standalone kernel (.cu) and its launch and failure (.json)."""
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / f"{spec.name}{suffix}.cu").write_text(PRELUDE + render_kernel(spec))
+    launch = {"kernel": spec.name, "grid": list(spec.grid), "block": list(spec.block),
+              "arch": ARCH, "signature": SIGNATURE, "p0": spec.p0, "p1": spec.p1,
+              "arguments": "make_args(spec) in tools/fuzz.py (seeded by spec.seed)",
+              "status": result["status"], "detail": result["detail"], "spec": spec.to_json()}
+    (keep / f"{spec.name}{suffix}.json").write_text(json.dumps(launch, indent=1))
+
+
 def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | None = None,
          specialized: bool = True, minimize_failures: bool = True, referee: str | None = None,
          max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0) -> dict[str, Any]:
@@ -1102,6 +1113,8 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
             elif res["status"] != "ok":
                 log(f"kernel {i} ({res['name']}): {res['status']}: {res['detail'][:600]}")
                 failures.append({"index": i, **res})
+                if keep is not None:    # kept now as generated (minimized at the end of the run)
+                    _keep(keep, generate(seed, i), res, suffix=".generated")
         done += n
         rate = done / (time.perf_counter() - t0)
         log(f"[{done}/{count}] {counts} ({rate:.1f} kernels/s)")
@@ -1121,13 +1134,7 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
             f["minimized"] = check_spec(spec, specialized)
         f["spec"] = spec.to_json()
         if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"{spec.name}.cu").write_text(PRELUDE + render_kernel(spec))
-            launch = {"kernel": spec.name, "grid": list(spec.grid), "block": list(spec.block),
-                      "arch": ARCH, "signature": SIGNATURE,
-                      "arguments": "make_args(spec) in tools/fuzz.py (seeded by spec.seed)",
-                      "status": f["status"], "detail": f.get("minimized", f)["detail"], "spec": spec.to_json()}
-            (keep / f"{spec.name}.json").write_text(json.dumps(launch, indent=1))
+            _keep(keep, spec, f.get("minimized", f))
             log(f"  wrote {keep / (spec.name + '.cu')}")
     return {"count": count, "seed": seed, "counts": counts, "seconds": elapsed,
             "kernels_per_second": count / elapsed if elapsed else 0.0, "times": times,
