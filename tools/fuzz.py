@@ -235,12 +235,14 @@ class Generator:
             lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
             lambda: f"__usad({e()}, {e()}, {e()})",
             lambda: f"(unsigned)__popcll({e('u64')})",
+            lambda: f"__{r.choice(['uhadd', 'urhadd', 'umul24'])}({e()}, {e()})",
+            lambda: f"__{r.choice(['vadd4', 'vsub2', 'vmaxu4', 'vminu2', 'vcmpgtu2', 'vcmpeq4'])}({e()}, {e()})",
         ])()
 
     def expr_s32(self, d: int, ctx: Ctx) -> str:
         r = self.r
         e = lambda t="s32": self.expr(t, d, ctx)
-        k = r.randrange(12)
+        k = r.randrange(13)
         return [
             lambda: f"(int)((unsigned){e()} {r.choice(['+', '-', '*', '&', '|', '^'])} (unsigned){e()})",
             lambda: f"({e()} >> ({e('u32')} & 31u))",
@@ -253,6 +255,7 @@ class Generator:
             lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
             lambda: f"(int)(0u - (unsigned){e()})",
             lambda: f"(int)__sad({e()}, {e()}, {e('u32')})",
+            lambda: f"__{r.choice(['hadd', 'rhadd', 'mul24'])}({e()}, {e()})",
         ][k]()
 
     def expr_u64(self, d: int, ctx: Ctx) -> str:
