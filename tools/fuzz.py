@@ -62,10 +62,14 @@ CTYPE = {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "l
          "f32": "float", "f64": "double"}
 
 PRELUDE = r'''
+#ifndef INT_MIN
 #define INT_MIN (-2147483647 - 1)
 #define INT_MAX 2147483647
+#endif
+#ifndef LLONG_MIN
 #define LLONG_MIN (-9223372036854775807ll - 1)
 #define LLONG_MAX 9223372036854775807ll
+#endif
 __device__ __forceinline__ unsigned fz_udiv(unsigned a, unsigned b) { return b ? a / b : a; }
 __device__ __forceinline__ unsigned fz_urem(unsigned a, unsigned b) { return b ? a % b : a; }
 __device__ __forceinline__ int fz_sdiv(int a, int b) { return (b == 0 || (a == INT_MIN && b == -1)) ? a : a / b; }
@@ -984,7 +988,7 @@ def minimize(spec: KernelSpec, failing: Callable[[KernelSpec], bool], log: Calla
 def render_program(specs: list[KernelSpec], out_file: str) -> str:
     """A whole CUDA program that runs every kernel of `specs` on its inputs (built in) and
     writes the outputs, kernel by kernel, to `out_file` (raw bytes in argument order)."""
-    parts = [PRELUDE, "#include <cstdio>\n#include <cstdlib>\n"]
+    parts = ["#include <cstdio>\n#include <cstdlib>\n#include <climits>\n", PRELUDE]
     parts += [render_kernel(s) for s in specs]
     main = ["int main() {", f'  FILE *f = fopen("{out_file}", "wb"); if (!f) return 2;',
             "  void *d[7]; size_t sz[7];"]
