@@ -119,3 +119,43 @@ def test_llvm_vectorizer_drops_the_wrap_of_a_masked_index() -> None:
     f(s.ctypes.data, out.ctypes.data, 1)
     got = out.reshape(-1, 7)[32:, 5]
     np.testing.assert_array_equal(got, np.roll(s[:32], -1))
+
+
+# fz_400_27 (seed 400, kernel 27): d = __fma_rn(d, 1e308, e) with d = -2147483648.5 and
+# e = +inf.  The exact product (-2.1e317) is finite, so IEEE's fused multiply-add gives e,
+# +inf; the compiled code did, the reference interpreter computed `a * c + d` in doubles once
+# an input was not finite, and the overflowed product made -inf + inf = NaN.  Fixed in the
+# interpreter (cpuify.interp.ops._fma: a finite product plus an infinite addend is the addend).
+FMA = r'''
+extern "C" __global__ void fma_inf(const double *a, const double *b, const double *c, double *out,
+                                   const float *af, const float *bf, const float *cf, float *outf) {
+    int i = threadIdx.x;
+    out[i] = __fma_rn(a[i], b[i], c[i]);
+    outf[i] = __fmaf_rn(af[i], bf[i], cf[i]);
+}'''
+
+
+def test_fma_of_an_overflowing_product_and_an_infinite_addend() -> None:
+    inf, nan = np.inf, np.nan
+    a = np.array([-2147483648.5, 1e308, 1e308, 2.0, inf, 1e308, 0.0, nan])
+    b = np.array([1e308, 10.0, -10.0, 3.0, 2.0, 10.0, inf, 1.0])
+    c = np.array([inf, -inf, inf, -inf, -inf, nan, 1.0, inf])
+    # by hand: a finite product plus an infinite addend is the addend; inf - inf and 0 * inf
+    # are invalid (NaN); NaN in, NaN out
+    want = np.array([inf, -inf, inf, -inf, nan, nan, nan, nan])
+    af = np.array([-3e38, 3e38, 2.0, 1.0, 0.0, 1.0, 1.0, 1.0], np.float32)
+    bf = np.array([10.0, -10.0, 3.0, inf, 1.0, 1.0, 1.0, 1.0], np.float32)
+    cf = np.array([inf, inf, -inf, -inf, -inf, 1.0, 1.0, 1.0], np.float32)
+    wantf = np.array([inf, inf, -inf, nan, -inf, 2.0, 2.0, 2.0], np.float32)
+    mod = cpuify.RawModule(code=FMA)
+    runs = []
+    for run in ("compiled", "interpreted"):
+        out, outf = np.zeros(8), np.zeros(8, np.float32)
+        args = (a, b, c, out, af, bf, cf, outf)
+        if run == "compiled":
+            mod.get_function("fma_inf")((1,), (8,), args)
+        else:
+            interpret_kernel(mod.ptx, "fma_inf", (1,), (8,), args)
+        runs.append((out, outf))
+        np.testing.assert_array_equal(out, want, err_msg=run)
+        np.testing.assert_array_equal(outf, wantf, err_msg=run)
