@@ -1,5 +1,5 @@
 """Kernels the differential fuzzer (tools/fuzz.py) found wrong, minimized, each checked against
-a NumPy result and the reference interpreter.
+a NumPy or hand-computed result (and the reference interpreter where it was right).
 
 fz_300_16 (seed 300, kernel 16): a shared-memory rotation `s[(t + 1) % 32]` after a barrier,
 stored with a stride (`out[gt * 7 + 5]`), in code specialized for blocks of 32 threads.  The
