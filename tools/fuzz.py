@@ -1068,7 +1068,8 @@ def _keep(keep: Path, spec: KernelSpec, result: dict[str, Any], suffix: str = ""
 
 def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | None = None,
          specialized: bool = True, minimize_failures: bool = True, referee: str | None = None,
-         max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0) -> dict[str, Any]:
+         max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0,
+         kernel_timeout: float = 60.0) -> dict[str, Any]:
     """Runs kernels first..first+count-1 of `seed`; returns the counts and the failures."""
     t0 = time.perf_counter()
     end = first + count
@@ -1092,7 +1093,7 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
             start(*pending.pop(0))
         p, first, n, _started = running.pop(0)
         try:
-            so, se = p.communicate(timeout=max(60.0, 20.0 * n))
+            so, se = p.communicate(timeout=max(120.0, kernel_timeout * n))
             marker = so.rfind("@@FUZZ@@")
             got = json.loads(so[marker + 8:]) if p.returncode == 0 and marker >= 0 else \
                 {"crash": f"worker exited with {p.returncode}: {se[-1500:]}"}
@@ -1102,7 +1103,8 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
             got = {"crash": "timed out"}
         if "crash" in got:
             # run the batch's kernels one by one to find the one that crashes or hangs
-            results = [check_spec(generate(seed, i), specialized, timeout=120) for i in range(first, first + n)]
+            results = [check_spec(generate(seed, i), specialized, timeout=max(120.0, kernel_timeout))
+                       for i in range(first, first + n)]
         else:
             results = got["results"]
             for k, v in got["times"].items():
@@ -1136,7 +1138,7 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
                     return run_batch([s], specialized)[0][0]["status"] == want
             else:
                 def still(s: KernelSpec, want: str = want) -> bool:
-                    return check_spec(s, specialized, timeout=120)["status"] == want
+                    return check_spec(s, specialized, timeout=max(120.0, kernel_timeout))["status"] == want
             spec = minimize(spec, still, log)
             f["minimized"] = check_spec(spec, specialized)
         f["spec"] = spec.to_json()
@@ -1170,6 +1172,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
     ap.add_argument("--json", type=Path, default=None, help="write the summary as JSON")
+    ap.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                    help="seconds per kernel before a batch counts as hung (default 60; raise it on a "
+                         "loaded machine)")
     a = ap.parse_args(argv)
     if a.kernel is not None:
         spec = generate(a.seed, a.kernel)
@@ -1179,7 +1184,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.reproduce is not None:
         a.count, a.batch = 1, 1
     summary = fuzz(a.count, a.seed, a.jobs, a.batch, a.keep_failures, not a.no_specialized,
-                   not a.no_minimize, a.nvcc if a.gpu_referee else None, first=a.reproduce or 0)
+                   not a.no_minimize, a.nvcc if a.gpu_referee else None, first=a.reproduce or 0,
+                   kernel_timeout=a.timeout)
     print(f"{summary['count']} kernels in {summary['seconds']:.1f} s "
           f"({summary['kernels_per_second']:.2f} kernels/s): {summary['counts']}")
     if summary["times"]:
