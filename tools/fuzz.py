@@ -1102,7 +1102,10 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
             p.communicate()
             got = {"crash": "timed out"}
         if "crash" in got:
-            # run the batch's kernels one by one to find the one that crashes or hangs
+            # run the batch's kernels one by one to find the one that crashes or hangs (a
+            # batch that crashes while each kernel alone passes is reported, not hidden)
+            log(f"batch {first}..{first + n - 1} crashed ({got['crash'][-300:]}); rerunning its kernels one by one")
+            counts["batch_crashes"] = counts.get("batch_crashes", 0) + 1
             results = [check_spec(generate(seed, i), specialized, timeout=max(120.0, kernel_timeout))
                        for i in range(first, first + n)]
         else:
