@@ -236,7 +236,9 @@ def _fma(th: "Thread", op: Operation) -> None:
     a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
     mode = rounding(op) or "rn"
     np_t = type(a)
-    if not (isfinite(a) and isfinite(c) and isfinite(d)):
+    if isfinite(a) and isfinite(c) and not isfinite(d):
+        r = d           # the exact product is finite (even where a * c would overflow)
+    elif not (isfinite(a) and isfinite(c) and isfinite(d)):
         r = np_t(np.float64(a) * np.float64(c) + np.float64(d)) if t != "f64" else a * c + d  # type: ignore[operator]
     else:
         q = exact(a) * exact(c) + exact(d)

@@ -1,0 +1,114 @@
+"""The differential fuzzer (tools/fuzz.py): a small always-on smoke run, the comparison and the
+minimizer checked on their own, and the opt-in long run (`CPUIFY_FUZZ=N python -m pytest
+tests/test_fuzz.py`: N kernels from seed `CPUIFY_FUZZ_SEED`, default 0, on all cores)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_fuzz():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("cpuify_tools_fuzz", ROOT / "tools" / "fuzz.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fuzz = _load_fuzz()
+
+
+def test_generation_is_deterministic_and_covers_the_features() -> None:
+    a = [fuzz.render_kernel(fuzz.generate(7, i)) for i in range(60)]
+    b = [fuzz.render_kernel(fuzz.generate(7, i)) for i in range(60)]
+    assert a == b
+    assert a != [fuzz.render_kernel(fuzz.generate(8, i)) for i in range(60)]
+    text = "\n".join(a)
+    for feature in ("__syncthreads();", "__shfl_", "__ballot_sync", "atomicAdd(&gat", "atomicCAS",
+                    "tick[", "sh_u[lt]", "for (unsigned", "return;", "fmaf(", "fz_sdiv", "__double2",
+                    "unsigned long long"):
+        assert feature in text, feature
+    shapes = {fuzz.generate(7, i).block for i in range(60)}
+    assert any(x * y * z % 32 for x, y, z in shapes) and any(y > 1 for _, y, _ in shapes)
+
+
+def test_spec_round_trips_through_json() -> None:
+    spec = fuzz.generate(3, 5)
+    again = fuzz.KernelSpec.from_json(spec.to_json())
+    assert fuzz.render_kernel(again) == fuzz.render_kernel(spec)
+    assert again.grid == spec.grid and again.block == spec.block
+
+
+def test_compare_is_bitwise_except_for_nan_payloads() -> None:
+    spec = fuzz.KernelSpec("k", 1, (1, 1, 1), (2, 1, 1), "free", [("u0", "u32"), ("f0", "f32"), ("d0", "f64")],
+                           [], [], [], 1, {0: ("add", 3)}, {3: "ticket_add"}, {}, 0, 0)
+    nan32 = np.array([0x7FC00000, 0xFFC00001], np.uint32)
+    nan64 = np.array([0x7FF8000000000000, 0xFFF0000000000001], np.uint64)
+
+    def outs(u: int, f: int, d: int, tick: list[int], g3: int = 2) -> dict:
+        out = np.array([u, f, d, 1, 2, 3], np.uint64)
+        gat = np.zeros(fuzz.N_GAT, np.uint32)
+        gat[3] = g3
+        return {"out": out, "gat": gat, "gat64": np.zeros(fuzz.N_GAT64, np.uint64),
+                "tick": np.array(tick, np.uint32)}
+    ref = outs(5, int(nan32[0]), int(nan64[0]), [0, 1])
+    assert fuzz.compare(spec, ref, outs(5, int(nan32[1]), int(nan64[1]), [1, 0])) is None
+    assert "u0" in fuzz.compare(spec, ref, outs(4, int(nan32[0]), int(nan64[0]), [0, 1]))
+    assert "f0" in fuzz.compare(spec, ref, outs(5, 0x3F800000, int(nan64[0]), [0, 1]))
+    # -0.0 and +0.0 differ bitwise
+    assert "d0" in fuzz.compare(spec, outs(5, 0, 0, [0, 1]), outs(5, 0, 1 << 63, [0, 1]))
+    assert "ticket 0" in fuzz.compare(spec, ref, outs(5, int(nan32[0]), int(nan64[0]), [0, 0]))
+    assert "gat[3]" in fuzz.compare(spec, ref, outs(5, int(nan32[0]), int(nan64[0]), [0, 1], g3=7))
+
+
+def test_minimizer_keeps_what_the_failure_needs() -> None:
+    spec = fuzz.generate(11, 2)
+    paths = fuzz._paths(spec.body)
+    assert len(paths) > 3
+    needle = spec.body[-1]
+
+    def failing(s) -> bool:  # type: ignore[no-untyped-def]
+        return needle in s.body
+    small = fuzz.minimize(spec, failing, lambda _: None)
+    assert small.body == [needle]
+
+
+def test_smoke_run_agrees_three_ways() -> None:
+    """A dozen kernels through NVRTC, the interpreter, the default pipeline and no passes."""
+    specs = [fuzz.generate(20240, i) for i in range(12)]
+    results, _ = fuzz.run_batch(specs, specialized=False)
+    assert [r["name"] for r in results] == [s.name for s in specs]
+    bad = [r for r in results if r["status"] != "ok"]
+    assert not bad, bad
+
+
+@pytest.mark.skipif(not os.environ.get("CPUIFY_FUZZ"), reason="opt-in: set CPUIFY_FUZZ=N to fuzz N kernels")
+def test_fuzz_opt_in() -> None:
+    count = int(os.environ["CPUIFY_FUZZ"])
+    seed = int(os.environ.get("CPUIFY_FUZZ_SEED", "0"))
+    summary = fuzz.fuzz(count, seed, jobs=os.cpu_count() or 1, minimize_failures=True, log=lambda _: None)
+    assert summary["counts"]["ok"] + summary["counts"]["refused"] == count, summary["failures"]
+
+
+@pytest.mark.slow
+def test_gpu_referee_harness_through_cpuify_nvcc(tmp_path: Path) -> None:
+    """The --gpu-referee program (inputs built in, outputs to a file), built with `cpuify nvcc`
+    in place of NVIDIA's nvcc: every kernel is compared and agrees."""
+    specs = [fuzz.generate(5, i) for i in range(2)]
+    results = [{"name": s.name, "status": "ok", "detail": ""} for s in specs]
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = str(ROOT / "src") + (os.pathsep + env_path if env_path else "")
+    try:
+        fuzz.gpu_referee(specs, f"{sys.executable} -m cpuify.cli.main nvcc", tmp_path, results)
+    finally:
+        os.environ["PYTHONPATH"] = env_path
+    assert all(r.get("refereed") and r["status"] == "ok" for r in results), results

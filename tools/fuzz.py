@@ -1,0 +1,1204 @@
+"""Differential fuzzer: random, well-defined CUDA kernels run three (four) ways.
+
+    python tools/fuzz.py --count 10000 --seed 1 --jobs 2 --keep-failures /tmp/fuzz-fail
+
+Each generated kernel runs
+  * natively with the default pass pipeline (the generic block function, first launch),
+  * natively with the code specialized for its block shape (second launch; --no-specialized
+    leaves it out),
+  * natively with every pass off (`--passes=`),
+  * in the reference interpreter (cpuify.interp),
+and every output word must agree: integers bit-exactly, floats bit-exactly except that any
+NaN equals any NaN (PTX's NaN payloads are not the CPU's), atomics' final values for the
+commutative operations, and the values atomics return as multisets.
+
+The kernels are well-defined CUDA (no data races except through atomics, no out-of-bounds
+access, no C++ undefined behaviour: wrapping arithmetic is unsigned, divisions are guarded,
+shift amounts masked, float->int conversions use the saturating intrinsics; barriers and
+warp collectives only where the whole block / warp is converged, with the mask of the lanes
+that exist), so any difference is a cpuify bug.  Generation is deterministic from
+(--seed, kernel index).  Many kernels share one NVRTC compile (one module with many
+`extern "C"` kernels).  A failing kernel is minimized (statements deleted while it still
+fails) and written to --keep-failures as a standalone .cu and a .json of its launch.
+
+`--gpu-referee` writes each batch as a whole CUDA program (inputs built in, outputs written
+to a file), builds it with `--nvcc` (default `nvcc`) and compares its outputs as a fourth
+execution: with NVIDIA's nvcc on a GPU machine the GPU is the referee; with
+`--nvcc "python -m cpuify.cli.main nvcc"` it checks cpuify's whole-program path instead."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+N_IN = 256           # words of each input array
+N_GAT = 16           # global atomic words (u32)
+N_GAT64 = 4          # global atomic words (u64)
+N_SAT = 4            # shared atomic words (u32)
+TICKET_SENTINEL = 0xDEADBEEF
+ARCH = "compute_80"  # __reduce_add_sync needs sm_80
+
+BLOCKS = [(32, 1, 1), (64, 1, 1), (33, 1, 1), (7, 1, 1), (96, 1, 1), (16, 4, 1), (8, 4, 2),
+          (5, 3, 2), (128, 1, 1), (4, 4, 4), (17, 3, 1), (1, 1, 1), (48, 1, 1), (32, 2, 1),
+          (10, 10, 1), (2, 2, 8)]
+GRIDS = [(1, 1, 1), (2, 1, 1), (3, 1, 1), (2, 2, 1), (1, 2, 2), (3, 1, 2), (1, 1, 1), (2, 1, 1)]
+MAX_THREADS_TOTAL = 384  # the interpreter's cost grows with grid x block
+
+TYPES = ("u32", "s32", "u64", "s64", "f32", "f64")
+CTYPE = {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "long long",
+         "f32": "float", "f64": "double"}
+
+PRELUDE = r'''
+#ifndef INT_MIN
+#define INT_MIN (-2147483647 - 1)
+#define INT_MAX 2147483647
+#endif
+#ifndef LLONG_MIN
+#define LLONG_MIN (-9223372036854775807ll - 1)
+#define LLONG_MAX 9223372036854775807ll
+#endif
+__device__ __forceinline__ unsigned fz_udiv(unsigned a, unsigned b) { return b ? a / b : a; }
+__device__ __forceinline__ unsigned fz_urem(unsigned a, unsigned b) { return b ? a % b : a; }
+__device__ __forceinline__ int fz_sdiv(int a, int b) { return (b == 0 || (a == INT_MIN && b == -1)) ? a : a / b; }
+__device__ __forceinline__ int fz_srem(int a, int b) { return (b == 0 || (a == INT_MIN && b == -1)) ? a : a % b; }
+__device__ __forceinline__ unsigned long long fz_udiv64(unsigned long long a, unsigned long long b) { return b ? a / b : a; }
+__device__ __forceinline__ unsigned long long fz_urem64(unsigned long long a, unsigned long long b) { return b ? a % b : a; }
+__device__ __forceinline__ long long fz_sdiv64(long long a, long long b) { return (b == 0 || (a == LLONG_MIN && b == -1)) ? a : a / b; }
+__device__ __forceinline__ long long fz_srem64(long long a, long long b) { return (b == 0 || (a == LLONG_MIN && b == -1)) ? a : a % b; }
+'''
+
+SIGNATURE = ("const unsigned *iu, const float *ifl, const double *idb, unsigned long long *out, "
+             "unsigned *gat, unsigned long long *gat64, unsigned *tick, int p0, unsigned p1")
+
+
+# --- the kernel model -----------------------------------------------------------------------------
+
+@dataclass
+class Stmt:
+    """One statement: `kind` says how it renders; `bodies` are nested statement lists
+    (if: then/else; for: the loop body); `text` the code (an assignment, a condition, a loop
+    header, a whole unit such as a shared-memory exchange)."""
+    kind: str                  # "code" | "if" | "for" | "return"
+    text: str
+    bodies: list[list[Stmt]] = field(default_factory=list)
+
+    def to_json(self) -> Any:
+        return [self.kind, self.text, [[s.to_json() for s in b] for b in self.bodies]]
+
+    @staticmethod
+    def from_json(j: Any) -> Stmt:
+        return Stmt(j[0], j[1], [[Stmt.from_json(s) for s in b] for b in j[2]])
+
+
+@dataclass
+class KernelSpec:
+    name: str
+    seed: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    mode: str                           # "sync": barriers/shared/collectives; "free": early returns
+    variables: list[tuple[str, str]]    # (name, type), in output-slot order
+    inits: list[str]                    # declarations with initial values
+    body: list[Stmt]
+    shared: list[str]                   # shared arrays used ("u32", "f32", "f64", "sat")
+    n_tickets: int
+    ticket_kind: dict[int, tuple[str, int]]   # ticket slot -> ("add"|"exch", gat word)
+    gat_ops: dict[int, str]             # gat word -> the one operation applied to it
+    gat64_ops: dict[int, str]
+    p0: int
+    p1: int
+
+    @property
+    def nthreads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def nblocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "grid": list(self.grid), "block": list(self.block),
+                "mode": self.mode, "variables": [list(v) for v in self.variables], "inits": self.inits,
+                "body": [s.to_json() for s in self.body], "shared": self.shared,
+                "n_tickets": self.n_tickets,
+                "ticket_kind": {str(k): list(v) for k, v in self.ticket_kind.items()},
+                "gat_ops": {str(k): v for k, v in self.gat_ops.items()},
+                "gat64_ops": {str(k): v for k, v in self.gat64_ops.items()}, "p0": self.p0, "p1": self.p1}
+
+    @staticmethod
+    def from_json(j: dict[str, Any]) -> KernelSpec:
+        return KernelSpec(j["name"], j["seed"], tuple(j["grid"]), tuple(j["block"]), j["mode"],  # type: ignore[arg-type]
+                          [tuple(v) for v in j["variables"]], j["inits"],  # type: ignore[misc]
+                          [Stmt.from_json(s) for s in j["body"]], j["shared"], j["n_tickets"],
+                          {int(k): tuple(v) for k, v in j["ticket_kind"].items()},  # type: ignore[misc]
+                          {int(k): v for k, v in j["gat_ops"].items()},
+                          {int(k): v for k, v in j["gat64_ops"].items()}, j["p0"], j["p1"])
+
+
+# --- generation -------------------------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    converged: bool = True       # every thread of the block runs this point together
+    in_loop: bool = False        # (tickets are written once per thread: never in a loop)
+    breakable: bool = False      # a break/continue here keeps barriers and collectives well-defined
+    depth: int = 0
+    uniform_vars: tuple[str, ...] = ()    # block-uniform u32 loop counters in scope
+    thread_vars: tuple[str, ...] = ()     # thread-dependent u32 loop counters in scope
+    warp_converged: bool = True  # every lane of the warp runs this point together
+
+
+U32_CONSTS = [0, 1, 2, 3, 7, 31, 32, 255, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x12345678,
+              0xDEADBEEF, 1000, 65535, 65536]
+F32_CONSTS = ["0.0f", "-0.0f", "1.0f", "-1.0f", "0.5f", "2.5f", "0.1f", "3.0e38f", "-3.4e38f", "1e-40f",
+              "1.17549435e-38f", "100.0f", "16777216.0f", "0.333333343f", "-7.25f", "4294967296.0f",
+              "2147483648.0f", "-2147483904.0f"]
+F64_CONSTS = ["0.0", "-0.0", "1.0", "-1.0", "0.5", "0.1", "1e308", "-1.7e308", "4.9e-324", "2.5",
+              "9007199254740993.0", "1e-310", "-3.75", "18446744073709551616.0", "9.2233720368547758e18"]
+
+
+class Generator:
+    def __init__(self, seed: int, index: int) -> None:
+        self.kseed = (seed * 1_000_003 + index) & 0x7FFFFFFF
+        self.r = random.Random(self.kseed)
+        self.name = f"fz_{seed}_{index}"
+
+    # ---- expressions -----------------------------------------------------------------------
+    def var(self, t: str) -> str | None:
+        vs = [n for n, ty in self.variables if ty == t]
+        return self.r.choice(vs) if vs else None
+
+    def leaf(self, t: str, ctx: Ctx) -> str:
+        r = self.r
+        v = self.var(t)
+        if v is not None and r.random() < 0.6:
+            return v
+        if t == "u32":
+            c = r.random()
+            if c < 0.35:
+                return r.choice(["lt", "gt", "lane", "warp", "bid", "nt", "threadIdx.x", "threadIdx.y",
+                                 "threadIdx.z", "blockIdx.x", "p1", "(unsigned)p0"]
+                                + list(ctx.uniform_vars) + list(ctx.thread_vars))
+            return f"{r.choice(U32_CONSTS)}u"
+        if t == "s32":
+            return r.choice(["(int)lt", "-3", "0", "1", "-1", "INT_MIN", "INT_MAX", "p0", "17", "-100000"])
+        if t == "u64":
+            return r.choice(["0ull", "1ull", "0xFFFFFFFFFFFFFFFFull", "0x8000000000000000ull",
+                             "0x123456789ABCDEFull", "(unsigned long long)gt", "4294967296ull", "63ull"])
+        if t == "s64":
+            return r.choice(["0ll", "-1ll", "LLONG_MIN", "LLONG_MAX", "(long long)p0", "-4294967296ll", "12345ll"])
+        if t == "f32":
+            return r.choice(F32_CONSTS)
+        return r.choice(F64_CONSTS)
+
+    def expr(self, t: str, d: int, ctx: Ctx) -> str:
+        if d <= 0 or self.r.random() < 0.25:
+            return self.leaf(t, ctx)
+        return getattr(self, "expr_" + t)(d - 1, ctx)
+
+    def cond(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        t = r.choice(TYPES)
+        a, b = self.expr(t, d, ctx), self.expr(t, d, ctx)
+        op = r.choice(["<", "<=", "==", "!=", ">", ">="])
+        c = f"({a} {op} {b})"
+        return f"(!{c})" if r.random() < 0.15 else c
+
+    def expr_u32(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        e = lambda t="u32": self.expr(t, d, ctx)
+        if r.random() < 0.25:
+            return f"({e()} {r.choice(['+', '-', '*', '&', '|', '^'])} {e()})"
+        return r.choice([
+            lambda: f"({e()} << ({e()} & 31u))", lambda: f"({e()} >> ({e()} & 31u))",
+            lambda: f"fz_udiv({e()}, {e()})", lambda: f"fz_urem({e()}, {e()})",
+            lambda: f"{r.choice(['min', 'max'])}({e()}, {e()})",
+            lambda: f"(unsigned)__popc({e()})", lambda: f"(unsigned)__clz((int){e()})",
+            lambda: f"__brev({e()})", lambda: f"(unsigned)__ffs((int){e()})",
+            lambda: f"__byte_perm({e()}, {e()}, {e()})",
+            lambda: f"__funnelshift_{r.choice('lr')}({e()}, {e()}, {e()})",
+            lambda: f"__umulhi({e()}, {e()})", lambda: f"(~{e()})",
+            lambda: f"(unsigned){e('s32')}", lambda: f"(unsigned){e('u64')}",
+            lambda: f"__float2uint_r{r.choice('nzud')}({e('f32')})",
+            lambda: f"(unsigned)__float2int_r{r.choice('nzud')}({e('f32')})",
+            lambda: f"__double2uint_r{r.choice('nzud')}({e('f64')})",
+            lambda: f"(unsigned){self.cond(d, ctx)}",
+            lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
+            lambda: f"__usad({e()}, {e()}, {e()})",
+            lambda: f"(unsigned)__popcll({e('u64')})",
+            lambda: f"__{r.choice(['uhadd', 'urhadd', 'umul24'])}({e()}, {e()})",
+            lambda: f"__{r.choice(['vadd4', 'vsub2', 'vmaxu4', 'vminu2', 'vcmpgtu2', 'vcmpeq4'])}({e()}, {e()})",
+        ])()
+
+    def expr_s32(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        e = lambda t="s32": self.expr(t, d, ctx)
+        k = r.randrange(13)
+        return [
+            lambda: f"(int)((unsigned){e()} {r.choice(['+', '-', '*', '&', '|', '^'])} (unsigned){e()})",
+            lambda: f"({e()} >> ({e('u32')} & 31u))",
+            lambda: f"fz_{r.choice(['sdiv', 'srem'])}({e()}, {e()})",
+            lambda: f"{r.choice(['min', 'max'])}({e()}, {e()})",
+            lambda: f"__mulhi({e()}, {e()})",
+            lambda: f"__float2int_r{r.choice('nzud')}({e('f32')})",
+            lambda: f"__double2int_r{r.choice('nzud')}({e('f64')})",
+            lambda: f"(int){e('u32')}", lambda: f"(int){e('s64')}",
+            lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
+            lambda: f"(int)(0u - (unsigned){e()})",
+            lambda: f"(int)__sad({e()}, {e()}, {e('u32')})",
+            lambda: f"__{r.choice(['hadd', 'rhadd', 'mul24'])}({e()}, {e()})",
+        ][k]()
+
+    def expr_u64(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        e = lambda t="u64": self.expr(t, d, ctx)
+        k = r.randrange(14)
+        return [
+            lambda: f"({e()} {r.choice(['+', '-', '*', '&', '|', '^'])} {e()})",
+            lambda: f"({e()} << ({e('u32')} & 63u))", lambda: f"({e()} >> ({e('u32')} & 63u))",
+            lambda: f"fz_{r.choice(['udiv64', 'urem64'])}({e()}, {e()})",
+            lambda: f"{r.choice(['min', 'max'])}({e()}, {e()})",
+            lambda: f"(unsigned long long)__clzll((long long){e()})", lambda: f"__brevll({e()})",
+            lambda: f"__umul64hi({e()}, {e()})",
+            lambda: f"(unsigned long long){e('u32')}", lambda: f"(unsigned long long){e('s32')}",
+            lambda: f"__float2ull_r{r.choice('nzud')}({e('f32')})",
+            lambda: f"__double2ull_r{r.choice('nzud')}({e('f64')})",
+            lambda: f"(unsigned long long){e('s64')}",
+            lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
+        ][k]()
+
+    def expr_s64(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        e = lambda t="s64": self.expr(t, d, ctx)
+        k = r.randrange(10)
+        return [
+            lambda: (f"(long long)((unsigned long long){e()} {r.choice(['+', '-', '*', '&', '|', '^'])} "
+                     f"(unsigned long long){e()})"),
+            lambda: f"({e()} >> ({e('u32')} & 63u))",
+            lambda: f"fz_{r.choice(['sdiv64', 'srem64'])}({e()}, {e()})",
+            lambda: f"{r.choice(['min', 'max'])}({e()}, {e()})",
+            lambda: f"__mul64hi({e()}, {e()})",
+            lambda: f"__float2ll_r{r.choice('nzud')}({e('f32')})",
+            lambda: f"__double2ll_r{r.choice('nzud')}({e('f64')})",
+            lambda: f"(long long){e('s32')}", lambda: f"(long long){e('u64')}",
+            lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
+        ][k]()
+
+    def expr_f32(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        e = lambda t="f32": self.expr(t, d, ctx)
+        k = r.randrange(20)
+        if k < 5:
+            return f"({e()} {r.choice(['+', '-', '*', '/'])} {e()})"
+        return [
+            lambda: f"fmaf({e()}, {e()}, {e()})", lambda: f"sqrtf({e()})",
+            lambda: f"{r.choice(['fminf', 'fmaxf'])}({e()}, {e()})", lambda: f"fabsf({e()})",
+            lambda: f"(-({e()}))", lambda: f"{r.choice(['floorf', 'ceilf', 'truncf', 'rintf'])}({e()})",
+            lambda: f"__f{r.choice(['add', 'sub', 'mul', 'div'])}_r{r.choice('nzud')}({e()}, {e()})",
+            lambda: f"__fsqrt_r{r.choice('nzud')}({e()})", lambda: f"__frcp_r{r.choice('nzud')}({e()})",
+            lambda: f"__fmaf_r{r.choice('nzud')}({e()}, {e()}, {e()})",
+            lambda: f"(float){e(r.choice(['u32', 's32', 'u64', 's64', 'f64']))}",
+            # (directed rounding from 64-bit integers is refused by cpuify: docs/usage.md)
+            lambda: self.int_to_float(d, ctx),
+            lambda: f"__double2float_r{r.choice('nzud')}({e('f64')})",
+            lambda: f"__uint_as_float({e('u32')})",
+            lambda: f"({self.cond(d, ctx)} ? {e()} : {e()})",
+        ][k - 5]()
+
+    def int_to_float(self, d: int, ctx: Ctx) -> str:
+        name, t, modes = self.r.choice([("uint", "u32", "nzud"), ("int", "s32", "nzud"), ("ull", "u64", "n"),
+                                        ("ll", "s64", "n")])
+        return f"__{name}2float_r{self.r.choice(modes)}({self.expr(t, d, ctx)})"
+
+    def expr_f64(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        e = lambda t="f64": self.expr(t, d, ctx)
+        k = r.randrange(18)
+        if k < 5:
+            return f"({e()} {r.choice(['+', '-', '*', '/'])} {e()})"
+        return [
+            lambda: f"fma({e()}, {e()}, {e()})", lambda: f"sqrt({e()})",
+            lambda: f"{r.choice(['fmin', 'fmax'])}({e()}, {e()})", lambda: f"fabs({e()})",
+            lambda: f"(-({e()}))", lambda: f"{r.choice(['floor', 'ceil', 'trunc', 'rint'])}({e()})",
+            lambda: f"__d{r.choice(['add', 'sub', 'mul', 'div'])}_r{r.choice('nzud')}({e()}, {e()})",
+            lambda: f"__dsqrt_r{r.choice('nzud')}({e()})", lambda: f"__drcp_r{r.choice('nzud')}({e()})",
+            lambda: f"__fma_rn({e()}, {e()}, {e()})",    # (fma.rz/rm/rp.f64: refused)
+            lambda: f"(double){e(r.choice(['u32', 's32', 'u64', 's64', 'f32']))}",
+            lambda: f"__{r.choice(['ll', 'ull'])}2double_rn({e(r.choice(['s64', 'u64']))})",
+            lambda: f"__hiloint2double((int){e('u32')}, (int){e('u32')})",
+        ][k - 5]()
+
+    # ---- statements --------------------------------------------------------------------------
+    def uniform_cond(self, ctx: Ctx) -> str:
+        r = self.r
+        opts = [f"((p0 & 3) == {r.randrange(4)})", f"(p1 > {r.randrange(10)}u)",
+                f"(blockIdx.x % 2u == {r.randrange(2)}u)", f"(bid < {r.randrange(1, 4)}u)",
+                f"(nt > {r.choice([16, 32, 64])}u)"]
+        opts += [f"({v} {r.choice(['<', '==', '!='])} {r.randrange(3)}u)" for v in ctx.uniform_vars]
+        return r.choice(opts)
+
+    def thread_cond(self, ctx: Ctx) -> str:
+        r = self.r
+        if r.random() < 0.4:
+            return r.choice([f"(lt % {r.randrange(2, 5)}u == 0u)", f"(lane < {r.randrange(1, 32)}u)",
+                             f"(threadIdx.y == {r.randrange(2)}u)", "((gt & 5u) != 0u)",
+                             "(lt >= nt / 2u)"])
+        return self.cond(2, ctx)
+
+    def assign(self, ctx: Ctx) -> Stmt:
+        n, t = self.r.choice(self.variables)
+        return Stmt("code", f"{n} = {self.expr(t, self.r.randrange(1, 4), ctx)};")
+
+    def stmts(self, ctx: Ctx, n: int) -> list[Stmt]:
+        return [self.stmt(ctx) for _ in range(n)]
+
+    def stmt(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        choices: list[tuple[float, Callable[[], Stmt]]] = [(10, lambda: self.assign(ctx))]
+        if ctx.depth < 2:
+            choices += [(2.0, lambda: self.if_stmt(ctx)), (1.5, lambda: self.for_stmt(ctx))]
+        choices.append((1.0, lambda: self.atomic_total(ctx)))
+        if not ctx.in_loop and self.n_tickets < 4 and len(self.gat_free()) > 0:
+            choices.append((0.6, lambda: self.ticket(ctx)))
+        if ctx.breakable:
+            choices.append((0.5, lambda: Stmt("code", r.choice(["break;", "continue;"]))))
+        if self.mode == "free" and ctx.depth > 0:
+            choices.append((0.4, lambda: Stmt("return", "")))
+        if self.local:
+            choices.append((1.0, lambda: self.local_access(ctx)))
+        if self.mode == "sync" and ctx.converged:
+            choices += [(1.5, lambda: self.exchange()),
+                        (0.5, lambda: self.shared_atomic(ctx)), (0.3, lambda: Stmt("code", "__syncthreads();")),
+                        (0.3, lambda: self.block_vote(ctx))]
+        if self.mode == "sync" and ctx.warp_converged:
+            choices += [(1.2, lambda: self.collective(ctx)), (0.2, lambda: Stmt("code", "__syncwarp(wmask);"))]
+        total = sum(w for w, _ in choices)
+        x = r.random() * total
+        for w, f in choices:
+            x -= w
+            if x <= 0:
+                return f()
+        return choices[0][1]()
+
+    def warp_cond(self) -> str:
+        r = self.r
+        return r.choice([f"((warp & 1u) == {r.randrange(2)}u)", f"(warp < {r.randrange(1, 3)}u)",
+                         "(warp * 3u % 4u < 2u)", "((warp ^ bid) & 1u)"])
+
+    def if_stmt(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        x = r.random()
+        uniform = ctx.converged and x < 0.4
+        warp_uniform = uniform or (ctx.warp_converged and self.mode == "sync" and x < 0.6)
+        cond = self.uniform_cond(ctx) if uniform else self.warp_cond() if warp_uniform else self.thread_cond(ctx)
+        inner = Ctx(ctx.converged and uniform, ctx.in_loop, ctx.breakable, ctx.depth + 1,
+                    ctx.uniform_vars if uniform else (), ctx.thread_vars + (() if uniform else ctx.uniform_vars),
+                    warp_uniform and ctx.warp_converged)
+        then = self.stmts(inner, r.randrange(1, 4))
+        other = self.stmts(inner, r.randrange(0, 3)) if r.random() < 0.5 else []
+        return Stmt("if", cond, [then, other])
+
+    def for_stmt(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        self.loops += 1
+        i = f"i{self.loops}"
+        x = r.random()
+        uniform = ctx.converged and x < 0.5
+        warp_uniform = uniform or (ctx.warp_converged and self.mode == "sync" and x < 0.7)
+        if uniform:
+            bound = r.choice([f"{r.randrange(1, 5)}u", "((unsigned)p0 & 3u)", "(blockIdx.x % 3u + 1u)", "(p1 % 4u)"])
+        elif warp_uniform:
+            bound = r.choice(["(warp % 3u)", "(warp + 1u)", "((warp * 5u + bid) & 3u)"])
+        else:
+            bound = r.choice(["(lt % 4u)", "(lane & 3u)", f"({self.expr('u32', 1, ctx)} & 3u)",
+                              "((gt * 7u) % 5u)"])
+        header = f"for (unsigned {i} = 0u; {i} < {bound}; {i}++)"
+        converged = ctx.converged and uniform
+        warp_converged = ctx.warp_converged and warp_uniform
+        inner = Ctx(converged, True, ctx.breakable or not warp_converged or self.mode == "free", ctx.depth + 1,
+                    (ctx.uniform_vars + (i,)) if converged else (),
+                    ctx.thread_vars + (() if converged else ctx.uniform_vars + (i,)), warp_converged)
+        if self.mode == "free":
+            inner.breakable = True
+        return Stmt("for", header, [self.stmts(inner, r.randrange(1, 4))])
+
+    def local_access(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        t = r.choice(self.local)
+        arr = {"u32": "la_u", "f64": "la_d"}[t]
+        idx = f"({self.expr('u32', 1, ctx)} & 7u)"
+        if r.random() < 0.5:
+            return Stmt("code", f"{arr}[{idx}] = {self.expr(t, 2, ctx)};")
+        dst = self.var(t) or "u0"
+        if dict(self.variables)[dst] != t:
+            return Stmt("code", f"{dst} = (unsigned){arr}[{idx}];" if t == "u32" else
+                        f"{dst} = __double2uint_rz({arr}[{idx}]);")
+        return Stmt("code", f"{dst} = {arr}[{idx}];")
+
+    def gat_free(self) -> list[int]:
+        return [k for k in range(N_GAT) if k not in self.gat_ops]
+
+    def atomic_total(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        if r.random() < 0.25:
+            k = r.randrange(N_GAT64)
+            op = self.gat64_ops.setdefault(k, r.choice(["Add", "Min", "Max", "And", "Or", "Xor"]))
+            return Stmt("code", f"atomic{op}(&gat64[{k}], {self.expr('u64', 2, ctx)});")
+        usable = [k for k, o in self.gat_ops.items() if not o.startswith("ticket")] + self.gat_free()
+        if not usable:
+            return self.assign(ctx)
+        k = r.choice(usable)
+        op = self.gat_ops.setdefault(k, r.choice(["Add", "Sub", "Min", "Max", "SMin", "SMax", "And", "Or", "Xor",
+                                                  "FAdd", "CASMul"]))
+        if op in ("SMin", "SMax"):
+            return Stmt("code", f"atomic{op[1:]}((int *)&gat[{k}], {self.expr('s32', 2, ctx)});")
+        if op == "FAdd":   # small integers in float: every order gives the same sum
+            return Stmt("code", f"atomicAdd((float *)&gat[{k}], (float)({self.expr('u32', 2, ctx)} & 15u));")
+        if op == "CASMul":  # a CAS loop applying a commutative operation
+            return Stmt("code", f"{{ unsigned m_ = {self.expr('u32', 2, ctx)} | 1u; unsigned o_ = gat[{k}], a_; "
+                                f"do {{ a_ = o_; o_ = atomicCAS(&gat[{k}], a_, a_ * m_); }} while (o_ != a_); }}")
+        return Stmt("code", f"atomic{op}(&gat[{k}], {self.expr('u32', 2, ctx)});")
+
+    def ticket(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        k = r.choice(self.gat_free())
+        j = self.n_tickets
+        self.n_tickets += 1
+        if r.random() < 0.5:
+            self.gat_ops[k] = "ticket_add"
+            self.ticket_kind[j] = ("add", k)
+            return Stmt("code", f"tick[gt * NTK + {j}u] = atomicAdd(&gat[{k}], 1u);")
+        self.gat_ops[k] = "ticket_exch"
+        self.ticket_kind[j] = ("exch", k)
+        return Stmt("code", f"tick[gt * NTK + {j}u] = atomicExch(&gat[{k}], {self.expr('u32', 2, ctx)});")
+
+    def exchange(self) -> Stmt:
+        r = self.r
+        t = r.choice(["u32", "u32", "f32", "f64"])
+        dst = self.var(t)
+        if dst is None:
+            t, dst = "u32", self.var("u32")
+        arr = {"u32": "sh_u", "f32": "sh_f", "f64": "sh_d"}[t]
+        if t not in self.shared:
+            self.shared.append(t)
+        src = self.expr(t, 2, Ctx())
+        idx = r.choice([f"(lt * {r.choice([3, 5, 7, 31, 33])}u + {r.randrange(40)}u) % nt", "(lt + 1u) % nt",
+                        "nt - 1u - lt", "((lt ^ 1u) < nt ? (lt ^ 1u) : lt)", "(lt + 32u) % nt"])
+        load = f"{arr}[{idx}]"
+        return Stmt("code", f"__syncthreads(); {arr}[lt] = {src}; __syncthreads(); {dst} = {load};")
+
+    def shared_atomic(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        if "sat" not in self.shared:
+            self.shared.append("sat")
+        j = r.randrange(N_SAT)
+        op = r.choice(["Add", "Min", "Max", "And", "Or", "Xor"])
+        init = r.choice(U32_CONSTS)
+        dst = self.var("u32") or "u0"
+        val = self.expr("u32", 2, Ctx(converged=False))
+        body = f"atomic{op}(&sat[{j}], {val});"
+        if r.random() < 0.5:
+            body = f"if {self.thread_cond(Ctx(converged=False))} {{ {body} }}"
+        return Stmt("code", f"__syncthreads(); if (lt == 0u) sat[{j}] = {init}u; __syncthreads(); {body} "
+                            f"__syncthreads(); {dst} = sat[{j}];")
+
+    def collective(self, ctx: Ctx) -> Stmt:
+        r = self.r
+        full = self.block_n % 32 == 0
+        t = r.choice(["u32", "s32", "f32", "f64", "u64"])
+        dst = self.var(t)
+        if dst is None:
+            t, dst = "u32", self.var("u32")
+        val = self.expr(t, 2, ctx)
+        kinds = ["shfl", "up", "ballot", "any", "all", "reduce"]
+        if full:
+            kinds += ["xor", "down", "xor", "down"]
+        k = r.choice(kinds)
+        if k == "shfl":
+            src = f"(lane * {r.randrange(1, 34)}u + {r.randrange(32)}u) % wn"
+            return Stmt("code", f"{dst} = __shfl_sync(wmask, {val}, {src});")
+        if k == "up":
+            return Stmt("code", f"{dst} = __shfl_up_sync(wmask, {val}, {r.choice([1, 2, 4, 8, 16, 31])}u);")
+        width = r.choice(["", "", ", 16", ", 8", ", 4"])
+        if k == "xor":
+            return Stmt("code", f"{dst} = __shfl_xor_sync(wmask, {val}, {r.choice([1, 2, 4, 8, 16, 31])}{width});")
+        if k == "down":
+            return Stmt("code", f"{dst} = __shfl_down_sync(wmask, {val}, {r.choice([1, 2, 3, 8, 16])}u{width});")
+        u = self.var("u32") or "u0"
+        if k == "ballot":
+            return Stmt("code", f"{u} = __ballot_sync(wmask, {self.thread_cond(Ctx(converged=False))});")
+        if k in ("any", "all"):
+            return Stmt("code", f"{u} = (unsigned)__{k}_sync(wmask, {self.thread_cond(Ctx(converged=False))});")
+        return Stmt("code", f"{u} = __reduce_{r.choice(['add', 'min', 'max', 'and', 'or', 'xor'])}_sync"
+                            f"(wmask, {self.expr('u32', 2, ctx)});")
+
+    def block_vote(self, ctx: Ctx) -> Stmt:
+        u = self.var("u32") or "u0"
+        f = self.r.choice(["count", "and", "or"])
+        return Stmt("code", f"{u} = (unsigned)__syncthreads_{f}({self.thread_cond(Ctx(converged=False))});")
+
+    def generate(self) -> KernelSpec:
+        r = self.r
+        while True:
+            block = r.choice(BLOCKS)
+            grid = r.choice(GRIDS)
+            if block[0] * block[1] * block[2] * grid[0] * grid[1] * grid[2] <= MAX_THREADS_TOTAL:
+                break
+        self.block_n = block[0] * block[1] * block[2]
+        self.mode = r.choice(["sync", "sync", "free"])
+        self.variables: list[tuple[str, str]] = []
+        counts = {"u32": r.randrange(1, 4), "s32": r.randrange(0, 3), "u64": r.randrange(0, 2),
+                  "s64": r.randrange(0, 2), "f32": r.randrange(0, 3), "f64": r.randrange(0, 3)}
+        prefix = {"u32": "u", "s32": "s", "u64": "w", "s64": "l", "f32": "f", "f64": "d"}
+        inits = []
+        for t in TYPES:
+            for k in range(counts[t]):
+                n = f"{prefix[t]}{k}"
+                self.variables.append((n, t))
+                a, b = r.randrange(1, 40, 2), r.randrange(N_IN)
+                ix = lambda: f"iu[(gt * {r.randrange(1, 40, 2)}u + {r.randrange(N_IN)}u) & {N_IN - 1}u]"
+                init = {"u32": ix(), "s32": f"(int){ix()}",
+                        "u64": f"((unsigned long long){ix()} << 32) | {ix()}",
+                        "s64": f"(long long)(((unsigned long long){ix()} << 32) | {ix()})",
+                        "f32": f"ifl[(gt * {a}u + {b}u) & {N_IN - 1}u]",
+                        "f64": f"idb[(gt * {a}u + {b}u) & {N_IN - 1}u]"}[t]
+                inits.append(f"{CTYPE[t]} {n} = {init};")
+        self.loops = 0
+        self.n_tickets = 0
+        self.ticket_kind: dict[int, tuple[str, int]] = {}
+        self.gat_ops: dict[int, str] = {}
+        self.gat64_ops: dict[int, str] = {}
+        self.shared: list[str] = []
+        self.local = r.choice([[], [], ["u32"], ["f64"], ["u32", "f64"]])
+        for t in self.local:
+            arr, src = {"u32": ("la_u", "iu"), "f64": ("la_d", "idb")}[t]
+            inits.append(f"{CTYPE[t]} {arr}[8]; for (unsigned q_ = 0u; q_ < 8u; q_++) "
+                         f"{arr}[q_] = {src}[(gt * {r.randrange(1, 9)}u + q_ * {r.randrange(1, 40, 2)}u) & {N_IN - 1}u];")
+        body = self.stmts(Ctx(), r.randrange(4, 14))
+        return KernelSpec(self.name, self.kseed, grid, block, self.mode, self.variables, inits, body,
+                          self.shared, self.n_tickets, self.ticket_kind, self.gat_ops, self.gat64_ops,
+                          r.randrange(-8, 9), r.randrange(0, 12))
+
+
+def generate(seed: int, index: int) -> KernelSpec:
+    return Generator(seed, index).generate()
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+def render_kernel(spec: KernelSpec) -> str:
+    nv = len(spec.variables)
+    sink = " ".join(f"out[gt * {nv}u + {k}u] = {_slot(n, t)};" for k, (n, t) in enumerate(spec.variables))
+    lines = [f'extern "C" __global__ void {spec.name}({SIGNATURE}) {{',
+             "  const unsigned lt = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);",
+             "  const unsigned nt = blockDim.x * blockDim.y * blockDim.z;",
+             "  const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);",
+             "  const unsigned gt = bid * nt + lt;",
+             "  const unsigned lane = lt & 31u, warp = lt >> 5;",
+             "  const unsigned wn = nt - warp * 32u >= 32u ? 32u : nt - warp * 32u;   // lanes of this warp",
+             "  const unsigned wmask = wn == 32u ? 0xFFFFFFFFu : (1u << wn) - 1u;",
+             f"  const unsigned NTK = {max(spec.n_tickets, 1)}u;",
+             "  (void)lane; (void)wn; (void)wmask; (void)NTK; (void)p0; (void)p1;"]
+    n = spec.nthreads
+    for s in spec.shared:
+        lines.append("  " + {"u32": f"__shared__ unsigned sh_u[{n}];", "f32": f"__shared__ float sh_f[{n}];",
+                             "f64": f"__shared__ double sh_d[{n}];", "sat": f"__shared__ unsigned sat[{N_SAT}];"}[s])
+    lines += ["  " + i for i in spec.inits]
+
+    def emit(stmts: list[Stmt], ind: str) -> None:
+        for s in stmts:
+            if s.kind == "code":
+                lines.append(ind + s.text)
+            elif s.kind == "return":
+                lines.append(ind + "{ " + sink + " return; }")
+            elif s.kind == "if":
+                lines.append(f"{ind}if {s.text} {{")
+                emit(s.bodies[0], ind + "  ")
+                if s.bodies[1]:
+                    lines.append(ind + "} else {")
+                    emit(s.bodies[1], ind + "  ")
+                lines.append(ind + "}")
+            else:
+                lines.append(f"{ind}{s.text} {{")
+                emit(s.bodies[0], ind + "  ")
+                lines.append(ind + "}")
+    emit(spec.body, "  ")
+    lines.append("  " + sink)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _slot(n: str, t: str) -> str:
+    return {"u32": f"(unsigned long long){n}", "s32": f"(unsigned long long)(unsigned){n}",
+            "u64": n, "s64": f"(unsigned long long){n}", "f32": f"(unsigned long long)__float_as_uint({n})",
+            "f64": f"(unsigned long long)__double_as_longlong({n})"}[t]
+
+
+def render_module(specs: list[KernelSpec]) -> str:
+    return PRELUDE + "\n".join(render_kernel(s) for s in specs)
+
+
+# --- inputs and comparison -----------------------------------------------------------------------
+
+def _special_f32(rng: np.random.Generator, n: int) -> np.ndarray:
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, -1e-45, 3.4e38, 0.5,
+                        16777217.0, 2.5, -2.5, 2147483648.0, 4294967296.0, 1e10, -1e-20], np.float32)
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
+    pick = rng.random(n) < 0.3
+    x[pick] = rng.choice(special, int(pick.sum()))
+    return x
+
+
+def _special_f64(rng: np.random.Generator, n: int) -> np.ndarray:
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1.7e308, 0.5,
+                        9007199254740993.0, 2.5, -2.5, 9.3e18, 1.9e19, 4294967296.5, -2147483648.5])
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-5, 6, n)
+    pick = rng.random(n) < 0.3
+    x[pick] = rng.choice(special, int(pick.sum()))
+    return x
+
+
+def make_args(spec: KernelSpec) -> list[Any]:
+    rng = np.random.default_rng(spec.seed)
+    special = np.array([0, 1, 2, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 31, 32, 33, 0xFFFF, 0x10000, 5], np.uint32)
+    iu = rng.integers(0, 2**32, N_IN, dtype=np.uint64).astype(np.uint32)
+    pick = rng.random(N_IN) < 0.3
+    iu[pick] = rng.choice(special, int(pick.sum()))
+    small = rng.random(N_IN) < 0.2
+    iu[small] = rng.integers(0, 64, int(small.sum()), dtype=np.uint64).astype(np.uint32)
+    total = spec.nthreads * spec.nblocks
+    gat = np.zeros(N_GAT, np.uint32)
+    for k, op in spec.gat_ops.items():
+        gat[k] = {"Min": 0xFFFFFFF0, "SMin": 0x7FFFFFF0, "SMax": 0x80000010, "And": 0xFFFFFFFF,
+                  "FAdd": 0, "CASMul": 1, "ticket_add": 0}.get(op, int(rng.integers(0, 2**32, dtype=np.uint64)))
+    gat64 = rng.integers(0, 2**63, N_GAT64, dtype=np.uint64)
+    for k, op in spec.gat64_ops.items():
+        if op == "And":
+            gat64[k] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    return [iu, _special_f32(rng, N_IN), _special_f64(rng, N_IN),
+            np.full(total * len(spec.variables), 0xA5A5A5A5A5A5A5A5, np.uint64), gat, gat64,
+            np.full(total * max(spec.n_tickets, 1), TICKET_SENTINEL, np.uint32),
+            np.int32(spec.p0), np.uint32(spec.p1)]
+
+
+def outputs(args: list[Any]) -> dict[str, np.ndarray]:
+    return {"out": args[3], "gat": args[4], "gat64": args[5], "tick": args[6]}
+
+
+def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> str | None:
+    """None when `got` agrees with `ref`; else what differs (first few places)."""
+    nv = len(spec.variables)
+    problems: list[str] = []
+    if nv:
+        a = ref["out"].reshape(-1, nv)
+        b = got["out"].reshape(-1, nv)
+        same = a == b
+        for k, (n, t) in enumerate(spec.variables):
+            if t == "f32":
+                fa, fb = (a[:, k] & 0xFFFFFFFF).astype(np.uint32).view(np.float32), \
+                    (b[:, k] & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+                same[:, k] |= np.isnan(fa) & np.isnan(fb) & ((a[:, k] >> 32) == (b[:, k] >> 32))
+            elif t == "f64":
+                same[:, k] |= np.isnan(a[:, k].view(np.float64)) & np.isnan(b[:, k].view(np.float64))
+        for th, k in np.argwhere(~same)[:4]:
+            n, t = spec.variables[k]
+            problems.append(f"thread {th} {n} ({t}): expected {_show(a[th, k], t)}, got {_show(b[th, k], t)}")
+        if (~same).sum() > 4:
+            problems.append(f"... {(~same).sum()} values differ")
+    exch = {w for kind, w in spec.ticket_kind.values() if kind == "exch"}
+    for k in range(N_GAT):
+        if k not in exch and ref["gat"][k] != got["gat"][k]:
+            problems.append(f"gat[{k}] ({spec.gat_ops.get(k)}): expected {ref['gat'][k]:#x}, got {got['gat'][k]:#x}")
+    for k in range(N_GAT64):
+        if ref["gat64"][k] != got["gat64"][k]:
+            problems.append(f"gat64[{k}] ({spec.gat64_ops.get(k)}): expected {ref['gat64'][k]:#x}, "
+                            f"got {got['gat64'][k]:#x}")
+    ntk = max(spec.n_tickets, 1)
+    ta, tb = ref["tick"].reshape(-1, ntk), got["tick"].reshape(-1, ntk)
+    for j, (kind, w) in spec.ticket_kind.items():
+        ma, mb = list(ta[:, j]), list(tb[:, j])
+        if kind == "exch":
+            ma.append(ref["gat"][w])
+            mb.append(got["gat"][w])
+        if sorted(ma) != sorted(mb):
+            problems.append(f"ticket {j} ({kind} on gat[{w}]): the multisets of returned values differ")
+    return "; ".join(problems) or None
+
+
+def _show(v: np.uint64, t: str) -> str:
+    v = int(v)
+    if t == "f32":
+        return f"{np.uint32(v & 0xFFFFFFFF).view(np.float32)!r} ({v:#x})"
+    if t == "f64":
+        return f"{np.uint64(v).view(np.float64)!r} ({v:#x})"
+    return f"{v:#x}"
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+VARIANTS = ("interp", "native", "specialized", "no-passes")
+
+
+def _copy(args: list[Any]) -> list[Any]:
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def _setup_env() -> None:
+    os.environ.setdefault("CPUIFY_NO_CACHE", "1")    # fuzz kernels would only fill the cache
+    here = Path(__file__).resolve().parents[1] / "src"
+    if str(here) not in sys.path:
+        sys.path.insert(0, str(here))
+
+
+def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Every kernel of `specs` compiled in one module and run each way; one result per kernel:
+    {"name", "status": "ok" | "mismatch" | "error" | "refused", "detail"}."""
+    _setup_env()
+    import warnings
+
+    import cpuify
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.interp import InterpModule
+
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    try:
+        ptx = compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH).ptx
+    except Exception as e:  # noqa: BLE001 (any failure is a finding)       # a generator bug: the kernels must be valid CUDA
+        if len(specs) == 1:
+            return [{"name": specs[0].name, "status": "error", "detail": f"NVRTC: {e}"}], times
+        results: list[dict[str, Any]] = []
+        for s in specs:
+            results += run_batch([s], specialized)[0]
+        return results, times
+    t1 = time.perf_counter()
+    times["nvrtc"] = t1 - t0
+    modules: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for variant, options in (("native", ()), ("no-passes", ("--passes=",))):
+        try:
+            modules[variant] = cpuify.RawModule(ptx=ptx, options=options)
+        except cpuify.UnsupportedError as e:
+            if len(specs) == 1:
+                return [{"name": specs[0].name, "status": "refused", "detail": str(e)}], times
+            errors[variant] = f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 (any failure is a finding)
+            errors[variant] = f"{type(e).__name__}: {e}"
+    t2 = time.perf_counter()
+    times["compile"] = t2 - t1
+    if errors and len(specs) > 1:      # find the kernel that breaks the module
+        results = []
+        for s in specs:
+            results += run_batch([s], specialized)[0]
+        return results, times
+    interp = InterpModule(ptx)
+    results = []
+    times["run_native"] = times["interp"] = 0.0
+    for spec in specs:
+        res: dict[str, Any] = {"name": spec.name, "status": "ok", "detail": ""}
+        results.append(res)
+        if errors:
+            res.update(status="error", detail="; ".join(f"{v}: {m}" for v, m in errors.items()))
+            continue
+        args = make_args(spec)
+        outs: dict[str, dict[str, np.ndarray]] = {}
+        fails: list[str] = []
+        ta = time.perf_counter()
+        try:
+            a = _copy(args)
+            interp.launch(spec.name, spec.grid, spec.block, a)
+            outs["interp"] = outputs(a)
+        except Exception as e:  # noqa: BLE001 (any failure is a finding)
+            fails.append(f"interp: {type(e).__name__}: {e}")
+        tb = time.perf_counter()
+        times["interp"] += tb - ta
+        refused = None
+        for variant in ("native", "no-passes"):
+            try:
+                fn = modules[variant].get_function(spec.name)
+            except cpuify.UnsupportedError as e:
+                refused = str(e)
+                continue
+            runs = ["native", "specialized"] if variant == "native" and specialized else [variant]
+            for run_as in runs:
+                try:
+                    a = _copy(args)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("error")
+                        fn(spec.grid, spec.block, a)
+                    outs[run_as] = outputs(a)
+                except Exception as e:  # noqa: BLE001 (any failure is a finding)
+                    fails.append(f"{run_as}: {type(e).__name__}: {e}")
+        times["run_native"] += time.perf_counter() - tb
+        if refused is not None:
+            res.update(status="refused", detail=refused)
+            continue
+        if fails:
+            res.update(status="error", detail="; ".join(fails))
+            continue
+        diffs = []
+        for variant in VARIANTS[1:]:
+            if variant in outs:
+                d = compare(spec, outs["interp"], outs[variant])
+                if d:
+                    diffs.append(f"{variant} vs interp: {d}")
+        if diffs:
+            res.update(status="mismatch", detail=" | ".join(diffs))
+    return results, times
+
+
+def _worker_main(argv: list[str]) -> int:
+    """`fuzz.py --worker SEED FIRST N [noSpec]`: runs kernels FIRST..FIRST+N-1, prints JSON.
+    `fuzz.py --check FILE.json`: runs the one kernel spec in FILE, prints its JSON result."""
+    if argv[0] == "--check":
+        spec = KernelSpec.from_json(json.loads(Path(argv[1]).read_text()))
+        results, times = run_batch([spec], specialized=argv[2] == "1")
+    else:
+        seed, first, n = int(argv[1]), int(argv[2]), int(argv[3])
+        specs = [generate(seed, i) for i in range(first, first + n)]
+        results, times = run_batch(specs, specialized=argv[4] == "1")
+    sys.stdout.write("\n@@FUZZ@@" + json.dumps({"results": results, "times": times}) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _spawn(args: list[str], timeout: float) -> dict[str, Any]:
+    """Runs a worker in its own process (a crash or a hang takes only the worker down)."""
+    cmd = [sys.executable, str(Path(__file__).resolve())] + args
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"crash": f"timed out after {timeout:.0f} s"}
+    marker = p.stdout.rfind("@@FUZZ@@")
+    if p.returncode != 0 or marker < 0:
+        tail = (p.stderr or p.stdout)[-1500:]
+        return {"crash": f"worker exited with {p.returncode}: {tail}"}
+    return json.loads(p.stdout[marker + 8:])
+
+
+def check_spec(spec: KernelSpec, specialized: bool, timeout: float = 300) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec.to_json(), f)
+    try:
+        got = _spawn(["--check", f.name, "1" if specialized else "0"], timeout)
+    finally:
+        os.unlink(f.name)
+    if "crash" in got:
+        return {"name": spec.name, "status": "crash", "detail": got["crash"]}
+    return got["results"][0]
+
+
+# --- minimization ----------------------------------------------------------------------------------
+
+def _paths(body: list[Stmt], prefix: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
+    """Paths of every statement (outer before inner): (i,) top level, (i, b, j) statement j of
+    body b of statement i, ..."""
+    out = []
+    for i, s in enumerate(body):
+        out.append(prefix + (i,))
+        for b, sub in enumerate(s.bodies):
+            out += _paths(sub, prefix + (i, b))
+    return out
+
+
+def _without(body: list[Stmt], path: tuple[int, ...]) -> list[Stmt]:
+    body = [Stmt(s.kind, s.text, [list(b) for b in s.bodies]) for s in body]
+    if len(path) == 1:
+        del body[path[0]]
+        return body
+    i, b = path[0], path[1]
+    body[i].bodies[b] = _without(body[i].bodies[b], path[2:])
+    return body
+
+
+def _hoisted(body: list[Stmt], path: tuple[int, ...]) -> list[Stmt] | None:
+    """The compound statement at `path` replaced by its first body (an if by its then-branch,
+    a loop by one pass of its body)."""
+    body = [Stmt(s.kind, s.text, [list(b) for b in s.bodies]) for s in body]
+    if len(path) == 1:
+        s = body[path[0]]
+        if not s.bodies or any(x.kind == "code" and x.text in ("break;", "continue;") for x in s.bodies[0]):
+            return None
+        if s.kind == "for":
+            return None      # (its counter would be undeclared)
+        return body[:path[0]] + s.bodies[0] + body[path[0] + 1:]
+    i, b = path[0], path[1]
+    inner = _hoisted(body[i].bodies[b], path[2:])
+    if inner is None:
+        return None
+    body[i].bodies[b] = inner
+    return body
+
+
+def _with_body(spec: KernelSpec, body: list[Stmt]) -> KernelSpec:
+    return KernelSpec.from_json({**spec.to_json(), "body": [s.to_json() for s in body]})
+
+
+def minimize(spec: KernelSpec, failing: Callable[[KernelSpec], bool], log: Callable[[str], None]) -> KernelSpec:
+    """Deletes statements (whole chunks first, then one at a time, outer before inner) and
+    flattens ifs while `failing` still holds; then drops unused variables."""
+    steps = 0
+    changed = True
+    while changed:
+        changed = False
+        top = len(spec.body)
+        chunk = max(top // 2, 1)
+        while chunk >= 1:         # ddmin-style: top-level chunks
+            i = 0
+            while i < len(spec.body):
+                cand = _with_body(spec, spec.body[:i] + spec.body[i + chunk:])
+                steps += 1
+                if cand.body != spec.body and failing(cand):
+                    spec, changed = cand, True
+                else:
+                    i += chunk
+            chunk //= 2
+        for path in reversed(_paths(spec.body)):
+            for make in (_without, _hoisted):
+                try:
+                    new = make(spec.body, path)
+                except (IndexError, KeyError):
+                    continue
+                if new is None:
+                    continue
+                cand = _with_body(spec, new)
+                steps += 1
+                if failing(cand):
+                    spec, changed = cand, True
+                    break
+    log(f"  minimized in {steps} steps to {len(_paths(spec.body))} statements")
+    return spec
+
+
+# --- the GPU referee ---------------------------------------------------------------------------------
+
+def render_program(specs: list[KernelSpec], out_file: str) -> str:
+    """A whole CUDA program that runs every kernel of `specs` on its inputs (built in) and
+    writes the outputs, kernel by kernel, to `out_file` (raw bytes in argument order)."""
+    parts = ["#include <cstdio>\n#include <cstdlib>\n#include <climits>\n", PRELUDE]
+    parts += [render_kernel(s) for s in specs]
+    main = ["int main() {", f'  FILE *f = fopen("{out_file}", "wb"); if (!f) return 2;',
+            "  void *d[7]; size_t sz[7];"]
+    for s in specs:
+        args = make_args(s)
+        main.append("  {")
+        for k in range(7):
+            a = args[k]
+            data = ",".join(str(b) for b in a.view(np.uint8).tolist())
+            main.append(f"    static const unsigned char h{k}[] = {{{data}}}; sz[{k}] = {a.nbytes};")
+            main.append(f"    cudaMalloc(&d[{k}], sz[{k}]); cudaMemcpy(d[{k}], h{k}, sz[{k}], cudaMemcpyHostToDevice);")
+        main.append(f"    {s.name}<<<dim3({s.grid[0]},{s.grid[1]},{s.grid[2]}), dim3({s.block[0]},{s.block[1]},"
+                    f"{s.block[2]})>>>((const unsigned *)d[0], (const float *)d[1], (const double *)d[2], "
+                    f"(unsigned long long *)d[3], (unsigned *)d[4], (unsigned long long *)d[5], (unsigned *)d[6], "
+                    f"{s.p0}, {s.p1}u);")
+        main.append('    cudaError_t e = cudaDeviceSynchronize(); if (e != cudaSuccess) { '
+                    f'fprintf(stderr, "{s.name}: %s\\n", cudaGetErrorString(e)); return 1; }}')
+        main.append("    for (int k = 3; k < 7; k++) { void *h = malloc(sz[k]); "
+                    "cudaMemcpy(h, d[k], sz[k], cudaMemcpyDeviceToHost); fwrite(h, 1, sz[k], f); free(h); }")
+        main.append("    for (int k = 0; k < 7; k++) cudaFree(d[k]);")
+        main.append("  }")
+    main += ["  fclose(f);", "  return 0;", "}"]
+    return "\n".join(parts) + "\n" + "\n".join(main) + "\n"
+
+
+def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list[dict[str, Any]]) -> None:
+    """Builds and runs the batch as a program with `nvcc`; each kernel's outputs are compared
+    with the interpreter's (a kernel whose other executions already failed is skipped)."""
+    _setup_env()
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.interp import InterpModule
+    src, exe, data = workdir / "referee.cu", workdir / "referee", workdir / "referee.bin"
+    src.write_text(render_program(specs, str(data)))
+    build = subprocess.run(shlex.split(nvcc) + ["-arch=sm_80", "-o", str(exe), str(src)],
+                           capture_output=True, text=True, check=False)
+    if build.returncode != 0:
+        for r in results:
+            r.update(status="error", detail=f"referee build failed: {build.stderr[-800:]}")
+        return
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, check=False)
+    if run.returncode != 0:
+        for r in results:
+            r.update(status="error", detail=f"referee run failed: {run.stderr[-800:]}")
+        return
+    blob = data.read_bytes()
+    pos = 0
+    interp = InterpModule(compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH).ptx)
+    for spec, res in zip(specs, results):
+        args = make_args(spec)
+        got = {}
+        for k, key in zip(range(3, 7), ("out", "gat", "gat64", "tick")):
+            n = args[k].nbytes
+            got[key] = np.frombuffer(blob[pos:pos + n], dtype=args[k].dtype).copy()
+            pos += n
+        if res["status"] != "ok":
+            continue
+        a = _copy(args)
+        interp.launch(spec.name, spec.grid, spec.block, a)
+        d = compare(spec, outputs(a), got)
+        res["refereed"] = True
+        if d:
+            res.update(status="mismatch", detail=f"referee vs interp: {d}")
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+def _keep(keep: Path, spec: KernelSpec, result: dict[str, Any], suffix: str = "") -> None:
+    """Writes `spec` as a standalone kernel (.cu) and its launch and failure (.json)."""
+    keep.mkdir(parents=True, exist_ok=True)
+    (keep / f"{spec.name}{suffix}.cu").write_text(PRELUDE + render_kernel(spec))
+    launch = {"kernel": spec.name, "grid": list(spec.grid), "block": list(spec.block),
+              "arch": ARCH, "signature": SIGNATURE, "p0": spec.p0, "p1": spec.p1,
+              "arguments": "make_args(spec) in tools/fuzz.py (seeded by spec.seed)",
+              "status": result["status"], "detail": result["detail"], "spec": spec.to_json()}
+    (keep / f"{spec.name}{suffix}.json").write_text(json.dumps(launch, indent=1))
+
+
+def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | None = None,
+         specialized: bool = True, minimize_failures: bool = True, referee: str | None = None,
+         max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0,
+         kernel_timeout: float = 60.0) -> dict[str, Any]:
+    """Runs kernels first..first+count-1 of `seed`; returns the counts and the failures."""
+    t0 = time.perf_counter()
+    end = first + count
+    batches = [(k, min(batch, end - k)) for k in range(first, end, batch)]
+    counts = {"ok": 0, "mismatch": 0, "error": 0, "refused": 0, "crash": 0}
+    failures: list[dict[str, Any]] = []
+    refusals: dict[str, int] = {}
+    times: dict[str, float] = {}
+    running: list[tuple[subprocess.Popen[str], int, int, float]] = []
+    pending = list(batches)
+
+    def start(first: int, n: int) -> None:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seed), str(first), str(n),
+               "1" if specialized else "0"]
+        running.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+                        first, n, time.perf_counter()))
+
+    done = 0
+    while pending or running:
+        while pending and len(running) < jobs:
+            start(*pending.pop(0))
+        p, first, n, _started = running.pop(0)
+        try:
+            so, se = p.communicate(timeout=max(120.0, kernel_timeout * n))
+            marker = so.rfind("@@FUZZ@@")
+            got = json.loads(so[marker + 8:]) if p.returncode == 0 and marker >= 0 else \
+                {"crash": f"worker exited with {p.returncode}: {se[-1500:]}"}
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            got = {"crash": "timed out"}
+        if "crash" in got:
+            # run the batch's kernels one by one to find the one that crashes or hangs (a
+            # batch that crashes while each kernel alone passes is reported, not hidden)
+            log(f"batch {first}..{first + n - 1} crashed ({got['crash'][-300:]}); rerunning its kernels one by one")
+            counts["batch_crashes"] = counts.get("batch_crashes", 0) + 1
+            results = [check_spec(generate(seed, i), specialized, timeout=max(120.0, kernel_timeout))
+                       for i in range(first, first + n)]
+        else:
+            results = got["results"]
+            for k, v in got["times"].items():
+                times[k] = times.get(k, 0.0) + v
+        if referee:
+            with tempfile.TemporaryDirectory() as tmp:
+                gpu_referee([generate(seed, i) for i in range(first, first + n)], referee, Path(tmp), results)
+        for i, res in zip(range(first, first + n), results):
+            counts[res["status"]] = counts.get(res["status"], 0) + 1
+            if res.get("refereed"):
+                counts["refereed"] = counts.get("refereed", 0) + 1
+            if res["status"] == "refused":
+                why = res["detail"].split(":")[0][:100]
+                refusals[why] = refusals.get(why, 0) + 1
+            elif res["status"] != "ok":
+                log(f"kernel {i} ({res['name']}): {res['status']}: {res['detail'][:600]}")
+                failures.append({"index": i, **res})
+                if keep is not None:    # kept now as generated (minimized at the end of the run)
+                    _keep(keep, generate(seed, i), res, suffix=".generated")
+        done += n
+        rate = done / (time.perf_counter() - t0)
+        log(f"[{done}/{count}] {counts} ({rate:.1f} kernels/s)")
+    elapsed = time.perf_counter() - t0
+    for n_failure, f in enumerate(failures):
+        spec = generate(seed, f["index"])
+        if minimize_failures and n_failure < max_minimize and not f["detail"].startswith("NVRTC"):
+            log(f"minimizing kernel {f['index']} ...")
+            want = f["status"]
+            if want == "mismatch":      # in this process: the kernel neither crashed nor hung
+                def still(s: KernelSpec, want: str = want) -> bool:
+                    return run_batch([s], specialized)[0][0]["status"] == want
+            else:
+                def still(s: KernelSpec, want: str = want) -> bool:
+                    return check_spec(s, specialized, timeout=max(120.0, kernel_timeout))["status"] == want
+            spec = minimize(spec, still, log)
+            f["minimized"] = check_spec(spec, specialized)
+        f["spec"] = spec.to_json()
+        if keep is not None:
+            _keep(keep, spec, f.get("minimized", f))
+            log(f"  wrote {keep / (spec.name + '.cu')}")
+    return {"count": count, "seed": seed, "counts": counts, "seconds": elapsed,
+            "kernels_per_second": count / elapsed if elapsed else 0.0, "times": times,
+            "refusals": refusals, "failures": failures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("--worker", "--check"):
+        return _worker_main(argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=100, help="how many kernels (default 100)")
+    ap.add_argument("--seed", type=int, default=0, help="the run's seed (kernel i is the same for a seed)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--batch", type=int, default=40, help="kernels per NVRTC module (default 40)")
+    ap.add_argument("--keep-failures", type=Path, default=None, metavar="DIR",
+                    help="write each minimized failing kernel as DIR/NAME.cu and DIR/NAME.json")
+    ap.add_argument("--no-specialized", action="store_true",
+                    help="skip the block-shape-specialized native run (one LLVM compile per kernel)")
+    ap.add_argument("--no-minimize", action="store_true", help="report failures as generated")
+    ap.add_argument("--kernel", type=int, default=None, metavar="I", help="print kernel I's source and launch")
+    ap.add_argument("--reproduce", type=int, default=None, metavar="I",
+                    help="run only kernel I (minimized and kept if it fails)")
+    ap.add_argument("--gpu-referee", action="store_true",
+                    help="also build each batch as a program with --nvcc and compare its outputs")
+    ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
+    ap.add_argument("--json", type=Path, default=None, help="write the summary as JSON")
+    ap.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                    help="seconds per kernel before a batch counts as hung (default 60; raise it on a "
+                         "loaded machine)")
+    a = ap.parse_args(argv)
+    if a.kernel is not None:
+        spec = generate(a.seed, a.kernel)
+        print(PRELUDE + render_kernel(spec))
+        print(f"// launch: grid {spec.grid} block {spec.block} p0={spec.p0} p1={spec.p1}")
+        return 0
+    if a.reproduce is not None:
+        a.count, a.batch = 1, 1
+    summary = fuzz(a.count, a.seed, a.jobs, a.batch, a.keep_failures, not a.no_specialized,
+                   not a.no_minimize, a.nvcc if a.gpu_referee else None, first=a.reproduce or 0,
+                   kernel_timeout=a.timeout)
+    print(f"{summary['count']} kernels in {summary['seconds']:.1f} s "
+          f"({summary['kernels_per_second']:.2f} kernels/s): {summary['counts']}")
+    if summary["times"]:
+        print("time in: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["times"].items()))
+    for why, n in summary["refusals"].items():
+        print(f"refused ({n}): {why}")
+    if a.json:
+        a.json.write_text(json.dumps(summary, indent=1, default=str))
+    return 1 if summary["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
