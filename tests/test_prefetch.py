@@ -16,7 +16,8 @@ import cpuify
 from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.compiler import lift_optimized
+from cpuify.compiler import lift_and_optimize, lift_optimized
+from cpuify.transforms.pass_manager import PipelineOptions
 
 SRC = r'''
 extern "C" __global__ void axpy_gs(int n, float a, const float *x, float *y) {
@@ -94,10 +95,12 @@ def mod():
     return cpuify.RawModule(code=SRC)
 
 
-def _prefetched(ptx, kernel, block):
+def _prefetched(ptx, kernel, block, merge=True):
     """{resume: [(op name, number of probe threads, for writing)]} of the kernel
-    specialized for `block`."""
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel]), block)
+    specialized for `block` (merge: with merge-duplicate-threads)."""
+    options = PipelineOptions(disabled=frozenset() if merge else frozenset({"merge-duplicate-threads"}))
+    lifted = lift_and_optimize(ptx, ptx.functions[kernel], options)[0]
+    kc = KernelCodegen(ModuleCodegen(ptx), lifted, block)
     return {r: [(op.name, len(probes), write) for op, probes, write in ops]
             for r, ops in kc.prefetches.items()}
 
@@ -111,9 +114,13 @@ def test_which_accesses_are_prefetched(ptx):
     # idx[i] and dst[i] follow the counter; src[idx[i]] is an address read from memory
     assert _prefetched(ptx, "gather_gs", (128, 1, 1)) == {
         1: [("ptx.ld", 9, False), ("ptx.st", 9, True)]}
-    # 2D blocks: every row of the block, two lines each (16 floats 4 bytes off a line)
-    assert _prefetched(ptx, "axpy_gs", (16, 16, 1)) == {
+    # 2D blocks: every row of the block, two lines each (16 floats 4 bytes off a line);
+    # axpy_gs never reads threadIdx.y, so by default its rows are duplicates that run once
+    # (merge-duplicate-threads): one row is probed
+    assert _prefetched(ptx, "axpy_gs", (16, 16, 1), merge=False) == {
         1: [("ptx.ld", 32, False), ("ptx.ld", 32, True)]}
+    assert _prefetched(ptx, "axpy_gs", (16, 16, 1)) == {
+        1: [("ptx.ld", 2, False), ("ptx.ld", 2, True)]}
     # at most MAX_PREFETCHES per pass: the first lines of wider rows
     assert KernelCodegen.MAX_PREFETCHES == 64
     assert _prefetched(ptx, "axpy_gs", (1024, 1, 1)) == {1: [("ptx.ld", 64, False)]}
