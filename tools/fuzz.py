@@ -757,7 +757,6 @@ def _copy(args: list[Any]) -> list[Any]:
 
 
 def _setup_env() -> None:
-    os.environ.setdefault("CPUIFY_NO_CACHE", "1")    # fuzz kernels would only fill the cache
     here = Path(__file__).resolve().parents[1] / "src"
     if str(here) not in sys.path:
         sys.path.insert(0, str(here))
@@ -1155,6 +1154,9 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # fuzz kernels would only fill the cache (set here, for this tool's processes: a test
+    # calling run_batch in-process keeps its cache settings)
+    os.environ.setdefault("CPUIFY_NO_CACHE", "1")
     if argv and argv[0] in ("--worker", "--check"):
         return _worker_main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],

@@ -439,14 +439,19 @@ static texture_object *object_of(unsigned long long handle, uint32_t magic) {
     return o && o->d.magic == magic ? o : NULL;
 }
 
-cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject) {
-    CHECK_STICKY();
-    if (!texObject) return cudaSuccess;
-    texture_object *o = object_of(texObject, CPUIFY_TEX_MAGIC);
+/* destroys the texture or surface object `handle` (0: nothing to do) */
+static cudaError_t destroy_object(unsigned long long handle, uint32_t magic) {
+    if (!handle) return cudaSuccess;
+    texture_object *o = object_of(handle, magic);
     if (!o) return cpuify_cudart_fail(cudaErrorInvalidValue);
     o->d.magic = 0;
     free(o);
     return cudaSuccess;
+}
+
+cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject) {
+    CHECK_STICKY();
+    return destroy_object(texObject, CPUIFY_TEX_MAGIC);
 }
 
 cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc,
@@ -485,12 +490,7 @@ cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject,
 
 cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject) {
     CHECK_STICKY();
-    if (!surfObject) return cudaSuccess;
-    texture_object *o = object_of(surfObject, CPUIFY_SURF_MAGIC);
-    if (!o) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    o->d.magic = 0;
-    free(o);
-    return cudaSuccess;
+    return destroy_object(surfObject, CPUIFY_SURF_MAGIC);
 }
 
 cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc,
