@@ -395,12 +395,18 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
         if t == "f16":
             e.kc.error("f16 min/max is not supported", op)
         sfx = fsuffix(a.type)
-        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored
-        if has(op, "NaN"):
-            name = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
-        else:
-            name = f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}"
-        fdone(e, op, call(e, name, a.type, [a, c]), t)
+        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored.
+        # The latter is llvm.minimumnum/maximumnum, but LLVM 22's x86 backend miscompiles
+        # minimumnum(maximumnum(x, k), y): knowing the inner result is never NaN, it drops
+        # the check of y (fminf(fmaxf(f, -7.25f), NaN) gave NaN; the fuzzer's fz_400_170).
+        # So: the NaN-propagating op, and a select of the other operand where one is NaN.
+        name = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
+        r = call(e, name, a.type, [a, c])
+        if not has(op, "NaN"):
+            b = e.b
+            r = b.select(b.fcmp_unordered("uno", c, c), a, r)
+            r = b.select(b.fcmp_unordered("uno", a, a), c, r)
+        fdone(e, op, r, t)
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
     kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
