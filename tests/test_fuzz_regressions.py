@@ -202,13 +202,16 @@ def test_clamp_with_a_nan_bound_compiled() -> None:
 
 
 MINMAX = r'''
-extern "C" __global__ void minmax(const float *x, const float *y, float *out, int n) {
+extern "C" __global__ void minmax(const float *x, const float *y, const int *k, float *out,
+                                  int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        out[4 * i] = fminf(fmaxf(x[i], -7.25f), y[i]);
-        out[4 * i + 1] = fmaxf(fminf(x[i], 3.5f), y[i]);
-        out[4 * i + 2] = fminf(x[i], y[i]);
-        out[4 * i + 3] = fmaxf(x[i], y[i]);
+        out[6 * i] = fminf(fmaxf(x[i], -7.25f), y[i]);
+        out[6 * i + 1] = fmaxf(fminf(x[i], 3.5f), y[i]);
+        out[6 * i + 2] = fminf(x[i], y[i]);
+        out[6 * i + 3] = fmaxf(x[i], y[i]);
+        out[6 * i + 4] = fminf((float)k[i], y[i]);      // an int converted: never NaN
+        out[6 * i + 5] = fmaxf(y[i], (float)k[i]);
     }
 }'''
 
@@ -230,10 +233,13 @@ def test_min_max_chains_on_special_values() -> None:
     vals = np.array([1.5, -9.0, np.nan, 0.0, -0.0, np.inf, -np.inf, -7.25, 3.5], np.float32)
     x, y = (a.ravel() for a in np.meshgrid(vals, vals))
     n = x.size
-    out = np.zeros(4 * n, np.float32)
-    cpuify.RawKernel(MINMAX, "minmax")(((n + 31) // 32,), (32,), (x, y, out, np.int32(n)))
+    k = np.arange(n, dtype=np.int32) % 7 - 3
+    out = np.zeros(6 * n, np.float32)
+    cpuify.RawKernel(MINMAX, "minmax")(((n + 31) // 32,), (32,), (x, y, k, out, np.int32(n)))
     want = np.array([[_pick(_pick(a, np.float32(-7.25), False), b, True),
                       _pick(_pick(a, np.float32(3.5), True), b, False),
-                      _pick(a, b, True), _pick(a, b, False)] for a, b in zip(x, y)], np.float32)
+                      _pick(a, b, True), _pick(a, b, False),
+                      _pick(np.float32(j), b, True), _pick(b, np.float32(j), False)]
+                     for a, b, j in zip(x, y, k)], np.float32)
     np.testing.assert_array_equal(out, want.ravel())                     # NaN where NaN
     np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(want.ravel()[out == 0]))

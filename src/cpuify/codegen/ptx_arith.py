@@ -386,6 +386,25 @@ def _abs(e: SegmentEmitter, op: Operation) -> None:
         e.result(op, call(e, f"llvm.abs.i{a.type.width}", a.type, [a, I1(0)]), t)
 
 
+def _maybe_never_nan(v: Value, depth: int = 6) -> bool:
+    """Whether LLVM may prove `v` never NaN (see _minmax): a constant, an integer converted
+    to float, a min/max with such an operand, a select or move of such values."""
+    if not isinstance(v, OpResult) or depth == 0:
+        return False
+    o = v.op
+    if o.name == "upir.const":
+        return True
+    if o.name in ("ptx.min", "ptx.max"):
+        return not has(o, "NaN") and any(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
+    if o.name == "ptx.cvt":
+        return any(m[:1] in "su" and m[1:].isdigit() for m in types(o)[1:])
+    if o.name == "ptx.mov":
+        return _maybe_never_nan(o.operands[0], depth - 1)
+    if o.name == "ptx.selp":
+        return all(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
+    return False
+
+
 @handles("ptx.min", "ptx.max")
 def _minmax(e: SegmentEmitter, op: Operation) -> None:
     t = ty(op)
@@ -395,17 +414,22 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
         if t == "f16":
             e.kc.error("f16 min/max is not supported", op)
         sfx = fsuffix(a.type)
-        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored.
-        # The latter is llvm.minimumnum/maximumnum, but LLVM 22's x86 backend miscompiles
-        # minimumnum(maximumnum(x, k), y): knowing the inner result is never NaN, it drops
-        # the check of y (fminf(fmaxf(f, -7.25f), NaN) gave NaN; the fuzzer's fz_400_170).
-        # So: the NaN-propagating op, and a select of the other operand where one is NaN.
-        name = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
-        r = call(e, name, a.type, [a, c])
-        if not has(op, "NaN"):
+        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored:
+        # llvm.minimumnum/maximumnum.  But LLVM 22's x86 backend miscompiles them when it
+        # knows one operand is never NaN (an integer converted to float, another min/max):
+        # it drops the other operand's NaN check (fminf(fmaxf(f, -7.25f), NaN) and
+        # fminf((float)i, NaN) gave NaN; the fuzzer's fz_400_170).  There: the
+        # NaN-propagating op and a select of the other operand where one is NaN.  Elsewhere
+        # the intrinsic stays, which the vectorizer knows as a reduction (a running max).
+        if has(op, "NaN"):
+            r = call(e, f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}", a.type, [a, c])
+        elif any(_maybe_never_nan(x) for x in op.operands[:2]):
             b = e.b
+            r = call(e, f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}", a.type, [a, c])
             r = b.select(b.fcmp_unordered("uno", c, c), a, r)
             r = b.select(b.fcmp_unordered("uno", a, a), c, r)
+        else:
+            r = call(e, f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}", a.type, [a, c])
         fdone(e, op, r, t)
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
