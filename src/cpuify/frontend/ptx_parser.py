@@ -377,7 +377,7 @@ class _Parser:
                 self.next()
                 continue
             if t == ".reg":
-                self.reg_decl(func)
+                self.reg_decl(func, depth)
             elif t in (".local", ".shared", ".param", ".global", ".const"):
                 var = self.var_decl()
                 if t == ".param" and depth > 1:
@@ -409,18 +409,9 @@ class _Parser:
             return
         old = var.name
         var.name = f"{old}$s{len(func.locals)}"
-        depth = 0
-        for tok in self.toks[self.i:]:
-            if tok.text == "{":
-                depth += 1
-            elif tok.text == "}":
-                depth -= 1
-                if depth < 0:
-                    break
-            elif tok.text == old:
-                tok.text = var.name
+        self._rename_in_scope({old: var.name})
 
-    def reg_decl(self, func: Function) -> None:
+    def reg_decl(self, func: Function, depth: int = 1) -> None:
         start = self.next()
         rtype = None
         while self.peek() is not None and self.peek().text.startswith(".") :  # type: ignore[union-attr]
@@ -431,18 +422,47 @@ class _Parser:
                 self.error("vector registers are not supported", start.line)
         if rtype is None:
             self.error("register declaration without a type", start.line)
+        declared: list[str] = []
         while True:
-            name = self.next().text
+            name_tok = self.next()
+            name = name_tok.text
             if self.accept("<"):
                 count = _parse_int(self.next().text)
                 self.expect(">")
-                for k in range(count):
-                    func.regs[f"{name}{k}"] = rtype  # type: ignore[assignment]
+                declared += [f"{name}{k}" for k in range(count)]
             else:
-                func.regs[name] = rtype  # type: ignore[assignment]
+                declared.append(name)
             if not self.accept(","):
                 break
         self.expect(";")
+        renames: dict[str, str] = {}
+        for name in declared:
+            if depth > 1 and name in func.regs:
+                # a nested `{ .reg ... }` scope (inline asm, libdevice's Payne-Hanek
+                # reduction) redeclares a name: the inner register shadows the outer one
+                # until the scope closes, so it gets a name of its own
+                renames[name] = f"{name}$s{len(func.regs)}"
+                name = renames[name]
+            func.regs[name] = rtype  # type: ignore[assignment]
+        if renames:
+            self._rename_in_scope(renames)
+
+    def _rename_in_scope(self, renames: dict[str, str]) -> None:
+        """Rename the tokens from here to the end of the current `{ }` scope."""
+        depth = 0
+        toks = self.toks
+        for j in range(self.i, len(toks)):
+            tok = toks[j]
+            if tok.text == "{":
+                depth += 1
+            elif tok.text == "}":
+                depth -= 1
+                if depth < 0:
+                    break
+            else:
+                new = renames.get(tok.text)
+                if new is not None:
+                    tok.text = new
 
     def instruction(self, func: Function) -> Instruction:
         first = self.peek()
