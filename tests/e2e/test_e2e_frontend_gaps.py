@@ -117,3 +117,63 @@ def test_nested_scopes_shadow_outer_registers():
     o[:] = 0
     interpret_kernel(SCOPED_PTX, "scoped", (1,), (8,), (o,))
     np.testing.assert_array_equal(o, want)
+
+
+# --- item 8: dynamic indexing into by-value struct parameters -----------------------------------
+
+STRUCT_SRC = r'''
+struct Big { int v[8100]; };            // 32,400 bytes (CUDA 12.1+ allows 32,764)
+struct Mid { double s; int v[300]; };
+__device__ __noinline__ int pick(Mid m, int i) { return m.v[i] + (int)m.s; }
+extern "C" __global__ void big(Big p, const int *idx, int *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = p.v[idx[i]];
+}
+extern "C" __global__ void mid(Mid m, const int *idx, int *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = pick(m, idx[i]) - m.v[(idx[i] + 1) % 300];
+}'''
+
+BIG = np.dtype([("v", np.int32, 8100)])
+MID = np.dtype([("s", np.float64), ("v", np.int32, 300)], align=True)
+
+
+@pytest.fixture(scope="module")
+def struct_mod():
+    return cpuify.RawModule(code=STRUCT_SRC)
+
+
+def _struct_args(rng):
+    p = np.zeros((), BIG)
+    p["v"] = rng.integers(-10**6, 10**6, 8100)
+    m = np.zeros((), MID)
+    m["s"] = 7.0
+    m["v"] = rng.integers(-1000, 1000, 300)
+    idx = rng.integers(0, 8100, 1000).astype(np.int32)
+    return p, m, idx
+
+
+def test_large_struct_parameter_dynamic_index(struct_mod, rng):
+    """`p.v[i]` with i from memory: the kernel takes the parameter's address and loads
+    through it (it failed with "use of undeclared register '%rd9+0'")."""
+    p, _, idx = _struct_args(rng)
+    o = np.zeros(1000, np.int32)
+    struct_mod.get_function("big")((8,), (128,), (p, idx, o, np.int32(1000)))
+    np.testing.assert_array_equal(o, p["v"][idx])
+    o[:] = 0
+    interpret_kernel(struct_mod.ptx, "big", (2,), (32,), (p, idx, o, np.int32(64)))
+    np.testing.assert_array_equal(o[:64], p["v"][idx[:64]])
+
+
+def test_struct_parameter_of_device_function_indexed(struct_mod, rng):
+    """A by-value struct passed on to a device function that indexes it: PTX puts the
+    function parameter's address in the local window, so the call stores the argument."""
+    _, m, idx = _struct_args(rng)
+    idx %= 300
+    o = np.zeros(1000, np.int32)
+    want = m["v"][idx] + 7 - m["v"][(idx + 1) % 300]
+    struct_mod.get_function("mid")((8,), (128,), (m, idx, o, np.int32(1000)))
+    np.testing.assert_array_equal(o, want)
+    o[:] = 0
+    interpret_kernel(struct_mod.ptx, "mid", (1,), (32,), (m, idx, o, np.int32(32)))
+    np.testing.assert_array_equal(o[:32], want[:32])

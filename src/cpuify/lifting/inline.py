@@ -29,6 +29,9 @@ class InlinedKernel:
     regs: dict[str, str]                       # register -> PTX type (renamed callee regs too)
     locals: list[VarDecl] = field(default_factory=list)   # .local/.shared declared in bodies
     param_vars: dict[str, VarDecl] = field(default_factory=dict)  # call-site .param variables
+    # callee parameters whose address the callee takes (`mov.b64 %rd, f_param_0` for a
+    # by-value struct it indexes dynamically): real local memory that the call stores into
+    memory_params: set[str] = field(default_factory=set)
 
 
 class _Inliner:
@@ -72,6 +75,13 @@ class _Inliner:
 
         labels = {s.name for s in func.body or [] if isinstance(s, Label)}
         ret_label = f"$__ret{suffix}" if suffix else ""
+        in_memory = _address_taken_params(func) if suffix else set()
+        for p in func.params:
+            if p.name in in_memory:
+                # PTX puts the address of a device function's .param in the local window
+                self.out.locals.append(VarDecl("local", "b8", p.name + suffix, p.line,
+                                               max(p.alignment, 1), (p.size,)))
+                self.out.memory_params.add(p.name + suffix)
         for stmt in func.body or []:
             if isinstance(stmt, Label):
                 self.out.body.append(Label(rename(stmt.name), stmt.line))
@@ -83,6 +93,10 @@ class _Inliner:
                 self.out.body.append(Instruction("bra", ("uni",), (Reg(ret_label),), stmt.line,
                                                  stmt.text, _rename_guard(stmt.guard, rename)))
                 continue
+            if in_memory and stmt.opcode == "ld" and "param" in stmt.modifiers and \
+                    isinstance(stmt.operands[1], Addr) and stmt.operands[1].base in in_memory:
+                stmt = Instruction("ld", tuple("local" if m == "param" else m for m in stmt.modifiers),
+                                   stmt.operands, stmt.line, stmt.text, stmt.guard)
             self.out.body.append(_rename_instruction(stmt, rename))
         if suffix:
             self.out.body.append(Label(ret_label, func.end_line or func.line))
@@ -141,6 +155,30 @@ class _Inliner:
                 "param", formal.type, formal.name + suffix, formal.line, formal.align, formal.dims)
         if skip is not None:
             self.out.body.append(Label(skip, stmt.line))
+
+
+def _address_taken_params(func: Function) -> set[str]:
+    """The parameters of `func` used as values (their address taken), not only loaded."""
+    names = {p.name for p in func.params}
+    taken: set[str] = set()
+
+    def visit(o: Operand) -> None:
+        if isinstance(o, Reg) and o.name in names:
+            taken.add(o.name)
+        elif isinstance(o, Vec):
+            for item in o.items:
+                visit(item)
+        elif isinstance(o, Pair):
+            visit(o.first)
+            visit(o.second)
+
+    for stmt in func.body or []:
+        if isinstance(stmt, Instruction):
+            for o in stmt.operands:
+                if isinstance(o, Addr) and o.base in names and stmt.opcode not in ("ld", "st"):
+                    taken.add(o.base)     # `mov.u64 %rd, f_param_0+8`
+                visit(o)
+    return taken
 
 
 def _rename_guard(guard: Reg | None, rename) -> Reg | None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,75 @@
+// Frontend constructs seen in real CUDA programs (issue 16): warpSize, by-value struct
+// parameters indexed at run time (up to CUDA 12.1's 32 KB), double sin/cos/tan of huge
+// arguments (libdevice's nested register scopes). The test checks the output with NumPy.
+#include "check.h"
+#include <cmath>
+
+struct Big { int v[8100]; };                 // 32,400 bytes of kernel parameters
+struct Mid { double s; int v[300]; };
+
+__device__ __noinline__ int pick(Mid m, int i) { return m.v[i] + (int)m.s; }
+
+__global__ void lanes(int *o) {
+    int t = threadIdx.x;
+    o[t] = (t & (warpSize - 1)) + 100 * (t / warpSize) + (t < warpSize ? 10000 : 0);
+}
+
+__global__ void big(Big p, const int *idx, int *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = p.v[idx[i]];
+}
+
+__global__ void mid(Mid m, const int *idx, int *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = pick(m, idx[i] % 300);
+}
+
+__global__ void trig(const double *x, double *r, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { r[3 * i] = sin(x[i]); r[3 * i + 1] = cos(x[i]); r[3 * i + 2] = tan(x[i]); }
+}
+
+int main() {
+    int *d, h[96];
+    CHECK(cudaMalloc(&d, sizeof h));
+    lanes<<<1, 96>>>(d);
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    long lane_sum = 0;
+    for (int k = 0; k < 96; k++) lane_sum += (long)h[k] * (k + 1);
+    printf("lanes %ld\n", lane_sum);
+
+    static Big b;
+    Mid m;
+    m.s = 7;
+    for (int k = 0; k < 8100; k++) b.v[k] = 3 * k + 1;
+    for (int k = 0; k < 300; k++) m.v[k] = -k;
+    const int n = 1000;
+    int hidx[n], ho[n];
+    for (int k = 0; k < n; k++) hidx[k] = (k * 7919) % 8100;
+    int *didx, *dout;
+    CHECK(cudaMalloc(&didx, sizeof hidx));
+    CHECK(cudaMalloc(&dout, sizeof ho));
+    CHECK(cudaMemcpy(didx, hidx, sizeof hidx, cudaMemcpyHostToDevice));
+    big<<<(n + 127) / 128, 128>>>(b, didx, dout, n);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(ho, dout, sizeof ho, cudaMemcpyDeviceToHost));
+    long big_sum = 0;
+    for (int k = 0; k < n; k++) big_sum += (long)ho[k] * (k + 1);
+    mid<<<(n + 127) / 128, 128>>>(m, didx, dout, n);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(ho, dout, sizeof ho, cudaMemcpyDeviceToHost));
+    long mid_sum = 0;
+    for (int k = 0; k < n; k++) mid_sum += (long)ho[k] * (k + 1);
+    printf("struct %ld %ld\n", big_sum, mid_sum);
+
+    const int nt = 8;
+    double hx[nt] = {2147483648.0, -3e9, 1e10, 123456789012.5, -5e15, 1e22, 1e300, 0.5};
+    double hr[3 * nt], *dx, *dr;
+    CHECK(cudaMalloc(&dx, sizeof hx));
+    CHECK(cudaMalloc(&dr, sizeof hr));
+    CHECK(cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice));
+    trig<<<1, 32>>>(dx, dr, nt);
+    CHECK(cudaMemcpy(hr, dr, sizeof hr, cudaMemcpyDeviceToHost));
+    for (int k = 0; k < nt; k++) printf("trig %.17g %.17g %.17g %.17g\n", hx[k], hr[3 * k], hr[3 * k + 1], hr[3 * k + 2]);
+    return 0;
+}
