@@ -4,6 +4,9 @@ reference interpreter, checked against NumPy."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -177,3 +180,101 @@ def test_struct_parameter_of_device_function_indexed(struct_mod, rng):
     o[:] = 0
     interpret_kernel(struct_mod.ptx, "mid", (1,), (32,), (m, idx, o, np.int32(32)))
     np.testing.assert_array_equal(o[:32], want[:32])
+
+
+# --- item 10: volatile and ordered accesses -----------------------------------------------------
+
+VOLATILE_SRC = r'''
+// the spins are bounded: if a load were hoisted out of the loop, LLVM would run the counter
+// to the bound at once and the kernel would report it instead of hanging
+#define LIMIT (1LL << 60)
+extern "C" __global__ void spin_on_host(volatile int *flag, long long *spins, int *out) {
+    long long k = 0;
+    while (flag[0] == 0 && k < LIMIT) k++;
+    spins[threadIdx.x] = k;
+    out[threadIdx.x] = flag[0] + threadIdx.x;
+}
+extern "C" __global__ void publish_and_wait(volatile int *flag, int *data, long long *spins) {
+    // block 0 publishes; every other block waits for it (blocks start in order, so the
+    // wait ends whether or not the two run on different workers)
+    if (blockIdx.x == 0) {
+        if (threadIdx.x == 0) { data[0] = 42; __threadfence(); *flag = 1; }
+    } else if (threadIdx.x == 0) {
+        long long k = 0;
+        while (*flag == 0 && k < LIMIT) k++;
+        spins[blockIdx.x] = k;
+        data[blockIdx.x] = data[0] + (int)blockIdx.x;
+    }
+}
+__device__ unsigned ld_acquire(const unsigned *p) {
+    unsigned v; asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+__device__ unsigned ld_relaxed(const unsigned *p) {
+    unsigned v; asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); return v;
+}
+__device__ void st_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.gpu.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+extern "C" __global__ void acquire_spin(unsigned *flag, long long *spins, unsigned *out) {
+    long long k = 0;
+    while (ld_acquire(flag) == 0u && k < LIMIT) k++;
+    spins[threadIdx.x] = k;
+    st_release(out + threadIdx.x, ld_relaxed(flag) * 2u + threadIdx.x);
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def volatile_mod():
+    return cpuify.RawModule(code=VOLATILE_SRC)
+
+
+def _set_later(array: np.ndarray, value: int, delay: float) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        array[0] = value
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("kernel", ["spin_on_host", "acquire_spin"])
+def test_spin_sees_a_flag_the_host_sets_during_the_launch(volatile_mod, kernel):
+    dtype = np.int32 if kernel == "spin_on_host" else np.uint32
+    flag = np.zeros(1, dtype)
+    spins = np.zeros(4, np.int64)
+    out = np.zeros(4, dtype)
+    setter = _set_later(flag, 5, 0.2)
+    volatile_mod.get_function(kernel)((1,), (4,), (flag, spins, out))
+    setter.join()
+    assert (spins < 1 << 60).all() and spins[0] > 0
+    want = 5 if kernel == "spin_on_host" else 10
+    np.testing.assert_array_equal(out, want + np.arange(4))
+
+
+def test_blocks_wait_for_a_flag_another_block_sets(volatile_mod):
+    for _ in range(3):
+        flag = np.zeros(1, np.int32)
+        data = np.zeros(16, np.int32)
+        spins = np.zeros(16, np.int64)
+        volatile_mod.get_function("publish_and_wait")((16,), (32,), (flag, data, spins))
+        assert (spins < 1 << 60).all()
+        np.testing.assert_array_equal(data, 42 + np.arange(16) * (np.arange(16) > 0))
+
+
+def test_volatile_and_ordered_accesses_stay_in_llvm(volatile_mod):
+    """Every volatile access is an LLVM volatile access; `.acquire`/`.relaxed`/`.release`
+    are atomic ones with that ordering (after LLVM's optimizations)."""
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.compiler import lift_optimized
+    from cpuify.frontend.ptx_parser import parse_ptx
+    module = parse_ptx(volatile_mod.ptx)
+    texts = {}
+    for name in ("spin_on_host", "acquire_spin"):
+        gen = ModuleCodegen(module)
+        gen.add_kernel(lift_optimized(module, module.functions[name]), None)
+        texts[name] = gen.llvm_text()
+    assert texts["spin_on_host"].count("load volatile i32") == 2
+    assert "load atomic volatile i32" in texts["acquire_spin"] and " acquire, align 4" in texts["acquire_spin"]
+    assert " monotonic, align 4" in texts["acquire_spin"]
+    assert "store atomic volatile i32" in texts["acquire_spin"] and " release, align 4" in texts["acquire_spin"]

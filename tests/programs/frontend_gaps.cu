@@ -29,6 +29,25 @@ __global__ void trig(const double *x, double *r, int n) {
     if (i < n) { r[3 * i] = sin(x[i]); r[3 * i + 1] = cos(x[i]); r[3 * i + 2] = tan(x[i]); }
 }
 
+// block 0 publishes, the others spin on the volatile flag until they see it
+__global__ void publish_and_wait(volatile int *flag, int *data) {
+    if (blockIdx.x == 0) {
+        if (threadIdx.x == 0) { data[0] = 42; __threadfence(); *flag = 1; }
+    } else if (threadIdx.x == 0) {
+        long long k = 0;
+        while (*flag == 0 && k < (1LL << 60)) k++;
+        data[blockIdx.x] = k < (1LL << 60) ? data[0] + (int)blockIdx.x : -1;
+    }
+}
+
+// a flag an earlier kernel set, read in a spin
+__global__ void wait_for_earlier(volatile int *flag, int *out) {
+    long long k = 0;
+    while (*flag != 2 && k < (1LL << 60)) k++;
+    out[threadIdx.x] = k < (1LL << 60) ? *flag * 10 + threadIdx.x : -1;
+}
+__global__ void set_flag(int *flag) { *flag = 2; }
+
 int main() {
     int *d, h[96];
     CHECK(cudaMalloc(&d, sizeof h));
@@ -71,5 +90,22 @@ int main() {
     trig<<<1, 32>>>(dx, dr, nt);
     CHECK(cudaMemcpy(hr, dr, sizeof hr, cudaMemcpyDeviceToHost));
     for (int k = 0; k < nt; k++) printf("trig %.17g %.17g %.17g %.17g\n", hx[k], hr[3 * k], hr[3 * k + 1], hr[3 * k + 2]);
+
+    int *dflag, *ddata, hdata[64];
+    CHECK(cudaMalloc(&dflag, sizeof(int)));
+    CHECK(cudaMalloc(&ddata, sizeof hdata));
+    long flag_sum = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        CHECK(cudaMemset(dflag, 0, sizeof(int)));
+        publish_and_wait<<<64, 32>>>(dflag, ddata);
+        CHECK(cudaMemcpy(hdata, ddata, sizeof hdata, cudaMemcpyDeviceToHost));
+        for (int k = 0; k < 64; k++) flag_sum += hdata[k];
+    }
+    set_flag<<<1, 1>>>(dflag);
+    wait_for_earlier<<<1, 64>>>(dflag, ddata);
+    CHECK(cudaMemcpy(hdata, ddata, sizeof hdata, cudaMemcpyDeviceToHost));
+    long earlier_sum = 0;
+    for (int k = 0; k < 64; k++) earlier_sum += hdata[k];
+    printf("flags %ld %ld\n", flag_sum, earlier_sum);
     return 0;
 }

@@ -19,7 +19,8 @@ from llvmlite import ir
 
 from cpuify.analysis.pointers import memory_space
 from cpuify.codegen.lowering import (
-    F32, F64, I1, I64, handles, is_float, is_signed, ptx_llvm_type, _width,
+    F32, F64, I1, I64, handles, is_float, is_signed, ordered_load, ordered_store, ptx_llvm_type,
+    _width,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
@@ -211,19 +212,32 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
     lt = ptx_llvm_type(t)
     size = type_size(t)
     m = mods(op)
+    ordering = _ordering(m, "acquire")
     for k in range(len(op.results)):
         pk = b.gep(p, [I64(k * size)]) if k else p
-        v = b.load(b.bitcast(pk, lt.as_pointer()))
-        v.align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        if ordering is not None or "volatile" in m:
+            # a real read in program order: a spin on a flag another block, the host or an
+            # earlier kernel writes must see the write
+            v = ordered_load(b, b.bitcast(pk, lt.as_pointer()), lt, ordering,
+                             size if ordering else align)
+        else:
+            v = b.load(b.bitcast(pk, lt.as_pointer()))
+            v.align = align
         if space == "shared":
             e.tag_shared_access(op, v)
-        if "volatile" in m:
-            v.volatile = True  # type: ignore[attr-defined]
-        elif "acquire" in m or "relaxed" in m:
-            v.volatile = True  # type: ignore[attr-defined]
         e.result(op, v, t, k)
-    if "acquire" in m:
-        b.fence("acquire")
+
+
+def _ordering(m: list[str], strong: str) -> str | None:
+    """The LLVM atomic ordering of an ld/st with PTX memory-model qualifiers: `.relaxed`
+    (and `.mmio`) monotonic, `.acquire`/`.release` (`strong`) as named; None for weak and
+    `.volatile` accesses."""
+    if strong in m:
+        return strong
+    if "relaxed" in m or "mmio" in m:
+        return "monotonic"
+    return None
 
 
 @handles("ptx.st")
@@ -232,20 +246,22 @@ def _st(e: SegmentEmitter, op: Operation) -> None:
     t = ty(op)
     space = memory_space(op)
     m = mods(op)
-    if "release" in m:
-        b.fence("release")
+    ordering = _ordering(m, "release")
     p = e.address(op, space)
     lt = ptx_llvm_type(t)
     size = type_size(t)
     for k, v in enumerate(op.operands[1:]):
         pk = b.gep(p, [I64(k * size)]) if k else p
         val = e.operand(v, t)
-        s = b.store(val, b.bitcast(pk, lt.as_pointer()))
-        s.align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        if ordering is not None or "volatile" in m:
+            s = ordered_store(b, val, b.bitcast(pk, lt.as_pointer()), ordering,
+                              size if ordering else align)
+        else:
+            s = b.store(val, b.bitcast(pk, lt.as_pointer()))
+            s.align = align
         if space == "shared":
             e.tag_shared_access(op, s)
-        if "volatile" in m or "relaxed" in m or "release" in m:
-            s.volatile = True  # type: ignore[attr-defined]
 
 
 _RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "exch": "xchg",
