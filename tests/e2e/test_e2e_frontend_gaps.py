@@ -278,3 +278,107 @@ def test_volatile_and_ordered_accesses_stay_in_llvm(volatile_mod):
     assert "load atomic volatile i32" in texts["acquire_spin"] and " acquire, align 4" in texts["acquire_spin"]
     assert " monotonic, align 4" in texts["acquire_spin"]
     assert "store atomic volatile i32" in texts["acquire_spin"] and " release, align 4" in texts["acquire_spin"]
+
+
+# --- item 13: conversions with directed rounding on 64-bit integers ------------------------------
+
+CVT64_SRC = r'''
+extern "C" __global__ void ll_to_fp(const long long *s, const unsigned long long *u, float *f,
+                                    double *d, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long a = s[i]; unsigned long long b = u[i];
+    f[8 * i + 0] = __ll2float_rn(a); f[8 * i + 1] = __ll2float_rz(a);
+    f[8 * i + 2] = __ll2float_rd(a); f[8 * i + 3] = __ll2float_ru(a);
+    f[8 * i + 4] = __ull2float_rn(b); f[8 * i + 5] = __ull2float_rz(b);
+    f[8 * i + 6] = __ull2float_rd(b); f[8 * i + 7] = __ull2float_ru(b);
+    d[8 * i + 0] = __ll2double_rn(a); d[8 * i + 1] = __ll2double_rz(a);
+    d[8 * i + 2] = __ll2double_rd(a); d[8 * i + 3] = __ll2double_ru(a);
+    d[8 * i + 4] = __ull2double_rn(b); d[8 * i + 5] = __ull2double_rz(b);
+    d[8 * i + 6] = __ull2double_rd(b); d[8 * i + 7] = __ull2double_ru(b);
+}
+extern "C" __global__ void fp_to_ll(const float *f, const double *d, long long *s,
+                                    unsigned long long *u, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = f[i]; double y = d[i];
+    long long *ps = s + 8 * i; unsigned long long *pu = u + 8 * i;
+    ps[0] = __float2ll_rn(x); ps[1] = __float2ll_rz(x); ps[2] = __float2ll_rd(x); ps[3] = __float2ll_ru(x);
+    ps[4] = __double2ll_rn(y); ps[5] = __double2ll_rz(y); ps[6] = __double2ll_rd(y); ps[7] = __double2ll_ru(y);
+    pu[0] = __float2ull_rn(x); pu[1] = __float2ull_rz(x); pu[2] = __float2ull_rd(x); pu[3] = __float2ull_ru(x);
+    pu[4] = __double2ull_rn(y); pu[5] = __double2ull_rz(y); pu[6] = __double2ull_rd(y); pu[7] = __double2ull_ru(y);
+}
+'''
+
+
+def _round_int(v: int, ftype, mode: str):
+    """The float of type `ftype` nearest to the integer v in direction `mode`, exactly (the
+    neighbours of v found by exact comparisons; ties to even)."""
+    from fractions import Fraction as Q
+    lo = ftype(float(v))
+    inf = ftype(np.inf)
+    while Q(float(lo)) > v:
+        lo = np.nextafter(lo, -inf)
+    while np.isfinite(np.nextafter(lo, inf)) and Q(float(np.nextafter(lo, inf))) <= v:
+        lo = np.nextafter(lo, inf)
+    if Q(float(lo)) == v:
+        return lo
+    hi = np.nextafter(lo, inf)
+    if mode == "rd" or mode == "rz" and v > 0:
+        return lo
+    if mode == "ru" or mode == "rz":
+        return hi
+    d_lo, d_hi = v - Q(float(lo)), Q(float(hi)) - v
+    if d_lo != d_hi:
+        return lo if d_lo < d_hi else hi
+    bits = np.array([lo]).view(np.uint32 if ftype is np.float32 else np.uint64)[0]
+    return lo if bits % 2 == 0 else hi
+
+
+def _int_samples(rng) -> tuple[np.ndarray, np.ndarray]:
+    edges = [0, 1, -1, 2**24 + 1, -(2**24 + 1), 2**53 + 1, -(2**53 + 1), 2**62 + 2**38 + 1,
+             2**63 - 1, -2**63, -2**63 + 1, (1 << 40) + 3, -(1 << 40) - 3, 123456789123456789]
+    s = np.array(edges + list(rng.integers(-2**63, 2**63 - 1, 50, dtype=np.int64)), np.int64)
+    uedges = [0, 1, 2**64 - 1, 2**63, 2**63 + 1, 2**53 + 1, 2**24 + 1, 2**64 - 2**39 - 1]
+    u = np.array(uedges + list(rng.integers(0, 2**64 - 1, len(s) - len(uedges), dtype=np.uint64)),
+                 np.uint64)
+    return s, u
+
+
+def test_cvt_directed_rounding_from_64_bit_integers(rng):
+    m = cpuify.RawModule(code=CVT64_SRC)
+    s, u = _int_samples(rng)
+    n = len(s)
+    f = np.zeros(8 * n, np.float32)
+    d = np.zeros(8 * n, np.float64)
+    m.get_function("ll_to_fp")((1,), (128,), (s, u, f, d, np.int32(n)))
+    fi = np.zeros_like(f)
+    di = np.zeros_like(d)
+    interpret_kernel(m.ptx, "ll_to_fp", (1,), (n,), (s, u, fi, di, np.int32(n)))
+    modes = ("rn", "rz", "rd", "ru")
+    for i in range(n):
+        for k, mode in enumerate(modes):
+            for j, v in ((k, int(s[i])), (4 + k, int(u[i]))):
+                assert f[8 * i + j] == _round_int(v, np.float32, mode), (v, mode, "f32")
+                assert d[8 * i + j] == _round_int(v, np.float64, mode), (v, mode, "f64")
+    np.testing.assert_array_equal(fi, f)
+    np.testing.assert_array_equal(di, d)
+
+
+def test_cvt_float_to_64_bit_integers_each_rounding(rng):
+    m = cpuify.RawModule(code=CVT64_SRC)
+    vals = [0.5, -0.5, 1.5, -1.5, 2.5, -2.7, 1e18 + 0.0, -9.3e18, 2.0**62 * 1.5, 1e19, -1.0,
+            4503599627370497.5, 3.999999]
+    x = np.array(vals + list(rng.uniform(-1e6, 1e6, 20)), np.float64)
+    n = len(x)
+    f = x.astype(np.float32)
+    sv = np.zeros(8 * n, np.int64)
+    uv = np.zeros(8 * n, np.uint64)
+    m.get_function("fp_to_ll")((1,), (64,), (f, x, sv, uv, np.int32(n)))
+    rounders = {"rn": np.rint, "rz": np.trunc, "rd": np.floor, "ru": np.ceil}
+    for i in range(n):
+        for k, mode in enumerate(("rn", "rz", "rd", "ru")):
+            for j, v in ((k, float(f[i])), (4 + k, float(x[i]))):
+                r = int(rounders[mode](v))
+                assert sv[8 * i + j] == max(-2**63, min(2**63 - 1, r)), (v, mode)
+                assert uv[8 * i + j] == max(0, min(2**64 - 1, r)), (v, mode)

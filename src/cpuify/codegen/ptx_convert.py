@@ -164,8 +164,7 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
             rn = b.fptrunc(wide, F32)
             r = directed(e, rn, b.fsub(wide, b.fpext(rn, F64)), frnd)
         elif frnd in ("rz", "rm", "rp") and not (dt == "f64" and type_size(st) <= 4):
-            e.kc.error(f"cvt.{frnd}.{dt}.{st} (directed rounding from 64-bit integers) is not supported", op)
-            return
+            r = _int64_to_float_directed(e, a, ft, is_signed(st), frnd)
         else:
             r = b.sitofp(a, ft) if is_signed(st) else b.uitofp(a, ft)
         if sat:
@@ -237,3 +236,24 @@ def _isspacep(e: SegmentEmitter, op: Operation) -> None:
     else:
         r = I1(1)
     e.result(op, r, "pred")
+
+
+def _int64_to_float_directed(e: SegmentEmitter, a: ir.Value, ft: ir.Type, signed: bool,
+                             mode: str) -> ir.Value:
+    """cvt.{rz,rm,rp}.{f32,f64}.{s64,u64}: the round-to-nearest conversion, moved one step
+    where the exact error (a - rn, compared as integers: rn is an integer in range unless it
+    rounded up to 2^63 or 2^64, which is then above a) points the other way."""
+    b = e.b
+    it = a.type
+    rn = b.sitofp(a, ft) if signed else b.uitofp(a, ft)
+    limit = ir.Constant(ft, 2.0 ** (it.width - 1 if signed else it.width))
+    above_range = b.fcmp_ordered(">=", rn, limit)
+    back = b.fptosi(rn, it) if signed else b.fptoui(rn, it)
+    back = b.select(above_range, ir.Constant(it, 0), back)      # (out of range: poison)
+    gt = b.icmp_signed(">", a, back) if signed else b.icmp_unsigned(">", a, back)
+    lt = b.icmp_signed("<", a, back) if signed else b.icmp_unsigned("<", a, back)
+    lt = b.or_(lt, above_range)
+    gt = b.and_(gt, b.not_(above_range))
+    one, zero = ir.Constant(ft, 1.0), ir.Constant(ft, 0.0)
+    err_sign = b.select(gt, one, b.select(lt, b.fneg(one), zero))
+    return directed(e, rn, err_sign, mode)
