@@ -611,7 +611,8 @@ def test_texture_fetch_with_simple_operands_is_unsupported():
     ("\twmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f1}, {%r1}, {%r2}, {%f2};", "wmma"),
     ("\tcp.async.ca.shared.global [%r1], [%rd1], 16;", "cp.async"),
     ("\tbar.arrive 1, 64;", "bar.arrive"),
-    ("\tadd.f16x2 %r1, %r2, %r3;", "packed half"),
+    ("\trcp.approx.f16x2 %r1, %r2;", "half/bfloat16 operation"),
+    ("\tmin.xorsign.abs.bf16x2 %r1, %r2, %r3;", "xorsign"),
 ])
 def test_other_refusals_name_the_feature(body, word):
     err = _lift_error(body)

@@ -382,3 +382,230 @@ def test_cvt_float_to_64_bit_integers_each_rounding(rng):
                 r = int(rounders[mode](v))
                 assert sv[8 * i + j] == max(-2**63, min(2**63 - 1, r)), (v, mode)
                 assert uv[8 * i + j] == max(0, min(2**64 - 1, r)), (v, mode)
+
+
+# --- item 13: packed half and bfloat16 arithmetic -----------------------------------------------
+
+HALF2_SRC = r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+template <typename T2>
+__device__ void ops(const T2 *a, const T2 *b, const T2 *c, T2 *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    T2 x = a[i], y = b[i], z = c[i];
+    T2 *r = o + 8 * i;
+    r[0] = __hadd2(x, y); r[1] = __hsub2(x, y); r[2] = __hmul2(x, y); r[3] = __hfma2(x, y, z);
+    r[4] = __hneg2(x); r[5] = __habs2(x); r[6] = __hmin2(x, y); r[7] = __hmax2(x, y);
+}
+extern "C" __global__ void half2_ops(const __half2 *a, const __half2 *b, const __half2 *c,
+                                     __half2 *o, int n) { ops(a, b, c, o, n); }
+extern "C" __global__ void bf162_ops(const __nv_bfloat162 *a, const __nv_bfloat162 *b,
+                                     const __nv_bfloat162 *c, __nv_bfloat162 *o, int n) {
+    ops(a, b, c, o, n);
+}
+extern "C" __global__ void pack_convert(const float *x, __half2 *h, __nv_bfloat162 *bf,
+                                        float *back, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    h[i] = __floats2half2_rn(x[2 * i], x[2 * i + 1]);          // cvt.rn.f16x2.f32
+    bf[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);     // cvt.rn.bf16x2.f32
+    float2 f = __half22float2(h[i]);                            // mov.b32 {lo, hi} + cvt
+    float2 g = __bfloat1622float2(bf[i]);
+    back[4 * i] = f.x; back[4 * i + 1] = f.y; back[4 * i + 2] = g.x; back[4 * i + 3] = g.y;
+}
+extern "C" __global__ void half2_compare_exp(const __half2 *a, const __half2 *b, __half2 *o,
+                                             int *flags, __half *s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    __half2 x = a[i], y = b[i];
+    o[3 * i] = __hgt2(x, y);                    // set.gt.f16x2.f16x2: 1.0 or 0.0 per half
+    o[3 * i + 1] = h2exp2(x);                   // ex2.approx.f16x2
+    o[3 * i + 2] = __hmax2_nan(x, y);           // max.NaN.f16x2
+    flags[i] = __hbgt2(x, y) + 2 * __hble2(x, y);   // setp.f16x2 p|q, both halves
+    s[2 * i] = __hmin(__low2half(x), __high2half(y));   // min.f16
+    s[2 * i + 1] = hexp2(__low2half(x));                // ex2.approx.f16
+}
+extern "C" __global__ void bf16_scalar(const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                                       __nv_bfloat16 *o, float *f, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    __nv_bfloat16 x = a[i], y = b[i];
+    o[6 * i] = __hadd(x, y); o[6 * i + 1] = __hmul(x, y); o[6 * i + 2] = __hfma(x, y, x);
+    o[6 * i + 3] = __hmin(x, y); o[6 * i + 4] = __float2bfloat16_rz(__bfloat162float(x) * 3.0f);
+    o[6 * i + 5] = __hgt(x, y) ? x : y;
+    f[i] = __bfloat162float(x) + __bfloat162float(y);
+}
+'''
+
+
+def _exact_round(q, fmt: str):
+    """The exact rational q rounded to nearest even in `fmt` (an independent reference)."""
+    from fractions import Fraction
+    prec, emin, emax = {"f16": (11, -14, 15), "bf16": (8, -126, 127)}[fmt]
+    if q == 0:
+        return 0.0
+    neg, a = q < 0, abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    while Fraction(2) ** e > a:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    quantum = Fraction(2) ** (max(e, emin) - prec + 1)
+    n, rest = divmod(a, quantum)
+    if rest > quantum / 2 or rest == quantum / 2 and n % 2:
+        n += 1
+    v = float(n * quantum)
+    if v > (2 - 2.0 ** (1 - prec)) * 2.0 ** emax:
+        v = np.inf
+    return -v if neg else v
+
+
+def _bf16_bits(f32: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, round to nearest even on the low 16 bits (NaN kept NaN)."""
+    u = f32.astype(np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f32), np.uint16(0x7FFF), r)
+
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _half_samples(rng, n: int, fmt: str) -> np.ndarray:
+    """Bits of finite values of mixed magnitudes (subnormals, large, small), no NaN."""
+    if fmt == "f16":
+        v = rng.standard_normal(n) * np.exp2(rng.integers(-20, 12, n))
+        return v.astype(np.float16).view(np.uint16)
+    v = (rng.standard_normal(n) * np.exp2(rng.integers(-130, 100, n))).astype(np.float32)
+    return _bf16_bits(v)
+
+
+@pytest.fixture(scope="module")
+def half2_mod():
+    return cpuify.RawModule(code=HALF2_SRC, options=("--gpu-architecture=compute_80",))
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+def test_packed_half_arithmetic(half2_mod, rng, fmt):
+    from fractions import Fraction
+    n = 512
+    a, b, c = (_half_samples(rng, 2 * n, fmt) for _ in range(3))
+    a[:8] = b[:8]                       # x - x, min/max of equal values
+    o = np.zeros(16 * n, np.uint16)
+    kernel = "half2_ops" if fmt == "f16" else "bf162_ops"
+    half2_mod.get_function(kernel)((4,), (128,), (a, b, c, o, np.int32(n)))
+    if fmt == "f16":
+        val = lambda bits: bits.view(np.float16).astype(np.float64)  # noqa: E731
+    else:
+        val = lambda bits: _bf16_values(bits).astype(np.float64)  # noqa: E731
+    x, y, z = val(a), val(b), val(c)
+    got = val(o).reshape(n, 8, 2).transpose(1, 0, 2).reshape(8, 2 * n)
+    with np.errstate(all="ignore"):
+        # sums, differences and products rounded to f32 first and then to the half format:
+        # the same as one rounding (24 >= 2p + 2 bits); the references round only once
+        want = [np.array([_exact_round(Fraction(p) + Fraction(q), fmt) for p, q in zip(x, y)]),
+                np.array([_exact_round(Fraction(p) - Fraction(q), fmt) for p, q in zip(x, y)]),
+                np.array([_exact_round(Fraction(p) * Fraction(q), fmt) for p, q in zip(x, y)]),
+                np.array([_exact_round(Fraction(p) * Fraction(q) + Fraction(r), fmt)
+                          for p, q, r in zip(x, y, z)]),
+                -x, np.abs(x), np.fmin(x, y), np.fmax(x, y)]
+    names = ["add", "sub", "mul", "fma", "neg", "abs", "min", "max"]
+    for name, g, w in zip(names, got, want):
+        np.testing.assert_array_equal(g, w, err_msg=f"{name}.{fmt}x2")
+    # the interpreter computes the same bits
+    oi = np.zeros_like(o)
+    interpret_kernel(half2_mod.ptx, kernel, (1,), (64,), (a, b, c, oi, np.int32(64)))
+    np.testing.assert_array_equal(oi[:16 * 64], o[:16 * 64])
+
+
+def test_half2_fma_single_rounding(half2_mod):
+    """(1 + 2^-5)(1 + 2^-6) = 1 + 2^-5 + 2^-6 + 2^-11 is half-way between two f16 values;
+    + 2^-24 puts it above, so fma rounds up.  Rounded to f32 first, the 2^-24 is a tie that
+    goes to even and the result then a tie that goes down.  The bf16 twin:
+    (1 + 2^-4)^2 + 2^-100."""
+    x = np.array([1 + 2**-5, 0.0], np.float16).view(np.uint16)
+    y = np.array([1 + 2**-6, 0.0], np.float16).view(np.uint16)
+    z = np.array([2.0**-24, 0.0], np.float16).view(np.uint16)
+    o = np.zeros(16, np.uint16)
+    half2_mod.get_function("half2_ops")((1,), (1,), (x, y, z, o, np.int32(1)))
+    assert float(o.view(np.float16)[6]) == 1 + 2**-5 + 2**-6 + 2**-10
+    xb = _bf16_bits(np.array([1 + 2**-4, 0.0], np.float32))
+    zb = _bf16_bits(np.array([2.0**-100, 0.0], np.float32))
+    half2_mod.get_function("bf162_ops")((1,), (1,), (xb, xb, zb, o, np.int32(1)))
+    assert float(_bf16_values(o)[6]) == 1 + 2**-3 + 2**-7
+    oi = np.zeros_like(o)
+    interpret_kernel(half2_mod.ptx, "bf162_ops", (1,), (1,), (xb, xb, zb, oi, np.int32(1)))
+    assert float(_bf16_values(oi)[6]) == 1 + 2**-3 + 2**-7
+
+
+def test_pack_and_convert_f32_pairs(half2_mod, rng):
+    n = 256
+    x = (rng.standard_normal(2 * n) * np.exp2(rng.integers(-30, 30, 2 * n))).astype(np.float32)
+    h = np.zeros(2 * n, np.uint16)
+    bf = np.zeros(2 * n, np.uint16)
+    back = np.zeros(4 * n, np.float32)
+    half2_mod.get_function("pack_convert")((2,), (128,), (x, h, bf, back, np.int32(n)))
+    with np.errstate(over="ignore"):
+        h16 = x.astype(np.float16)
+    np.testing.assert_array_equal(h.view(np.float16), h16)      # .x in the low half
+    np.testing.assert_array_equal(bf, _bf16_bits(x))
+    back = back.reshape(n, 4)
+    np.testing.assert_array_equal(back[:, :2].ravel(), h16.astype(np.float32))
+    np.testing.assert_array_equal(back[:, 2:].ravel(), _bf16_values(_bf16_bits(x)))
+
+
+def _within_ulps(got: np.ndarray, want: np.ndarray, ulps: int) -> bool:
+    """f16 results within `ulps` f16 ulps of the float64 reference (NaN where it is NaN)."""
+    nan = np.isnan(want)
+    with np.errstate(invalid="ignore"):
+        ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+        close = np.abs(got.astype(np.float64) - want) <= ulps * ulp
+    return bool((np.isnan(got) == nan).all() and close[~nan].all())
+
+
+def test_half2_compare_and_exp(half2_mod, rng):
+    n = 256
+    a = (rng.standard_normal(2 * n) * 4).astype(np.float16)
+    b = (rng.standard_normal(2 * n) * 4).astype(np.float16)
+    b[:6] = a[:6]
+    a[7], b[9] = np.nan, np.nan
+    o = np.zeros(6 * n, np.float16)
+    flags = np.zeros(n, np.int32)
+    s = np.zeros(2 * n, np.float16)
+    half2_mod.get_function("half2_compare_exp")((2,), (128,), (a, b, o, flags, s, np.int32(n)))
+    o = o.reshape(n, 3, 2)
+    x, y = a.reshape(n, 2), b.reshape(n, 2)
+    np.testing.assert_array_equal(o[:, 0], (x > y).astype(np.float16))
+    # ex2.approx: within 2 ulp of the f16 result
+    want = np.exp2(x.astype(np.float64))
+    assert _within_ulps(o[:, 1], want, 2)
+    np.testing.assert_array_equal(o[:, 2], np.maximum(x, y))      # NaN propagates
+    np.testing.assert_array_equal(flags, (x > y).all(axis=1) + 2 * (x <= y).all(axis=1))
+    np.testing.assert_array_equal(s[0::2], np.fmin(x[:, 0], y[:, 1]))
+    assert _within_ulps(s[1::2], np.exp2(x[:, 0].astype(np.float64)), 2)
+
+
+def test_scalar_bf16(half2_mod, rng):
+    from fractions import Fraction as Q
+    n = 300
+    a, b = _half_samples(rng, n, "bf16"), _half_samples(rng, n, "bf16")
+    o = np.zeros(6 * n, np.uint16)
+    f = np.zeros(n, np.float32)
+    half2_mod.get_function("bf16_scalar")((3,), (128,), (a, b, o, f, np.int32(n)))
+    x, y = _bf16_values(a).astype(np.float64), _bf16_values(b).astype(np.float64)
+    got = _bf16_values(o).reshape(n, 6).T.astype(np.float64)
+    np.testing.assert_array_equal(got[0], [_exact_round(Q(p) + Q(q), "bf16") for p, q in zip(x, y)])
+    np.testing.assert_array_equal(got[1], [_exact_round(Q(p) * Q(q), "bf16") for p, q in zip(x, y)])
+    np.testing.assert_array_equal(got[2], [_exact_round(Q(p) * Q(q) + Q(p), "bf16")
+                                           for p, q in zip(x, y)])
+    np.testing.assert_array_equal(got[3], np.fmin(x, y))
+    # round toward zero: truncate the low half of the f32 product
+    trunc = ((_bf16_values(a) * np.float32(3)).view(np.uint32) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(o.reshape(n, 6)[:, 4], trunc)
+    np.testing.assert_array_equal(got[5], np.where(x > y, x, y))
+    np.testing.assert_array_equal(f, (_bf16_values(a) + _bf16_values(b)))
+    oi = np.zeros_like(o)
+    fi = np.zeros_like(f)
+    interpret_kernel(half2_mod.ptx, "bf16_scalar", (1,), (64,), (a, b, oi, fi, np.int32(64)))
+    np.testing.assert_array_equal(oi[:6 * 64], o[:6 * 64])

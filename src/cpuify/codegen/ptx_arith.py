@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from cpuify.codegen.half_float import fma_half
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
@@ -227,8 +228,10 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
     t = ty(op)
     a, c, d = fsrc(e, op, 0, t), fsrc(e, op, 1, t), fsrc(e, op, 2, t)
-    if t == "f16":
-        a, c, d = (b.bitcast(x, F16) for x in (a, c, d))
+    if t in ("f16", "bf16"):
+        # rounded once (LLVM's half fma rounds the f32 sum, then again to half)
+        e.result(op, fma_half(b, a, c, d, t, has(op, "sat")), t)
+        return
     mode = rounding(op)
     sfx = fsuffix(a.type)
     quantized = _quantized_fma(e, op, mode, t, a, c, d) if mode in ("rz", "rm", "rp") else None
@@ -254,8 +257,6 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
         r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
     else:
         r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
-    if t == "f16":
-        r = b.bitcast(r, I16)
     fdone(e, op, r, t)
 
 

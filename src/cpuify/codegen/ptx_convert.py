@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.codegen import approx_math, jit
+from cpuify.codegen.half_float import f32_to_bf16, f64_to_f32_odd, half_to_f32
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
@@ -128,12 +129,15 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
     sat = "sat" in m
     ftz_on = "ftz" in m
     a = e.operand(op.operands[0], st)
-    if st in ("f16",):
-        a = b.fpext(b.bitcast(a, F16), F32)
+    if st in ("f16", "bf16"):
+        a = half_to_f32(b, a, st)                 # exact
         st = "f32"
     to_half = dt == "f16"
     if to_half:
         dt = "f64" if st == "f64" else "f32"   # f64 -> f16 in one rounding
+    to_bf16 = dt == "bf16"
+    if to_bf16:
+        dt = "f64"      # exact for f32 and integers up to 32 bits; rounded once below
     if is_float(st):
         a = ftz(e, a, ftz_on)
     if is_float(st) and is_float(dt):
@@ -185,6 +189,17 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
             r = b.trunc(x, dlt)
         else:
             r = e.int_resize(a, dlt, is_signed(st))
+    if to_bf16:
+        mode = frnd or "rn"
+        if mode == "rn":
+            f = f64_to_f32_odd(b, r)
+        else:
+            f = b.fptrunc(r, F32)
+            f = directed(e, f, b.fsub(r, b.fpext(f, F64)), mode)
+        if sat:
+            f = saturate(e, f)
+        e.result(op, f32_to_bf16(b, f, mode), "bf16")
+        return
     if to_half:
         if not isinstance(r.type, (ir.FloatType, ir.DoubleType)):
             r = b.sitofp(r, F32)

@@ -376,7 +376,7 @@ class _Parser:
             if t == ";":
                 self.next()
                 continue
-            if t == ".reg":
+            if t == ".reg" or t.startswith(".reg."):
                 self.reg_decl(func, depth)
             elif t in (".local", ".shared", ".param", ".global", ".const"):
                 var = self.var_decl()
@@ -414,6 +414,9 @@ class _Parser:
     def reg_decl(self, func: Function, depth: int = 1) -> None:
         start = self.next()
         rtype = None
+        for t in start.text.split(".")[2:]:       # `.reg.b16 hl;` (one token in inline asm)
+            if is_ptx_type(t):
+                rtype = t
         while self.peek() is not None and self.peek().text.startswith(".") :  # type: ignore[union-attr]
             t = self.next().text[1:]
             if is_ptx_type(t):

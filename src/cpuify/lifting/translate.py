@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
 from cpuify.ir.core import Operation, Value
+from cpuify.lifting.halves import expand, needs_expansion
 from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
 
 if TYPE_CHECKING:
@@ -192,6 +193,15 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         lf.var_types.setdefault(CARRY, "i32")
         dest_names.append(CARRY)
     result_types = [lf.var_type(d, line) if d is not None else _sink_type(instr) for d in dest_names]
+    if needs_expansion(instr):
+        # packed half arithmetic per half, bf16 through f32 (lifting/halves.py)
+        outs = expand(instr, values, src_types[:len(values)], result_types,
+                      lambda o: emit(lf, pb, o), lf.const,
+                      lambda msg: lf.error(msg, line))
+        for d, r, want in zip(dest_names, outs, result_types):
+            if d is not None:
+                lf.write_var(d, pb, _retype(lf, pb, r, want, operand_type(instr), line))
+        return
     if op in ("bar", "barrier"):
         if instr.has("warp"):
             new = Operation("upir.warp_collective", values, [], {"kind": "syncwarp", **attrs})
