@@ -609,3 +609,27 @@ def test_scalar_bf16(half2_mod, rng):
     fi = np.zeros_like(f)
     interpret_kernel(half2_mod.ptx, "bf16_scalar", (1,), (64,), (a, b, oi, fi, np.int32(64)))
     np.testing.assert_array_equal(oi[:6 * 64], o[:6 * 64])
+
+
+def test_saturated_f16_arithmetic():
+    """add/mul/fma.sat.f16 (it was an internal error: the clamp was applied to the bits)."""
+    src = r'''
+    #include <cuda_fp16.h>
+    extern "C" __global__ void sat(const __half *a, const __half *b, __half *o) {
+        int i = threadIdx.x;
+        o[3 * i] = __hadd_sat(a[i], b[i]);
+        o[3 * i + 1] = __hmul_sat(a[i], b[i]);
+        o[3 * i + 2] = __hfma_sat(a[i], b[i], a[i]);
+    }'''
+    m = cpuify.RawModule(code=src)
+    a = np.array([0.5, -2, 3, 0.25, np.inf, -0.0], np.float16)
+    b = np.array([0.75, 1, 0.1, -0.5, 1, 0.5], np.float16)
+    o = np.zeros(18, np.float16)
+    m.get_function("sat")((1,), (6,), (a, b, o))
+    with np.errstate(all="ignore"):
+        want = np.stack([a + b, a * b, np.float16(a.astype(np.float64) * b + a)], axis=1)
+    want = np.nan_to_num(np.clip(want, 0, 1), nan=0.0).astype(np.float16)
+    np.testing.assert_array_equal(o.reshape(6, 3), want)
+    oi = np.zeros_like(o)
+    interpret_kernel(m.ptx, "sat", (1,), (6,), (a, b, oi))
+    np.testing.assert_array_equal(oi, o)

@@ -20,6 +20,7 @@ from cpuify.codegen.lowering import (
 )
 from cpuify.codegen.ptx_ops import (
     call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
+    saturate,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation, OpResult, Value
@@ -83,7 +84,8 @@ def _add(e: SegmentEmitter, op: Operation) -> None:
             if mode == "rm":
                 r = _rm_zero(e, r, [a, cc])
         if t == "f16":
-            r = b.bitcast(r, I16)
+            _half_done(e, op, r)
+            return
         fdone(e, op, r, t)
         return
     res = op.results[0]
@@ -106,6 +108,13 @@ def _add(e: SegmentEmitter, op: Operation) -> None:
         flags = wrap_flags(e, op)
         r = b.add(a, c, flags=flags) if is_add else b.sub(a, c, flags=flags)
     e.result(op, r, t)
+
+
+def _half_done(e: SegmentEmitter, op: Operation, r: ir.Value) -> None:
+    """An f16 result (LLVM half): .sat clamps it before it becomes the register's bits."""
+    if has(op, "sat"):
+        r = saturate(e, r)
+    e.result(op, e.b.bitcast(r, I16), "f16")
 
 
 def _carry_op(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, is_add: bool) -> None:
@@ -173,7 +182,8 @@ def _mul(e: SegmentEmitter, op: Operation) -> None:
                 err = _mul_error_f64(e, a, c, r)
             r = directed(e, r, err, mode, [a, c])
         if t == "f16":
-            r = b.bitcast(r, I16)
+            _half_done(e, op, r)
+            return
         fdone(e, op, r, t)
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
