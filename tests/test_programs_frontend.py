@@ -39,7 +39,7 @@ def build_and_run(name: str, tmp_path: Path, *args: str) -> list[str]:
     return run.stdout.splitlines()
 
 
-def test_warp_size_struct_parameters_trig_and_volatile_flags(tmp_path: Path) -> None:
+def test_warp_size_struct_parameters_trig_volatile_flags_and_virtual_calls(tmp_path: Path) -> None:
     out = build_and_run("frontend_gaps", tmp_path)
     t = np.arange(96)
     lanes = t % 32 + 100 * (t // 32) + np.where(t < 32, 10000, 0)
@@ -50,8 +50,11 @@ def test_warp_size_struct_parameters_trig_and_volatile_flags(tmp_path: Path) -> 
     big = int(((3 * idx + 1) * weights).sum())
     mid = int(((7 - idx % 300) * weights).sum())
     assert out[1] == f"struct {big} {mid}"
+    i = np.arange(64)
+    virtual = np.where(i % 2, i + i, 3 * i) + np.where(i % 3 == 0, i * i, -i)
+    assert out[-1] == f"dispatch {int((virtual * (i + 1)).sum())}"
     b = np.arange(64)
-    assert out[-1] == f"flags {3 * int((42 + b * (b > 0)).sum())} {int((20 + b).sum())}"
+    assert out[-2] == f"flags {3 * int((42 + b * (b > 0)).sum())} {int((20 + b).sum())}"
     rows = [list(map(float, line.split()[1:])) for line in out[2:] if line.startswith("trig")]
     assert len(rows) == 8
     x, s, c, tn = (np.array(col) for col in zip(*rows))

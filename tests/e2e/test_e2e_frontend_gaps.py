@@ -633,3 +633,123 @@ def test_saturated_f16_arithmetic():
     oi = np.zeros_like(o)
     interpret_kernel(m.ptx, "sat", (1,), (6,), (a, b, oi))
     np.testing.assert_array_equal(oi, o)
+
+
+# --- item 11: virtual functions and function pointers -------------------------------------------
+
+VIRTUAL_SRC = r'''
+struct Shape {
+    __device__ virtual float area() const = 0;
+    __device__ virtual float scaled(float k) const { return k * area(); }
+    __device__ virtual ~Shape() {}
+};
+struct Square : Shape {
+    float s;
+    __device__ Square(float s) : s(s) {}
+    __device__ float area() const override { return s * s; }
+};
+struct Disc : Shape {
+    float r;
+    __device__ Disc(float r) : r(r) {}
+    __device__ float area() const override { return 3.0f * r * r; }
+    __device__ float scaled(float k) const override { return -k * area(); }
+};
+// objects of two derived classes built in device code, called through a base pointer
+extern "C" __global__ void areas(const float *x, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    Square sq(x[i]);
+    Disc d(x[i]);
+    const Shape *s = (i % 3 == 0) ? (const Shape *)&d : (const Shape *)&sq;
+    o[2 * i] = s->area();
+    o[2 * i + 1] = s->scaled(2.0f);
+}
+// objects on the device heap, deleted through the base class's virtual destructor
+extern "C" __global__ void heap_objects(const float *x, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    Shape *s = (i & 1) ? (Shape *)new Disc(x[i]) : (Shape *)new Square(x[i]);
+    o[i] = s->area();
+    delete s;
+}
+// a kernel of the same file that needs no virtual dispatch
+extern "C" __global__ void plain(float *o) { o[threadIdx.x] = 2.0f * threadIdx.x; }
+
+__device__ float twice(float v) { return 2.0f * v; }
+__device__ float square(float v) { return v * v; }
+__device__ float negate(float v) { return -v; }
+__device__ float (*table[3])(float) = {twice, square, negate};
+__device__ int add_one(int v) { return v + 1; }          // another signature: not a candidate
+extern "C" __global__ void through_table(const float *x, const int *sel, float *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float (*f)(float) = table[sel[i]];
+    o[i] = f(x[i]) + (f == negate ? 1000.0f : 0.0f);
+}
+extern "C" __global__ void pointer_from_code(const float *x, float *o, int n, int pick) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float (*f)(float) = pick ? square : twice;
+    int (*g)(int) = add_one;
+    if (i < n) o[i] = f(x[i]) + g(i);
+}
+extern "C" __global__ void bad_pointer(const float *x, float *o, unsigned long long p) {
+    float (*f)(float) = (float (*)(float))p;
+    o[threadIdx.x] = f(x[threadIdx.x]);
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def virtual_mod():
+    return cpuify.RawModule(code=VIRTUAL_SRC)
+
+
+def test_virtual_calls_on_objects_built_in_device_code(virtual_mod, rng):
+    n = 500
+    x = rng.uniform(-3, 3, n).astype(np.float32)
+    o = np.zeros(2 * n, np.float32)
+    virtual_mod.get_function("areas")((4,), (128,), (x, o, np.int32(n)))
+    disc = np.arange(n) % 3 == 0
+    area = np.where(disc, np.float32(3) * x * x, x * x)
+    np.testing.assert_array_equal(o[0::2], area)
+    np.testing.assert_array_equal(o[1::2], np.where(disc, -2 * area, 2 * area))
+    oi = np.zeros_like(o)
+    interpret_kernel(virtual_mod.ptx, "areas", (1,), (32,), (x, oi, np.int32(32)))
+    np.testing.assert_array_equal(oi[:64], o[:64])
+
+
+def test_virtual_calls_on_heap_objects_and_virtual_destructor(virtual_mod, rng):
+    n = 300
+    x = rng.uniform(-3, 3, n).astype(np.float32)
+    o = np.zeros(n, np.float32)
+    virtual_mod.get_function("heap_objects")((3,), (128,), (x, o, np.int32(n)))
+    np.testing.assert_array_equal(o, np.where(np.arange(n) & 1, np.float32(3) * x * x, x * x))
+
+
+def test_kernel_without_virtual_calls_in_the_same_file(virtual_mod):
+    o = np.zeros(32, np.float32)
+    virtual_mod.get_function("plain")((1,), (32,), (o,))
+    np.testing.assert_array_equal(o, 2 * np.arange(32))
+
+
+def test_function_pointer_tables(virtual_mod, rng):
+    n = 400
+    x = rng.uniform(-3, 3, n).astype(np.float32)
+    sel = rng.integers(0, 3, n).astype(np.int32)
+    o = np.zeros(n, np.float32)
+    virtual_mod.get_function("through_table")((4,), (128,), (x, sel, o, np.int32(n)))
+    want = np.choose(sel, [2 * x, x * x, -x + np.float32(1000)])
+    np.testing.assert_array_equal(o, want)
+    oi = np.zeros_like(o)
+    interpret_kernel(virtual_mod.ptx, "through_table", (1,), (64,), (x, sel, oi, np.int32(64)))
+    np.testing.assert_array_equal(oi[:64], o[:64])
+    for pick in (0, 1):
+        virtual_mod.get_function("pointer_from_code")((4,), (128,), (x, o, np.int32(n), np.int32(pick)))
+        np.testing.assert_array_equal(o, (x * x if pick else 2 * x) + np.arange(1, n + 1, dtype=np.float32))
+
+
+def test_call_through_a_pointer_to_no_function_traps(virtual_mod):
+    x = np.ones(4, np.float32)
+    o = np.zeros(4, np.float32)
+    with pytest.raises(cpuify.LaunchError, match="bad_pointer"):
+        virtual_mod.get_function("bad_pointer")((1,), (4,), (x, o, np.uint64(12345)))

@@ -48,6 +48,23 @@ __global__ void wait_for_earlier(volatile int *flag, int *out) {
 }
 __global__ void set_flag(int *flag) { *flag = 2; }
 
+// virtual functions on objects built in device code, and a table of function pointers
+struct Op { __device__ virtual int apply(int v) const = 0; __device__ virtual ~Op() {} };
+struct AddK : Op { int k; __device__ AddK(int k) : k(k) {} __device__ int apply(int v) const override { return v + k; } };
+struct MulK : Op { int k; __device__ MulK(int k) : k(k) {} __device__ int apply(int v) const override { return v * k; } };
+__device__ int neg(int v) { return -v; }
+__device__ int sq(int v) { return v * v; }
+__device__ int (*unary[2])(int) = {neg, sq};
+
+__global__ void dispatch(int *o, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    AddK a(i);
+    MulK m(3);
+    const Op *op = (i % 2) ? (const Op *)&a : (const Op *)&m;
+    o[i] = op->apply(i) + unary[i % 3 == 0](i);
+}
+
 int main() {
     int *d, h[96];
     CHECK(cudaMalloc(&d, sizeof h));
@@ -107,5 +124,12 @@ int main() {
     long earlier_sum = 0;
     for (int k = 0; k < 64; k++) earlier_sum += hdata[k];
     printf("flags %ld %ld\n", flag_sum, earlier_sum);
+
+    dispatch<<<4, 64>>>(ddata, 64);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(hdata, ddata, sizeof hdata, cudaMemcpyDeviceToHost));
+    long dispatch_sum = 0;
+    for (int k = 0; k < 64; k++) dispatch_sum += (long)hdata[k] * (k + 1);
+    printf("dispatch %ld\n", dispatch_sum);
     return 0;
 }

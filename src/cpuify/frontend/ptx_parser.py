@@ -11,7 +11,7 @@ import struct
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import (
     Addr, CallArgs, Function, Imm, Instruction, Label, Module, Operand, Pair, Param, Reg,
-    Vec, VarDecl, is_ptx_type,
+    Vec, VarDecl, is_ptx_type, type_size,
 )
 
 _TOKEN = re.compile(r"""
@@ -390,9 +390,11 @@ class _Parser:
             elif tok.kind == "ident" and (nxt := self.peek(1)) is not None and nxt.text == ":" \
                     and (after := self.peek(2)) is not None and after.text == ".callprototype":
                 # `prototype_0 : .callprototype (...) _ (...);` describes an indirect call's
-                # signature; the call itself is refused when lifted
-                while not self.accept(";"):
-                    self.next()
+                # signature (lifting dispatches the call over the functions that fit it)
+                self.next()
+                self.next()
+                self.next()
+                func.prototypes[t] = self.call_prototype()
             elif tok.kind == "ident" and (nxt := self.peek(1)) is not None and nxt.text == ":" \
                     and not t.startswith("%"):
                 self.next()
@@ -400,6 +402,39 @@ class _Parser:
                 func.body.append(Label(t, tok.line))
             else:
                 func.body.append(self.instruction(func))
+
+    def call_prototype(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The sizes of (returns, parameters) of `.callprototype (ret) _ (params);`."""
+        groups: list[list[int]] = []
+        while not self.accept(";"):
+            tok = self.next()
+            if tok.text == "_":
+                if not groups:
+                    groups.append([])             # no return value
+                continue
+            if tok.text != "(":
+                self.error(f"unexpected '{tok.text}' in a call prototype", tok.line)
+            sizes: list[int] = []
+            size = 0
+            while True:
+                t = self.next()
+                if t.text in (")", ","):
+                    if size:
+                        sizes.append(size)
+                    size = 0
+                    if t.text == ")":
+                        break
+                elif t.text.startswith(".") and is_ptx_type(t.text[1:]):
+                    size = type_size(t.text[1:])
+                elif t.text == "[":
+                    size *= _parse_int(self.next().text)
+                    self.expect("]")
+                elif t.text == ".align":
+                    self.next()
+            groups.append(sizes)
+        rets = groups[0] if len(groups) > 1 else []
+        params = groups[-1] if groups else []
+        return tuple(rets), tuple(params)
 
     def _rename_scoped_param(self, func: Function, var: VarDecl) -> None:
         """Call sites declare `.param` variables in nested `{ }` scopes, and nvcc reuses the

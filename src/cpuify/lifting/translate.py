@@ -310,7 +310,8 @@ def symbol_address(lf: "_Lifter", pb: "_PBlock", name: str, offset: int, line: i
     elif name in lf.param_by_name:
         space = "param"
     elif name in lf.module.functions:
-        lf.error(f"taking the address of function '{name}' is not supported", line)
+        # a device function's address: the number its indirect calls dispatch on
+        return lf.const(lf.module.function_addresses()[name] + offset, "i64")
     else:
         lf.error(f"unknown symbol '{name}'", line, PTXError)
     t = "i64"
