@@ -753,3 +753,57 @@ def test_call_through_a_pointer_to_no_function_traps(virtual_mod):
     o = np.zeros(4, np.float32)
     with pytest.raises(cpuify.LaunchError, match="bad_pointer"):
         virtual_mod.get_function("bad_pointer")((1,), (4,), (x, o, np.uint64(12345)))
+
+
+# --- the rest of the PTX census: half-precision atomics -----------------------------------------
+
+HALF_ATOMIC_SRC = r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void half_atomics(__half *h, __half2 *h2, __nv_bfloat16 *b,
+                                        __nv_bfloat162 *b2, float *shared_out, int n) {
+    __shared__ __half2 s[4];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (threadIdx.x < 4) s[threadIdx.x] = __floats2half2_rn(0.0f, 0.0f);
+    __syncthreads();
+    if (i < n) {
+        atomicAdd(&h[i % 4], __float2half(1.0f));
+        atomicAdd(&h2[i % 4], __floats2half2_rn(1.0f, 0.5f));
+        atomicAdd(&b[i % 4], __float2bfloat16(1.0f));
+        atomicAdd(&b2[i % 4], __floats2bfloat162_rn(0.5f, 1.0f));
+        atomicAdd(&s[threadIdx.x % 4], __floats2half2_rn(1.0f, 2.0f));
+    }
+    __syncthreads();
+    if (threadIdx.x < 4) {
+        float2 f = __half22float2(s[threadIdx.x]);
+        atomicAdd(&shared_out[2 * threadIdx.x], f.x);
+        atomicAdd(&shared_out[2 * threadIdx.x + 1], f.y);
+    }
+}
+'''
+
+
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_half_precision_atomic_add(arch):
+    """atom.add.noftz.{f16,f16x2} and, for compute_90, {bf16,bf16x2} (compute_80 code adds
+    bf16 with a compare-and-swap loop); sums of small integers are exact in any order."""
+    m = cpuify.RawModule(code=HALF_ATOMIC_SRC, options=(f"--gpu-architecture={arch}",))
+    n = 800
+    h = np.zeros(4, np.float16)
+    h2 = np.zeros(8, np.float16)
+    b = np.zeros(4, np.uint16)
+    b2 = np.zeros(8, np.uint16)
+    so = np.zeros(8, np.float32)
+    m.get_function("half_atomics")((4,), (256,), (h, h2, b, b2, so, np.int32(n)))
+    np.testing.assert_array_equal(h, 200)
+    np.testing.assert_array_equal(h2, np.tile([200, 100], 4))
+    np.testing.assert_array_equal(_bf16_values(b), 200)
+    np.testing.assert_array_equal(_bf16_values(b2), np.tile([100, 200], 4))
+    # per block: 256 threads (the last block 32 of them) add (1, 2) into 4 slots
+    per_slot = (3 * 64 + 8)
+    np.testing.assert_array_equal(so, np.tile([per_slot, 2 * per_slot], 4))
+    args = [np.zeros(4, np.float16), np.zeros(8, np.float16), np.zeros(4, np.uint16),
+            np.zeros(8, np.uint16), np.zeros(8, np.float32)]
+    interpret_kernel(m.ptx, "half_atomics", (2,), (32,), (*args, np.int32(64)))
+    np.testing.assert_array_equal(args[0], 16)
+    np.testing.assert_array_equal(_bf16_values(args[3]), np.tile([8, 16], 4))

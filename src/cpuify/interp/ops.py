@@ -825,7 +825,22 @@ def _atom(th: "Thread", op: Operation) -> None:
     val = th.src(op, 1, t)
     kind = next(x for x in mods(op) if x in _ATOM_OPS)
     w = width(t)
-    if kind == "cas":
+    if t in ("f16", "bf16", "f16x2", "bf16x2"):            # atom.add.noftz on halves
+        lane = t[:-2] if t.endswith("x2") else t
+        new = 0
+        for k in range(w // 16):
+            x = as_float((old >> (16 * k)) & 0xFFFF, lane)
+            y = as_float((val >> (16 * k)) & 0xFFFF, lane)
+            if lane == "f16":
+                s = x + y                                  # NumPy: rounded once
+            elif isfinite(x) and isfinite(y):
+                s = round_fraction(exact(x) + exact(y), "bf16", "rn")
+                if s == 0:
+                    s = zero_sum(signbit(x), signbit(y), x == 0 and y == 0, "rn", F32)
+            else:
+                s = F32(x) + F32(y)                        # inf, NaN
+            new |= from_float(s, lane) << (16 * k)        # type: ignore[operator]
+    elif kind == "cas":
         if is_float(t):
             th.unsupported("atom.cas on floating-point types is not supported", op)
         new = th.src(op, 2, t) if old == val else old

@@ -137,7 +137,8 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     if op in ("ld", "st") and any(t == "b128" for t in types):
         lifter.error(f"'{instr.full_opcode}': 128-bit scalar accesses are not supported", instr.line)
     if op in ("atom", "red"):
-        if any(t in ("f16", "bf16", "f16x2", "bf16x2", "b128") for t in types) or "v2" in instr.modifiers \
+        halves = any(t in ("f16", "bf16", "f16x2", "bf16x2") for t in types)
+        if halves and "add" not in instr.modifiers or "b128" in types or "v2" in instr.modifiers \
                 or "v4" in instr.modifiers:
             lifter.error(f"'{instr.full_opcode}': this atomic type is not supported", instr.line)
     if op in ("bar", "barrier") and ("arrive" in instr.modifiers or len(instr.operands) > 1 and not
