@@ -166,7 +166,8 @@ class ModuleCodegen:
             return bytes(size)
         out = bytearray()
         esize = type_size(var.type)
-        functions = self.ptx.function_addresses()
+        # (a module read back from MLIR has the numbers in its initializers already)
+        functions = self.ptx.function_addresses() if isinstance(self.ptx, PTXModule) else {}
         for v in var.init:
             if isinstance(v, str) and v in functions:
                 v = functions[v]            # a vtable or a table of function pointers
