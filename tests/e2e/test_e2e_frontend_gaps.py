@@ -839,3 +839,36 @@ def test_census_forms_down_to_one_in_ten_thousand_are_accepted():
         except Refused as exc:
             refused.append(f"{full}: {exc}")
     assert refused == []
+
+
+def test_relu_forms():
+    """.relu on cvt to f16/bf16 and on fma.f16x2: negative results become +0."""
+    src = r'''
+    #include <cuda_fp16.h>
+    #include <cuda_bf16.h>
+    extern "C" __global__ void relu(const float *x, unsigned short *h, unsigned short *b,
+                                    __half2 *h2) {
+        int i = threadIdx.x;
+        unsigned short v, w;
+        asm("cvt.rn.relu.f16.f32 %0, %1;" : "=h"(v) : "f"(x[i]));
+        asm("cvt.rn.relu.bf16.f32 %0, %1;" : "=h"(w) : "f"(x[i]));
+        h[i] = v;
+        b[i] = w;
+        h2[i] = __hfma2_relu(__floats2half2_rn(x[i], -x[i]), __floats2half2_rn(1.0f, 1.0f),
+                             __floats2half2_rn(0.0f, 0.0f));
+    }'''
+    m = cpuify.RawModule(code=src, options=("--gpu-architecture=compute_80",))
+    x = np.array([1.5, -2.0, 0.25, -0.0, 3.0, -7.0, 65504.0, -1e-3], np.float32)
+    h, b = np.zeros(8, np.uint16), np.zeros(8, np.uint16)
+    h2 = np.zeros(16, np.float16)
+    m.get_function("relu")((1,), (8,), (x, h, b, h2))
+    pos = np.maximum(x, 0)
+    np.testing.assert_array_equal(h.view(np.float16), pos.astype(np.float16))
+    np.testing.assert_array_equal(b, _bf16_bits(pos))
+    np.testing.assert_array_equal(h2.reshape(8, 2),
+                                  np.stack([pos, np.maximum(-x, 0)], 1).astype(np.float16))
+    hi, bi, h2i = np.zeros_like(h), np.zeros_like(b), np.zeros_like(h2)
+    interpret_kernel(m.ptx, "relu", (1,), (8,), (x, hi, bi, h2i))
+    np.testing.assert_array_equal(hi, h)
+    np.testing.assert_array_equal(bi, b)
+    np.testing.assert_array_equal(h2i, h2)

@@ -44,11 +44,11 @@ def needs_expansion(instr: Instruction) -> bool:
     ts = _types(instr.modifiers)
     if any(t in PACKED for t in ts):
         return instr.opcode in PACKED_OPS
-    src = ts[-1] if ts else ""
-    if src in HALVES and (instr.opcode in VIA_F32[src] or "relu" in instr.modifiers or
-                          src == "bf16" and instr.opcode in _SIGN_BIT_OPS):
+    if "relu" in instr.modifiers and any(t in HALVES for t in ts):
         return True
-    return False
+    src = ts[-1] if ts else ""
+    return src in HALVES and (instr.opcode in VIA_F32[src] or
+                              src == "bf16" and instr.opcode in _SIGN_BIT_OPS)
 
 
 class _Expander:
@@ -77,6 +77,7 @@ class _Expander:
         """One scalar op on half values (`srcs` of PTX types `src_types`), legalized."""
         ts = _types(mods)
         t = ts[-1]
+        relu_type = ts[0] if opcode == "cvt" else t      # .relu acts on the result
         relu = "relu" in mods
         mods = [m for m in mods if m != "relu"]
         if "xorsign" in mods:
@@ -97,7 +98,7 @@ class _Expander:
         else:
             r = self.op(f"ptx.{opcode}", list(srcs), [result_type], mods).results[0]
         if relu:
-            r = self.relu(r, t)
+            r = self.relu(r, relu_type)
         return r
 
     # -- packed ops --
