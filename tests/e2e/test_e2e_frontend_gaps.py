@@ -872,3 +872,63 @@ def test_relu_forms():
     np.testing.assert_array_equal(hi, h)
     np.testing.assert_array_equal(bi, b)
     np.testing.assert_array_equal(h2i, h2)
+
+
+# --- found by a sweep over public CUDA code: the min-cut of values kept across barriers -----------
+
+CHUNK_SCAN_SRC = r'''
+__device__ float block_exscan(float v, volatile float *s) {
+    int t = threadIdx.x;
+    s[t] = 0.0f;
+    s[t + blockDim.x] = v;
+    __syncthreads();
+    for (int d = 1; d < blockDim.x; d *= 2) {
+        float a = s[t + blockDim.x - d];
+        __syncthreads();
+        s[t + blockDim.x] += a;
+        __syncthreads();
+    }
+    return s[t + blockDim.x] - v;
+}
+extern "C" __global__ void chunk_scan(const float *in, float *out, const float *seeds, int n) {
+    extern __shared__ float s[];
+    __shared__ float seed;
+    const float4 *in4 = (const float4 *)in;
+    float4 *out4 = (float4 *)out;
+    n /= 4;
+    int size = n / gridDim.x;
+    int lo = blockIdx.x * size;
+    int hi = blockIdx.x == gridDim.x - 1 ? n : lo + size;
+    int i = lo + threadIdx.x;
+    if (threadIdx.x == 0) seed = seeds[blockIdx.x];
+    __syncthreads();
+    for (int w = lo; w < hi; w += blockDim.x, i += blockDim.x) {
+        float4 v = i < hi ? in4[i] : make_float4(0, 0, 0, 0);
+        v.y += v.x; v.z += v.y; v.w += v.z;
+        float before = block_exscan(v.w, s) + seed;
+        if (i < hi) out4[i] = make_float4(v.x + before, v.y + before, v.z + before, v.w + before);
+        __syncthreads();
+        if (threadIdx.x == blockDim.x - 1) seed = before + v.w;
+        __syncthreads();
+    }
+}
+'''
+
+
+def test_chunked_scan_whose_live_values_can_all_be_recomputed():
+    """A block-chunked scan shaped like SHOC's bottom_scan: at one barrier every value that
+    crosses it can be recomputed, so the min-cut's flow network had no edge from its source
+    (a KeyError from the pass). Checked against NumPy."""
+    m = cpuify.RawModule(code=CHUNK_SCAN_SRC)
+    n, grid, bs = 4 * 128 * 3 + 32, 2, 128
+    x = (np.arange(n) % 5).astype(np.float32)
+    seeds = np.array([0.0, 50.0], np.float32)
+    o = np.zeros(n, np.float32)
+    m.get_function("chunk_scan")((grid,), (bs,), (x, o, seeds, np.int32(n)), shared_mem=2 * bs * 4)
+    n4 = n // 4
+    region = n4 // grid
+    ref = np.zeros(n, np.float32)
+    for b in range(grid):
+        s, e = 4 * b * region, 4 * (n4 if b == grid - 1 else (b + 1) * region)
+        ref[s:e] = np.cumsum(x[s:e]) + seeds[b]
+    np.testing.assert_array_equal(o, ref)
