@@ -932,3 +932,87 @@ def test_chunked_scan_whose_live_values_can_all_be_recomputed():
         s, e = 4 * b * region, 4 * (n4 if b == grid - 1 else (b + 1) * region)
         ref[s:e] = np.cumsum(x[s:e]) + seeds[b]
     np.testing.assert_array_equal(o, ref)
+
+
+PARAM_POINTER_PTX = r'''
+.version 8.0
+.target sm_75
+.address_size 64
+.func  (.param .b32 func_retval0) pick(.param .align 4 .b8 pick_param_0[64], .param .b32 pick_param_1)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<5>;
+	mov.b64 %rd1, pick_param_0;
+	ld.param.u32 %r1, [pick_param_1];
+	mul.wide.s32 %rd2, %r1, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	ld.param.u32 %r2, [%rd3];
+	st.param.b32 [func_retval0+0], %r2;
+	ret;
+}
+.visible .entry k(.param .align 4 .b8 k_param_0[64], .param .u64 k_param_1)
+{
+	.reg .b32 %r<40>;
+	.reg .b64 %rd<4>;
+	ld.param.u64 %rd1, [k_param_1];
+	cvta.to.global.u64 %rd2, %rd1;
+	ld.param.u32 %r1, [k_param_0];
+	ld.param.u32 %r2, [k_param_0+4];
+	ld.param.u32 %r3, [k_param_0+60];
+	mov.u32 %r5, %tid.x;
+	{
+	.param .align 4 .b8 param0[64];
+	st.param.b32 [param0+0], %r1;
+	st.param.b32 [param0+4], %r2;
+	st.param.b32 [param0+60], %r3;
+	ld.param.u32 %r9, [k_param_0+8];
+	st.param.b32 [param0+8], %r9;
+	ld.param.u32 %r10, [k_param_0+12];
+	st.param.b32 [param0+12], %r10;
+	ld.param.u32 %r11, [k_param_0+16];
+	st.param.b32 [param0+16], %r11;
+	ld.param.u32 %r12, [k_param_0+20];
+	st.param.b32 [param0+20], %r12;
+	ld.param.u32 %r13, [k_param_0+24];
+	st.param.b32 [param0+24], %r13;
+	ld.param.u32 %r14, [k_param_0+28];
+	st.param.b32 [param0+28], %r14;
+	ld.param.u32 %r15, [k_param_0+32];
+	st.param.b32 [param0+32], %r15;
+	ld.param.u32 %r16, [k_param_0+36];
+	st.param.b32 [param0+36], %r16;
+	ld.param.u32 %r17, [k_param_0+40];
+	st.param.b32 [param0+40], %r17;
+	ld.param.u32 %r18, [k_param_0+44];
+	st.param.b32 [param0+44], %r18;
+	ld.param.u32 %r19, [k_param_0+48];
+	st.param.b32 [param0+48], %r19;
+	ld.param.u32 %r18, [k_param_0+52];
+	st.param.b32 [param0+52], %r18;
+	ld.param.u32 %r21, [k_param_0+56];
+	st.param.b32 [param0+56], %r21;
+	.param .b32 param1;
+	st.param.b32 [param1+0], %r5;
+	.param .b32 retval0;
+	call.uni (retval0), pick, (param0, param1);
+	ld.param.b32 %r6, [retval0+0];
+	}
+	mul.wide.u32 %rd3, %r5, 4;
+	add.s64 %rd2, %rd2, %rd3;
+	st.global.u32 [%rd2], %r6;
+	ret;
+}
+'''
+
+
+def test_device_function_loads_its_struct_parameter_through_a_register():
+    """`ld.param [%rd]` in a device function, %rd computed from the address of its own
+    by-value struct parameter: a load from the local copy the call made (it read through a
+    local-window offset as if it were an address)."""
+    p = np.arange(16, dtype=np.int32) * 3 + 1
+    o = np.full(16, -1, np.int32)
+    cpuify.RawModule(ptx=PARAM_POINTER_PTX).get_function("k")((1,), (16,), (p.tobytes(), o))
+    np.testing.assert_array_equal(o, p)
+    o[:] = -1
+    interpret_kernel(PARAM_POINTER_PTX, "k", (1,), (16,), (p.tobytes(), o))
+    np.testing.assert_array_equal(o, p)

@@ -97,7 +97,10 @@ class _Inliner:
                                                  stmt.text, _rename_guard(stmt.guard, rename)))
                 continue
             if in_memory and stmt.opcode == "ld" and "param" in stmt.modifiers and \
-                    isinstance(stmt.operands[1], Addr) and stmt.operands[1].base in in_memory:
+                    isinstance(stmt.operands[1], Addr) and stmt.operands[1].base is not None and \
+                    (stmt.operands[1].base in in_memory or stmt.operands[1].base.startswith("%")):
+                # (through a register: the address of one of these parameters, the only
+                # parameter memory a device function can point into)
                 stmt = Instruction("ld", tuple("local" if m == "param" else m for m in stmt.modifiers),
                                    stmt.operands, stmt.line, stmt.text, stmt.guard)
             self.out.body.append(_rename_instruction(stmt, rename))
