@@ -619,7 +619,8 @@ def test_texture_forms_cpuify_does_not_sample_are_refused(body: str, words: str)
     ("\twmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f1}, {%r1}, {%r2}, {%f2};", "wmma"),
     ("\tcp.async.ca.shared.global [%r1], [%rd1], 16;", "cp.async"),
     ("\tbar.arrive 1, 64;", "bar.arrive"),
-    ("\tadd.f16x2 %r1, %r2, %r3;", "packed half"),
+    ("\trcp.approx.f16x2 %r1, %r2;", "half/bfloat16 operation"),
+    ("\tmin.xorsign.abs.bf16x2 %r1, %r2, %r3;", "xorsign"),
 ])
 def test_other_refusals_name_the_feature(body, word):
     err = _lift_error(body)
@@ -705,7 +706,7 @@ def test_mutual_recursion_is_unsupported():
         lift_kernel(m, m.functions["k"])
 
 
-def test_indirect_call_is_unsupported():
+def test_indirect_call_without_prototype_is_refused():
     body = ("\t{\n\t.param .b32 param0;\n\tst.param.b32 [param0+0], %r1;\n"
             "\t.param .b32 retval0;\n\tcall (retval0), %rd1, (param0);\n"
             "\tld.param.b32 %r2, [retval0+0];\n\t}")
@@ -713,20 +714,73 @@ def test_indirect_call_is_unsupported():
     assert "indirect call" in str(err) and err.line == INSTR_LINE + 4
 
 
-def test_indirect_call_with_callprototype_is_unsupported():
-    """The form NVRTC really emits for a call through a function pointer."""
-    body = ("\t{ // callseq 0, 0\n"
-            "\t.param .b32 param0;\n"
-            "\tst.param.f32 [param0+0], %f1;\n"
-            "\t.param .b32 retval0;\n"
-            "\tprototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);\n"
-            "\tcall (retval0), \n\t%rd6, \n\t(\n\tparam0\n\t)\n\t, prototype_0;\n"
-            "\tld.param.f32 %f2, [retval0+0];\n"
-            "\t} // callseq 0")
-    with pytest.raises(UnsupportedError) as exc:
-        m = parse_ptx(kernel_ptx(body))
-        lift_kernel(m, m.functions["k"])
-    assert "indirect call" in str(exc.value)
+INDIRECT = HEADER + r'''
+.func  (.param .b32 func_retval0) inc(.param .b32 inc_param_0)
+{
+	.reg .b32 %r<3>;
+	ld.param.b32 %r1, [inc_param_0];
+	add.s32 %r2, %r1, 77001;
+	st.param.b32 [func_retval0+0], %r2;
+	ret;
+}
+.func  (.param .b32 func_retval0) dbl(.param .b32 dbl_param_0)
+{
+	.reg .b32 %r<3>;
+	ld.param.b32 %r1, [dbl_param_0];
+	mul.lo.s32 %r2, %r1, 77002;
+	st.param.b32 [func_retval0+0], %r2;
+	ret;
+}
+.func  (.param .b64 func_retval0) wide(.param .b32 wide_param_0)
+{
+	.reg .b64 %rd<2>;
+	mov.u64 %rd1, 77003;
+	st.param.b64 [func_retval0+0], %rd1;
+	ret;
+}
+.func  (.param .b32 func_retval0) hidden(.param .b32 hidden_param_0)
+{
+	.reg .b32 %r<2>;
+	mov.u32 %r1, 77004;
+	st.param.b32 [func_retval0+0], %r1;
+	ret;
+}
+.global .align 8 .u64 table[3] = {inc, dbl, wide};
+.visible .entry k(.param .u64 k_param_0)
+{
+	.reg .b32 %r<4>;
+	.reg .b64 %rd<4>;
+	mov.u32 %r1, %tid.x;
+	mul.wide.u32 %rd1, %r1, 8;
+	mov.u64 %rd2, table;
+	add.s64 %rd2, %rd2, %rd1;
+	ld.global.u64 %rd3, [%rd2];
+	{ // callseq 0, 0
+	.param .b32 param0;
+	st.param.b32 [param0+0], %r1;
+	.param .b32 retval0;
+	prototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);
+	call (retval0), %rd3, (param0), prototype_0;
+	ld.param.b32 %r2, [retval0+0];
+	} // callseq 0
+	ret;
+}
+'''
+
+
+def test_indirect_call_dispatches_over_functions_that_fit():
+    """The candidates of `call (ret), %rd, (args), prototype` are the functions whose address
+    the module takes and whose signature fits: `inc` and `dbl`, not `wide` (another return
+    size) nor `hidden` (its address is never taken)."""
+    m = parse_ptx(INDIRECT)
+    assert m.functions["k"].prototypes == {"prototype_0": ((4,), (4,))}
+    addresses = m.function_addresses()
+    assert set(addresses) == {"inc", "dbl", "wide"} and len(set(addresses.values())) == 3
+    text = print_op(lift_kernel(m, m.functions["k"]).op)
+    assert "77001" in text and "77002" in text
+    assert "77003" not in text and "77004" not in text
+    assert str(addresses["inc"]) in text and str(addresses["dbl"]) in text
+    assert "upir.trap" in text          # a pointer to neither
 
 
 def test_call_to_function_without_body():

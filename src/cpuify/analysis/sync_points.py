@@ -252,6 +252,7 @@ def _min_cut(sp: SyncPoint, preds: dict[Block, list[Block]], uniform: set[Value]
         cap[b].setdefault(a, 0)
 
     S, T = "source", "sink"
+    cap[S], cap[T] = {}, {}              # (every value may be recomputable: no edge from S)
     for v, recomputable in nodes.items():
         c = cost(v)
         edge((v, 0), (v, 1), INF if c is None else c)

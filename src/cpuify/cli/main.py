@@ -176,8 +176,10 @@ def _main(argv: list[str]) -> int:
             if args.mlir:
                 # with the module-scope variables: the file compiles on its own
                 from cpuify.ir.structure import variable_op
-                variables = [variable_op(v) for v in lifted_all[0][0].variables
-                             if v.space in ("global", "const", "shared")] if lifted_all else []
+                ptx_module = lifted_all[0][0] if lifted_all else None
+                variables = [variable_op(v, ptx_module.function_addresses())
+                             for v in ptx_module.variables
+                             if v.space in ("global", "const", "shared")] if ptx_module else []
                 sys.stdout.write(print_module(variables + kernels))
             else:
                 sys.stdout.write(print_ops(kernels))

@@ -166,10 +166,15 @@ class ModuleCodegen:
             return bytes(size)
         out = bytearray()
         esize = type_size(var.type)
+        # (a module read back from MLIR has the numbers in its initializers already)
+        functions = self.ptx.function_addresses() if isinstance(self.ptx, PTXModule) else {}
         for v in var.init:
+            if isinstance(v, str) and v in functions:
+                v = functions[v]            # a vtable or a table of function pointers
             if isinstance(v, str):
                 raise UnsupportedError(f"initializer of '{var.name}' takes the address of '{v}'; "
-                                       "address initializers are not supported", line=var.line)
+                                       "initializers with addresses of variables are not "
+                                       "supported", line=var.line)
             if var.type in ("f32",):
                 out += struct.pack("<f", float(v))
             elif var.type == "f64":

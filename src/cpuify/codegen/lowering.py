@@ -81,3 +81,59 @@ def freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     ins = ir.instructions.Instruction(b.block, v.type, "freeze", [v])
     b._insert(ins)
     return ins
+
+
+class _OrderedLoad(ir.LoadInstr):
+    """`load volatile` and `load atomic volatile ... <ordering>` (llvmlite's load has neither
+    flag): a real memory read at its place in program order, which LLVM neither merges with
+    another read nor hoists out of a loop."""
+
+    def __init__(self, parent: ir.Block, ptr: ir.Value, typ: ir.Type, ordering: str | None,
+                 align: int) -> None:
+        super().__init__(parent, ptr, typ=typ)
+        self.ordering = ordering
+        self.align = align
+        self.volatile = True
+
+    def descr(self, buf: list[str]) -> None:
+        [ptr] = self.operands
+        atomic = "atomic " if self.ordering else ""
+        order = f" {self.ordering}" if self.ordering else ""
+        buf.append(f"load {atomic}volatile {self.type}, {ptr.type} {ptr.get_reference()}"
+                   f"{order}, align {self.align}{self._stringify_metadata(leading_comma=True)}\n")
+
+
+class _OrderedStore(ir.StoreInstr):
+    """`store volatile` and `store atomic volatile ... <ordering>` (see _OrderedLoad)."""
+
+    def __init__(self, parent: ir.Block, val: ir.Value, ptr: ir.Value, ordering: str | None,
+                 align: int) -> None:
+        super().__init__(parent, val, ptr)
+        self.ordering = ordering
+        self.align = align
+        self.volatile = True
+
+    def descr(self, buf: list[str]) -> None:
+        val, ptr = self.operands
+        atomic = "atomic " if self.ordering else ""
+        order = f" {self.ordering}" if self.ordering else ""
+        buf.append(f"store {atomic}volatile {val.type} {val.get_reference()}, {ptr.type} "
+                   f"{ptr.get_reference()}{order}, align {self.align}"
+                   f"{self._stringify_metadata(leading_comma=True)}\n")
+
+
+def ordered_load(b: ir.IRBuilder, ptr: ir.Value, typ: ir.Type, ordering: str | None,
+                 align: int) -> ir.LoadInstr:
+    """A volatile load of `typ` at `ptr`; atomic with LLVM `ordering` (`monotonic`,
+    `acquire`) when given, which needs the natural alignment."""
+    ins = _OrderedLoad(b.block, ptr, typ, ordering, align)
+    b._insert(ins)
+    return ins
+
+
+def ordered_store(b: ir.IRBuilder, val: ir.Value, ptr: ir.Value, ordering: str | None,
+                  align: int) -> ir.StoreInstr:
+    """A volatile store of `val` at `ptr`; atomic with `ordering` (`monotonic`, `release`)."""
+    ins = _OrderedStore(b.block, val, ptr, ordering, align)
+    b._insert(ins)
+    return ins

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from cpuify.codegen.half_float import fma_half
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
 )
 from cpuify.codegen.ptx_ops import (
     call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
+    saturate,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation, OpResult, Value
@@ -82,7 +84,8 @@ def _add(e: SegmentEmitter, op: Operation) -> None:
             if mode == "rm":
                 r = _rm_zero(e, r, [a, cc])
         if t == "f16":
-            r = b.bitcast(r, I16)
+            _half_done(e, op, r)
+            return
         fdone(e, op, r, t)
         return
     res = op.results[0]
@@ -105,6 +108,13 @@ def _add(e: SegmentEmitter, op: Operation) -> None:
         flags = wrap_flags(e, op)
         r = b.add(a, c, flags=flags) if is_add else b.sub(a, c, flags=flags)
     e.result(op, r, t)
+
+
+def _half_done(e: SegmentEmitter, op: Operation, r: ir.Value) -> None:
+    """An f16 result (LLVM half): .sat clamps it before it becomes the register's bits."""
+    if has(op, "sat"):
+        r = saturate(e, r)
+    e.result(op, e.b.bitcast(r, I16), "f16")
 
 
 def _carry_op(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, is_add: bool) -> None:
@@ -172,7 +182,8 @@ def _mul(e: SegmentEmitter, op: Operation) -> None:
                 err = _mul_error_f64(e, a, c, r)
             r = directed(e, r, err, mode, [a, c])
         if t == "f16":
-            r = b.bitcast(r, I16)
+            _half_done(e, op, r)
+            return
         fdone(e, op, r, t)
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
@@ -227,8 +238,10 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
     t = ty(op)
     a, c, d = fsrc(e, op, 0, t), fsrc(e, op, 1, t), fsrc(e, op, 2, t)
-    if t == "f16":
-        a, c, d = (b.bitcast(x, F16) for x in (a, c, d))
+    if t in ("f16", "bf16"):
+        # rounded once (LLVM's half fma rounds the f32 sum, then again to half)
+        e.result(op, fma_half(b, a, c, d, t, has(op, "sat")), t)
+        return
     mode = rounding(op)
     sfx = fsuffix(a.type)
     quantized = _quantized_fma(e, op, mode, t, a, c, d) if mode in ("rz", "rm", "rp") else None
@@ -254,8 +267,6 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
         r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
     else:
         r = call(e, f"llvm.fma.{sfx}", a.type, [a, c, d])
-    if t == "f16":
-        r = b.bitcast(r, I16)
     fdone(e, op, r, t)
 
 

@@ -308,6 +308,8 @@ def _setp(e: SegmentEmitter, op: Operation) -> None:
         dt = ts[0]
         if dt == "f32":
             v = b.select(p, ir.Constant(F32, 1.0), ir.Constant(F32, 0.0))
+        elif dt in ("f16", "bf16"):         # 1.0 in the half format
+            v = b.select(p, I16(0x3C00 if dt == "f16" else 0x3F80), I16(0))
         else:
             v = b.sext(p, ptx_llvm_type(dt))
         e.result(op, v, dt)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.codegen import approx_math, jit
+from cpuify.codegen.half_float import f32_to_bf16, f64_to_f32_odd, half_to_f32
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
@@ -128,12 +129,15 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
     sat = "sat" in m
     ftz_on = "ftz" in m
     a = e.operand(op.operands[0], st)
-    if st in ("f16",):
-        a = b.fpext(b.bitcast(a, F16), F32)
+    if st in ("f16", "bf16"):
+        a = half_to_f32(b, a, st)                 # exact
         st = "f32"
     to_half = dt == "f16"
     if to_half:
         dt = "f64" if st == "f64" else "f32"   # f64 -> f16 in one rounding
+    to_bf16 = dt == "bf16"
+    if to_bf16:
+        dt = "f64"      # exact for f32 and integers up to 32 bits; rounded once below
     if is_float(st):
         a = ftz(e, a, ftz_on)
     if is_float(st) and is_float(dt):
@@ -164,8 +168,7 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
             rn = b.fptrunc(wide, F32)
             r = directed(e, rn, b.fsub(wide, b.fpext(rn, F64)), frnd)
         elif frnd in ("rz", "rm", "rp") and not (dt == "f64" and type_size(st) <= 4):
-            e.kc.error(f"cvt.{frnd}.{dt}.{st} (directed rounding from 64-bit integers) is not supported", op)
-            return
+            r = _int64_to_float_directed(e, a, ft, is_signed(st), frnd)
         else:
             r = b.sitofp(a, ft) if is_signed(st) else b.uitofp(a, ft)
         if sat:
@@ -186,6 +189,17 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
             r = b.trunc(x, dlt)
         else:
             r = e.int_resize(a, dlt, is_signed(st))
+    if to_bf16:
+        mode = frnd or "rn"
+        if mode == "rn":
+            f = f64_to_f32_odd(b, r)
+        else:
+            f = b.fptrunc(r, F32)
+            f = directed(e, f, b.fsub(r, b.fpext(f, F64)), mode)
+        if sat:
+            f = saturate(e, f)
+        e.result(op, f32_to_bf16(b, f, mode), "bf16")
+        return
     if to_half:
         if not isinstance(r.type, (ir.FloatType, ir.DoubleType)):
             r = b.sitofp(r, F32)
@@ -237,3 +251,24 @@ def _isspacep(e: SegmentEmitter, op: Operation) -> None:
     else:
         r = I1(1)
     e.result(op, r, "pred")
+
+
+def _int64_to_float_directed(e: SegmentEmitter, a: ir.Value, ft: ir.Type, signed: bool,
+                             mode: str) -> ir.Value:
+    """cvt.{rz,rm,rp}.{f32,f64}.{s64,u64}: the round-to-nearest conversion, moved one step
+    where the exact error (a - rn, compared as integers: rn is an integer in range unless it
+    rounded up to 2^63 or 2^64, which is then above a) points the other way."""
+    b = e.b
+    it = a.type
+    rn = b.sitofp(a, ft) if signed else b.uitofp(a, ft)
+    limit = ir.Constant(ft, 2.0 ** (it.width - 1 if signed else it.width))
+    above_range = b.fcmp_ordered(">=", rn, limit)
+    back = b.fptosi(rn, it) if signed else b.fptoui(rn, it)
+    back = b.select(above_range, ir.Constant(it, 0), back)      # (out of range: poison)
+    gt = b.icmp_signed(">", a, back) if signed else b.icmp_unsigned(">", a, back)
+    lt = b.icmp_signed("<", a, back) if signed else b.icmp_unsigned("<", a, back)
+    lt = b.or_(lt, above_range)
+    gt = b.and_(gt, b.not_(above_range))
+    one, zero = ir.Constant(ft, 1.0), ir.Constant(ft, 0.0)
+    err_sign = b.select(gt, one, b.select(lt, b.fneg(one), zero))
+    return directed(e, rn, err_sign, mode)

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.analysis.pointers import memory_space
+from cpuify.codegen.half_float import f32_to_half, half_to_f32
 from cpuify.codegen.lowering import (
-    F32, F64, I1, I64, handles, is_float, is_signed, ptx_llvm_type, _width,
+    F32, F64, I1, I16, I64, handles, is_float, is_signed, ordered_load, ordered_store, ptx_llvm_type,
+    _width,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
@@ -211,19 +213,32 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
     lt = ptx_llvm_type(t)
     size = type_size(t)
     m = mods(op)
+    ordering = _ordering(m, "acquire")
     for k in range(len(op.results)):
         pk = b.gep(p, [I64(k * size)]) if k else p
-        v = b.load(b.bitcast(pk, lt.as_pointer()))
-        v.align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        if ordering is not None or "volatile" in m:
+            # a real read in program order: a spin on a flag another block, the host or an
+            # earlier kernel writes must see the write
+            v = ordered_load(b, b.bitcast(pk, lt.as_pointer()), lt, ordering,
+                             size if ordering else align)
+        else:
+            v = b.load(b.bitcast(pk, lt.as_pointer()))
+            v.align = align
         if space == "shared":
             e.tag_shared_access(op, v)
-        if "volatile" in m:
-            v.volatile = True  # type: ignore[attr-defined]
-        elif "acquire" in m or "relaxed" in m:
-            v.volatile = True  # type: ignore[attr-defined]
         e.result(op, v, t, k)
-    if "acquire" in m:
-        b.fence("acquire")
+
+
+def _ordering(m: list[str], strong: str) -> str | None:
+    """The LLVM atomic ordering of an ld/st with PTX memory-model qualifiers: `.relaxed`
+    (and `.mmio`) monotonic, `.acquire`/`.release` (`strong`) as named; None for weak and
+    `.volatile` accesses."""
+    if strong in m:
+        return strong
+    if "relaxed" in m or "mmio" in m:
+        return "monotonic"
+    return None
 
 
 @handles("ptx.st")
@@ -232,20 +247,22 @@ def _st(e: SegmentEmitter, op: Operation) -> None:
     t = ty(op)
     space = memory_space(op)
     m = mods(op)
-    if "release" in m:
-        b.fence("release")
+    ordering = _ordering(m, "release")
     p = e.address(op, space)
     lt = ptx_llvm_type(t)
     size = type_size(t)
     for k, v in enumerate(op.operands[1:]):
         pk = b.gep(p, [I64(k * size)]) if k else p
         val = e.operand(v, t)
-        s = b.store(val, b.bitcast(pk, lt.as_pointer()))
-        s.align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
+        if ordering is not None or "volatile" in m:
+            s = ordered_store(b, val, b.bitcast(pk, lt.as_pointer()), ordering,
+                              size if ordering else align)
+        else:
+            s = b.store(val, b.bitcast(pk, lt.as_pointer()))
+            s.align = align
         if space == "shared":
             e.tag_shared_access(op, s)
-        if "volatile" in m or "relaxed" in m or "release" in m:
-            s.volatile = True  # type: ignore[attr-defined]
 
 
 _RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "exch": "xchg",
@@ -263,6 +280,11 @@ def _atom(e: SegmentEmitter, op: Operation) -> None:
     ptr = b.bitcast(p, lt.as_pointer())
     val = e.operand(op.operands[1], t)
     opname = next(x for x in m if x in ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas"))
+    if t in ("f16", "bf16", "f16x2", "bf16x2"):
+        old = _half_atomic_add(e, op, ptr, val, t, space)
+        if op.results and op.name == "ptx.atom":
+            e.result(op, old, t)
+        return
     if opname == "cas":
         new = e.operand(op.operands[2], t)
         if is_float(t):
@@ -291,6 +313,50 @@ def _atom(e: SegmentEmitter, op: Operation) -> None:
             old = b.atomic_rmw(kind, ptr, val, "monotonic")
     if op.results and op.name == "ptx.atom":
         e.result(op, old, t)
+
+
+def _half_atomic_add(e: SegmentEmitter, op: Operation, ptr: ir.Value, val: ir.Value, t: str,
+                     space: str) -> ir.Value:
+    """atom/red.add.noftz.{f16,bf16,f16x2,bf16x2}: each half added in f32 and rounded to
+    nearest even once, stored with a compare-and-swap loop (CPUs have no half-precision
+    atomic add); in shared memory a plain update (one worker runs the whole block)."""
+    b = e.b
+    lane = t[:-2] if t.endswith("x2") else t
+    it = val.type
+    size = type_size(t)
+
+    def added(old: ir.Value) -> ir.Value:
+        out: ir.Value = it(0)
+        for k in range(it.width // 16):
+            def half(v: ir.Value) -> ir.Value:
+                return b.trunc(b.lshr(v, it(16 * k)), I16) if it.width > 16 else v
+            s = b.fadd(half_to_f32(b, half(old), lane), half_to_f32(b, half(val), lane))
+            h = f32_to_half(b, s, lane)
+            out = b.or_(out, b.shl(b.zext(h, it), it(16 * k))) if it.width > 16 else h
+        return out
+
+    if space == "shared":
+        old = b.load(ptr)
+        old.align = size
+        st = b.store(added(old), ptr)
+        st.align = size
+        e.serial_accesses.update((old, st))
+        return old
+    first = b.load(ptr)
+    first.align = size
+    entry = b.block
+    loop = e.fn.append_basic_block("atom.half")
+    done = e.fn.append_basic_block("atom.half.done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    old = b.phi(it)
+    old.add_incoming(first, entry)
+    res = b.cmpxchg(ptr, old, added(old), "monotonic", "monotonic")
+    old.add_incoming(b.extract_value(res, 0), loop)
+    b.cbranch(b.extract_value(res, 1), done, loop)
+    b.position_at_end(done)
+    e.serial_accesses.add(first)
+    return old
 
 
 def _rmw_value(e: SegmentEmitter, kind: str, old: ir.Value, val: ir.Value) -> ir.Value:

@@ -20,6 +20,9 @@ from cpuify.codegen.segment_paths import SegmentPaths
 from cpuify.ir.core import Block, Operation, OpResult, Value
 from cpuify.ir.dialects import info
 
+#: memory-model qualifiers of accesses that stay exactly as written
+_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
+
 
 @dataclass
 class DeferredRegion:
@@ -150,8 +153,9 @@ class ThreadLoopPlans(SegmentPaths):
         seen: dict[tuple[Value, int], int] = {}
         lines = 0
         for op in self.ops_from(*self.resume_point(resume)):
-            if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) != "global":
-                continue
+            if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) != "global" or \
+                    _ORDERED & set(op.attributes.get("mods", ())):
+                continue        # (a volatile or ordered access is left exactly as written)
             addr = op.operands[0]
             key = (addr, op.attributes.get("offset", 0))
             if key in seen:         # y[i] = ... y[i]: the load's prefetch, for writing

@@ -154,6 +154,9 @@ class Function:
     locals: list[VarDecl] = field(default_factory=list)  # .local/.shared/.param in body
     directives: dict[str, tuple[int, ...]] = field(default_factory=dict)  # .maxntid etc.
     end_line: int = 0
+    # `prototype_0 : .callprototype (.param .b32 _) _ (.param .b64 _);`: the sizes in bytes
+    # of an indirect call's (returns, parameters)
+    prototypes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -164,16 +167,47 @@ class Module:
     variables: list[VarDecl] = field(default_factory=list)
     functions: dict[str, Function] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)   # the PTX text, for diagnostics
+    _function_addresses: dict[str, int] | None = None
 
     @property
     def entries(self) -> list[Function]:
         return [f for f in self.functions.values() if f.kind == "entry" and f.body is not None]
+
+    def function_addresses(self) -> dict[str, int]:
+        """The value of the address of each device function whose address the module takes
+        (in a variable's initializer, such as a vtable, or as an operand, `mov.u64 %rd, f`):
+        cpuify inlines every call, so these are not code addresses but distinct numbers an
+        indirect call dispatches on."""
+        if self._function_addresses is None:
+            taken: dict[str, int] = {}
+
+            def note(name: str) -> None:
+                fn = self.functions.get(name)
+                if fn is not None and fn.kind == "func" and name not in taken:
+                    taken[name] = FUNCTION_ADDRESS_BASE + 16 * len(taken)
+
+            for var in self.variables:
+                for v in var.init or ():
+                    if isinstance(v, str):
+                        note(v)
+            for fn in self.functions.values():
+                for stmt in fn.body or ():
+                    if isinstance(stmt, Instruction) and stmt.opcode != "call":
+                        for o in stmt.operands:
+                            if isinstance(o, Reg):
+                                note(o.name)
+            self._function_addresses = taken
+        return self._function_addresses
 
     def source_line(self, line: int) -> str:
         if 1 <= line <= len(self.lines):
             return self.lines[line - 1]
         return ""
 
+
+#: where the values of device-function addresses start (Module.function_addresses): not
+#: null, aligned, and in no mapping a program could dereference
+FUNCTION_ADDRESS_BASE = 0x7FF0_0000_0000
 
 _TYPE_SIZES = {
     "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,

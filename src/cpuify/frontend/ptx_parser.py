@@ -11,7 +11,7 @@ import struct
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import (
     Addr, CallArgs, Function, Imm, Instruction, Label, Module, Operand, Pair, Param, Reg,
-    Vec, VarDecl, is_ptx_type,
+    Vec, VarDecl, is_ptx_type, type_size,
 )
 
 _TOKEN = re.compile(r"""
@@ -376,8 +376,8 @@ class _Parser:
             if t == ";":
                 self.next()
                 continue
-            if t == ".reg":
-                self.reg_decl(func)
+            if t == ".reg" or t.startswith(".reg."):
+                self.reg_decl(func, depth)
             elif t in (".local", ".shared", ".param", ".global", ".const"):
                 var = self.var_decl()
                 if t == ".param" and depth > 1:
@@ -390,9 +390,11 @@ class _Parser:
             elif tok.kind == "ident" and (nxt := self.peek(1)) is not None and nxt.text == ":" \
                     and (after := self.peek(2)) is not None and after.text == ".callprototype":
                 # `prototype_0 : .callprototype (...) _ (...);` describes an indirect call's
-                # signature; the call itself is refused when lifted
-                while not self.accept(";"):
-                    self.next()
+                # signature (lifting dispatches the call over the functions that fit it)
+                self.next()
+                self.next()
+                self.next()
+                func.prototypes[t] = self.call_prototype()
             elif tok.kind == "ident" and (nxt := self.peek(1)) is not None and nxt.text == ":" \
                     and not t.startswith("%"):
                 self.next()
@@ -400,6 +402,39 @@ class _Parser:
                 func.body.append(Label(t, tok.line))
             else:
                 func.body.append(self.instruction(func))
+
+    def call_prototype(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The sizes of (returns, parameters) of `.callprototype (ret) _ (params);`."""
+        groups: list[list[int]] = []
+        while not self.accept(";"):
+            tok = self.next()
+            if tok.text == "_":
+                if not groups:
+                    groups.append([])             # no return value
+                continue
+            if tok.text != "(":
+                self.error(f"unexpected '{tok.text}' in a call prototype", tok.line)
+            sizes: list[int] = []
+            size = 0
+            while True:
+                t = self.next()
+                if t.text in (")", ","):
+                    if size:
+                        sizes.append(size)
+                    size = 0
+                    if t.text == ")":
+                        break
+                elif t.text.startswith(".") and is_ptx_type(t.text[1:]):
+                    size = type_size(t.text[1:])
+                elif t.text == "[":
+                    size *= _parse_int(self.next().text)
+                    self.expect("]")
+                elif t.text == ".align":
+                    self.next()
+            groups.append(sizes)
+        rets = groups[0] if len(groups) > 1 else []
+        params = groups[-1] if groups else []
+        return tuple(rets), tuple(params)
 
     def _rename_scoped_param(self, func: Function, var: VarDecl) -> None:
         """Call sites declare `.param` variables in nested `{ }` scopes, and nvcc reuses the
@@ -409,20 +444,14 @@ class _Parser:
             return
         old = var.name
         var.name = f"{old}$s{len(func.locals)}"
-        depth = 0
-        for tok in self.toks[self.i:]:
-            if tok.text == "{":
-                depth += 1
-            elif tok.text == "}":
-                depth -= 1
-                if depth < 0:
-                    break
-            elif tok.text == old:
-                tok.text = var.name
+        self._rename_in_scope({old: var.name})
 
-    def reg_decl(self, func: Function) -> None:
+    def reg_decl(self, func: Function, depth: int = 1) -> None:
         start = self.next()
         rtype = None
+        for t in start.text.split(".")[2:]:       # `.reg.b16 hl;` (one token in inline asm)
+            if is_ptx_type(t):
+                rtype = t
         while self.peek() is not None and self.peek().text.startswith(".") :  # type: ignore[union-attr]
             t = self.next().text[1:]
             if is_ptx_type(t):
@@ -431,18 +460,47 @@ class _Parser:
                 self.error("vector registers are not supported", start.line)
         if rtype is None:
             self.error("register declaration without a type", start.line)
+        declared: list[str] = []
         while True:
-            name = self.next().text
+            name_tok = self.next()
+            name = name_tok.text
             if self.accept("<"):
                 count = _parse_int(self.next().text)
                 self.expect(">")
-                for k in range(count):
-                    func.regs[f"{name}{k}"] = rtype  # type: ignore[assignment]
+                declared += [f"{name}{k}" for k in range(count)]
             else:
-                func.regs[name] = rtype  # type: ignore[assignment]
+                declared.append(name)
             if not self.accept(","):
                 break
         self.expect(";")
+        renames: dict[str, str] = {}
+        for name in declared:
+            if depth > 1 and name in func.regs:
+                # a nested `{ .reg ... }` scope (inline asm, libdevice's Payne-Hanek
+                # reduction) redeclares a name: the inner register shadows the outer one
+                # until the scope closes, so it gets a name of its own
+                renames[name] = f"{name}$s{len(func.regs)}"
+                name = renames[name]
+            func.regs[name] = rtype  # type: ignore[assignment]
+        if renames:
+            self._rename_in_scope(renames)
+
+    def _rename_in_scope(self, renames: dict[str, str]) -> None:
+        """Rename the tokens from here to the end of the current `{ }` scope."""
+        depth = 0
+        toks = self.toks
+        for j in range(self.i, len(toks)):
+            tok = toks[j]
+            if tok.text == "{":
+                depth += 1
+            elif tok.text == "}":
+                depth -= 1
+                if depth < 0:
+                    break
+            else:
+                new = renames.get(tok.text)
+                if new is not None:
+                    tok.text = new
 
     def instruction(self, func: Function) -> Instruction:
         first = self.peek()

@@ -116,13 +116,16 @@ def sync_points(region: Region) -> dict[Operation, int]:
     return {op: i + 1 for i, op in enumerate(ops)}
 
 
-def initial_bytes(var: VarDecl, size: int) -> bytes:
-    """The first `size` bytes of a `.global`/`.const` variable: its initializer, zeros after."""
+def initial_bytes(var: VarDecl, size: int, functions: dict[str, int] | None = None) -> bytes:
+    """The first `size` bytes of a `.global`/`.const` variable: its initializer, zeros after
+    (`functions`: the values of device-function addresses, for vtables)."""
     if var.init is None:
         return bytes(size)
     out = bytearray()
     esize = type_size(var.type)
     for v in var.init:
+        if isinstance(v, str) and functions and v in functions:
+            v = functions[v]
         if isinstance(v, str):
             raise UnsupportedError(f"initializer of '{var.name}' takes the address of '{v}'; "
                                    "address initializers are not supported", line=var.line)
@@ -188,7 +191,7 @@ class InterpModule:
                 raise UnsupportedError(f"extern {var.space} variable '{var.name}' has no "
                                        "definition in this module", line=var.line)
             size = max(var.size, 1)
-            data = initial_bytes(var, size)
+            data = initial_bytes(var, size, self.module.function_addresses())
             buf, addr = alloc(size, max(var.alignment, 16))
             buf[:] = np.frombuffer(data, dtype=np.uint8)
             self.globals[var.name] = (buf, addr)

@@ -18,7 +18,8 @@ import numpy as np
 
 from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
-    F16, F32, F64, exact, f16_from_bits, f16_to_bits, float_min_max, ftz, ir_type_of, is_float,
+    F16, F32, F64, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
+    float_min_max, ftz, ir_type_of, is_float,
     is_signed, isfinite, isnan, mask, next_toward, resize_int, round_fraction, round_integral,
     saturate, signbit, to_signed, width_of, zero_sum,
 )
@@ -56,10 +57,15 @@ def signed_value(x: int, t: str) -> int:
 # --- floats: f16 values travel as i16 bits ------------------------------------------------
 
 def as_float(x: object, t: str) -> object:
+    if t == "bf16":
+        return bf16_from_bits(x)  # type: ignore[arg-type]
     return f16_from_bits(x) if t == "f16" else x  # type: ignore[arg-type]
 
 
 def from_float(x: object, t: str) -> object:
+    """The register value of a result already rounded to type t."""
+    if t == "bf16":
+        return bf16_to_bits(x)
     return f16_to_bits(F16(x)) if t == "f16" else x
 
 
@@ -577,6 +583,8 @@ def _setp(th: "Thread", op: Operation) -> None:
         dt = ts[0]
         if dt == "f32":
             th.set(op, F32(1.0 if p else 0.0), dt)
+        elif dt in ("f16", "bf16"):                 # 1.0 in the half format
+            th.set(op, from_float(F32(1.0 if p else 0.0), dt), dt)
         else:
             th.set(op, mask(width(dt)) if p else 0, dt)
         return
@@ -679,6 +687,11 @@ def _cvt(th: "Thread", op: Operation) -> None:
     sat = "sat" in m
     ftz_on = "ftz" in m
     a = th.src(op, 0, st)
+    if st == "bf16":
+        a, st = bf16_from_bits(a), "f32"            # the same value, exactly
+    if dt == "bf16":
+        _cvt_to_bf16(th, op, a, st, frnd or "rn", sat, ftz_on)
+        return
     if is_float(st):
         x = as_float(a, st)
         x = ftz(x, ftz_on)
@@ -723,6 +736,22 @@ def _cvt(th: "Thread", op: Operation) -> None:
 
 
 _NP_FLOAT = {"f16": F16, "f32": F32, "f64": F64}
+
+
+def _cvt_to_bf16(th: "Thread", op: Operation, a: object, st: str, mode: str, sat: bool,
+                 ftz_on: bool) -> None:
+    """cvt to bf16 from a float or an integer: the exact value rounded once."""
+    if is_float(st):
+        x = ftz(as_float(a, st), ftz_on)
+        if not isfinite(x) or x == 0:
+            r = F32(x)                              # inf, NaN, signed zeros
+        else:
+            r = round_fraction(exact(x), "bf16", mode)
+    else:
+        r = round_fraction(Fraction(signed_value(a, st)), "bf16", mode)  # type: ignore[arg-type]
+    if sat:
+        r = saturate(r)
+    th.set(op, from_float(r, "bf16"), "bf16")
 
 
 @handles("ptx.cvta")
@@ -798,7 +827,22 @@ def _atom(th: "Thread", op: Operation) -> None:
     val = th.src(op, 1, t)
     kind = next(x for x in mods(op) if x in _ATOM_OPS)
     w = width(t)
-    if kind == "cas":
+    if t in ("f16", "bf16", "f16x2", "bf16x2"):            # atom.add.noftz on halves
+        lane = t[:-2] if t.endswith("x2") else t
+        new = 0
+        for k in range(w // 16):
+            x = as_float((old >> (16 * k)) & 0xFFFF, lane)
+            y = as_float((val >> (16 * k)) & 0xFFFF, lane)
+            if lane == "f16":
+                s = x + y                                  # NumPy: rounded once
+            elif isfinite(x) and isfinite(y):
+                s = round_fraction(exact(x) + exact(y), "bf16", "rn")
+                if s == 0:
+                    s = zero_sum(signbit(x), signbit(y), x == 0 and y == 0, "rn", F32)
+            else:
+                s = F32(x) + F32(y)                        # inf, NaN
+            new |= from_float(s, lane) << (16 * k)        # type: ignore[operator]
+    elif kind == "cas":
         if is_float(t):
             th.unsupported("atom.cas on floating-point types is not supported", op)
         new = th.src(op, 2, t) if old == val else old

@@ -84,6 +84,19 @@ def f16_to_bits(v: np.float16) -> int:
     return int(np.array([v], dtype=np.float16).view(np.uint16)[0])
 
 
+def bf16_from_bits(bits: int) -> np.float32:
+    """A bf16 register's value, as the f32 it is the upper half of."""
+    return np.array([(bits & 0xFFFF) << 16], dtype=np.uint32).view(np.float32)[0]
+
+
+def bf16_to_bits(v: object) -> int:
+    """The bits of a value already rounded to bf16 (an f32 whose low half is zero); NaN is
+    the canonical 0x7FFF."""
+    if np.isnan(v):  # type: ignore[call-overload]
+        return 0x7FFF
+    return int(np.array([v], dtype=np.float32).view(np.uint32)[0]) >> 16
+
+
 def to_bits(v: object, ir_type: str) -> int:
     """The bit pattern of value v of IR type ir_type."""
     if ir_type == "f32":
@@ -171,7 +184,8 @@ def saturate(x: object) -> object:
 # --- exact rounding -----------------------------------------------------------------------
 
 # (precision in bits incl. the implicit one, minimum normal exponent, maximum exponent)
-_FORMAT = {"f16": (11, -14, 15), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
+_FORMAT = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127),
+           "f64": (53, -1022, 1023)}
 
 
 def exact(x: object) -> Fraction:
@@ -180,10 +194,10 @@ def exact(x: object) -> Fraction:
 
 
 def round_fraction(q: Fraction, fmt: str, mode: str) -> object:
-    """Round the exact value q to float format fmt ('f16'|'f32'|'f64') with rounding mode
+    """Round the exact value q to float format fmt ('f16'|'bf16'|'f32'|'f64') with rounding mode
     'rn' (nearest even), 'rz', 'rm' or 'rp', with IEEE overflow and subnormals.  q == 0
     gives +0.0: the sign of an exact zero is the caller's business."""
-    np_t = _NP_FLOAT[fmt]
+    np_t = _NP_FLOAT.get(fmt, F32)          # (bf16 values are held as f32)
     if q == 0:
         return np_t(0.0)
     prec, emin, emax = _FORMAT[fmt]

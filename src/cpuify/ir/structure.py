@@ -105,14 +105,16 @@ class Variable:
         return self.align or self.elem_size
 
 
-def variable_op(v: Any) -> Operation:
-    """The `upir.global` op declaring v (a Variable or anything with its fields)."""
+def variable_op(v: Any, functions: dict[str, int] | None = None) -> Operation:
+    """The `upir.global` op declaring v (a Variable or anything with its fields); names of
+    device functions in its initializer (vtables) become the numbers in `functions`."""
     attrs: dict[str, Any] = {"sym_name": v.name, "space": v.space, "type": v.type,
                              "line": v.line, "align": v.align or 0,
                              "dims": [-1 if d is None else d for d in v.dims],
                              "linkage": v.linkage, "vector": v.vector}
     if v.init is not None:
-        attrs["init"] = list(v.init)
+        attrs["init"] = [functions.get(x, x) if functions and isinstance(x, str) else x
+                         for x in v.init]
     return Operation("upir.global", attributes=attrs)
 
 

@@ -31,6 +31,9 @@ _CACHE = {"ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "volatile", "relaxed",
           "L1", "L2", "evict_last", "evict_first", "evict_normal", "no_allocate", "64B",
           "128B", "256B", "cluster", "unified"}
 _VEC = {"v2", "v4", "v8"}
+#: instructions with f16x2/bf16x2/bf16 forms that cpuify implements (lifting/halves.py)
+_HALF_OPS = {"add", "sub", "mul", "fma", "neg", "abs", "min", "max", "ex2", "tanh", "setp",
+             "set", "cvt"}
 
 # opcode -> allowed non-type modifiers
 ALLOWED: dict[str, set[str]] = {
@@ -38,11 +41,11 @@ ALLOWED: dict[str, set[str]] = {
     "addc": {"cc"}, "subc": {"cc"}, "mul": {"lo", "hi", "wide", "ftz", "sat"} | _ROUND,
     "mad": {"lo", "hi", "wide", "cc", "ftz", "sat"} | _ROUND, "madc": {"lo", "hi", "cc"},
     "mul24": {"lo", "hi"}, "mad24": {"lo", "hi"}, "sad": set(),
-    "fma": {"ftz", "sat"} | _ROUND, "div": {"approx", "full", "ftz"} | _ROUND,
-    "rem": set(), "neg": {"ftz"}, "abs": {"ftz"}, "min": {"ftz", "NaN"}, "max": {"ftz", "NaN"},
+    "fma": {"ftz", "sat", "relu"} | _ROUND, "div": {"approx", "full", "ftz"} | _ROUND,
+    "rem": set(), "neg": {"ftz"}, "abs": {"ftz"}, "min": {"ftz", "NaN", "relu"}, "max": {"ftz", "NaN", "relu"},
     "not": set(), "and": set(), "or": set(), "xor": set(), "cnot": set(),
     "shl": set(), "shr": set(), "shf": {"l", "r", "clamp", "wrap"},
-    "cvt": _ROUND | _ROUNDI | {"ftz", "sat"}, "cvta": {"to"} | _SPACES,
+    "cvt": _ROUND | _ROUNDI | {"ftz", "sat", "relu"}, "cvta": {"to"} | _SPACES,
     "selp": set(), "slct": {"ftz"},
     "setp": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
              "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
@@ -126,16 +129,27 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
                   "nanosleep", "activemask", "prefetch", "prefetchu", "pmevent", "discard",
                   "isspacep") and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
-    if any(t in ("f16x2", "bf16", "bf16x2", "tf32", "b128") for t in types) and op not in ("mov", "ld", "st", "cvt"):
-        lifter.error(f"'{instr.full_opcode}': packed half/bfloat16 arithmetic is not supported "
-                     "(convert to float first)", instr.line)
-    if op == "cvt" and any(t in ("bf16", "bf16x2", "tf32", "f16x2") for t in types):
-        lifter.error(f"'{instr.full_opcode}': conversions to or from {'/'.join(types)} "
+    if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st"):
+        lifter.error(f"'{instr.full_opcode}': {'/'.join(types)} operations are not supported",
+                     instr.line)
+    if any(t in ("f16x2", "bf16x2", "bf16") for t in types) and \
+            op not in _HALF_OPS | {"mov", "ld", "st", "selp", "atom", "red"}:
+        lifter.error(f"'{instr.full_opcode}': this half/bfloat16 operation is not supported",
+                     instr.line)
+    if op == "cvt" and any(t in ("bf16x2", "f16x2") for t in types) and \
+            (types[0] not in ("bf16x2", "f16x2") or types[-1] != "f32"):
+        lifter.error(f"'{instr.full_opcode}': packed conversions other than from two f32 "
+                     "values are not supported", instr.line)
+    if op == "cvt" and "bf16" in types and any(t in ("s64", "u64") for t in types):
+        lifter.error(f"'{instr.full_opcode}': conversions between bf16 and 64-bit integers "
                      "are not supported", instr.line)
+    if "relu" in instr.modifiers and not any(t in ("f16", "bf16", "f16x2", "bf16x2") for t in types):
+        lifter.error(f"'{instr.full_opcode}': .relu is only supported on half types", instr.line)
     if op in ("ld", "st") and any(t == "b128" for t in types):
         lifter.error(f"'{instr.full_opcode}': 128-bit scalar accesses are not supported", instr.line)
     if op in ("atom", "red"):
-        if any(t in ("f16", "bf16", "f16x2", "bf16x2", "b128") for t in types) or "v2" in instr.modifiers \
+        halves = any(t in ("f16", "bf16", "f16x2", "bf16x2") for t in types)
+        if halves and "add" not in instr.modifiers or "b128" in types or "v2" in instr.modifiers \
                 or "v4" in instr.modifiers:
             lifter.error(f"'{instr.full_opcode}': this atomic type is not supported", instr.line)
     if op in ("tex", "tld4", "txq", "suld", "sust"):

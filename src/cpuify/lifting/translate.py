@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
 from cpuify.ir.core import Operation, Value
+from cpuify.lifting.halves import expand, needs_expansion
 from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
 
 if TYPE_CHECKING:
@@ -86,9 +87,16 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
 
     if op == "param_copy":
         dst, src = operands[0].name, operands[1].name  # type: ignore[union-attr]
-        for off, _t in sorted(lf.param_slots.get(src, ())):
+        in_memory = dst in lf.k.memory_params
+        base = symbol_address(lf, pb, dst, 0, line) if in_memory else None
+        for off, t in sorted(lf.param_slots.get(src, ())):
             v = lf.read_var(f"{src}+{off}", pb, line)
-            lf.write_var(f"{dst}+{off}", pb, v)
+            if base is not None:
+                # the callee takes the parameter's address: the argument lives in memory
+                emit(lf, pb, Operation("ptx.st", [base, v], [], {"mods": ["local", t],
+                                                                 "offset": off, "line": line}))
+            else:
+                lf.write_var(f"{dst}+{off}", pb, v)
         return
 
     if op in ("printf", "malloc", "free", "assertfail"):
@@ -117,7 +125,12 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         return
 
     # --- ld/st on parameters ---
-    if op in ("ld", "st") and "param" in instr.modifiers:
+    if op in ("ld", "st") and "param" in instr.modifiers and _param_address_in_register(lf, instr):
+        # `mov.b64 %rd1, k_param_0; ... ld.param.u32 %r, [%rd9]`: a dynamic index into a
+        # by-value struct parameter, a real load from the kernel's parameter buffer
+        if op == "st":
+            lf.error("stores to kernel parameters are not supported", line)
+    elif op in ("ld", "st") and "param" in instr.modifiers:
         addr_i = 1 if op == "ld" else 0
         addr = operands[addr_i]
         if not isinstance(addr, Addr) or addr.base is None:
@@ -186,6 +199,15 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         lf.var_types.setdefault(CARRY, "i32")
         dest_names.append(CARRY)
     result_types = [lf.var_type(d, line) if d is not None else _sink_type(instr) for d in dest_names]
+    if needs_expansion(instr):
+        # packed half arithmetic per half, bf16 through f32 (lifting/halves.py)
+        outs = expand(instr, values, src_types[:len(values)], result_types,
+                      lambda o: emit(lf, pb, o), lf.const,
+                      lambda msg: lf.error(msg, line))
+        for d, r, want in zip(dest_names, outs, result_types):
+            if d is not None:
+                lf.write_var(d, pb, _retype(lf, pb, r, want, operand_type(instr), line))
+        return
     if op in ("bar", "barrier"):
         if instr.has("warp"):
             new = Operation("upir.warp_collective", values, [], {"kind": "syncwarp", **attrs})
@@ -352,7 +374,8 @@ def symbol_address(lf: "_Lifter", pb: "_PBlock", name: str, offset: int, line: i
     elif name in lf.param_by_name:
         space = "param"
     elif name in lf.module.functions:
-        lf.error(f"taking the address of function '{name}' is not supported", line)
+        # a device function's address: the number its indirect calls dispatch on
+        return lf.const(lf.module.function_addresses()[name] + offset, "i64")
     else:
         lf.error(f"unknown symbol '{name}'", line, PTXError)
     t = "i64"
@@ -366,3 +389,11 @@ def address_of(lf: "_Lifter", pb: "_PBlock", a: Addr, line: int) -> tuple[Value,
     if a.base in lf.var_types:
         return lf.read_var(a.base, pb, line), a.offset
     return symbol_address(lf, pb, a.base, 0, line), a.offset
+
+
+def _param_address_in_register(lf: "_Lifter", instr: Instruction) -> bool:
+    """Whether `ld.param`/`st.param` addresses memory through a register holding a kernel
+    parameter's address (taken with `mov.b64 %rd, k_param_0`) rather than by name."""
+    addr = instr.operands[1 if instr.opcode == "ld" else 0]
+    return isinstance(addr, Addr) and addr.base is not None and addr.base.startswith("%") \
+        and addr.base in lf.var_types
