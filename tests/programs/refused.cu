@@ -1,13 +1,13 @@
-// A kernel cpuify cannot run (an indirect call through a function pointer) next to one it
-// can: the build fails naming the kernel and the line, unless deferred to the launch.
+// A kernel cpuify cannot run (a recursive device function) next to one it can: the build
+// fails naming the kernel and the line, unless deferred to the launch.
 #include <cstdio>
 
-typedef int (*op_t)(int);
+__device__ int depth(int n) { return n <= 1 ? n : depth(n - 1) + depth(n - 2); }
 
 __global__ void fill(int *p) { p[threadIdx.x] = threadIdx.x; }
 
-__global__ void apply(int *p, op_t f) {
-    p[threadIdx.x] = f(p[threadIdx.x]);
+__global__ void apply(int *p) {
+    p[threadIdx.x] = depth(p[threadIdx.x]);
 }
 
 int main() {
@@ -15,7 +15,7 @@ int main() {
     cudaMalloc(&d, 32 * sizeof(int));
     fill<<<1, 32>>>(d);
     printf("fill %s\n", cudaGetErrorName(cudaGetLastError()));
-    apply<<<1, 32>>>(d, nullptr);
+    apply<<<1, 32>>>(d);
     printf("apply %s\n", cudaGetErrorName(cudaGetLastError()));
     int h[32];
     cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
