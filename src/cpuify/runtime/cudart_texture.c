@@ -454,12 +454,18 @@ cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject) {
     return destroy_object(texObject, CPUIFY_TEX_MAGIC);
 }
 
-cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc,
-                                             cudaTextureObject_t texObject) {
-    texture_object *o = object_of(texObject, CPUIFY_TEX_MAGIC);
+/* the resource description of the texture or surface object `handle` */
+static cudaError_t resource_desc_of(unsigned long long handle, uint32_t magic,
+                                    struct cudaResourceDesc *pResDesc) {
+    texture_object *o = object_of(handle, magic);
     if (!o || !pResDesc) return cpuify_cudart_fail(cudaErrorInvalidValue);
     *pResDesc = o->res;
     return cudaSuccess;
+}
+
+cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc,
+                                             cudaTextureObject_t texObject) {
+    return resource_desc_of(texObject, CPUIFY_TEX_MAGIC, pResDesc);
 }
 
 cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc,
@@ -495,8 +501,5 @@ cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject) {
 
 cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc,
                                              cudaSurfaceObject_t surfObject) {
-    texture_object *o = object_of(surfObject, CPUIFY_SURF_MAGIC);
-    if (!o || !pResDesc) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    *pResDesc = o->res;
-    return cudaSuccess;
+    return resource_desc_of(surfObject, CPUIFY_SURF_MAGIC, pResDesc);
 }
