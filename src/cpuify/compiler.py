@@ -62,13 +62,16 @@ class CompiledModule:
 
 
 def pipeline_options(options: Sequence[str] = ()) -> tuple[PipelineOptions, list[str]]:
-    """The pass pipeline from the environment (CPUIFY_PASSES, CPUIFY_DISABLE_PASSES) and
+    """The pass pipeline from the environment (CPUIFY_PASSES, CPUIFY_DISABLE_PASSES,
+    CPUIFY_WARP_LOCKSTEP) and
     `options` (which win), and the options left for NVRTC."""
     env: list[str] = []
     if "CPUIFY_PASSES" in os.environ:
         env.append("--passes=" + os.environ["CPUIFY_PASSES"])
     if os.environ.get("CPUIFY_DISABLE_PASSES"):
         env.append("--disable-pass=" + os.environ["CPUIFY_DISABLE_PASSES"])
+    if os.environ.get("CPUIFY_WARP_LOCKSTEP", "0") not in ("", "0"):
+        env.append("--warp-lockstep")
     return PipelineOptions.parse(env + [str(o) for o in options])
 
 

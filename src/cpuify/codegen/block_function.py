@@ -188,7 +188,8 @@ class KernelCodegen(KernelPlan):
             got = b.call(seg, [ctx_i8, I32(0)] + self.area_args(b, ctx), name=f"known{r}")
             target = self.only_next.get(r)
             if target is not None and (self.sync_kind(target) in (SYNC_KINDS["barrier"],
-                                                                  SYNC_KINDS["soft"])
+                                                                  SYNC_KINDS["soft"],
+                                                                  SYNC_KINDS["lockstep"])
                                        or target.index in self.static_shuffles):
                 expected = I32(STATE_WAIT | target.index)
                 b.cbranch(b.icmp_signed("==", got, expected), direct[target.index], returned)
@@ -260,8 +261,10 @@ class KernelCodegen(KernelPlan):
                        b.icmp_unsigned("!=", b.and_(at, I32(STATE_WAIT)), I32(0)))
         index = b.select(valid, b.sub(sync, I32(1)), I32(0))
         kind = b.load(b.gep(kg, [I32(0), index]))
-        plain = b.or_(b.icmp_signed("==", kind, I32(SYNC_KINDS["barrier"])),
-                      b.icmp_signed("==", kind, I32(SYNC_KINDS["soft"])))
+        # (every live thread at one lockstep step: they all run it, as after a barrier)
+        plain = b.or_(b.or_(b.icmp_signed("==", kind, I32(SYNC_KINDS["barrier"])),
+                            b.icmp_signed("==", kind, I32(SYNC_KINDS["soft"]))),
+                      b.icmp_signed("==", kind, I32(SYNC_KINDS["lockstep"])))
         if self.static_shuffles:
             # every thread waits at a static shuffle: the next segment reads the source
             # lanes itself (SegmentEmitter.read_static_shuffle), no exchange

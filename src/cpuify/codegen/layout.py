@@ -29,6 +29,7 @@ SYNC_KINDS = {
     "syncwarp": 10, "shfl.up": 11, "shfl.down": 12, "shfl.bfly": 13, "shfl.idx": 14,
     "vote.all": 20, "vote.any": 21, "vote.uni": 22, "vote.ballot": 23,
     "activemask": 30, "match.any": 31, "match.all": 32,
+    "lockstep": 33,  # a warp-level step of legacy warp-synchronous code (warp-lockstep pass)
     "redux.add": 40, "redux.min.u32": 41, "redux.max.u32": 42, "redux.min.s32": 43,
     "redux.max.s32": 44, "redux.and": 45, "redux.or": 46, "redux.xor": 47,
 }

@@ -274,8 +274,8 @@ class SegmentPaths:
         if kind == "vote":
             mode = next(m for m in mods if m in ("all", "any", "uni", "ballot"))
             return SYNC_KINDS[f"vote.{mode}"]
-        if kind == "activemask":
-            return SYNC_KINDS["activemask"]
+        if kind in ("activemask", "lockstep"):
+            return SYNC_KINDS[kind]
         if kind == "match":
             mode = "any" if "any" in mods else "all"
             return SYNC_KINDS[f"match.{mode}"] | (SYNC_64BIT if "b64" in mods else 0)

@@ -110,10 +110,32 @@ def shared_layout(module: PTXModule, kernel: LiftedKernel) -> SharedLayout:
 
 
 def sync_points(region: Region) -> dict[Operation, int]:
-    """Barriers and warp collectives of the block body, numbered from 1 in region order
-    (block by block): a resumed group of lanes runs in this order, the compiled code's."""
-    ops = [op for block in region.blocks for op in block.ops if is_sync(op)]
+    """Barriers, warp collectives and warp steps (warp_steps) of the block body, numbered
+    from 1 in region order (block by block): a resumed group of lanes runs in this order,
+    the compiled code's."""
+    ops = [op for block in region.blocks for op in block.ops if is_sync(op) or _is_step(op)]
     return {op: i + 1 for i, op in enumerate(ops)}
+
+
+def _is_step(op: Operation) -> bool:
+    """A volatile shared-memory access: the interpreter runs each as a warp-level step.
+    Before Volta the lanes of a warp executed every instruction together, and legacy
+    warp-synchronous code (a reduction or scan finished inside one warp through `volatile`
+    shared memory, with no __syncwarp) relies on it; running the lanes of a warp together at
+    each such access is also a schedule any CUDA program allows."""
+    if op.name not in ("ptx.ld", "ptx.st"):
+        return False
+    m = mods(op)
+    return "volatile" in m and any(x.split("::")[0] == "shared" for x in m)
+
+
+def warp_steps(region: Region) -> set[Operation]:
+    """The ops where a lane waits for the lanes of its warp at the same op without a
+    collective: volatile shared accesses (_is_step) and the compiler's lockstep steps
+    (`upir.warp_collective {kind = "lockstep"}`, in IR after the warp-lockstep pass)."""
+    return {op for block in region.blocks for op in block.ops
+            if _is_step(op) or op.name == "upir.warp_collective" and
+            op.attributes.get("kind") == "lockstep"}
 
 
 def initial_bytes(var: VarDecl, size: int, functions: dict[str, int] | None = None) -> bytes:
@@ -147,6 +169,7 @@ class _Kernel:
     local_offsets: dict[str, int]
     local_size: int
     sync_index: dict[Operation, int]   # sync op -> resume id (region order, from 1)
+    steps: set[Operation] = field(default_factory=set)   # warp_steps()
     prologue: "_Kernel | None" = None  # the launch prologue, run as a grid of one thread
     buffer_size: int = 0               # bytes of the launch's parameter buffer
 
@@ -161,7 +184,7 @@ def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None
         local_offsets[v.name] = off
         off += v.size
     k = _Kernel(lifted, region, shared, shared.dynamic_offset, local_offsets,
-                align_up(off, 16), sync_points(region))
+                align_up(off, 16), sync_points(region), warp_steps(region))
     attrs = lifted.op.attributes
     k.buffer_size = max(lifted.param_size, 1)
     # code run once per launch, by one thread, before the grid (it writes values into the
@@ -375,10 +398,13 @@ class Thread:
         env = self.env
         block = self.kernel.region.entry
         sync = self.kernel.sync_index
+        steps = self.kernel.steps
         while True:
             for op in block.ops:
                 handler = PTX_OPS.get(op.name)
                 if handler is not None:
+                    if op in steps:
+                        yield op            # a warp step: the lanes of the warp meet here
                     handler(self, op)
                     continue
                 name = op.name
@@ -654,7 +680,7 @@ class _BlockRun:
             live = [i for i in range(n) if state[i] is not _EXITED]
             if not live:
                 return
-            if any(state[i].name == "upir.warp_collective" for i in live):  # type: ignore[union-attr]
+            if any(self._in_warp(state[i]) for i in live):
                 self._warp_round(state, advance)
                 continue
             barriers = {state[i] for i in live}
@@ -675,6 +701,12 @@ class _BlockRun:
             for i in live:
                 advance(i)
 
+    def _in_warp(self, s: Any) -> bool:
+        """Whether a thread in scheduler state `s` waits for lanes of its warp (at a warp
+        collective or a warp step), not for the block."""
+        return s is not _EXITED and s is not _RESUMED and (
+            s.name == "upir.warp_collective" or s in self.launch.kernel.steps)
+
     def _warp_round(self, state: list, advance: Any) -> None:
         """Exchange the warp collectives that can run, then resume their lanes (as
         cpuify_run_block): per warp, lanes waiting at one collective with one member mask
@@ -684,6 +716,7 @@ class _BlockRun:
         threads = self.threads
         n = len(threads)
         index = self.launch.kernel.sync_index
+        steps = self.launch.kernel.steps
         resumed: dict[int, list[int]] = {}
         for pass_ in (0, 1):
             if resumed:
@@ -691,13 +724,19 @@ class _BlockRun:
             for base in range(0, n, 32):
                 lanes = threads[base:base + 32]
                 live = sum(1 << m for m in range(len(lanes)) if state[base + m] is not _EXITED)
+                # of the lanes at warp steps, those at the first in program order go on: the
+                # others wait for them (the reconvergence of a pre-Volta warp)
+                lowest = min((index[s] for s in state[base:base + 32] if s in steps),
+                             default=None)
                 done = 0
                 for l in range(len(lanes)):
                     s = state[base + l]
-                    if s is _EXITED or s is _RESUMED or done >> l & 1 or \
-                            s.name != "upir.warp_collective":
+                    if s is _EXITED or s is _RESUMED or done >> l & 1 or not self._in_warp(s):
                         continue
-                    masked = s.attributes["kind"] != "activemask"
+                    step = s in steps
+                    if step and index[s] != lowest:
+                        continue
+                    masked = not step and s.attributes["kind"] != "activemask"
                     mask = lanes[l].xmask
                     group = sum(1 << m for m in range(l, len(lanes))
                                 if state[base + m] is s and (not masked or lanes[m].xmask == mask))
@@ -705,7 +744,8 @@ class _BlockRun:
                     want = mask & live if masked else group
                     if pass_ == 0 and want & ~group:
                         continue                 # members still on their way: wait for them
-                    _warp_exchange(lanes, group, s)
+                    if not step:
+                        _warp_exchange(lanes, group, s)
                     members = [base + m for m in range(len(lanes)) if group >> m & 1]
                     for i in members:
                         state[i] = _RESUMED

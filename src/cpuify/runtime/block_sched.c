@@ -51,6 +51,7 @@ enum {
     K_SYNCWARP = 10, K_SHFL_UP = 11, K_SHFL_DOWN = 12, K_SHFL_BFLY = 13, K_SHFL_IDX = 14,
     K_VOTE_ALL = 20, K_VOTE_ANY = 21, K_VOTE_UNI = 22, K_VOTE_BALLOT = 23,
     K_ACTIVEMASK = 30, K_MATCH_ANY = 31, K_MATCH_ALL = 32,
+    K_LOCKSTEP = 33,   /* a step of legacy warp-synchronous code (the warp-lockstep pass) */
     K_REDUX_ADD = 40, K_REDUX_MIN_U = 41, K_REDUX_MAX_U = 42, K_REDUX_MIN_S = 43,
     K_REDUX_MAX_S = 44, K_REDUX_AND = 45, K_REDUX_OR = 46, K_REDUX_XOR = 47,
 };
@@ -74,7 +75,7 @@ static void warp_exchange(cpuify_block_ctx *c, uint32_t base, uint32_t nlanes, u
         uint64_t out = 0;
         uint32_t pred = 1;
         switch (k) {
-        case K_SYNCWARP:
+        case K_SYNCWARP: case K_LOCKSTEP:
             break;
         case K_SHFL_UP: case K_SHFL_DOWN: case K_SHFL_BFLY: case K_SHFL_IDX: {
             uint32_t bval = c->xb[t] & 31, cval = c->xc[t] & 31, segmask = (c->xc[t] >> 8) & 31;
@@ -170,7 +171,7 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
             if (known == STATE_EXITED)
                 return 0;
             int32_t k = kinds[(known & 0xffff) - 1];
-            if (k == K_BARRIER || k == K_SOFT || (k & K_STATIC)) {
+            if (k == K_BARRIER || k == K_SOFT || k == K_LOCKSTEP || (k & K_STATIC)) {
                 known = run(c, known & 0xffff, 0);
                 continue;
             }
@@ -187,7 +188,8 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
             int32_t diff = 0;
             for (uint32_t t = 1; t < n; t++)   /* branch-free: the compiler vectorizes it */
                 diff |= state[t] ^ first;
-            if (diff == 0 && first != STATE_EXITED && kinds[(first & 0xffff) - 1] == K_BARRIER) {
+            if (diff == 0 && first != STATE_EXITED && (kinds[(first & 0xffff) - 1] == K_BARRIER ||
+                                                      kinds[(first & 0xffff) - 1] == K_LOCKSTEP)) {
                 known = run(c, first & 0xffff, 0);   /* the unmasked loop does not read state[] */
                 continue;
             }
@@ -232,7 +234,10 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
              * A group runs when every live lane of its mask has arrived (so __syncwarp and
              * full-mask collectives wait for lanes still in a divergent branch); if no group
              * of the block is complete, incomplete groups run anyway so that code whose
-             * masks do not match its control flow still makes progress. */
+             * masks do not match its control flow still makes progress.  Lockstep steps
+             * (K_LOCKSTEP) group the lanes at the same step, whatever their masks; of those
+             * of one warp only the lowest step runs: lanes that went past a branch wait at
+             * the next step until the lanes in the branch catch up (pre-Volta reconvergence). */
             uint64_t resumed[4] = {0, 0, 0, 0};   /* bitset of resume ids (< 256) */
             int32_t resume_big = -1;
             int progressed = 0;
@@ -243,12 +248,21 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
                     for (uint32_t m = 0; m < nlanes; m++)
                         if (state[base + m] != STATE_EXITED) live |= 1u << m;
                     uint32_t done = 0;
+                    int32_t lowest_step = INT32_MAX;
+                    for (uint32_t m = 0; m < nlanes; m++) {
+                        int32_t s = state[base + m];
+                        if (s != STATE_EXITED && (s & STATE_WAIT) &&
+                            kinds[(s & 0xffff) - 1] == K_LOCKSTEP && (s & 0xffff) < lowest_step)
+                            lowest_step = s & 0xffff;
+                    }
                     for (uint32_t l = 0; l < nlanes; l++) {
                         int32_t s = state[base + l];
                         if (s == STATE_EXITED || (done >> l & 1) || !(s & STATE_WAIT)) continue;
                         int32_t sync = s & 0xffff;
                         if (!is_warp_kind(kinds[sync - 1])) continue;
-                        int masked = (kinds[sync - 1] & 0xff) != K_ACTIVEMASK;
+                        int32_t k = kinds[sync - 1] & 0xff;
+                        if (k == K_LOCKSTEP && sync != lowest_step) continue;
+                        int masked = k != K_ACTIVEMASK && k != K_LOCKSTEP;
                         uint32_t mask = c->xmask[base + l];
                         uint32_t group = 0;
                         for (uint32_t m = l; m < nlanes; m++)

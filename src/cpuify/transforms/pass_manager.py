@@ -54,7 +54,7 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
-        barriers, canonicalize, forwarding, ifconvert, interchange, licm, threads,
+        barriers, canonicalize, forwarding, ifconvert, interchange, licm, threads, warps,
     )
 
 
@@ -63,16 +63,17 @@ def default_pipeline() -> list[str]:
     return list(DEFAULT_ORDER)
 
 
-#: the default pipeline, in order: duplicate thread dimensions first (what the thread loops
+#: the default pipeline, in order: the lockstep steps of warp-synchronous code first (every
+#: later pass sees them as the warp sync points they are), duplicate thread dimensions (what the thread loops
 #: run), canonical forms (selects that are min/max) and
 #: if-conversions first (they make values recomputable and loops branch-free), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
 #: launch prologue both share must not), barrier elimination, then the interchanges that
 #: insert soft barriers (they must see the final loops and barriers)
-DEFAULT_ORDER = ("merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
+DEFAULT_ORDER = ("warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
                  "barrier-elimination", "interchange-thread-strided-loops",
-                 "interchange-uniform-loops", "min-cut-fission")
+                 "interchange-uniform-loops", "min-cut-fission", "simd-collectives")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
 #: per-thread slot kept across it, no cheaper (Fig. 9: 0.141 -> 0.157 ms); it pays once
@@ -90,11 +91,17 @@ class PipelineOptions:
     disabled: frozenset[str] = frozenset()
     print_after: frozenset[str] = frozenset()    # pass names, or {"all"}
     verify_each: bool = False
+    # lockstep steps at every shared/generic access of every kernel (`--warp-lockstep`,
+    # CPUIFY_WARP_LOCKSTEP=1): the warp-lockstep pass runs with all=true
+    warp_lockstep_all: bool = False
 
     def pipeline(self) -> list[str]:
         """The passes that run, in order, each as `name` or `name{option=value,...}`."""
         _load_passes()
         specs = default_pipeline() if self.passes is None else list(self.passes)
+        if self.warp_lockstep_all:
+            specs = ["warp-lockstep{all=true}" if pass_name(s) == "warp-lockstep" else s
+                     for s in specs]
         for spec in specs:
             make_pass(spec)             # unknown passes and options are errors now
         for n in sorted(self.disabled) + sorted(self.print_after - {"all"}):
@@ -109,11 +116,12 @@ class PipelineOptions:
     @staticmethod
     def parse(options: Sequence[str]) -> tuple["PipelineOptions", list[str]]:
         """Split cpuify's pipeline options (`--passes=a,b`, `--disable-pass=a`,
-        `--print-ir-after=a|all`, `--verify-each`) from the rest (left for NVRTC/nvcc)."""
+        `--print-ir-after=a|all`, `--verify-each`, `--warp-lockstep`) from the rest (left for NVRTC/nvcc)."""
         passes: list[str] | None = None
         disabled: set[str] = set()
         print_after: set[str] = set()
         verify_each = False
+        lockstep_all = False
         rest: list[str] = []
         for o in options:
             o = str(o)
@@ -125,10 +133,12 @@ class PipelineOptions:
                 print_after.update(p for p in o.split("=", 1)[1].split(",") if p)
             elif o == "--verify-each":
                 verify_each = True
+            elif o == "--warp-lockstep":
+                lockstep_all = True
             else:
                 rest.append(o)
         opts = PipelineOptions(tuple(passes) if passes is not None else None, frozenset(disabled),
-                               frozenset(print_after), verify_each)
+                               frozenset(print_after), verify_each, lockstep_all)
         opts.pipeline()     # unknown names are an error now, not at the first kernel
         return opts, rest
 

@@ -1,0 +1,397 @@
+"""Warp semantics real code relies on (issue 18, items 4 and 9).
+
+* Lockstep mode for legacy warp-synchronous code (the `warp-lockstep` pass, a warp-level
+  step at each volatile shared access): the classic reductions finished by the last warp
+  through `volatile` shared memory (the unrolled `warpReduce` of reduction kernels #4 to #6),
+  a warp scan and a block scan built from it, and a per-warp histogram with tagged
+  updates; against NumPy, through the compiled code (generic and specialized) and the
+  reference interpreter (which runs every volatile shared access as a warp step of its own,
+  without the pass).  The opt-in switch (`--warp-lockstep`, CPUIFY_WARP_LOCKSTEP=1) for
+  the same code without `volatile`.  IR checks: where the pass inserts steps, and that it
+  inserts none in the benchmark suite's kernels.
+* SIMD collectives (the `simd-collectives` pass): which collectives are marked, and the
+  vector exchange's results against NumPy for shuffles with run-time offsets, votes, and
+  partial warps and exits (where it must hand over to the scheduler).
+* Partial-mask shuffles: what a lane whose source lane is outside the member mask gets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.compiler import lift_and_optimize
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.interp import interpret_kernel
+from cpuify.ir.printer import print_op
+from cpuify.ir.structure import block_body
+from cpuify.transforms.pass_manager import PipelineOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LEGACY = r'''
+// the last warp of a tree reduction, unrolled, through volatile shared memory
+template <unsigned B>
+__device__ void warp_reduce(volatile float *s, unsigned tid) {
+    if (B >= 64) s[tid] += s[tid + 32];
+    if (B >= 32) s[tid] += s[tid + 16];
+    if (B >= 16) s[tid] += s[tid + 8];
+    if (B >= 8) s[tid] += s[tid + 4];
+    if (B >= 4) s[tid] += s[tid + 2];
+    if (B >= 2) s[tid] += s[tid + 1];
+}
+
+// reduction #4 shape: first add during load, a loop of tree steps down to 64, the last
+// warp unrolled
+extern "C" __global__ void reduce4(const float *in, float *out, unsigned n) {
+    extern __shared__ float sdata[];
+    unsigned tid = threadIdx.x;
+    unsigned i = blockIdx.x * (blockDim.x * 2) + tid;
+    float v = i < n ? in[i] : 0.0f;
+    if (i + blockDim.x < n) v += in[i + blockDim.x];
+    sdata[tid] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 32; s >>= 1) {
+        if (tid < s) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid < 32) warp_reduce<64>(sdata, tid);
+    if (tid == 0) out[blockIdx.x] = sdata[0];
+}
+
+// reduction #5/#6 shape: the block size a template parameter, everything unrolled, and
+// (#6) a grid-stride loop adding many elements per thread
+template <unsigned B>
+__device__ void reduce6_body(const int *in, int *out, unsigned n) {
+    __shared__ int sdata[B];
+    unsigned tid = threadIdx.x;
+    unsigned i = blockIdx.x * (B * 2) + tid;
+    unsigned grid = B * 2 * gridDim.x;
+    int sum = 0;
+    while (i < n) {
+        sum += in[i];
+        if (i + B < n) sum += in[i + B];
+        i += grid;
+    }
+    sdata[tid] = sum;
+    __syncthreads();
+    if (B >= 512) { if (tid < 256) sdata[tid] = sum = sum + sdata[tid + 256]; __syncthreads(); }
+    if (B >= 256) { if (tid < 128) sdata[tid] = sum = sum + sdata[tid + 128]; __syncthreads(); }
+    if (B >= 128) { if (tid < 64) sdata[tid] = sum = sum + sdata[tid + 64]; __syncthreads(); }
+    if (tid < 32) {
+        volatile int *s = sdata;
+        if (B >= 64) s[tid] = sum = sum + s[tid + 32];
+        if (B >= 32) s[tid] = sum = sum + s[tid + 16];
+        if (B >= 16) s[tid] = sum = sum + s[tid + 8];
+        if (B >= 8) s[tid] = sum = sum + s[tid + 4];
+        if (B >= 4) s[tid] = sum = sum + s[tid + 2];
+        if (B >= 2) s[tid] = sum = sum + s[tid + 1];
+    }
+    if (tid == 0) out[blockIdx.x] = sdata[0];
+}
+extern "C" __global__ void reduce6_512(const int *in, int *out, unsigned n) { reduce6_body<512>(in, out, n); }
+extern "C" __global__ void reduce6_128(const int *in, int *out, unsigned n) { reduce6_body<128>(in, out, n); }
+extern "C" __global__ void reduce6_32(const int *in, int *out, unsigned n) { reduce6_body<32>(in, out, n); }
+
+// inclusive scan of each warp through volatile shared memory, no __syncwarp
+__device__ int warp_scan(volatile int *s, unsigned idx) {
+    unsigned lane = idx & 31;
+    if (lane >= 1) s[idx] = s[idx - 1] + s[idx];
+    if (lane >= 2) s[idx] = s[idx - 2] + s[idx];
+    if (lane >= 4) s[idx] = s[idx - 4] + s[idx];
+    if (lane >= 8) s[idx] = s[idx - 8] + s[idx];
+    if (lane >= 16) s[idx] = s[idx - 16] + s[idx];
+    return s[idx];
+}
+extern "C" __global__ void scan_warps(const int *in, int *out) {
+    extern __shared__ int sh[];
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    sh[threadIdx.x] = in[i];
+    out[i] = warp_scan(sh, threadIdx.x);
+}
+// inclusive scan of a block: warp scans, the warps' totals scanned by warp 0, added back
+extern "C" __global__ void scan_block(const int *in, int *out) {
+    __shared__ int sh[1024];
+    __shared__ int totals[32];
+    unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    unsigned i = blockIdx.x * blockDim.x + tid;
+    sh[tid] = in[i];
+    int v = warp_scan(sh, tid);
+    __syncthreads();
+    if (lane == 31) totals[warp] = v;
+    __syncthreads();
+    if (warp == 0) warp_scan(totals, tid);
+    __syncthreads();
+    if (warp > 0) v += totals[warp - 1];
+    out[i] = v;
+}
+
+// a histogram per warp in shared memory, each update tagged with the lane that made it
+// (the pre-Fermi way without shared atomics: lanes that collide retry until their tag
+// stays); the warps' histograms summed at the end
+#define BINS 64
+__device__ void add_tagged(volatile unsigned *hist, unsigned bin, unsigned tag) {
+    unsigned count;
+    do {
+        count = hist[bin] & 0x07FFFFFFu;
+        count = tag | (count + 1);
+        hist[bin] = count;
+    } while (hist[bin] != count);
+}
+extern "C" __global__ void histogram_warps(const unsigned *data, unsigned *out, unsigned n) {
+    __shared__ unsigned hist[8 * BINS];        // blocks of up to 8 warps
+    unsigned tid = threadIdx.x, warp = tid >> 5;
+    unsigned tag = (tid & 31) << 27;
+    for (unsigned b = tid; b < 8 * BINS; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (unsigned k = blockIdx.x * blockDim.x + tid; k < n; k += blockDim.x * gridDim.x)
+        add_tagged(hist + warp * BINS, data[k] % BINS, tag);
+    __syncthreads();
+    for (unsigned b = tid; b < BINS; b += blockDim.x) {
+        unsigned sum = 0;
+        for (unsigned w = 0; w < blockDim.x / 32; w++) sum += hist[w * BINS + b] & 0x07FFFFFFu;
+        atomicAdd(out + b, sum);
+    }
+}
+'''
+
+# the same last-warp reduction without `volatile` (legal only in lockstep): the opt-in mode
+NO_VOLATILE = r'''
+extern "C" __global__ void reduce_plain(const float *in, float *out) {
+    __shared__ float s[64];
+    unsigned tid = threadIdx.x;
+    s[tid] = in[blockIdx.x * 64 + tid];
+    __syncthreads();
+    if (tid < 32) {
+        float *p = s;
+        // the asm barriers keep the compiler from keeping the values in registers; there
+        // is no __syncwarp: the lanes' loads and stores interleave only in lockstep
+        p[tid] += p[tid + 32]; asm volatile("" ::: "memory");
+        p[tid] += p[tid + 16]; asm volatile("" ::: "memory");
+        p[tid] += p[tid + 8]; asm volatile("" ::: "memory");
+        p[tid] += p[tid + 4]; asm volatile("" ::: "memory");
+        p[tid] += p[tid + 2]; asm volatile("" ::: "memory");
+        p[tid] += p[tid + 1]; asm volatile("" ::: "memory");
+    }
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def legacy():
+    return cpuify.RawModule(code=LEGACY)
+
+
+def _twice(mod, name, grid, block, args, out, shared_mem=0):
+    """The kernel run twice (generic code, then code specialized for the block shape)."""
+    f = mod.get_function(name)
+    got = []
+    for _ in range(2):
+        out[:] = 0
+        f(grid, block, args, shared_mem=shared_mem)
+        got.append(out.copy())
+    return got
+
+
+@pytest.mark.parametrize("block", [64, 128, 256])
+def test_reduce4_last_warp_volatile(legacy, block):
+    blocks = 5
+    n = blocks * block * 2 - 37
+    x = np.random.default_rng(block).integers(0, 9, n).astype(np.float32)
+    out = np.zeros(blocks, np.float32)
+    padded = np.zeros(blocks * block * 2, np.float32)
+    padded[:n] = x
+    want = padded.reshape(blocks, -1).sum(axis=1)
+    for got in _twice(legacy, "reduce4", (blocks,), (block,), (x, out, np.uint32(n)), out,
+                      shared_mem=block * 4):
+        np.testing.assert_array_equal(got, want)
+    out[:] = 0
+    interpret_kernel(legacy.ptx, "reduce4", (blocks,), (block,), [x, out, np.uint32(n)],
+                     shared_mem=block * 4)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("block", [512, 128, 32])
+def test_reduce6_unrolled_grid_stride(legacy, block):
+    blocks = 3
+    n = 20000 + block
+    x = np.random.default_rng(block).integers(-50, 50, n).astype(np.int32)
+    out = np.zeros(blocks, np.int32)
+    # which elements each block sums: i = b * 2B + t + k * 2B * blocks, and i + B
+    owner = (np.arange(n) // (2 * block)) % blocks
+    want = np.array([x[owner == b].sum() for b in range(blocks)], np.int32)
+    for got in _twice(legacy, f"reduce6_{block}", (blocks,), (block,), (x, out, np.uint32(n)), out):
+        np.testing.assert_array_equal(got, want)
+    if block == 128:
+        out[:] = 0
+        interpret_kernel(legacy.ptx, "reduce6_128", (blocks,), (block,), [x, out, np.uint32(n)])
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("block", [32, 96, 256])
+def test_warp_scan_volatile(legacy, block):
+    blocks = 4
+    x = np.random.default_rng(block).integers(-9, 9, blocks * block).astype(np.int32)
+    out = np.zeros_like(x)
+    padded = x.reshape(-1, 32)
+    want = np.cumsum(padded, axis=1, dtype=np.int32).reshape(-1)
+    for got in _twice(legacy, "scan_warps", (blocks,), (block,), (x, out), out,
+                      shared_mem=block * 4):
+        np.testing.assert_array_equal(got, want)
+    out[:] = 0
+    interpret_kernel(legacy.ptx, "scan_warps", (blocks,), (block,), [x, out], shared_mem=block * 4)
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("block", [64, 1024])
+def test_block_scan_from_warp_scans(legacy, block):
+    blocks = 3
+    x = np.random.default_rng(7).integers(-9, 9, blocks * block).astype(np.int32)
+    out = np.zeros_like(x)
+    want = np.cumsum(x.reshape(blocks, block), axis=1, dtype=np.int32).reshape(-1)
+    for got in _twice(legacy, "scan_block", (blocks,), (block,), (x, out), out):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("block,skewed", [(32, False), (256, True), (128, True)])
+def test_histogram_per_warp_tagged(legacy, block, skewed):
+    rng = np.random.default_rng(block)
+    n = 50000
+    # skewed: most values in a few bins, so that the lanes of a warp collide often
+    data = (rng.integers(0, 4, n) if skewed else rng.integers(0, 1 << 20, n)).astype(np.uint32)
+    out = np.zeros(64, np.uint32)
+    want = np.bincount(data % 64, minlength=64).astype(np.uint32)
+    for got in _twice(legacy, "histogram_warps", (6,), (block,), (data, out, np.uint32(n)), out):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_histogram_interpreter():
+    data = np.random.default_rng(1).integers(0, 3, 700).astype(np.uint32)
+    out = np.zeros(64, np.uint32)
+    mod = cpuify.RawModule(code=LEGACY)
+    interpret_kernel(mod.ptx, "histogram_warps", (2,), (64,), [data, out, np.uint32(data.size)])
+    np.testing.assert_array_equal(out, np.bincount(data % 64, minlength=64))
+
+
+def test_opt_in_lockstep_for_code_without_volatile():
+    x = np.random.default_rng(2).integers(0, 9, 64 * 4).astype(np.float32)
+    want = x.reshape(4, 64).sum(axis=1)
+    out = np.zeros(4, np.float32)
+    on = cpuify.RawModule(code=NO_VOLATILE, options=("--warp-lockstep",))
+    assert on._compiled.pass_counts["reduce_plain"]["warp-lockstep"] > 0
+    for got in _twice(on, "reduce_plain", (4,), (64,), (x, out), out):
+        np.testing.assert_array_equal(got, want)
+    # without the switch there is nothing to detect (no volatile): thread after thread,
+    # lane 0 finishes every step before the other lanes write theirs
+    off = cpuify.RawModule(code=NO_VOLATILE)
+    assert off._compiled.pass_counts["reduce_plain"]["warp-lockstep"] == 0
+    out[:] = 0
+    off.get_function("reduce_plain")((4,), (64,), (x, out))
+    assert not np.array_equal(out, want)
+
+
+def test_opt_in_environment_variable_for_whole_programs(tmp_path):
+    prog = tmp_path / "lockstep.cu"
+    prog.write_text(NO_VOLATILE + r'''
+#include <cstdio>
+int main() {
+    float h[128], r[2], *d_in, *d_out;
+    for (int i = 0; i < 128; i++) h[i] = (float)(i % 5);
+    cudaMalloc(&d_in, sizeof h); cudaMalloc(&d_out, sizeof r);
+    cudaMemcpy(d_in, h, sizeof h, cudaMemcpyHostToDevice);
+    reduce_plain<<<2, 64>>>(d_in, d_out);
+    cudaMemcpy(r, d_out, sizeof r, cudaMemcpyDeviceToHost);
+    printf("%g %g\n", r[0], r[1]);
+    return 0;
+}
+''')
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), CPUIFY_WARP_LOCKSTEP="1")
+    run = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "run", str(prog)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    h = np.arange(128) % 5
+    assert run.stdout.split() == [f"{h[:64].sum():g}", f"{h[64:].sum():g}"]
+
+
+# --- IR checks --------------------------------------------------------------------------
+
+def _optimized(src: str, kernel: str, options=()):
+    module = parse_ptx(compile_to_ptx(src).ptx)
+    entry = next(e for e in module.entries if e.name == kernel)
+    opts, _ = PipelineOptions.parse(list(options))
+    return lift_and_optimize(module, entry, opts)
+
+
+def _steps(kernel_op) -> list:
+    return [op for b in block_body(kernel_op).blocks for op in b.ops
+            if op.name == "upir.warp_collective" and op.attributes.get("kind") == "lockstep"]
+
+
+def test_steps_around_each_volatile_statement():
+    lifted, result = _optimized(LEGACY, "reduce4")
+    # six statements `s[tid] += s[tid + k]`: a step before the loads, before the store and
+    # after it (the next statement's loads share it): 2 * 6 + 1
+    assert result.counts["warp-lockstep"] == 13
+    steps = _steps(lifted.op)
+    assert len(steps) == 13
+    text = print_op(lifted.op)
+    assert text.count('kind = "lockstep"') == 13
+    assert lifted.op.attributes["warp_lockstep"] == 13
+    # each step comes right before a volatile access or right after a volatile store
+    for st in steps:
+        ops = st.parent.ops
+        k = ops.index(st)
+        near = ops[k + 1:k + 2] + ops[k - 1:k]
+        assert any("volatile" in o.attributes.get("mods", ()) for o in near)
+
+
+def test_no_steps_without_lane_communication():
+    src = r'''
+    extern "C" __global__ void flag_only(int *out) {     // one address for all threads
+        __shared__ volatile int flag;
+        if (threadIdx.x == 0) flag = 1;
+        __syncthreads();
+        out[threadIdx.x] = flag;
+    }
+    extern "C" __global__ void loads_only(const int *in, int *out) {
+        __shared__ int s[64];
+        s[threadIdx.x] = in[threadIdx.x];
+        __syncthreads();
+        volatile int *v = s;
+        out[threadIdx.x] = v[63 - threadIdx.x];
+    }
+    '''
+    for k in ("flag_only", "loads_only"):
+        lifted, result = _optimized(src, k)
+        assert result.counts["warp-lockstep"] == 0 and not _steps(lifted.op), k
+    # the opt-in mode steps every shared access, volatile or not
+    lifted, result = _optimized(src, "loads_only", ["--warp-lockstep"])
+    assert result.counts["warp-lockstep"] >= 2
+
+
+def test_benchmark_kernels_get_no_steps():
+    """The benchmark suite's kernels (none warp-synchronous) keep their sync points."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.suite import workloads
+        names = sorted(m.name for m in pkgutil.iter_modules(workloads.__path__))
+        assert len(names) >= 14
+        for name in names:
+            w = importlib.import_module(f"benchmarks.suite.workloads.{name}").WORKLOAD
+            module = parse_ptx(compile_to_ptx(w.cuda_source).ptx)
+            for entry in module.entries:
+                lifted, result = lift_and_optimize(module, entry, PipelineOptions())
+                assert result.counts["warp-lockstep"] == 0, (name, entry.name)
+                assert not _steps(lifted.op), (name, entry.name)
+    finally:
+        sys.path.remove(str(ROOT))
