@@ -395,3 +395,152 @@ def test_benchmark_kernels_get_no_steps():
                 assert not _steps(lifted.op), (name, entry.name)
     finally:
         sys.path.remove(str(ROOT))
+
+
+# --- partial-mask and divergent shuffles: what an H100 returns ----------------------------
+
+SHUFFLES = r'''
+extern "C" __global__ void shfl_cases(int *out, int which) {
+    int lane = threadIdx.x & 31;
+    int v = threadIdx.x * 10 + 100;
+    int w = threadIdx.x * 1000 + 7;
+    int r = -1;
+    switch (which) {
+    case 0:   // two halves, each with its own mask, read the other half
+        r = lane < 16 ? __shfl_sync(0x0000ffffu, v, lane + 16) : __shfl_sync(0xffff0000u, w, lane - 16);
+        break;
+    case 1:   // the source lanes exited
+        if (lane >= 16) return;
+        r = __shfl_sync(0x0000ffffu, v, lane + 16);
+        break;
+    case 2:   // down 8 among lanes 0..15: 8..15 read exited lanes
+        if (lane >= 16) return;
+        r = __shfl_down_sync(0x0000ffffu, v, 8);
+        break;
+    case 3:   // up 4 among lanes 16..31: 16..19 read exited lanes
+        if (lane < 16) return;
+        r = __shfl_up_sync(0xffff0000u, v, 4);
+        break;
+    case 4:   // even lanes, xor 1: the odd ones exited
+        if (lane & 1) return;
+        r = __shfl_xor_sync(0x55555555u, v, 1);
+        break;
+    case 5:   // even and odd lanes in two ways of a branch, each with its mask, read the other way
+        if (lane & 1) r = __shfl_sync(0xaaaaaaaau, w, lane - 1);
+        else r = __shfl_sync(0x55555555u, v, lane + 1);
+        break;
+    case 6:   // width 8 among lanes 0..15
+        if (lane >= 16) return;
+        r = __shfl_sync(0x0000ffffu, v, 5, 8);
+        break;
+    case 7:   // width 16, down 4: 12..15 past the segment keep their own value
+        if (lane >= 16) return;
+        r = __shfl_down_sync(0x0000ffffu, v, 4, 16);
+        break;
+    case 8:   // lanes 0..7 (mask 0xff) read 8..15: active, but not in the mask
+        if (lane < 8) r = __shfl_sync(0x000000ffu, v, lane + 8);
+        else r = __shfl_sync(0xffffff00u, w, lane);
+        break;
+    case 9:   // lanes 0..19, idx 25 (exited)
+        if (lane >= 20) return;
+        r = __shfl_sync(0x000fffffu, v, 25);
+        break;
+    case 10:  // a ballot over lanes 0..15
+        if (lane >= 16) return;
+        r = (int)__ballot_sync(0x0000ffffu, lane & 1);
+        break;
+    case 11:  // the active mask in two ways of a branch
+        if (lane % 3 == 0) r = (int)__activemask(); else r = (int)__activemask() + 1;
+        break;
+    case 12:  // full mask, lanes 20.. exited: down 8
+        if (lane >= 20) return;
+        r = __shfl_down_sync(0xffffffffu, v, 8);
+        break;
+    case 13:  // full mask, lanes 20.. exited: a ballot
+        if (lane >= 20) return;
+        r = (int)__ballot_sync(0xffffffffu, 1);
+        break;
+    case 14:  // full mask, lanes 20.. exited: xor 16
+        if (lane >= 20) return;
+        r = __shfl_xor_sync(0xffffffffu, v, 16);
+        break;
+    case 15:  // full mask in the two ways of a branch: the lanes meet across them
+        if (lane < 16) r = __shfl_sync(0xffffffffu, v, lane + 16);
+        else r = __shfl_sync(0xffffffffu, v + 5000, lane - 16);
+        break;
+    case 16:  // a block of 48 threads (run so): full-mask reduction in the partial warp
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        r = v;
+        break;
+    case 17:  // a block of 48: idx 20 does not exist in the partial warp
+        r = __shfl_sync(0xffffffffu, v, 20);
+        break;
+    }
+    out[threadIdx.x] = r;
+}
+'''
+
+
+def _h100(which: int, n: int) -> np.ndarray:
+    """out[] of shfl_cases as an H100 (sm_90, CUDA 13) wrote it (-1: the lane exited)."""
+    lane = np.arange(n) % 32
+    t = np.arange(n)
+    v, w = t * 10 + 100, t * 1000 + 7
+    x = np.full(n, -1)
+    if which in (0, 5):
+        x[:] = 0
+    elif which == 1:
+        x[:16] = 0
+    elif which == 2:
+        x[:8], x[8:16] = v[8:16], 0
+    elif which == 3:
+        x[16:20], x[20:] = 0, v[16:28]
+    elif which == 4:
+        x[::2] = 0
+    elif which == 6:
+        x[:8], x[8:16] = v[5], v[13]
+    elif which == 7:
+        x[:12], x[12:16] = v[4:16], v[12:16]
+    elif which == 8:
+        x[:8], x[8:] = 0, w[8:]
+    elif which == 9:
+        x[:20] = 0
+    elif which == 10:
+        x[:16] = 0xAAAA
+    elif which == 11:
+        x[:] = np.where(lane % 3 == 0, 0x49249249, np.int64(0xB6DB6DB6 + 1) - (1 << 32))
+    elif which == 12:
+        x[:12], x[12:20] = v[8:20], 0
+    elif which == 13:
+        x[:20] = 0xFFFFF
+    elif which == 14:
+        x[:4], x[4:16], x[16:20] = v[16:20], 0, v[0:4]
+    elif which == 15:
+        x[:16], x[16:] = v[16:] + 5000, v[:16]
+    elif which == 16:
+        x = v.copy()
+        for o in (16, 8, 4, 2, 1):
+            src = np.where(lane + o < 32, t + o, t)
+            got = np.where(src < n, x[np.minimum(src, n - 1)], 0)
+            x = x + got
+    elif which == 17:
+        x[:32], x[32:] = v[20], 0
+    return x.astype(np.int32)
+
+
+H100_CASES = [(k, 32) for k in range(16)] + [(16, 48), (17, 48)]
+
+
+@pytest.mark.parametrize("which,n", H100_CASES)
+def test_shuffles_as_on_the_h100(which, n):
+    mod = cpuify.RawModule(code=SHUFFLES)
+    out = np.full(64, -1, np.int32)
+    want = _h100(which, n)
+    f = mod.get_function("shfl_cases")
+    for _ in range(2):      # generic code, then code specialized for the block
+        out[:] = -1
+        f((1,), (n,), (out, np.int32(which)))
+        np.testing.assert_array_equal(out[:n], want)
+    out[:] = -1
+    interpret_kernel(mod.ptx, "shfl_cases", (1,), (n,), [out, np.int32(which)])
+    np.testing.assert_array_equal(out[:n], want)

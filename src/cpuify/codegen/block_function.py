@@ -428,7 +428,8 @@ class KernelCodegen(KernelPlan):
                 bval = I32(cb & 31) if cb is not None else b.and_(b.load(b.gep(xb, [t])), I32(31))
                 cword = I32(cc & 0xFFFFFFFF) if cc is not None else b.load(b.gep(xc, [t]))
                 base, j, pred = shuffle_source(b, t, mode, bval, cword)
-                # the source lane must exist (a partial last warp) and not have exited; the
+                # outside the segment: the lane's own value; a source lane that does not
+                # exist (a partial last warp) or has exited: 0 (what an H100 returns).  The
                 # loads are conditional on that (masked), so the index needs no clamping
                 src = b.add(base, b.sext(j, I64))
                 inside = b.and_(pred, b.and_(b.icmp_unsigned("<", j, I32(32)),
@@ -443,11 +444,11 @@ class KernelCodegen(KernelPlan):
                 # stored when a segment knew where every thread stopped)
                 live_src = b.or_(b.not_(some_exited),
                                  b.icmp_signed("!=", b.load(b.gep(state, [src])), I32(STATE_EXITED)))
-                other = b.load(b.gep(xval, [src]))
+                other = b.select(live_src, b.load(b.gep(xval, [src])), I64(0))
                 read_end = b.block
-                b.cbranch(live_src, done, own)
+                b.branch(done)
                 b.position_at_end(own)
-                mine = b.load(b.gep(xval, [t]))
+                mine = b.select(pred, I64(0), b.load(b.gep(xval, [t])))
                 b.branch(done)
                 b.position_at_end(done)
                 got = b.phi(I64)

@@ -204,6 +204,9 @@ class SyncCrossing(SegmentValues):
         inside = b.and_(pred, b.and_(b.icmp_unsigned("<", j, I32(32)),
                                      b.icmp_unsigned("<", src, self.nthreads64)))
         mine = b.load(b.gep(xval, [t]))
+        # a source lane past the block's last thread (a partial last warp) gives 0, as on an
+        # H100; one outside the segment, the lane's own value
+        mine = b.select(pred, I32(0), mine)
         if mode in ("up", "down"):
             # t -+ 31 at most: inside the guard zones around xval (XVAL_GUARD), so the load
             # needs no condition and stays one contiguous vector load

@@ -608,9 +608,15 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
             else:  # idx
                 j = minlane | (bval & ~segmask)
                 pred = int(j <= maxlane)
-            if not pred or j < 0 or j >= nlanes or not group >> j & 1:
-                j = l
-            out = lanes[j].xval
+            # (what an H100 returns: the lane's own value when the source is outside the
+            # segment; 0 when the source lane takes no part: not in the member mask, at no
+            # shuffle with this mask, exited, or past the end of a partial warp)
+            if not pred:
+                out = th.xval
+            elif j < 0 or j >= nlanes or not group >> j & 1:
+                out = 0
+            else:
+                out = lanes[j].xval
         elif kind == "vote":
             ballot = sum(1 << x for x in members if lanes[x].xval & 1)
             if "ballot" in m:
@@ -647,6 +653,14 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
         elif kind != "syncwarp":
             raise UnsupportedError(f"unknown warp collective '{kind}'", line=op.attributes.get("line"))
         th.xout, th.xpred = out, pred
+
+
+def _same_collective(a: Any, b: Operation) -> bool:
+    """Whether scheduler state `a` is a lane waiting at a warp collective like `b`: of the
+    same kind, with the same modifiers (another instruction of the kernel may be that)."""
+    return a is not _EXITED and a is not _RESUMED and isinstance(a, Operation) and \
+        a.name == "upir.warp_collective" and a.attributes.get("kind") == b.attributes.get("kind") \
+        and sorted(mods(a)) == sorted(mods(b))
 
 
 class _BlockRun:
@@ -738,8 +752,13 @@ class _BlockRun:
                         continue
                     masked = not step and s.attributes["kind"] != "activemask"
                     mask = lanes[l].xmask
+                    # a `.sync` collective meets the lanes at any collective of the same
+                    # kind and modifiers with the same member mask (PTX ISA: "executed
+                    # shfl.sync with the same qualifiers and the same membermask")
                     group = sum(1 << m for m in range(l, len(lanes))
-                                if state[base + m] is s and (not masked or lanes[m].xmask == mask))
+                                if (state[base + m] is s or masked and not done >> m & 1 and
+                                    _same_collective(state[base + m], s))
+                                and (not masked or lanes[m].xmask == mask))
                     done |= group
                     want = mask & live if masked else group
                     if pass_ == 0 and want & ~group:
@@ -748,8 +767,8 @@ class _BlockRun:
                         _warp_exchange(lanes, group, s)
                     members = [base + m for m in range(len(lanes)) if group >> m & 1]
                     for i in members:
+                        resumed.setdefault(index[state[i]], []).append(i)   # each at its own op
                         state[i] = _RESUMED
-                    resumed.setdefault(index[s], []).extend(members)
         for r in sorted(resumed):
             for i in sorted(resumed[r]):
                 advance(i)

@@ -86,9 +86,15 @@ static void warp_exchange(cpuify_block_ctx *c, uint32_t base, uint32_t nlanes, u
             else if (k == K_SHFL_DOWN) { j = (int32_t)l + (int32_t)bval; pred = j <= maxlane; }
             else if (k == K_SHFL_BFLY) { j = (int32_t)(l ^ bval); pred = j <= maxlane; }
             else { j = minlane | (int32_t)(bval & ~segmask); pred = j <= maxlane; }
-            if (!pred || j < 0 || (uint32_t)j >= nlanes || !(group >> j & 1))
-                j = (int32_t)l;
-            out = xv[base + (uint32_t)j];
+            /* as an H100 does: a source lane outside the segment or the warp gives the
+             * lane its own value; one that takes no part (not in the member mask, at no
+             * shuffle with this mask, exited, past a partial warp's end) gives 0 */
+            if (!pred)
+                out = xv[t];
+            else if (j < 0 || (uint32_t)j >= nlanes || !(group >> j & 1))
+                out = 0;
+            else
+                out = xv[base + (uint32_t)j];
             break;
         }
         case K_VOTE_ALL: case K_VOTE_ANY: case K_VOTE_UNI: case K_VOTE_BALLOT: {
@@ -265,18 +271,31 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
                         int masked = k != K_ACTIVEMASK && k != K_LOCKSTEP;
                         uint32_t mask = c->xmask[base + l];
                         uint32_t group = 0;
-                        for (uint32_t m = l; m < nlanes; m++)
-                            if (state[base + m] == s && (!masked || c->xmask[base + m] == mask))
-                                group |= 1u << m;
+                        /* a collective with a member mask (`.sync`) meets the lanes at any
+                         * collective of the same kind and mask, not only at the same
+                         * instruction (PTX: "executed shfl.sync with the same qualifiers and
+                         * the same membermask"; an H100 exchanges the values of two
+                         * __shfl_sync(0xffffffff) in the two ways of a branch) */
+                        for (uint32_t m = l; m < nlanes; m++) {
+                            int32_t sm = state[base + m];
+                            if (sm == s || (masked && sm != STATE_EXITED && (sm & STATE_WAIT) &&
+                                            !(done >> m & 1) &&
+                                            (kinds[(sm & 0xffff) - 1] & ~K_STATIC) == (kinds[sync - 1] & ~K_STATIC)))
+                                if (!masked || c->xmask[base + m] == mask)
+                                    group |= 1u << m;
+                        }
                         done |= group;
                         uint32_t want = masked ? (mask & live) : group;
                         if (pass == 0 && (want & ~group) != 0)
                             continue;   /* members still on their way: wait for them */
                         warp_exchange(c, base, nlanes, group, kinds[sync - 1]);
-                        for (uint32_t m = l; m < nlanes; m++)
-                            if (group >> m & 1) state[base + m] = sync;
-                        if (sync < 256) resumed[sync >> 6] |= 1ull << (sync & 63);
-                        else resume_big = sync;
+                        for (uint32_t m = l; m < nlanes; m++) {
+                            if (!(group >> m & 1)) continue;
+                            int32_t own = state[base + m] & 0xffff;   /* each lane resumes after its own */
+                            state[base + m] = own;
+                            if (own < 256) resumed[own >> 6] |= 1ull << (own & 63);
+                            else resume_big = own;
+                        }
                         progressed = 1;
                     }
                 }
