@@ -20,6 +20,7 @@ from cpuify.codegen.layout import (
 )
 from cpuify.codegen.lowering import I1, I32, I64, PTR
 from cpuify.codegen.segment_emitter import SegmentEmitter
+from cpuify.codegen.simd_collectives import simd_supported, vector_exchange
 
 
 class KernelCodegen(KernelPlan):
@@ -393,7 +394,9 @@ class KernelCodegen(KernelPlan):
         at `sync`.  None when the kernel has no shuffles."""
         modes = {SYNC_KINDS[f"shfl.{m}"]: m for m in ("up", "down", "bfly", "idx")}
         shuffles = [(i + 1, modes[k]) for i, k in enumerate(kinds) if k in modes]
-        if not shuffles:
+        # collectives the simd-collectives pass marked: vector code across each warp's lanes
+        simd = {sp.index for sp in self.syncs if self.simd_collective(sp)}
+        if not shuffles and not simd:
             return None
         m = self.mod.module
         fn = ir.Function(m, ir.FunctionType(I32, [PTR, I32, I1, I64]), name=f"cpuify_exchange_{self.name}")
@@ -412,9 +415,46 @@ class KernelCodegen(KernelPlan):
         sw = b.switch(sync, no)
         b.position_at_end(no)
         b.ret(I32(0))
-        for index, mode in shuffles:
-            case = fn.append_basic_block(f"shfl{index}")
+        scalar_of: dict[int, ir.Block] = {}      # simd shuffle -> its scalar fallback
+        for index in sorted(simd):
+            op = self.syncs[index - 1].op
+            case = fn.append_basic_block(f"simd{index}")
             sw.add_case(I32(index), case)
+            b.position_at_end(case)
+            # whole warps, none exited (else: the scalar exchange below, or the scheduler)
+            vector = fn.append_basic_block(f"simd{index}.warps")
+            scalar = fn.append_basic_block(f"simd{index}.scalar")
+            whole = b.and_(b.not_(some_exited),
+                           b.icmp_unsigned("==", b.and_(n64, I64(31)), I64(0)))
+            b.cbranch(whole, vector, scalar)
+            b.position_at_end(vector)
+            kind = op.attributes["kind"]
+            mods = list(op.attributes.get("mods", []))
+            consts = [const_int(o) for o in op.operands[1:3]] if kind == "shfl" else []
+            if kind == "shfl":
+                bval = I32(consts[0] & 31) if consts[0] is not None else b.load(xb)
+                cword = I32(consts[1] & 0xFFFFFFFF) if consts[1] is not None else b.load(xc)
+            else:
+                bval = cword = None
+
+            def warp_body(b: ir.IRBuilder, w: ir.Value, acc: list[ir.Value], kind: str = kind,
+                          mods: list[str] = mods, bval: ir.Value | None = bval,
+                          cword: ir.Value | None = cword) -> list[ir.Value]:
+                vector_exchange(self.mod, b, kind, mods, xval, xout, xpred,
+                                b.shl(w, I64(5)), bval, cword)
+                return []
+            self.counted_loop(b, b.lshr(n64, I64(5)), [], warp_body, f"simd{index}")
+            b.ret(I32(1))
+            b.position_at_end(scalar)
+            scalar_of[index] = scalar
+            if index not in dict(shuffles):
+                b.ret(I32(0))       # a vote or redux: the scheduler
+        for index, mode in shuffles:
+            if index in scalar_of:
+                case = scalar_of[index]
+            else:
+                case = fn.append_basic_block(f"shfl{index}")
+                sw.add_case(I32(index), case)
             b.position_at_end(case)
             # operands that are constants in the kernel (`__shfl_down_sync(0xffffffff, v, 16)`)
             # are used as such: the source lane is then the thread's own index plus a
@@ -464,6 +504,16 @@ class KernelCodegen(KernelPlan):
             full, = self.counted_loop(b, live_end, [I32(-1)], lane_body, f"shfl{index}")
             b.ret(b.zext(b.icmp_unsigned("==", full, I32(-1)), I32))
         return fn
+
+    def simd_collective(self, sp) -> bool:  # type: ignore[no-untyped-def]
+        """Whether the exchange runs the collective at `sp` as vector code across lanes
+        (marked by the simd-collectives pass, and of a form simd_supported handles)."""
+        op = sp.op
+        if op.name != "upir.warp_collective" or not op.attributes.get("simd"):
+            return False
+        kind = op.attributes.get("kind", "")
+        consts = [const_int(o) for o in op.operands[1:3]] if kind == "shfl" else []
+        return simd_supported(kind, list(op.attributes.get("mods", [])), consts)
 
     @staticmethod
     def area_args(b: ir.IRBuilder, ctx: ir.Value) -> list[ir.Value]:
