@@ -544,3 +544,182 @@ def test_shuffles_as_on_the_h100(which, n):
     out[:] = -1
     interpret_kernel(mod.ptx, "shfl_cases", (1,), (n,), [out, np.int32(which)])
     np.testing.assert_array_equal(out[:n], want)
+
+
+# --- SIMD collectives -----------------------------------------------------------------------
+
+COLLECTIVES = r'''
+#define FULL 0xffffffffu
+extern "C" __global__ void loop_down(const float *x, float *out, int rounds) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = x[i];
+    for (int r = 0; r < rounds; r++) {
+        #pragma unroll 1
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(FULL, v, o);
+    }
+    out[i] = v;
+}
+extern "C" __global__ void loop_up(const int *x, int *out) {       // warp scan
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int lane = threadIdx.x & 31, v = x[i];
+    #pragma unroll 1
+    for (int o = 1; o < 32; o <<= 1) { int u = __shfl_up_sync(FULL, v, o); if (lane >= o) v += u; }
+    out[i] = v;
+}
+extern "C" __global__ void xor_by(const int *x, int *out, int m) {  // a run-time lane mask
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = __shfl_xor_sync(FULL, x[i], m) * 1000 + __shfl_sync(FULL, x[i], m & 31);
+}
+extern "C" __global__ void width_down(const int *x, int *out, int d) {  // width 8, run-time d
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = __shfl_down_sync(FULL, x[i], d, 8);
+}
+extern "C" __global__ void votes(const int *x, unsigned *out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned b = __ballot_sync(FULL, x[i] > 0);
+    int a = __all_sync(FULL, x[i] > -40);
+    int y = __any_sync(FULL, x[i] > 45);
+    int u = __uni_sync(FULL, x[i] > -45);
+    out[i] = b ^ (a << 1) ^ (y << 2) ^ (u << 3);
+}
+// exits before the collectives: the vector exchange hands over to the scalar one
+extern "C" __global__ void votes_after_exit(const int *x, unsigned *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    out[i] = __ballot_sync(__activemask(), x[i] > 0) ^ __shfl_down_sync(FULL, x[i], 1);
+}
+// a mask that is not the full warp, an offset that differs between threads: not marked
+extern "C" __global__ void not_simd(const int *x, int *out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int v = __shfl_down_sync(0x0000ffffu, x[i], 1);
+    out[i] = v + __shfl_sync(FULL, x[i], threadIdx.x ^ 3);
+}
+'''
+
+REDUX = r'''
+extern "C" __global__ void redux(const int *x, int *out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned u = (unsigned)x[i];
+    out[4 * i] = __reduce_add_sync(0xffffffffu, x[i]);
+    out[4 * i + 1] = __reduce_min_sync(0xffffffffu, x[i]);
+    out[4 * i + 2] = (int)__reduce_max_sync(0xffffffffu, u);
+    out[4 * i + 3] = (int)(__reduce_xor_sync(0xffffffffu, u) ^ __reduce_or_sync(0xffffffffu, u & 7u));
+}
+'''
+
+
+@pytest.fixture(scope="module", params=["simd", "scalar"])
+def collectives(request):
+    opts = () if request.param == "simd" else ("--disable-pass=simd-collectives",)
+    return request.param, cpuify.RawModule(code=COLLECTIVES, options=opts)
+
+
+def _warps(a):
+    return a.reshape(-1, 32)
+
+
+def test_simd_marks(collectives):
+    kind, mod = collectives
+    counts = mod._compiled.pass_counts
+    if kind == "scalar":
+        assert all("simd-collectives" not in c for c in counts.values())
+        return
+    assert counts["loop_down"]["simd-collectives"] == 1
+    assert counts["loop_up"]["simd-collectives"] == 1
+    assert counts["xor_by"]["simd-collectives"] == 2
+    assert counts["votes"]["simd-collectives"] == 4
+    # the ballot's mask is __activemask(): not known to be the full warp
+    assert counts["votes_after_exit"]["simd-collectives"] == 1
+    assert counts["not_simd"]["simd-collectives"] == 0
+
+
+@pytest.mark.parametrize("block", [64, 256])
+def test_simd_shuffle_loops(collectives, block):
+    _, mod = collectives
+    rng = np.random.default_rng(block)
+    x = rng.integers(-9, 9, 4 * block).astype(np.float32)
+    out = np.zeros_like(x)
+    want = x.copy()
+    for _ in range(2):
+        for o in (16, 8, 4, 2, 1):
+            w = _warps(want)
+            moved = w.copy()
+            moved[:, :32 - o] = w[:, o:]
+            want = (w + moved).reshape(-1)
+    for got in _twice(mod, "loop_down", (4,), (block,), (x, out, np.int32(2)), out):
+        np.testing.assert_array_equal(got, want)
+    xi = rng.integers(-9, 9, 4 * block).astype(np.int32)
+    oi = np.zeros_like(xi)
+    for got in _twice(mod, "loop_up", (4,), (block,), (xi, oi), oi):
+        np.testing.assert_array_equal(got, np.cumsum(_warps(xi), axis=1).reshape(-1))
+
+
+@pytest.mark.parametrize("m", [0, 1, 6, 17, 31])
+def test_simd_xor_and_idx_with_runtime_lane(collectives, m):
+    _, mod = collectives
+    x = np.random.default_rng(m).integers(-99, 99, 128).astype(np.int32)
+    out = np.zeros_like(x)
+    lane = np.arange(32)
+    w = _warps(x)
+    want = (w[:, lane ^ m] * 1000 + w[:, [m] * 32]).reshape(-1)
+    for got in _twice(mod, "xor_by", (2,), (64,), (x, out, np.int32(m)), out):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("d", [0, 3, 7])
+def test_simd_down_with_width(collectives, d):
+    _, mod = collectives
+    x = np.random.default_rng(d).integers(-99, 99, 128).astype(np.int32)
+    out = np.zeros_like(x)
+    seg = x.reshape(-1, 8)
+    want = seg.copy()
+    want[:, :8 - d] = seg[:, d:]
+    for got in _twice(mod, "width_down", (2,), (64,), (x, out, np.int32(d)), out):
+        np.testing.assert_array_equal(got, want.reshape(-1))
+
+
+def test_simd_votes(collectives):
+    _, mod = collectives
+    x = np.random.default_rng(5).integers(-50, 50, 512).astype(np.int32)
+    x[32:64] = 7            # a warp where all, any and uniform differ from the others
+    out = np.zeros(x.size, np.uint32)
+    w = _warps(x)
+    ballot = ((w > 0) * (1 << np.arange(32, dtype=np.uint64))).sum(axis=1).astype(np.uint32)
+    a = (w > -40).all(axis=1).astype(np.uint32)
+    y = (w > 45).any(axis=1).astype(np.uint32)
+    u = ((w > -45).all(axis=1) | ~(w > -45).any(axis=1)).astype(np.uint32)
+    want = np.repeat(ballot ^ (a << 1) ^ (y << 2) ^ (u << 3), 32)
+    for got in _twice(mod, "votes", (2,), (256,), (x, out), out):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [256, 200, 37])
+def test_simd_hands_over_after_exits(collectives, n):
+    _, mod = collectives
+    x = np.random.default_rng(n).integers(-50, 50, 256).astype(np.int32)
+    out = np.zeros(256, np.uint32)
+    live = np.arange(256) < n
+    w, lv = _warps(x), _warps(live)
+    ballot = (((w > 0) & lv) * (1 << np.arange(32, dtype=np.uint64))).sum(axis=1).astype(np.uint32)
+    moved = np.zeros_like(w)         # down 1: lane 31 its own value, an exited source 0
+    moved[:, :31] = np.where(lv[:, 1:], w[:, 1:], 0)
+    moved[:, 31] = w[:, 31]
+    want = np.where(live, np.repeat(ballot, 32) ^ moved.reshape(-1).astype(np.uint32), 0)
+    for got in _twice(mod, "votes_after_exit", (1,), (256,), (x, out, np.int32(n)), out):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_simd_redux():
+    x = np.random.default_rng(9).integers(-1000, 1000, 256).astype(np.int32)
+    w = _warps(x)
+    u = w.view(np.uint32)
+    xor = np.bitwise_xor.reduce(u, axis=1) ^ np.bitwise_or.reduce(u & 7, axis=1)
+    want = np.stack([w.sum(axis=1), w.min(axis=1), u.max(axis=1).view(np.int32),
+                     xor.view(np.int32)], axis=1)
+    want = np.repeat(want, 32, axis=0).reshape(-1)
+    for opts in ((), ("--disable-pass=simd-collectives",)):
+        mod = cpuify.RawModule(code=REDUX, options=("-arch=sm_80",) + opts)
+        assert mod._compiled.pass_counts["redux"].get("simd-collectives", 0) == (5 if not opts else 0)
+        out = np.zeros(4 * x.size, np.int32)
+        for got in _twice(mod, "redux", (2,), (128,), (x, out), out):
+            np.testing.assert_array_equal(got, want)
