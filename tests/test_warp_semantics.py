@@ -316,7 +316,7 @@ int main() {
 }
 ''')
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), CPUIFY_WARP_LOCKSTEP="1")
-    run = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "run", str(prog)],
+    run = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "run", str(prog)], check=False,
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr
     h = np.arange(128) % 5
