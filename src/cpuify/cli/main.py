@@ -15,7 +15,7 @@
                                       per thread / recomputed
                                       (--block 16,16: decisions of the specialized code)
     ir, llvm and explain take --passes=a,b{option=value}, --disable-pass, --print-ir-after,
-    --verify-each (docs/usage.md, "Passes")
+    --verify-each, --warp-lockstep (docs/usage.md, "Passes", "Warp semantics")
 """
 
 from __future__ import annotations
@@ -252,6 +252,9 @@ def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-ir-after", action="append", default=[], metavar="NAME|all",
                    help="print the IR to stderr after this pass (or after each)")
     p.add_argument("--verify-each", action="store_true", help="verify the IR after each pass")
+    p.add_argument("--warp-lockstep", action="store_true",
+                   help="lockstep steps at every shared/generic access of every kernel (legacy "
+                        "warp-synchronous code without volatile; also CPUIFY_WARP_LOCKSTEP=1)")
 
 
 def _pipeline_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -263,6 +266,8 @@ def _pipeline_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     opts += [f"--print-ir-after={n}" for n in args.print_ir_after]
     if args.verify_each:
         opts.append("--verify-each")
+    if args.warp_lockstep:
+        opts.append("--warp-lockstep")
     return pipeline_options(opts)[0]
 
 
