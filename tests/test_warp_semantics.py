@@ -135,6 +135,26 @@ extern "C" __global__ void scan_block(const int *in, int *out) {
     out[i] = v;
 }
 
+// sparse matrix-vector product, CSR, one warp per row: the lanes' partial sums reduced
+// through volatile shared memory by halving lane ranges (`if (lane < 16) ...`)
+extern "C" __global__ void spmv_csr_warp(const float *val, const int *cols, const int *rows,
+                                         const float *x, float *y, int nrows) {
+    __shared__ volatile float partial[256];
+    int t = threadIdx.x, lane = t & 31;
+    int row = (blockIdx.x * blockDim.x + t) / 32;
+    if (row < nrows) {
+        float sum = 0.0f;
+        for (int j = rows[row] + lane; j < rows[row + 1]; j += 32) sum += val[j] * x[cols[j]];
+        partial[t] = sum;
+        if (lane < 16) partial[t] += partial[t + 16];
+        if (lane < 8) partial[t] += partial[t + 8];
+        if (lane < 4) partial[t] += partial[t + 4];
+        if (lane < 2) partial[t] += partial[t + 2];
+        if (lane < 1) partial[t] += partial[t + 1];
+        if (lane == 0) y[row] = partial[t];
+    }
+}
+
 // a histogram per warp in shared memory, each update tagged with the lane that made it
 // (the pre-Fermi way without shared atomics: lanes that collide retry until their tag
 // stays); the warps' histograms summed at the end
@@ -263,6 +283,24 @@ def test_block_scan_from_warp_scans(legacy, block):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("block", [64, 256])
+def test_spmv_csr_one_warp_per_row(legacy, block):
+    rng = np.random.default_rng(block)
+    nrows, ncols = 300, 200
+    lengths = rng.integers(0, 90, nrows)
+    rows = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    cols = rng.integers(0, ncols, rows[-1]).astype(np.int32)
+    val = rng.integers(-4, 5, rows[-1]).astype(np.float32)     # exact sums in any order
+    x = rng.integers(-4, 5, ncols).astype(np.float32)
+    want = np.array([(val[rows[r]:rows[r + 1]] * x[cols[rows[r]:rows[r + 1]]]).sum()
+                     for r in range(nrows)], np.float32)
+    y = np.zeros(nrows, np.float32)
+    grid = ((nrows * 32 + block - 1) // block,)
+    for got in _twice(legacy, "spmv_csr_warp", grid, (block,),
+                      (val, cols, rows, x, y, np.int32(nrows)), y):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("block,skewed", [(32, False), (256, True), (128, True)])
 def test_histogram_per_warp_tagged(legacy, block, skewed):
     rng = np.random.default_rng(block)
@@ -363,6 +401,21 @@ def test_no_steps_without_lane_communication():
         __syncthreads();
         out[threadIdx.x] = flag;
     }
+    // a scan whose every exchange between threads is behind a __syncthreads(): between
+    // barriers each thread touches only its own element (`s[i] += t`)
+    extern "C" __global__ void synchronized_scan(const float *in, float *out) {
+        __shared__ float sh[512];
+        volatile float *s = sh;
+        int i = threadIdx.x + 256;
+        s[threadIdx.x] = 0.0f;
+        s[i] = in[threadIdx.x];
+        __syncthreads();
+        for (int d = 1; d < 256; d *= 2) {
+            float t = s[i - d]; __syncthreads();
+            s[i] += t; __syncthreads();
+        }
+        out[threadIdx.x] = s[i];
+    }
     extern "C" __global__ void loads_only(const int *in, int *out) {
         __shared__ int s[64];
         s[threadIdx.x] = in[threadIdx.x];
@@ -371,7 +424,7 @@ def test_no_steps_without_lane_communication():
         out[threadIdx.x] = v[63 - threadIdx.x];
     }
     '''
-    for k in ("flag_only", "loads_only"):
+    for k in ("flag_only", "loads_only", "synchronized_scan"):
         lifted, result = _optimized(src, k)
         assert result.counts["warp-lockstep"] == 0 and not _steps(lifted.op), k
     # the opt-in mode steps every shared access, volatile or not

@@ -19,9 +19,11 @@ that went past a step waits until the lanes behind it catch up (the runtime sche
 lowest pending step of a warp first, which makes the lanes that skipped a branch wait at
 its end, as the reconvergence of a pre-Volta warp does).
 
-A kernel gets steps when it has both volatile shared loads and volatile shared stores and
-one of them has an address that depends on the thread (automatic detection: what lanes
-write, other lanes read), or, with the pass option `all=true` (`CPUIFY_WARP_LOCKSTEP=1`,
+A kernel gets steps when it has both volatile shared loads and volatile shared stores at
+addresses that depend on the thread, and a volatile store may be followed or preceded by a
+volatile access to another element (or to one other lanes share) with no barrier or
+`__syncwarp` between (automatic detection: what one lane writes, another reads without
+synchronization), or, with the pass option `all=true` (`CPUIFY_WARP_LOCKSTEP=1`,
 the `--warp-lockstep` option), every kernel at each of its shared and generic loads and
 stores, volatile or not: for warp-synchronous code the detection misses (no `volatile`).
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cpuify.analysis.access import Affine, affine_form
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Operation, OpResult, Region, Value
@@ -63,11 +66,14 @@ def _is_volatile(op: Operation) -> bool:
 
 
 def lockstep_accesses(region: Region, all_accesses: bool = False,
-                      uniform: set[Value] | None = None) -> set[Operation]:
+                      uniform: set[Value] | None = None,
+                      block_dims: tuple[int, int, int] | None = None) -> set[Operation]:
     """The loads and stores of a block body that become warp-level steps: its volatile
     shared accesses when the kernel communicates between lanes through them (it both loads
-    and stores volatile shared memory, at an address that depends on the thread), or, with
-    `all_accesses`, every shared and generic load and store."""
+    and stores volatile shared memory, at an address that depends on the thread, and a
+    store and another lane's access of the same memory may follow each other with no barrier
+    or __syncwarp between), or, with `all_accesses`, every shared and generic load and
+    store.  `block_dims`: the block shape the code is for, when known."""
     accesses = [op for b in region.blocks for op in b.ops if op.name in ("ptx.ld", "ptx.st")]
     if all_accesses:
         return {op for op in accesses if _space(op) in ("shared", "generic")}
@@ -80,7 +86,109 @@ def lockstep_accesses(region: Region, all_accesses: bool = False,
         uniform = uniform_values(region)
     if all(op.operands[0] in uniform for op in volatile):
         return set()        # one address for every thread: a flag, not lanes' data
+    if not _unsynchronized_exchange(region, set(volatile), uniform, block_dims):
+        return set()
     return set(volatile)
+
+
+def _unsynchronized_exchange(region: Region, volatile: set[Operation], uniform: set[Value],
+                             block_dims: tuple[int, int, int] | None) -> bool:
+    """Whether a volatile store and a volatile access that another lane of the same warp
+    may make to the same bytes follow each other with no barrier or __syncwarp between:
+    what one lane writes another reads or overwrites, relying on lockstep.  Code that
+    synchronizes every exchange (a Kogge-Stone scan with __syncthreads() around each step,
+    `s[i] += t` touching only the thread's own element in between) needs no steps."""
+    memo: dict = {}     # type: ignore[type-arg]
+
+    def address(op: Operation) -> tuple[frozenset, int] | None:  # type: ignore[type-arg]
+        form = affine_form(op.operands[0], uniform, 0, memo)
+        if form is None:
+            return None
+        return frozenset(form[0].items()), form[1] + int(op.attributes.get("offset", 0))
+
+    def size_of(op: Operation) -> int:
+        bits = next((m[1:] for m in op.attributes.get("mods", ())
+                     if m[:1] in "subf" and m[1:].isdigit()), "32")
+        return max(1, int(bits) // 8)
+
+    deltas_of: dict[tuple[int, int, int], set[int]] = {}
+
+    def lane_deltas(coefs: tuple[int, int, int]) -> set[int]:
+        """How far apart (in bytes) the thread-index parts of an address are for two
+        different lanes of one warp."""
+        got = deltas_of.get(coefs)
+        if got is not None:
+            return got
+        if block_dims is None or (coefs[1] == 0 and coefs[2] == 0 and block_dims[0] % 32 == 0):
+            got = {coefs[0] * k for k in range(-31, 32) if k}      # lanes are consecutive x
+        else:
+            bx, by, bz = block_dims
+            n = bx * by * bz
+            got = set()
+            for base in range(0, n, 32):
+                lanes = {coefs[0] * (t % bx) + coefs[1] * (t // bx % by) + coefs[2] * (t // (bx * by))
+                         for t in range(base, min(base + 32, n))}
+                if len(lanes) < min(32, n - base):
+                    got.add(0)                                      # two lanes, one address
+                got.update(y - x for x in lanes for y in lanes if x != y)
+        deltas_of[coefs] = got
+        return got
+
+    def cross_lane(a: Operation, b: Operation) -> bool:
+        """Whether one lane's access `a` and another lane's access `b`, in the same warp,
+        may touch a common byte."""
+        fa, fb = address(a), address(b)
+        if fa is None or fb is None:
+            return True
+        leaves_a = {(k, c) for k, c in fa[0] if not (isinstance(k, tuple) and k[0] == "tid")}
+        leaves_b = {(k, c) for k, c in fb[0] if not (isinstance(k, tuple) and k[0] == "tid")}
+        coefs = Affine(fa[0], 0).tid_coefficients()
+        if leaves_a != leaves_b or coefs != Affine(fb[0], 0).tid_coefficients():
+            return True
+        if block_dims is None and (coefs[1] or coefs[2]):
+            return True
+        sa, sb = size_of(a), size_of(b)
+        return any(-sb < d + fb[1] - fa[1] < sa for d in lane_deltas(coefs))
+
+    if len(volatile) > 256:
+        return True         # (not worth the pairs: take it as warp-synchronous)
+    for a in volatile:
+        for b in _reached_without_sync(a, volatile):
+            if (a.name == "ptx.st" or b.name == "ptx.st") and cross_lane(a, b):
+                return True
+    return False
+
+
+def _is_sync_between(op: Operation) -> bool:
+    return op.name == "upir.barrier" or (op.name == "upir.warp_collective" and
+                                         op.attributes.get("kind") == "syncwarp")
+
+
+def _reached_without_sync(start: Operation, targets: set[Operation]) -> set[Operation]:
+    """The ops of `targets` a thread may execute after `start` with no block barrier or
+    __syncwarp in between (around loops too)."""
+    found: set[Operation] = set()
+    block = start.parent
+    assert block is not None
+    seen: set = set()   # type: ignore[type-arg]
+    work: list = []     # type: ignore[type-arg]
+
+    def scan(ops: list[Operation], blk) -> None:  # type: ignore[no-untyped-def]
+        for op in ops:
+            if _is_sync_between(op):
+                return
+            if op in targets:
+                found.add(op)
+        work.extend(blk.successors)
+
+    scan(block.ops[block.ops.index(start) + 1:], block)
+    while work:
+        blk = work.pop()
+        if blk in seen:
+            continue
+        seen.add(blk)
+        scan(blk.ops, blk)
+    return found
 
 
 def _step(line: object) -> Operation:
@@ -144,7 +252,9 @@ class WarpLockstep:
         if any(_is_step(op) for b in region.blocks for op in b.ops):
             return 0            # (already done: a pipeline naming the pass twice)
         uniform = None if self.all else cached(analyses, uniform_values, region)
-        accesses = lockstep_accesses(region, self.all, uniform)
+        dims = kernel.attributes.get("block_dims")
+        accesses = lockstep_accesses(region, self.all, uniform,
+                                     tuple(dims) if dims else None)  # type: ignore[arg-type]
         if not accesses:
             return 0
         added = insert_lockstep_steps(region, accesses)
