@@ -135,6 +135,23 @@ extern "C" __global__ void scan_block(const int *in, int *out) {
     out[i] = v;
 }
 
+// a grid-stride loop over rows with barriers, each row finished by the last warp
+extern "C" __global__ void row_sums(const float *a, float *out, int rows, int cols) {
+    __shared__ float s[128];
+    unsigned tid = threadIdx.x;
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        float v = 0;
+        for (int c = tid; c < cols; c += 128) v += a[r * cols + c];
+        s[tid] = v;
+        __syncthreads();
+        if (tid < 64) s[tid] += s[tid + 64];
+        __syncthreads();
+        if (tid < 32) warp_reduce<64>(s, tid);
+        if (tid == 0) out[r] = s[0];
+        __syncthreads();
+    }
+}
+
 // sparse matrix-vector product, CSR, one warp per row: the lanes' partial sums reduced
 // through volatile shared memory by halving lane ranges (`if (lane < 16) ...`)
 extern "C" __global__ void spmv_csr_warp(const float *val, const int *cols, const int *rows,
@@ -281,6 +298,18 @@ def test_block_scan_from_warp_scans(legacy, block):
     want = np.cumsum(x.reshape(blocks, block), axis=1, dtype=np.int32).reshape(-1)
     for got in _twice(legacy, "scan_block", (blocks,), (block,), (x, out), out):
         np.testing.assert_array_equal(got, want)
+
+
+def test_last_warp_inside_a_loop_with_barriers(legacy):
+    rows, cols = 37, 300
+    a = np.random.default_rng(1).integers(-5, 5, (rows, cols)).astype(np.float32)
+    out = np.zeros(rows, np.float32)
+    args = (a, out, np.int32(rows), np.int32(cols))
+    for got in _twice(legacy, "row_sums", (5,), (128,), args, out):
+        np.testing.assert_array_equal(got, a.sum(axis=1))
+    out[:] = 0
+    interpret_kernel(legacy.ptx, "row_sums", (5,), (128,), list(args))
+    np.testing.assert_array_equal(out, a.sum(axis=1))
 
 
 @pytest.mark.parametrize("block", [64, 256])
