@@ -805,3 +805,22 @@ def test_simd_redux():
         out = np.zeros(4 * x.size, np.int32)
         for got in _twice(mod, "redux", (2,), (128,), (x, out), out):
             np.testing.assert_array_equal(got, want)
+
+
+def test_printed_ir_round_trip_and_rerun():
+    """The steps and the `simd` marks are plain IR: printed, parsed back, verified, and the
+    passes run again on the parsed IR change nothing."""
+    from cpuify.ir.parser import parse_op
+    from cpuify.ir.verifier import verify
+    from cpuify.transforms.pass_manager import run_pipeline
+    lifted, _ = _optimized(LEGACY, "reduce4")
+    text = print_op(lifted.op)
+    again = parse_op(text)
+    verify(again)
+    assert print_op(again) == text
+    result = run_pipeline(again, PipelineOptions(passes=("warp-lockstep", "simd-collectives")))
+    assert result.counts == {"warp-lockstep": 0, "simd-collectives": 0}
+    lifted, result = _optimized(COLLECTIVES, "votes")
+    text = print_op(lifted.op)
+    assert text.count("simd = true") == result.counts["simd-collectives"] == 4
+    verify(parse_op(text))
