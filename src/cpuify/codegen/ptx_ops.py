@@ -41,8 +41,9 @@ def fsuffix(t: ir.Type) -> str:
 
 
 def ftz(e: SegmentEmitter, v: ir.Value, on: bool) -> ir.Value:
-    """Flush a subnormal f32 to a zero of the same sign."""
-    if not on or v.type != F32:
+    """Flush a subnormal f32 to a zero of the same sign (nothing to do where the CPU flushes:
+    codegen/denormals.py)."""
+    if not on or v.type != F32 or e.kc.hardware_flush:
         return v
     b = e.b
     mag = call(e, "llvm.fabs.f32", F32, [v])
