@@ -243,3 +243,31 @@ def test_min_max_chains_on_special_values() -> None:
                      for a, b, j in zip(x, y, k)], np.float32)
     np.testing.assert_array_equal(out, want.ravel())                     # NaN where NaN
     np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(want.ravel()[out == 0]))
+
+
+SIGNED_ZEROS = r'''
+extern "C" __global__ void signed_zeros(double *d, float *f) {
+    double m = -0.0;
+    d[threadIdx.x] = fabs(0.0) / __fma_rn(0.0, m, 0.1);     // +0 / 0.1 = +0
+    float mf = -0.0f;
+    f[threadIdx.x] = (threadIdx.x & 1) ? mf : 0.0f;          // a select between the two zeros
+}'''
+
+
+def test_constants_minus_zero_and_zero_stay_apart() -> None:
+    """fz_101_472 (seed 101, kernel 472, found by comparing with an H100, which gave +0):
+    the lifter kept one constant per value, and -0.0 == 0.0 in Python, so the PTX constants
+    0d8000000000000000 and 0d0000000000000000 became one (-0.0), in the compiler and the
+    interpreter alike.  Constants are keyed by their bits now (selects of equal constants
+    too)."""
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.interp import InterpModule
+    ptx = compile_to_ptx(SIGNED_ZEROS, filename="z.cu").ptx
+    for run in ("native", "interp"):
+        d, f = np.ones(4), np.ones(4, np.float32)
+        if run == "native":
+            cpuify.RawModule(ptx=ptx).get_function("signed_zeros")((1,), (4,), (d, f))
+        else:
+            InterpModule(ptx).launch("signed_zeros", (1, 1, 1), (4, 1, 1), [d, f])
+        assert not np.signbit(d).any(), run
+        np.testing.assert_array_equal(np.signbit(f), [False, True, False, True])

@@ -628,9 +628,12 @@ class RawModule:
         from cpuify.api import headers
         source = headers.translate_cucomplex(text) if self.translate_cucomplex else text
         given = headers.headers_for(source, jitify=bool(self.jitify))
+        # CuPy appends -ftz=true to the options of every source it compiles (after the
+        # caller's, so it wins over a -ftz=false): f32 subnormals flush to zero there, and here
+        options = self.options + ("-ftz=true",)
         for _ in range(32):
             try:
-                return compile_cuda(source, options=self.options,
+                return compile_cuda(source, options=options,
                                     name_expressions=self.name_expressions or (),
                                     filename=filename, backend=self.backend, headers=given)
             except CompileException:

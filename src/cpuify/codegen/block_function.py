@@ -48,6 +48,8 @@ class KernelCodegen(KernelPlan):
             emitter.emit()
             emitter.tag_parallel_accesses()
         block_fn = self.emit_block_function(segments)
+        if self.hardware_flush:
+            block_fn = self.wrap_flush_to_zero(block_fn)
         info = KernelInfo(
             name=self.name, symbol=block_fn.name, param_size=self.kernel.param_size,
             params=[(p.name, p.ptx_type, p.offset, p.size) for p in self.kernel.params],
@@ -62,8 +64,11 @@ class KernelCodegen(KernelPlan):
     def emit_block_function(self, segments: list[ir.Function]) -> ir.Function:
         m = self.mod.module
         fty = ir.FunctionType(I32, [PTR, PTR, I32, I32, I32, PTR, PTR])
-        fn = ir.Function(m, fty, name=f"cpuify_block_{self.name}" if self.launch_dims is None
-                         else specialized_symbol(self.name, self.launch_dims))
+        name = (f"cpuify_block_{self.name}" if self.launch_dims is None
+                else specialized_symbol(self.name, self.launch_dims))
+        if self.hardware_flush:     # the public name is wrap_flush_to_zero's
+            name += "__flushing"
+        fn = ir.Function(m, fty, name=name)
         params, dims, bx, by, bz, shared, scratch = fn.args
         for a in (params, dims, shared, scratch):
             a.add_attribute("noalias") if a is not params else None
@@ -320,6 +325,30 @@ class KernelCodegen(KernelPlan):
         run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32])
         b.ret(b.call(run_from, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR),
                                 I32(len(kinds)), handed]))
+        return fn
+
+    def wrap_flush_to_zero(self, inner: ir.Function) -> ir.Function:
+        """The block function under its public name, running `inner` (internal)
+        with MXCSR's DAZ and FTZ set and the caller's MXCSR restored after
+        (codegen/denormals.py).  A fault that leaves the block midway is restored by the
+        runtime (it puts MXCSR back when it takes the jump)."""
+        m = self.mod.module
+        name = inner.name.removesuffix("__flushing")
+        inner.linkage = "internal"
+        fn = ir.Function(m, inner.function_type, name=name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        slot = b.alloca(I32, name="mxcsr")
+        st = self.mod.intrinsic("llvm.x86.sse.stmxcsr", ir.VoidType(), [PTR])
+        ld = self.mod.intrinsic("llvm.x86.sse.ldmxcsr", ir.VoidType(), [PTR])
+        raw = b.bitcast(slot, PTR)
+        b.call(st, [raw])
+        saved = b.load(slot)
+        b.store(b.or_(saved, I32(0x8040)), slot)      # FTZ (bit 15) | DAZ (bit 6)
+        b.call(ld, [raw])
+        r = b.call(inner, list(fn.args))
+        b.store(saved, slot)
+        b.call(ld, [raw])
+        b.ret(r)
         return fn
 
     def counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],

@@ -12,6 +12,7 @@ from cpuify.analysis.cfg import immediate_post_dominators
 from cpuify.analysis.pointers import infer_pointers, no_signed_wrap, shared_variables
 from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
 from cpuify.analysis.uniformity import uniform_values
+from cpuify.codegen.denormals import hardware_flush, is_x86
 from cpuify.codegen.helpers import const_int
 from cpuify.codegen.kernel_abi import XVAL_GUARD
 from cpuify.codegen.layout import align_up
@@ -43,6 +44,8 @@ class KernelPlan(ThreadLoopPlans):
         self.launch_dims = block_dims
         self.block_dims = block_dims
         self.region = block_body(kernel.op) if body is None else body
+        # .ftz done by the CPU's MXCSR around the block function (codegen/denormals.py)
+        self.hardware_flush = is_x86(mod.module.triple) and hardware_flush(kernel.op)
         # thread-index dimensions whose threads are duplicates (merge-duplicate-threads):
         # their thread loops run once
         self.duplicate_dims: frozenset[int] = frozenset() if body is not None else frozenset(

@@ -118,6 +118,13 @@ def approx_rsqrt_f32(e: SegmentEmitter, a: ir.Value) -> ir.Value:
 _ROUND_INT = {"rni": "llvm.rint", "rzi": "llvm.trunc", "rmi": "llvm.floor", "rpi": "llvm.ceil"}
 
 
+def nan_to_int_bits(src_bits: int, dst_bits: int) -> int:
+    """What cvt.{rni,rzi,rmi,rpi}.<int>.<float> gives for a NaN on the GPU (measured on an
+    H100, every rounding and NaN payload): the destination's top bit alone when the source
+    is f64 or the destination is 64 bits wide, else 0 (f16/f32 to 8..32-bit integers)."""
+    return 1 << (dst_bits - 1) if src_bits == 64 or dst_bits == 64 else 0
+
+
 @handles("ptx.cvt")
 def _cvt(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
@@ -155,12 +162,16 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
             r = saturate(e, r)
         r = ftz(e, r, ftz_on)
     elif is_float(st):
-        # float -> int: round as asked (default rzi per PTX requirements), saturate, NaN -> 0
+        # float -> int: round as asked (default rzi per PTX requirements), saturate; NaN
+        # as an H100 converts it (nan_to_int_bits)
         rnd = irnd or "rzi"
         rounded = call(e, f"{_ROUND_INT[rnd]}.{fsuffix(a.type)}", a.type, [a])
         it = ptx_llvm_type(dt)
         kind = "fptosi" if is_signed(dt) else "fptoui"
         r = call(e, f"llvm.{kind}.sat.i{it.width}.{fsuffix(a.type)}", it, [rounded])
+        nan_bits = nan_to_int_bits(type_size(st) * 8, it.width)
+        if nan_bits:
+            r = b.select(b.fcmp_unordered("uno", a, a), it(nan_bits), r)
     elif is_float(dt):
         ft = ptx_llvm_type(dt)
         if frnd in ("rz", "rm", "rp") and type_size(st) <= 4 and dt == "f32":

@@ -41,8 +41,9 @@ def fsuffix(t: ir.Type) -> str:
 
 
 def ftz(e: SegmentEmitter, v: ir.Value, on: bool) -> ir.Value:
-    """Flush a subnormal f32 to a zero of the same sign."""
-    if not on or v.type != F32:
+    """Flush a subnormal f32 to a zero of the same sign (nothing to do where the CPU flushes:
+    codegen/denormals.py)."""
+    if not on or v.type != F32 or e.kc.hardware_flush:
         return v
     b = e.b
     mag = call(e, "llvm.fabs.f32", F32, [v])
@@ -141,10 +142,17 @@ def _mul_error_f64(e: SegmentEmitter, a: ir.Value, c: ir.Value, r: ir.Value) -> 
 
 def _div_error(e: SegmentEmitter, a: ir.Value, c: ir.Value, q: ir.Value) -> ir.Value:
     """A value with the sign of a/c - q (q the rounded quotient): the exact remainder
-    a - q*c (in double for floats, so it cannot underflow) times the sign of c."""
+    a - q*c (in double for floats, so it cannot underflow) times the sign of c.  For doubles
+    a tiny dividend (below 2^-900) and q are scaled by 2^200 first: the remainder of a
+    subnormal quotient or dividend would underflow to a zero and lose its sign."""
     b = e.b
     if a.type == F32:
         a, c, q = b.fpext(a, F64), b.fpext(c, F64), b.fpext(q, F64)
+    else:
+        mag = call(e, "llvm.fabs.f64", F64, [a])
+        scale = b.select(b.fcmp_ordered("<", mag, ir.Constant(F64, 2.0 ** -900)),
+                         ir.Constant(F64, 2.0 ** 200), ir.Constant(F64, 1.0))
+        a, q = b.fmul(a, scale), b.fmul(q, scale)
     rem = call(e, f"llvm.fma.{fsuffix(a.type)}", a.type, [b.fneg(q), c, a])
     neg_c = b.fcmp_ordered("<", c, ir.Constant(c.type, 0.0))
     return b.select(neg_c, b.fneg(rem), rem)

@@ -709,10 +709,11 @@ def _cvt(th: "Thread", op: Operation) -> None:
             r = ftz(r, ftz_on)
             th.set(op, from_float(r, dt), dt)
             return
-        # float -> int: round as asked (default .rzi), clamp to the range, NaN -> 0
+        # float -> int: round as asked (default .rzi), clamp to the range; a NaN gives the
+        # destination's top bit alone from f64 or into 64 bits, else 0 (as an H100 does)
         lo, hi = _int_range(dt)
         if isnan(x):
-            v = 0
+            v = 1 << (width(dt) - 1) if width(st) == 64 or width(dt) == 64 else 0
         elif not isfinite(x):
             v = hi if x > 0 else lo                 # type: ignore[operator]
         else:

@@ -15,6 +15,8 @@ PTX registers and call-site `.param` slots are the variables, block arguments ar
 
 from __future__ import annotations
 
+import struct
+
 
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import (
@@ -22,6 +24,7 @@ from cpuify.frontend.ptx_ast import (
 )
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, postorder, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
+from cpuify.lifting.contract import fuse_unrounded_products
 from cpuify.lifting.inline import InlinedKernel, inline_calls
 from cpuify.lifting.semantics import SPECIAL_REGS, check_instruction, operand_type
 from cpuify.lifting.translate import translate
@@ -252,7 +255,9 @@ class _Lifter:
         return self.const(0.0 if vtype.startswith("f") else 0, vtype)
 
     def const(self, value: int | float, vtype: str) -> Value:
-        key = (vtype, value)
+        # floats by their bits: -0.0 == 0.0 in Python, and one constant must not stand
+        # for the other
+        key = (vtype, struct.pack("<d", value) if isinstance(value, float) else value)
         v = self.const_cache.get(key)
         if v is None:
             op = Operation("upir.const", (), [vtype], {"value": value})
@@ -288,6 +293,7 @@ class _Lifter:
         self.const_ops = []
         region.blocks = [b.ir for b in blocks if b in reachable]
         _remove_trivial_args(region)
+        fuse_unrounded_products(region)
         block_par = Operation("upir.block_parallel", regions=[region])
         grid_region = Region([Block()])
         grid_region.entry.append(block_par)

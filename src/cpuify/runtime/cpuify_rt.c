@@ -31,6 +31,7 @@
  */
 #define _GNU_SOURCE
 #include "cpuify_rt.h"
+
 #include "cpuify_tex.h"
 
 #include <errno.h>
@@ -54,6 +55,17 @@
 #ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
+
+#endif
+
+/* the floating-point control word that holds the subnormal switches (x86: MXCSR) */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+static uint32_t fp_mode_get(void) { return _mm_getcsr(); }
+static void fp_mode_set(uint32_t m) { _mm_setcsr(m); }
+#else
+static uint32_t fp_mode_get(void) { return 0; }
+static void fp_mode_set(uint32_t m) { (void)m; }
 #endif
 
 #define CPUIFY_MAX_WORKERS 4096
@@ -765,6 +777,9 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     r0->block = 0;
     arm_slot(slot, id, r0->tid);
     tls_in_block = 1;
+    /* kernels compiled with .ftz run with MXCSR's FTZ and DAZ set (codegen/denormals.py) and
+     * restore it on return: a jump back out of one must restore it here */
+    volatile uint32_t fp_mode = fp_mode_get();
     if (sigsetjmp(r0->jmp, 0) == 0) {
         r0->armed = 1;
         if (fn) serial_blocks(r0, id, fn, params, dims, shared, scratch);
@@ -773,6 +788,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     } else {
         /* back from fault_handler or cancel_handler: the block was abandoned */
         r->armed = 0;
+        fp_mode_set(fp_mode);
         tls_device_fault = 0;
         slot = vslot;
         id = vid;

@@ -9,6 +9,8 @@ loads instead of gathers)."""
 
 from __future__ import annotations
 
+import struct
+
 from dataclasses import dataclass
 
 from cpuify.analysis.manager import AnalysisManager
@@ -46,12 +48,17 @@ class SelectsToMinMax:
 
 
 def _same(a: Value, b: Value) -> bool:
-    """The same value, or equal integer constants."""
+    """The same value, or equal constants (floats bit for bit: not -0.0 and 0.0)."""
     if a is b:
         return True
-    return (isinstance(a, OpResult) and isinstance(b, OpResult) and a.op.name == "upir.const"
-            and b.op.name == "upir.const" and a.type == b.type
-            and a.op.attributes.get("value") == b.op.attributes.get("value"))
+    if not (isinstance(a, OpResult) and isinstance(b, OpResult) and a.op.name == "upir.const"
+            and b.op.name == "upir.const" and a.type == b.type):
+        return False
+    x, y = a.op.attributes.get("value"), b.op.attributes.get("value")
+    if isinstance(x, float) or isinstance(y, float):
+        return isinstance(x, float) and isinstance(y, float) and \
+            struct.pack("<d", x) == struct.pack("<d", y)
+    return x == y
 
 
 def _min_max_of(op: Operation) -> Operation | None:

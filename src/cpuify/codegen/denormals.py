@@ -1,0 +1,67 @@
+"""Subnormal f32 flushing (`.ftz`) done by the CPU instead of by code.
+
+Code compiled with `-ftz=true` (CuPy appends it to every compile; `--use_fast_math` implies
+it) carries `.ftz` on every f32 instruction: subnormal inputs and results are flushed to a
+zero of the same sign.  Flushing in code costs a compare and a select per operand and result
+(ptx_ops.ftz), which measured 8x slower on matmul and nbody.  x86's MXCSR has the same two
+switches: DAZ (subnormal inputs read as signed zeros) and FTZ (subnormal results written as
+signed zeros).  They act on every SSE/AVX operation, f64 included, so a kernel runs with them
+set (the block function sets them on entry and restores them on return,
+KernelCodegen.wrap_flush_to_zero) only when that is exact for every floating-point operation
+it does:
+
+* every f32 instruction that has a `.ftz` form carries it (one without it keeps subnormals);
+* no f64 or bf16 arithmetic (f64 and bf16 keep subnormals on the GPU): only moves, loads,
+  stores and conversions from integers or from f32;
+* no `testp` (it classifies subnormals).
+
+f16 arithmetic is computed in f32, where an f16 subnormal is a normal number: unaffected.
+Otherwise the code flushes as before.  x86 only (elsewhere: in code)."""
+
+from __future__ import annotations
+
+import platform
+
+from cpuify.ir.core import Operation
+from cpuify.ir.modifiers import mods, types
+
+# f32 instructions with a .ftz form (without it they keep subnormals)
+_FTZ_FORMS = {"add", "sub", "mul", "mad", "fma", "div", "abs", "neg", "min", "max", "rcp",
+              "sqrt", "rsqrt", "sin", "cos", "lg2", "ex2", "tanh", "setp", "set", "cvt", "slct"}
+# instructions that move floating-point bits without arithmetic
+_MOVES = {"ld", "ldu", "st", "mov", "selp", "shfl", "prmt", "red", "atom", "tex", "suld",
+          "sust", "tld4", "stmatrix", "ldmatrix"}
+_KEEPS_SUBNORMALS = {"f64", "bf16", "bf16x2"}
+
+
+def is_x86(triple: str) -> bool:
+    return (triple or platform.machine()).lower().startswith(("x86_64", "amd64", "i386", "i686"))
+
+
+def hardware_flush(kernel_op: Operation) -> bool:
+    """Whether MXCSR's DAZ+FTZ give exactly the kernel's semantics (see the module doc):
+    some f32 instruction flushes and nothing may keep a subnormal."""
+    flushes = False
+    for op in kernel_op.walk():
+        if not op.name.startswith("ptx."):
+            continue
+        name = op.name[4:]
+        ts = types(op)
+        if not any(t.startswith(("f", "bf", "tf")) for t in ts):
+            continue
+        if name == "testp":
+            return False
+        if name in ("atom", "red") and any(t in _KEEPS_SUBNORMALS for t in ts):
+            return False        # an f64/bf16 atomic add keeps subnormals
+        if name in _MOVES:
+            continue
+        if name == "cvt" and ts[0] in _KEEPS_SUBNORMALS and not any(
+                t in _KEEPS_SUBNORMALS for t in ts[1:]):
+            continue            # into f64/bf16 from an integer or a flushed f32: exact
+        if any(t in _KEEPS_SUBNORMALS for t in ts):
+            return False
+        if "f32" in ts and name in _FTZ_FORMS:
+            if "ftz" not in mods(op):
+                return False
+            flushes = True
+    return flushes
