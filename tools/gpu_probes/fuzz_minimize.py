@@ -1,15 +1,38 @@
 """On the GPU machine: minimize fuzz kernels whose GPU results differ from cpuify's interpreter.
-python3 gpu_min.py OUT.jsonl SEED I1,I2,... [--fake]   (PYTHONPATH=src:tools)"""
+python3 fuzz_minimize.py OUT.jsonl SEED I1,I2,... [--fake]   (PYTHONPATH=src:tools)
+
+The GPU side runs through CuPy, which compiles with -ftz=true appended (so the interpreter
+side compiles with it too), or with GPU_VIA=nvcc as a whole program built by nvcc without
+it (slower: one nvcc build per variant).  --fake runs cpuify in place of the GPU (to try
+the script without one)."""
 import json, os, sys, time, multiprocessing as mp
 import numpy as np
 
 FAKE = "--fake" in sys.argv
 
 
+VIA_NVCC = os.environ.get("GPU_VIA") == "nvcc"
+
+
 def gpu_outputs(spec):
     import fuzz
     src = fuzz.PRELUDE + fuzz.render_kernel(spec)
     args = fuzz.make_args(spec)
+    if VIA_NVCC:
+        import subprocess, tempfile
+        from pathlib import Path
+        with tempfile.TemporaryDirectory() as d:
+            data = Path(d) / "out.bin"
+            (Path(d) / "p.cu").write_text(fuzz.render_program([spec], str(data)))
+            subprocess.run(["nvcc", "-arch=sm_90", "-O1", "-o", f"{d}/p", f"{d}/p.cu"],
+                           check=True, capture_output=True)
+            subprocess.run([f"{d}/p"], check=True, capture_output=True, timeout=120)
+            blob, pos, host = data.read_bytes(), 0, list(args)
+            for k in range(3, 7):
+                n = args[k].nbytes
+                host[k] = np.frombuffer(blob[pos:pos + n], dtype=args[k].dtype).copy()
+                pos += n
+            return fuzz.outputs(host)
     if FAKE:
         import cpuify
         mod = cpuify.RawModule(code=src)
@@ -31,7 +54,9 @@ def interp_outputs(spec):
     import fuzz
     from cpuify.frontend.nvrtc import compile_to_ptx
     from cpuify.interp import InterpModule
-    interp = InterpModule(compile_to_ptx(fuzz.render_module([spec]), filename="fuzz.cu", arch=fuzz.ARCH).ptx)
+    opts = () if VIA_NVCC or FAKE else ("-ftz=true",)     # as CuPy compiles the GPU side
+    interp = InterpModule(compile_to_ptx(fuzz.render_module([spec]), filename="fuzz.cu",
+                                         arch=fuzz.ARCH, options=opts).ptx)
     a = fuzz._copy(fuzz.make_args(spec))
     interp.launch(spec.name, spec.grid, spec.block, a)
     return fuzz.outputs(a)
