@@ -51,6 +51,13 @@ N_SAT = 4            # shared atomic words (u32)
 TICKET_SENTINEL = 0xDEADBEEF
 ARCH = "compute_80"  # __reduce_add_sync needs sm_80
 
+
+def nvrtc_options() -> tuple[str, ...]:
+    """--ftz (CPUIFY_FUZZ_FTZ=1, inherited by the workers): every kernel compiled with
+    -ftz=true, as CuPy compiles (f32 subnormals flush; native code may do it with the CPU's
+    DAZ/FTZ switches, the interpreter in its own way)."""
+    return ("-ftz=true",) if os.environ.get("CPUIFY_FUZZ_FTZ") == "1" else ()
+
 BLOCKS = [(32, 1, 1), (64, 1, 1), (33, 1, 1), (7, 1, 1), (96, 1, 1), (16, 4, 1), (8, 4, 2),
           (5, 3, 2), (128, 1, 1), (4, 4, 4), (17, 3, 1), (1, 1, 1), (48, 1, 1), (32, 2, 1),
           (10, 10, 1), (2, 2, 8)]
@@ -775,7 +782,8 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
-        ptx = compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH).ptx
+        ptx = compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH,
+                             options=nvrtc_options()).ptx
     except Exception as e:  # noqa: BLE001 (any failure is a finding)       # a generator bug: the kernels must be valid CUDA
         if len(specs) == 1:
             return [{"name": specs[0].name, "status": "error", "detail": f"NVRTC: {e}"}], times
@@ -1021,7 +1029,7 @@ def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list
     from cpuify.interp import InterpModule
     src, exe, data = workdir / "referee.cu", workdir / "referee", workdir / "referee.bin"
     src.write_text(render_program(specs, str(data)))
-    build = subprocess.run(shlex.split(nvcc) + ["-arch=sm_80", "-o", str(exe), str(src)],
+    build = subprocess.run(shlex.split(nvcc) + ["-arch=sm_80", *nvrtc_options(), "-o", str(exe), str(src)],
                            capture_output=True, text=True, check=False)
     if build.returncode != 0:
         for r in results:
@@ -1034,7 +1042,8 @@ def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list
         return
     blob = data.read_bytes()
     pos = 0
-    interp = InterpModule(compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH).ptx)
+    interp = InterpModule(compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH,
+                                         options=nvrtc_options()).ptx)
     for spec, res in zip(specs, results):
         args = make_args(spec)
         got = {}
@@ -1173,6 +1182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", type=int, default=None, metavar="I", help="print kernel I's source and launch")
     ap.add_argument("--reproduce", type=int, default=None, metavar="I",
                     help="run only kernel I (minimized and kept if it fails)")
+    ap.add_argument("--ftz", action="store_true",
+                    help="compile every kernel with -ftz=true (CuPy's mode: f32 subnormals flush)")
     ap.add_argument("--gpu-referee", action="store_true",
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
@@ -1181,6 +1192,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds per kernel before a batch counts as hung (default 60; raise it on a "
                          "loaded machine)")
     a = ap.parse_args(argv)
+    if a.ftz:
+        os.environ["CPUIFY_FUZZ_FTZ"] = "1"
     if a.kernel is not None:
         spec = generate(a.seed, a.kernel)
         print(PRELUDE + render_kernel(spec))

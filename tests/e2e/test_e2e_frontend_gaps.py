@@ -244,8 +244,9 @@ def test_spin_sees_a_flag_the_host_sets_during_the_launch(volatile_mod, kernel):
     flag = np.zeros(1, dtype)
     spins = np.zeros(4, np.int64)
     out = np.zeros(4, dtype)
-    setter = _set_later(flag, 5, 0.2)
-    volatile_mod.get_function(kernel)((1,), (4,), (flag, spins, out))
+    fn = volatile_mod.get_function(kernel)      # compiled before the clock starts
+    setter = _set_later(flag, 5, 0.5)
+    fn((1,), (4,), (flag, spins, out))
     setter.join()
     assert (spins < 1 << 60).all() and spins[0] > 0
     want = 5 if kernel == "spin_on_host" else 10
