@@ -644,8 +644,24 @@ static void *alloc_aligned(size_t size) {
     return aligned_alloc(ALLOC_ALIGN, n ? n : ALLOC_ALIGN);
 }
 
+/* cudaMalloc and the like are unsafe during a stream capture (the capture modes decide) */
+#define CHECK_CAPTURE_UNSAFE()                                  \
+    do {                                                        \
+        if (CPUIFY_CAPTURE_OPEN()) {                            \
+            cudaError_t cu_ = cpuify_graph_unsafe_call();       \
+            if (cu_ != cudaSuccess) return fail(cu_);           \
+        }                                                       \
+    } while (0)
+
+static cudaError_t alloc_memory(void **ptr, size_t size, int kind, unsigned flags);
+
 static cudaError_t do_malloc(void **ptr, size_t size, int kind, unsigned flags) {
     CHECK_STICKY();
+    CHECK_CAPTURE_UNSAFE();
+    return alloc_memory(ptr, size, kind, flags);
+}
+
+static cudaError_t alloc_memory(void **ptr, size_t size, int kind, unsigned flags) {
     if (!ptr) return fail(cudaErrorInvalidValue);
     if (size == 0) {
         *ptr = NULL;
@@ -675,9 +691,16 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) {
     return do_malloc(pHost, size, MEM_HOST, flags);
 }
 
+/* stream-ordered allocation: memory is ready at once (work runs in issue order); a capture
+ * of it (a graph memory node) is not supported */
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream) {
-    (void)stream;
-    return do_malloc(devPtr, size, MEM_DEVICE, 0);
+    CHECK_STICKY();
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(stream);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_refuse(stream, "cudaMallocAsync"));
+        if (r) return fail((cudaError_t)r);
+    }
+    return alloc_memory(devPtr, size, MEM_DEVICE, 0);
 }
 
 cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
@@ -702,8 +725,15 @@ cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent
     return cudaSuccess;
 }
 
+static cudaError_t free_memory(void *p, unsigned mask);
+
 static cudaError_t do_free(void *p, unsigned mask) {
     CHECK_STICKY();
+    CHECK_CAPTURE_UNSAFE();
+    return free_memory(p, mask);
+}
+
+static cudaError_t free_memory(void *p, unsigned mask) {
     if (!p) return cudaSuccess;
     if (!untrack(p, mask)) return fail(cudaErrorInvalidValue);
     free(p);
@@ -716,12 +746,18 @@ cudaError_t cudaFree(void *devPtr) { return do_free(devPtr, 1u << MEM_DEVICE | 1
 cudaError_t cudaFreeHost(void *ptr) { return do_free(ptr, 1u << MEM_HOST); }
 
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) {
-    (void)stream;
-    return cudaFree(devPtr);
+    CHECK_STICKY();
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(stream);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_refuse(stream, "cudaFreeAsync"));
+        if (r) return fail((cudaError_t)r);
+    }
+    return free_memory(devPtr, 1u << MEM_DEVICE | 1u << MEM_MANAGED);
 }
 
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
     CHECK_STICKY();
+    CHECK_CAPTURE_UNSAFE();
     if (!ptr || !size) return fail(cudaErrorInvalidValue);
     if (lookup(ptr).kind) return fail(cudaErrorHostMemoryAlreadyRegistered);
     track(ptr, size, MEM_REGISTERED, flags);
@@ -730,6 +766,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
 
 cudaError_t cudaHostUnregister(void *ptr) {
     CHECK_STICKY();
+    CHECK_CAPTURE_UNSAFE();
     if (!untrack(ptr, 1u << MEM_REGISTERED)) return fail(cudaErrorHostMemoryNotRegistered);
     return cudaSuccess;
 }
@@ -815,21 +852,8 @@ cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMe
 /* ------------------------------------------------------------------------------------ */
 /* streams and events                                                                   */
 
-#define STREAM_MAGIC 0x5354524du
-#define EVENT_MAGIC 0x45564e54u
-
-struct CUstream_st {
-    uint32_t magic;
-    unsigned flags;
-    int priority;
-};
-
-struct CUevent_st {
-    uint32_t magic;
-    unsigned flags;
-    int recorded;
-    uint64_t t_ns;
-};
+#define STREAM_MAGIC CPUIFY_STREAM_MAGIC
+#define EVENT_MAGIC CPUIFY_EVENT_MAGIC
 
 static int stream_ok(cudaStream_t s) {
     return s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread ||
@@ -839,7 +863,7 @@ static int stream_ok(cudaStream_t s) {
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority) {
     CHECK_STICKY();
     if (!pStream || (flags & ~(unsigned)cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
-    struct CUstream_st *s = malloc(sizeof *s);
+    struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s) return fail(cudaErrorMemoryAllocation);
     s->magic = STREAM_MAGIC;
     s->flags = flags;
@@ -860,23 +884,34 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     CHECK_STICKY();
     if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread || s->magic != STREAM_MAGIC)
         return fail(cudaErrorInvalidResourceHandle);
+    if (s->capture) cpuify_graph_forget_stream(s);
     s->magic = 0;
     free(s);
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+static cudaError_t stream_sync(cudaStream_t s, int query) {
     CHECK_STICKY();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        cudaError_t e = cpuify_graph_sync_stream(s, query);
+        if (e) return fail(e);
+    }
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return stream_sync(s, 0); }
+
+cudaError_t cudaStreamQuery(cudaStream_t s) { return stream_sync(s, 1); }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     (void)flags;
     CHECK_STICKY();
     if (!stream_ok(s) || !e || e->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+    if (e->captured || CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_stream_wait(s, e);
+        if (r) return fail((cudaError_t)r);
+    }
     return cudaSuccess;
 }
 
@@ -904,6 +939,11 @@ cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t callback,
                                   unsigned int flags) {
     if (!callback || flags != 0) return fail(cudaErrorInvalidValue);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_refuse(s, "cudaStreamAddCallback"));
+        if (r) return fail((cudaError_t)r);
+    }
     /* all earlier work of the stream is done: run it now, with the stream's status */
     callback(s, (cudaError_t)atomic_load(&g_sticky), userData);
     return sticky();
@@ -913,6 +953,11 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData) 
     CHECK_STICKY();
     if (!fn) return fail(cudaErrorInvalidValue);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_host(s, fn, userData));
+        if (r) return fail((cudaError_t)r);
+    }
     fn(userData);
     return cudaSuccess;
 }
@@ -937,6 +982,7 @@ static int event_ok(cudaEvent_t e) { return e && e->magic == EVENT_MAGIC; }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
     CHECK_STICKY();
     if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle);
+    if (e->captured) cpuify_graph_forget_event(e);
     e->magic = 0;
     free(e);
     return cudaSuccess;
@@ -945,6 +991,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     CHECK_STICKY();
     if (!event_ok(e) || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    if (e->captured || CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_event_record(e, s);   /* also forgets an earlier captured record */
+        if (r == CPUIFY_CAPTURE) return cudaSuccess;
+        if (r) return fail((cudaError_t)r);
+    }
     e->t_ns = now_ns();
     e->recorded = 1;
     return cudaSuccess;
@@ -955,18 +1006,28 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int
     return cudaEventRecord(e, s);
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+static cudaError_t event_sync(cudaEvent_t e, int how) {
     CHECK_STICKY();
     if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle);
+    if (e->captured || CPUIFY_CAPTURE_OPEN()) {
+        cudaError_t r = cpuify_graph_sync_event(e, how);
+        if (r) return fail(r);
+    }
     return cudaSuccess;
 }
 
-cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_sync(e, CPUIFY_EVENT_SYNC); }
+
+cudaError_t cudaEventQuery(cudaEvent_t e) { return event_sync(e, CPUIFY_EVENT_QUERY); }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     CHECK_STICKY();
     if (!ms) return fail(cudaErrorInvalidValue);
     if (!event_ok(start) || !event_ok(end)) return fail(cudaErrorInvalidResourceHandle);
+    if (start->captured || end->captured) {
+        cudaError_t r = cpuify_graph_sync_event(start->captured ? start : end, CPUIFY_EVENT_TIMING);
+        if (r) return fail(r);
+    }
     if ((start->flags | end->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
     if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
     *ms = (float)((double)((int64_t)(end->t_ns - start->t_ns)) / 1e6);
@@ -1025,6 +1086,18 @@ static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMem
     if (count == 0) return cudaSuccess;
     if (!dst || !src || past_allocation(dst, count) || past_allocation(src, count))
         return fail(cudaErrorInvalidValue);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) {
+            struct cudaMemcpy3DParms p = {0};
+            p.srcPtr.ptr = (void *)src;
+            p.dstPtr.ptr = dst;
+            p.extent = (struct cudaExtent){count, 1, 1};
+            p.kind = kind;
+            return fail(cpuify_graph_capture_memcpy(s, &p));
+        }
+        if (r) return fail((cudaError_t)r);
+    }
     uint64_t t0 = profiling() ? now_ns() : 0;
     if (cpuify_guarded_copy(dst, 0, src, 0, count, 1, 0)) return bad_pointer("cudaMemcpy", dst, src);
     if (t0) record_copy(copy_class(dst, src, kind), t0, count);
@@ -1062,6 +1135,18 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
     if (!dst || !src || past_allocation(dst, (height - 1) * dpitch + width) ||
         past_allocation(src, (height - 1) * spitch + width))
         return fail(cudaErrorInvalidValue);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) {
+            struct cudaMemcpy3DParms p = {0};
+            p.srcPtr = (struct cudaPitchedPtr){(void *)src, spitch, 0, 0};
+            p.dstPtr = (struct cudaPitchedPtr){dst, dpitch, 0, 0};
+            p.extent = (struct cudaExtent){width, height, 1};
+            p.kind = kind;
+            return fail(cpuify_graph_capture_memcpy(s, &p));
+        }
+        if (r) return fail((cudaError_t)r);
+    }
     uint64_t t0 = profiling() ? now_ns() : 0;
     if (cpuify_guarded_copy(dst, dpitch, src, spitch, width, height, 0))
         return bad_pointer("cudaMemcpy2D", dst, src);
@@ -1080,44 +1165,71 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     return copy2d(dst, dpitch, src, spitch, width, height, kind, stream);
 }
 
-static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
-    CHECK_STICKY();
-    if (!p) return fail(cudaErrorInvalidValue);
-    if (check_kind(p->kind)) return fail(cudaErrorInvalidMemcpyDirection);
-    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+/* The copy a cudaMemcpy3DParms describes, checked: cudaSuccess and *c (c->width == 0 for
+ * nothing to copy), or the error. */
+cudaError_t cpuify_cudart_plan_copy3d(const struct cudaMemcpy3DParms *p, cpuify_cudart_copy *c) {
+    if (!p) return cudaErrorInvalidValue;
+    if (check_kind(p->kind)) return cudaErrorInvalidMemcpyDirection;
+    memset(c, 0, sizeof *c);
+    c->kind = p->kind;
     struct cudaMemcpy3DParms q = *p;
     /* a CUDA array takes part as the pitched pointer over its memory; with an array, the
      * extent's width and the positions' x are in elements */
     if (q.srcArray || q.dstArray) {
         size_t es = cpuify_cudart_array_view(q.srcArray, &q.srcPtr);
         size_t ed = cpuify_cudart_array_view(q.dstArray, &q.dstPtr);
-        if (!es || !ed || (q.srcArray && q.dstArray && es != ed)) return fail(cudaErrorInvalidValue);
+        if (!es || !ed || (q.srcArray && q.dstArray && es != ed)) return cudaErrorInvalidValue;
         size_t esize = q.srcArray ? es : ed;
         q.extent.width *= esize;
         if (q.srcArray) q.srcPos.x *= esize;
         if (q.dstArray) q.dstPos.x *= esize;
         if (!cpuify_cudart_array_fits(q.srcArray, q.srcPos, q.extent) ||
             !cpuify_cudart_array_fits(q.dstArray, q.dstPos, q.extent))
-            return fail(cudaErrorInvalidValue);
+            return cudaErrorInvalidValue;
     }
     p = &q;
     const struct cudaExtent e = p->extent;
     if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
     const struct cudaPitchedPtr sp = p->srcPtr, dp = p->dstPtr;
-    if (!sp.ptr || !dp.ptr) return fail(cudaErrorInvalidValue);
+    if (!sp.ptr || !dp.ptr) return cudaErrorInvalidValue;
     if (e.width + p->srcPos.x > sp.pitch || e.width + p->dstPos.x > dp.pitch)
-        return fail(cudaErrorInvalidPitchValue);
-    size_t sslice = sp.pitch * (sp.ysize ? sp.ysize : e.height);
-    size_t dslice = dp.pitch * (dp.ysize ? dp.ysize : e.height);
-    uint64_t t0 = profiling() ? now_ns() : 0;
-    for (size_t z = 0; z < e.depth; z++)
-        if (cpuify_guarded_copy((char *)dp.ptr + (p->dstPos.z + z) * dslice + p->dstPos.y * dp.pitch + p->dstPos.x,
-                                dp.pitch,
-                                (const char *)sp.ptr + (p->srcPos.z + z) * sslice + p->srcPos.y * sp.pitch + p->srcPos.x,
-                                sp.pitch, e.width, e.height, 0))
-            return bad_pointer("cudaMemcpy3D", dp.ptr, sp.ptr);
-    if (t0) record_copy(copy_class(dp.ptr, sp.ptr, p->kind), t0, (uint64_t)e.width * e.height * e.depth);
+        return cudaErrorInvalidPitchValue;
+    c->sslice = sp.pitch * (sp.ysize ? sp.ysize : e.height);
+    c->dslice = dp.pitch * (dp.ysize ? dp.ysize : e.height);
+    c->dst = (char *)dp.ptr + p->dstPos.z * c->dslice + p->dstPos.y * dp.pitch + p->dstPos.x;
+    c->src = (const char *)sp.ptr + p->srcPos.z * c->sslice + p->srcPos.y * sp.pitch + p->srcPos.x;
+    c->dpitch = dp.pitch;
+    c->spitch = sp.pitch;
+    c->width = e.width;
+    c->height = e.height;
+    c->depth = e.depth;
     return cudaSuccess;
+}
+
+cudaError_t cpuify_cudart_run_copy(const cpuify_cudart_copy *c) {
+    if (c->width == 0) return cudaSuccess;
+    uint64_t t0 = profiling() ? now_ns() : 0;
+    for (size_t z = 0; z < c->depth; z++)
+        if (cpuify_guarded_copy(c->dst + z * c->dslice, c->dpitch, c->src + z * c->sslice, c->spitch,
+                                c->width, c->height, 0))
+            return bad_pointer("cudaMemcpy3D", c->dst, c->src);
+    if (t0) record_copy(copy_class(c->dst, c->src, c->kind), t0, (uint64_t)c->width * c->height * c->depth);
+    return cudaSuccess;
+}
+
+static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
+    CHECK_STICKY();
+    if (p && check_kind(p->kind)) return fail(cudaErrorInvalidMemcpyDirection);
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    cpuify_cudart_copy c;
+    cudaError_t e = cpuify_cudart_plan_copy3d(p, &c);
+    if (e) return fail(e);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_memcpy(s, p));
+        if (r) return fail((cudaError_t)r);
+    }
+    return cpuify_cudart_run_copy(&c);
 }
 
 cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return copy3d(p, NULL); }
@@ -1131,6 +1243,11 @@ static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (count == 0) return cudaSuccess;
     if (!ptr || past_allocation(ptr, count)) return fail(cudaErrorInvalidValue);
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_memset(s, ptr, 0, value, count, 1));
+        if (r) return fail((cudaError_t)r);
+    }
     uint64_t t0 = profiling() ? now_ns() : 0;
     if (cpuify_guarded_copy(ptr, 0, NULL, 0, count, 1, value)) return bad_pointer("cudaMemset", ptr, NULL);
     if (t0) record_copy(CP_MEMSET, t0, count);
@@ -1149,6 +1266,11 @@ static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_
     if (width == 0 || height == 0) return cudaSuccess;
     if (width > pitch || !ptr || past_allocation(ptr, (height - 1) * pitch + width))
         return fail(cudaErrorInvalidValue);   /* as CUDA 13 answers, for a small pitch too */
+    if (CPUIFY_CAPTURE_OPEN()) {
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_memset(s, ptr, pitch, value, width, height));
+        if (r) return fail((cudaError_t)r);
+    }
     uint64_t t0 = profiling() ? now_ns() : 0;
     if (cpuify_guarded_copy(ptr, pitch, NULL, 0, width, height, value))
         return bad_pointer("cudaMemset2D", ptr, NULL);
@@ -1176,6 +1298,43 @@ static cudaError_t set3d(struct cudaPitchedPtr p, int value, struct cudaExtent e
     return cudaSuccess;
 }
 
+/* A memset node's work: `value` in `height` rows of `width` elements of 1, 2 or 4 bytes. */
+cudaError_t cpuify_cudart_check_memset(void *dst, size_t pitch, unsigned element_size, size_t width,
+                                       size_t height) {
+    if (element_size != 1 && element_size != 2 && element_size != 4) return cudaErrorInvalidValue;
+    if (width == 0 || height == 0) return cudaSuccess;
+    size_t row = width * element_size;
+    if (!dst || row / element_size != width || (height > 1 && row > pitch) ||
+        past_allocation(dst, (height - 1) * (height > 1 ? pitch : 0) + row))
+        return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+cudaError_t cpuify_cudart_run_memset(void *dst, size_t pitch, unsigned value, unsigned element_size,
+                                     size_t width, size_t height) {
+    if (width == 0 || height == 0) return cudaSuccess;
+    size_t row = width * element_size;
+    uint64_t t0 = profiling() ? now_ns() : 0;
+    if (element_size == 1) {
+        if (cpuify_guarded_copy(dst, pitch, NULL, 0, row, height, (int)(value & 0xff)))
+            return bad_pointer("cudaGraphLaunch (memset node)", dst, NULL);
+    } else {
+        /* rows of 2- or 4-byte elements: copied from a pattern, so that a bad address is
+         * caught like any copy's */
+        unsigned char pattern[4096];
+        for (size_t i = 0; i < sizeof pattern; i += element_size)
+            memcpy(pattern + i, &value, element_size); /* little-endian: the low bytes */
+        for (size_t y = 0; y < height; y++)
+            for (size_t off = 0; off < row; off += sizeof pattern) {
+                size_t n = row - off < sizeof pattern ? row - off : sizeof pattern;
+                if (cpuify_guarded_copy((char *)dst + y * pitch + off, 0, pattern, 0, n, 1, 0))
+                    return bad_pointer("cudaGraphLaunch (memset node)", dst, NULL);
+            }
+    }
+    if (t0) record_copy(CP_MEMSET, t0, (uint64_t)row * height);
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent extent) {
     return set3d(p, value, extent, NULL);
 }
@@ -1193,6 +1352,10 @@ static cudaError_t symbol_range(const void *symbol, size_t count, size_t offset,
     if (offset > v->size || count > v->size - offset) return cudaErrorInvalidValue;
     *addr = (char *)v->addr + offset;
     return cudaSuccess;
+}
+
+cudaError_t cpuify_cudart_symbol_address(const void *symbol, size_t count, size_t offset, char **addr) {
+    return symbol_range(symbol, count, offset, addr);
 }
 
 static cudaError_t to_symbol(const void *symbol, const void *src, size_t count, size_t offset,
@@ -1528,7 +1691,14 @@ cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
     return sticky();
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return sticky(); }
+cudaError_t cudaDeviceSynchronize(void) {
+    CHECK_STICKY();
+    if (CPUIFY_CAPTURE_OPEN()) {
+        cudaError_t e = cpuify_graph_sync_device();
+        if (e) return fail(e);
+    }
+    return cudaSuccess;
+}
 
 /* After a kernel failed (a sticky error) CUDA cannot be used again in the process: on a GPU
  * (CUDA 13.0, H100) cudaDeviceReset succeeds but every later call returns
@@ -1711,23 +1881,23 @@ static cudaError_t not_a_kernel(const void *func) {
 static _Thread_local unsigned char *tls_params;
 static _Thread_local size_t tls_params_cap;
 
-static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, cudaStream_t s,
-                          int cooperative) {
-    CHECK_STICKY();
-    if (!k) return fail(cudaErrorInvalidDeviceFunction);
+/* Everything a launch of kernel k with this configuration checks and resolves (the block
+ * function for the block shape, buffer sizes); the error (not recorded) when it cannot run. */
+cudaError_t cpuify_cudart_prepare_launch(kentry *k, dim3 g, dim3 b, size_t smem, int cooperative,
+                                         cpuify_cudart_launch *l) {
+    if (!k) return cudaErrorInvalidDeviceFunction;
     if (!k->resolved) resolve_kernel(k);
     const cpuify_kernel_desc *d = k->desc;
     if (!d) {
         fprintf(stderr, "cpuify: kernel '%s' has no CPU code (was its file compiled with "
                         "cpuify nvcc?)\n", k->pretty);
-        return fail(cudaErrorInvalidDeviceFunction);
+        return cudaErrorInvalidDeviceFunction;
     }
     if (!d->fn) {
         fprintf(stderr, "cpuify: kernel '%s' cannot run on the CPU: %s\n", k->pretty,
                 d->refused ? d->refused : "unsupported");
-        return fail(cudaErrorNotSupported);
+        return cudaErrorNotSupported;
     }
-    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     uint64_t nthreads = (uint64_t)b.x * b.y * b.z;
     uint64_t limit = MAX_THREADS_PER_BLOCK;
     if (d->maxntid[0]) {
@@ -1738,57 +1908,60 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64 ||
         nthreads > limit || g.x == 0 || g.y == 0 || g.z == 0 || g.x > INT_MAX || g.y > 65535 ||
         g.z > 65535 || smem > (size_t)k->max_dyn_shared)
-        return fail(ERR_LAUNCH_CONFIG);
+        return ERR_LAUNCH_CONFIG;
     if (d->reqntid[0] && (b.x != d->reqntid[0] || b.y != (d->reqntid[1] ? d->reqntid[1] : 1) ||
                           b.z != (d->reqntid[2] ? d->reqntid[2] : 1)))
-        return fail(ERR_LAUNCH_CONFIG);
+        return ERR_LAUNCH_CONFIG;
     if (cooperative) {
         uint64_t per_sm = MAX_THREADS_PER_SM / ((nthreads + 31) / 32 * 32);
         if (per_sm > (uint64_t)MAX_BLOCKS_PER_SM) per_sm = (uint64_t)MAX_BLOCKS_PER_SM;
         if ((uint64_t)g.x * g.y * g.z > per_sm * (uint64_t)cpuify_num_workers())
-            return fail(cudaErrorCooperativeLaunchTooLarge);
+            return cudaErrorCooperativeLaunchTooLarge;
     }
-    size_t need = (size_t)d->dyn_offset + 8 + d->launch_bytes;
-    if (need > tls_params_cap) {
-        unsigned char *np = realloc(tls_params, need);
-        if (!np) return fail(cudaErrorMemoryAllocation);
-        tls_params = np;
-        tls_params_cap = need;
-    }
-    unsigned char *buf = tls_params;
-    for (uint32_t i = 0; i < d->nparams; i++) {
-        if (!args || !args[i]) return fail(cudaErrorInvalidValue);
-        memcpy(buf + d->param_offsets[i], args[i], d->param_sizes[i]);
-    }
-    uint32_t dyn = (uint32_t)smem;
-    memcpy(buf + d->dyn_offset, &dyn, 4);
-    cpuify_dims dims = {{g.x, g.y, g.z}, {b.x, b.y, b.z}};
-    cpuify_block_fn fn = d->fn;
-    uint64_t scratch = (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra;
+    l->kernel = k;
+    l->dims = (cpuify_dims){{g.x, g.y, g.z}, {b.x, b.y, b.z}};
+    l->fn = d->fn;
+    l->scratch_bytes = (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra;
     for (uint32_t v = 0; v < d->nvariants; v++) {
         const cpuify_kernel_variant *kv = &d->variants[v];
         if (kv->block[0] == b.x && kv->block[1] == b.y && kv->block[2] == b.z) {
-            fn = kv->fn;
-            scratch = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
+            l->fn = kv->fn;
+            l->scratch_bytes = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
             break;
         }
     }
+    l->prologue = d->prologue;
+    l->prologue_scratch = d->prologue_scratch;
+    l->shared_bytes = d->shared_static + smem;
+    l->dyn_shared = (uint32_t)smem;
+    l->dyn_offset = d->dyn_offset;
+    l->param_bytes = d->dyn_offset + 8 + d->launch_bytes;
+    l->cooperative = cooperative;
+    return cudaSuccess;
+}
+
+/* Runs a prepared launch; a kernel that fails makes the error sticky, as on a GPU.  Returns
+ * 0, the sticky error of a failed kernel, or cudaErrorLaunchOutOfResources (not sticky: no
+ * memory for the block buffers). */
+int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) {
+    kentry *k = l->kernel;
+    memcpy(buf + l->dyn_offset, &l->dyn_shared, 4);
     uint32_t err_block[3] = {0, 0, 0};
     const int prof = profiling();
     uint64_t t0 = prof ? now_ns() : 0;
     int32_t rc = 0;
-    if (d->prologue) {
+    if (l->prologue) {
         /* code hoisted out of the grid (parallel-licm): one thread, before any block */
         cpuify_dims one = {{1, 1, 1}, {1, 1, 1}};
-        rc = cpuify_launch(d->prologue, buf, &one, 0, d->prologue_scratch, err_block);
+        rc = cpuify_launch(l->prologue, buf, &one, 0, l->prologue_scratch, err_block);
     }
     if (!rc)
-        rc = cpuify_launch(fn, buf, &dims, d->shared_static + smem, scratch, err_block);
+        rc = cpuify_launch(l->fn, buf, &l->dims, l->shared_bytes, l->scratch_bytes, err_block);
     if (prof) {
         uint64_t t = now_ns() - t0;
         pthread_mutex_lock(&g_prof_lock);
         stat_add(&k->stat, t, 0);
-        if (fn != d->fn) k->stat.specialized++;
+        if (l->fn != k->desc->fn) k->stat.specialized++;
         pthread_mutex_unlock(&g_prof_lock);
     }
     if (rc) {
@@ -1842,8 +2015,42 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         int zero = 0;
         atomic_compare_exchange_strong(&g_sticky, &zero, (int)e);
         tls_last_error = e;
-        /* like CUDA, the launch itself succeeded; the error shows at the next call */
+        return (int)e;
     }
+    return 0;
+}
+
+static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, cudaStream_t s,
+                          int cooperative) {
+    CHECK_STICKY();
+    if (!k) return fail(cudaErrorInvalidDeviceFunction);
+    if (!k->resolved) resolve_kernel(k);
+    if (k->desc && k->desc->fn && !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
+    cpuify_cudart_launch l;
+    cudaError_t e = cpuify_cudart_prepare_launch(k, g, b, smem, cooperative, &l);
+    if (e) return fail(e);
+    const cpuify_kernel_desc *d = k->desc;
+    if (l.param_bytes > tls_params_cap) {
+        unsigned char *np = realloc(tls_params, l.param_bytes);
+        if (!np) return fail(cudaErrorMemoryAllocation);
+        tls_params = np;
+        tls_params_cap = l.param_bytes;
+    }
+    unsigned char *buf = tls_params;
+    for (uint32_t i = 0; i < d->nparams; i++) {
+        if (!args || !args[i]) return fail(cudaErrorInvalidValue);
+        memcpy(buf + d->param_offsets[i], args[i], d->param_sizes[i]);
+    }
+    if (CPUIFY_CAPTURE_OPEN()) {
+        /* the arguments are copied now, as CUDA does: a replay reads these values */
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_kernel(s, &l, buf));
+        if (r) return fail((cudaError_t)r);
+    }
+    /* like CUDA, the launch itself succeeds when the kernel fails: the (sticky) error shows
+     * at the next call */
+    if (cpuify_cudart_run_launch(&l, buf) == cudaErrorLaunchOutOfResources)
+        return cudaErrorLaunchOutOfResources;
     return cudaSuccess;
 }
 
@@ -1983,6 +2190,37 @@ cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, c
 /* what cudart_texture.c uses (cudart_internal.h)                                        */
 
 cudaError_t cpuify_cudart_fail(cudaError_t e) { return fail(e); }
+uint64_t cpuify_cudart_now_ns(void) { return now_ns(); }
+
+/* what cudart_graph.c uses: kernels by host stub or cudaKernel_t */
+kentry *cpuify_cudart_kernel(const void *func, cudaError_t *err) {
+    kentry *k = func ? find_kernel(func) : NULL;
+    if (!k && func) {
+        /* a cudaKernel_t (what __cudaGetKernel and cudaGetKernel give) is the entry itself */
+        pthread_mutex_lock(&g_reg_lock);
+        for (size_t i = 0; i < g_nkernels; i++)
+            if ((const void *)g_kernels[i] == func) {
+                k = g_kernels[i];
+                break;
+            }
+        pthread_mutex_unlock(&g_reg_lock);
+        if (k) resolve_kernel(k);
+    }
+    if (!k) *err = func ? ERR_NOT_A_KERNEL : cudaErrorInvalidDeviceFunction;
+    return k;
+}
+
+const cpuify_kernel_desc *cpuify_cudart_kernel_desc(kentry *k) {
+    if (!k->resolved) resolve_kernel(k);
+    return k->desc;
+}
+
+const void *cpuify_cudart_kernel_host_fun(kentry *k) { return k->host_fun; }
+
+const char *cpuify_cudart_kernel_name(kentry *k) {
+    if (!k->resolved) resolve_kernel(k);
+    return k->pretty;
+}
 cudaError_t cpuify_cudart_sticky(void) { return sticky(); }
 void *cpuify_cudart_alloc(size_t size) { return alloc_aligned(size); }
 
