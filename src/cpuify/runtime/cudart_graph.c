@@ -1558,8 +1558,17 @@ static void dot_graph(FILE *f, const graph_t *g, int depth) {
                     g->id, n->out.v[j]->index);
     }
     fprintf(f, "%*s}\n", depth * 2, "");
-    for (size_t i = 0; i < g->nodes.n; i++)
-        if (g->nodes.v[i]->type == cudaGraphNodeTypeGraph) dot_graph(f, g->nodes.v[i]->p.child, depth);
+    /* a child graph: its own cluster, reached from its node by dotted edges to its roots */
+    for (size_t i = 0; i < g->nodes.n; i++) {
+        const node_t *n = g->nodes.v[i];
+        if (n->type != cudaGraphNodeTypeGraph) continue;
+        const graph_t *c = n->p.child;
+        dot_graph(f, c, depth);
+        for (size_t j = 0; j < c->nodes.n; j++)
+            if (!c->nodes.v[j]->in.n)
+                fprintf(f, "%*s\"graph_%u_node_%zu\" -> \"graph_%u_node_%zu\" [style=dotted, lhead=cluster_graph_%u];\n",
+                        depth * 2, "", g->id, i, c->id, j, c->id);
+    }
 }
 
 cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned int flags) {
@@ -1568,7 +1577,7 @@ cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char *path, unsigned
     if (!graph_ok(graph) || !path) FAIL(cudaErrorInvalidValue);
     FILE *f = fopen(path, "w");
     if (!f) FAIL(cudaErrorOperatingSystem);
-    fprintf(f, "digraph cpuify_graph {\n");
+    fprintf(f, "digraph cpuify_graph {\n  compound=true;\n");
     dot_graph(f, graph, 1);
     fprintf(f, "}\n");
     if (fclose(f)) FAIL(cudaErrorOperatingSystem);
