@@ -121,13 +121,14 @@ def test_explicit_diamond_child_graph_and_updates(explicit_run: tuple[list[str],
     assert out[8] == "cycle cudaErrorInvalidValue result 2"                        # InvalidStructure
     # child graph: d = 1, e = d + 100, f = 2e; the node's copy has 1 node
     assert out[9] == f"child type {GRAPH} copy nodes 1 f 202 all 1 e 101"
-    # 3 two-byte elements 0xABCD (little-endian) from byte 1 in 2 rows of pitch 16
+    assert out[10] == "misaligned memset cudaErrorInvalidValue"                    # as on an H100
+    # 3 two-byte elements 0xABCD (little-endian) from byte 2 in 2 rows of pitch 16
     expect = np.full(24, 0x11, np.uint8)
     for row in range(2):
         for k in range(3):
-            expect[row * 16 + 1 + 2 * k: row * 16 + 3 + 2 * k] = [0xCD, 0xAB]
-    assert out[10] == "memset16 " + " ".join(f"{v:02x}" for v in expect)
-    assert out[11] == "events cudaSuccess elapsed ok 1"
+            expect[row * 16 + 2 + 2 * k: row * 16 + 4 + 2 * k] = [0xCD, 0xAB]
+    assert out[11] == "memset16 " + " ".join(f"{v:02x}" for v in expect)
+    assert out[12] == "events cudaSuccess elapsed ok 1"
     assert out[-1] == "last cudaSuccess"
 
 

@@ -196,7 +196,15 @@ int main(int argc, char **argv) {
     cudaGraphNode_t r0, m2, r1, w;
     CHECK(cudaGraphAddEventRecordNode(&r0, g3, nullptr, 0, ev0));
     cudaMemsetParams m16 = {};
-    m16.dst = buf + 1;
+    m16.dst = buf + 1;   // not aligned to the element size: refused, as by CUDA
+    m16.pitch = 16;
+    m16.value = 0xABCD;
+    m16.elementSize = 2;
+    m16.width = 3;
+    m16.height = 2;
+    printf("misaligned memset %s\n", cudaGetErrorName(cudaGraphAddMemsetNode(&m2, g3, &r0, 1, &m16)));
+    cudaGetLastError();
+    m16.dst = buf + 2;
     m16.pitch = 16;
     m16.value = 0xABCD;
     m16.elementSize = 2;

@@ -1304,7 +1304,8 @@ cudaError_t cpuify_cudart_check_memset(void *dst, size_t pitch, unsigned element
     if (element_size != 1 && element_size != 2 && element_size != 4) return cudaErrorInvalidValue;
     if (width == 0 || height == 0) return cudaSuccess;
     size_t row = width * element_size;
-    if (!dst || row / element_size != width || (height > 1 && row > pitch) ||
+    /* CUDA 13 refuses a destination not aligned to the element size (measured) */
+    if (!dst || (uintptr_t)dst % element_size || row / element_size != width || (height > 1 && row > pitch) ||
         past_allocation(dst, (height - 1) * (height > 1 ? pitch : 0) + row))
         return cudaErrorInvalidValue;
     return cudaSuccess;

@@ -739,8 +739,10 @@ cudaError_t cpuify_graph_sync_stream(cudaStream_t s, int query) {
         so->capture->cap->invalidated = 1;
         e = cudaErrorStreamCaptureUnsupported;
     } else {
+        /* querying another stream is as unsafe as synchronizing it (measured) */
+        (void)query;
         if (!so) e = legacy_use_locked(1);
-        if (!e && !query) e = unsafe_locked();
+        if (!e) e = unsafe_locked();
     }
     pthread_mutex_unlock(&g_lock);
     return e;
@@ -759,8 +761,8 @@ cudaError_t cpuify_graph_sync_event(cudaEvent_t ev, int how) {
         } else {
             e = how == CPUIFY_EVENT_TIMING ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue;
         }
-    } else if (how == CPUIFY_EVENT_SYNC) {
-        e = unsafe_locked();
+    } else if (how != CPUIFY_EVENT_TIMING) {
+        e = unsafe_locked();   /* querying is as unsafe as synchronizing (measured) */
     }
     pthread_mutex_unlock(&g_lock);
     return e;
