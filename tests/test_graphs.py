@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_runtime_api_programs import INCLUDE, build, run
 
 pytestmark = pytest.mark.skipif(INCLUDE is None or shutil.which("g++") is None,

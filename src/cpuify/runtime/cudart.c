@@ -941,7 +941,7 @@ cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t callback,
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (CPUIFY_CAPTURE_OPEN()) {
         int r = cpuify_graph_enqueue(s);
-        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_refuse(s, "cudaStreamAddCallback"));
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_invalidate(s, cudaErrorStreamCaptureUnsupported));
         if (r) return fail((cudaError_t)r);
     }
     /* all earlier work of the stream is done: run it now, with the stream's status */

@@ -628,7 +628,7 @@ cudaError_t cpuify_graph_capture_host(cudaStream_t s, cudaHostFn_t fn, void *dat
 }
 
 /* Invalidates the capture of stream s and returns e. */
-static cudaError_t capture_fail(cudaStream_t s, cudaError_t e) {
+cudaError_t cpuify_graph_invalidate(cudaStream_t s, cudaError_t e) {
     struct CUstream_st *so = stream_obj(s);
     pthread_mutex_lock(&g_lock);
     if (so && so->capture) so->capture->cap->invalidated = 1;
@@ -641,7 +641,7 @@ cudaError_t cpuify_graph_refuse(cudaStream_t s, const char *call) {
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
         fprintf(stderr, "cpuify: %s on a capturing stream is not supported by cpuify's stream "
                         "capture (cudaErrorStreamCaptureUnsupported; the capture is invalidated)\n", call);
-    return capture_fail(s, cudaErrorStreamCaptureUnsupported);
+    return cpuify_graph_invalidate(s, cudaErrorStreamCaptureUnsupported);
 }
 
 static void forget_event_locked(cudaEvent_t e) {
@@ -1873,7 +1873,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
     if (CPUIFY_CAPTURE_OPEN()) {
         int r = cpuify_graph_enqueue(stream);
         /* CUDA 13 refuses a graph launch into a capturing stream (measured on an H100) */
-        if (r == CPUIFY_CAPTURE) FAIL(capture_fail(stream, cudaErrorStreamCaptureUnsupported));
+        if (r == CPUIFY_CAPTURE) FAIL(cpuify_graph_invalidate(stream, cudaErrorStreamCaptureUnsupported));
         if (r) FAIL((cudaError_t)r);
     }
     pthread_mutex_lock(&graphExec->lock);

@@ -125,7 +125,10 @@ CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_memcpy(cudaStream_t s, const st
 CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_memset(cudaStream_t s, void *dst, size_t pitch,
                                                         int value, size_t width, size_t height);
 CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_host(cudaStream_t s, cudaHostFn_t fn, void *data);
-/* the error of work CUDA cannot capture (a stream callback, cudaMallocAsync) on capturing s */
+/* Work on capturing stream s that cannot be captured: cpuify_graph_invalidate invalidates the
+ * capture and returns e (what CUDA refuses, e.g. a stream callback); cpuify_graph_refuse also
+ * says once on stderr that cpuify does not support it (cudaMallocAsync: a memory node). */
+CPUIFY_INTERNAL cudaError_t cpuify_graph_invalidate(cudaStream_t s, cudaError_t e);
 CPUIFY_INTERNAL cudaError_t cpuify_graph_refuse(cudaStream_t s, const char *call);
 /* cudaEventRecord / cudaStreamWaitEvent: 0 (not a capture matter: do it now) or the
  * result of doing it in the capture */
