@@ -83,6 +83,10 @@ def test_unjoined_fork_and_refused_calls(capture_out: list[str]) -> None:
     assert line(out, "exchanged") == "exchanged cudaSuccess back from relaxed 1"
     assert line(out, "sync capturing") == "sync capturing cudaErrorStreamCaptureUnsupported status invalidated"
     assert line(out, "query captured") == "query captured event cudaErrorCapturedEvent end cudaErrorStreamCaptureInvalidated"
+    assert line(out, "other thread malloc mode 0") == ("other thread malloc mode 0 cudaErrorStreamCaptureUnsupported "
+                                                      "end cudaErrorStreamCaptureInvalidated")
+    assert line(out, "other thread malloc mode 1") == "other thread malloc mode 1 cudaSuccess end cudaSuccess"
+    assert line(out, "end in other thread") == "end in other thread cudaErrorStreamCaptureWrongThread status none"
     assert line(out, "begin legacy") == "begin legacy cudaErrorStreamCaptureUnsupported"
     assert line(out, "end not capturing") == "end not capturing cudaErrorIllegalState"
     # the program goes on; the captured work never ran (p is still 9i from the fork/join part)

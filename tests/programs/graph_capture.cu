@@ -2,6 +2,7 @@
 // fork/join capture over two streams, an unjoined fork, and calls CUDA refuses during a
 // capture (tests/test_graphs.py checks the output against a hand computation).
 #include "check.h"
+#include <thread>
 
 __global__ void axpb(float *y, const float *x, float a, float b, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -192,6 +193,27 @@ int main() {
     e = cudaEventQuery(fork);
     printf("query captured event %s end %s\n", cudaGetErrorName(e), cudaGetErrorName(cudaStreamEndCapture(s2, &g)));
     cudaGetLastError();
+    // another thread: its cudaMalloc (in its default global mode) breaks a global capture, not
+    // a thread-local one; a capture not begun in relaxed mode ends in the thread that began it
+    for (int k = 0; k < 2; k++) {
+        CHECK(cudaStreamBeginCapture(s2, modes[k]));
+        cudaError_t other = cudaSuccess;
+        std::thread t([&] {
+            void *mm = nullptr;
+            other = cudaMalloc(&mm, 64);
+            if (!other) cudaFree(mm);
+        });
+        t.join();
+        cudaError_t end = cudaStreamEndCapture(s2, &g);
+        printf("other thread malloc mode %d %s end %s\n", k, cudaGetErrorName(other), cudaGetErrorName(end));
+        if (!end) CHECK(cudaGraphDestroy(g));
+        cudaGetLastError();
+    }
+    CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
+    axpb<<<G, B, 0, s2>>>(p, p, 0.0f, 0.0f, n);
+    std::thread ender([&] { e = cudaStreamEndCapture(s2, &g); });
+    ender.join();
+    printf("end in other thread %s status %s\n", cudaGetErrorName(e), status_name(status_of(s2)));
     printf("begin legacy %s\n", cudaGetErrorName(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal)));
     printf("end not capturing %s\n", cudaGetErrorName(cudaStreamEndCapture(s, &g)));
     cudaGetLastError();
