@@ -131,6 +131,8 @@ def test_explicit_diamond_child_graph_and_updates(explicit_run: tuple[list[str],
             expect[row * 16 + 2 + 2 * k: row * 16 + 4 + 2 * k] = [0xCD, 0xAB]
     assert out[11] == "memset16 " + " ".join(f"{v:02x}" for v in expect)
     assert out[12] == "events cudaSuccess elapsed ok 1"
+    # cudaGraphAddNode: a = 3, b = 4a - 2; then the exec's memset sets a = 5
+    assert out[13] == f"generic b {4 * 3 - 2} then {4 * 5 - 2} type {KERNEL} k 4"
     assert out[-1] == "last cudaSuccess"
 
 

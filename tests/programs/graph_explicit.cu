@@ -225,6 +225,43 @@ int main(int argc, char **argv) {
     CHECK(cudaEventElapsedTime(&ms_elapsed, ev0, ev1));
     printf("events %s elapsed ok %d\n", cudaGetErrorName(cudaEventQuery(ev1)), ms_elapsed >= 0.0f);
 
+    // the generic node API: a memset and a kernel node through cudaGraphAddNode
+    cudaGraph_t g4;
+    CHECK(cudaGraphCreate(&g4, 0));
+    cudaGraphNodeParams np = {};
+    np.type = cudaGraphNodeTypeMemset;
+    np.memset.dst = a;
+    np.memset.value = 3;
+    np.memset.elementSize = 4;
+    np.memset.width = n;
+    np.memset.height = 1;
+    cudaGraphNode_t gm, gk;
+    CHECK(cudaGraphAddNode(&gm, g4, nullptr, nullptr, 0, &np));
+    void *args4[5];
+    int k4 = 4, c4 = -2;
+    cudaKernelNodeParams p4 = affine_params(args4, &b, &a, &k4, &c4);
+    cudaGraphNodeParams nk = {};
+    nk.type = cudaGraphNodeTypeKernel;
+    nk.kernel.func = p4.func;
+    nk.kernel.gridDim = p4.gridDim;
+    nk.kernel.blockDim = p4.blockDim;
+    nk.kernel.kernelParams = p4.kernelParams;
+    CHECK(cudaGraphAddNode(&gk, g4, &gm, nullptr, 1, &nk));
+    cudaGraphExec_t x4;
+    CHECK(cudaGraphInstantiate(&x4, g4, 0));
+    CHECK(cudaGraphLaunch(x4, s));
+    CHECK(cudaStreamSynchronize(s));
+    int b1 = first(b);
+    np.memset.value = 5;
+    CHECK(cudaGraphExecNodeSetParams(x4, gm, &np));
+    CHECK(cudaGraphLaunch(x4, s));
+    CHECK(cudaStreamSynchronize(s));
+    cudaGraphNodeParams back = {};
+    CHECK(cudaGraphNodeGetParams(gk, &back));
+    printf("generic b %d then %d type %d k %d\n", b1, first(b), (int)back.type, *(int *)back.kernel.kernelParams[2]);
+    CHECK(cudaGraphExecDestroy(x4));
+    CHECK(cudaGraphDestroy(g4));
+
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphExecDestroy(px));
     CHECK(cudaGraphExecDestroy(x3));

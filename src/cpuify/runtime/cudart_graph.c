@@ -1491,6 +1491,180 @@ cudaError_t cudaGraphNodeGetContainingGraph(cudaGraphNode_t hNode, cudaGraph_t *
     return cudaSuccess;
 }
 
+#if CUDART_VERSION >= 13000
+/* the generic node API (cudaGraphAddNode and friends, cudaGraphNodeParams) */
+
+/* A new node of p's type with p's parameters (checked), in *out. */
+static cudaError_t node_from_params(node_t **out, const struct cudaGraphNodeParams *p) {
+    if (!p) return cudaErrorInvalidValue;
+    cudaError_t e = cudaSuccess;
+    switch (p->type) {
+    case cudaGraphNodeTypeKernel:
+    case cudaGraphNodeTypeMemcpy:
+    case cudaGraphNodeTypeMemset:
+    case cudaGraphNodeTypeHost:
+    case cudaGraphNodeTypeGraph:
+    case cudaGraphNodeTypeEmpty:
+    case cudaGraphNodeTypeWaitEvent:
+    case cudaGraphNodeTypeEventRecord:
+        break;
+    default:
+        fprintf(stderr, "cpuify: graph nodes of type %d (memory, conditional, external semaphore, "
+                        "batched copy nodes) are not supported\n", (int)p->type);
+        return cudaErrorNotSupported;
+    }
+    node_t *n = node_new(cudaGraphNodeTypeEmpty);
+    if (!n) return cudaErrorMemoryAllocation;
+    switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+        if (p->kernel.functionType == cudaKernelFunctionTypeFunction) {
+            e = cudaErrorNotSupported;   /* a driver cudaFunction_t: cuModule* is not supported */
+            break;
+        }
+        struct cudaKernelNodeParams k = {p->kernel.func, p->kernel.gridDim, p->kernel.blockDim,
+                                         p->kernel.sharedMemBytes, p->kernel.kernelParams, p->kernel.extra};
+        e = kernel_args_make(&n->p.kernel, &k);
+        break;
+    }
+    case cudaGraphNodeTypeMemcpy: {
+        cpuify_cudart_copy c;
+        e = memcpy_plan(&p->memcpy.copyParams, &c);
+        n->p.memcpy = p->memcpy.copyParams;
+        break;
+    }
+    case cudaGraphNodeTypeMemset: {
+        const struct cudaMemsetParamsV2 *m = &p->memset;
+        n->p.memset = (struct cudaMemsetParams){m->dst, m->pitch, m->value, m->elementSize, m->width, m->height};
+        e = memset_check(&n->p.memset);
+        break;
+    }
+    case cudaGraphNodeTypeHost:
+        if (!p->host.fn) e = cudaErrorInvalidValue;
+        n->p.host = (struct cudaHostNodeParams){p->host.fn, p->host.userData};
+        break;
+    case cudaGraphNodeTypeGraph:
+        if (!graph_ok(p->graph.graph)) {
+            e = cudaErrorInvalidValue;
+        } else if (p->graph.ownership == cudaGraphChildGraphOwnershipMove) {
+            n->p.child = p->graph.graph;   /* the node owns it from now on */
+        } else {
+            n->p.child = graph_clone(p->graph.graph);
+            if (!n->p.child) e = cudaErrorMemoryAllocation;
+        }
+        break;
+    case cudaGraphNodeTypeWaitEvent:
+    case cudaGraphNodeTypeEventRecord: {
+        cudaEvent_t ev = p->type == cudaGraphNodeTypeWaitEvent ? p->eventWait.event : p->eventRecord.event;
+        if (!event_valid(ev)) e = cudaErrorInvalidValue;
+        n->p.event = ev;
+        break;
+    }
+    default: break;
+    }
+    if (e) {
+        node_free(n);   /* (still of type empty: its parameters are not freed) */
+        return e;
+    }
+    n->type = p->type;
+    *out = n;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
+                             const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+                             struct cudaGraphNodeParams *nodeParams) {
+    CHECK_STICKY();
+    cudaError_t e = check_edge_data(dependencyData, numDependencies);
+    if (e) FAIL(e);
+    if (nodeParams && nodeParams->type == cudaGraphNodeTypeGraph && nodeParams->graph.graph == graph)
+        FAIL(cudaErrorInvalidValue);
+    node_t *n;
+    e = node_from_params(&n, nodeParams);
+    if (e) FAIL(e);
+    return add_node(pGraphNode, graph, pDependencies, numDependencies, n);
+}
+
+cudaError_t cudaGraphNodeGetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *p) {
+    CHECK_STICKY();
+    if (!node_ok(node) || !p) FAIL(cudaErrorInvalidValue);
+    memset(p, 0, sizeof *p);
+    p->type = node->type;
+    switch (node->type) {
+    case cudaGraphNodeTypeKernel: {
+        const kernel_args *ka = &node->p.kernel;
+        p->kernel.func = (void *)ka->func;
+        p->kernel.gridDim = ka->grid;
+        p->kernel.blockDim = ka->block;
+        p->kernel.sharedMemBytes = ka->shared;
+        p->kernel.kernelParams = ka->argv;
+        p->kernel.functionType = cudaKernelFunctionTypeDeviceEntry;
+        break;
+    }
+    case cudaGraphNodeTypeMemcpy: p->memcpy.copyParams = node->p.memcpy; break;
+    case cudaGraphNodeTypeMemset: {
+        const struct cudaMemsetParams *m = &node->p.memset;
+        p->memset.dst = m->dst;
+        p->memset.pitch = m->pitch;
+        p->memset.value = m->value;
+        p->memset.elementSize = m->elementSize;
+        p->memset.width = m->width;
+        p->memset.height = m->height;
+        break;
+    }
+    case cudaGraphNodeTypeHost:
+        p->host.fn = node->p.host.fn;
+        p->host.userData = node->p.host.userData;
+        break;
+    case cudaGraphNodeTypeGraph: p->graph.graph = node->p.child; break;
+    case cudaGraphNodeTypeWaitEvent: p->eventWait.event = node->p.event; break;
+    case cudaGraphNodeTypeEventRecord: p->eventRecord.event = node->p.event; break;
+    default: break;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *p) {
+    CHECK_STICKY();
+    if (!node_ok(node) || !p || p->type != node->type) FAIL(cudaErrorInvalidValue);
+    node_t *t;
+    cudaError_t e = node_from_params(&t, p);
+    if (e) FAIL(e);
+    node_params_free(node);
+    node->p = t->p;
+    t->type = cudaGraphNodeTypeEmpty;   /* its parameters now belong to node */
+    node_free(t);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
+                                       struct cudaGraphNodeParams *p) {
+    if (!p || !node_ok(node) || p->type != node->type) FAIL(cudaErrorInvalidValue);
+    switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+        if (p->kernel.functionType == cudaKernelFunctionTypeFunction) FAIL(cudaErrorNotSupported);
+        struct cudaKernelNodeParams k = {p->kernel.func, p->kernel.gridDim, p->kernel.blockDim,
+                                         p->kernel.sharedMemBytes, p->kernel.kernelParams, p->kernel.extra};
+        return cudaGraphExecKernelNodeSetParams(graphExec, node, &k);
+    }
+    case cudaGraphNodeTypeMemcpy: return cudaGraphExecMemcpyNodeSetParams(graphExec, node, &p->memcpy.copyParams);
+    case cudaGraphNodeTypeMemset: {
+        const struct cudaMemsetParamsV2 *m = &p->memset;
+        struct cudaMemsetParams v = {m->dst, m->pitch, m->value, m->elementSize, m->width, m->height};
+        return cudaGraphExecMemsetNodeSetParams(graphExec, node, &v);
+    }
+    case cudaGraphNodeTypeHost: {
+        struct cudaHostNodeParams h = {p->host.fn, p->host.userData};
+        return cudaGraphExecHostNodeSetParams(graphExec, node, &h);
+    }
+    case cudaGraphNodeTypeGraph: return cudaGraphExecChildGraphNodeSetParams(graphExec, node, p->graph.graph);
+    case cudaGraphNodeTypeWaitEvent: return cudaGraphExecEventWaitNodeSetEvent(graphExec, node, p->eventWait.event);
+    case cudaGraphNodeTypeEventRecord:
+        return cudaGraphExecEventRecordNodeSetEvent(graphExec, node, p->eventRecord.event);
+    default: FAIL(cudaErrorInvalidValue);
+    }
+}
+#endif
+
 /* ------------------------------------------------------------------------------------ */
 /* cudaGraphDebugDotPrint                                                               */
 
