@@ -89,6 +89,8 @@ def test_unjoined_fork_and_refused_calls(capture_out: list[str]) -> None:
     assert line(out, "end in other thread") == "end in other thread cudaErrorStreamCaptureWrongThread status none"
     assert line(out, "begin legacy") == "begin legacy cudaErrorStreamCaptureUnsupported"
     assert line(out, "end not capturing") == "end not capturing cudaErrorIllegalState"
+    # external events are nodes: wait (6), kernel, record (7); the replay records the event
+    assert line(out, "external event") == "external event nodes 3 types 6 0 7 query cudaSuccess elapsed ok 1"
     # the program goes on; the captured work never ran (p is still 9i from the fork/join part)
     assert line(out, "after y") == "after y 10 21"
     assert line(out, "p 1") == "p 1 9"

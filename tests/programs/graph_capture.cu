@@ -218,6 +218,32 @@ int main() {
     printf("end not capturing %s\n", cudaGetErrorName(cudaStreamEndCapture(s, &g)));
     cudaGetLastError();
 
+    // E: events as nodes of the graph (cudaEventWaitExternal, cudaEventRecordExternal)
+    cudaEvent_t before, after;
+    CHECK(cudaEventCreate(&before));
+    CHECK(cudaEventCreate(&after));
+    CHECK(cudaEventRecord(before, s2));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaStreamWaitEvent(s, before, cudaEventWaitExternal));   // no isolation error
+    axpb<<<G, B, 0, s>>>(q, p, 1.0f, 0.0f, n);
+    CHECK(cudaEventRecordWithFlags(after, s, cudaEventRecordExternal));
+    CHECK(cudaStreamEndCapture(s, &g));
+    nn = 8;
+    CHECK(cudaGraphGetNodes(g, nodes, &nn));
+    printf("external event nodes %zu types", nn);
+    for (size_t i = 0; i < nn; i++) {
+        cudaGraphNodeType t;
+        CHECK(cudaGraphNodeGetType(nodes[i], &t));
+        printf(" %d", (int)t);
+    }
+    cudaGraphExec_t ev_exec;
+    CHECK(cudaGraphInstantiate(&ev_exec, g, 0));
+    CHECK(cudaGraphLaunch(ev_exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    float ms = -1.0f;
+    CHECK(cudaEventElapsedTime(&ms, before, after));
+    printf(" query %s elapsed ok %d\n", cudaGetErrorName(cudaEventQuery(after)), ms >= 0.0f);
+
     // the program goes on: nothing captured ran, ordinary work runs
     CHECK(cudaMemcpy(x, x_h, bytes, cudaMemcpyHostToDevice));
     axpb<<<G, B>>>(y, x, 2.0f, 1.0f, n);

@@ -905,9 +905,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) { return stream_sync(s, 0); }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return stream_sync(s, 1); }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-    (void)flags;
     CHECK_STICKY();
     if (!stream_ok(s) || !e || e->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+    if ((flags & cudaEventWaitExternal) && CPUIFY_CAPTURE_OPEN()) {
+        /* captured as an event-wait node */
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_event(s, e, 0));
+        if (r) return fail((cudaError_t)r);
+    }
     if (e->captured || CPUIFY_CAPTURE_OPEN()) {
         int r = cpuify_graph_stream_wait(s, e);
         if (r) return fail((cudaError_t)r);
@@ -1002,7 +1007,12 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
-    (void)flags;
+    if ((flags & cudaEventRecordExternal) && CPUIFY_CAPTURE_OPEN() && event_ok(e) && stream_ok(s)) {
+        /* captured as an event-record node */
+        int r = cpuify_graph_enqueue(s);
+        if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_event(s, e, 1));
+        if (r) return fail((cudaError_t)r);
+    }
     return cudaEventRecord(e, s);
 }
 

@@ -627,6 +627,13 @@ cudaError_t cpuify_graph_capture_host(cudaStream_t s, cudaHostFn_t fn, void *dat
     return capture_add(s, n);
 }
 
+cudaError_t cpuify_graph_capture_event(cudaStream_t s, cudaEvent_t e, int record) {
+    node_t *n = node_new(record ? cudaGraphNodeTypeEventRecord : cudaGraphNodeTypeWaitEvent);
+    if (!n) return cudaErrorMemoryAllocation;
+    n->p.event = e;
+    return capture_add(s, n);
+}
+
 /* Invalidates the capture of stream s and returns e. */
 cudaError_t cpuify_graph_invalidate(cudaStream_t s, cudaError_t e) {
     struct CUstream_st *so = stream_obj(s);

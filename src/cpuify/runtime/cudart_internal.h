@@ -125,6 +125,8 @@ CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_memcpy(cudaStream_t s, const st
 CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_memset(cudaStream_t s, void *dst, size_t pitch,
                                                         int value, size_t width, size_t height);
 CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_host(cudaStream_t s, cudaHostFn_t fn, void *data);
+/* cudaEventRecordExternal / cudaEventWaitExternal: an event-record (record = 1) or wait node */
+CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_event(cudaStream_t s, cudaEvent_t e, int record);
 /* Work on capturing stream s that cannot be captured: cpuify_graph_invalidate invalidates the
  * capture and returns e (what CUDA refuses, e.g. a stream callback); cpuify_graph_refuse also
  * says once on stderr that cpuify does not support it (cudaMallocAsync: a memory node). */
