@@ -2,8 +2,9 @@
 replayed chain, fork/join over two streams, an unjoined fork, the calls CUDA refuses during a
 capture, with the error codes CUDA 13 gives on an H100), graphs built node by node (a
 diamond, a child graph, exec-level parameter changes, cudaGraphExecUpdate, a cycle, 2-byte
-memsets, event nodes) and cudaGraphDebugDotPrint's DOT file.  Expected values are computed
-here by hand (NumPy for the accumulations)."""
+memsets, event nodes, the generic node API) and cudaGraphDebugDotPrint's DOT file.  Expected
+values are computed here by hand (NumPy for the accumulations); both programs, built with
+NVIDIA's nvcc 13.0, printed exactly these lines on an H100 (the DOT file aside)."""
 
 from __future__ import annotations
 

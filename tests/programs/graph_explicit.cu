@@ -256,9 +256,18 @@ int main(int argc, char **argv) {
     CHECK(cudaGraphExecNodeSetParams(x4, gm, &np));
     CHECK(cudaGraphLaunch(x4, s));
     CHECK(cudaStreamSynchronize(s));
+#if CUDART_VERSION >= 13050
     cudaGraphNodeParams back = {};
     CHECK(cudaGraphNodeGetParams(gk, &back));
-    printf("generic b %d then %d type %d k %d\n", b1, first(b), (int)back.type, *(int *)back.kernel.kernelParams[2]);
+    int back_type = (int)back.type, back_k = *(int *)back.kernel.kernelParams[2];
+#else   // (CUDA 13.0 has no cudaGraphNodeGetParams)
+    cudaGraphNodeType back_t;
+    CHECK(cudaGraphNodeGetType(gk, &back_t));
+    cudaKernelNodeParams back;
+    CHECK(cudaGraphKernelNodeGetParams(gk, &back));
+    int back_type = (int)back_t, back_k = *(int *)back.kernelParams[2];
+#endif
+    printf("generic b %d then %d type %d k %d\n", b1, first(b), back_type, back_k);
     CHECK(cudaGraphExecDestroy(x4));
     CHECK(cudaGraphDestroy(g4));
 

@@ -1498,8 +1498,9 @@ cudaError_t cudaGraphNodeGetContainingGraph(cudaGraphNode_t hNode, cudaGraph_t *
     return cudaSuccess;
 }
 
-#if CUDART_VERSION >= 13000
-/* the generic node API (cudaGraphAddNode and friends, cudaGraphNodeParams) */
+#if CUDART_VERSION >= 13050
+/* the generic node API (cudaGraphAddNode and friends, cudaGraphNodeParams), as CUDA 13.5
+ * declares it (13.0 has no cudaGraphNodeGetParams) */
 
 /* A new node of p's type with p's parameters (checked), in *out. */
 static cudaError_t node_from_params(node_t **out, const struct cudaGraphNodeParams *p) {
