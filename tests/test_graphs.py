@@ -136,6 +136,8 @@ def test_explicit_diamond_child_graph_and_updates(explicit_run: tuple[list[str],
     assert out[12] == "events cudaSuccess elapsed ok 1"
     # cudaGraphAddNode: a = 3, b = 4a - 2; then the exec's memset sets a = 5
     assert out[13] == f"generic b {4 * 3 - 2} then {4 * 5 - 2} type {KERNEL} k 4"
+    # the d node disabled in the exec: d keeps the 0 written before; enabled again: 15 + 70
+    assert out[14] == f"disabled d 0 enabled 0 then d {2 * 7 + 1 + 10 * 7}"
     assert out[-1] == "last cudaSuccess"
 
 

@@ -271,6 +271,19 @@ int main(int argc, char **argv) {
     CHECK(cudaGraphExecDestroy(x4));
     CHECK(cudaGraphDestroy(g4));
 
+    // a node of the exec disabled, then enabled again
+    CHECK(cudaMemset(d, 0, bytes));
+    CHECK(cudaGraphNodeSetEnabled(x, Dn, 0));
+    unsigned enabled = 1;
+    CHECK(cudaGraphNodeGetEnabled(x, Dn, &enabled));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    int d_off = first(d);
+    CHECK(cudaGraphNodeSetEnabled(x, Dn, 1));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("disabled d %d enabled %u then d %d\n", d_off, enabled, first(d));
+
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphExecDestroy(px));
     CHECK(cudaGraphExecDestroy(x3));

@@ -406,6 +406,13 @@ static _Thread_local enum cudaStreamCaptureMode tls_mode = cudaStreamCaptureMode
 /* the per-thread default stream, as a stream object that can capture */
 static _Thread_local struct CUstream_st tls_per_thread = {CPUIFY_STREAM_MAGIC, 0, 0, NULL};
 
+/* fork: the child must not inherit g_lock held by a thread it does not have */
+static void lock_for_fork(void) { pthread_mutex_lock(&g_lock); }
+static void unlock_after_fork(void) { pthread_mutex_unlock(&g_lock); }
+__attribute__((constructor)) static void register_graph_fork_handlers(void) {
+    pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+}
+
 /* The stream object of s: NULL for the legacy stream. */
 static struct CUstream_st *stream_obj(cudaStream_t s) {
     if (s == NULL || s == cudaStreamLegacy) return NULL;
@@ -1893,7 +1900,10 @@ static cudaError_t exec_build(struct CUgraphExec_st *x, const graph_t *g, int to
                 if (bad) *bad = n;
                 break;
             }
-            if (n->disabled) en->type = cudaGraphNodeTypeEmpty;
+            if (n->disabled) {
+                exec_node_free(en);
+                en->type = cudaGraphNodeTypeEmpty;
+            }
             if (top) x->slot[n->index] = (size_t)(en - x->nodes);
         }
     }
@@ -2083,7 +2093,10 @@ static cudaError_t exec_refresh(struct CUgraphExec_st *x, node_t *sn) {
         exec_node_free(&en);
         return e;
     }
-    if (sn->disabled) en.type = cudaGraphNodeTypeEmpty;
+    if (sn->disabled) {
+        exec_node_free(&en);
+        en.type = cudaGraphNodeTypeEmpty;
+    }
     pthread_mutex_lock(&x->lock);
     exec_node_free(&x->nodes[slot]);
     x->nodes[slot] = en;
