@@ -54,6 +54,13 @@
 typedef struct CUgraphNode_st node_t;
 typedef struct CUgraph_st graph_t;
 
+#if CUDART_VERSION < 12030
+/* (toolkits before 12.3 have no edge data; the functions that take it are 13's) */
+typedef struct cudaGraphEdgeData_st {
+    unsigned char from_port, to_port, type, reserved[5];
+} cudaGraphEdgeData;
+#endif
+
 /* ------------------------------------------------------------------------------------ */
 /* node lists                                                                           */
 
