@@ -35,8 +35,8 @@ int main() {
     SHOW(cudaMemcpyToSymbol(dev_var, &v, sizeof(int)));
     SHOW(cudaMemcpy(d, &v, 4, (cudaMemcpyKind)42));
     SHOW(cudaSetDevice(3));
-    cudaGraph_t g;
-    SHOW(cudaGraphCreate(&g, 0));
+    cudaIpcEventHandle_t ipc;
+    SHOW(cudaIpcGetEventHandle(&ipc, nullptr));
     printf("string: %s\n", cudaGetErrorString(cudaErrorInvalidConfiguration));
     cudaGetLastError();
 

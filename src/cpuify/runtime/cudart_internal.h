@@ -1,11 +1,13 @@
 /* cpuify's CUDA runtime: what its source files share (not an interface of the library).
  * cudart.c holds the core (errors, memory, copies, launches); cudart_texture.c the CUDA
- * arrays and texture/surface objects. */
+ * arrays and texture/surface objects; cudart_graph.c CUDA graphs and stream capture. */
 #ifndef CPUIFY_CUDART_INTERNAL_H
 #define CPUIFY_CUDART_INTERNAL_H
 
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cpuify_cudart.h"
 #include "cpuify_tex.h"
@@ -37,5 +39,113 @@ CPUIFY_INTERNAL int cpuify_cudart_array_fits(cudaArray_const_t a, struct cudaPos
 CPUIFY_INTERNAL void cpuify_cudart_texture_limits(struct cudaDeviceProp *p);
 CPUIFY_INTERNAL int cpuify_cudart_texture_attribute(enum cudaDeviceAttr attr,
                                                     const struct cudaDeviceProp *p);
+
+/* Streams and events (cudart.c).  `capture` is the stream's part in a stream capture
+ * (cudart_graph.c; NULL when it captures nothing); `captured` is set while the event's last
+ * record was captured (its dependencies in the capture). */
+struct cpuify_stream_capture;
+struct cpuify_captured_event;
+
+struct CUstream_st {
+    uint32_t magic;
+    unsigned flags;
+    int priority;
+    struct cpuify_stream_capture *capture;
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned flags;
+    int recorded;
+    uint64_t t_ns;
+    struct cpuify_captured_event *captured;
+};
+
+#define CPUIFY_STREAM_MAGIC 0x5354524du
+#define CPUIFY_EVENT_MAGIC 0x45564e54u
+
+/* cudart.c: kernel launches taken apart for graphs.  A kernel is looked up by its host stub
+ * or by the cudaKernel_t __cudaGetKernel gave (NULL and *err set when it is neither);
+ * cpuify_cudart_prepare_launch checks a launch configuration as a launch does and resolves
+ * what cpuify_launch needs; cpuify_cudart_run_launch runs it on a parameter buffer of
+ * param_bytes bytes whose parameters are in place (it writes the dynamic shared size and
+ * the prologue's values), reporting a failure as a launch does (the sticky error); it
+ * returns nonzero when the kernel failed. */
+struct kentry;
+typedef struct cpuify_cudart_launch {
+    struct kentry *kernel;
+    cpuify_block_fn fn, prologue;
+    cpuify_dims dims;
+    uint64_t shared_bytes, scratch_bytes, prologue_scratch;
+    uint32_t dyn_shared, dyn_offset, param_bytes;
+    int cooperative;
+} cpuify_cudart_launch;
+
+CPUIFY_INTERNAL struct kentry *cpuify_cudart_kernel(const void *func, cudaError_t *err);
+CPUIFY_INTERNAL const cpuify_kernel_desc *cpuify_cudart_kernel_desc(struct kentry *k);
+CPUIFY_INTERNAL const void *cpuify_cudart_kernel_host_fun(struct kentry *k);
+CPUIFY_INTERNAL const char *cpuify_cudart_kernel_name(struct kentry *k);
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_prepare_launch(struct kentry *k, dim3 g, dim3 b, size_t smem,
+                                                         int cooperative, cpuify_cudart_launch *out);
+CPUIFY_INTERNAL int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *params);
+
+/* cudart.c: a copy or memset checked once and run many times (graph nodes).  A plan holds
+ * plain pointers and pitches: arrays are resolved, positions applied. */
+typedef struct cpuify_cudart_copy {
+    char *dst;
+    const char *src;
+    size_t dpitch, spitch, dslice, sslice, width, height, depth;
+    enum cudaMemcpyKind kind;
+} cpuify_cudart_copy;
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_plan_copy3d(const struct cudaMemcpy3DParms *p,
+                                                      cpuify_cudart_copy *out);
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_run_copy(const cpuify_cudart_copy *c);
+/* `value` set in `height` rows of `width` elements of `element_size` (1, 2 or 4) bytes */
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_check_memset(void *dst, size_t pitch, unsigned element_size,
+                                                       size_t width, size_t height);
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_run_memset(void *dst, size_t pitch, unsigned value,
+                                                     unsigned element_size, size_t width, size_t height);
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_symbol_address(const void *symbol, size_t count, size_t offset,
+                                                         char **addr);
+CPUIFY_INTERNAL uint64_t cpuify_cudart_now_ns(void);
+
+/* cudart_graph.c: stream capture.  cpuify_graph_open counts the capture sequences not yet
+ * ended: while it is 0 no stream captures and every hook below is skipped. */
+extern _Atomic int cpuify_graph_open;
+#define CPUIFY_CAPTURE_OPEN() (atomic_load_explicit(&cpuify_graph_open, memory_order_relaxed) != 0)
+#define CPUIFY_CAPTURE (-1)
+
+/* Work about to be enqueued on stream s: 0 (run it now), CPUIFY_CAPTURE (s captures: add it
+ * with a cpuify_graph_capture_* function), or the error to return (a capture was invalidated,
+ * e.g. the legacy stream used while a blocking stream captures). */
+CPUIFY_INTERNAL int cpuify_graph_enqueue(cudaStream_t s);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_kernel(cudaStream_t s, const cpuify_cudart_launch *l,
+                                                        const unsigned char *params);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_memcpy(cudaStream_t s, const struct cudaMemcpy3DParms *p);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_memset(cudaStream_t s, void *dst, size_t pitch,
+                                                        int value, size_t width, size_t height);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_host(cudaStream_t s, cudaHostFn_t fn, void *data);
+/* cudaEventRecordExternal / cudaEventWaitExternal: an event-record (record = 1) or wait node */
+CPUIFY_INTERNAL cudaError_t cpuify_graph_capture_event(cudaStream_t s, cudaEvent_t e, int record);
+/* Work on capturing stream s that cannot be captured: cpuify_graph_invalidate invalidates the
+ * capture and returns e (what CUDA refuses, e.g. a stream callback); cpuify_graph_refuse also
+ * says once on stderr that cpuify does not support it (cudaMallocAsync: a memory node). */
+CPUIFY_INTERNAL cudaError_t cpuify_graph_invalidate(cudaStream_t s, cudaError_t e);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_refuse(cudaStream_t s, const char *call);
+/* cudaEventRecord / cudaStreamWaitEvent: 0 (not a capture matter: do it now) or the
+ * result of doing it in the capture */
+CPUIFY_INTERNAL int cpuify_graph_event_record(cudaEvent_t e, cudaStream_t s);
+CPUIFY_INTERNAL int cpuify_graph_stream_wait(cudaStream_t s, cudaEvent_t e);
+/* Calls CUDA restricts during capture: an unsafe one (allocation, freeing, synchronizing
+ * another stream or an event: refused by the capture modes), synchronizing or querying a
+ * stream, an event, the device.  cudaSuccess or the error (the captures invalidated). */
+CPUIFY_INTERNAL cudaError_t cpuify_graph_unsafe_call(void);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_sync_stream(cudaStream_t s, int query);
+enum { CPUIFY_EVENT_SYNC, CPUIFY_EVENT_QUERY, CPUIFY_EVENT_TIMING };
+CPUIFY_INTERNAL cudaError_t cpuify_graph_sync_event(cudaEvent_t e, int how);
+CPUIFY_INTERNAL cudaError_t cpuify_graph_sync_device(void);
+/* the stream or event is going away */
+CPUIFY_INTERNAL void cpuify_graph_forget_stream(cudaStream_t s);
+CPUIFY_INTERNAL void cpuify_graph_forget_event(cudaEvent_t e);
 
 #endif /* CPUIFY_CUDART_INTERNAL_H */
