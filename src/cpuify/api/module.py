@@ -28,7 +28,7 @@ import numpy as np
 from cpuify.api.arguments import ArgumentPacker
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
-    ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
+    ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_STACK_OVERFLOW, ERR_TRAP, ERR_WARP_DIVERGENCE,
 )
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
@@ -56,11 +56,14 @@ _ERROR_TEXT = {
     ERR_TRAP: "the kernel executed a trap instruction (__trap() or asm(\"trap;\"))",
     ERR_WARP_DIVERGENCE: "threads of a warp disagree at a warp collective",
     ERR_ASSERT: "a device-side assert() failed",
+    ERR_STACK_OVERFLOW: "stack overflow: a recursion of device functions outgrew the call stack "
+                        "of a thread (raise it with cpuify.set_stack_limit(bytes), CuPy's "
+                        "cuda.runtime.deviceSetLimit(cudaLimitStackSize, bytes))",
     5: "out of memory allocating shared/scratch memory for the launch",
 }
 # the CUDA driver status a GPU reports for each (KernelFailure.status)
 _ERROR_STATUS = {ERR_BARRIER_DIVERGENCE: 719, ERR_TRAP: 719, ERR_WARP_DIVERGENCE: 719,
-                 ERR_ASSERT: 710, 5: 2}
+                 ERR_ASSERT: 710, ERR_STACK_OVERFLOW: 719, 5: 2}
 
 
 

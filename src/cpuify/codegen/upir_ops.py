@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.codegen.kernel_abi import ctx_index
-from cpuify.codegen.layout import ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN
+from cpuify.codegen.layout import (
+    ERR_ASSERT, ERR_STACK_OVERFLOW, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN,
+)
 from cpuify.codegen.lowering import I32, I64, PTR, VOID, handles, ptx_llvm_type
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
@@ -178,7 +180,8 @@ def _exit(e: SegmentEmitter, op: Operation) -> None:
 @handles("upir.trap")
 def _trap(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
-    code = ERR_ASSERT if op.attributes.get("assert") else ERR_TRAP
+    code = ERR_ASSERT if op.attributes.get("assert") else \
+        ERR_STACK_OVERFLOW if op.attributes.get("stack_overflow") else ERR_TRAP
     b.store(I32(code), b.gep(e.ctx, [I32(0), I32(ctx_index("error"))]))
     b.ret(I32(STATE_UNKNOWN))
 
@@ -212,6 +215,16 @@ def _malloc(e: SegmentEmitter, op: Operation) -> None:
     fn = e.mod.intrinsic("cpuify_device_malloc", PTR, [I64])
     r = e.b.call(fn, [e.operand(op.operands[0], "u64")])
     e.define(op.results[0], r)
+
+
+@handles("upir.call_stack")
+def _call_stack(e: SegmentEmitter, op: Operation) -> None:
+    # this worker's call stack (a recursion never spans a sync point, so the threads a
+    # worker runs one after another share it), then its size: the stack size limit
+    base = e.b.call(e.mod.intrinsic("cpuify_call_stack", PTR, []), [])
+    size = e.b.call(e.mod.intrinsic("cpuify_call_stack_size", I64, []), [])
+    e.define(op.results[0], e.b.ptrtoint(base, I64))
+    e.define(op.results[1], size)
 
 
 @handles("upir.free")

@@ -400,6 +400,8 @@ class Thread:
                     return
                 if name == "upir.trap":
                     self.fail("a device-side assert() failed" if op.attributes.get("assert")
+                              else "stack overflow: a recursion outgrew the thread's call stack "
+                              f"({CALL_STACK_SIZE} bytes)" if op.attributes.get("stack_overflow")
                               else "the kernel executed a trap instruction", op)
                 upir = UPIR_OPS.get(name)
                 if upir is None:
@@ -540,6 +542,20 @@ def _malloc(th: Thread, op: Operation) -> None:
     th.set(op, _LIBC.malloc(size) or 0, "u64")
 
 
+#: bytes of the call stack of each thread (recursive device functions; CUDA's default
+#: cudaLimitStackSize); set it to run a deeper recursion
+CALL_STACK_SIZE = 1024
+
+
+def _call_stack(th: Thread, op: Operation) -> None:
+    # a call stack of this thread's own
+    stack = getattr(th, "call_stack", None)
+    if stack is None:
+        stack = th.call_stack = alloc(CALL_STACK_SIZE, 16)  # type: ignore[attr-defined]
+    th.set(op, stack[1], "u64", 0)
+    th.set(op, CALL_STACK_SIZE, "u64", 1)
+
+
 def _free(th: Thread, op: Operation) -> None:
     addr = th.bits(op.operands[0])
     if addr:
@@ -551,6 +567,7 @@ UPIR_OPS = {
     "upir.launch_store": _launch_store,
     "upir.clock": _clock, "upir.addressof": _addressof, "upir.fence": _nop,
     "upir.nanosleep": _nop, "upir.printf": _printf, "upir.malloc": _malloc, "upir.free": _free,
+    "upir.call_stack": _call_stack,
 }
 
 

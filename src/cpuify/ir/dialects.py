@@ -116,6 +116,8 @@ define("upir.fence", effects=lambda op: [(k, s) for k in (READ, WRITE) for s in 
 define("upir.clock", effects=lambda op: [])
 define("upir.nanosleep", effects=lambda op: [])
 define("upir.malloc", effects=lambda op: [])
+# the calling thread's call stack (recursive device functions): its base address and size
+define("upir.call_stack", effects=lambda op: [])
 define("upir.free", effects=lambda op: [])
 
 # --- control flow ----------------------------------------------------------------------------

@@ -99,6 +99,13 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
                 lf.write_var(f"{dst}+{off}", pb, v)
         return
 
+    if op == "call_stack":
+        # the thread's call stack for recursive device functions: base address and size
+        res = emit(lf, pb, Operation("upir.call_stack", [], ["i64", "i64"], {"line": line}))
+        for dst, v in zip(operands, res.results):
+            lf.write_var(dst.name, pb, v)  # type: ignore[union-attr]
+        return
+
     if op in ("printf", "malloc", "free", "assertfail"):
         rets = operands[0].names if isinstance(operands[0], CallArgs) else ()  # type: ignore[union-attr]
         args = operands[1].names if isinstance(operands[1], CallArgs) else ()  # type: ignore[union-attr]

@@ -1257,6 +1257,27 @@ void cpuify_device_free(void *p) {
     nocancel_end();
 }
 
+static _Atomic uint64_t g_stack_limit = 1024;   /* CUDA's default cudaLimitStackSize */
+static _Thread_local void *t_call_stack;
+static _Thread_local uint64_t t_call_stack_size;
+
+void cpuify_set_stack_limit(uint64_t bytes) { atomic_store(&g_stack_limit, bytes); }
+uint64_t cpuify_stack_limit(void) { return atomic_load(&g_stack_limit); }
+
+void *cpuify_call_stack(void) {
+    uint64_t want = atomic_load(&g_stack_limit);
+    if (t_call_stack_size != want || !t_call_stack) {
+        nocancel_begin();
+        free(t_call_stack);
+        t_call_stack = want && want <= SIZE_MAX ? malloc((size_t)want) : NULL;
+        t_call_stack_size = t_call_stack ? want : 0;
+        nocancel_end();
+    }
+    return t_call_stack;
+}
+
+uint64_t cpuify_call_stack_size(void) { return t_call_stack_size; }
+
 void cpuify_nocancel(int32_t begin) {
     if (begin) nocancel_begin();
     else nocancel_end();

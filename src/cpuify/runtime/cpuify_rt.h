@@ -44,7 +44,8 @@ enum cpuify_error {
     CPUIFY_ERR_ILLEGAL_ADDRESS = 6,    /* a block faulted (SIGSEGV/SIGBUS): cpuify_last_fault  */
     CPUIFY_ERR_HARDWARE = 7,           /* a block raised SIGILL or SIGFPE: cpuify_last_fault   */
     CPUIFY_ERR_TIMEOUT = 8,            /* ran longer than CPUIFY_KERNEL_TIMEOUT seconds        */
-    CPUIFY_ERR_INTERRUPTED = 9         /* cpuify_cancel(), e.g. from SIGINT (see below)        */
+    CPUIFY_ERR_INTERRUPTED = 9,        /* cpuify_cancel(), e.g. from SIGINT (see below)        */
+    CPUIFY_ERR_STACK_OVERFLOW = 10     /* a recursion outgrew the call stack (stack size limit) */
 };
 
 /* The fault that failed a launch (CPUIFY_ERR_ILLEGAL_ADDRESS / CPUIFY_ERR_HARDWARE). */
@@ -102,6 +103,14 @@ CPUIFY_API int32_t cpuify_guarded_copy(void *dst, uint64_t dpitch, const void *s
  * kernels call while it holds a lock: a cancel waits until the section ends. */
 CPUIFY_API void *cpuify_device_malloc(uint64_t size);
 CPUIFY_API void cpuify_device_free(void *p);
+/* The call stack of recursive device functions: the calling worker's buffer (the threads a
+ * worker runs share it: a recursion never spans a barrier), of cpuify_call_stack_size()
+ * bytes: the stack size limit (cudaLimitStackSize, default 1024 bytes per thread), or 0
+ * when it could not be allocated. */
+CPUIFY_API void *cpuify_call_stack(void);
+CPUIFY_API uint64_t cpuify_call_stack_size(void);
+CPUIFY_API void cpuify_set_stack_limit(uint64_t bytes);
+CPUIFY_API uint64_t cpuify_stack_limit(void);
 CPUIFY_API void cpuify_nocancel(int32_t begin);
 
 /* Number of workers (calling thread included) a launch uses: the value given to

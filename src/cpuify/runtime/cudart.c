@@ -1563,6 +1563,7 @@ static size_t g_limits[16];
 cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value) {
     if ((unsigned)limit >= 16) return fail(cudaErrorInvalidValue);
     g_limits[limit] = value;
+    if (limit == cudaLimitStackSize) cpuify_set_stack_limit(value);
     return sticky();
 }
 
@@ -1571,7 +1572,7 @@ cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit) {
     size_t v = g_limits[limit];
     if (!v) {
         switch (limit) {
-        case cudaLimitStackSize: v = 1024; break;
+        case cudaLimitStackSize: v = (size_t)cpuify_stack_limit(); break;
         case cudaLimitPrintfFifoSize: v = 8650752; break; /* CUDA 13.0's default on an H100 */
         case cudaLimitMallocHeapSize: v = 8 << 20; break;
         default: v = 0; break;
@@ -1833,6 +1834,13 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
             break;
         case CPUIFY_ERR_INTERRUPTED:
             why = "interrupted";
+            break;
+        case CPUIFY_ERR_STACK_OVERFLOW:
+            snprintf(detail, sizeof detail, "stack overflow: a recursion of device functions "
+                     "outgrew the %llu-byte call stack of a thread (raise it with "
+                     "cudaDeviceSetLimit(cudaLimitStackSize, bytes))",
+                     (unsigned long long)cpuify_stack_limit());
+            why = detail;
             break;
         default: why = "unknown error"; break;
         }
