@@ -130,7 +130,7 @@ def test_refused_kernel_fails_the_build(tmp_path: Path) -> None:
     # the .cu line of the call (the file as named on the command line), the kernel, the
     # construct, then the PTX line
     assert first.startswith(f"{PROGRAMS}/refused.cu:5: error: kernel 'apply(int*)' cannot run on "
-                            "the CPU: recursive call to '_Z5depthi'"), r.stderr
+                            "the CPU: 'bar.sync' in the recursive device function '_Z5depthi'"), r.stderr
     assert "(PTX line " in r.stderr and "fill" not in r.stderr
     assert "--cpuify-defer-refused" in r.stderr
 
@@ -142,6 +142,29 @@ def test_refused_kernel_deferred_to_launch(tmp_path: Path) -> None:
     res = run(tmp_path / "refused")
     assert res.stdout.splitlines() == ["fill cudaSuccess", "apply cudaErrorNotSupported", "h[5] 5"]
     assert "kernel 'apply(int*)' cannot run on the CPU" in res.stderr
+
+
+def _depth(n: int) -> int:
+    r = 0
+    for k in range(1, n + 1):
+        r = (r * 3 + k) & 0xFFFFFFFF
+    return r - 2**32 if r >= 2**31 else r
+
+
+def test_recursion_and_the_stack_size_limit(tmp_path: Path) -> None:
+    exe = build(tmp_path, "recursion")
+    fact20 = math.factorial(20)
+    assert run(exe).stdout.splitlines() == ["stack 1024", "launch cudaSuccess",
+                                            f"depth {_depth(20)} fact(20) {fact20}"]
+    # too deep for the default 1 KB: a launch error naming the kernel, not a crash
+    r = subprocess.run([str(exe), "100000"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == ["stack 1024", "launch cudaErrorLaunchFailure"]
+    assert "kernel 'run(int*, long long*, int)' failed in block (0, 0, 0): stack overflow" in r.stderr
+    assert "cudaLimitStackSize" in r.stderr
+    # with a larger stack it runs
+    assert run(exe, "100000", str(8 << 20)).stdout.splitlines() == [
+        f"stack {8 << 20}", "launch cudaSuccess", f"depth {_depth(100000)} fact(20) {fact20}"]
 
 
 def test_dynamic_parallelism_is_refused_by_name(tmp_path: Path) -> None:

@@ -298,7 +298,7 @@ class Function:
             sys.stdout.flush()
             self._rt.cpuify_flush()
         if rc:
-            if rc >= CPUIFY_ERR_ILLEGAL_ADDRESS:
+            if CPUIFY_ERR_ILLEGAL_ADDRESS <= rc <= CPUIFY_ERR_INTERRUPTED:
                 raise _stopped_launch(name, rc, e)
             where = f" in block ({e[0]}, {e[1]}, {e[2]})" if rc != 5 and e[0] != 0xFFFFFFFF else ""
             raise KernelFailure(_ERROR_STATUS.get(rc, 719),

@@ -298,10 +298,10 @@ class _Inliner:
             self.emit("mov", ("u64",), (Reg(_TOP), Imm(0)), stmt)
         # the bottom frame: return site 0, back to this call
         self.emit("add", ("u64",), (Reg("%__sa"), Reg(_STACK), Reg(_TOP)), stmt)
-        self.emit("mov", ("u32",), (Reg("%__sid"), Imm(0)), stmt)
-        self.emit("st", ("u32",), (Addr("%__sa", 8), Reg("%__sid")), stmt)
         self.emit("add", ("u64",), (Reg(_TOP), Reg(_TOP), Imm(16)), stmt)
         self.stack_check(stmt)
+        self.emit("mov", ("u32",), (Reg("%__sid"), Imm(0)), stmt)
+        self.emit("st", ("u32",), (Addr("%__sa", 8), Reg("%__sid")), stmt)
         suffix = engine.suffixes[callee.name]
         for actual, formal in zip(args, callee.params):
             self.emit("param_copy", (), (Reg(formal.name + suffix), Reg(actual)), stmt)
@@ -425,6 +425,8 @@ class _Inliner:
             return Reg(name)
 
         self.emit("add", ("u64",), (sa, Reg(_STACK), Reg(_TOP)), stmt)
+        self.emit("add", ("u64",), (Reg(_TOP), Reg(_TOP), Imm(size)), stmt)
+        self.stack_check(stmt)         # (before the frame is written)
         for (name, t, _), o in zip(items, offsets):
             if name.startswith("param:"):
                 base, rest = name[len("param:"):].rsplit("+", 1)
@@ -439,8 +441,6 @@ class _Inliner:
                 self.emit("st", (t,), (Addr(sa.name, o), Reg(name)), stmt)
         self.emit("mov", ("u32",), (Reg("%__sid"), Imm(k)), stmt)
         self.emit("st", ("u32",), (Addr(sa.name, id_off), Reg("%__sid")), stmt)
-        self.emit("add", ("u64",), (Reg(_TOP), Reg(_TOP), Imm(size)), stmt)
-        self.stack_check(stmt)
         csfx = engine.suffixes[callee.name]
         for actual, formal in zip(args, callee.params):
             self.emit("param_copy", (), (Reg(formal.name + csfx), Reg(actual)), stmt)

@@ -86,7 +86,7 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
     incoming = _incoming(region)
     loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
-    strided = [h for h in outermost if _thread_strided(h, idom, incoming, uniform)]
+    strided = [h for h in outermost if _thread_strided(h, loops[h], idom, incoming, uniform)]
     if len(strided) > 1:
         # Only one loop may be interchanged (threads leaving it at different iterations
         # would reach a second one out of step).  With several, as in a histogram that
@@ -220,13 +220,20 @@ def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore
     return inits, steps
 
 
-def _thread_strided(header: Block, idom, incoming, uniform) -> bool:  # type: ignore[no-untyped-def]
+def _thread_strided(header: Block, body: set[Block], idom, incoming, uniform  # type: ignore[no-untyped-def]
+                    ) -> bool:
+    def outside(v: Value) -> bool:
+        block = v.op.parent if isinstance(v, OpResult) else getattr(v, "block", None)
+        return block not in body
+
     for arg in header.args:
         if arg.type not in ("i32", "i64"):
             continue
         inits, steps = _induction(header, arg, idom, incoming)
+        # (an initial value computed inside the loop: the header is entered again with a
+        # value that is no step of the counter, as a recursion's call stack does)
         if inits and steps and all(s in uniform for s in steps) and \
-                any(i not in uniform for i in inits):
+                any(i not in uniform for i in inits) and all(outside(i) for i in inits):
             return True
     return False
 
