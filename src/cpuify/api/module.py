@@ -371,8 +371,6 @@ class _LaunchBuffers:
 _REG_DECL = re.compile(r"\.reg\s+\.(\w+)\s+[%\w$]+(?:<(\d+)>)?")
 _LOCAL_DECL = re.compile(r"\.local\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[%\w$]+((?:\[\d*\])*)")
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(")
-# what a kernel launch in device code compiles to (CUDA dynamic parallelism)
-_DEVICE_LAUNCH = re.compile(r"\b(?:cudaLaunchDevice\w*|cudaGetParameterBuffer\w*|__cudaCDP\w*)\b")
 
 
 def _entry_bodies(ptx: str) -> dict[str, str]:
@@ -454,10 +452,6 @@ class _Image:
         compiled = self._compiled
         symbol = self.mapping.get(name, name)
         info = compiled.kernels.get(symbol)
-        if _DEVICE_LAUNCH.search(self._entry_text(symbol)):
-            raise UnsupportedError(
-                f"kernel '{name}' launches kernels from device code (dynamic parallelism), "
-                "which cpuify does not run: launch the inner kernels from the host", kernel=name)
         if info is None and symbol in compiled.refused:
             raise UnsupportedError(compiled.refused[symbol])
         if info is None:

@@ -227,6 +227,31 @@ def _call_stack(e: SegmentEmitter, op: Operation) -> None:
     e.define(op.results[1], size)
 
 
+@handles("upir.launch_buffer")
+def _launch_buffer(e: SegmentEmitter, op: Operation) -> None:
+    # a kernel launched from device code: the descriptor of the kernel whose address the
+    # parent passed (null for none of this module's), then the runtime's parameter buffer
+    b = e.b
+    func = e.operand(op.operands[0], "u64")
+    desc: ir.Value = ir.Constant(PTR, None)
+    for name, address in zip(op.attributes["kernels"], op.attributes["addresses"]):  # type: ignore[call-overload]
+        g = b.bitcast(e.mod.child_descriptor(str(name)), PTR)
+        desc = b.select(b.icmp_unsigned("==", func, I64(int(address))), g, desc)
+    fn = e.mod.intrinsic("cpuify_device_launch_buffer", PTR, [PTR] + [I32] * 7)
+    buf = b.call(fn, [desc] + [e.operand(v, "u32") for v in op.operands[1:]])
+    status = b.call(e.mod.intrinsic("cpuify_device_launch_status", I32, []), [])
+    e.define(op.results[0], b.ptrtoint(buf, I64))
+    e.define(op.results[1], status)
+
+
+@handles("upir.launch_device")
+def _launch_device(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    fn = e.mod.intrinsic("cpuify_device_launch", I32, [PTR, I64])
+    buf = b.inttoptr(e.operand(op.operands[0], "u64"), PTR)
+    e.define(op.results[0], b.call(fn, [buf, e.operand(op.operands[1], "u64")]))
+
+
 @handles("upir.free")
 def _free(e: SegmentEmitter, op: Operation) -> None:
     fn = e.mod.intrinsic("cpuify_device_free", VOID, [PTR])

@@ -32,6 +32,25 @@ BUILTIN_CALLS = ("vprintf", "__assertfail", "malloc", "free")
 _DEVICE_LAUNCH = re.compile(r"^(?:__cudaCDP2\w*|cudaGetParameterBuffer\w*|cudaLaunchDevice\w*|"
                             r"cudaDeviceSynchronize\w*|cudaStream\w*|cudaEvent\w*)$")
 
+# the device runtime functions cpuify runs (CUDA 12+ names them __cudaCDP2<name>) -> how many
+# arguments they take
+_DEVICE_RUNTIME = {"GetParameterBufferV2": 4, "LaunchDeviceV2": 2, "GetLastError": 0,
+                   "PeekAtLastError": 0, "StreamCreateWithFlags": 2, "StreamDestroy": 1,
+                   "Malloc": 2, "Free": 1}
+_DEVICE_ERROR = "%__dperr"
+_DEVICE_RUNTIME_REGS = {_DEVICE_ERROR: "u32", "%__dpstat": "u32", "%__dppred": "pred",
+                        "%__dpaddr": "u64", "%__dpval": "u64"}
+# the handle of a stream created in device code (all of a block's streams are one: launches
+# into it run after the parent grid, in launch order, which CUDA allows)
+_DEVICE_STREAM = 0x100
+
+
+def _device_runtime_name(target: str) -> str:
+    for prefix in ("__cudaCDP2", "cuda"):
+        if target.startswith(prefix):
+            return target[len(prefix):]
+    return target
+
 
 @dataclass
 class InlinedKernel:
@@ -109,6 +128,10 @@ class _Inliner:
 
     def run(self) -> InlinedKernel:
         self.emit_function(self.entry, suffix="", stack=(self.entry.name,))
+        if _DEVICE_ERROR in self.out.regs:
+            # the thread's last device-runtime error (device-side cudaGetLastError)
+            self.out.body.insert(0, Instruction("mov", ("u32",), (Reg(_DEVICE_ERROR), Imm(0)),
+                                                self.entry.line, "(the device runtime's last error)"))
         return self.out
 
     def emit_function(self, func: Function, suffix: str, stack: tuple[str, ...],
@@ -211,10 +234,29 @@ class _Inliner:
                                              stmt.text, guard))
             return
         callee = self.module.functions.get(target)
+        if (callee is None or callee.body is None) and _device_runtime_name(target) in _DEVICE_RUNTIME:
+            skip = None
+            if guard is not None:
+                self.counter += 1
+                skip = f"$__skipcall@c{self.counter}"
+                self.out.body.append(Instruction("bra", ("uni",), (Reg(skip),), stmt.line, stmt.text,
+                                                 Reg(guard.name, not guard.negated)))
+            self.device_runtime_call(stmt, _device_runtime_name(target), rets, args)
+            if skip is not None:
+                self.out.body.append(Label(skip, stmt.line))
+            return
         if (callee is None or callee.body is None) and _DEVICE_LAUNCH.match(target):
-            self.error(f"dynamic parallelism (a kernel launching a kernel: the call to '{target}') "
-                       "is not supported by cpuify; launch the child kernel from the host",
-                       stmt.line)
+            name = _device_runtime_name(target)
+            if name.startswith("DeviceSynchronize"):
+                self.error("cudaDeviceSynchronize() in device code (a parent grid waiting for its "
+                           "child grids) is not supported: CUDA 12 removed it; child grids "
+                           "complete before their parent grid counts as complete, so the host "
+                           "sees their results after its own synchronization", stmt.line)
+            self.error(f"the device runtime function '{target}' (dynamic parallelism) is not "
+                       "supported by cpuify; supported in device code: kernel launches "
+                       "(<<<...>>> into the NULL stream, a created stream, cudaStreamTailLaunch "
+                       "or cudaStreamFireAndForget), cudaStreamCreateWithFlags/Destroy, "
+                       "cudaGetLastError/PeekAtLastError, cudaMalloc/cudaFree", stmt.line)
         if callee is None or callee.body is None:
             self.error(f"call to '{target}', which has no body in this PTX module "
                        "(external device functions need -rdc linking, which is not supported here)",
@@ -265,6 +307,70 @@ class _Inliner:
         for formal in list(callee.params) + list(callee.returns):
             self.out.param_vars[formal.name + suffix] = VarDecl(
                 "param", formal.type, formal.name + suffix, formal.line, formal.align, formal.dims)
+
+    # -- the device runtime (dynamic parallelism) --
+    def device_runtime_call(self, stmt: Instruction, name: str, rets: tuple[str, ...],
+                            args: tuple[str, ...]) -> None:
+        """A call of the CUDA device runtime (cudadevrt): a kernel launch's parameter buffer
+        and launch, streams, the last error, cudaMalloc/cudaFree."""
+        for r, t in _DEVICE_RUNTIME_REGS.items():
+            self.out.regs[r] = t
+        want = _DEVICE_RUNTIME[name]
+        if len(args) != want:
+            self.error(f"call to the device runtime's '{name}' passes {len(args)} argument(s), "
+                       f"it takes {want}", stmt.line, PTXError)
+        err, stat, pred = Reg(_DEVICE_ERROR), Reg("%__dpstat"), Reg("%__dppred")
+
+        def result(value: Operand) -> None:
+            for r in rets[:1]:
+                self.emit("st", ("param", "b32"), (Addr(r, 0), value), stmt)
+
+        def note_error() -> None:
+            # a failure becomes the thread's last error
+            self.emit("setp", ("ne", "u32"), (pred, stat, Imm(0)), stmt)
+            self.emit("mov", ("u32",), (err, stat), stmt, pred)
+
+        if name == "GetParameterBufferV2":
+            # (kernel, grid dim3, block dim3, dynamic shared bytes) -> the child's parameter
+            # buffer, or null (an unknown kernel, a bad configuration: the status says which)
+            self.out.body.append(Instruction("launch_buffer", (), (CallArgs(rets), CallArgs(args), stat),
+                                             stmt.line, stmt.text))
+            note_error()
+        elif name == "LaunchDeviceV2":
+            self.out.body.append(Instruction("launch_device", (), (CallArgs(rets), CallArgs(args)),
+                                             stmt.line, stmt.text))
+            for r in rets[:1]:
+                self.emit("ld", ("param", "b32"), (stat, Addr(r, 0)), stmt)
+                note_error()
+        elif name in ("GetLastError", "PeekAtLastError"):
+            result(err)
+            if name == "GetLastError":
+                self.emit("mov", ("u32",), (err, Imm(0)), stmt)
+        elif name == "StreamCreateWithFlags":
+            # a stream of the block: its launches run after the parent grid, in order
+            self.emit("ld", ("param", "b64"), (Reg("%__dpaddr"), Addr(args[0], 0)), stmt)
+            self.emit("mov", ("u64",), (Reg("%__dpval"), Imm(_DEVICE_STREAM)), stmt)
+            self.emit("st", ("u64",), (Addr("%__dpaddr", 0), Reg("%__dpval")), stmt)
+            result(Imm(0))
+        elif name == "StreamDestroy":
+            result(Imm(0))
+        elif name == "Malloc":
+            self.counter += 1
+            slot = f"__dpmalloc@{self.counter}"
+            self.out.param_vars[slot] = VarDecl("param", "b64", slot, stmt.line)
+            self.out.body.append(Instruction("malloc", (), (CallArgs((slot,)), CallArgs(args[1:])),
+                                             stmt.line, stmt.text))
+            self.emit("ld", ("param", "b64"), (Reg("%__dpval"), Addr(slot, 0)), stmt)
+            self.emit("ld", ("param", "b64"), (Reg("%__dpaddr"), Addr(args[0], 0)), stmt)
+            self.emit("st", ("u64",), (Addr("%__dpaddr", 0), Reg("%__dpval")), stmt)
+            self.emit("setp", ("eq", "u64"), (pred, Reg("%__dpval"), Imm(0)), stmt)
+            self.emit("selp", ("u32",), (stat, Imm(2), Imm(0), pred), stmt)   # cudaErrorMemoryAllocation
+            note_error()
+            result(stat)
+        elif name == "Free":
+            self.out.body.append(Instruction("free", (), (CallArgs(()), CallArgs(args)),
+                                             stmt.line, stmt.text))
+            result(Imm(0))
 
     # -- recursion engines (see recursion.py) --
     def emit(self, opcode: str, modifiers: tuple[str, ...], operands: tuple[Operand, ...],
