@@ -167,11 +167,13 @@ def test_recursion_and_the_stack_size_limit(tmp_path: Path) -> None:
         f"stack {8 << 20}", "launch cudaSuccess", f"depth {_depth(100000)} fact(20) {fact20}"]
 
 
-def test_dynamic_parallelism_is_refused_by_name(tmp_path: Path) -> None:
-    r = nvcc("-rdc=true", str(PROGRAMS / "dynamic_parallelism.cu"), "-o", "dp", cwd=tmp_path)
-    assert r.returncode == 1
-    assert r.stderr.startswith(f"{PROGRAMS}/dynamic_parallelism.cu:7: error: kernel 'parent(int*)' cannot run on "
-                               "the CPU: dynamic parallelism"), r.stderr
+def test_dynamic_parallelism(tmp_path: Path) -> None:
+    exe = build(tmp_path, "dynamic_parallelism", "-rdc=true", "-lcudadevrt")
+    # children: p[32 t] = 2 t + 1, p[32 t + k] = 1; grandchildren: p[1024 + 4 i + t] = 100 i + t
+    children = sum(2 * t + 1 + 31 for t in range(8))
+    grandchildren = sum(100 * i + t for i in range(8) for t in range(4))
+    assert run(exe).stdout.splitlines() == [
+        "cudaSuccess", f"p[32] 3 p[33] 1 p[1024+4*3+2] 302 total {children + grandchildren}"]
 
 
 @pytest.mark.skipif(not _have_header("nvtx3/nvToolsExt.h"), reason="pip install nvidia-nvtx")

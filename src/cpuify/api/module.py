@@ -301,6 +301,9 @@ class Function:
             if CPUIFY_ERR_ILLEGAL_ADDRESS <= rc <= CPUIFY_ERR_INTERRUPTED:
                 raise _stopped_launch(name, rc, e)
             where = f" in block ({e[0]}, {e[1]}, {e[2]})" if rc != 5 and e[0] != 0xFFFFFFFF else ""
+            child = self._rt.cpuify_failed_child()
+            if child:       # a grid this launch started from device code failed
+                where = f" (in the child grid of kernel '{child.decode()}' it launched)" + where
             raise KernelFailure(_ERROR_STATUS.get(rc, 719),
                                 f"kernel '{name}' failed{where}: "
                                 f"{_ERROR_TEXT.get(rc, f'error code {rc}')}", name)

@@ -1845,8 +1845,11 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         default: why = "unknown error"; break;
         }
         fflush(stdout);
-        fprintf(stderr, "cpuify: kernel '%s' failed in block (%u, %u, %u): %s (%s)\n", k->pretty,
-                err_block[0], err_block[1], err_block[2], why, cudaGetErrorName(e));
+        const char *child = cpuify_failed_child();   /* a grid it launched from device code */
+        fprintf(stderr, "cpuify: kernel '%s'%s%s%s failed in block (%u, %u, %u): %s (%s)\n",
+                k->pretty, child ? " (in the child grid of kernel '" : "", child ? child : "",
+                child ? "' it launched)" : "", err_block[0], err_block[1], err_block[2], why,
+                cudaGetErrorName(e));
         int zero = 0;
         atomic_compare_exchange_strong(&g_sticky, &zero, (int)e);
         tls_last_error = e;

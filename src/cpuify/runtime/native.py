@@ -205,6 +205,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.cpuify_num_workers.restype = ctypes.c_int32
     lib.cpuify_set_num_workers.argtypes = [ctypes.c_int32]
     lib.cpuify_set_num_workers.restype = None
+    lib.cpuify_failed_child.argtypes = []
+    lib.cpuify_failed_child.restype = ctypes.c_char_p
     lib.cpuify_set_stack_limit.argtypes = [ctypes.c_uint64]
     lib.cpuify_set_stack_limit.restype = None
     lib.cpuify_stack_limit.argtypes = []
