@@ -20,7 +20,7 @@ from cpuify.lifting.lift import lift_kernel
 RDC = ("-rdc=true",)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ptx(src: str) -> str:
     return compile_to_ptx(src, options=RDC).ptx
 

@@ -83,7 +83,7 @@ def _tree_sum(tree: np.ndarray, node: int) -> np.float32:
     return np.float32(np.float32(tree[node] + _tree_sum(tree, 2 * node + 1)) + _tree_sum(tree, 2 * node + 2))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ptx(src: str) -> str:
     return compile_to_ptx(src).ptx
 

@@ -221,6 +221,7 @@ def _malloc(e: SegmentEmitter, op: Operation) -> None:
 def _call_stack(e: SegmentEmitter, op: Operation) -> None:
     # this worker's call stack (a recursion never spans a sync point, so the threads a
     # worker runs one after another share it), then its size: the stack size limit
+    e.uses_call_stack = True
     base = e.b.call(e.mod.intrinsic("cpuify_call_stack", PTR, []), [])
     size = e.b.call(e.mod.intrinsic("cpuify_call_stack_size", I64, []), [])
     e.define(op.results[0], e.b.ptrtoint(base, I64))

@@ -17,7 +17,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cpuify.frontend.ptx_ast import (
-    Addr, CallArgs, Function, Instruction, Label, Module, Operand, Pair, Reg, Vec,
+    Addr,
+    CallArgs,
+    Function,
+    Instruction,
+    Label,
+    Module,
+    Operand,
+    Pair,
+    Reg,
+    Vec,
 )
 
 # opcodes whose first operand is not a destination register
