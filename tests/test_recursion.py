@@ -251,3 +251,47 @@ def test_warp_collective_inside_a_recursion_is_refused_by_name() -> None:
     """
     with pytest.raises(UnsupportedError, match=r"shfl.*recursive device function '_Z4downii'"):
         cpuify.RawModule(code=src).get_function("k")((1,), (32,), (np.zeros(32, np.int32),))
+
+
+BETWEEN_BARRIERS = r"""
+// recursions between barriers, with the same arguments in every thread (a block-uniform
+// recursion) and with per-thread ones; float results compared bit for bit
+__device__ float tree_sum(const float *tree, int node, int n) {
+    if (node >= n) return 0.0f;
+    return tree[node] * 0.5f + tree_sum(tree, 2 * node + 1, n) * 1.5f + tree_sum(tree, 2 * node + 2, n);
+}
+__device__ float walk(const float *w, float acc, int k) {
+    if (k == 0) return acc;
+    float r = walk(w, acc * 0.75f + w[k], k - 1);
+    return r * 1.25f - w[k];
+}
+extern "C" __global__ void k(const float *tree, float *out, float *out2) {
+    __shared__ float s[64];
+    s[threadIdx.x] = tree[threadIdx.x % 31];
+    __syncthreads();
+    out[threadIdx.x] = tree_sum(tree, 0, 31) + s[(threadIdx.x + 1) % 64];
+    out2[blockIdx.x * 64 + threadIdx.x] = walk(tree, threadIdx.x, 20 + threadIdx.x % 5);
+    __syncthreads();
+    out[threadIdx.x] += s[0];
+}
+"""
+
+
+def test_recursion_between_barriers_matches_the_interpreter() -> None:
+    tree = np.random.default_rng(0).random(31).astype(np.float32)
+    got = (np.zeros(64, np.float32), np.zeros(128, np.float32))
+    want = (np.zeros(64, np.float32), np.zeros(128, np.float32))
+    cpuify.RawModule(code=BETWEEN_BARRIERS).get_function("k")((2,), (64,), (tree, *got))
+    interpret_kernel(_ptx(BETWEEN_BARRIERS), "k", (2, 1, 1), (64, 1, 1), (tree, *want))
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    # and a hand computation of the block-uniform one
+    expect = _tree_sum_scaled(tree, 0) + tree[np.arange(1, 65) % 64 % 31] + tree[0]
+    np.testing.assert_allclose(got[0], expect, rtol=1e-5)
+
+
+def _tree_sum_scaled(tree: np.ndarray, node: int) -> float:
+    if node >= len(tree):
+        return 0.0
+    return float(tree[node]) * 0.5 + _tree_sum_scaled(tree, 2 * node + 1) * 1.5 + \
+        _tree_sum_scaled(tree, 2 * node + 2)

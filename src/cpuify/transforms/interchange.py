@@ -81,6 +81,8 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
     leaves an outermost loop never comes back.  So `k` is kept once per block, and the
     thread-strided induction variable is recomputed from it (init + k * step): affine in the
     thread index, which is what makes the interchanged loop vectorize."""
+    if _runs_recursions(region):
+        return []
     idom = cached(analyses, dominators, region)
     uniform = cached(analyses, uniform_values, region)
     incoming = _incoming(region)
@@ -138,6 +140,13 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
         if _does_work(exit_block):
             _insert_soft_barrier(exit_block)
     return [counter]
+
+
+def _runs_recursions(region: Region) -> bool:
+    """Whether the kernel runs recursive device functions (lifting/inline.py): their threads
+    share the worker's call stack, so a thread must finish its recursion before the next
+    starts, and a soft barrier inside the recursion's loop would interleave them."""
+    return any(op.name == "upir.call_stack" for b in region.blocks for op in b.ops)
 
 
 def _insert_soft_barrier(block: Block) -> None:
@@ -282,6 +291,8 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
            for op in b.ops):
         return []           # already interchanged (a thread-strided loop)
+    if _runs_recursions(region):
+        return []
     idom = cached(analyses, dominators, region)
     ipdom = cached(analyses, immediate_post_dominators, region)
     uniform = cached(analyses, uniform_values, region)
