@@ -63,7 +63,7 @@ _ERROR_TEXT = {
 }
 # the CUDA driver status a GPU reports for each (KernelFailure.status)
 _ERROR_STATUS = {ERR_BARRIER_DIVERGENCE: 719, ERR_TRAP: 719, ERR_WARP_DIVERGENCE: 719,
-                 ERR_ASSERT: 710, ERR_STACK_OVERFLOW: 719, 5: 2}
+                 ERR_ASSERT: 710, ERR_STACK_OVERFLOW: 700, 5: 2}
 
 
 

@@ -1841,6 +1841,7 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
                      "cudaDeviceSetLimit(cudaLimitStackSize, bytes))",
                      (unsigned long long)cpuify_stack_limit());
             why = detail;
+            e = cudaErrorIllegalAddress;     /* what an H100 reports for a stack overflow */
             break;
         default: why = "unknown error"; break;
         }
