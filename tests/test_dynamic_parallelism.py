@@ -259,3 +259,18 @@ def test_device_side_synchronize_is_refused_clearly() -> None:
     module = parse_ptx(DEVICE_SYNC_PTX)
     with pytest.raises(UnsupportedError, match=r"cudaDeviceSynchronize\(\) in device code.*CUDA 12 removed it"):
         lift_kernel(module, module.functions["waits"])
+
+
+def test_a_kernel_launching_a_refused_kernel_is_refused_naming_both() -> None:
+    src = r"""
+    __global__ void child(int *p) { asm volatile("bar.arrive 1, 64;"); p[threadIdx.x] = 1; }
+    extern "C" __global__ void parent(int *p) { child<<<1, 64>>>(p); }
+    extern "C" __global__ void fine(int *p) { p[threadIdx.x] = 2; }
+    """
+    m = cpuify.RawModule(code=src, options=RDC)
+    with pytest.raises(UnsupportedError, match=r"parent.*launches kernel '_Z5childPi' from device code, "
+                                               r"which cannot run on the CPU"):
+        m.get_function("parent")
+    p = np.zeros(4, np.int32)
+    m.get_function("fine")((1,), (4,), (p,))
+    assert p.tolist() == [2] * 4
