@@ -274,3 +274,35 @@ def test_a_kernel_launching_a_refused_kernel_is_refused_naming_both() -> None:
     p = np.zeros(4, np.int32)
     m.get_function("fine")((1,), (4,), (p,))
     assert p.tolist() == [2] * 4
+
+
+RECURSIVE_LAUNCHES = r"""
+__global__ void mark(int *p, int i) { p[i] = i * 10 + threadIdx.x; }
+// a recursion that launches a grid at each level; at level 5 a launch CUDA refuses: the
+// error is the thread's, seen after the recursion returns (no frame keeps an older one)
+__device__ int down(int *p, int *seen, int n) {
+    if (n == 0) return 0;
+    if (n == 5) mark<<<1, 4096>>>(p, n);
+    else mark<<<1, 1>>>(p, n);
+    int r = down(p, seen, n - 1);
+    if (n == 8) *seen = cudaPeekAtLastError();      // the error of level 5, below
+    return r * 2 + n;
+}
+extern "C" __global__ void k(int *p, int *out) {
+    out[0] = down(p, out + 3, 10);
+    out[1] = cudaGetLastError();
+    out[2] = cudaGetLastError();
+}
+"""
+
+
+@EXECUTORS
+def test_grids_launched_from_a_recursion(executor: str) -> None:
+    p = np.zeros(11, np.int32)
+    out = np.zeros(4, np.int32)
+    _run(executor, RECURSIVE_LAUNCHES, "k", (1,), (1,), (p, out))
+    r = 0
+    for n in range(1, 11):
+        r = r * 2 + n
+    assert out.tolist() == [r, 9, 0, 9]
+    assert p.tolist() == [0] + [n * 10 if n != 5 else 0 for n in range(1, 11)]

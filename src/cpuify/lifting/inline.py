@@ -501,8 +501,8 @@ class _Inliner:
                 t = name.rsplit(":", 1)[1]
                 items.append((name, t, type_size(t)))
                 continue
-            if name in _ENGINE_REGS:
-                continue
+            if name in _ENGINE_REGS or name in _DEVICE_RUNTIME_REGS:
+                continue        # (the device runtime's last error is the thread's, not a frame's)
             t = self.out.regs.get(name)
             if t is None:
                 continue               # a special register
