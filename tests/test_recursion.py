@@ -295,3 +295,25 @@ def _tree_sum_scaled(tree: np.ndarray, node: int) -> float:
         return 0.0
     return float(tree[node]) * 0.5 + _tree_sum_scaled(tree, 2 * node + 1) * 1.5 + \
         _tree_sum_scaled(tree, 2 * node + 2)
+
+
+def test_recursion_inside_a_loop_with_barriers() -> None:
+    src = r"""
+    __device__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+    extern "C" __global__ void k(int *out, int iters) {
+        __shared__ int s[128];
+        int acc = 0;
+        for (int it = 0; it < iters; it++) {
+            int x = fib((threadIdx.x + it) % 12);
+            s[threadIdx.x] = x;
+            __syncthreads();
+            acc += s[(threadIdx.x + 1) % blockDim.x];
+            __syncthreads();
+        }
+        out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    }
+    """
+    out = np.zeros(256, np.int32)
+    cpuify.RawModule(code=src).get_function("k")((2,), (128,), (out, np.int32(5)))
+    expect = [sum(_fib(((t + 1) % 128 + it) % 12) for it in range(5)) for t in range(128)] * 2
+    assert out.tolist() == expect
