@@ -4,14 +4,19 @@ A kernel with `.func` calls becomes one flat statement list: callee registers an
 are renamed per call site (`%r1` -> `%r1@c3`), callee `ret` branches to a label after the
 call, and call-site parameter passing goes through `.param` pseudo-variables that lifting
 turns into SSA values (see `ParamSlot` in ssa.py).  Barriers inside callees therefore end
-up in the kernel's CFG like any other.  Recursion is refused (CUDA allows it; the CPU
-thread-loop model needs a bounded call tree).  An indirect call (a virtual function, a
+up in the kernel's CFG like any other.  The functions of a recursive cycle cannot be
+inlined into themselves: a call into the cycle becomes a *recursion engine*, the cycle's
+functions emitted once with calls between them through a call stack per thread
+(`_Inliner.run_engine`, recursion.py).  An indirect call (a virtual function, a
 table of function pointers) becomes a switch over the functions whose address the module
 takes and whose signature fits the call's prototype, each inlined in its case
 (`_Inliner.indirect_call`); the addresses are numbers (`Module.function_addresses`).
 
 Calls to `vprintf` become `Instruction('printf')`, `__assertfail` becomes `trap` with an
-assert marker, `malloc`/`free` become `Instruction('malloc'/'free')`."""
+assert marker, `malloc`/`free` become `Instruction('malloc'/'free')`.  Calls of the CUDA
+device runtime (dynamic parallelism: `cudaGetParameterBufferV2`, `cudaLaunchDeviceV2`,
+device streams, `cudaGetLastError`, `cudaMalloc`) become `launch_buffer`/`launch_device`
+and plain PTX (`_Inliner.device_runtime_call`)."""
 
 from __future__ import annotations
 
@@ -580,6 +585,7 @@ class _Inliner:
                        "warp collective cannot be reached from a recursion (each thread runs its "
                        "recursion on its own call stack)", stmt.line)
         frame_locals = frame.local_offsets if frame else {}
+        static_locals = {v.name for v in self.out.locals if v.space == "local"}
 
         def generic(name: str, offset: int) -> Operand | None:
             if frame is not None and name in frame_locals:
@@ -588,16 +594,15 @@ class _Inliner:
                                                 Imm(frame_locals[name] + offset)), stmt)
                     return Reg("%__sla")
                 return Reg(frame.fp)
-            if any(v.name == name and v.space == "local" for v in self.out.locals):
+            if name in static_locals:
                 self.emit("mov", ("u64",), (Reg("%__sla"), Addr(name, offset) if offset else Reg(name)), stmt)
                 self.emit("cvta", ("local", "u64"), (Reg("%__sla"), Reg("%__sla")), stmt)
                 return Reg("%__sla")
             return None
 
         def local_names(o: Operand) -> bool:
-            return isinstance(o, (Reg, Addr)) and bool(
-                (name := (o.name if isinstance(o, Reg) else o.base)) and
-                (name in frame_locals or any(v.name == name and v.space == "local" for v in self.out.locals)))
+            name = o.name if isinstance(o, Reg) else o.base if isinstance(o, Addr) else None
+            return name is not None and (name in frame_locals or name in static_locals)
 
         mods = stmt.modifiers
         ops = list(stmt.operands)
