@@ -306,3 +306,29 @@ def test_grids_launched_from_a_recursion(executor: str) -> None:
         r = r * 2 + n
     assert out.tolist() == [r, 9, 0, 9]
     assert p.tolist() == [0] + [n * 10 if n != 5 else 0 for n in range(1, 11)]
+
+
+def test_a_child_with_a_launch_prologue() -> None:
+    # the child's invariant sum is hoisted out of its grid (parallel-licm): the child's launch
+    # from device code runs that prologue first, as a host launch does
+    src = r"""
+    __device__ float total(const float *x, int n) { float s = 0; for (int i = 0; i < n; i++) s += x[i]; return s; }
+    __global__ void normalize(const float *x, float *y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        float t = total(x, n);
+        if (i < n) y[i] = x[i] / t;
+    }
+    extern "C" __global__ void parent(const float *x, float *y, int n) {
+        normalize<<<(n + 63) / 64, 64>>>(x, y, n);
+    }
+    """
+    n = 1000
+    x = np.random.default_rng(2).random(n).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    m = cpuify.RawModule(code=src, options=RDC)
+    m.get_function("parent")((1,), (1,), (x, y, np.int32(n)))
+    assert m.module._compiled.kernels["_Z9normalizePKfPfi"].prologue_symbol
+    s = np.float32(0)
+    for v in x:
+        s = np.float32(s + v)
+    np.testing.assert_array_equal(y, x / s)

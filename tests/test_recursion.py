@@ -317,3 +317,16 @@ def test_recursion_inside_a_loop_with_barriers() -> None:
     cpuify.RawModule(code=src).get_function("k")((2,), (128,), (out, np.int32(5)))
     expect = [sum(_fib(((t + 1) % 128 + it) % 12) for it in range(5)) for t in range(128)] * 2
     assert out.tolist() == expect
+
+
+def test_cupy_device_limit_sets_the_stack_size() -> None:
+    import cpuify.cupy as cp
+    runtime = cp.cuda.runtime
+    old = runtime.deviceGetLimit(runtime.cudaLimitStackSize)
+    try:
+        runtime.deviceSetLimit(runtime.cudaLimitStackSize, 4096)
+        assert cpuify.stack_limit() == 4096
+        assert runtime.deviceGetLimit(runtime.cudaLimitStackSize) == 4096
+    finally:
+        runtime.deviceSetLimit(runtime.cudaLimitStackSize, old)
+    assert cpuify.stack_limit() == old
