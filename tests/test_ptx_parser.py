@@ -671,18 +671,18 @@ RECURSIVE = HEADER + r'''
 '''
 
 
-def test_recursion_is_unsupported():
+def test_recursion_runs_on_a_call_stack():
+    # the recursive cycle is emitted once: the call pushes a frame and jumps, a frame that
+    # outgrows the stack traps with a stack overflow
     m = parse_ptx(RECURSIVE)
-    with pytest.raises(UnsupportedError) as exc:
-        lift_kernel(m, m.functions["k"])
-    msg = str(exc.value)
-    assert "recursi" in msg and "fact" in msg
-    assert "k -> fact -> fact" in msg
-    assert exc.value.kernel == "k"
-    assert RECURSIVE.splitlines()[exc.value.line - 1].strip().startswith("call.uni")
+    lifted = lift_kernel(m, m.functions["k"])
+    verify(lifted.op)
+    text = print_op(lifted.op)
+    assert text.count('"upir.call_stack"') == 1
+    assert "stack_overflow = true" in text
 
 
-def test_mutual_recursion_is_unsupported():
+def test_mutual_recursion_runs_on_a_call_stack():
     text = HEADER + r'''
 .func f();
 .func g()
@@ -702,8 +702,19 @@ def test_mutual_recursion_is_unsupported():
 }
 '''
     m = parse_ptx(text)
-    with pytest.raises(UnsupportedError, match=r"recursi.*k -> f -> g -> f"):
+    lifted = lift_kernel(m, m.functions["k"])
+    verify(lifted.op)
+    assert print_op(lifted.op).count('"upir.call_stack"') == 1
+
+
+def test_barrier_inside_a_recursion_is_refused():
+    text = RECURSIVE.replace("\tld.param.b32 \t%r1, [fact_param_0];",
+                             "\tld.param.b32 \t%r1, [fact_param_0];\n\tbar.sync 0;")
+    m = parse_ptx(text)
+    with pytest.raises(UnsupportedError, match=r"'bar\.sync' in the recursive device function 'fact'") as exc:
         lift_kernel(m, m.functions["k"])
+    assert exc.value.kernel == "k"
+    assert text.splitlines()[exc.value.line - 1].strip().startswith("bar.sync")
 
 
 def test_indirect_call_without_prototype_is_refused():

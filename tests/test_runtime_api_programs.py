@@ -130,7 +130,7 @@ def test_refused_kernel_fails_the_build(tmp_path: Path) -> None:
     # the .cu line of the call (the file as named on the command line), the kernel, the
     # construct, then the PTX line
     assert first.startswith(f"{PROGRAMS}/refused.cu:5: error: kernel 'apply(int*)' cannot run on "
-                            "the CPU: recursive call to '_Z5depthi'"), r.stderr
+                            "the CPU: 'bar.sync' in the recursive device function '_Z5depthi'"), r.stderr
     assert "(PTX line " in r.stderr and "fill" not in r.stderr
     assert "--cpuify-defer-refused" in r.stderr
 
@@ -144,11 +144,37 @@ def test_refused_kernel_deferred_to_launch(tmp_path: Path) -> None:
     assert "kernel 'apply(int*)' cannot run on the CPU" in res.stderr
 
 
-def test_dynamic_parallelism_is_refused_by_name(tmp_path: Path) -> None:
-    r = nvcc("-rdc=true", str(PROGRAMS / "dynamic_parallelism.cu"), "-o", "dp", cwd=tmp_path)
-    assert r.returncode == 1
-    assert r.stderr.startswith(f"{PROGRAMS}/dynamic_parallelism.cu:7: error: kernel 'parent(int*)' cannot run on "
-                               "the CPU: dynamic parallelism"), r.stderr
+def _depth(n: int) -> int:
+    r = 0
+    for k in range(1, n + 1):
+        r = (r * 3 + k) & 0xFFFFFFFF
+    return r - 2**32 if r >= 2**31 else r
+
+
+def test_recursion_and_the_stack_size_limit(tmp_path: Path) -> None:
+    exe = build(tmp_path, "recursion")
+    fact20 = math.factorial(20)
+    assert run(exe).stdout.splitlines() == ["stack 1024", "launch cudaSuccess",
+                                            f"depth {_depth(20)} fact(20) {fact20}"]
+    # too deep for the default 1 KB: a launch error naming the kernel, not a crash
+    r = subprocess.run([str(exe), "100000"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # (an H100 reports a stack overflow as an illegal address too)
+    assert r.stdout.splitlines()[:2] == ["stack 1024", "launch cudaErrorIllegalAddress"]
+    assert "kernel 'run(int*, long long*, int)' failed in block (0, 0, 0): stack overflow" in r.stderr
+    assert "cudaLimitStackSize" in r.stderr
+    # with a larger stack it runs
+    assert run(exe, "100000", str(8 << 20)).stdout.splitlines() == [
+        f"stack {8 << 20}", "launch cudaSuccess", f"depth {_depth(100000)} fact(20) {fact20}"]
+
+
+def test_dynamic_parallelism(tmp_path: Path) -> None:
+    exe = build(tmp_path, "dynamic_parallelism", "-rdc=true", "-lcudadevrt")
+    # children: p[32 t] = 2 t + 1, p[32 t + k] = 1; grandchildren: p[1024 + 4 i + t] = 100 i + t
+    children = sum(2 * t + 1 + 31 for t in range(8))
+    grandchildren = sum(100 * i + t for i in range(8) for t in range(4))
+    assert run(exe).stdout.splitlines() == [
+        "cudaSuccess", f"p[32] 3 p[33] 1 p[1024+4*3+2] 302 total {children + grandchildren}"]
 
 
 @pytest.mark.skipif(not _have_header("nvtx3/nvToolsExt.h"), reason="pip install nvidia-nvtx")

@@ -20,7 +20,7 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
     if name in ("TextureObject", "SurfaceObject"):
         from cpuify.api import texture
         return getattr(texture, name)
-    if name in ("num_threads", "set_num_threads"):
+    if name in ("num_threads", "set_num_threads", "stack_limit", "set_stack_limit"):
         from cpuify.runtime import native
         return getattr(native, name)
     raise AttributeError(f"module 'cpuify' has no attribute {name!r}")

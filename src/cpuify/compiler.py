@@ -30,6 +30,7 @@ from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.ir.core import OpResult, Operation
 from cpuify.ir.structure import KernelView
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
@@ -329,12 +330,15 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     gen = ModuleCodegen(module, triple, layout)
     kernels: dict[str, KernelInfo] = {}
     refused: dict[str, str] = {}
+    emitted: dict[str, set[str]] = {}                   # kernel -> the LLVM globals it added
+    launches: dict[str, dict[str, int]] = {}            # kernel -> kernels it launches -> line
     progress = _Progress(len(module.entries))
     for entry in module.entries:
         progress.kernel(entry.name)
         before = set(gen.module.globals)
         try:
             kernel_op = lift_kernel(module, entry).op
+            launches[entry.name] = device_launches(kernel_op)
             # before the passes move parameter loads (launch prologue): what the kernel
             # writes through, read by the API to refuse read-only arrays
             written = written_parameters(kernel_op)
@@ -343,11 +347,29 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
             info = gen.add_kernel(lifted)
             info.written_params = tuple(i for i, p in enumerate(info.params) if p[2] in written)
             kernels[entry.name] = info
+            emitted[entry.name] = set(gen.module.globals) - before
         except UnsupportedError as exc:
             # one kernel using an unsupported feature must not take its module down:
             # the error is raised when that kernel is asked for
             refused[entry.name] = str(exc)
             gen.forget(set(gen.module.globals) - before)
+    # a kernel that launches one cpuify cannot run (dynamic parallelism) is refused too,
+    # rather than its launches failing quietly at run time
+    changed = True
+    while changed:
+        changed = False
+        for name in list(kernels):
+            child = next((c for c in launches.get(name, {}) if c in refused), None)
+            if child is None:
+                continue
+            line = launches[name][child]
+            why = refused[child].partition("\n")[0]
+            refused[name] = str(UnsupportedError(
+                f"it launches kernel '{child}' from device code, which cannot run on the CPU "
+                f"({why})", line=line, kernel=name, source_line=module.source_line(line)))
+            del kernels[name]
+            gen.forget({g for g in emitted[name] if not g.startswith("cpuify_child_")})
+            changed = True
     if not kernels and refused:
         err = UnsupportedError("no kernel of this module can run on the CPU:\n" + "\n".join(refused.values()))
         err.refused = refused       # type: ignore[attr-defined]  # kernel -> why, for cpuify nvcc
@@ -368,6 +390,26 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     return CompiledModule(obj, kernels, globals_, ptx, dict(lowered_names or {}), refused,
                           {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2},
                           passes=tuple(pipeline.pipeline()), pass_counts=counts)
+
+
+def device_launches(kernel_op: Operation) -> dict[str, int]:
+    """The kernels `kernel_op` may launch from device code -> the PTX line of a launch (a
+    launch whose kernel is not a constant may launch any kernel whose address is taken)."""
+    out: dict[str, int] = {}
+    for op in kernel_op.walk():
+        if op.name != "upir.launch_buffer":
+            continue
+        names = dict(zip(op.attributes["addresses"], op.attributes["kernels"]))  # type: ignore[call-overload]
+        func = op.operands[0]
+        const = func.op if isinstance(func, OpResult) and func.op.name == "upir.const" else None
+        if const is None and isinstance(func, OpResult) and func.op.name == "ptx.mov" and \
+                isinstance(func.op.operands[0], OpResult) and func.op.operands[0].op.name == "upir.const":
+            const = func.op.operands[0].op
+        targets = [names[const.attributes["value"]]] if const is not None and \
+            const.attributes["value"] in names else list(names.values())
+        for t in targets:
+            out.setdefault(str(t), int(op.attributes.get("line", 0)))
+    return out
 
 
 @dataclass

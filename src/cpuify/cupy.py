@@ -139,9 +139,25 @@ class _Device:
         return 0
 
 
+def _device_set_limit(limit: int, value: int) -> None:
+    if limit == _LIMIT_STACK_SIZE:
+        from cpuify.runtime import native
+        native.set_stack_limit(value)
+
+
+def _device_get_limit(limit: int) -> int:
+    if limit == _LIMIT_STACK_SIZE:
+        from cpuify.runtime import native
+        return native.stack_limit()
+    return {1: 8650752, 2: 8 << 20}.get(limit, 0)   # printf FIFO, malloc heap: CUDA's defaults
+
+
+_LIMIT_STACK_SIZE = 0
 _runtime = types.SimpleNamespace(
     getDeviceCount=lambda: 1, getDevice=lambda: 0, setDevice=lambda d: None,
-    deviceSynchronize=lambda: None, is_hip=False)
+    deviceSynchronize=lambda: None, is_hip=False,
+    deviceSetLimit=_device_set_limit, deviceGetLimit=_device_get_limit,
+    cudaLimitStackSize=_LIMIT_STACK_SIZE, cudaLimitPrintfFifoSize=1, cudaLimitMallocHeapSize=2)
 _cuda = types.ModuleType("cpuify.cupy.cuda", "CuPy's cupy.cuda, as far as the CPU has it")
 _cuda.Stream = _Stream                       # type: ignore[attr-defined]
 _cuda.Event = _Event                         # type: ignore[attr-defined]

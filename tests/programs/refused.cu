@@ -1,8 +1,8 @@
-// A kernel cpuify cannot run (a recursive device function) next to one it can: the build
+// A kernel cpuify cannot run (a barrier inside a recursion) next to one it can: the build
 // fails naming the kernel and the line, unless deferred to the launch.
 #include <cstdio>
 
-__device__ int depth(int n) { return n <= 1 ? n : depth(n - 1) + depth(n - 2); }
+__device__ int depth(int n) { __syncthreads(); return n <= 1 ? n : depth(n - 1) + depth(n - 2); }
 
 __global__ void fill(int *p) { p[threadIdx.x] = threadIdx.x; }
 

@@ -28,7 +28,7 @@ import numpy as np
 from cpuify.api.arguments import ArgumentPacker
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
-    ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_TRAP, ERR_WARP_DIVERGENCE,
+    ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_STACK_OVERFLOW, ERR_TRAP, ERR_WARP_DIVERGENCE,
 )
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
@@ -56,11 +56,14 @@ _ERROR_TEXT = {
     ERR_TRAP: "the kernel executed a trap instruction (__trap() or asm(\"trap;\"))",
     ERR_WARP_DIVERGENCE: "threads of a warp disagree at a warp collective",
     ERR_ASSERT: "a device-side assert() failed",
+    ERR_STACK_OVERFLOW: "stack overflow: a recursion of device functions outgrew the call stack "
+                        "of a thread (raise it with cpuify.set_stack_limit(bytes), CuPy's "
+                        "cuda.runtime.deviceSetLimit(cudaLimitStackSize, bytes))",
     5: "out of memory allocating shared/scratch memory for the launch",
 }
 # the CUDA driver status a GPU reports for each (KernelFailure.status)
 _ERROR_STATUS = {ERR_BARRIER_DIVERGENCE: 719, ERR_TRAP: 719, ERR_WARP_DIVERGENCE: 719,
-                 ERR_ASSERT: 710, 5: 2}
+                 ERR_ASSERT: 710, ERR_STACK_OVERFLOW: 700, 5: 2}
 
 
 
@@ -295,9 +298,12 @@ class Function:
             sys.stdout.flush()
             self._rt.cpuify_flush()
         if rc:
-            if rc >= CPUIFY_ERR_ILLEGAL_ADDRESS:
+            if CPUIFY_ERR_ILLEGAL_ADDRESS <= rc <= CPUIFY_ERR_INTERRUPTED:
                 raise _stopped_launch(name, rc, e)
             where = f" in block ({e[0]}, {e[1]}, {e[2]})" if rc != 5 and e[0] != 0xFFFFFFFF else ""
+            child = self._rt.cpuify_failed_child()
+            if child:       # a grid this launch started from device code failed
+                where = f" (in the child grid of kernel '{child.decode()}' it launched)" + where
             raise KernelFailure(_ERROR_STATUS.get(rc, 719),
                                 f"kernel '{name}' failed{where}: "
                                 f"{_ERROR_TEXT.get(rc, f'error code {rc}')}", name)
@@ -368,8 +374,6 @@ class _LaunchBuffers:
 _REG_DECL = re.compile(r"\.reg\s+\.(\w+)\s+[%\w$]+(?:<(\d+)>)?")
 _LOCAL_DECL = re.compile(r"\.local\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[%\w$]+((?:\[\d*\])*)")
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(")
-# what a kernel launch in device code compiles to (CUDA dynamic parallelism)
-_DEVICE_LAUNCH = re.compile(r"\b(?:cudaLaunchDevice\w*|cudaGetParameterBuffer\w*|__cudaCDP\w*)\b")
 
 
 def _entry_bodies(ptx: str) -> dict[str, str]:
@@ -451,10 +455,6 @@ class _Image:
         compiled = self._compiled
         symbol = self.mapping.get(name, name)
         info = compiled.kernels.get(symbol)
-        if _DEVICE_LAUNCH.search(self._entry_text(symbol)):
-            raise UnsupportedError(
-                f"kernel '{name}' launches kernels from device code (dynamic parallelism), "
-                "which cpuify does not run: launch the inner kernels from the host", kernel=name)
         if info is None and symbol in compiled.refused:
             raise UnsupportedError(compiled.refused[symbol])
         if info is None:

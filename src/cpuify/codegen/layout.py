@@ -21,6 +21,7 @@ ERR_BARRIER_DIVERGENCE = 1
 ERR_TRAP = 2
 ERR_WARP_DIVERGENCE = 3
 ERR_ASSERT = 4
+ERR_STACK_OVERFLOW = 10
 
 # sync kinds understood by the C scheduler (cpuify_run_block)
 SYNC_KINDS = {

@@ -50,7 +50,7 @@ from cpuify.codegen.kernel_abi import (
     specialized_symbol,
 )
 from cpuify.codegen.layout import SharedLayout, align_up
-from cpuify.codegen.lowering import HANDLERS, I8, PTX_HANDLERS
+from cpuify.codegen.lowering import HANDLERS, I8, I32, I64, PTR, PTX_HANDLERS
 from cpuify.codegen.segment_emitter import SegmentEmitter
 from cpuify.codegen.thread_loop_plan import DeferredRegion, RangeBranch
 from cpuify.errors import UnsupportedError
@@ -64,6 +64,11 @@ __all__ = [
     "DeferredRegion", "KernelCodegen", "KernelInfo", "ModuleCodegen", "RangeBranch",
     "SegmentEmitter", "access_size", "ctx_index", "dynamic_smem_offset", "specialized_symbol",
 ]
+
+# runtime/cpuify_rt.h: cpuify_child_kernel (block function, prologue, prologue scratch,
+# parameter buffer bytes, dynamic shared size offset, static shared bytes, scratch bytes per
+# thread and extra, most threads per block, name)
+CHILD_KERNEL_TYPE = ir.LiteralStructType([PTR, PTR, I64, I32, I32, I32, I32, I32, I32, PTR])
 
 
 class ModuleCodegen:
@@ -83,6 +88,8 @@ class ModuleCodegen:
         self.globals: dict[str, ir.GlobalVariable] = {}
         self.kernels: list[KernelInfo] = []
         self._intrinsics: dict[str, ir.Function] = {}
+        # kernels launched from device code -> their descriptor (cpuify_child_kernel)
+        self._children: dict[str, ir.GlobalVariable] = {}
         self._access_group: ir.Value | None = None
         self._loop_ids = 0
         # set by code that wants LLVM's reciprocal square root estimate unrefined (it
@@ -131,9 +138,49 @@ class ModuleCodegen:
         return m.add_metadata([ir.MetaDataString(m, f"{self._THREAD_LOOP}{self._loop_ids}"),
                                *props])
 
+    def child_descriptor(self, name: str) -> ir.GlobalVariable:
+        """The descriptor of kernel `name` for launches from device code (runtime/cpuify_rt.h:
+        cpuify_child_kernel), filled in once every kernel is compiled (llvm_text)."""
+        g = self._children.get(name)
+        if g is None:
+            g = ir.GlobalVariable(self.module, CHILD_KERNEL_TYPE, name=f"cpuify_child_{name}")
+            g.align = 8
+            self._children[name] = g
+        return g
+
+    def _define_child_descriptors(self) -> None:
+        for name, g in self._children.items():
+            if not self.define_globals or g.initializer is not None:
+                continue
+            info = next((k for k in self.kernels if k.name == name), None)
+            label = bytearray(name.encode() + b"\0")
+            text = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(label)), name=f"cpuify_child_name_{name}")
+            text.initializer = ir.Constant(text.type.pointee, label)
+            text.global_constant = True
+            text.linkage = "internal"
+            null = ir.Constant(PTR, None)
+            if info is None:        # refused (or not a kernel of this module)
+                fields = [null, null, I64(0)] + [I32(0)] * 5 + [I32(1024), text.bitcast(PTR)]
+            else:
+                limit = 1024
+                maxntid = info.directives.get("maxntid")
+                if maxntid:
+                    limit = 1
+                    for d in maxntid:
+                        limit *= max(int(d), 1)
+                prologue = self.module.globals.get(info.prologue_symbol) if info.prologue_symbol else None
+                fields = [self.module.globals[info.symbol].bitcast(PTR),
+                          prologue.bitcast(PTR) if prologue is not None else null,
+                          I64(info.prologue_scratch),
+                          I32(info.buffer_size()), I32(dynamic_smem_offset(info.param_size)),
+                          I32(info.shared_static), I32(info.scratch.per_thread()),
+                          I32(info.scratch.scratch_bytes(0)), I32(limit), text.bitcast(PTR)]
+            g.initializer = ir.Constant(CHILD_KERNEL_TYPE, fields)
+
     def llvm_text(self) -> str:
         """The module as LLVM assembly, with the access group and the thread-loop ids made
         `distinct` (a loop id's first operand is itself)."""
+        self._define_child_descriptors()
         text = str(self.module)
         text = re.sub(r'^(![0-9]+) = !\{ !"' + re.escape(self._ACCESS_GROUP) + r'" \}$',
                       r"\1 = distinct !{}", text, flags=re.M)

@@ -37,6 +37,8 @@ class SegmentEmitter(SpeculativeValues):
         self.param_cache: dict[tuple[int, str, bool], ir.Value] = {}
         # accesses through which threads of one segment communicate (shared atomics)
         self.serial_accesses: set[ir.Instruction] = set()
+        # the segment runs recursions on the worker's call stack, which every thread uses
+        self.uses_call_stack = False
         # values computed for another thread than the loop's (alignment_offset): not stored
         self.speculating = False
         # cf.cond_br -> its join: `if`s the thread loop steps over (run after it, deferred)

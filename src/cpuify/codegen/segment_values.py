@@ -34,6 +34,7 @@ class SegmentValues:
     block_map: dict[Block, ir.Block]
     pending: list[Block]
     serial_accesses: set[ir.Instruction]
+    uses_call_stack: bool
     speculating: bool
     known: dict[Value, ir.Value]
     state: ir.Value
@@ -206,8 +207,8 @@ class SegmentValues:
     def tag_parallel_accesses(self) -> None:
         """Puts the segment's loads and stores in the module's access group (see
         ModuleCodegen.parallel_loop_id), except volatile ones and `self.serial_accesses`."""
-        if self.local_alloca is not None:
-            return      # one local-memory buffer serves every iteration: not parallel
+        if self.local_alloca is not None or self.uses_call_stack:
+            return      # one local-memory buffer (call stack) serves every iteration: not parallel
         group = self.mod.access_group
         for bb in self.fn.blocks:
             for instr in bb.instructions:

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.codegen.kernel_abi import ctx_index
-from cpuify.codegen.layout import ERR_ASSERT, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN
+from cpuify.codegen.layout import (
+    ERR_ASSERT, ERR_STACK_OVERFLOW, ERR_TRAP, STATE_EXITED, STATE_UNKNOWN,
+)
 from cpuify.codegen.lowering import I32, I64, PTR, VOID, handles, ptx_llvm_type
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
@@ -178,7 +180,8 @@ def _exit(e: SegmentEmitter, op: Operation) -> None:
 @handles("upir.trap")
 def _trap(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
-    code = ERR_ASSERT if op.attributes.get("assert") else ERR_TRAP
+    code = ERR_ASSERT if op.attributes.get("assert") else \
+        ERR_STACK_OVERFLOW if op.attributes.get("stack_overflow") else ERR_TRAP
     b.store(I32(code), b.gep(e.ctx, [I32(0), I32(ctx_index("error"))]))
     b.ret(I32(STATE_UNKNOWN))
 
@@ -212,6 +215,42 @@ def _malloc(e: SegmentEmitter, op: Operation) -> None:
     fn = e.mod.intrinsic("cpuify_device_malloc", PTR, [I64])
     r = e.b.call(fn, [e.operand(op.operands[0], "u64")])
     e.define(op.results[0], r)
+
+
+@handles("upir.call_stack")
+def _call_stack(e: SegmentEmitter, op: Operation) -> None:
+    # this worker's call stack (a recursion never spans a sync point, so the threads a
+    # worker runs one after another share it), then its size: the stack size limit
+    e.uses_call_stack = True
+    base = e.b.call(e.mod.intrinsic("cpuify_call_stack", PTR, []), [])
+    size = e.b.call(e.mod.intrinsic("cpuify_call_stack_size", I64, []), [])
+    e.define(op.results[0], e.b.ptrtoint(base, I64))
+    e.define(op.results[1], size)
+
+
+@handles("upir.launch_buffer")
+def _launch_buffer(e: SegmentEmitter, op: Operation) -> None:
+    # a kernel launched from device code: the descriptor of the kernel whose address the
+    # parent passed (null for none of this module's), then the runtime's parameter buffer
+    b = e.b
+    func = e.operand(op.operands[0], "u64")
+    desc: ir.Value = ir.Constant(PTR, None)
+    for name, address in zip(op.attributes["kernels"], op.attributes["addresses"]):  # type: ignore[call-overload]
+        g = b.bitcast(e.mod.child_descriptor(str(name)), PTR)
+        desc = b.select(b.icmp_unsigned("==", func, I64(int(address))), g, desc)
+    fn = e.mod.intrinsic("cpuify_device_launch_buffer", PTR, [PTR] + [I32] * 7)
+    buf = b.call(fn, [desc] + [e.operand(v, "u32") for v in op.operands[1:]])
+    status = b.call(e.mod.intrinsic("cpuify_device_launch_status", I32, []), [])
+    e.define(op.results[0], b.ptrtoint(buf, I64))
+    e.define(op.results[1], status)
+
+
+@handles("upir.launch_device")
+def _launch_device(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    fn = e.mod.intrinsic("cpuify_device_launch", I32, [PTR, I64])
+    buf = b.inttoptr(e.operand(op.operands[0], "u64"), PTR)
+    e.define(op.results[0], b.call(fn, [buf, e.operand(op.operands[1], "u64")]))
 
 
 @handles("upir.free")

@@ -199,6 +199,21 @@ class Module:
             self._function_addresses = taken
         return self._function_addresses
 
+    def kernel_addresses(self) -> dict[str, int]:
+        """The value of the address of each kernel (`.entry`) the module's code takes
+        (`mov.u64 %rd, kernel`: a kernel launched from device code, dynamic parallelism):
+        numbers a device launch finds the kernel by."""
+        taken: dict[str, int] = {}
+        for fn in self.functions.values():
+            for stmt in fn.body or ():
+                if isinstance(stmt, Instruction) and stmt.opcode != "call":
+                    for o in stmt.operands:
+                        if isinstance(o, Reg) and o.name not in taken:
+                            k = self.functions.get(o.name)
+                            if k is not None and k.kind == "entry":
+                                taken[o.name] = KERNEL_ADDRESS_BASE + 16 * len(taken)
+        return taken
+
     def source_line(self, line: int) -> str:
         if 1 <= line <= len(self.lines):
             return self.lines[line - 1]
@@ -208,6 +223,8 @@ class Module:
 #: where the values of device-function addresses start (Module.function_addresses): not
 #: null, aligned, and in no mapping a program could dereference
 FUNCTION_ADDRESS_BASE = 0x7FF0_0000_0000
+#: where the values of kernel addresses start (Module.kernel_addresses)
+KERNEL_ADDRESS_BASE = 0x7FE0_0000_0000
 
 _TYPE_SIZES = {
     "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,

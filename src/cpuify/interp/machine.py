@@ -206,6 +206,7 @@ class InterpModule:
         self.ptx = ptx
         self.module = parse_ptx(ptx)
         self.globals: dict[str, tuple[np.ndarray, int]] = {}
+        self.children: list[_ChildLaunch] = []     # the launches of the running grid
         self._kernels: dict[str, _Kernel] = {}
         for var in self.module.variables:
             if var.space not in ("global", "const"):
@@ -267,15 +268,46 @@ class InterpModule:
         if shared_mem < 0:
             raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
         params = ctypes.create_string_buffer(pack_params(k.lifted, args), k.buffer_size)
-        launch = _Launch(self, k, g, b, ctypes.addressof(params), int(shared_mem))
-        with np.errstate(all="ignore"):            # IEEE results, no warnings
-            if k.prologue is not None:
-                one = (1, 1, 1)
-                _BlockRun(_Launch(self, k.prologue, one, one, launch.params, 0), (0, 0, 0)).run()
-            for bz in range(g[2]):
-                for by in range(g[1]):
-                    for bx in range(g[0]):
-                        _BlockRun(launch, (bx, by, bz)).run()
+        self._run_grid(k, g, b, ctypes.addressof(params), int(shared_mem))
+
+    def _run_grid(self, k: _Kernel, g: tuple[int, int, int], b: tuple[int, int, int],
+                  params: int, shared_mem: int) -> None:
+        """One grid, then the grids it launched (dynamic parallelism): in launch order, each
+        with its own, then its tail launches: the parent is complete when its children are."""
+        launch = _Launch(self, k, g, b, params, shared_mem)
+        outer, self.children = self.children, []
+        try:
+            with np.errstate(all="ignore"):            # IEEE results, no warnings
+                if k.prologue is not None:
+                    one = (1, 1, 1)
+                    _BlockRun(_Launch(self, k.prologue, one, one, launch.params, 0), (0, 0, 0)).run()
+                for bz in range(g[2]):
+                    for by in range(g[1]):
+                        for bx in range(g[0]):
+                            _BlockRun(launch, (bx, by, bz)).run()
+            children = self.children
+        finally:
+            self.children = outer
+        for tail in (False, True):
+            for c in children:
+                if c.launched and (c.stream == _STREAM_TAIL_LAUNCH) == tail:
+                    self._run_grid(self.kernel(c.kernel), c.grid, c.block,
+                                   ctypes.addressof(c.params), c.shared_mem)
+
+
+_STREAM_TAIL_LAUNCH = 0x3            # CUDA 12's cudaStreamTailLaunch
+
+
+@dataclass
+class _ChildLaunch:
+    """A grid launched from device code: its parameter buffer, filled by the parent."""
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    params: Any                        # ctypes buffer
+    launched: bool = False
+    stream: int = 0
 
 
 @dataclass
@@ -426,6 +458,8 @@ class Thread:
                     return
                 if name == "upir.trap":
                     self.fail("a device-side assert() failed" if op.attributes.get("assert")
+                              else "stack overflow: a recursion outgrew the thread's call stack "
+                              f"({CALL_STACK_SIZE} bytes)" if op.attributes.get("stack_overflow")
                               else "the kernel executed a trap instruction", op)
                 upir = UPIR_OPS.get(name)
                 if upir is None:
@@ -566,6 +600,62 @@ def _malloc(th: Thread, op: Operation) -> None:
     th.set(op, _LIBC.malloc(size) or 0, "u64")
 
 
+#: bytes of the call stack of each thread (recursive device functions; CUDA's default
+#: cudaLimitStackSize); set it to run a deeper recursion
+CALL_STACK_SIZE = 1024
+
+
+def _call_stack(th: Thread, op: Operation) -> None:
+    # a call stack of this thread's own
+    stack = getattr(th, "call_stack", None)
+    if stack is None:
+        stack = th.call_stack = alloc(CALL_STACK_SIZE, 16)  # type: ignore[attr-defined]
+    th.set(op, stack[1], "u64", 0)
+    th.set(op, CALL_STACK_SIZE, "u64", 1)
+
+
+def _launch_buffer(th: Thread, op: Operation) -> None:
+    """cudaGetParameterBufferV2: a buffer for a child grid's parameters, or 0 and a status."""
+    func = th.src(op, 0, "u64")
+    dims = [th.src(op, i, "u32") for i in range(1, 8)]
+    names = dict(zip(op.attributes["addresses"], op.attributes["kernels"]))  # type: ignore[call-overload]
+    module = th.launch.module
+    status, address = 0, 0
+    name = names.get(func)
+    if name is None:
+        status = 98                      # cudaErrorInvalidDeviceFunction
+    else:
+        try:
+            k = module.kernel(name)
+        except UnsupportedError:
+            status = 801                 # cudaErrorNotSupported
+        else:
+            g, b, smem = tuple(dims[0:3]), tuple(dims[3:6]), dims[6]
+            req = k.lifted.directives.get("maxntid") or k.lifted.directives.get("reqntid")
+            limit = min(int(np.prod(req)), MAX_THREADS_PER_BLOCK) if req else MAX_THREADS_PER_BLOCK
+            if 0 in g or 0 in b or b[0] > 1024 or b[1] > 1024 or b[2] > 64 or \
+                    b[0] * b[1] * b[2] > limit or g[1] > 65535 or g[2] > 65535:
+                status = 9                   # cudaErrorInvalidConfiguration
+            else:
+                child = _ChildLaunch(name, g, b, smem, ctypes.create_string_buffer(k.buffer_size))  # type: ignore[arg-type]
+                module.children.append(child)
+                address = ctypes.addressof(child.params)
+    th.set(op, address, "u64", 0)
+    th.set(op, status, "u32", 1)
+
+
+def _launch_device(th: Thread, op: Operation) -> None:
+    """cudaLaunchDeviceV2: the grid whose buffer this is runs after the parent grid."""
+    address = th.bits(op.operands[0])
+    for child in th.launch.module.children:
+        if ctypes.addressof(child.params) == address:
+            child.launched = True
+            child.stream = th.src(op, 1, "u64")
+            th.set(op, 0, "u32")
+            return
+    th.set(op, 1, "u32")                 # cudaErrorInvalidValue
+
+
 def _free(th: Thread, op: Operation) -> None:
     addr = th.bits(op.operands[0])
     if addr:
@@ -577,6 +667,8 @@ UPIR_OPS = {
     "upir.launch_store": _launch_store,
     "upir.clock": _clock, "upir.addressof": _addressof, "upir.fence": _nop,
     "upir.nanosleep": _nop, "upir.printf": _printf, "upir.malloc": _malloc, "upir.free": _free,
+    "upir.call_stack": _call_stack,
+    "upir.launch_buffer": _launch_buffer, "upir.launch_device": _launch_device,
 }
 
 

@@ -116,6 +116,12 @@ define("upir.fence", effects=lambda op: [(k, s) for k in (READ, WRITE) for s in 
 define("upir.clock", effects=lambda op: [])
 define("upir.nanosleep", effects=lambda op: [])
 define("upir.malloc", effects=lambda op: [])
+# the calling thread's call stack (recursive device functions): its base address and size
+define("upir.call_stack", effects=lambda op: [])
+# a kernel launched from device code: the child's parameter buffer (and a status), then the
+# launch, which reads that buffer (global memory written by the parent)
+define("upir.launch_buffer", effects=lambda op: [(WRITE, "global")])
+define("upir.launch_device", effects=lambda op: [(READ, "global"), (WRITE, "global")])
 define("upir.free", effects=lambda op: [])
 
 # --- control flow ----------------------------------------------------------------------------

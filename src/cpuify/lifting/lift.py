@@ -360,6 +360,8 @@ class _Lifter:
             op = Operation("upir.exit")
         else:  # trap / assertfail
             op = Operation("upir.trap", attributes={"assert": t.opcode == "assertfail"})
+            if "stack_overflow" in t.modifiers:
+                op.attributes["stack_overflow"] = True
         op.attributes["line"] = line
         blk.append(op)
 

@@ -68,7 +68,11 @@ ALLOWED: dict[str, set[str]] = {
     "membar": {"cta", "gl", "sys", "gpu"}, "fence": {"sc", "acq_rel", "cta", "gpu", "sys", "proxy", "async"},
     "shfl": {"sync", "up", "down", "bfly", "idx"}, "vote": {"sync", "all", "any", "uni", "ballot"},
     "activemask": set(), "match": {"any", "all", "sync"}, "redux": {"sync", "add", "min", "max", "and", "or", "xor"},
-    "bra": {"uni"}, "ret": {"uni"}, "exit": set(), "trap": set(), "nanosleep": set(),
+    "bra": {"uni"}, "ret": {"uni"}, "exit": set(), "nanosleep": set(),
+    # trap.stack_overflow: cpuify's own, a recursion outgrew the call stack (inline.py)
+    "trap": {"stack_overflow"}, "call_stack": set(),
+    # a kernel launch in device code (inline.py, the device runtime)
+    "launch_buffer": set(), "launch_device": set(),
     "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
     "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
@@ -126,7 +130,7 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     types = instr_types(instr)
     if op not in ("mov", "ld", "st", "cvt", "cvta", "bra", "ret", "exit", "trap", "bar", "barrier",
                   "membar", "fence", "printf", "assertfail", "malloc", "free", "param_copy",
-                  "nanosleep", "activemask", "prefetch", "prefetchu", "pmevent", "discard",
+                  "nanosleep", "activemask", "call_stack", "launch_buffer", "launch_device", "prefetch", "prefetchu", "pmevent", "discard",
                   "isspacep") and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
     if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st"):

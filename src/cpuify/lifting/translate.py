@@ -99,6 +99,36 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
                 lf.write_var(f"{dst}+{off}", pb, v)
         return
 
+    if op in ("launch_buffer", "launch_device"):
+        # a kernel launched from device code (dynamic parallelism): its parameter buffer
+        # (the kernel, grid and block dimensions, dynamic shared bytes), then its launch
+        rets = operands[0].names  # type: ignore[union-attr]
+        args = operands[1].names  # type: ignore[union-attr]
+        if op == "launch_buffer":
+            vals = [lf.read_var(f"{args[0]}+0", pb, line)]
+            vals += [lf.read_var(f"{a}+{4 * j}", pb, line) for a in args[1:3] for j in range(3)]
+            vals.append(lf.read_var(f"{args[3]}+0", pb, line))
+            kernels = lf.module.kernel_addresses()
+            res = emit(lf, pb, Operation("upir.launch_buffer", vals, ["i64", "i32"], {
+                "line": line, "kernels": list(kernels), "addresses": list(kernels.values())}))
+            lf.write_var(operands[2].name, pb, res.results[1])  # type: ignore[union-attr]
+        else:
+            vals = [lf.read_var(f"{a}+0", pb, line) for a in args]
+            res = emit(lf, pb, Operation("upir.launch_device", vals, ["i32"], {"line": line}))
+        for r in rets:
+            slot = f"{r}+0"
+            if slot not in lf.var_types:
+                lf.var_types[slot] = res.results[0].type
+            lf.write_var(slot, pb, res.results[0])
+        return
+
+    if op == "call_stack":
+        # the thread's call stack for recursive device functions: base address and size
+        res = emit(lf, pb, Operation("upir.call_stack", [], ["i64", "i64"], {"line": line}))
+        for dst, v in zip(operands, res.results):
+            lf.write_var(dst.name, pb, v)  # type: ignore[union-attr]
+        return
+
     if op in ("printf", "malloc", "free", "assertfail"):
         rets = operands[0].names if isinstance(operands[0], CallArgs) else ()  # type: ignore[union-attr]
         args = operands[1].names if isinstance(operands[1], CallArgs) else ()  # type: ignore[union-attr]
@@ -373,6 +403,9 @@ def symbol_address(lf: "_Lifter", pb: "_PBlock", name: str, offset: int, line: i
         space = var.space
     elif name in lf.param_by_name:
         space = "param"
+    elif name in lf.module.functions and lf.module.functions[name].kind == "entry":
+        # a kernel's address: the number a device launch finds it by
+        return lf.const(lf.module.kernel_addresses()[name] + offset, "i64")
     elif name in lf.module.functions:
         # a device function's address: the number its indirect calls dispatch on
         return lf.const(lf.module.function_addresses()[name] + offset, "i64")

@@ -8,8 +8,8 @@ look for one (`make CUDA_PATH=...`, CMake's `enable_language(CUDA)` / `find_pack
                            libcudart.so        the same runtime as a shared library
                            libcuda.so          the driver API (a few functions real, the rest
                                                stubs that say so), also in lib64/stubs/
-                           libcudadevrt.a      empty (no device runtime: dynamic parallelism is
-                                               not supported)
+                           libcudadevrt.a      empty (the device runtime of dynamic parallelism
+                                               is cpuify's runtime)
     nvvm/                  the wheel's nvvm (CMake checks for nvvm/libdevice)
     version.json, version.txt
 

@@ -814,7 +814,8 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
         -G, -lineinfo, -Xptxas, --ptxas-options, -maxrregcount, --resource-usage are
         accepted (no effect on the CPU; a warning where a GPU build would differ);
         -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
-        runtime, -lcuda its driver API library (cpuify cuda-home); an -I/-isystem to
+        runtime (kernels launching kernels: -rdc=true -lcudadevrt), -lcuda its driver API
+        library (cpuify cuda-home); an -I/-isystem to
         another CUDA installation's headers is dropped with a warning.
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);

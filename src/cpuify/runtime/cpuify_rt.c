@@ -1014,9 +1014,133 @@ static int32_t end_launch_locked(uint32_t *err_block) {
     return rc;
 }
 
+/* ---- dynamic parallelism: grids launched from device code ---- */
+typedef struct child_launch {
+    struct child_launch *next;
+    const cpuify_child_kernel *k;
+    cpuify_dims dims;
+    uint32_t shared_bytes;
+    int32_t launched;
+    uint64_t stream;
+    _Alignas(16) unsigned char params[];
+} child_launch;
+
+/* the parameter buffers the running grid asked for, newest first (grids run one at a time,
+ * under P.lock; a grid launched from inside a block adds to its launcher's) */
+static _Atomic(child_launch *) g_children;
+static _Thread_local int32_t t_launch_status;
+static _Thread_local int t_in_children;
+static _Thread_local const char *t_failed_child;
+#define STREAM_TAIL_LAUNCH 0x3u       /* CUDA 12's cudaStreamTailLaunch */
+
+void *cpuify_device_launch_buffer(const cpuify_child_kernel *k, uint32_t gx, uint32_t gy,
+                                  uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
+                                  uint32_t shared_bytes) {
+    t_launch_status = 0;
+    if (!k) {
+        t_launch_status = 98;    /* cudaErrorInvalidDeviceFunction */
+        return NULL;
+    }
+    if (!k->fn) {
+        t_launch_status = 801;   /* cudaErrorNotSupported */
+        return NULL;
+    }
+    uint64_t nthreads = (uint64_t)bx * by * bz;
+    if (!gx || !gy || !gz || !bx || !by || !bz || bx > 1024 || by > 1024 || bz > 64 ||
+        nthreads > k->max_threads || gx > INT32_MAX || gy > 65535 || gz > 65535 ||
+        shared_bytes > 227u * 1024) {
+        t_launch_status = 9;     /* cudaErrorInvalidConfiguration */
+        return NULL;
+    }
+    nocancel_begin();
+    child_launch *c = calloc(1, sizeof *c + k->buffer_bytes + 16);
+    nocancel_end();
+    if (!c) {
+        t_launch_status = 2;     /* cudaErrorMemoryAllocation */
+        return NULL;
+    }
+    c->k = k;
+    c->dims = (cpuify_dims){{gx, gy, gz}, {bx, by, bz}};
+    c->shared_bytes = shared_bytes;
+    memcpy(c->params + k->dyn_offset, &shared_bytes, 4);
+    child_launch *head = atomic_load_explicit(&g_children, memory_order_relaxed);
+    do c->next = head;
+    while (!atomic_compare_exchange_weak_explicit(&g_children, &head, c, memory_order_release,
+                                                  memory_order_relaxed));
+    return c->params;
+}
+
+int32_t cpuify_device_launch_status(void) { return t_launch_status; }
+
+int32_t cpuify_device_launch(void *buffer, uint64_t stream) {
+    if (!buffer) return 1;       /* cudaErrorInvalidValue */
+    child_launch *c = (child_launch *)((unsigned char *)buffer - offsetof(child_launch, params));
+    c->stream = stream;
+    c->launched = 1;
+    return 0;
+}
+
+const char *cpuify_failed_child(void) { return t_failed_child; }
+
+static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+                           uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
+                           child_launch **children);
+
+/* Runs the grids a grid launched (`list`, newest first) after it: in launch order (which
+ * keeps the order of each block's launches into one stream), each with its own children
+ * before the next; tail launches after all of them.  A failure stops the rest. */
+static int32_t run_children(int32_t rc, child_launch *list, uint32_t *err_block) {
+    child_launch *ordered = NULL;
+    while (list) {
+        child_launch *next = list->next;
+        list->next = ordered;
+        ordered = list;
+        list = next;
+    }
+    for (int tail = 0; tail < 2; tail++) {
+        for (child_launch *c = ordered; c && !rc; c = c->next) {
+            if (!c->launched || (c->stream == STREAM_TAIL_LAUNCH) != tail) continue;
+            const cpuify_child_kernel *k = c->k;
+            uint64_t nthreads = (uint64_t)c->dims.block[0] * c->dims.block[1] * c->dims.block[2];
+            if (k->prologue) {
+                cpuify_dims one = {{1, 1, 1}, {1, 1, 1}};
+                rc = cpuify_launch(k->prologue, c->params, &one, 0, k->prologue_scratch, err_block);
+            }
+            if (!rc)
+                rc = cpuify_launch(k->fn, c->params, &c->dims, (uint64_t)k->shared_static + c->shared_bytes,
+                                   (uint64_t)k->scratch_per_thread * nthreads + k->scratch_extra, err_block);
+            if (rc && !t_failed_child) t_failed_child = k->name;
+        }
+    }
+    nocancel_begin();
+    while (ordered) {
+        child_launch *next = ordered->next;
+        free(ordered);
+        ordered = next;
+    }
+    nocancel_end();
+    return rc;
+}
+
 int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                       uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block) {
     pthread_once(&g_once, global_init);
+    if (tls_in_block)            /* (its children join those of the grid it runs in) */
+        return launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, NULL);
+    child_launch *children = NULL;
+    int depth_top = !t_in_children;
+    if (depth_top) t_failed_child = NULL;
+    int32_t rc = launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, &children);
+    if (!children) return rc;
+    t_in_children++;
+    rc = run_children(rc, children, err_block);
+    t_in_children--;
+    return rc;
+}
+
+static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+                           uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
+                           child_launch **children) {
     if (!fn || !dims) return 0;
     const uint64_t nblocks = (uint64_t)dims->grid[0] * dims->grid[1] * dims->grid[2];
     if (nblocks == 0) return 0;
@@ -1058,6 +1182,7 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
         uint64_t id = begin_launch_locked();
         run_guarded(0, id, fn, params, dims, s0->shared, s0->scratch);
         int32_t rc = end_launch_locked(err_block);
+        if (children) *children = atomic_exchange(&g_children, NULL);
         pthread_mutex_unlock(&P.lock);
         return rc;
     }
@@ -1107,6 +1232,7 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
     }
 
     int32_t rc = end_launch_locked(err_block);
+    if (children) *children = atomic_exchange(&g_children, NULL);
     pthread_mutex_unlock(&P.lock);
     return rc;
 
@@ -1272,6 +1398,27 @@ void cpuify_device_free(void *p) {
     free(p);
     nocancel_end();
 }
+
+static _Atomic uint64_t g_stack_limit = 1024;   /* CUDA's default cudaLimitStackSize */
+static _Thread_local void *t_call_stack;
+static _Thread_local uint64_t t_call_stack_size;
+
+void cpuify_set_stack_limit(uint64_t bytes) { atomic_store(&g_stack_limit, bytes); }
+uint64_t cpuify_stack_limit(void) { return atomic_load(&g_stack_limit); }
+
+void *cpuify_call_stack(void) {
+    uint64_t want = atomic_load(&g_stack_limit);
+    if (t_call_stack_size != want || !t_call_stack) {
+        nocancel_begin();
+        free(t_call_stack);
+        t_call_stack = want && want <= SIZE_MAX ? malloc((size_t)want) : NULL;
+        t_call_stack_size = t_call_stack ? want : 0;
+        nocancel_end();
+    }
+    return t_call_stack;
+}
+
+uint64_t cpuify_call_stack_size(void) { return t_call_stack_size; }
 
 void cpuify_nocancel(int32_t begin) {
     if (begin) nocancel_begin();

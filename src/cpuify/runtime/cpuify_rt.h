@@ -44,7 +44,8 @@ enum cpuify_error {
     CPUIFY_ERR_ILLEGAL_ADDRESS = 6,    /* a block faulted (SIGSEGV/SIGBUS): cpuify_last_fault  */
     CPUIFY_ERR_HARDWARE = 7,           /* a block raised SIGILL or SIGFPE: cpuify_last_fault   */
     CPUIFY_ERR_TIMEOUT = 8,            /* ran longer than CPUIFY_KERNEL_TIMEOUT seconds        */
-    CPUIFY_ERR_INTERRUPTED = 9         /* cpuify_cancel(), e.g. from SIGINT (see below)        */
+    CPUIFY_ERR_INTERRUPTED = 9,        /* cpuify_cancel(), e.g. from SIGINT (see below)        */
+    CPUIFY_ERR_STACK_OVERFLOW = 10     /* a recursion outgrew the call stack (stack size limit) */
 };
 
 /* The fault that failed a launch (CPUIFY_ERR_ILLEGAL_ADDRESS / CPUIFY_ERR_HARDWARE). */
@@ -102,6 +103,40 @@ CPUIFY_API int32_t cpuify_guarded_copy(void *dst, uint64_t dpitch, const void *s
  * kernels call while it holds a lock: a cancel waits until the section ends. */
 CPUIFY_API void *cpuify_device_malloc(uint64_t size);
 CPUIFY_API void cpuify_device_free(void *p);
+/* The call stack of recursive device functions: the calling worker's buffer (the threads a
+ * worker runs share it: a recursion never spans a barrier), of cpuify_call_stack_size()
+ * bytes: the stack size limit (cudaLimitStackSize, default 1024 bytes per thread), or 0
+ * when it could not be allocated. */
+CPUIFY_API void *cpuify_call_stack(void);
+/* Dynamic parallelism: a kernel launched from device code.  The compiled module describes
+ * each kernel its code launches (layout fixed by codegen/llvm_gen.py: CHILD_KERNEL_TYPE). */
+typedef struct cpuify_child_kernel {
+    cpuify_block_fn fn;          /* NULL: the kernel cannot run on the CPU (refused)       */
+    cpuify_block_fn prologue;    /* the launch prologue (parallel-licm) or NULL            */
+    uint64_t prologue_scratch;
+    uint32_t buffer_bytes;       /* parameter buffer: parameters, dynamic shared size word, */
+    uint32_t dyn_offset;         /* ... at dyn_offset, the prologue's values               */
+    uint32_t shared_static;
+    uint32_t scratch_per_thread;
+    uint32_t scratch_extra;
+    uint32_t max_threads;        /* threads per block it accepts (1024, or .maxntid)       */
+    const char *name;
+} cpuify_child_kernel;
+/* The parameter buffer of a launch of `k` (cudaGetParameterBufferV2), or NULL with
+ * cpuify_device_launch_status() saying why (a cudaError_t); the launch itself
+ * (cudaLaunchDeviceV2).  A grid's child launches run when the grid's blocks are done, before
+ * cpuify_launch returns: in launch order, each with its own children, then the tail
+ * launches (stream cudaStreamTailLaunch). */
+CPUIFY_API void *cpuify_device_launch_buffer(const cpuify_child_kernel *k, uint32_t gx, uint32_t gy,
+                                             uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz,
+                                             uint32_t shared_bytes);
+CPUIFY_API int32_t cpuify_device_launch_status(void);
+CPUIFY_API int32_t cpuify_device_launch(void *buffer, uint64_t stream);
+/* The kernel of the last child grid that failed a launch (NULL if none did). */
+CPUIFY_API const char *cpuify_failed_child(void);
+CPUIFY_API uint64_t cpuify_call_stack_size(void);
+CPUIFY_API void cpuify_set_stack_limit(uint64_t bytes);
+CPUIFY_API uint64_t cpuify_stack_limit(void);
 CPUIFY_API void cpuify_nocancel(int32_t begin);
 
 /* Number of workers (calling thread included) a launch uses: the value given to

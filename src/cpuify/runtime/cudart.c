@@ -1746,6 +1746,7 @@ static size_t g_limits[16];
 cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value) {
     if ((unsigned)limit >= 16) return fail(cudaErrorInvalidValue);
     g_limits[limit] = value;
+    if (limit == cudaLimitStackSize) cpuify_set_stack_limit(value);
     return sticky();
 }
 
@@ -1754,7 +1755,7 @@ cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit) {
     size_t v = g_limits[limit];
     if (!v) {
         switch (limit) {
-        case cudaLimitStackSize: v = 1024; break;
+        case cudaLimitStackSize: v = (size_t)cpuify_stack_limit(); break;
         case cudaLimitPrintfFifoSize: v = 8650752; break; /* CUDA 13.0's default on an H100 */
         case cudaLimitMallocHeapSize: v = 8 << 20; break;
         default: v = 0; break;
@@ -2020,11 +2021,22 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
         case CPUIFY_ERR_INTERRUPTED:
             why = "interrupted";
             break;
+        case CPUIFY_ERR_STACK_OVERFLOW:
+            snprintf(detail, sizeof detail, "stack overflow: a recursion of device functions "
+                     "outgrew the %llu-byte call stack of a thread (raise it with "
+                     "cudaDeviceSetLimit(cudaLimitStackSize, bytes))",
+                     (unsigned long long)cpuify_stack_limit());
+            why = detail;
+            e = cudaErrorIllegalAddress;     /* what an H100 reports for a stack overflow */
+            break;
         default: why = "unknown error"; break;
         }
         fflush(stdout);
-        fprintf(stderr, "cpuify: kernel '%s' failed in block (%u, %u, %u): %s (%s)\n", k->pretty,
-                err_block[0], err_block[1], err_block[2], why, cudaGetErrorName(e));
+        const char *child = cpuify_failed_child();   /* a grid it launched from device code */
+        fprintf(stderr, "cpuify: kernel '%s'%s%s%s failed in block (%u, %u, %u): %s (%s)\n",
+                k->pretty, child ? " (in the child grid of kernel '" : "", child ? child : "",
+                child ? "' it launched)" : "", err_block[0], err_block[1], err_block[2], why,
+                cudaGetErrorName(e));
         int zero = 0;
         atomic_compare_exchange_strong(&g_sticky, &zero, (int)e);
         tls_last_error = e;

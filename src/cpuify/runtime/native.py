@@ -30,8 +30,8 @@ __all__ = [
     "CPUIFY_OK", "CPUIFY_ERR_BARRIER_DIVERGENCE", "CPUIFY_ERR_TRAP",
     "CPUIFY_ERR_WARP_DIVERGENCE", "CPUIFY_ERR_ASSERT", "CPUIFY_ERR_OUT_OF_MEMORY",
     "CPUIFY_ERR_ILLEGAL_ADDRESS", "CPUIFY_ERR_HARDWARE", "CPUIFY_ERR_TIMEOUT",
-    "CPUIFY_ERR_INTERRUPTED", "Fault", "last_fault",
-    "load_runtime", "runtime_path",
+    "CPUIFY_ERR_INTERRUPTED", "CPUIFY_ERR_STACK_OVERFLOW", "Fault", "last_fault",
+    "load_runtime", "runtime_path", "stack_limit", "set_stack_limit",
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
@@ -48,6 +48,7 @@ CPUIFY_ERR_ILLEGAL_ADDRESS = 6
 CPUIFY_ERR_HARDWARE = 7
 CPUIFY_ERR_TIMEOUT = 8
 CPUIFY_ERR_INTERRUPTED = 9
+CPUIFY_ERR_STACK_OVERFLOW = 10
 
 ERROR_NAMES = {
     CPUIFY_ERR_BARRIER_DIVERGENCE: "barrier divergence",
@@ -59,6 +60,7 @@ ERROR_NAMES = {
     CPUIFY_ERR_HARDWARE: "illegal instruction or arithmetic exception",
     CPUIFY_ERR_TIMEOUT: "timeout",
     CPUIFY_ERR_INTERRUPTED: "interrupted",
+    CPUIFY_ERR_STACK_OVERFLOW: "stack overflow",
 }
 
 
@@ -203,6 +205,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.cpuify_num_workers.restype = ctypes.c_int32
     lib.cpuify_set_num_workers.argtypes = [ctypes.c_int32]
     lib.cpuify_set_num_workers.restype = None
+    lib.cpuify_failed_child.argtypes = []
+    lib.cpuify_failed_child.restype = ctypes.c_char_p
+    lib.cpuify_set_stack_limit.argtypes = [ctypes.c_uint64]
+    lib.cpuify_set_stack_limit.restype = None
+    lib.cpuify_stack_limit.argtypes = []
+    lib.cpuify_stack_limit.restype = ctypes.c_uint64
     lib.cpuify_vprintf.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     lib.cpuify_vprintf.restype = ctypes.c_int32
     lib.cpuify_flush.argtypes = []
@@ -266,6 +274,21 @@ def runtime_path() -> str:
 def num_threads() -> int:
     """CPU worker threads a launch uses (CPUIFY_NUM_THREADS, else all cores)."""
     return int(load_runtime().cpuify_num_workers())
+
+
+def stack_limit() -> int:
+    """Bytes of the call stack of each CUDA thread (recursive device functions):
+    CUDA's cudaLimitStackSize, 1024 unless set."""
+    return int(load_runtime().cpuify_stack_limit())
+
+
+def set_stack_limit(nbytes: int) -> None:
+    """Give each CUDA thread a call stack of `nbytes` for later launches (what
+    `cudaDeviceSetLimit(cudaLimitStackSize, nbytes)` does): a recursion that needs more
+    fails its launch with a stack overflow."""
+    if nbytes < 0:
+        raise ValueError("the stack size limit must not be negative")
+    load_runtime().cpuify_set_stack_limit(int(nbytes))
 
 
 def set_num_threads(n: int) -> None:

@@ -81,12 +81,14 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
     leaves an outermost loop never comes back.  So `k` is kept once per block, and the
     thread-strided induction variable is recomputed from it (init + k * step): affine in the
     thread index, which is what makes the interchanged loop vectorize."""
+    if _runs_recursions(region):
+        return []
     idom = cached(analyses, dominators, region)
     uniform = cached(analyses, uniform_values, region)
     incoming = _incoming(region)
     loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
-    strided = [h for h in outermost if _thread_strided(h, idom, incoming, uniform)]
+    strided = [h for h in outermost if _thread_strided(h, loops[h], idom, incoming, uniform)]
     if len(strided) > 1:
         # Only one loop may be interchanged (threads leaving it at different iterations
         # would reach a second one out of step).  With several, as in a histogram that
@@ -138,6 +140,13 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
         if _does_work(exit_block):
             _insert_soft_barrier(exit_block)
     return [counter]
+
+
+def _runs_recursions(region: Region) -> bool:
+    """Whether the kernel runs recursive device functions (lifting/inline.py): their threads
+    share the worker's call stack, so a thread must finish its recursion before the next
+    starts, and a soft barrier inside the recursion's loop would interleave them."""
+    return any(op.name == "upir.call_stack" for b in region.blocks for op in b.ops)
 
 
 def _insert_soft_barrier(block: Block) -> None:
@@ -220,13 +229,20 @@ def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore
     return inits, steps
 
 
-def _thread_strided(header: Block, idom, incoming, uniform) -> bool:  # type: ignore[no-untyped-def]
+def _thread_strided(header: Block, body: set[Block], idom, incoming, uniform  # type: ignore[no-untyped-def]
+                    ) -> bool:
+    def outside(v: Value) -> bool:
+        block = v.op.parent if isinstance(v, OpResult) else getattr(v, "block", None)
+        return block not in body
+
     for arg in header.args:
         if arg.type not in ("i32", "i64"):
             continue
         inits, steps = _induction(header, arg, idom, incoming)
+        # (an initial value computed inside the loop: the header is entered again with a
+        # value that is no step of the counter, as a recursion's call stack does)
         if inits and steps and all(s in uniform for s in steps) and \
-                any(i not in uniform for i in inits):
+                any(i not in uniform for i in inits) and all(outside(i) for i in inits):
             return True
     return False
 
@@ -275,6 +291,8 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
            for op in b.ops):
         return []           # already interchanged (a thread-strided loop)
+    if _runs_recursions(region):
+        return []
     idom = cached(analyses, dominators, region)
     ipdom = cached(analyses, immediate_post_dominators, region)
     uniform = cached(analyses, uniform_values, region)
