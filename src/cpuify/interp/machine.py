@@ -48,6 +48,7 @@ from cpuify.interp import texture  # noqa: F401  (registers the texture and surf
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf
+from cpuify.interp.tensor_cores import ldmatrix, warp_mma
 from cpuify.interp.values import (
     coerce, from_bits, ir_type_of, mask, read_as, resize_int, to_bits, to_signed, width_of,
     write_as,
@@ -58,6 +59,7 @@ from cpuify.ir.modifiers import type_size
 from cpuify.ir.structure import KernelView, block_body, launch_prologue
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
+from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 MAX_THREADS_PER_BLOCK = 1024
 _NULL_PAGE = 1 << 16
@@ -303,6 +305,8 @@ class Thread:
         self.cc = 0                       # the carry flag (add.cc / addc)
         # what this thread contributes to / gets from its current collective
         self.xval = self.xb = self.xc = self.xmask = 0
+        self.xregs: list[int] = []           # tensor-core collectives: registers in and out
+        self.xregs_out: list[int] = []
         self.xout = 0
         self.xpred = 1
         size = self.kernel.local_size
@@ -422,6 +426,16 @@ class Thread:
             self.xval = as64(vals[-1]) if vals else 0
             return
         kind = op.attributes["kind"]
+        if kind in ("mma", "ldmatrix"):
+            # every lane's registers (ldmatrix: its row address, as a real address)
+            self.xmask = 0xFFFFFFFF
+            self.xregs = [self.bits(v) for v in vals]
+            if kind == "ldmatrix":
+                spec = parse_ldmatrix(tuple(op.attributes["mods"]))
+                assert not isinstance(spec, str)
+                if spec.space == "shared":
+                    self.xregs = [self.blk.shared_base + self.xregs[0]]
+            return
         if kind == "shfl":
             self.xval, self.xb, self.xc, self.xmask = as64(vals[0]), as32(vals[1]), as32(vals[2]), as32(vals[3])
         elif kind in ("vote", "match", "redux"):
@@ -434,6 +448,10 @@ class Thread:
     def receive(self, op: Operation) -> None:
         """The collective's results (codegen's restore)."""
         if not op.results:
+            return
+        if op.name == "upir.warp_collective" and op.attributes["kind"] in ("mma", "ldmatrix"):
+            for r, bits in zip(op.results, self.xregs_out):
+                self.env[r] = from_bits(bits, r.type)
             return
         first = op.results[0]
         if first.type == "i1" and (op.name == "upir.barrier" or op.attributes.get("kind") == "vote"):
@@ -563,6 +581,9 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
     m = mods(op)
     nlanes = len(lanes)
     members = [l for l in range(nlanes) if group >> l & 1]
+    if kind in ("mma", "ldmatrix"):
+        _matrix_exchange(lanes, group, op)
+        return
     for l in members:
         th = lanes[l]
         out, pred = 0, 1
@@ -621,6 +642,26 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
         elif kind != "syncwarp":
             raise UnsupportedError(f"unknown warp collective '{kind}'", line=op.attributes.get("line"))
         th.xout, th.xpred = out, pred
+
+
+def _matrix_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
+    """wmma.mma / mma.sync / ldmatrix: all 32 lanes of the warp take part (.aligned)."""
+    line = op.attributes.get("line")
+    if len(lanes) != 32 or group != 0xFFFFFFFF:
+        raise LaunchError(f"kernel '{lanes[0].launch.name}': a warp-wide matrix instruction "
+                          f"(PTX line {line}) was reached by only some lanes of a warp (it needs "
+                          "all 32: .sync.aligned)")
+    mods_ = tuple(op.attributes["mods"])
+    if op.attributes["kind"] == "ldmatrix":
+        spec = parse_ldmatrix(mods_)
+        assert not isinstance(spec, str)
+        outs = ldmatrix(spec, [th.xregs[0] for th in lanes])
+    else:
+        spec_m = parse_matrix_op(str(op.attributes["family"]), mods_)
+        assert not isinstance(spec_m, str)
+        outs = warp_mma(spec_m, [th.xregs for th in lanes])
+    for th, regs in zip(lanes, outs):
+        th.xregs_out = regs
 
 
 class _BlockRun:

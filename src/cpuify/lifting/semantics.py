@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
 from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
+from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter
@@ -89,9 +90,9 @@ ALLOWED.update({
 })
 
 _REFUSED = {
-    "wmma": "tensor-core wmma operations are not supported",
-    "mma": "tensor-core mma operations are not supported",
-    "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
+    "movmatrix": "movmatrix is not supported",
+    "stmatrix": "stmatrix is not supported",
+    "wgmma": "warpgroup-level wgmma operations are not supported",
     "cp": "asynchronous copies (cp.async) are not supported",
     "mbarrier": "mbarrier objects are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
@@ -114,6 +115,12 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     op = instr.opcode
     if op in _REFUSED:
         lifter.error(f"'{instr.full_opcode}': {_REFUSED[op]}", instr.line)
+    if op in ("wmma", "mma", "ldmatrix"):
+        spec = parse_ldmatrix(instr.modifiers) if op == "ldmatrix" else \
+            parse_matrix_op(op, instr.modifiers)
+        if isinstance(spec, str):
+            lifter.error(f"'{instr.full_opcode}': {spec}", instr.line)
+        return
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
