@@ -181,8 +181,9 @@ def parse_matrix_op(opcode: str, modifiers: tuple[str, ...]) -> MatrixOp | str:
     types = [m for m in mods if m in ELEMENT_BITS]
     lays = [m for m in mods if m in ("row", "col")]
     satfinite = "satfinite" in mods
+    # (.rn: the f64 rounding, the only one there is)
     known = set(shapes) | set(types) | set(lays) | {"satfinite", "load", "store", "mma", "a",
-                                                   "b", "c", "d"} | _SPACE
+                                                   "b", "c", "d", "rn"} | _SPACE
     unknown = [m for m in mods if m not in known]
     if unknown:
         return f"qualifier .{unknown[0]} is not supported"

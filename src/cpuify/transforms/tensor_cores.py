@@ -45,6 +45,10 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
             record = add(Operation("upir.addressof", [], ["i64"],
                                    {"symbol": RECORD, "space": "local", "line": line})).results[0]
             for k, v in enumerate(op.operands):
+                if op.attributes["kind"] == "ldmatrix" and v.type != "i64":
+                    # a 32-bit shared-memory address: the record holds 64 bits
+                    v = add(Operation("ptx.cvt", [v], ["i64"], {"mods": ["u64", "u32"],
+                                                                "line": line})).results[0]
                 add(Operation("ptx.st", [record, v], [], {"mods": ["local", _STORE_TYPE[v.type]],
                                                           "offset": 8 * k, "line": line}))
             most = max(most, len(op.operands))
