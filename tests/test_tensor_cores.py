@@ -475,3 +475,132 @@ def test_unsupported_shape_is_refused_with_the_line():
 def _compile_ptx(ptx: str) -> None:
     from cpuify.compiler import compile_ptx
     compile_ptx(ptx)
+
+
+# ---- more mma.sync shapes, registers filled per the PTX ISA's fragment figures ----
+
+MMA2_SRC = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+__device__ unsigned pack16(unsigned short lo, unsigned short hi) { return lo | ((unsigned)hi << 16); }
+
+// m16n8k8 f16 x f16 -> f16 (A 16x8, B 8x8 as B[k][n], C/D 16x8 f16)
+extern "C" __global__ void m16n8k8_f16(const unsigned short* a, const unsigned short* b,
+                                       const unsigned short* c, unsigned short* d) {
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned a0 = pack16(a[g * 8 + 2 * t], a[g * 8 + 2 * t + 1]);
+    unsigned a1 = pack16(a[(g + 8) * 8 + 2 * t], a[(g + 8) * 8 + 2 * t + 1]);
+    unsigned b0 = pack16(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]);
+    unsigned c0 = pack16(c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1]);
+    unsigned c1 = pack16(c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]);
+    unsigned d0, d1;
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3}, {%4}, {%5,%6};"
+                 : "=r"(d0), "=r"(d1) : "r"(a0), "r"(a1), "r"(b0), "r"(c0), "r"(c1));
+    d[g * 8 + 2 * t] = d0 & 0xFFFF; d[g * 8 + 2 * t + 1] = d0 >> 16;
+    d[(g + 8) * 8 + 2 * t] = d1 & 0xFFFF; d[(g + 8) * 8 + 2 * t + 1] = d1 >> 16;
+}
+
+// m16n8k16 bf16 -> f32 (A 16x16, B 16x8 as B[k][n])
+extern "C" __global__ void m16n8k16_bf16(const unsigned short* a, const unsigned short* b, float* d) {
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned ar[4], br[2];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i % 2), col = 2 * t + 8 * (i / 2);
+        ar[i] = pack16(a[row * 16 + col], a[row * 16 + col + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        int k = 2 * t + 8 * i;
+        br[i] = pack16(b[k * 8 + g], b[(k + 1) * 8 + g]);
+    }
+    float d0, d1, d2, d3, z = 0.f;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%10,%10,%10,%10};"
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "r"(ar[0]), "r"(ar[1]), "r"(ar[2]), "r"(ar[3]), "r"(br[0]), "r"(br[1]), "f"(z));
+    d[g * 8 + 2 * t] = d0; d[g * 8 + 2 * t + 1] = d1;
+    d[(g + 8) * 8 + 2 * t] = d2; d[(g + 8) * 8 + 2 * t + 1] = d3;
+}
+
+// m16n8k4 tf32 -> f32, inputs rounded with cvt.rna.tf32.f32 (A 16x4, B 4x8)
+extern "C" __global__ void m16n8k4_tf32(const float* a, const float* b, float* d) {
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned a0, a1, b0;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(a0) : "f"(a[g * 4 + t]));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(a1) : "f"(a[(g + 8) * 4 + t]));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(b0) : "f"(b[t * 8 + g]));
+    float d0, d1, d2, d3, z = 0.f;
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%7,%7,%7};"
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3) : "r"(a0), "r"(a1), "r"(b0), "f"(z));
+    d[g * 8 + 2 * t] = d0; d[g * 8 + 2 * t + 1] = d1;
+    d[(g + 8) * 8 + 2 * t] = d2; d[(g + 8) * 8 + 2 * t + 1] = d3;
+}
+
+// m16n8k16 u8 x s8 -> s32 (A 16x16 bytes, B 16x8 as B^T rows of 16 bytes)
+extern "C" __global__ void m16n8k16_u8s8(const unsigned* a, const unsigned* bt, int* d) {
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned a0 = a[g * 4 + t], a1 = a[(g + 8) * 4 + t], b0 = bt[g * 4 + t];
+    int d0, d1, d2, d3, z = 0;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%7,%7,%7};"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3) : "r"(a0), "r"(a1), "r"(b0), "r"(z));
+    d[g * 8 + 2 * t] = d0; d[g * 8 + 2 * t + 1] = d1;
+    d[(g + 8) * 8 + 2 * t] = d2; d[(g + 8) * 8 + 2 * t + 1] = d3;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def mma2_module():
+    return RawModule(code=MMA2_SRC, options=("-arch=sm_80",))
+
+
+def test_mma_m16n8k8_f16_accumulator(mma2_module):
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((16, 8)).astype(np.float16)
+    b = rng.standard_normal((8, 8)).astype(np.float16)
+    c = rng.standard_normal((16, 8)).astype(np.float16)
+    want = _seq_f32(a.astype(np.float32), b.astype(np.float32), c.astype(np.float32)).astype(np.float16)
+    args = (a.view(np.uint16).reshape(-1), b.view(np.uint16).reshape(-1),
+            c.view(np.uint16).reshape(-1), np.zeros(128, np.uint16))
+    for got in _both(mma2_module, "m16n8k8_f16", args):
+        np.testing.assert_array_equal(got[3].reshape(16, 8), want.view(np.uint16))
+
+
+def test_mma_m16n8k16_bf16(mma2_module):
+    rng = np.random.default_rng(13)
+    a_bits, b_bits = _bf16(rng.standard_normal((16, 16))), _bf16(rng.standard_normal((16, 8)))
+    a = (a_bits.astype(np.uint32) << 16).view(np.float32)
+    b = (b_bits.astype(np.uint32) << 16).view(np.float32)
+    want = _seq_f32(a, b, np.zeros((16, 8), np.float32))
+    for got in _both(mma2_module, "m16n8k16_bf16", (a_bits.reshape(-1), b_bits.reshape(-1),
+                                                    np.zeros(128, np.float32))):
+        np.testing.assert_array_equal(got[2].reshape(16, 8), want)
+
+
+def _tf32_rna(x: np.ndarray) -> np.ndarray:
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def test_mma_m16n8k4_tf32_with_cvt_rna(mma2_module):
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((16, 4)).astype(np.float32)
+    b = rng.standard_normal((4, 8)).astype(np.float32)
+    a[0, 0] = np.uint32(0x3F801000).view(np.float32)   # a tie: rounds away from zero
+    want = _seq_f32(_tf32_rna(a), _tf32_rna(b), np.zeros((16, 8), np.float32))
+    assert (_tf32_rna(a) != (a.view(np.uint32) & 0xFFFFE000).view(np.float32)).any()
+    for got in _both(mma2_module, "m16n8k4_tf32", (a.reshape(-1), b.reshape(-1),
+                                                   np.zeros(128, np.float32))):
+        np.testing.assert_array_equal(got[2].reshape(16, 8), want)
+
+
+def test_mma_m16n8k16_mixed_u8_s8(mma2_module):
+    rng = np.random.default_rng(15)
+    a = rng.integers(0, 256, (16, 16)).astype(np.uint8)
+    bt = rng.integers(-128, 128, (8, 16)).astype(np.int8)
+    want = (a.astype(np.int64) @ bt.T.astype(np.int64)).astype(np.int32)
+    args = (a.view(np.uint32).reshape(-1).copy(), bt.view(np.uint32).reshape(-1).copy(),
+            np.zeros(128, np.int32))
+    for got in _both(mma2_module, "m16n8k16_u8s8", args):
+        np.testing.assert_array_equal(got[2].reshape(16, 8), want)

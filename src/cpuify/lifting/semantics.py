@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "rem": set(), "neg": {"ftz"}, "abs": {"ftz"}, "min": {"ftz", "NaN", "relu"}, "max": {"ftz", "NaN", "relu"},
     "not": set(), "and": set(), "or": set(), "xor": set(), "cnot": set(),
     "shl": set(), "shr": set(), "shf": {"l", "r", "clamp", "wrap"},
-    "cvt": _ROUND | _ROUNDI | {"ftz", "sat", "relu"}, "cvta": {"to"} | _SPACES,
+    "cvt": _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, "cvta": {"to"} | _SPACES,
     "selp": set(), "slct": {"ftz"},
     "setp": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
              "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
@@ -136,7 +136,13 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
                   "nanosleep", "activemask", "prefetch", "prefetchu", "pmevent", "discard",
                   "isspacep") and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
-    if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st"):
+    if op == "cvt" and "tf32" in types and (types != ["tf32", "f32"] or "rna" not in instr.modifiers):
+        lifter.error(f"'{instr.full_opcode}': of the tf32 conversions, cvt.rna.tf32.f32 is "
+                     "supported", instr.line)
+    if op == "cvt" and "rna" in instr.modifiers and types != ["tf32", "f32"]:
+        lifter.error(f"'{instr.full_opcode}': .rna is supported for cvt.rna.tf32.f32 only",
+                     instr.line)
+    if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st", "cvt"):
         lifter.error(f"'{instr.full_opcode}': {'/'.join(types)} operations are not supported",
                      instr.line)
     if any(t in ("f16x2", "bf16x2", "bf16") for t in types) and \
