@@ -604,3 +604,45 @@ def test_mma_m16n8k16_mixed_u8_s8(mma2_module):
             np.zeros(128, np.int32))
     for got in _both(mma2_module, "m16n8k16_u8s8", args):
         np.testing.assert_array_equal(got[2].reshape(16, 8), want)
+
+
+# ---- which warps take part ----
+
+PARTIAL_SRC = r"""
+#include <mma.h>
+using namespace nvcuda;
+// only warp `which` multiplies (a warp-uniform branch: the other warps skip it, as a GPU allows)
+extern "C" __global__ void one_warp(const half* a, const half* b, float* d, int which) {
+    if (threadIdx.x / 32 != which) return;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::fill_fragment(fc, 1.0f);
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+}
+"""
+
+
+def test_wmma_in_one_warp_of_three():
+    mod = RawModule(code=PARTIAL_SRC, options=("-arch=sm_80",))
+    rng = np.random.default_rng(16)
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    want = _seq_f32(a.astype(np.float32), b.astype(np.float32), np.ones((16, 16), np.float32))
+    d = np.zeros((16, 16), np.float32)
+    mod.get_function("one_warp")((2,), (96,), (a, b, d, np.int32(1)))
+    np.testing.assert_array_equal(d, want)
+
+
+def test_wmma_in_a_warp_cut_short_is_an_error():
+    """A block of 48 threads: its second warp has 16 lanes, and wmma needs 32."""
+    mod = RawModule(code=PARTIAL_SRC, options=("-arch=sm_80",))
+    a = np.zeros((16, 16), np.float16)
+    d = np.zeros((16, 16), np.float32)
+    with pytest.raises(CpuifyError, match="warp"):
+        mod.get_function("one_warp")((1,), (48,), (a, a, d, np.int32(1)))
+    with pytest.raises(CpuifyError, match="all 32"):
+        interpret_kernel(mod.ptx, "one_warp", (1, 1, 1), (48, 1, 1), (a, a, d, np.int32(1)))

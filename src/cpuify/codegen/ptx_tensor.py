@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.codegen.half_float import f32_to_half, half_to_f32
+from cpuify.codegen.kernel_abi import ctx_index
+from cpuify.codegen.layout import ERR_WARP_DIVERGENCE, STATE_UNKNOWN
 from cpuify.codegen.lowering import F32, F64, I8, I16, I32, I64, PTR, handles
 from cpuify.ir.core import Operation
 from cpuify.lifting.tensor_cores import (
@@ -105,11 +107,16 @@ def _wmma_store(e: "SegmentEmitter", op: Operation) -> None:
 # ---- the warp-wide part ----
 
 def _records(e: "SegmentEmitter", op: Operation) -> tuple[ir.Value, ir.Value]:
-    """(pointer to lane 0's record of this warp, to this thread's record)."""
+    """(pointer to lane 0's record of this warp, to this thread's record).  A warp the
+    block's size cuts short fails the launch (the instruction needs all 32 lanes)."""
     b = e.b
     off = e.get(op.operands[0])
     own = b.gep(e.local_base, [off])
     lane = b.and_(e.linear_tid64, I64(31))
+    partial = b.icmp_unsigned(">", b.add(b.sub(e.linear_tid64, lane), I64(32)), e.nthreads64)
+    with b.if_then(partial, likely=False):
+        b.store(I32(ERR_WARP_DIVERGENCE), b.gep(e.ctx, [I32(0), I32(ctx_index("error"))]))
+        b.ret(I32(STATE_UNKNOWN))
     first = b.gep(own, [b.mul(b.sub(I64(0), lane), I64(e.kc.local_size))])
     return first, own
 
