@@ -24,7 +24,7 @@ from cpuify.interp.ops import handles
 from cpuify.interp.values import from_bits
 from cpuify.ir.core import Operation
 from cpuify.lifting.tensor_cores import (
-    LdMatrix, MatrixOp, layout, lane_elements, parse_matrix_op, per_register, shape_dims,
+    LdMatrix, MatrixOp, lane_elements, layout, parse_matrix_op, per_register, shape_dims,
 )
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
             line = op.attributes.get("line", 0)
             new: list[Operation] = []
 
-            def add(o: Operation) -> Operation:
+            def add(o: Operation, new: list[Operation] = new) -> Operation:
                 new.append(o)
                 return o
 
