@@ -1,9 +1,11 @@
 """Tensor-core instructions: `ptx.wmma_load`/`ptx.wmma_store` (one thread's fragment, from
-the layouts of cpuify.lifting.tensor_cores) and `upir.warp_matrix`, the warp-wide part of
-wmma.mma / mma.sync / ldmatrix after transforms/tensor_cores.py lowered them: every lane
-has stored its registers to its record in local memory and the warp has met, so a lane reads
-the records of the other lanes of its warp (thread t's local window is at
-local_base + (t - own) * local_size) and computes its own result registers.
+the layouts of cpuify.lifting.tensor_cores) and `upir.warp_matrix`, the warp-wide parts of
+wmma.mma / mma.sync / ldmatrix after transforms/tensor_cores.py lowered them.  Each lane has
+a record in its local memory, and reaches the records of the other lanes of its warp
+(thread t's local window is at local_base + (t - own) * local_size): before a warp sync
+each lane writes its A and B elements into the warp's dense matrices there (row r of A in
+lane r's record, column c of B after it in lane c's; ldmatrix: its row address), after it
+each lane loads the rows and columns its D elements need as vectors.
 
 Arithmetic (the reference interpreter documents the same order): f16/bf16/tf32 products are
 exact in f32 and are added to the f32 accumulator one k after another (one rounding each);
@@ -121,117 +123,126 @@ def _records(e: "SegmentEmitter", op: Operation) -> tuple[ir.Value, ir.Value]:
     return first, own
 
 
-def _table(e: "SegmentEmitter", name: str, values: list[int]) -> ir.Value:
-    mod = e.mod.module
-    g = mod.globals.get(name)
-    if g is None:
-        ty = ir.ArrayType(I32, len(values))
-        g = ir.GlobalVariable(mod, ty, name)
-        g.global_constant = True
-        g.linkage = "internal"
-        g.initializer = ir.Constant(ty, values)
-    return g
-
-
-def _holders(spec: MatrixOp, matrix: str, first_reg: int) -> dict[tuple[int, int], tuple[int, int, int]]:
-    """(row, column) -> (lane, record slot, element within the register) of one holder."""
-    t = spec.types[matrix]
-    lay = layout(spec.family, spec.shape, t, matrix)
-    assert lay is not None
-    per = per_register(t)
-    out: dict[tuple[int, int], tuple[int, int, int]] = {}
-    for lane in range(32):
-        for i, rc in enumerate(lane_elements(lay, lane)):
-            out.setdefault(rc, (lane, first_reg + i // per, i % per))
-    return out
-
-
-def _element(e: "SegmentEmitter", p: ir.Value, t: str, sub: ir.Value | int) -> ir.Value:
-    """The value (f32, f64 or i32) of element `sub` of the register stored at `p`."""
+def _value(e: "SegmentEmitter", reg: ir.Value, t: str, sub: int) -> ir.Value:
+    """Element `sub` of a fragment register as f32 (f16, bf16, tf32, f32), f64 or i32."""
     b = e.b
     if t == "f64":
-        return b.load(b.bitcast(p, F64.as_pointer()))
-    word = b.load(b.bitcast(p, I32.as_pointer()))
-    sub_v = I32(sub) if isinstance(sub, int) else sub
+        return e.coerce_bits(reg, F64)
+    word = e.coerce_bits(reg, I32)
     if t in ("f16", "bf16"):
-        return half_to_f32(b, b.trunc(b.lshr(word, b.mul(sub_v, I32(16))), I16), t)
+        return half_to_f32(b, b.trunc(b.lshr(word, I32(16 * sub)), I16), t)
     if t in ("s8", "u8"):
-        byte = b.trunc(b.lshr(word, b.mul(sub_v, I32(8))), I8)
+        byte = b.trunc(b.lshr(word, I32(8 * sub)), I8)
         return b.sext(byte, I32) if t == "s8" else b.zext(byte, I32)
     if t == "tf32":
-        return b.bitcast(b.and_(word, I32(0xFFFFE000)), F32)
+        return b.bitcast(b.and_(word, I32(0xFFFFE000 - (1 << 32))), F32)
     if t == "f32":
         return b.bitcast(word, F32)
     return word                                       # s32
 
 
+def _elem_type(t: str) -> ir.Type:
+    return F64 if t == "f64" else I32 if t in ("s8", "u8", "s32") else F32
+
+
 @handles("upir.warp_matrix")
 def _warp_matrix(e: "SegmentEmitter", op: Operation) -> None:
-    if op.attributes["kind"] == "ldmatrix":
+    kind = op.attributes["kind"]
+    if kind == "ldmatrix":
         _ldmatrix(e, op)
+    elif kind == "mma_scatter":
+        _mma_scatter(e, op)
     else:
         _mma(e, op)
 
 
-def _mma(e: "SegmentEmitter", op: Operation) -> None:
+def _spec(op: Operation) -> MatrixOp:
     spec = parse_matrix_op(str(op.attributes["family"]), tuple(op.attributes["mods"]))
     assert not isinstance(spec, str)
+    return spec
+
+
+def _mma_scatter(e: "SegmentEmitter", op: Operation) -> None:
+    """This lane's A and B elements into the warp's dense rows: A[r, k] at element k of lane
+    r's record, B[k, c] at element K + k of lane c's (each element once: the copies f16
+    fragments hold are skipped)."""
+    spec = _spec(op)
     b = e.b
-    m, n, k = shape_dims(spec.shape)
-    na, nb = spec.registers("a"), spec.registers("b")
-    first, own = _records(e, op)
-    lane = b.and_(e.linear_tid64, I64(31))
-    lay_d = layout(spec.family, spec.shape, spec.types["d"], "d")
+    _, _, k = shape_dims(spec.shape)
+    first, _ = _records(e, op)
+    size = I64(e.kc.local_size)
+    regs = [e.get(v) for v in op.operands[1:]]
+    na = spec.registers("a")
+    for matrix, base_reg in (("a", 0), ("b", na)):
+        t = spec.types[matrix]
+        lay = layout(spec.family, spec.shape, t, matrix)
+        assert lay is not None
+        per = per_register(t)
+        ety = _elem_type(t)
+        esize = 8 if ety == F64 else 4
+        seen: set[tuple[int, int]] = set()
+        for i, off in enumerate(lay[2]):
+            if off in seen:
+                continue
+            seen.add(off)
+            row, col = _lane_coords(e, lay, i)
+            owner, kk = (row, col) if matrix == "a" else (col, row)
+            at = b.add(b.mul(owner, size), b.mul(kk, I64(esize)))
+            if matrix == "b":
+                at = b.add(at, I64(k * esize))
+            p = b.bitcast(b.gep(first, [at]), ety.as_pointer())
+            b.store(_value(e, regs[base_reg + i // per], t, i % per), p)
+
+
+def _mma(e: "SegmentEmitter", op: Operation) -> None:
+    """This lane's D elements: each from the row of A and the column of B it needs, read as
+    vectors from the dense rows _mma_scatter wrote, added to C in the order k = 0, 1, ..."""
+    spec = _spec(op)
+    b = e.b
+    _, _, k = shape_dims(spec.shape)
+    first, _ = _records(e, op)
+    size = I64(e.kc.local_size)
+    t_in, t_c, t_d = spec.types["a"], spec.types["c"], spec.types["d"]
+    ety = _elem_type(t_in)
+    esize = 8 if ety == F64 else 4
+    vty = ir.VectorType(ety, k)
+    lay_d = layout(spec.family, spec.shape, t_d, "d")
     assert lay_d is not None
-    nd = len(lay_d[2])
-    size = e.kc.local_size
-    holders_a = _holders(spec, "a", 0)
-    holders_b = _holders(spec, "b", na)
-    # per (lane, output element, k): where A[row, k] and B[k, column] are, as the byte
-    # offset from lane 0's record times 4 plus the element within the register
-    key = f"{spec.family}.{spec.shape}.{spec.types['a']}.{size}"
-    tabs = []
-    for which, holders in (("a", holders_a), ("b", holders_b)):
-        vals = []
-        for ln in range(32):
-            for r, c in lane_elements(lay_d, ln):
-                for kk in range(k):
-                    hl, slot, sub = holders[(r, kk) if which == "a" else (kk, c)]
-                    vals.append((hl * size + 8 * slot) * 4 + sub)
-        tabs.append(_table(e, f"cpuify_mma_{which}.{key}", vals))
-    ta, tb = tabs
-    t_in = spec.types["a"]
-    t_c, t_d = spec.types["c"], spec.types["d"]
+    offs = lay_d[2]
+    cache: dict[tuple[str, int], list[ir.Value]] = {}
+
+    def line(which: str, index: int) -> list[ir.Value]:
+        """Row (a) or column (b) of output element `index`, loaded once per lane."""
+        key = (which, offs[index][0] if which == "a" else offs[index][1])
+        got = cache.get(key)
+        if got is None:
+            row, col = _lane_coords(e, lay_d, index)
+            owner = row if which == "a" else col
+            at = b.mul(owner, size)
+            if which == "b":
+                at = b.add(at, I64(k * esize))
+            vec = b.load(b.bitcast(b.gep(first, [at]), vty.as_pointer()))
+            vec.align = esize
+            got = [b.extract_element(vec, I32(j)) for j in range(k)]
+            cache[key] = got
+        return got
+
+    c_regs = [e.get(v) for v in op.operands[1:]]
     per_c = per_register(t_c) if t_c == "f16" else 1
     is_int = t_in in ("s8", "u8")
     wide = is_int and spec.satfinite
-    fma = None
-    if t_in == "f64":
-        fma = e.mod.intrinsic("llvm.fma.f64", F64, [F64, F64, F64])
+    fma = e.mod.intrinsic("llvm.fma.f64", F64, [F64, F64, F64]) if t_in == "f64" else None
     results: list[ir.Value] = []
-    for d_index in range(nd):
-        # the accumulator: this lane's own c element
-        slot = na + nb + d_index // per_c
-        acc = _element(e, b.gep(own, [I64(8 * slot)]), "f16" if t_c == "f16" else t_c,
-                       d_index % per_c)
+    for d_index in range(len(offs)):
+        a_line, b_line = line("a", d_index), line("b", d_index)
+        acc = _value(e, c_regs[d_index // per_c], t_c, d_index % per_c)
         if wide:
             acc = b.sext(acc, I64)
-        row_base = b.mul(b.add(b.mul(lane, I64(nd)), I64(d_index)), I64(k))
-        for kk in range(k):
-            idx = b.add(row_base, I64(kk))
-            xs = []
-            for which, tab in (("a", ta), ("b", tb)):
-                code = b.load(b.gep(tab, [I64(0), idx]))
-                where = b.zext(b.lshr(code, I32(2)), I64)
-                sub = b.and_(code, I32(3))
-                tt = spec.types[which]
-                xs.append(_element(e, b.gep(first, [where]), tt, sub))
-            x, y = xs
-            if is_int:
-                if wide:
-                    acc = b.add(acc, b.mul(b.sext(x, I64), b.sext(y, I64)))
-                else:
-                    acc = b.add(acc, b.mul(x, y))
+        for x, y in zip(a_line, b_line):
+            if wide:
+                acc = b.add(acc, b.mul(b.sext(x, I64), b.sext(y, I64)))
+            elif is_int:
+                acc = b.add(acc, b.mul(x, y))
             elif fma is not None:
                 acc = b.call(fma, [x, y, acc])
             else:
@@ -239,12 +250,13 @@ def _mma(e: "SegmentEmitter", op: Operation) -> None:
                 acc = b.fadd(acc, b.fmul(x, y))
         if wide:
             lo, hi = I64(-(1 << 31)), I64((1 << 31) - 1)
-            acc = b.select(b.icmp_signed("<", acc, lo), lo, b.select(b.icmp_signed(">", acc, hi), hi, acc))
+            acc = b.select(b.icmp_signed("<", acc, lo), lo,
+                           b.select(b.icmp_signed(">", acc, hi), hi, acc))
             acc = b.trunc(acc, I32)
         results.append(acc)
     if t_d == "f16":
         halves = [b.zext(f32_to_half(b, v, "f16"), I32) for v in results]
-        regs = [b.or_(halves[i], b.shl(halves[i + 1], I32(16))) for i in range(0, nd, 2)]
+        regs = [b.or_(halves[i], b.shl(halves[i + 1], I32(16))) for i in range(0, len(offs), 2)]
     else:
         regs = results
     for r, v in zip(op.results, regs):

@@ -1,13 +1,17 @@
 """Warp-wide matrix instructions (wmma.mma, mma.sync, ldmatrix) made explicit for code
 generation: each `upir.warp_collective` of kind "mma" or "ldmatrix" becomes
 
-    st.local   its operands to the thread's record (8 bytes per register)
-    syncwarp   every lane of the warp has stored its record
-    upir.warp_matrix   the lane's results, computed from the records of the warp's lanes
-    syncwarp   every lane has read them before a lane overwrites its record
+    mma:       upir.warp_matrix {kind = "mma_scatter"}(record, a and b registers): the lane
+               writes its A and B elements into the warp's dense A rows and B columns
+               (row r of A in lane r's record, column c of B after it in lane c's)
+    ldmatrix:  st.local of the lane's row address to its record
+    syncwarp   every lane of the warp has written
+    upir.warp_matrix(record, c registers)   the lane's results: its D elements from the
+               rows and columns it needs (vector loads), or its ldmatrix registers
+    syncwarp   every lane has read them before a lane writes the records again
 
-The records are a local variable the pass declares; a lane reads another lane's record at
-the same offset of that thread's local window (codegen/ptx_tensor.py).  The sync points are
+The records are a local variable the pass declares; a lane reaches another lane's record
+at the same offset of that thread's local window (codegen/ptx_tensor.py).  The sync points are
 ordinary `__syncwarp()`s: the block's thread loops split there and the scheduler waits for
 the whole warp, as for a shuffle.
 
@@ -18,9 +22,9 @@ from __future__ import annotations
 
 from cpuify.ir.core import Operation, Value, replace_all_uses
 from cpuify.ir.structure import block_body
+from cpuify.lifting.tensor_cores import parse_matrix_op, shape_dims
 
 RECORD = "__cpuify_warp_matrix"
-_STORE_TYPE = {"i32": "b32", "f32": "f32", "f64": "f64", "i64": "b64", "i16": "b16"}
 
 
 def lower_warp_matrix_ops(kernel: Operation) -> int:
@@ -44,20 +48,35 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
 
             record = add(Operation("upir.addressof", [], ["i64"],
                                    {"symbol": RECORD, "space": "local", "line": line})).results[0]
-            for k, v in enumerate(op.operands):
-                if op.attributes["kind"] == "ldmatrix" and v.type != "i64":
+            kind = op.attributes["kind"]
+            attrs = {k: v for k, v in op.attributes.items()}
+            kept: list[Value] = []           # operands the warp_matrix op itself takes
+            if kind == "mma":
+                spec = parse_matrix_op(str(op.attributes["family"]),
+                                       tuple(op.attributes["mods"]))
+                assert not isinstance(spec, str)
+                na, nb = spec.registers("a"), spec.registers("b")
+                # each lane writes its A and B elements into the rows of the warp's dense
+                # A (lane r: row r) and B^T (lane c: column c) in the lanes' records
+                add(Operation("upir.warp_matrix", [record] + list(op.operands[:na + nb]), [],
+                              {**attrs, "kind": "mma_scatter"}))
+                kept = list(op.operands[na + nb:])
+                _, _, k = shape_dims(spec.shape)
+                most = max(most, 2 * k * (8 if spec.types["a"] == "f64" else 4))
+            else:
+                v = op.operands[0]
+                if v.type != "i64":
                     # a 32-bit shared-memory address: the record holds 64 bits
                     v = add(Operation("ptx.cvt", [v], ["i64"], {"mods": ["u64", "u32"],
                                                                 "line": line})).results[0]
-                add(Operation("ptx.st", [record, v], [], {"mods": ["local", _STORE_TYPE[v.type]],
-                                                          "offset": 8 * k, "line": line}))
-            most = max(most, len(op.operands))
+                add(Operation("ptx.st", [record, v], [], {"mods": ["local", "b64"],
+                                                          "offset": 0, "line": line}))
+                most = max(most, 8)
             full = add(Operation("upir.const", [], ["i32"], {"value": -1})).results[0]
             add(Operation("upir.warp_collective", [full], [],
                           {"kind": "syncwarp", "mods": ["warp", "sync"], "line": line}))
-            attrs = {k: v for k, v in op.attributes.items()}
-            matrix = add(Operation("upir.warp_matrix", [record], [r.type for r in op.results],
-                                   attrs))
+            matrix = add(Operation("upir.warp_matrix", [record] + kept,
+                                   [r.type for r in op.results], attrs))
             full2 = add(Operation("upir.const", [], ["i32"], {"value": -1})).results[0]
             add(Operation("upir.warp_collective", [full2], [],
                           {"kind": "syncwarp", "mods": ["warp", "sync"], "line": line}))
@@ -76,7 +95,7 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
                    for o in top.ops):
             decl = Operation("upir.global", attributes={
                 "sym_name": RECORD, "space": "local", "type": "b8", "line": 0, "align": 8,
-                "dims": [8 * most], "linkage": "", "vector": 1})
+                "dims": [most], "linkage": "", "vector": 1})
             decl.parent = top
             top.ops.insert(0, decl)
     return count
