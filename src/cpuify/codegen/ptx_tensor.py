@@ -141,6 +141,18 @@ def _value(e: "SegmentEmitter", reg: ir.Value, t: str, sub: int) -> ir.Value:
     return word                                       # s32
 
 
+def _concat(b: ir.IRBuilder, vecs: list[ir.Value]) -> ir.Value:
+    """One vector of the vectors' elements in order (all of one length)."""
+    while len(vecs) > 1:
+        if len(vecs) % 2:
+            vecs = vecs + [ir.Constant(vecs[0].type, ir.Undefined)]
+        n = vecs[0].type.count
+        vecs = [b.shuffle_vector(vecs[i], vecs[i + 1],
+                                 ir.Constant(ir.VectorType(I32, 2 * n), list(range(2 * n))))
+                for i in range(0, len(vecs), 2)]
+    return vecs[0]
+
+
 def _elem_type(t: str) -> ir.Type:
     return F64 if t == "f64" else I32 if t in ("s8", "u8", "s32") else F32
 
@@ -209,51 +221,63 @@ def _mma(e: "SegmentEmitter", op: Operation) -> None:
     lay_d = layout(spec.family, spec.shape, t_d, "d")
     assert lay_d is not None
     offs = lay_d[2]
-    cache: dict[tuple[str, int], list[ir.Value]] = {}
+    nd = len(offs)
+    # the distinct rows of A and columns of B this lane's outputs use, one vector load each
+    row_offs = sorted({r for r, _ in offs})
+    col_offs = sorted({c for _, c in offs})
 
-    def line(which: str, index: int) -> list[ir.Value]:
-        """Row (a) or column (b) of output element `index`, loaded once per lane."""
-        key = (which, offs[index][0] if which == "a" else offs[index][1])
-        got = cache.get(key)
-        if got is None:
+    def lines(which: str, distinct: list[int]) -> ir.Value:
+        vecs = []
+        for off in distinct:
+            index = next(i for i, (r, c) in enumerate(offs) if (r if which == "a" else c) == off)
             row, col = _lane_coords(e, lay_d, index)
-            owner = row if which == "a" else col
-            at = b.mul(owner, size)
+            at = b.mul(row if which == "a" else col, size)
             if which == "b":
                 at = b.add(at, I64(k * esize))
             vec = b.load(b.bitcast(b.gep(first, [at]), vty.as_pointer()))
             vec.align = esize
-            got = [b.extract_element(vec, I32(j)) for j in range(k)]
-            cache[key] = got
-        return got
+            vecs.append(vec)
+        return _concat(b, vecs)
 
+    all_a, all_b = lines("a", row_offs), lines("b", col_offs)
+    # the outputs as one vector: for k = 0, 1, ...: D += A[row(e), k] * B[k, col(e)], element
+    # e of the vector being output e (the order of the sums is that of each element alone)
     c_regs = [e.get(v) for v in op.operands[1:]]
     per_c = per_register(t_c) if t_c == "f16" else 1
     is_int = t_in in ("s8", "u8")
     wide = is_int and spec.satfinite
-    fma = e.mod.intrinsic("llvm.fma.f64", F64, [F64, F64, F64]) if t_in == "f64" else None
-    results: list[ir.Value] = []
-    for d_index in range(len(offs)):
-        a_line, b_line = line("a", d_index), line("b", d_index)
-        acc = _value(e, c_regs[d_index // per_c], t_c, d_index % per_c)
+    acc_ty = I64 if wide else ety
+    acc: ir.Value = ir.Constant(ir.VectorType(acc_ty, nd), ir.Undefined)
+    for d_index in range(nd):
+        c = _value(e, c_regs[d_index // per_c], t_c, d_index % per_c)
+        acc = b.insert_element(acc, b.sext(c, I64) if wide else c, I32(d_index))
+    fma = None
+    if t_in == "f64":
+        vf = ir.VectorType(F64, nd)
+        fma = e.mod.intrinsic(f"llvm.fma.v{nd}f64", vf, [vf, vf, vf])
+    for kk in range(k):
+        x = b.shuffle_vector(all_a, ir.Constant(all_a.type, ir.Undefined), ir.Constant(
+            ir.VectorType(I32, nd), [row_offs.index(r) * k + kk for r, _ in offs]))
+        y = b.shuffle_vector(all_b, ir.Constant(all_b.type, ir.Undefined), ir.Constant(
+            ir.VectorType(I32, nd), [col_offs.index(c) * k + kk for _, c in offs]))
         if wide:
-            acc = b.sext(acc, I64)
-        for x, y in zip(a_line, b_line):
-            if wide:
-                acc = b.add(acc, b.mul(b.sext(x, I64), b.sext(y, I64)))
-            elif is_int:
-                acc = b.add(acc, b.mul(x, y))
-            elif fma is not None:
-                acc = b.call(fma, [x, y, acc])
-            else:
-                # the product is exact in f32: one rounding, as fma
-                acc = b.fadd(acc, b.fmul(x, y))
+            vt = ir.VectorType(I64, nd)
+            acc = b.add(acc, b.mul(b.sext(x, vt), b.sext(y, vt)))
+        elif is_int:
+            acc = b.add(acc, b.mul(x, y))
+        elif fma is not None:
+            acc = b.call(fma, [x, y, acc])
+        else:
+            # the product is exact in f32: one rounding, as fma
+            acc = b.fadd(acc, b.fmul(x, y))
+    results: list[ir.Value] = []
+    for d_index in range(nd):
+        v = b.extract_element(acc, I32(d_index))
         if wide:
             lo, hi = I64(-(1 << 31)), I64((1 << 31) - 1)
-            acc = b.select(b.icmp_signed("<", acc, lo), lo,
-                           b.select(b.icmp_signed(">", acc, hi), hi, acc))
-            acc = b.trunc(acc, I32)
-        results.append(acc)
+            v = b.select(b.icmp_signed("<", v, lo), lo, b.select(b.icmp_signed(">", v, hi), hi, v))
+            v = b.trunc(v, I32)
+        results.append(v)
     if t_d == "f16":
         halves = [b.zext(f32_to_half(b, v, "f16"), I32) for v in results]
         regs = [b.or_(halves[i], b.shl(halves[i + 1], I32(16))) for i in range(0, len(offs), 2)]
