@@ -646,3 +646,57 @@ def test_wmma_in_a_warp_cut_short_is_an_error():
         mod.get_function("one_warp")((1,), (48,), (a, a, d, np.int32(1)))
     with pytest.raises(CpuifyError, match="all 32"):
         interpret_kernel(mod.ptx, "one_warp", (1, 1, 1), (48, 1, 1), (a, a, d, np.int32(1)))
+
+
+SHARED_SRC = r"""
+#include <mma.h>
+using namespace nvcuda;
+// C (n x n) = A B + bias, tiles of A and B staged in shared memory (wmma.load/store .shared),
+// the product stored to shared memory and read back by every thread
+extern "C" __global__ void shared_gemm(const half* a, const half* b, const float* bias, float* c,
+                                       int n) {
+    __shared__ __align__(32) half sa[16 * 16];
+    __shared__ __align__(32) half sb[16 * 16];
+    __shared__ __align__(32) float sc[16 * 16];
+    int row = blockIdx.y * 16, col = blockIdx.x * 16, lane = threadIdx.x;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < n; k += 16) {
+        for (int i = lane; i < 256; i += 32) {
+            sa[i] = a[(row + i / 16) * n + k + i % 16];
+            sb[i] = b[(k + i % 16) * n + col + i / 16];      // column-major tile of B
+        }
+        __syncthreads();
+        wmma::load_matrix_sync(fa, sa, 16);
+        wmma::load_matrix_sync(fb, sb, 16);
+        wmma::mma_sync(acc, fa, fb, acc);
+        __syncthreads();
+    }
+    wmma::store_matrix_sync(sc, acc, 16, wmma::mem_row_major);
+    __syncthreads();
+    for (int i = lane; i < 256; i += 32)
+        c[(row + i / 16) * n + col + i % 16] = sc[i] + bias[col + i % 16];
+}
+"""
+
+
+def test_wmma_through_shared_memory():
+    mod = RawModule(code=SHARED_SRC, options=("-arch=sm_80",))
+    assert "wmma.load.a.sync.aligned.row.m16n16k16.shared.f16" in mod.ptx
+    n = 48
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((n, n)).astype(np.float16)
+    b = rng.standard_normal((n, n)).astype(np.float16)
+    bias = rng.standard_normal(n).astype(np.float32)
+    want = np.zeros((n, n), np.float32)
+    for k0 in range(0, n, 16):
+        want = _seq_f32(a[:, k0:k0 + 16].astype(np.float32), b[k0:k0 + 16].astype(np.float32), want)
+    want = (want + bias).astype(np.float32)
+    c = np.zeros((n, n), np.float32)
+    mod.get_function("shared_gemm")((n // 16, n // 16), (32,), (a, b, bias, c, np.int32(n)))
+    np.testing.assert_array_equal(c, want)
+    ci = np.zeros((n, n), np.float32)
+    interpret_kernel(mod.ptx, "shared_gemm", (2, 2, 1), (32, 1, 1), (a, b, bias, ci, np.int32(n)))
+    np.testing.assert_array_equal(ci[:32, :32], want[:32, :32])
