@@ -700,3 +700,138 @@ def test_wmma_through_shared_memory():
     ci = np.zeros((n, n), np.float32)
     interpret_kernel(mod.ptx, "shared_gemm", (2, 2, 1), (32, 1, 1), (a, b, bias, ci, np.int32(n)))
     np.testing.assert_array_equal(ci[:32, :32], want[:32, :32])
+
+
+# ---- mma.sync and ldmatrix against an H100, register for register ----
+# tests/data/mma_sync_h100.npz (recorded by the lead with /work/lead/gpu/probe_mma.py, CUDA
+# 13.0): for each instruction, each lane's a, b, c registers (raw words, lane-major) of an
+# `exact` case (every product and sum exact in the accumulator) and a `rand` case (normal
+# values), and the d registers the GPU computed from them.
+
+H100 = Path(__file__).parent / "data" / "mma_sync_h100.npz"
+
+#: name -> (instruction, registers of a, b, c, d, register class of a/b, of c/d)
+MMA_H100 = {
+    "m16n8k8_f32_f16": ("m16n8k8.row.col.f32.f16.f16.f32", 2, 1, 4, 4, "r", "f"),
+    "m16n8k16_f32_f16": ("m16n8k16.row.col.f32.f16.f16.f32", 4, 2, 4, 4, "r", "f"),
+    "m16n8k16_f16_f16": ("m16n8k16.row.col.f16.f16.f16.f16", 4, 2, 2, 2, "r", "r"),
+    "m16n8k8_f16_f16": ("m16n8k8.row.col.f16.f16.f16.f16", 2, 1, 2, 2, "r", "r"),
+    "m16n8k16_f32_bf16": ("m16n8k16.row.col.f32.bf16.bf16.f32", 4, 2, 4, 4, "r", "f"),
+    "m16n8k8_f32_bf16": ("m16n8k8.row.col.f32.bf16.bf16.f32", 2, 1, 4, 4, "r", "f"),
+    "m16n8k4_f32_tf32": ("m16n8k4.row.col.f32.tf32.tf32.f32", 2, 1, 4, 4, "r", "f"),
+    "m16n8k8_f32_tf32": ("m16n8k8.row.col.f32.tf32.tf32.f32", 4, 2, 4, 4, "r", "f"),
+    "m8n8k4_f64": ("m8n8k4.row.col.f64.f64.f64.f64", 1, 1, 2, 2, "d", "d"),
+    "m16n8k16_s32_s8": ("m16n8k16.row.col.s32.s8.s8.s32", 2, 1, 4, 4, "r", "r"),
+    "m16n8k32_s32_s8": ("m16n8k32.row.col.s32.s8.s8.s32", 4, 2, 4, 4, "r", "r"),
+    "m16n8k32_s32_u8": ("m16n8k32.row.col.s32.u8.u8.s32", 4, 2, 4, 4, "r", "r"),
+    "m16n8k32_s32_s8_u8": ("m16n8k32.row.col.s32.s8.u8.s32", 4, 2, 4, 4, "r", "r"),
+    "m16n8k32_s32_s8_sat": ("m16n8k32.row.col.satfinite.s32.s8.s8.s32", 4, 2, 4, 4, "r", "r"),
+    "m8n8k16_s32_s8": ("m8n8k16.row.col.s32.s8.s8.s32", 1, 1, 2, 2, "r", "r"),
+}
+
+
+def _register_kernel(name: str) -> str:
+    instr, na, nb, nc, nd, ab, cd = MMA_H100[name]
+    word = {"r": "unsigned", "d": "unsigned long long", "f": "unsigned"}
+    value = {"r": "{}", "f": "__uint_as_float({})", "d": "__longlong_as_double((long long)({}))"}
+    ctype = {"r": "unsigned", "f": "float", "d": "double"}
+    lines = [f'extern "C" __global__ void {name}(const {word[ab]}* a, const {word[ab]}* b, '
+             f'const {word[cd]}* c, {word[cd]}* d) {{', "  int l = threadIdx.x;"]
+    regs = []
+    for m, n, kind in (("a", na, ab), ("b", nb, ab), ("c", nc, cd)):
+        for i in range(n):
+            lines.append(f"  {ctype[kind]} {m}{i} = " + value[kind].format(f"{m}[l * {n} + {i}]") + ";")
+            regs.append((m, i, kind))
+    lines.append(f"  {ctype[cd]} " + ", ".join(f"d{i}" for i in range(nd)) + ";")
+    pos = iter(range(100))
+    groups = ["{" + ",".join(f"%{next(pos)}" for _ in range(n)) + "}" for n in (nd, na, nb, nc)]
+    outs = ", ".join(f'"={cd}"(d{i})' for i in range(nd))
+    ins = ", ".join(f'"{kind}"({m}{i})' for m, i, kind in regs)
+    lines.append(f'  asm volatile("mma.sync.aligned.{instr} {", ".join(groups)};" : {outs} : {ins});')
+    for i in range(nd):
+        out = {"f": f"__float_as_uint(d{i})", "d": f"(unsigned long long)__double_as_longlong(d{i})",
+               "r": f"d{i}"}[cd]
+        lines.append(f"  d[l * {nd} + {i}] = {out};")
+    return "\n".join(lines) + "\n}\n"
+
+
+@pytest.fixture(scope="module")
+def h100_module():
+    return RawModule(code="".join(_register_kernel(n) for n in MMA_H100), options=("-arch=sm_80",))
+
+
+def _close(name: str, got: np.ndarray, gpu: np.ndarray, exact: bool) -> None:
+    cd = MMA_H100[name][6]
+    if cd == "r" and "f16" in name:                  # two f16 per word
+        g, h = got.view(np.float16).astype(np.float64), gpu.view(np.float16).astype(np.float64)
+        tol = 0 if exact else 2.0 ** -10 * np.abs(h).max()   # one f16 ulp of the largest
+    elif cd == "f":
+        g, h = got.view(np.float32).astype(np.float64), gpu.view(np.float32).astype(np.float64)
+        tol = 0 if exact else 2.0 ** -22 * np.abs(h).max()
+    elif cd == "d":
+        g, h = got.view(np.float64), gpu.view(np.float64)
+        tol = 0 if exact else 2.0 ** -51 * np.abs(h).max()
+    else:
+        np.testing.assert_array_equal(got, gpu, err_msg=name)
+        return
+    np.testing.assert_allclose(g, h, rtol=0, atol=tol, err_msg=name)
+
+
+@pytest.mark.parametrize("case", ["exact", "rand"])
+@pytest.mark.parametrize("name", list(MMA_H100))
+def test_mma_sync_registers_match_h100(h100_module, name, case):
+    data = np.load(H100)
+    key = f"{name}_{case}"
+    a, b, c, gpu = (data[f"{key}_{x}"] for x in "abcd")
+    for got in _both(h100_module, name, (a.copy(), b.copy(), c.copy(), np.zeros_like(gpu))):
+        _close(name, got[3], gpu, case == "exact")
+
+
+LDMATRIX_SRC = r"""
+extern "C" __global__ void ldmatrix_all(unsigned* out) {
+    __shared__ __align__(16) unsigned short m[256];
+    int l = threadIdx.x;
+    for (int i = l; i < 256; i += 32) m[i] = i;
+    __syncwarp();
+    // lane l: row l % 8 of matrix l / 8 (8 b16 a row, 64 a matrix)
+    unsigned addr = (unsigned)__cvta_generic_to_shared(&m[(l / 8) * 64 + (l % 8) * 8]);
+    unsigned r0, r1, r2, r3, *o = out + l * 16;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r0) : "r"(addr));
+    o[0] = r0;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+    o[1] = r0; o[2] = r1;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+    o[3] = r0; o[4] = r1; o[5] = r2; o[6] = r3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r0) : "r"(addr));
+    o[7] = r0;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+    o[8] = r0; o[9] = r1; o[10] = r2; o[11] = r3;
+}
+"""
+
+
+def test_ldmatrix_matches_h100():
+    gpu = np.load(H100)["ldmatrix"]
+    mod = RawModule(code=LDMATRIX_SRC, options=("-arch=sm_80",))
+    for got in _both(mod, "ldmatrix_all", (np.zeros(32 * 16, np.uint32),)):
+        np.testing.assert_array_equal(got[0].reshape(32, 16)[:, :12], gpu[:, :12])
+
+
+def test_volta_mma_is_refused():
+    with pytest.raises(CpuifyError, match="m8n8k4 with .f16"):
+        _compile_ptx(HEADER_PTX + "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
+                     "{%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8}, {%r1,%r2}, {%r3,%r4}, "
+                     "{%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8};\n    ret;\n}\n")
+
+
+HEADER_PTX = """
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 p)
+{
+    .reg .b32 %r<20>;
+    .reg .f32 %f<10>;
+    """

@@ -62,6 +62,9 @@ LAYOUTS: dict[tuple[str, str, str, str], Layout] = {
     ("mma", "m16n8k16", "8", "b"): ((0, 1), (4, 0), _B8),
     ("mma", "m16n8k32", "8", "a"): ((1, 0), (0, 4), _A8 + _shift(_A8, 0, 16)),
     ("mma", "m16n8k32", "8", "b"): ((0, 1), (4, 0), _B8 + _shift(_B8, 16, 0)),
+    ("mma", "m8n8k16", "8", "a"): ((1, 0), (0, 4), _A8[:4]),
+    ("mma", "m8n8k16", "8", "b"): ((0, 1), (4, 0), _B8),
+    ("mma", "m8n8k16", "acc", "c"): ((1, 0), (0, 2), _C[:2]),
     ("mma", "m8n8k4", "f64", "a"): ((1, 0), (0, 1), _rows((0, 0))),
     ("mma", "m8n8k4", "f64", "b"): ((0, 1), (1, 0), _rows((0, 0))),
     ("mma", "m8n8k4", "f64", "c"): ((1, 0), (0, 2), _rows((0, 0), (0, 1))),
@@ -103,7 +106,7 @@ for _shape in ("m16n8k16", "m16n8k8", "m16n8k4", "m16n8k32"):
     LAYOUTS[("mma", _shape, "acc", "c")] = ((1, 0), (0, 2), _C)
 
 WMMA_SHAPES = {"m16n16k16", "m32n8k16", "m8n32k16", "m16n16k8", "m8n8k4"}
-MMA_SHAPES = {"m16n8k16", "m16n8k8", "m16n8k4", "m16n8k32", "m8n8k4"}
+MMA_SHAPES = {"m16n8k16", "m16n8k8", "m16n8k4", "m16n8k32", "m8n8k4", "m8n8k16"}
 
 #: bits of one element of each type
 ELEMENT_BITS = {"f16": 16, "bf16": 16, "s8": 8, "u8": 8, "tf32": 32, "f32": 32, "s32": 32,
