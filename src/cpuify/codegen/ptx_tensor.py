@@ -24,7 +24,7 @@ from cpuify.codegen.layout import ERR_WARP_DIVERGENCE, STATE_UNKNOWN
 from cpuify.codegen.lowering import F32, F64, I8, I16, I32, I64, PTR, handles
 from cpuify.ir.core import Operation
 from cpuify.lifting.tensor_cores import (
-    MatrixOp, lane_elements, layout, parse_ldmatrix, parse_matrix_op, per_register, shape_dims,
+    MatrixOp, layout, parse_ldmatrix, parse_matrix_op, per_register, shape_dims,
 )
 
 if TYPE_CHECKING:
