@@ -464,11 +464,11 @@ def test_unsupported_shape_is_refused_with_the_line():
 {
     .reg .b32 %r<20>;
     .reg .f32 %f<10>;
-    mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%r1,%r2}, {%r3}, {%r4}, {%r5,%r6};
+    mma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%r1,%r2,%r3,%r4}, {%r5,%r6,%r7,%r8}, {%r9,%r10}, {%r1,%r2,%r3,%r4};
     ret;
 }
 """
-    with pytest.raises(CpuifyError, match=r"m8n8k16.*not supported"):
+    with pytest.raises(CpuifyError, match=r"m16n8k64.*not supported"):
         _compile_ptx(ptx)
 
 
@@ -854,3 +854,49 @@ HEADER_PTX = """
     .reg .b32 %r<20>;
     .reg .f32 %f<10>;
     """
+
+
+STMATRIX_SRC = r"""
+// stmatrix (x4, and x2.trans) of registers holding (lane, m): the rows go to shared memory,
+// lane l naming row l % 8 of matrix l / 8; then movmatrix of register 0
+extern "C" __global__ void st_and_mov(unsigned short* out, unsigned* moved) {
+    __shared__ __align__(16) unsigned short m[512];
+    int l = threadIdx.x;
+    unsigned r[4];
+    for (int i = 0; i < 4; i++) r[i] = (unsigned)(l * 8 + i * 2) | ((unsigned)(l * 8 + i * 2 + 1) << 16);
+    unsigned addr = (unsigned)__cvta_generic_to_shared(&m[(l / 8) * 64 + (l % 8) * 8]);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]));
+    unsigned addr2 = (unsigned)__cvta_generic_to_shared(&m[256 + ((l / 8) % 2) * 64 + (l % 8) * 8]);
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1,%2};"
+                 :: "r"(addr2), "r"(r[0]), "r"(r[1]));
+    __syncwarp();
+    for (int i = l; i < 512; i += 32) out[i] = m[i];
+    unsigned d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(r[0]));
+    moved[l] = d;
+}
+"""
+
+
+def test_stmatrix_and_movmatrix_follow_the_ptx_isa():
+    """Per the PTX ISA: lane l holds row l / 4, columns 2 (l % 4) and +1 of matrix m in its
+    register m; .trans stores the transposed matrix; movmatrix transposes one matrix."""
+    mod = RawModule(code=STMATRIX_SRC, options=("-arch=sm_90",))
+    reg = np.zeros((32, 4, 2), np.uint16)          # [lane, m, half]
+    for lane in range(32):
+        for i in range(4):
+            reg[lane, i] = (lane * 8 + i * 2, lane * 8 + i * 2 + 1)
+    frag = np.zeros((4, 8, 8), np.uint16)          # matrix m as the registers hold it
+    for lane in range(32):
+        for i in range(4):
+            frag[i, lane // 4, 2 * (lane % 4):2 * (lane % 4) + 2] = reg[lane, i]
+    want = np.zeros(512, np.uint16)
+    want[:256] = frag.reshape(-1)
+    want[256:384] = np.stack([frag[0].T, frag[1].T]).reshape(-1)
+    moved = frag[0].T                               # the transposed matrix, as fragments
+    want_moved = np.array([moved[l // 4, 2 * (l % 4)] | moved[l // 4, 2 * (l % 4) + 1].astype(np.uint32) << 16
+                           for l in range(32)], np.uint32)
+    for got in _both(mod, "st_and_mov", (np.zeros(512, np.uint16), np.zeros(32, np.uint32))):
+        np.testing.assert_array_equal(got[0][:384], want[:384])     # (the rest: not written)
+        np.testing.assert_array_equal(got[1], want_moved)

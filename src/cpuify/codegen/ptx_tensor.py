@@ -162,6 +162,10 @@ def _warp_matrix(e: "SegmentEmitter", op: Operation) -> None:
     kind = op.attributes["kind"]
     if kind == "ldmatrix":
         _ldmatrix(e, op)
+    elif kind == "stmatrix":
+        _stmatrix(e, op)
+    elif kind == "movmatrix":
+        _movmatrix(e, op)
     elif kind == "mma_scatter":
         _mma_scatter(e, op)
     else:
@@ -314,3 +318,51 @@ def _ldmatrix(e: "SegmentEmitter", op: Operation) -> None:
             hi = b.zext(b.load(b.bitcast(hi_p, I16.as_pointer())), I32)
             v = b.or_(lo, b.shl(hi, I32(16)))
         e.define(r, e.coerce_bits(v, e.llvm_type(r)))
+
+
+def _row_pointer(e: "SegmentEmitter", first: ir.Value, source_lane: ir.Value, shared: bool
+                 ) -> ir.Value:
+    """The row address lane `source_lane` of the warp gave (ldmatrix/stmatrix)."""
+    b = e.b
+    rec = b.gep(first, [b.mul(source_lane, I64(e.kc.local_size))])
+    addr = b.load(b.bitcast(rec, I64.as_pointer()))
+    return b.gep(e.shared, [addr]) if shared else b.inttoptr(addr, PTR)
+
+
+def _stmatrix(e: "SegmentEmitter", op: Operation) -> None:
+    """This lane's registers to the rows other lanes' addresses name (ldmatrix reversed)."""
+    spec = parse_ldmatrix(tuple(op.attributes["mods"]), "stmatrix")
+    assert not isinstance(spec, str)
+    b = e.b
+    first, _ = _records(e, op)
+    lane = b.and_(e.linear_tid64, I64(31))
+    g, t = b.lshr(lane, I64(2)), b.and_(lane, I64(3))
+    shared = spec.space == "shared"
+    for mi, v in enumerate(op.operands[1:]):
+        word = e.coerce_bits(e.get(v), I32)
+        if not spec.trans:
+            p = b.gep(_row_pointer(e, first, b.add(I64(8 * mi), g), shared), [b.mul(t, I64(4))])
+            b.store(word, b.bitcast(p, I32.as_pointer()))
+        else:
+            for half in (0, 1):
+                src = b.add(I64(8 * mi + half), b.mul(t, I64(2)))
+                p = b.gep(_row_pointer(e, first, src, shared), [b.mul(g, I64(2))])
+                b.store(b.trunc(b.lshr(word, I32(16 * half)), I16), b.bitcast(p, I16.as_pointer()))
+
+
+def _movmatrix(e: "SegmentEmitter", op: Operation) -> None:
+    """Lane l's register of the transposed 8x8 matrix: M[2t][g] and M[2t + 1][g], where
+    M[r][c] is half c % 2 of lane 4r + c / 2's register."""
+    b = e.b
+    first, _ = _records(e, op)
+    lane = b.and_(e.linear_tid64, I64(31))
+    g, t = b.lshr(lane, I64(2)), b.and_(lane, I64(3))
+    size = I64(e.kc.local_size)
+    shift = b.trunc(b.mul(b.and_(g, I64(1)), I64(16)), I32)
+    halves = []
+    for dr in (0, 1):
+        src = b.add(b.mul(b.add(b.mul(t, I64(2)), I64(dr)), I64(4)), b.lshr(g, I64(1)))
+        word = b.load(b.bitcast(b.gep(first, [b.mul(src, size)]), I32.as_pointer()))
+        halves.append(b.and_(b.lshr(word, shift), I32(0xFFFF)))
+    v = b.or_(halves[0], b.shl(halves[1], I32(16)))
+    e.define(op.results[0], e.coerce_bits(v, e.llvm_type(op.results[0])))

@@ -48,7 +48,7 @@ from cpuify.interp import texture  # noqa: F401  (registers the texture and surf
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf
-from cpuify.interp.tensor_cores import ldmatrix, warp_mma
+from cpuify.interp.tensor_cores import ldmatrix, movmatrix, stmatrix, warp_mma
 from cpuify.interp.values import (
     coerce, from_bits, ir_type_of, mask, read_as, resize_int, to_bits, to_signed, width_of,
     write_as,
@@ -426,15 +426,15 @@ class Thread:
             self.xval = as64(vals[-1]) if vals else 0
             return
         kind = op.attributes["kind"]
-        if kind in ("mma", "ldmatrix"):
-            # every lane's registers (ldmatrix: its row address, as a real address)
+        if kind in _MATRIX_KINDS:
+            # every lane's registers (ld/stmatrix: first its row address, as a real address)
             self.xmask = 0xFFFFFFFF
             self.xregs = [self.bits(v) for v in vals]
-            if kind == "ldmatrix":
-                spec = parse_ldmatrix(tuple(op.attributes["mods"]))
+            if kind in ("ldmatrix", "stmatrix"):
+                spec = parse_ldmatrix(tuple(op.attributes["mods"]), kind)
                 assert not isinstance(spec, str)
                 if spec.space == "shared":
-                    self.xregs = [self.blk.shared_base + self.xregs[0]]
+                    self.xregs[0] = self.blk.shared_base + self.xregs[0]
             return
         if kind == "shfl":
             self.xval, self.xb, self.xc, self.xmask = as64(vals[0]), as32(vals[1]), as32(vals[2]), as32(vals[3])
@@ -449,7 +449,7 @@ class Thread:
         """The collective's results (codegen's restore)."""
         if not op.results:
             return
-        if op.name == "upir.warp_collective" and op.attributes["kind"] in ("mma", "ldmatrix"):
+        if op.name == "upir.warp_collective" and op.attributes["kind"] in _MATRIX_KINDS:
             for r, bits in zip(op.results, self.xregs_out):
                 self.env[r] = from_bits(bits, r.type)
             return
@@ -581,7 +581,7 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
     m = mods(op)
     nlanes = len(lanes)
     members = [l for l in range(nlanes) if group >> l & 1]
-    if kind in ("mma", "ldmatrix"):
+    if kind in _MATRIX_KINDS:
         _matrix_exchange(lanes, group, op)
         return
     for l in members:
@@ -644,6 +644,9 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
         th.xout, th.xpred = out, pred
 
 
+_MATRIX_KINDS = ("mma", "ldmatrix", "stmatrix", "movmatrix")
+
+
 def _matrix_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
     """wmma.mma / mma.sync / ldmatrix: all 32 lanes of the warp take part (.aligned)."""
     line = op.attributes.get("line")
@@ -652,10 +655,17 @@ def _matrix_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
                           f"(PTX line {line}) was reached by only some lanes of a warp (it needs "
                           "all 32: .sync.aligned)")
     mods_ = tuple(op.attributes["mods"])
-    if op.attributes["kind"] == "ldmatrix":
-        spec = parse_ldmatrix(mods_)
+    kind = str(op.attributes["kind"])
+    if kind in ("ldmatrix", "stmatrix", "movmatrix"):
+        spec = parse_ldmatrix(mods_, kind)
         assert not isinstance(spec, str)
-        outs = ldmatrix(spec, [th.xregs[0] for th in lanes])
+        if kind == "ldmatrix":
+            outs = ldmatrix(spec, [th.xregs[0] for th in lanes])
+        elif kind == "stmatrix":
+            stmatrix(spec, [th.xregs[0] for th in lanes], [th.xregs[1:] for th in lanes])
+            outs = [[] for _ in lanes]
+        else:
+            outs = movmatrix([th.xregs[0] for th in lanes])
     else:
         spec_m = parse_matrix_op(str(op.attributes["family"]), mods_)
         assert not isinstance(spec_m, str)

@@ -215,6 +215,29 @@ def ldmatrix(spec: LdMatrix, addresses: list[int]) -> list[list[int]]:
     return out
 
 
+def stmatrix(spec: LdMatrix, addresses: list[int], regs: list[list[int]]) -> None:
+    """Every lane's registers stored to the rows the 32 lanes' addresses name (the inverse
+    of ldmatrix)."""
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for m in range(spec.count):
+            word = regs[lane][m]
+            if not spec.trans:
+                store(addresses[8 * m + g] + 4 * t, "b32", word)
+            else:
+                store(addresses[8 * m + 2 * t] + 2 * g, "b16", word & 0xFFFF)
+                store(addresses[8 * m + 2 * t + 1] + 2 * g, "b16", word >> 16)
+
+
+def movmatrix(words: list[int]) -> list[list[int]]:
+    """movmatrix.m8n8.trans.b16: lane l holds row l / 4, columns 2 (l % 4), +1 of an 8x8
+    matrix; afterwards, of its transpose."""
+    def element(r: int, c: int) -> int:
+        return (words[4 * r + c // 2] >> (16 * (c % 2))) & 0xFFFF
+    return [[element(2 * (lane & 3), lane >> 2) | element(2 * (lane & 3) + 1, lane >> 2) << 16]
+            for lane in range(32)]
+
+
 def _space(op: Operation) -> str:
     return next((s for s in ("global", "shared") if s in op.attributes["mods"]), "generic")
 

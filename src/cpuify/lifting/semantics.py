@@ -90,8 +90,6 @@ ALLOWED.update({
 })
 
 _REFUSED = {
-    "movmatrix": "movmatrix is not supported",
-    "stmatrix": "stmatrix is not supported",
     "wgmma": "warpgroup-level wgmma operations are not supported",
     "cp": "asynchronous copies (cp.async) are not supported",
     "mbarrier": "mbarrier objects are not supported",
@@ -115,9 +113,9 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     op = instr.opcode
     if op in _REFUSED:
         lifter.error(f"'{instr.full_opcode}': {_REFUSED[op]}", instr.line)
-    if op in ("wmma", "mma", "ldmatrix"):
-        spec = parse_ldmatrix(instr.modifiers) if op == "ldmatrix" else \
-            parse_matrix_op(op, instr.modifiers)
+    if op in ("wmma", "mma", "ldmatrix", "stmatrix", "movmatrix"):
+        spec = parse_matrix_op(op, instr.modifiers) if op in ("wmma", "mma") else \
+            parse_ldmatrix(instr.modifiers, op)
         if isinstance(spec, str):
             lifter.error(f"'{instr.full_opcode}': {spec}", instr.line)
         return

@@ -181,6 +181,9 @@ def parse_matrix_op(opcode: str, modifiers: tuple[str, ...]) -> MatrixOp | str:
     if len(shapes) != 1:
         return "expected one shape qualifier (e.g. .m16n16k16)"
     shape = shapes[0]
+    known_shapes = WMMA_SHAPES if opcode == "wmma" else MMA_SHAPES
+    if shape not in known_shapes:
+        return f"{opcode} shape .{shape} is not supported (supported: {', '.join(sorted(known_shapes))})"
     types = [m for m in mods if m in ELEMENT_BITS]
     lays = [m for m in mods if m in ("row", "col")]
     satfinite = "satfinite" in mods
@@ -264,17 +267,25 @@ def _mma_types_ok(op: MatrixOp) -> str | None:
 
 @dataclass(frozen=True)
 class LdMatrix:
-    count: int          # matrices: 1, 2 or 4 (one destination register each)
+    """ldmatrix / stmatrix / movmatrix (m8n8 b16): matrix m's row i is at the address lane
+    8m + i gives; lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each matrix
+    (.trans: the transposed matrix)."""
+    count: int          # matrices: 1, 2 or 4 (one register each)
     trans: bool
     space: str
+    action: str = "ld"  # "ld", "st" or "mov"
 
 
-def parse_ldmatrix(modifiers: tuple[str, ...]) -> LdMatrix | str:
+def parse_ldmatrix(modifiers: tuple[str, ...], opcode: str = "ldmatrix") -> LdMatrix | str:
     mods = [m for m in modifiers if m not in ("sync", "aligned")]
+    if opcode == "movmatrix":
+        if sorted(mods) != ["b16", "m8n8", "trans"]:
+            return "only movmatrix.sync.aligned.m8n8.trans.b16 is supported"
+        return LdMatrix(1, True, "generic", "mov")
     count = next((int(m[1]) for m in mods if m in ("x1", "x2", "x4")), 0)
     rest = [m for m in mods if m not in ("x1", "x2", "x4", "m8n8", "b16", "trans", "shared",
                                          "shared::cta")]
     if "m8n8" not in mods or "b16" not in mods or not count or rest:
-        return "only ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}{.shared}.b16 is supported"
+        return f"only {opcode}.sync.aligned.m8n8.{{x1,x2,x4}}{{.trans}}{{.shared}}.b16 is supported"
     return LdMatrix(count, "trans" in mods, "shared" if any(m.startswith("shared") for m in mods)
-                    else "generic")
+                    else "generic", "st" if opcode == "stmatrix" else "ld")

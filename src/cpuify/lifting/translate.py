@@ -125,7 +125,7 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         _texture(lf, pb, instr)
         return
 
-    if op in ("wmma", "mma", "ldmatrix"):
+    if op in ("wmma", "mma", "ldmatrix", "stmatrix", "movmatrix"):
         _matrix(lf, pb, instr)
         return
 
@@ -299,7 +299,9 @@ def _matrix(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     """wmma.load/store: `ptx.wmma_load` (address, stride -> the fragment's registers) and
     `ptx.wmma_store` (address, stride, registers), per thread.  wmma.mma and mma.sync:
     `upir.warp_collective` of kind "mma" (the a, b and c registers -> d), ldmatrix: of kind
-    "ldmatrix" (the row address -> the registers); both collect every lane of the warp."""
+    "ldmatrix" (the row address -> the registers), stmatrix (the row address and the
+    registers), movmatrix (a register -> the transposed one's): all take every lane of the
+    warp."""
     op, line = instr.opcode, instr.line
     operands = list(instr.operands)
     attrs: dict[str, object] = {"mods": list(instr.modifiers), "line": line}
@@ -332,13 +334,21 @@ def _matrix(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
             if d is not None:
                 lf.write_var(d, pb, r)
 
-    if op == "ldmatrix":
-        spec = parse_ldmatrix(instr.modifiers)
+    if op in ("ldmatrix", "stmatrix", "movmatrix"):
+        spec = parse_ldmatrix(instr.modifiers, op)
         assert not isinstance(spec, str)
+        if op == "stmatrix":
+            values = regs(operands[1], "b32")
+            if len(values) != spec.count:
+                lf.error(f"'{instr.full_opcode}': expected {spec.count} registers", line, PTXError)
+            emit(lf, pb, Operation("upir.warp_collective", [address(operands[0])] + values, [],
+                                   {"kind": op, **attrs}))
+            return
         names = dests(operands[0], spec.count)
-        define(names, Operation("upir.warp_collective", [address(operands[1])],
+        source = [address(operands[1])] if op == "ldmatrix" else regs(operands[1], "b32")
+        define(names, Operation("upir.warp_collective", source,
                                 [lf.var_type(d, line) if d else "i32" for d in names],
-                                {"kind": "ldmatrix", **attrs}))
+                                {"kind": op, **attrs}))
         return
     mop = parse_matrix_op(op, instr.modifiers)
     assert not isinstance(mop, str)

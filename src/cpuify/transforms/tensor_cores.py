@@ -4,10 +4,12 @@ generation: each `upir.warp_collective` of kind "mma" or "ldmatrix" becomes
     mma:       upir.warp_matrix {kind = "mma_scatter"}(record, a and b registers): the lane
                writes its A and B elements into the warp's dense A rows and B columns
                (row r of A in lane r's record, column c of B after it in lane c's)
-    ldmatrix:  st.local of the lane's row address to its record
+    ldmatrix, stmatrix:  st.local of the lane's row address to its record (movmatrix: of
+               its register)
     syncwarp   every lane of the warp has written
     upir.warp_matrix(record, c registers)   the lane's results: its D elements from the
-               rows and columns it needs (vector loads), or its ldmatrix registers
+               rows and columns it needs (vector loads), its ldmatrix/movmatrix registers,
+               or its stmatrix stores
     syncwarp   every lane has read them before a lane writes the records again
 
 The records are a local variable the pass declares; a lane reaches another lane's record
@@ -25,6 +27,7 @@ from cpuify.ir.structure import block_body
 from cpuify.lifting.tensor_cores import parse_matrix_op, shape_dims
 
 RECORD = "__cpuify_warp_matrix"
+_KINDS = ("mma", "ldmatrix", "stmatrix", "movmatrix")
 
 
 def lower_warp_matrix_ops(kernel: Operation) -> int:
@@ -36,7 +39,7 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
         i = 0
         while i < len(blk.ops):
             op = blk.ops[i]
-            if op.name != "upir.warp_collective" or op.attributes.get("kind") not in ("mma", "ldmatrix"):
+            if op.name != "upir.warp_collective" or op.attributes.get("kind") not in _KINDS:
                 i += 1
                 continue
             line = op.attributes.get("line", 0)
@@ -64,13 +67,16 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
                 _, _, k = shape_dims(spec.shape)
                 most = max(most, 2 * k * (8 if spec.types["a"] == "f64" else 4))
             else:
+                # ldmatrix, stmatrix: the lane's row address (64 bits); movmatrix: its register
                 v = op.operands[0]
-                if v.type != "i64":
-                    # a 32-bit shared-memory address: the record holds 64 bits
+                if v.type != "i64" and kind != "movmatrix":
+                    # a 32-bit shared-memory address
                     v = add(Operation("ptx.cvt", [v], ["i64"], {"mods": ["u64", "u32"],
                                                                 "line": line})).results[0]
-                add(Operation("ptx.st", [record, v], [], {"mods": ["local", "b64"],
-                                                          "offset": 0, "line": line}))
+                add(Operation("ptx.st", [record, v], [], {
+                    "mods": ["local", "b32" if kind == "movmatrix" else "b64"], "offset": 0,
+                    "line": line}))
+                kept = list(op.operands[1:])      # stmatrix: the registers it stores
                 most = max(most, 8)
             full = add(Operation("upir.const", [], ["i32"], {"value": -1})).results[0]
             add(Operation("upir.warp_collective", [full], [],
