@@ -58,7 +58,7 @@ def _element_pointers(e: "SegmentEmitter", op: Operation, spec: MatrixOp, matrix
     lay = layout(spec.family, spec.shape, t, matrix)
     assert lay is not None
     base = e.address(op, _space(op))
-    stride = b.zext(e.get(op.operands[1]), I64)
+    stride = e.int_resize(e.get(op.operands[1]), I64, False)      # (a u32 register)
     size = _BITS[t] // 8
     out = []
     for i in range(len(lay[2])):
