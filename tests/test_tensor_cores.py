@@ -727,6 +727,8 @@ MMA_H100 = {
     "m16n8k32_s32_s8_u8": ("m16n8k32.row.col.s32.s8.u8.s32", 4, 2, 4, 4, "r", "r"),
     "m16n8k32_s32_s8_sat": ("m16n8k32.row.col.satfinite.s32.s8.s8.s32", 4, 2, 4, 4, "r", "r"),
     "m8n8k16_s32_s8": ("m8n8k16.row.col.s32.s8.s8.s32", 1, 1, 2, 2, "r", "r"),
+    "m8n8k4_f32_f16": ("m8n8k4.row.col.f32.f16.f16.f32", 2, 2, 8, 8, "r", "f"),
+    "m8n8k4_f32_f16_rr": ("m8n8k4.row.row.f32.f16.f16.f32", 2, 2, 8, 8, "r", "f"),
 }
 
 
@@ -838,9 +840,14 @@ def test_ldmatrix_matches_h100():
         np.testing.assert_array_equal(got[0].reshape(32, 16)[:, cols], gpu[:, cols])
 
 
-def test_volta_mma_is_refused():
-    with pytest.raises(CpuifyError, match="m8n8k4 with .f16"):
-        _compile_ptx(HEADER_PTX + "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
+def test_volta_mma_forms_without_readout_are_refused():
+    """m8n8k4 with f16 inputs: the f32-accumulator .row.col and .row.row forms are checked
+    against the H100 above; f16 accumulators and a column-major A are refused."""
+    with pytest.raises(CpuifyError, match=".f32 accumulators only"):
+        _compile_ptx(HEADER_PTX + "mma.sync.aligned.m8n8k4.row.col.f16.f16.f16.f16 "
+                     "{%r1,%r2,%r3,%r4}, {%r5,%r6}, {%r7,%r8}, {%r1,%r2,%r3,%r4};\n    ret;\n}\n")
+    with pytest.raises(CpuifyError, match="row.col layouts"):
+        _compile_ptx(HEADER_PTX + "mma.sync.aligned.m8n8k4.col.col.f32.f16.f16.f32 "
                      "{%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8}, {%r1,%r2}, {%r3,%r4}, "
                      "{%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8};\n    ret;\n}\n")
 

@@ -24,7 +24,7 @@ from cpuify.codegen.layout import ERR_WARP_DIVERGENCE, STATE_UNKNOWN
 from cpuify.codegen.lowering import F32, F64, I8, I16, I32, I64, PTR, handles
 from cpuify.ir.core import Operation
 from cpuify.lifting.tensor_cores import (
-    MatrixOp, layout, parse_ldmatrix, parse_matrix_op, per_register, shape_dims,
+    Layout, MatrixOp, lane_base, parse_ldmatrix, parse_matrix_op, per_register,
 )
 
 if TYPE_CHECKING:
@@ -38,13 +38,28 @@ def _space(op: Operation) -> str:
     return next((s for s in ("global", "shared") if s in op.attributes["mods"]), "generic")
 
 
-def _lane_coords(e: "SegmentEmitter", lay, index: int) -> tuple[ir.Value, ir.Value]:  # type: ignore[no-untyped-def]
+def _lane_coords(e: "SegmentEmitter", lay: Layout, index: int) -> tuple[ir.Value, ir.Value]:
     """(row, column) of register element `index` of this thread's lane (i64)."""
     b = e.b
     lane = b.and_(e.linear_tid64, I64(31))
+    r0, c0 = lay[2][index]
+    if lay[0] == "table":
+        # (Volta's quad pairs) the lane's base row and column from a constant table
+        bases = [lane_base(lay, ln) for ln in range(32)]
+        ty = ir.ArrayType(I32, 64)
+        name = "cpuify_lanes." + ".".join(f"{r}_{c}" for r, c in bases)
+        g = e.mod.module.globals.get(name)
+        if g is None:
+            g = ir.GlobalVariable(e.mod.module, ty, name)
+            g.global_constant = True
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, [x for rc in bases for x in rc])
+        two = b.mul(lane, I64(2))
+        row = b.zext(b.load(b.gep(g, [I64(0), two])), I64)
+        col = b.zext(b.load(b.gep(g, [I64(0), b.add(two, I64(1))])), I64)
+        return b.add(row, I64(r0)), b.add(col, I64(c0))
+    (gr, gc), (tr, tc) = lay[0], lay[1]              # type: ignore[misc]
     g, t = b.lshr(lane, I64(2)), b.and_(lane, I64(3))
-    (gr, gc), (tr, tc), offs = lay
-    r0, c0 = offs[index]
     row = b.add(b.add(b.mul(g, I64(gr)), b.mul(t, I64(tr))), I64(r0))
     col = b.add(b.add(b.mul(g, I64(gc)), b.mul(t, I64(tc))), I64(c0))
     return row, col
@@ -55,7 +70,7 @@ def _element_pointers(e: "SegmentEmitter", op: Operation, spec: MatrixOp, matrix
     """Pointer to each register element of this lane's fragment in memory."""
     b = e.b
     t = spec.types[matrix]
-    lay = layout(spec.family, spec.shape, t, matrix)
+    lay = spec.layout(matrix)
     assert lay is not None
     base = e.address(op, _space(op))
     stride = e.int_resize(e.get(op.operands[1]), I64, False)      # (a u32 register)
@@ -184,14 +199,14 @@ def _mma_scatter(e: "SegmentEmitter", op: Operation) -> None:
     fragments hold are skipped)."""
     spec = _spec(op)
     b = e.b
-    _, _, k = shape_dims(spec.shape)
+    _, _, k = spec.dims()
     first, _ = _records(e, op)
     size = I64(e.kc.local_size)
     regs = [e.get(v) for v in op.operands[1:]]
     na = spec.registers("a")
     for matrix, base_reg in (("a", 0), ("b", na)):
         t = spec.types[matrix]
-        lay = layout(spec.family, spec.shape, t, matrix)
+        lay = spec.layout(matrix)
         assert lay is not None
         per = per_register(t)
         ety = _elem_type(t)
@@ -215,14 +230,14 @@ def _mma(e: "SegmentEmitter", op: Operation) -> None:
     vectors from the dense rows _mma_scatter wrote, added to C in the order k = 0, 1, ..."""
     spec = _spec(op)
     b = e.b
-    _, _, k = shape_dims(spec.shape)
+    _, _, k = spec.dims()
     first, _ = _records(e, op)
     size = I64(e.kc.local_size)
     t_in, t_c, t_d = spec.types["a"], spec.types["c"], spec.types["d"]
     ety = _elem_type(t_in)
     esize = 8 if ety == F64 else 4
     vty = ir.VectorType(ety, k)
-    lay_d = layout(spec.family, spec.shape, t_d, "d")
+    lay_d = spec.layout("d")
     assert lay_d is not None
     offs = lay_d[2]
     nd = len(offs)

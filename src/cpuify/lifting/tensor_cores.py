@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: (dr, dc) per unit of g and of t, and lane 0's (row, column) per element
-Layout = tuple[tuple[int, int], tuple[int, int], tuple[tuple[int, int], ...]]
+#: (dr, dc) per unit of g and of t, and lane 0's (row, column) per element; or ("table",
+#: the 32 lanes' (row, column) of offset (0, 0), the offsets)
+Layout = tuple[object, object, tuple[tuple[int, int], ...]]
 
 _G_ROW, _G_COL = (1, 0), (0, 1)
 
@@ -100,6 +101,26 @@ LAYOUTS: dict[tuple[str, str, str, str], Layout] = {
     ("wmma", "m8n8k4", "f64", "b"): ((0, 1), (1, 0), _rows((0, 0))),
     ("wmma", "m8n8k4", "f64", "c"): ((1, 0), (0, 2), _rows((0, 0), (0, 1))),
 }
+# mma.m8n8k4 with f16 inputs (Volta's): four quad pairs (lanes 4q..4q+3 and 4q+16..4q+19)
+# each compute an 8x8x4 product of their own.  Written as one warp-wide product of a 32x4 A
+# and a 4x32 B of which D keeps the diagonal 8x8 blocks (quad pair q: rows and columns
+# 8q..8q+7); the lane's index in its quad pair is i = l % 4 + 4 (l / 16).  Read off an H100.
+def _volta(base) -> tuple[str, tuple[tuple[int, int], ...]]:  # type: ignore[no-untyped-def]
+    return "table", tuple(base((lane >> 2) & 3, (lane & 3) + 4 * (lane >> 4), lane)
+                          for lane in range(32))
+
+
+LAYOUTS[("mma", "m8n8k4", "16.row", "a")] = (
+    *_volta(lambda q, i, lane: (8 * q + i, 0)), _rows((0, 0), (0, 1), (0, 2), (0, 3)))
+LAYOUTS[("mma", "m8n8k4", "16.col", "b")] = (
+    *_volta(lambda q, i, lane: (0, 8 * q + i)), _rows((0, 0), (1, 0), (2, 0), (3, 0)))
+LAYOUTS[("mma", "m8n8k4", "16.row", "b")] = (
+    *_volta(lambda q, i, lane: (lane & 3, 8 * q + 4 * (lane >> 4))),
+    _rows((0, 0), (0, 1), (0, 2), (0, 3)))
+LAYOUTS[("mma", "m8n8k4", "acc", "c")] = (
+    *_volta(lambda q, i, lane: (8 * q + (lane & 1) + 4 * (lane >> 4), 8 * q + 2 * ((lane >> 1) & 1))),
+    _rows((0, 0), (0, 1), (2, 0), (2, 1), (0, 4), (0, 5), (2, 4), (2, 5)))
+
 # the m8n32k16 f16 B fragment is the bf16 one (16 distinct halves)
 LAYOUTS[("wmma", "m8n32k16", "f16", "b")] = LAYOUTS[("wmma", "m8n32k16", "16", "b")]
 for _shape in ("m16n8k16", "m16n8k8", "m16n8k4", "m16n8k32"):
@@ -119,7 +140,9 @@ def shape_dims(shape: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
-def operand_class(family: str, shape: str, ptx_type: str, matrix: str) -> str:
+def operand_class(family: str, shape: str, ptx_type: str, matrix: str, order: str = "") -> str:
+    if family == "mma" and shape == "m8n8k4" and ptx_type == "f16" and matrix in ("a", "b"):
+        return f"16.{order}"
     if matrix in ("c", "d"):
         return "f64" if ptx_type == "f64" else "acc"
     if ptx_type in ("f16", "bf16"):
@@ -130,17 +153,27 @@ def operand_class(family: str, shape: str, ptx_type: str, matrix: str) -> str:
     return ptx_type
 
 
-def layout(family: str, shape: str, ptx_type: str, matrix: str) -> Layout | None:
+def layout(family: str, shape: str, ptx_type: str, matrix: str, order: str = "") -> Layout | None:
     m = "c" if matrix == "d" else matrix
-    return LAYOUTS.get((family, shape, operand_class(family, shape, ptx_type, m), m))
+    return LAYOUTS.get((family, shape, operand_class(family, shape, ptx_type, m, order), m))
+
+
+def lane_base(lay: Layout, lane: int) -> tuple[int, int]:
+    """(row, column) of element offset (0, 0) for `lane`: linear in g = lane / 4 and
+    t = lane % 4, or (Volta's quad pairs) a table of the 32 lanes."""
+    first, second, _ = lay
+    if first == "table":
+        return second[lane]                            # type: ignore[return-value]
+    (gr, gc), (tr, tc) = first, second                 # type: ignore[misc]
+    g, t = lane >> 2, lane & 3
+    return gr * g + tr * t, gc * g + tc * t
 
 
 def lane_elements(lay: Layout, lane: int) -> list[tuple[int, int]]:
     """(row, column) of each register element of `lane` (A: row of M, column of K; B: row of
     K, column of N; C/D: row of M, column of N)."""
-    (gr, gc), (tr, tc), offs = lay
-    g, t = lane >> 2, lane & 3
-    return [(r + gr * g + tr * t, c + gc * g + tc * t) for r, c in offs]
+    br, bc = lane_base(lay, lane)
+    return [(r + br, c + bc) for r, c in lay[2]]
 
 
 def per_register(ptx_type: str) -> int:
@@ -160,13 +193,26 @@ class MatrixOp:
     space: str                  # load/store: the state space ("generic" if none)
     satfinite: bool = False
 
+    def layout(self, matrix: str) -> Layout | None:
+        order = "" if self.family != "mma" else self.layouts[0] if matrix == "a" else \
+            self.layouts[1] if matrix == "b" else ""
+        return layout(self.family, self.shape, self.types[matrix], matrix, order)
+
+    def quad_pairs(self) -> bool:
+        """mma.m8n8k4 with f16 inputs: four 8x8x4 products, one per quad pair."""
+        return self.family == "mma" and self.shape == "m8n8k4" and self.types.get("a") == "f16"
+
+    def dims(self) -> tuple[int, int, int]:
+        """(M, N, K) of the warp-wide product the fragments describe."""
+        return (32, 32, 4) if self.quad_pairs() else shape_dims(self.shape)
+
     def registers(self, matrix: str) -> int:
-        lay = layout(self.family, self.shape, self.types[matrix], matrix)
+        lay = self.layout(matrix)
         assert lay is not None
         return len(lay[2]) // per_register(self.types[matrix])
 
     def elements(self, matrix: str) -> int:
-        lay = layout(self.family, self.shape, self.types[matrix], matrix)
+        lay = self.layout(matrix)
         assert lay is not None
         return len(lay[2])
 
@@ -227,8 +273,11 @@ def parse_matrix_op(opcode: str, modifiers: tuple[str, ...]) -> MatrixOp | str:
     if len(types) != 4 or len(lays) != 2:
         return "expected mma.sync.aligned.shape.row.col.dtype.atype.btype.ctype"
     d, a, b, c = types
-    if lays != ["row", "col"]:
-        return "only the .row.col layouts are supported"
+    volta = shape == "m8n8k4" and a == "f16"
+    if lays != ["row", "col"] and not (volta and lays == ["row", "row"]):
+        return "only the .row.col layouts (and .row.row for m8n8k4 with f16) are supported"
+    if volta and (c, d) != ("f32", "f32"):
+        return "m8n8k4 with .f16 inputs is supported with .f32 accumulators only"
     op = MatrixOp("mma", "mma", shape, "", tuple(lays), {"a": a, "b": b, "c": c, "d": d}, "",
                   satfinite)
     return _mma_types_ok(op) or op
@@ -246,7 +295,7 @@ def _mma_types_ok(op: MatrixOp) -> str | None:
     if a != b and not ({a, b} <= {"s8", "u8"}):
         return f"mixed input types .{a}/.{b} are not supported"
     for m in "abcd":
-        if layout(op.family, op.shape, op.types[m], m) is None:
+        if op.layout(m) is None:
             return f".{op.shape} with .{op.types[m]} {m.upper()} fragments is not supported"
     if a in ("f16",):
         ok = c in ("f16", "f32") and d in ("f16", "f32")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from cpuify.ir.core import Operation, Value, replace_all_uses
 from cpuify.ir.structure import block_body
-from cpuify.lifting.tensor_cores import parse_matrix_op, shape_dims
+from cpuify.lifting.tensor_cores import parse_matrix_op
 
 RECORD = "__cpuify_warp_matrix"
 _KINDS = ("mma", "ldmatrix", "stmatrix", "movmatrix")
@@ -64,7 +64,7 @@ def lower_warp_matrix_ops(kernel: Operation) -> int:
                 add(Operation("upir.warp_matrix", [record] + list(op.operands[:na + nb]), [],
                               {**attrs, "kind": "mma_scatter"}))
                 kept = list(op.operands[na + nb:])
-                _, _, k = shape_dims(spec.shape)
+                _, _, k = spec.dims()
                 most = max(most, 2 * k * (8 if spec.types["a"] == "f64" else 4))
             else:
                 # ldmatrix, stmatrix: the lane's row address (64 bits); movmatrix: its register
