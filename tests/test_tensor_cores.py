@@ -907,3 +907,44 @@ def test_stmatrix_and_movmatrix_follow_the_ptx_isa():
     for got in _both(mod, "st_and_mov", (np.zeros(512, np.uint16), np.zeros(32, np.uint32))):
         np.testing.assert_array_equal(got[0][:384], want[:384])     # (the rest: not written)
         np.testing.assert_array_equal(got[1], want_moved)
+
+
+SHUFFLE_SRC = r"""
+#include <mma.h>
+using namespace nvcuda;
+// a warp reduction by shuffles feeds the accumulator of a wmma product in every warp
+extern "C" __global__ void shuffle_then_mma(const half* a, const half* b, float* d, float* s) {
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    float v = l + w;
+    for (int o = 16; o; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::fill_fragment(fc, __shfl_sync(0xffffffff, v, 0));
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(d + w * 256, fc, 16, wmma::mem_row_major);
+    if (l == 0) s[w] = v;
+}
+"""
+
+
+def test_shuffles_and_wmma_in_one_kernel():
+    mod = RawModule(code=SHUFFLE_SRC, options=("-arch=sm_80",))
+    rng = np.random.default_rng(18)
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    warps = 4
+    sums = np.array([496 + 32 * w for w in range(warps)], np.float32)
+    args = (a, b, np.zeros(warps * 256, np.float32), np.zeros(warps, np.float32))
+    comp = [x.copy() for x in args]
+    mod.get_function("shuffle_then_mma")((2,), (32 * warps,), tuple(comp))
+    interp = [x.copy() for x in args]
+    interpret_kernel(mod.ptx, "shuffle_then_mma", (1, 1, 1), (32 * warps, 1, 1), tuple(interp))
+    for got in (comp, interp):
+        np.testing.assert_array_equal(got[3], sums)
+        for w in range(warps):
+            want = _seq_f32(a.astype(np.float32), b.astype(np.float32),
+                            np.full((16, 16), sums[w], np.float32))
+            np.testing.assert_array_equal(got[2][w * 256:(w + 1) * 256].reshape(16, 16), want)
