@@ -138,6 +138,16 @@ def _records(e: "SegmentEmitter", op: Operation) -> tuple[ir.Value, ir.Value]:
     return first, own
 
 
+def _buffers(e: "SegmentEmitter", op: Operation) -> tuple[ir.Value, ir.Value]:
+    """(lane 0's, this thread's) buffer of the records that this instruction uses: the
+    counter at the record's start says which of the two."""
+    b = e.b
+    first, own = _records(e, op)
+    which = b.and_(b.load(b.bitcast(own, I32.as_pointer())), I32(1))
+    off = b.add(I64(16), b.mul(b.zext(which, I64), I64(int(op.attributes["buffer"]))))
+    return b.gep(first, [off]), b.gep(own, [off])
+
+
 def _value(e: "SegmentEmitter", reg: ir.Value, t: str, sub: int) -> ir.Value:
     """Element `sub` of a fragment register as f32 (f16, bf16, tf32, f32), f64 or i32."""
     b = e.b
@@ -175,16 +185,24 @@ def _elem_type(t: str) -> ir.Type:
 @handles("upir.warp_matrix")
 def _warp_matrix(e: "SegmentEmitter", op: Operation) -> None:
     kind = op.attributes["kind"]
-    if kind == "ldmatrix":
-        _ldmatrix(e, op)
-    elif kind == "stmatrix":
-        _stmatrix(e, op)
-    elif kind == "movmatrix":
-        _movmatrix(e, op)
-    elif kind == "mma_scatter":
-        _mma_scatter(e, op)
-    else:
-        _mma(e, op)
+    if op.attributes["phase"] == "put":
+        if kind == "mma":
+            _mma_scatter(e, op)
+        else:
+            # the row address (ldmatrix, stmatrix) or the register (movmatrix) to the
+            # lane's own buffer
+            _, own = _buffers(e, op)
+            v = e.get(op.operands[1])
+            ty = I32 if kind == "movmatrix" else I64
+            e.b.store(e.int_resize(v, ty, False) if isinstance(v.type, ir.IntType) else
+                      e.b.ptrtoint(v, ty), e.b.bitcast(own, ty.as_pointer()))
+        return
+    {"ldmatrix": _ldmatrix, "stmatrix": _stmatrix, "movmatrix": _movmatrix,
+     "mma": _mma}[kind](e, op)
+    # the next instruction uses the other buffer
+    b = e.b
+    counter = b.bitcast(b.gep(e.local_base, [e.get(op.operands[0])]), I32.as_pointer())
+    b.store(b.xor(b.load(counter), I32(1)), counter)
 
 
 def _spec(op: Operation) -> MatrixOp:
@@ -200,7 +218,7 @@ def _mma_scatter(e: "SegmentEmitter", op: Operation) -> None:
     spec = _spec(op)
     b = e.b
     _, _, k = spec.dims()
-    first, _ = _records(e, op)
+    first, _ = _buffers(e, op)
     size = I64(e.kc.local_size)
     regs = [e.get(v) for v in op.operands[1:]]
     na = spec.registers("a")
@@ -231,7 +249,7 @@ def _mma(e: "SegmentEmitter", op: Operation) -> None:
     spec = _spec(op)
     b = e.b
     _, _, k = spec.dims()
-    first, _ = _records(e, op)
+    first, _ = _buffers(e, op)
     size = I64(e.kc.local_size)
     t_in, t_c, t_d = spec.types["a"], spec.types["c"], spec.types["d"]
     ety = _elem_type(t_in)
@@ -310,7 +328,7 @@ def _ldmatrix(e: "SegmentEmitter", op: Operation) -> None:
     spec = parse_ldmatrix(tuple(op.attributes["mods"]))
     assert not isinstance(spec, str)
     b = e.b
-    first, _ = _records(e, op)
+    first, _ = _buffers(e, op)
     lane = b.and_(e.linear_tid64, I64(31))
     g, t = b.lshr(lane, I64(2)), b.and_(lane, I64(3))
     size = I64(e.kc.local_size)
@@ -349,7 +367,7 @@ def _stmatrix(e: "SegmentEmitter", op: Operation) -> None:
     spec = parse_ldmatrix(tuple(op.attributes["mods"]), "stmatrix")
     assert not isinstance(spec, str)
     b = e.b
-    first, _ = _records(e, op)
+    first, _ = _buffers(e, op)
     lane = b.and_(e.linear_tid64, I64(31))
     g, t = b.lshr(lane, I64(2)), b.and_(lane, I64(3))
     shared = spec.space == "shared"
@@ -369,7 +387,7 @@ def _movmatrix(e: "SegmentEmitter", op: Operation) -> None:
     """Lane l's register of the transposed 8x8 matrix: M[2t][g] and M[2t + 1][g], where
     M[r][c] is half c % 2 of lane 4r + c / 2's register."""
     b = e.b
-    first, _ = _records(e, op)
+    first, _ = _buffers(e, op)
     lane = b.and_(e.linear_tid64, I64(31))
     g, t = b.lshr(lane, I64(2)), b.and_(lane, I64(3))
     size = I64(e.kc.local_size)
