@@ -211,10 +211,6 @@ class MatrixOp:
         assert lay is not None
         return len(lay[2]) // per_register(self.types[matrix])
 
-    def elements(self, matrix: str) -> int:
-        lay = self.layout(matrix)
-        assert lay is not None
-        return len(lay[2])
 
 
 _SPACE = {"global", "shared", "generic", "shared::cta"}
@@ -285,9 +281,10 @@ def parse_matrix_op(opcode: str, modifiers: tuple[str, ...]) -> MatrixOp | str:
 
 def _wmma_type_ok(shape: str, matrix: str, t: str) -> bool:
     if matrix in ("a", "b"):
-        return {"m16n16k8": ("tf32",), "m8n8k4": ("f64",)}.get(shape, ("f16", "bf16", "s8", "u8")) \
-            .__contains__(t)
-    return {"m16n16k8": ("f32",), "m8n8k4": ("f64",)}.get(shape, ("f16", "f32", "s32")).__contains__(t)
+        allowed = {"m16n16k8": ("tf32",), "m8n8k4": ("f64",)}.get(shape, ("f16", "bf16", "s8", "u8"))
+    else:
+        allowed = {"m16n16k8": ("f32",), "m8n8k4": ("f64",)}.get(shape, ("f16", "f32", "s32"))
+    return t in allowed
 
 
 def _mma_types_ok(op: MatrixOp) -> str | None:
