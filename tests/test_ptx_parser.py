@@ -616,7 +616,8 @@ def test_texture_forms_cpuify_does_not_sample_are_refused(body: str, words: str)
 
 
 @pytest.mark.parametrize("body, word", [
-    ("\twmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f1}, {%r1}, {%r2}, {%f2};", "wmma"),
+    ("\tmma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%r1,%r2,%r3,%r4}, {%r5,%r6,%r7,%r8}, {%r9,%r10}, {%r1,%r2,%r3,%r4};",
+     "m16n8k64 is not supported"),
     ("\tcp.async.ca.shared.global [%r1], [%rd1], 16;", "cp.async"),
     ("\tbar.arrive 1, 64;", "bar.arrive"),
     ("\trcp.approx.f16x2 %r1, %r2;", "half/bfloat16 operation"),
@@ -625,6 +626,11 @@ def test_texture_forms_cpuify_does_not_sample_are_refused(body: str, words: str)
 def test_other_refusals_name_the_feature(body, word):
     err = _lift_error(body)
     assert word in str(err) and err.line == INSTR_LINE
+
+
+def test_wmma_fragment_with_the_wrong_register_count():
+    err = _lift_error("\twmma.load.a.sync.aligned.row.m16n16k16.f16 {%r1}, [%rd1], %r2;", PTXError)
+    assert "expected 8 registers" in str(err) and err.line == INSTR_LINE
 
 
 def test_branch_to_undefined_label():

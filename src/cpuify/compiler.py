@@ -35,6 +35,7 @@ from cpuify.ir.structure import KernelView
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 from cpuify.transforms.pass_manager import PipelineOptions, PipelineResult, run_pipeline
+from cpuify.transforms.tensor_cores import lower_warp_matrix_ops
 
 _CACHE_FORMAT = 2
 
@@ -102,6 +103,8 @@ def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-unt
     if block_dims is not None:
         kernel_op.attributes["block_dims"] = list(block_dims)
     result = run_pipeline(kernel_op, pipeline)
+    # warp-wide matrix instructions as code generation runs them (not optional)
+    lower_warp_matrix_ops(kernel_op)
     # (passes may declare variables of their own: the kernel as its op now reads)
     return KernelView.from_op(kernel_op), result
 

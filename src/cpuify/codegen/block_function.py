@@ -271,6 +271,11 @@ class KernelCodegen(KernelPlan):
         plain = b.or_(b.or_(b.icmp_signed("==", kind, I32(SYNC_KINDS["barrier"])),
                             b.icmp_signed("==", kind, I32(SYNC_KINDS["soft"]))),
                       b.icmp_signed("==", kind, I32(SYNC_KINDS["lockstep"])))
+        # every live thread waits at one __syncwarp (the lowered tensor-core instructions
+        # have two): nothing to exchange, so it is passed as a barrier is, unless threads
+        # exited in the middle of a warp (the scheduler then checks the member masks)
+        warp_only = b.icmp_signed("==", kind, I32(SYNC_KINDS["syncwarp"]))
+        plain = b.or_(plain, b.and_(warp_only, b.or_(b.not_(some_exited), prefix)))
         if self.static_shuffles:
             # every thread waits at a static shuffle: the next segment reads the source
             # lanes itself (SegmentEmitter.read_static_shuffle), no exchange

@@ -11,7 +11,7 @@ from llvmlite import ir
 from cpuify.codegen import approx_math, jit
 from cpuify.codegen.half_float import f32_to_bf16, f64_to_f32_odd, half_to_f32
 from cpuify.codegen.lowering import (
-    F16, F32, F64, I1, I16, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
+    F16, F32, F64, I1, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
 from cpuify.codegen.ptx_ops import call, fsuffix, ftz, saturate, directed, _div_error, fsrc, fdone
 from cpuify.frontend.ptx_ast import type_size
@@ -136,6 +136,14 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
     sat = "sat" in m
     ftz_on = "ftz" in m
     a = e.operand(op.operands[0], st)
+    if dt == "tf32":
+        # cvt.rna.tf32.f32: to nearest, ties away from zero, on the upper 19 bits (a carry
+        # into the exponent gives the next binade or infinity); NaN stays a NaN
+        bits = b.bitcast(a, I32)
+        r = b.and_(b.add(bits, I32(0x1000)), I32(0xFFFFE000 - (1 << 32)))
+        nan = b.fcmp_unordered("uno", a, a)
+        e.result(op, b.select(nan, I32(0x7FFFE000), r), "b32")
+        return
     if st in ("f16", "bf16"):
         a = half_to_f32(b, a, st)                 # exact
         st = "f32"

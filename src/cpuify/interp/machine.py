@@ -48,6 +48,7 @@ from cpuify.interp import texture  # noqa: F401  (registers the texture and surf
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf
+from cpuify.interp.tensor_cores import ldmatrix, movmatrix, stmatrix, warp_mma
 from cpuify.interp.values import (
     coerce, from_bits, ir_type_of, mask, read_as, resize_int, to_bits, to_signed, width_of,
     write_as,
@@ -58,6 +59,7 @@ from cpuify.ir.modifiers import type_size
 from cpuify.ir.structure import KernelView, block_body, launch_prologue
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
+from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 MAX_THREADS_PER_BLOCK = 1024
 _NULL_PAGE = 1 << 16
@@ -358,6 +360,8 @@ class Thread:
         self.cc = 0                       # the carry flag (add.cc / addc)
         # what this thread contributes to / gets from its current collective
         self.xval = self.xb = self.xc = self.xmask = 0
+        self.xregs: list[int] = []           # tensor-core collectives: registers in and out
+        self.xregs_out: list[int] = []
         self.xout = 0
         self.xpred = 1
         size = self.kernel.local_size
@@ -482,6 +486,16 @@ class Thread:
             self.xval = as64(vals[-1]) if vals else 0
             return
         kind = op.attributes["kind"]
+        if kind in _MATRIX_KINDS:
+            # every lane's registers (ld/stmatrix: first its row address, as a real address)
+            self.xmask = 0xFFFFFFFF
+            self.xregs = [self.bits(v) for v in vals]
+            if kind in ("ldmatrix", "stmatrix"):
+                spec = parse_ldmatrix(tuple(op.attributes["mods"]), kind)
+                assert not isinstance(spec, str)
+                if spec.space == "shared":
+                    self.xregs[0] = self.blk.shared_base + self.xregs[0]
+            return
         if kind == "shfl":
             self.xval, self.xb, self.xc, self.xmask = as64(vals[0]), as32(vals[1]), as32(vals[2]), as32(vals[3])
         elif kind in ("vote", "match", "redux"):
@@ -494,6 +508,10 @@ class Thread:
     def receive(self, op: Operation) -> None:
         """The collective's results (codegen's restore)."""
         if not op.results:
+            return
+        if op.name == "upir.warp_collective" and op.attributes["kind"] in _MATRIX_KINDS:
+            for r, bits in zip(op.results, self.xregs_out):
+                self.env[r] = from_bits(bits, r.type)
             return
         first = op.results[0]
         if first.type == "i1" and (op.name == "upir.barrier" or op.attributes.get("kind") == "vote"):
@@ -681,6 +699,9 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
     m = mods(op)
     nlanes = len(lanes)
     members = [l for l in range(nlanes) if group >> l & 1]
+    if kind in _MATRIX_KINDS:
+        _matrix_exchange(lanes, group, op)
+        return
     for l in members:
         th = lanes[l]
         out, pred = 0, 1
@@ -753,6 +774,36 @@ def _same_collective(a: Any, b: Operation) -> bool:
     return a is not _EXITED and a is not _RESUMED and isinstance(a, Operation) and \
         a.name == "upir.warp_collective" and a.attributes.get("kind") == b.attributes.get("kind") \
         and sorted(mods(a)) == sorted(mods(b))
+
+
+_MATRIX_KINDS = ("mma", "ldmatrix", "stmatrix", "movmatrix")
+
+
+def _matrix_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
+    """wmma.mma / mma.sync / ldmatrix: all 32 lanes of the warp take part (.aligned)."""
+    line = op.attributes.get("line")
+    if len(lanes) != 32 or group != 0xFFFFFFFF:
+        raise LaunchError(f"kernel '{lanes[0].launch.name}': a warp-wide matrix instruction "
+                          f"(PTX line {line}) was reached by only some lanes of a warp (it needs "
+                          "all 32: .sync.aligned)")
+    mods_ = tuple(op.attributes["mods"])
+    kind = str(op.attributes["kind"])
+    if kind in ("ldmatrix", "stmatrix", "movmatrix"):
+        spec = parse_ldmatrix(mods_, kind)
+        assert not isinstance(spec, str)
+        if kind == "ldmatrix":
+            outs = ldmatrix(spec, [th.xregs[0] for th in lanes])
+        elif kind == "stmatrix":
+            stmatrix(spec, [th.xregs[0] for th in lanes], [th.xregs[1:] for th in lanes])
+            outs = [[] for _ in lanes]
+        else:
+            outs = movmatrix([th.xregs[0] for th in lanes])
+    else:
+        spec_m = parse_matrix_op(str(op.attributes["family"]), mods_)
+        assert not isinstance(spec_m, str)
+        outs = warp_mma(spec_m, [th.xregs for th in lanes])
+    for th, regs in zip(lanes, outs):
+        th.xregs_out = regs
 
 
 class _BlockRun:

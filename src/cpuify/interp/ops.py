@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import operator
+import struct
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
 
@@ -687,6 +688,14 @@ def _cvt(th: "Thread", op: Operation) -> None:
     sat = "sat" in m
     ftz_on = "ftz" in m
     a = th.src(op, 0, st)
+    if dt == "tf32":                                # cvt.rna.tf32.f32 (PTX ISA: ties away)
+        x = float(a)                                # type: ignore[arg-type]
+        if x != x:
+            th.set(op, 0x7FFFE000, "b32")
+            return
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        th.set(op, (bits + 0x1000) & 0xFFFFE000, "b32")
+        return
     if st == "bf16":
         a, st = bf16_from_bits(a), "f32"            # the same value, exactly
     if dt == "bf16":

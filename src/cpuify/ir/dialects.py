@@ -139,6 +139,11 @@ for _name in PURE_PTX:
 define("ptx.ld", effects=_space_effect((READ,)))
 define("ptx.ldu", effects=_space_effect((READ,)))
 define("ptx.st", effects=_space_effect((WRITE,)))
+# wmma.load/store: one thread's fragment (tensor_cores.py); ldmatrix/mma lowered for code
+# generation to local-memory records of the warp's lanes (transforms/tensor_cores.py)
+define("ptx.wmma_load", effects=_space_effect((READ,)))
+define("ptx.wmma_store", effects=_space_effect((WRITE,)))
+define("upir.warp_matrix", effects=lambda op: [(READ, s) for s in ALL_SPACES])
 define("ptx.atom", effects=_space_effect((READ, WRITE)))
 define("ptx.red", effects=_space_effect((READ, WRITE)))
 # textures and surfaces: the handle names a descriptor whose data is global memory

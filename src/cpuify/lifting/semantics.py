@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
 from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
+from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter
@@ -45,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
     "rem": set(), "neg": {"ftz"}, "abs": {"ftz"}, "min": {"ftz", "NaN", "relu"}, "max": {"ftz", "NaN", "relu"},
     "not": set(), "and": set(), "or": set(), "xor": set(), "cnot": set(),
     "shl": set(), "shr": set(), "shf": {"l", "r", "clamp", "wrap"},
-    "cvt": _ROUND | _ROUNDI | {"ftz", "sat", "relu"}, "cvta": {"to"} | _SPACES,
+    "cvt": _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, "cvta": {"to"} | _SPACES,
     "selp": set(), "slct": {"ftz"},
     "setp": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
              "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
@@ -93,9 +94,7 @@ ALLOWED.update({
 })
 
 _REFUSED = {
-    "wmma": "tensor-core wmma operations are not supported",
-    "mma": "tensor-core mma operations are not supported",
-    "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
+    "wgmma": "warpgroup-level wgmma operations are not supported",
     "cp": "asynchronous copies (cp.async) are not supported",
     "mbarrier": "mbarrier objects are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
@@ -118,6 +117,12 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     op = instr.opcode
     if op in _REFUSED:
         lifter.error(f"'{instr.full_opcode}': {_REFUSED[op]}", instr.line)
+    if op in ("wmma", "mma", "ldmatrix", "stmatrix", "movmatrix"):
+        spec = parse_matrix_op(op, instr.modifiers) if op in ("wmma", "mma") else \
+            parse_ldmatrix(instr.modifiers, op)
+        if isinstance(spec, str):
+            lifter.error(f"'{instr.full_opcode}': {spec}", instr.line)
+        return
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
@@ -133,7 +138,13 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
                   "nanosleep", "activemask", "call_stack", "launch_buffer", "launch_device", "prefetch", "prefetchu", "pmevent", "discard",
                   "isspacep") and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
-    if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st"):
+    if op == "cvt" and "tf32" in types and (types != ["tf32", "f32"] or "rna" not in instr.modifiers):
+        lifter.error(f"'{instr.full_opcode}': of the tf32 conversions, cvt.rna.tf32.f32 is "
+                     "supported", instr.line)
+    if op == "cvt" and "rna" in instr.modifiers and types != ["tf32", "f32"]:
+        lifter.error(f"'{instr.full_opcode}': .rna is supported for cvt.rna.tf32.f32 only",
+                     instr.line)
+    if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st", "cvt"):
         lifter.error(f"'{instr.full_opcode}': {'/'.join(types)} operations are not supported",
                      instr.line)
     if any(t in ("f16x2", "bf16x2", "bf16") for t in types) and \

@@ -9,6 +9,7 @@ from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, P
 from cpuify.ir.core import Operation, Value
 from cpuify.lifting.halves import expand, needs_expansion
 from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
+from cpuify.lifting.tensor_cores import MatrixOp, parse_ldmatrix, parse_matrix_op, shape_dims
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter, _PBlock
@@ -152,6 +153,10 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
 
     if op in TEXTURE_OPS:
         _texture(lf, pb, instr)
+        return
+
+    if op in ("wmma", "mma", "ldmatrix", "stmatrix", "movmatrix"):
+        _matrix(lf, pb, instr)
         return
 
     # --- ld/st on parameters ---
@@ -318,6 +323,102 @@ def _texture(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     for d, r in zip(dests, new.results):
         if d is not None:
             lf.write_var(d, pb, r)
+
+
+def _matrix(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
+    """wmma.load/store: `ptx.wmma_load` (address, stride -> the fragment's registers) and
+    `ptx.wmma_store` (address, stride, registers), per thread.  wmma.mma and mma.sync:
+    `upir.warp_collective` of kind "mma" (the a, b and c registers -> d), ldmatrix: of kind
+    "ldmatrix" (the row address -> the registers), stmatrix (the row address and the
+    registers), movmatrix (a register -> the transposed one's): all take every lane of the
+    warp."""
+    op, line = instr.opcode, instr.line
+    operands = list(instr.operands)
+    attrs: dict[str, object] = {"mods": list(instr.modifiers), "line": line}
+
+    def regs(o: Operand, ptx_type: str) -> list[Value]:
+        items = o.items if isinstance(o, Vec) else (o,)
+        return [value_of(lf, pb, item, ptx_type, line) for item in items]
+
+    def address(o: Operand) -> Value:
+        if not isinstance(o, Addr):
+            lf.error(f"'{instr.full_opcode}': expected an address operand", line, PTXError)
+        assert isinstance(o, Addr)
+        base, off = address_of(lf, pb, o, line)
+        if off:
+            c = lf.const(off, base.type)
+            base = emit(lf, pb, Operation("ptx.add", [base, c], [base.type],
+                                          {"mods": ["s64"], "line": line})).results[0]
+        return base
+
+    def dests(o: Operand, count: int) -> list[str | None]:
+        names = _dest_names(o)
+        if len(names) != count:
+            lf.error(f"'{instr.full_opcode}': expected {count} registers, got {len(names)}", line,
+                     PTXError)
+        return names
+
+    def define(names: list[str | None], new: Operation) -> None:
+        emit(lf, pb, new)
+        for d, r in zip(names, new.results):
+            if d is not None:
+                lf.write_var(d, pb, r)
+
+    if op in ("ldmatrix", "stmatrix", "movmatrix"):
+        spec = parse_ldmatrix(instr.modifiers, op)
+        assert not isinstance(spec, str)
+        if op == "stmatrix":
+            values = regs(operands[1], "b32")
+            if len(values) != spec.count:
+                lf.error(f"'{instr.full_opcode}': expected {spec.count} registers", line, PTXError)
+            emit(lf, pb, Operation("upir.warp_collective", [address(operands[0])] + values, [],
+                                   {"kind": op, **attrs}))
+            return
+        names = dests(operands[0], spec.count)
+        source = [address(operands[1])] if op == "ldmatrix" else regs(operands[1], "b32")
+        define(names, Operation("upir.warp_collective", source,
+                                [lf.var_type(d, line) if d else "i32" for d in names],
+                                {"kind": op, **attrs}))
+        return
+    mop = parse_matrix_op(op, instr.modifiers)
+    assert not isinstance(mop, str)
+    reg_type = {"f16": "b32", "bf16": "b32", "s8": "b32", "u8": "b32", "tf32": "b32",
+                "f32": "f32", "s32": "s32", "f64": "f64"}
+    if mop.action == "load":
+        m = mop.matrix
+        names = dests(operands[0], mop.registers(m))
+        stride = value_of(lf, pb, operands[2], "u32", line) if len(operands) > 2 else \
+            lf.const(_leading_dimension(mop), "i32")
+        define(names, Operation("ptx.wmma_load", [address(operands[1]), stride],
+                                [lf.var_type(d, line) if d else "i32" for d in names], attrs))
+        return
+    if mop.action == "store":
+        values = regs(operands[1], reg_type[mop.types["d"]])
+        if len(values) != mop.registers("d"):
+            lf.error(f"'{instr.full_opcode}': expected {mop.registers('d')} registers", line,
+                     PTXError)
+        stride = value_of(lf, pb, operands[2], "u32", line) if len(operands) > 2 else \
+            lf.const(_leading_dimension(mop), "i32")
+        emit(lf, pb, Operation("ptx.wmma_store", [address(operands[0]), stride] + values, [],
+                               attrs))
+        return
+    names = dests(operands[0], mop.registers("d"))
+    values: list[Value] = []
+    for m, o in zip("abc", operands[1:4]):
+        got = regs(o, reg_type[mop.types[m]])
+        if len(got) != mop.registers(m):
+            lf.error(f"'{instr.full_opcode}': expected {mop.registers(m)} {m} registers, got "
+                     f"{len(got)}", line, PTXError)
+        values += got
+    define(names, Operation("upir.warp_collective", values,
+                            [lf.var_type(d, line) if d else "i32" for d in names],
+                            {"kind": "mma", "family": op, **attrs}))
+
+
+def _leading_dimension(mop: "MatrixOp") -> int:
+    rows, cols, k = shape_dims(mop.shape)
+    r, c = {"a": (rows, k), "b": (k, cols)}.get(mop.matrix, (rows, cols))
+    return c if mop.layouts[0] == "row" else r
 
 
 _IR_SIZE = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "f32": 4, "f64": 8}
