@@ -110,3 +110,34 @@ def test_cpu_mode_restored_after_flushing_kernels_and_faults(threads: int) -> No
         assert np.float32(1e-40) * np.float32(2) != 0
     finally:
         cpuify.set_num_threads(0)
+
+
+BIT_LEVEL = r'''
+extern "C" __global__ void bit_level(const float *x, float *o) {
+    int i = threadIdx.x;
+    float v = x[i];
+    o[i * 8 + 0] = fabsf(v);
+    o[i * 8 + 1] = -v;
+    o[i * 8 + 2] = fminf(v, 1.0f);
+    o[i * 8 + 3] = fmaxf(v, -1.0f);
+    o[i * 8 + 4] = __log2f(v);
+    o[i * 8 + 5] = exp2f(v);
+    o[i * 8 + 6] = __fadd_rz(v, 1e-45f);
+    o[i * 8 + 7] = v * 1.0f;
+}'''
+
+
+def test_bit_level_ops_flush_in_hardware_mode() -> None:
+    """abs, neg, min/max, the .approx functions and directed roundings work on bits (MXCSR's
+    DAZ does not see them): under -ftz they flush in code even when the kernel runs with the
+    CPU's switches set (found by `tools/fuzz.py --ftz`: fabsf of a subnormal stayed subnormal).
+    Reference: the interpreter's own .ftz semantics."""
+    from cpuify.interp import InterpModule
+    assert _decision(BIT_LEVEL, "bit_level", ("-ftz=true",))
+    x = np.array([1e-40, -1e-40, 3e-39, -5e-39, 0.0, -0.0, 2.0, 1e-45], np.float32)
+    got = np.zeros(x.size * 8, np.float32)
+    cpuify.RawKernel(BIT_LEVEL, "bit_level")((1,), (x.size,), (x, got))
+    want = np.zeros(x.size * 8, np.float32)
+    ptx = compile_to_ptx(BIT_LEVEL, options=("-ftz=true",), filename="k.cu").ptx
+    InterpModule(ptx).launch("bit_level", (1, 1, 1), (x.size, 1, 1), [x.copy(), want])
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

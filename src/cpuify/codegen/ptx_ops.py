@@ -40,10 +40,17 @@ def fsuffix(t: ir.Type) -> str:
     return {32: "f32", 64: "f64", 16: "f16"}[_width(t)]
 
 
+# ops whose f32 operands reach an SSE/AVX arithmetic instruction as they are (which MXCSR's
+# DAZ flushes), and whose round-to-nearest results come from one (which FTZ flushes); abs,
+# neg, min/max, the approximations and directed roundings work on bits and flush in code
+_HW_INPUTS = {"ptx.add", "ptx.sub", "ptx.mul", "ptx.fma", "ptx.mad", "ptx.setp", "ptx.set",
+              "ptx.slct"}
+_HW_RESULTS = {"ptx.add", "ptx.sub", "ptx.mul", "ptx.fma", "ptx.mad"}
+
+
 def ftz(e: SegmentEmitter, v: ir.Value, on: bool) -> ir.Value:
-    """Flush a subnormal f32 to a zero of the same sign (nothing to do where the CPU flushes:
-    codegen/denormals.py)."""
-    if not on or v.type != F32 or e.kc.hardware_flush:
+    """Flush a subnormal f32 to a zero of the same sign."""
+    if not on or v.type != F32:
         return v
     b = e.b
     mag = call(e, "llvm.fabs.f32", F32, [v])
@@ -183,12 +190,20 @@ def src(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
     return e.operand(op.operands[i], t)
 
 
+def _flushed_by_cpu(e: SegmentEmitter, op: Operation, names: set[str]) -> bool:
+    """Whether MXCSR's DAZ/FTZ flush this operand/result of `op` (codegen/denormals.py):
+    a kernel run with them set, an op in `names`, rounded to nearest, not approximate."""
+    return e.kc.hardware_flush and op.name in names and not (
+        {"rz", "rm", "rp", "approx", "full"} & set(mods(op)))
+
+
 def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
-    return ftz(e, e.operand(op.operands[i], t), has(op, "ftz"))
+    on = has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_INPUTS)
+    return ftz(e, e.operand(op.operands[i], t), on)
 
 
 def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
-    v = ftz(e, v, has(op, "ftz"))
+    v = ftz(e, v, has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_RESULTS))
     if has(op, "sat"):
         v = saturate(e, v)
     e.result(op, v, t)
