@@ -602,15 +602,19 @@ def _remainder(a, b):
     return float(fa - fb * nq)
 
 
-def test_subnormals_kept_by_default_and_flushed_with_ftz():
+def test_subnormals_kept_in_plain_ptx_and_flushed_as_cupy_compiles():
+    """PTX compiled without -ftz keeps f32 subnormals; source given to the CuPy-style API is
+    compiled with -ftz=true appended, as CuPy does (so it flushes, as on a GPU under CuPy)."""
+    from cpuify.frontend.nvrtc import compile_to_ptx
     tiny = np.array([1e-39, -3e-39, 1.2e-38, 1e-45, 2e-38, 5.0, 0.0, -1e-40], np.float32)
     assert np.count_nonzero(np.abs(tiny[tiny != 0]) < np.finfo(np.float32).tiny) >= 4
     o = np.zeros(2 * tiny.size, np.float32)
-    cpuify.RawModule(code=SPECIAL_SRC).get_function("subnormals")((1,), (tiny.size,), (tiny, o))
+    plain = cpuify.RawModule(ptx=compile_to_ptx(SPECIAL_SRC, filename="special.cu").ptx)
+    plain.get_function("subnormals")((1,), (tiny.size,), (tiny, o))
     np.testing.assert_array_equal(o[0::2], tiny * np.float32(0.5))
     np.testing.assert_array_equal(o[1::2], tiny + tiny)
     o[:] = 7
-    ftz = cpuify.RawModule(code=SPECIAL_SRC, options=("-ftz=true",))
+    ftz = cpuify.RawModule(code=SPECIAL_SRC)
     ftz.get_function("subnormals")((1,), (tiny.size,), (tiny, o))
 
     def flush(v):
