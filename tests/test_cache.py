@@ -274,7 +274,8 @@ def test_header_change_invalidates_rawmodule(cache, tmp_path_factory):
             (1,), (128,), (x, np.float32(2), np.int32(100)))
         return x
     np.testing.assert_array_equal(run(), np.full(100, 6.0))
-    assert compiler.compile_cuda(src, options=("-I", str(inc)),
+    # (RawModule appends -ftz=true, as CuPy does)
+    assert compiler.compile_cuda(src, options=("-I", str(inc), "-ftz=true"),
                                  headers=api_headers.headers_for(src, jitify=False)).from_cache
     (inc / "factor.h").write_text("#define FACTOR 5.0f\n")       # same session, same size
     np.testing.assert_array_equal(run(), np.full(100, 10.0))
