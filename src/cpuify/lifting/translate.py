@@ -351,7 +351,7 @@ def value_of(lf: "_Lifter", pb: "_PBlock", o: Operand, ptx_type: str, line: int)
             t = "i32"
             return emit(lf, pb, Operation("upir.special", [], [t], {"reg": name, "line": line})).results[0]
         if name.startswith("%envreg"):
-            return lf.const(0, "i32")
+            return emit(lf, pb, Operation("upir.envreg", [], ["i32"], {"reg": name, "line": line})).results[0]
         if name == "WARP_SZ":           # PTX's constant for warpSize (`mov.u32 %r, WARP_SZ`)
             return lf.const(32, _IR_TYPE_OF_PTX.get(ptx_type, "i32"))
         return symbol_address(lf, pb, name, 0, line)
