@@ -415,3 +415,45 @@ def test_grid_sync_whole_program(tmp_path: Path) -> None:
     assert ex[:2] == ["ex", "0"] and np.isclose(float(ex[2]), ref[n // 2], rtol=1e-6)
     assert rest[2] == "plain cudaErrorLaunchFailure"
     assert "this_grid().sync()" in r.stderr and "cudaLaunchCooperativeKernel" in r.stderr
+
+
+# --- the reference interpreter ---------------------------------------------------------------
+
+def _interp(source: str):  # type: ignore[no-untyped-def]
+    from cpuify.interp import InterpModule
+    return InterpModule(compile_to_ptx(source).ptx)
+
+
+def test_interpreter_runs_waiting_threads_and_blocks() -> None:
+    nb = 3
+    out = np.zeros(2 * nb, np.int32)
+    flag = np.zeros(nb, np.int32)
+    data = np.zeros(nb, np.int32)
+    _interp(PRODUCER_CONSUMER).launch("pc", (nb,), (40,), (out, flag, data))
+    expect = 42 + np.arange(nb)
+    np.testing.assert_array_equal(out, np.concatenate([expect, expect]))
+    nb, bs = 6, 32
+    inp = np.arange(nb * bs, dtype=np.int32) % 7
+    out = np.zeros(nb, np.int32)
+    flags = np.zeros(nb, np.int32)
+    _interp(CHAINED_SCAN).launch("chain", (nb,), (bs,), (inp, out, flags, np.int32(nb * bs)))
+    np.testing.assert_array_equal(out, np.cumsum(inp.reshape(nb, bs).sum(1)))
+
+
+def test_interpreter_grid_sync_agrees_with_compiled_code() -> None:
+    n, iters = 300, 6
+    b = np.random.default_rng(3).random(n).astype(np.float32)
+    x0, x1 = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    _interp(JACOBI).launch("jacobi", (3,), (32,), (b, x0, x1, np.int32(n), np.int32(iters)),
+                           cooperative=True)
+    y0, y1 = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    cpuify.RawKernel(JACOBI, "jacobi", enable_cooperative_groups=True)(
+        (3,), (32,), (b, y0, y1, np.int32(n), np.int32(iters)))
+    np.testing.assert_array_equal(x0, y0)
+    np.testing.assert_allclose(x0, jacobi_reference(b, iters), rtol=1e-6)
+
+
+def test_interpreter_reports_a_deadlock() -> None:
+    from cpuify.errors import LaunchError
+    with pytest.raises(LaunchError, match="no progress.*thread 3.*PTX line"):
+        _interp(DEADLOCK).launch("stuck", (2,), (8,), (np.zeros(1, np.int32), np.zeros(8, np.int32)))
