@@ -457,3 +457,44 @@ def test_interpreter_reports_a_deadlock() -> None:
     from cpuify.errors import LaunchError
     with pytest.raises(LaunchError, match="no progress.*thread 3.*PTX line"):
         _interp(DEADLOCK).launch("stuck", (2,), (8,), (np.zeros(1, np.int32), np.zeros(8, np.int32)))
+
+
+# --- fault containment and the watchdog with blocks as fibers --------------------------------
+
+FAULTY = r'''
+extern "C" __global__ void faulty(volatile int *flags, int *bad) {
+    int b = blockIdx.x;
+    if (threadIdx.x == 0) {
+        if (b > 0) while (flags[b - 1] == 0) { }
+        if (b == 5) bad[0] = 1;                 // NULL: block 5 faults, blocks 6.. wait
+        flags[b] = 1;
+    }
+}'''
+
+
+def test_fault_in_a_fiber_is_contained() -> None:
+    k = cpuify.RawKernel(FAULTY, "faulty")
+    flags = np.zeros(40, np.int32)
+    with pytest.raises(cpuify.IllegalAddressError, match=r"block \(5, 0, 0\).*NULL"):
+        k((40,), (64,), (flags, 0))
+    flags[:] = 0
+    bad = np.zeros(1, np.int32)
+    k((40,), (64,), (flags, bad))               # and the next launch runs normally
+    assert flags.all() and bad[0] == 1
+
+
+def test_kernel_timeout_stops_spinning_fibers(tmp_path: Path) -> None:
+    script = (
+        "import numpy as np, cpuify\n"
+        "src = r'''extern \"C\" __global__ void spin(volatile int *f, int *n) {\n"
+        "  while (f[0] == 0) { atomicAdd(n, 1); } }'''\n"
+        "try:\n"
+        "    cpuify.RawKernel(src, 'spin')((4,), (32,), (np.zeros(1, np.int32), np.zeros(1, np.int32)))\n"
+        "except cpuify.LaunchTimeoutError as e:\n"
+        "    print(type(e).__name__, e)\n")
+    env = {**os.environ, "CPUIFY_KERNEL_TIMEOUT": "1", "CPUIFY_DEADLOCK_TIMEOUT": "60",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=tmp_path)
+    assert r.stdout.startswith("LaunchTimeoutError"), r.stdout + r.stderr
+    assert "CPUIFY_KERNEL_TIMEOUT" in r.stdout

@@ -224,41 +224,54 @@ static int warp_round(cpuify_block_ctx *c, cpuify_dispatch_fn run, const int32_t
     return progressed;
 }
 
+/* The smallest yield point above `after` some thread waits at (INT32_MAX: none). */
+static int32_t next_yield(const cpuify_block_ctx *c, const int32_t *kinds, int32_t after)
+{
+    int32_t y = INT32_MAX;
+    for (uint32_t t = 0; t < c->nthreads; t++) {
+        int32_t s = c->state[t];
+        if (s == STATE_EXITED || !(s & STATE_WAIT)) continue;
+        int32_t sync = s & 0xffff;
+        if ((kinds[sync - 1] & 0xff) == K_YIELD && sync > after && sync < y) y = sync;
+    }
+    return y;
+}
+
 /* One more round of the spin-wait loops of the threads at yield points (each group of
  * threads at the same yield point, in the order of the points).  Returns whether a thread
- * got anywhere else (-1: the block failed); *first_at: a yield point a thread is back at. */
+ * got anywhere else (-1: the block failed); *first_at, *first_thread: a yield point a thread
+ * is back at, and that thread. */
 static int yield_round(cpuify_block_ctx *c, cpuify_dispatch_fn run, const int32_t *kinds,
                        int32_t *first_at, uint32_t *first_thread)
 {
     const uint32_t n = c->nthreads;
     int32_t *state = c->state;
     int moved = 0;
-    int32_t last = 0;
-    for (;;) {
-        /* the next yield point (by id) some thread waits at */
-        int32_t y = INT32_MAX;
-        for (uint32_t t = 0; t < n; t++) {
-            int32_t s = state[t];
-            if (s == STATE_EXITED || !(s & STATE_WAIT)) continue;
-            int32_t sync = s & 0xffff;
-            if ((kinds[sync - 1] & 0xff) == K_YIELD && sync > last && sync < y) y = sync;
-        }
-        if (y == INT32_MAX) return moved;
-        last = y;
+    int32_t y = next_yield(c, kinds, 0);
+    while (y != INT32_MAX) {
         uint32_t waiting = 0;
         for (uint32_t t = 0; t < n; t++)
             if (state[t] == (STATE_WAIT | y)) { state[t] = y; waiting++; }
         run(c, y, 1);
         if (c->error) return -1;
+        /* who is back at y, and the next yield point (above y) a thread waits at */
         uint32_t back = 0;
-        for (uint32_t t = 0; t < n; t++)
-            if (state[t] == (STATE_WAIT | y)) {
+        int32_t next = INT32_MAX;
+        for (uint32_t t = 0; t < n; t++) {
+            int32_t s = state[t];
+            if (s == (STATE_WAIT | y)) {
                 if (!back) *first_thread = t;
                 back++;
+            } else if (s != STATE_EXITED && (s & STATE_WAIT)) {
+                int32_t sync = s & 0xffff;
+                if ((kinds[sync - 1] & 0xff) == K_YIELD && sync > y && sync < next) next = sync;
             }
+        }
         if (back != waiting) moved = 1;
         else *first_at = y;
+        y = next;
     }
+    return moved;
 }
 
 CPUIFY_API void cpuify_block_progress(void);
@@ -350,18 +363,21 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
                 if (r < 0) return c->error;
                 if (r) continue;
             }
-            int32_t at = 0;
-            uint32_t thread = 0;
-            int moved = yield_round(c, run, kinds, &at, &thread);
-            if (moved < 0) return c->error;
-            if (moved) {
-                cpuify_block_progress();
-                continue;
+            /* while nobody gets anywhere, the threads wait for others (other blocks): the
+             * other threads of the block stay where they are meanwhile */
+            for (;;) {
+                int32_t at = 0;
+                uint32_t thread = 0;
+                int moved = yield_round(c, run, kinds, &at, &thread);
+                if (moved < 0) return c->error;
+                if (moved) {
+                    cpuify_block_progress();
+                    break;
+                }
+                int32_t rc = cpuify_block_wait(where ? where[at - 1] : NULL, c->bx, c->by,
+                                               c->bz, thread);
+                if (rc) return rc;
             }
-            /* nobody got anywhere: the threads wait for others (other blocks) */
-            int32_t rc = cpuify_block_wait(where ? where[at - 1] : NULL, c->bx, c->by, c->bz,
-                                           thread);
-            if (rc) return rc;
             continue;
         }
         if (warp_waiting) {

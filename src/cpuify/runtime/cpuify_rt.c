@@ -807,6 +807,7 @@ typedef struct fiber_set {
     fiber_t *cur;                /* the fiber running now, NULL: the runner */
     int joined;                  /* counted in P.fiber_workers */
     int stalled;                 /* counted in P.stalled */
+    uint64_t stalled_since;
 } fiber_set;
 
 /* (pointers: the library's TLS must stay small, it goes in the static TLS block) */
@@ -1030,17 +1031,25 @@ static void fiber_blocks(runner_t *r) {
         if (started < 0) goto out;
         if (started) continue;
         if (!any) break; /* no block left for this runner */
+        uint64_t t = now_ns();
         if (!fs->stalled) {
             fs->stalled = 1;
+            fs->stalled_since = t;
             atomic_fetch_add(&P.stalled, 1);
             note_progress();
         } else if (atomic_load(&P.stalled) >= atomic_load(&P.fiber_workers) &&
-                   now_ns() - atomic_load_explicit(&P.progress_ns, memory_order_relaxed) >
+                   t - atomic_load_explicit(&P.progress_ns, memory_order_relaxed) >
                        g_deadlock_ns) {
             fail_deadlock(fs, id);
             goto out;
         }
-        sched_yield(); /* the blocks it waits for may run on a thread waiting for a CPU */
+        /* the blocks waited for run on other workers (a grid sync: for a few microseconds)
+         * or on a thread waiting for a CPU: spin a little while, then give the CPU away */
+        if (t - fs->stalled_since < 200000u && atomic_load_explicit(&P.worker_spin_ns,
+                                                                    memory_order_relaxed))
+            for (int i = 0; i < 64; i++) cpu_relax();
+        else
+            sched_yield();
     }
 out:
     fibers_leave(fs);
