@@ -498,3 +498,94 @@ def test_kernel_timeout_stops_spinning_fibers(tmp_path: Path) -> None:
                        timeout=120, env=env, cwd=tmp_path)
     assert r.stdout.startswith("LaunchTimeoutError"), r.stdout + r.stderr
     assert "CPUIFY_KERNEL_TIMEOUT" in r.stdout
+
+
+# --- asynchronous barriers: cuda::barrier (software on sm_75, mbarrier on sm_80) ------------
+
+BARRIER = r'''
+#include <cuda/barrier>
+extern "C" __global__ void cb(int *out) {
+    __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+    __shared__ int s[256];
+    int t = threadIdx.x, n = blockDim.x;
+    if (t == 0) init(&bar, n);
+    __syncthreads();
+    s[t] = t * 2;
+    bar.arrive_and_wait();
+    int v = s[(t + 1) % n];
+    bar.arrive_and_wait();
+    s[t] = 7 + t;
+    auto token = bar.arrive();                  // split arrive / wait
+    bar.wait(std::move(token));
+    out[blockIdx.x * n + t] = v + s[(t + 3) % n];
+    if (t >= n / 2) bar.arrive_and_drop();      // half the block leaves the barrier
+    else { bar.arrive_and_wait(); s[t] = 1; bar.arrive_and_wait(); }
+}'''
+
+
+@pytest.mark.parametrize("arch", ["compute_75", "compute_80"])
+def test_cuda_barrier(arch: str) -> None:
+    ptx = compile_to_ptx(BARRIER, options=(f"--gpu-architecture={arch}",)).ptx
+    assert ("mbarrier.arrive" in ptx) == (arch == "compute_80")
+    nb, n = 3, 128
+    t = np.arange(n)
+    expect = np.tile((t + 1) % n * 2 + 7 + (t + 3) % n, nb)
+    out = np.zeros(nb * n, np.int32)
+    cpuify.RawModule(code=BARRIER, options=(f"--gpu-architecture={arch}",)).get_function("cb")(
+        (nb,), (n,), (out,))
+    np.testing.assert_array_equal(out, expect)
+    from cpuify.interp import InterpModule
+    out[:] = 0
+    InterpModule(ptx).launch("cb", (nb,), (n,), (out,))
+    np.testing.assert_array_equal(out, expect)
+
+
+MBARRIER = r'''
+// mbarrier in PTX directly: phases, parity waits, expect_tx/complete_tx, pending_count
+extern "C" __global__ void mb(unsigned *out) {
+    __shared__ unsigned long long bar;
+    unsigned a = (unsigned)__cvta_generic_to_shared(&bar);
+    int t = threadIdx.x;
+    if (t == 0) asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(a), "r"(blockDim.x));
+    __syncthreads();
+    unsigned long long st;
+    for (int phase = 0; phase < 3; phase++) {
+        asm volatile("mbarrier.arrive.shared.b64 %0, [%1];" : "=l"(st) : "r"(a));
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2;"
+                         " selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(a), "r"(phase & 1));
+        unsigned pending;
+        asm volatile("mbarrier.pending_count.b64 %0, %1;" : "=r"(pending) : "l"(st));
+        atomicAdd(&out[phase], pending);         // n + (n - 1) + ... + 1, in any order
+    }
+    // a transaction count: the phase completes when the bytes have "arrived" too
+    if (t == 0) asm volatile("mbarrier.expect_tx.shared.b64 [%0], 64;" :: "r"(a));
+    __syncthreads();
+    asm volatile("mbarrier.arrive.shared.b64 %0, [%1];" : "=l"(st) : "r"(a));
+    unsigned early;
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(early) : "r"(a), "l"(st));
+    __syncthreads();
+    if (t == 0) out[3] = early;                  // not complete: 64 bytes still pending
+    __syncthreads();
+    if (t == 0) asm volatile("mbarrier.complete_tx.shared.b64 [%0], 64;" :: "r"(a));
+    __syncthreads();
+    unsigned late;
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(late) : "r"(a), "l"(st));
+    out[4 + t] = late;
+}'''
+
+
+def test_mbarrier_phases_and_transactions() -> None:
+    opts = ("--gpu-architecture=compute_90",)
+    n = 64
+    out = np.zeros(4 + n, np.uint32)
+    cpuify.RawModule(code=MBARRIER, options=opts).get_function("mb")((2,), (n,), (out,))
+    total = n * (n + 1) // 2 * 2                # (two blocks)
+    assert list(out[:4]) == [total, total, total, 0] and (out[4:] == 1).all()
+    from cpuify.interp import InterpModule
+    out2 = np.zeros_like(out)
+    InterpModule(compile_to_ptx(MBARRIER, options=opts).ptx).launch("mb", (2,), (n,), (out2,))
+    np.testing.assert_array_equal(out2, out)

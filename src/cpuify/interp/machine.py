@@ -23,7 +23,8 @@ and printf (`printf.py`) are its own.
   * blocks run one after another, threads of a segment in linear thread order (the order of
     the compiled thread loops, so that even racy kernels usually agree);
   * forward progress, by a rule of its own: a thread that takes a backward branch after a
-    volatile/acquire/relaxed load, an atomic or a nanosleep since its last backward branch
+    volatile/acquire/relaxed load, an atomic, an mbarrier operation or a nanosleep since its
+    last backward branch
     (or reaches a `upir.spin_wait` of optimized IR) parks there; the scheduler runs the other
     threads first, then the parked ones once more; when that moves none of them, the block
     yields to the next resident block (the next block of the grid is started when every
@@ -450,7 +451,8 @@ class Thread:
             for op in block.ops:
                 handler = PTX_OPS.get(op.name)
                 if handler is not None:
-                    if (op.name == "ptx.atom" or op.name == "ptx.ld" and
+                    if (op.name == "ptx.atom" or op.name == "ptx.mbarrier" or
+                            op.name == "ptx.ld" and
                             _WAITING_MODS.intersection(op.attributes.get("mods", ()))):
                         waited = op.attributes.get("line") or -1
                     handler(self, op)

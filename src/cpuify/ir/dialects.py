@@ -144,6 +144,9 @@ define("ptx.ld", effects=_space_effect((READ,)))
 define("ptx.ldu", effects=_space_effect((READ,)))
 define("ptx.st", effects=_space_effect((WRITE,)))
 define("ptx.atom", effects=_space_effect((READ, WRITE)))
+# mbarrier.{init,arrive,test_wait,...}: an asynchronous barrier object (64 bits of shared
+# memory) read and updated; a wait also orders memory like a fence
+define("ptx.mbarrier", effects=_space_effect((READ, WRITE)))
 define("ptx.red", effects=_space_effect((READ, WRITE)))
 # textures and surfaces: the handle names a descriptor whose data is global memory
 define("ptx.tex", effects=lambda op: [(READ, "global")])

@@ -72,6 +72,10 @@ ALLOWED: dict[str, set[str]] = {
     "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
     "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
+    # asynchronous barriers in shared memory (codegen/ptx_ops.py: _mbarrier); no clusters
+    "mbarrier": {"init", "inval", "arrive", "arrive_drop", "test_wait", "try_wait", "parity",
+                 "pending_count", "expect_tx", "complete_tx", "noComplete", "shared",
+                 "shared::cta", "release", "acquire", "relaxed", "cta"},
 }
 
 _TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
@@ -93,7 +97,6 @@ _REFUSED = {
     "mma": "tensor-core mma operations are not supported",
     "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
     "cp": "asynchronous copies (cp.async) are not supported",
-    "mbarrier": "mbarrier objects are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
 }
 

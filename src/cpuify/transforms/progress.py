@@ -17,7 +17,8 @@ blocks (runtime/cpuify_rt.c: blocks of such kernels are resumable fibers).
 A loop waits for memory when one of its exits depends (through the values the loop computes
 and carries) on a *waiting read*:
   * a load other threads may have written since: `ld.volatile`, `ld.acquire`, `ld.relaxed`,
-    `ld.mmio`, or any `atom` (a CAS loop, `atomicAdd(p, 0)`),
+    `ld.mmio`, any `atom` (a CAS loop, `atomicAdd(p, 0)`), or `mbarrier.test_wait`/`try_wait`
+    (`cuda::barrier`, `cuda::pipeline` waits),
   * a plain load of global, shared or generic memory from an address the loop does not
     change, in a loop that stores nothing there (nvcc keeps such a load in the loop only
     when it must be read again),
@@ -110,6 +111,9 @@ def waiting_reads(body: set[Block]) -> list[Operation]:
         for op in b.ops:
             if op.name == "ptx.atom" and op.results:
                 out.append(op)
+            elif op.name == "ptx.mbarrier" and op.results and \
+                    {"test_wait", "try_wait"} & set(mods(op)):
+                out.append(op)          # the phase of an asynchronous barrier
             elif op.name == "ptx.ld" and op.results:
                 m = set(mods(op))
                 space = _space(op)
