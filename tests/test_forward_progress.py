@@ -392,11 +392,11 @@ def test_grid_sync_whole_program(tmp_path: Path) -> None:
     src = tmp_path / "jacobi.cu"
     src.write_text(PROGRAM)
     exe = tmp_path / "jacobi"
-    r = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "nvcc", str(src), "-o", str(exe)],
+    r = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "nvcc", str(src), "-o", str(exe)], check=False,
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     n, iters = 3000, 30
-    r = subprocess.run([str(exe), str(n), str(iters)], capture_output=True, text=True,
+    r = subprocess.run([str(exe), str(n), str(iters)], check=False, capture_output=True, text=True,
                        timeout=120, env={**os.environ, "CPUIFY_NUM_THREADS": "2"})
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
@@ -494,7 +494,7 @@ def test_kernel_timeout_stops_spinning_fibers(tmp_path: Path) -> None:
         "    print(type(e).__name__, e)\n")
     env = {**os.environ, "CPUIFY_KERNEL_TIMEOUT": "1", "CPUIFY_DEADLOCK_TIMEOUT": "60",
            "PYTHONPATH": os.pathsep.join(sys.path)}
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
                        timeout=120, env=env, cwd=tmp_path)
     assert r.stdout.startswith("LaunchTimeoutError"), r.stdout + r.stderr
     assert "CPUIFY_KERNEL_TIMEOUT" in r.stdout

@@ -81,7 +81,7 @@ _NO_PROGRESS_SECONDS = 2.0
 class _SpinPoint:
     """Scheduler state of a thread parked in a loop that waits for other threads (one per
     loop header, or the `upir.spin_wait` op itself): `line` is the waiting read's PTX line."""
-    __slots__ = ("name", "attributes")
+    __slots__ = ("attributes", "name")
 
     def __init__(self, line: int) -> None:
         self.name = "spin"

@@ -33,7 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpuify.analysis.manager import AnalysisManager
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators
+from cpuify.ir.core import (
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Region,
+    Value,
+    dominates,
+    dominators,
+)
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
@@ -117,12 +126,13 @@ def waiting_reads(body: set[Block]) -> list[Operation]:
             elif op.name == "ptx.ld" and op.results:
                 m = set(mods(op))
                 space = _space(op)
-                if m & _WAITING_MODS:
-                    out.append(op)
-                elif space in ("global", "shared", "generic") and "nc" not in m and \
-                        not _defined_in(op.operands[0], body) and \
-                        not (stores & {space, "generic"}) and \
-                        not (space == "generic" and stores & {"global", "shared"}):
+                # a plain load of memory the loop does not write, from an address it does
+                # not change: read again only to see another thread's write
+                plain_wait = space in ("global", "shared", "generic") and "nc" not in m and \
+                    not _defined_in(op.operands[0], body) and \
+                    not (stores & {space, "generic"}) and \
+                    not (space == "generic" and stores & {"global", "shared"})
+                if m & _WAITING_MODS or plain_wait:
                     out.append(op)
     return out
 
