@@ -334,7 +334,21 @@ __global__ void jacobi(const float *b, float *x0, float *x1, int n, int iters) {
     }
 }
 
+__global__ void stuck(volatile int *flag) {
+    if (threadIdx.x == 5) while (flag[0] == 0) { }
+    __syncthreads();
+}
+
 int main(int argc, char **argv) {
+    if (argc > 3) {
+        // a wait nobody ends: an error within seconds (sticky, as a GPU's launch timeout)
+        int *flag;
+        cudaMallocManaged(&flag, sizeof(int));
+        *flag = 0;
+        stuck<<<3, 64>>>(flag);
+        printf("stuck %s\n", cudaGetErrorName(cudaDeviceSynchronize()));
+        return 0;
+    }
     int n = atoi(argv[1]), iters = atoi(argv[2]);
     cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
@@ -415,6 +429,11 @@ def test_grid_sync_whole_program(tmp_path: Path) -> None:
     assert ex[:2] == ["ex", "0"] and np.isclose(float(ex[2]), ref[n // 2], rtol=1e-6)
     assert rest[2] == "plain cudaErrorLaunchFailure"
     assert "this_grid().sync()" in r.stderr and "cudaLaunchCooperativeKernel" in r.stderr
+    r = subprocess.run([str(exe), "0", "0", "stuck"], check=False, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "CPUIFY_DEADLOCK_TIMEOUT": "0.5"})
+    assert r.returncode == 0 and r.stdout == "stuck cudaErrorLaunchTimeout\n", r.stdout + r.stderr
+    assert "kernel 'stuck(int volatile*)'" in r.stderr and "thread 5 waits in the loop at PTX" \
+        " line" in r.stderr and "jacobi.cu:" in r.stderr and "no running thread writes" in r.stderr
 
 
 # --- the reference interpreter ---------------------------------------------------------------

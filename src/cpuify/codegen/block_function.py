@@ -23,11 +23,12 @@ from cpuify.codegen.segment_emitter import SegmentEmitter
 
 
 def wait_place(kernel: str, ptx: object, line: int) -> str:
-    """`kernel 'k', the loop at PTX line 681 (ld.acquire.gpu.u32 ...), gs.cu:12`: where a
-    spin-wait loop is, with the CUDA source line when the PTX has `.loc` lines (-lineinfo)."""
+    """`the loop at PTX line 681 (ld.acquire.gpu.u32 ...), gs.cu:12`: where a spin-wait loop
+    of `kernel` is, with the CUDA source line when the PTX has `.loc` lines (-lineinfo).  (The
+    messages that use it name the kernel, demangled in whole programs.)"""
     lines: list[str] = list(getattr(ptx, "lines", None) or [])
     text = lines[line - 1].strip() if 1 <= line <= len(lines) else ""
-    out = f"kernel '{kernel}', the loop at PTX line {line}"
+    out = f"the loop at PTX line {line}"
     if text:
         out += f" ({' '.join(text.split())[:80]})"
     files: dict[str, str] = {}

@@ -1051,7 +1051,7 @@ static void fail_deadlock(fiber_set *fs, uint64_t id) {
     uint64_t left = next < P.nblocks ? P.nblocks - next : 0;
     int n = snprintf(msg, sizeof msg,
                      "every thread of the launch waits in a spin-wait loop and none got "
-                     "anywhere for %.1f s: block (%u, %u, %u), thread %u waits at %s: it "
+                     "anywhere for %.1f s: block (%u, %u, %u), thread %u waits in %s: it "
                      "waits for memory that no running thread writes",
                      (double)g_deadlock_ns / 1e9, w ? w->bx : 0, w ? w->by : 0, w ? w->bz : 0,
                      w ? w->thread : 0, w && w->where ? w->where : "a spin-wait loop");
@@ -1158,7 +1158,7 @@ int32_t cpuify_block_wait(const char *where, uint32_t bx, uint32_t by, uint32_t 
     } else if (t - tls_wait_since > g_deadlock_ns) {
         tls_wait_since = 0;
         nocancel_begin();
-        fprintf(stderr, "cpuify: block (%u, %u, %u), thread %u waits at %s for memory no "
+        fprintf(stderr, "cpuify: block (%u, %u, %u), thread %u waits in %s for memory no "
                         "running thread writes (blocks of a grid launched from a kernel run "
                         "one after another)\n", bx, by, bz, thread,
                 where ? where : "a spin-wait loop");
