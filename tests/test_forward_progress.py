@@ -608,3 +608,75 @@ def test_mbarrier_phases_and_transactions() -> None:
     out2 = np.zeros_like(out)
     InterpModule(compile_to_ptx(MBARRIER, options=opts).ptx).launch("mb", (2,), (n,), (out2,))
     np.testing.assert_array_equal(out2, out)
+
+
+# --- a thread-strided loop inside a loop of steps, entered right after a barrier -------------
+
+NESTED_STRIDED = r'''
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void jacobi_ix(const float *b, float *x0, float *x1, int n, int iters) {
+    cg::grid_group g = cg::this_grid();
+    float *src = x0, *dst = x1;
+    for (int it = 0; it < iters; it++) {
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+            float l = i > 0 ? src[i - 1] : 0.0f, r = i < n - 1 ? src[i + 1] : 0.0f;
+            dst[i] = 0.5f * (b[i] + l + r);
+        }
+        g.sync();
+        float *t = src; src = dst; dst = t;
+    }
+}
+// smoothing steps on one block's row, __syncthreads() between steps (a holds the result)
+extern "C" __global__ void smooth(float *a, float *c, int n, int steps) {
+    a += blockIdx.x * n;
+    c += blockIdx.x * n;
+    for (int t = 0; t < steps; t++) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            c[i] = (a[i > 0 ? i - 1 : i] + a[i] + a[i < n - 1 ? i + 1 : i]) * (1.0f / 3);
+        __syncthreads();
+        float *tmp = a; a = c; c = tmp;
+    }
+}
+// no barrier in the outer loop: threads re-enter the strided loop at different times
+extern "C" __global__ void no_barrier(float *x, int n, int reps) {
+    for (int r = 0; r < reps; r++)
+        for (int i = threadIdx.x; i < n; i += blockDim.x) x[blockIdx.x * n + i] += i + r;
+}'''
+
+
+def _interchanged(name: str) -> int:
+    ptx = compile_to_ptx(NESTED_STRIDED).ptx
+    module = parse_ptx(ptx)
+    _, result = lift_and_optimize(module, module.functions[name], PipelineOptions())
+    return result.counts.get("interchange-thread-strided-loops", 0)
+
+
+def test_strided_loop_after_a_barrier_is_interchanged() -> None:
+    assert _interchanged("jacobi_ix") == 1
+    assert _interchanged("smooth") == 1
+    assert _interchanged("no_barrier") == 0
+    # results: against NumPy, with the interchange and without it
+    n, iters = 3000, 12
+    b = np.random.default_rng(4).random(n).astype(np.float32)
+    outs = []
+    for opts in ((), ("--disable-pass=interchange-thread-strided-loops",)):
+        x0, x1 = np.zeros(n, np.float32), np.zeros(n, np.float32)
+        cpuify.RawModule(code=NESTED_STRIDED, options=opts, enable_cooperative_groups=True
+                         ).get_function("jacobi_ix")((4,), (64,), (b, x0, x1, np.int32(n), np.int32(iters)))
+        outs.append(x0)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0], jacobi_reference(b, iters), rtol=1e-6)
+    m, steps, nb = 500, 7, 3
+    data = np.random.default_rng(5).random(nb * m).astype(np.float32)
+    ref = data.reshape(nb, m).copy()
+    for _ in range(steps):
+        left = np.concatenate([ref[:, :1], ref[:, :-1]], axis=1)
+        right = np.concatenate([ref[:, 1:], ref[:, -1:]], axis=1)
+        ref = (left + ref + right) * np.float32(1 / 3)
+    a, c = data.copy(), np.zeros(nb * m, np.float32)
+    cpuify.RawKernel(NESTED_STRIDED, "smooth")((nb,), (96,), (a, c, np.int32(m), np.int32(steps)))
+    np.testing.assert_allclose((c if steps % 2 else a).reshape(nb, m), ref, rtol=1e-5)
+    x = np.zeros(2 * 100, np.float32)
+    cpuify.RawKernel(NESTED_STRIDED, "no_barrier")((2,), (32,), (x, np.int32(100), np.int32(3)))
+    np.testing.assert_array_equal(x.reshape(2, 100), np.tile(3 * np.arange(100) + 3, (2, 1)))
