@@ -68,6 +68,11 @@ extern "C" __global__ void backoff(int *flag, int *out) {
     while (atomicAdd(flag, 0) == 0 && tries < 1000000) { __nanosleep(100); tries++; }
     out[threadIdx.x] = tries;
 }''',
+    "poll_or_zero": r'''
+extern "C" __global__ void poll_or_zero(unsigned *flag, int *out) {
+    while (atomicOr(flag, 0u) == 0) { }
+    out[threadIdx.x] = 1;
+}''',
     "acquire_atomic_ref": r'''
 #include <cuda/atomic>
 extern "C" __global__ void acquire_atomic_ref(int *flag, int *out) {
@@ -113,6 +118,14 @@ extern "C" __global__ void volatile_reduce(float *out) {
     __syncthreads();
     for (int k = 32; k > 0; k >>= 1) if (threadIdx.x < k) v[threadIdx.x] += v[threadIdx.x + k];
     out[0] = v[0];
+}''',
+    "work_queue": r'''
+extern "C" __global__ void work_queue(int *next, const float *in, float *out, int n) {
+    for (;;) {                               // persistent threads: atomicAdd moves on by itself
+        int i = atomicAdd(next, 1);
+        if (i >= n) break;
+        out[i] = 2 * in[i];
+    }
 }''',
     "atomic_histogram": r'''
 extern "C" __global__ void atomic_histogram(const int *in, int *hist, int n) {

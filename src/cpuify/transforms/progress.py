@@ -17,8 +17,9 @@ blocks (runtime/cpuify_rt.c: blocks of such kernels are resumable fibers).
 A loop waits for memory when one of its exits depends (through the values the loop computes
 and carries) on a *waiting read*:
   * a load other threads may have written since: `ld.volatile`, `ld.acquire`, `ld.relaxed`,
-    `ld.mmio`, any `atom` (a CAS loop, `atomicAdd(p, 0)`), or `mbarrier.test_wait`/`try_wait`
-    (`cuda::barrier`, `cuda::pipeline` waits),
+    `ld.mmio`, an atomic that polls (compare-and-swap, exchange, `atomicAdd(p, 0)`: not
+    `atomicAdd(&next, 1)`, a work queue that moves on by itself), or
+    `mbarrier.test_wait`/`try_wait` (`cuda::barrier` waits),
   * a plain load of global, shared or generic memory from an address the loop does not
     change, in a loop that stores nothing there (nvcc keeps such a load in the loop only
     when it must be read again),
@@ -118,7 +119,7 @@ def waiting_reads(body: set[Block]) -> list[Operation]:
     out: list[Operation] = []
     for b in body:
         for op in b.ops:
-            if op.name == "ptx.atom" and op.results:
+            if op.name == "ptx.atom" and op.results and _polls(op):
                 out.append(op)
             elif op.name == "ptx.mbarrier" and op.results and \
                     {"test_wait", "try_wait"} & set(mods(op)):
@@ -135,6 +136,24 @@ def waiting_reads(body: set[Block]) -> list[Operation]:
                 if m & _WAITING_MODS or plain_wait:
                     out.append(op)
     return out
+
+
+def _polls(atom: Operation) -> bool:
+    """Whether an atomic reads memory without moving it on: a compare-and-swap or exchange
+    (a lock: it changes nothing while the lock is taken), or an update by the identity
+    (`atomicAdd(p, 0)`, `atomicOr(p, 0)`).  `atomicAdd(&next, 1)` in a loop takes work items
+    from a queue: each round moves on by itself, nobody is waited for."""
+    m = set(mods(atom))
+    if m & {"cas", "exch"}:
+        return True
+    value = atom.operands[1] if len(atom.operands) > 1 else None
+    c = value.op.attributes.get("value") if isinstance(value, OpResult) and \
+        value.op.name == "upir.const" else None
+    if not isinstance(c, int):
+        return False
+    bits = 64 if m & {"b64", "u64", "s64"} else 32
+    return (c == 0 and bool(m & {"add", "or", "xor"})) or \
+        (c & ((1 << bits) - 1) == (1 << bits) - 1 and "and" in m)
 
 
 def _incoming(region: Region) -> dict[BlockArgument, list[Value]]:
