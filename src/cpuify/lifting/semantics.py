@@ -77,6 +77,10 @@ ALLOWED: dict[str, set[str]] = {
     "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
     "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
+    # asynchronous barriers in shared memory (codegen/ptx_ops.py: _mbarrier); no clusters
+    "mbarrier": {"init", "inval", "arrive", "arrive_drop", "test_wait", "try_wait", "parity",
+                 "pending_count", "expect_tx", "complete_tx", "noComplete", "shared",
+                 "shared::cta", "release", "acquire", "relaxed", "cta"},
 }
 
 _TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
@@ -96,7 +100,6 @@ ALLOWED.update({
 _REFUSED = {
     "wgmma": "warpgroup-level wgmma operations are not supported",
     "cp": "asynchronous copies (cp.async) are not supported",
-    "mbarrier": "mbarrier objects are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
 }
 

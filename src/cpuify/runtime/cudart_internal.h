@@ -79,6 +79,8 @@ typedef struct cpuify_cudart_launch {
     uint64_t shared_bytes, scratch_bytes, prologue_scratch;
     uint32_t dyn_shared, dyn_offset, param_bytes;
     int cooperative;
+    uint32_t launch_flags;      /* cpuify_launch_ex: fibers (spin-waits), cooperative */
+    uint64_t resident;          /* blocks resident at once (the co-resident limit) */
 } cpuify_cudart_launch;
 
 CPUIFY_INTERNAL struct kentry *cpuify_cudart_kernel(const void *func, cudaError_t *err);
