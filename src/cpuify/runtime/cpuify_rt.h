@@ -25,7 +25,7 @@ extern "C" {
  * fault containment, cancellation and the guarded copy: version 5; yield points, fibers and
  * cooperative launches: version 6) changes; the Python
  * loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 6
+#define CPUIFY_RT_ABI_VERSION 7
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 # enum cpuify_error
 CPUIFY_OK = 0
