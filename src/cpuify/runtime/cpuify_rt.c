@@ -1523,7 +1523,7 @@ const char *cpuify_failed_child(void) { return t_failed_child; }
 
 static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                            uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
-                           child_launch **children);
+                           child_launch **children, uint32_t flags, uint64_t max_resident);
 
 /* Runs the grids a grid launched (`list`, newest first) after it: in launch order (which
  * keeps the order of each block's launches into one stream), each with its own children
@@ -1571,11 +1571,13 @@ int32_t cpuify_launch_ex(cpuify_block_fn fn, const void *params, const cpuify_di
                          uint32_t flags, uint64_t max_resident) {
     pthread_once(&g_once, global_init);
     if (tls_in_block)            /* (its children join those of the grid it runs in) */
-        return launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, NULL);
+        return launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, NULL, flags,
+                           max_resident);
     child_launch *children = NULL;
     int depth_top = !t_in_children;
     if (depth_top) t_failed_child = NULL;
-    int32_t rc = launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, &children);
+    int32_t rc = launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, &children,
+                             flags, max_resident);
     if (!children) return rc;
     t_in_children++;
     rc = run_children(rc, children, err_block);
@@ -1585,7 +1587,7 @@ int32_t cpuify_launch_ex(cpuify_block_fn fn, const void *params, const cpuify_di
 
 static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                            uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
-                           child_launch **children) {
+                           child_launch **children, uint32_t flags, uint64_t max_resident) {
     if (!fn || !dims) return 0;
     const uint64_t nblocks = (uint64_t)dims->grid[0] * dims->grid[1] * dims->grid[2];
     if (nblocks == 0) return 0;
