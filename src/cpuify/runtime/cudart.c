@@ -2003,7 +2003,7 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
             why = "not all threads of the block reached the same __syncthreads()";
             break;
         case CPUIFY_ERR_TRAP:
-            why = (d->flags & CPUIFY_KERNEL_ENVREG) && !cooperative
+            why = (k->desc->flags & CPUIFY_KERNEL_ENVREG) && !l->cooperative
                 ? "the kernel executed a trap instruction (it synchronizes the whole grid, "
                   "this_grid().sync(), which needs cudaLaunchCooperativeKernel)"
                 : "the kernel executed a trap instruction";
