@@ -836,6 +836,8 @@ __asm__(".text\n"
 #define FAST_SWITCH 0
 #endif
 
+#define NO_BLOCK UINT64_MAX  /* runner_t.block of a fiber worker between its fibers */
+
 typedef struct fiber {
 #if FAST_SWITCH
     void *sp;                    /* its stack pointer while it does not run */
@@ -1101,6 +1103,8 @@ static void fiber_blocks(runner_t *r) {
             fs->cur = f;
             r->block = f->block;
             fiber_resume(fs, f);
+            /* between fibers a cancel names the last block that waits here, or none */
+            if (f->done) r->block = NO_BLOCK;
             fs->cur = NULL;
             if (f->done) {
                 f->active = 0;
@@ -1240,7 +1244,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
             atomic_store_explicit(&g_armed[slot].launch, 0, memory_order_release);
             atomic_store(&P.cancel_id, id);
             signal_runners(id);
-        } else {
+        } else if (l != NO_BLOCK) {
             blame(bx, by, bz); /* cancelled: name a block that was running */
         }
     }
