@@ -308,7 +308,7 @@ def test_function_pointer_call_through_a_local_table():
     np.testing.assert_array_equal(o, np.where(t & 1, 2 * t, t + 1))
 
 
-def test_grid_sync_is_refused():
+def test_grid_sync_needs_a_cooperative_launch():
     src = r'''
     #include <cooperative_groups.h>
     namespace cg = cooperative_groups;
@@ -318,9 +318,13 @@ def test_grid_sync_is_refused():
         o[threadIdx.x] += 1;
     }'''
     m = cpuify.RawModule(code=src)
-    # refused when asked for (the Python API reads the grid workspace register in its PTX)
-    with pytest.raises(cpuify.UnsupportedError, match="grid_sync.*whole grid"):
+    # without the cooperative flag it traps, as on a GPU (no grid workspace), and says why
+    with pytest.raises(cpuify.KernelFailure, match="grid_sync.*enable_cooperative_groups=True"):
         m.get_function("grid_sync")((2,), (8,), (np.zeros(8, np.int32),))
+    o = np.zeros(8, np.int32)
+    cpuify.RawModule(code=src, enable_cooperative_groups=True).get_function("grid_sync")(
+        (2,), (8,), (o,))
+    np.testing.assert_array_equal(o, 2)
 
 
 def test_legacy_texture_reference_is_compile_error():
