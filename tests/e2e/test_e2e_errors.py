@@ -313,18 +313,22 @@ def test_grid_sync_needs_a_cooperative_launch():
     #include <cooperative_groups.h>
     namespace cg = cooperative_groups;
     extern "C" __global__ void grid_sync(int *o) {
-        o[threadIdx.x] = 1;
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        o[i] = i;
         cg::this_grid().sync();
-        o[threadIdx.x] += 1;
+        int other = o[(i + 8) % 16];       // written by the other block before the sync
+        cg::this_grid().sync();
+        o[i] += other;
     }'''
     m = cpuify.RawModule(code=src)
     # without the cooperative flag it traps, as on a GPU (no grid workspace), and says why
     with pytest.raises(cpuify.KernelFailure, match="grid_sync.*enable_cooperative_groups=True"):
-        m.get_function("grid_sync")((2,), (8,), (np.zeros(8, np.int32),))
-    o = np.zeros(8, np.int32)
+        m.get_function("grid_sync")((2,), (8,), (np.zeros(16, np.int32),))
+    o = np.zeros(16, np.int32)
     cpuify.RawModule(code=src, enable_cooperative_groups=True).get_function("grid_sync")(
         (2,), (8,), (o,))
-    np.testing.assert_array_equal(o, 2)
+    i = np.arange(16)
+    np.testing.assert_array_equal(o, i + (i + 8) % 16)
 
 
 def test_legacy_texture_reference_is_compile_error():
