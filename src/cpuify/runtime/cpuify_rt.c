@@ -73,6 +73,8 @@ static void fp_mode_set(uint32_t m) { (void)m; }
 #endif
 
 #define CPUIFY_MAX_WORKERS 4096
+#define NO_BLOCK UINT64_MAX  /* runner_t.block of a runner not in a block (none started yet,
+                              * or a fiber worker between its fibers) */
 #define CPUIFY_ALIGN 64
 /* readable bytes around shared and scratch buffers (codegen/kernel_abi.py BUFFER_GUARD) */
 #define CPUIFY_BUFFER_GUARD 256
@@ -836,8 +838,6 @@ __asm__(".text\n"
 #define FAST_SWITCH 0
 #endif
 
-#define NO_BLOCK UINT64_MAX  /* runner_t.block of a fiber worker between its fibers */
-
 typedef struct fiber {
 #if FAST_SWITCH
     void *sp;                    /* its stack pointer while it does not run */
@@ -1093,7 +1093,15 @@ static void fiber_blocks(runner_t *r) {
     fs->joined = 1;
     atomic_fetch_add(&P.fiber_workers, 1);
     for (;;) {
-        if (launch_error()) break;
+        if (launch_error()) {
+            /* stopped (a timeout, Ctrl-C) between fibers: name a block still waiting here */
+            for (int32_t i = 0; i < fs->n; i++)
+                if (fs->f[i]->active && !fs->f[i]->done) {
+                    blame(fs->f[i]->bx, fs->f[i]->by, fs->f[i]->bz);
+                    break;
+                }
+            break;
+        }
         int any = 0, all_waiting = 1;
         for (int32_t i = 0; i < fs->n; i++) {
             fiber_t *f = fs->f[i];
@@ -1210,7 +1218,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     r0->launch_id = id;
     r0->cancel_pending = 0;
     r0->nocancel = 0;
-    r0->block = 0;
+    r0->block = NO_BLOCK;
     arm_slot(slot, id, r0->tid);
     tls_in_block = 1;
     /* kernels compiled with .ftz run with MXCSR's FTZ and DAZ set (codegen/denormals.py) and
@@ -1225,6 +1233,13 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     } else {
         /* back from fault_handler or cancel_handler: the block was abandoned */
         r->armed = 0;
+        if (!r->why && tls_fibers)  /* cancelled: a block still waiting here is the one */
+            for (int32_t i = 0; i < tls_fibers->n; i++)
+                if (tls_fibers->f[i]->active && !tls_fibers->f[i]->done &&
+                    tls_fibers->f[i]->waiting) {
+                    blame(tls_fibers->f[i]->bx, tls_fibers->f[i]->by, tls_fibers->f[i]->bz);
+                    break;
+                }
         fibers_leave(tls_fibers); /* (no-op unless it ran fibers) */
         fp_mode_set(fp_mode);
         tls_device_fault = 0;
@@ -1235,6 +1250,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
         uint32_t bx = (uint32_t)(l % d->grid[0]);
         uint64_t t = l / d->grid[0];
         uint32_t by = (uint32_t)(t % d->grid[1]), bz = (uint32_t)(t / d->grid[1]);
+        if (l == NO_BLOCK) bx = by = bz = 0;
         int32_t why = r->why;
         if (why && record_error(id, why, bx, by, bz)) {
             P.fault_addr = (uint64_t)(uintptr_t)r->fault_addr;
