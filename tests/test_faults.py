@@ -131,7 +131,10 @@ def test_fault_in_a_thread_other_than_main(writer: cpuify.RawModule) -> None:
 def run_python(code: str, env: dict[str, str] | None = None,
                timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`code` in a fresh interpreter (its own runtime, environment read at start)."""
-    full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    # (the spinning kernels here wait for memory nobody writes: the no-progress detector
+    # must not end them before the watchdog or Ctrl-C under test does, on a loaded machine)
+    full_env = {**os.environ, "PYTHONPATH": str(SRC), "CPUIFY_DEADLOCK_TIMEOUT": "120",
+                **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 

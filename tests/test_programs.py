@@ -215,7 +215,10 @@ def test_ctrl_c_ends_a_spinning_program(build) -> None:  # type: ignore[no-untyp
     # whole programs keep the default SIGINT action: the process ends, it does not hang
     import signal
     import time
-    p = subprocess.Popen([str(build("fault")), "spin"], stdout=subprocess.DEVNULL)
+    # (the spin waits for memory nobody writes: the no-progress detector would end the
+    # launch after CPUIFY_DEADLOCK_TIMEOUT seconds, which a loaded machine may reach first)
+    env = {**os.environ, "CPUIFY_DEADLOCK_TIMEOUT": "120"}
+    p = subprocess.Popen([str(build("fault")), "spin"], stdout=subprocess.DEVNULL, env=env)
     try:
         time.sleep(1.0)                     # (spinning by then; if not, SIGINT ends it too)
         p.send_signal(signal.SIGINT)
