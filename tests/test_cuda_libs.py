@@ -166,3 +166,121 @@ def test_blas_error_paths(v2) -> None:
     # an unimplemented function says so once, by name; a bad pointer is named as such
     assert r.stderr.count("cublasStrsm_v2 is not supported by cpuify's cuBLAS") == 1
     assert "cublasSgemm failed: illegal address" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# cuFFT and the legacy cuBLAS API (one host-only program, built two ways)
+
+
+def _cuda_home() -> Path:
+    r = subprocess.run([*CPUIFY, "cuda-home"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return Path(r.stdout.strip())
+
+
+@pytest.fixture(scope="module", params=["cpuify-nvcc", "g++-cuda-home"])
+def fft_legacy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("cufft")
+    src = PROGRAMS / "cuda_libs_fft_legacy.cpp"
+    exe = tmp / "fft_legacy"
+    if request.param == "cpuify-nvcc":
+        cmd = [*CPUIFY, "nvcc", str(src), "-o", str(exe), "-lcufft", "-lcublas"]
+    else:      # the usual Makefile split: the host compiler and the toolkit's shared libraries
+        home = _cuda_home()
+        cmd = ["g++", f"-I{home}/include", str(src), "-o", str(exe), f"-L{home}/lib64", "-lcufft", "-lcublas",
+               "-lcudart"]
+    r = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return Dumps(tmp / "out"), run(exe, tmp / "out"), request.param
+
+
+def _complex(a: np.ndarray) -> np.ndarray:
+    return a[0::2] + 1j * a[1::2]
+
+
+def _c2c_expect(x: np.ndarray, axes: tuple[int, ...], inverse: bool) -> np.ndarray:
+    if inverse:     # cuFFT's inverse is unnormalized
+        return np.fft.ifftn(x, axes=axes) * np.prod([x.shape[a] for a in axes])
+    return np.fft.fftn(x, axes=axes)
+
+
+def _close(got: np.ndarray, expect: np.ndarray, dtype: type, what: str) -> None:
+    eps = 1e-5 if dtype == np.float32 else 1e-12
+    scale = max(1.0, float(np.abs(expect).max()))
+    np.testing.assert_allclose(got, expect, rtol=0, atol=eps * scale, err_msg=what)
+
+
+FFT_1D = [("c2c_fwd_8_3", np.float32), ("c2c_fwd_1000_2", np.float32), ("c2c_inv_1024_2", np.float32),
+          ("c2c_fwd_97_3", np.float32), ("z2z_inv_97_1", np.float64), ("z2z_fwd_1000_1", np.float64),
+          ("z2z_fwd_4199_1", np.float64), ("made_fwd_30_1", np.float32)]
+
+
+def test_fft_1d_complex_sizes_and_batches(fft_legacy) -> None:
+    d, _, how = fft_legacy
+    for name, dtype in FFT_1D:
+        _, direction, n, batch = name.split("_")
+        x = _complex(d(f"{name}_in", dtype)).reshape(int(batch), int(n))
+        got = _complex(d(f"{name}_out", dtype)).reshape(int(batch), int(n))
+        _close(got, _c2c_expect(x, (1,), direction == "inv"), dtype, f"{name} ({how})")
+
+
+def test_fft_real_transforms(fft_legacy) -> None:
+    d, _, how = fft_legacy
+    for name, dtype, n, batch in (("r2c_1000_2", np.float32, 1000, 2), ("d2z_97_2", np.float64, 97, 2)):
+        x = d(f"{name}_in", dtype).reshape(batch, n)
+        _close(_complex(d(f"{name}_out", dtype)).reshape(batch, n // 2 + 1), np.fft.rfft(x), dtype, name)
+    for name, dtype, n, batch in (("c2r_1000_2", np.float32, 1000, 2), ("z2d_97_2", np.float64, 97, 2)):
+        X = _complex(d(f"{name}_in", dtype)).reshape(batch, n // 2 + 1)
+        # the imaginary parts of the terms that must be real (0 and n/2) are ignored, as cuFFT does
+        _close(d(f"{name}_out", dtype).reshape(batch, n), np.fft.irfft(X, n) * n, dtype, f"{name} ({how})")
+    # in place: each row of 16 reals padded to 18, the 9 complex results over it
+    x = d("r2cinplace_16_2_in").reshape(2, 18)[:, :16]
+    _close(_complex(d("r2cinplace_16_2_out")).reshape(2, 9), np.fft.rfft(x), np.float32, "r2c in place")
+
+
+def test_fft_2d_3d_and_advanced_layouts(fft_legacy) -> None:
+    d, _, how = fft_legacy
+    x = _complex(d("c2c2d_fwd_12x20_in")).reshape(12, 20)
+    _close(_complex(d("c2c2d_fwd_12x20_out")).reshape(12, 20), np.fft.fft2(x), np.float32, "2d")
+    x = _complex(d("c2c3d_inv_4x6x5_in")).reshape(4, 6, 5)
+    _close(_complex(d("c2c3d_inv_4x6x5_out")).reshape(4, 6, 5), _c2c_expect(x, (0, 1, 2), True),
+           np.float32, "3d")
+    x = d("r2c2d_6x10_in").reshape(6, 10)
+    _close(_complex(d("r2c2d_6x10_out")).reshape(6, 6), np.fft.rfft2(x), np.float32, "r2c 2d")
+    X = _complex(d("c2r2d_6x10_in")).reshape(6, 6)
+    # a 2-D half spectrum that is not Hermitian along the first axis at columns 0 and n/2 is
+    # not a real signal's; cuFFT and irfft2 treat it the same way (the imaginary part dropped)
+    _close(d("c2r2d_6x10_out").reshape(6, 10), np.fft.irfft2(X, (6, 10)) * 60, np.float32, f"c2r 2d ({how})")
+    # every other element, batches 150 complex apart
+    raw = _complex(d("many_strided_64_3_in"))
+    x = np.stack([raw[b * 150: b * 150 + 128: 2] for b in range(3)])
+    _close(_complex(d("many_strided_64_3_out")).reshape(3, 64), np.fft.fft(x), np.float32, "strided")
+    raw = _complex(d("many_embed_8x12_2_in"))
+    x = np.stack([raw[b * 160: b * 160 + 160].reshape(10, 16)[:8, :12] for b in range(2)])
+    _close(_complex(d("many_embed_8x12_2_out")).reshape(2, 8, 12), np.fft.fft2(x), np.float32, "embedded")
+
+
+def test_fft_error_paths(fft_legacy) -> None:
+    _, r, _ = fft_legacy
+    s = statuses(r.stdout)
+    assert {k: s[k] for k in ("bad_handle", "zero_size", "bad_direction", "wrong_type", "xt_exec", "destroyed")} == {
+        "bad_handle": INVALID_PLAN, "zero_size": INVALID_SIZE, "bad_direction": FFT_INVALID_VALUE,
+        "wrong_type": FFT_INVALID_VALUE, "xt_exec": FFT_NOT_SUPPORTED, "destroyed": INVALID_PLAN}
+    assert r.stderr.count("cufftXtExec is not supported by cpuify's cuFFT") == 1
+
+
+def test_legacy_cublas(fft_legacy) -> None:
+    d, r, how = fft_legacy
+    m, n, k, lda = 31, 17, 23, 35
+    A = col_major(d("legacy_A"), m, k, lda).astype(np.float64)
+    B = col_major(d("legacy_B"), n, k, n)
+    np.testing.assert_allclose(col_major(d("legacy_C"), m, n, m), 2 * A @ B.T, rtol=1e-5, atol=1e-5, err_msg=how)
+    dA = col_major(d("legacy_dA", np.float64), 4, 3, 4)
+    np.testing.assert_allclose(col_major(d("legacy_dC", np.float64), 3, 3, 3), dA.T @ dA, rtol=1e-13)
+    x, y, res = d("legacy_x").astype(np.float64), d("legacy_y").astype(np.float64), d("legacy_l1")
+    np.testing.assert_allclose(res[:8], 3 * x + y, rtol=1e-6)
+    assert res[8] == pytest.approx(x @ y, rel=1e-5) and res[9] == np.argmax(np.abs(x)) + 1
+    s = statuses(r.stdout)
+    assert {k: s[k] for k in ("before_init", "bad_trans", "cleared", "alloc_after_shutdown")} == {
+        "before_init": NOT_INITIALIZED, "bad_trans": INVALID_VALUE, "cleared": 0,
+        "alloc_after_shutdown": NOT_INITIALIZED}
