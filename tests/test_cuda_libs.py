@@ -7,6 +7,7 @@ g++ and -lcublas -lcufft."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -44,9 +45,10 @@ def build(tmp: Path, name: str, *flags: str) -> Path:
     return exe
 
 
-def run(exe: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def run(exe: Path, out: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     out.mkdir(exist_ok=True)
-    r = subprocess.run([str(exe), str(out)], capture_output=True, text=True, timeout=300, check=False)
+    r = subprocess.run([str(exe), str(out)], capture_output=True, text=True, timeout=300, check=False,
+                       env={**os.environ, **(env or {})})
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
@@ -73,11 +75,17 @@ def col_major(flat: np.ndarray, rows: int, cols: int, ld: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def v2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dumps, subprocess.CompletedProcess[str]]:
-    tmp = tmp_path_factory.mktemp("cublas_v2")
-    exe = build(tmp, "cuda_libs_v2", "-lcublas")
-    r = run(exe, tmp / "out")
-    return Dumps(tmp / "out"), r
+def v2_exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(tmp_path_factory.mktemp("cublas_v2"), "cuda_libs_v2", "-lcublas")
+
+
+# the GEMM micro-kernel the CPU supports best, and the lesser ones (CPUIFY_GEMM_KERNEL)
+@pytest.fixture(scope="module", params=["best", "avx2", "generic"])
+def v2(request: pytest.FixtureRequest, v2_exe: Path) -> tuple[Dumps, subprocess.CompletedProcess[str]]:
+    out = v2_exe.parent / f"out-{request.param}"
+    env = {} if request.param == "best" else {"CPUIFY_GEMM_KERNEL": request.param}
+    r = run(v2_exe, out, env)
+    return Dumps(out), r
 
 
 def test_gemm_every_transpose_and_leading_dimension(v2) -> None:

@@ -514,71 +514,92 @@ cublasStatus_t cublasDger_v2(cublasHandle_t h, int m, int n, const double *alpha
 /* ------------------------------------------------------------------------------------ */
 /* level 3: GEMM                                                                        */
 
-#define GEMM_NR 6
-#define GEMM_MC 128
+#define GEMM_MC 128     /* a multiple of every micro-kernel's MR */
 #define GEMM_KC 256
-#define GEMM_NC 192      /* a multiple of GEMM_NR; 1024^2 makes 48 tiles (load balance) */
-
-typedef float vfloat __attribute__((vector_size(64)));   /* MR = 16 floats */
-typedef double vdouble __attribute__((vector_size(64))); /* MR = 8 doubles */
-#define MR_S 16
-#define MR_D 8
-
-/* C[0:mr, 0:nr] = alpha * (a panel x b panel) + beta * C (beta == 0: C is not read) */
-#define UKERNEL_BODY(T, VT, MR)                                                              \
-    {                                                                                        \
-        VT acc[GEMM_NR];                                                                     \
-        for (int j = 0; j < GEMM_NR; j++) acc[j] = (VT){0};                                  \
-        for (int p = 0; p < kc; p++) {                                                       \
-            VT av;                                                                           \
-            memcpy(&av, a + (size_t)p * MR, sizeof av);                                      \
-            const T *bp = b + (size_t)p * GEMM_NR;                                           \
-            for (int j = 0; j < GEMM_NR; j++) acc[j] += av * bp[j];                          \
-        }                                                                                    \
-        T out[GEMM_NR][MR];                                                                  \
-        memcpy(out, acc, sizeof out);                                                        \
-        for (int j = 0; j < nr; j++) {                                                       \
-            T *cj = c + (size_t)j * ldc;                                                     \
-            if (beta == 0) for (int i = 0; i < mr; i++) cj[i] = alpha * out[j][i];           \
-            else for (int i = 0; i < mr; i++) cj[i] = alpha * out[j][i] + beta * cj[i];      \
-        }                                                                                    \
-    }
+#define GEMM_NC 192     /* a multiple of every NR; 1024^2 makes 48 tiles (load balance) */
 
 #define UKERNEL_ARGS(T) int kc, const T *restrict a, const T *restrict b, T *restrict c, size_t ldc, \
                         T alpha, T beta, int mr, int nr
+
+/* C[0:mr, 0:nr] = alpha * (the MR x NR product of a packed op(A) panel and a packed op(B)
+ * panel) + beta * C (beta == 0: C is not read) */
+#define UKERNEL_STORE(T, MR, NR)                                                              \
+    for (int j = 0; j < nr; j++) {                                                            \
+        T *cj = c + (size_t)j * ldc;                                                          \
+        if (beta == 0) for (int i = 0; i < mr; i++) cj[i] = alpha * out[j][i];                \
+        else for (int i = 0; i < mr; i++) cj[i] = alpha * out[j][i] + beta * cj[i];           \
+    }
+
+/* the accumulators are NR x NV vectors of VLEN elements (MR = NV * VLEN), kept in registers */
+#define SIMD_UKERNEL(NAME, TARGET, T, VT, VLEN, NV, NR, ZERO, LOAD, SET1, FMA, STORE)         \
+    __attribute__((target(TARGET))) static void NAME(UKERNEL_ARGS(T)) {                       \
+        VT acc[NR][NV];                                                                       \
+        for (int j = 0; j < NR; j++)                                                          \
+            for (int v = 0; v < NV; v++) acc[j][v] = ZERO();                                  \
+        for (int p = 0; p < kc; p++) {                                                        \
+            VT av[NV];                                                                        \
+            for (int v = 0; v < NV; v++) av[v] = LOAD(a + (size_t)p * (NV * VLEN) + v * VLEN); \
+            const T *bp = b + (size_t)p * NR;                                                 \
+            for (int j = 0; j < NR; j++) {                                                    \
+                VT bj = SET1(bp[j]);                                                          \
+                for (int v = 0; v < NV; v++) acc[j][v] = FMA(av[v], bj, acc[j][v]);           \
+            }                                                                                 \
+        }                                                                                     \
+        T out[NR][NV * VLEN];                                                                 \
+        for (int j = 0; j < NR; j++)                                                          \
+            for (int v = 0; v < NV; v++) STORE(&out[j][v * VLEN], acc[j][v]);                 \
+        UKERNEL_STORE(T, NV * VLEN, NR)                                                       \
+    }
+
+/* portable: 8 x 4 (float) / 4 x 4 (double), vectorized by the compiler for the baseline ISA */
+#define BASE_UKERNEL(NAME, T, MR, NR)                                                         \
+    static void NAME(UKERNEL_ARGS(T)) {                                                       \
+        T acc[NR][MR] = {{0}};                                                                \
+        for (int p = 0; p < kc; p++)                                                          \
+            for (int j = 0; j < NR; j++)                                                      \
+                for (int i = 0; i < MR; i++) acc[j][i] += a[(size_t)p * MR + i] * b[(size_t)p * NR + j]; \
+        T (*out)[MR] = acc;                                                                   \
+        UKERNEL_STORE(T, MR, NR)                                                              \
+    }
+
+BASE_UKERNEL(ukernel_s_base, float, 8, 4)
+BASE_UKERNEL(ukernel_d_base, double, 4, 4)
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+SIMD_UKERNEL(ukernel_s_avx2, "avx2,fma", float, __m256, 8, 2, 6, _mm256_setzero_ps, _mm256_loadu_ps,
+             _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps)
+SIMD_UKERNEL(ukernel_d_avx2, "avx2,fma", double, __m256d, 4, 2, 6, _mm256_setzero_pd, _mm256_loadu_pd,
+             _mm256_set1_pd, _mm256_fmadd_pd, _mm256_storeu_pd)
+SIMD_UKERNEL(ukernel_s_avx512, "avx512f,fma", float, __m512, 16, 2, 6, _mm512_setzero_ps, _mm512_loadu_ps,
+             _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps)
+SIMD_UKERNEL(ukernel_d_avx512, "avx512f,fma", double, __m512d, 8, 2, 6, _mm512_setzero_pd, _mm512_loadu_pd,
+             _mm512_set1_pd, _mm512_fmadd_pd, _mm512_storeu_pd)
+#define HAVE_X86_KERNELS 1
+#endif
+
+typedef struct {
+    void *fn;
+    int mr, nr;
+} ukernel;
+
+/* the micro-kernel for this CPU (double: dbl); CPUIFY_GEMM_KERNEL=avx2 or generic asks for a
+ * lesser one (the tests run each) */
+static ukernel pick_ukernel(int dbl) {
+#ifdef HAVE_X86_KERNELS
+    const char *want = getenv("CPUIFY_GEMM_KERNEL");
+    int generic = want && !strcmp(want, "generic"), avx2_only = want && !strcmp(want, "avx2");
+    __builtin_cpu_init();
+    if (!generic && !avx2_only && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+        return dbl ? (ukernel){(void *)ukernel_d_avx512, 16, 6} : (ukernel){(void *)ukernel_s_avx512, 32, 6};
+    if (!generic && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return dbl ? (ukernel){(void *)ukernel_d_avx2, 8, 6} : (ukernel){(void *)ukernel_s_avx2, 16, 6};
+#endif
+    return dbl ? (ukernel){(void *)ukernel_d_base, 4, 4} : (ukernel){(void *)ukernel_s_base, 8, 4};
+}
+
 typedef void (*ukernel_s_fn)(UKERNEL_ARGS(float));
 typedef void (*ukernel_d_fn)(UKERNEL_ARGS(double));
-
-static void ukernel_s_base(UKERNEL_ARGS(float)) UKERNEL_BODY(float, vfloat, MR_S)
-static void ukernel_d_base(UKERNEL_ARGS(double)) UKERNEL_BODY(double, vdouble, MR_D)
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) static void ukernel_s_avx2(UKERNEL_ARGS(float))
-    UKERNEL_BODY(float, vfloat, MR_S)
-__attribute__((target("avx2,fma"))) static void ukernel_d_avx2(UKERNEL_ARGS(double))
-    UKERNEL_BODY(double, vdouble, MR_D)
-__attribute__((target("avx512f,fma"))) static void ukernel_s_avx512(UKERNEL_ARGS(float))
-    UKERNEL_BODY(float, vfloat, MR_S)
-__attribute__((target("avx512f,fma"))) static void ukernel_d_avx512(UKERNEL_ARGS(double))
-    UKERNEL_BODY(double, vdouble, MR_D)
-#endif
-
-static ukernel_s_fn ukernel_s(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return ukernel_s_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ukernel_s_avx2;
-#endif
-    return ukernel_s_base;
-}
-
-static ukernel_d_fn ukernel_d(void) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return ukernel_d_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ukernel_d_avx2;
-#endif
-    return ukernel_d_base;
-}
 
 /* one GEMM (or a batch of equal shapes); a job index is (batch, tile) */
 typedef struct {
@@ -591,10 +612,10 @@ typedef struct {
     long long sa, sb, sc;
     double alpha, beta;
     int mtiles, ntiles;
-    void *kernel;
+    ukernel kernel;
 } gemm_args;
 
-#define GEMM_TILE(T, MR, KFN)                                                                  \
+#define GEMM_TILE(T, KFN)                                                                  \
     do {                                                                                       \
         uint32_t tiles = (uint32_t)g->mtiles * (uint32_t)g->ntiles;                            \
         uint32_t batch = index / tiles, tile = index % tiles;                                  \
@@ -609,7 +630,8 @@ typedef struct {
         size_t lda = (size_t)g->lda, ldb = (size_t)g->ldb, ldc = (size_t)g->ldc;               \
         T *ap = (T *)scratch;                                                                  \
         T *bp = ap + (size_t)GEMM_MC * GEMM_KC;                                                \
-        KFN kernel = (KFN)g->kernel;                                                           \
+        KFN kernel = (KFN)g->kernel.fn;                                                        \
+        const int MR = g->kernel.mr, NR = g->kernel.nr;                                                           \
         if (g->k == 0 || alpha == 0) { /* C = beta C */                                        \
             for (int j = j0; j < j0 + nc; j++)                                                 \
                 for (int i = i0; i < i0 + mc; i++)                                             \
@@ -636,24 +658,24 @@ typedef struct {
                 }                                                                              \
             }                                                                                  \
             /* op(B)[p0:p0+kc, j0:j0+nc] in panels of NR columns, zero-padded */              \
-            for (int jr = 0; jr < nc; jr += GEMM_NR) {                                         \
+            for (int jr = 0; jr < nc; jr += NR) {                                         \
                 T *dst = bp + (size_t)jr * kc;                                                 \
-                int cols = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;                              \
-                for (int j = 0; j < GEMM_NR; j++) {                                            \
+                int cols = nc - jr < NR ? nc - jr : NR;                              \
+                for (int j = 0; j < NR; j++) {                                            \
                     size_t col = (size_t)(j0 + jr + j);                                        \
-                    if (j >= cols) { for (int p = 0; p < kc; p++) dst[(size_t)p * GEMM_NR + j] = 0; } \
+                    if (j >= cols) { for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = 0; } \
                     else if (!g->tb) {                                                         \
                         const T *s = B + (size_t)p0 + col * ldb;                               \
-                        for (int p = 0; p < kc; p++) dst[(size_t)p * GEMM_NR + j] = s[p];      \
+                        for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = s[p];      \
                     } else {                                                                   \
                         const T *s = B + col + (size_t)p0 * ldb;                               \
-                        for (int p = 0; p < kc; p++) dst[(size_t)p * GEMM_NR + j] = s[(size_t)p * ldb]; \
+                        for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = s[(size_t)p * ldb]; \
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
             T b_eff = p0 == 0 ? beta : (T)1;                                                   \
-            for (int jr = 0; jr < nc; jr += GEMM_NR) {                                         \
-                int cols = nc - jr < GEMM_NR ? nc - jr : GEMM_NR;                              \
+            for (int jr = 0; jr < nc; jr += NR) {                                         \
+                int cols = nc - jr < NR ? nc - jr : NR;                              \
                 for (int ir = 0; ir < mc; ir += MR) {                                          \
                     int rows = mc - ir < MR ? mc - ir : MR;                                    \
                     kernel(kc, ap + (size_t)ir * kc, bp + (size_t)jr * kc,                     \
@@ -666,12 +688,12 @@ typedef struct {
 
 static void sgemm_job(const void *arg, uint32_t index, void *scratch) {
     const gemm_args *g = (const gemm_args *)arg;
-    GEMM_TILE(float, MR_S, ukernel_s_fn);
+    GEMM_TILE(float, ukernel_s_fn);
 }
 
 static void dgemm_job(const void *arg, uint32_t index, void *scratch) {
     const gemm_args *g = (const gemm_args *)arg;
-    GEMM_TILE(double, MR_D, ukernel_d_fn);
+    GEMM_TILE(double, ukernel_d_fn);
 }
 
 /* checks the arguments as cuBLAS does and runs `batch` GEMMs */
@@ -690,7 +712,7 @@ static cublasStatus_t gemm(const char *api, cublasHandle_t h, int dbl, cublasOpe
     if (g.m == 0 || g.n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     g.mtiles = (g.m + GEMM_MC - 1) / GEMM_MC;
     g.ntiles = (g.n + GEMM_NC - 1) / GEMM_NC;
-    g.kernel = dbl ? (void *)ukernel_d() : (void *)ukernel_s();
+    g.kernel = pick_ukernel(dbl);
     uint64_t jobs = (uint64_t)g.mtiles * (uint64_t)g.ntiles * (uint64_t)batch;
     if (jobs > INT32_MAX) return CUBLAS_STATUS_INVALID_VALUE;
     size_t elem = dbl ? sizeof(double) : sizeof(float);
