@@ -290,3 +290,24 @@ def test_legacy_cublas(fft_legacy) -> None:
     assert {k: s[k] for k in ("before_init", "bad_trans", "cleared", "alloc_after_shutdown")} == {
         "before_init": NOT_INITIALIZED, "bad_trans": INVALID_VALUE, "cleared": 0,
         "alloc_after_shutdown": NOT_INITIALIZED}
+
+
+def test_nvcc_links_the_static_libraries() -> None:
+    """-lcublas / -lcufft (and their _static names) link cpuify's static archives, as the
+    runtime is linked statically; other CUDA libraries pass through with a warning."""
+    from cpuify.nvcc.driver import parse_args
+    o = parse_args(["a.cu", "-lcublas", "-lcufft_static", "-lcusparse", "-o", "a"])
+    assert o.link_opts == ["-lcublas_static", "-lcufft_static", "-lcusparse"]
+    assert any("-lcusparse" in w for w in o.warnings)
+    assert not any("cublas" in w or "cufft" in w for w in o.warnings)
+
+
+def test_stub_generation_covers_every_declared_function() -> None:
+    """Each function our headers declare links: defined in the C source or stubbed."""
+    from cpuify.nvcc.headers import RUNTIME_INCLUDE
+    from cpuify.nvcc.mathlibs import LIBRARIES, declared_functions, stub_source
+    blas = next(lib for lib in LIBRARIES if lib.name == "cublas")
+    names = declared_functions((RUNTIME_INCLUDE / "cublas_api.h").read_text(), blas.status_type)
+    assert {"cublasSgemm_v2", "cublasStrsm_v2", "cublasCreate_v2", "cublasGemmEx"} <= names
+    text = stub_source(blas, {"cublasStrsm_v2"})
+    assert 'cpuify_cublas_not_supported_once("cublasStrsm_v2", &said)' in text
