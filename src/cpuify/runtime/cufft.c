@@ -37,7 +37,7 @@ typedef struct fft1d {
     long long n;
     int nfac;
     int fac[64];
-    cpx *tw;                 /* tw[j] = exp(-2 pi i j / n) */
+    cpx *tw[2];              /* tw[s][j] = exp(-+2 pi i j / n): forward [0] / inverse [1] */
     /* Bluestein */
     int bluestein;
     long long m;             /* power of two >= 2n - 1 */
@@ -48,7 +48,8 @@ typedef struct fft1d {
 
 static void fft1d_free(fft1d *p) {
     if (!p) return;
-    free(p->tw);
+    free(p->tw[0]);
+    free(p->tw[1]);
     free(p->chirp);
     free(p->bhat[0]);
     free(p->bhat[1]);
@@ -59,29 +60,29 @@ static void fft1d_free(fft1d *p) {
 /* complex elements of work memory fft1d_exec needs */
 static long long fft1d_work(const fft1d *p) { return p->bluestein ? 2 * p->m + p->sub->n : p->n; }
 
-/* out[0:n] = DFT of in[0], in[is], ... (length n = product of fac[]) */
-static void fft_rec(const fft1d *P, const cpx *in, size_t is, cpx *out, long long n, const int *fac,
-                    int sign) {
+/* out[0:n] = DFT of in[0], in[is], ... (length n = product of fac[]); tw: the plan's
+ * twiddles of the transform's sign (of length P->n) */
+static void fft_rec(const fft1d *P, const cpx *tw, const cpx *in, size_t is, cpx *out, long long n,
+                    const int *fac, int sign) {
     int p = fac[0];
     long long m = n / p;
     if (m == 1)
         for (int q = 0; q < p; q++) out[q] = in[(size_t)q * is];
     else
-        for (int q = 0; q < p; q++) fft_rec(P, in + (size_t)q * is, is * p, out + q * m, m, fac + 1, sign);
+        for (int q = 0; q < p; q++) fft_rec(P, tw, in + (size_t)q * is, is * p, out + q * m, m, fac + 1, sign);
     size_t tstride = (size_t)(P->n / n);
-    const cpx *tw = P->tw;
     if (p == 2) {
         for (long long k = 0; k < m; k++) {
-            cpx t = cmul(out[m + k], conj_if(tw[k * tstride], sign));
+            cpx t = cmul(out[m + k], tw[k * tstride]);
             out[m + k] = csub(out[k], t);
             out[k] = cadd(out[k], t);
         }
     } else if (p == 4) {
         for (long long k = 0; k < m; k++) {
             cpx a0 = out[k];
-            cpx a1 = cmul(out[m + k], conj_if(tw[k * tstride], sign));
-            cpx a2 = cmul(out[2 * m + k], conj_if(tw[2 * k * tstride], sign));
-            cpx a3 = cmul(out[3 * m + k], conj_if(tw[3 * k * tstride], sign));
+            cpx a1 = cmul(out[m + k], tw[k * tstride]);
+            cpx a2 = cmul(out[2 * m + k], tw[2 * k * tstride]);
+            cpx a3 = cmul(out[3 * m + k], tw[3 * k * tstride]);
             cpx t0 = cadd(a0, a2), t1 = csub(a0, a2), t2 = cadd(a1, a3), d = csub(a1, a3);
             /* (a1 - a3) * sign * i */
             cpx t3 = sign < 0 ? (cpx){d.im, -d.re} : (cpx){-d.im, d.re};
@@ -90,16 +91,33 @@ static void fft_rec(const fft1d *P, const cpx *in, size_t is, cpx *out, long lon
             out[m + k] = cadd(t1, t3);
             out[3 * m + k] = csub(t1, t3);
         }
+    } else if (p == 3) {
+        const double h = 0.86602540378443864676;     /* sin(2 pi / 3) */
+        for (long long k = 0; k < m; k++) {
+            cpx a0 = out[k];
+            cpx a1 = cmul(out[m + k], tw[k * tstride]);
+            cpx a2 = cmul(out[2 * m + k], tw[2 * k * tstride]);
+            cpx t1 = cadd(a1, a2);
+            cpx t2 = {a0.re - 0.5 * t1.re, a0.im - 0.5 * t1.im};
+            cpx d = {(a1.re - a2.re) * h, (a1.im - a2.im) * h};
+            cpx rot = sign < 0 ? (cpx){d.im, -d.re} : (cpx){-d.im, d.re};   /* d * sign * i */
+            out[k] = cadd(a0, t1);
+            out[m + k] = cadd(t2, rot);
+            out[2 * m + k] = csub(t2, rot);
+        }
     } else {
         cpx y[FFT_MAX_RADIX + 1];
         size_t pstride = (size_t)(P->n / p);
         for (long long k = 0; k < m; k++) {
-            for (int q = 0; q < p; q++)
-                y[q] = cmul(out[q * m + k], conj_if(tw[(size_t)(q * k) * tstride], sign));
+            for (int q = 0; q < p; q++) y[q] = cmul(out[q * m + k], tw[(size_t)(q * k) * tstride]);
             for (int r = 0; r < p; r++) {
                 cpx s = y[0];
-                for (int q = 1; q < p; q++)
-                    s = cadd(s, cmul(y[q], conj_if(tw[(size_t)((q * r) % p) * pstride], sign)));
+                int at = 0;             /* (q r) mod p, stepped */
+                for (int q = 1; q < p; q++) {
+                    at += r;
+                    if (at >= p) at -= p;
+                    s = cadd(s, cmul(y[q], tw[(size_t)at * pstride]));
+                }
                 out[r * m + k] = s;
             }
         }
@@ -108,7 +126,7 @@ static void fft_rec(const fft1d *P, const cpx *in, size_t is, cpx *out, long lon
 
 static void fft1d_exec(const fft1d *P, cpx *data, int sign, cpx *work) {
     if (!P->bluestein) {
-        fft_rec(P, data, 1, work, P->n, P->fac, sign);
+        fft_rec(P, P->tw[sign > 0], data, 1, work, P->n, P->fac, sign);
         memcpy(data, work, (size_t)P->n * sizeof(cpx));
         return;
     }
@@ -135,6 +153,7 @@ static fft1d *fft1d_make(long long n) {
     int big = 0;
     while (r % 4 == 0 && p->nfac < 63) { p->fac[p->nfac++] = 4; r /= 4; }
     while (r % 2 == 0 && p->nfac < 63) { p->fac[p->nfac++] = 2; r /= 2; }
+    while (r % 3 == 0 && p->nfac < 63) { p->fac[p->nfac++] = 3; r /= 3; }
     for (long long f = 3; r > 1 && p->nfac < 63;) {
         if (f * f > r) f = r;                         /* r is prime */
         if (r % f == 0) {
@@ -147,11 +166,13 @@ static fft1d *fft1d_make(long long n) {
     }
     if (n == 1) p->fac[p->nfac++] = 1;
     if (!big) {
-        p->tw = malloc((size_t)n * sizeof(cpx));
-        if (!p->tw) { fft1d_free(p); return NULL; }
+        p->tw[0] = malloc((size_t)n * sizeof(cpx));
+        p->tw[1] = malloc((size_t)n * sizeof(cpx));
+        if (!p->tw[0] || !p->tw[1]) { fft1d_free(p); return NULL; }
         for (long long j = 0; j < n; j++) {
             double a = -2.0 * M_PI * (double)j / (double)n;
-            p->tw[j] = (cpx){cos(a), sin(a)};
+            p->tw[0][j] = (cpx){cos(a), sin(a)};
+            p->tw[1][j] = (cpx){cos(a), -sin(a)};
         }
         return p;
     }
