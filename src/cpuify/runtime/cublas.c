@@ -640,36 +640,43 @@ typedef struct {
         }                                                                                      \
         for (int p0 = 0; p0 < g->k; p0 += GEMM_KC) {                                           \
             int kc = g->k - p0 < GEMM_KC ? g->k - p0 : GEMM_KC;                                \
-            /* op(A)[i0:i0+mc, p0:p0+kc] in panels of MR rows, zero-padded */                 \
+            /* op(A)[i0:i0+mc, p0:p0+kc] in panels of MR rows, zero-padded (read along     \
+               A's columns either way) */                                                  \
             for (int ir = 0; ir < mc; ir += MR) {                                              \
                 T *dst = ap + (size_t)ir * kc;                                                 \
                 int rows = mc - ir < MR ? mc - ir : MR;                                        \
-                for (int p = 0; p < kc; p++) {                                                 \
-                    T *d = dst + (size_t)p * MR;                                               \
-                    size_t col = (size_t)(p0 + p);                                             \
-                    if (!g->ta) {                                                              \
-                        const T *s = A + (size_t)(i0 + ir) + col * lda;                        \
+                if (!g->ta) {                                                                  \
+                    for (int p = 0; p < kc; p++) {                                             \
+                        T *d = dst + (size_t)p * MR;                                           \
+                        const T *s = A + (size_t)(i0 + ir) + (size_t)(p0 + p) * lda;           \
                         for (int i = 0; i < rows; i++) d[i] = s[i];                            \
-                    } else {                                                                   \
-                        const T *s = A + col + (size_t)(i0 + ir) * lda;                        \
-                        for (int i = 0; i < rows; i++) d[i] = s[(size_t)i * lda];              \
+                        for (int i = rows; i < MR; i++) d[i] = 0;                              \
                     }                                                                          \
-                    for (int i = rows; i < MR; i++) d[i] = 0;                                  \
+                } else {                                                                       \
+                    for (int i = 0; i < MR; i++) {                                             \
+                        if (i >= rows) { for (int p = 0; p < kc; p++) dst[(size_t)p * MR + i] = 0; continue; } \
+                        const T *s = A + (size_t)p0 + (size_t)(i0 + ir + i) * lda;             \
+                        for (int p = 0; p < kc; p++) dst[(size_t)p * MR + i] = s[p];           \
+                    }                                                                          \
                 }                                                                              \
             }                                                                                  \
-            /* op(B)[p0:p0+kc, j0:j0+nc] in panels of NR columns, zero-padded */              \
-            for (int jr = 0; jr < nc; jr += NR) {                                         \
+            /* op(B)[p0:p0+kc, j0:j0+nc] in panels of NR columns, zero-padded (read along   \
+               B's columns either way) */                                                  \
+            for (int jr = 0; jr < nc; jr += NR) {                                              \
                 T *dst = bp + (size_t)jr * kc;                                                 \
-                int cols = nc - jr < NR ? nc - jr : NR;                              \
-                for (int j = 0; j < NR; j++) {                                            \
-                    size_t col = (size_t)(j0 + jr + j);                                        \
-                    if (j >= cols) { for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = 0; } \
-                    else if (!g->tb) {                                                         \
-                        const T *s = B + (size_t)p0 + col * ldb;                               \
-                        for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = s[p];      \
-                    } else {                                                                   \
-                        const T *s = B + col + (size_t)p0 * ldb;                               \
-                        for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = s[(size_t)p * ldb]; \
+                int cols = nc - jr < NR ? nc - jr : NR;                                        \
+                if (!g->tb) {                                                                  \
+                    for (int j = 0; j < NR; j++) {                                             \
+                        if (j >= cols) { for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = 0; continue; } \
+                        const T *s = B + (size_t)p0 + (size_t)(j0 + jr + j) * ldb;             \
+                        for (int p = 0; p < kc; p++) dst[(size_t)p * NR + j] = s[p];           \
+                    }                                                                          \
+                } else {                                                                       \
+                    for (int p = 0; p < kc; p++) {                                             \
+                        T *d = dst + (size_t)p * NR;                                           \
+                        const T *s = B + (size_t)(j0 + jr) + (size_t)(p0 + p) * ldb;           \
+                        for (int j = 0; j < cols; j++) d[j] = s[j];                            \
+                        for (int j = cols; j < NR; j++) d[j] = 0;                              \
                     }                                                                          \
                 }                                                                              \
             }                                                                                  \
