@@ -6,6 +6,8 @@ look for one (`make CUDA_PATH=...`, CMake's `enable_language(CUDA)` / `find_pack
     include/               NVIDIA's headers from the PyPI wheels (symlinks) + cpuify's runtime headers
     lib64/ (lib -> lib64)  libcudart_static.a  cpuify's CUDA runtime (libcpuify_cudart.a)
                            libcudart.so        the same runtime as a shared library
+                           libcublas.so, libcublas_static.a, libcufft.so, libcufft_static.a
+                                               cpuify's cuBLAS and cuFFT on the CPU (mathlibs.py)
                            libcuda.so          the driver API (a few functions real, the rest
                                                stubs that say so), also in lib64/stubs/
                            libcudadevrt.a      empty (the device runtime of dynamic parallelism
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from cpuify import cache
 from cpuify.errors import CpuifyError
+from cpuify.nvcc import mathlibs
 from cpuify.nvcc.headers import RUNTIME_INCLUDE, legacy_header_dir
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_library
 from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
@@ -129,6 +132,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
                  nvcc_script().encode(), c_compiler().encode()):
         h.update(part)
         h.update(b"\0")
+    h.update(mathlibs.sources_digest())
     for header in sorted(RUNTIME_DIR.glob("*.h")):       # include/ links each of them
         h.update(header.name.encode() + b"\0")
     for header in sorted(RUNTIME_INCLUDE.glob("*.h")):   # and these, in place of the wheel's
@@ -139,6 +143,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
 
 EXPECTED = ("bin/nvcc", "include/cuda_runtime.h", "lib64/libcudart.so", "lib64/libcudart_static.a",
             "lib64/libcuda.so", "lib64/libcudadevrt.a", "lib/libcudart.so", "version.json",
+            *(f"lib64/lib{name}{kind}" for name in mathlibs.NAMES for kind in (".so", "_static.a")),
             HOME_MARKER)
 
 
@@ -251,6 +256,7 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
         _run([cc, "-shared", "-o", str(lib / "libcuda.so.1"),
               f"-Wl,-soname,{final / 'lib64' / 'libcuda.so.1'}", driver_o, stubs[:-2] + ".o"],
              "linking cpuify's libcuda.so")
+        mathlibs.build(lib, final / "lib64", tk, lib / cudart, release, work)
     os.symlink("libcuda.so.1", lib / "libcuda.so")
     os.symlink("../libcuda.so.1", lib / "stubs" / "libcuda.so")
     _run(["ar", "rcs", str(lib / "libcudadevrt.a")], "creating libcudadevrt.a")

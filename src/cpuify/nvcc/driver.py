@@ -28,6 +28,7 @@ from cpuify.errors import CpuifyError
 from cpuify.nvcc import device, headers, launch_shapes, legacy_texture
 from cpuify.nvcc.cuda_home import (RUNTIME_LINK_LIBS, cuda_home, is_foreign_cuda_include,
                                    library_dirs, verbose_environment)
+from cpuify.nvcc.mathlibs import NAMES as MATH_LIBRARIES
 from cpuify.nvcc.toolkit import find_toolkit
 
 CUDA_SUFFIXES = (".cu",)
@@ -309,10 +310,12 @@ def parse_args(argv: list[str]) -> Options:
                 o.warnings.append("-lcurand: the cuRAND device API (curand_kernel.h) works on the CPU; "
                                   "the host API (curandCreateGenerator, ...) is not supported, so "
                                   "libcurand is not linked")
+            elif value in MATH_LIBRARIES or (value.endswith("_static") and value[:-7] in MATH_LIBRARIES):
+                # cpuify's cuBLAS/cuFFT (cpuify cuda-home), linked statically as the runtime is
+                o.link_opts.append(f"-l{value.removesuffix('_static')}_static")
             else:
-                if value in ("cublas", "cufft", "cusparse", "cusolver", "nvrtc",
-                             "cublasLt", "nppc"):
-                    o.warnings.append(f"-l{value}: cpuify provides only the CUDA runtime; linking "
+                if value in ("cusparse", "cusolver", "nvrtc", "cublasLt", "nppc"):
+                    o.warnings.append(f"-l{value}: cpuify provides the CUDA runtime, cuBLAS and cuFFT only; linking "
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
         elif canon == "-Xcompiler":
@@ -815,7 +818,7 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
         accepted (no effect on the CPU; a warning where a GPU build would differ);
         -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
         runtime (kernels launching kernels: -rdc=true -lcudadevrt), -lcuda its driver API
-        library (cpuify cuda-home); an -I/-isystem to
+        library, -lcublas/-lcufft cpuify's cuBLAS/cuFFT (cpuify cuda-home); an -I/-isystem to
         another CUDA installation's headers is dropped with a warning.
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);

@@ -1,0 +1,50 @@
+/* cpuify's cuBLAS and cuFFT (cublas.c, cufft.c): what they share.  Their work runs through
+ * the block scheduler (cpuify_launch) as a grid of "blocks" that are C functions: spread
+ * over cpuify's workers, with per-worker scratch memory, and with the runtime's fault
+ * containment (a routine given a pointer that is not memory fails with an error, the
+ * program goes on).  cpuify runs every stream's work in issue order at the call, as it
+ * runs kernels, so a routine is finished when it returns. */
+#ifndef CPUIFY_MATHLIB_INTERNAL_H
+#define CPUIFY_MATHLIB_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cpuify_rt.h"
+
+typedef void (*cpuify_job_fn)(const void *arg, uint32_t index, void *scratch);
+
+typedef struct {
+    cpuify_job_fn fn;
+    const void *arg;
+} cpuify_job;
+
+static int32_t cpuify_job_block(const void *params, const cpuify_dims *dims, uint32_t bx, uint32_t by,
+                                uint32_t bz, void *shared, void *scratch) {
+    (void)dims; (void)by; (void)bz; (void)shared;
+    const cpuify_job *j = (const cpuify_job *)params;
+    j->fn(j->arg, bx, scratch);
+    return 0;
+}
+
+/* Runs fn(arg, i, scratch) for i < count over the workers.  Returns 0, or prints one line
+ * naming `api` and the cause and returns -1. */
+static int cpuify_run_job(const char *api, uint32_t count, uint64_t scratch_bytes, cpuify_job_fn fn,
+                          const void *arg) {
+    if (count == 0) return 0;
+    cpuify_job j = {fn, arg};
+    cpuify_dims d = {{count, 1, 1}, {1, 1, 1}};
+    uint32_t where[3];
+    int32_t e = cpuify_launch(cpuify_job_block, &j, &d, 0, scratch_bytes, where);
+    if (e == 0) return 0;
+    const char *why = e == CPUIFY_ERR_ILLEGAL_ADDRESS ? "illegal address (a pointer that is not "
+                                                        "device memory, or too small an allocation?)"
+                      : e == CPUIFY_ERR_OUT_OF_MEMORY ? "out of memory"
+                      : e == CPUIFY_ERR_INTERRUPTED   ? "interrupted"
+                      : e == CPUIFY_ERR_TIMEOUT       ? "timeout"
+                                                      : "execution failed";
+    fprintf(stderr, "cpuify: %s failed: %s\n", api, why);
+    return -1;
+}
+
+#endif /* CPUIFY_MATHLIB_INTERNAL_H */
