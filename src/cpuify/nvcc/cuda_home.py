@@ -224,6 +224,18 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
         if link.is_symlink() or link.exists():
             link.unlink()
         os.symlink(header, link)
+    # host files compiled by the host compiler (g++ -I$(CUDA_HOME)/include, the usual
+    # Makefile split) see the legacy layer too: cuda_runtime_api.h is the toolkit's followed
+    # by cpuify_legacy.h (cudaThreadSynchronize and the other functions CUDA 13 removed)
+    api = tmp / "include" / "cuda_runtime_api.h"
+    original = os.path.join(tk.include, "cuda_runtime_api.h")
+    if os.path.exists(original):
+        api.unlink()
+        api.write_text(
+            "/* cpuify cuda-home: the toolkit's cuda_runtime_api.h, then cpuify's legacy layer\n"
+            " * (the CUDA runtime functions CUDA 13 removed, implemented by cpuify's runtime). */\n"
+            "#ifndef CPUIFY_HOME_CUDA_RUNTIME_API_H\n#define CPUIFY_HOME_CUDA_RUNTIME_API_H\n"
+            f'#include "{original}"\n#include "cpuify_legacy.h"\n#endif\n')
     nvvm = os.path.join(tk.root, "nvvm")
     if os.path.isdir(nvvm):
         os.symlink(nvvm, tmp / "nvvm")
