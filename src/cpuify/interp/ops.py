@@ -406,6 +406,28 @@ def _brev(th: "Thread", op: Operation) -> None:
     th.set(op, int(format(a, f"0{w}b")[::-1], 2), t)
 
 
+@handles("ptx.fns")
+def _fns(th: "Thread", op: Operation) -> None:
+    """fns.b32 d, mask, base, offset: the PTX ISA's pseudocode, literally (a base above 31,
+    undefined in PTX, finds nothing)."""
+    bits, base = th.src(op, 0, "b32"), th.src(op, 1, "u32")
+    offset = to_signed(th.src(op, 2, "s32"), 32)
+    d = 0xFFFFFFFF
+    if offset == 0:
+        if base < 32 and bits >> base & 1:
+            d = base
+    else:
+        pos, count, inc = base, abs(offset) - 1, 1 if offset > 0 else -1
+        while 0 <= pos < 32:
+            if bits >> pos & 1:
+                if count == 0:
+                    d = pos
+                    break
+                count -= 1
+            pos += inc
+    th.set(op, d, "b32")
+
+
 @handles("ptx.bfind")
 def _bfind(th: "Thread", op: Operation) -> None:
     t = ty(op)

@@ -54,7 +54,7 @@ ALLOWED: dict[str, set[str]] = {
     "sqrt": {"approx", "ftz"} | _ROUND, "rsqrt": {"approx", "ftz"}, "rcp": {"approx", "ftz"} | _ROUND,
     "sin": {"approx", "ftz"}, "cos": {"approx", "ftz"}, "ex2": {"approx", "ftz"},
     "lg2": {"approx", "ftz"}, "tanh": {"approx"},
-    "clz": set(), "popc": set(), "brev": set(), "bfind": {"shiftamt"}, "bfe": set(), "bfi": set(),
+    "clz": set(), "popc": set(), "brev": set(), "fns": set(), "bfind": {"shiftamt"}, "bfe": set(), "bfi": set(),
     "bmsk": {"clamp", "wrap"}, "prmt": {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"},
     "copysign": set(), "testp": {"finite", "infinite", "number", "notanumber", "normal", "subnormal"},
     "lop3": set(), "dp4a": set(), "dp2a": {"lo", "hi"},
