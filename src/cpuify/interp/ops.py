@@ -9,6 +9,7 @@ codegen/ptx_*.py) this file computes the exact PTX result; tests compare the two
 
 from __future__ import annotations
 
+import ctypes
 import math
 import operator
 from fractions import Fraction
@@ -833,6 +834,25 @@ def _st(th: "Thread", op: Operation) -> None:
     addr = th.address(op, memory_space(op), size * n)
     for k in range(n):
         store(addr + k * size, t, th.src(op, k + 1, t))
+
+
+@handles("ptx.cp_async")
+def _cp_async(th: "Thread", op: Operation) -> None:
+    """cp.async at issue: cp-size bytes to shared memory, the first min(src-size, cp-size)
+    of them from global memory, zeros after them (PTX ISA: "the remaining bytes are
+    zero-filled"); nothing is read when src-size is 0."""
+    size = int(op.attributes["size"])
+    dst = th.address(op, "shared", size)
+    if dst % size:
+        th.fail(f"cp.async: shared address not aligned to {size} bytes", op)
+    n = min(th.src(op, 2, "u32"), size)
+    data = b""
+    if n:
+        src = (th.src(op, 1, "u64") + int(op.attributes.get("src_offset", 0))) & mask(64)
+        if src < 1 << 16 or src % size:
+            th.fail(f"cp.async: global address {src:#x} is null or not aligned to {size} bytes", op)
+        data = ctypes.string_at(src, n)
+    ctypes.memmove(dst, data + bytes(size - n), size)
 
 
 _ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
-from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
+from cpuify.frontend.ptx_ast import Imm, Instruction, is_ptx_type
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter
@@ -72,6 +72,9 @@ ALLOWED: dict[str, set[str]] = {
     "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
     "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
+    # cp.async: copied at issue (check_cp_async says which forms)
+    "cp": {"async", "ca", "cg", "shared", "global", "commit_group", "wait_group", "wait_all",
+           "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint"},
 }
 
 _TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
@@ -92,7 +95,6 @@ _REFUSED = {
     "wmma": "tensor-core wmma operations are not supported",
     "mma": "tensor-core mma operations are not supported",
     "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
-    "cp": "asynchronous copies (cp.async) are not supported",
     "mbarrier": "mbarrier objects are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
 }
@@ -114,6 +116,9 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     op = instr.opcode
     if op in _REFUSED:
         lifter.error(f"'{instr.full_opcode}': {_REFUSED[op]}", instr.line)
+    if op == "cp" and ("mbarrier" in instr.modifiers or "bulk" in instr.modifiers):
+        lifter.error(f"'{instr.full_opcode}': cp.async.mbarrier.arrive and the bulk (TMA) "
+                     "copies are not supported (cp.async with commit/wait groups is)", instr.line)
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
@@ -127,7 +132,7 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     if op not in ("mov", "ld", "st", "cvt", "cvta", "bra", "ret", "exit", "trap", "bar", "barrier",
                   "membar", "fence", "printf", "assertfail", "malloc", "free", "param_copy",
                   "nanosleep", "activemask", "prefetch", "prefetchu", "pmevent", "discard",
-                  "isspacep") and not types:
+                  "isspacep", "cp") and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
     if any(t in ("tf32", "b128") for t in types) and op not in ("mov", "ld", "st"):
         lifter.error(f"'{instr.full_opcode}': {'/'.join(types)} operations are not supported",
@@ -154,10 +159,34 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
             lifter.error(f"'{instr.full_opcode}': this atomic type is not supported", instr.line)
     if op in ("tex", "tld4", "txq", "suld", "sust"):
         check_texture(instr, lifter)
+    if op == "cp":
+        check_cp_async(instr, lifter)
     if op in ("bar", "barrier") and ("arrive" in instr.modifiers or len(instr.operands) > 1 and not
                                      ("red" in instr.modifiers and len(instr.operands) == 3)):
         lifter.error(f"'{instr.full_opcode}': named/partial barriers (bar.arrive, thread counts) "
                      "are not supported; use __syncthreads()", instr.line)
+
+
+def check_cp_async(instr: Instruction, lifter: "_Lifter") -> None:
+    """cp.async: the copies from global to shared memory (4, 8 or 16 bytes, optional
+    src-size or ignore-src, cache hints) and their groups; not the bulk (TMA) copies or the
+    mbarrier completion forms."""
+    m = instr.modifiers
+    if m[:1] != ("async",):
+        lifter.error(f"'{instr.full_opcode}': only cp.async copies are supported", instr.line)
+    if "commit_group" in m or "wait_all" in m or "wait_group" in m:
+        if len(m) != 2:
+            lifter.error(f"'{instr.full_opcode}': unexpected modifiers", instr.line)
+        return
+    if not ("shared" in m and "global" in m and ("ca" in m or "cg" in m)):
+        lifter.error(f"'{instr.full_opcode}': cp.async copies from .global to .shared with "
+                     ".ca or .cg are supported", instr.line)
+    ops = instr.operands
+    size = ops[2] if len(ops) > 2 else None
+    if not (3 <= len(ops) <= 5) or not isinstance(size, Imm) or size.value not in (4, 8, 16) \
+            or "cg" in m and size.value != 16:
+        lifter.error(f"'{instr.full_opcode}': expected [dst], [src], cp-size (4, 8 or 16; "
+                     "16 with .cg){, src-size | ignore-src}{, cache-policy}", instr.line)
 
 
 def check_texture(instr: Instruction, lifter: "_Lifter") -> None:

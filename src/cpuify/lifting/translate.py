@@ -124,6 +124,10 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         _texture(lf, pb, instr)
         return
 
+    if op == "cp":
+        _cp_async(lf, pb, instr)
+        return
+
     # --- ld/st on parameters ---
     if op in ("ld", "st") and "param" in instr.modifiers and _param_address_in_register(lf, instr):
         # `mov.b64 %rd1, k_param_0; ... ld.param.u32 %r, [%rd9]`: a dynamic index into a
@@ -230,6 +234,40 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     for d, r in zip(dest_names, new.results):
         if d is not None:
             lf.write_var(d, pb, r)
+
+
+def _cp_async(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
+    """cp.async copies at issue: `ptx.cp_async` (dst, src, src-size) writes cp-size bytes
+    to shared memory, the first min(src-size, cp-size) from global memory and zeros after
+    them.  A program may not read the destination before its cp.async.wait_group/wait_all
+    (nor write the source), so a copy done early cannot be told apart from one done then:
+    commit and wait have nothing left to do."""
+    m, line = instr.modifiers, instr.line
+    if "commit_group" in m or "wait_group" in m or "wait_all" in m:
+        return
+    ops = list(instr.operands)
+    dst, src, size = ops[0], ops[1], ops[2]
+    assert isinstance(dst, Addr) and isinstance(src, Addr) and isinstance(size, Imm)
+    n = int(size.value)
+    extra = ops[3:]
+    if "L2::cache_hint" in m and extra:
+        extra = extra[:-1]                    # the cache policy: a hint
+    src_size: Value
+    if not extra:
+        src_size = lf.const(n, "i32")
+    elif isinstance(extra[0], Reg) and lf.var_types.get(extra[0].name) == "i1":
+        # ignore-src: a true predicate reads nothing and writes zeros
+        ignore = value_of(lf, pb, extra[0], "pred", line)
+        src_size = emit(lf, pb, Operation("ptx.selp", [lf.const(0, "i32"), lf.const(n, "i32"),
+                                                        ignore], ["i32"],
+                                          {"mods": ["b32"], "line": line})).results[0]
+    else:
+        src_size = value_of(lf, pb, extra[0], "u32", line)
+    dst_base, dst_off = address_of(lf, pb, dst, line)
+    src_base, src_off = address_of(lf, pb, src, line)
+    emit(lf, pb, Operation("ptx.cp_async", [dst_base, src_base, src_size], [],
+                           {"mods": ["shared", "global"], "size": n, "offset": dst_off,
+                            "src_offset": src_off, "line": line}))
 
 
 def _texture(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
