@@ -66,6 +66,11 @@ class KernelPlan(ThreadLoopPlans):
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
+        if any(sp.op.attributes.get("kind") == "named_barrier" for sp in self.syncs):
+            # threads meet at named barriers in groups that run out of step (producer and
+            # consumer warps): threads stopped at one sync point may be in different
+            # iterations of a loop, so no value is shared among them
+            self.uniform = set()
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()

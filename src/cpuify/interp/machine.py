@@ -428,6 +428,8 @@ class Thread:
             self.xval = as64(vals[0])
             if len(vals) > 1:
                 self.xmask = as32(vals[1])
+        elif kind == "named_barrier":
+            self.xb, self.xc = as32(vals[0]), as32(vals[1])
         elif vals:                        # syncwarp (activemask has no operand)
             self.xmask = as32(vals[0])
 
@@ -623,6 +625,17 @@ def _warp_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
         th.xout, th.xpred = out, pred
 
 
+def _is_named(s: Any) -> bool:
+    """A thread waiting at a named barrier (bar.sync/bar.arrive with an id or a count)."""
+    return s is not _EXITED and s is not _RESUMED and s.name == "upir.warp_collective" and \
+        s.attributes["kind"] == "named_barrier"
+
+
+def _is_warp(s: Any) -> bool:
+    return s is not _EXITED and s is not _RESUMED and s.name == "upir.warp_collective" and \
+        s.attributes["kind"] != "named_barrier"
+
+
 class _BlockRun:
     """Runs the threads of one block to completion."""
 
@@ -650,14 +663,22 @@ class _BlockRun:
 
         for i in range(n):
             advance(i)
+        arrived = [0] * 16                   # named barriers: bar.arrive counts not yet used
         while True:
             live = [i for i in range(n) if state[i] is not _EXITED]
             if not live:
                 return
-            if any(state[i].name == "upir.warp_collective" for i in live):  # type: ignore[union-attr]
+            if self._named_round(state, advance, arrived, len(live)):
+                continue
+            if any(_is_warp(state[i]) for i in live):
                 self._warp_round(state, advance)
                 continue
             barriers = {state[i] for i in live}
+            if any(_is_named(b) for b in barriers):
+                raise LaunchError(
+                    f"kernel '{self.launch.name}' failed in block {self.ctaid}: threads wait at "
+                    "named barriers (bar.sync id, count) that cannot complete: waiting at PTX "
+                    f"lines {', '.join(sorted(str(b.attributes.get('line')) for b in barriers))}")
             if len(barriers) > 1:
                 lines = sorted(str(b.attributes.get("line")) for b in barriers)  # type: ignore[union-attr]
                 raise LaunchError(
@@ -674,6 +695,41 @@ class _BlockRun:
                     threads[i].xout = out
             for i in live:
                 advance(i)
+
+    def _named_round(self, state: list, advance: Any, arrived: list[int], nlive: int) -> bool:
+        """Named barriers (as cpuify_run_block): threads at bar.arrive add to their
+        barrier's count and go on; threads waiting at bar.sync on a barrier are released
+        `count` at a time (0: every live thread), counting arrivals, in thread order.
+        Returns whether any thread was resumed."""
+        threads = self.threads
+        index = self.launch.kernel.sync_index
+        resumed: dict[int, list[int]] = {}
+        waiting: dict[int, list[int]] = {}
+        for i, s in enumerate(state):
+            if not _is_named(s):
+                continue
+            bar = threads[i].xb & 15
+            if s.attributes.get("arrive"):
+                arrived[bar] += 1
+                resumed.setdefault(index[s], []).append(i)
+            else:
+                waiting.setdefault(bar, []).append(i)
+        for bar, ids in sorted(waiting.items()):
+            while ids:
+                need = threads[ids[0]].xc or nlive
+                used = min(arrived[bar], need)
+                if used + len(ids) < need:
+                    break
+                arrived[bar] -= used
+                go, ids = ids[:need - used], ids[need - used:]
+                for i in go:
+                    resumed.setdefault(index[state[i]], []).append(i)
+        for i in (i for r in resumed.values() for i in r):
+            state[i] = _RESUMED
+        for r in sorted(resumed):
+            for i in sorted(resumed[r]):
+                advance(i)
+        return bool(resumed)
 
     def _warp_round(self, state: list, advance: Any) -> None:
         """Exchange the warp collectives that can run, then resume their lanes (as
@@ -694,22 +750,29 @@ class _BlockRun:
                 done = 0
                 for l in range(len(lanes)):
                     s = state[base + l]
-                    if s is _EXITED or s is _RESUMED or done >> l & 1 or \
-                            s.name != "upir.warp_collective":
+                    if done >> l & 1 or not _is_warp(s):
                         continue
                     masked = s.attributes["kind"] != "activemask"
                     mask = lanes[l].xmask
+
+                    def meets(other: Any) -> bool:
+                        # __syncwarp: any call site with the same mask (PTX bar.warp.sync)
+                        if other is s:
+                            return True
+                        return s.attributes["kind"] == "syncwarp" and other is not _EXITED and \
+                            other is not _RESUMED and other.name == "upir.warp_collective" and \
+                            other.attributes["kind"] == "syncwarp"
                     group = sum(1 << m for m in range(l, len(lanes))
-                                if state[base + m] is s and (not masked or lanes[m].xmask == mask))
+                                if meets(state[base + m]) and (not masked or lanes[m].xmask == mask))
                     done |= group
                     want = mask & live if masked else group
                     if pass_ == 0 and want & ~group:
                         continue                 # members still on their way: wait for them
                     _warp_exchange(lanes, group, s)
-                    members = [base + m for m in range(len(lanes)) if group >> m & 1]
-                    for i in members:
-                        state[i] = _RESUMED
-                    resumed.setdefault(index[s], []).extend(members)
+                    for m in range(len(lanes)):
+                        if group >> m & 1:
+                            resumed.setdefault(index[state[base + m]], []).append(base + m)
+                            state[base + m] = _RESUMED
         for r in sorted(resumed):
             for i in sorted(resumed[r]):
                 advance(i)

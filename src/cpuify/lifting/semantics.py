@@ -161,10 +161,11 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
         check_texture(instr, lifter)
     if op == "cp":
         check_cp_async(instr, lifter)
-    if op in ("bar", "barrier") and ("arrive" in instr.modifiers or len(instr.operands) > 1 and not
-                                     ("red" in instr.modifiers and len(instr.operands) == 3)):
-        lifter.error(f"'{instr.full_opcode}': named/partial barriers (bar.arrive, thread counts) "
-                     "are not supported; use __syncthreads()", instr.line)
+    if op in ("bar", "barrier") and "red" in instr.modifiers and len(instr.operands) != 3:
+        lifter.error(f"'{instr.full_opcode}': barrier reductions with a thread count are not "
+                     "supported (bar.sync/bar.arrive with counts are)", instr.line)
+    if op in ("bar", "barrier") and "arrive" in instr.modifiers and len(instr.operands) != 2:
+        lifter.error(f"'{instr.full_opcode}': expected a barrier and a thread count", instr.line)
 
 
 def check_cp_async(instr: Instruction, lifter: "_Lifter") -> None:

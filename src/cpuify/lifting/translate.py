@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
-from cpuify.ir.core import Operation, Value
+from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.lifting.halves import expand, needs_expansion
 from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
 
@@ -218,6 +218,12 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         elif instr.has("red"):
             kind = "popc" if instr.has("popc") else "and" if instr.has("and") else "or"
             new = Operation("upir.barrier", values[1:], result_types, {"reduce": kind, **attrs})
+        elif instr.has("arrive") or len(values) > 1 or not _is_constant(values[0]):
+            # a named barrier: only the threads that name it meet there, `count` of them
+            # (0: every thread of the block); bar.arrive counts without waiting
+            count = values[1] if len(values) > 1 else lf.const(0, "i32")
+            new = Operation("upir.warp_collective", [values[0], count], [],
+                            {"kind": "named_barrier", "arrive": instr.has("arrive"), **attrs})
         else:
             new = Operation("upir.barrier", [], [], attrs)
     elif op in WARP_OPS:
@@ -234,6 +240,10 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     for d, r in zip(dest_names, new.results):
         if d is not None:
             lf.write_var(d, pb, r)
+
+
+def _is_constant(v: Value) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "upir.const"
 
 
 def _cp_async(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:

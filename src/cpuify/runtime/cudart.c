@@ -1797,7 +1797,8 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         cudaError_t e = cudaErrorLaunchFailure;
         switch (rc) {
         case CPUIFY_ERR_BARRIER_DIVERGENCE:
-            why = "not all threads of the block reached the same __syncthreads()";
+            why = "not all threads of the block reached the same __syncthreads() "
+                  "(or a named barrier waits for threads that never arrive)";
             break;
         case CPUIFY_ERR_TRAP: why = "the kernel executed a trap instruction"; break;
         case CPUIFY_ERR_WARP_DIVERGENCE: why = "threads of a warp disagree at a warp collective"; break;
