@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import (
-    Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, Vec, type_size,
+    Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, VarDecl, Vec,
+    type_size,
 )
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, postorder, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
@@ -69,6 +70,20 @@ class _PBlock:
         self.preds: list[_PBlock] = []
 
 
+#: the shared variable behind %reserved_smem_offset_* (1 KB, as on sm_80 and later)
+RESERVED_SMEM = "__cpuify_reserved_smem"
+RESERVED_SMEM_SIZE = 1024
+
+
+def _reads_reserved_smem(kernel: InlinedKernel) -> bool:
+    for stmt in kernel.body:
+        if isinstance(stmt, Instruction):
+            for o in stmt.operands:
+                if isinstance(o, Reg) and o.name.startswith("%reserved_smem_offset"):
+                    return True
+    return False
+
+
 class _Lifter:
     def __init__(self, module: Module, kernel: InlinedKernel) -> None:
         self.module = module
@@ -78,6 +93,11 @@ class _Lifter:
         self.param_by_name = {p.name: p for p in self.params}
         self.var_types: dict[str, str] = {r: REG_TYPE[t] for r, t in kernel.regs.items()}
         self.module_vars = {v.name: v for v in module.variables}
+        if _reads_reserved_smem(kernel) and not any(v.name == RESERVED_SMEM for v in kernel.locals):
+            # the reserved shared memory cooperative groups keeps its multi-warp tile
+            # barriers in (%reserved_smem_offset_*): a shared variable of the kernel
+            kernel.locals.append(VarDecl("shared", "b8", RESERVED_SMEM, 0, 16,
+                                         (RESERVED_SMEM_SIZE,)))
         self.local_vars = {v.name: v for v in kernel.locals}
         self.param_slots: dict[str, set[tuple[int, str]]] = {}
         self.arg_owner: dict[BlockArgument, _PBlock] = {}

@@ -242,6 +242,26 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
             lf.write_var(d, pb, r)
 
 
+#: %reserved_smem_offset_*: offsets into the kernel's reserved shared variable (lift.py),
+#: whose two halves are the regions _0 and _1 (cooperative groups uses _1)
+_RESERVED_SMEM_AT = {"_begin": 0, "_0": 0, "_1": 512, "_end": 1024}
+
+
+def _reserved_smem(lf: "_Lifter", pb: "_PBlock", reg: str, line: int) -> Value:
+    from cpuify.lifting.lift import RESERVED_SMEM, RESERVED_SMEM_SIZE
+    suffix = reg[len("%reserved_smem_offset"):]
+    if suffix == "_cap":
+        return lf.const(RESERVED_SMEM_SIZE, "i32")
+    if suffix not in _RESERVED_SMEM_AT:
+        lf.error(f"unknown special register '{reg}'", line, PTXError)
+    at = symbol_address(lf, pb, RESERVED_SMEM, 0, line)
+    off = emit(lf, pb, Operation("ptx.cvt", [at], ["i32"], {"mods": ["u32", "u64"], "line": line}))
+    if not _RESERVED_SMEM_AT[suffix]:
+        return off.results[0]
+    return emit(lf, pb, Operation("ptx.add", [off.results[0], lf.const(_RESERVED_SMEM_AT[suffix], "i32")],
+                                  ["i32"], {"mods": ["u32"], "line": line})).results[0]
+
+
 def _is_constant(v: Value) -> bool:
     return isinstance(v, OpResult) and v.op.name == "upir.const"
 
@@ -392,6 +412,8 @@ def value_of(lf: "_Lifter", pb: "_PBlock", o: Operand, ptx_type: str, line: int)
                 v = emit(lf, pb, Operation("ptx.not", [v], ["i1"], {"mods": ["pred"], "line": line})).results[0]
             return v
         base = name.split(".")[0]
+        if base.startswith("%reserved_smem_offset"):
+            return _reserved_smem(lf, pb, base, line)
         if base in SPECIAL_REGS:
             if base.startswith("%clock") or base.startswith("%globaltimer"):
                 t = "i64" if name.endswith("64") or name == "%globaltimer" else "i32"

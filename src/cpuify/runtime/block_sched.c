@@ -48,7 +48,7 @@ typedef int32_t (*cpuify_dispatch_fn)(cpuify_block_ctx *ctx, int32_t resume, int
 enum {
     K_BARRIER = 0, K_BAR_POPC = 1, K_BAR_AND = 2, K_BAR_OR = 3,
     K_SOFT = 4,   /* header of an interchanged loop: a resume point, not a meeting point */
-    K_NAMED = 5, K_ARRIVE = 6,   /* bar.sync / bar.arrive id, count (xb: id, xc: count) */
+    K_NAMED = 8, K_ARRIVE = 9,   /* bar.sync / bar.arrive id, count (xb: id, xc: count) */
     K_SYNCWARP = 10, K_SHFL_UP = 11, K_SHFL_DOWN = 12, K_SHFL_BFLY = 13, K_SHFL_IDX = 14,
     K_VOTE_ALL = 20, K_VOTE_ANY = 21, K_VOTE_UNI = 22, K_VOTE_BALLOT = 23,
     K_ACTIVEMASK = 30, K_MATCH_ANY = 31, K_MATCH_ALL = 32,
