@@ -124,6 +124,34 @@ def test_thread_block_tile_up_to_a_warp(n, rng):
             assert got[i].tolist() == want, (n, i)
 
 
+BLOCK = r'''
+extern "C" __global__ void block_group(int *out) {
+    cg::thread_block b = cg::this_thread_block();
+    int *o = out + 8 * (blockIdx.x * blockDim.x * blockDim.y + b.thread_rank());
+    __shared__ int s[64];
+    s[b.thread_rank()] = b.thread_rank();
+    b.sync();
+    o[0] = b.thread_rank(); o[1] = b.size(); o[2] = b.num_threads();
+    o[3] = b.group_index().x; o[4] = b.thread_index().x + 100 * b.thread_index().y;
+    o[5] = b.dim_threads().x * 100 + b.group_dim().y;
+    o[6] = s[b.size() - 1 - b.thread_rank()];
+    // a tile of a tile: 8-thread pieces of a warp
+    cg::thread_block_tile<8> t = cg::tiled_partition<8>(cg::tiled_partition<32>(b));
+    o[7] = t.meta_group_rank() * 100 + t.meta_group_size();
+}
+'''
+
+
+def test_thread_block_group():
+    _, = run_both(BLOCK, "block_group", (2,), (16, 4), (np.zeros(2 * 64 * 8, np.int32),))
+    got = _.reshape(2, 64, 8)
+    for blk in range(2):
+        for r in range(64):
+            x, y = r % 16, r // 16
+            assert got[blk, r].tolist() == [r, 64, 64, blk, x + 100 * y, 1604, 63 - r,
+                                            (r % 32) // 8 * 100 + 4]
+
+
 # --- reductions and scans -------------------------------------------------------------------
 
 REDUCE = r'''
@@ -132,7 +160,7 @@ __device__ void red(const T *x, T *out) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     cg::thread_block_tile<N> t = cg::tiled_partition<N>(cg::this_thread_block());
     T v = x[i];
-    T *o = out + i * 7;
+    T *o = out + i * 8;
     o[0] = cg::reduce(t, v, cg::plus<T>());
     o[1] = cg::reduce(t, v, cg::less<T>());
     o[2] = cg::reduce(t, v, cg::greater<T>());
@@ -140,6 +168,7 @@ __device__ void red(const T *x, T *out) {
     o[4] = cg::exclusive_scan(t, v, cg::greater<T>());
     o[5] = cg::inclusive_scan(t, v, cg::less<T>());
     o[6] = cg::exclusive_scan(t, v);
+    o[7] = cg::reduce(t, v, [](T a, T b) { return a > b ? a : b; });   // a lambda
 }
 template <int N>
 __device__ void redbits(const unsigned *x, unsigned *out) {
@@ -167,8 +196,8 @@ def test_reduce_and_scan(n, tag, dtype, rng):
         x = rng.integers(-50, 50, bs).astype(dtype)
     else:
         x = (rng.standard_normal(bs) * 10).astype(dtype)
-    _, out = run_both(REDUCE, f"red{tag}{n}", (1,), (bs,), (x, np.zeros(bs * 7, dtype)))
-    got = out.reshape(-1, 7)
+    _, out = run_both(REDUCE, f"red{tag}{n}", (1,), (bs,), (x, np.zeros(bs * 8, dtype)))
+    got = out.reshape(-1, 8)
     # the tree order of cg::reduce and the scans: floats agree with NumPy to rounding (and
     # bit for bit with the interpreter, checked by run_both)
     tol = 0 if dtype == np.int32 else 1e-5 * float(np.abs(x).sum())
@@ -183,6 +212,7 @@ def test_reduce_and_scan(n, tag, dtype, rng):
                 assert row[4] == xs[:r].max()
             assert row[5] == xs[:r + 1].min()
             assert abs(row[6] - (xs[:r].sum() if r else 0)) <= tol
+            assert row[7] == xs.max()
 
 
 @pytest.mark.parametrize("n", [8, 32])
@@ -554,6 +584,64 @@ def test_pipeline_double_buffering(rng):
     for k in range(stages):                   # the kernel's order of additions
         want += x.reshape(stages, 128)[k, ::-1]
     np.testing.assert_array_equal(out, want)
+
+
+PIPELINE = r'''
+#include <cuda/pipeline>
+// a pipeline of one thread (cp.async with commit and wait groups, no mbarrier)
+extern "C" __global__ void thread_pipeline(const float *x, float *out, int nstages) {
+    __shared__ float buf[2][128];
+    int t = threadIdx.x;
+    cuda::pipeline<cuda::thread_scope_thread> pipe = cuda::make_pipeline();
+    float acc = 0;
+    pipe.producer_acquire();
+    cuda::memcpy_async(&buf[0][t], &x[t], sizeof(float), pipe);
+    pipe.producer_commit();
+    for (int k = 0; k < nstages; k++) {
+        pipe.producer_acquire();
+        if (k + 1 < nstages)
+            cuda::memcpy_async(&buf[(k + 1) & 1][t], &x[(k + 1) * 128 + t], sizeof(float), pipe);
+        pipe.producer_commit();
+        cuda::pipeline_consumer_wait_prior<1>(pipe);
+        __syncthreads();
+        acc += buf[k & 1][127 - t];
+        __syncthreads();
+        pipe.consumer_release();
+    }
+    out[t] = acc;
+}
+'''
+
+
+def test_cuda_pipeline_of_one_thread(rng):
+    stages = 4
+    x = rng.standard_normal(stages * 128).astype(np.float32)
+    assert "cp.async.wait_group" in _ptx(PIPELINE, "sm_80")
+    _, out = run_both(PIPELINE, "thread_pipeline", (1,), (128,),
+                      (x, np.zeros(128, np.float32), np.int32(stages)), arch="sm_80")
+    want = np.zeros(128, np.float32)
+    for k in range(stages):
+        want += x.reshape(stages, 128)[k, ::-1]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_block_scope_pipeline_is_refused_by_name():
+    src = r'''
+    #include <cuda/pipeline>
+    extern "C" __global__ void block_pipeline(const float *x, float *out) {
+        __shared__ float buf[128];
+        __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, 1> state;
+        auto block = cg::this_thread_block();
+        auto pipe = cuda::make_pipeline(block, &state);
+        pipe.producer_acquire();
+        cuda::memcpy_async(block, buf, x, sizeof(float) * 128, pipe);
+        pipe.producer_commit();
+        pipe.consumer_wait();
+        out[threadIdx.x] = buf[127 - threadIdx.x];
+        pipe.consumer_release();
+    }'''
+    with pytest.raises(cpuify.UnsupportedError, match="block_pipeline.*mbarrier"):
+        _module(src, "sm_80").get_function("block_pipeline")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", None])      # cp.async, or a synchronous copy
