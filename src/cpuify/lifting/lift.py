@@ -24,7 +24,9 @@ from cpuify.frontend.ptx_ast import (
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, postorder, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
 from cpuify.lifting.inline import InlinedKernel, inline_calls
-from cpuify.lifting.semantics import SPECIAL_REGS, check_instruction, operand_type
+from cpuify.lifting.semantics import (
+    RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, check_instruction, operand_type,
+)
 from cpuify.lifting.translate import translate
 
 REG_TYPE = {
@@ -68,11 +70,6 @@ class _PBlock:
         self.defs: dict[str, Value] = {}
         self.incomplete: dict[str, BlockArgument] = {}
         self.preds: list[_PBlock] = []
-
-
-#: the shared variable behind %reserved_smem_offset_* (1 KB, as on sm_80 and later)
-RESERVED_SMEM = "__cpuify_reserved_smem"
-RESERVED_SMEM_SIZE = 1024
 
 
 def _reads_reserved_smem(kernel: InlinedKernel) -> bool:

@@ -22,6 +22,10 @@ SPECIAL_REGS = {
     "%warpsize",
 }
 
+#: the shared variable behind %reserved_smem_offset_* (1 KB, as on sm_80 and later)
+RESERVED_SMEM = "__cpuify_reserved_smem"
+RESERVED_SMEM_SIZE = 1024
+
 _ROUND = {"rn", "rz", "rm", "rp"}
 _ROUNDI = {"rni", "rzi", "rmi", "rpi"}
 _SPACES = {"global", "shared", "local", "const", "param", "generic"}

@@ -8,7 +8,9 @@ from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
 from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.lifting.halves import expand, needs_expansion
-from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
+from cpuify.lifting.semantics import (
+    RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, instr_types, operand_type,
+)
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter, _PBlock
@@ -248,7 +250,6 @@ _RESERVED_SMEM_AT = {"_begin": 0, "_0": 0, "_1": 512, "_end": 1024}
 
 
 def _reserved_smem(lf: "_Lifter", pb: "_PBlock", reg: str, line: int) -> Value:
-    from cpuify.lifting.lift import RESERVED_SMEM, RESERVED_SMEM_SIZE
     suffix = reg[len("%reserved_smem_offset"):]
     if suffix == "_cap":
         return lf.const(RESERVED_SMEM_SIZE, "i32")
