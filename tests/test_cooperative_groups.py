@@ -335,6 +335,52 @@ def test_invoke_one_and_broadcast(rng):
     np.testing.assert_array_equal(out, want)
 
 
+MORE = r'''
+// 64-bit shuffles; partitions of a coalesced group
+extern "C" __global__ void more(const double *x, double *out, long long *o64, int *oi) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double v = x[i];
+    cg::thread_block_tile<32> w = cg::tiled_partition<32>(cg::this_thread_block());
+    out[2 * i] = w.shfl(v, 31 - w.thread_rank());
+    o64[i] = w.shfl_down((long long)(v * 1000) << 20, 3);
+    for (int k = 0; k < 4; k++) oi[4 * i + k] = -1;
+    out[2 * i + 1] = -1;
+    if (v > 0) {
+        cg::coalesced_group g = cg::coalesced_threads();
+        cg::thread_group sub = cg::tiled_partition(g, 4);
+        oi[4 * i] = sub.thread_rank() * 100 + sub.size();
+        cg::coalesced_group lp = cg::labeled_partition(g, (int)(v * 10) & 1);
+        oi[4 * i + 1] = lp.thread_rank() * 100 + lp.size();
+        oi[4 * i + 2] = g.meta_group_rank() * 100 + g.meta_group_size();
+        out[2 * i + 1] = cg::reduce(g, v, cg::plus<double>());
+        oi[4 * i + 3] = cg::exclusive_scan(g, 1);
+    }
+}
+'''
+
+
+def test_64bit_shuffles_and_partitions_of_coalesced_groups(rng):
+    x = rng.standard_normal(64)
+    _, out, o64, oi = run_both(MORE, "more", (1,), (64,),
+                               (x, np.zeros(128), np.zeros(64, np.int64), np.zeros(256, np.int32)))
+    oi = oi.reshape(-1, 4)
+    for w in range(2):
+        xs = x[32 * w:32 * w + 32]
+        active = [lane for lane in range(32) if xs[lane] > 0]
+        for lane in range(32):
+            i = 32 * w + lane
+            assert out[2 * i] == xs[31 - lane]
+            assert o64[i] == int(xs[lane + 3 if lane + 3 < 32 else lane] * 1000) << 20
+            if lane not in active:
+                assert (oi[i] == -1).all() and out[2 * i + 1] == -1
+                continue
+            r, n = active.index(lane), len(active)
+            parity = [k for k in active if int(xs[k] * 10) & 1 == int(xs[lane] * 10) & 1]
+            assert oi[i].tolist() == [r % 4 * 100 + min(4, n - r // 4 * 4),
+                                      parity.index(lane) * 100 + len(parity), 1, r]
+            assert abs(out[2 * i + 1] - xs[active].sum()) < 1e-12
+
+
 # --- __syncwarp with partial masks ----------------------------------------------------------
 
 SYNCWARP = r'''

@@ -81,3 +81,5 @@ case("block_group", "BLOCK", "block_group", (2,), (16, 4), lambda: (np.zeros(2 *
 case("thread_pipeline", "PIPELINE", "thread_pipeline", (1,), (128,),
      lambda: (rng(100).standard_normal(512).astype(np.float32), np.zeros(128, np.float32), np.int32(4)),
      arch="sm_80")
+case("more", "MORE", "more", (1,), (64,),
+     lambda: (rng(110).standard_normal(64), np.zeros(128), np.zeros(64, np.int64), np.zeros(256, np.int32)))
