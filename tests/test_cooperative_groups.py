@@ -1,6 +1,7 @@
 """Cooperative groups, partial-mask __syncwarp, named barriers and cp.async: real CUDA kernels
-compiled by cpuify, each checked against NumPy (or a hand computation) and against the
-reference interpreter (cpuify.interp) on the same PTX.
+compiled by cpuify, each checked against NumPy (or a hand computation), against the
+reference interpreter (cpuify.interp) on the same PTX, and against the outputs an NVIDIA H100
+gave on recorded inputs (tests/data/cg_h100.npz, test_same_bits_as_an_h100).
 
 Multi-warp tiles (thread_block_tile<64..512>) synchronize through spin-waits on shared
 memory in NVIDIA's headers: their tests run when cpuify has spin-wait yield points (the
@@ -9,6 +10,9 @@ forward-progress work of issue #18) and are skipped otherwise."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -817,3 +821,35 @@ def test_reserved_shared_memory_is_part_of_the_kernel():
     # %reserved_smem_offset_1 points into 1 KB of the block's shared memory
     k = _module(MULTI_WARP, "sm_80").get_function("mw64")
     assert k.attributes["shared_size_bytes"] >= 1024 + 4096
+
+
+# --- the same bits as a GPU -----------------------------------------------------------------
+
+H100 = Path(__file__).parent / "data" / "cg_h100.npz"
+
+
+def _h100_cases() -> list[str]:
+    with np.load(H100) as d:
+        return sorted(k[:-len("_meta")] for k in d.files if k.endswith("_meta"))
+
+
+@pytest.mark.parametrize("case", _h100_cases())
+def test_same_bits_as_an_h100(case):
+    """The kernels above on inputs an NVIDIA H100 ran them on (tools/gpu_cg/probe_cg.py,
+    CUDA 13.0, CuPy): cpuify gives the GPU's outputs bit for bit."""
+    with np.load(H100) as d:
+        meta = json.loads(str(d[f"{case}_meta"]))
+        src = globals()[meta["src"]]
+        if hashlib.sha256((HEADERS + src).encode()).hexdigest()[:16] != meta["sha"]:
+            pytest.fail(f"{meta['src']} changed since the GPU ran it: record it again with "
+                        "tools/gpu_cg/probe_cg.py on a GPU")
+        if meta["src"] == "MULTI_WARP" and "yield" not in SYNC_KINDS:
+            pytest.skip("tiles of several warps need spin-wait yield points (issue #18)")
+        args = [d[f"{case}_in{k}"].copy() if f"{case}_in{k}" in d.files
+                else np.int32(meta["scalars"][str(k)]) for k in range(meta["nargs"])]
+        gpu = {k: d[f"{case}_out{k}"] for k in range(meta["nargs"]) if f"{case}_out{k}" in d.files}
+    _module(src, meta["arch"]).get_function(meta["kernel"])(tuple(meta["grid"]), tuple(meta["block"]),
+                                                           tuple(args))
+    for k, want in gpu.items():
+        np.testing.assert_array_equal(args[k].view(np.uint8), want.view(np.uint8),
+                                      err_msg=f"{case}: argument {k} differs from the GPU's")

@@ -6,11 +6,14 @@ import numpy as np
 import cupy as cp
 
 here = os.path.dirname(os.path.abspath(__file__))
-tree = ast.parse(open(os.path.join(here, "..", "..", "tests", "test_cooperative_groups.py")).read())
+test_file = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "..", "tests",
+                                                                "test_cooperative_groups.py")
+tree = ast.parse(open(test_file).read())
 S = {n.targets[0].id: n.value.value for n in tree.body
      if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
      and isinstance(n.targets[0], ast.Name)}
-from cases import CASES   # noqa: E402  (the same list compare.py uses)
+sys.path.insert(0, here)
+from cases import CASES   # (the same list compare.py uses)
 
 incs = [d for d in glob.glob("/usr/local/cuda*/include") + glob.glob(os.path.join(
     os.path.dirname(cp.__file__), "..", "nvidia", "*", "include")) if os.path.isdir(d)]
