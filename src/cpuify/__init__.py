@@ -4,7 +4,7 @@ __version__ = "0.1.0"
 
 from cpuify.errors import (  # noqa: E402
     ArgumentError, ArgumentOverflowError, ArgumentValueError, CompileError, CompileException,
-    CpuifyError, CUDADriverError, IllegalAddressError, IRError, KernelFailure, LaunchError,
+    CpuifyError, CUDADriverError, DeadlockError, IllegalAddressError, IRError, KernelFailure, LaunchError,
     LaunchTimeoutError, ModuleFileNotFoundError,
     PTXError, SymbolNotFoundError, UnsupportedError,
 )
@@ -29,6 +29,6 @@ def __getattr__(name: str):  # lazy: importing cpuify must stay cheap
 __all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "ReductionKernel",
            "TextureObject", "SurfaceObject", "CompileError", "CompileException", "CpuifyError",
            "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
-           "IllegalAddressError", "LaunchTimeoutError",
+           "IllegalAddressError", "LaunchTimeoutError", "DeadlockError",
            "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]

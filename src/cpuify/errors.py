@@ -161,6 +161,13 @@ class LaunchTimeoutError(KernelFailure):
         return (type(self), (self.detail, self.kernel))
 
 
+class DeadlockError(LaunchTimeoutError):
+    """Every thread of a launch waited in a spin-wait loop for memory that no running thread
+    writes, for CPUIFY_DEADLOCK_TIMEOUT seconds (default 2): a GPU would hang (or, for blocks
+    that cannot all be resident, it might).  The message names the kernel, the block, the
+    thread and the waiting loop's PTX line (CUDA line with -lineinfo); CUDA status 702."""
+
+
 class CompileException(CompileError):
     """CuPy's `cupy.cuda.compiler.CompileException`: the CUDA source did not compile.
 

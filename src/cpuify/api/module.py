@@ -35,13 +35,14 @@ from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
 from cpuify.errors import (
     ArgumentError, ArgumentValueError, CompileError, CompileException, CUDADriverError,
-    IllegalAddressError, KernelFailure, LaunchTimeoutError, ModuleFileNotFoundError,
+    DeadlockError, IllegalAddressError, KernelFailure, LaunchTimeoutError, ModuleFileNotFoundError,
     SymbolNotFoundError, UnsupportedError,
 )
 from cpuify.forksafe import compile_section
 from cpuify.runtime.native import (
-    CPUIFY_ERR_HARDWARE, CPUIFY_ERR_ILLEGAL_ADDRESS, CPUIFY_ERR_INTERRUPTED, CPUIFY_ERR_TIMEOUT,
-    last_fault, load_runtime,
+    CPUIFY_ERR_DEADLOCK, CPUIFY_ERR_HARDWARE, CPUIFY_ERR_ILLEGAL_ADDRESS, CPUIFY_ERR_INTERRUPTED,
+    CPUIFY_ERR_TIMEOUT, CPUIFY_LAUNCH_COOPERATIVE, CPUIFY_LAUNCH_FIBERS, last_fault, last_message,
+    load_runtime,
 )
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -66,10 +67,31 @@ _ERROR_STATUS = {ERR_BARRIER_DIVERGENCE: 719, ERR_TRAP: 719, ERR_WARP_DIVERGENCE
 
 
 
+#: per worker (cpuify's "multiprocessor"), the resident blocks a launch may count on, as
+#: an sm_80 has: 2048 threads, 32 blocks, 164 KB of shared memory (cudart's occupancy API
+#: reports the limits of the compiled architecture)
+THREADS_PER_WORKER = 2048
+BLOCKS_PER_WORKER = 32
+SHARED_PER_WORKER = 167936
+
+
+def coresident_blocks(nthreads: int, shared_bytes: int, workers: int) -> int:
+    """The most blocks of `nthreads` threads and `shared_bytes` of shared memory that run at
+    the same time (the limit of a cooperative launch, and of the blocks of a kernel with
+    spin-wait loops that are resident at once)."""
+    per = min(BLOCKS_PER_WORKER, THREADS_PER_WORKER // ((nthreads + 31) // 32 * 32))
+    if shared_bytes:
+        per = min(per, SHARED_PER_WORKER // shared_bytes)
+    return max(per, 1) * max(workers, 1)
+
+
 def _stopped_launch(name: str, rc: int, block: tuple[int, ...]) -> BaseException:
     """The exception for a launch the runtime stopped: a contained fault, the watchdog,
-    Ctrl-C.  Nothing outlives it: the next launch starts afresh (a context reset)."""
+    Ctrl-C, a launch that can make no progress.  Nothing outlives it: the next launch starts
+    afresh (a context reset)."""
     where = f"block ({block[0]}, {block[1]}, {block[2]})"
+    if rc == CPUIFY_ERR_DEADLOCK:
+        return DeadlockError(f"kernel '{name}' can make no progress: {last_message()}", name)
     if rc == CPUIFY_ERR_INTERRUPTED:
         # Python's own SIGINT handler ran too: in the main thread what it raises
         # (KeyboardInterrupt) comes now, if it has not already; in another thread (where
@@ -137,6 +159,7 @@ class Function:
         self.name = info.name
         self._rt = load_runtime()
         self._launch = self._rt.cpuify_launch
+        self._launch_ex = self._rt.cpuify_launch_ex
         self._addr = loaded.function_address(info.symbol)
         self._loaded = loaded
         # launch-config specialization: a block shape launched a second time gets code
@@ -255,6 +278,9 @@ class Function:
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], *, shared_mem: int = 0,
                  stream: Any = None, enable_cooperative_groups: bool = False) -> None:
+        """Launch; with `enable_cooperative_groups` as a cooperative launch (CuPy's flag,
+        cuLaunchCooperativeKernel): every block resident at once, the grid workspace that
+        `this_grid().sync()` uses, at most coresident_blocks() blocks."""
         name = self.name
         g = _dim3(grid, "grid", name)
         bl = _dim3(block, "block", name)
@@ -287,8 +313,12 @@ class Function:
                                   self.info.prologue_scratch, bufs.err_addr)
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
             if rc == 0:
-                rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
-                                  bufs.err_addr)
+                if self.info.spin_waits or enable_cooperative_groups:
+                    rc = self._launch_waiting(g, nthreads, shared_bytes, addr, bufs, scratch,
+                                              bool(enable_cooperative_groups))
+                else:
+                    rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
+                                      scratch, bufs.err_addr)
             e = tuple(bufs.err) if rc else ()
         finally:
             if own:
@@ -300,9 +330,31 @@ class Function:
             if rc >= CPUIFY_ERR_ILLEGAL_ADDRESS:
                 raise _stopped_launch(name, rc, e)
             where = f" in block ({e[0]}, {e[1]}, {e[2]})" if rc != 5 and e[0] != 0xFFFFFFFF else ""
+            hint = ""
+            if rc == ERR_TRAP and self.info.reads_envreg and not enable_cooperative_groups:
+                hint = ("; it synchronizes the whole grid (this_grid().sync()), which needs a "
+                        "cooperative launch: launch it with enable_cooperative_groups=True")
             raise KernelFailure(_ERROR_STATUS.get(rc, 719),
                                 f"kernel '{name}' failed{where}: "
-                                f"{_ERROR_TEXT.get(rc, f'error code {rc}')}", name)
+                                f"{_ERROR_TEXT.get(rc, f'error code {rc}')}{hint}", name)
+
+    def _launch_waiting(self, g: tuple[int, int, int], nthreads: int, shared_bytes: int,
+                        addr: int, bufs: "_LaunchBuffers", scratch: int, cooperative: bool) -> int:
+        """A launch whose blocks run as fibers: a kernel with spin-wait loops, or a
+        cooperative launch (checked against the co-resident limit first)."""
+        limit = coresident_blocks(nthreads, shared_bytes, int(self._rt.cpuify_num_workers()))
+        nblocks = g[0] * g[1] * g[2]
+        flags = CPUIFY_LAUNCH_FIBERS
+        if cooperative:
+            if nblocks > limit:
+                raise CUDADriverError(
+                    720, f"kernel '{self.name}': a cooperative launch of {nblocks} blocks of "
+                    f"{nthreads} threads; cpuify runs at most {limit} such blocks at once "
+                    f"({limit // max(int(self._rt.cpuify_num_workers()), 1)} per worker x "
+                    f"{int(self._rt.cpuify_num_workers())} workers, CPUIFY_NUM_THREADS)")
+            flags |= CPUIFY_LAUNCH_COOPERATIVE
+        return int(self._launch_ex(addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
+                                   bufs.err_addr, flags, limit))
 
     def _check_config(self, g: tuple[int, int, int], bl: tuple[int, int, int], nthreads: int,
                       shared_mem: int) -> None:
@@ -468,11 +520,6 @@ class _Image:
                 hint = " (the kernel name is C++-mangled: declare it extern \"C\" or use name_expressions=)"
             raise SymbolNotFoundError(f"no kernel named '{name}' in this module{hint}; "
                                       f"kernels: {known}")
-        if "%envreg1" in self._entry_text(symbol) or "%envreg2" in self._entry_text(symbol):
-            raise UnsupportedError(
-                f"kernel '{name}' synchronizes the whole grid (cooperative_groups::this_grid()."
-                "sync() / grid.sync()), which cpuify does not run: split the kernel in two "
-                "launches at the grid sync", kernel=name)
         with self._lock:
             fn = self._functions.get(name)
             if fn is None:
@@ -853,7 +900,10 @@ class RawKernel:
         fn = self._fn
         if fn is None:
             fn = self._function()
-        fn(grid, block, args, shared_mem=shared_mem)
+        if enable_cooperative_groups is None:
+            enable_cooperative_groups = self.enable_cooperative_groups
+        fn(grid, block, args, shared_mem=shared_mem,
+           enable_cooperative_groups=enable_cooperative_groups)
 
     # -- attributes (CUDA's function attributes, as CuPy reports them) -------------------
     _ATTRIBUTES = ("max_threads_per_block", "shared_size_bytes", "const_size_bytes",

@@ -314,6 +314,8 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         for sp in kc.syncs:
             if sp.op.name == "upir.barrier":
                 what = "soft barrier" if sp.op.attributes.get("soft") else "barrier"
+            elif sp.op.name == "upir.spin_wait":
+                what = "yield point (a spin-wait loop's back edge: the thread lets the others run)"
             else:
                 what = sp.op.attributes.get("kind", "barrier")
                 if sp.index in kc.static_shuffles:

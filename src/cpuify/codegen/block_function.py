@@ -22,6 +22,32 @@ from cpuify.codegen.lowering import I1, I32, I64, PTR
 from cpuify.codegen.segment_emitter import SegmentEmitter
 
 
+def wait_place(kernel: str, ptx: object, line: int) -> str:
+    """`the loop at PTX line 681 (ld.acquire.gpu.u32 ...), gs.cu:12`: where a spin-wait loop
+    of `kernel` is, with the CUDA source line when the PTX has `.loc` lines (-lineinfo).  (The
+    messages that use it name the kernel, demangled in whole programs.)"""
+    lines: list[str] = list(getattr(ptx, "lines", None) or [])
+    text = lines[line - 1].strip() if 1 <= line <= len(lines) else ""
+    out = f"the loop at PTX line {line}"
+    if text:
+        out += f" ({' '.join(text.split())[:80]})"
+    files: dict[str, str] = {}
+    for t in lines:
+        parts = t.split()
+        if len(parts) >= 3 and parts[0] == ".file":
+            files[parts[1]] = parts[2].strip('",')
+    for k in range(min(line, len(lines)) - 1, -1, -1):
+        parts = lines[k].split()
+        if len(parts) >= 3 and parts[0] == ".loc":
+            name = files.get(parts[1], f"file {parts[1]}")
+            out += f", {name}:{parts[2]}"
+            break
+        if parts and (parts[0].startswith(".entry") or parts[0].startswith(".func") or
+                      (len(parts) > 1 and parts[1] in (".entry", ".func"))):
+            break
+    return out
+
+
 class KernelCodegen(KernelPlan):
     """Emits one kernel (its plan: KernelPlan) into the module's LLVM IR."""
 
@@ -54,7 +80,10 @@ class KernelCodegen(KernelPlan):
             scratch=ScratchLayout(bool(self.syncs), self.slot_bytes, self.local_size),
             shared_static=self.shared.dynamic_offset if self.shared.static_size else 0,
             has_sync=bool(self.syncs), num_sync=len(self.syncs),
-            directives=self.kernel.directives)
+            directives=self.kernel.directives,
+            spin_waits=sum(1 for sp in self.syncs if sp.op.name == "upir.spin_wait"),
+            reads_envreg=any(op.name == "upir.envreg" for blk in self.region.blocks
+                             for op in blk.ops))
         self.mod.kernels.append(info)
         return info
 
@@ -313,10 +342,37 @@ class KernelCodegen(KernelPlan):
             handed.add_incoming(I32(STATE_UNKNOWN), filled)
         else:
             handed = known
-        run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32])
+        run_from = self.mod.intrinsic("cpuify_run_block_from", I32, [PTR, PTR, PTR, I32, I32, PTR])
         b.ret(b.call(run_from, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR),
-                                I32(len(kinds)), handed]))
+                                I32(len(kinds)), handed, self.emit_wait_places(kinds)]))
         return fn
+
+    def emit_wait_places(self, kinds: list[int]) -> ir.Value:
+        """For the runtime's message when a launch can make no progress: per sync point, a
+        C string naming the kernel and the waiting loop of a yield point (NULL for the other
+        sync points); a null pointer when the kernel has no yield points."""
+        if SYNC_KINDS["yield"] not in kinds:
+            return ir.Constant(PTR, None)
+        m = self.mod.module
+        entries = []
+        for sp, k in zip(self.syncs, kinds):
+            if k != SYNC_KINDS["yield"]:
+                entries.append(ir.Constant(PTR, None))
+                continue
+            text = wait_place(self.name, self.mod.ptx, int(sp.op.attributes.get("line") or 0))
+            data = bytearray(text.encode("utf-8", "replace")) + b"\0"
+            st = ir.ArrayType(ir.IntType(8), len(data))
+            g = ir.GlobalVariable(m, st, name=f"cpuify_wait_place_{self.name}_{sp.index}")
+            g.initializer = ir.Constant(st, data)
+            g.global_constant = True
+            g.linkage = "internal"
+            entries.append(g.bitcast(PTR))
+        at = ir.ArrayType(PTR, len(entries))
+        table = ir.GlobalVariable(m, at, name=f"cpuify_wait_places_{self.name}")
+        table.initializer = ir.Constant(at, entries)
+        table.global_constant = True
+        table.linkage = "internal"
+        return table.bitcast(PTR)
 
     def counted_loop(self, b: ir.IRBuilder, n64: ir.Value, inits: list[ir.Value],
                      body: Callable[[ir.IRBuilder, ir.Value, list[ir.Value]], list[ir.Value]],

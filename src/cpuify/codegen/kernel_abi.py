@@ -64,6 +64,11 @@ class KernelInfo:
     # indexes of the pointer parameters the kernel stores or atomically updates through
     # (analysis.access.written_parameters): the API refuses read-only arrays for them
     written_params: tuple[int, ...] = ()
+    # yield points (spin-wait loops, transforms/progress.py): the runtime runs the blocks as
+    # resumable fibers (cpuify_launch_ex, CPUIFY_LAUNCH_FIBERS)
+    spin_waits: int = 0
+    # the kernel reads %envreg (grid.sync()): it needs a cooperative launch's grid workspace
+    reads_envreg: bool = False
 
     def buffer_size(self) -> int:
         """Bytes of a launch's parameter buffer: the parameters, the dynamic shared memory

@@ -408,3 +408,77 @@ def _rmw_value(e: SegmentEmitter, kind: str, old: ir.Value, val: ir.Value) -> ir
         wrap = b.or_(b.icmp_unsigned("==", old, old.type(0)), b.icmp_unsigned(">", old, val))
         return b.select(wrap, val, b.sub(old, old.type(1)))
     raise AssertionError(kind)
+
+
+# An mbarrier object (64 bits of shared memory; PTX leaves its layout to the implementation):
+# bits 0-19 the arrivals pending in the current phase, 20-39 the arrivals each phase expects,
+# 40-62 the transaction count pending (expect_tx / complete_tx), bit 63 the phase parity.
+# The state an arrive returns is the object before the arrival (its bit 63: the phase it
+# arrived in).  A block runs on one worker, one CUDA thread at a time: the updates need no
+# CPU atomics (as shared-memory atomics).
+MBAR_COUNT = 0xFFFFF
+MBAR_EXPECTED_SHIFT = 20
+MBAR_TX_SHIFT = 40
+MBAR_TX = 0x7FFFFF
+MBAR_PHASE_SHIFT = 63
+
+
+@handles("ptx.mbarrier")
+def _mbarrier(e: SegmentEmitter, op: Operation) -> None:
+    b = e.b
+    m = set(mods(op))
+    if "pending_count" in m:
+        state = e.operand(op.operands[0], "b64")
+        e.result(op, b.trunc(b.and_(state, I64(MBAR_COUNT)), I32), "u32")
+        return
+    space = "shared" if any(x.startswith("shared") for x in m) else memory_space(op)
+    ptr = b.bitcast(e.address(op, space), I64.as_pointer())
+
+    def store(v: ir.Value) -> None:
+        st = b.store(v, ptr)
+        st.align = 8
+        e.serial_accesses.add(st)
+
+    if "init" in m:
+        n = b.and_(b.zext(e.operand(op.operands[1], "u32"), I64), I64(MBAR_COUNT))
+        store(b.or_(n, b.shl(n, I64(MBAR_EXPECTED_SHIFT))))
+        return
+    if "inval" in m:
+        store(I64(0))
+        return
+    old = b.load(ptr)
+    old.align = 8
+    e.serial_accesses.add(old)
+    phase = b.lshr(old, I64(MBAR_PHASE_SHIFT))
+    if "test_wait" in m or "try_wait" in m:
+        if "parity" in m:
+            want = b.and_(b.zext(e.operand(op.operands[1], "u32"), I64), I64(1))
+        else:
+            want = b.lshr(e.operand(op.operands[1], "b64"), I64(MBAR_PHASE_SHIFT))
+        e.result(op, b.icmp_unsigned("!=", phase, want), "pred")     # that phase is over
+        return
+    pending = b.and_(old, I64(MBAR_COUNT))
+    expected = b.and_(b.lshr(old, I64(MBAR_EXPECTED_SHIFT)), I64(MBAR_COUNT))
+    tx = b.and_(b.lshr(old, I64(MBAR_TX_SHIFT)), I64(MBAR_TX))
+    arg = b.zext(e.operand(op.operands[1], "u32"), I64) if len(op.operands) > 1 else I64(1)
+    count = I64(1)
+    if "expect_tx" in m:
+        tx = b.and_(b.add(tx, arg), I64(MBAR_TX))
+    elif "complete_tx" in m:
+        tx = b.and_(b.sub(tx, arg), I64(MBAR_TX))
+    else:
+        count = arg
+    complete = ir.Constant(ir.IntType(1), 0)
+    if "arrive" in m or "arrive_drop" in m:
+        pending = b.and_(b.sub(pending, count), I64(MBAR_COUNT))
+        if "arrive_drop" in m:
+            expected = b.and_(b.sub(expected, count), I64(MBAR_COUNT))
+    if "noComplete" not in m and ("arrive" in m or "arrive_drop" in m or "complete_tx" in m):
+        complete = b.and_(b.icmp_unsigned("==", pending, I64(0)), b.icmp_unsigned("==", tx, I64(0)))
+    pending = b.select(complete, expected, pending)
+    phase = b.xor(phase, b.zext(complete, I64))
+    new = b.or_(b.or_(pending, b.shl(expected, I64(MBAR_EXPECTED_SHIFT))),
+                b.or_(b.shl(tx, I64(MBAR_TX_SHIFT)), b.shl(phase, I64(MBAR_PHASE_SHIFT))))
+    store(new)
+    if op.results:
+        e.result(op, old, "b64")

@@ -260,6 +260,8 @@ class SegmentPaths:
     def sync_kind(self, sp: SyncPoint) -> int:
         op = sp.op
         mods = op.attributes.get("mods", [])
+        if op.name == "upir.spin_wait":
+            return SYNC_KINDS["yield"]
         if op.name == "upir.barrier":
             if op.attributes.get("soft"):
                 return SYNC_KINDS["soft"]

@@ -111,6 +111,15 @@ def _clock(e: SegmentEmitter, op: Operation) -> None:
     e.result(op, v if op.results[0].type == "i64" else e.b.trunc(v, I32), "u64")
 
 
+@handles("upir.envreg")
+def _envreg(e: SegmentEmitter, op: Operation) -> None:
+    # the runtime's value for the running launch (the grid workspace of a cooperative one)
+    reg = str(op.attributes.get("reg", "%envreg0"))
+    index = int(reg[len("%envreg"):] or 0)
+    fn = e.mod.intrinsic("cpuify_envreg", I32, [I32])
+    e.result(op, e.b.call(fn, [I32(index)]), "u32")
+
+
 @handles("upir.addressof")
 def _addressof(e: SegmentEmitter, op: Operation) -> None:
     sym = op.attributes["symbol"]

@@ -21,7 +21,16 @@ and printf (`printf.py`) are its own.
     must wait at the same barrier (exited threads are not waited for), else the launch
     fails with LaunchError (barrier divergence);
   * blocks run one after another, threads of a segment in linear thread order (the order of
-    the compiled thread loops, so that even racy kernels usually agree).
+    the compiled thread loops, so that even racy kernels usually agree);
+  * forward progress, by a rule of its own: a thread that takes a backward branch after a
+    volatile/acquire/relaxed load, an atomic, an mbarrier operation or a nanosleep since its
+    last backward branch
+    (or reaches a `upir.spin_wait` of optimized IR) parks there; the scheduler runs the other
+    threads first, then the parked ones once more; when that moves none of them, the block
+    yields to the next resident block (the next block of the grid is started when every
+    resident one waits).  Two seconds without any thread of the launch getting anywhere
+    fail the launch (LaunchError naming the loop).  `launch(..., cooperative=True)` gives
+    `%envreg1:%envreg2` a zeroed grid workspace (grid.sync()).
 
 Memory: global/generic/const addresses are real process addresses (NumPy arrays passed by
 pointer, module variables in NumPy buffers of this module); shared and local addresses are
@@ -63,6 +72,20 @@ MAX_THREADS_PER_BLOCK = 1024
 _NULL_PAGE = 1 << 16
 _EXITED = None            # scheduler state of a thread that has exited
 _RESUMED = "resumed"      # ... of a thread whose warp collective has just been exchanged
+#: loads that read what other threads write while a loop runs (a thread taking a backward
+#: branch after one of these, an atomic or a nanosleep waits for other threads)
+_WAITING_MODS = frozenset(("volatile", "acquire", "relaxed", "mmio"))
+_NO_PROGRESS_SECONDS = 2.0
+
+
+class _SpinPoint:
+    """Scheduler state of a thread parked in a loop that waits for other threads (one per
+    loop header, or the `upir.spin_wait` op itself): `line` is the waiting read's PTX line."""
+    __slots__ = ("attributes", "name")
+
+    def __init__(self, line: int) -> None:
+        self.name = "spin"
+        self.attributes = {"line": line}
 
 
 # --- parameters --------------------------------------------------------------------------------
@@ -149,6 +172,8 @@ class _Kernel:
     sync_index: dict[Operation, int]   # sync op -> resume id (region order, from 1)
     prologue: "_Kernel | None" = None  # the launch prologue, run as a grid of one thread
     buffer_size: int = 0               # bytes of the launch's parameter buffer
+    block_index: dict[Any, int] = field(default_factory=dict)   # block -> region position
+    spin_points: dict[Any, _SpinPoint] = field(default_factory=dict)  # loop header -> state
 
 
 def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None) -> _Kernel:
@@ -162,6 +187,7 @@ def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None
         off += v.size
     k = _Kernel(lifted, region, shared, shared.dynamic_offset, local_offsets,
                 align_up(off, 16), sync_points(region))
+    k.block_index = {b: i for i, b in enumerate(region.blocks)}
     attrs = lifted.op.attributes
     k.buffer_size = max(lifted.param_size, 1)
     # code run once per launch, by one thread, before the grid (it writes values into the
@@ -229,7 +255,9 @@ class InterpModule:
         self._kernels[name] = _prepare(self.module, KernelView.from_op(kernel_op))
 
     def launch(self, name: str, grid: Any, block: Any, args: Sequence[Any],
-               shared_mem: int = 0) -> None:
+               shared_mem: int = 0, cooperative: bool = False) -> None:
+        """Run the kernel; `cooperative`: as a cooperative launch (a grid workspace for
+        grid.sync())."""
         k = self.kernel(name)
         g = _dim3(grid, "grid", name)
         b = _dim3(block, "block", name)
@@ -245,14 +273,54 @@ class InterpModule:
             raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
         params = ctypes.create_string_buffer(pack_params(k.lifted, args), k.buffer_size)
         launch = _Launch(self, k, g, b, ctypes.addressof(params), int(shared_mem))
+        workspace = np.zeros(16, np.uint32) if cooperative else None
+        if workspace is not None:
+            launch.workspace = workspace.ctypes.data
         with np.errstate(all="ignore"):            # IEEE results, no warnings
             if k.prologue is not None:
                 one = (1, 1, 1)
-                _BlockRun(_Launch(self, k.prologue, one, one, launch.params, 0), (0, 0, 0)).run()
-            for bz in range(g[2]):
-                for by in range(g[1]):
-                    for bx in range(g[0]):
-                        _BlockRun(launch, (bx, by, bz)).run()
+                for _ in _BlockRun(_Launch(self, k.prologue, one, one, launch.params, 0),
+                                   (0, 0, 0)).run():
+                    raise LaunchError(f"kernel '{name}': the launch prologue waits for other "
+                                      "threads")
+            _run_grid(launch, g)
+
+
+def _run_grid(launch: "_Launch", g: tuple[int, int, int]) -> None:
+    """The blocks of the grid one after another; a block whose threads all wait for others
+    gives way to the blocks started before it and, when they all wait, to the next block."""
+    ids = ((bx, by, bz) for bz in range(g[2]) for by in range(g[1]) for bx in range(g[0]))
+    resident: list[tuple[_BlockRun, Iterator[bool]]] = []
+    last_progress = time.monotonic()
+    while True:
+        progressed = False
+        for run in list(resident):
+            blk, steps = run
+            try:
+                if next(steps):
+                    progressed = True
+            except StopIteration:
+                resident.remove(run)
+                progressed = True
+        if progressed:
+            last_progress = time.monotonic()
+        if resident and progressed:
+            continue
+        ctaid = next(ids, None)
+        if ctaid is not None:           # every resident block waits (or none is left)
+            blk = _BlockRun(launch, ctaid)
+            resident.append((blk, blk.run()))
+            last_progress = time.monotonic()
+            continue
+        if not resident:
+            return
+        if time.monotonic() - last_progress > _NO_PROGRESS_SECONDS:
+            blk = resident[0][0]
+            thread, line = blk.stuck_at
+            raise LaunchError(
+                f"kernel '{launch.name}' can make no progress: every thread waits in a "
+                f"spin-wait loop; block {blk.ctaid}, thread {thread} waits in the loop at PTX "
+                f"line {line} for memory that no running thread writes")
 
 
 @dataclass
@@ -263,6 +331,7 @@ class _Launch:
     block: tuple[int, int, int]
     params: int                        # address of the packed parameter buffer
     dyn_shared: int
+    workspace: int = 0                 # the grid workspace of a cooperative launch
 
     @property
     def name(self) -> str:
@@ -270,12 +339,12 @@ class _Launch:
 
 
 def interpret_kernel(ptx_text: str, kernel: str, grid: Any, block: Any, args: tuple,
-                     shared_mem: int = 0) -> None:
+                     shared_mem: int = 0, cooperative: bool = False) -> None:
     """Run `kernel` of the PTX module `ptx_text` in the reference interpreter.
 
     Module variables start from their initializers at every call; keep an `InterpModule`
     to launch several kernels on the same `__device__` variables."""
-    InterpModule(ptx_text).launch(kernel, grid, block, args, shared_mem)
+    InterpModule(ptx_text).launch(kernel, grid, block, args, shared_mem, cooperative)
 
 
 # --- the C library (device malloc/free) ----------------------------------------------------
@@ -373,12 +442,19 @@ class Thread:
     # -- execution
     def run(self) -> Iterator[Operation]:
         env = self.env
-        block = self.kernel.region.entry
-        sync = self.kernel.sync_index
+        kernel = self.kernel
+        block = kernel.region.entry
+        sync = kernel.sync_index
+        position = kernel.block_index
+        waited = 0          # PTX line of a waiting read since the last backward branch
         while True:
             for op in block.ops:
                 handler = PTX_OPS.get(op.name)
                 if handler is not None:
+                    if (op.name == "ptx.atom" or op.name == "ptx.mbarrier" or
+                            op.name == "ptx.ld" and
+                            _WAITING_MODS.intersection(op.attributes.get("mods", ()))):
+                        waited = op.attributes.get("line") or -1
                     handler(self, op)
                     continue
                 name = op.name
@@ -389,8 +465,21 @@ class Thread:
                     vals = [(env[v], v.type) for v in args]     # parallel copy
                     for arg, (val, vt) in zip(succ.args, vals):
                         env[arg] = coerce(val, vt, arg.type)
+                    if position[succ] <= position[block]:
+                        if waited:          # round a loop that waits for other threads
+                            spin = kernel.spin_points.get(succ)
+                            if spin is None:
+                                spin = kernel.spin_points[succ] = _SpinPoint(max(waited, 0))
+                            yield spin      # type: ignore[misc]
+                        waited = 0
                     block = succ
                     break
+                if name == "upir.spin_wait":    # (optimized IR: the compiler's yield point)
+                    yield op
+                    waited = 0
+                    continue
+                if name == "upir.nanosleep":
+                    waited = op.attributes.get("line") or -1
                 if op in sync:
                     self.contribute(op)
                     yield op
@@ -548,8 +637,16 @@ def _free(th: Thread, op: Operation) -> None:
         _LIBC.free(addr)
 
 
+def _envreg(th: Thread, op: Operation) -> None:
+    w = th.launch.workspace
+    reg = op.attributes.get("reg", "")
+    th.set(op, (w >> 32) if reg == "%envreg1" else (w & 0xFFFFFFFF) if reg == "%envreg2" else 0,
+           "u32")
+
+
 UPIR_OPS = {
     "upir.const": _const, "upir.param": _param, "upir.special": _special,
+    "upir.envreg": _envreg,
     "upir.launch_store": _launch_store,
     "upir.clock": _clock, "upir.addressof": _addressof, "upir.fence": _nop,
     "upir.nanosleep": _nop, "upir.printf": _printf, "upir.malloc": _malloc, "upir.free": _free,
@@ -649,11 +746,15 @@ class _BlockRun:
         self.threads = [Thread(self, (x, y, z), (z * by + y) * bx + x)
                         for z in range(bz) for y in range(by) for x in range(bx)]
 
-    def run(self) -> None:
+    def run(self) -> Iterator[bool]:
+        """Runs the block; yields whenever every live thread waits for other threads (a
+        round of the parked threads moved none of them), with whether any thread got
+        anywhere since the last yield.  `stuck_at`: (thread, PTX line) of a waiting thread."""
         threads = self.threads
         n = len(threads)
         gens = [t.run() for t in threads]
         state: list[Any] = [_EXITED] * n      # the sync op a thread waits at, or _EXITED
+        self.stuck_at = (0, 0)
 
         def advance(i: int) -> None:
             try:
@@ -664,15 +765,36 @@ class _BlockRun:
         for i in range(n):
             advance(i)
         arrived = [0] * 16                   # named barriers: bar.arrive counts not yet used
+        moved = True
         while True:
             live = [i for i in range(n) if state[i] is not _EXITED]
             if not live:
                 return
             if self._named_round(state, advance, arrived, len(live)):
+                moved = True
                 continue
+            spinning = [i for i in live if state[i].name in ("spin", "upir.spin_wait")]  # type: ignore[union-attr]
             if any(_is_warp(state[i]) for i in live):
-                self._warp_round(state, advance)
+                if self._warp_round(state, advance, incomplete=not spinning):
+                    moved = True
+                    continue
+            if spinning:
+                # the threads that wait for others go round their loops once more
+                went = False
+                for i in spinning:
+                    at = state[i]
+                    advance(i)
+                    if state[i] is not at:
+                        went = True
+                if went:
+                    moved = True
+                    continue
+                first = spinning[0]
+                self.stuck_at = (first, state[first].attributes.get("line", 0))  # type: ignore[union-attr]
+                yield moved
+                moved = False
                 continue
+            moved = True
             barriers = {state[i] for i in live}
             if any(_is_named(b) for b in barriers):
                 raise LaunchError(
@@ -731,17 +853,18 @@ class _BlockRun:
                 advance(i)
         return bool(resumed)
 
-    def _warp_round(self, state: list, advance: Any) -> None:
+    def _warp_round(self, state: list, advance: Any, incomplete: bool = True) -> bool:
         """Exchange the warp collectives that can run, then resume their lanes (as
         cpuify_run_block): per warp, lanes waiting at one collective with one member mask
         form a group; a group runs when every live lane of its mask has arrived (pass 0);
-        if no group of the block is complete, incomplete groups run anyway (pass 1).
-        Resumed groups run in the order of their sync point, threads in linear order."""
+        if no group of the block is complete, incomplete groups run anyway (pass 1, unless
+        not `incomplete`).  Resumed groups run in the order of their sync point, threads in
+        linear order.  Returns whether a group ran."""
         threads = self.threads
         n = len(threads)
         index = self.launch.kernel.sync_index
         resumed: dict[int, list[int]] = {}
-        for pass_ in (0, 1):
+        for pass_ in (0, 1) if incomplete else (0,):
             if resumed:
                 break
             for base in range(0, n, 32):
@@ -776,3 +899,4 @@ class _BlockRun:
         for r in sorted(resumed):
             for i in sorted(resumed[r]):
                 advance(i)
+        return bool(resumed)

@@ -912,3 +912,62 @@ def _atom(th: "Thread", op: Operation) -> None:
     if op.results and op.name == "ptx.atom":
         th.set(op, old, t)
 
+
+
+# The interpreter's own layout of an mbarrier object (64 bits; PTX leaves it open): bit 0
+# the phase parity, bits 1-21 the arrivals pending, 22-42 the arrivals each phase expects,
+# 43-63 the pending transaction count.  The state an arrive returns: the object before it.
+_MB_FIELD = (1 << 21) - 1
+
+
+def _mb_unpack(v: int) -> tuple[int, int, int, int]:
+    return v & 1, (v >> 1) & _MB_FIELD, (v >> 22) & _MB_FIELD, (v >> 43) & _MB_FIELD
+
+
+def _mb_pack(phase: int, pending: int, expected: int, tx: int) -> int:
+    return (phase & 1) | (pending & _MB_FIELD) << 1 | (expected & _MB_FIELD) << 22 | \
+        (tx & _MB_FIELD) << 43
+
+
+@handles("ptx.mbarrier")
+def _mbarrier(th: "Thread", op: Operation) -> None:
+    """mbarrier.init/inval/arrive/arrive_drop/expect_tx/complete_tx/test_wait/try_wait/
+    pending_count.  Threads interleave only at sync points: each is atomic."""
+    m = set(mods(op))
+    if "pending_count" in m:
+        th.set(op, _mb_unpack(th.src(op, 0, "b64"))[1], "u32")
+        return
+    space = "shared" if any(x.startswith("shared") for x in m) else memory_space(op)
+    addr = th.address(op, space, 8)
+    if "init" in m:
+        n = th.src(op, 1, "u32") & _MB_FIELD
+        store(addr, "b64", _mb_pack(0, n, n, 0))
+        return
+    if "inval" in m:
+        store(addr, "b64", 0)
+        return
+    old = load(addr, "b64")
+    phase, pending, expected, tx = _mb_unpack(old)
+    if "test_wait" in m or "try_wait" in m:
+        want = th.src(op, 1, "u32") & 1 if "parity" in m else _mb_unpack(th.src(op, 1, "b64"))[0]
+        th.set(op, int(phase != want), "pred")
+        return
+    arg = th.src(op, 1, "u32") if len(op.operands) > 1 else 1
+    count = 1
+    if "expect_tx" in m:
+        tx += arg
+    elif "complete_tx" in m:
+        tx -= arg
+    else:
+        count = arg
+    arrives = "arrive" in m or "arrive_drop" in m
+    if arrives:
+        pending -= count
+        if "arrive_drop" in m:
+            expected -= count
+    if "noComplete" not in m and (arrives or "complete_tx" in m) and \
+            pending & _MB_FIELD == 0 and tx & _MB_FIELD == 0:
+        pending, phase = expected, phase ^ 1
+    store(addr, "b64", _mb_pack(phase, pending, expected, tx))
+    if op.results:
+        th.set(op, old, "b64")

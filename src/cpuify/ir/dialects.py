@@ -33,6 +33,7 @@ class OpInfo:
     pure: bool = False              # no memory effects, no side effects: may be removed/recomputed
     block_sync: bool = False        # all threads of the block meet here (bar.sync)
     warp_sync: bool = False         # the active threads of a warp meet here (shfl, vote, …)
+    yield_sync: bool = False        # a thread stops here to let the others run (a spin-wait)
     effects: Callable[[Operation], list[tuple[str, str]]] | None = None
     verify: Callable[[Operation], None] | None = None
     regions: int = 0
@@ -66,7 +67,7 @@ def memory_effects(op: Operation) -> list[tuple[str, str]]:
 
 def is_sync(op: Operation) -> bool:
     i = REGISTRY.get(op.name)
-    return i is not None and (i.block_sync or i.warp_sync)
+    return i is not None and (i.block_sync or i.warp_sync or i.yield_sync)
 
 
 def _space_effect(kinds: tuple[str, ...]) -> Callable[[Operation], list[tuple[str, str]]]:
@@ -109,6 +110,15 @@ define("upir.barrier", block_sync=True,
        effects=lambda op: [(k, s) for k in (READ, WRITE) for s in ("shared", "global")])
 define("upir.warp_collective", warp_sync=True,
        effects=lambda op: [(k, s) for k in (READ, WRITE) for s in ("shared", "global")])
+# the back edge of a loop that waits for memory other threads write (transforms/progress.py):
+# a thread that goes round once more stops here, so that the threads and blocks it waits
+# for run; nobody meets anybody.  It orders memory like a fence (what the waiting loop
+# reads must be read again after it).
+define("upir.spin_wait", yield_sync=True,
+       effects=lambda op: [(k, s) for k in (READ, WRITE) for s in ("shared", "global")])
+# %envreg<N> (the grid workspace of a cooperative launch, as nvcc's grid.sync() reads it): a
+# value the launch sets, read when the thread runs, never hoisted out of the grid
+define("upir.envreg", effects=lambda op: [], verify=_verify_results(1))
 define("upir.exit", terminator=True, effects=lambda op: [])
 define("upir.trap", terminator=True, effects=lambda op: [])
 define("upir.printf", effects=lambda op: [(READ, "global"), (READ, "local"), (READ, "const")])
@@ -134,6 +144,9 @@ define("ptx.ld", effects=_space_effect((READ,)))
 define("ptx.ldu", effects=_space_effect((READ,)))
 define("ptx.st", effects=_space_effect((WRITE,)))
 define("ptx.atom", effects=_space_effect((READ, WRITE)))
+# mbarrier.{init,arrive,test_wait,...}: an asynchronous barrier object (64 bits of shared
+# memory) read and updated; a wait also orders memory like a fence
+define("ptx.mbarrier", effects=_space_effect((READ, WRITE)))
 define("ptx.red", effects=_space_effect((READ, WRITE)))
 # textures and surfaces: the handle names a descriptor whose data is global memory
 # cp.async: reads global memory, writes shared memory (at issue; see lifting/translate.py)

@@ -79,6 +79,10 @@ ALLOWED: dict[str, set[str]] = {
     # cp.async: copied at issue (check_cp_async says which forms)
     "cp": {"async", "ca", "cg", "shared", "global", "commit_group", "wait_group", "wait_all",
            "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint"},
+    # asynchronous barriers in shared memory (codegen/ptx_ops.py: _mbarrier); no clusters
+    "mbarrier": {"init", "inval", "arrive", "arrive_drop", "test_wait", "try_wait", "parity",
+                 "pending_count", "expect_tx", "complete_tx", "noComplete", "shared",
+                 "shared::cta", "release", "acquire", "relaxed", "cta"},
 }
 
 _TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
@@ -99,7 +103,6 @@ _REFUSED = {
     "wmma": "tensor-core wmma operations are not supported",
     "mma": "tensor-core mma operations are not supported",
     "ldmatrix": "ldmatrix (tensor-core fragment loads) is not supported",
-    "mbarrier": "mbarrier objects are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
 }
 

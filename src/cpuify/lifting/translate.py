@@ -75,6 +75,14 @@ def source_types(instr: Instruction, n: int) -> list[str]:
         return ["u32", "u32", "pred"][:n] if "red" not in instr.modifiers else ["u32", "pred"][:n]
     if op == "nanosleep":
         return ["u32"] * n
+    if op == "mbarrier":
+        # [address], then the count (init, arrive, expect_tx, complete_tx), the state of an
+        # arrive (test_wait, pending_count) or the phase parity (.parity), a time-out hint
+        m = instr.modifiers
+        if "pending_count" in m:
+            return ["b64"] * n
+        second = "b64" if ("test_wait" in m or "try_wait" in m) and "parity" not in m else "u32"
+        return (["b64", second] + ["u32"] * n)[:n]
     return [t] * n
 
 
@@ -172,7 +180,10 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         return
 
     dest_ops: list[Operand] = []
-    if op not in NO_DEST or (op in ("bar", "barrier") and "red" in instr.modifiers):
+    no_dest = op in NO_DEST or op == "mbarrier" and bool(
+        {"init", "inval", "expect_tx", "complete_tx"} & set(instr.modifiers)) and \
+        "arrive" not in instr.modifiers
+    if not no_dest or (op in ("bar", "barrier") and "red" in instr.modifiers):
         dest_ops = [operands.pop(0)]
     dest_names: list[str | None] = []
     for d in dest_ops:
@@ -422,7 +433,7 @@ def value_of(lf: "_Lifter", pb: "_PBlock", o: Operand, ptx_type: str, line: int)
             t = "i32"
             return emit(lf, pb, Operation("upir.special", [], [t], {"reg": name, "line": line})).results[0]
         if name.startswith("%envreg"):
-            return lf.const(0, "i32")
+            return emit(lf, pb, Operation("upir.envreg", [], ["i32"], {"reg": name, "line": line})).results[0]
         if name == "WARP_SZ":           # PTX's constant for warpSize (`mov.u32 %r, WARP_SZ`)
             return lf.const(32, _IR_TYPE_OF_PTX.get(ptx_type, "i32"))
         return symbol_address(lf, pb, name, 0, line)

@@ -106,6 +106,9 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
         mx = list(info.directives.get("maxntid", ())) + [0, 0, 0]
         sc = info.scratch
         extra = sc.scratch_bytes(0)
+        # CPUIFY_KERNEL_PRINTF | CPUIFY_KERNEL_SPINS | CPUIFY_KERNEL_ENVREG (cpuify_cudart.h)
+        flags = (1 if printf else 0) | (2 if info.spin_waits else 0) | \
+            (4 if info.reads_envreg else 0)
         shapes = (variants or {}).get(name, [])
         var_list = "0"
         for j, (block, spec) in enumerate(shapes):
@@ -122,7 +125,7 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
             f"{{{_c_string(name)}, cpuify_k{i}, 0, {len(info.params)}, cpuify_k{i}_off, cpuify_k{i}_size, "
             f"{info.param_size}, {dynamic_smem_offset(info.param_size)}, {info.shared_static}, "
             f"{sc.per_thread()}, {extra}, {{{req[0]}, {req[1]}, {req[2]}}}, {{{mx[0]}, {mx[1]}, {mx[2]}}}, "
-            f"{sc.local_bytes}, {1 if printf else 0}, {prologue}, {info.prologue_scratch}, "
+            f"{sc.local_bytes}, {flags}, {prologue}, {info.prologue_scratch}, "
             f"{info.launch_bytes}, {len(shapes)}, {var_list}}}")
     for name, why in refused.items():
         kernels.append(f"{{{_c_string(name)}, 0, {_c_string(why)}, 0, 0, 0, 0, 0, 0, 0, 0, "

@@ -6,6 +6,11 @@
  * (state[t] = -1).  This function decides what runs next:
  *   - threads waiting at warp collectives: the exchange is done per warp among the lanes
  *     waiting at the same collective, then those lanes resume;
+ *   - threads at yield points (the back edge of a loop that waits for memory other threads
+ *     write: transforms/progress.py) go round their loop once more after the others have
+ *     run as far as they can; when a round moves none of them, the block waits
+ *     (cpuify_block_wait: the runtime runs other blocks, and fails a launch that can make
+ *     no progress at all).  Threads at a barrier wait for the spinning threads to arrive;
  *   - otherwise every live thread must wait at the same block barrier (threads that exited
  *     are not waited for, as on Volta and later); anything else is a barrier divergence.
  */
@@ -48,6 +53,7 @@ typedef int32_t (*cpuify_dispatch_fn)(cpuify_block_ctx *ctx, int32_t resume, int
 enum {
     K_BARRIER = 0, K_BAR_POPC = 1, K_BAR_AND = 2, K_BAR_OR = 3,
     K_SOFT = 4,   /* header of an interchanged loop: a resume point, not a meeting point */
+    K_YIELD = 5,  /* back edge of a spin-wait loop: the thread lets the others run */
     K_NAMED = 8, K_ARRIVE = 9,   /* bar.sync / bar.arrive id, count (xb: id, xc: count) */
     K_SYNCWARP = 10, K_SHFL_UP = 11, K_SHFL_DOWN = 12, K_SHFL_BFLY = 13, K_SHFL_IDX = 14,
     K_VOTE_ALL = 20, K_VOTE_ANY = 21, K_VOTE_UNI = 22, K_VOTE_BALLOT = 23,
@@ -231,18 +237,150 @@ static void warp_exchange(cpuify_block_ctx *c, uint32_t base, uint32_t nlanes, u
 }
 
 CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn run,
-                                            const int32_t *kinds, int32_t nsync, int32_t known);
+                                         const int32_t *kinds, int32_t nsync, int32_t known,
+                                         const char *const *where);
 
 CPUIFY_API int32_t cpuify_run_block(cpuify_block_ctx *c, cpuify_dispatch_fn run,
                                     const int32_t *kinds, int32_t nsync)
 {
-    return cpuify_run_block_from(c, run, kinds, nsync, run(c, 0, 0));
+    return cpuify_run_block_from(c, run, kinds, nsync, run(c, 0, 0), NULL);
 }
 
+/* Runs the exchanges of warp collectives that can run and resumes their lanes: per warp,
+ * lanes waiting at one collective with one member mask form a group.  A group runs when
+ * every live lane of its mask has arrived (so __syncwarp and full-mask collectives wait for
+ * lanes still in a divergent branch); with `incomplete`, if no group of the block is
+ * complete, incomplete groups run anyway (so that code whose masks do not match its control
+ * flow still makes progress).  Returns whether a group ran (-1: the block failed). */
+static int warp_round(cpuify_block_ctx *c, cpuify_dispatch_fn run, const int32_t *kinds,
+                      int incomplete)
+{
+    const uint32_t n = c->nthreads;
+    int32_t *state = c->state;
+    uint64_t resumed[4] = {0, 0, 0, 0};   /* bitset of resume ids (< 256) */
+    int32_t resume_big = -1;
+    int progressed = 0;
+    for (int pass = 0; pass < 1 + incomplete && !progressed; pass++) {
+        for (uint32_t base = 0; base < n; base += 32) {
+            uint32_t nlanes = n - base < 32 ? n - base : 32;
+            uint32_t live = 0;
+            for (uint32_t m = 0; m < nlanes; m++)
+                if (state[base + m] != STATE_EXITED) live |= 1u << m;
+            uint32_t done = 0;
+            for (uint32_t l = 0; l < nlanes; l++) {
+                int32_t s = state[base + l];
+                if (s == STATE_EXITED || (done >> l & 1) || !(s & STATE_WAIT)) continue;
+                int32_t sync = s & 0xffff;
+                if (!is_warp_kind(kinds[sync - 1])) continue;
+                int masked = (kinds[sync - 1] & 0xff) != K_ACTIVEMASK;
+                /* __syncwarp(mask) meets the lanes of its mask at any __syncwarp with the
+                 * same mask (PTX bar.warp.sync: not necessarily the same instruction) */
+                int anysite = (kinds[sync - 1] & 0xff) == K_SYNCWARP;
+                uint32_t mask = c->xmask[base + l];
+                uint32_t group = 0;
+                for (uint32_t m = l; m < nlanes; m++) {
+                    int32_t sm = state[base + m];
+                    int same = sm == s || (anysite && sm != STATE_EXITED && (sm & STATE_WAIT)
+                                           && (kinds[(sm & 0xffff) - 1] & 0xff) == K_SYNCWARP);
+                    if (same && (!masked || c->xmask[base + m] == mask))
+                        group |= 1u << m;
+                }
+                done |= group;
+                uint32_t want = masked ? (mask & live) : group;
+                if (pass == 0 && (want & ~group) != 0)
+                    continue;   /* members still on their way: wait for them */
+                warp_exchange(c, base, nlanes, group, kinds[sync - 1]);
+                for (uint32_t m = l; m < nlanes; m++) {
+                    if (!(group >> m & 1)) continue;
+                    int32_t own = state[base + m] & 0xffff;   /* its own call site */
+                    state[base + m] = own;
+                    if (own < 256) resumed[own >> 6] |= 1ull << (own & 63);
+                    else resume_big = own;
+                }
+                progressed = 1;
+            }
+        }
+    }
+    for (int32_t r = 0; r < 256; r++)
+        if (resumed[r >> 6] >> (r & 63) & 1) {
+            run(c, r, 1);
+            if (c->error) return -1;
+        }
+    if (resume_big >= 0) {
+        /* rare: more than 255 sync points; resume each id still present */
+        for (;;) {
+            int32_t r = -1;
+            for (uint32_t t = 0; t < n; t++)
+                if (state[t] >= 256) { r = state[t]; break; }
+            if (r < 0) break;
+            run(c, r, 1);
+            if (c->error) return -1;
+        }
+    }
+    return progressed;
+}
+
+/* The smallest yield point above `after` some thread waits at (INT32_MAX: none). */
+static int32_t next_yield(const cpuify_block_ctx *c, const int32_t *kinds, int32_t after)
+{
+    int32_t y = INT32_MAX;
+    for (uint32_t t = 0; t < c->nthreads; t++) {
+        int32_t s = c->state[t];
+        if (s == STATE_EXITED || !(s & STATE_WAIT)) continue;
+        int32_t sync = s & 0xffff;
+        if ((kinds[sync - 1] & 0xff) == K_YIELD && sync > after && sync < y) y = sync;
+    }
+    return y;
+}
+
+/* One more round of the spin-wait loops of the threads at yield points (each group of
+ * threads at the same yield point, in the order of the points).  Returns whether a thread
+ * got anywhere else (-1: the block failed); *first_at, *first_thread: a yield point a thread
+ * is back at, and that thread. */
+static int yield_round(cpuify_block_ctx *c, cpuify_dispatch_fn run, const int32_t *kinds,
+                       int32_t *first_at, uint32_t *first_thread)
+{
+    const uint32_t n = c->nthreads;
+    int32_t *state = c->state;
+    int moved = 0;
+    int32_t y = next_yield(c, kinds, 0);
+    while (y != INT32_MAX) {
+        uint32_t waiting = 0;
+        for (uint32_t t = 0; t < n; t++)
+            if (state[t] == (STATE_WAIT | y)) { state[t] = y; waiting++; }
+        run(c, y, 1);
+        if (c->error) return -1;
+        /* who is back at y, and the next yield point (above y) a thread waits at */
+        uint32_t back = 0;
+        int32_t next = INT32_MAX;
+        for (uint32_t t = 0; t < n; t++) {
+            int32_t s = state[t];
+            if (s == (STATE_WAIT | y)) {
+                if (!back) *first_thread = t;
+                back++;
+            } else if (s != STATE_EXITED && (s & STATE_WAIT)) {
+                int32_t sync = s & 0xffff;
+                if ((kinds[sync - 1] & 0xff) == K_YIELD && sync > y && sync < next) next = sync;
+            }
+        }
+        if (back != waiting) moved = 1;
+        else *first_at = y;
+        y = next;
+    }
+    return moved;
+}
+
+CPUIFY_API void cpuify_block_progress(void);
+CPUIFY_API int32_t cpuify_block_wait(const char *where, uint32_t bx, uint32_t by, uint32_t bz,
+                                     uint32_t thread);
+
 /* The scheduler, entered after the generated code ran segments itself for as long as all
- * threads stopped at the same plain barrier; `known` is what the last segment returned. */
+ * threads stopped at the same plain barrier; `known` is what the last segment returned.
+ * `where` (NULL when the kernel has no yield points): per sync point, where a thread at a
+ * yield point waits, for the message of a launch that can make no progress. */
 CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn run,
-                                            const int32_t *kinds, int32_t nsync, int32_t known)
+                                         const int32_t *kinds, int32_t nsync, int32_t known,
+                                         const char *const *where)
 {
     const uint32_t n = c->nthreads;
     int32_t *state = c->state;
@@ -311,7 +449,7 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
             }
         }
         /* classify where the threads stopped */
-        uint32_t exited = 0, warp_waiting = 0;
+        uint32_t exited = 0, warp_waiting = 0, yielding = 0;
         int32_t barrier = -1;
         int diverged = 0;
         for (uint32_t t = 0; t < n; t++) {
@@ -319,65 +457,39 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
             if (s == STATE_EXITED) { exited++; continue; }
             int32_t sync = s & 0xffff;
             if (is_warp_kind(kinds[sync - 1])) { warp_waiting++; continue; }
+            if ((kinds[sync - 1] & 0xff) == K_YIELD) { yielding++; continue; }
             if (is_named_kind(kinds[sync - 1])) { diverged = 1; continue; }   /* stuck there */
             if (barrier < 0) barrier = sync;
             else if (barrier != sync) diverged = 1;
         }
         if (exited == n)
             return 0;
-        if (warp_waiting) {
-            /* per warp: lanes waiting at one collective with one member mask form a group.
-             * A group runs when every live lane of its mask has arrived (so __syncwarp and
-             * full-mask collectives wait for lanes still in a divergent branch); if no group
-             * of the block is complete, incomplete groups run anyway so that code whose
-             * masks do not match its control flow still makes progress. */
-            uint64_t resumed[4] = {0, 0, 0, 0};   /* bitset of resume ids (< 256) */
-            int32_t resume_big = -1;
-            int progressed = 0;
-            for (int pass = 0; pass < 2 && !progressed; pass++) {
-                for (uint32_t base = 0; base < n; base += 32) {
-                    uint32_t nlanes = n - base < 32 ? n - base : 32;
-                    uint32_t live = 0;
-                    for (uint32_t m = 0; m < nlanes; m++)
-                        if (state[base + m] != STATE_EXITED) live |= 1u << m;
-                    uint32_t done = 0;
-                    for (uint32_t l = 0; l < nlanes; l++) {
-                        int32_t s = state[base + l];
-                        if (s == STATE_EXITED || (done >> l & 1) || !(s & STATE_WAIT)) continue;
-                        int32_t sync = s & 0xffff;
-                        if (!is_warp_kind(kinds[sync - 1])) continue;
-                        int masked = (kinds[sync - 1] & 0xff) != K_ACTIVEMASK;
-                        /* __syncwarp(mask) meets the lanes of its mask at any __syncwarp
-                         * with the same mask (PTX bar.warp.sync: not necessarily the same
-                         * instruction; divergent branches each with their own call) */
-                        int anysite = (kinds[sync - 1] & 0xff) == K_SYNCWARP;
-                        uint32_t mask = c->xmask[base + l];
-                        uint32_t group = 0;
-                        for (uint32_t m = l; m < nlanes; m++) {
-                            int32_t sm = state[base + m];
-                            int same = sm == s || (anysite && sm != STATE_EXITED && (sm & STATE_WAIT)
-                                                   && (kinds[(sm & 0xffff) - 1] & 0xff) == K_SYNCWARP);
-                            if (same && (!masked || c->xmask[base + m] == mask))
-                                group |= 1u << m;
-                        }
-                        done |= group;
-                        uint32_t want = masked ? (mask & live) : group;
-                        if (pass == 0 && (want & ~group) != 0)
-                            continue;   /* members still on their way: wait for them */
-                        warp_exchange(c, base, nlanes, group, kinds[sync - 1]);
-                        for (uint32_t m = l; m < nlanes; m++) {
-                            if (!(group >> m & 1)) continue;
-                            int32_t own = state[base + m] & 0xffff;   /* its own call site */
-                            state[base + m] = own;
-                            if (own < 256) resumed[own >> 6] |= 1ull << (own & 63);
-                            else resume_big = own;
-                        }
-                        progressed = 1;
-                    }
-                }
+        if (yielding) {
+            /* complete warp groups first; then the spinning threads go round once more */
+            if (warp_waiting) {
+                int r = warp_round(c, run, kinds, 0);
+                if (r < 0) return c->error;
+                if (r) continue;
             }
-            int32_t rc = resume_all(c, run, resumed, resume_big);
-            if (rc) return rc;
+            /* while nobody gets anywhere, the threads wait for others (other blocks): the
+             * other threads of the block stay where they are meanwhile */
+            for (;;) {
+                int32_t at = 0;
+                uint32_t thread = 0;
+                int moved = yield_round(c, run, kinds, &at, &thread);
+                if (moved < 0) return c->error;
+                if (moved) {
+                    cpuify_block_progress();
+                    break;
+                }
+                int32_t rc = cpuify_block_wait(where ? where[at - 1] : NULL, c->bx, c->by,
+                                               c->bz, thread);
+                if (rc) return rc;
+            }
+            continue;
+        }
+        if (warp_waiting) {
+            if (warp_round(c, run, kinds, 1) < 0) return c->error;
             continue;
         }
         if (diverged)

@@ -28,6 +28,8 @@ extern "C" {
 
 enum {
     CPUIFY_KERNEL_PRINTF = 1, /* the kernel calls printf: flush stdout after a launch */
+    CPUIFY_KERNEL_SPINS = 2,  /* spin-wait loops (yield points): blocks run as fibers */
+    CPUIFY_KERNEL_ENVREG = 4, /* reads %envreg (grid.sync()): needs a cooperative launch */
 };
 
 /* The kernel compiled for one block shape (`cpuify nvcc` finds the shapes a program

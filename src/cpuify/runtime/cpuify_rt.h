@@ -22,9 +22,10 @@ extern "C" {
 #endif
 
 /* Bumped whenever the ABI below (or cpuify_tex.h, which compiled kernels call: version 4;
- * fault containment, cancellation and the guarded copy: version 5) changes; the Python
+ * fault containment, cancellation and the guarded copy: version 5; yield points, fibers and
+ * cooperative launches: version 6) changes; the Python
  * loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 5
+#define CPUIFY_RT_ABI_VERSION 6
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */
@@ -44,7 +45,20 @@ enum cpuify_error {
     CPUIFY_ERR_ILLEGAL_ADDRESS = 6,    /* a block faulted (SIGSEGV/SIGBUS): cpuify_last_fault  */
     CPUIFY_ERR_HARDWARE = 7,           /* a block raised SIGILL or SIGFPE: cpuify_last_fault   */
     CPUIFY_ERR_TIMEOUT = 8,            /* ran longer than CPUIFY_KERNEL_TIMEOUT seconds        */
-    CPUIFY_ERR_INTERRUPTED = 9         /* cpuify_cancel(), e.g. from SIGINT (see below)        */
+    CPUIFY_ERR_INTERRUPTED = 9,        /* cpuify_cancel(), e.g. from SIGINT (see below)        */
+    CPUIFY_ERR_DEADLOCK = 10           /* every thread of the launch waits in a spin-wait loop
+                                          for memory no running thread writes, for
+                                          CPUIFY_DEADLOCK_TIMEOUT seconds: cpuify_last_message */
+};
+
+/* cpuify_launch_ex flags */
+enum cpuify_launch_flags {
+    /* the kernel has yield points (spin-wait loops): its blocks run as resumable fibers, up
+     * to max_resident at a time, and a block whose threads all wait lets the others run */
+    CPUIFY_LAUNCH_FIBERS = 1,
+    /* a cooperative launch: every block of the grid is resident at once (implies FIBERS),
+     * and %envreg1:%envreg2 point to a zeroed grid workspace (grid.sync()) */
+    CPUIFY_LAUNCH_COOPERATIVE = 2
 };
 
 /* The fault that failed a launch (CPUIFY_ERR_ILLEGAL_ADDRESS / CPUIFY_ERR_HARDWARE). */
@@ -77,6 +91,28 @@ typedef int32_t (*cpuify_block_fn)(const void *params, const cpuify_dims *dims,
 CPUIFY_API int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                                  uint64_t shared_bytes, uint64_t scratch_bytes,
                                  uint32_t *err_block);
+
+/* cpuify_launch with flags (enum cpuify_launch_flags).  max_resident: with FIBERS, the most
+ * blocks resident at once over all workers (0: no limit); a launch whose resident blocks
+ * all wait while blocks are left to start fails with CPUIFY_ERR_DEADLOCK and says so. */
+CPUIFY_API int32_t cpuify_launch_ex(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+                                    uint64_t shared_bytes, uint64_t scratch_bytes,
+                                    uint32_t *err_block, uint32_t flags, uint64_t max_resident);
+
+/* The message of the last launch of the calling thread that failed with
+ * CPUIFY_ERR_DEADLOCK (which kernel, block, thread and loop waits, and why); "" if none. */
+CPUIFY_API const char *cpuify_last_message(void);
+
+/* Called by the block scheduler (block_sched.c): threads at yield points went round their
+ * loop and none got anywhere (returns 0 to go on, or the error that ends the block), or
+ * some did (progress). */
+CPUIFY_API int32_t cpuify_block_wait(const char *where, uint32_t bx, uint32_t by, uint32_t bz,
+                                     uint32_t thread);
+CPUIFY_API void cpuify_block_progress(void);
+
+/* %envreg<index> of the running launch: 1 and 2 are the high and low halves of the grid
+ * workspace of a cooperative launch (0 otherwise). */
+CPUIFY_API uint32_t cpuify_envreg(int32_t index);
 
 /* The fault of the last launch of the calling thread that failed with one. */
 CPUIFY_API void cpuify_last_fault(cpuify_fault *out);

@@ -1355,8 +1355,8 @@ static int clock_rate_khz(void) {
 }
 
 /* What cpuify implements, not what a GPU has: kernels run one after another (no concurrent
- * kernels, no copy/compute overlap), no grid-wide sync (no cooperative launch), no memory
- * pools; device memory is host memory (integrated, managed and pageable memory work). */
+ * kernels, no copy/compute overlap), cooperative launches with grid-wide sync (up to the
+ * occupancy API's blocks per multiprocessor x the workers), no memory pools; device memory is host memory (integrated, managed and pageable memory work). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (!p) return fail(cudaErrorInvalidValue);
     if (device != 0) return fail(cudaErrorInvalidDevice);
@@ -1398,7 +1398,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->pageableMemoryAccess = 1;
     p->concurrentManagedAccess = 1;
     p->canUseHostPointerForRegisteredMem = 1;
-    p->cooperativeLaunch = 0;
+    p->cooperativeLaunch = 1;
     p->sharedMemPerBlockOptin = lim.shared_optin;
     p->pageableMemoryAccessUsesHostPageTables = 1;
     p->directManagedMemAccessFromHost = 1;
@@ -1467,7 +1467,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrPageableMemoryAccessUsesHostPageTables: v = 1; break;
     case cudaDevAttrCanUseHostPointerForRegisteredMem: v = 1; break;
     case cudaDevAttrHostRegisterSupported: v = 1; break;
-    case cudaDevAttrCooperativeLaunch: v = 0; break;
+    case cudaDevAttrCooperativeLaunch: v = 1; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: v = (int)p.sharedMemPerBlockOptin; break;
     case cudaDevAttrMaxBlocksPerMultiprocessor: v = p.maxBlocksPerMultiProcessor; break;
     case cudaDevAttrHostNativeAtomicSupported: v = 1; break;
@@ -1742,12 +1742,26 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     if (d->reqntid[0] && (b.x != d->reqntid[0] || b.y != (d->reqntid[1] ? d->reqntid[1] : 1) ||
                           b.z != (d->reqntid[2] ? d->reqntid[2] : 1)))
         return fail(ERR_LAUNCH_CONFIG);
-    if (cooperative) {
-        uint64_t per_sm = MAX_THREADS_PER_SM / ((nthreads + 31) / 32 * 32);
-        if (per_sm > (uint64_t)MAX_BLOCKS_PER_SM) per_sm = (uint64_t)MAX_BLOCKS_PER_SM;
-        if ((uint64_t)g.x * g.y * g.z > per_sm * (uint64_t)cpuify_num_workers())
-            return fail(cudaErrorCooperativeLaunchTooLarge);
+    /* the blocks resident at once: what the occupancy API reports per multiprocessor (a
+     * worker) times the workers; a cooperative launch may not have more */
+    uint64_t per_sm = MAX_THREADS_PER_SM / ((nthreads + 31) / 32 * 32);
+    if (per_sm > (uint64_t)MAX_BLOCKS_PER_SM) per_sm = (uint64_t)MAX_BLOCKS_PER_SM;
+    if (d->shared_static + smem) {
+        uint64_t by_smem = SHARED_PER_SM / (d->shared_static + smem);
+        if (per_sm > by_smem) per_sm = by_smem;
     }
+    if (per_sm < 1) per_sm = 1;
+    const uint64_t resident = per_sm * (uint64_t)cpuify_num_workers();
+    if (cooperative && (uint64_t)g.x * g.y * g.z > resident) {
+        fprintf(stderr, "cpuify: kernel '%s': a cooperative launch of %llu blocks; at most %llu "
+                        "blocks of %llu threads run at once (%llu per multiprocessor x %d)\n",
+                k->pretty, (unsigned long long)g.x * g.y * g.z, (unsigned long long)resident,
+                (unsigned long long)nthreads, (unsigned long long)per_sm, cpuify_num_workers());
+        return fail(cudaErrorCooperativeLaunchTooLarge);
+    }
+    uint32_t launch_flags = 0;
+    if (d->flags & CPUIFY_KERNEL_SPINS) launch_flags |= CPUIFY_LAUNCH_FIBERS;
+    if (cooperative) launch_flags |= CPUIFY_LAUNCH_COOPERATIVE;
     size_t need = (size_t)d->dyn_offset + 8 + d->launch_bytes;
     if (need > tls_params_cap) {
         unsigned char *np = realloc(tls_params, need);
@@ -1783,7 +1797,8 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         rc = cpuify_launch(d->prologue, buf, &one, 0, d->prologue_scratch, err_block);
     }
     if (!rc)
-        rc = cpuify_launch(fn, buf, &dims, d->shared_static + smem, scratch, err_block);
+        rc = cpuify_launch_ex(fn, buf, &dims, d->shared_static + smem, scratch, err_block,
+                              launch_flags, resident);
     if (prof) {
         uint64_t t = now_ns() - t0;
         pthread_mutex_lock(&g_prof_lock);
@@ -1793,14 +1808,19 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
     }
     if (rc) {
         const char *why;
-        char detail[160];
+        char detail[900];
         cudaError_t e = cudaErrorLaunchFailure;
         switch (rc) {
         case CPUIFY_ERR_BARRIER_DIVERGENCE:
             why = "not all threads of the block reached the same __syncthreads() "
                   "(or a named barrier waits for threads that never arrive)";
             break;
-        case CPUIFY_ERR_TRAP: why = "the kernel executed a trap instruction"; break;
+        case CPUIFY_ERR_TRAP:
+            why = (d->flags & CPUIFY_KERNEL_ENVREG) && !cooperative
+                ? "the kernel executed a trap instruction (it synchronizes the whole grid, "
+                  "this_grid().sync(), which needs cudaLaunchCooperativeKernel)"
+                : "the kernel executed a trap instruction";
+            break;
         case CPUIFY_ERR_WARP_DIVERGENCE: why = "threads of a warp disagree at a warp collective"; break;
         case CPUIFY_ERR_ASSERT:
             why = "a device-side assert() failed";
@@ -1834,6 +1854,11 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
             break;
         case CPUIFY_ERR_INTERRUPTED:
             why = "interrupted";
+            break;
+        case CPUIFY_ERR_DEADLOCK:
+            snprintf(detail, sizeof detail, "it can make no progress: %s", cpuify_last_message());
+            why = detail;
+            e = cudaErrorLaunchTimeout;
             break;
         default: why = "unknown error"; break;
         }

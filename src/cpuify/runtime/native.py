@@ -30,12 +30,13 @@ __all__ = [
     "CPUIFY_OK", "CPUIFY_ERR_BARRIER_DIVERGENCE", "CPUIFY_ERR_TRAP",
     "CPUIFY_ERR_WARP_DIVERGENCE", "CPUIFY_ERR_ASSERT", "CPUIFY_ERR_OUT_OF_MEMORY",
     "CPUIFY_ERR_ILLEGAL_ADDRESS", "CPUIFY_ERR_HARDWARE", "CPUIFY_ERR_TIMEOUT",
-    "CPUIFY_ERR_INTERRUPTED", "Fault", "last_fault",
+    "CPUIFY_ERR_INTERRUPTED", "CPUIFY_ERR_DEADLOCK", "CPUIFY_LAUNCH_FIBERS",
+    "CPUIFY_LAUNCH_COOPERATIVE", "Fault", "last_fault", "last_message",
     "load_runtime", "runtime_path",
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 # enum cpuify_error
 CPUIFY_OK = 0
@@ -48,6 +49,11 @@ CPUIFY_ERR_ILLEGAL_ADDRESS = 6
 CPUIFY_ERR_HARDWARE = 7
 CPUIFY_ERR_TIMEOUT = 8
 CPUIFY_ERR_INTERRUPTED = 9
+CPUIFY_ERR_DEADLOCK = 10
+
+# enum cpuify_launch_flags
+CPUIFY_LAUNCH_FIBERS = 1
+CPUIFY_LAUNCH_COOPERATIVE = 2
 
 ERROR_NAMES = {
     CPUIFY_ERR_BARRIER_DIVERGENCE: "barrier divergence",
@@ -59,6 +65,7 @@ ERROR_NAMES = {
     CPUIFY_ERR_HARDWARE: "illegal instruction or arithmetic exception",
     CPUIFY_ERR_TIMEOUT: "timeout",
     CPUIFY_ERR_INTERRUPTED: "interrupted",
+    CPUIFY_ERR_DEADLOCK: "no progress (every thread waits for memory nobody writes)",
 }
 
 
@@ -199,6 +206,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.cpuify_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
     lib.cpuify_launch.restype = ctypes.c_int32
+    lib.cpuify_launch_ex.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+                                     ctypes.c_uint32, ctypes.c_uint64]
+    lib.cpuify_launch_ex.restype = ctypes.c_int32
+    lib.cpuify_last_message.argtypes = []
+    lib.cpuify_last_message.restype = ctypes.c_char_p
     lib.cpuify_num_workers.argtypes = []
     lib.cpuify_num_workers.restype = ctypes.c_int32
     lib.cpuify_set_num_workers.argtypes = [ctypes.c_int32]
@@ -254,6 +267,12 @@ def last_fault() -> Fault:
     f = Fault()
     load_runtime().cpuify_last_fault(ctypes.byref(f))
     return f
+
+
+def last_message() -> str:
+    """Why the calling thread's last launch failed with CPUIFY_ERR_DEADLOCK ("" if not)."""
+    raw = load_runtime().cpuify_last_message()
+    return raw.decode("utf-8", "replace") if raw else ""
 
 
 def runtime_path() -> str:

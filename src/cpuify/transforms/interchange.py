@@ -14,9 +14,11 @@ thread loop"): a *soft* barrier at the top of the loop header makes every thread
 once per iteration.  Unlike `__syncthreads`, threads may stop at different soft barriers or
 leave the loop; the scheduler simply runs each group (`block_sched.c`).
 
-Applied only to loops with no barrier or warp collective inside, outside any other loop,
-with a thread-strided induction variable: initial value different per thread, step the
-same for all threads (a loop whose counter is the same for every thread is handled by
+Applied only to loops with no barrier or warp collective inside, outside any other loop
+(or inside other loops when every way into it comes straight from a block barrier: a
+grid-stride loop in each step of a time loop with `grid.sync()`/`__syncthreads()` between
+steps), with a thread-strided induction variable: initial value different per thread, step
+the same for all threads (a loop whose counter is the same for every thread is handled by
 interchange_uniform_loops below).  Barriers elsewhere in the kernel are fine: all live
 threads enter the loop together, from the kernel's start or from the same barrier."""
 
@@ -87,6 +89,14 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
     loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
     strided = [h for h in outermost if _thread_strided(h, idom, incoming, uniform)]
+    if not strided:
+        # a thread-strided loop inside other loops (a grid-stride loop in each iteration of a
+        # loop of time steps with grid.sync() or __syncthreads() between them): as good as
+        # outermost when every thread enters it right after a block barrier, so that all
+        # threads that wait at its header in one iteration entered it in the same pass
+        strided = [h for h in loops if h not in outermost and
+                   _thread_strided(h, idom, incoming, uniform) and
+                   _entered_after_barrier(h, loops[h])]
     if len(strided) > 1:
         # Only one loop may be interchanged (threads leaving it at different iterations
         # would reach a second one out of step).  With several, as in a histogram that
@@ -138,6 +148,41 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
         if _does_work(exit_block):
             _insert_soft_barrier(exit_block)
     return [counter]
+
+
+def _entered_after_barrier(header: Block, body: set[Block]) -> bool:
+    """Whether every path into the loop (`header`, `body`) from outside comes from a block
+    barrier (or the kernel's start) through no other sync point and no block of the loop:
+    the threads that reach the header together left the same barrier together, and one
+    that leaves the loop comes back only through a barrier every thread waits at."""
+    region = header.parent
+    assert region is not None
+    preds: dict[Block, list[Block]] = {}
+    for b in region.blocks:
+        for succ in b.successors:
+            preds.setdefault(succ, []).append(b)
+    work = [p for p in preds.get(header, []) if p not in body]
+    seen: set[Block] = set()
+    while work:
+        b = work.pop()
+        if b in seen:
+            continue
+        seen.add(b)
+        if b in body:
+            return False
+        for op in reversed(b.ops):
+            if op.name == "upir.barrier" and not op.attributes.get("soft"):
+                break                       # this way starts at a barrier
+            if is_sync(op):
+                return False
+        else:
+            if b is region.entry:
+                continue                    # ... or at the kernel's start
+            ins = preds.get(b, [])
+            if not ins:
+                return False
+            work.extend(ins)
+    return True
 
 
 def _insert_soft_barrier(block: Block) -> None:

@@ -54,7 +54,7 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
-        barriers, canonicalize, forwarding, ifconvert, interchange, licm, threads,
+        barriers, canonicalize, forwarding, ifconvert, interchange, licm, progress, threads,
     )
 
 
@@ -63,14 +63,15 @@ def default_pipeline() -> list[str]:
     return list(DEFAULT_ORDER)
 
 
-#: the default pipeline, in order: duplicate thread dimensions first (what the thread loops
+#: the default pipeline, in order: yield points in spin-wait loops (before anything moves
+#: their loads: a wait must read memory again in every round), duplicate thread dimensions first (what the thread loops
 #: run), canonical forms (selects that are min/max) and
 #: if-conversions first (they make values recomputable and loops branch-free), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
 #: launch prologue both share must not), barrier elimination, then the interchanges that
 #: insert soft barriers (they must see the final loops and barriers)
-DEFAULT_ORDER = ("merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
+DEFAULT_ORDER = ("spin-wait-yields", "merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
                  "barrier-elimination", "interchange-thread-strided-loops",
                  "interchange-uniform-loops", "min-cut-fission")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
