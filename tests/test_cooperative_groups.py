@@ -675,23 +675,45 @@ def test_cuda_pipeline_of_one_thread(rng):
     np.testing.assert_array_equal(out, want)
 
 
-def test_block_scope_pipeline_is_refused_by_name():
-    src = r'''
-    #include <cuda/pipeline>
-    extern "C" __global__ void block_pipeline(const float *x, float *out) {
-        __shared__ float buf[128];
-        __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, 1> state;
-        auto block = cg::this_thread_block();
-        auto pipe = cuda::make_pipeline(block, &state);
+BLOCK_PIPELINE = r'''
+#include <cuda/pipeline>
+// a pipeline of the whole block: mbarriers, and cp.async.mbarrier.arrive
+extern "C" __global__ void block_pipeline(const float *x, float *out, int nstages) {
+    __shared__ float buf[2][128];
+    __shared__ cuda::pipeline_shared_state<cuda::thread_scope_block, 2> state;
+    auto block = cg::this_thread_block();
+    auto pipe = cuda::make_pipeline(block, &state);
+    int t = threadIdx.x;
+    float acc = 0;
+    for (int k = 0; k < nstages; k++) {
         pipe.producer_acquire();
-        cuda::memcpy_async(block, buf, x, sizeof(float) * 128, pipe);
+        cuda::memcpy_async(block, buf[k & 1], x + k * 128, sizeof(float) * 128, pipe);
         pipe.producer_commit();
         pipe.consumer_wait();
-        out[threadIdx.x] = buf[127 - threadIdx.x];
+        acc += buf[k & 1][127 - t];
         pipe.consumer_release();
-    }'''
-    with pytest.raises(cpuify.UnsupportedError, match="block_pipeline.*mbarrier"):
-        _module(src, "sm_80").get_function("block_pipeline")
+    }
+    out[t] = acc;
+}
+'''
+
+
+def test_block_scope_pipeline(rng):
+    from cpuify.lifting.semantics import ALLOWED
+    assert "cp.async.mbarrier.arrive" in _ptx(BLOCK_PIPELINE, "sm_80")
+    stages = 4
+    x = rng.standard_normal(stages * 128).astype(np.float32)
+    args = (x, np.zeros(128, np.float32), np.int32(stages))
+    if "mbarrier" not in ALLOWED:
+        with pytest.raises(cpuify.UnsupportedError, match="block_pipeline.*mbarrier"):
+            _module(BLOCK_PIPELINE, "sm_80").get_function("block_pipeline")
+        return
+    # with mbarrier objects (issue #18's asynchronous barriers) the pipeline runs
+    _, out = run_both(BLOCK_PIPELINE, "block_pipeline", (1,), (128,), args, arch="sm_80")
+    want = np.zeros(128, np.float32)
+    for k in range(stages):
+        want += x.reshape(stages, 128)[k, ::-1]
+    np.testing.assert_array_equal(out, want)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", None])      # cp.async, or a synchronous copy

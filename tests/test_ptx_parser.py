@@ -617,7 +617,7 @@ def test_texture_forms_cpuify_does_not_sample_are_refused(body: str, words: str)
 
 @pytest.mark.parametrize("body, word", [
     ("\twmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f1}, {%r1}, {%r2}, {%f2};", "wmma"),
-    ("\tcp.async.mbarrier.arrive.shared.b64 [%rd1];", "cp.async.mbarrier.arrive"),
+    ("\tcp.async.bulk.commit_group;", "bulk (TMA)"),
     ("\tcp.async.cg.shared.global [%r1], [%rd1], 8;", "16 with .cg"),
     ("\tbar.red.popc.u32 %r1, 1, 64, %p1;", "thread count"),
     ("\trcp.approx.f16x2 %r1, %r2;", "half/bfloat16 operation"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
-from cpuify.frontend.ptx_ast import Imm, Instruction, is_ptx_type
+from cpuify.frontend.ptx_ast import Addr, Imm, Instruction, is_ptx_type
 
 if TYPE_CHECKING:
     from cpuify.lifting.lift import _Lifter
@@ -78,7 +78,8 @@ ALLOWED: dict[str, set[str]] = {
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
     # cp.async: copied at issue (check_cp_async says which forms)
     "cp": {"async", "ca", "cg", "shared", "global", "commit_group", "wait_group", "wait_all",
-           "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint"},
+           "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint", "mbarrier", "arrive", "noinc",
+           "b64"},
     # asynchronous barriers in shared memory (codegen/ptx_ops.py: _mbarrier); no clusters
     "mbarrier": {"init", "inval", "arrive", "arrive_drop", "test_wait", "try_wait", "parity",
                  "pending_count", "expect_tx", "complete_tx", "noComplete", "shared",
@@ -123,9 +124,12 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     op = instr.opcode
     if op in _REFUSED:
         lifter.error(f"'{instr.full_opcode}': {_REFUSED[op]}", instr.line)
-    if op == "cp" and ("mbarrier" in instr.modifiers or "bulk" in instr.modifiers):
-        lifter.error(f"'{instr.full_opcode}': cp.async.mbarrier.arrive and the bulk (TMA) "
-                     "copies are not supported (cp.async with commit/wait groups is)", instr.line)
+    if op == "cp" and "bulk" in instr.modifiers:
+        lifter.error(f"'{instr.full_opcode}': the bulk (TMA) copies are not supported "
+                     "(cp.async with commit/wait groups is)", instr.line)
+    if op == "cp" and "noinc" in instr.modifiers and "mbarrier" not in ALLOWED:
+        lifter.error(f"'{instr.full_opcode}': cp.async.mbarrier.arrive.noinc needs mbarrier "
+                     "objects, which are not supported", instr.line)
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
@@ -185,6 +189,12 @@ def check_cp_async(instr: Instruction, lifter: "_Lifter") -> None:
     if "commit_group" in m or "wait_all" in m or "wait_group" in m:
         if len(m) != 2:
             lifter.error(f"'{instr.full_opcode}': unexpected modifiers", instr.line)
+        return
+    if "mbarrier" in m:
+        if not ("arrive" in m and "shared" in m and len(instr.operands) == 1
+                and isinstance(instr.operands[0], Addr)):
+            lifter.error(f"'{instr.full_opcode}': expected "
+                         "cp.async.mbarrier.arrive{.noinc}.shared.b64 [mbar]", instr.line)
         return
     if not ("shared" in m and "global" in m and ("ca" in m or "cg" in m)):
         lifter.error(f"'{instr.full_opcode}': cp.async copies from .global to .shared with "

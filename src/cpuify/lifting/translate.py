@@ -287,6 +287,14 @@ def _cp_async(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     m, line = instr.modifiers, instr.line
     if "commit_group" in m or "wait_group" in m or "wait_all" in m:
         return
+    if "mbarrier" in m:
+        # the arrive-on the mbarrier that happens once this thread's copies are complete,
+        # which they are: without .noinc the pending count goes up by one and down by one
+        # (no change); with .noinc it is an ordinary arrive
+        if "noinc" in m:
+            translate(lf, pb, Instruction("mbarrier", ("arrive", "shared", "b64"),
+                                          (Reg("_"), instr.operands[0]), line, instr.text))
+        return
     ops = list(instr.operands)
     dst, src, size = ops[0], ops[1], ops[2]
     assert isinstance(dst, Addr) and isinstance(src, Addr) and isinstance(size, Imm)
