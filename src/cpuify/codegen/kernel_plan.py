@@ -66,10 +66,13 @@ class KernelPlan(ThreadLoopPlans):
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
-        if any(sp.op.attributes.get("kind") == "named_barrier" for sp in self.syncs):
+        if any(sp.op.attributes.get("kind") == "named_barrier" or sp.op.name == "upir.spin_wait"
+               for sp in self.syncs):
             # threads meet at named barriers in groups that run out of step (producer and
-            # consumer warps): threads stopped at one sync point may be in different
-            # iterations of a loop, so no value is shared among them
+            # consumer warps), and threads at spin-wait yield points (issue #18's forward
+            # progress) wait there in different rounds of their loops: threads stopped at
+            # one sync point may be in different iterations, so no value is shared among
+            # them (a block-scope cuda::pipeline of 2+ stages deadlocked on stale parities)
             self.uniform = set()
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
