@@ -819,7 +819,7 @@ def test_multi_warp_tiles(n, rng):
     bs = 512
     x = rng.integers(-100, 100, 2 * bs).astype(np.int32)
     _, out = run_both(MULTI_WARP, f"mw{n}", (2,), (bs,), (x, np.zeros(2 * bs * 10, np.int32)),
-                      arch="sm_80", interp=False)
+                      arch="sm_80")
     got = out.reshape(-1, 10)
     for g in range(2 * bs // n):
         xs = x[g * n:(g + 1) * n]
@@ -833,8 +833,7 @@ def test_multi_warp_tiles(n, rng):
 @needs_spin_waits
 def test_multi_warp_tile_with_block_tile_memory():
     x = np.arange(256, dtype=np.int32)
-    _, out = run_both(MULTI_WARP, "user_memory", (1,), (256,), (x, np.zeros(256, np.int32)),
-                      interp=False)
+    _, out = run_both(MULTI_WARP, "user_memory", (1,), (256,), (x, np.zeros(256, np.int32)))
     want = np.repeat(x.reshape(2, 128).sum(axis=1), 128) * 1000 + np.repeat([0, 1], 128)
     np.testing.assert_array_equal(out, want)
 
