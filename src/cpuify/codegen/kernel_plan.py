@@ -72,8 +72,9 @@ class KernelPlan(ThreadLoopPlans):
             # consumer warps), and threads at spin-wait yield points (issue #18's forward
             # progress) wait there in different rounds of their loops: threads stopped at
             # one sync point may be in different iterations, so no value is shared among
-            # them (a block-scope cuda::pipeline of 2+ stages deadlocked on stale parities)
-            self.uniform = set()
+            # them (a block-scope cuda::pipeline of 2+ stages deadlocked on stale parities);
+            # the counters of interchanged loops stay (their threads resume together)
+            self.uniform = set(self.lockstep)
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()
