@@ -618,8 +618,9 @@ def test_texture_forms_cpuify_does_not_sample_are_refused(body: str, words: str)
 @pytest.mark.parametrize("body, word", [
     ("\tmma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%r1,%r2,%r3,%r4}, {%r5,%r6,%r7,%r8}, {%r9,%r10}, {%r1,%r2,%r3,%r4};",
      "m16n8k64 is not supported"),
-    ("\tcp.async.ca.shared.global [%r1], [%rd1], 16;", "cp.async"),
-    ("\tbar.arrive 1, 64;", "bar.arrive"),
+    ("\tcp.async.bulk.commit_group;", "bulk (TMA)"),
+    ("\tcp.async.cg.shared.global [%r1], [%rd1], 8;", "16 with .cg"),
+    ("\tbar.red.popc.u32 %r1, 1, 64, %p1;", "thread count"),
     ("\trcp.approx.f16x2 %r1, %r2;", "half/bfloat16 operation"),
     ("\tmin.xorsign.abs.bf16x2 %r1, %r2, %r3;", "xorsign"),
 ])

@@ -53,7 +53,9 @@ MAX_SHARED_OPTIN = 227 * 1024
 
 _ERROR_TEXT = {
     ERR_BARRIER_DIVERGENCE: "not all threads of the block reached the same __syncthreads() "
-                            "(a barrier inside a branch that only some threads take)",
+                            "(a barrier inside a branch that only some threads take), or a "
+                            "named barrier (bar.sync id, count) waits for threads that never "
+                            "arrive",
     ERR_TRAP: "the kernel executed a trap instruction (__trap() or asm(\"trap;\"))",
     ERR_WARP_DIVERGENCE: "threads of a warp disagree at a warp collective",
     ERR_ASSERT: "a device-side assert() failed",

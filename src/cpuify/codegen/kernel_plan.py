@@ -69,6 +69,15 @@ class KernelPlan(ThreadLoopPlans):
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
+        if any(sp.op.attributes.get("kind") == "named_barrier" or sp.op.name == "upir.spin_wait"
+               for sp in self.syncs):
+            # threads meet at named barriers in groups that run out of step (producer and
+            # consumer warps), and threads at spin-wait yield points (issue #18's forward
+            # progress) wait there in different rounds of their loops: threads stopped at
+            # one sync point may be in different iterations, so no value is shared among
+            # them (a block-scope cuda::pipeline of 2+ stages deadlocked on stale parities);
+            # the counters of interchanged loops stay (their threads resume together)
+            self.uniform = set(self.lockstep)
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()

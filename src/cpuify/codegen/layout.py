@@ -29,6 +29,7 @@ SYNC_KINDS = {
     "barrier": 0, "barrier.popc": 1, "barrier.and": 2, "barrier.or": 3,
     "soft": 4,       # a loop header of an interchanged loop: threads need not meet there
     "yield": 5,      # the back edge of a spin-wait loop: the thread lets the others run
+    "barrier.named": 8, "barrier.arrive": 9,    # bar.sync/bar.arrive id, count
     "syncwarp": 10, "shfl.up": 11, "shfl.down": 12, "shfl.bfly": 13, "shfl.idx": 14,
     "vote.all": 20, "vote.any": 21, "vote.uni": 22, "vote.ballot": 23,
     "activemask": 30, "match.any": 31, "match.all": 32,

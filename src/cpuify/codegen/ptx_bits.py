@@ -102,6 +102,38 @@ def _brev(e: SegmentEmitter, op: Operation) -> None:
     e.result(op, call(e, f"llvm.bitreverse.i{a.type.width}", a.type, [a]), t)
 
 
+@handles("ptx.fns")
+def _fns(e: SegmentEmitter, op: Operation) -> None:
+    """fns.b32 d, mask, base, offset: the |offset|-th set bit of mask from bit `base` up
+    (offset > 0) or down (offset < 0), 0xffffffff if there is none.  Branch-free: the bits
+    on the searched side of base, then the k-th set bit of those by a binary search on
+    popcounts (5 steps)."""
+    b = e.b
+    bits, base = src(e, op, 0, "b32"), src(e, op, 1, "u32")
+    offset = src(e, op, 2, "s32")
+    ones = I32(0xFFFFFFFF)
+    sh = b.and_(base, I32(31))
+    up = b.icmp_signed(">", offset, I32(0))
+    # bits at positions >= base (searching up) or <= base (searching down)
+    side = b.select(up, b.and_(bits, b.shl(ones, sh)), b.and_(bits, b.lshr(ones, b.sub(I32(31), sh))))
+    total = call(e, "llvm.ctpop.i32", I32, [side])
+    n = call(e, "llvm.abs.i32", I32, [offset, I1(0)])
+    # 0-based rank from the bottom of the bit wanted: n-1 up, total-n down
+    k = b.select(up, b.sub(n, I32(1)), b.sub(total, n))
+    x, pos, rest = side, I32(0), k
+    for step in (16, 8, 4, 2, 1):
+        low = call(e, "llvm.ctpop.i32", I32, [b.and_(x, I32((1 << step) - 1))])
+        skip = b.icmp_unsigned(">=", rest, low)
+        rest = b.select(skip, b.sub(rest, low), rest)
+        x = b.select(skip, b.lshr(x, I32(step)), x)
+        pos = b.select(skip, b.add(pos, I32(step)), pos)
+    found = b.icmp_unsigned("<=", n, total)
+    nth = b.select(found, pos, ones)
+    at_base = b.select(b.icmp_unsigned("!=", b.and_(b.lshr(bits, sh), I32(1)), I32(0)), base, ones)
+    r = b.select(b.icmp_signed("==", offset, I32(0)), at_base, nth)
+    e.result(op, b.select(b.icmp_unsigned(">", base, I32(31)), ones, r), "b32")
+
+
 @handles("ptx.bfind")
 def _bfind(e: SegmentEmitter, op: Operation) -> None:
     b = e.b

@@ -20,7 +20,8 @@ from llvmlite import ir
 from cpuify.analysis.pointers import memory_space
 from cpuify.codegen.half_float import f32_to_half, half_to_f32
 from cpuify.codegen.lowering import (
-    F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, ordered_load, ordered_store, ptx_llvm_type,
+    F32, F64, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ordered_load, ordered_store,
+    ptx_llvm_type,
     _width,
 )
 from cpuify.frontend.ptx_ast import type_size
@@ -218,6 +219,34 @@ def _int_binop(e: SegmentEmitter, op: Operation, fn) -> None:  # type: ignore[no
 # --- memory -------------------------------------------------------------------------------------
 
 _ORDERED_LOADS = ("acquire", "relaxed", "volatile")
+
+
+@handles("ptx.cp_async")
+def _cp_async(e: SegmentEmitter, op: Operation) -> None:
+    """cp.async copied at issue (lifting/translate.py says why that is exact): cp-size
+    bytes to shared memory, the first min(src-size, cp-size) from global memory, zeros
+    after them.  A full copy (src-size a constant >= cp-size, the usual case) is one vector
+    load and store; otherwise a memcpy of the bytes read and a memset of the rest."""
+    from cpuify.codegen.helpers import const_int
+    b = e.b
+    size = int(op.attributes["size"])
+    dst = b.gep(e.shared, [e.shared_index(b, op, e.get(op.operands[0]))])
+    src_v = e.get(op.operands[1])
+    if not isinstance(src_v.type, ir.PointerType):
+        src_v = b.inttoptr(e.int_resize(src_v, I64, False), PTR)
+    src_off = int(op.attributes.get("src_offset", 0))
+    src_p = b.gep(src_v, [I64(src_off)]) if src_off else src_v
+    known = const_int(op.operands[2])
+    if known is not None and known >= size:
+        vt = ir.VectorType(I32, size // 4) if size > 4 else I32
+        v = b.load(b.bitcast(src_p, vt.as_pointer()))
+        v.align = 4
+        st = b.store(v, b.bitcast(dst, vt.as_pointer()))
+        st.align = size
+        return
+    n = e.int_resize(call(e, "llvm.umin.i32", I32, [src(e, op, 2, "u32"), I32(size)]), I64, False)
+    call(e, "llvm.memcpy.p0.p0.i64", ir.VoidType(), [dst, src_p, n, I1(0)])
+    call(e, "llvm.memset.p0.i64", ir.VoidType(), [b.gep(dst, [n]), I8(0), b.sub(I64(size), n), I1(0)])
 
 
 @handles("ptx.ld", "ptx.ldu")

@@ -268,6 +268,8 @@ class SegmentPaths:
             red = op.attributes.get("reduce")
             return SYNC_KINDS["barrier" if red is None else f"barrier.{red}"]
         kind = op.attributes["kind"]
+        if kind == "named_barrier":
+            return SYNC_KINDS["barrier.arrive" if op.attributes.get("arrive") else "barrier.named"]
         if kind == "syncwarp":
             return SYNC_KINDS["syncwarp"]
         if kind == "shfl":

@@ -71,6 +71,8 @@ class SyncCrossing(SegmentValues):
                 names = ["xval", "xmask"]
             elif kind in ("syncwarp", "activemask"):
                 names = ["xmask"]
+            elif kind == "named_barrier":
+                names = ["xb", "xc"]         # the barrier's id and thread count
             else:
                 names = []
             for name, v in zip(names, vals):

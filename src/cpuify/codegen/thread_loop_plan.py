@@ -189,25 +189,39 @@ class ThreadLoopPlans(SegmentPaths):
         soft = self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]
         return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
 
-    def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block]) -> bool:
+    def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block],
+                      memo: dict[Block, bool] | None = None) -> bool:
         """Whether a vector of threads going on from op `pos` of `blk` reaches `store`
         whichever way each block-uniform branch goes (a branch on a thread-dependent
-        condition is taken both ways by a vector of threads: one way suffices)."""
+        condition is taken both ways by a vector of threads: one way suffices).  `memo`
+        keeps each block's answer: without it a chain of k if-diamonds (cooperative groups'
+        code) is walked 2^k times; an answer cut short by a cycle is False, which only
+        gives up the optimization."""
+        if memo is None:
+            memo = {}
         if pos == 0:
             if blk in seen:
                 return False
+            if blk in memo:
+                return memo[blk]
             seen = seen | {blk}
+        result = False
         for op in blk.ops[pos:]:
             if op is store:
-                return True
+                result = True
+                break
             if op in self.sync_of_op or op.name in ("upir.exit", "upir.trap"):
-                return False
+                break
             if op.name == "cf.br":
-                return self._on_every_way(op.successors[0], 0, store, seen)
+                result = self._on_every_way(op.successors[0], 0, store, seen, memo)
+                break
             if op.name == "cf.cond_br":
-                ways = [self._on_every_way(succ, 0, store, seen) for succ in op.successors]
-                return all(ways) if op.operands[0] in self.uniform else any(ways)
-        return False
+                ways = [self._on_every_way(succ, 0, store, seen, memo) for succ in op.successors]
+                result = all(ways) if op.operands[0] in self.uniform else any(ways)
+                break
+        if pos == 0:
+            memo[blk] = result
+        return result
 
     @staticmethod
     def _computed_from_threads(v: Value, restored: set[Value]) -> bool:

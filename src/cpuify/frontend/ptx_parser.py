@@ -22,7 +22,7 @@ _TOKEN = re.compile(r"""
   | (?P<string>"(?:[^"\\]|\\.)*")
   | (?P<float>0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16})
   | (?P<number>(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)U?)
-  | (?P<ident>[%$._A-Za-z][%$.\w]*)
+  | (?P<ident>[%$._A-Za-z](?:[%$.\w]|::(?=\w))*)
   | (?P<punct>[{}\[\]();,:+\-@!|<>=*])
 """, re.VERBOSE | re.DOTALL)
 
@@ -514,7 +514,9 @@ class _Parser:
         if op_tok.kind != "ident":
             self.error(f"expected an instruction, found '{op_tok.text}'", op_tok.line)
         parts = op_tok.text.split(".")
-        opcode, mods = parts[0], tuple(p for p in parts[1:])
+        # `.shared::cta` is `.shared` (PTX 7.8); other `a::b` qualifiers (`.L2::128B`,
+        # `.shared::cluster`) stay whole modifiers
+        opcode, mods = parts[0], tuple("shared" if p == "shared::cta" else p for p in parts[1:])
         operands: list[Operand] = []
         if not self.at(";"):
             while True:

@@ -591,6 +591,8 @@ class Thread:
             self.xval = as64(vals[0])
             if len(vals) > 1:
                 self.xmask = as32(vals[1])
+        elif kind == "named_barrier":
+            self.xb, self.xc = as32(vals[0]), as32(vals[1])
         elif vals:                        # syncwarp (activemask has no operand)
             self.xmask = as32(vals[0])
 
@@ -903,6 +905,13 @@ def _matrix_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
         th.xregs_out = regs
 
 
+def _is_named(s: Any) -> bool:
+    """A thread waiting at a named barrier (bar.sync/bar.arrive with an id or a count)."""
+    return s is not _EXITED and s is not _RESUMED and s.name == "upir.warp_collective" and \
+        s.attributes["kind"] == "named_barrier"
+
+
+
 class _BlockRun:
     """Runs the threads of one block to completion."""
 
@@ -934,11 +943,15 @@ class _BlockRun:
 
         for i in range(n):
             advance(i)
+        arrived = [0] * 16                   # named barriers: bar.arrive counts not yet used
         moved = True
         while True:
             live = [i for i in range(n) if state[i] is not _EXITED]
             if not live:
                 return
+            if self._named_round(state, advance, arrived, len(live)):
+                moved = True
+                continue
             spinning = [i for i in live
                         if getattr(state[i], "name", None) in ("spin", "upir.spin_wait")]
             if any(self._in_warp(state[i]) for i in live):
@@ -963,6 +976,11 @@ class _BlockRun:
                 continue
             moved = True
             barriers = {state[i] for i in live}
+            if any(_is_named(b) for b in barriers):
+                raise LaunchError(
+                    f"kernel '{self.launch.name}' failed in block {self.ctaid}: threads wait at "
+                    "named barriers (bar.sync id, count) that cannot complete: waiting at PTX "
+                    f"lines {', '.join(sorted(str(b.attributes.get('line')) for b in barriers))}")
             if len(barriers) > 1:
                 lines = sorted(str(b.attributes.get("line")) for b in barriers)  # type: ignore[union-attr]
                 raise LaunchError(
@@ -984,7 +1002,43 @@ class _BlockRun:
         """Whether a thread in scheduler state `s` waits for lanes of its warp (at a warp
         collective or a warp step), not for the block."""
         return s is not _EXITED and s is not _RESUMED and (
-            s.name == "upir.warp_collective" or s in self.launch.kernel.steps)
+            s.name == "upir.warp_collective" and s.attributes.get("kind") != "named_barrier"
+            or s in self.launch.kernel.steps)
+
+    def _named_round(self, state: list, advance: Any, arrived: list[int], nlive: int) -> bool:
+        """Named barriers (as cpuify_run_block): threads at bar.arrive add to their
+        barrier's count and go on; threads waiting at bar.sync on a barrier are released
+        `count` at a time (0: every live thread), counting arrivals, in thread order.
+        Returns whether any thread was resumed."""
+        threads = self.threads
+        index = self.launch.kernel.sync_index
+        resumed: dict[int, list[int]] = {}
+        waiting: dict[int, list[int]] = {}
+        for i, s in enumerate(state):
+            if not _is_named(s):
+                continue
+            bar = threads[i].xb & 15
+            if s.attributes.get("arrive"):
+                arrived[bar] += 1
+                resumed.setdefault(index[s], []).append(i)
+            else:
+                waiting.setdefault(bar, []).append(i)
+        for bar, ids in sorted(waiting.items()):
+            while ids:
+                need = threads[ids[0]].xc or nlive
+                used = min(arrived[bar], need)
+                if used + len(ids) < need:
+                    break
+                arrived[bar] -= used
+                go, ids = ids[:need - used], ids[need - used:]
+                for i in go:
+                    resumed.setdefault(index[state[i]], []).append(i)
+        for i in (i for r in resumed.values() for i in r):
+            state[i] = _RESUMED
+        for r in sorted(resumed):
+            for i in sorted(resumed[r]):
+                advance(i)
+        return bool(resumed)
 
     def _warp_round(self, state: list, advance: Any, incomplete: bool = True) -> bool:
         """Exchange the warp collectives that can run, then resume their lanes (as

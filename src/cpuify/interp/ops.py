@@ -9,6 +9,7 @@ codegen/ptx_*.py) this file computes the exact PTX result; tests compare the two
 
 from __future__ import annotations
 
+import ctypes
 import math
 import operator
 import struct
@@ -405,6 +406,28 @@ def _brev(th: "Thread", op: Operation) -> None:
     w = width(t)
     a = th.src(op, 0, t)
     th.set(op, int(format(a, f"0{w}b")[::-1], 2), t)
+
+
+@handles("ptx.fns")
+def _fns(th: "Thread", op: Operation) -> None:
+    """fns.b32 d, mask, base, offset: the PTX ISA's pseudocode, literally (a base above 31,
+    undefined in PTX, finds nothing)."""
+    bits, base = th.src(op, 0, "b32"), th.src(op, 1, "u32")
+    offset = to_signed(th.src(op, 2, "s32"), 32)
+    d = 0xFFFFFFFF
+    if offset == 0:
+        if base < 32 and bits >> base & 1:
+            d = base
+    else:
+        pos, count, inc = base, abs(offset) - 1, 1 if offset > 0 else -1
+        while 0 <= pos < 32:
+            if bits >> pos & 1:
+                if count == 0:
+                    d = pos
+                    break
+                count -= 1
+            pos += inc
+    th.set(op, d, "b32")
 
 
 @handles("ptx.bfind")
@@ -821,6 +844,25 @@ def _st(th: "Thread", op: Operation) -> None:
     addr = th.address(op, memory_space(op), size * n)
     for k in range(n):
         store(addr + k * size, t, th.src(op, k + 1, t))
+
+
+@handles("ptx.cp_async")
+def _cp_async(th: "Thread", op: Operation) -> None:
+    """cp.async at issue: cp-size bytes to shared memory, the first min(src-size, cp-size)
+    of them from global memory, zeros after them (PTX ISA: "the remaining bytes are
+    zero-filled"); nothing is read when src-size is 0."""
+    size = int(op.attributes["size"])
+    dst = th.address(op, "shared", size)
+    if dst % size:
+        th.fail(f"cp.async: shared address not aligned to {size} bytes", op)
+    n = min(th.src(op, 2, "u32"), size)
+    data = b""
+    if n:
+        src = (th.src(op, 1, "u64") + int(op.attributes.get("src_offset", 0))) & mask(64)
+        if src < 1 << 16 or src % size:
+            th.fail(f"cp.async: global address {src:#x} is null or not aligned to {size} bytes", op)
+        data = ctypes.string_at(src, n)
+    ctypes.memmove(dst, data + bytes(size - n), size)
 
 
 _ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")

@@ -160,6 +160,8 @@ define("ptx.atom", effects=_space_effect((READ, WRITE)))
 define("ptx.mbarrier", effects=_space_effect((READ, WRITE)))
 define("ptx.red", effects=_space_effect((READ, WRITE)))
 # textures and surfaces: the handle names a descriptor whose data is global memory
+# cp.async: reads global memory, writes shared memory (at issue; see lifting/translate.py)
+define("ptx.cp_async", effects=lambda op: [(READ, "global"), (WRITE, "shared")])
 define("ptx.tex", effects=lambda op: [(READ, "global")])
 define("ptx.tld4", effects=lambda op: [(READ, "global")])
 define("ptx.txq", effects=lambda op: [(READ, "global")])

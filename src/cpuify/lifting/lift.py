@@ -20,13 +20,16 @@ import struct
 
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_ast import (
-    Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, Vec, type_size,
+    Addr, CallArgs, Function, Imm, Instruction, Label, Module, Pair, Param, Reg, VarDecl, Vec,
+    type_size,
 )
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, postorder, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
 from cpuify.lifting.contract import fuse_unrounded_products
 from cpuify.lifting.inline import InlinedKernel, inline_calls
-from cpuify.lifting.semantics import SPECIAL_REGS, check_instruction, operand_type
+from cpuify.lifting.semantics import (
+    RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, check_instruction, operand_type,
+)
 from cpuify.lifting.translate import translate
 
 REG_TYPE = {
@@ -72,6 +75,15 @@ class _PBlock:
         self.preds: list[_PBlock] = []
 
 
+def _reads_reserved_smem(kernel: InlinedKernel) -> bool:
+    for stmt in kernel.body:
+        if isinstance(stmt, Instruction):
+            for o in stmt.operands:
+                if isinstance(o, Reg) and o.name.startswith("%reserved_smem_offset"):
+                    return True
+    return False
+
+
 class _Lifter:
     def __init__(self, module: Module, kernel: InlinedKernel) -> None:
         self.module = module
@@ -81,6 +93,11 @@ class _Lifter:
         self.param_by_name = {p.name: p for p in self.params}
         self.var_types: dict[str, str] = {r: REG_TYPE[t] for r, t in kernel.regs.items()}
         self.module_vars = {v.name: v for v in module.variables}
+        if _reads_reserved_smem(kernel) and not any(v.name == RESERVED_SMEM for v in kernel.locals):
+            # the reserved shared memory cooperative groups keeps its multi-warp tile
+            # barriers in (%reserved_smem_offset_*): a shared variable of the kernel
+            kernel.locals.append(VarDecl("shared", "b8", RESERVED_SMEM, 0, 16,
+                                         (RESERVED_SMEM_SIZE,)))
         self.local_vars = {v.name: v for v in kernel.locals}
         self.param_slots: dict[str, set[tuple[int, str]]] = {}
         self.arg_owner: dict[BlockArgument, _PBlock] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
-from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
+from cpuify.frontend.ptx_ast import Addr, Imm, Instruction, is_ptx_type
 from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 if TYPE_CHECKING:
@@ -22,6 +22,10 @@ SPECIAL_REGS = {
     "%lanemask_gt", "%dynamic_smem_size", "%total_smem_size", "%aggr_smem_size",
     "%warpsize",
 }
+
+#: the shared variable behind %reserved_smem_offset_* (1 KB, as on sm_80 and later)
+RESERVED_SMEM = "__cpuify_reserved_smem"
+RESERVED_SMEM_SIZE = 1024
 
 _ROUND = {"rn", "rz", "rm", "rp"}
 _ROUNDI = {"rni", "rzi", "rmi", "rpi"}
@@ -55,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "sqrt": {"approx", "ftz"} | _ROUND, "rsqrt": {"approx", "ftz"}, "rcp": {"approx", "ftz"} | _ROUND,
     "sin": {"approx", "ftz"}, "cos": {"approx", "ftz"}, "ex2": {"approx", "ftz"},
     "lg2": {"approx", "ftz"}, "tanh": {"approx"},
-    "clz": set(), "popc": set(), "brev": set(), "bfind": {"shiftamt"}, "bfe": set(), "bfi": set(),
+    "clz": set(), "popc": set(), "brev": set(), "fns": set(), "bfind": {"shiftamt"}, "bfe": set(), "bfi": set(),
     "bmsk": {"clamp", "wrap"}, "prmt": {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"},
     "copysign": set(), "testp": {"finite", "infinite", "number", "notanumber", "normal", "subnormal"},
     "lop3": set(), "dp4a": set(), "dp2a": {"lo", "hi"},
@@ -77,6 +81,10 @@ ALLOWED: dict[str, set[str]] = {
     "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
     "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
     "isspacep": _SPACES, "discard": _SPACES | {"L2"},
+    # cp.async: copied at issue (check_cp_async says which forms)
+    "cp": {"async", "ca", "cg", "shared", "global", "commit_group", "wait_group", "wait_all",
+           "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint", "mbarrier", "arrive", "noinc",
+           "b64"},
     # asynchronous barriers in shared memory (codegen/ptx_ops.py: _mbarrier); no clusters
     "mbarrier": {"init", "inval", "arrive", "arrive_drop", "test_wait", "try_wait", "parity",
                  "pending_count", "expect_tx", "complete_tx", "noComplete", "shared",
@@ -99,7 +107,6 @@ ALLOWED.update({
 
 _REFUSED = {
     "wgmma": "warpgroup-level wgmma operations are not supported",
-    "cp": "asynchronous copies (cp.async) are not supported",
     "griddepcontrol": "programmatic dependent launch is not supported",
 }
 
@@ -126,6 +133,12 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
         if isinstance(spec, str):
             lifter.error(f"'{instr.full_opcode}': {spec}", instr.line)
         return
+    if op == "cp" and "bulk" in instr.modifiers:
+        lifter.error(f"'{instr.full_opcode}': the bulk (TMA) copies are not supported "
+                     "(cp.async with commit/wait groups is)", instr.line)
+    if op == "cp" and "noinc" in instr.modifiers and "mbarrier" not in ALLOWED:
+        lifter.error(f"'{instr.full_opcode}': cp.async.mbarrier.arrive.noinc needs mbarrier "
+                     "objects, which are not supported", instr.line)
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
@@ -139,7 +152,7 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     if op not in ("mov", "ld", "st", "cvt", "cvta", "bra", "ret", "exit", "trap", "bar", "barrier",
                   "membar", "fence", "printf", "assertfail", "malloc", "free", "param_copy",
                   "nanosleep", "activemask", "call_stack", "launch_buffer", "launch_device", "prefetch", "prefetchu", "pmevent", "discard",
-                  "isspacep") and not types:
+                  "isspacep", "cp") and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
     if op == "cvt" and "tf32" in types and (types != ["tf32", "f32"] or "rna" not in instr.modifiers):
         lifter.error(f"'{instr.full_opcode}': of the tf32 conversions, cvt.rna.tf32.f32 is "
@@ -172,10 +185,41 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
             lifter.error(f"'{instr.full_opcode}': this atomic type is not supported", instr.line)
     if op in ("tex", "tld4", "txq", "suld", "sust"):
         check_texture(instr, lifter)
-    if op in ("bar", "barrier") and ("arrive" in instr.modifiers or len(instr.operands) > 1 and not
-                                     ("red" in instr.modifiers and len(instr.operands) == 3)):
-        lifter.error(f"'{instr.full_opcode}': named/partial barriers (bar.arrive, thread counts) "
-                     "are not supported; use __syncthreads()", instr.line)
+    if op == "cp":
+        check_cp_async(instr, lifter)
+    if op in ("bar", "barrier") and "red" in instr.modifiers and len(instr.operands) != 3:
+        lifter.error(f"'{instr.full_opcode}': barrier reductions with a thread count are not "
+                     "supported (bar.sync/bar.arrive with counts are)", instr.line)
+    if op in ("bar", "barrier") and "arrive" in instr.modifiers and len(instr.operands) != 2:
+        lifter.error(f"'{instr.full_opcode}': expected a barrier and a thread count", instr.line)
+
+
+def check_cp_async(instr: Instruction, lifter: "_Lifter") -> None:
+    """cp.async: the copies from global to shared memory (4, 8 or 16 bytes, optional
+    src-size or ignore-src, cache hints) and their groups; not the bulk (TMA) copies or the
+    mbarrier completion forms."""
+    m = instr.modifiers
+    if m[:1] != ("async",):
+        lifter.error(f"'{instr.full_opcode}': only cp.async copies are supported", instr.line)
+    if "commit_group" in m or "wait_all" in m or "wait_group" in m:
+        if len(m) != 2:
+            lifter.error(f"'{instr.full_opcode}': unexpected modifiers", instr.line)
+        return
+    if "mbarrier" in m:
+        if not ("arrive" in m and "shared" in m and len(instr.operands) == 1
+                and isinstance(instr.operands[0], Addr)):
+            lifter.error(f"'{instr.full_opcode}': expected "
+                         "cp.async.mbarrier.arrive{.noinc}.shared.b64 [mbar]", instr.line)
+        return
+    if not ("shared" in m and "global" in m and ("ca" in m or "cg" in m)):
+        lifter.error(f"'{instr.full_opcode}': cp.async copies from .global to .shared with "
+                     ".ca or .cg are supported", instr.line)
+    ops = instr.operands
+    size = ops[2] if len(ops) > 2 else None
+    if not (3 <= len(ops) <= 5) or not isinstance(size, Imm) or size.value not in (4, 8, 16) \
+            or "cg" in m and size.value != 16:
+        lifter.error(f"'{instr.full_opcode}': expected [dst], [src], cp-size (4, 8 or 16; "
+                     "16 with .cg){, src-size | ignore-src}{, cache-policy}", instr.line)
 
 
 def check_texture(instr: Instruction, lifter: "_Lifter") -> None:

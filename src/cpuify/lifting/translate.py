@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
-from cpuify.ir.core import Operation, Value
+from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.lifting.halves import expand, needs_expansion
-from cpuify.lifting.semantics import SPECIAL_REGS, instr_types, operand_type
+from cpuify.lifting.semantics import (
+    RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, instr_types, operand_type,
+)
 from cpuify.lifting.tensor_cores import MatrixOp, parse_ldmatrix, parse_matrix_op, shape_dims
 
 if TYPE_CHECKING:
@@ -166,6 +168,9 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     if op in ("wmma", "mma", "ldmatrix", "stmatrix", "movmatrix"):
         _matrix(lf, pb, instr)
         return
+    if op == "cp":
+        _cp_async(lf, pb, instr)
+        return
 
     # --- ld/st on parameters ---
     if op in ("ld", "st") and "param" in instr.modifiers and _param_address_in_register(lf, instr):
@@ -260,6 +265,12 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         elif instr.has("red"):
             kind = "popc" if instr.has("popc") else "and" if instr.has("and") else "or"
             new = Operation("upir.barrier", values[1:], result_types, {"reduce": kind, **attrs})
+        elif instr.has("arrive") or len(values) > 1 or not _is_constant(values[0]):
+            # a named barrier: only the threads that name it meet there, `count` of them
+            # (0: every thread of the block); bar.arrive counts without waiting
+            count = values[1] if len(values) > 1 else lf.const(0, "i32")
+            new = Operation("upir.warp_collective", [values[0], count], [],
+                            {"kind": "named_barrier", "arrive": instr.has("arrive"), **attrs})
         else:
             new = Operation("upir.barrier", [], [], attrs)
     elif op in WARP_OPS:
@@ -276,6 +287,71 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     for d, r in zip(dest_names, new.results):
         if d is not None:
             lf.write_var(d, pb, r)
+
+
+#: %reserved_smem_offset_*: offsets into the kernel's reserved shared variable (lift.py),
+#: whose two halves are the regions _0 and _1 (cooperative groups uses _1)
+_RESERVED_SMEM_AT = {"_begin": 0, "_0": 0, "_1": 512, "_end": 1024}
+
+
+def _reserved_smem(lf: "_Lifter", pb: "_PBlock", reg: str, line: int) -> Value:
+    suffix = reg[len("%reserved_smem_offset"):]
+    if suffix == "_cap":
+        return lf.const(RESERVED_SMEM_SIZE, "i32")
+    if suffix not in _RESERVED_SMEM_AT:
+        lf.error(f"unknown special register '{reg}'", line, PTXError)
+    at = symbol_address(lf, pb, RESERVED_SMEM, 0, line)
+    off = emit(lf, pb, Operation("ptx.cvt", [at], ["i32"], {"mods": ["u32", "u64"], "line": line}))
+    if not _RESERVED_SMEM_AT[suffix]:
+        return off.results[0]
+    return emit(lf, pb, Operation("ptx.add", [off.results[0], lf.const(_RESERVED_SMEM_AT[suffix], "i32")],
+                                  ["i32"], {"mods": ["u32"], "line": line})).results[0]
+
+
+def _is_constant(v: Value) -> bool:
+    return isinstance(v, OpResult) and v.op.name == "upir.const"
+
+
+def _cp_async(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
+    """cp.async copies at issue: `ptx.cp_async` (dst, src, src-size) writes cp-size bytes
+    to shared memory, the first min(src-size, cp-size) from global memory and zeros after
+    them.  A program may not read the destination before its cp.async.wait_group/wait_all
+    (nor write the source), so a copy done early cannot be told apart from one done then:
+    commit and wait have nothing left to do."""
+    m, line = instr.modifiers, instr.line
+    if "commit_group" in m or "wait_group" in m or "wait_all" in m:
+        return
+    if "mbarrier" in m:
+        # the arrive-on the mbarrier that happens once this thread's copies are complete,
+        # which they are: without .noinc the pending count goes up by one and down by one
+        # (no change); with .noinc it is an ordinary arrive
+        if "noinc" in m:
+            translate(lf, pb, Instruction("mbarrier", ("arrive", "shared", "b64"),
+                                          (Reg("_"), instr.operands[0]), line, instr.text))
+        return
+    ops = list(instr.operands)
+    dst, src, size = ops[0], ops[1], ops[2]
+    assert isinstance(dst, Addr) and isinstance(src, Addr) and isinstance(size, Imm)
+    n = int(size.value)
+    extra = ops[3:]
+    if "L2::cache_hint" in m and extra:
+        extra = extra[:-1]                    # the cache policy: a hint
+    src_size: Value
+    if not extra:
+        src_size = lf.const(n, "i32")
+    elif isinstance(extra[0], Reg) and lf.var_types.get(extra[0].name) == "i1":
+        # ignore-src: a true predicate reads nothing and writes zeros
+        ignore = value_of(lf, pb, extra[0], "pred", line)
+        src_size = emit(lf, pb, Operation("ptx.selp", [lf.const(0, "i32"), lf.const(n, "i32"),
+                                                        ignore], ["i32"],
+                                          {"mods": ["b32"], "line": line})).results[0]
+    else:
+        src_size = value_of(lf, pb, extra[0], "u32", line)
+    dst_base, dst_off = address_of(lf, pb, dst, line)
+    src_base, src_off = address_of(lf, pb, src, line)
+    emit(lf, pb, Operation("ptx.cp_async", [dst_base, src_base, src_size], [],
+                           {"mods": ["shared", "global"], "size": n, "offset": dst_off,
+                            "src_offset": src_off, "line": line}))
 
 
 def _texture(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
@@ -486,6 +562,8 @@ def value_of(lf: "_Lifter", pb: "_PBlock", o: Operand, ptx_type: str, line: int)
                 v = emit(lf, pb, Operation("ptx.not", [v], ["i1"], {"mods": ["pred"], "line": line})).results[0]
             return v
         base = name.split(".")[0]
+        if base.startswith("%reserved_smem_offset"):
+            return _reserved_smem(lf, pb, base, line)
         if base in SPECIAL_REGS:
             if base.startswith("%clock") or base.startswith("%globaltimer"):
                 t = "i64" if name.endswith("64") or name == "%globaltimer" else "i32"

@@ -54,6 +54,7 @@ enum {
     K_BARRIER = 0, K_BAR_POPC = 1, K_BAR_AND = 2, K_BAR_OR = 3,
     K_SOFT = 4,   /* header of an interchanged loop: a resume point, not a meeting point */
     K_YIELD = 5,  /* back edge of a spin-wait loop: the thread lets the others run */
+    K_NAMED = 8, K_ARRIVE = 9,   /* bar.sync / bar.arrive id, count (xb: id, xc: count) */
     K_SYNCWARP = 10, K_SHFL_UP = 11, K_SHFL_DOWN = 12, K_SHFL_BFLY = 13, K_SHFL_IDX = 14,
     K_VOTE_ALL = 20, K_VOTE_ANY = 21, K_VOTE_UNI = 22, K_VOTE_BALLOT = 23,
     K_ACTIVEMASK = 30, K_MATCH_ANY = 31, K_MATCH_ALL = 32,
@@ -67,6 +68,91 @@ enum {
 #define K_STATIC 0x200
 
 static int is_warp_kind(int32_t k) { return (k & 0xff) >= 10; }
+static int is_named_kind(int32_t k) { return k == K_NAMED || k == K_ARRIVE; }
+
+/* Named barriers (bar.sync/bar.arrive id, count): threads at bar.arrive add to their
+ * barrier's arrival count and go on; the threads waiting at bar.sync on a barrier are
+ * released, `count` threads per completion (0: every live thread of the block) counting
+ * the arrivals, in thread order.  Returns whether any thread was resumed (`resumed` gets
+ * the resume ids). */
+static int named_barriers(cpuify_block_ctx *c, const int32_t *kinds, uint32_t *arrived,
+                          uint64_t *resumed, int32_t *resume_big)
+{
+    const uint32_t n = c->nthreads;
+    int32_t *state = c->state;
+    uint32_t waiting[16] = {0}, live = 0;
+    int progressed = 0, any = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        int32_t s = state[t];
+        if (s == STATE_EXITED) continue;
+        live++;
+        if (!(s & STATE_WAIT) || !is_named_kind(kinds[(s & 0xffff) - 1])) continue;
+        any = 1;
+        uint32_t id = c->xb[t] & 15;
+        if (kinds[(s & 0xffff) - 1] == K_ARRIVE) {
+            arrived[id]++;
+            state[t] = s & 0xffff;
+            int32_t r = s & 0xffff;
+            if (r < 256) resumed[r >> 6] |= 1ull << (r & 63); else *resume_big = r;
+            progressed = 1;
+        } else {
+            waiting[id]++;
+        }
+    }
+    if (!any) return 0;
+    for (uint32_t id = 0; id < 16; id++) {
+        while (waiting[id]) {
+            uint32_t need = 0;
+            for (uint32_t t = 0; t < n && !need; t++) {
+                int32_t s = state[t];
+                if (s != STATE_EXITED && (s & STATE_WAIT) && kinds[(s & 0xffff) - 1] == K_NAMED
+                    && (c->xb[t] & 15) == id)
+                    need = c->xc[t] ? c->xc[t] : live;
+            }
+            uint32_t from_arrivals = arrived[id] < need ? arrived[id] : need;
+            if (from_arrivals + waiting[id] < need) break;   /* not complete (yet) */
+            uint32_t release = need - from_arrivals;
+            arrived[id] -= from_arrivals;
+            for (uint32_t t = 0; t < n && release; t++) {
+                int32_t s = state[t];
+                if (s != STATE_EXITED && (s & STATE_WAIT) && kinds[(s & 0xffff) - 1] == K_NAMED
+                    && (c->xb[t] & 15) == id) {
+                    int32_t r = s & 0xffff;
+                    state[t] = r;
+                    if (r < 256) resumed[r >> 6] |= 1ull << (r & 63); else *resume_big = r;
+                    release--;
+                    waiting[id]--;
+                }
+            }
+            progressed = 1;
+            if (need == 0) break;
+        }
+    }
+    return progressed;
+}
+
+/* Resumes the threads whose state is one of the resume ids in `resumed` (and, rarely, ids
+ * of 256 and more), each id's threads together. */
+static int32_t resume_all(cpuify_block_ctx *c, cpuify_dispatch_fn run, const uint64_t *resumed,
+                          int32_t resume_big)
+{
+    for (int32_t r = 0; r < 256; r++)
+        if (resumed[r >> 6] >> (r & 63) & 1) {
+            run(c, r, 1);
+            if (c->error) return c->error;
+        }
+    if (resume_big >= 0) {
+        for (;;) {
+            int32_t r = -1;
+            for (uint32_t t = 0; t < c->nthreads; t++)
+                if (c->state[t] >= 256 && !(c->state[t] & STATE_WAIT)) { r = c->state[t]; break; }
+            if (r < 0) break;
+            run(c, r, 1);
+            if (c->error) return c->error;
+        }
+    }
+    return 0;
+}
 
 /* One warp collective among the lanes `group` (bitmask) of the warp starting at `base`. */
 static void warp_exchange(cpuify_block_ctx *c, uint32_t base, uint32_t nlanes, uint32_t group,
@@ -325,6 +411,7 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
 {
     const uint32_t n = c->nthreads;
     int32_t *state = c->state;
+    uint32_t arrived[16] = {0};   /* named barriers: bar.arrive counts not yet used */
     (void)nsync;
     c->live_end = 0;   /* the generated code may have narrowed masked runs: not here */
     for (;;) {
@@ -379,6 +466,16 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
                 continue;
             }
         }
+        /* named barriers that complete (and arrivals) go first */
+        {
+            uint64_t resumed[4] = {0, 0, 0, 0};
+            int32_t resume_big = -1;
+            if (named_barriers(c, kinds, arrived, resumed, &resume_big)) {
+                int32_t rc = resume_all(c, run, resumed, resume_big);
+                if (rc) return rc;
+                continue;
+            }
+        }
         /* classify where the threads stopped */
         uint32_t exited = 0, warp_waiting = 0, yielding = 0;
         int32_t barrier = -1;
@@ -389,6 +486,7 @@ CPUIFY_API int32_t cpuify_run_block_from(cpuify_block_ctx *c, cpuify_dispatch_fn
             int32_t sync = s & 0xffff;
             if (is_warp_kind(kinds[sync - 1])) { warp_waiting++; continue; }
             if ((kinds[sync - 1] & 0xff) == K_YIELD) { yielding++; continue; }
+            if (is_named_kind(kinds[sync - 1])) { diverged = 1; continue; }   /* stuck there */
             if (barrier < 0) barrier = sync;
             else if (barrier != sync) diverged = 1;
         }

@@ -2000,7 +2000,8 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
         cudaError_t e = cudaErrorLaunchFailure;
         switch (rc) {
         case CPUIFY_ERR_BARRIER_DIVERGENCE:
-            why = "not all threads of the block reached the same __syncthreads()";
+            why = "not all threads of the block reached the same __syncthreads() "
+                  "(or a named barrier waits for threads that never arrive)";
             break;
         case CPUIFY_ERR_TRAP:
             why = (k->desc->flags & CPUIFY_KERNEL_ENVREG) && !l->cooperative
