@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import (
     Block,
@@ -156,18 +157,6 @@ def _polls(atom: Operation) -> bool:
         (c & ((1 << bits) - 1) == (1 << bits) - 1 and "and" in m)
 
 
-def _incoming(region: Region) -> dict[BlockArgument, list[Value]]:
-    out: dict[BlockArgument, list[Value]] = {}
-    for b in region.blocks:
-        term = b.terminator
-        if term is None:
-            continue
-        for s, args in zip(term.successors, term.successor_args):
-            for a, v in zip(s.args, args):
-                out.setdefault(a, []).append(v)
-    return out
-
-
 def _exit_depends_on(body: set[Block], reads: set[Value],
                      incoming: dict[BlockArgument, list[Value]]) -> Operation | None:
     """The waiting read an exit condition of the loop depends on (within the loop), if any."""
@@ -197,7 +186,7 @@ def insert_spin_waits(region: Region) -> list[Operation]:
     loops = natural_loops(region)
     if not loops:
         return []
-    incoming = _incoming(region)
+    incoming = incoming_values(region)
     inserted: list[Operation] = []
     # (an outer loop that waits too gets its own yield point: its inner wait may be over at
     # once in every round)
