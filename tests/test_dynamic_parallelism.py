@@ -263,7 +263,7 @@ def test_device_side_synchronize_is_refused_clearly() -> None:
 
 def test_a_kernel_launching_a_refused_kernel_is_refused_naming_both() -> None:
     src = r"""
-    __global__ void child(int *p) { asm volatile("bar.arrive 1, 64;"); p[threadIdx.x] = 1; }
+    __global__ void child(int *p) { asm volatile("griddepcontrol.wait;"); p[threadIdx.x] = 1; }
     extern "C" __global__ void parent(int *p) { child<<<1, 64>>>(p); }
     extern "C" __global__ void fine(int *p) { p[threadIdx.x] = 2; }
     """

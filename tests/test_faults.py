@@ -136,7 +136,15 @@ def run_python(code: str, env: dict[str, str] | None = None,
     full_env = {**os.environ, "PYTHONPATH": str(SRC), "CPUIFY_DEADLOCK_TIMEOUT": "120",
                 **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=False,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
+                          capture_output=True, text=True, timeout=timeout, env=full_env,
+                          preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    """SIGINT's default action in a child: a test run started in the background of a
+    shell ignores SIGINT, children inherit that, and Python then installs no
+    KeyboardInterrupt handler (the Ctrl-C tests would wait for ever)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 SPIN = '''

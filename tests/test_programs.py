@@ -218,7 +218,8 @@ def test_ctrl_c_ends_a_spinning_program(build) -> None:  # type: ignore[no-untyp
     # (the spin waits for memory nobody writes: the no-progress detector would end the
     # launch after CPUIFY_DEADLOCK_TIMEOUT seconds, which a loaded machine may reach first)
     env = {**os.environ, "CPUIFY_DEADLOCK_TIMEOUT": "120"}
-    p = subprocess.Popen([str(build("fault")), "spin"], stdout=subprocess.DEVNULL, env=env)
+    p = subprocess.Popen([str(build("fault")), "spin"], stdout=subprocess.DEVNULL, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         time.sleep(1.0)                     # (spinning by then; if not, SIGINT ends it too)
         p.send_signal(signal.SIGINT)

@@ -1093,15 +1093,7 @@ static void fiber_blocks(runner_t *r) {
     fs->joined = 1;
     atomic_fetch_add(&P.fiber_workers, 1);
     for (;;) {
-        if (launch_error()) {
-            /* stopped (a timeout, Ctrl-C) between fibers: name a block still waiting here */
-            for (int32_t i = 0; i < fs->n; i++)
-                if (fs->f[i]->active && !fs->f[i]->done) {
-                    blame(fs->f[i]->bx, fs->f[i]->by, fs->f[i]->bz);
-                    break;
-                }
-            break;
-        }
+        if (launch_error()) break;
         int any = 0, all_waiting = 1;
         for (int32_t i = 0; i < fs->n; i++) {
             fiber_t *f = fs->f[i];
@@ -1156,6 +1148,12 @@ static void fiber_blocks(runner_t *r) {
             sched_yield();
     }
 out:
+    if (launch_error())     /* stopped (a timeout, Ctrl-C): name a block still held here */
+        for (int32_t i = 0; i < fs->n; i++)
+            if (fs->f[i]->active && !fs->f[i]->done) {
+                blame(fs->f[i]->bx, fs->f[i]->by, fs->f[i]->bz);
+                break;
+            }
     fibers_leave(fs);
 }
 
