@@ -1081,6 +1081,19 @@ static void fail_deadlock(fiber_set *fs, uint64_t id) {
         memcpy(P.message, msg, sizeof msg);
 }
 
+/* Names (blame) the first block `fs` still holds, unfinished (only one that waits, with
+ * `waiting_only`): a launch stopped between fibers then names a block that was running. */
+static void blame_held_fiber(const fiber_set *fs, int waiting_only) {
+    if (!fs) return;
+    for (int32_t i = 0; i < fs->n; i++) {
+        const fiber_t *f = fs->f[i];
+        if (f->active && !f->done && (!waiting_only || f->waiting)) {
+            blame(f->bx, f->by, f->bz);
+            return;
+        }
+    }
+}
+
 /* Runs blocks of the current pool job as fibers on this runner (see above). */
 static void fiber_blocks(runner_t *r) {
     fiber_set *fs = tls_fibers;
@@ -1149,11 +1162,7 @@ static void fiber_blocks(runner_t *r) {
     }
 out:
     if (launch_error())     /* stopped (a timeout, Ctrl-C): name a block still held here */
-        for (int32_t i = 0; i < fs->n; i++)
-            if (fs->f[i]->active && !fs->f[i]->done) {
-                blame(fs->f[i]->bx, fs->f[i]->by, fs->f[i]->bz);
-                break;
-            }
+        blame_held_fiber(fs, 0);
     fibers_leave(fs);
 }
 
@@ -1231,13 +1240,8 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     } else {
         /* back from fault_handler or cancel_handler: the block was abandoned */
         r->armed = 0;
-        if (!r->why && tls_fibers)  /* cancelled: a block still waiting here is the one */
-            for (int32_t i = 0; i < tls_fibers->n; i++)
-                if (tls_fibers->f[i]->active && !tls_fibers->f[i]->done &&
-                    tls_fibers->f[i]->waiting) {
-                    blame(tls_fibers->f[i]->bx, tls_fibers->f[i]->by, tls_fibers->f[i]->bz);
-                    break;
-                }
+        if (!r->why)   /* cancelled: a block still waiting here is the one */
+            blame_held_fiber(tls_fibers, 1);
         fibers_leave(tls_fibers); /* (no-op unless it ran fibers) */
         fp_mode_set(fp_mode);
         tls_device_fault = 0;
