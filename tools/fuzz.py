@@ -1021,6 +1021,17 @@ def render_program(specs: list[KernelSpec], out_file: str) -> str:
     return "\n".join(parts) + "\n" + "\n".join(main) + "\n"
 
 
+def program_outputs(blob: bytes, pos: int, args: list[Any]) -> tuple[dict[str, np.ndarray], int]:
+    """One kernel's outputs in what a render_program program wrote (arguments 3..6, raw, in
+    order, starting at `pos`), as outputs() gives them; and where the next kernel's start."""
+    host = list(args)
+    for k in range(3, 7):
+        n = args[k].nbytes
+        host[k] = np.frombuffer(blob[pos:pos + n], dtype=args[k].dtype).copy()
+        pos += n
+    return outputs(host), pos
+
+
 def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list[dict[str, Any]]) -> None:
     """Builds and runs the batch as a program with `nvcc`; each kernel's outputs are compared
     with the interpreter's (a kernel whose other executions already failed is skipped)."""
@@ -1046,11 +1057,7 @@ def gpu_referee(specs: list[KernelSpec], nvcc: str, workdir: Path, results: list
                                          options=nvrtc_options()).ptx)
     for spec, res in zip(specs, results):
         args = make_args(spec)
-        got = {}
-        for k, key in zip(range(3, 7), ("out", "gat", "gat64", "tick")):
-            n = args[k].nbytes
-            got[key] = np.frombuffer(blob[pos:pos + n], dtype=args[k].dtype).copy()
-            pos += n
+        got, pos = program_outputs(blob, pos, args)
         if res["status"] != "ok":
             continue
         a = _copy(args)

@@ -10,7 +10,6 @@ kernel, and a summary line.  --ftz compiles both sides with -ftz=true (CuPy's mo
 import json, os, subprocess, sys, tempfile, multiprocessing as mp
 from pathlib import Path
 
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -41,11 +40,7 @@ def batch(item):
     out = []
     for s in specs:
         args = fuzz.make_args(s)
-        got = {}
-        for k, key in zip(range(3, 7), ("out", "gat", "gat64", "tick")):
-            m = args[k].nbytes
-            got[key] = np.frombuffer(blob[pos:pos + m], dtype=args[k].dtype).copy()
-            pos += m
+        got, pos = fuzz.program_outputs(blob, pos, args)
         a = fuzz._copy(args)
         try:
             interp.launch(s.name, s.grid, s.block, a)

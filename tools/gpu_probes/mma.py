@@ -36,8 +36,6 @@ MMA = {
 
 def mma_kernel(name, spec):
     instr, na, nb, nc, ab, cd, nd = spec
-    w = 8 if ab == "d" else 4
-    wc = 8 if cd == "d" else 4
     abt = "unsigned long long" if ab == "d" else "unsigned"
     cdt = "unsigned long long" if cd == "d" else "unsigned"
     lines = [f'extern "C" __global__ void {name}(const {abt} *a, const {abt} *b, const {cdt} *c, {cdt} *d) {{',
@@ -49,13 +47,14 @@ def mma_kernel(name, spec):
     for i in range(nb): lines.append(f"  {ctype[ab]} b{i} = {val(ab, f'b[l*{nb}+{i}]')};")
     for i in range(nc): lines.append(f"  {ctype[cd]} c{i} = {val(cd, f'c[l*{nc}+{i}]')};")
     lines.append(f"  {ctype[cd]} " + ", ".join(f"d{i}" for i in range(nd)) + ";")
-    ops, cons, k = [], [], 0
-    def group(prefix, n):
+    k = 0
+
+    def group(n):
         nonlocal k
         s = "{" + ",".join(f"%{k + i}" for i in range(n)) + "}"
         k += n
         return s
-    dg = group("d", nd); ag = group("a", na); bg = group("b", nb); cg = group("c", nc)
+    dg = group(nd); ag = group(na); bg = group(nb); cg = group(nc)
     outs = ", ".join(f'"={cd}"(d{i})' for i in range(nd))
     ins = ", ".join([f'"{ab}"(a{i})' for i in range(na)] + [f'"{ab}"(b{i})' for i in range(nb)] +
                     [f'"{cd}"(c{i})' for i in range(nc)])

@@ -1,6 +1,6 @@
 """GPU ground truth for warp semantics: partial-mask shuffles and legacy warp-synchronous code.
 Writes warp.npz (per case: out[lane] per launch) and warp.txt."""
-import sys, json
+import sys
 import numpy as np
 import cupy as cp
 
