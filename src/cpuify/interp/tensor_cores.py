@@ -243,14 +243,20 @@ def _space(op: Operation) -> str:
     return next((s for s in ("global", "shared") if s in op.attributes["mods"]), "generic")
 
 
-@handles("ptx.wmma_load")
-def _wmma_load(th: "Thread", op: Operation) -> None:
+def _wmma_access(th: "Thread", op: Operation) -> tuple[MatrixOp, int, int]:
+    """(shape, base address, stride) of a wmma load or store, its extent checked."""
     spec = parse_matrix_op("wmma", tuple(op.attributes["mods"]))
     assert not isinstance(spec, str)
     space = _space(op)
     base = th.address(op, space, 1)
     stride = th.bits(op.operands[1]) & 0xFFFFFFFF
     _check_extent(th, op, space, base, spec, stride)
+    return spec, base, stride
+
+
+@handles("ptx.wmma_load")
+def _wmma_load(th: "Thread", op: Operation) -> None:
+    spec, base, stride = _wmma_access(th, op)
     regs = wmma_load(spec, th.linear & 31, base, stride)
     for r, bits in zip(op.results, regs):
         th.env[r] = from_bits(bits, r.type)
@@ -258,12 +264,7 @@ def _wmma_load(th: "Thread", op: Operation) -> None:
 
 @handles("ptx.wmma_store")
 def _wmma_store(th: "Thread", op: Operation) -> None:
-    spec = parse_matrix_op("wmma", tuple(op.attributes["mods"]))
-    assert not isinstance(spec, str)
-    space = _space(op)
-    base = th.address(op, space, 1)
-    stride = th.bits(op.operands[1]) & 0xFFFFFFFF
-    _check_extent(th, op, space, base, spec, stride)
+    spec, base, stride = _wmma_access(th, op)
     regs = [th.bits(v) for v in op.operands[2:]]
     for offset, mem_type, bits in store_plan(spec, th.linear & 31, stride, regs):
         store(base + offset, mem_type, bits)
