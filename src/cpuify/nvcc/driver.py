@@ -131,6 +131,8 @@ _FLAGS = {
     # launch instead of failing the build
     "--cpuify-no-legacy": ("--cpuify-no-legacy",),
     "--cpuify-defer-refused": ("--cpuify-defer-refused",),
+    # distributed execution over MPI ranks (nvcc/distinfo.py, runtime/dist_main.c)
+    "--distributed": ("--distributed", "--cpuify-distributed"),
 }
 _NO_EFFECT = {"-lineinfo", "-res-usage", "-Wno-deprecated-gpu-targets", "-m64", "-restrict",
               "-src-in-ptx", "-keep", "-w"}
@@ -431,6 +433,8 @@ class Driver:
         self.env = {k: v for k, v in os.environ.items() if k not in NVCC_ENVIRONMENT}
         self._home: Path | None = None
         o.host_opts = self._without_foreign_includes(o.host_opts)
+        # --distributed: kernels carry their access maps, executables start on MPI ranks
+        self.distributed = "--distributed" in o.flags
 
     @property
     def home(self) -> Path:
@@ -573,7 +577,8 @@ class Driver:
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
                                            self.launch_shapes(tmp), device.entry_names(ptx)),
-                                       defer=device.defer_refused(self.o.flags))
+                                       defer=device.defer_refused(self.o.flags),
+                                       distributed=self.distributed)
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -632,7 +637,8 @@ class Driver:
                                        linked_ids=ids, warn=_warn,
                                        shapes=launch_shapes.kernel_shapes(
                                            shapes, device.entry_names(ptx)),
-                                       defer=device.defer_refused(self.o.flags))
+                                       defer=device.defer_refused(self.o.flags),
+                                       distributed=self.distributed)
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -663,9 +669,48 @@ class Driver:
                 raise UsageError("-cudart shared and -lcuda link libraries of the toolkit directory "
                                  "in the cache directory, and there is none (CPUIFY_NO_CACHE or an "
                                  "unusable directory): the executable would lose them at exit")
+            if self.distributed and "-shared" not in self.o.flags:
+                # rank 0 runs main, the other ranks serve kernels (runtime/dist_main.c)
+                extra += ["-Wl,--wrap=main", self.distributed_main(tmp)]
             cmd = [self.host_cxx(), *library_dirs(self.home), *objects, *extra, "-o", out,
                    *self.o.link_opts, *libs[self.o.cudart]]
             self.run(cmd, "link")
+
+    def distributed_main(self, tmp: str) -> str:
+        """The object defining __wrap_main for --distributed executables: runtime/dist_main.c
+        with this Python's library, executable and module path (where cpuify and mpi4py are)
+        baked in.  Programs calling cuBLAS/cuFFT (which work on rank 0's memory directly) run
+        their kernels on rank 0 only."""
+        import sysconfig
+        from cpuify.nvcc.rtlib import RUNTIME_DIR
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        libpython = None
+        for n in (sysconfig.get_config_var("INSTSONAME"), sysconfig.get_config_var("LDLIBRARY")):
+            if n and ".so" in n and os.path.isfile(os.path.join(libdir, n)):
+                libpython = os.path.join(libdir, n)
+                break
+        if self.dry:
+            libpython = libpython or "libpython.so"
+        if libpython is None:
+            raise UsageError("--distributed: this Python has no shared libpython (built without "
+                             "--enable-shared), which a distributed program loads to run "
+                             "cpuify's engine; use a Python that has one")
+        paths = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+        local_only = any(f.startswith(("-lcublas", "-lcufft")) for f in self.o.link_opts)
+
+        def c_str(text: str) -> str:
+            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        unit = os.path.join(tmp, "cpuify_dist_main.c")
+        Path(unit).write_text(
+            f"#define CPUIFY_DIST_LIBPYTHON {c_str(libpython)}\n"
+            f"#define CPUIFY_DIST_PYTHON {c_str(sys.executable)}\n"
+            f"#define CPUIFY_DIST_SYS_PATH {c_str(repr(paths))}\n"
+            f"#define CPUIFY_DIST_LOCAL_ONLY {1 if local_only else 0}\n"
+            f'#include "{RUNTIME_DIR / "dist_main.c"}"\n')
+        obj = os.path.join(tmp, "cpuify_dist_main.o")
+        self.run([self.host_cc(), "-O1", "-std=gnu11", "-c", unit, "-o", obj],
+                 "compiling the distributed entry point")
+        return obj
 
     # --- the whole command ---
     def output_for(self, src: str, suffix: str) -> str:

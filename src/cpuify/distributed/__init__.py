@@ -1,0 +1,1 @@
+"""Distributed execution over MPI ranks (issue 19): see docs/distributed.md."""
