@@ -976,9 +976,31 @@ def _files_digest(paths: list[str], before: float | None = None) -> str | None:
     return h.hexdigest()
 
 
+def mpi_world_size(env: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    """The number of ranks of the MPI world this process was started in by mpiexec (MPICH's
+    hydra, Open MPI, MVAPICH set these; runtime/dist_main.c reads the same), 0 outside."""
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def wants_distributed(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether `cpuify run` builds with --distributed: CPUIFY_DISTRIBUTED=1, or (unless it
+    is 0) running under mpiexec with more than one rank."""
+    setting = env.get("CPUIFY_DISTRIBUTED", "")
+    if setting in ("0", "off", "no"):
+        return False
+    return setting in ("1", "on", "yes") or mpi_world_size(env) > 1
+
+
 def run_main(src: str, args: list[str], nvcc_args: list[str]) -> int:
-    """Builds `src` (cached: see _program_key, plus every header the build read) and runs it."""
+    """Builds `src` (cached: see _program_key, plus every header the build read) and runs it
+    (under mpiexec with several ranks: built with --distributed, see wants_distributed)."""
     from cpuify import cache
+    if wants_distributed() and not {"--distributed", "--cpuify-distributed"} & set(nvcc_args):
+        nvcc_args = [*nvcc_args, "--distributed"]
     try:
         base = _program_key(src, nvcc_args)
     except (OSError, CpuifyError) as exc:
@@ -1023,7 +1045,12 @@ def _run_program(exe: str, args: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     from cpuify.cache import outer_environment
-    proc = subprocess.Popen([exe, *args], env=outer_environment())   # (not cpuify's TMPDIR)
+    env = outer_environment()
+    # under mpiexec (MPICH's hydra), the program is the MPI process: it needs the process
+    # manager's descriptor this process was given
+    pmi_fd = env.get("PMI_FD", "")
+    keep = (int(pmi_fd),) if pmi_fd.isdigit() else ()
+    proc = subprocess.Popen([exe, *args], env=env, pass_fds=keep)   # (not cpuify's TMPDIR)
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))

@@ -159,9 +159,9 @@ int __wrap_main(int argc, char **argv, char **envp) {
     if (rank > 0) {
         /* a server: kernel partitions until rank 0 shuts the world down */
         int rc = run_python("_cpuify_native.serve()\n");
-        fflush(stdout);
-        fflush(stderr);
-        _exit(rc == 0 ? 0 : 1);
+        /* exit, not _exit: MPICH's process manager takes an _exit right after MPI_Finalize
+         * for a crash now and then (and kills the job) */
+        exit(rc == 0 ? 0 : 1);
     }
     atexit(stop_at_exit);      /* exit() from anywhere in the program shuts the servers down */
     int rc = __real_main(argc, argv, envp);
