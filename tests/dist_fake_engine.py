@@ -37,7 +37,7 @@ class Engine:
         self.buffers: dict[int, tuple[int, int, str]] = {}      # id -> (addr, bytes, kind)
         self.next_id = 1
         path = os.environ.get("CPUIFY_FAKE_ENGINE_LOG")
-        self.log_file = open(path, "a") if path and self.rank == 0 else None
+        self.log_file = open(path, "a") if path and self.rank == 0 else None  # noqa: SIM115 - open for the run
 
     def log(self, *event: Any) -> None:
         if self.log_file is not None:

@@ -26,7 +26,7 @@ _MAGIC = b"CPUIFY-DIST 1\n"
 # texture/surface handles point into rank 0's memory, device-side launches and malloc
 # create work or memory on the rank that runs the block
 _RANK0_CONSTRUCTS = (
-    (re.compile(r"^\s*(?:@!?%\w+\s+)?(?:tex|tld4|txq|suld|sust|sured|suq)\.", re.M),
+    (re.compile(r"^\s*(?:@!?%\w+\s+)?(?:tex|tld4|txq|suld|sust|sured|suq)\.", re.MULTILINE),
      "reads textures or surfaces"),
     (re.compile(r"\b(?:cudaLaunchDevice(?:V2)?|cudaGetParameterBuffer(?:V2)?)\b"),
      "launches kernels from device code"),
@@ -53,7 +53,8 @@ def rank0_reason(ptx: str) -> str:
 
 
 def _default_maps(compiled: CompiledModule, name: str) -> str:
-    from cpuify.analysis.access_maps import kernel_access    # islpy: an optional dependency
+    # (islpy: an optional dependency)
+    from cpuify.analysis.access_maps import kernel_access
     return kernel_access(compiled, name).to_text()
 
 

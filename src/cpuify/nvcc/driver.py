@@ -682,6 +682,7 @@ class Driver:
         baked in.  Programs calling cuBLAS/cuFFT (which work on rank 0's memory directly) run
         their kernels on rank 0 only."""
         import sysconfig
+
         from cpuify.nvcc.rtlib import RUNTIME_DIR
         libdir = sysconfig.get_config_var("LIBDIR") or ""
         libpython = None
