@@ -995,7 +995,25 @@ class _Builder:
             polys = [self.val(v) for _, v in edges]
             if any(p is None for p in polys):
                 return None
-            return self._one_of(polys, exact=False)  # type: ignore[arg-type]
+            if all(p == polys[0] for p in polys):
+                return polys[0]
+            # a merge: the value of an incoming edge, under the conditions known to hold
+            # on that edge (a value from a path not taken is no value of the merge)
+            s = self._new_atom("f", _Atom("set", exact=False))
+            me = _p_atom(s)
+            alternatives = []
+            for (pred, _), p in zip(edges, polys):
+                conds, _ = self.guard(pred)
+                term = pred.terminator
+                if term is not None and term.name == "cf.cond_br" and \
+                        term.successors[0] is not term.successors[1]:
+                    got = self.cond(term.operands[0], term.successors[1] is block)
+                    if got is not None:
+                        conds = ("and", conds[1] + [got[0]])
+                conds, _ = self._filter(conds)
+                alternatives.append(("and", [conds, _compare("eq", me, p)]))  # type: ignore[arg-type]
+            self.atoms[s].cond = ("or", alternatives)
+            return me
         body, _ = loop
         entry = [v for p, v in edges if p not in body]
         back = [v for p, v in edges if p in body]
