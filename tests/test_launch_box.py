@@ -135,7 +135,7 @@ def tilings(gx: int, gy: int) -> list[list[tuple[tuple[int, int], tuple[int, int
     cols = [((a, b), (0, gy), (0, 1)) for a, b in [(0, 2), (2, 2), (2, gx)]]
     xs, ys = [0, 1, 3, gx], [0, 2, 3, gy]
     tiles = [((x0, x1), (y0, y1), (0, 1)) for (x0, x1), (y0, y1)
-             in itertools.product(zip(xs, xs[1:]), zip(ys, ys[1:]))]
+             in itertools.product(itertools.pairwise(xs), itertools.pairwise(ys))]
     return [rows, cols, tiles]
 
 
