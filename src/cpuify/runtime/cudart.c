@@ -2041,44 +2041,17 @@ cudaError_t cpuify_cudart_prepare_launch(kentry *k, dim3 g, dim3 b, size_t smem,
 /* Runs a prepared launch; a kernel that fails makes the error sticky, as on a GPU.  Returns
  * 0, the sticky error of a failed kernel, or cudaErrorLaunchOutOfResources (not sticky: no
  * memory for the block buffers). */
-/* A box of blocks of a grid (distributed execution): the block function sees the whole
- * grid, blocks [box[0], box[1]) x [box[2], box[3]) x [box[4], box[5]) run.  One box launch
- * at a time in a process (g_box_lock): the trampoline reads its state from globals. */
-static pthread_mutex_t g_box_lock = PTHREAD_MUTEX_INITIALIZER;
-static cpuify_block_fn g_box_fn;
-static cpuify_dims g_box_grid;
-static uint32_t g_box_origin[3];
-
-static int32_t box_block(const void *params, const cpuify_dims *dims, uint32_t bx, uint32_t by,
-                         uint32_t bz, void *shared, void *scratch) {
-    (void)dims;
-    return g_box_fn(params, &g_box_grid, bx + g_box_origin[0], by + g_box_origin[1],
-                    bz + g_box_origin[2], shared, scratch);
-}
-
+/* The blocks of a launch: all of them (box NULL), or those of a box of the grid
+ * (distributed execution: [box[0], box[1]) x [box[2], box[3]) x [box[4], box[5]); the block
+ * function sees the whole grid). */
 static int32_t launch_blocks(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box,
                              uint32_t *err_block) {
     if (!box)
         return cpuify_launch_ex(l->fn, buf, &l->dims, l->shared_bytes, l->scratch_bytes, err_block,
                                 l->launch_flags, l->resident);
-    if (box[0] >= box[1] || box[2] >= box[3] || box[4] >= box[5]) return 0;
-    pthread_mutex_lock(&g_box_lock);
-    g_box_fn = l->fn;
-    g_box_grid = l->dims;
-    g_box_origin[0] = box[0];
-    g_box_origin[1] = box[2];
-    g_box_origin[2] = box[4];
-    cpuify_dims part = {{box[1] - box[0], box[3] - box[2], box[5] - box[4]},
-                        {l->dims.block[0], l->dims.block[1], l->dims.block[2]}};
-    int32_t rc = cpuify_launch_ex(box_block, buf, &part, l->shared_bytes, l->scratch_bytes, err_block,
-                                  l->launch_flags, l->resident);
-    pthread_mutex_unlock(&g_box_lock);
-    if (rc && err_block) {
-        err_block[0] += box[0];
-        err_block[1] += box[2];
-        err_block[2] += box[4];
-    }
-    return rc;
+    const uint32_t lo[3] = {box[0], box[2], box[4]}, hi[3] = {box[1], box[3], box[5]};
+    return cpuify_launch_range(l->fn, buf, &l->dims, l->shared_bytes, l->scratch_bytes, err_block,
+                               l->launch_flags, l->resident, lo, hi);
 }
 
 static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box);
@@ -2188,6 +2161,11 @@ static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, con
             snprintf(detail, sizeof detail, "it can make no progress: %s", cpuify_last_message());
             why = detail;
             e = cudaErrorLaunchTimeout;
+            break;
+        case CPUIFY_ERR_INVALID_BOX:
+            why = "a distributed launch gave a box of blocks outside the grid (or a part of a "
+                  "cooperative grid); nothing ran";
+            e = cudaErrorInvalidValue;
             break;
         default: why = "unknown error"; break;
         }
