@@ -869,14 +869,19 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);
         --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
-        cudaDeviceProp fields, ...: on by default).
+        cudaDeviceProp fields, ...: on by default);
+        --distributed  runs across MPI ranks under mpiexec (mpiexec -n 4 ./app: rank 0 runs
+        main, the others serve parts of each kernel's grid; give it when compiling and
+        linking; without MPI the program runs as usual; docs/distributed.md).
 host compiler: -ccbin, else $NVCC_CCBIN, else g++/gcc (never $CC/$CXX).
 environment: NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS as nvcc; CPUIFY_NVCC_VERBOSE=1 prints
         the commands; CPUIFY_DEFER_REFUSED=1 and CPUIFY_LEGACY=0 as the flags above;
         kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify cache
         info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
         CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
-        (the compute capability reported; default: the compiled target).
+        (the compute capability reported; default: the compiled target);
+        CPUIFY_DISTRIBUTED=0 (--distributed programs: every rank runs main on its own),
+        CPUIFY_LIBPYTHON / CPUIFY_PYTHON (the Python a --distributed program embeds).
 SIGTERM: exit status 143, temporary files removed.
 """
 
