@@ -175,6 +175,58 @@ int main() {
 }
 """
 
+# a CUDA graph: its kernel nodes go to the engine, its memcpy node reads through the hooks
+GRAPH = DIGEST + r"""
+__global__ void add(int n, float *v, float d) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] += d * i;
+}
+int main() {
+    const int n = 4096;
+    float *v, h[n];
+    CHECK(cudaMalloc(&v, n * sizeof(float)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    add<<<n / 128, 128, 0, s>>>(n, v, 0.5f);
+    add<<<n / 128, 128, 0, s>>>(n, v, 0.25f);
+    CHECK(cudaMemcpyAsync(h, v, sizeof h, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    CHECK(cudaMemset(v, 0, n * sizeof(float)));
+    for (int r = 0; r < 3; r++) CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("graph %016llx %a\n", digest(h, sizeof h), h[n - 1]);
+    return 0;
+}
+"""
+
+# separate compilation: the maps of the linked device code are computed at the link
+RDC_KERNEL = r"""
+__device__ float scale(float x) { return 3.0f * x; }
+__global__ void kern(int n, float *v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] = scale(v[i]) + i;
+}
+"""
+RDC_MAIN = DIGEST + r"""
+__global__ void kern(int n, float *v);
+int main() {
+    const int n = 3000;
+    float h[n], *v;
+    for (int i = 0; i < n; i++) h[i] = i % 7;
+    CHECK(cudaMalloc(&v, sizeof h));
+    CHECK(cudaMemcpy(v, h, sizeof h, cudaMemcpyHostToDevice));
+    kern<<<(n + 63) / 64, 64>>>(n, v);
+    kern<<<(n + 63) / 64, 64>>>(n, v);
+    CHECK(cudaMemcpy(h, v, sizeof h, cudaMemcpyDeviceToHost));
+    printf("rdc %016llx\n", digest(h, sizeof h));
+    return 0;
+}
+"""
+
 # a fault in the last block (run by the last rank): the error shows on rank 0 as without MPI
 FAULT = DIGEST + r"""
 __global__ void poke(int n, int *p, int *bad) {
@@ -435,3 +487,26 @@ def test_cpuify_run_under_mpiexec(tmp_path: Path) -> None:
 def test_with_the_engine(tmp_path: Path, name: str, source: str) -> None:
     exe = build(tmp_path, name, source)
     check_ranks(tmp_path, exe, ranks=(2, 3), fake=False)
+
+
+@needs_mpi
+def test_graph_over_ranks(tmp_path: Path) -> None:
+    exe = build(tmp_path, "graph", GRAPH)
+    events = check_ranks(tmp_path, exe, ranks=(2,))[2]
+    assert [e[0] for e in events if e[0] in ("launch", "host_read")] == ["launch", "launch", "host_read"] * 3
+
+
+@needs_mpi
+def test_separate_compilation(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(RDC_KERNEL)
+    (tmp_path / "m.cu").write_text(RDC_MAIN)
+    for name in ("k", "m"):
+        assert driver.nvcc_main(["--distributed", "-dc", str(tmp_path / f"{name}.cu"),
+                                 "-o", str(tmp_path / f"{name}.o")]) == 0
+    exe = tmp_path / "app"
+    assert driver.nvcc_main(["--distributed", str(tmp_path / "k.o"), str(tmp_path / "m.o"),
+                             "-o", str(exe)]) == 0
+    from cpuify.distributed.native import program_info
+    assert list(program_info(str(exe))) == ["_Z4kerniPf"]
+    events = check_ranks(tmp_path, exe, ranks=(2,))[2]
+    assert len([e for e in events if e[0] == "launch"]) == 2

@@ -121,7 +121,9 @@ class ProgramKernel:
 
     @property
     def param_names(self) -> list[str]:
-        return [p[0] for p in self.param_layout]
+        """The scalar (non-pointer) parameters' names, in order: what footprints take."""
+        pointers = {p.index for p in getattr(self.access, "params", ())}
+        return [p[0] for i, p in enumerate(self.param_layout) if i not in pointers]
 
     def run_box(self, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
                 params: bytes, box: Box | None) -> int:
