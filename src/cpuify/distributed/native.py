@@ -34,6 +34,7 @@ import ctypes
 import importlib
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -226,6 +227,7 @@ class Front:
         self.pending: list[Any] = []       # variable updates still being sent
         self.local_launches = 0
         self.engine_launches = 0
+        self.lock = threading.RLock()
         for addr, nbytes, kind in runtime.allocations():   # (made before main: constructors)
             self.on_alloc(addr, nbytes, kind)
         self.hooks = Hooks(ALLOC_HOOK(self._guard(self.on_alloc)),
@@ -234,12 +236,14 @@ class Front:
                            RANGE_HOOK(self._guard(self.on_host_read)),
                            LAUNCH_HOOK(self._guard(self.on_launch)))
 
-    @staticmethod
-    def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-        # an exception in a ctypes callback would be printed and ignored: stop the job instead
+    def _guard(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        # one hook at a time (host threads may copy or launch at once; the engine's messages
+        # must not interleave); an exception in a ctypes callback would be printed and
+        # ignored: stop the job instead
         def hook(*args: Any) -> Any:
             try:
-                return fn(*args)
+                with self.lock:
+                    return fn(*args)
             except BaseException:  # noqa: BLE001
                 _fatal(f"in the {fn.__name__} hook")
         hook.__name__ = fn.__name__
