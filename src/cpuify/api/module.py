@@ -153,6 +153,17 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
     return dims[0], dims[1], dims[2]
 
 
+#: set by cpuify.distributed on rank 0 of an MPI run: launches go through its engine
+_distributed_launch: Any = None
+
+
+def set_distributed_launch(hook: Any) -> None:
+    """Route every launch through `hook(fn, grid, block, args, params, shared_mem,
+    cooperative) -> rc` (cpuify.distributed's engine), or back to local launches (None)."""
+    global _distributed_launch
+    _distributed_launch = hook
+
+
 class Function:
     """A compiled kernel, launched with `fn(grid, block, args, shared_mem=0)`."""
 
@@ -310,12 +321,16 @@ class Function:
             struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
             d = bufs.dims
             rc = 0
-            if self._prologue:
+            if self._prologue and _distributed_launch is None:
                 d[0], d[1], d[2], d[3], d[4], d[5] = 1, 1, 1, 1, 1, 1
                 rc = self._launch(self._prologue, bufs.params_addr, bufs.dims_addr, 0,
                                   self.info.prologue_scratch, bufs.err_addr)
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
-            if rc == 0:
+            if _distributed_launch is not None and rc == 0:
+                # over MPI ranks (cpuify.distributed): the engine runs the prologue per rank
+                rc = _distributed_launch(self, g, bl, args, bytes(bufs.params), shared_mem,
+                                         bool(enable_cooperative_groups))
+            elif rc == 0:
                 if self.info.spin_waits or enable_cooperative_groups:
                     rc = self._launch_waiting(g, nthreads, shared_bytes, addr, bufs, scratch,
                                               bool(enable_cooperative_groups))
