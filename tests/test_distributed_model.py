@@ -159,3 +159,15 @@ def test_measure_link_needs_two_ranks() -> None:
     proc = subprocess.run([sys.executable, "-c", code], env=_mpi_env(), capture_output=True,
                           text=True, timeout=120)
     assert "needs at least two ranks" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_simulated_atomics_land_where_they_are_combined() -> None:
+    def fp(box):  # type: ignore[no-untyped-def]
+        (x0, x1), _, _ = box
+        return {0: FP(atomics=[(0, 8)] if x0 >= 2 or x1 - x0 > 2 else [])}
+    for nranks, owner in [(4, 0), (2, 1)]:
+        t = BufferTracker(8, nranks, holders=(1 - owner,))
+        p = choose_partition((4, 1, 1), nranks, fp, {0: (t, 0)})
+        simulate_launch(p, fp, {0: (t, 0)})
+        # 4 ranks: ranks 2 and 3 update it (combined on rank 0); 2 ranks: rank 1 alone
+        assert t.segments() == [(0, 8, frozenset({owner}))], nranks

@@ -132,27 +132,26 @@ class ScalingPoint:
 def simulate_launch(partition: Partition, footprint: FootprintFn,
                     buffers: Mapping[int, tuple[BufferTracker, int]]) -> None:
     """Updates the trackers as a launch run by `partition` does: each rank fetched the
-    stale parts of what it reads (and may-writes it then holds), then became the sole
-    holder of what it wrote; atomic targets end up combined on rank 0."""
-    for rank, box in enumerate(partition.boxes):
-        if box is None:
-            continue
-        for param, fp in footprint(box).items():
+    stale parts of what it reads, then became the sole holder of what it wrote; atomic
+    targets of one rank are that rank's, those of several ranks end up combined on rank 0
+    (as choose_partition counts them)."""
+    footprints = [None if box is None else footprint(box) for box in partition.boxes]
+    for rank, fps in enumerate(footprints):
+        for param, fp in (fps or {}).items():
             ref = buffers.get(param)
-            if ref is None:
-                continue
-            t, off = ref
-            for lo, hi, _ in t.stale(rank, _placed(fp.reads, t, off)):
-                t.received(rank, lo, hi)
-    for rank, box in enumerate(partition.boxes):
-        if box is None:
-            continue
-        for param, fp in footprint(box).items():
+            if ref is not None:
+                t, off = ref
+                for lo, hi, _ in t.stale(rank, _placed(fp.reads, t, off)):
+                    t.received(rank, lo, hi)
+    updaters = {r for r, fps in enumerate(footprints) for param, fp in (fps or {}).items()
+                if fp.atomics and param in buffers}
+    for rank, fps in enumerate(footprints):
+        for param, fp in (fps or {}).items():
             ref = buffers.get(param)
             if ref is not None:
                 t, off = ref
                 t.wrote(rank, _placed(fp.writes, t, off))
-                t.wrote(0, _placed(fp.atomics, t, off))
+                t.wrote(rank if len(updaters) == 1 else 0, _placed(fp.atomics, t, off))
 
 
 def _placed(ivs: Sequence[tuple[int, int]], t: BufferTracker, off: int) -> list[tuple[int, int]]:

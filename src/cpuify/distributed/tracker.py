@@ -161,6 +161,13 @@ class BufferTracker:
             lo, hi = self._check(lo, hi)
             self._update(lo, hi, lambda m: bit)
 
+    def copy(self) -> BufferTracker:
+        """An independent tracker in the same state (to try a plan without committing it)."""
+        t = BufferTracker.__new__(BufferTracker)
+        t.nbytes, t.nranks, t.source = self.nbytes, self.nranks, self.source
+        t._starts, t._masks = list(self._starts), list(self._masks)
+        return t
+
     # ---------------------------------------------------------------------------------
     # internals
 
