@@ -129,6 +129,11 @@ Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 def _box_bounds(box: Any, g: tuple[int, int, int],
                 kernel: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(lo, hi) of a box of grid `g`, checked: ranges 0 <= lo <= hi <= gridDim."""
+    if type(box) is tuple and len(box) == 3 and all(
+            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is int
+            and 0 <= r[0] <= r[1] <= n for r, n in zip(box, g)):
+        (x0, x1), (y0, y1), (z0, z1) = box
+        return (x0, y0, z0), (x1, y1, z1)
     try:
         ranges = [(int(a), int(b)) for a, b in box]
         if len(ranges) != 3 or any(isinstance(v, bool) for r in box for v in r):
@@ -410,9 +415,11 @@ class Function:
         """cpuify_launch_range: blocks as fibers for a kernel with spin-wait loops or a
         cooperative launch (checked against the co-resident limit first); only the blocks
         of `bounds` (lo, hi), when given."""
-        workers = int(self._rt.cpuify_num_workers())
-        limit = coresident_blocks(nthreads, shared_bytes, workers)
-        flags = CPUIFY_LAUNCH_FIBERS if self.info.spin_waits or cooperative else 0
+        limit = flags = 0
+        if self.info.spin_waits or cooperative:
+            workers = int(self._rt.cpuify_num_workers())
+            limit = coresident_blocks(nthreads, shared_bytes, workers)
+            flags = CPUIFY_LAUNCH_FIBERS
         if cooperative:
             nblocks = g[0] * g[1] * g[2]
             if nblocks > limit:
