@@ -242,6 +242,130 @@ def test_nested_launch_runs_inline(rt, workers):
     assert (inner_counts == 4).all()
 
 
+# ---------------------------------------------------------------------------------------
+# a box of blocks of a grid (cpuify_launch_range)
+
+
+def launch_range(rt, fn, params, dims, lo, hi, flags=0, max_resident=0, shared=0, scratch=0):
+    err = (ctypes.c_uint32 * 3)()
+    lo_a = None if lo is None else (ctypes.c_uint32 * 3)(*lo)
+    hi_a = None if hi is None else (ctypes.c_uint32 * 3)(*hi)
+    rc = rt.cpuify_launch_range(fn, params, ctypes.byref(dims), shared, scratch, err, flags,
+                                max_resident, lo_a and ctypes.addressof(lo_a),
+                                hi_a and ctypes.addressof(hi_a))
+    return rc, tuple(err)
+
+
+@pytest.mark.parametrize("nworkers", [1, 3])
+@pytest.mark.parametrize("flags", [0, native.CPUIFY_LAUNCH_FIBERS])
+@pytest.mark.parametrize("grid,lo,hi", [((5, 4, 3), (1, 2, 0), (4, 4, 2)),
+                                        ((300, 7, 1), (17, 3, 0), (300, 6, 1)),
+                                        ((6, 1, 9), (0, 0, 8), (6, 1, 9)),
+                                        ((8, 8, 1), (3, 5, 0), (4, 6, 1))])
+def test_range_runs_each_block_of_the_box_once(rt, workers, nworkers, flags, grid, lo, hi):
+    """Only the blocks of the box run, each once; the block function sees the whole grid."""
+    workers(nworkers)
+    gx, gy, gz = grid
+    counts = np.zeros((gz, gy, gx), dtype=np.int32)
+    seen_dims = set()
+
+    @BLOCK_FN
+    def block(params, dims, bx, by, bz, shared, scratch):
+        seen_dims.add(tuple(dims.contents.grid))
+        int32_view(params, (gz, gy, gx))[bz, by, bx] += 1
+        return 0
+
+    rc, _ = launch_range(rt, block, counts.ctypes.data, dims_of(grid, (32, 1, 1)), lo, hi,
+                         flags, 4)
+    assert rc == 0
+    want = np.zeros_like(counts)
+    want[lo[2]:hi[2], lo[1]:hi[1], lo[0]:hi[0]] = 1
+    np.testing.assert_array_equal(counts, want)
+    assert seen_dims == {grid}
+
+
+def test_range_null_box_is_the_whole_grid_and_empty_box_runs_nothing(rt):
+    calls = []
+
+    @BLOCK_FN
+    def block(params, dims, bx, by, bz, shared, scratch):
+        calls.append((bx, by, bz))
+        return 0
+
+    assert launch_range(rt, block, None, dims_of((3, 2, 1)), None, None)[0] == 0
+    assert sorted(calls) == [(x, y, 0) for x in range(3) for y in range(2)]
+    calls.clear()
+    for lo, hi in [((1, 0, 0), (1, 2, 1)), ((0, 2, 0), (3, 2, 1)), ((0, 0, 1), (3, 2, 1))]:
+        assert launch_range(rt, block, None, dims_of((3, 2, 1)), lo, hi)[0] == 0
+    assert calls == []
+
+
+@pytest.mark.parametrize("lo,hi", [((0, 0, 0), (4, 2, 1)),    # beyond gridDim.x
+                                   ((2, 0, 0), (1, 2, 1)),    # lo > hi
+                                   ((0, 0, 0), (3, 2, 2))])   # beyond gridDim.z
+def test_range_outside_the_grid_is_refused(rt, lo, hi):
+    calls = []
+
+    @BLOCK_FN
+    def block(params, dims, bx, by, bz, shared, scratch):
+        calls.append(1)
+        return 0
+
+    rc, err = launch_range(rt, block, None, dims_of((3, 2, 1)), lo, hi)
+    assert rc == native.CPUIFY_ERR_INVALID_BOX and err == (0xFFFFFFFF,) * 3
+    assert calls == []
+
+
+def test_range_of_a_cooperative_launch_must_be_the_whole_grid(rt):
+    ran = []
+
+    @BLOCK_FN
+    def block(params, dims, bx, by, bz, shared, scratch):
+        ran.append(bx)
+        return 0
+
+    coop = native.CPUIFY_LAUNCH_COOPERATIVE
+    rc, _ = launch_range(rt, block, None, dims_of((4, 1, 1)), (1, 0, 0), (4, 1, 1), coop)
+    assert rc == native.CPUIFY_ERR_INVALID_BOX and ran == []
+    assert launch_range(rt, block, None, dims_of((4, 1, 1)), (0, 0, 0), (4, 1, 1), coop)[0] == 0
+    assert sorted(ran) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("nworkers", [1, 3])
+@pytest.mark.parametrize("flags", [0, native.CPUIFY_LAUNCH_FIBERS])
+def test_range_error_names_the_absolute_block(rt, workers, nworkers, flags):
+    workers(nworkers)
+
+    @BLOCK_FN
+    def block(params, dims, bx, by, bz, shared, scratch):
+        return native.CPUIFY_ERR_TRAP if (bx, by, bz) == (5, 3, 1) else 0
+
+    rc, err = launch_range(rt, block, None, dims_of((8, 6, 3)), (4, 2, 1), (8, 5, 3), flags, 8)
+    assert rc == native.CPUIFY_ERR_TRAP and err == (5, 3, 1)
+    # a box without that block runs clean
+    assert launch_range(rt, block, None, dims_of((8, 6, 3)), (0, 0, 0), (5, 6, 3), flags, 8)[0] == 0
+
+
+def test_nested_range_launch_runs_its_box_inline(rt, workers):
+    workers(2)
+    inner_counts = np.zeros((2, 8), dtype=np.int32)
+
+    @BLOCK_FN
+    def inner(params, dims, bx, by, bz, shared, scratch):
+        int32_view(params, (2, 8))[by, bx] += 1
+        return 0
+
+    @BLOCK_FN
+    def outer(params, dims, bx, by, bz, shared, scratch):
+        return launch_range(rt, inner, inner_counts.ctypes.data, dims_of((8, 2, 1)),
+                            (2, 1, 0), (6, 2, 1))[0]
+
+    assert launch(rt, outer, None, dims_of((3, 1, 1)))[0] == 0
+    want = np.zeros_like(inner_counts)
+    want[1, 2:6] = 3
+    np.testing.assert_array_equal(inner_counts, want)
+
+
 def test_raw_function_address_is_accepted(rt):
     counts = np.zeros(3, dtype=np.int32)
 

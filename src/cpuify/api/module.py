@@ -122,6 +122,32 @@ def _stopped_launch(name: str, rc: int, block: tuple[int, ...]) -> BaseException
         name, (block[0], block[1], block[2]), addr)
 
 
+#: a box of blocks of a grid: ((x0, x1), (y0, y1), (z0, z1)), half-open ranges of blockIdx
+Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+
+
+def _box_bounds(box: Any, g: tuple[int, int, int],
+                kernel: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(lo, hi) of a box of grid `g`, checked: ranges 0 <= lo <= hi <= gridDim."""
+    if type(box) is tuple and len(box) == 3 and all(
+            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is int
+            and 0 <= r[0] <= r[1] <= n for r, n in zip(box, g)):
+        (x0, x1), (y0, y1), (z0, z1) = box
+        return (x0, y0, z0), (x1, y1, z1)
+    try:
+        ranges = [(int(a), int(b)) for a, b in box]
+        if len(ranges) != 3 or any(isinstance(v, bool) for r in box for v in r):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ArgumentError(f"kernel '{kernel}': a box of blocks is ((x0, x1), (y0, y1), "
+                            f"(z0, z1)), got {box!r:.80}") from None
+    for w, (a, b) in enumerate(ranges):
+        if not 0 <= a <= b <= g[w]:
+            raise ArgumentValueError(f"kernel '{kernel}': the box's blockIdx.{'xyz'[w]} range "
+                                     f"[{a}, {b}) is not within the grid's 0..{g[w]}")
+    return (ranges[0][0], ranges[1][0], ranges[2][0]), (ranges[0][1], ranges[1][1], ranges[2][1])
+
+
 def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
     if type(value) is tuple and all(type(v) is int for v in value):
         n = len(value)
@@ -173,7 +199,7 @@ class Function:
         self.name = info.name
         self._rt = load_runtime()
         self._launch = self._rt.cpuify_launch
-        self._launch_ex = self._rt.cpuify_launch_ex
+        self._launch_range = self._rt.cpuify_launch_range
         self._addr = loaded.function_address(info.symbol)
         self._loaded = loaded
         # launch-config specialization: a block shape launched a second time gets code
@@ -295,6 +321,39 @@ class Function:
         """Launch; with `enable_cooperative_groups` as a cooperative launch (CuPy's flag,
         cuLaunchCooperativeKernel): every block resident at once, the grid workspace that
         `this_grid().sync()` uses, at most coresident_blocks() blocks."""
+        self._run(grid, block, args, None, shared_mem, None, bool(enable_cooperative_groups))
+
+    def _launch_box(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0,
+                    box: Box | None = None) -> None:
+        """Launch only the blocks of `box`, ((x0, x1), (y0, y1), (z0, z1)): the half-open
+        ranges of blockIdx.x/y/z to run (None: the whole grid).  The kernel sees the whole
+        grid (gridDim is `grid`, blockIdx absolute); launches of boxes that tile the grid do
+        what one launch of the grid does.  For the distributed engine (one box per rank)."""
+        self._run(grid, block, args, None, shared_mem, box, False)
+
+    def _launch_packed(self, grid: Any, block: Any, params: bytes | bytearray | memoryview,
+                       shared_mem: int = 0, box: Box | None = None) -> None:
+        """`_launch_box` from parameters already packed (what `_packed_params` returns, its
+        pointers possibly rewritten to this process's copies of the buffers)."""
+        if not isinstance(params, (bytes, bytearray, memoryview)):
+            raise ArgumentError(f"kernel '{self.name}': packed parameters must be bytes, got "
+                                f"{type(params).__name__}")
+        if len(params) != self.info.param_size:
+            raise ArgumentValueError(f"kernel '{self.name}': its parameters are "
+                                     f"{self.info.param_size} bytes packed, {len(params)} given")
+        self._run(grid, block, None, bytes(params), shared_mem, box, False)
+
+    def _packed_params(self, args: Sequence[Any]) -> bytes:
+        """The parameter bytes a launch with `args` passes (pointers as data addresses), as
+        `_launch_packed` takes them; the same checks as a launch."""
+        buf = bytearray(self.info.param_size)
+        self._packer(args, buf)
+        return bytes(buf)
+
+    def _run(self, grid: Any, block: Any, args: Sequence[Any] | None, packed: bytes | None,
+             shared_mem: int, box: Box | None, cooperative: bool) -> None:
+        """The one launch path: checks the configuration, packs `args` (or copies `packed`),
+        runs the launch prologue, then the blocks of `box` (None: the grid)."""
         name = self.name
         g = _dim3(grid, "grid", name)
         bl = _dim3(block, "block", name)
@@ -309,6 +368,9 @@ class Function:
             self._check_config(g, bl, nthreads, shared_mem)
             if len(self._checked) < 64:
                 self._checked.add(config)
+        bounds = None if box is None else _box_bounds(box, g, name)
+        if bounds is not None and any(lo == hi for lo, hi in zip(*bounds)):
+            return      # an empty box: no block runs
         addr = self._shape_addr.get(bl)
         if addr is None:
             addr = self._block_function_for(bl)
@@ -317,23 +379,27 @@ class Function:
         own = self._busy.acquire(blocking=False)
         bufs = self._buffers if own else _LaunchBuffers(self._param_size)
         try:
-            self._pack(args, bufs)
+            if packed is None:
+                self._pack(args if args is not None else (), bufs)
+            else:
+                ctypes.memmove(bufs.params_addr, packed, len(packed))
             struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
             d = bufs.dims
             rc = 0
-            if self._prologue and _distributed_launch is None:
+            distributed = _distributed_launch is not None and packed is None and box is None
+            if self._prologue and not distributed:
                 d[0], d[1], d[2], d[3], d[4], d[5] = 1, 1, 1, 1, 1, 1
                 rc = self._launch(self._prologue, bufs.params_addr, bufs.dims_addr, 0,
                                   self.info.prologue_scratch, bufs.err_addr)
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
-            if _distributed_launch is not None and rc == 0:
-                # over MPI ranks (cpuify.distributed): the engine runs the prologue per rank
+            if distributed and rc == 0:
+                # over MPI ranks (cpuify.distributed): each rank runs the prologue and its box
                 rc = _distributed_launch(self, g, bl, args, bytes(bufs.params), shared_mem,
-                                         bool(enable_cooperative_groups))
+                                         cooperative)
             elif rc == 0:
-                if self.info.spin_waits or enable_cooperative_groups:
-                    rc = self._launch_waiting(g, nthreads, shared_bytes, addr, bufs, scratch,
-                                              bool(enable_cooperative_groups))
+                if self.info.spin_waits or cooperative or bounds is not None:
+                    rc = self._launch_with_flags(g, nthreads, shared_bytes, addr, bufs, scratch,
+                                                 cooperative, bounds)
                 else:
                     rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
                                       scratch, bufs.err_addr)
@@ -352,30 +418,40 @@ class Function:
             if child:       # a grid this launch started from device code failed
                 where = f" (in the child grid of kernel '{child.decode()}' it launched)" + where
             hint = ""
-            if rc == ERR_TRAP and self.info.reads_envreg and not enable_cooperative_groups:
+            if rc == ERR_TRAP and self.info.reads_envreg and not cooperative:
                 hint = ("; it synchronizes the whole grid (this_grid().sync()), which needs a "
                         "cooperative launch: launch it with enable_cooperative_groups=True")
             raise KernelFailure(_ERROR_STATUS.get(rc, 719),
                                 f"kernel '{name}' failed{where}: "
                                 f"{_ERROR_TEXT.get(rc, f'error code {rc}')}{hint}", name)
 
-    def _launch_waiting(self, g: tuple[int, int, int], nthreads: int, shared_bytes: int,
-                        addr: int, bufs: "_LaunchBuffers", scratch: int, cooperative: bool) -> int:
-        """A launch whose blocks run as fibers: a kernel with spin-wait loops, or a
-        cooperative launch (checked against the co-resident limit first)."""
-        limit = coresident_blocks(nthreads, shared_bytes, int(self._rt.cpuify_num_workers()))
-        nblocks = g[0] * g[1] * g[2]
-        flags = CPUIFY_LAUNCH_FIBERS
+    def _launch_with_flags(self, g: tuple[int, int, int], nthreads: int, shared_bytes: int,
+                           addr: int, bufs: "_LaunchBuffers", scratch: int, cooperative: bool,
+                           bounds: tuple[tuple[int, int, int], tuple[int, int, int]] | None) -> int:
+        """cpuify_launch_range: blocks as fibers for a kernel with spin-wait loops or a
+        cooperative launch (checked against the co-resident limit first); only the blocks
+        of `bounds` (lo, hi), when given."""
+        limit = flags = 0
+        if self.info.spin_waits or cooperative:
+            workers = int(self._rt.cpuify_num_workers())
+            limit = coresident_blocks(nthreads, shared_bytes, workers)
+            flags = CPUIFY_LAUNCH_FIBERS
         if cooperative:
+            nblocks = g[0] * g[1] * g[2]
             if nblocks > limit:
                 raise CUDADriverError(
                     720, f"kernel '{self.name}': a cooperative launch of {nblocks} blocks of "
                     f"{nthreads} threads; cpuify runs at most {limit} such blocks at once "
-                    f"({limit // max(int(self._rt.cpuify_num_workers()), 1)} per worker x "
-                    f"{int(self._rt.cpuify_num_workers())} workers, CPUIFY_NUM_THREADS)")
+                    f"({limit // max(workers, 1)} per worker x {workers} workers, "
+                    "CPUIFY_NUM_THREADS)")
             flags |= CPUIFY_LAUNCH_COOPERATIVE
-        return int(self._launch_ex(addr, bufs.params_addr, bufs.dims_addr, shared_bytes, scratch,
-                                   bufs.err_addr, flags, limit))
+        lo = hi = None
+        if bounds is not None:
+            b = bufs.box
+            (b[0], b[1], b[2]), (b[3], b[4], b[5]) = bounds
+            lo, hi = bufs.box_addr, bufs.box_addr + 12
+        return int(self._launch_range(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
+                                      scratch, bufs.err_addr, flags, limit, lo, hi))
 
     def _check_config(self, g: tuple[int, int, int], bl: tuple[int, int, int], nthreads: int,
                       shared_mem: int) -> None:
@@ -428,8 +504,10 @@ class Function:
 
 
 class _LaunchBuffers:
-    """ctypes buffers of one launch: packed parameters, dims, the failing block's index."""
-    __slots__ = ("params", "params_addr", "dims", "dims_addr", "err", "err_addr")
+    """ctypes buffers of one launch: packed parameters, dims, the failing block's index, the
+    box of blocks to run (lo x/y/z, hi x/y/z)."""
+    __slots__ = ("params", "params_addr", "dims", "dims_addr", "err", "err_addr", "box",
+                 "box_addr")
 
     def __init__(self, param_size: int) -> None:
         self.params = (ctypes.c_char * param_size)()
@@ -438,6 +516,8 @@ class _LaunchBuffers:
         self.dims_addr = ctypes.addressof(self.dims)
         self.err = (ctypes.c_uint32 * 3)()
         self.err_addr = ctypes.addressof(self.err)
+        self.box = (ctypes.c_uint32 * 6)()
+        self.box_addr = ctypes.addressof(self.box)
 
 
 _REG_DECL = re.compile(r"\.reg\s+\.(\w+)\s+[%\w$]+(?:<(\d+)>)?")

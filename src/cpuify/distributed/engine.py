@@ -148,10 +148,10 @@ class Engine:
     def alloc(self, address: int, nbytes: int, kind: str = "device") -> int:
         """A device allocation of rank 0 (the host's) at `address`: servers make an
         instance; rank 0 holds all of it."""
-        from cpuify.distributed.tracker import SegmentTracker
+        from cpuify.distributed.tracker import BufferTracker
         bid = self._next_id
         self._next_id += 1
-        buf = _Buffer(bid, nbytes, address, tracker=SegmentTracker(nbytes, self.size))
+        buf = _Buffer(bid, nbytes, address, tracker=BufferTracker(nbytes, self.size))
         self.buffers[bid] = buf
         import bisect
         bisect.insort(self._by_start, (address, bid))
@@ -291,7 +291,7 @@ class Engine:
         if box is None:
             return 0
         return int(ref.run_box(launch.grid, launch.block, launch.shared_mem,
-                               self._patched(launch), box))
+                               self._patched(launch), box) or 0)
 
     def _run_launch(self, launch: _Launch, ref: KernelRef) -> int:
         """Every rank's part of a launch (rank 0 after broadcasting it)."""
@@ -304,12 +304,11 @@ class Engine:
                 reps = -(-n // len(pattern))
                 ctypes.memmove(self.buffers[bid].address + lo, (pattern * reps)[:n], n)
         rc, msg = 0, ""
+        failure: BaseException | None = None
         try:
             rc = self._run_local(launch, ref)
         except Exception as e:         # noqa: BLE001 - reported to rank 0 as the launch's error
-            rc, msg = -1, f"{type(e).__name__}: {e}"
-            if self.rank == 0:
-                raise
+            rc, msg, failure = -1, f"{type(e).__name__}: {e}", e
         scratch = None
         if launch.partials:
             scratch = {i: np.empty(m.hi - m.lo, np.uint8) for i, m in enumerate(launch.partials)}
@@ -317,13 +316,15 @@ class Engine:
         results = self.comm.gather((rc, msg), root=0)
         if self.rank != 0:
             return rc
+        if failure is not None:
+            raise failure       # (after the servers finished the step: they stay in step)
         if scratch:
             _fold_partials(self, launch, scratch)
         for r, (code, text) in enumerate(results):
             if code and not rc:
-                if text:
-                    sys.stderr.write(f"cpuify: rank {r}: {ref.name}: {text}\n")
-                rc = code
+                from cpuify.errors import LaunchError
+                raise LaunchError(f"kernel '{ref.name}' failed on rank {r} of {self.size}: "
+                                  f"{text or f'error code {code}'}")
         return rc
 
     def _set_global(self, ref: KernelRef, key: Any, data: bytes) -> None:

@@ -172,13 +172,19 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
     per_rank: list[dict[int, BufferSets]] = []
     fold_of: dict[int, str] = {}
     if reason is None:
-        trackers = {bid: bufs[bid].tracker for bid, _ in params_at.values()}
-        part = partition.choose(grid, size, sets_of, trackers)
-        boxes = list(part.boxes) + [None] * (size - len(part.boxes))
-        per_rank = [sets_of(b) if b is not None else {} for b in boxes]
-        reason = _conflicts(per_rank, fold_of)
-        if reason:
-            boxes = [full] + [None] * (size - 1)
+        from cpuify.distributed.partition import choose_partition
+        where = {index: (bufs[bid].tracker, boff) for index, (bid, boff) in params_at.items()}
+        inexact = {p.index for p in access.params if not p.writes_exact}
+        uncombinable = {p.index for p in access.params
+                        if p.atomics is not None and not _foldable(p)}
+        part = choose_partition(grid, size, lambda box: access.footprint(scalars, grid, block, box),
+                                where, inexact_writes=inexact, uncombinable_atomics=uncombinable)
+        if part.split or size == 1:
+            boxes = list(part.boxes)
+            per_rank = [sets_of(b) if b is not None else {} for b in boxes]
+            fold_of = _shared_atomics(per_rank)
+        else:
+            reason = part.reason
     if reason is not None:
         if access is not None and access.distributable and not unknown_pointers:
             per_rank = [sets_of(full)] + [{} for _ in range(size - 1)]
@@ -235,37 +241,31 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
     return Step(launch, reason, minimum, updates)
 
 
-def _conflicts(per_rank: list[dict[int, BufferSets]], fold_of: dict[int, str]) -> str | None:
-    """Why the partitions cannot run apart (None: they can); fills `fold_of` with the
-    buffers whose atomic targets are shared and fold."""
+def _foldable(p: Any) -> bool:
+    """Whether a parameter's atomics can run as per-rank partials folded on rank 0."""
+    return _fold_kind(set(p.atomic_ops)) is not None and not p.atomic_result_used
+
+
+def _shared_atomics(per_rank: list[dict[int, BufferSets]]) -> dict[int, str]:
+    """The buffers whose atomic targets several ranks update (the partition checked that
+    their operation folds), with that operation."""
+    out: dict[int, str] = {}
     bids = {bid for sets in per_rank for bid in sets}
     for bid in bids:
-        mine = [sets.get(bid, BufferSets()) for sets in per_rank]
-        seen_w: Intervals = []
-        seen_a: Intervals = []
-        shared_atomics = False
-        for s in mine:
-            w = union(s.writes, s.may_writes)
-            if intersect(w, seen_w) or intersect(w, seen_a) or intersect(s.atomics, seen_w):
-                return "partitions may write the same bytes"
-            if intersect(s.atomics, seen_a):
-                shared_atomics = True
-            seen_w = union(seen_w, w)
-            seen_a = union(seen_a, s.atomics)
-        if shared_atomics:
-            ops: set[str] = set()
-            used = False
-            for s in mine:
-                ops |= s.atomic_ops
-                used |= s.atomic_result_used
-            kind = _fold_kind(ops)
-            read_too = any(intersect(s.reads, seen_a) for s in mine)
-            if kind is None or used or read_too:
-                return ("partitions update the same bytes atomically "
-                        f"({', '.join(sorted(ops)) or 'unknown operation'}"
-                        f"{', result used' if used else ''}{', also read' if read_too else ''})")
-            fold_of[bid] = kind
-    return None
+        seen: Intervals = []
+        shared = False
+        ops: set[str] = set()
+        for sets in per_rank:
+            s = sets.get(bid)
+            if s is None:
+                continue
+            ops |= s.atomic_ops
+            shared = shared or bool(intersect(s.atomics, seen))
+            seen = union(seen, s.atomics)
+        kind = _fold_kind(ops)
+        if shared and kind is not None:
+            out[bid] = kind
+    return out
 
 
 def fold(engine: "Engine", move: "_Move", partial: np.ndarray, op: str) -> None:

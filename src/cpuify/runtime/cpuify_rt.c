@@ -85,6 +85,22 @@ static void fp_mode_set(uint32_t m) { (void)m; }
 #define ENTRY_CLOSED 0x80000000u
 #define ENTRY_COUNT_MASK 0x7fffffffu
 
+/* The blocks a launch runs: lo[w] <= blockIdx.w < lo[w] + ext[w] (the whole grid, or the box
+ * of cpuify_launch_range).  Its blocks are numbered 0 .. ext[0]*ext[1]*ext[2]-1, x fastest. */
+typedef struct launch_box {
+    uint32_t lo[3];
+    uint32_t ext[3];
+} launch_box;
+
+/* The block of linear number l of box b. */
+static inline void box_block(const launch_box *b, uint64_t l, uint32_t *bx, uint32_t *by,
+                             uint32_t *bz) {
+    *bx = b->lo[0] + (uint32_t)(l % b->ext[0]);
+    uint64_t t = l / b->ext[0];
+    *by = b->lo[1] + (uint32_t)(t % b->ext[1]);
+    *bz = b->lo[2] + (uint32_t)(t / b->ext[1]);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* small platform helpers                                                               */
 
@@ -219,6 +235,7 @@ static struct pool {
     uint64_t launch_id;
     const void *params;
     cpuify_dims dims;
+    launch_box box;                        /* the blocks it runs (P.nblocks of them) */
     uint64_t nblocks;
     uint64_t chunk;                        /* the fewest blocks a grab takes */
     uint64_t share;                        /* a grab takes 1/share of the blocks left */
@@ -712,8 +729,9 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
     const cpuify_block_fn fn = P.fn;
     const void *params = P.params;
     const cpuify_dims *dims = &P.dims;
+    const launch_box *box = &P.box;
     const uint64_t nblocks = P.nblocks, chunk = P.chunk, share = P.share, id = P.launch_id;
-    const uint32_t gx = dims->grid[0], gy = dims->grid[1];
+    const uint32_t x0 = box->lo[0], x1 = x0 + box->ext[0], y0 = box->lo[1], y1 = y0 + box->ext[1];
     int32_t *const fault = &tls_device_fault;
     uint64_t start = atomic_load_explicit(&P.next, memory_order_relaxed);
     for (;;) {
@@ -726,10 +744,8 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
                                                    memory_order_relaxed, memory_order_relaxed))
             continue;
         uint64_t end = start + take < nblocks ? start + take : nblocks;
-        uint32_t bx = (uint32_t)(start % gx);
-        uint64_t t = start / gx;
-        uint32_t by = (uint32_t)(t % gy);
-        uint32_t bz = (uint32_t)(t / gy);
+        uint32_t bx, by, bz;
+        box_block(box, start, &bx, &by, &bz);
         for (uint64_t l = start;;) {
             r->block = l;
             int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
@@ -738,10 +754,10 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
                 return;
             }
             if (++l >= end) break;
-            if (++bx == gx) {
-                bx = 0;
-                if (++by == gy) {
-                    by = 0;
+            if (++bx == x1) {
+                bx = x0;
+                if (++by == y1) {
+                    by = y0;
                     ++bz;
                 }
             }
@@ -751,16 +767,18 @@ static void job_blocks(runner_t *r, void *shared, void *scratch) {
     }
 }
 
-/* Runs every block of the grid on this thread, stopping at the first error (the launch's
+/* Runs every block of the box on this thread, stopping at the first error (the launch's
  * own, or one another thread recorded: a cancel). */
 static void serial_blocks(runner_t *r, uint64_t id, cpuify_block_fn fn, const void *params,
-                          const cpuify_dims *dims, void *shared, void *scratch) {
-    const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+                          const cpuify_dims *dims, const launch_box *box, void *shared,
+                          void *scratch) {
+    const uint32_t x0 = box->lo[0], y0 = box->lo[1], z0 = box->lo[2];
+    const uint32_t x1 = x0 + box->ext[0], y1 = y0 + box->ext[1], z1 = z0 + box->ext[2];
     int32_t *const fault = &tls_device_fault;
     uint64_t l = 0;
-    for (uint32_t bz = 0; bz < gz; bz++)
-        for (uint32_t by = 0; by < gy; by++)
-            for (uint32_t bx = 0; bx < gx; bx++, l++) {
+    for (uint32_t bz = z0; bz < z1; bz++)
+        for (uint32_t by = y0; by < y1; by++)
+            for (uint32_t bx = x0; bx < x1; bx++, l++) {
                 r->block = l;
                 int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
                 if (rc) {
@@ -1026,10 +1044,8 @@ static int start_block(fiber_set *fs, uint64_t id) {
         atomic_fetch_sub(&P.resident, 1);
         return 0;
     }
-    const uint32_t gx = P.dims.grid[0], gy = P.dims.grid[1];
-    uint32_t bx = (uint32_t)(l % gx);
-    uint64_t t = l / gx;
-    uint32_t by = (uint32_t)(t % gy), bz = (uint32_t)(t / gy);
+    uint32_t bx, by, bz;
+    box_block(&P.box, l, &bx, &by, &bz);
     fiber_t *f = free_fiber(fs);
     if (!f || ensure_buffer(&f->shared, &f->shared_cap, P.shared_bytes) ||
         ensure_buffer(&f->scratch, &f->scratch_cap, P.scratch_bytes)) {
@@ -1071,7 +1087,7 @@ static void fail_deadlock(fiber_set *fs, uint64_t id) {
                      w ? w->thread : 0, w && w->where ? w->where : "a spin-wait loop");
     if (left && atomic_load(&P.resident_full) && n > 0 && (size_t)n < sizeof msg)
         snprintf(msg + n, sizeof msg - (size_t)n,
-                 "; %llu of the grid's %llu blocks could not start: the launch needs more "
+                 "; %llu of the launch's %llu blocks could not start: the launch needs more "
                  "blocks running at the same time than cpuify runs (%llu: "
                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor x multiProcessorCount)",
                  (unsigned long long)left, (unsigned long long)P.nblocks,
@@ -1204,14 +1220,15 @@ int32_t cpuify_block_wait(const char *where, uint32_t bx, uint32_t by, uint32_t 
 const char *cpuify_last_message(void) { return tls_last_message ? tls_last_message : ""; }
 
 /* Runs blocks of launch `id` on this thread as runner `slot`: the pool job (fn == NULL) or
- * the whole grid serially, containing faults and cancellation (see above). */
+ * the blocks of `box` serially, containing faults and cancellation (see above). */
 static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const void *params,
-                        const cpuify_dims *dims, void *shared, void *scratch) {
+                        const cpuify_dims *dims, const launch_box *box, void *shared,
+                        void *scratch) {
     runner_t *const r0 = get_runner();
     if (!r0) { /* no memory for the guard: run unguarded */
         static runner_t spare;
         tls_in_block = 1;
-        if (fn) serial_blocks(&spare, id, fn, params, dims, shared, scratch);
+        if (fn) serial_blocks(&spare, id, fn, params, dims, box, shared, scratch);
         else if (P.fibers) fiber_blocks(&spare);
         else job_blocks(&spare, shared, scratch);
         tls_in_block = 0;
@@ -1219,7 +1236,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     }
     /* what the code after a jump back reads: in memory, not in registers sigsetjmp saved */
     runner_t *volatile r = r0;
-    const cpuify_dims *volatile grid = fn ? dims : &P.dims;
+    const launch_box *volatile blocks = fn ? box : &P.box;
     volatile int32_t vslot = slot;
     volatile uint64_t vid = id;
     r0->launch_id = id;
@@ -1233,7 +1250,7 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     volatile uint32_t fp_mode = fp_mode_get();
     if (sigsetjmp(r0->jmp, 0) == 0) {
         r0->armed = 1;
-        if (fn) serial_blocks(r0, id, fn, params, dims, shared, scratch);
+        if (fn) serial_blocks(r0, id, fn, params, dims, box, shared, scratch);
         else if (P.fibers) fiber_blocks(r0);
         else job_blocks(r0, shared, scratch);
         r0->armed = 0;
@@ -1247,12 +1264,9 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
         tls_device_fault = 0;
         slot = vslot;
         id = vid;
-        const cpuify_dims *d = grid;
         uint64_t l = r->block;
-        uint32_t bx = (uint32_t)(l % d->grid[0]);
-        uint64_t t = l / d->grid[0];
-        uint32_t by = (uint32_t)(t % d->grid[1]), bz = (uint32_t)(t / d->grid[1]);
-        if (l == NO_BLOCK) bx = by = bz = 0;
+        uint32_t bx = 0, by = 0, bz = 0;
+        if (l != NO_BLOCK) box_block(blocks, l, &bx, &by, &bz);
         int32_t why = r->why;
         if (why && record_error(id, why, bx, by, bz)) {
             P.fault_addr = (uint64_t)(uintptr_t)r->fault_addr;
@@ -1270,15 +1284,17 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     atomic_store_explicit(&g_armed[slot].launch, 0, memory_order_release);
 }
 
-/* Runs every block of a grid launched from inside a block (tls_in_block), on this thread:
- * faults and cancellation go to the enclosing launch's guard. */
+/* Runs every block of the box of a grid launched from inside a block (tls_in_block), on this
+ * thread: faults and cancellation go to the enclosing launch's guard. */
 static int32_t run_nested(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
-                          void *shared, void *scratch, uint32_t *err_block) {
-    const uint32_t gx = dims->grid[0], gy = dims->grid[1], gz = dims->grid[2];
+                          const launch_box *box, void *shared, void *scratch,
+                          uint32_t *err_block) {
+    const uint32_t x0 = box->lo[0], y0 = box->lo[1], z0 = box->lo[2];
+    const uint32_t x1 = x0 + box->ext[0], y1 = y0 + box->ext[1], z1 = z0 + box->ext[2];
     int32_t *const fault = &tls_device_fault;
-    for (uint32_t bz = 0; bz < gz; bz++)
-        for (uint32_t by = 0; by < gy; by++)
-            for (uint32_t bx = 0; bx < gx; bx++) {
+    for (uint32_t bz = z0; bz < z1; bz++)
+        for (uint32_t by = y0; by < y1; by++)
+            for (uint32_t bx = x0; bx < x1; bx++) {
                 int32_t rc = block_result(fn(params, dims, bx, by, bz, shared, scratch), fault);
                 if (rc) {
                     if (err_block) {
@@ -1356,7 +1372,7 @@ static void *worker_main(void *argp) {
         slot_t *s = &P.slots[id];
         if (ensure_buffer(&s->shared, &s->shared_cap, P.shared_bytes) == 0 &&
             ensure_buffer(&s->scratch, &s->scratch_cap, P.scratch_bytes) == 0)
-            run_guarded(id, P.launch_id, NULL, NULL, NULL, s->shared, s->scratch);
+            run_guarded(id, P.launch_id, NULL, NULL, NULL, NULL, s->shared, s->scratch);
         /* (on allocation failure this worker simply runs no blocks; the others do) */
         atomic_fetch_add(&P.finished, 1); /* seq_cst: pairs with caller_waiting */
         if (atomic_load(&P.caller_waiting)) futex_wake_all(&P.finished);
@@ -1544,8 +1560,9 @@ int32_t cpuify_device_launch(void *buffer, uint64_t stream) {
 const char *cpuify_failed_child(void) { return t_failed_child; }
 
 static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
-                           uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
-                           child_launch **children, uint32_t flags, uint64_t max_resident);
+                           const launch_box *box, uint64_t shared_bytes, uint64_t scratch_bytes,
+                           uint32_t *err_block, child_launch **children, uint32_t flags,
+                           uint64_t max_resident);
 
 /* Runs the grids a grid launched (`list`, newest first) after it: in launch order (which
  * keeps the order of each block's launches into one stream), each with its own children
@@ -1591,15 +1608,40 @@ int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const cpuify_dims 
 int32_t cpuify_launch_ex(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                          uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
                          uint32_t flags, uint64_t max_resident) {
+    return cpuify_launch_range(fn, params, dims, shared_bytes, scratch_bytes, err_block, flags,
+                               max_resident, NULL, NULL);
+}
+
+int32_t cpuify_launch_range(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
+                            uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
+                            uint32_t flags, uint64_t max_resident, const uint32_t lo[3],
+                            const uint32_t hi[3]) {
     pthread_once(&g_once, global_init);
+    if (!fn || !dims) return 0;
+    launch_box box;
+    int whole = 1;
+    for (int w = 0; w < 3; w++) {
+        uint32_t a = lo ? lo[w] : 0, b = hi ? hi[w] : dims->grid[w];
+        if (a > b || b > dims->grid[w]) {   /* not a box of this grid */
+            if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
+            return CPUIFY_ERR_INVALID_BOX;
+        }
+        box.lo[w] = a;
+        box.ext[w] = b - a;
+        whole &= a == 0 && b == dims->grid[w];
+    }
+    if (!whole && (flags & CPUIFY_LAUNCH_COOPERATIVE)) { /* grid.sync() needs every block */
+        if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
+        return CPUIFY_ERR_INVALID_BOX;
+    }
     if (tls_in_block)            /* (its children join those of the grid it runs in) */
-        return launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, NULL, flags,
-                           max_resident);
+        return launch_grid(fn, params, dims, &box, shared_bytes, scratch_bytes, err_block, NULL,
+                           flags, max_resident);
     child_launch *children = NULL;
     int depth_top = !t_in_children;
     if (depth_top) t_failed_child = NULL;
-    int32_t rc = launch_grid(fn, params, dims, shared_bytes, scratch_bytes, err_block, &children,
-                             flags, max_resident);
+    int32_t rc = launch_grid(fn, params, dims, &box, shared_bytes, scratch_bytes, err_block,
+                             &children, flags, max_resident);
     if (!children) return rc;
     t_in_children++;
     rc = run_children(rc, children, err_block);
@@ -1607,11 +1649,12 @@ int32_t cpuify_launch_ex(cpuify_block_fn fn, const void *params, const cpuify_di
     return rc;
 }
 
+/* Runs the blocks of `box` (a box of dims->grid); cpuify_launch_range without the children. */
 static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
-                           uint64_t shared_bytes, uint64_t scratch_bytes, uint32_t *err_block,
-                           child_launch **children, uint32_t flags, uint64_t max_resident) {
-    if (!fn || !dims) return 0;
-    const uint64_t nblocks = (uint64_t)dims->grid[0] * dims->grid[1] * dims->grid[2];
+                           const launch_box *box, uint64_t shared_bytes, uint64_t scratch_bytes,
+                           uint32_t *err_block, child_launch **children, uint32_t flags,
+                           uint64_t max_resident) {
+    const uint64_t nblocks = (uint64_t)box->ext[0] * box->ext[1] * box->ext[2];
     if (nblocks == 0) return 0;
     const int fibers = (flags & (CPUIFY_LAUNCH_FIBERS | CPUIFY_LAUNCH_COOPERATIVE)) != 0;
     if (flags & CPUIFY_LAUNCH_COOPERATIVE) max_resident = nblocks;
@@ -1629,7 +1672,7 @@ static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_
             rc = CPUIFY_ERR_OUT_OF_MEMORY;
             if (err_block) err_block[0] = err_block[1] = err_block[2] = 0xffffffffu;
         } else {
-            rc = run_nested(fn, params, dims, sh, sc, err_block);
+            rc = run_nested(fn, params, dims, box, sh, sc, err_block);
         }
         nocancel_begin();
         free_buffer(sh);
@@ -1657,7 +1700,7 @@ static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_
     if (alone && !fibers) { /* (also when no thread could be created) */
         s0 = &P.slots[0];
         uint64_t id = begin_launch_locked();
-        run_guarded(0, id, fn, params, dims, s0->shared, s0->scratch);
+        run_guarded(0, id, fn, params, dims, box, s0->shared, s0->scratch);
         int32_t rc = end_launch_locked(err_block);
         if (children) *children = atomic_exchange(&g_children, NULL);
         atomic_store(&g_workspace, NULL);
@@ -1680,6 +1723,7 @@ static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_
     P.launch_id = id;
     P.params = params;
     P.dims = *dims;
+    P.box = *box;
     P.nblocks = nblocks;
     uint64_t chunk = nblocks / ((uint64_t)(P.nthreads + 1) * 32);
     P.chunk = chunk ? chunk : 1;
@@ -1690,7 +1734,7 @@ static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_
     atomic_store_explicit(&P.finished, 0, memory_order_relaxed);
     atomic_store_explicit(&P.caller_waiting, 0, memory_order_relaxed);
     if (alone) { /* a fiber job on this thread only */
-        run_guarded(0, id, NULL, NULL, NULL, s0->shared, s0->scratch);
+        run_guarded(0, id, NULL, NULL, NULL, NULL, s0->shared, s0->scratch);
         int32_t rc = end_launch_locked(err_block);
         atomic_store(&g_workspace, NULL);
         P.fibers = 0;
@@ -1705,7 +1749,7 @@ static int32_t launch_grid(cpuify_block_fn fn, const void *params, const cpuify_
     if (atomic_load(&P.sleepers) > 0) futex_wake_all(&P.gen);
 
     /* work */
-    run_guarded(0, id, NULL, NULL, NULL, s0->shared, s0->scratch);
+    run_guarded(0, id, NULL, NULL, NULL, NULL, s0->shared, s0->scratch);
 
     /* close admission and wait for the workers that joined */
     uint64_t old = atomic_fetch_or_explicit(&P.entry, ENTRY_CLOSED, memory_order_acq_rel);

@@ -23,9 +23,9 @@ extern "C" {
 
 /* Bumped whenever the ABI below (or cpuify_tex.h, which compiled kernels call: version 4;
  * fault containment, cancellation and the guarded copy: version 5; yield points, fibers and
- * cooperative launches: version 6) changes; the Python
- * loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 7
+ * cooperative launches: version 6; launching a box of blocks
+ * of a grid, cpuify_launch_range: version 8) changes; the Python loader checks it. */
+#define CPUIFY_RT_ABI_VERSION 8
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */
@@ -47,9 +47,13 @@ enum cpuify_error {
     CPUIFY_ERR_TIMEOUT = 8,            /* ran longer than CPUIFY_KERNEL_TIMEOUT seconds        */
     CPUIFY_ERR_INTERRUPTED = 9,        /* cpuify_cancel(), e.g. from SIGINT (see below)        */
     CPUIFY_ERR_STACK_OVERFLOW = 10,    /* a recursion outgrew the call stack (stack size limit) */
-    CPUIFY_ERR_DEADLOCK = 11           /* every thread of the launch waits in a spin-wait loop
+    CPUIFY_ERR_DEADLOCK = 11,          /* every thread of the launch waits in a spin-wait loop
                                           for memory no running thread writes, for
                                           CPUIFY_DEADLOCK_TIMEOUT seconds: cpuify_last_message */
+    CPUIFY_ERR_INVALID_BOX = 12        /* runtime only: cpuify_launch_range's box is not a box
+                                          of the grid (lo > hi or hi > gridDim), or is part of
+                                          a cooperative launch's grid (err_block 0xffffffff x3;
+                                          nothing ran) */
 };
 
 /* cpuify_launch_ex flags */
@@ -99,6 +103,21 @@ CPUIFY_API int32_t cpuify_launch(cpuify_block_fn fn, const void *params, const c
 CPUIFY_API int32_t cpuify_launch_ex(cpuify_block_fn fn, const void *params, const cpuify_dims *dims,
                                     uint64_t shared_bytes, uint64_t scratch_bytes,
                                     uint32_t *err_block, uint32_t flags, uint64_t max_resident);
+
+/* cpuify_launch_ex that runs only the blocks of a box of the grid: those with
+ * lo[w] <= blockIdx.w < hi[w] for w = x, y, z.  The block function still sees the whole grid
+ * (dims->grid is gridDim, blockIdx is absolute): the blocks outside the box simply do not
+ * run, so launches of boxes that tile the grid together do what one launch of the grid does
+ * (for kernels whose blocks do not wait for each other).  lo/hi NULL: 0 / dims->grid (the
+ * whole grid).  An empty box (lo[w] == hi[w]) runs nothing and returns 0.  With FIBERS,
+ * max_resident counts the box's blocks; a COOPERATIVE launch must cover the whole grid.
+ * Blocks are handed out in the box's own order (x fastest), so a block that waits only for
+ * blocks before it in the box finds them started. */
+CPUIFY_API int32_t cpuify_launch_range(cpuify_block_fn fn, const void *params,
+                                       const cpuify_dims *dims, uint64_t shared_bytes,
+                                       uint64_t scratch_bytes, uint32_t *err_block,
+                                       uint32_t flags, uint64_t max_resident,
+                                       const uint32_t lo[3], const uint32_t hi[3]);
 
 /* The message of the last launch of the calling thread that failed with
  * CPUIFY_ERR_DEADLOCK (which kernel, block, thread and loop waits, and why); "" if none. */

@@ -31,12 +31,13 @@ __all__ = [
     "CPUIFY_ERR_WARP_DIVERGENCE", "CPUIFY_ERR_ASSERT", "CPUIFY_ERR_OUT_OF_MEMORY",
     "CPUIFY_ERR_ILLEGAL_ADDRESS", "CPUIFY_ERR_HARDWARE", "CPUIFY_ERR_TIMEOUT",
     "CPUIFY_ERR_INTERRUPTED", "CPUIFY_ERR_STACK_OVERFLOW", "CPUIFY_ERR_DEADLOCK",
+    "CPUIFY_ERR_INVALID_BOX",
     "CPUIFY_LAUNCH_FIBERS", "CPUIFY_LAUNCH_COOPERATIVE", "Fault", "last_fault", "last_message",
     "load_runtime", "runtime_path", "stack_limit", "set_stack_limit",
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 # enum cpuify_error
 CPUIFY_OK = 0
@@ -51,6 +52,7 @@ CPUIFY_ERR_TIMEOUT = 8
 CPUIFY_ERR_INTERRUPTED = 9
 CPUIFY_ERR_STACK_OVERFLOW = 10
 CPUIFY_ERR_DEADLOCK = 11
+CPUIFY_ERR_INVALID_BOX = 12
 
 # enum cpuify_launch_flags
 CPUIFY_LAUNCH_FIBERS = 1
@@ -68,6 +70,8 @@ ERROR_NAMES = {
     CPUIFY_ERR_INTERRUPTED: "interrupted",
     CPUIFY_ERR_STACK_OVERFLOW: "stack overflow",
     CPUIFY_ERR_DEADLOCK: "no progress (every thread waits for memory nobody writes)",
+    CPUIFY_ERR_INVALID_BOX: "the box of blocks to launch is not part of the grid (or is part "
+                            "of a cooperative launch's grid)",
 }
 
 
@@ -212,6 +216,11 @@ def _declare(lib: ctypes.CDLL) -> None:
                                      ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                                      ctypes.c_uint32, ctypes.c_uint64]
     lib.cpuify_launch_ex.restype = ctypes.c_int32
+    lib.cpuify_launch_range.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
+                                        ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p,
+                                        ctypes.c_void_p]
+    lib.cpuify_launch_range.restype = ctypes.c_int32
     lib.cpuify_last_message.argtypes = []
     lib.cpuify_last_message.restype = ctypes.c_char_p
     lib.cpuify_num_workers.argtypes = []
@@ -243,7 +252,9 @@ def load_runtime() -> ctypes.CDLL:
 
     ``cpuify_launch(fn, params, dims, shared_bytes, scratch_bytes, err_block)`` takes fn
     as a function address or a ``BLOCK_FN`` instance, params as an address,
-    dims as a ``Dims`` (byref) and err_block as ``(c_uint32 * 3)()`` or None."""
+    dims as a ``Dims`` (byref) and err_block as ``(c_uint32 * 3)()`` or None;
+    ``cpuify_launch_ex`` adds (flags, max_resident), ``cpuify_launch_range`` then the
+    addresses of two ``(c_uint32 * 3)`` arrays lo, hi: the box of blocks to run."""
     global _lib, _lib_path
     if _lib is not None:
         return _lib
