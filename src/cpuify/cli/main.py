@@ -14,6 +14,11 @@
     cpuify explain kernel.cu|.ptx|.mlir  what each pass changed, sync points, values kept
                                       per thread / recomputed
                                       (--block 16,16: decisions of the specialized code)
+    cpuify explain --partition kernel.cu|.ptx  per pointer parameter, the bytes each block
+                                      reads/writes/updates (access maps for splitting a
+                                      launch over MPI ranks) and a split dimension
+                                      (--grid 64,64 --block 16,16 --scalar n=1024: for
+                                      that launch)
     ir, llvm and explain take --passes=a,b{option=value}, --disable-pass, --print-ir-after,
     --verify-each, --warp-lockstep (docs/usage.md, "Passes", "Warp semantics")
 """
@@ -146,6 +151,17 @@ def _main(argv: list[str]) -> int:
             p.add_argument("--block", type=_block_shape, metavar="X[,Y[,Z]]",
                            help="the code specialized for this block shape (what a kernel "
                                 "launched twice with it runs)")
+        if name == "explain":
+            p.add_argument("--partition", action="store_true",
+                           help="the access maps of each kernel (per pointer parameter: the "
+                                "bytes a block reads, writes, updates atomically) and the grid "
+                                "dimension a launch would be split along over MPI ranks")
+            p.add_argument("--grid", type=_grid_shape, metavar="X[,Y[,Z]]",
+                           help="with --partition and --block: the launch to choose the split "
+                                "dimension for")
+            p.add_argument("--scalar", action="append", default=[], metavar="NAME=VALUE",
+                           help="with --partition --grid: an integer kernel parameter's value "
+                                "(PTX parameter name, as --partition lists them)")
         if name == "llvm":
             p.add_argument("--raw", action="store_true", help="before LLVM optimization")
         if name == "ir":
@@ -194,6 +210,8 @@ def _main(argv: list[str]) -> int:
             if gen is not None:
                 text = gen.llvm_text()
                 sys.stdout.write(text if args.raw else str(jit.optimize(text)))
+        elif args.partition:
+            _explain_partition(ptx, args.kernel, args.grid, args.block, args.scalar)
         else:
             _explain(ptx, args.kernel, args.block, pipeline)
     except CpuifyError as exc:
@@ -281,6 +299,66 @@ def _block_shape(text: str) -> tuple[int, int, int]:
         raise argparse.ArgumentTypeError(f"'{text}' is no block shape: X[,Y[,Z]], "
                                          "at most 1024 threads")
     return (dims + [1, 1])[0], (dims + [1, 1])[1], (dims + [1, 1])[2]
+
+
+def _grid_shape(text: str) -> tuple[int, int, int]:
+    try:
+        dims = [int(x) for x in text.split(",")]
+    except ValueError:
+        dims = []
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"'{text}' is no grid shape: X[,Y[,Z]]")
+    return (dims + [1, 1])[0], (dims + [1, 1])[1], (dims + [1, 1])[2]
+
+
+def _explain_partition(ptx: str, only: str | None, grid: tuple[int, int, int] | None,
+                       block: tuple[int, int, int] | None, scalar_args: list[str]) -> None:
+    """`cpuify explain --partition`: each kernel's access maps and a split dimension."""
+    from cpuify.analysis.access_maps import kernel_access
+    from cpuify.frontend.ptx_parser import parse_ptx
+    scalars: dict[str, int] = {}
+    for text in scalar_args:
+        name, eq, value = text.partition("=")
+        try:
+            scalars[name.strip()] = int(value, 0)
+        except ValueError:
+            eq = ""
+        if not eq:
+            raise CpuifyError(f"--scalar '{text}': expected NAME=INTEGER")
+    if block is not None and grid is None:
+        raise CpuifyError("--block with --partition needs --grid too (the launch to split)")
+    names = [e.name for e in parse_ptx(ptx).entries if only is None or e.name == only]
+    if only is not None and not names:
+        raise CpuifyError(f"no kernel '{only}' in the file")
+    for name in names:
+        ka = kernel_access(ptx, name)
+        print(ka.describe())
+        if not ka.distributable:
+            print("  split: none (runs whole on one rank)")
+            continue
+        if grid is not None:
+            block3 = block or (1, 1, 1)
+            missing = [n for n, _ in ka.scalar_params if n not in scalars]
+            if missing:
+                print(f"  split: give --scalar for {', '.join(missing)} to choose one for "
+                      f"grid {grid}")
+                continue
+            dims = ka.disjoint_write_dims(scalars, grid, block3)
+            if dims:
+                best = max(dims, key=lambda d: (grid["xyz".index(d)], "xyz".index(d)))
+                print(f"  split: {best} (grid {grid}, block {block3}: blocks differing in "
+                      f"{', '.join(dims)} write disjoint bytes; {best} has the most blocks)")
+            else:
+                print(f"  split: none for grid {grid}, block {block3} (blocks of every "
+                      "dimension may write the same bytes)")
+            continue
+        d = ka.heuristic_split()
+        if d is None:
+            print("  split: none found from the maps alone (writes do not depend on one "
+                  "block index; try --grid/--block/--scalar)")
+        else:
+            print(f"  split: {d} (every write's index depends on blockIdx.{d}; "
+                  "--grid/--block/--scalar check it for a launch)")
 
 
 def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = None,
