@@ -127,6 +127,9 @@ def test_seconds_per_block_takes_the_fastest_run() -> None:
 def _mpi_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    # these put the pieces together by hand on every rank: no engine (whose servers would
+    # take over at `import cpuify`)
+    env["CPUIFY_DISTRIBUTED"] = "0"
     return env
 
 

@@ -1445,8 +1445,10 @@ class _Builder:
         access = Access(kind, index, size, guard, gexact and fexact, int(op.attributes.get("line", 0)))
         self.accesses.setdefault(base, []).append((access, b, op))
         if kind == "atomic":
-            ops = set(mods(op)) & set(ATOMIC_OPS)
-            self.atomic_ops.setdefault(base, set()).update(ops or {"add"} if name == "ptx.red" else ops)
+            # the operation and its type ("add.u32"): what folding partial results needs
+            ops = {f"{o}.{ty(op)}" for o in set(mods(op)) & set(ATOMIC_OPS)}
+            self.atomic_ops.setdefault(base, set()).update(
+                ops or {f"add.{ty(op)}"} if name == "ptx.red" else ops)
             used = name == "ptx.atom" and bool(op.results) and bool(op.results[0].uses)
             self.atomic_used[base] = self.atomic_used.get(base, False) or used
 

@@ -394,7 +394,7 @@ class Function:
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
             if distributed and rc == 0:
                 # over MPI ranks (cpuify.distributed): each rank runs the prologue and its box
-                rc = _distributed_launch(self, g, bl, args, bytes(bufs.params), shared_mem,
+                rc = _distributed_launch(self, g, bl, args, bytes(bufs.params)[:self.info.param_size], shared_mem,
                                          cooperative)
             elif rc == 0:
                 if self.info.spin_waits or cooperative or bounds is not None:

@@ -26,6 +26,11 @@ from cpuify.distributed import engine as _engine
 
 _resident = 0
 
+try:                                        # NumPy 2
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:                         # NumPy 1
+    _byte_bounds = np.byte_bounds
+
 
 class PyKernel:
     """A KernelRef for a kernel of a RawModule (rank 0) or its rebuilt copy (servers)."""
@@ -102,7 +107,7 @@ class _Front:
         while isinstance(root.base, np.ndarray):
             root = root.base
         key = id(root)
-        low, high = np.byte_bounds(root)
+        low, high = _byte_bounds(root)
         entry = self.arrays.get(key)
         if entry is not None and entry[1]() is root:
             bid = entry[0]
@@ -191,7 +196,7 @@ def fetch(arr: np.ndarray) -> np.ndarray:
     if _front is not None:
         where = _front.buffer_of(arr)
         if where is not None:
-            lo, hi = np.byte_bounds(arr)
+            lo, hi = _byte_bounds(arr)
             bid, off = where
             _front.engine.host_read(bid, off, off + (hi - lo))
     return arr
