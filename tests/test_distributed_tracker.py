@@ -145,6 +145,9 @@ def test_writes_merge_back_into_one_segment() -> None:
     assert len(t) == 1 and t.segments() == [(0, 64, frozenset({1}))]
     t.received(0, 0, 64)
     assert t.segments() == [(0, 64, frozenset({0, 1}))]
+    c = t.copy()
+    c.wrote(0, [(0, 8)])
+    assert t.segments() == [(0, 64, frozenset({0, 1}))] and len(c) == 2
 
 
 def test_bad_arguments_are_refused() -> None:

@@ -32,3 +32,39 @@ __all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "Reduction
            "IllegalAddressError", "LaunchTimeoutError", "DeadlockError",
            "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]
+
+
+def _join_mpi_run() -> None:
+    """Under `mpiexec -n N python script.py` (N > 1): rank 0 goes on with the script, its
+    launches spread over the ranks; the other ranks serve kernel partitions here and leave
+    the process when rank 0 ends (docs/distributed.md).  Not for the cpuify command line,
+    whose `run` starts a distributed program itself."""
+    import os
+    import sys
+    if not any(os.environ.get(v) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE",
+                                           "CPUIFY_DISTRIBUTED")):
+        return
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if argv0 == "cpuify" or sys.argv[0:1] == ["-m"] or \
+            os.path.normpath(sys.argv[0] if sys.argv else "").endswith(os.path.join("cli", "main.py")):
+        return
+    from cpuify.distributed import engine
+    world = engine.mpi_world()
+    if world is None:
+        return
+    eng = engine.start()
+    from cpuify.distributed import api_front
+    if eng.rank == 0:
+        api_front.install(eng)
+        return
+    try:
+        eng.serve(api_front.resolve)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    from mpi4py import MPI
+    MPI.Finalize()
+    os._exit(0)     # (not the rest of the script, nor its exit handlers: rank 0 runs those)
+
+
+_join_mpi_run()

@@ -128,6 +128,30 @@ TRUE: tuple = ("and", [])  # type: ignore[type-arg]
 FALSE: tuple = ("or", [])  # type: ignore[type-arg]
 
 
+def _c_simplify(c: tuple) -> tuple:  # type: ignore[type-arg]
+    """c with constant comparisons decided and nested and/or flattened."""
+    if c[0] in ("and", "or"):
+        unit, zero = (TRUE, FALSE) if c[0] == "and" else (FALSE, TRUE)
+        parts: list[tuple] = []  # type: ignore[type-arg]
+        for x in c[1]:
+            y = _c_simplify(x)
+            if y == zero:
+                return zero
+            if y == unit:
+                continue
+            parts.extend(y[1] if y[0] == c[0] else [y])
+        unique = []
+        for y in parts:
+            if y not in unique:
+                unique.append(y)
+        return unique[0] if len(unique) == 1 else (c[0], unique)
+    if all(m == () for m in c[1]):
+        v = c[1].get((), 0)
+        holds = v >= 0 if c[0] == "ge" else v == 0 if c[0] == "eq" else v != 0
+        return TRUE if holds else FALSE
+    return c
+
+
 def _c_atoms(c: tuple) -> set[str]:  # type: ignore[type-arg]
     if c[0] in ("and", "or"):
         out: set[str] = set()
@@ -409,8 +433,12 @@ class KernelAccess:
         names = ", ".join([_isl_name(x) for x in exists] + ["t_byte"])
         return f"{{ [bx, by, bz] -> [o] : exists ({names} : {body}) }}"
 
+    def _show(self, x: str) -> str:
+        prefix = f"p:{self.name}_param_"
+        return "param_" + x[len(prefix):] if x.startswith(prefix) else _show_atom(x)
+
     def _access_text(self, a: Access) -> str:
-        show = _show_atom
+        show = self._show
         kind = {"read": "reads", "write": "writes", "atomic": "updates"}[a.kind]
         if a.index is None:
             return f"    {kind} anywhere in the buffer (PTX line {a.line}: index not affine)"
@@ -552,7 +580,9 @@ class KernelAccess:
         lines = [f"kernel {self.name}: " + ("distributable" if self.distributable
                                             else f"not distributable: {self.reason}")]
         if self.scalar_params:
-            lines.append("  scalar parameters: " + ", ".join(n for n, _ in self.scalar_params))
+            lines.append("  scalar parameters: " + ", ".join(
+                n + ("" if self._show("p:" + n) == n else f" ({self._show('p:' + n)})")
+                for n, _ in self.scalar_params))
         for s in self.const_symbols:
             lines.append(f"  reads __constant__ {s} (replicated on every rank)")
         for p in self.params:
@@ -710,43 +740,69 @@ class _Renderer:
                 f"({operand} < 0 and -{ad} < {r} <= 0))")
 
 
+#: runs listed per convex piece before the pieces are given up for their union
+_PIECE_RUNS = 4096
+
+
 def _intervals(s) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
-    """A 1-D integer set as sorted disjoint [lo, hi) intervals: its points whose left (right)
-    neighbour is not in it start (end) an interval."""
-    import islpy as isl
+    """A 1-D integer set as sorted disjoint [lo, hi) intervals.  Per convex piece (isl's
+    basic sets: cheap to subtract from each other, unlike a union of many) when each has few
+    runs, else for the union (the pieces of an unrolled loop interleave: each is strided, their
+    union is not); more than MAX_INTERVALS runs: the hull."""
     s = s.coalesce()
     if s.is_empty():
         return []
     if not s.is_bounded():
         return [WHOLE_INTERVAL]
-    space = s.get_space()
-    up = isl.Map("{ [o] -> [o + 1] }").intersect_domain(isl.Set.universe(space))
+    import islpy as isl
+    pieces: list[tuple[int, int]] | None = []
+    for basic in s.get_basic_sets():
+        got = _runs(isl.Set.from_basic_set(basic), _PIECE_RUNS)
+        if got is None:
+            pieces = None
+            break
+        pieces.extend(got)  # type: ignore[union-attr]
+    merged = _merge(pieces) if pieces is not None else _runs(s, MAX_INTERVALS)
+    if merged is None or len(merged) > MAX_INTERVALS:
+        return [(_coordinate(s.lexmin()), _coordinate(s.lexmax()) + 1)]
+    return merged
+
+
+def _coordinate(s) -> int:  # type: ignore[no-untyped-def]
+    import islpy as isl
+    return s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
+
+
+def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-def]
+    """The maximal runs of consecutive integers of the bounded 1-D set s: its points whose
+    left (right) neighbour is not in s start (end) one; None when there are more than cap."""
+    import islpy as isl
+    up = isl.Map("{ [o] -> [o + 1] }")
     starts = s.subtract(s.apply(up))
+    if starts.count_val().to_python() > cap:         # counted in isl: no callbacks
+        return None
     ends = s.subtract(s.apply(up.reverse()))
     lo: list[int] = []
     hi: list[int] = []
-
-    def collect(into: list[int]):  # type: ignore[no-untyped-def]
-        def f(point) -> None:  # type: ignore[no-untyped-def]
-            into.append(point.get_coordinate_val(isl.dim_type.set, 0).to_python())
-            if len(into) > MAX_INTERVALS:
-                raise _TooMany
-        return f
-
-    try:
-        starts.foreach_point(collect(lo))
-        ends.foreach_point(collect(hi))
-    except _TooMany:
-        first = s.lexmin().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
-        last = s.lexmax().sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
-        return [(first, last + 1)]
+    starts.foreach_point(lambda p: lo.append(p.get_coordinate_val(isl.dim_type.set, 0).to_python()))
+    ends.foreach_point(lambda p: hi.append(p.get_coordinate_val(isl.dim_type.set, 0).to_python()))
     lo.sort()
     hi.sort()
     return [(a, b + 1) for a, b in zip(lo, hi)]
 
 
-class _TooMany(Exception):
-    pass
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint, non-adjacent intervals covering the same bytes."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(intervals):
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
 
 
 # --- building the maps from the lifted IR ----------------------------------------------------
@@ -946,6 +1002,22 @@ class _Builder:
                 return _p_scale(_p_atom(self._derived("div", a, _p_const(-k), False)), -k)
             if k >= 0:
                 return _p_atom(self._derived("mask", a, _p_const(k), False))
+            return None
+        if name in ("ptx.or", "ptx.xor") and len(ops) == 2:
+            # x | c == x + c when the bits of c are zero in x: every coefficient of x is a
+            # multiple of a power of two above c (`(i << 12) * 4 | 8`)
+            k = _const_of(ops[1])
+            x = ops[0]
+            if k is None:
+                k, x = _const_of(ops[0]), ops[1]
+            a = self.val(x)
+            if a is None or k is None or k < 0:
+                return None
+            step = 1
+            while step <= k:
+                step *= 2
+            if all(c % step == 0 for c in a.values()):
+                return _p_add(a, _p_const(k))
             return None
         if name in ("ptx.min", "ptx.max") and len(ops) == 2:
             a, b = self.val(ops[0]), self.val(ops[1])
@@ -1373,8 +1445,10 @@ class _Builder:
         access = Access(kind, index, size, guard, gexact and fexact, int(op.attributes.get("line", 0)))
         self.accesses.setdefault(base, []).append((access, b, op))
         if kind == "atomic":
-            ops = set(mods(op)) & set(ATOMIC_OPS)
-            self.atomic_ops.setdefault(base, set()).update(ops or {"add"} if name == "ptx.red" else ops)
+            # the operation and its type ("add.u32"): what folding partial results needs
+            ops = {f"{o}.{ty(op)}" for o in set(mods(op)) & set(ATOMIC_OPS)}
+            self.atomic_ops.setdefault(base, set()).update(
+                ops or {f"add.{ty(op)}"} if name == "ptx.red" else ops)
             used = name == "ptx.atom" and bool(op.results) and bool(op.results[0].uses)
             self.atomic_used[base] = self.atomic_used.get(base, False) or used
 
@@ -1431,6 +1505,13 @@ class _Builder:
             used.add(x)
             todo.extend(self.atoms[x].atoms())
         atoms = {k: v for k, v in self.atoms.items() if k in used}
+        for at in atoms.values():
+            at.cond = _c_simplify(at.cond)
+        for accs in accesses.values():
+            for a in accs:
+                a.guard = _c_simplify(a.guard)
+                if a.guard[0] != "and":
+                    a.guard = ("and", [a.guard])
         scalars = [(p.name, p.ptx_type) for p in self.view.params
                    if p.name not in pointer_names and p.ptx_type in _INT_PARAM_TYPES and not p.dims]
         params = []

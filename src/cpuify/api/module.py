@@ -129,6 +129,11 @@ Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 def _box_bounds(box: Any, g: tuple[int, int, int],
                 kernel: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(lo, hi) of a box of grid `g`, checked: ranges 0 <= lo <= hi <= gridDim."""
+    if type(box) is tuple and len(box) == 3 and all(
+            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is int
+            and 0 <= r[0] <= r[1] <= n for r, n in zip(box, g)):
+        (x0, x1), (y0, y1), (z0, z1) = box
+        return (x0, y0, z0), (x1, y1, z1)
     try:
         ranges = [(int(a), int(b)) for a, b in box]
         if len(ranges) != 3 or any(isinstance(v, bool) for r in box for v in r):
@@ -172,6 +177,17 @@ def _dim3(value: Any, what: str, kernel: str) -> tuple[int, int, int]:
     while len(dims) < 3:
         dims.append(1)
     return dims[0], dims[1], dims[2]
+
+
+#: set by cpuify.distributed on rank 0 of an MPI run: launches go through its engine
+_distributed_launch: Any = None
+
+
+def set_distributed_launch(hook: Any) -> None:
+    """Route every launch through `hook(fn, grid, block, args, params, shared_mem,
+    cooperative) -> rc` (cpuify.distributed's engine), or back to local launches (None)."""
+    global _distributed_launch
+    _distributed_launch = hook
 
 
 class Function:
@@ -370,12 +386,17 @@ class Function:
             struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
             d = bufs.dims
             rc = 0
-            if self._prologue:
+            distributed = _distributed_launch is not None and packed is None and box is None
+            if self._prologue and not distributed:
                 d[0], d[1], d[2], d[3], d[4], d[5] = 1, 1, 1, 1, 1, 1
                 rc = self._launch(self._prologue, bufs.params_addr, bufs.dims_addr, 0,
                                   self.info.prologue_scratch, bufs.err_addr)
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
-            if rc == 0:
+            if distributed and rc == 0:
+                # over MPI ranks (cpuify.distributed): each rank runs the prologue and its box
+                rc = _distributed_launch(self, g, bl, args, bytes(bufs.params)[:self.info.param_size], shared_mem,
+                                         cooperative)
+            elif rc == 0:
                 if self.info.spin_waits or cooperative or bounds is not None:
                     rc = self._launch_with_flags(g, nthreads, shared_bytes, addr, bufs, scratch,
                                                  cooperative, bounds)
@@ -410,9 +431,11 @@ class Function:
         """cpuify_launch_range: blocks as fibers for a kernel with spin-wait loops or a
         cooperative launch (checked against the co-resident limit first); only the blocks
         of `bounds` (lo, hi), when given."""
-        workers = int(self._rt.cpuify_num_workers())
-        limit = coresident_blocks(nthreads, shared_bytes, workers)
-        flags = CPUIFY_LAUNCH_FIBERS if self.info.spin_waits or cooperative else 0
+        limit = flags = 0
+        if self.info.spin_waits or cooperative:
+            workers = int(self._rt.cpuify_num_workers())
+            limit = coresident_blocks(nthreads, shared_bytes, workers)
+            flags = CPUIFY_LAUNCH_FIBERS
         if cooperative:
             nblocks = g[0] * g[1] * g[2]
             if nblocks > limit:

@@ -12,4 +12,22 @@ the stale parts of each partition's read set move.
              measured by ping-pong
 
 Importing this package needs neither MPI nor isl: mpi4py is imported only by what runs
-under mpiexec."""
+under mpiexec.
+
+`mpiexec -n 4 python script.py`: rank 0 runs the script, the other ranks serve kernel
+partitions (docs/distributed.md); `resident()` and `fetch()` say when NumPy arrays come back
+to rank 0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:     # lazy: mpi4py and NumPy load on first use
+    if name in ("resident", "fetch"):
+        from cpuify.distributed import api_front
+        return getattr(api_front, name)
+    if name in ("mpi_world", "get"):
+        from cpuify.distributed import engine
+        return getattr(engine, name)
+    raise AttributeError(f"module 'cpuify.distributed' has no attribute {name!r}")

@@ -51,7 +51,8 @@ class Partition:
     dim: the grid dimension split (0 x, 1 y, 2 z), None when one rank runs the grid.
     boxes: per rank its box, None for an idle rank.
     est_bytes: bytes the ranks fetch before the launch (stale parts of their read sets),
-    plus the atomic partials they send to be combined; rank_bytes: the same per rank;
+    plus the atomic partials they send to rank 0 to be combined; rank_bytes: the same per
+    rank;
     rank_pieces: the contiguous pieces those bytes come in.
     costs: est_bytes of each candidate dimension that was valid (for `explain`).
     reason: why this split, in words."""
@@ -289,13 +290,13 @@ def choose_partition(grid: Sequence[int], nranks: int, footprint: FootprintFn,
                     stale = t.stale(rank, ivs)
                     fetch[rank] += sum(hi - lo for lo, hi, _ in stale)
                     pieces[rank] += len(stale)
-        # atomic partials: every rank but one sends its part to be combined
+        # atomic partials: the ranks other than rank 0 (which every split uses) send theirs
+        # to rank 0 to be combined
         partials = [sum(hi - lo for ivs in s.atomics.values() for lo, hi in ivs) if s else 0
                     for s in sets]
         if sum(p > 0 for p in partials) > 1:
-            keep = partials.index(max(partials))
             for r, p in enumerate(partials):
-                if r != keep and p:
+                if r and p:
                     fetch[r] += p
                     pieces[r] += sum(len(ivs) for ivs in sets[r].atomics.values())  # type: ignore[union-attr]
         return _Candidate(dim, boxes, fetch, pieces, conflict)

@@ -22,7 +22,7 @@ so each operation costs O(log n) plus the segments it touches."""
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = ["BufferTracker", "normalize_intervals"]
 
@@ -117,28 +117,20 @@ class BufferTracker:
         (lo, hi, source rank) in order, contiguous pieces from one source merged."""
         bit = 1 << self._check_rank(rank)
         out: list[tuple[int, int, int]] = []
-        for lo, hi in normalize_intervals(intervals):
-            self._check(lo, hi)
-            for a, b, m in self._walk(lo, hi):
-                if m & bit:
-                    continue
-                src = self._pick(m, rank)
-                if out and out[-1][1] == a and out[-1][2] == src:
-                    out[-1] = (out[-1][0], b, src)
-                else:
-                    out.append((a, b, src))
+        for a, b, m in self._walk_many(intervals):
+            if m & bit:
+                continue
+            src = self._pick(m, rank)
+            if out and out[-1][1] == a and out[-1][2] == src:
+                out[-1] = (out[-1][0], b, src)
+            else:
+                out.append((a, b, src))
         return out
 
     def stale_bytes(self, rank: int, intervals: Iterable[Sequence[int]]) -> int:
         """The number of bytes `stale(rank, intervals)` lists."""
         bit = 1 << self._check_rank(rank)
-        n = 0
-        for lo, hi in normalize_intervals(intervals):
-            self._check(lo, hi)
-            for a, b, m in self._walk(lo, hi):
-                if not m & bit:
-                    n += b - a
-        return n
+        return sum(b - a for a, b, m in self._walk_many(intervals) if not m & bit)
 
     def gather_plan(self, lo: int, hi: int, to_rank: int) -> list[tuple[int, int, int]]:
         """The copies that bring the newest data of [lo, hi) to `to_rank` (the host, for a
@@ -160,6 +152,13 @@ class BufferTracker:
         for lo, hi in normalize_intervals(intervals):
             lo, hi = self._check(lo, hi)
             self._update(lo, hi, lambda m: bit)
+
+    def copy(self) -> BufferTracker:
+        """An independent tracker in the same state (to try a plan without committing it)."""
+        t = BufferTracker.__new__(BufferTracker)
+        t.nbytes, t.nranks, t.source = self.nbytes, self.nranks, self.source
+        t._starts, t._masks = list(self._starts), list(self._masks)
+        return t
 
     # ---------------------------------------------------------------------------------
     # internals
@@ -190,17 +189,25 @@ class BufferTracker:
                 return rank + 1 + _lowest(later)
         return _lowest(mask)
 
-    def _walk(self, lo: int, hi: int) -> Iterable[tuple[int, int, int]]:
+    def _walk(self, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
         """(a, b, mask) of the segments overlapping [lo, hi), clipped."""
-        if lo >= hi:
-            return
-        starts, masks = self._starts, self._masks
-        i = bisect_right(starts, lo) - 1
+        return self._walk_many([(lo, hi)])
+
+    def _walk_many(self, intervals: Iterable[Sequence[int]]) -> Iterator[tuple[int, int, int]]:
+        """(a, b, mask) of the segments overlapping each of `intervals` (normalized first),
+        clipped, in order: one pass, each interval's first segment found by bisection from
+        where the previous one ended."""
+        starts, masks, nbytes = self._starts, self._masks, self.nbytes
         n = len(starts)
-        while i < n and starts[i] < hi:
-            end = starts[i + 1] if i + 1 < n else self.nbytes
-            yield max(starts[i], lo), min(end, hi), masks[i]
-            i += 1
+        i = 0
+        for lo, hi in normalize_intervals(intervals):
+            self._check(lo, hi)
+            i = bisect_right(starts, lo, i) - 1
+            while i < n and starts[i] < hi:
+                end = starts[i + 1] if i + 1 < n else nbytes
+                yield max(starts[i], lo), min(end, hi), masks[i]
+                i += 1
+            i = max(i - 1, 0)       # the last segment may go on into the next interval
 
     def _split(self, pos: int) -> int:
         """Makes `pos` (0 <= pos < nbytes) a segment start; returns that segment's index."""

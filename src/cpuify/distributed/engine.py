@@ -1,0 +1,397 @@
+"""The distributed engine: one CUDA program's launches spread over MPI ranks.
+
+Rank 0 runs the host program (a Python script, or a whole program's `main`); the other
+ranks serve: they hold an instance of every device buffer and run the part of each launch's
+grid they are given (docs/distributed.md).  Rank 0 plans every step and tells the servers
+what to do with one broadcast per step; data moves point to point, each rank sending what
+it holds and receiving what it lacks, all transfers of a step posted at once.
+
+Per launch (the multi-device partitioning paper, sections 5 and 8, over ranks):
+  1. the kernel's access maps (analysis/access_maps.py) give each rank's read, write and
+     atomic byte sets for a candidate partition of the grid (partition.py picks it);
+  2. each rank fetches the parts of its read set it does not hold (tracker.py knows who
+     holds the newest copy of every byte; copies that were only read stay valid, so data
+     read by several ranks is sent once to each and never again while unchanged);
+  3. every rank runs its box of blocks (blockIdx absolute, gridDim the whole grid);
+  4. the tracker records each rank as the holder of what it wrote.
+A launch whose writes cannot be split (the kernel is not distributable, or two partitions
+may write the same bytes) runs whole on rank 0, after rank 0 has gathered what it reads.
+Commutative atomics whose targets several partitions update (a histogram) run distributed
+with per-rank partials: the servers start from the operation's identity and rank 0 folds
+their partials into its copy afterwards.
+
+Nothing here assumes memory or files shared between ranks: kernels reach servers by
+message (a KernelRef's key and, for Python modules, the PTX), data by MPI."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+import numpy as np
+
+#: environment variables of the MPI launchers that give (size, rank): MPICH's hydra, Open MPI,
+#: PMIx-based launchers, Slurm's srun
+_WORLD_ENV = (("PMI_SIZE", "PMI_RANK"), ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+              ("PMIX_SIZE", "PMIX_RANK"), ("SLURM_NTASKS", "SLURM_PROCID"))
+
+#: the largest message sent at once (MPI counts are C ints)
+_CHUNK = 1 << 30
+
+
+def mpi_world() -> tuple[int, int] | None:
+    """(rank, size) when this process is one rank of an MPI launch that distributed
+    execution should use, else None.  Cheap: reads the environment only (mpi4py is not
+    imported).  CPUIFY_DISTRIBUTED=0 turns distribution off; CPUIFY_DISTRIBUTED=1 turns
+    it on even for one rank (the engine with a single rank: measures its overhead)."""
+    switch = os.environ.get("CPUIFY_DISTRIBUTED", "")
+    if switch == "0":
+        return None
+    for size_var, rank_var in _WORLD_ENV:
+        size, rank = os.environ.get(size_var), os.environ.get(rank_var)
+        if size and rank and size.isdigit() and rank.isdigit():
+            if int(size) > 1 or switch == "1":
+                return int(rank), int(size)
+            return None
+    return (0, 1) if switch == "1" else None
+
+
+class KernelRef(Protocol):
+    """A kernel as the engine sees it (the Python API's and the whole programs' fronts
+    each make their own)."""
+    key: Any                                    # picklable: servers resolve it
+    name: str
+    access: Any                                 # analysis.access_maps.KernelAccess | None
+    param_layout: Sequence[tuple[str, str, int, int]]   # (name, PTX type, offset, size)
+
+    def run_box(self, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int,
+                params: bytes, box: tuple[tuple[int, int], ...]) -> int: ...
+
+
+Interval = tuple[int, int]
+
+
+@dataclass
+class _Buffer:
+    id: int
+    nbytes: int
+    address: int                    # this rank's instance
+    keep: Any = None                # what keeps the instance alive (servers' arrays)
+    tracker: Any = None             # rank 0: the segment tracker
+
+
+@dataclass
+class _Move:
+    """One transfer: bytes [lo, hi) of buffer `buf` from rank `src` to rank `dst`."""
+    buf: int
+    lo: int
+    hi: int
+    src: int
+    dst: int
+
+
+@dataclass
+class _Launch:
+    """What rank 0 broadcasts for one launch."""
+    key: Any
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    params: bytes
+    slots: list[tuple[int, int, int]]             # (offset in params, buffer id, offset)
+    boxes: list[tuple[tuple[int, int], ...] | None]   # per rank; None: idle
+    moves: list[_Move]                            # before the launch
+    fills: list[tuple[int, int, int, bytes]] = field(default_factory=list)  # servers: identity
+    partials: list[_Move] = field(default_factory=list)   # after: servers' partials to rank 0
+    globals_: list[tuple[Any, bytes]] = field(default_factory=list)  # module variables to set
+    folds: dict[int, str] = field(default_factory=dict)   # buffer -> atomic op of its partials
+
+
+@dataclass
+class LaunchStats:
+    """What the engine did for launches so far (rank 0): for the figures and the tests."""
+    launches: int = 0
+    distributed: int = 0            # launches split over more than one rank
+    whole_on_rank0: int = 0         # launches run whole on rank 0
+    bytes_moved: int = 0            # before launches (fetches) and after (partials)
+    bytes_minimum: int = 0          # the exact minimum for the same partitions
+    bytes_gathered: int = 0         # device -> host
+    messages: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class Engine:
+    """One per process (get())."""
+
+    def __init__(self, comm: Any, partition_planner: Callable[..., Any] | None = None) -> None:
+        from mpi4py import MPI
+        self._MPI = MPI
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.buffers: dict[int, _Buffer] = {}
+        self._next_id = 1
+        self._by_start: list[tuple[int, int]] = []      # rank 0: sorted (address, id)
+        self._kernels: dict[Any, KernelRef] = {}        # servers: resolved kernels
+        self._sent_keys: set[Any] = set()               # rank 0: kernels servers know
+        self._payloads: dict[Any, Any] = {}             # rank 0: what servers resolve keys from
+        self._resolve: Callable[[Any, Any], KernelRef] | None = None
+        self.stats = LaunchStats()
+        self._stopped = False
+
+    # ------------------------------------------------------------------ rank 0: memory
+    def alloc(self, address: int, nbytes: int, kind: str = "device") -> int:
+        """A device allocation of rank 0 (the host's) at `address`: servers make an
+        instance; rank 0 holds all of it."""
+        from cpuify.distributed.tracker import BufferTracker
+        bid = self._next_id
+        self._next_id += 1
+        buf = _Buffer(bid, nbytes, address, tracker=BufferTracker(nbytes, self.size))
+        self.buffers[bid] = buf
+        import bisect
+        bisect.insort(self._by_start, (address, bid))
+        self._command(("alloc", bid, nbytes))
+        return bid
+
+    def free(self, bid: int) -> None:
+        buf = self.buffers.pop(bid, None)
+        if buf is None:
+            return
+        self._by_start.remove((buf.address, bid))
+        if not self._stopped:
+            self._command(("free", bid))
+
+    def find(self, address: int) -> tuple[int, int] | None:
+        """(buffer id, offset) of the buffer `address` falls in, or None."""
+        import bisect
+        i = bisect.bisect_right(self._by_start, (address, 1 << 62)) - 1
+        if i >= 0:
+            start, bid = self._by_start[i]
+            buf = self.buffers[bid]
+            if start <= address < start + max(buf.nbytes, 1):
+                return bid, address - start
+        return None
+
+    def host_wrote(self, bid: int, lo: int, hi: int) -> None:
+        """The host wrote [lo, hi) of rank 0's instance: rank 0 alone holds it now."""
+        buf = self.buffers[bid]
+        lo, hi = max(lo, 0), min(hi, buf.nbytes)
+        if lo < hi:
+            buf.tracker.wrote(0, [(lo, hi)])
+
+    def host_read(self, bid: int, lo: int, hi: int) -> None:
+        """Make rank 0's instance of [lo, hi) current (before the host reads it)."""
+        buf = self.buffers[bid]
+        lo, hi = max(lo, 0), min(hi, buf.nbytes)
+        if lo >= hi or self.size == 1:
+            return
+        moves = [_Move(bid, a, b, src, 0) for a, b, src in buf.tracker.stale(0, [(lo, hi)])]
+        if moves:
+            for m in moves:
+                buf.tracker.received(0, m.lo, m.hi)
+            n = sum(m.hi - m.lo for m in moves)
+            self.stats.bytes_gathered += n
+            self._command(("move", moves))
+            self._exchange(moves)
+
+    def gather_all(self) -> None:
+        """Rank 0 holds the newest copy of every buffer afterwards."""
+        for bid, buf in list(self.buffers.items()):
+            self.host_read(bid, 0, buf.nbytes)
+
+    # ------------------------------------------------------------------ rank 0: launches
+    def register_kernel(self, ref: KernelRef, payload: Any = None) -> None:
+        """What servers need to resolve `ref.key` (sent with the first launch)."""
+        self._payloads[ref.key] = payload
+
+    def launch(self, ref: KernelRef, grid: tuple[int, int, int], block: tuple[int, int, int],
+               shared_mem: int, params: bytes, slots: Sequence[tuple[int, int, int]],
+               *, unknown_pointers: bool = False, single_reason: str | None = None,
+               globals_: Sequence[tuple[Any, bytes]] = ()) -> int:
+        """Run one launch over the ranks; returns rank 0's rc or the first server's.
+        `slots`: (offset in params, buffer id, offset in the buffer) of every pointer
+        parameter into a known buffer; `unknown_pointers`: a pointer parameter points
+        elsewhere (the launch then runs whole on rank 0)."""
+        from cpuify.distributed import plan as planning
+        self.stats.launches += 1
+        if ref.key not in self._sent_keys and self.size > 1:
+            self._command(("kernel", ref.key, self._payloads.get(ref.key)))
+            self._sent_keys.add(ref.key)
+        step = planning.plan_launch(self, ref, grid, block, shared_mem, params, list(slots),
+                                    unknown_pointers=unknown_pointers,
+                                    single_reason=single_reason)
+        step.launch.globals_ = list(globals_)
+        if step.reason:
+            self.stats.whole_on_rank0 += 1
+            self.stats.reasons[step.reason] = self.stats.reasons.get(step.reason, 0) + 1
+        elif sum(b is not None for b in step.launch.boxes) > 1:
+            self.stats.distributed += 1
+        self.stats.bytes_moved += sum(m.hi - m.lo for m in step.launch.moves) + \
+            sum(m.hi - m.lo for m in step.launch.partials)
+        self.stats.bytes_minimum += step.minimum
+        self.stats.messages += len(step.launch.moves) + len(step.launch.partials)
+        if self.size > 1 and (any(b is not None for b in step.launch.boxes[1:])
+                              or step.launch.moves or step.launch.globals_):
+            self._command(("launch", step.launch))
+            rc = self._run_launch(step.launch, ref)
+        else:
+            rc = self._run_local(step.launch, ref)
+        step.commit()
+        return rc
+
+    # ------------------------------------------------------------------ all ranks
+    def _command(self, cmd: tuple[Any, ...]) -> None:
+        if self.size > 1:
+            self.comm.bcast(cmd, root=0)
+
+    def _view(self, bid: int, lo: int, hi: int) -> Any:
+        buf = self.buffers[bid]
+        return (ctypes.c_char * (hi - lo)).from_address(buf.address + lo)
+
+    def _exchange(self, moves: Iterable[_Move], scratch: dict[int, np.ndarray] | None = None) -> None:
+        """Post every transfer of a step at once, then wait: each rank sends what it holds
+        and receives what it lacks.  Moves into `scratch` (partials) land in rank 0's
+        scratch arrays, keyed by the move's index."""
+        MPI = self._MPI
+        reqs = []
+        me = self.rank
+        for i, m in enumerate(moves):
+            if me not in (m.src, m.dst) or m.src == m.dst:
+                continue
+            for part, a in enumerate(range(m.lo, m.hi, _CHUNK)):
+                b = min(a + _CHUNK, m.hi)
+                tag = (i * 64 + part) % 32000
+                if me == m.src:
+                    reqs.append(self.comm.Isend([self._view(m.buf, a, b), MPI.BYTE], dest=m.dst, tag=tag))
+                elif scratch is not None:
+                    dst = scratch[i][a - m.lo:b - m.lo]
+                    reqs.append(self.comm.Irecv([dst, MPI.BYTE], source=m.src, tag=tag))
+                else:
+                    reqs.append(self.comm.Irecv([self._view(m.buf, a, b), MPI.BYTE], source=m.src, tag=tag))
+        if reqs:
+            MPI.Request.Waitall(reqs)
+
+    def _patched(self, launch: _Launch) -> bytes:
+        """The parameter bytes with every pointer into a buffer moved to this rank's
+        instance."""
+        if not launch.slots:
+            return launch.params
+        p = bytearray(launch.params)
+        for off, bid, boff in launch.slots:
+            p[off:off + 8] = (self.buffers[bid].address + boff).to_bytes(8, "little")
+        return bytes(p)
+
+    def _run_local(self, launch: _Launch, ref: KernelRef) -> int:
+        box = launch.boxes[self.rank]
+        if box is None:
+            return 0
+        return int(ref.run_box(launch.grid, launch.block, launch.shared_mem,
+                               self._patched(launch), box) or 0)
+
+    def _run_launch(self, launch: _Launch, ref: KernelRef) -> int:
+        """Every rank's part of a launch (rank 0 after broadcasting it)."""
+        self._exchange(launch.moves)
+        for key, data in launch.globals_:
+            self._set_global(ref, key, data)
+        for bid, lo, hi, pattern in launch.fills:
+            if self.rank != 0:
+                n = hi - lo
+                reps = -(-n // len(pattern))
+                ctypes.memmove(self.buffers[bid].address + lo, (pattern * reps)[:n], n)
+        rc, msg = 0, ""
+        failure: BaseException | None = None
+        try:
+            rc = self._run_local(launch, ref)
+        except Exception as e:         # noqa: BLE001 - reported to rank 0 as the launch's error
+            rc, msg, failure = -1, f"{type(e).__name__}: {e}", e
+        scratch = None
+        if launch.partials:
+            scratch = {i: np.empty(m.hi - m.lo, np.uint8) for i, m in enumerate(launch.partials)}
+            self._exchange(launch.partials, scratch if self.rank == 0 else None)
+        results = self.comm.gather((rc, msg), root=0)
+        if self.rank != 0:
+            return rc
+        if failure is not None:
+            raise failure       # (after the servers finished the step: they stay in step)
+        if scratch:
+            _fold_partials(self, launch, scratch)
+        for r, (code, text) in enumerate(results):
+            if code and not rc:
+                from cpuify.errors import LaunchError
+                raise LaunchError(f"kernel '{ref.name}' failed on rank {r} of {self.size}: "
+                                  f"{text or f'error code {code}'}")
+        return rc
+
+    def _set_global(self, ref: KernelRef, key: Any, data: bytes) -> None:
+        setter = getattr(ref, "set_global", None)
+        if setter is not None:
+            setter(key, data)
+
+    # ------------------------------------------------------------------ servers
+    def serve(self, resolve: Callable[[Any, Any], KernelRef]) -> None:
+        """Ranks > 0: follow rank 0's commands until it stops."""
+        self._resolve = resolve
+        while True:
+            cmd = self.comm.bcast(None, root=0)
+            what = cmd[0]
+            if what == "stop":
+                return
+            try:
+                if what == "alloc":
+                    _, bid, nbytes = cmd
+                    arr = np.zeros(max(nbytes, 1), np.uint8)    # calloc: pages appear when touched
+                    self.buffers[bid] = _Buffer(bid, nbytes, arr.ctypes.data, keep=arr)
+                elif what == "free":
+                    self.buffers.pop(cmd[1], None)
+                elif what == "move":
+                    self._exchange(cmd[1])
+                elif what == "kernel":
+                    self._kernels[cmd[1]] = resolve(cmd[1], cmd[2])
+                elif what == "launch":
+                    launch = cmd[1]
+                    self._run_launch(launch, self._kernels[launch.key])
+                else:
+                    raise RuntimeError(f"unknown command {what!r}")
+            except Exception:          # noqa: BLE001 - a server cannot go on: end the job
+                sys.stderr.write(f"cpuify: rank {self.rank} failed serving {what!r}:\n")
+                traceback.print_exc()
+                sys.stderr.flush()
+                self.comm.Abort(1)
+
+    def shutdown(self) -> None:
+        """Rank 0: the servers leave serve() (at exit)."""
+        if self.rank == 0 and not self._stopped:
+            self._stopped = True
+            self._command(("stop",))
+
+
+def _fold_partials(engine: Engine, launch: _Launch, scratch: dict[int, np.ndarray]) -> None:
+    """Rank 0 folds the servers' atomic partials into its instance."""
+    from cpuify.distributed.plan import fold
+    for i, m in enumerate(launch.partials):
+        fold(engine, m, scratch[i], launch.folds[m.buf])
+
+
+_engine: Engine | None = None
+
+
+def get() -> Engine | None:
+    """The process's engine (None when not running distributed)."""
+    return _engine
+
+
+def start() -> Engine:
+    """Create the engine of this process (MPI is initialized here); rank 0 stops the
+    servers at exit."""
+    global _engine
+    if _engine is None:
+        from mpi4py import MPI
+        _engine = Engine(MPI.COMM_WORLD)
+        if _engine.rank == 0:
+            atexit.register(_engine.shutdown)
+    return _engine

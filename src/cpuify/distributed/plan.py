@@ -1,0 +1,279 @@
+"""Planning one distributed launch: the partition, the transfers before it, what the
+tracker records after it (engine.py runs the plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from cpuify.distributed.engine import Engine, KernelRef, _Launch, _Move
+
+Intervals = list[tuple[int, int]]
+Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+
+#: atomic operations whose partial results fold: (NumPy type, fold, identity)
+_FOLDS: dict[str, tuple[Any, Callable[..., Any], Any]] = {}
+for _t, _np in (("u32", np.uint32), ("s32", np.int32), ("u64", np.uint64), ("s64", np.int64),
+                ("b32", np.uint32), ("b64", np.uint64)):
+    _info = np.iinfo(_np)
+    _FOLDS[f"add.{_t}"] = (_np, np.add, 0)
+    _FOLDS[f"or.{_t}"] = (_np, np.bitwise_or, 0)
+    _FOLDS[f"xor.{_t}"] = (_np, np.bitwise_xor, 0)
+    _FOLDS[f"and.{_t}"] = (_np, np.bitwise_and, _info.max if _t[0] == "u" or _t[0] == "b" else -1)
+    _FOLDS[f"min.{_t}"] = (_np, np.minimum, _info.max)
+    _FOLDS[f"max.{_t}"] = (_np, np.maximum, _info.min)
+
+
+@dataclass
+class BufferSets:
+    """One rank's byte sets of one buffer for one launch."""
+    reads: Intervals = field(default_factory=list)
+    writes: Intervals = field(default_factory=list)     # every byte written (must)
+    may_writes: Intervals = field(default_factory=list)  # may be written (over-approximated)
+    atomics: Intervals = field(default_factory=list)
+    atomic_ops: set[str] = field(default_factory=set)
+    atomic_result_used: bool = False
+
+
+@dataclass
+class Step:
+    """A planned launch: the broadcast, why it runs whole on rank 0 (None: distributed),
+    the minimum bytes its partition needs moved, and the tracker updates after it."""
+    launch: "_Launch"
+    reason: str | None
+    minimum: int
+    updates: list[Callable[[], None]] = field(default_factory=list)
+
+    def commit(self) -> None:
+        for u in self.updates:
+            u()
+
+
+def union(a: Intervals, b: Intervals) -> Intervals:
+    out: Intervals = []
+    for lo, hi in sorted(a + b):
+        if hi <= lo:
+            continue
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    out: Intervals = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def total(a: Intervals) -> int:
+    return sum(hi - lo for lo, hi in a)
+
+
+def scalar_values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> dict[str, int]:
+    """The integer scalar parameters of a launch by name (what the access maps take)."""
+    out: dict[str, int] = {}
+    for name, t, off, size in layout:
+        if t[0] in "bsu" and t[1:].isdigit() and size == int(t[1:]) // 8 and size in (1, 2, 4, 8):
+            out[name] = int.from_bytes(params[off:off + size], "little", signed=t[0] == "s")
+    return out
+
+
+def _clamp(iv: Sequence[tuple[int, int]], shift: int, nbytes: int) -> Intervals:
+    out = []
+    for lo, hi in iv:
+        lo, hi = max(lo + shift, 0), min(hi + shift, nbytes)
+        if lo < hi:
+            out.append((lo, hi))
+    return union(out, [])
+
+
+def buffer_sets(access: Any, scalars: dict[str, int], grid: tuple[int, int, int],
+                block: tuple[int, int, int], box: Box, params_at: dict[int, tuple[int, int]],
+                nbytes: dict[int, int]) -> dict[int, BufferSets]:
+    """A box's byte sets per buffer: the kernel's per-parameter footprint moved by each
+    pointer's offset in its buffer and clipped to the buffer (several parameters may
+    point into one buffer)."""
+    fp = access.footprint(scalars, grid, block, box)
+    out: dict[int, BufferSets] = {}
+    by_index = {p.index: p for p in access.params}
+    for index, f in fp.items():
+        where = params_at.get(index)
+        if where is None:
+            continue
+        bid, off = where
+        n = nbytes[bid]
+        s = out.setdefault(bid, BufferSets())
+        p = by_index.get(index)
+        exact = bool(getattr(p, "writes_exact", False))
+        s.reads = union(s.reads, _clamp(f.reads, off, n))
+        w = _clamp(f.writes, off, n)
+        if exact:
+            s.writes = union(s.writes, w)
+        else:
+            s.may_writes = union(s.may_writes, w)
+        a = _clamp(f.atomics, off, n)
+        if a:
+            s.atomics = union(s.atomics, a)
+            s.atomic_ops |= set(getattr(p, "atomic_ops", ()) or ())
+            s.atomic_result_used |= bool(getattr(p, "atomic_result_used", True))
+    return out
+
+
+def _fold_kind(ops: set[str]) -> str | None:
+    """The one foldable operation of a set of atomic operations, if there is one."""
+    if len(ops) == 1:
+        (op,) = ops
+        if op in _FOLDS:
+            return op
+    return None
+
+
+def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
+                block: tuple[int, int, int], shared_mem: int, params: bytes,
+                slots: list[tuple[int, int, int]], *, unknown_pointers: bool = False,
+                single_reason: str | None = None) -> Step:
+    from cpuify.distributed import partition
+    from cpuify.distributed.engine import _Launch, _Move
+
+    size = engine.size
+    bufs = engine.buffers
+    nbytes = {bid: b.nbytes for bid, b in bufs.items()}
+    offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
+    params_at = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
+    access = ref.access
+    reason = single_reason
+    if reason is None and access is None:
+        reason = "no access maps"
+    if reason is None and not access.distributable:
+        reason = access.reason or "not distributable"
+    if reason is None and unknown_pointers:
+        reason = "a pointer argument points outside every known buffer"
+    scalars = scalar_values(ref.param_layout, params)
+    full: Box = ((0, grid[0]), (0, grid[1]), (0, grid[2]))
+
+    def sets_of(box: Box) -> dict[int, BufferSets]:
+        return buffer_sets(access, scalars, grid, block, box, params_at, nbytes)
+
+    boxes: list[Box | None] = [full] + [None] * (size - 1)
+    per_rank: list[dict[int, BufferSets]] = []
+    fold_of: dict[int, str] = {}
+    if reason is None:
+        from cpuify.distributed.partition import choose_partition
+        where = {index: (bufs[bid].tracker, boff) for index, (bid, boff) in params_at.items()}
+        inexact = {p.index for p in access.params if not p.writes_exact}
+        uncombinable = {p.index for p in access.params
+                        if p.atomics is not None and not _foldable(p)}
+        part = choose_partition(grid, size, lambda box: access.footprint(scalars, grid, block, box),
+                                where, inexact_writes=inexact, uncombinable_atomics=uncombinable)
+        if part.split or size == 1:
+            boxes = list(part.boxes)
+            per_rank = [sets_of(b) if b is not None else {} for b in boxes]
+            fold_of = _shared_atomics(per_rank)
+        else:
+            reason = part.reason
+    if reason is not None:
+        if access is not None and access.distributable and not unknown_pointers:
+            per_rank = [sets_of(full)] + [{} for _ in range(size - 1)]
+        else:
+            # anything may be read or written: rank 0 gathers every buffer, keeps them after
+            per_rank = [{bid: BufferSets(may_writes=[(0, n)], reads=[(0, n)])
+                         for bid, n in nbytes.items() if n}] + [{} for _ in range(size - 1)]
+        fold_of = {}
+
+    moves: list[_Move] = []
+    updates: list[Callable[[], None]] = []
+    fills: list[tuple[int, int, int, bytes]] = []
+    partials: list[_Move] = []
+    minimum = 0
+    for r, sets in enumerate(per_rank):
+        for bid, s in sets.items():
+            tr = bufs[bid].tracker
+            folded = bid in fold_of
+            need = union(s.reads, s.may_writes)
+            if not folded or r == 0:
+                need = union(need, s.atomics)
+            minimum += total([(lo, hi) for lo, hi, _ in tr.stale(r, s.reads)])
+            for lo, hi, src in tr.stale(r, need):
+                moves.append(_Move(bid, lo, hi, src, r))
+    # the tracker learns the copies only after every fetch is planned from the old state
+    for m in moves:
+        bufs[m.buf].tracker.received(m.dst, m.lo, m.hi)
+    for bid, op in fold_of.items():
+        np_type, _, identity = _FOLDS[op]
+        pattern = np.array([identity], dtype=np_type).tobytes()
+        for r, sets in enumerate(per_rank):
+            s = sets.get(bid)
+            if r == 0 or s is None:
+                continue
+            for lo, hi in s.atomics:
+                fills.append((bid, lo, hi, pattern))
+                partials.append(_Move(bid, lo, hi, r, 0))
+    for r, sets in enumerate(per_rank):
+        for bid, s in sets.items():
+            written = union(s.writes, s.may_writes)
+            if bid in fold_of:
+                if r == 0:
+                    everyone = []
+                    for other in per_rank:
+                        if bid in other:
+                            everyone = union(everyone, other[bid].atomics)
+                    written = union(written, everyone)
+            else:
+                written = union(written, s.atomics)
+            if written:
+                updates.append(lambda tr=bufs[bid].tracker, r=r, w=written: tr.wrote(r, w))
+    launch = _Launch(ref.key, grid, block, shared_mem, params, slots, boxes, moves, fills,
+                     partials, folds=dict(fold_of))
+    return Step(launch, reason, minimum, updates)
+
+
+def _foldable(p: Any) -> bool:
+    """Whether a parameter's atomics can run as per-rank partials folded on rank 0."""
+    return _fold_kind(set(p.atomic_ops)) is not None and not p.atomic_result_used
+
+
+def _shared_atomics(per_rank: list[dict[int, BufferSets]]) -> dict[int, str]:
+    """The buffers whose atomic targets several ranks update (the partition checked that
+    their operation folds), with that operation."""
+    out: dict[int, str] = {}
+    bids = {bid for sets in per_rank for bid in sets}
+    for bid in bids:
+        seen: Intervals = []
+        shared = False
+        ops: set[str] = set()
+        for sets in per_rank:
+            s = sets.get(bid)
+            if s is None:
+                continue
+            ops |= s.atomic_ops
+            shared = shared or bool(intersect(s.atomics, seen))
+            seen = union(seen, s.atomics)
+        kind = _fold_kind(ops)
+        if shared and kind is not None:
+            out[bid] = kind
+    return out
+
+
+def fold(engine: "Engine", move: "_Move", partial: np.ndarray, op: str) -> None:
+    """Rank 0: fold one server's partial of an atomic target into rank 0's instance."""
+    np_type, ufunc, _ = _FOLDS[op]
+    buf = engine.buffers[move.buf]
+    import ctypes
+    n = move.hi - move.lo
+    raw = (ctypes.c_char * n).from_address(buf.address + move.lo)
+    mine = np.frombuffer(raw, dtype=np_type)
+    ufunc(mine, partial.view(np_type), out=mine)
