@@ -23,6 +23,10 @@ _engine: Engine | None = None
 
 
 def get() -> Engine | None:
+    return _engine
+
+
+def start() -> Engine:
     global _engine
     if _engine is None:
         _engine = Engine()
@@ -69,7 +73,19 @@ class Engine:
         self.log("host_read", buf, lo, hi)
 
     def launch(self, kernel: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-               shared_mem: int, params: bytes, pointer_slots: list[tuple[int, int, int]]) -> int:
+               shared_mem: int, params: bytes, pointer_slots: list[tuple[int, int, int]], *,
+               unknown_pointers: bool = False, single_reason: str | None = None,
+               globals_: list[tuple[Any, bytes]] = ()) -> int:
+        for key, data in globals_:
+            self.log("global", key, len(data))
+        if single_reason or unknown_pointers or kernel.access is None:
+            # whole on rank 0 (which always holds everything here)
+            why = single_reason or ("unknown pointers" if unknown_pointers else "no access")
+            self.log("launch_rank0", kernel.name, why)
+            self.pending_globals = list(getattr(self, "pending_globals", [])) + list(globals_)
+            return kernel.run_box(grid, block, shared_mem, params, None)
+        globals_ = list(getattr(self, "pending_globals", [])) + list(globals_)
+        self.pending_globals = []
         self.log("launch", kernel.name, list(grid), list(block), len(pointer_slots))
         used = sorted({s[1] for s in pointer_slots})
         before = {b: ctypes.string_at(self.buffers[b][0], self.buffers[b][1]) for b in used}
@@ -77,7 +93,7 @@ class Engine:
         boxes = [((cuts[r], cuts[r + 1]), (0, grid[1]), (0, grid[2])) for r in range(self.size)]
         for r in range(1, self.size):
             self.comm.send(("launch", kernel.key, grid, block, shared_mem, params, pointer_slots,
-                            boxes[r], before), dest=r, tag=_TAG)
+                            boxes[r], before, globals_), dest=r, tag=_TAG)
         rc = kernel.run_box(grid, block, shared_mem, params, boxes[0])
         for r in range(1, self.size):
             their_rc, after = self.comm.recv(source=r, tag=_TAG)
@@ -105,8 +121,10 @@ class Engine:
             if msg[0] == "stop":
                 self.comm.Free()
                 return
-            _, key, grid, block, shared_mem, params, slots, box, data = msg
-            kernel = resolve(key)
+            _, key, grid, block, shared_mem, params, slots, box, data, globals_ = msg
+            kernel = resolve(key, None)
+            for k, value in globals_:
+                kernel.set_global(k, value)
             instances = {b: ctypes.create_string_buffer(d, max(len(d), 1)) for b, d in data.items()}
             p = bytearray(params)
             for offset, b, off in slots:

@@ -14,18 +14,17 @@ What is synchronized when (docs/distributed.md, "Whole programs"):
 - a copy or memset that writes device memory: rank 0's copy of the bytes written becomes
   the newest (pitched writes first gather their whole span); one that reads device memory
   first makes rank 0's copy of the bytes read current.
-- a launch of a kernel with access maps that is distributable: the engine runs it over the
-  ranks.  Any other launch (no maps, textures, device-side launches or malloc, cooperative
-  or spin-waiting kernels, a pointer argument into memory the engine does not know) runs
-  whole on rank 0 after every buffer is gathered there; afterwards every buffer is taken
-  to have been written on rank 0.
+- every launch goes to the engine, which splits distributable kernels over the ranks.
+  A launch the engine must run whole on rank 0 (no maps, maps that say so, textures,
+  device-side launches or malloc, cooperative or spin-waiting kernels, a pointer argument
+  into memory the engine does not know) gathers every buffer there first; afterwards every
+  buffer is taken to have been written on rank 0.
 - managed memory and mapped host memory: the host may touch them at any time, so a launch
   that gets a pointer into one first marks all of it written by the host, and afterwards
   gathers all of it back to rank 0.
-- __device__/__constant__ variables: every rank has its own; before each launch the
-  engine runs, rank 0 sends the variables whose bytes changed since the last launch (by
-  cudaMemcpyToSymbol or a kernel run on rank 0) to the servers, which apply them when
-  they resolve the launch's kernel (its key carries the number of updates sent so far).
+- __device__/__constant__ variables: every rank has its own; each launch carries the
+  variables whose bytes changed on rank 0 since the last launch (cudaMemcpyToSymbol, a
+  kernel run on rank 0) and every rank sets them before running its part.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import re
 import sys
 import threading
 import traceback
@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cpuify.errors import LaunchError
 from cpuify.nvcc.device import elf_sections
 from cpuify.nvcc.distinfo import DIST_SECTION, KernelDistInfo, decode
 
@@ -49,9 +50,8 @@ KIND_NAMES = {MEM_DEVICE: "device", MEM_HOST: "host", MEM_MANAGED: "managed", ME
 # the launch hook's flags: cpuify_launch_flags | cpuify_kernel_desc.flags << 8
 LAUNCH_FIBERS, LAUNCH_COOPERATIVE = 1, 2
 KERNEL_SPINS, KERNEL_ENVREG = 2 << 8, 4 << 8
-RUN_HERE = -1          # the launch hook's "run it here, as without MPI"
 DIST_API_VERSION = 1
-_SYMBOL_TAG = 7301     # MPI tag of the variable updates (on a communicator of our own)
+CUDA_ERROR_LAUNCH_FAILURE = 719
 
 ALLOC_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32)
 RELEASE_HOOK = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
@@ -77,7 +77,7 @@ class Api(ctypes.Structure):
         ("launch_box", ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.c_char_p,
                                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64,
                                         ctypes.c_uint64, ctypes.c_uint32,
-                                        ctypes.POINTER(ctypes.c_uint32))),
+                                        ctypes.POINTER(ctypes.c_uint32), ctypes.c_int32)),
         ("kernel_count", ctypes.CFUNCTYPE(ctypes.c_uint32)),
         ("kernel_name", ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_uint32)),
         ("variable", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_char_p),
@@ -105,20 +105,21 @@ class Variable:
 
 @dataclass
 class ProgramKernel:
-    """A kernel of the program as the engine sees it (the engine's KernelRef): `key` names
-    it on every rank (registration number, device name, variable updates sent so far)."""
+    """A kernel of the program as the engine sees it (the engine's KernelRef): `key`, its
+    registration number and device name, names it on every rank."""
 
     runtime: Runtime
     index: int
     name: str
-    epoch: int = 0
     info: KernelDistInfo | None = None
     access: Any = None                     # cpuify.analysis.access_maps.KernelAccess
     param_layout: list[tuple[str, str, int, int]] = field(default_factory=list)
+    cooperative: bool = False              # the launch being run (rank 0 runs those whole)
+    variables: list[Variable] = field(default_factory=list)
 
     @property
-    def key(self) -> tuple[int, str, int]:
-        return (self.index, self.name, self.epoch)
+    def key(self) -> tuple[int, str]:
+        return (self.index, self.name)
 
     @property
     def param_names(self) -> list[str]:
@@ -130,7 +131,13 @@ class ProgramKernel:
                 params: bytes, box: Box | None) -> int:
         """Runs the blocks of `box` (half-open ranges per dimension; None: the whole grid)
         on this rank; the launch's cudaError_t."""
-        return self.runtime.launch_box(self.index, self.name, grid, block, shared_mem, params, box)
+        return self.runtime.launch_box(self.index, self.name, grid, block, shared_mem, params, box,
+                                       self.cooperative)
+
+    def set_global(self, key: int, data: bytes) -> None:
+        """Variable number `key` of the program now holds `data` (sent by rank 0)."""
+        v = self.variables[key]
+        ctypes.memmove(v.addr, data, min(len(data), v.size))
 
 
 class Runtime:
@@ -144,11 +151,12 @@ class Runtime:
                                "rebuild the program with this cpuify")
 
     def launch_box(self, index: int, name: str, grid: tuple[int, int, int],
-                   block: tuple[int, int, int], shared_mem: int, params: bytes, box: Box | None) -> int:
+                   block: tuple[int, int, int], shared_mem: int, params: bytes, box: Box | None,
+                   cooperative: bool = False) -> int:
         buf = ctypes.create_string_buffer(params, max(len(params), 1))
         c_box = None if box is None else (ctypes.c_uint32 * 6)(*box[0], *box[1], *box[2])
         return int(self.api.launch_box(index, name.encode(), _dims(grid, block), shared_mem,
-                                       ctypes.addressof(buf), len(params), c_box))
+                                       ctypes.addressof(buf), len(params), c_box, int(cooperative)))
 
     def kernel_names(self) -> list[str]:
         return [self.api.kernel_name(i).decode() for i in range(self.api.kernel_count())]
@@ -211,22 +219,15 @@ def _fatal(what: str) -> None:
 class Front:
     """Rank 0: the hooks of the program's CUDA runtime, forwarding to the engine."""
 
-    def __init__(self, engine: Any, runtime: Runtime, comm: Any, world_size: int,
-                 access_override: Callable[[KernelDistInfo], Any] | None = None) -> None:
+    def __init__(self, engine: Any, runtime: Runtime, access_override: Callable[[KernelDistInfo], Any] | None = None) -> None:
         self.engine = engine
-        self.access_override = access_override
         self.runtime = runtime
-        self.comm = comm
-        self.world_size = world_size
+        self.access_override = access_override
         self.info = program_info()
         self.buffers: dict[int, tuple[int, int, int]] = {}    # address -> (buf id, bytes, kind)
         self.kernels: dict[int, ProgramKernel] = {}
         self.variables = runtime.variables()
         self.shadow = [ctypes.string_at(v.addr, v.size) for v in self.variables]
-        self.epoch = 0
-        self.pending: list[Any] = []       # variable updates still being sent
-        self.local_launches = 0
-        self.engine_launches = 0
         self.lock = threading.RLock()
         for addr, nbytes, kind in runtime.allocations():   # (made before main: constructors)
             self.on_alloc(addr, nbytes, kind)
@@ -283,7 +284,8 @@ class Front:
         if k is None or k.name != name:
             info = self.info.get(name)
             k = ProgramKernel(self.runtime, index, name, info=info,
-                              param_layout=list(info.params) if info else [])
+                              param_layout=list(info.params) if info else [],
+                              variables=self.variables)
             if info is not None and self.access_override is not None:
                 k.access = self.access_override(info)       # (a test's stand-in engine)
                 info.reason = "" if k.access is not None else info.reason
@@ -293,27 +295,24 @@ class Front:
                 except ImportError as exc:
                     info.reason = f"the access maps cannot be read here ({exc})"
             self.kernels[index] = k
-        k.epoch = self.epoch
         return k
 
-    def why_on_rank0(self, k: ProgramKernel, flags: int) -> str:
-        """Why a launch must run whole on rank 0 ("" when the engine may distribute it)."""
-        if flags & (LAUNCH_COOPERATIVE | LAUNCH_FIBERS | KERNEL_SPINS | KERNEL_ENVREG):
-            return "cooperative or spin-waiting kernel"
+    @staticmethod
+    def single_reason(k: ProgramKernel, flags: int) -> str | None:
+        """Why a launch must run whole on rank 0 beyond what its maps say (None: nothing)."""
+        if flags & (LAUNCH_COOPERATIVE | KERNEL_ENVREG):
+            return "a cooperative launch (grid synchronization)"
+        if flags & (LAUNCH_FIBERS | KERNEL_SPINS):
+            return "spin-wait loops (blocks may wait for each other)"
         if k.info is None:
-            return "no distribution record (a file not compiled with --distributed)"
-        if k.info.reason:
-            return k.info.reason
-        if k.access is None:
-            return "no access maps"
-        if not getattr(k.access, "distributable", False):
-            return getattr(k.access, "reason", "") or "not distributable"
-        return ""
+            return "no access maps (its file was not compiled with --distributed)"
+        return k.info.reason or None
 
-    def pointer_slots(self, k: ProgramKernel, params: bytes) -> list[tuple[int, int, int]] | None:
+    def pointer_slots(self, k: ProgramKernel, params: bytes) -> tuple[list[tuple[int, int, int]], bool]:
         """(offset in params, buffer id, offset in buffer) for each pointer parameter of the
-        maps; None when one points into memory the engine does not know."""
+        maps into a known buffer, and whether one points anywhere else."""
         slots = []
+        unknown = False
         for pa in getattr(k.access, "params", ()):
             _name, _type, offset, size = k.param_layout[pa.index]
             value = int.from_bytes(params[offset:offset + min(size, 8)], "little")
@@ -321,9 +320,20 @@ class Front:
                 continue
             found = self.engine.find(value)
             if found is None:
-                return None
-            slots.append((offset, found[0], found[1]))
-        return slots
+                unknown = True
+            else:
+                slots.append((offset, found[0], found[1]))
+        return slots, unknown
+
+    def changed_variables(self) -> list[tuple[int, bytes]]:
+        """The __device__/__constant__ variables whose bytes changed since the last launch."""
+        out = []
+        for i, v in enumerate(self.variables):
+            now = ctypes.string_at(v.addr, v.size)
+            if now != self.shadow[i]:
+                out.append((i, now))
+                self.shadow[i] = now
+        return out
 
     def on_launch(self, index: int, name_c: bytes, dims: Any, dyn_shared: int, params_addr: int,
                   param_size: int, flags: int) -> int:
@@ -332,77 +342,39 @@ class Front:
         block = (dims[3], dims[4], dims[5])
         params = ctypes.string_at(params_addr, param_size)
         k = self.kernel(index, name)
-        why = self.why_on_rank0(k, flags)
-        slots = None if why else self.pointer_slots(k, params)
-        if slots is None:
-            return self.run_on_rank0(k, grid, block, dyn_shared, params)
-        host_visible = {buf: (self.buffers[addr][1]) for addr, (buf, _n, kind) in self.buffers.items()
+        k.cooperative = bool(flags & LAUNCH_COOPERATIVE)
+        slots, unknown = self.pointer_slots(k, params)
+        # managed and mapped host memory: the host may have written it at any time, and
+        # may read it at any time after
+        host_visible = {buf: nbytes for buf, nbytes, kind in self.buffers.values()
                         if kind != MEM_DEVICE and any(s[1] == buf for s in slots)}
         for buf, nbytes in host_visible.items():
-            self.engine.host_wrote(buf, 0, nbytes)     # the host may have written it any time
-        self.send_variables()
-        k.epoch = self.epoch
-        self.engine_launches += 1
-        rc = int(self.engine.launch(k, grid, block, dyn_shared, params, slots))
-        for buf, nbytes in host_visible.items():
-            self.engine.host_read(buf, 0, nbytes)      # ... and read it any time after
-        return rc
-
-    def run_on_rank0(self, k: ProgramKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
-                     dyn_shared: int, params: bytes) -> int:
-        """The launch whole on rank 0: every buffer gathered first (the kernel may reach any
-        of them), every buffer taken as written by rank 0 after."""
-        self.local_launches += 1
-        for buf, nbytes, _kind in self.buffers.values():
-            self.engine.host_read(buf, 0, nbytes)
-        rc = k.run_box(grid, block, dyn_shared, params, None)
-        for buf, nbytes, _kind in self.buffers.values():
             self.engine.host_wrote(buf, 0, nbytes)
+        try:
+            rc = int(self.engine.launch(k, grid, block, dyn_shared, params, slots,
+                                        unknown_pointers=unknown,
+                                        single_reason=self.single_reason(k, flags),
+                                        globals_=self.changed_variables()))
+        except LaunchError as exc:
+            # a server's part failed (it printed why): the launch's error, as a local failure
+            m = re.search(r"error code (\d+)", str(exc))
+            rc = int(m.group(1)) if m else CUDA_ERROR_LAUNCH_FAILURE
+        for buf, nbytes in host_visible.items():
+            self.engine.host_read(buf, 0, nbytes)
+        # (a kernel run on rank 0 may have written variables: the next launch sends them)
         return rc
-
-    # ---- __device__ / __constant__ variables ----
-    def send_variables(self) -> None:
-        updates = []
-        for i, v in enumerate(self.variables):
-            now = ctypes.string_at(v.addr, v.size)
-            if now != self.shadow[i]:
-                updates.append((i, now))
-                self.shadow[i] = now
-        if not updates:
-            return
-        self.epoch += 1
-        for rank in range(1, self.world_size):
-            self.pending.append(self.comm.isend(updates, dest=rank, tag=_SYMBOL_TAG))
-        self.pending = [r for r in self.pending if not r.Test()]
-
-    def finish(self) -> None:
-        for r in self.pending:
-            r.Wait()
-        self.pending = []
 
 
 class Server:
-    """Ranks > 0: resolves the kernels the engine names, applying variable updates."""
+    """Ranks > 0: resolves the kernels the engine names."""
 
-    def __init__(self, runtime: Runtime, comm: Any) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.comm = comm
         self.variables = runtime.variables()
-        self.epoch = 0
-        self.kernels: dict[tuple[int, str], ProgramKernel] = {}
 
-    def resolve(self, key: tuple[int, str, int]) -> ProgramKernel:
-        index, name, epoch = key
-        while self.epoch < epoch:
-            for i, data in self.comm.recv(source=0, tag=_SYMBOL_TAG):
-                v = self.variables[i]
-                ctypes.memmove(v.addr, data, min(len(data), v.size))
-            self.epoch += 1
-        k = self.kernels.get((index, name))
-        if k is None:
-            k = self.kernels[(index, name)] = ProgramKernel(self.runtime, index, name)
-        k.epoch = epoch
-        return k
+    def resolve(self, key: tuple[int, str], payload: Any = None) -> ProgramKernel:
+        index, name = key
+        return ProgramKernel(self.runtime, index, name, variables=self.variables)
 
 
 _state: dict[str, Any] = {}
@@ -413,21 +385,18 @@ def start(rank: int, size: int, api_address: int, local_only: int = 0) -> None:
     try:
         runtime = Runtime(api_address)
         module = _engine_module()
-        engine = module.get()
+        engine = module.start() if hasattr(module, "start") else module.get()
         if engine is None:
-            raise RuntimeError(f"rank {rank} of {size}: the distributed engine did not start "
-                               "(is mpi4py installed?)")
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD.Dup()
-        _state.update(rank=rank, size=size, runtime=runtime, engine=engine, comm=comm)
+            raise RuntimeError(f"rank {rank} of {size}: the distributed engine did not start")
+        _state.update(rank=rank, size=size, runtime=runtime, engine=engine)
         if rank == 0:
-            front = Front(engine, runtime, comm, size, getattr(module, "kernel_access", None))
+            front = Front(engine, runtime, getattr(module, "kernel_access", None))
             _state["front"] = front
             if not local_only:
                 front.install()
             else:
-                sys.stderr.write("cpuify: this program uses cuBLAS/cuFFT, which run on the "
-                                 "host: its kernels run on rank 0 only\n")
+                sys.stderr.write("cpuify: this program uses cuBLAS/cuFFT, which work on rank 0's "
+                                 "memory: its kernels run on rank 0 only\n")
     except BaseException:  # noqa: BLE001
         _fatal(f"starting rank {rank}")
 
@@ -435,7 +404,7 @@ def start(rank: int, size: int, api_address: int, local_only: int = 0) -> None:
 def serve() -> None:
     """Ranks > 0: serve kernel partitions until rank 0 ends."""
     try:
-        server = Server(_state["runtime"], _state["comm"])
+        server = Server(_state["runtime"])
         _state["engine"].serve(server.resolve)
         _finalize()
     except BaseException:  # noqa: BLE001
@@ -445,14 +414,14 @@ def serve() -> None:
 def stop() -> None:
     """Rank 0, when main returns or the program exits: the servers leave serve()."""
     try:
-        front: Front | None = _state.get("front")
+        front: Front | None = _state.pop("front", None)
+        engine = _state["engine"]
         if front is not None:
             front.uninstall()
-            front.finish()
-            if os.environ.get("CPUIFY_DIST_VERBOSE"):
-                sys.stderr.write(f"cpuify: distributed: {front.engine_launches} launches over "
-                                 f"{_state['size']} ranks, {front.local_launches} on rank 0\n")
-        _state["engine"].shutdown()
+            stats = getattr(engine, "stats", None)
+            if os.environ.get("CPUIFY_DIST_VERBOSE") and stats is not None:
+                sys.stderr.write(f"cpuify: distributed over {_state['size']} ranks: {stats}\n")
+        engine.shutdown()
         _finalize()
     except BaseException:  # noqa: BLE001
         _fatal("shutting down")
@@ -460,8 +429,5 @@ def stop() -> None:
 
 def _finalize() -> None:
     from mpi4py import MPI
-    comm = _state.pop("comm", None)
-    if comm is not None:
-        comm.Free()
     if not MPI.Is_finalized():
         MPI.Finalize()

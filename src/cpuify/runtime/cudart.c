@@ -2411,10 +2411,11 @@ static void dist_set_hooks(const cpuify_dist_hooks *h) { g_dist = h; }
 
 /* Kernel `index` (its registration number; `name` checked) launched over a box of blocks of
  * the grid (box NULL: all of it) with `params` (param_size bytes, the kernel's packed
- * parameters).  Returns the launch's cudaError_t; a failure is reported as a launch's is. */
+ * parameters); `cooperative`: as cudaLaunchCooperativeKernel (whole grids only).  Returns
+ * the launch's cudaError_t; a failure is reported as a launch's is. */
 static int32_t dist_launch_box(uint32_t index, const char *name, const uint32_t *dims,
                                uint64_t dyn_shared, uint64_t params, uint32_t param_size,
-                               const uint32_t *box) {
+                               const uint32_t *box, int32_t cooperative) {
     kentry *k = NULL;
     pthread_mutex_lock(&g_reg_lock);
     if (index < g_nkernels && strcmp(g_kernels[index]->device_name, name) == 0) k = g_kernels[index];
@@ -2428,7 +2429,7 @@ static int32_t dist_launch_box(uint32_t index, const char *name, const uint32_t 
     }
     cpuify_cudart_launch l;
     dim3 g = {dims[0], dims[1], dims[2]}, b = {dims[3], dims[4], dims[5]};
-    cudaError_t e = cpuify_cudart_prepare_launch(k, g, b, dyn_shared, 0, &l);
+    cudaError_t e = cpuify_cudart_prepare_launch(k, g, b, dyn_shared, cooperative != 0, &l);
     if (e) return e;
     if (param_size != k->desc->param_size) {
         fprintf(stderr, "cpuify: distributed launch of kernel '%s': %u bytes of parameters, "
@@ -2503,7 +2504,7 @@ typedef struct cpuify_dist_api {
     uint32_t version;
     void (*set_hooks)(const cpuify_dist_hooks *h);
     int32_t (*launch_box)(uint32_t index, const char *name, const uint32_t *dims, uint64_t dyn_shared,
-                          uint64_t params, uint32_t param_size, const uint32_t *box);
+                          uint64_t params, uint32_t param_size, const uint32_t *box, int32_t cooperative);
     uint32_t (*kernel_count)(void);
     const char *(*kernel_name)(uint32_t index);
     int (*variable)(uint32_t i, const char **name, uint64_t *addr, uint64_t *size, uint32_t *constant);
