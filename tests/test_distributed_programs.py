@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -480,11 +481,25 @@ def test_cpuify_run_under_mpiexec(tmp_path: Path) -> None:
 @needs_mpi
 @pytest.mark.skipif(importlib.util.find_spec("cpuify.distributed.engine") is None,
                     reason="the distributed engine (cpuify.distributed.engine) is not there yet")
-@pytest.mark.parametrize("name,source", [("saxpy", SAXPY), ("stencil", STENCIL),
-                                         ("histogram", HISTOGRAM), ("managed", MANAGED)])
-def test_with_the_engine(tmp_path: Path, name: str, source: str) -> None:
+@pytest.mark.parametrize("name", ["saxpy", "stencil", "histogram", "managed"])
+def test_with_the_engine(tmp_path: Path, name: str) -> None:
+    """The real engine: the same output with 2 and 3 ranks, and every launch split (the
+    histogram's atomics as per-rank partials), with no more bytes moved than the minimum
+    the maps give."""
+    source = {"saxpy": SAXPY, "stencil": STENCIL, "histogram": HISTOGRAM, "managed": MANAGED}[name]
     exe = build(tmp_path, name, source)
     check_ranks(tmp_path, exe, ranks=(2, 3), fake=False)
+    env = environment(tmp_path, fake=False)
+    env["CPUIFY_DIST_VERBOSE"] = "1"
+    got = run([str(exe)], env, 3)
+    assert got.returncode == 0, got.stderr
+    stats = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", got.stderr.split("LaunchStats(")[1]))
+    # (the histogram's last kernel has a grid of one block: nothing to split)
+    launches, whole = {"saxpy": (4, 0), "stencil": (12, 0), "histogram": (3, 1), "managed": (2, 0)}[name]
+    assert stats["launches"] == launches and stats["whole_on_rank0"] == whole, got.stderr
+    assert stats["distributed"] == launches - whole
+    if name != "histogram":
+        assert stats["bytes_moved"] == stats["bytes_minimum"], got.stderr
 
 
 @needs_mpi
