@@ -531,3 +531,17 @@ def test_separate_compilation(tmp_path: Path) -> None:
     assert list(program_info(str(exe))) == ["_Z4kerniPf"]
     events = check_ranks(tmp_path, exe, ranks=(2,))[2]
     assert len([e for e in events if e[0] == "launch"]) == 2
+
+
+@needs_mpi
+def test_cublas_programs_stay_on_rank0(tmp_path: Path) -> None:
+    """cuBLAS/cuFFT work on rank 0's memory directly: a program linking them runs every
+    kernel on rank 0, the servers only wait for the end."""
+    exe = build(tmp_path, "saxpy", SAXPY, "-lcublas")
+    env = environment(tmp_path)
+    alone = run([str(exe), "2000"], env)
+    got = run([str(exe), "2000"], env, 2)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == alone.stdout
+    assert "its kernels run on rank 0 only" in got.stderr
+    assert engine_log(tmp_path) == [["shutdown"]]

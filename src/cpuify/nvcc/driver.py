@@ -669,7 +669,11 @@ class Driver:
                 raise UsageError("-cudart shared and -lcuda link libraries of the toolkit directory "
                                  "in the cache directory, and there is none (CPUIFY_NO_CACHE or an "
                                  "unusable directory): the executable would lose them at exit")
-            if self.distributed and "-shared" not in self.o.flags:
+            if self.distributed and "-shared" in self.o.flags:
+                _warn("cpuify nvcc: warning: --distributed has no effect on a shared library "
+                      "(its kernels carry their access maps; link the executable with "
+                      "--distributed)")
+            elif self.distributed:
                 # rank 0 runs main, the other ranks serve kernels (runtime/dist_main.c)
                 extra += ["-Wl,--wrap=main", self.distributed_main(tmp)]
             cmd = [self.host_cxx(), *library_dirs(self.home), *objects, *extra, "-o", out,
