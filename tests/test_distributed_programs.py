@@ -463,6 +463,24 @@ def test_broken_engine_stops_the_job(tmp_path: Path) -> None:
 
 
 @needs_mpi
+@pytest.mark.parametrize("fake", ENGINES, ids=["stand-in", "engine"])
+def test_switched_on_with_one_rank(tmp_path: Path, fake: bool) -> None:
+    """CPUIFY_DISTRIBUTED=1 without mpiexec: the engine with one rank (its overhead)."""
+    exe = build(tmp_path, "saxpy", SAXPY)
+    env = environment(tmp_path, fake)
+    alone = run([str(exe), "3000"], env)
+    env["CPUIFY_DISTRIBUTED"] = "1"
+    env["CPUIFY_DIST_VERBOSE"] = "1"
+    got = run([str(exe), "3000"], env)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == alone.stdout
+    if fake:
+        assert len([e for e in engine_log(tmp_path) if e[0] == "launch"]) == 4
+    else:
+        assert "LaunchStats(launches=4" in got.stderr
+
+
+@needs_mpi
 def test_switched_off_every_rank_runs_main(tmp_path: Path) -> None:
     exe = build(tmp_path, "exits", EXITS)
     env = environment(tmp_path)

@@ -2,7 +2,8 @@
  * -Wl,--wrap=main, so that the C start-up code calls __wrap_main instead of main).
  *
  * Not under MPI, or in a world of one rank (or with CPUIFY_DISTRIBUTED=0): main runs as
- * in any other build, and nothing below is touched.  In a world of several ranks every
+ * in any other build, and nothing below is touched (CPUIFY_DISTRIBUTED=1 starts the engine
+ * even then, with one rank: to measure what it costs).  In a world of several ranks every
  * rank starts an embedded Python (libpython is loaded with dlopen: the program does not
  * link it) and imports cpuify.distributed.native: rank 0 runs main, its CUDA runtime
  * calls going through the hooks native.py sets (cpuify_cudart_set_dist_hooks); ranks > 0
@@ -152,7 +153,15 @@ int __wrap_main(int argc, char **argv, char **envp) {
     int rank = 0, size = 1;
     const char *env = getenv("CPUIFY_DISTRIBUTED");
     int off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "no") == 0);
-    if (off || !mpi_world(&rank, &size) || size <= 1) return __real_main(argc, argv, envp);
+    /* CPUIFY_DISTRIBUTED=1: the engine even with one rank (what it costs, measured) */
+    int on = env && (strcmp(env, "1") == 0 || strcmp(env, "on") == 0 || strcmp(env, "yes") == 0);
+    int world = mpi_world(&rank, &size);
+    if (on && (!world || size <= 1)) {
+        rank = 0;
+        size = 1;
+    } else if (off || !world || size <= 1) {
+        return __real_main(argc, argv, envp);
+    }
     /* what `import cpuify` checks: the Python API's own serve loop is not for this process */
     setenv("CPUIFY_DIST_FRONT", "native", 1);
     start_python(rank, size);
