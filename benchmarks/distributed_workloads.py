@@ -283,10 +283,69 @@ def run(name: str, size: str = "small") -> dict[str, Any]:
     return result
 
 
-if __name__ == "__main__":
+def predict(journal: list[tuple[Any, ...]], link: Any, counts: tuple[int, ...],
+            overhead_s: float = 0.0) -> dict[int, float]:
+    """Predicted seconds of the launches in `journal` (recorded by a one-rank engine) on
+    each rank count: cpuify.distributed.model over simulated trackers, compute per block as
+    measured here (all of this machine's cores for one rank: a node), `link` measured by
+    MPI ping-pong."""
+    from cpuify.distributed.model import Launch, LaunchModel, predict_scaling
+    from cpuify.distributed.plan import scalar_values
+
+    class Whole:
+        def __init__(self, n: int) -> None:
+            self.reads = [(0, n)]
+            self.writes = [(0, n)]
+            self.atomics: list[tuple[int, int]] = []
+
+    launches, sizes = [], {}
+    for ref, grid, block, params, slots, bsizes, seconds in journal:
+        sizes.update(bsizes)
+        offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
+        where = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
+        nblocks = grid[0] * grid[1] * grid[2]
+        access = ref.access
+        if access is None or not access.distributable or ref.reason:
+            fp = (lambda box, w=where, s=bsizes: {i: Whole(s[b]) for i, (b, _) in w.items()})
+        else:
+            scalars = scalar_values(ref.param_layout, params)
+            fp = (lambda box, a=access, sc=scalars, g=grid, bl=block:
+                  a.footprint(sc, g, bl, box))
+        launches.append(Launch(tuple(grid), fp, where, seconds / nblocks))
+    model = LaunchModel(seconds_per_block=0.0, link=link, overhead_s=overhead_s)
+    points = predict_scaling(launches, sizes, model, rank_counts=counts, warmup=0)
+    return {p.nranks: p.seconds for p in points}
+
+
+def _main(argv: list[str]) -> None:
+    import argparse
     import json
+    ap = argparse.ArgumentParser(description="run the distributed workloads (under mpiexec or not)")
+    ap.add_argument("size", nargs="?", default="small", choices=sorted(SIZES))
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--timed", action="store_true",
+                    help="run each workload once first (compiles, access maps), then time it")
+    ap.add_argument("--model", metavar="LINK_JSON",
+                    help="with a one-rank engine: also predict the time on 1..64 ranks "
+                         "from the launches run (link: {latency_s, bandwidth})")
+    args = ap.parse_args(argv)
+    from cpuify.distributed import engine
+    eng = engine.get()
+    for name in args.names or list(WORKLOADS):
+        if args.timed:
+            run(name, args.size)
+        if args.model and eng is not None:
+            eng.journal = []
+        result = run(name, args.size)
+        if args.model and eng is not None and eng.journal is not None:
+            from cpuify.distributed.model import LinkModel
+            link = LinkModel(**json.loads(args.model))
+            counts = (1, 2, 4, 8, 16, 32, 64)
+            result["predicted"] = predict(eng.journal, link, counts)
+            eng.journal = None
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
     import sys
-    size = sys.argv[1] if len(sys.argv) > 1 else "small"
-    names = sys.argv[2:] or list(WORKLOADS)
-    for name in names:
-        print(json.dumps(run(name, size)), flush=True)
+    _main(sys.argv[1:])

@@ -29,6 +29,7 @@ import atexit
 import ctypes
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol, Sequence
@@ -140,9 +141,13 @@ class Engine:
         self._kernels: dict[Any, KernelRef] = {}        # servers: resolved kernels
         self._sent_keys: set[Any] = set()               # rank 0: kernels servers know
         self._payloads: dict[Any, Any] = {}             # rank 0: what servers resolve keys from
+        self.plan_cache: dict[Any, Any] = {}            # rank 0: plan.py's layouts of launches
         self._resolve: Callable[[Any, Any], KernelRef] | None = None
         self.stats = LaunchStats()
         self._stopped = False
+        #: when a list, rank 0 appends every launch (what the scaling model replays):
+        #: (ref, grid, block, params, slots, buffer sizes, seconds rank 0's part ran)
+        self.journal: list[tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------------ rank 0: memory
     def alloc(self, address: int, nbytes: int, kind: str = "device") -> int:
@@ -234,7 +239,8 @@ class Engine:
         self.stats.bytes_moved += sum(m.hi - m.lo for m in step.launch.moves) + \
             sum(m.hi - m.lo for m in step.launch.partials)
         self.stats.bytes_minimum += step.minimum
-        self.stats.messages += len(step.launch.moves) + len(step.launch.partials)
+        self.stats.messages += len({(m.src, m.dst) for m in step.launch.moves}) + len(step.launch.partials)
+        t0 = time.perf_counter()
         if self.size > 1 and (any(b is not None for b in step.launch.boxes[1:])
                               or step.launch.moves or step.launch.globals_):
             self._command(("launch", step.launch))
@@ -242,6 +248,10 @@ class Engine:
         else:
             rc = self._run_local(step.launch, ref)
         step.commit()
+        if self.journal is not None:
+            sizes = {bid: self.buffers[bid].nbytes for _, bid, _ in slots}
+            self.journal.append((ref, grid, block, params, list(slots), sizes,
+                                 time.perf_counter() - t0))
         return rc
 
     # ------------------------------------------------------------------ all ranks
@@ -255,26 +265,62 @@ class Engine:
 
     def _exchange(self, moves: Iterable[_Move], scratch: dict[int, np.ndarray] | None = None) -> None:
         """Post every transfer of a step at once, then wait: each rank sends what it holds
-        and receives what it lacks.  Moves into `scratch` (partials) land in rank 0's
-        scratch arrays, keyed by the move's index."""
+        and receives what it lacks.  The pieces one rank sends another travel as one
+        message (packed, then unpacked into place), so a halo of many short rows costs one
+        latency.  Moves into `scratch` (partials) land in rank 0's scratch arrays, keyed by
+        the move's index."""
         MPI = self._MPI
-        reqs = []
         me = self.rank
+        pairs: dict[tuple[int, int], list[tuple[int, _Move]]] = {}
         for i, m in enumerate(moves):
-            if me not in (m.src, m.dst) or m.src == m.dst:
+            if me in (m.src, m.dst) and m.src != m.dst:
+                pairs.setdefault((m.src, m.dst), []).append((i, m))
+        reqs = []
+        unpack: list[tuple[np.ndarray, list[_Move]]] = []
+        for (src, dst), items in sorted(pairs.items()):
+            tag0 = 0       # (both sides post in one order: MPI matches them in that order)
+            if scratch is not None or len(items) == 1:
+                for i, m in items:
+                    target = scratch[i] if scratch is not None and me == dst else None
+                    self._post(reqs, m, target, tag0 + 1 + i % 8191)
                 continue
-            for part, a in enumerate(range(m.lo, m.hi, _CHUNK)):
-                b = min(a + _CHUNK, m.hi)
-                tag = (i * 64 + part) % 32000
-                if me == m.src:
-                    reqs.append(self.comm.Isend([self._view(m.buf, a, b), MPI.BYTE], dest=m.dst, tag=tag))
-                elif scratch is not None:
-                    dst = scratch[i][a - m.lo:b - m.lo]
-                    reqs.append(self.comm.Irecv([dst, MPI.BYTE], source=m.src, tag=tag))
+            total = sum(m.hi - m.lo for _, m in items)
+            packed = np.empty(total, np.uint8)
+            if me == src:
+                at = 0
+                for _, m in items:
+                    n = m.hi - m.lo
+                    ctypes.memmove(packed.ctypes.data + at, self.buffers[m.buf].address + m.lo, n)
+                    at += n
+            else:
+                unpack.append((packed, [m for _, m in items]))
+            for part, a in enumerate(range(0, total, _CHUNK)):
+                chunk = packed[a:a + _CHUNK]
+                if me == src:
+                    reqs.append(self.comm.Isend([chunk, MPI.BYTE], dest=dst, tag=tag0 + part % 64))
                 else:
-                    reqs.append(self.comm.Irecv([self._view(m.buf, a, b), MPI.BYTE], source=m.src, tag=tag))
+                    reqs.append(self.comm.Irecv([chunk, MPI.BYTE], source=src, tag=tag0 + part % 64))
         if reqs:
             MPI.Request.Waitall(reqs)
+        for packed, ms in unpack:
+            at = 0
+            for m in ms:
+                n = m.hi - m.lo
+                ctypes.memmove(self.buffers[m.buf].address + m.lo, packed.ctypes.data + at, n)
+                at += n
+
+    def _post(self, reqs: list[Any], m: _Move, target: np.ndarray | None, tag: int) -> None:
+        """The sends or receives of one move (chunked under MPI's count limit)."""
+        MPI = self._MPI
+        for part, a in enumerate(range(m.lo, m.hi, _CHUNK)):
+            b = min(a + _CHUNK, m.hi)
+            t = (tag + part) % 32000
+            if self.rank == m.src:
+                reqs.append(self.comm.Isend([self._view(m.buf, a, b), MPI.BYTE], dest=m.dst, tag=t))
+            elif target is not None:
+                reqs.append(self.comm.Irecv([target[a - m.lo:b - m.lo], MPI.BYTE], source=m.src, tag=t))
+            else:
+                reqs.append(self.comm.Irecv([self._view(m.buf, a, b), MPI.BYTE], source=m.src, tag=t))
 
     def _patched(self, launch: _Launch) -> bytes:
         """The parameter bytes with every pointer into a buffer moved to this rank's

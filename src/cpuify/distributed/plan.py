@@ -142,18 +142,26 @@ def _fold_kind(ops: set[str]) -> str | None:
     return None
 
 
-def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
-                block: tuple[int, int, int], shared_mem: int, params: bytes,
-                slots: list[tuple[int, int, int]], *, unknown_pointers: bool = False,
-                single_reason: str | None = None) -> Step:
-    from cpuify.distributed import partition
-    from cpuify.distributed.engine import _Launch, _Move
+@dataclass
+class _Layout:
+    """The tracker-independent part of a launch's plan: who runs which box, what each rank
+    reads (and must hold before: may-writes, atomics it does not fold), what it writes,
+    which atomic targets fold.  The same for every launch of the same kernel with the same
+    arguments on the same buffers (an iteration): cached."""
+    reason: str | None
+    boxes: list[Box | None]
+    per_rank: list[dict[int, BufferSets]]
+    fold_of: dict[int, str]
+    need: list[dict[int, Intervals]]
+    written: list[dict[int, Intervals]]
 
+
+def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
+            block: tuple[int, int, int], params: bytes, params_at: dict[int, tuple[int, int]],
+            unknown_pointers: bool, single_reason: str | None) -> _Layout:
     size = engine.size
     bufs = engine.buffers
     nbytes = {bid: b.nbytes for bid, b in bufs.items()}
-    offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
-    params_at = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
     access = ref.access
     reason = single_reason
     if reason is None and access is None:
@@ -193,52 +201,80 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
             per_rank = [{bid: BufferSets(may_writes=[(0, n)], reads=[(0, n)])
                          for bid, n in nbytes.items() if n}] + [{} for _ in range(size - 1)]
         fold_of = {}
+    need: list[dict[int, Intervals]] = []
+    written: list[dict[int, Intervals]] = []
+    for r, sets in enumerate(per_rank):
+        need.append({})
+        written.append({})
+        for bid, st in sets.items():
+            n = union(st.reads, st.may_writes)
+            w = union(st.writes, st.may_writes)
+            if bid not in fold_of:
+                n = union(n, st.atomics)
+                w = union(w, st.atomics)
+            elif r == 0:
+                n = union(n, st.atomics)
+                for other in per_rank:      # the folded targets are rank 0's afterwards
+                    if bid in other:
+                        w = union(w, other[bid].atomics)
+            need[r][bid] = n
+            if w:
+                written[r][bid] = w
+    return _Layout(reason, boxes, per_rank, fold_of, need, written)
+
+
+def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
+                block: tuple[int, int, int], shared_mem: int, params: bytes,
+                slots: list[tuple[int, int, int]], *, unknown_pointers: bool = False,
+                single_reason: str | None = None) -> Step:
+    from cpuify.distributed.engine import _Launch, _Move
+
+    bufs = engine.buffers
+    offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
+    params_at = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
+    cacheable = ref.access is not None and ref.access.distributable and not unknown_pointers
+    cache: dict[Any, _Layout] | None = getattr(engine, "plan_cache", None)
+    key = (ref.key, grid, block, params, tuple(sorted(params_at.items())), single_reason,
+           engine.size)
+    lay = cache.get(key) if cache is not None and cacheable else None
+    if lay is None:
+        lay = _layout(engine, ref, grid, block, params, params_at, unknown_pointers, single_reason)
+        if cache is not None and cacheable:
+            if len(cache) > 256:
+                cache.clear()
+            cache[key] = lay
 
     moves: list[_Move] = []
-    updates: list[Callable[[], None]] = []
-    fills: list[tuple[int, int, int, bytes]] = []
-    partials: list[_Move] = []
     minimum = 0
-    for r, sets in enumerate(per_rank):
-        for bid, s in sets.items():
+    for r, sets in enumerate(lay.per_rank):
+        for bid, st in sets.items():
             tr = bufs[bid].tracker
-            folded = bid in fold_of
-            need = union(s.reads, s.may_writes)
-            if not folded or r == 0:
-                need = union(need, s.atomics)
-            minimum += total([(lo, hi) for lo, hi, _ in tr.stale(r, s.reads)])
-            for lo, hi, src in tr.stale(r, need):
+            minimum += tr.stale_bytes(r, st.reads)
+            for lo, hi, src in tr.stale(r, lay.need[r][bid]):
                 moves.append(_Move(bid, lo, hi, src, r))
     # the tracker learns the copies only after every fetch is planned from the old state
+    got: dict[tuple[int, int], Intervals] = {}
     for m in moves:
-        bufs[m.buf].tracker.received(m.dst, m.lo, m.hi)
-    for bid, op in fold_of.items():
+        got.setdefault((m.buf, m.dst), []).append((m.lo, m.hi))
+    for (bid, rank), ivs in got.items():
+        bufs[bid].tracker.received_many(rank, ivs)
+    fills: list[tuple[int, int, int, bytes]] = []
+    partials: list[_Move] = []
+    for bid, op in lay.fold_of.items():
         np_type, _, identity = _FOLDS[op]
         pattern = np.array([identity], dtype=np_type).tobytes()
-        for r, sets in enumerate(per_rank):
-            s = sets.get(bid)
-            if r == 0 or s is None:
+        for r, sets in enumerate(lay.per_rank):
+            st = sets.get(bid)
+            if r == 0 or st is None:
                 continue
-            for lo, hi in s.atomics:
+            for lo, hi in st.atomics:
                 fills.append((bid, lo, hi, pattern))
                 partials.append(_Move(bid, lo, hi, r, 0))
-    for r, sets in enumerate(per_rank):
-        for bid, s in sets.items():
-            written = union(s.writes, s.may_writes)
-            if bid in fold_of:
-                if r == 0:
-                    everyone = []
-                    for other in per_rank:
-                        if bid in other:
-                            everyone = union(everyone, other[bid].atomics)
-                    written = union(written, everyone)
-            else:
-                written = union(written, s.atomics)
-            if written:
-                updates.append(lambda tr=bufs[bid].tracker, r=r, w=written: tr.wrote(r, w))
-    launch = _Launch(ref.key, grid, block, shared_mem, params, slots, boxes, moves, fills,
-                     partials, folds=dict(fold_of))
-    return Step(launch, reason, minimum, updates)
+    updates = [lambda tr=bufs[bid].tracker, r=r, w=w: tr.wrote(r, w)
+               for r, ws in enumerate(lay.written) for bid, w in ws.items()]
+    launch = _Launch(ref.key, grid, block, shared_mem, params, slots, list(lay.boxes), moves,
+                     fills, partials, folds=dict(lay.fold_of))
+    return Step(launch, lay.reason, minimum, updates)
 
 
 def _foldable(p: Any) -> bool:

@@ -146,12 +146,15 @@ class BufferTracker:
         lo, hi = self._check(lo, hi)
         self._update(lo, hi, lambda m: m | bit)
 
+    def received_many(self, rank: int, intervals: Iterable[Sequence[int]]) -> None:
+        """`received` for each of `intervals` (one pass over the segments)."""
+        bit = 1 << self._check_rank(rank)
+        self._update_many(normalize_intervals(intervals), lambda m: m | bit)
+
     def wrote(self, rank: int, intervals: Iterable[Sequence[int]]) -> None:
         """`rank` wrote `intervals`: its copy is the only newest one there."""
         bit = 1 << self._check_rank(rank)
-        for lo, hi in normalize_intervals(intervals):
-            lo, hi = self._check(lo, hi)
-            self._update(lo, hi, lambda m: bit)
+        self._update_many(normalize_intervals(intervals), lambda m: bit)
 
     def copy(self) -> BufferTracker:
         """An independent tracker in the same state (to try a plan without committing it)."""
@@ -236,6 +239,35 @@ class BufferTracker:
                 keep_m.append(masks[k])
         self._starts[a:b + 1] = keep_s
         self._masks[a:b + 1] = keep_m
+
+    def _update_many(self, ivs: list[Interval], change) -> None:  # type: ignore[no-untyped-def]
+        """`_update` of each of `ivs` (sorted, disjoint): a few one at a time, many in one
+        merge of the segment starts with the intervals' ends."""
+        for lo, hi in ivs:
+            self._check(lo, hi)
+        if len(ivs) <= 8:
+            for lo, hi in ivs:
+                self._update(lo, hi, change)
+            return
+        starts, masks, nbytes = self._starts, self._masks, self.nbytes
+        points = sorted(set(starts).union(*((lo, hi) for lo, hi in ivs)) - {nbytes})
+        new_s: list[int] = []
+        new_m: list[int] = []
+        seg = 0                 # the segment holding the current point
+        iv = 0                  # the first interval not ending at or before it
+        nseg, niv = len(starts), len(ivs)
+        for p in points:
+            while seg + 1 < nseg and starts[seg + 1] <= p:
+                seg += 1
+            while iv < niv and ivs[iv][1] <= p:
+                iv += 1
+            m = masks[seg]
+            if iv < niv and ivs[iv][0] <= p:
+                m = change(m)
+            if not new_m or new_m[-1] != m:
+                new_s.append(p)
+                new_m.append(m)
+        self._starts, self._masks = new_s, new_m
 
     def check_invariants(self) -> None:
         """Raises AssertionError unless the segments cover the buffer in order, each held
