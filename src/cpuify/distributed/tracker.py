@@ -116,6 +116,8 @@ class BufferTracker:
         """What `rank` must fetch to hold the newest copy of every byte of `intervals`:
         (lo, hi, source rank) in order, contiguous pieces from one source merged."""
         bit = 1 << self._check_rank(rank)
+        if self._all_held(bit):
+            return []
         out: list[tuple[int, int, int]] = []
         for a, b, m in self._walk_many(intervals):
             if m & bit:
@@ -130,6 +132,8 @@ class BufferTracker:
     def stale_bytes(self, rank: int, intervals: Iterable[Sequence[int]]) -> int:
         """The number of bytes `stale(rank, intervals)` lists."""
         bit = 1 << self._check_rank(rank)
+        if self._all_held(bit):
+            return 0
         return sum(b - a for a, b, m in self._walk_many(intervals) if not m & bit)
 
     def gather_plan(self, lo: int, hi: int, to_rank: int) -> list[tuple[int, int, int]]:
@@ -149,11 +153,15 @@ class BufferTracker:
     def received_many(self, rank: int, intervals: Iterable[Sequence[int]]) -> None:
         """`received` for each of `intervals` (one pass over the segments)."""
         bit = 1 << self._check_rank(rank)
+        if self._all_held(bit):
+            return
         self._update_many(normalize_intervals(intervals), lambda m: m | bit)
 
     def wrote(self, rank: int, intervals: Iterable[Sequence[int]]) -> None:
         """`rank` wrote `intervals`: its copy is the only newest one there."""
         bit = 1 << self._check_rank(rank)
+        if self._masks == [bit]:
+            return          # (rank alone holds the whole buffer already: one rank, say)
         self._update_many(normalize_intervals(intervals), lambda m: bit)
 
     def copy(self) -> BufferTracker:
@@ -165,6 +173,11 @@ class BufferTracker:
 
     # ---------------------------------------------------------------------------------
     # internals
+
+    def _all_held(self, bit: int) -> bool:
+        """Whether the rank of `bit` holds the newest copy of the whole buffer (one
+        segment: the common case of one rank, and of data nobody else wrote)."""
+        return len(self._masks) == 1 and bool(self._masks[0] & bit)
 
     def _mask_of(self, ranks: Iterable[int]) -> int:
         mask = 0
