@@ -285,7 +285,7 @@ def run(name: str, size: str = "small") -> dict[str, Any]:
         now = vars(eng.stats)
         result.update({k: now[k] - before[k] for k in ("launches", "distributed", "whole_on_rank0",
                                                        "bytes_moved", "bytes_minimum",
-                                                       "bytes_gathered", "messages")})
+                                                       "bytes_gathered", "messages", "overlapped")})
         result["ranks"] = eng.size
     return result
 

@@ -111,6 +111,9 @@ class _Launch:
     partials: list[_Move] = field(default_factory=list)   # after: servers' partials to rank 0
     globals_: list[tuple[Any, bytes]] = field(default_factory=list)  # module variables to set
     folds: dict[int, str] = field(default_factory=dict)   # buffer -> atomic op of its partials
+    #: per rank, (boxes that run while the transfers are in flight, boxes that run after),
+    #: or None: the rank's box runs after its transfers
+    stages: list[tuple[list[Any], list[Any]] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +126,7 @@ class LaunchStats:
     bytes_minimum: int = 0          # the exact minimum for the same partitions
     bytes_gathered: int = 0         # device -> host
     messages: int = 0
+    overlapped: int = 0             # launches where some rank computed during its transfers
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -240,6 +244,7 @@ class Engine:
             sum(m.hi - m.lo for m in step.launch.partials)
         self.stats.bytes_minimum += step.minimum
         self.stats.messages += len({(m.src, m.dst) for m in step.launch.moves}) + len(step.launch.partials)
+        self.stats.overlapped += any(st is not None for st in step.launch.stages)
         t0 = time.perf_counter()
         if self.size > 1 and (any(b is not None for b in step.launch.boxes[1:])
                               or step.launch.moves or step.launch.globals_):
@@ -264,6 +269,11 @@ class Engine:
         return (ctypes.c_char * (hi - lo)).from_address(buf.address + lo)
 
     def _exchange(self, moves: Iterable[_Move], scratch: dict[int, np.ndarray] | None = None) -> None:
+        """Every transfer of a step, done when this returns (see _post_exchange)."""
+        self._finish_exchange(self._post_exchange(moves, scratch))
+
+    def _post_exchange(self, moves: Iterable[_Move],
+                       scratch: dict[int, np.ndarray] | None = None) -> tuple[Any, Any]:
         """Post every transfer of a step at once, then wait: each rank sends what it holds
         and receives what it lacks.  The pieces one rank sends another travel as one
         message (packed, then unpacked into place), so a halo of many short rows costs one
@@ -300,8 +310,13 @@ class Engine:
                     reqs.append(self.comm.Isend([chunk, MPI.BYTE], dest=dst, tag=tag0 + part % 64))
                 else:
                     reqs.append(self.comm.Irecv([chunk, MPI.BYTE], source=src, tag=tag0 + part % 64))
+        return reqs, unpack
+
+    def _finish_exchange(self, posted: tuple[Any, Any]) -> None:
+        """Waits for the transfers _post_exchange started, then unpacks what came packed."""
+        reqs, unpack = posted
         if reqs:
-            MPI.Request.Waitall(reqs)
+            self._MPI.Request.Waitall(reqs)
         for packed, ms in unpack:
             at = 0
             for m in ms:
@@ -340,8 +355,14 @@ class Engine:
                                self._patched(launch), box) or 0)
 
     def _run_launch(self, launch: _Launch, ref: KernelRef) -> int:
-        """Every rank's part of a launch (rank 0 after broadcasting it)."""
-        self._exchange(launch.moves)
+        """Every rank's part of a launch (rank 0 after broadcasting it): the transfers
+        start, the blocks that need nothing in flight run meanwhile (the plan's early
+        boxes), then the rest."""
+        posted = self._post_exchange(launch.moves)
+        early: list[Any] = []
+        stage = launch.stages[self.rank] if launch.stages else None
+        if stage is not None:
+            early, rest = stage
         for key, data in launch.globals_:
             self._set_global(ref, key, data)
         for bid, lo, hi, pattern in launch.fills:
@@ -351,10 +372,26 @@ class Engine:
                 ctypes.memmove(self.buffers[bid].address + lo, (pattern * reps)[:n], n)
         rc, msg = 0, ""
         failure: BaseException | None = None
+        params = self._patched(launch)
+        waiting = True
         try:
-            rc = self._run_local(launch, ref)
+            if stage is None:
+                self._finish_exchange(posted)
+                waiting = False
+                rc = self._run_local(launch, ref)
+            else:
+                for box in early:
+                    rc = rc or int(ref.run_box(launch.grid, launch.block, launch.shared_mem,
+                                               params, box) or 0)
+                self._finish_exchange(posted)
+                waiting = False
+                for box in rest:
+                    rc = rc or int(ref.run_box(launch.grid, launch.block, launch.shared_mem,
+                                               params, box) or 0)
         except Exception as e:         # noqa: BLE001 - reported to rank 0 as the launch's error
             rc, msg, failure = -1, f"{type(e).__name__}: {e}", e
+            if waiting:
+                self._finish_exchange(posted)
         scratch = None
         if launch.partials:
             scratch = {i: np.empty(m.hi - m.lo, np.uint8) for i, m in enumerate(launch.partials)}

@@ -154,6 +154,10 @@ class _Layout:
     fold_of: dict[int, str]
     need: list[dict[int, Intervals]]
     written: list[dict[int, Intervals]]
+    #: per rank, its box cut in three along the split dimension (first slab of blocks, the
+    #: middle, the last) with what each piece needs before it runs: the pieces needing
+    #: nothing a launch fetches run while the transfers are in flight
+    pieces: list[list[tuple[Box, dict[int, Intervals]]]] = field(default_factory=list)
 
 
 def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
@@ -220,7 +224,52 @@ def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
             need[r][bid] = n
             if w:
                 written[r][bid] = w
-    return _Layout(reason, boxes, per_rank, fold_of, need, written)
+    pieces: list[list[tuple[Box, dict[int, Intervals]]]] = []
+    if reason is None and size > 1:
+        for box in boxes:
+            pieces.append(_pieces(box, grid, sets_of, fold_of) if box is not None else [])
+    return _Layout(reason, boxes, per_rank, fold_of, need, written, pieces)
+
+
+def _pieces(box: Box, grid: tuple[int, int, int], sets_of: Callable[[Box], dict[int, BufferSets]],
+            fold_of: dict[int, str]) -> list[tuple[Box, dict[int, Intervals]]]:
+    """A rank's box in three pieces along the dimension it was split on (none if it was
+    not, or is under three blocks deep there), each with what it needs to hold first."""
+    dims = [d for d in range(3) if box[d] != (0, grid[d])]
+    if len(dims) != 1 or box[dims[0]][1] - box[dims[0]][0] < 3:
+        return []
+    d = dims[0]
+    lo, hi = box[d]
+    out = []
+    for a, b in ((lo, lo + 1), (lo + 1, hi - 1), (hi - 1, hi)):
+        sub = list(box)
+        sub[d] = (a, b)
+        piece: Box = (sub[0], sub[1], sub[2])
+        need = {bid: union(union(st.reads, st.may_writes), st.atomics if bid not in fold_of else [])
+                for bid, st in sets_of(piece).items()}
+        out.append((piece, need))
+    return out
+
+
+def _stages(lay: _Layout, moves: list[Any]) -> list[tuple[list[Box], list[Box]] | None]:
+    """Per rank, the pieces of its box that need none of the bytes it fetches (they run
+    during the transfers) and the others (after): None where there is nothing to overlap."""
+    incoming: dict[int, dict[int, Intervals]] = {}
+    for m in moves:
+        incoming.setdefault(m.dst, {}).setdefault(m.buf, []).append((m.lo, m.hi))
+    out: list[tuple[list[Box], list[Box]] | None] = []
+    for r, pieces in enumerate(lay.pieces):
+        got = incoming.get(r)
+        if not pieces or not got:
+            out.append(None)
+            continue
+        got = {bid: union(ivs, []) for bid, ivs in got.items()}
+        early = [p for p, need in pieces
+                 if not any(intersect(need.get(bid, []), ivs) for bid, ivs in got.items())]
+        late = [p for p, need in pieces
+                if any(intersect(need.get(bid, []), ivs) for bid, ivs in got.items())]
+        out.append((early, late) if early and late else None)
+    return out
 
 
 def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
@@ -273,7 +322,7 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
     updates = [lambda tr=bufs[bid].tracker, r=r, w=w: tr.wrote(r, w)
                for r, ws in enumerate(lay.written) for bid, w in ws.items()]
     launch = _Launch(ref.key, grid, block, shared_mem, params, slots, list(lay.boxes), moves,
-                     fills, partials, folds=dict(lay.fold_of))
+                     fills, partials, folds=dict(lay.fold_of), stages=_stages(lay, moves))
     return Step(launch, lay.reason, minimum, updates)
 
 
