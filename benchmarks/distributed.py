@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -76,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", help="write every number here")
     args = ap.parse_args(argv)
-    mpiexec = shutil.which("mpiexec")
+    sys.path.insert(0, str(ROOT / "src"))
+    from cpuify.distributed.engine import mpiexec_path
+    mpiexec = mpiexec_path()
     if mpiexec is None:
         print("no mpiexec: pip install -e '.[distributed]'", file=sys.stderr)
         return 2

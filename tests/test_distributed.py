@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,9 @@ from benchmarks import distributed_workloads as wl  # noqa: E402
 
 pytest.importorskip("mpi4py")
 pytest.importorskip("islpy")
-MPIEXEC = shutil.which("mpiexec")
+from cpuify.distributed.engine import mpiexec_path  # noqa: E402
+
+MPIEXEC = mpiexec_path()
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -215,7 +216,6 @@ def test_plan_moves_halo_rows_only() -> None:
     step = plan.plan_launch(Dry, ref, (4, 4, 1), (16, 16, 1), 0, bytes(params), slots)
     assert step.reason is None
     assert [b[1] for b in step.launch.boxes] == [(0, 1), (1, 2), (2, 3), (3, 4)]
-    row = n * 4
     for m in step.launch.moves:
         assert m.buf == 1 and m.src == 0
     fetched = {r: sum(m.hi - m.lo for m in step.launch.moves if m.dst == r) for r in range(4)}

@@ -62,6 +62,14 @@ def mpi_world() -> tuple[int, int] | None:
     return (0, 1) if switch == "1" else None
 
 
+def mpiexec_path() -> str | None:
+    """The mpiexec to start ranks with: the one installed beside this Python (the mpich
+    wheel's, in a virtual environment that is not activated), else the PATH's."""
+    import shutil
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
 class KernelRef(Protocol):
     """A kernel as the engine sees it (the Python API's and the whole programs' fronts
     each make their own)."""
