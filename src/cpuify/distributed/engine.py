@@ -131,7 +131,7 @@ class LaunchStats:
     distributed: int = 0            # launches split over more than one rank
     whole_on_rank0: int = 0         # launches run whole on rank 0
     bytes_moved: int = 0            # before launches (fetches) and after (partials)
-    bytes_minimum: int = 0          # the exact minimum for the same partitions
+    bytes_minimum: int = 0          # the exact minimum for the same partitions (exact_stats)
     bytes_gathered: int = 0         # device -> host
     messages: int = 0
     overlapped: int = 0             # launches where some rank computed during its transfers
@@ -154,6 +154,9 @@ class Engine:
         self._sent_keys: set[Any] = set()               # rank 0: kernels servers know
         self._payloads: dict[Any, Any] = {}             # rank 0: what servers resolve keys from
         self.plan_cache: dict[Any, Any] = {}            # rank 0: plan.py's layouts of launches
+        #: rank 0 counts the exact minimum of bytes each launch must move (stats.bytes_minimum:
+        #: the stale parts of the exact read sets; costs planning time): CPUIFY_DISTRIBUTED_STATS=1
+        self.exact_stats = os.environ.get("CPUIFY_DISTRIBUTED_STATS") == "1"
         self._resolve: Callable[[Any, Any], KernelRef] | None = None
         self.stats = LaunchStats()
         self._stopped = False

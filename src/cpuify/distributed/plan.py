@@ -224,11 +224,75 @@ def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
             need[r][bid] = n
             if w:
                 written[r][bid] = w
+    _coarsen(need, written)
     pieces: list[list[tuple[Box, dict[int, Intervals]]]] = []
     if reason is None and size > 1:
         for box in boxes:
             pieces.append(_pieces(box, grid, sets_of, fold_of) if box is not None else [])
     return _Layout(reason, boxes, per_rank, fold_of, need, written, pieces)
+
+
+#: byte gaps up to this size between the intervals a rank needs or writes are closed up: a
+#: stencil's rows, which skip the boundary elements, then make one interval per plane
+#: instead of one per row (the planning costs Python time per interval); the gap bytes
+#: are fetched too (a rank then holds them, read or not, so may take them as written)
+GAP = 32
+
+
+def coalesce(iv: Intervals, gap: int) -> Intervals:
+    """Sorted disjoint intervals with the gaps up to `gap` bytes closed."""
+    out: Intervals = []
+    for lo, hi in iv:
+        if out and lo - out[-1][1] <= gap:
+            out[-1] = (out[-1][0], max(hi, out[-1][1]))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """The bytes of `a` not in `b` (both sorted and disjoint)."""
+    out: Intervals = []
+    j = 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k = j
+        while lo < hi and k < len(b) and b[k][0] < hi:
+            if b[k][0] > lo:
+                out.append((lo, b[k][0]))
+            lo = max(lo, b[k][1])
+            k += 1
+        if lo < hi:
+            out.append((lo, hi))
+    return out
+
+
+def _coarsen(need: list[dict[int, Intervals]], written: list[dict[int, Intervals]]) -> None:
+    """Close small gaps in each rank's sets (GAP), per buffer, where that keeps the ranks'
+    written bytes apart: a gap closed in a write set is fetched first (the rank holds those
+    bytes' newest copy before, and nobody else writes them)."""
+    bids = {bid for ws in written for bid in ws}
+    for bid in bids:
+        coarse = [coalesce(ws.get(bid, []), GAP) for ws in written]
+        seen: Intervals = []
+        clash = False
+        for c in coarse:
+            if intersect(c, seen):
+                clash = True
+                break
+            seen = union(seen, c)
+        if clash:
+            continue
+        for r, c in enumerate(coarse):
+            if c:
+                gaps = subtract(c, written[r][bid])
+                written[r][bid] = c
+                if gaps:
+                    need[r][bid] = union(need[r].get(bid, []), gaps)
+    for ns in need:
+        for bid, n in ns.items():
+            ns[bid] = coalesce(n, GAP)
 
 
 def _pieces(box: Box, grid: tuple[int, int, int], sets_of: Callable[[Box], dict[int, BufferSets]],
@@ -245,7 +309,8 @@ def _pieces(box: Box, grid: tuple[int, int, int], sets_of: Callable[[Box], dict[
         sub = list(box)
         sub[d] = (a, b)
         piece: Box = (sub[0], sub[1], sub[2])
-        need = {bid: union(union(st.reads, st.may_writes), st.atomics if bid not in fold_of else [])
+        need = {bid: coalesce(union(union(st.reads, st.may_writes),
+                                    st.atomics if bid not in fold_of else []), GAP)
                 for bid, st in sets_of(piece).items()}
         out.append((piece, need))
     return out
@@ -295,10 +360,12 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
 
     moves: list[_Move] = []
     minimum = 0
+    exact = getattr(engine, "exact_stats", False)
     for r, sets in enumerate(lay.per_rank):
         for bid, st in sets.items():
             tr = bufs[bid].tracker
-            minimum += tr.stale_bytes(r, st.reads)
+            if exact:
+                minimum += tr.stale_bytes(r, st.reads)
             for lo, hi, src in tr.stale(r, lay.need[r][bid]):
                 moves.append(_Move(bid, lo, hi, src, r))
     # the tracker learns the copies only after every fetch is planned from the old state
