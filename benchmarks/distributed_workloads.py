@@ -335,7 +335,7 @@ def _main(argv: list[str]) -> None:
     ap.add_argument("--model", metavar="LINK_JSON",
                     help="with a one-rank engine: also predict the time on 1..64 ranks "
                          "from the launches run (link: {latency_s, bandwidth})")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     from cpuify.distributed import engine
     eng = engine.get()
     for name in args.names or list(WORKLOADS):

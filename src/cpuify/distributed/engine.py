@@ -94,7 +94,7 @@ class _Buffer:
     tracker: Any = None             # rank 0: the segment tracker
 
 
-@dataclass
+@dataclass(slots=True)
 class _Move:
     """One transfer: bytes [lo, hi) of buffer `buf` from rank `src` to rank `dst`."""
     buf: int
@@ -104,9 +104,17 @@ class _Move:
     dst: int
 
 
+def _moves_to_array(moves: list[_Move]) -> np.ndarray:
+    return np.array([(m.buf, m.lo, m.hi, m.src, m.dst) for m in moves], np.int64).reshape(-1, 5)
+
+
+def _moves_from_array(a: np.ndarray) -> list[_Move]:
+    return [_Move(*row) for row in a.tolist()]
+
+
 @dataclass
 class _Launch:
-    """What rank 0 broadcasts for one launch."""
+    """What rank 0 broadcasts for one launch (its moves travel as one integer array)."""
     key: Any
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -122,6 +130,17 @@ class _Launch:
     #: per rank, (boxes that run while the transfers are in flight, boxes that run after),
     #: or None: the rank's box runs after its transfers
     stages: list[tuple[list[Any], list[Any]] | None] = field(default_factory=list)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["moves"] = _moves_to_array(self.moves)
+        state["partials"] = _moves_to_array(self.partials)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["moves"] = _moves_from_array(state["moves"])
+        state["partials"] = _moves_from_array(state["partials"])
+        self.__dict__.update(state)
 
 
 @dataclass
@@ -216,7 +235,7 @@ class Engine:
                 buf.tracker.received(0, m.lo, m.hi)
             n = sum(m.hi - m.lo for m in moves)
             self.stats.bytes_gathered += n
-            self._command(("move", moves))
+            self._command(("move", _moves_to_array(moves)))
             self._exchange(moves)
 
     def gather_all(self) -> None:
@@ -308,11 +327,7 @@ class Engine:
             total = sum(m.hi - m.lo for _, m in items)
             packed = np.empty(total, np.uint8)
             if me == src:
-                at = 0
-                for _, m in items:
-                    n = m.hi - m.lo
-                    ctypes.memmove(packed.ctypes.data + at, self.buffers[m.buf].address + m.lo, n)
-                    at += n
+                self._copy_pieces([m for _, m in items], packed, pack=True)
             else:
                 unpack.append((packed, [m for _, m in items]))
             for part, a in enumerate(range(0, total, _CHUNK)):
@@ -329,11 +344,49 @@ class Engine:
         if reqs:
             self._MPI.Request.Waitall(reqs)
         for packed, ms in unpack:
-            at = 0
-            for m in ms:
-                n = m.hi - m.lo
-                ctypes.memmove(self.buffers[m.buf].address + m.lo, packed.ctypes.data + at, n)
-                at += n
+            self._copy_pieces(ms, packed, pack=False)
+
+    def _copy_pieces(self, ms: list[_Move], packed: np.ndarray, pack: bool) -> None:
+        """Copies the pieces `ms` into `packed` one after another (pack) or back out of it.
+        Many short pieces of one buffer (a 3D grid's boundary columns) go in one NumPy
+        gather/scatter, the others one memmove each."""
+        at = 0
+        i = 0
+        while i < len(ms):
+            j = i
+            while j < len(ms) and ms[j].buf == ms[i].buf:
+                j += 1
+            group = ms[i:j]
+            lens = np.fromiter((m.hi - m.lo for m in group), np.int64, len(group))
+            total = int(lens.sum())
+            if len(group) > 32 and total < 256 * len(group):
+                los = np.fromiter((m.lo for m in group), np.int64, len(group))
+                idx = np.repeat(los - (np.cumsum(lens) - lens), lens) + np.arange(total)
+                view = self._array(group[0].buf)
+                if pack:
+                    packed[at:at + total] = view[idx]
+                else:
+                    view[idx] = packed[at:at + total]
+            else:
+                base = self.buffers[group[0].buf].address
+                where = packed.ctypes.data + at
+                for m in group:
+                    n = m.hi - m.lo
+                    if pack:
+                        ctypes.memmove(where, base + m.lo, n)
+                    else:
+                        ctypes.memmove(base + m.lo, where, n)
+                    where += n
+            at += total
+            i = j
+
+    def _array(self, bid: int) -> np.ndarray:
+        """This rank's instance of a buffer as a NumPy byte array."""
+        buf = self.buffers[bid]
+        if not isinstance(buf.keep, np.ndarray):
+            raw = (ctypes.c_uint8 * max(buf.nbytes, 1)).from_address(buf.address)
+            buf.keep = np.ctypeslib.as_array(raw)
+        return buf.keep  # type: ignore[no-any-return]
 
     def _post(self, reqs: list[Any], m: _Move, target: np.ndarray | None, tag: int) -> None:
         """The sends or receives of one move (chunked under MPI's count limit)."""
@@ -443,7 +496,7 @@ class Engine:
                 elif what == "free":
                     self.buffers.pop(cmd[1], None)
                 elif what == "move":
-                    self._exchange(cmd[1])
+                    self._exchange(_moves_from_array(cmd[1]))
                 elif what == "kernel":
                     self._kernels[cmd[1]] = resolve(cmd[1], cmd[2])
                 elif what == "launch":

@@ -83,13 +83,30 @@ def total(a: Intervals) -> int:
     return sum(hi - lo for lo, hi in a)
 
 
-def scalar_values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> dict[str, int]:
-    """The integer scalar parameters of a launch by name (what the access maps take)."""
-    out: dict[str, int] = {}
+def _values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> list[int | None]:
+    """Each parameter's integer value (None: not an integer scalar)."""
+    out: list[int | None] = []
     for name, t, off, size in layout:
         if t[0] in "bsu" and t[1:].isdigit() and size == int(t[1:]) // 8 and size in (1, 2, 4, 8):
-            out[name] = int.from_bytes(params[off:off + size], "little", signed=t[0] == "s")
+            out.append(int.from_bytes(params[off:off + size], "little", signed=t[0] == "s"))
+        else:
+            out.append(None)
     return out
+
+
+def scalar_values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> dict[str, int]:
+    """The integer scalar parameters of a launch by name (what the access maps take)."""
+    return {p[0]: v for p, v in zip(layout, _values(layout, params)) if v is not None}
+
+
+def _relabel(lay: "_Layout", to: dict[int, int]) -> "_Layout":
+    """The layout with its buffers renamed by `to` (the interval lists shared)."""
+    def keys(d: dict[int, Any]) -> dict[int, Any]:
+        return {to[k]: v for k, v in d.items()}
+    return _Layout(lay.reason, lay.boxes, [keys(d) for d in lay.per_rank], keys(lay.fold_of),
+                   [keys(d) for d in lay.need], [keys(d) for d in lay.written],
+                   [[(box, keys(need)) for box, need in ps] for ps in lay.pieces],
+                   [keys(d) for d in lay.gaps])
 
 
 def _clamp(iv: Sequence[tuple[int, int]], shift: int, nbytes: int) -> Intervals:
@@ -158,6 +175,10 @@ class _Layout:
     #: middle, the last) with what each piece needs before it runs: the pieces needing
     #: nothing a launch fetches run while the transfers are in flight
     pieces: list[list[tuple[Box, dict[int, Intervals]]]] = field(default_factory=list)
+    #: per rank and buffer, (its write set with the small gaps closed, the exact one): the
+    #: gap bytes (written by nobody) must be current on the rank before it runs, since it
+    #: then claims the whole closed set
+    gaps: list[dict[int, tuple[Intervals, Intervals]]] = field(default_factory=list)
 
 
 def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
@@ -224,12 +245,12 @@ def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
             need[r][bid] = n
             if w:
                 written[r][bid] = w
-    _coarsen(need, written)
+    gaps = _coarsen(need, written)
     pieces: list[list[tuple[Box, dict[int, Intervals]]]] = []
     if reason is None and size > 1:
         for box in boxes:
             pieces.append(_pieces(box, grid, sets_of, fold_of) if box is not None else [])
-    return _Layout(reason, boxes, per_rank, fold_of, need, written, pieces)
+    return _Layout(reason, boxes, per_rank, fold_of, need, written, pieces, gaps)
 
 
 #: byte gaps up to this size between the intervals a rank needs or writes are closed up: a
@@ -268,10 +289,30 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     return out
 
 
-def _coarsen(need: list[dict[int, Intervals]], written: list[dict[int, Intervals]]) -> None:
+def _minus(pieces: list[tuple[int, int, int]], b: Intervals) -> list[tuple[int, int, int]]:
+    """The parts of sorted (lo, hi, source) pieces outside `b`, one pass over both."""
+    out: list[tuple[int, int, int]] = []
+    j = 0
+    for lo, hi, src in pieces:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k = j
+        while lo < hi and k < len(b) and b[k][0] < hi:
+            if b[k][0] > lo:
+                out.append((lo, b[k][0], src))
+            lo = max(lo, b[k][1])
+            k += 1
+        if lo < hi:
+            out.append((lo, hi, src))
+    return out
+
+
+def _coarsen(need: list[dict[int, Intervals]], written: list[dict[int, Intervals]]
+             ) -> list[dict[int, tuple[Intervals, Intervals]]]:
     """Close small gaps in each rank's sets (GAP), per buffer, where that keeps the ranks'
-    written bytes apart: a gap closed in a write set is fetched first (the rank holds those
-    bytes' newest copy before, and nobody else writes them)."""
+    written bytes apart.  Returns per rank the write sets whose gaps were closed: (closed,
+    exact); the rank must hold the gap bytes before it runs (nobody writes them)."""
+    gaps: list[dict[int, tuple[Intervals, Intervals]]] = [{} for _ in written]
     bids = {bid for ws in written for bid in ws}
     for bid in bids:
         coarse = [coalesce(ws.get(bid, []), GAP) for ws in written]
@@ -285,14 +326,13 @@ def _coarsen(need: list[dict[int, Intervals]], written: list[dict[int, Intervals
         if clash:
             continue
         for r, c in enumerate(coarse):
-            if c:
-                gaps = subtract(c, written[r][bid])
+            if c and len(c) < len(written[r][bid]):
+                gaps[r][bid] = (c, written[r][bid])
                 written[r][bid] = c
-                if gaps:
-                    need[r][bid] = union(need[r].get(bid, []), gaps)
     for ns in need:
         for bid, n in ns.items():
             ns[bid] = coalesce(n, GAP)
+    return gaps
 
 
 def _pieces(box: Box, grid: tuple[int, int, int], sets_of: Callable[[Box], dict[int, BufferSets]],
@@ -348,15 +388,32 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
     params_at = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
     cacheable = ref.access is not None and ref.access.distributable and not unknown_pointers
     cache: dict[Any, _Layout] | None = getattr(engine, "plan_cache", None)
-    key = (ref.key, grid, block, params, tuple(sorted(params_at.items())), single_reason,
-           engine.size)
-    lay = cache.get(key) if cache is not None and cacheable else None
-    if lay is None:
-        lay = _layout(engine, ref, grid, block, params, params_at, unknown_pointers, single_reason)
-        if cache is not None and cacheable:
+    lay = None
+    if cache is not None and cacheable:
+        # layouts are cached by the launch's shape, its buffers numbered in parameter order:
+        # the same for every iteration, swapped buffers and arrays made anew included (the
+        # split chosen at a shape's first launch stays)
+        local: dict[int, int] = {}
+        for index in sorted(params_at):
+            local.setdefault(params_at[index][0], len(local))
+        pointer_offsets = {off for off, _, _ in slots}
+        scalars = tuple(sorted((n, v) for (n, _, off, _), v in
+                               zip(ref.param_layout, _values(ref.param_layout, params))
+                               if off not in pointer_offsets and v is not None))
+        shape = tuple(sorted((i, local[bid], boff, bufs[bid].nbytes)
+                             for i, (bid, boff) in params_at.items()))
+        key = (ref.key, grid, block, scalars, shape, single_reason, engine.size)
+        canonical = cache.get(key)
+        if canonical is None:
+            lay = _layout(engine, ref, grid, block, params, params_at, unknown_pointers,
+                          single_reason)
             if len(cache) > 256:
                 cache.clear()
-            cache[key] = lay
+            cache[key] = _relabel(lay, local)
+        else:
+            lay = _relabel(canonical, {k: bid for bid, k in local.items()})
+    if lay is None:
+        lay = _layout(engine, ref, grid, block, params, params_at, unknown_pointers, single_reason)
 
     moves: list[_Move] = []
     minimum = 0
@@ -368,6 +425,11 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
                 minimum += tr.stale_bytes(r, st.reads)
             for lo, hi, src in tr.stale(r, lay.need[r][bid]):
                 moves.append(_Move(bid, lo, hi, src, r))
+            closed = lay.gaps[r].get(bid) if lay.gaps else None
+            if closed is not None:
+                # the gap bytes of a closed write set it does not hold (not what it writes)
+                for a, b, src in _minus(tr.stale(r, closed[0]), closed[1]):
+                    moves.append(_Move(bid, a, b, src, r))
     # the tracker learns the copies only after every fetch is planned from the old state
     got: dict[tuple[int, int], Intervals] = {}
     for m in moves:
