@@ -44,6 +44,8 @@ def _join_mpi_run() -> None:
     if not any(os.environ.get(v) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE",
                                            "CPUIFY_DISTRIBUTED")):
         return
+    if os.environ.get("CPUIFY_DIST_FRONT") == "native":
+        return      # a program built with --distributed: runtime/dist_main.c starts the engine
     argv0 = os.path.basename(sys.argv[0]) if sys.argv else ""
     if argv0 == "cpuify" or sys.argv[0:1] == ["-m"] or \
             os.path.normpath(sys.argv[0] if sys.argv else "").endswith(os.path.join("cli", "main.py")):

@@ -270,12 +270,29 @@ def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, 
 def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_hash_value: int = 0,
                         linked_ids: list[str] = (), warn=print,  # type: ignore[assignment]
                         shapes: dict[str, list[tuple[int, int, int]]] | None = None,
-                        defer: bool = False) -> None:
+                        defer: bool = False, distributed: bool = False) -> None:
     """PTX -> relocatable object `out` with the kernels and their registration; `shapes`:
     block shapes to specialize kernels for (PTX entry name -> shapes).  A kernel cpuify
     cannot run raises RefusedKernels (naming the kernel, the construct and the line); with
-    `defer` it is registered as refused instead and its launches fail."""
+    `defer` it is registered as refused instead and its launches fail.  `distributed`: the
+    object also carries the kernels' distribution records (nvcc/distinfo.py)."""
     compiled, refused = compile_device(ptx, source)
+    _build_device_object(compiled, refused, ptx, out, tmp, source=source,
+                         fatbin_hash_value=fatbin_hash_value, linked_ids=linked_ids, warn=warn,
+                         shapes=shapes, defer=defer)
+    if distributed and compiled is not None:
+        from cpuify.nvcc import distinfo
+        blob = os.path.join(tmp, "cpuify_dist.bin")
+        Path(blob).write_bytes(distinfo.encode(distinfo.kernel_records(compiled, refused), source))
+        run_tool(["objcopy", f"--add-section={distinfo.DIST_SECTION}={blob}",
+                  f"--set-section-flags={distinfo.DIST_SECTION}=noload,readonly", out],
+                 "embedding the kernels' access maps")
+
+
+def _build_device_object(compiled: CompiledModule | None, refused: dict[str, str], ptx: str, out: str,
+                         tmp: str, *, source: str, fatbin_hash_value: int, linked_ids: list[str],
+                         warn, shapes: dict[str, list[tuple[int, int, int]]] | None,  # type: ignore[no-untyped-def]
+                         defer: bool) -> None:
     if refused:
         if not defer:
             raise RefusedKernels(refusal_report(ptx, refused, source) +

@@ -131,6 +131,8 @@ _FLAGS = {
     # launch instead of failing the build
     "--cpuify-no-legacy": ("--cpuify-no-legacy",),
     "--cpuify-defer-refused": ("--cpuify-defer-refused",),
+    # distributed execution over MPI ranks (nvcc/distinfo.py, runtime/dist_main.c)
+    "--distributed": ("--distributed", "--cpuify-distributed"),
 }
 _NO_EFFECT = {"-lineinfo", "-res-usage", "-Wno-deprecated-gpu-targets", "-m64", "-restrict",
               "-src-in-ptx", "-keep", "-w"}
@@ -431,6 +433,8 @@ class Driver:
         self.env = {k: v for k, v in os.environ.items() if k not in NVCC_ENVIRONMENT}
         self._home: Path | None = None
         o.host_opts = self._without_foreign_includes(o.host_opts)
+        # --distributed: kernels carry their access maps, executables start on MPI ranks
+        self.distributed = "--distributed" in o.flags
 
     @property
     def home(self) -> Path:
@@ -573,7 +577,8 @@ class Driver:
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
                                            self.launch_shapes(tmp), device.entry_names(ptx)),
-                                       defer=device.defer_refused(self.o.flags))
+                                       defer=device.defer_refused(self.o.flags),
+                                       distributed=self.distributed)
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -632,7 +637,8 @@ class Driver:
                                        linked_ids=ids, warn=_warn,
                                        shapes=launch_shapes.kernel_shapes(
                                            shapes, device.entry_names(ptx)),
-                                       defer=device.defer_refused(self.o.flags))
+                                       defer=device.defer_refused(self.o.flags),
+                                       distributed=self.distributed)
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -663,9 +669,53 @@ class Driver:
                 raise UsageError("-cudart shared and -lcuda link libraries of the toolkit directory "
                                  "in the cache directory, and there is none (CPUIFY_NO_CACHE or an "
                                  "unusable directory): the executable would lose them at exit")
+            if self.distributed and "-shared" in self.o.flags:
+                _warn("cpuify nvcc: warning: --distributed has no effect on a shared library "
+                      "(its kernels carry their access maps; link the executable with "
+                      "--distributed)")
+            elif self.distributed:
+                # rank 0 runs main, the other ranks serve kernels (runtime/dist_main.c)
+                extra += ["-Wl,--wrap=main", self.distributed_main(tmp)]
             cmd = [self.host_cxx(), *library_dirs(self.home), *objects, *extra, "-o", out,
                    *self.o.link_opts, *libs[self.o.cudart]]
             self.run(cmd, "link")
+
+    def distributed_main(self, tmp: str) -> str:
+        """The object defining __wrap_main for --distributed executables: runtime/dist_main.c
+        with this Python's library, executable and module path (where cpuify and mpi4py are)
+        baked in.  Programs calling cuBLAS/cuFFT (which work on rank 0's memory directly) run
+        their kernels on rank 0 only."""
+        import sysconfig
+
+        from cpuify.nvcc.rtlib import RUNTIME_DIR
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        libpython = None
+        for n in (sysconfig.get_config_var("INSTSONAME"), sysconfig.get_config_var("LDLIBRARY")):
+            if n and ".so" in n and os.path.isfile(os.path.join(libdir, n)):
+                libpython = os.path.join(libdir, n)
+                break
+        if self.dry:
+            libpython = libpython or "libpython.so"
+        if libpython is None:
+            raise UsageError("--distributed: this Python has no shared libpython (built without "
+                             "--enable-shared), which a distributed program loads to run "
+                             "cpuify's engine; use a Python that has one")
+        paths = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+        local_only = any(f.startswith(("-lcublas", "-lcufft")) for f in self.o.link_opts)
+
+        def c_str(text: str) -> str:
+            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        unit = os.path.join(tmp, "cpuify_dist_main.c")
+        Path(unit).write_text(
+            f"#define CPUIFY_DIST_LIBPYTHON {c_str(libpython)}\n"
+            f"#define CPUIFY_DIST_PYTHON {c_str(sys.executable)}\n"
+            f"#define CPUIFY_DIST_SYS_PATH {c_str(repr(paths))}\n"
+            f"#define CPUIFY_DIST_LOCAL_ONLY {1 if local_only else 0}\n"
+            f'#include "{RUNTIME_DIR / "dist_main.c"}"\n')
+        obj = os.path.join(tmp, "cpuify_dist_main.o")
+        self.run([self.host_cc(), "-O1", "-std=gnu11", "-c", unit, "-o", obj],
+                 "compiling the distributed entry point")
+        return obj
 
     # --- the whole command ---
     def output_for(self, src: str, suffix: str) -> str:
@@ -823,14 +873,19 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);
         --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
-        cudaDeviceProp fields, ...: on by default).
+        cudaDeviceProp fields, ...: on by default);
+        --distributed  runs across MPI ranks under mpiexec (mpiexec -n 4 ./app: rank 0 runs
+        main, the others serve parts of each kernel's grid; give it when compiling and
+        linking; without MPI the program runs as usual; docs/distributed.md).
 host compiler: -ccbin, else $NVCC_CCBIN, else g++/gcc (never $CC/$CXX).
 environment: NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS as nvcc; CPUIFY_NVCC_VERBOSE=1 prints
         the commands; CPUIFY_DEFER_REFUSED=1 and CPUIFY_LEGACY=0 as the flags above;
         kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify cache
         info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
         CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
-        (the compute capability reported; default: the compiled target).
+        (the compute capability reported; default: the compiled target);
+        CPUIFY_DISTRIBUTED=0 (--distributed programs: every rank runs main on its own),
+        CPUIFY_LIBPYTHON / CPUIFY_PYTHON (the Python a --distributed program embeds).
 SIGTERM: exit status 143, temporary files removed.
 """
 
@@ -931,9 +986,31 @@ def _files_digest(paths: list[str], before: float | None = None) -> str | None:
     return h.hexdigest()
 
 
+def mpi_world_size(env: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    """The number of ranks of the MPI world this process was started in by mpiexec (MPICH's
+    hydra, Open MPI, MVAPICH set these; runtime/dist_main.c reads the same), 0 outside."""
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def wants_distributed(env: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether `cpuify run` builds with --distributed: CPUIFY_DISTRIBUTED=1, or (unless it
+    is 0) running under mpiexec with more than one rank."""
+    setting = env.get("CPUIFY_DISTRIBUTED", "")
+    if setting in ("0", "off", "no"):
+        return False
+    return setting in ("1", "on", "yes") or mpi_world_size(env) > 1
+
+
 def run_main(src: str, args: list[str], nvcc_args: list[str]) -> int:
-    """Builds `src` (cached: see _program_key, plus every header the build read) and runs it."""
+    """Builds `src` (cached: see _program_key, plus every header the build read) and runs it
+    (under mpiexec with several ranks: built with --distributed, see wants_distributed)."""
     from cpuify import cache
+    if wants_distributed() and not {"--distributed", "--cpuify-distributed"} & set(nvcc_args):
+        nvcc_args = [*nvcc_args, "--distributed"]
     try:
         base = _program_key(src, nvcc_args)
     except (OSError, CpuifyError) as exc:
@@ -978,7 +1055,12 @@ def _run_program(exe: str, args: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     from cpuify.cache import outer_environment
-    proc = subprocess.Popen([exe, *args], env=outer_environment())   # (not cpuify's TMPDIR)
+    env = outer_environment()
+    # under mpiexec (MPICH's hydra), the program is the MPI process: it needs the process
+    # manager's descriptor this process was given
+    pmi_fd = env.get("PMI_FD", "")
+    keep = (int(pmi_fd),) if pmi_fd.isdigit() else ()
+    proc = subprocess.Popen([exe, *args], env=env, pass_fds=keep)   # (not cpuify's TMPDIR)
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))

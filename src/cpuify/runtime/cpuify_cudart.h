@@ -95,6 +95,10 @@ CPUIFY_API void cpuify_cudart_register_linked(void (*callback)(void **),
  * CPUIFY_COMPUTE_CAPABILITY says otherwise). */
 CPUIFY_API void cpuify_cudart_note_arch(uint32_t sm);
 
+/* Distributed execution (`cpuify nvcc --distributed`): the table of runtime entry points
+ * that cpuify/distributed/native.py calls (runtime/dist_main.c passes its address on). */
+CPUIFY_API const void *cpuify_cudart_dist_api(void);
+
 #ifdef __cplusplus
 }
 #endif

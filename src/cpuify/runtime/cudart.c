@@ -340,6 +340,7 @@ typedef struct kentry {
     int max_dyn_shared;
     const char *pretty;
     stat_t stat;
+    uint32_t index;           /* registration order: the same in every process of the program */
 } kentry;
 
 typedef struct ventry {
@@ -442,6 +443,7 @@ void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun,
     k->max_dyn_shared = -1;
     pthread_mutex_lock(&g_reg_lock);
     g_kernels = grow(g_kernels, &g_cap_kernels, g_nkernels + 1, sizeof *g_kernels);
+    k->index = (uint32_t)g_nkernels;
     g_kernels[g_nkernels++] = k;
     pthread_mutex_unlock(&g_reg_lock);
 }
@@ -640,6 +642,49 @@ static alloc_t lookup(const void *p) {
     return a;
 }
 
+/* Distributed execution (cpuify nvcc --distributed: runtime/dist_main.c and
+ * cpuify/distributed/native.py).  On rank 0 of a distributed run, native.py sets these
+ * hooks: the allocations, every copy or memset that reads or writes device memory on the
+ * host's behalf, and every kernel launch go through them (the launch is then run by the
+ * ranks together).  Everywhere else g_dist is NULL and each hook is one test. */
+typedef struct cpuify_dist_hooks {
+    void (*alloc)(uint64_t addr, uint64_t nbytes, int32_t kind);   /* MEM_* below */
+    void (*release)(uint64_t addr);
+    void (*host_wrote)(uint64_t addr, uint64_t nbytes);
+    void (*host_read)(uint64_t addr, uint64_t nbytes);
+    /* a launch: its cudaError_t (0: ran), or -1: run it here as usual */
+    int32_t (*launch)(uint32_t kernel_index, const char *device_name, const uint32_t *dims,
+                      uint64_t dyn_shared, uint64_t params, uint32_t param_size, uint32_t flags);
+} cpuify_dist_hooks;
+
+static const cpuify_dist_hooks *g_dist;
+
+static void dist_alloc(void *p, size_t n, int kind) {
+    if (g_dist && p) g_dist->alloc((uint64_t)(uintptr_t)p, n, kind);
+}
+
+static void dist_release(void *p) {
+    if (g_dist && p) g_dist->release((uint64_t)(uintptr_t)p);
+}
+
+/* the host is about to read [p, p + n): rank 0's copy is made current */
+static void dist_host_read(const void *p, size_t n) {
+    if (g_dist && n && lookup(p).kind) g_dist->host_read((uint64_t)(uintptr_t)p, n);
+}
+
+/* Before the host writes [p, p + n): when only part of the range is written (`dense` 0:
+ * rows of a pitched copy), the rest must be current on rank 0, since after the write
+ * rank 0's copy of the whole range is taken to be the newest. */
+static int dist_before_write(void *p, size_t n, int dense) {
+    if (!g_dist || !n || !lookup(p).kind) return 0;
+    if (!dense) g_dist->host_read((uint64_t)(uintptr_t)p, n);
+    return 1;
+}
+
+static void dist_after_write(void *p, size_t n, int tracked) {
+    if (tracked) g_dist->host_wrote((uint64_t)(uintptr_t)p, n);
+}
+
 static void *alloc_aligned(size_t size) {
     size_t n = (size + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     if (n < size) return NULL;
@@ -675,6 +720,7 @@ static cudaError_t alloc_memory(void **ptr, size_t size, int kind, unsigned flag
         return fail(cudaErrorMemoryAllocation);
     }
     track(p, size, kind, flags);
+    dist_alloc(p, size, kind);
     *ptr = p;
     return cudaSuccess;
 }
@@ -738,6 +784,7 @@ static cudaError_t do_free(void *p, unsigned mask) {
 static cudaError_t free_memory(void *p, unsigned mask) {
     if (!p) return cudaSuccess;
     if (!untrack(p, mask)) return fail(cudaErrorInvalidValue);
+    dist_release(p);
     free(p);
     return cudaSuccess;
 }
@@ -763,6 +810,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
     if (!ptr || !size) return fail(cudaErrorInvalidValue);
     if (lookup(ptr).kind) return fail(cudaErrorHostMemoryAlreadyRegistered);
     track(ptr, size, MEM_REGISTERED, flags);
+    dist_alloc(ptr, size, MEM_REGISTERED);
     return cudaSuccess;
 }
 
@@ -770,6 +818,7 @@ cudaError_t cudaHostUnregister(void *ptr) {
     CHECK_STICKY();
     CHECK_CAPTURE_UNSAFE();
     if (!untrack(ptr, 1u << MEM_REGISTERED)) return fail(cudaErrorHostMemoryNotRegistered);
+    dist_release(ptr);
     return cudaSuccess;
 }
 
@@ -1111,7 +1160,10 @@ static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMem
         if (r) return fail((cudaError_t)r);
     }
     uint64_t t0 = profiling() ? now_ns() : 0;
+    dist_host_read(src, count);
+    int tracked = dist_before_write(dst, count, 1);
     if (cpuify_guarded_copy(dst, 0, src, 0, count, 1, 0)) return bad_pointer("cudaMemcpy", dst, src);
+    dist_after_write(dst, count, tracked);
     if (t0) record_copy(copy_class(dst, src, kind), t0, count);
     return cudaSuccess;
 }
@@ -1160,8 +1212,12 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
         if (r) return fail((cudaError_t)r);
     }
     uint64_t t0 = profiling() ? now_ns() : 0;
+    dist_host_read(src, (height - 1) * spitch + width);
+    size_t dspan = (height - 1) * dpitch + width;
+    int tracked = dist_before_write(dst, dspan, height == 1 || dpitch == width);
     if (cpuify_guarded_copy(dst, dpitch, src, spitch, width, height, 0))
         return bad_pointer("cudaMemcpy2D", dst, src);
+    dist_after_write(dst, dspan, tracked);
     if (t0) record_copy(copy_class(dst, src, kind), t0, (uint64_t)width * height);
     return cudaSuccess;
 }
@@ -1221,10 +1277,15 @@ cudaError_t cpuify_cudart_plan_copy3d(const struct cudaMemcpy3DParms *p, cpuify_
 cudaError_t cpuify_cudart_run_copy(const cpuify_cudart_copy *c) {
     if (c->width == 0) return cudaSuccess;
     uint64_t t0 = profiling() ? now_ns() : 0;
+    size_t sspan = (c->depth - 1) * c->sslice + (c->height - 1) * c->spitch + c->width;
+    size_t dspan = (c->depth - 1) * c->dslice + (c->height - 1) * c->dpitch + c->width;
+    dist_host_read(c->src, sspan);
+    int tracked = dist_before_write(c->dst, dspan, dspan == c->width * c->height * c->depth);
     for (size_t z = 0; z < c->depth; z++)
         if (cpuify_guarded_copy(c->dst + z * c->dslice, c->dpitch, c->src + z * c->sslice, c->spitch,
                                 c->width, c->height, 0))
             return bad_pointer("cudaMemcpy3D", c->dst, c->src);
+    dist_after_write(c->dst, dspan, tracked);
     if (t0) record_copy(copy_class(c->dst, c->src, c->kind), t0, (uint64_t)c->width * c->height * c->depth);
     return cudaSuccess;
 }
@@ -1261,7 +1322,9 @@ static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
         if (r) return fail((cudaError_t)r);
     }
     uint64_t t0 = profiling() ? now_ns() : 0;
+    int tracked = dist_before_write(ptr, count, 1);
     if (cpuify_guarded_copy(ptr, 0, NULL, 0, count, 1, value)) return bad_pointer("cudaMemset", ptr, NULL);
+    dist_after_write(ptr, count, tracked);
     if (t0) record_copy(CP_MEMSET, t0, count);
     return cudaSuccess;
 }
@@ -1284,8 +1347,11 @@ static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_
         if (r) return fail((cudaError_t)r);
     }
     uint64_t t0 = profiling() ? now_ns() : 0;
+    size_t span = (height - 1) * pitch + width;
+    int tracked = dist_before_write(ptr, span, height == 1 || pitch == width);
     if (cpuify_guarded_copy(ptr, pitch, NULL, 0, width, height, value))
         return bad_pointer("cudaMemset2D", ptr, NULL);
+    dist_after_write(ptr, span, tracked);
     if (t0) record_copy(CP_MEMSET, t0, (uint64_t)width * height);
     return cudaSuccess;
 }
@@ -1328,6 +1394,8 @@ cudaError_t cpuify_cudart_run_memset(void *dst, size_t pitch, unsigned value, un
     if (width == 0 || height == 0) return cudaSuccess;
     size_t row = width * element_size;
     uint64_t t0 = profiling() ? now_ns() : 0;
+    size_t span = (height - 1) * pitch + row;
+    int tracked = dist_before_write(dst, span, height == 1 || pitch == row);
     if (element_size == 1) {
         if (cpuify_guarded_copy(dst, pitch, NULL, 0, row, height, (int)(value & 0xff)))
             return bad_pointer("cudaGraphLaunch (memset node)", dst, NULL);
@@ -1344,6 +1412,7 @@ cudaError_t cpuify_cudart_run_memset(void *dst, size_t pitch, unsigned value, un
                     return bad_pointer("cudaGraphLaunch (memset node)", dst, NULL);
             }
     }
+    dist_after_write(dst, span, tracked);
     if (t0) record_copy(CP_MEMSET, t0, (uint64_t)row * height);
     return cudaSuccess;
 }
@@ -1972,7 +2041,46 @@ cudaError_t cpuify_cudart_prepare_launch(kentry *k, dim3 g, dim3 b, size_t smem,
 /* Runs a prepared launch; a kernel that fails makes the error sticky, as on a GPU.  Returns
  * 0, the sticky error of a failed kernel, or cudaErrorLaunchOutOfResources (not sticky: no
  * memory for the block buffers). */
+/* The blocks of a launch: all of them (box NULL), or those of a box of the grid
+ * (distributed execution: [box[0], box[1]) x [box[2], box[3]) x [box[4], box[5]); the block
+ * function sees the whole grid). */
+static int32_t launch_blocks(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box,
+                             uint32_t *err_block) {
+    if (!box)
+        return cpuify_launch_ex(l->fn, buf, &l->dims, l->shared_bytes, l->scratch_bytes, err_block,
+                                l->launch_flags, l->resident);
+    const uint32_t lo[3] = {box[0], box[2], box[4]}, hi[3] = {box[1], box[3], box[5]};
+    return cpuify_launch_range(l->fn, buf, &l->dims, l->shared_bytes, l->scratch_bytes, err_block,
+                               l->launch_flags, l->resident, lo, hi);
+}
+
+static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box);
+
+/* The launch hook of distributed execution: the launch's cudaError_t, or -1 to run it here. */
+static int dist_launch(const cpuify_cudart_launch *l, unsigned char *buf) {
+    kentry *k = l->kernel;
+    uint32_t dims[6] = {l->dims.grid[0], l->dims.grid[1], l->dims.grid[2],
+                        l->dims.block[0], l->dims.block[1], l->dims.block[2]};
+    int32_t rc = g_dist->launch(k->index, k->device_name, dims, l->dyn_shared, (uint64_t)(uintptr_t)buf,
+                                k->desc->param_size, l->launch_flags | k->desc->flags << 8);
+    if (rc > 0) {
+        /* a rank failed it (and said why on its stderr): sticky, as a local failure */
+        int zero = 0;
+        atomic_compare_exchange_strong(&g_sticky, &zero, (int)rc);
+        tls_last_error = (cudaError_t)rc;
+    }
+    return rc;
+}
+
 int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) {
+    if (g_dist) {
+        int rc = dist_launch(l, buf);
+        if (rc >= 0) return rc;
+    }
+    return run_launch_box(l, buf, NULL);
+}
+
+static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box) {
     kentry *k = l->kernel;
     memcpy(buf + l->dyn_offset, &l->dyn_shared, 4);
     uint32_t err_block[3] = {0, 0, 0};
@@ -1984,9 +2092,7 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
         cpuify_dims one = {{1, 1, 1}, {1, 1, 1}};
         rc = cpuify_launch(l->prologue, buf, &one, 0, l->prologue_scratch, err_block);
     }
-    if (!rc)
-        rc = cpuify_launch_ex(l->fn, buf, &l->dims, l->shared_bytes, l->scratch_bytes, err_block,
-                              l->launch_flags, l->resident);
+    if (!rc) rc = launch_blocks(l, buf, box, err_block);
     if (prof) {
         uint64_t t = now_ns() - t0;
         pthread_mutex_lock(&g_prof_lock);
@@ -2055,6 +2161,11 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
             snprintf(detail, sizeof detail, "it can make no progress: %s", cpuify_last_message());
             why = detail;
             e = cudaErrorLaunchTimeout;
+            break;
+        case CPUIFY_ERR_INVALID_BOX:
+            why = "a distributed launch gave a box of blocks outside the grid (or a part of a "
+                  "cooperative grid); nothing ran";
+            e = cudaErrorInvalidValue;
             break;
         default: why = "unknown error"; break;
         }
@@ -2291,6 +2402,123 @@ cudaError_t cpuify_cudart_copy2d(void *dst, size_t dpitch, const void *src, size
                                  cudaStream_t s) {
     return copy2d(dst, dpitch, src, spitch, width, height, kind, s);
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* distributed execution: what cpuify/distributed/native.py calls (through ctypes, from the
+ * address runtime/dist_main.c gives it; the program exports no symbols)                  */
+
+static void dist_set_hooks(const cpuify_dist_hooks *h) { g_dist = h; }
+
+/* Kernel `index` (its registration number; `name` checked) launched over a box of blocks of
+ * the grid (box NULL: all of it) with `params` (param_size bytes, the kernel's packed
+ * parameters); `cooperative`: as cudaLaunchCooperativeKernel (whole grids only).  Returns
+ * the launch's cudaError_t; a failure is reported as a launch's is. */
+static int32_t dist_launch_box(uint32_t index, const char *name, const uint32_t *dims,
+                               uint64_t dyn_shared, uint64_t params, uint32_t param_size,
+                               const uint32_t *box, int32_t cooperative) {
+    kentry *k = NULL;
+    pthread_mutex_lock(&g_reg_lock);
+    if (index < g_nkernels && strcmp(g_kernels[index]->device_name, name) == 0) k = g_kernels[index];
+    for (size_t i = 0; !k && i < g_nkernels; i++)
+        if (strcmp(g_kernels[i]->device_name, name) == 0) k = g_kernels[i];
+    pthread_mutex_unlock(&g_reg_lock);
+    if (!k) {
+        fprintf(stderr, "cpuify: distributed launch of kernel '%s': no such kernel in this "
+                        "program (are all ranks running the same executable?)\n", name);
+        return cudaErrorInvalidDeviceFunction;
+    }
+    cpuify_cudart_launch l;
+    dim3 g = {dims[0], dims[1], dims[2]}, b = {dims[3], dims[4], dims[5]};
+    cudaError_t e = cpuify_cudart_prepare_launch(k, g, b, dyn_shared, cooperative != 0, &l);
+    if (e) return e;
+    if (param_size != k->desc->param_size) {
+        fprintf(stderr, "cpuify: distributed launch of kernel '%s': %u bytes of parameters, "
+                        "expected %u\n", k->pretty, param_size, k->desc->param_size);
+        return cudaErrorInvalidValue;
+    }
+    unsigned char *buf = malloc(l.param_bytes ? l.param_bytes : 1);
+    if (!buf) return cudaErrorMemoryAllocation;
+    memcpy(buf, (const void *)(uintptr_t)params, param_size);
+    int rc = run_launch_box(&l, buf, box);
+    free(buf);
+    return rc;
+}
+
+static uint32_t dist_kernel_count(void) {
+    pthread_mutex_lock(&g_reg_lock);
+    uint32_t n = (uint32_t)g_nkernels;
+    pthread_mutex_unlock(&g_reg_lock);
+    return n;
+}
+
+static const char *dist_kernel_name(uint32_t index) {
+    pthread_mutex_lock(&g_reg_lock);
+    const char *name = index < g_nkernels ? g_kernels[index]->device_name : NULL;
+    pthread_mutex_unlock(&g_reg_lock);
+    return name;
+}
+
+/* Module variable `i` over all modules (__device__/__constant__): 0 past the last. */
+static int dist_variable(uint32_t i, const char **name, uint64_t *addr, uint64_t *size,
+                         uint32_t *constant) {
+    int found = 0;
+    pthread_mutex_lock(&g_reg_lock);
+    for (size_t m = 0; m < g_nmodules && !found; m++) {
+        if (i < g_modules[m]->nvars) {
+            const cpuify_var_desc *v = &g_modules[m]->vars[i];
+            *name = v->name;
+            *addr = (uint64_t)(uintptr_t)v->addr;
+            *size = v->size;
+            *constant = v->constant;
+            found = 1;
+        } else {
+            i -= g_modules[m]->nvars;
+        }
+    }
+    pthread_mutex_unlock(&g_reg_lock);
+    return found;
+}
+
+/* The live allocations as (address, bytes, kind) triples; returns how many there are
+ * (at most `max` written). */
+static uint32_t dist_allocations(uint64_t *out, uint32_t max) {
+    pthread_mutex_lock(&g_mem_lock);
+    uint32_t n = (uint32_t)g_nallocs;
+    for (uint32_t i = 0; i < n && i < max; i++) {
+        out[3 * i] = (uint64_t)(uintptr_t)g_allocs[i].base;
+        out[3 * i + 1] = g_allocs[i].size;
+        out[3 * i + 2] = (uint64_t)g_allocs[i].kind;
+    }
+    pthread_mutex_unlock(&g_mem_lock);
+    return n;
+}
+
+/* Marks the sticky error (a server's failure seen outside a launch). */
+static void dist_set_sticky(int32_t e) {
+    int zero = 0;
+    if (e > 0) atomic_compare_exchange_strong(&g_sticky, &zero, (int)e);
+}
+
+#define CPUIFY_DIST_API_VERSION 1
+typedef struct cpuify_dist_api {
+    uint32_t version;
+    void (*set_hooks)(const cpuify_dist_hooks *h);
+    int32_t (*launch_box)(uint32_t index, const char *name, const uint32_t *dims, uint64_t dyn_shared,
+                          uint64_t params, uint32_t param_size, const uint32_t *box, int32_t cooperative);
+    uint32_t (*kernel_count)(void);
+    const char *(*kernel_name)(uint32_t index);
+    int (*variable)(uint32_t i, const char **name, uint64_t *addr, uint64_t *size, uint32_t *constant);
+    uint32_t (*allocations)(uint64_t *out, uint32_t max);
+    void (*set_sticky)(int32_t e);
+} cpuify_dist_api;
+
+static const cpuify_dist_api g_dist_api = {
+    CPUIFY_DIST_API_VERSION, dist_set_hooks, dist_launch_box, dist_kernel_count, dist_kernel_name,
+    dist_variable, dist_allocations, dist_set_sticky,
+};
+
+/* runtime/dist_main.c hands this to native.py */
+const void *cpuify_cudart_dist_api(void) { return &g_dist_api; }
 
 /* ------------------------------------------------------------------------------------ */
 /* profile report                                                                       */
