@@ -492,6 +492,11 @@ class KernelAccess:
         got = self._footprints.get(key)
         if got is not None:
             return got
+        if not self.distributable:
+            # what the maps miss (a pointer loaded from memory, ...) may be anywhere
+            return {p.index: Footprint([WHOLE_INTERVAL], [WHOLE_INTERVAL],
+                                       [WHOLE_INTERVAL] if p.atomics is not None else [],
+                                       writes_exact=False) for p in self.params}
         maps = self._maps.get(launch_key)
         if maps is None:
             env = self._env(scalars, grid3, block3)
@@ -855,7 +860,7 @@ class _LaunchMap:
         r = isl.Map.from_range(m.intersect_domain(box).range())
         r = r.move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, k - 1)
         lo, hi = r.lexmin(), r.lexmax()
-        if lo.domain().count_val().to_python() > MAX_INTERVALS:
+        if _count(lo.domain()) > MAX_INTERVALS:
             return None
         between = lo.apply_range(isl.Map("{ [m] -> [c] : c >= m }")).intersect(
             hi.apply_range(isl.Map("{ [m] -> [c] : c <= m }")))
@@ -900,7 +905,7 @@ def _flat_runs(s) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-de
 #: isl operations one interval computation may take before another way (or a coarser,
 #: still sound answer) is tried: a union of many pieces with many conditions (a 3-D stencil
 #: with its halo cases) can make subtracting it from itself take minutes
-ISL_OPERATIONS = 2_000_000
+ISL_OPERATIONS = 500_000
 
 
 def _bounded(compute, limit: int):  # type: ignore[no-untyped-def]
@@ -912,11 +917,22 @@ def _bounded(compute, limit: int):  # type: ignore[no-untyped-def]
     ctx.set_max_operations(limit)
     try:
         return compute()
-    except isl.Error:
+    except (isl.Error, _OutOfWork):
         return None
     finally:
         ctx.set_max_operations(previous)
         ctx.reset_operations()
+
+
+class _OutOfWork(Exception):
+    """isl ran out of the operations _bounded allows (some calls answer NaN then)."""
+
+
+def _count(s) -> int:  # type: ignore[no-untyped-def]
+    v = s.count_val()
+    if not v.is_int():
+        raise _OutOfWork
+    return v.to_python()
 
 
 def _coordinate(s) -> int:  # type: ignore[no-untyped-def]
@@ -930,7 +946,7 @@ def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyp
     import islpy as isl
     up = isl.Map("{ [o] -> [o + 1] }")
     starts = s.subtract(s.apply(up))
-    if starts.count_val().to_python() > cap:         # counted in isl: no callbacks
+    if _count(starts) > cap:                          # counted in isl: no callbacks
         return None
     ends = s.subtract(s.apply(up.reverse()))
     lo: list[int] = []
