@@ -13,12 +13,16 @@ import pytest
 
 pytest.importorskip("islpy")
 
-from cpuify.analysis.access_maps import (WHOLE_INTERVAL, Footprint, KernelAccess,  # noqa: E402
-                                         kernel_access)
-from cpuify.errors import CpuifyError  # noqa: E402
-from cpuify.frontend.nvrtc import compile_to_ptx  # noqa: E402
-from cpuify.interp import interpret_kernel  # noqa: E402
-from cpuify.interp.machine import Thread  # noqa: E402
+from cpuify.analysis.access_maps import (
+    WHOLE_INTERVAL,
+    Footprint,
+    KernelAccess,
+    kernel_access,
+)
+from cpuify.errors import CpuifyError
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.interp import interpret_kernel
+from cpuify.interp.machine import Thread
 
 SRC = r"""
 extern "C" __global__ void axpy(int n, float a, const float* x, float* y) {
@@ -192,7 +196,7 @@ def _check(monkeypatch, ptx, kernel, grid, block, args, scalars,  # type: ignore
                     assert have == want, (kernel, b, p.name, kind, sorted(have ^ want)[:8])
                 # intervals sorted, disjoint, not touching
                 assert all(lo < hi for lo, hi in got)
-                assert all(a[1] < c[0] for a, c in zip(got, got[1:]))
+                assert all(a[1] < c[0] for a, c in itertools.pairwise(got))
     return ka
 
 

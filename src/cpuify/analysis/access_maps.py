@@ -23,11 +23,21 @@ that exits on `i != bound` is taken to reach its bound."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from cpuify.errors import CpuifyError
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Value, dominates, dominators, predecessors
+from cpuify.ir.core import (
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Value,
+    dominates,
+    dominators,
+    predecessors,
+)
 from cpuify.ir.modifiers import mods, ty, type_size
 
 WHOLE = "whole"
@@ -213,7 +223,7 @@ _CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
 # --- atoms ---------------------------------------------------------------------------------
 
 def _param_like_name(name: str) -> bool:
-    return name.startswith("p:") or name.startswith("ntid_") or name.startswith("nctaid_")
+    return name.startswith(("p:", "ntid_", "nctaid_"))
 
 
 @dataclass
@@ -237,7 +247,7 @@ class _Atom:
                 "divisor": _p_json(self.divisor), "signed": self.signed, "exact": self.exact}
 
     @staticmethod
-    def from_json(d: dict) -> "_Atom":  # type: ignore[type-arg]
+    def from_json(d: dict) -> _Atom:  # type: ignore[type-arg]
         return _Atom(str(d["kind"]), _c_from_json(d["cond"]), _p_from_json(d["operand"]),
                      _p_from_json(d["divisor"]), bool(d["signed"]), bool(d["exact"]))
 
@@ -260,7 +270,7 @@ class Access:
                 "line": self.line}
 
     @staticmethod
-    def from_json(d: dict) -> "Access":  # type: ignore[type-arg]
+    def from_json(d: dict) -> Access:  # type: ignore[type-arg]
         return Access(str(d["kind"]), None if d["index"] is None else _p_from_json(d["index"]),
                       int(d["size"]), _c_from_json(d["guard"]), bool(d["exact"]), int(d["line"]))
 
@@ -270,7 +280,7 @@ class AccessRelation:
     to byte offsets whose parameters (scalars, ntid, nctaid) are fixed per launch;
     `map(scalars, grid, block)` is it as an isl map `{ [bx, by, bz] -> [byte] }`."""
 
-    def __init__(self, kernel: "KernelAccess", accesses: list[Access]) -> None:
+    def __init__(self, kernel: KernelAccess, accesses: list[Access]) -> None:
         self._kernel = kernel
         self.accesses = accesses
 
@@ -512,8 +522,9 @@ class KernelAccess:
                         maps[(p.index, kind)] = _LaunchMap(self, accs, env)
             self._maps[launch_key] = maps
         import islpy as isl
-        box_set = isl.Set("{ [bx, by, bz] : %d <= bx < %d and %d <= by < %d and %d <= bz < %d }"
-                          % (box3[0] + box3[1] + box3[2]))
+        (x0, x1), (y0, y1), (z0, z1) = box3
+        box_set = isl.Set(f"{{ [bx, by, bz] : {x0} <= bx < {x1} and {y0} <= by < {y1} and "
+                          f"{z0} <= bz < {z1} }}")
         out: dict[int, Footprint] = {}
         for p in self.params:
             fp = Footprint(writes_exact=p.writes_exact)
@@ -559,8 +570,7 @@ class KernelAccess:
                     # pairs of blocks writing a common byte, differing in dimension d
                     flat = m.flat
                     pairs = flat.apply_range(flat.reverse())
-                    other = isl.Map("{ [bx, by, bz] -> [cx, cy, cz] : %s != c%s }"
-                                    % (b, _DIMS[d]))
+                    other = isl.Map(f"{{ [bx, by, bz] -> [cx, cy, cz] : {b} != c{_DIMS[d]} }}")
                     if not pairs.intersect(other).is_empty():
                         ok = False
             if ok and grid3[d] > 1:
@@ -581,7 +591,7 @@ class KernelAccess:
                        for p in self.params]}, separators=(",", ":"))
 
     @classmethod
-    def from_text(cls, text: str) -> "KernelAccess":
+    def from_text(cls, text: str) -> KernelAccess:
         try:
             d = json.loads(text)
             if d.get("format") != _TEXT_FORMAT:
@@ -661,7 +671,7 @@ def _show_atom(x: str) -> str:
         return x[2:]
     if x.startswith("tid_"):
         return "tid." + x[4:]
-    if x.startswith("ntid_") or x.startswith("nctaid_"):
+    if x.startswith(("ntid_", "nctaid_")):
         return x.replace("_", ".")
     return x
 
@@ -837,7 +847,7 @@ class _LaunchMap:
         # rows: byte offsets taken apart by row pitch, first the scalar parameters'
         # (`row * n + col`), then also large constant strides (`i * 4096 + j`)
         for split in (0, 256):
-            got = _bounded(lambda: self._row_runs(box, split), ISL_OPERATIONS)
+            got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS)
             if got is not None:
                 return got, True
         import islpy as isl
@@ -1544,9 +1554,7 @@ class _Builder:
             elif n == "ptx.cvt":
                 if x.type == "i64" and op.operands and op.operands[0].type == "i64":
                     work.append(op.operands[0])
-            elif n in ("ptx.mov", "ptx.cvta", "ptx.neg"):
-                work.extend(op.operands[:1])
-            elif n == "ptx.sub":
+            elif n in ("ptx.mov", "ptx.cvta", "ptx.neg") or n == "ptx.sub":
                 work.extend(op.operands[:1])
             elif n == "ptx.mad":
                 work.extend(op.operands[2:3])
@@ -1780,5 +1788,16 @@ def kernel_access(compiled_module_or_ptx: Any, kernel_name: str) -> KernelAccess
     return result
 
 
-__all__ = ["ATOMIC_OPS", "Access", "AccessRelation", "BIG", "Footprint", "KernelAccess",
-           "ParamAccess", "WHOLE", "WHOLE_INTERVAL", "analyze_kernel_op", "kernel_access"]
+__all__ = [
+    "ATOMIC_OPS",
+    "BIG",
+    "WHOLE",
+    "WHOLE_INTERVAL",
+    "Access",
+    "AccessRelation",
+    "Footprint",
+    "KernelAccess",
+    "ParamAccess",
+    "analyze_kernel_op",
+    "kernel_access",
+]
