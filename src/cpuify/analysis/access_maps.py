@@ -521,7 +521,7 @@ class KernelAccess:
                     else:
                         maps[(p.index, kind)] = _LaunchMap(self, accs, env)
             self._maps[launch_key] = maps
-        import islpy as isl
+        isl = _isl()
         (x0, x1), (y0, y1), (z0, z1) = box3
         box_set = isl.Set(f"{{ [bx, by, bz] : {x0} <= bx < {x1} and {y0} <= by < {y1} and "
                           f"{z0} <= bz < {z1} }}")
@@ -550,7 +550,7 @@ class KernelAccess:
                             block: Sequence[int]) -> list[str]:
         """The grid dimensions ('x', 'y', 'z') along which blocks with different indices
         never write (or update atomically) the same byte of any parameter, for this launch."""
-        import islpy as isl
+        isl = _isl()
         self.footprint(scalars, grid, block, ((0, 1), (0, 1), (0, 1)))
         used = self._used_scalars()
         grid3 = tuple((tuple(int(g) for g in grid) + (1, 1, 1))[:3])
@@ -651,6 +651,16 @@ class KernelAccess:
             if all(a.index is not None and any(b in m for m in a.index) for a in writes):
                 return _DIMS[d]
         return None
+
+
+def _isl():  # type: ignore[no-untyped-def]
+    """islpy, or an error saying how to get it."""
+    try:
+        import islpy
+    except ImportError:
+        raise CpuifyError("access maps need islpy (pip install islpy, or cpuify's "
+                          "'distributed' extra)") from None
+    return islpy
 
 
 def _as_type(value: int, ptype: str) -> int:
@@ -820,7 +830,7 @@ class _LaunchMap:
         return self._flat
 
     def _union(self, pitches: list[int] | None, split: int):  # type: ignore[no-untyped-def]
-        import islpy as isl
+        isl = _isl()
         result = None
         for a in self.accesses:
             m = isl.Map(self.kernel._access_isl(a, self.env, pitches, split))
@@ -850,7 +860,7 @@ class _LaunchMap:
             got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS)
             if got is not None:
                 return got, True
-        import islpy as isl
+        isl = _isl()
         hulls = _bounded(lambda: [(_coordinate(b.lexmin()), _coordinate(b.lexmax()) + 1)
                                   for b in map(isl.Set.from_basic_set, s.get_basic_sets())],
                          ISL_OPERATIONS)
@@ -862,7 +872,7 @@ class _LaunchMap:
         """Per row (all but the last of the row dimensions fixed) the least and the greatest
         byte in it, when every row is a run (checked); None otherwise or when there are more
         than MAX_INTERVALS rows.  The paper's row-wise enumeration (section 6)."""
-        import islpy as isl
+        isl = _isl()
         m, pitches = self.rows(split)
         k = len(pitches)
         if k == 1:
@@ -898,7 +908,7 @@ def _flat_runs(s) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-de
     from each other, unlike a union of many) when each has few, else for the union (the
     pieces of an unrolled loop interleave: each is strided, their union is not); None when
     more than MAX_INTERVALS."""
-    import islpy as isl
+    isl = _isl()
     pieces: list[tuple[int, int]] | None = []
     for basic in s.get_basic_sets():
         got = _runs(isl.Set.from_basic_set(basic), _PIECE_RUNS)
@@ -920,7 +930,7 @@ ISL_OPERATIONS = 500_000
 
 def _bounded(compute, limit: int):  # type: ignore[no-untyped-def]
     """compute() with isl's work limited to `limit` operations; None when it ran out."""
-    import islpy as isl
+    isl = _isl()
     ctx = isl.DEFAULT_CONTEXT
     previous = ctx.get_max_operations()
     ctx.reset_operations()
@@ -946,14 +956,14 @@ def _count(s) -> int:  # type: ignore[no-untyped-def]
 
 
 def _coordinate(s) -> int:  # type: ignore[no-untyped-def]
-    import islpy as isl
+    isl = _isl()
     return s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
 
 
 def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-def]
     """The maximal runs of consecutive integers of the bounded 1-D set s: its points whose
     left (right) neighbour is not in s start (end) one; None when there are more than cap."""
-    import islpy as isl
+    isl = _isl()
     up = isl.Map("{ [o] -> [o + 1] }")
     starts = s.subtract(s.apply(up))
     if _count(starts) > cap:                          # counted in isl: no callbacks
@@ -1495,6 +1505,11 @@ class _Builder:
                 break
             c = self._continue_cond(got[0], j)
             c, e = self._filter(c)
+            if not all(self.invariant(x, body) or x == j for x in _c_atoms(c)):
+                # a value of the loop other than its count: in the condition of iteration
+                # j - 1 it would stand for its value in iteration j
+                alternatives = None
+                break
             exact = exact and got[1] and e
             # iteration j runs when the latch continued after iteration j - 1
             shifted = _c_map(c, lambda p: _p_subst(p, j, _p_add(me, _p_const(-1))))
