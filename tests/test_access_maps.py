@@ -457,3 +457,25 @@ def test_split_dimension(ptx):
 
 def test_footprint_type():
     assert Footprint() == Footprint([], [], [])
+
+
+COOPERATIVE = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void twophase(float* x, int n) {
+  cg::grid_group g = cg::this_grid();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+  g.sync();
+  if (i < n) x[i] *= 2.0f;
+}
+extern "C" __global__ void child(float* x) { x[threadIdx.x] = 1.0f; }
+extern "C" __global__ void parent(float* x) { if (threadIdx.x == 0) child<<<1, 32>>>(x); }
+"""
+
+
+def test_grid_sync_and_dynamic_parallelism_are_not_distributable():
+    ptx = compile_to_ptx(COOPERATIVE, options=["-rdc=true"]).ptx
+    assert "grid-wide sync" in kernel_access(ptx, "twophase").reason
+    assert "dynamic parallelism" in kernel_access(ptx, "parent").reason
+    assert kernel_access(ptx, "child").distributable
