@@ -347,6 +347,7 @@ class KernelAccess:
         self._accesses = accesses
         self._maps: dict[tuple, dict] = {}          # type: ignore[type-arg]
         self._footprints: dict[tuple, dict[int, Footprint]] = {}  # type: ignore[type-arg]
+        self._used: list[str] | None = None
         for p in params:
             got = accesses.get(p.name, [])
             for kind, attr in (("read", "reads"), ("write", "writes"), ("atomic", "atomics")):
@@ -368,6 +369,11 @@ class KernelAccess:
         return env
 
     def _used_scalars(self) -> list[str]:
+        if self._used is None:
+            self._used = self._scalars_in_maps()
+        return self._used
+
+    def _scalars_in_maps(self) -> list[str]:
         used: set[str] = set()
         for accs in self._accesses.values():
             for a in accs:
@@ -1015,6 +1021,12 @@ _NOT_DISTRIBUTABLE = {
 }
 
 
+#: how deep a value's operands are followed (run() computes values in dominance order, so
+#: the chains followed at once are short), and the most terms an index polynomial may have
+_MAX_DEPTH = 200
+_MAX_TERMS = 64
+
+
 class _Builder:
     """Walks one lifted kernel (before the optimizing passes) and collects its accesses."""
 
@@ -1122,13 +1134,15 @@ class _Builder:
     def val(self, v: Value) -> Poly | None:
         if v in self.memo:
             return self.memo[v]
-        if v in self.busy:
-            return None
+        if v in self.busy or len(self.busy) > _MAX_DEPTH:
+            return None                 # a cycle, or a chain too long to follow: unknown
         self.busy.add(v)
         try:
             got = self._val(v)
         finally:
             self.busy.discard(v)
+        if got is not None and len(got) > _MAX_TERMS:
+            got = None
         self.memo[v] = got
         return got
 
@@ -1629,6 +1643,13 @@ class _Builder:
                     for k, n in self.provenance(op.operands[0]):
                         if k == "param":
                             self.cvta_params.add(n)
+        for b in self.order:
+            # integer values in dominance order: each one's operands are known when it is
+            # reached (what a memory access asks for is then a lookup)
+            for op in b.ops:
+                for r in op.results:
+                    if r.type[0] == "i" and r.type != "i1":
+                        self.val(r)
         for b in self.order:
             for op in b.ops:
                 name = op.name
