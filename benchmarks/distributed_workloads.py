@@ -135,17 +135,25 @@ SIZES = {
     "small": {"stencil2d": (256, 10), "stencil3d": (48, 6), "nbody": (1024, 3), "matmul": (128,),
               "transpose": (200, 136), "histogram": (1 << 16, 64), "gather": (1 << 14,),
               "pipeline": (1 << 16, 4)},
-    "default": {"stencil2d": (2048, 50), "stencil3d": (192, 20), "nbody": (8192, 4),
-                "matmul": (1024,), "transpose": (4096, 4096), "histogram": (1 << 24, 256),
-                "gather": (1 << 22,), "pipeline": (1 << 22, 10)},
+    "default": {"stencil2d": (4096, 20), "stencil3d": (256, 10), "nbody": (16384, 2),
+                "matmul": (2048,), "transpose": (4096, 4096), "histogram": (1 << 25, 256),
+                "gather": (1 << 23,), "pipeline": (1 << 23, 8)},
 }
+
+
+#: seconds the launches of the last workload took (its resident() block)
+LAST_SECONDS = 0.0
 
 
 @contextlib.contextmanager
 def _resident() -> Iterator[None]:
+    """The launches of a workload (timed: inputs are made before, outputs read after)."""
+    global LAST_SECONDS
     from cpuify.distributed import api_front
+    t = time.perf_counter()
     with api_front.resident():
         yield
+    LAST_SECONDS = time.perf_counter() - t
 
 
 def stencil2d(n: int, steps: int) -> list[np.ndarray]:
@@ -266,27 +274,94 @@ def digest(arrays: list[np.ndarray]) -> str:
 
 
 def run(name: str, size: str = "small") -> dict[str, Any]:
-    """Run one workload; its digest, time and (under MPI) what the engine moved."""
+    """Run one workload; its digest, the seconds its launches took (with the gather
+    back to rank 0 at the end) and (under MPI) what the engine moved."""
     from cpuify.distributed import engine
     eng = engine.get()
     before = None if eng is None else dict(vars(eng.stats))
-    t = time.perf_counter()
     out = WORKLOADS[name](*SIZES[size][name])
-    seconds = time.perf_counter() - t
-    result: dict[str, Any] = {"name": name, "digest": digest(out), "seconds": seconds}
+    result: dict[str, Any] = {"name": name, "digest": digest(out), "seconds": LAST_SECONDS}
     if eng is not None and before is not None:
         now = vars(eng.stats)
         result.update({k: now[k] - before[k] for k in ("launches", "distributed", "whole_on_rank0",
                                                        "bytes_moved", "bytes_minimum",
-                                                       "bytes_gathered", "messages")})
+                                                       "bytes_gathered", "messages", "overlapped")})
         result["ranks"] = eng.size
     return result
 
 
-if __name__ == "__main__":
+def predict(journal: list[tuple[Any, ...]], link: Any, counts: tuple[int, ...],
+            overhead_s: float = 0.0) -> dict[int, float]:
+    """Predicted seconds of the launches in `journal` (recorded by a one-rank engine) on
+    each rank count: cpuify.distributed.model over simulated trackers, compute per block as
+    measured here (all of this machine's cores for one rank: a node), `link` measured by
+    MPI ping-pong."""
+    from cpuify.distributed.model import Launch, LaunchModel, predict_scaling
+    from cpuify.distributed.plan import scalar_values
+
+    class Whole:
+        def __init__(self, n: int) -> None:
+            self.reads = [(0, n)]
+            self.writes = [(0, n)]
+            self.atomics: list[tuple[int, int]] = []
+
+    launches, sizes = [], {}
+    for ref, grid, block, params, slots, bsizes, seconds in journal:
+        sizes.update(bsizes)
+        offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
+        where = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
+        nblocks = grid[0] * grid[1] * grid[2]
+        access = ref.access
+        if access is None or not access.distributable or ref.reason:
+            fp = (lambda box, w=where, s=bsizes: {i: Whole(s[b]) for i, (b, _) in w.items()})
+        else:
+            scalars = scalar_values(ref.param_layout, params)
+            fp = (lambda box, a=access, sc=scalars, g=grid, bl=block:
+                  a.footprint(sc, g, bl, box))
+        launches.append(Launch(tuple(grid), fp, where, seconds / nblocks))
+    model = LaunchModel(seconds_per_block=0.0, link=link, overhead_s=overhead_s)
+    points = predict_scaling(launches, sizes, model, rank_counts=counts, warmup=0)
+    return {p.nranks: p.seconds for p in points}
+
+
+def _main(argv: list[str]) -> None:
+    import argparse
     import json
+    ap = argparse.ArgumentParser(description="run the distributed workloads (under mpiexec or not)")
+    ap.add_argument("size", nargs="?", default="small", choices=sorted(SIZES))
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--timed", action="store_true",
+                    help="run each workload once first (compiles, access maps), then time it")
+    ap.add_argument("--model", metavar="LINK_JSON",
+                    help="with a one-rank engine: also predict the time on 1..64 ranks "
+                         "from the launches run (link: {latency_s, bandwidth})")
+    args = ap.parse_intermixed_args(argv)
+    from cpuify.distributed import engine
+    eng = engine.get()
+    for name in args.names or list(WORKLOADS):
+        first = None
+        if args.timed:
+            # the first run counts the exact minimum of bytes (planning time), the second
+            # (the same launches on new arrays) is timed without
+            if eng is not None:
+                eng.exact_stats = True
+            first = run(name, args.size)
+            if eng is not None:
+                eng.exact_stats = False
+        if args.model and eng is not None:
+            eng.journal = []
+        result = run(name, args.size)
+        if first is not None:
+            result.update({k: v for k, v in first.items() if k.startswith("bytes") or k == "messages"})
+        if args.model and eng is not None and eng.journal is not None:
+            from cpuify.distributed.model import LinkModel
+            link = LinkModel(**json.loads(args.model))
+            counts = (1, 2, 4, 8, 16, 32, 64)
+            result["predicted"] = predict(eng.journal, link, counts)
+            eng.journal = None
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
     import sys
-    size = sys.argv[1] if len(sys.argv) > 1 else "small"
-    names = sys.argv[2:] or list(WORKLOADS)
-    for name in names:
-        print(json.dumps(run(name, size)), flush=True)
+    _main(sys.argv[1:])

@@ -13,12 +13,16 @@ import pytest
 
 pytest.importorskip("islpy")
 
-from cpuify.analysis.access_maps import (WHOLE_INTERVAL, Footprint, KernelAccess,  # noqa: E402
-                                         kernel_access)
-from cpuify.errors import CpuifyError  # noqa: E402
-from cpuify.frontend.nvrtc import compile_to_ptx  # noqa: E402
-from cpuify.interp import interpret_kernel  # noqa: E402
-from cpuify.interp.machine import Thread  # noqa: E402
+from cpuify.analysis.access_maps import (
+    WHOLE_INTERVAL,
+    Footprint,
+    KernelAccess,
+    kernel_access,
+)
+from cpuify.errors import CpuifyError
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.interp import interpret_kernel
+from cpuify.interp.machine import Thread
 
 SRC = r"""
 extern "C" __global__ void axpy(int n, float a, const float* x, float* y) {
@@ -101,6 +105,27 @@ extern "C" __global__ void dmalloc(float* out) {
   float* p = (float*)malloc(16);
   p[0] = 1.0f; out[threadIdx.x] = p[0]; free(p);
 }
+extern "C" __global__ void divmod(const float* in, float* out, int w, int h) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < w * h) { int r = i / w, c = i % w; out[c * h + r] = in[i]; }
+}
+extern "C" __global__ void clamp(const float* in, float* out, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[min(i + 1, n - 1)] + in[i > 0 ? i - 1 : 0];
+}
+extern "C" __global__ void positive(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && x[i] > 0.0f) y[i] = x[i];
+}
+extern "C" __global__ void until_zero(const int* x, int* y, int n) {
+  int i = blockIdx.x;
+  for (int k = 0; k < n; ++k) {
+    if (x[i * n + k] == 0) break;
+    y[i * n + k] = 1;
+  }
+}
+struct Ptrs { float* a; int n; };
+extern "C" __global__ void in_struct(Ptrs p) { p.a[threadIdx.x] = 1.0f; }
 extern "C" __global__ void rows(float* m, int pitch, int w) {
   // a 2-D array with a pitch in elements: row y, columns [0, w) of a pitch-wide row
   int y = blockIdx.x;
@@ -152,6 +177,7 @@ def _check(monkeypatch, ptx, kernel, grid, block, args, scalars,  # type: ignore
     ka = kernel_access(ptx, kernel)
     assert ka.distributable, ka.reason
     truth = _touched(monkeypatch, ptx, kernel, grid, block, args)
+    assert truth, "the interpreter touched no global memory"
     sizes = {i: a.nbytes for i, a in enumerate(args) if isinstance(a, np.ndarray)}
     grid3 = tuple(grid) + (1,) * (3 - len(grid))
     for b in itertools.product(*(range(g) for g in grid3)):
@@ -170,7 +196,7 @@ def _check(monkeypatch, ptx, kernel, grid, block, args, scalars,  # type: ignore
                     assert have == want, (kernel, b, p.name, kind, sorted(have ^ want)[:8])
                 # intervals sorted, disjoint, not touching
                 assert all(lo < hi for lo, hi in got)
-                assert all(a[1] < c[0] for a, c in zip(got, got[1:]))
+                assert all(a[1] < c[0] for a, c in itertools.pairwise(got))
     return ka
 
 
@@ -312,11 +338,74 @@ def test_pitched_rows(ptx, monkeypatch):
     assert fp[0].writes == [(y * pitch * 4, (y * pitch + w) * 4) for y in range(rows)]
 
 
+def test_quotient_and_remainder(ptx, monkeypatch):
+    w, h = 5, 3
+    a = np.zeros(w * h, np.float32)
+    out = np.zeros(w * h, np.float32)
+    ka = _check(monkeypatch, ptx, "divmod", (2,), (8,), (a, out, np.int32(w), np.int32(h)),
+                {"divmod_param_2": w, "divmod_param_3": h})
+    assert ka.params[1].writes_exact
+
+
+def test_unsigned_compare_min_and_select(ptx, monkeypatch):
+    n = 13
+    a = np.zeros(n, np.float32)
+    out = np.zeros(n, np.float32)
+    _check(monkeypatch, ptx, "clamp", (2,), (8,), (a, out, np.uint32(n)), {"clamp_param_2": n})
+
+
+def test_data_dependent_guard_is_a_may_write(ptx, monkeypatch):
+    n = 20
+    x = np.where(np.arange(n) % 3 == 0, 1.0, -1.0).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    ka = _check(monkeypatch, ptx, "positive", (2,), (16,), (x, y, np.int32(n)),
+                {"positive_param_2": n}, exact_kinds=("read",))
+    assert not ka.params[1].writes_exact
+    fp = ka.footprint({"positive_param_2": n}, (2,), (16,), ((0, 2), (0, 1), (0, 1)))
+    assert fp[1].writes == [(0, n * 4)] and not fp[1].writes_exact
+    assert "may" in ka.describe() and "over-approximated" in ka.describe()
+
+
+def test_loop_with_break_is_a_may_write(ptx, monkeypatch):
+    n = 6
+    x = np.ones(3 * n, np.int32)
+    x[[3, 8, 13]] = 0
+    y = np.zeros(3 * n, np.int32)
+    ka = _check(monkeypatch, ptx, "until_zero", (3,), (1,), (x, y, np.int32(n)),
+                {"until_zero_param_2": n}, exact_kinds=())
+    assert not ka.params[1].writes_exact
+
+
+def test_not_distributable_footprint_is_whole(ptx):
+    ka = kernel_access(ptx, "chase")
+    fp = ka.footprint({"chase_param_1": 4}, (1,), (4,), ((0, 1), (0, 1), (0, 1)))
+    assert fp[0].reads == fp[0].writes == [WHOLE_INTERVAL] and not fp[0].writes_exact
+
+
+def test_partition_command_line(ptx, tmp_path, capsys):
+    from cpuify.cli.main import main
+    path = tmp_path / "k.ptx"
+    path.write_text(ptx)
+    assert main(["explain", "--partition", str(path), "--kernel", "stencil"]) == 0
+    out = capsys.readouterr().out
+    assert "kernel stencil: distributable" in out and "write set exact" in out
+    assert "split: y" in out
+    assert main(["explain", "--partition", str(path), "--kernel", "matmul", "--grid", "4,2",
+                 "--block", "8,8", "--scalar", "matmul_param_3=32"]) == 0
+    assert "split: x (grid (4, 2, 1)" in capsys.readouterr().out
+    assert main(["explain", "--partition", str(path), "--kernel", "chase"]) == 0
+    assert "not distributable: a pointer loaded from memory" in capsys.readouterr().out
+    assert main(["explain", "--partition", str(path), "--kernel", "matmul", "--grid", "4",
+                 "--block", "8", "--scalar", "n"]) == 1
+    assert "NAME=INTEGER" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("kernel, why", [
     ("chase", "pointer loaded from memory"),
     ("to_global", "module variable 'total'"),
     ("choose", "pointer chosen between parameters"),
     ("dmalloc", "malloc"),
+    ("in_struct", "struct parameter"),
 ])
 def test_not_distributable(ptx, kernel, why):
     ka = kernel_access(ptx, kernel)
@@ -368,3 +457,25 @@ def test_split_dimension(ptx):
 
 def test_footprint_type():
     assert Footprint() == Footprint([], [], [])
+
+
+COOPERATIVE = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void twophase(float* x, int n) {
+  cg::grid_group g = cg::this_grid();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+  g.sync();
+  if (i < n) x[i] *= 2.0f;
+}
+extern "C" __global__ void child(float* x) { x[threadIdx.x] = 1.0f; }
+extern "C" __global__ void parent(float* x) { if (threadIdx.x == 0) child<<<1, 32>>>(x); }
+"""
+
+
+def test_grid_sync_and_dynamic_parallelism_are_not_distributable():
+    ptx = compile_to_ptx(COOPERATIVE, options=["-rdc=true"]).ptx
+    assert "grid-wide sync" in kernel_access(ptx, "twophase").reason
+    assert "dynamic parallelism" in kernel_access(ptx, "parent").reason
+    assert kernel_access(ptx, "child").distributable

@@ -56,6 +56,10 @@ def test_fit_alpha_beta_recovers_the_line() -> None:
     through = fit_alpha_beta([1000, 2000], [0.9e-6, 2.1e-6])
     assert through.latency_s == 0 and through.bandwidth == pytest.approx(
         (1000 ** 2 + 2000 ** 2) / (1000 * 0.9e-6 + 2000 * 2.1e-6))
+    # an empty message gives the latency, even when big messages' noise would put a free
+    # intercept below zero
+    noisy = fit_alpha_beta([0, 1 << 20, 1 << 22], [3e-6, (1 << 20) / 4e9 - 2e-6, (1 << 22) / 4e9])
+    assert noisy.latency_s == 3e-6 and 3.9e9 < noisy.bandwidth < 4.1e9
     with pytest.raises(ValueError, match="two message sizes"):
         fit_alpha_beta([8, 8], [1e-6, 1e-6])
     with pytest.raises(ValueError, match="do not grow"):

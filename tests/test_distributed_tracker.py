@@ -185,3 +185,25 @@ def test_thousands_of_segments() -> None:
         assert t.stale_bytes(2, [(lo, lo + 192)]) == sum(b - a for a, b, _ in got)
         t.received(2, lo, lo + 64)
     t.check_invariants()
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_bulk_updates_agree_with_the_byte_model(seed: int) -> None:
+    """wrote / received_many with many intervals (the one-pass merge, > 8 intervals)."""
+    rng = np.random.default_rng(seed)
+    nbytes, nranks = 300, 4
+    t = BufferTracker(nbytes, nranks)
+    m = ByteModel(nbytes, nranks, "spread")
+    for _ in range(300):
+        rank = int(rng.integers(0, nranks))
+        ivs = [iv for _ in range(int(rng.integers(9, 30))) for iv in random_intervals(rng, nbytes)]
+        if rng.integers(0, 2):
+            t.wrote(rank, ivs)
+            m.wrote(rank, ivs)
+        else:
+            t.received_many(rank, ivs)
+            for lo, hi in ivs:
+                m.received(rank, lo, hi)
+        t.check_invariants()
+        got = {b: r for a, c, r in t.holders(0, nbytes) for b in range(a, c)}
+        assert got == {b: m.h[b] for b in range(nbytes)}

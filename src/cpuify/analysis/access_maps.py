@@ -23,11 +23,21 @@ that exits on `i != bound` is taken to reach its bound."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from cpuify.errors import CpuifyError
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Value, dominates, dominators, predecessors
+from cpuify.ir.core import (
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Value,
+    dominates,
+    dominators,
+    predecessors,
+)
 from cpuify.ir.modifiers import mods, ty, type_size
 
 WHOLE = "whole"
@@ -213,7 +223,7 @@ _CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
 # --- atoms ---------------------------------------------------------------------------------
 
 def _param_like_name(name: str) -> bool:
-    return name.startswith("p:") or name.startswith("ntid_") or name.startswith("nctaid_")
+    return name.startswith(("p:", "ntid_", "nctaid_"))
 
 
 @dataclass
@@ -237,7 +247,7 @@ class _Atom:
                 "divisor": _p_json(self.divisor), "signed": self.signed, "exact": self.exact}
 
     @staticmethod
-    def from_json(d: dict) -> "_Atom":  # type: ignore[type-arg]
+    def from_json(d: dict) -> _Atom:  # type: ignore[type-arg]
         return _Atom(str(d["kind"]), _c_from_json(d["cond"]), _p_from_json(d["operand"]),
                      _p_from_json(d["divisor"]), bool(d["signed"]), bool(d["exact"]))
 
@@ -260,7 +270,7 @@ class Access:
                 "line": self.line}
 
     @staticmethod
-    def from_json(d: dict) -> "Access":  # type: ignore[type-arg]
+    def from_json(d: dict) -> Access:  # type: ignore[type-arg]
         return Access(str(d["kind"]), None if d["index"] is None else _p_from_json(d["index"]),
                       int(d["size"]), _c_from_json(d["guard"]), bool(d["exact"]), int(d["line"]))
 
@@ -270,7 +280,7 @@ class AccessRelation:
     to byte offsets whose parameters (scalars, ntid, nctaid) are fixed per launch;
     `map(scalars, grid, block)` is it as an isl map `{ [bx, by, bz] -> [byte] }`."""
 
-    def __init__(self, kernel: "KernelAccess", accesses: list[Access]) -> None:
+    def __init__(self, kernel: KernelAccess, accesses: list[Access]) -> None:
         self._kernel = kernel
         self.accesses = accesses
 
@@ -282,7 +292,7 @@ class AccessRelation:
         """The isl map of this launch (None for a whole-buffer access)."""
         if self.whole:
             return None
-        return self._kernel._launch_map(self.accesses, self._kernel._env(scalars, grid, block))
+        return _LaunchMap(self._kernel, self.accesses, self._kernel._env(scalars, grid, block)).flat
 
     def __str__(self) -> str:
         return "\n".join(self._kernel._access_text(a) for a in self.accesses)
@@ -313,6 +323,9 @@ class Footprint:
     reads: list[tuple[int, int]] = field(default_factory=list)
     writes: list[tuple[int, int]] = field(default_factory=list)
     atomics: list[tuple[int, int]] = field(default_factory=list)
+    #: every byte of `writes` is written by the box (the parameter's writes_exact, and the
+    #: intervals not widened to a hull because listing them exactly was too much work)
+    writes_exact: bool = True
 
 
 class KernelAccess:
@@ -334,6 +347,7 @@ class KernelAccess:
         self._accesses = accesses
         self._maps: dict[tuple, dict] = {}          # type: ignore[type-arg]
         self._footprints: dict[tuple, dict[int, Footprint]] = {}  # type: ignore[type-arg]
+        self._used: list[str] | None = None
         for p in params:
             got = accesses.get(p.name, [])
             for kind, attr in (("read", "reads"), ("write", "writes"), ("atomic", "atomics")):
@@ -355,6 +369,11 @@ class KernelAccess:
         return env
 
     def _used_scalars(self) -> list[str]:
+        if self._used is None:
+            self._used = self._scalars_in_maps()
+        return self._used
+
+    def _scalars_in_maps(self) -> list[str]:
         used: set[str] = set()
         for accs in self._accesses.values():
             for a in accs:
@@ -402,19 +421,23 @@ class KernelAccess:
         return value
 
     # --- isl ---
-    def _launch_map(self, accesses: list[Access], env: dict[str, int]):  # type: ignore[no-untyped-def]
-        import islpy as isl
-        result = None
-        for a in accesses:
-            m = isl.Map(self._access_isl(a, env))
-            result = m if result is None else result.union(m)
-        return result
-
-    def _access_isl(self, a: Access, env: dict[str, int]) -> str:
-        """The isl text of one access for the launch `env`."""
+    def _access_isl(self, a: Access, env: dict[str, int],
+                    pitches: list[int] | None = None, split: int = 0) -> str:
+        """The isl text of one access for the launch `env`: block -> byte offset, or with
+        `pitches` block -> [d_0, ..., d_k] where the byte offset is sum(pitch_i * d_i) (the
+        last pitch 1: the byte within a row; see _row_groups)."""
         assert a.index is not None
         renderer = _Renderer(self, env)
-        index = renderer.linear(a.index)
+        if pitches is None:
+            outs = ["o"]
+            defs = [f"o = {renderer.linear(a.index)} + t_byte"]
+        else:
+            groups = renderer.row_groups(a.index, split)
+            outs = [f"d{i}" for i in range(len(pitches))]
+            defs = []
+            for i, pitch in enumerate(pitches):
+                expr = renderer.linear_terms(groups.get(pitch, {}))
+                defs.append(f"{outs[i]} = {expr}" + (" + t_byte" if pitch == 1 else ""))
         conds = [renderer.cond(a.guard)]
         # the existential atoms used, with the conditions they carry (transitively)
         todo = [x for x in renderer.vars_used]
@@ -428,10 +451,17 @@ class KernelAccess:
             todo.extend(v for v in renderer.vars_used if v not in seen)
         dims = [f"0 <= {b} < {env[f'nctaid_{d}']}" for b, d in zip(_BLOCK_VARS, _DIMS)]
         exists = sorted((renderer.vars_used | renderer.helpers) - set(_BLOCK_VARS))
-        body = " and ".join(dims + [f"o = {index} + t_byte", f"0 <= t_byte < {a.size}"] +
+        body = " and ".join(dims + defs + [f"0 <= t_byte < {a.size}"] +
                             [c for c in conds if c != "true"])
         names = ", ".join([_isl_name(x) for x in exists] + ["t_byte"])
-        return f"{{ [bx, by, bz] -> [o] : exists ({names} : {body}) }}"
+        return f"{{ [bx, by, bz] -> [{', '.join(outs)}] : exists ({names} : {body}) }}"
+
+    def _row_pitches(self, accesses: list[Access], env: dict[str, int], split: int) -> list[int]:
+        pitches = {1}
+        for a in accesses:
+            assert a.index is not None
+            pitches.update(_Renderer(self, env).row_groups(a.index, split))
+        return sorted(pitches, reverse=True)
 
     def _show(self, x: str) -> str:
         prefix = f"p:{self.name}_param_"
@@ -478,6 +508,11 @@ class KernelAccess:
         got = self._footprints.get(key)
         if got is not None:
             return got
+        if not self.distributable:
+            # what the maps miss (a pointer loaded from memory, ...) may be anywhere
+            return {p.index: Footprint([WHOLE_INTERVAL], [WHOLE_INTERVAL],
+                                       [WHOLE_INTERVAL] if p.atomics is not None else [],
+                                       writes_exact=False) for p in self.params}
         maps = self._maps.get(launch_key)
         if maps is None:
             env = self._env(scalars, grid3, block3)
@@ -490,22 +525,27 @@ class KernelAccess:
                     if any(a.index is None for a in accs):
                         maps[(p.index, kind)] = WHOLE
                     else:
-                        maps[(p.index, kind)] = self._launch_map(accs, env)
+                        maps[(p.index, kind)] = _LaunchMap(self, accs, env)
             self._maps[launch_key] = maps
-        import islpy as isl
-        box_set = isl.Set("{ [bx, by, bz] : %d <= bx < %d and %d <= by < %d and %d <= bz < %d }"
-                          % (box3[0] + box3[1] + box3[2]))
+        isl = _isl()
+        (x0, x1), (y0, y1), (z0, z1) = box3
+        box_set = isl.Set(f"{{ [bx, by, bz] : {x0} <= bx < {x1} and {y0} <= by < {y1} and "
+                          f"{z0} <= bz < {z1} }}")
         out: dict[int, Footprint] = {}
         for p in self.params:
-            fp = Footprint()
+            fp = Footprint(writes_exact=p.writes_exact)
             for kind, attr in (("read", "reads"), ("write", "writes"), ("atomic", "atomics")):
                 m = maps.get((p.index, kind))
                 if m is None:
                     continue
                 if m is WHOLE:
                     setattr(fp, attr, [WHOLE_INTERVAL])
-                    continue
-                setattr(fp, attr, _intervals(m.intersect_domain(box_set).range()))
+                    exact = False
+                else:
+                    intervals, exact = m.intervals(box_set)
+                    setattr(fp, attr, intervals)
+                if kind == "write" and not exact:
+                    fp.writes_exact = False
             out[p.index] = fp
         if len(self._footprints) > 4096:
             self._footprints.clear()
@@ -516,7 +556,7 @@ class KernelAccess:
                             block: Sequence[int]) -> list[str]:
         """The grid dimensions ('x', 'y', 'z') along which blocks with different indices
         never write (or update atomically) the same byte of any parameter, for this launch."""
-        import islpy as isl
+        isl = _isl()
         self.footprint(scalars, grid, block, ((0, 1), (0, 1), (0, 1)))
         used = self._used_scalars()
         grid3 = tuple((tuple(int(g) for g in grid) + (1, 1, 1))[:3])
@@ -534,9 +574,9 @@ class KernelAccess:
                         ok = ok and grid3[d] == 1
                         continue
                     # pairs of blocks writing a common byte, differing in dimension d
-                    pairs = m.apply_range(m.reverse())
-                    other = isl.Map("{ [bx, by, bz] -> [cx, cy, cz] : %s != c%s }"
-                                    % (b, _DIMS[d]))
+                    flat = m.flat
+                    pairs = flat.apply_range(flat.reverse())
+                    other = isl.Map(f"{{ [bx, by, bz] -> [cx, cy, cz] : {b} != c{_DIMS[d]} }}")
                     if not pairs.intersect(other).is_empty():
                         ok = False
             if ok and grid3[d] > 1:
@@ -557,7 +597,7 @@ class KernelAccess:
                        for p in self.params]}, separators=(",", ":"))
 
     @classmethod
-    def from_text(cls, text: str) -> "KernelAccess":
+    def from_text(cls, text: str) -> KernelAccess:
         try:
             d = json.loads(text)
             if d.get("format") != _TEXT_FORMAT:
@@ -619,6 +659,16 @@ class KernelAccess:
         return None
 
 
+def _isl():  # type: ignore[no-untyped-def]
+    """islpy, or an error saying how to get it."""
+    try:
+        import islpy
+    except ImportError:
+        raise CpuifyError("access maps need islpy (pip install islpy, or cpuify's "
+                          "'distributed' extra)") from None
+    return islpy
+
+
 def _as_type(value: int, ptype: str) -> int:
     bits = 8 * type_size(ptype) if ptype in ("u8", "s8", "u16", "s16", "u32", "s32", "u64",
                                             "s64", "b8", "b16", "b32", "b64") else 64
@@ -637,7 +687,7 @@ def _show_atom(x: str) -> str:
         return x[2:]
     if x.startswith("tid_"):
         return "tid." + x[4:]
-    if x.startswith("ntid_") or x.startswith("nctaid_"):
+    if x.startswith(("ntid_", "nctaid_")):
         return x.replace("_", ".")
     return x
 
@@ -693,6 +743,34 @@ class _Renderer:
         parts.append(str(const))
         return " + ".join(parts).replace("+ -", "- ")
 
+    def row_groups(self, poly: Poly, split: int) -> dict[int, dict[str, int]]:
+        """poly's terms by the product of the scalar parameters in them (a row pitch:
+        `row * n + col` -> {n: row, 1: col}), evaluated; with `split`, a term of a constant
+        coefficient at least `split` is a row of its own (`i * 4096 + j`)."""
+        groups: dict[int, dict[str, int]] = {}
+        for m, c in poly.items():
+            pitch, k, var = 1, c, ""
+            for x in m:
+                v = self.kernel._param_value(x, self.env)
+                if v is None:
+                    var = x
+                elif x.startswith(("ntid_", "nctaid_")):
+                    k *= v
+                else:
+                    pitch *= v
+            if pitch == 0 or k == 0:
+                continue
+            if pitch < 0:
+                pitch, k = -pitch, -k
+            if var and pitch == 1 and split and abs(k) >= split:
+                pitch, k = abs(k), (1 if k > 0 else -1)
+            group = groups.setdefault(pitch, {})
+            group[var] = group.get(var, 0) + k
+        return groups
+
+    def linear_terms(self, terms: dict[str, int]) -> str:
+        return self.linear({((x,) if x else ()): k for x, k in terms.items() if k})
+
     def cond(self, c: tuple) -> str:  # type: ignore[type-arg]
         if c[0] == "and":
             parts = [self.cond(x) for x in c[1]]
@@ -740,21 +818,103 @@ class _Renderer:
                 f"({operand} < 0 and -{ad} < {r} <= 0))")
 
 
+class _LaunchMap:
+    """The accesses of one kind through one parameter for one launch, as isl maps: `flat`
+    (block -> byte) and, built when needed, `rows` (block -> [row..., byte in row])."""
+
+    def __init__(self, kernel: KernelAccess, accesses: list[Access], env: dict[str, int]) -> None:
+        self.kernel = kernel
+        self.accesses = accesses
+        self.env = env
+        self._flat = None
+        self._rows: dict[int, tuple] = {}  # type: ignore[type-arg]
+
+    @property
+    def flat(self):  # type: ignore[no-untyped-def]
+        if self._flat is None:
+            self._flat = self._union(None, 0)
+        return self._flat
+
+    def _union(self, pitches: list[int] | None, split: int):  # type: ignore[no-untyped-def]
+        isl = _isl()
+        result = None
+        for a in self.accesses:
+            m = isl.Map(self.kernel._access_isl(a, self.env, pitches, split))
+            result = m if result is None else result.union(m)
+        return result
+
+    def rows(self, split: int):  # type: ignore[no-untyped-def]
+        got = self._rows.get(split)
+        if got is None:
+            pitches = self.kernel._row_pitches(self.accesses, self.env, split)
+            got = self._rows[split] = (self._union(pitches, split), pitches)
+        return got
+
+    def intervals(self, box) -> tuple[list[tuple[int, int]], bool]:  # type: ignore[no-untyped-def]
+        """The byte intervals the blocks of `box` touch, and whether exactly (not widened)."""
+        s = self.flat.intersect_domain(box).range().coalesce()
+        if s.is_empty():
+            return [], True
+        if not s.is_bounded():
+            return [WHOLE_INTERVAL], False
+        got = _bounded(lambda: _flat_runs(s), ISL_OPERATIONS // 4)
+        if got is not None:
+            return got, True
+        # rows: byte offsets taken apart by row pitch, first the scalar parameters'
+        # (`row * n + col`), then also large constant strides (`i * 4096 + j`)
+        for split in (0, 256):
+            got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS)
+            if got is not None:
+                return got, True
+        isl = _isl()
+        hulls = _bounded(lambda: [(_coordinate(b.lexmin()), _coordinate(b.lexmax()) + 1)
+                                  for b in map(isl.Set.from_basic_set, s.get_basic_sets())],
+                         ISL_OPERATIONS)
+        if hulls is None:
+            return [WHOLE_INTERVAL], False
+        return _merge(hulls), False
+
+    def _row_runs(self, box, split: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-def]
+        """Per row (all but the last of the row dimensions fixed) the least and the greatest
+        byte in it, when every row is a run (checked); None otherwise or when there are more
+        than MAX_INTERVALS rows.  The paper's row-wise enumeration (section 6)."""
+        isl = _isl()
+        m, pitches = self.rows(split)
+        k = len(pitches)
+        if k == 1:
+            return None
+        r = isl.Map.from_range(m.intersect_domain(box).range())
+        r = r.move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, k - 1)
+        lo, hi = r.lexmin(), r.lexmax()
+        if _count(lo.domain()) > MAX_INTERVALS:
+            return None
+        between = lo.apply_range(isl.Map("{ [m] -> [c] : c >= m }")).intersect(
+            hi.apply_range(isl.Map("{ [m] -> [c] : c <= m }")))
+        if not between.is_subset(r):
+            return None                     # a row with a gap
+        ends: dict[tuple[int, ...], list[int]] = {}
+        for which, f in ((0, lo), (1, hi)):
+            def point(p, which=which) -> None:  # type: ignore[no-untyped-def]
+                c = [p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(k)]
+                ends.setdefault(tuple(c[:-1]), [0, 0])[which] = c[-1]
+            f.wrap().flatten().foreach_point(point)
+        out = []
+        for row, (first, last) in ends.items():
+            base = sum(p * c for p, c in zip(pitches, row))
+            out.append((base + first, base + last + 1))
+        return _merge(out)
+
+
 #: runs listed per convex piece before the pieces are given up for their union
 _PIECE_RUNS = 4096
 
 
-def _intervals(s) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
-    """A 1-D integer set as sorted disjoint [lo, hi) intervals.  Per convex piece (isl's
-    basic sets: cheap to subtract from each other, unlike a union of many) when each has few
-    runs, else for the union (the pieces of an unrolled loop interleave: each is strided, their
-    union is not); more than MAX_INTERVALS runs: the hull."""
-    s = s.coalesce()
-    if s.is_empty():
-        return []
-    if not s.is_bounded():
-        return [WHOLE_INTERVAL]
-    import islpy as isl
+def _flat_runs(s) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-def]
+    """The runs of a bounded 1-D set: per convex piece (isl's basic sets: cheap to subtract
+    from each other, unlike a union of many) when each has few, else for the union (the
+    pieces of an unrolled loop interleave: each is strided, their union is not); None when
+    more than MAX_INTERVALS."""
+    isl = _isl()
     pieces: list[tuple[int, int]] | None = []
     for basic in s.get_basic_sets():
         got = _runs(isl.Set.from_basic_set(basic), _PIECE_RUNS)
@@ -764,22 +924,55 @@ def _intervals(s) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
         pieces.extend(got)  # type: ignore[union-attr]
     merged = _merge(pieces) if pieces is not None else _runs(s, MAX_INTERVALS)
     if merged is None or len(merged) > MAX_INTERVALS:
-        return [(_coordinate(s.lexmin()), _coordinate(s.lexmax()) + 1)]
+        return None
     return merged
 
 
+#: isl operations one interval computation may take before another way (or a coarser,
+#: still sound answer) is tried: a union of many pieces with many conditions (a 3-D stencil
+#: with its halo cases) can make subtracting it from itself take minutes
+ISL_OPERATIONS = 500_000
+
+
+def _bounded(compute, limit: int):  # type: ignore[no-untyped-def]
+    """compute() with isl's work limited to `limit` operations; None when it ran out."""
+    isl = _isl()
+    ctx = isl.DEFAULT_CONTEXT
+    previous = ctx.get_max_operations()
+    ctx.reset_operations()
+    ctx.set_max_operations(limit)
+    try:
+        return compute()
+    except (isl.Error, _OutOfWork):
+        return None
+    finally:
+        ctx.set_max_operations(previous)
+        ctx.reset_operations()
+
+
+class _OutOfWork(Exception):
+    """isl ran out of the operations _bounded allows (some calls answer NaN then)."""
+
+
+def _count(s) -> int:  # type: ignore[no-untyped-def]
+    v = s.count_val()
+    if not v.is_int():
+        raise _OutOfWork
+    return v.to_python()
+
+
 def _coordinate(s) -> int:  # type: ignore[no-untyped-def]
-    import islpy as isl
+    isl = _isl()
     return s.sample_point().get_coordinate_val(isl.dim_type.set, 0).to_python()
 
 
 def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-def]
     """The maximal runs of consecutive integers of the bounded 1-D set s: its points whose
     left (right) neighbour is not in s start (end) one; None when there are more than cap."""
-    import islpy as isl
+    isl = _isl()
     up = isl.Map("{ [o] -> [o + 1] }")
     starts = s.subtract(s.apply(up))
-    if starts.count_val().to_python() > cap:         # counted in isl: no callbacks
+    if _count(starts) > cap:                          # counted in isl: no callbacks
         return None
     ends = s.subtract(s.apply(up.reverse()))
     lo: list[int] = []
@@ -828,6 +1021,12 @@ _NOT_DISTRIBUTABLE = {
 }
 
 
+#: how deep a value's operands are followed (run() computes values in dominance order, so
+#: the chains followed at once are short), and the most terms an index polynomial may have
+_MAX_DEPTH = 200
+_MAX_TERMS = 64
+
+
 class _Builder:
     """Walks one lifted kernel (before the optimizing passes) and collects its accesses."""
 
@@ -847,6 +1046,7 @@ class _Builder:
         self.atoms: dict[str, _Atom] = {}
         self.derived: dict[str, str] = {}           # key of a derived value -> its atom
         self.loop_j: dict[Block, str] = {}
+        self.home: dict[str, Block] = {}            # set/loop atom -> the block it is set in
         self.loops = self._find_loops()
         self.reasons: list[str] = []
         self.accesses: dict[str, list[tuple[Access, Block, Operation]]] = {}
@@ -888,11 +1088,25 @@ class _Builder:
                     out.append((p, args[index]))
         return out
 
-    def _new_atom(self, prefix: str, atom: _Atom) -> str:
+    def _new_atom(self, prefix: str, atom: _Atom, home: Block | None = None) -> str:
         self.counter += 1
         name = f"{prefix}{self.counter}"
         self.atoms[name] = atom
+        if home is not None:
+            self.home[name] = home
         return name
+
+    def invariant(self, x: str, body: set[Block]) -> bool:
+        """Whether atom x has one value during a whole run of the loop `body`."""
+        if self.param_like(x) or x in _BLOCK_VARS or x.startswith("tid_"):
+            return True
+        at = self.atoms.get(x)
+        if at is None:
+            return False
+        if at.kind in ("div", "rem", "mask"):
+            return all(self.invariant(y, body) for y in _p_atoms(at.operand) | _p_atoms(at.divisor))
+        home = self.home.get(x)
+        return home is not None and home not in body
 
     def param_like(self, x: str) -> bool:
         if _param_like_name(x):
@@ -920,13 +1134,15 @@ class _Builder:
     def val(self, v: Value) -> Poly | None:
         if v in self.memo:
             return self.memo[v]
-        if v in self.busy:
-            return None
+        if v in self.busy or len(self.busy) > _MAX_DEPTH:
+            return None                 # a cycle, or a chain too long to follow: unknown
         self.busy.add(v)
         try:
             got = self._val(v)
         finally:
             self.busy.discard(v)
+        if got is not None and len(got) > _MAX_TERMS:
+            got = None
         self.memo[v] = got
         return got
 
@@ -971,6 +1187,9 @@ class _Builder:
         if name == "ptx.neg" and len(ops) == 1:
             a = self.val(ops[0])
             return None if a is None else _p_scale(a, -1)
+        if name == "ptx.not" and len(ops) == 1:       # ~x == -x - 1
+            a = self.val(ops[0])
+            return None if a is None else _p_add(_p_scale(a, -1), _p_const(-1))
         if name == "ptx.shl" and len(ops) == 2:
             k = _const_of(ops[1])
             a = self.val(ops[0])
@@ -1023,7 +1242,7 @@ class _Builder:
             a, b = self.val(ops[0]), self.val(ops[1])
             if a is None or b is None:
                 return None
-            s = self._new_atom("m", _Atom("set"))
+            s = self._new_atom("m", _Atom("set"), op.parent)
             me = _p_atom(s)
             kind = "le" if name == "ptx.min" else "ge"
             self.atoms[s].cond = ("and", [_compare(kind, me, a), _compare(kind, me, b),
@@ -1035,7 +1254,7 @@ class _Builder:
                 return None
             if a == b:
                 return a
-            s = self._new_atom("s", _Atom("set"))
+            s = self._new_atom("s", _Atom("set"), op.parent)
             me = _p_atom(s)
             yes, no = self.cond(ops[2], False), self.cond(ops[2], True)
             if yes is None or no is None:
@@ -1071,7 +1290,7 @@ class _Builder:
                 return polys[0]
             # a merge: the value of an incoming edge, under the conditions known to hold
             # on that edge (a value from a path not taken is no value of the merge)
-            s = self._new_atom("f", _Atom("set", exact=False))
+            s = self._new_atom("f", _Atom("set", exact=False), block)
             me = _p_atom(s)
             alternatives = []
             for (pred, _), p in zip(edges, polys):
@@ -1092,12 +1311,15 @@ class _Builder:
         from cpuify.analysis.induction import increment_terms
         step: Poly | None = None
         for v in back:
+            while isinstance(v, OpResult) and v.op.name == "ptx.mov" and \
+                    len(v.op.operands) == 1 and v.op.operands[0].type == v.type:
+                v = v.op.operands[0]            # (a copy at the end of the loop body)
             if v is a:
                 s: Poly = {}
             else:
                 terms = increment_terms(a, v)
                 if terms is None:
-                    return None
+                    return self._follower(a, block, entry, back)
                 s = {}
                 for t in terms:
                     tp = self.val(t)
@@ -1113,23 +1335,52 @@ class _Builder:
         inits = [self.val(v) for v in entry]
         if not inits or any(p is None for p in inits):
             return None
-        init = self._one_of(inits, exact=False)  # type: ignore[arg-type]
+        init = self._one_of(inits, exact=False, home=block)  # type: ignore[arg-type]
         if not step:
             return init
         j = self.loop_j.get(block)
         if j is None:
-            j = self._new_atom("j", _Atom("loop"))
+            j = self._new_atom("j", _Atom("loop"), block)
             self.loop_j[block] = j
         return _p_add(init, _p_mul(step, _p_atom(j)))
 
-    def _one_of(self, polys: list[Poly], exact: bool) -> Poly:
+    def _follower(self, a: BlockArgument, block: Block, entry: list[Value],
+                  back: list[Value]) -> Poly | None:
+        """A loop-carried value that is no induction variable of its own but a function of
+        the loop's iteration count (`k2 = ~k`, k an induction variable): its entry value in
+        iteration 0, the latch's value of iteration j - 1 in iteration j."""
+        body = self.loops[block][0]
+        j = self.loop_j.get(block)
+        if j is None:
+            j = self._new_atom("j", _Atom("loop"), block)
+            self.loop_j[block] = j
+        inits = [self.val(v) for v in entry]
+        nexts = [self.val(v) for v in back]
+        if not inits or any(p is None for p in inits + nexts):
+            return None
+        if not all(self.invariant(x, body) or x == j
+                   for p in nexts for x in _p_atoms(p)):  # type: ignore[arg-type]
+            return None
+        s = self._new_atom("f", _Atom("set"), block)
+        me = _p_atom(s)
+        previous = _p_add(_p_atom(j), _p_const(-1))
+        first = [("and", [_compare("eq", _p_atom(j), {}), _compare("eq", me, p)])
+                 for p in inits]  # type: ignore[arg-type]
+        later = [("and", [_compare("ge", _p_atom(j), _p_const(1)),
+                          _compare("eq", me, _p_subst(p, j, previous))])  # type: ignore[arg-type]
+                 for p in nexts]
+        self.atoms[s].cond = ("or", first + later)
+        self.atoms[s].exact = len(inits) == 1 and len(nexts) == 1
+        return me
+
+    def _one_of(self, polys: list[Poly], exact: bool, home: Block) -> Poly:
         distinct = []
         for p in polys:
             if p not in distinct:
                 distinct.append(p)
         if len(distinct) == 1:
             return distinct[0]
-        s = self._new_atom("f", _Atom("set", exact=exact))
+        s = self._new_atom("f", _Atom("set", exact=exact), home)
         me = _p_atom(s)
         self.atoms[s].cond = ("or", [_compare("eq", me, p) for p in distinct])
         return me
@@ -1268,6 +1519,11 @@ class _Builder:
                 break
             c = self._continue_cond(got[0], j)
             c, e = self._filter(c)
+            if not all(self.invariant(x, body) or x == j for x in _c_atoms(c)):
+                # a value of the loop other than its count: in the condition of iteration
+                # j - 1 it would stand for its value in iteration j
+                alternatives = None
+                break
             exact = exact and got[1] and e
             # iteration j runs when the latch continued after iteration j - 1
             shifted = _c_map(c, lambda p: _p_subst(p, j, _p_add(me, _p_const(-1))))
@@ -1327,9 +1583,7 @@ class _Builder:
             elif n == "ptx.cvt":
                 if x.type == "i64" and op.operands and op.operands[0].type == "i64":
                     work.append(op.operands[0])
-            elif n in ("ptx.mov", "ptx.cvta", "ptx.neg"):
-                work.extend(op.operands[:1])
-            elif n == "ptx.sub":
+            elif n in ("ptx.mov", "ptx.cvta", "ptx.neg") or n == "ptx.sub":
                 work.extend(op.operands[:1])
             elif n == "ptx.mad":
                 work.extend(op.operands[2:3])
@@ -1389,6 +1643,13 @@ class _Builder:
                     for k, n in self.provenance(op.operands[0]):
                         if k == "param":
                             self.cvta_params.add(n)
+        for b in self.order:
+            # integer values in dominance order: each one's operands are known when it is
+            # reached (what a memory access asks for is then a lookup)
+            for op in b.ops:
+                for r in op.results:
+                    if r.type[0] == "i" and r.type != "i1":
+                        self.val(r)
         for b in self.order:
             for op in b.ops:
                 name = op.name
@@ -1565,5 +1826,16 @@ def kernel_access(compiled_module_or_ptx: Any, kernel_name: str) -> KernelAccess
     return result
 
 
-__all__ = ["ATOMIC_OPS", "Access", "AccessRelation", "BIG", "Footprint", "KernelAccess",
-           "ParamAccess", "WHOLE", "WHOLE_INTERVAL", "analyze_kernel_op", "kernel_access"]
+__all__ = [
+    "ATOMIC_OPS",
+    "BIG",
+    "WHOLE",
+    "WHOLE_INTERVAL",
+    "Access",
+    "AccessRelation",
+    "Footprint",
+    "KernelAccess",
+    "ParamAccess",
+    "analyze_kernel_op",
+    "kernel_access",
+]

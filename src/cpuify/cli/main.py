@@ -40,8 +40,18 @@ def _ptx_of(path: str, options: list[str]) -> str:
     text = Path(path).read_text()
     if path.endswith((".ptx", ".mlir")):
         return text
+    from cpuify.errors import CompileError
     from cpuify.frontend.nvrtc import compile_to_ptx
-    return compile_to_ptx(text, filename=Path(path).name, options=options).ptx
+    try:
+        return compile_to_ptx(text, filename=Path(path).name, options=options).ptx
+    except CompileError as first:
+        # a whole program (host code, C++ standard headers): NVIDIA's nvcc, which
+        # preprocesses with the host compiler, gives its kernels' PTX
+        from cpuify.frontend import nvcc_ptx
+        try:
+            return nvcc_ptx.compile_to_ptx(text, filename=Path(path).name, options=options).ptx
+        except CompileError:
+            raise first from None
 
 
 def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: ignore[no-untyped-def]

@@ -48,11 +48,7 @@ class PyKernel:
         self.access: Any = None
         self.reason: str | None = None
         if with_access:
-            try:
-                from cpuify.analysis.access_maps import kernel_access
-                self.access = kernel_access(compiled, fn.name)
-            except Exception as e:      # noqa: BLE001 - the launch then runs whole on rank 0
-                self.reason = f"its access maps could not be built ({type(e).__name__}: {e})"
+            self.access, self.reason = _access_of(compiled, fn.name, self.key)
         if fn.info.spin_waits:
             self.reason = "it waits for other blocks (spin-wait loops)"
 
@@ -67,6 +63,25 @@ class PyKernel:
     def global_bytes(self) -> list[tuple[str, bytes]]:
         return [(name, self.fn.module.global_view(name).view(np.uint8).tobytes())
                 for name in self.globals]
+
+
+_ACCESS: dict[Any, tuple[Any, str | None]] = {}
+
+
+def _access_of(compiled: Any, name: str, key: Any) -> tuple[Any, str | None]:
+    """A kernel's access maps (built once per PTX and kernel, however often the module is
+    created again), or None and why they could not be built."""
+    got = _ACCESS.get(key)
+    if got is None:
+        try:
+            from cpuify.analysis.access_maps import kernel_access
+            got = (kernel_access(compiled, name), None)
+        except Exception as e:      # noqa: BLE001 - the launch then runs whole on rank 0
+            got = (None, f"its access maps could not be built ({type(e).__name__}: {e})")
+        if len(_ACCESS) > 512:
+            _ACCESS.clear()
+        _ACCESS[key] = got
+    return got
 
 
 def resolve(key: Any, payload: Any) -> PyKernel:

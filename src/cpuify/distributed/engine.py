@@ -29,6 +29,7 @@ import atexit
 import ctypes
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol, Sequence
@@ -61,6 +62,14 @@ def mpi_world() -> tuple[int, int] | None:
     return (0, 1) if switch == "1" else None
 
 
+def mpiexec_path() -> str | None:
+    """The mpiexec to start ranks with: the one installed beside this Python (the mpich
+    wheel's, in a virtual environment that is not activated), else the PATH's."""
+    import shutil
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
 class KernelRef(Protocol):
     """A kernel as the engine sees it (the Python API's and the whole programs' fronts
     each make their own)."""
@@ -85,7 +94,7 @@ class _Buffer:
     tracker: Any = None             # rank 0: the segment tracker
 
 
-@dataclass
+@dataclass(slots=True)
 class _Move:
     """One transfer: bytes [lo, hi) of buffer `buf` from rank `src` to rank `dst`."""
     buf: int
@@ -95,9 +104,17 @@ class _Move:
     dst: int
 
 
+def _moves_to_array(moves: list[_Move]) -> np.ndarray:
+    return np.array([(m.buf, m.lo, m.hi, m.src, m.dst) for m in moves], np.int64).reshape(-1, 5)
+
+
+def _moves_from_array(a: np.ndarray) -> list[_Move]:
+    return [_Move(*row) for row in a.tolist()]
+
+
 @dataclass
 class _Launch:
-    """What rank 0 broadcasts for one launch."""
+    """What rank 0 broadcasts for one launch (its moves travel as one integer array)."""
     key: Any
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -110,6 +127,20 @@ class _Launch:
     partials: list[_Move] = field(default_factory=list)   # after: servers' partials to rank 0
     globals_: list[tuple[Any, bytes]] = field(default_factory=list)  # module variables to set
     folds: dict[int, str] = field(default_factory=dict)   # buffer -> atomic op of its partials
+    #: per rank, (boxes that run while the transfers are in flight, boxes that run after),
+    #: or None: the rank's box runs after its transfers
+    stages: list[tuple[list[Any], list[Any]] | None] = field(default_factory=list)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["moves"] = _moves_to_array(self.moves)
+        state["partials"] = _moves_to_array(self.partials)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state["moves"] = _moves_from_array(state["moves"])
+        state["partials"] = _moves_from_array(state["partials"])
+        self.__dict__.update(state)
 
 
 @dataclass
@@ -119,9 +150,10 @@ class LaunchStats:
     distributed: int = 0            # launches split over more than one rank
     whole_on_rank0: int = 0         # launches run whole on rank 0
     bytes_moved: int = 0            # before launches (fetches) and after (partials)
-    bytes_minimum: int = 0          # the exact minimum for the same partitions
+    bytes_minimum: int = 0          # the exact minimum for the same partitions (exact_stats)
     bytes_gathered: int = 0         # device -> host
     messages: int = 0
+    overlapped: int = 0             # launches where some rank computed during its transfers
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -140,9 +172,16 @@ class Engine:
         self._kernels: dict[Any, KernelRef] = {}        # servers: resolved kernels
         self._sent_keys: set[Any] = set()               # rank 0: kernels servers know
         self._payloads: dict[Any, Any] = {}             # rank 0: what servers resolve keys from
+        self.plan_cache: dict[Any, Any] = {}            # rank 0: plan.py's layouts of launches
+        #: rank 0 counts the exact minimum of bytes each launch must move (stats.bytes_minimum:
+        #: the stale parts of the exact read sets; costs planning time): CPUIFY_DISTRIBUTED_STATS=1
+        self.exact_stats = os.environ.get("CPUIFY_DISTRIBUTED_STATS") == "1"
         self._resolve: Callable[[Any, Any], KernelRef] | None = None
         self.stats = LaunchStats()
         self._stopped = False
+        #: when a list, rank 0 appends every launch (what the scaling model replays):
+        #: (ref, grid, block, params, slots, buffer sizes, seconds rank 0's part ran)
+        self.journal: list[tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------------ rank 0: memory
     def alloc(self, address: int, nbytes: int, kind: str = "device") -> int:
@@ -196,7 +235,7 @@ class Engine:
                 buf.tracker.received(0, m.lo, m.hi)
             n = sum(m.hi - m.lo for m in moves)
             self.stats.bytes_gathered += n
-            self._command(("move", moves))
+            self._command(("move", _moves_to_array(moves)))
             self._exchange(moves)
 
     def gather_all(self) -> None:
@@ -234,7 +273,9 @@ class Engine:
         self.stats.bytes_moved += sum(m.hi - m.lo for m in step.launch.moves) + \
             sum(m.hi - m.lo for m in step.launch.partials)
         self.stats.bytes_minimum += step.minimum
-        self.stats.messages += len(step.launch.moves) + len(step.launch.partials)
+        self.stats.messages += len({(m.src, m.dst) for m in step.launch.moves}) + len(step.launch.partials)
+        self.stats.overlapped += any(st is not None for st in step.launch.stages)
+        t0 = time.perf_counter()
         if self.size > 1 and (any(b is not None for b in step.launch.boxes[1:])
                               or step.launch.moves or step.launch.globals_):
             self._command(("launch", step.launch))
@@ -242,6 +283,10 @@ class Engine:
         else:
             rc = self._run_local(step.launch, ref)
         step.commit()
+        if self.journal is not None:
+            sizes = {bid: self.buffers[bid].nbytes for _, bid, _ in slots}
+            self.journal.append((ref, grid, block, params, list(slots), sizes,
+                                 time.perf_counter() - t0))
         return rc
 
     # ------------------------------------------------------------------ all ranks
@@ -254,27 +299,107 @@ class Engine:
         return (ctypes.c_char * (hi - lo)).from_address(buf.address + lo)
 
     def _exchange(self, moves: Iterable[_Move], scratch: dict[int, np.ndarray] | None = None) -> None:
+        """Every transfer of a step, done when this returns (see _post_exchange)."""
+        self._finish_exchange(self._post_exchange(moves, scratch))
+
+    def _post_exchange(self, moves: Iterable[_Move],
+                       scratch: dict[int, np.ndarray] | None = None) -> tuple[Any, Any]:
         """Post every transfer of a step at once, then wait: each rank sends what it holds
-        and receives what it lacks.  Moves into `scratch` (partials) land in rank 0's
-        scratch arrays, keyed by the move's index."""
+        and receives what it lacks.  The pieces one rank sends another travel as one
+        message (packed, then unpacked into place), so a halo of many short rows costs one
+        latency.  Moves into `scratch` (partials) land in rank 0's scratch arrays, keyed by
+        the move's index."""
         MPI = self._MPI
-        reqs = []
         me = self.rank
+        pairs: dict[tuple[int, int], list[tuple[int, _Move]]] = {}
         for i, m in enumerate(moves):
-            if me not in (m.src, m.dst) or m.src == m.dst:
+            if me in (m.src, m.dst) and m.src != m.dst:
+                pairs.setdefault((m.src, m.dst), []).append((i, m))
+        reqs = []
+        unpack: list[tuple[np.ndarray, list[_Move]]] = []
+        for (src, dst), items in sorted(pairs.items()):
+            tag0 = 0       # (both sides post in one order: MPI matches them in that order)
+            if scratch is not None or len(items) == 1:
+                for i, m in items:
+                    target = scratch[i] if scratch is not None and me == dst else None
+                    self._post(reqs, m, target, tag0 + 1 + i % 8191)
                 continue
-            for part, a in enumerate(range(m.lo, m.hi, _CHUNK)):
-                b = min(a + _CHUNK, m.hi)
-                tag = (i * 64 + part) % 32000
-                if me == m.src:
-                    reqs.append(self.comm.Isend([self._view(m.buf, a, b), MPI.BYTE], dest=m.dst, tag=tag))
-                elif scratch is not None:
-                    dst = scratch[i][a - m.lo:b - m.lo]
-                    reqs.append(self.comm.Irecv([dst, MPI.BYTE], source=m.src, tag=tag))
+            total = sum(m.hi - m.lo for _, m in items)
+            packed = np.empty(total, np.uint8)
+            if me == src:
+                self._copy_pieces([m for _, m in items], packed, pack=True)
+            else:
+                unpack.append((packed, [m for _, m in items]))
+            for part, a in enumerate(range(0, total, _CHUNK)):
+                chunk = packed[a:a + _CHUNK]
+                if me == src:
+                    reqs.append(self.comm.Isend([chunk, MPI.BYTE], dest=dst, tag=tag0 + part % 64))
                 else:
-                    reqs.append(self.comm.Irecv([self._view(m.buf, a, b), MPI.BYTE], source=m.src, tag=tag))
+                    reqs.append(self.comm.Irecv([chunk, MPI.BYTE], source=src, tag=tag0 + part % 64))
+        return reqs, unpack
+
+    def _finish_exchange(self, posted: tuple[Any, Any]) -> None:
+        """Waits for the transfers _post_exchange started, then unpacks what came packed."""
+        reqs, unpack = posted
         if reqs:
-            MPI.Request.Waitall(reqs)
+            self._MPI.Request.Waitall(reqs)
+        for packed, ms in unpack:
+            self._copy_pieces(ms, packed, pack=False)
+
+    def _copy_pieces(self, ms: list[_Move], packed: np.ndarray, pack: bool) -> None:
+        """Copies the pieces `ms` into `packed` one after another (pack) or back out of it.
+        Many short pieces of one buffer (a 3D grid's boundary columns) go in one NumPy
+        gather/scatter, the others one memmove each."""
+        at = 0
+        i = 0
+        while i < len(ms):
+            j = i
+            while j < len(ms) and ms[j].buf == ms[i].buf:
+                j += 1
+            group = ms[i:j]
+            lens = np.fromiter((m.hi - m.lo for m in group), np.int64, len(group))
+            total = int(lens.sum())
+            if len(group) > 32 and total < 256 * len(group):
+                los = np.fromiter((m.lo for m in group), np.int64, len(group))
+                idx = np.repeat(los - (np.cumsum(lens) - lens), lens) + np.arange(total)
+                view = self._array(group[0].buf)
+                if pack:
+                    packed[at:at + total] = view[idx]
+                else:
+                    view[idx] = packed[at:at + total]
+            else:
+                base = self.buffers[group[0].buf].address
+                where = packed.ctypes.data + at
+                for m in group:
+                    n = m.hi - m.lo
+                    if pack:
+                        ctypes.memmove(where, base + m.lo, n)
+                    else:
+                        ctypes.memmove(base + m.lo, where, n)
+                    where += n
+            at += total
+            i = j
+
+    def _array(self, bid: int) -> np.ndarray:
+        """This rank's instance of a buffer as a NumPy byte array."""
+        buf = self.buffers[bid]
+        if not isinstance(buf.keep, np.ndarray):
+            raw = (ctypes.c_uint8 * max(buf.nbytes, 1)).from_address(buf.address)
+            buf.keep = np.ctypeslib.as_array(raw)
+        return buf.keep  # type: ignore[no-any-return]
+
+    def _post(self, reqs: list[Any], m: _Move, target: np.ndarray | None, tag: int) -> None:
+        """The sends or receives of one move (chunked under MPI's count limit)."""
+        MPI = self._MPI
+        for part, a in enumerate(range(m.lo, m.hi, _CHUNK)):
+            b = min(a + _CHUNK, m.hi)
+            t = (tag + part) % 32000
+            if self.rank == m.src:
+                reqs.append(self.comm.Isend([self._view(m.buf, a, b), MPI.BYTE], dest=m.dst, tag=t))
+            elif target is not None:
+                reqs.append(self.comm.Irecv([target[a - m.lo:b - m.lo], MPI.BYTE], source=m.src, tag=t))
+            else:
+                reqs.append(self.comm.Irecv([self._view(m.buf, a, b), MPI.BYTE], source=m.src, tag=t))
 
     def _patched(self, launch: _Launch) -> bytes:
         """The parameter bytes with every pointer into a buffer moved to this rank's
@@ -294,8 +419,14 @@ class Engine:
                                self._patched(launch), box) or 0)
 
     def _run_launch(self, launch: _Launch, ref: KernelRef) -> int:
-        """Every rank's part of a launch (rank 0 after broadcasting it)."""
-        self._exchange(launch.moves)
+        """Every rank's part of a launch (rank 0 after broadcasting it): the transfers
+        start, the blocks that need nothing in flight run meanwhile (the plan's early
+        boxes), then the rest."""
+        posted = self._post_exchange(launch.moves)
+        early: list[Any] = []
+        stage = launch.stages[self.rank] if launch.stages else None
+        if stage is not None:
+            early, rest = stage
         for key, data in launch.globals_:
             self._set_global(ref, key, data)
         for bid, lo, hi, pattern in launch.fills:
@@ -305,10 +436,26 @@ class Engine:
                 ctypes.memmove(self.buffers[bid].address + lo, (pattern * reps)[:n], n)
         rc, msg = 0, ""
         failure: BaseException | None = None
+        params = self._patched(launch)
+        waiting = True
         try:
-            rc = self._run_local(launch, ref)
+            if stage is None:
+                self._finish_exchange(posted)
+                waiting = False
+                rc = self._run_local(launch, ref)
+            else:
+                for box in early:
+                    rc = rc or int(ref.run_box(launch.grid, launch.block, launch.shared_mem,
+                                               params, box) or 0)
+                self._finish_exchange(posted)
+                waiting = False
+                for box in rest:
+                    rc = rc or int(ref.run_box(launch.grid, launch.block, launch.shared_mem,
+                                               params, box) or 0)
         except Exception as e:         # noqa: BLE001 - reported to rank 0 as the launch's error
             rc, msg, failure = -1, f"{type(e).__name__}: {e}", e
+            if waiting:
+                self._finish_exchange(posted)
         scratch = None
         if launch.partials:
             scratch = {i: np.empty(m.hi - m.lo, np.uint8) for i, m in enumerate(launch.partials)}
@@ -349,7 +496,7 @@ class Engine:
                 elif what == "free":
                     self.buffers.pop(cmd[1], None)
                 elif what == "move":
-                    self._exchange(cmd[1])
+                    self._exchange(_moves_from_array(cmd[1]))
                 elif what == "kernel":
                     self._kernels[cmd[1]] = resolve(cmd[1], cmd[2])
                 elif what == "launch":

@@ -59,6 +59,17 @@ def fit_alpha_beta(sizes: Sequence[int], seconds: Sequence[float]) -> LinkModel:
     (least squares of t = alpha + n / beta; alpha kept >= 0)."""
     if len(sizes) != len(seconds) or len(set(sizes)) < 2:
         raise ValueError("fitting a link needs times for at least two message sizes")
+    smallest = min(sizes)
+    if smallest == 0:
+        # the latency is what an empty message costs; the bandwidth fits the rest (a free
+        # intercept would be set by the large messages' noise, often below zero)
+        alpha = max(seconds[list(sizes).index(0)], 0.0)
+        xs = [x for x in sizes if x]
+        ys = [y - alpha for x, y in zip(sizes, seconds) if x]
+        slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        if not slope > 0:
+            raise ValueError("message times do not grow with their size: no bandwidth to fit")
+        return LinkModel(alpha, 1.0 / slope)
     n = len(sizes)
     mx, my = sum(sizes) / n, sum(seconds) / n
     sxx = sum((x - mx) ** 2 for x in sizes)

@@ -83,13 +83,30 @@ def total(a: Intervals) -> int:
     return sum(hi - lo for lo, hi in a)
 
 
-def scalar_values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> dict[str, int]:
-    """The integer scalar parameters of a launch by name (what the access maps take)."""
-    out: dict[str, int] = {}
+def _values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> list[int | None]:
+    """Each parameter's integer value (None: not an integer scalar)."""
+    out: list[int | None] = []
     for name, t, off, size in layout:
         if t[0] in "bsu" and t[1:].isdigit() and size == int(t[1:]) // 8 and size in (1, 2, 4, 8):
-            out[name] = int.from_bytes(params[off:off + size], "little", signed=t[0] == "s")
+            out.append(int.from_bytes(params[off:off + size], "little", signed=t[0] == "s"))
+        else:
+            out.append(None)
     return out
+
+
+def scalar_values(layout: Sequence[tuple[str, str, int, int]], params: bytes) -> dict[str, int]:
+    """The integer scalar parameters of a launch by name (what the access maps take)."""
+    return {p[0]: v for p, v in zip(layout, _values(layout, params)) if v is not None}
+
+
+def _relabel(lay: "_Layout", to: dict[int, int]) -> "_Layout":
+    """The layout with its buffers renamed by `to` (the interval lists shared)."""
+    def keys(d: dict[int, Any]) -> dict[int, Any]:
+        return {to[k]: v for k, v in d.items()}
+    return _Layout(lay.reason, lay.boxes, [keys(d) for d in lay.per_rank], keys(lay.fold_of),
+                   [keys(d) for d in lay.need], [keys(d) for d in lay.written],
+                   [[(box, keys(need)) for box, need in ps] for ps in lay.pieces],
+                   [keys(d) for d in lay.gaps])
 
 
 def _clamp(iv: Sequence[tuple[int, int]], shift: int, nbytes: int) -> Intervals:
@@ -142,18 +159,34 @@ def _fold_kind(ops: set[str]) -> str | None:
     return None
 
 
-def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
-                block: tuple[int, int, int], shared_mem: int, params: bytes,
-                slots: list[tuple[int, int, int]], *, unknown_pointers: bool = False,
-                single_reason: str | None = None) -> Step:
-    from cpuify.distributed import partition
-    from cpuify.distributed.engine import _Launch, _Move
+@dataclass
+class _Layout:
+    """The tracker-independent part of a launch's plan: who runs which box, what each rank
+    reads (and must hold before: may-writes, atomics it does not fold), what it writes,
+    which atomic targets fold.  The same for every launch of the same kernel with the same
+    arguments on the same buffers (an iteration): cached."""
+    reason: str | None
+    boxes: list[Box | None]
+    per_rank: list[dict[int, BufferSets]]
+    fold_of: dict[int, str]
+    need: list[dict[int, Intervals]]
+    written: list[dict[int, Intervals]]
+    #: per rank, its box cut in three along the split dimension (first slab of blocks, the
+    #: middle, the last) with what each piece needs before it runs: the pieces needing
+    #: nothing a launch fetches run while the transfers are in flight
+    pieces: list[list[tuple[Box, dict[int, Intervals]]]] = field(default_factory=list)
+    #: per rank and buffer, (its write set with the small gaps closed, the exact one): the
+    #: gap bytes (written by nobody) must be current on the rank before it runs, since it
+    #: then claims the whole closed set
+    gaps: list[dict[int, tuple[Intervals, Intervals]]] = field(default_factory=list)
 
+
+def _layout(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
+            block: tuple[int, int, int], params: bytes, params_at: dict[int, tuple[int, int]],
+            unknown_pointers: bool, single_reason: str | None) -> _Layout:
     size = engine.size
     bufs = engine.buffers
     nbytes = {bid: b.nbytes for bid, b in bufs.items()}
-    offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
-    params_at = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
     access = ref.access
     reason = single_reason
     if reason is None and access is None:
@@ -193,52 +226,233 @@ def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
             per_rank = [{bid: BufferSets(may_writes=[(0, n)], reads=[(0, n)])
                          for bid, n in nbytes.items() if n}] + [{} for _ in range(size - 1)]
         fold_of = {}
+    need: list[dict[int, Intervals]] = []
+    written: list[dict[int, Intervals]] = []
+    for r, sets in enumerate(per_rank):
+        need.append({})
+        written.append({})
+        for bid, st in sets.items():
+            n = union(st.reads, st.may_writes)
+            w = union(st.writes, st.may_writes)
+            if bid not in fold_of:
+                n = union(n, st.atomics)
+                w = union(w, st.atomics)
+            elif r == 0:
+                n = union(n, st.atomics)
+                for other in per_rank:      # the folded targets are rank 0's afterwards
+                    if bid in other:
+                        w = union(w, other[bid].atomics)
+            need[r][bid] = n
+            if w:
+                written[r][bid] = w
+    gaps = _coarsen(need, written)
+    pieces: list[list[tuple[Box, dict[int, Intervals]]]] = []
+    if reason is None and size > 1:
+        for box in boxes:
+            pieces.append(_pieces(box, grid, sets_of, fold_of) if box is not None else [])
+    return _Layout(reason, boxes, per_rank, fold_of, need, written, pieces, gaps)
+
+
+#: byte gaps up to this size between the intervals a rank needs or writes are closed up: a
+#: stencil's rows, which skip the boundary elements, then make one interval per plane
+#: instead of one per row (the planning costs Python time per interval); the gap bytes
+#: are fetched too (a rank then holds them, read or not, so may take them as written)
+GAP = 32
+
+
+def coalesce(iv: Intervals, gap: int) -> Intervals:
+    """Sorted disjoint intervals with the gaps up to `gap` bytes closed."""
+    out: Intervals = []
+    for lo, hi in iv:
+        if out and lo - out[-1][1] <= gap:
+            out[-1] = (out[-1][0], max(hi, out[-1][1]))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """The bytes of `a` not in `b` (both sorted and disjoint)."""
+    out: Intervals = []
+    j = 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k = j
+        while lo < hi and k < len(b) and b[k][0] < hi:
+            if b[k][0] > lo:
+                out.append((lo, b[k][0]))
+            lo = max(lo, b[k][1])
+            k += 1
+        if lo < hi:
+            out.append((lo, hi))
+    return out
+
+
+def _minus(pieces: list[tuple[int, int, int]], b: Intervals) -> list[tuple[int, int, int]]:
+    """The parts of sorted (lo, hi, source) pieces outside `b`, one pass over both."""
+    out: list[tuple[int, int, int]] = []
+    j = 0
+    for lo, hi, src in pieces:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k = j
+        while lo < hi and k < len(b) and b[k][0] < hi:
+            if b[k][0] > lo:
+                out.append((lo, b[k][0], src))
+            lo = max(lo, b[k][1])
+            k += 1
+        if lo < hi:
+            out.append((lo, hi, src))
+    return out
+
+
+def _coarsen(need: list[dict[int, Intervals]], written: list[dict[int, Intervals]]
+             ) -> list[dict[int, tuple[Intervals, Intervals]]]:
+    """Close small gaps in each rank's sets (GAP), per buffer, where that keeps the ranks'
+    written bytes apart.  Returns per rank the write sets whose gaps were closed: (closed,
+    exact); the rank must hold the gap bytes before it runs (nobody writes them)."""
+    gaps: list[dict[int, tuple[Intervals, Intervals]]] = [{} for _ in written]
+    bids = {bid for ws in written for bid in ws}
+    for bid in bids:
+        coarse = [coalesce(ws.get(bid, []), GAP) for ws in written]
+        seen: Intervals = []
+        clash = False
+        for c in coarse:
+            if intersect(c, seen):
+                clash = True
+                break
+            seen = union(seen, c)
+        if clash:
+            continue
+        for r, c in enumerate(coarse):
+            if c and len(c) < len(written[r][bid]):
+                gaps[r][bid] = (c, written[r][bid])
+                written[r][bid] = c
+    for ns in need:
+        for bid, n in ns.items():
+            ns[bid] = coalesce(n, GAP)
+    return gaps
+
+
+def _pieces(box: Box, grid: tuple[int, int, int], sets_of: Callable[[Box], dict[int, BufferSets]],
+            fold_of: dict[int, str]) -> list[tuple[Box, dict[int, Intervals]]]:
+    """A rank's box in three pieces along the dimension it was split on (none if it was
+    not, or is under three blocks deep there), each with what it needs to hold first."""
+    dims = [d for d in range(3) if box[d] != (0, grid[d])]
+    if len(dims) != 1 or box[dims[0]][1] - box[dims[0]][0] < 3:
+        return []
+    d = dims[0]
+    lo, hi = box[d]
+    out = []
+    for a, b in ((lo, lo + 1), (lo + 1, hi - 1), (hi - 1, hi)):
+        sub = list(box)
+        sub[d] = (a, b)
+        piece: Box = (sub[0], sub[1], sub[2])
+        need = {bid: coalesce(union(union(st.reads, st.may_writes),
+                                    st.atomics if bid not in fold_of else []), GAP)
+                for bid, st in sets_of(piece).items()}
+        out.append((piece, need))
+    return out
+
+
+def _stages(lay: _Layout, moves: list[Any]) -> list[tuple[list[Box], list[Box]] | None]:
+    """Per rank, the pieces of its box that need none of the bytes it fetches (they run
+    during the transfers) and the others (after): None where there is nothing to overlap."""
+    incoming: dict[int, dict[int, Intervals]] = {}
+    for m in moves:
+        incoming.setdefault(m.dst, {}).setdefault(m.buf, []).append((m.lo, m.hi))
+    out: list[tuple[list[Box], list[Box]] | None] = []
+    for r, pieces in enumerate(lay.pieces):
+        got = incoming.get(r)
+        if not pieces or not got:
+            out.append(None)
+            continue
+        got = {bid: union(ivs, []) for bid, ivs in got.items()}
+        early = [p for p, need in pieces
+                 if not any(intersect(need.get(bid, []), ivs) for bid, ivs in got.items())]
+        late = [p for p, need in pieces
+                if any(intersect(need.get(bid, []), ivs) for bid, ivs in got.items())]
+        out.append((early, late) if early and late else None)
+    return out
+
+
+def plan_launch(engine: "Engine", ref: "KernelRef", grid: tuple[int, int, int],
+                block: tuple[int, int, int], shared_mem: int, params: bytes,
+                slots: list[tuple[int, int, int]], *, unknown_pointers: bool = False,
+                single_reason: str | None = None) -> Step:
+    from cpuify.distributed.engine import _Launch, _Move
+
+    bufs = engine.buffers
+    offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
+    params_at = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
+    cacheable = ref.access is not None and ref.access.distributable and not unknown_pointers
+    cache: dict[Any, _Layout] | None = getattr(engine, "plan_cache", None)
+    lay = None
+    if cache is not None and cacheable:
+        # layouts are cached by the launch's shape, its buffers numbered in parameter order:
+        # the same for every iteration, swapped buffers and arrays made anew included (the
+        # split chosen at a shape's first launch stays)
+        local: dict[int, int] = {}
+        for index in sorted(params_at):
+            local.setdefault(params_at[index][0], len(local))
+        pointer_offsets = {off for off, _, _ in slots}
+        scalars = tuple(sorted((n, v) for (n, _, off, _), v in
+                               zip(ref.param_layout, _values(ref.param_layout, params))
+                               if off not in pointer_offsets and v is not None))
+        shape = tuple(sorted((i, local[bid], boff, bufs[bid].nbytes)
+                             for i, (bid, boff) in params_at.items()))
+        key = (ref.key, grid, block, scalars, shape, single_reason, engine.size)
+        canonical = cache.get(key)
+        if canonical is None:
+            lay = _layout(engine, ref, grid, block, params, params_at, unknown_pointers,
+                          single_reason)
+            if len(cache) > 256:
+                cache.clear()
+            cache[key] = _relabel(lay, local)
+        else:
+            lay = _relabel(canonical, {k: bid for bid, k in local.items()})
+    if lay is None:
+        lay = _layout(engine, ref, grid, block, params, params_at, unknown_pointers, single_reason)
 
     moves: list[_Move] = []
-    updates: list[Callable[[], None]] = []
+    minimum = 0
+    exact = getattr(engine, "exact_stats", False)
+    for r, sets in enumerate(lay.per_rank):
+        for bid, st in sets.items():
+            tr = bufs[bid].tracker
+            if exact:
+                minimum += tr.stale_bytes(r, st.reads)
+            for lo, hi, src in tr.stale(r, lay.need[r][bid]):
+                moves.append(_Move(bid, lo, hi, src, r))
+            closed = lay.gaps[r].get(bid) if lay.gaps else None
+            if closed is not None:
+                # the gap bytes of a closed write set it does not hold (not what it writes)
+                for a, b, src in _minus(tr.stale(r, closed[0]), closed[1]):
+                    moves.append(_Move(bid, a, b, src, r))
+    # the tracker learns the copies only after every fetch is planned from the old state
+    got: dict[tuple[int, int], Intervals] = {}
+    for m in moves:
+        got.setdefault((m.buf, m.dst), []).append((m.lo, m.hi))
+    for (bid, rank), ivs in got.items():
+        bufs[bid].tracker.received_many(rank, ivs)
     fills: list[tuple[int, int, int, bytes]] = []
     partials: list[_Move] = []
-    minimum = 0
-    for r, sets in enumerate(per_rank):
-        for bid, s in sets.items():
-            tr = bufs[bid].tracker
-            folded = bid in fold_of
-            need = union(s.reads, s.may_writes)
-            if not folded or r == 0:
-                need = union(need, s.atomics)
-            minimum += total([(lo, hi) for lo, hi, _ in tr.stale(r, s.reads)])
-            for lo, hi, src in tr.stale(r, need):
-                moves.append(_Move(bid, lo, hi, src, r))
-    # the tracker learns the copies only after every fetch is planned from the old state
-    for m in moves:
-        bufs[m.buf].tracker.received(m.dst, m.lo, m.hi)
-    for bid, op in fold_of.items():
+    for bid, op in lay.fold_of.items():
         np_type, _, identity = _FOLDS[op]
         pattern = np.array([identity], dtype=np_type).tobytes()
-        for r, sets in enumerate(per_rank):
-            s = sets.get(bid)
-            if r == 0 or s is None:
+        for r, sets in enumerate(lay.per_rank):
+            st = sets.get(bid)
+            if r == 0 or st is None:
                 continue
-            for lo, hi in s.atomics:
+            for lo, hi in st.atomics:
                 fills.append((bid, lo, hi, pattern))
                 partials.append(_Move(bid, lo, hi, r, 0))
-    for r, sets in enumerate(per_rank):
-        for bid, s in sets.items():
-            written = union(s.writes, s.may_writes)
-            if bid in fold_of:
-                if r == 0:
-                    everyone = []
-                    for other in per_rank:
-                        if bid in other:
-                            everyone = union(everyone, other[bid].atomics)
-                    written = union(written, everyone)
-            else:
-                written = union(written, s.atomics)
-            if written:
-                updates.append(lambda tr=bufs[bid].tracker, r=r, w=written: tr.wrote(r, w))
-    launch = _Launch(ref.key, grid, block, shared_mem, params, slots, boxes, moves, fills,
-                     partials, folds=dict(fold_of))
-    return Step(launch, reason, minimum, updates)
+    updates = [lambda tr=bufs[bid].tracker, r=r, w=w: tr.wrote(r, w)
+               for r, ws in enumerate(lay.written) for bid, w in ws.items()]
+    launch = _Launch(ref.key, grid, block, shared_mem, params, slots, list(lay.boxes), moves,
+                     fills, partials, folds=dict(lay.fold_of), stages=_stages(lay, moves))
+    return Step(launch, lay.reason, minimum, updates)
 
 
 def _foldable(p: Any) -> bool:

@@ -116,6 +116,8 @@ class BufferTracker:
         """What `rank` must fetch to hold the newest copy of every byte of `intervals`:
         (lo, hi, source rank) in order, contiguous pieces from one source merged."""
         bit = 1 << self._check_rank(rank)
+        if self._all_held(bit):
+            return []
         out: list[tuple[int, int, int]] = []
         for a, b, m in self._walk_many(intervals):
             if m & bit:
@@ -130,6 +132,8 @@ class BufferTracker:
     def stale_bytes(self, rank: int, intervals: Iterable[Sequence[int]]) -> int:
         """The number of bytes `stale(rank, intervals)` lists."""
         bit = 1 << self._check_rank(rank)
+        if self._all_held(bit):
+            return 0
         return sum(b - a for a, b, m in self._walk_many(intervals) if not m & bit)
 
     def gather_plan(self, lo: int, hi: int, to_rank: int) -> list[tuple[int, int, int]]:
@@ -146,12 +150,19 @@ class BufferTracker:
         lo, hi = self._check(lo, hi)
         self._update(lo, hi, lambda m: m | bit)
 
+    def received_many(self, rank: int, intervals: Iterable[Sequence[int]]) -> None:
+        """`received` for each of `intervals` (one pass over the segments)."""
+        bit = 1 << self._check_rank(rank)
+        if self._all_held(bit):
+            return
+        self._update_many(normalize_intervals(intervals), lambda m: m | bit)
+
     def wrote(self, rank: int, intervals: Iterable[Sequence[int]]) -> None:
         """`rank` wrote `intervals`: its copy is the only newest one there."""
         bit = 1 << self._check_rank(rank)
-        for lo, hi in normalize_intervals(intervals):
-            lo, hi = self._check(lo, hi)
-            self._update(lo, hi, lambda m: bit)
+        if self._masks == [bit]:
+            return          # (rank alone holds the whole buffer already: one rank, say)
+        self._update_many(normalize_intervals(intervals), lambda m: bit)
 
     def copy(self) -> BufferTracker:
         """An independent tracker in the same state (to try a plan without committing it)."""
@@ -162,6 +173,11 @@ class BufferTracker:
 
     # ---------------------------------------------------------------------------------
     # internals
+
+    def _all_held(self, bit: int) -> bool:
+        """Whether the rank of `bit` holds the newest copy of the whole buffer (one
+        segment: the common case of one rank, and of data nobody else wrote)."""
+        return len(self._masks) == 1 and bool(self._masks[0] & bit)
 
     def _mask_of(self, ranks: Iterable[int]) -> int:
         mask = 0
@@ -236,6 +252,35 @@ class BufferTracker:
                 keep_m.append(masks[k])
         self._starts[a:b + 1] = keep_s
         self._masks[a:b + 1] = keep_m
+
+    def _update_many(self, ivs: list[Interval], change) -> None:  # type: ignore[no-untyped-def]
+        """`_update` of each of `ivs` (sorted, disjoint): a few one at a time, many in one
+        merge of the segment starts with the intervals' ends."""
+        for lo, hi in ivs:
+            self._check(lo, hi)
+        if len(ivs) <= 8:
+            for lo, hi in ivs:
+                self._update(lo, hi, change)
+            return
+        starts, masks, nbytes = self._starts, self._masks, self.nbytes
+        points = sorted(set(starts).union(*((lo, hi) for lo, hi in ivs)) - {nbytes})
+        new_s: list[int] = []
+        new_m: list[int] = []
+        seg = 0                 # the segment holding the current point
+        iv = 0                  # the first interval not ending at or before it
+        nseg, niv = len(starts), len(ivs)
+        for p in points:
+            while seg + 1 < nseg and starts[seg + 1] <= p:
+                seg += 1
+            while iv < niv and ivs[iv][1] <= p:
+                iv += 1
+            m = masks[seg]
+            if iv < niv and ivs[iv][0] <= p:
+                m = change(m)
+            if not new_m or new_m[-1] != m:
+                new_s.append(p)
+                new_m.append(m)
+        self._starts, self._masks = new_s, new_m
 
     def check_invariants(self) -> None:
         """Raises AssertionError unless the segments cover the buffer in order, each held
