@@ -517,6 +517,7 @@ def test_with_the_engine(tmp_path: Path, name: str) -> None:
     check_ranks(tmp_path, exe, ranks=(2, 3), fake=False)
     env = environment(tmp_path, fake=False)
     env["CPUIFY_DIST_VERBOSE"] = "1"
+    env["CPUIFY_DISTRIBUTED_STATS"] = "1"      # (the engine counts the exact minimum)
     got = run([str(exe)], env, 3)
     assert got.returncode == 0, got.stderr
     stats = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", got.stderr.split("LaunchStats(")[1]))
