@@ -520,7 +520,7 @@ def test_with_the_engine(tmp_path: Path, name: str) -> None:
     env["CPUIFY_DISTRIBUTED_STATS"] = "1"      # (the engine counts the exact minimum)
     got = run([str(exe)], env, 3)
     assert got.returncode == 0, got.stderr
-    stats = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", got.stderr.split("LaunchStats(")[1]))
+    stats = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", got.stderr.split("LaunchStats(")[1])}
     # (the histogram's last kernel has a grid of one block: nothing to split)
     launches, whole = {"saxpy": (4, 0), "stencil": (12, 0), "histogram": (3, 1), "managed": (2, 0)}[name]
     assert stats["launches"] == launches and stats["whole_on_rank0"] == whole, got.stderr
