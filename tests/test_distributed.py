@@ -237,3 +237,37 @@ def test_plan_moves_halo_rows_only() -> None:
     step.commit()
     again = plan.plan_launch(Dry, ref, (4, 4, 1), (16, 16, 1), 0, bytes(params), slots)
     assert again.launch.moves == []
+
+
+THREADS = textwrap.dedent(r'''
+    import threading
+    import numpy as np
+    import cpuify
+    k = cpuify.RawKernel(r"""
+    extern "C" __global__ void inc(float *a, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) a[i] += 1.0f;
+    }""", "inc")
+    n = 1 << 14
+    arrays = [np.zeros(n, np.float32) for _ in range(3)]
+
+    def work(a):
+        for _ in range(25):
+            k((n // 256,), (256,), (a, np.int32(n)))
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(all((a == 25).all() for a in arrays), flush=True)
+''')
+
+
+def test_host_threads_take_turns(tmp_path: Path) -> None:
+    """Launches from several host threads at once: the engine's steps stay in one order."""
+    script = tmp_path / "t.py"
+    script.write_text(THREADS)
+    proc = _mpi(2, str(script))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True"

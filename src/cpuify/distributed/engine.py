@@ -29,6 +29,7 @@ import atexit
 import ctypes
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -157,6 +158,17 @@ class LaunchStats:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Rank 0's steps are broadcast in one order: host threads take turns."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self: "Engine", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class Engine:
     """One per process (get())."""
 
@@ -179,11 +191,13 @@ class Engine:
         self._resolve: Callable[[Any, Any], KernelRef] | None = None
         self.stats = LaunchStats()
         self._stopped = False
+        self._lock = threading.RLock()
         #: when a list, rank 0 appends every launch (what the scaling model replays):
         #: (ref, grid, block, params, slots, buffer sizes, seconds rank 0's part ran)
         self.journal: list[tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------------ rank 0: memory
+    @_one_at_a_time
     def alloc(self, address: int, nbytes: int, kind: str = "device") -> int:
         """A device allocation of rank 0 (the host's) at `address`: servers make an
         instance; rank 0 holds all of it."""
@@ -197,6 +211,7 @@ class Engine:
         self._command(("alloc", bid, nbytes))
         return bid
 
+    @_one_at_a_time
     def free(self, bid: int) -> None:
         buf = self.buffers.pop(bid, None)
         if buf is None:
@@ -216,6 +231,7 @@ class Engine:
                 return bid, address - start
         return None
 
+    @_one_at_a_time
     def host_wrote(self, bid: int, lo: int, hi: int) -> None:
         """The host wrote [lo, hi) of rank 0's instance: rank 0 alone holds it now."""
         buf = self.buffers[bid]
@@ -223,6 +239,7 @@ class Engine:
         if lo < hi:
             buf.tracker.wrote(0, [(lo, hi)])
 
+    @_one_at_a_time
     def host_read(self, bid: int, lo: int, hi: int) -> None:
         """Make rank 0's instance of [lo, hi) current (before the host reads it)."""
         buf = self.buffers[bid]
@@ -238,6 +255,7 @@ class Engine:
             self._command(("move", _moves_to_array(moves)))
             self._exchange(moves)
 
+    @_one_at_a_time
     def gather_all(self) -> None:
         """Rank 0 holds the newest copy of every buffer afterwards."""
         for bid, buf in list(self.buffers.items()):
@@ -248,6 +266,7 @@ class Engine:
         """What servers need to resolve `ref.key` (sent with the first launch)."""
         self._payloads[ref.key] = payload
 
+    @_one_at_a_time
     def launch(self, ref: KernelRef, grid: tuple[int, int, int], block: tuple[int, int, int],
                shared_mem: int, params: bytes, slots: Sequence[tuple[int, int, int]],
                *, unknown_pointers: bool = False, single_reason: str | None = None,
@@ -510,6 +529,7 @@ class Engine:
                 sys.stderr.flush()
                 self.comm.Abort(1)
 
+    @_one_at_a_time
     def shutdown(self) -> None:
         """Rank 0: the servers leave serve() (at exit)."""
         if self.rank == 0 and not self._stopped:
