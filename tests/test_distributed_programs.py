@@ -27,8 +27,16 @@ TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
 MPI_TIMEOUT = 120
 
+
+def _mpiexec() -> str | None:
+    """The mpich wheel's mpiexec beside this Python, else the PATH's."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
+MPIEXEC = _mpiexec()
 needs_mpi = pytest.mark.skipif(
-    importlib.util.find_spec("mpi4py") is None or shutil.which("mpiexec") is None,
+    importlib.util.find_spec("mpi4py") is None or MPIEXEC is None,
     reason="distributed execution needs mpi4py and mpiexec (pip install mpi4py mpich)")
 
 # a digest of n bytes, printed by every program: FNV-1a 64
@@ -281,7 +289,7 @@ def environment(tmp_path: Path, fake: bool = True) -> dict[str, str]:
 
 def run(cmd: list[str], env: dict[str, str], ranks: int = 0) -> subprocess.CompletedProcess[str]:
     if ranks:
-        cmd = ["mpiexec", "-n", str(ranks), *cmd]
+        cmd = [str(MPIEXEC), "-n", str(ranks), *cmd]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=MPI_TIMEOUT, check=False)
 
 
