@@ -187,7 +187,9 @@ class Engine:
         self.plan_cache: dict[Any, Any] = {}            # rank 0: plan.py's layouts of launches
         #: rank 0 counts the exact minimum of bytes each launch must move (stats.bytes_minimum:
         #: the stale parts of the exact read sets; costs planning time): CPUIFY_DISTRIBUTED_STATS=1
-        self.exact_stats = os.environ.get("CPUIFY_DISTRIBUTED_STATS") == "1"
+        #: (or a whole program's CPUIFY_DIST_VERBOSE=1, which prints the counts at the end)
+        self.exact_stats = "1" in (os.environ.get("CPUIFY_DISTRIBUTED_STATS"),
+                                   os.environ.get("CPUIFY_DIST_VERBOSE"))
         self._resolve: Callable[[Any, Any], KernelRef] | None = None
         self.stats = LaunchStats()
         self._stopped = False
