@@ -293,35 +293,46 @@ def run(name: str, size: str = "small") -> dict[str, Any]:
 def predict(journal: list[tuple[Any, ...]], link: Any, counts: tuple[int, ...],
             overhead_s: float = 0.0) -> dict[int, float]:
     """Predicted seconds of the launches in `journal` (recorded by a one-rank engine) on
-    each rank count: cpuify.distributed.model over simulated trackers, compute per block as
-    measured here (all of this machine's cores for one rank: a node), `link` measured by
+    each rank count: the engine's own planning (cpuify.distributed.plan on trackers of N
+    ranks, no MPI) gives each launch's boxes and each rank's bytes and messages, and
+    cpuify.distributed.model's LaunchModel turns them into time: compute per block as
+    measured here (one rank with all of this machine's cores: a node), `link` measured by
     MPI ping-pong."""
-    from cpuify.distributed.model import Launch, LaunchModel, predict_scaling
-    from cpuify.distributed.plan import scalar_values
+    from cpuify.distributed import plan
+    from cpuify.distributed.engine import _Buffer
+    from cpuify.distributed.model import LaunchModel
+    from cpuify.distributed.tracker import BufferTracker
 
-    class Whole:
-        def __init__(self, n: int) -> None:
-            self.reads = [(0, n)]
-            self.writes = [(0, n)]
-            self.atomics: list[tuple[int, int]] = []
-
-    launches, sizes = [], {}
-    for ref, grid, block, params, slots, bsizes, seconds in journal:
-        sizes.update(bsizes)
-        offsets = {off: i for i, (_, _, off, _) in enumerate(ref.param_layout)}
-        where = {offsets[off]: (bid, boff) for off, bid, boff in slots if off in offsets}
-        nblocks = grid[0] * grid[1] * grid[2]
-        access = ref.access
-        if access is None or not access.distributable or ref.reason:
-            fp = (lambda box, w=where, s=bsizes: {i: Whole(s[b]) for i, (b, _) in w.items()})
-        else:
-            scalars = scalar_values(ref.param_layout, params)
-            fp = (lambda box, a=access, sc=scalars, g=grid, bl=block:
-                  a.footprint(sc, g, bl, box))
-        launches.append(Launch(tuple(grid), fp, where, seconds / nblocks))
-    model = LaunchModel(seconds_per_block=0.0, link=link, overhead_s=overhead_s)
-    points = predict_scaling(launches, sizes, model, rank_counts=counts, warmup=0)
-    return {p.nranks: p.seconds for p in points}
+    sizes: dict[int, int] = {}
+    for entry in journal:
+        sizes.update(entry[5])
+    out = {}
+    for n in counts:
+        class Dry:
+            size = n
+            exact_stats = False
+            plan_cache: dict[Any, Any] = {}
+            buffers = {bid: _Buffer(bid, nb, 0, tracker=BufferTracker(nb, n))
+                       for bid, nb in sizes.items()}
+        total = 0.0
+        for ref, grid, block, params, slots, _, seconds in journal:
+            nblocks = grid[0] * grid[1] * grid[2]
+            reason = None if ref.access is not None and ref.access.distributable else "maps"
+            step = plan.plan_launch(Dry, ref, grid, block, 0, params, slots,
+                                    single_reason=reason or getattr(ref, "reason", None))
+            blocks = [0 if b is None else
+                      (b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) * (b[2][1] - b[2][0])
+                      for b in step.launch.boxes]
+            moved = [0] * n
+            sources: list[set[int]] = [set() for _ in range(n)]
+            for m in step.launch.moves + step.launch.partials:
+                moved[m.dst] += m.hi - m.lo
+                sources[m.dst].add(m.src)
+            model = LaunchModel(seconds / nblocks, link, overhead_s)
+            total += model.predict(blocks, moved, [len(x) for x in sources])
+            step.commit()
+        out[n] = total
+    return out
 
 
 def _main(argv: list[str]) -> None:
