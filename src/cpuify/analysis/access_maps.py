@@ -1178,11 +1178,11 @@ class _Builder:
         if name in ("ptx.add", "ptx.sub") and len(ops) == 2:
             a, b = self.val(ops[0]), self.val(ops[1])
             return None if a is None or b is None else _p_add(a, b, 1 if name == "ptx.add" else -1)
-        if name in ("ptx.mul", "ptx.mul24") and len(ops) == 2:
-            a, b = self.val(ops[0]), self.val(ops[1])
-            return None if a is None or b is None else _p_mul(a, b)
-        if name in ("ptx.mad", "ptx.mad24") and len(ops) == 3:
-            a, b, c2 = self.val(ops[0]), self.val(ops[1]), self.val(ops[2])
+        if name in ("ptx.mul", "ptx.mul24", "ptx.mad", "ptx.mad24") and len(ops) in (2, 3):
+            if name.startswith("ptx.mad") != (len(ops) == 3):
+                return None
+            a, b = self._factor(op, ops[0]), self._factor(op, ops[1])
+            c2 = self.val(ops[2]) if len(ops) == 3 else {}
             return None if a is None or b is None or c2 is None else _p_add(_p_mul(a, b), c2)
         if name == "ptx.neg" and len(ops) == 1:
             a = self.val(ops[0])
@@ -1205,8 +1205,17 @@ class _Builder:
                 d = self.val(ops[1])
             if a is None or d is None or not all(self.param_like(x) for x in _p_atoms(d)):
                 return None
-            signed = name != "ptx.shr" and ty(op).startswith("s")
-            return _p_atom(self._derived("div" if name != "ptx.rem" else "rem", a, d, signed))
+            t = ty(op)
+            if t.startswith("s"):
+                # shr.s is a floor division, div.s/rem.s truncate
+                return _p_atom(self._derived("div" if name != "ptx.rem" else "rem", a, d,
+                                             name != "ptx.shr"))
+            # on the unsigned value: x mod 2^bits (nvcc takes a sign bit with shr.u32 x, 31)
+            wrap = _p_const(1 << (8 * type_size(t)))
+            a = _p_atom(self._derived("rem", a, wrap, False))
+            if len(d) != 1 or d.get((), 0) <= 0:
+                d = _p_atom(self._derived("rem", d, wrap, False))
+            return _p_atom(self._derived("div" if name != "ptx.rem" else "rem", a, d, False))
         if name == "ptx.and" and len(ops) == 2:
             k = _const_of(ops[1])
             x = ops[0]
@@ -1266,6 +1275,16 @@ class _Builder:
                 self.atoms[s].exact = yes[1] and no[1]
             return me
         return None
+
+    def _factor(self, op: Operation, v: Value) -> Poly | None:
+        """An operand of a multiplication: a constant of a widening unsigned one
+        (`mul.wide.u32 x, 0xAAAAAAAB`, nvcc's division by 3) is its unsigned value."""
+        from cpuify.analysis.access import _const_of
+        c = _const_of(v)
+        t = ty(op)
+        if c is not None and c < 0 and "wide" in mods(op) and t.startswith("u"):
+            return _p_const(c + (1 << (8 * type_size(t))))
+        return self.val(v)
 
     def _derived(self, kind: str, operand: Poly, divisor: Poly, signed: bool) -> str:
         key = json.dumps([kind, _p_json(operand), _p_json(divisor), signed])
