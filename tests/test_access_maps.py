@@ -483,7 +483,7 @@ def test_grid_sync_and_dynamic_parallelism_are_not_distributable():
 
 def _random_kernels(seed: int, count: int) -> tuple[str, list[str]]:
     """Kernels with random index arithmetic (affine terms, quotients, remainders, shifts,
-    min/max, loops with random bounds and steps, random guards), every index reduced into
+    min/max, loops with random bounds and steps, random guards), every index masked into
     [0, 256) elements so that the interpreter stays inside the arrays."""
     import random
     rng = random.Random(seed)
@@ -508,7 +508,7 @@ def _random_kernels(seed: int, count: int) -> tuple[str, list[str]]:
         guard = rng.choice(["i < n", "i > j", "i + j < 2 * n", "j != 3", "(unsigned)(i - 2) < 5u", "true"])
         loop = rng.choice([None, (0, "n", 1), (1, "n + 2", 2), ("j", "12", 3)])
         index = f"({term()} + {term()} * n" + (" + 3 * k" if loop else "") + ")"
-        body = f"y[(({index}) % 256 + 256) % 256] += x[(({term()} + j) % 256 + 256) % 256];"
+        body = f"y[({index}) & 255] += x[({term()} + j) & 255];"
         if loop:
             body = f"for (int k = {loop[0]}; k < {loop[1]}; k += {loop[2]}) {{ {body} }}"
         names.append(f"random{k}")
@@ -523,9 +523,9 @@ def _random_kernels(seed: int, count: int) -> tuple[str, list[str]]:
 def test_random_index_arithmetic_is_never_under_approximated(monkeypatch):
     src, names = _random_kernels(19, 12)
     ptx = compile_to_ptx(src).ptx
-    for name in names:
+    for k, name in enumerate(names):
         x = np.zeros(256, np.float32)
         y = np.zeros(256, np.float32)
-        for n in (3, 8):
+        for n in (3 + k % 6,):
             _check(monkeypatch, ptx, name, (2, 2), (4, 4), (x, y, np.int32(n)),
                    {f"{name}_param_2": n}, exact_kinds=(), whole_allowed=True)

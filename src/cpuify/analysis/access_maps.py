@@ -451,6 +451,8 @@ class KernelAccess:
             todo.extend(v for v in renderer.vars_used if v not in seen)
         dims = [f"0 <= {b} < {env[f'nctaid_{d}']}" for b, d in zip(_BLOCK_VARS, _DIMS)]
         exists = sorted((renderer.vars_used | renderer.helpers) - set(_BLOCK_VARS))
+        if "false" in conds:
+            conds = ["1 = 0"]             # the launch rules the access out
         body = " and ".join(dims + defs + [f"0 <= t_byte < {a.size}"] +
                             [c for c in conds if c != "true"])
         names = ", ".join([_isl_name(x) for x in exists] + ["t_byte"])
@@ -575,9 +577,11 @@ class KernelAccess:
                         continue
                     # pairs of blocks writing a common byte, differing in dimension d
                     flat = m.flat
-                    pairs = flat.apply_range(flat.reverse())
                     other = isl.Map(f"{{ [bx, by, bz] -> [cx, cy, cz] : {b} != c{_DIMS[d]} }}")
-                    if not pairs.intersect(other).is_empty():
+                    disjoint = flat is not None and _bounded(
+                        lambda flat=flat, other=other: flat.apply_range(flat.reverse())
+                        .intersect(other).is_empty(), ISL_OPERATIONS)
+                    if not disjoint:
                         ok = False
             if ok and grid3[d] > 1:
                 dims.append(_DIMS[d])
@@ -772,21 +776,44 @@ class _Renderer:
         return self.linear({((x,) if x else ()): k for x, k in terms.items() if k})
 
     def cond(self, c: tuple) -> str:  # type: ignore[type-arg]
-        if c[0] == "and":
-            parts = [self.cond(x) for x in c[1]]
-            parts = [p for p in parts if p != "true"]
-            return "(" + " and ".join(parts) + ")" if parts else "true"
-        if c[0] == "or":
-            parts = [self.cond(x) for x in c[1]]
-            if "true" in parts:
-                return "true"
-            return "(" + " or ".join(parts) + ")" if parts else "(0 = 1)"
+        """c as isl text; comparisons the launch's values decide are folded ("true",
+        "false"), so that isl sees no disjunction the launch has settled."""
+        if c[0] in ("and", "or"):
+            unit, zero = ("true", "false") if c[0] == "and" else ("false", "true")
+            parts = []
+            for x in c[1]:
+                got = self.cond(x)
+                if got == zero:
+                    return zero
+                if got != unit and got not in parts:
+                    parts.append(got)
+            if not parts:
+                return unit
+            return parts[0] if len(parts) == 1 else "(" + f" {c[0]} ".join(parts) + ")"
+        constant = self.constant(c[1])
+        if constant is not None:
+            v = constant
+            holds = v >= 0 if c[0] == "ge" else v == 0 if c[0] == "eq" else v != 0
+            return "true" if holds else "false"
         e = self.linear(c[1])
         if c[0] == "ge":
             return f"{e} >= 0"
         if c[0] == "eq":
             return f"{e} = 0"
         return f"({e} >= 1 or {e} <= -1)"
+
+    def constant(self, poly: Poly) -> int | None:
+        """poly's value when the launch fixes all of it."""
+        total = 0
+        for m, c in poly.items():
+            k = c
+            for x in m:
+                v = self.kernel._param_value(x, self.env)
+                if v is None:
+                    return None
+                k *= v
+            total += k
+        return total
 
     def atom_cond(self, x: str) -> str:
         if x in _BLOCK_VARS:
@@ -831,9 +858,10 @@ class _LaunchMap:
 
     @property
     def flat(self):  # type: ignore[no-untyped-def]
+        """The isl map block -> byte; None when building it took isl too much work."""
         if self._flat is None:
-            self._flat = self._union(None, 0)
-        return self._flat
+            self._flat = _bounded(lambda: self._union(None, 0), ISL_OPERATIONS) or False
+        return self._flat or None
 
     def _union(self, pitches: list[int] | None, split: int):  # type: ignore[no-untyped-def]
         isl = _isl()
@@ -844,6 +872,7 @@ class _LaunchMap:
         return result
 
     def rows(self, split: int):  # type: ignore[no-untyped-def]
+        """(isl map block -> [rows..., byte in row], row pitches) (run under _bounded)."""
         got = self._rows.get(split)
         if got is None:
             pitches = self.kernel._row_pitches(self.accesses, self.env, split)
@@ -852,18 +881,31 @@ class _LaunchMap:
 
     def intervals(self, box) -> tuple[list[tuple[int, int]], bool]:  # type: ignore[no-untyped-def]
         """The byte intervals the blocks of `box` touch, and whether exactly (not widened)."""
-        s = self.flat.intersect_domain(box).range().coalesce()
-        if s.is_empty():
+        flat = self.flat
+        def image():  # type: ignore[no-untyped-def]
+            r = flat.intersect_domain(box).range().coalesce()
+            return r, r.is_empty(), r.is_bounded()
+
+        s = None if flat is None else _bounded(image, ISL_OPERATIONS)
+        if s is None:
+            return [WHOLE_INTERVAL], False
+        s, empty, bounded = s
+        if empty:
             return [], True
-        if not s.is_bounded():
+        if not bounded:
             return [WHOLE_INTERVAL], False
         got = _bounded(lambda: _flat_runs(s), ISL_OPERATIONS // 4)
         if got is not None:
             return got, True
         # rows: byte offsets taken apart by row pitch, first the scalar parameters'
         # (`row * n + col`), then also large constant strides (`i * 4096 + j`)
+        tried: list[list[int]] = []
         for split in (0, 256):
-            got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS)
+            pitches = self.kernel._row_pitches(self.accesses, self.env, split)
+            if len(pitches) == 1 or pitches in tried:
+                continue
+            tried.append(pitches)
+            got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS // 2)
             if got is not None:
                 return got, True
         isl = _isl()
@@ -955,10 +997,11 @@ class _OutOfWork(Exception):
 
 
 def _count(s) -> int:  # type: ignore[no-untyped-def]
-    v = s.count_val()
-    if not v.is_int():
-        raise _OutOfWork
-    return v.to_python()
+    try:
+        v = s.count_val()
+        return int(v.to_python())
+    except (TypeError, ValueError):     # NaN: isl gave up (out of operations)
+        raise _OutOfWork from None
 
 
 def _coordinate(s) -> int:  # type: ignore[no-untyped-def]
@@ -1311,7 +1354,7 @@ class _Builder:
             # on that edge (a value from a path not taken is no value of the merge)
             s = self._new_atom("f", _Atom("set", exact=False), block)
             me = _p_atom(s)
-            alternatives = []
+            per_edge = []
             for (pred, _), p in zip(edges, polys):
                 conds, _ = self.guard(pred)
                 term = pred.terminator
@@ -1321,7 +1364,12 @@ class _Builder:
                     if got is not None:
                         conds = ("and", conds[1] + [got[0]])
                 conds, _ = self._filter(conds)
-                alternatives.append(("and", [conds, _compare("eq", me, p)]))  # type: ignore[arg-type]
+                per_edge.append(list(conds[1]))
+            # what holds on every edge says nothing about which value came (and would
+            # only multiply the disjunction's size)
+            common = [c for c in per_edge[0] if all(c in other for other in per_edge[1:])]
+            alternatives = [("and", [c for c in conds if c not in common] + [_compare("eq", me, p)])
+                            for conds, p in zip(per_edge, polys)]  # type: ignore[arg-type]
             self.atoms[s].cond = ("or", alternatives)
             return me
         body, _ = loop
