@@ -936,10 +936,8 @@ class _LaunchMap:
             return None                     # a row with a gap
         ends: dict[tuple[int, ...], list[int]] = {}
         for which, f in ((0, lo), (1, hi)):
-            def point(p, which=which) -> None:  # type: ignore[no-untyped-def]
-                c = [p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(k)]
+            for c in _points(f.wrap().flatten(), k):
                 ends.setdefault(tuple(c[:-1]), [0, 0])[which] = c[-1]
-            f.wrap().flatten().foreach_point(point)
         out = []
         for row, (first, last) in ends.items():
             base = sum(p * c for p, c in zip(pitches, row))
@@ -996,6 +994,23 @@ class _OutOfWork(Exception):
     """isl ran out of the operations _bounded allows (some calls answer NaN then)."""
 
 
+def _points(s, k: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """The points of s (k coordinates each), s known to have few (counted first): listed
+    outside the work limit of _bounded, which then starts afresh."""
+    isl = _isl()
+    ctx = isl.DEFAULT_CONTEXT
+    limit = ctx.get_max_operations()
+    ctx.set_max_operations(0)
+    out: list[list[int]] = []
+    try:
+        s.foreach_point(lambda p: out.append(
+            [p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(k)]))
+    finally:
+        ctx.reset_operations()
+        ctx.set_max_operations(limit)
+    return out
+
+
 def _count(s) -> int:  # type: ignore[no-untyped-def]
     try:
         v = s.count_val()
@@ -1018,12 +1033,8 @@ def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyp
     if _count(starts) > cap:                          # counted in isl: no callbacks
         return None
     ends = s.subtract(s.apply(up.reverse()))
-    lo: list[int] = []
-    hi: list[int] = []
-    starts.foreach_point(lambda p: lo.append(p.get_coordinate_val(isl.dim_type.set, 0).to_python()))
-    ends.foreach_point(lambda p: hi.append(p.get_coordinate_val(isl.dim_type.set, 0).to_python()))
-    lo.sort()
-    hi.sort()
+    lo = sorted(c[0] for c in _points(starts, 1))
+    hi = sorted(c[0] for c in _points(ends, 1))
     return [(a, b + 1) for a, b in zip(lo, hi)]
 
 
