@@ -1223,6 +1223,9 @@ class _Builder:
             if reg.startswith("tid_") and reg not in self.atoms:
                 self.atoms[reg] = _Atom("tid")
             return _p_atom(reg)
+        if name == "ptx.mul" and "hi" in m and len(op.operands) == 2 and v.type[0] == "i" \
+                and not m & _FLOAT_MODS:
+            return self._mul_hi(op)
         if not name.startswith("ptx.") or m & _FLOAT_MODS or m & {"cc", "sat", "hi"} \
                 or v.type[0] != "i" or v.type == "i1":
             return None
@@ -1329,6 +1332,25 @@ class _Builder:
                 self.atoms[s].exact = yes[1] and no[1]
             return me
         return None
+
+    def _mul_hi(self, op: Operation) -> Poly | None:
+        """mul.hi by a constant (nvcc's division by a constant: a magic multiplier, then
+        shifts): the high half of the double-width product, floor(x * c / 2^bits), with x
+        and c unsigned for .u."""
+        from cpuify.analysis.access import _const_of
+        t = ty(op)
+        bits = 8 * type_size(t)
+        ops = op.operands
+        c, x = _const_of(ops[1]), ops[0]
+        if c is None:
+            c, x = _const_of(ops[0]), ops[1]
+        a = self.val(x)
+        if a is None or c is None:
+            return None
+        if not t.startswith("s"):
+            c %= 1 << bits
+            a = _p_atom(self._derived("rem", a, _p_const(1 << bits), False))
+        return _p_atom(self._derived("div", _p_scale(a, c), _p_const(1 << bits), False))
 
     def _factor(self, op: Operation, v: Value) -> Poly | None:
         """An operand of a multiplication: a constant of a widening unsigned one
