@@ -451,6 +451,8 @@ class KernelAccess:
             todo.extend(v for v in renderer.vars_used if v not in seen)
         dims = [f"0 <= {b} < {env[f'nctaid_{d}']}" for b, d in zip(_BLOCK_VARS, _DIMS)]
         exists = sorted((renderer.vars_used | renderer.helpers) - set(_BLOCK_VARS))
+        if "false" in conds:
+            conds = ["1 = 0"]             # the launch rules the access out
         body = " and ".join(dims + defs + [f"0 <= t_byte < {a.size}"] +
                             [c for c in conds if c != "true"])
         names = ", ".join([_isl_name(x) for x in exists] + ["t_byte"])
@@ -575,9 +577,11 @@ class KernelAccess:
                         continue
                     # pairs of blocks writing a common byte, differing in dimension d
                     flat = m.flat
-                    pairs = flat.apply_range(flat.reverse())
                     other = isl.Map(f"{{ [bx, by, bz] -> [cx, cy, cz] : {b} != c{_DIMS[d]} }}")
-                    if not pairs.intersect(other).is_empty():
+                    disjoint = flat is not None and _bounded(
+                        lambda flat=flat, other=other: flat.apply_range(flat.reverse())
+                        .intersect(other).is_empty(), ISL_OPERATIONS)
+                    if not disjoint:
                         ok = False
             if ok and grid3[d] > 1:
                 dims.append(_DIMS[d])
@@ -772,21 +776,44 @@ class _Renderer:
         return self.linear({((x,) if x else ()): k for x, k in terms.items() if k})
 
     def cond(self, c: tuple) -> str:  # type: ignore[type-arg]
-        if c[0] == "and":
-            parts = [self.cond(x) for x in c[1]]
-            parts = [p for p in parts if p != "true"]
-            return "(" + " and ".join(parts) + ")" if parts else "true"
-        if c[0] == "or":
-            parts = [self.cond(x) for x in c[1]]
-            if "true" in parts:
-                return "true"
-            return "(" + " or ".join(parts) + ")" if parts else "(0 = 1)"
+        """c as isl text; comparisons the launch's values decide are folded ("true",
+        "false"), so that isl sees no disjunction the launch has settled."""
+        if c[0] in ("and", "or"):
+            unit, zero = ("true", "false") if c[0] == "and" else ("false", "true")
+            parts = []
+            for x in c[1]:
+                got = self.cond(x)
+                if got == zero:
+                    return zero
+                if got != unit and got not in parts:
+                    parts.append(got)
+            if not parts:
+                return unit
+            return parts[0] if len(parts) == 1 else "(" + f" {c[0]} ".join(parts) + ")"
+        constant = self.constant(c[1])
+        if constant is not None:
+            v = constant
+            holds = v >= 0 if c[0] == "ge" else v == 0 if c[0] == "eq" else v != 0
+            return "true" if holds else "false"
         e = self.linear(c[1])
         if c[0] == "ge":
             return f"{e} >= 0"
         if c[0] == "eq":
             return f"{e} = 0"
         return f"({e} >= 1 or {e} <= -1)"
+
+    def constant(self, poly: Poly) -> int | None:
+        """poly's value when the launch fixes all of it."""
+        total = 0
+        for m, c in poly.items():
+            k = c
+            for x in m:
+                v = self.kernel._param_value(x, self.env)
+                if v is None:
+                    return None
+                k *= v
+            total += k
+        return total
 
     def atom_cond(self, x: str) -> str:
         if x in _BLOCK_VARS:
@@ -831,9 +858,10 @@ class _LaunchMap:
 
     @property
     def flat(self):  # type: ignore[no-untyped-def]
+        """The isl map block -> byte; None when building it took isl too much work."""
         if self._flat is None:
-            self._flat = self._union(None, 0)
-        return self._flat
+            self._flat = _bounded(lambda: self._union(None, 0), ISL_OPERATIONS) or False
+        return self._flat or None
 
     def _union(self, pitches: list[int] | None, split: int):  # type: ignore[no-untyped-def]
         isl = _isl()
@@ -844,6 +872,7 @@ class _LaunchMap:
         return result
 
     def rows(self, split: int):  # type: ignore[no-untyped-def]
+        """(isl map block -> [rows..., byte in row], row pitches) (run under _bounded)."""
         got = self._rows.get(split)
         if got is None:
             pitches = self.kernel._row_pitches(self.accesses, self.env, split)
@@ -852,18 +881,31 @@ class _LaunchMap:
 
     def intervals(self, box) -> tuple[list[tuple[int, int]], bool]:  # type: ignore[no-untyped-def]
         """The byte intervals the blocks of `box` touch, and whether exactly (not widened)."""
-        s = self.flat.intersect_domain(box).range().coalesce()
-        if s.is_empty():
+        flat = self.flat
+        def image():  # type: ignore[no-untyped-def]
+            r = flat.intersect_domain(box).range().coalesce()
+            return r, r.is_empty(), r.is_bounded()
+
+        s = None if flat is None else _bounded(image, ISL_OPERATIONS)
+        if s is None:
+            return [WHOLE_INTERVAL], False
+        s, empty, bounded = s
+        if empty:
             return [], True
-        if not s.is_bounded():
+        if not bounded:
             return [WHOLE_INTERVAL], False
         got = _bounded(lambda: _flat_runs(s), ISL_OPERATIONS // 4)
         if got is not None:
             return got, True
         # rows: byte offsets taken apart by row pitch, first the scalar parameters'
         # (`row * n + col`), then also large constant strides (`i * 4096 + j`)
+        tried: list[list[int]] = []
         for split in (0, 256):
-            got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS)
+            pitches = self.kernel._row_pitches(self.accesses, self.env, split)
+            if len(pitches) == 1 or pitches in tried:
+                continue
+            tried.append(pitches)
+            got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS // 2)
             if got is not None:
                 return got, True
         isl = _isl()
@@ -894,10 +936,8 @@ class _LaunchMap:
             return None                     # a row with a gap
         ends: dict[tuple[int, ...], list[int]] = {}
         for which, f in ((0, lo), (1, hi)):
-            def point(p, which=which) -> None:  # type: ignore[no-untyped-def]
-                c = [p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(k)]
+            for c in _points(f.wrap().flatten(), k):
                 ends.setdefault(tuple(c[:-1]), [0, 0])[which] = c[-1]
-            f.wrap().flatten().foreach_point(point)
         out = []
         for row, (first, last) in ends.items():
             base = sum(p * c for p, c in zip(pitches, row))
@@ -954,11 +994,29 @@ class _OutOfWork(Exception):
     """isl ran out of the operations _bounded allows (some calls answer NaN then)."""
 
 
+def _points(s, k: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """The points of s (k coordinates each), s known to have few (counted first): listed
+    outside the work limit of _bounded, which then starts afresh."""
+    isl = _isl()
+    ctx = isl.DEFAULT_CONTEXT
+    limit = ctx.get_max_operations()
+    ctx.set_max_operations(0)
+    out: list[list[int]] = []
+    try:
+        s.foreach_point(lambda p: out.append(
+            [p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(k)]))
+    finally:
+        ctx.reset_operations()
+        ctx.set_max_operations(limit)
+    return out
+
+
 def _count(s) -> int:  # type: ignore[no-untyped-def]
-    v = s.count_val()
-    if not v.is_int():
-        raise _OutOfWork
-    return v.to_python()
+    try:
+        v = s.count_val()
+        return int(v.to_python())
+    except (TypeError, ValueError):     # NaN: isl gave up (out of operations)
+        raise _OutOfWork from None
 
 
 def _coordinate(s) -> int:  # type: ignore[no-untyped-def]
@@ -975,12 +1033,8 @@ def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyp
     if _count(starts) > cap:                          # counted in isl: no callbacks
         return None
     ends = s.subtract(s.apply(up.reverse()))
-    lo: list[int] = []
-    hi: list[int] = []
-    starts.foreach_point(lambda p: lo.append(p.get_coordinate_val(isl.dim_type.set, 0).to_python()))
-    ends.foreach_point(lambda p: hi.append(p.get_coordinate_val(isl.dim_type.set, 0).to_python()))
-    lo.sort()
-    hi.sort()
+    lo = sorted(c[0] for c in _points(starts, 1))
+    hi = sorted(c[0] for c in _points(ends, 1))
     return [(a, b + 1) for a, b in zip(lo, hi)]
 
 
@@ -1169,6 +1223,9 @@ class _Builder:
             if reg.startswith("tid_") and reg not in self.atoms:
                 self.atoms[reg] = _Atom("tid")
             return _p_atom(reg)
+        if name == "ptx.mul" and "hi" in m and len(op.operands) == 2 and v.type[0] == "i" \
+                and not m & _FLOAT_MODS:
+            return self._mul_hi(op)
         if not name.startswith("ptx.") or m & _FLOAT_MODS or m & {"cc", "sat", "hi"} \
                 or v.type[0] != "i" or v.type == "i1":
             return None
@@ -1178,11 +1235,11 @@ class _Builder:
         if name in ("ptx.add", "ptx.sub") and len(ops) == 2:
             a, b = self.val(ops[0]), self.val(ops[1])
             return None if a is None or b is None else _p_add(a, b, 1 if name == "ptx.add" else -1)
-        if name in ("ptx.mul", "ptx.mul24") and len(ops) == 2:
-            a, b = self.val(ops[0]), self.val(ops[1])
-            return None if a is None or b is None else _p_mul(a, b)
-        if name in ("ptx.mad", "ptx.mad24") and len(ops) == 3:
-            a, b, c2 = self.val(ops[0]), self.val(ops[1]), self.val(ops[2])
+        if name in ("ptx.mul", "ptx.mul24", "ptx.mad", "ptx.mad24") and len(ops) in (2, 3):
+            if name.startswith("ptx.mad") != (len(ops) == 3):
+                return None
+            a, b = self._factor(op, ops[0]), self._factor(op, ops[1])
+            c2 = self.val(ops[2]) if len(ops) == 3 else {}
             return None if a is None or b is None or c2 is None else _p_add(_p_mul(a, b), c2)
         if name == "ptx.neg" and len(ops) == 1:
             a = self.val(ops[0])
@@ -1205,8 +1262,17 @@ class _Builder:
                 d = self.val(ops[1])
             if a is None or d is None or not all(self.param_like(x) for x in _p_atoms(d)):
                 return None
-            signed = name != "ptx.shr" and ty(op).startswith("s")
-            return _p_atom(self._derived("div" if name != "ptx.rem" else "rem", a, d, signed))
+            t = ty(op)
+            if t.startswith("s"):
+                # shr.s is a floor division, div.s/rem.s truncate
+                return _p_atom(self._derived("div" if name != "ptx.rem" else "rem", a, d,
+                                             name != "ptx.shr"))
+            # on the unsigned value: x mod 2^bits (nvcc takes a sign bit with shr.u32 x, 31)
+            wrap = _p_const(1 << (8 * type_size(t)))
+            a = _p_atom(self._derived("rem", a, wrap, False))
+            if len(d) != 1 or d.get((), 0) <= 0:
+                d = _p_atom(self._derived("rem", d, wrap, False))
+            return _p_atom(self._derived("div" if name != "ptx.rem" else "rem", a, d, False))
         if name == "ptx.and" and len(ops) == 2:
             k = _const_of(ops[1])
             x = ops[0]
@@ -1267,6 +1333,35 @@ class _Builder:
             return me
         return None
 
+    def _mul_hi(self, op: Operation) -> Poly | None:
+        """mul.hi by a constant (nvcc's division by a constant: a magic multiplier, then
+        shifts): the high half of the double-width product, floor(x * c / 2^bits), with x
+        and c unsigned for .u."""
+        from cpuify.analysis.access import _const_of
+        t = ty(op)
+        bits = 8 * type_size(t)
+        ops = op.operands
+        c, x = _const_of(ops[1]), ops[0]
+        if c is None:
+            c, x = _const_of(ops[0]), ops[1]
+        a = self.val(x)
+        if a is None or c is None:
+            return None
+        if not t.startswith("s"):
+            c %= 1 << bits
+            a = _p_atom(self._derived("rem", a, _p_const(1 << bits), False))
+        return _p_atom(self._derived("div", _p_scale(a, c), _p_const(1 << bits), False))
+
+    def _factor(self, op: Operation, v: Value) -> Poly | None:
+        """An operand of a multiplication: a constant of a widening unsigned one
+        (`mul.wide.u32 x, 0xAAAAAAAB`, nvcc's division by 3) is its unsigned value."""
+        from cpuify.analysis.access import _const_of
+        c = _const_of(v)
+        t = ty(op)
+        if c is not None and c < 0 and "wide" in mods(op) and t.startswith("u"):
+            return _p_const(c + (1 << (8 * type_size(t))))
+        return self.val(v)
+
     def _derived(self, kind: str, operand: Poly, divisor: Poly, signed: bool) -> str:
         key = json.dumps([kind, _p_json(operand), _p_json(divisor), signed])
         got = self.derived.get(key)
@@ -1292,7 +1387,7 @@ class _Builder:
             # on that edge (a value from a path not taken is no value of the merge)
             s = self._new_atom("f", _Atom("set", exact=False), block)
             me = _p_atom(s)
-            alternatives = []
+            per_edge = []
             for (pred, _), p in zip(edges, polys):
                 conds, _ = self.guard(pred)
                 term = pred.terminator
@@ -1302,7 +1397,12 @@ class _Builder:
                     if got is not None:
                         conds = ("and", conds[1] + [got[0]])
                 conds, _ = self._filter(conds)
-                alternatives.append(("and", [conds, _compare("eq", me, p)]))  # type: ignore[arg-type]
+                per_edge.append(list(conds[1]))
+            # what holds on every edge says nothing about which value came (and would
+            # only multiply the disjunction's size)
+            common = [c for c in per_edge[0] if all(c in other for other in per_edge[1:])]
+            alternatives = [("and", [c for c in conds if c not in common] + [_compare("eq", me, p)])
+                            for conds, p in zip(per_edge, polys)]  # type: ignore[arg-type]
             self.atoms[s].cond = ("or", alternatives)
             return me
         body, _ = loop

@@ -337,6 +337,9 @@ def _explain_partition(ptx: str, only: str | None, grid: tuple[int, int, int] | 
             raise CpuifyError(f"--scalar '{text}': expected NAME=INTEGER")
     if block is not None and grid is None:
         raise CpuifyError("--block with --partition needs --grid too (the launch to split)")
+    if ptx.lstrip().startswith('"'):
+        raise CpuifyError("--partition reads CUDA or PTX (the access maps are built from the "
+                          "IR as lifted, before the passes), not an .mlir file")
     names = [e.name for e in parse_ptx(ptx).entries if only is None or e.name == only]
     if only is not None and not names:
         raise CpuifyError(f"no kernel '{only}' in the file")
