@@ -422,10 +422,11 @@ class KernelAccess:
 
     # --- isl ---
     def _access_isl(self, a: Access, env: dict[str, int],
-                    pitches: list[int] | None = None, split: int = 0) -> str:
+                    pitches: list[int] | None = None, split: int = 0) -> tuple[str, bool]:
         """The isl text of one access for the launch `env`: block -> byte offset, or with
         `pitches` block -> [d_0, ..., d_k] where the byte offset is sum(pitch_i * d_i) (the
-        last pitch 1: the byte within a row; see _row_groups)."""
+        last pitch 1: the byte within a row; see _row_groups); and whether conditions were
+        left out (the text then describes a wider set)."""
         assert a.index is not None
         renderer = _Renderer(self, env)
         if pitches is None:
@@ -453,10 +454,22 @@ class KernelAccess:
         exists = sorted((renderer.vars_used | renderer.helpers) - set(_BLOCK_VARS))
         if "false" in conds:
             conds = ["1 = 0"]             # the launch rules the access out
-        body = " and ".join(dims + defs + [f"0 <= t_byte < {a.size}"] +
-                            [c for c in conds if c != "true"])
+        # isl expands the conjunction of disjunctions (its DNF): past _MAX_DISJUNCTS, the
+        # largest disjunctions are left out (a wider set, no longer exact)
+        conds = [c for c in conds if c != "true"]
+        widened = False
+        while True:
+            total = 1
+            for c in conds:
+                total *= renderer.size.get(c, 1)
+            if total <= _MAX_DISJUNCTS:
+                break
+            conds.remove(max(conds, key=lambda c: renderer.size.get(c, 1)))
+            widened = True
+        body = " and ".join(dims + defs + [f"0 <= t_byte < {a.size}"] + conds)
         names = ", ".join([_isl_name(x) for x in exists] + ["t_byte"])
-        return f"{{ [bx, by, bz] -> [{', '.join(outs)}] : exists ({names} : {body}) }}"
+        return (f"{{ [bx, by, bz] -> [{', '.join(outs)}] : exists ({names} : {body}) }}",
+                widened)
 
     def _row_pitches(self, accesses: list[Access], env: dict[str, int], split: int) -> list[int]:
         pitches = {1}
@@ -717,6 +730,8 @@ class _Renderer:
         self.env = env
         self.vars_used: set[str] = set()
         self.helpers: set[str] = set()
+        #: rendered condition -> how many conjunctions isl makes of it (its DNF's size)
+        self.size: dict[str, int] = {}
 
     def linear(self, poly: Poly) -> str:
         terms: dict[str, int] = {}
@@ -789,7 +804,15 @@ class _Renderer:
                     parts.append(got)
             if not parts:
                 return unit
-            return parts[0] if len(parts) == 1 else "(" + f" {c[0]} ".join(parts) + ")"
+            if len(parts) == 1:
+                return parts[0]
+            text = "(" + f" {c[0]} ".join(parts) + ")"
+            sizes = [self.size.get(x, 1) for x in parts]
+            total = 1
+            for n in sizes:
+                total = total * n if c[0] == "and" else total
+            self.size[text] = total if c[0] == "and" else sum(sizes)
+            return text
         constant = self.constant(c[1])
         if constant is not None:
             v = constant
@@ -800,7 +823,9 @@ class _Renderer:
             return f"{e} >= 0"
         if c[0] == "eq":
             return f"{e} = 0"
-        return f"({e} >= 1 or {e} <= -1)"
+        text = f"({e} >= 1 or {e} <= -1)"
+        self.size[text] = 2
+        return text
 
     def constant(self, poly: Poly) -> int | None:
         """poly's value when the launch fixes all of it."""
@@ -841,8 +866,10 @@ class _Renderer:
         if not at.signed:
             return f"{operand} = {d}*{q} + {r} and 0 <= {r} < {ad}"
         # truncation: the remainder has the sign of the dividend
-        return (f"{operand} = {d}*{q} + {r} and (({operand} >= 0 and 0 <= {r} < {ad}) or "
+        text = (f"{operand} = {d}*{q} + {r} and (({operand} >= 0 and 0 <= {r} < {ad}) or "
                 f"({operand} < 0 and -{ad} < {r} <= 0))")
+        self.size[text] = 2
+        return text
 
 
 class _LaunchMap:
@@ -855,6 +882,8 @@ class _LaunchMap:
         self.env = env
         self._flat = None
         self._rows: dict[int, tuple] = {}  # type: ignore[type-arg]
+        #: a condition was left out of some access's map (see _access_isl)
+        self.widened = False
 
     @property
     def flat(self):  # type: ignore[no-untyped-def]
@@ -867,7 +896,9 @@ class _LaunchMap:
         isl = _isl()
         result = None
         for a in self.accesses:
-            m = isl.Map(self.kernel._access_isl(a, self.env, pitches, split))
+            text, widened = self.kernel._access_isl(a, self.env, pitches, split)
+            self.widened = self.widened or widened
+            m = isl.Map(text)
             result = m if result is None else result.union(m)
         return result
 
@@ -896,7 +927,7 @@ class _LaunchMap:
             return [WHOLE_INTERVAL], False
         got = _bounded(lambda: _flat_runs(s), ISL_OPERATIONS // 4)
         if got is not None:
-            return got, True
+            return got, not self.widened
         # rows: byte offsets taken apart by row pitch, first the scalar parameters'
         # (`row * n + col`), then also large constant strides (`i * 4096 + j`)
         tried: list[list[int]] = []
@@ -907,7 +938,7 @@ class _LaunchMap:
             tried.append(pitches)
             got = _bounded(lambda split=split: self._row_runs(box, split), ISL_OPERATIONS // 2)
             if got is not None:
-                return got, True
+                return got, not self.widened
         isl = _isl()
         hulls = _bounded(lambda: [(_coordinate(b.lexmin()), _coordinate(b.lexmax()) + 1)
                                   for b in map(isl.Set.from_basic_set, s.get_basic_sets())],
@@ -1079,6 +1110,10 @@ _NOT_DISTRIBUTABLE = {
 #: the chains followed at once are short), and the most terms an index polynomial may have
 _MAX_DEPTH = 200
 _MAX_TERMS = 64
+
+
+#: conjunctions isl may make of one access's conditions (see _access_isl)
+_MAX_DISJUNCTS = 64
 
 
 class _Builder:
