@@ -294,7 +294,7 @@ def test_histogram_atomics(ptx, monkeypatch):
     ka = _check(monkeypatch, ptx, "histogram", (2,), (32,), (data, hist, np.int32(n)),
                 {"histogram_param_2": n}, whole={(1, "atomic")})
     p = ka.params[1]
-    assert p.atomic_ops == frozenset({"add"}) and not p.atomic_result_used
+    assert p.atomic_ops == frozenset({"add.u32"}) and not p.atomic_result_used
     assert p.reads is None and p.writes is None and p.atomics is not None and p.atomics.whole
 
 

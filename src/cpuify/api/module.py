@@ -371,11 +371,12 @@ class Function:
         bounds = None if box is None else _box_bounds(box, g, name)
         if bounds is not None and any(lo == hi for lo, hi in zip(*bounds)):
             return      # an empty box: no block runs
-        addr = self._shape_addr.get(bl)
-        if addr is None:
-            addr = self._block_function_for(bl)
+        distributed = _distributed_launch is not None and packed is None and box is None
+        addr = scratch = 0
+        if not distributed:     # (over MPI the engine's box launches pick the block function)
+            addr = self._shape_addr.get(bl) or self._block_function_for(bl)
+            scratch = self._shape_scratch.get(bl, self.info.scratch).scratch_bytes(nthreads)
         shared_bytes = self.info.shared_static + shared_mem
-        scratch = self._shape_scratch.get(bl, self.info.scratch).scratch_bytes(nthreads)
         own = self._busy.acquire(blocking=False)
         bufs = self._buffers if own else _LaunchBuffers(self._param_size)
         try:
@@ -386,7 +387,6 @@ class Function:
             struct.pack_into("<I", bufs.params, self._dyn_offset, shared_mem)
             d = bufs.dims
             rc = 0
-            distributed = _distributed_launch is not None and packed is None and box is None
             if self._prologue and not distributed:
                 d[0], d[1], d[2], d[3], d[4], d[5] = 1, 1, 1, 1, 1, 1
                 rc = self._launch(self._prologue, bufs.params_addr, bufs.dims_addr, 0,
@@ -394,8 +394,8 @@ class Function:
             d[0], d[1], d[2], d[3], d[4], d[5] = g[0], g[1], g[2], bl[0], bl[1], bl[2]
             if distributed and rc == 0:
                 # over MPI ranks (cpuify.distributed): each rank runs the prologue and its box
-                rc = _distributed_launch(self, g, bl, args, bytes(bufs.params)[:self.info.param_size], shared_mem,
-                                         cooperative)
+                rc = _distributed_launch(self, g, bl, args, bytes(bufs.params)[:self.info.param_size],
+                                         shared_mem, cooperative)
             elif rc == 0:
                 if self.info.spin_waits or cooperative or bounds is not None:
                     rc = self._launch_with_flags(g, nthreads, shared_bytes, addr, bufs, scratch,

@@ -135,7 +135,8 @@ def buffer_sets(access: Any, scalars: dict[str, int], grid: tuple[int, int, int]
         n = nbytes[bid]
         s = out.setdefault(bid, BufferSets())
         p = by_index.get(index)
-        exact = bool(getattr(p, "writes_exact", False))
+        # (a footprint whose runs were too many to list is a hull: its writes are may-writes)
+        exact = bool(getattr(p, "writes_exact", False)) and bool(getattr(f, "writes_exact", True))
         s.reads = union(s.reads, _clamp(f.reads, off, n))
         w = _clamp(f.writes, off, n)
         if exact:
