@@ -945,7 +945,7 @@ class _LaunchMap:
                          ISL_OPERATIONS)
         if hulls is None:
             return [WHOLE_INTERVAL], False
-        return _merge(hulls), False
+        return merge_intervals(hulls), False
 
     def _row_runs(self, box, split: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-def]
         """Per row (all but the last of the row dimensions fixed) the least and the greatest
@@ -973,7 +973,7 @@ class _LaunchMap:
         for row, (first, last) in ends.items():
             base = sum(p * c for p, c in zip(pitches, row))
             out.append((base + first, base + last + 1))
-        return _merge(out)
+        return merge_intervals(out)
 
 
 #: runs listed per convex piece before the pieces are given up for their union
@@ -993,7 +993,7 @@ def _flat_runs(s) -> list[tuple[int, int]] | None:  # type: ignore[no-untyped-de
             pieces = None
             break
         pieces.extend(got)  # type: ignore[union-attr]
-    merged = _merge(pieces) if pieces is not None else _runs(s, MAX_INTERVALS)
+    merged = merge_intervals(pieces) if pieces is not None else _runs(s, MAX_INTERVALS)
     if merged is None or len(merged) > MAX_INTERVALS:
         return None
     return merged
@@ -1069,8 +1069,9 @@ def _runs(s, cap: int) -> list[tuple[int, int]] | None:  # type: ignore[no-untyp
     return [(a, b + 1) for a, b in zip(lo, hi)]
 
 
-def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, disjoint, non-adjacent intervals covering the same bytes."""
+def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint, non-adjacent intervals covering the same bytes (the distributed
+    engine's interval sets use it too)."""
     out: list[tuple[int, int]] = []
     for lo, hi in sorted(intervals):
         if out and lo <= out[-1][1]:

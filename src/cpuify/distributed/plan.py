@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from cpuify.analysis.access_maps import merge_intervals
+
 if TYPE_CHECKING:
     from cpuify.distributed.engine import Engine, KernelRef, _Launch, _Move
 
@@ -53,16 +55,8 @@ class Step:
 
 
 def union(a: Intervals, b: Intervals) -> Intervals:
-    out: Intervals = []
-    for lo, hi in sorted(a + b):
-        if hi <= lo:
-            continue
-        if out and lo <= out[-1][1]:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out
+    """The bytes of a or b (sorted, disjoint, touching intervals merged)."""
+    return merge_intervals([iv for iv in a + b if iv[1] > iv[0]])
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 
+from cpuify.analysis.access_maps import merge_intervals
+
 __all__ = ["BufferTracker", "normalize_intervals"]
 
 Interval = tuple[int, int]
@@ -32,15 +34,7 @@ Interval = tuple[int, int]
 def normalize_intervals(intervals: Iterable[Sequence[int]]) -> list[Interval]:
     """Sorted, disjoint, non-empty [lo, hi) intervals covering what `intervals` cover
     (touching intervals merged)."""
-    items = sorted((int(lo), int(hi)) for lo, hi in intervals if hi > lo)
-    out: list[Interval] = []
-    for lo, hi in items:
-        if out and lo <= out[-1][1]:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out
+    return merge_intervals([(int(lo), int(hi)) for lo, hi in intervals if hi > lo])
 
 
 def _lowest(mask: int) -> int:
