@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cpuify.distributed.partition import FootprintFn, Partition, choose_partition
-from cpuify.distributed.tracker import BufferTracker
+from cpuify.distributed.tracker import BufferTracker, place
 
 __all__ = ["Launch", "LaunchModel", "LinkModel", "ScalingPoint", "fit_alpha_beta",
            "measure_link", "predict_scaling", "seconds_per_block", "simulate_launch"]
@@ -152,7 +152,7 @@ def simulate_launch(partition: Partition, footprint: FootprintFn,
             ref = buffers.get(param)
             if ref is not None:
                 t, off = ref
-                for lo, hi, _ in t.stale(rank, _placed(fp.reads, t, off)):
+                for lo, hi, _ in t.stale(rank, place(fp.reads, off, t.nbytes)):
                     t.received(rank, lo, hi)
     updaters = {r for r, fps in enumerate(footprints) for param, fp in (fps or {}).items()
                 if fp.atomics and param in buffers}
@@ -161,13 +161,8 @@ def simulate_launch(partition: Partition, footprint: FootprintFn,
             ref = buffers.get(param)
             if ref is not None:
                 t, off = ref
-                t.wrote(rank, _placed(fp.writes, t, off))
-                t.wrote(rank if len(updaters) == 1 else 0, _placed(fp.atomics, t, off))
-
-
-def _placed(ivs: Sequence[tuple[int, int]], t: BufferTracker, off: int) -> list[tuple[int, int]]:
-    return [(max(lo + off, 0), min(hi + off, t.nbytes)) for lo, hi in ivs
-            if hi + off > 0 and lo + off < t.nbytes]
+                t.wrote(rank, place(fp.writes, off, t.nbytes))
+                t.wrote(rank if len(updaters) == 1 else 0, place(fp.atomics, off, t.nbytes))
 
 
 def predict_scaling(launches: Sequence[Launch], buffer_sizes: Mapping[str, int],

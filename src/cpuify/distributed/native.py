@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cpuify.distributed.partition import Box
 from cpuify.errors import LaunchError
 from cpuify.nvcc.device import elf_sections
 from cpuify.nvcc.distinfo import DIST_SECTION, KernelDistInfo, decode
@@ -89,7 +90,6 @@ class Api(ctypes.Structure):
     ]
 
 
-Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 
 def _dims(grid: tuple[int, int, int], block: tuple[int, int, int]) -> Any:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cpuify.distributed.tracker import BufferTracker, normalize_intervals
+from cpuify.distributed.tracker import BufferTracker, normalize_intervals, place
 
 __all__ = ["Box", "Footprint", "FootprintFn", "Partition", "TimeModel", "choose_partition",
            "slabs", "write_conflict"]
@@ -139,9 +139,7 @@ class _Buffers:
               offset: int) -> list[Interval]:
         if tracker is None:
             return list(intervals)
-        n = tracker.nbytes
-        return [(max(lo + offset, 0), min(hi + offset, n)) for lo, hi in intervals
-                if hi + offset > 0 and lo + offset < n]
+        return place(intervals, offset, tracker.nbytes)
 
 
 @dataclass

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from cpuify.analysis.access_maps import merge_intervals
+from cpuify.distributed.partition import Box
+from cpuify.distributed.tracker import place
 
 if TYPE_CHECKING:
     from cpuify.distributed.engine import Engine, KernelRef, _Launch, _Move
 
 Intervals = list[tuple[int, int]]
-Box = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
 
 #: atomic operations whose partial results fold: (NumPy type, fold, identity)
 _FOLDS: dict[str, tuple[Any, Callable[..., Any], Any]] = {}
@@ -103,15 +104,6 @@ def _relabel(lay: "_Layout", to: dict[int, int]) -> "_Layout":
                    [keys(d) for d in lay.gaps])
 
 
-def _clamp(iv: Sequence[tuple[int, int]], shift: int, nbytes: int) -> Intervals:
-    out = []
-    for lo, hi in iv:
-        lo, hi = max(lo + shift, 0), min(hi + shift, nbytes)
-        if lo < hi:
-            out.append((lo, hi))
-    return union(out, [])
-
-
 def buffer_sets(access: Any, scalars: dict[str, int], grid: tuple[int, int, int],
                 block: tuple[int, int, int], box: Box, params_at: dict[int, tuple[int, int]],
                 nbytes: dict[int, int]) -> dict[int, BufferSets]:
@@ -131,13 +123,13 @@ def buffer_sets(access: Any, scalars: dict[str, int], grid: tuple[int, int, int]
         p = by_index.get(index)
         # (a footprint whose runs were too many to list is a hull: its writes are may-writes)
         exact = bool(getattr(p, "writes_exact", False)) and bool(getattr(f, "writes_exact", True))
-        s.reads = union(s.reads, _clamp(f.reads, off, n))
-        w = _clamp(f.writes, off, n)
+        s.reads = union(s.reads, place(f.reads, off, n))
+        w = place(f.writes, off, n)
         if exact:
             s.writes = union(s.writes, w)
         else:
             s.may_writes = union(s.may_writes, w)
-        a = _clamp(f.atomics, off, n)
+        a = place(f.atomics, off, n)
         if a:
             s.atomics = union(s.atomics, a)
             s.atomic_ops |= set(getattr(p, "atomic_ops", ()) or ())
@@ -268,20 +260,7 @@ def coalesce(iv: Intervals, gap: int) -> Intervals:
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """The bytes of `a` not in `b` (both sorted and disjoint)."""
-    out: Intervals = []
-    j = 0
-    for lo, hi in a:
-        while j < len(b) and b[j][1] <= lo:
-            j += 1
-        k = j
-        while lo < hi and k < len(b) and b[k][0] < hi:
-            if b[k][0] > lo:
-                out.append((lo, b[k][0]))
-            lo = max(lo, b[k][1])
-            k += 1
-        if lo < hi:
-            out.append((lo, hi))
-    return out
+    return [(lo, hi) for lo, hi, _ in _minus([(lo, hi, 0) for lo, hi in a], b)]
 
 
 def _minus(pieces: list[tuple[int, int, int]], b: Intervals) -> list[tuple[int, int, int]]:

@@ -26,9 +26,20 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from cpuify.analysis.access_maps import merge_intervals
 
-__all__ = ["BufferTracker", "normalize_intervals"]
+__all__ = ["BufferTracker", "normalize_intervals", "place"]
 
 Interval = tuple[int, int]
+
+
+def place(intervals: Iterable[Sequence[int]], offset: int, nbytes: int) -> list[Interval]:
+    """Intervals relative to a pointer moved to the buffer it points into (`offset` bytes
+    in) and clipped to the buffer's `nbytes`; empty ones dropped."""
+    out: list[Interval] = []
+    for lo, hi in intervals:
+        a, b = max(lo + offset, 0), min(hi + offset, nbytes)
+        if a < b:
+            out.append((a, b))
+    return out
 
 
 def normalize_intervals(intervals: Iterable[Sequence[int]]) -> list[Interval]:
