@@ -217,6 +217,10 @@ def may_conflict(a: Access, b: Access, block_dims: tuple[int, int, int] | None,
     return True
 
 
+def _thread_spaces(space: str) -> set[str]:
+    return {"global", "shared", "const", "local"} if space == "generic" else {space}
+
+
 def may_conflict_in_thread(a: Access, b: Access, shared_var: dict[Value, str]) -> bool:
     """Whether a and b, run by the *same* thread, may touch the same location with at least
     one write (what keeps two accesses of a thread in their order)."""
@@ -224,7 +228,8 @@ def may_conflict_in_thread(a: Access, b: Access, shared_var: dict[Value, str]) -
         return False
     if a.read_only and a.kind == READ or b.read_only and b.kind == READ:
         return False                    # .nc data is not written during the kernel
-    common = _spaces(a.space) & _spaces(b.space) - {"param", "const"}
+    # (a generic address may also point into the thread's own local memory)
+    common = _thread_spaces(a.space) & _thread_spaces(b.space) - {"param", "const"}
     if not common:
         return False
     if common == {"shared"} and a.op.name in _MEMORY_OPS and b.op.name in _MEMORY_OPS:
