@@ -75,7 +75,7 @@ def default_pipeline() -> list[str]:
 #: launch prologue both share must not), barrier elimination, then the interchanges that
 #: insert soft barriers (they must see the final loops and barriers)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
-                 "barrier-elimination", "interchange-thread-strided-loops",
+                 "barrier-elimination", "barrier-motion", "interchange-thread-strided-loops",
                  "interchange-uniform-loops", "min-cut-fission", "simd-collectives")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
