@@ -125,6 +125,16 @@ def test_narrowed_loop_is_32_bit_in_printed_ir(ptx):
     assert '"ptx.cvt.' not in text and "(i64) -> i32" not in text.split("^bb2")[1]
 
 
+def test_twin_copies_of_the_index_become_one(ptx):
+    # nvcc carries `int i` of jacobi_cg's grid-stride loop twice (the 64-bit register and a
+    # 32-bit copy); narrowed, they are one argument, so nothing is kept per thread at the
+    # loop's soft barrier
+    kernel, _ = _kernel(ptx, "jacobi_cg", _upto("narrow-induction-variables"))
+    headers = [[a.type for a in b.args] for b in block_body(kernel).blocks if b.args]
+    assert ["i32"] in headers and ["i32", "i32"] not in headers and \
+        not any(t == "i64" for h in headers if len(h) < 3 for t in h)
+
+
 def test_without_the_pass_the_cg_loop_is_not_interchanged(ptx):
     passes = [p for p in _upto("interchange-thread-strided-loops")
               if p != "narrow-induction-variables"]

@@ -182,6 +182,40 @@ def _narrow(region: Region, web: set[Value], low: LowBits) -> None:
         assert not a.uses, "narrow-induction-variables: a narrowed value is still read"
         assert all(not r.uses for op in removed for r in op.results), \
             "narrow-induction-variables: a narrowed value is still read"
+    for block in {a.block for a in args}:
+        _merge_equal_args(region, block)
+
+
+def _same_value(x: Value) -> Value:
+    """x without the copies (`mov`s of the same type) it is made of."""
+    while isinstance(x, OpResult) and x.op.name == "ptx.mov" and len(x.op.operands) == 1 \
+            and x.op.operands[0].type == x.type:
+        x = x.op.operands[0]
+    return x
+
+
+def _merge_equal_args(region: Region, block: Block) -> None:
+    """Block arguments that receive the same value on every edge are one value: nvcc often
+    carries `int i` twice (the 64-bit register and a 32-bit copy), which after narrowing
+    are two equal 32-bit arguments, each kept per thread across sync points."""
+    edges = [(p.terminator, k) for p in region.blocks if p.terminator is not None
+             for k, succ in enumerate(p.terminator.successors) if succ is block]
+    k = 0
+    while k < len(block.args):
+        a = block.args[k]
+        twin = next((b for b in block.args[:k] if b.type == a.type and all(
+            _same_value(term.successor_args[i][b.index]) is
+            _same_value(term.successor_args[i][a.index]) for term, i in edges)), None)
+        if twin is None:
+            k += 1
+            continue
+        replace_all_uses(a, twin)
+        for term, i in edges:
+            gone = term.successor_args[i].pop(a.index)
+            gone.uses.remove(term)
+        block.args.pop(a.index)
+        for j, b in enumerate(block.args):
+            b.index = j
 
 
 def _narrow_op(op: Operation, operands: list[Value]) -> Operation:
