@@ -60,11 +60,20 @@ def narrow_induction_variables(region: Region) -> int:
         return 0
     cyclic = cyclic_blocks(region)
     reachable = set(reverse_postorder(region))
+    # program order, so that the narrowed IR is the same in every run (webs are sets)
+    position: dict[Value, tuple[int, int]] = {}
+    for i, block in enumerate(region.blocks):
+        for a in block.args:
+            position[a] = (i, a.index)
+        for j, op in enumerate(block.ops):
+            for r in op.results:
+                position[r] = (i, len(block.args) + j)
     done = 0
-    for web in low.webs():
+    webs = sorted(low.webs(), key=lambda web: min(position.get(v, (0, 0)) for v in web))
+    for web in webs:
         carried = [v for v in web if isinstance(v, BlockArgument) and v.block in cyclic]
         if carried and all(_block_of(v) in reachable for v in web):
-            _narrow(region, web, low)
+            _narrow(region, web, low, position)
             done += len(carried)
     return done
 
@@ -90,7 +99,8 @@ def _insert_after_def(region: Region, x: Value, op: Operation) -> None:
     op.parent = block
 
 
-def _narrow(region: Region, web: set[Value], low: LowBits) -> None:
+def _narrow(region: Region, web: set[Value], low: LowBits,
+            position: dict[Value, tuple[int, int]]) -> None:
     shadow: dict[Value, Value] = {}
     truncations: set[Operation] = set()     # the ones made here (not reads to rewrite)
 
@@ -106,7 +116,7 @@ def _narrow(region: Region, web: set[Value], low: LowBits) -> None:
             got = shadow[x] = t.results[0]
         return got
 
-    args = [v for v in web if isinstance(v, BlockArgument)]
+    args = sorted((v for v in web if isinstance(v, BlockArgument)), key=lambda a: position[a])
     for a in args:
         shadow[a] = a.block.add_arg("i32", a.hint)
     removed: list[Operation] = []
@@ -141,7 +151,7 @@ def _narrow(region: Region, web: set[Value], low: LowBits) -> None:
                     term.successor_args[k].append(v)
                     v.uses.append(term)
     # the reads of the low half now read the narrowed values
-    for x in list(web):
+    for x in sorted(web, key=lambda v: position.get(v, (0, 0))):
         for user in list(x.uses):
             if user in removed or user in truncations or user.successors:
                 continue
@@ -182,7 +192,7 @@ def _narrow(region: Region, web: set[Value], low: LowBits) -> None:
         assert not a.uses, "narrow-induction-variables: a narrowed value is still read"
         assert all(not r.uses for op in removed for r in op.results), \
             "narrow-induction-variables: a narrowed value is still read"
-    for block in {a.block for a in args}:
+    for block in dict.fromkeys(a.block for a in args):
         _merge_equal_args(region, block)
 
 
