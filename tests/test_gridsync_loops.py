@@ -74,6 +74,17 @@ extern "C" __global__ void jacobi_ids(const float *b, float *x0, float *x1, int 
         float *t = src; src = dst; dst = t;
     }
 }
+// a thread-dependent branch to a trap (nvcc's check that grid.sync() has its workspace,
+// an assert) divides no live threads: the loop around it keeps a uniform counter
+extern "C" __global__ void trap_then_loop(const int *x, int *out, int m) {
+    int acc = 0;
+    for (int k = 0; k < m; k++) {
+        if (x[threadIdx.x] < 0) __trap();
+        acc += x[k];
+        __syncthreads();
+    }
+    out[threadIdx.x] = acc;
+}
 // must not share: k is the same in every thread in each round, but threads waiting in the
 // spin are in different rounds (thread t sets flag k for k % blockDim.x == t; no barrier)
 extern "C" __global__ void flag_chain(volatile int *flag, int *out, int m) {
@@ -280,3 +291,19 @@ def test_interpreter_after_each_pass_and_without_each(ptx, name):
         if reference is None:
             reference = y
         np.testing.assert_array_equal(y, reference, err_msg=f"{name} after {pipeline}")
+
+
+def test_branch_to_a_trap_divides_no_threads(ptx):
+    kernel, _ = _kernel(ptx, "trap_then_loop", [])
+    region = block_body(kernel)
+    uniform = uniform_values(region)
+    counters = [a for b in region.blocks for a in b.args if a.type == "i32"]
+    assert counters and any(a in uniform for a in counters)
+    x = np.arange(64, dtype=np.int32)
+    out = np.zeros(64, np.int32)
+    f = cpuify.RawModule(ptx=ptx).get_function("trap_then_loop")
+    f((1,), (64,), (x, out, np.int32(10)))
+    np.testing.assert_array_equal(out, np.full(64, 45))
+    x[5] = -1
+    with pytest.raises(cpuify.KernelFailure):
+        f((1,), (64,), (x, out, np.int32(10)))
