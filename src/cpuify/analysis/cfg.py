@@ -71,17 +71,19 @@ def immediate_post_dominators(region: Region) -> dict[Block, Block]:
     return out
 
 
-def cyclic_blocks(region: Region) -> set[Block]:
+def cyclic_blocks(region: Region, without: frozenset[Block] | set[Block] = frozenset()
+                  ) -> set[Block]:
     """Blocks on some cycle of the region's CFG (a strongly connected component of more
     than one block, or a block that branches to itself): Tarjan's algorithm with an
-    explicit stack, linear in blocks and edges."""
+    explicit stack, linear in blocks and edges.  `without`: blocks taken out of the graph
+    first (the cycles that avoid them)."""
     index: dict[Block, int] = {}
     low: dict[Block, int] = {}
     on_stack: set[Block] = set()
     scc_stack: list[Block] = []
     out: set[Block] = set()
     for root in region.blocks:
-        if root in index:
+        if root in index or root in without:
             continue
         index[root] = low[root] = len(index)
         scc_stack.append(root)
@@ -93,6 +95,8 @@ def cyclic_blocks(region: Region) -> set[Block]:
             if i < len(succs):
                 work[-1] = (b, i + 1)
                 s = succs[i]
+                if s in without:
+                    continue
                 if s is b:
                     out.add(b)
                 if s not in index:

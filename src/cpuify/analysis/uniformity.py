@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, dominates, dominators
 from cpuify.ir.dialects import info
 
@@ -23,6 +23,8 @@ def uses_special(v: Value, prefix: str, depth: int) -> bool:
 def _op_may_be_uniform(op: Operation) -> bool:
     if op.name in ("upir.const", "upir.param", "upir.addressof"):
         return True
+    if op.name == "upir.envreg":
+        return True         # set by the launch (a cooperative launch's grid workspace)
     if op.name == "upir.special":
         return op.attributes.get("reg", "").split(".")[0] in _UNIFORM_SPECIALS
     if op.name == "ptx.cvta":
@@ -33,7 +35,8 @@ def _op_may_be_uniform(op: Operation) -> bool:
 def _exits_at_once(block: Block) -> bool:
     """A block that only ends the thread (`if (i >= n) return;`): the threads that branch
     there are gone, so the branch leaves the others all on one path."""
-    return not block.successors and all(op.name == "upir.exit" or (info(op).pure and not op.results)
+    return not block.successors and all(op.name in ("upir.exit", "upir.trap") or
+                                        (info(op).pure and not op.results)
                                         for op in block.ops) and not block.args
 
 
@@ -158,3 +161,27 @@ def _loop_around(header: Block, b: Block, idom) -> bool:  # type: ignore[no-unty
             seen.add(x)
             stack.extend(x.successors)
     return False
+
+
+def uniform_across_yields(region: Region, uniform: set[Value]) -> set[Value]:
+    """The values of `uniform` that threads parked at spin-wait yield points still share.
+
+    A thread that waits at a yield point lets the others run ahead, but no further than
+    the next block barrier (`__syncthreads()`), where they wait for it: all threads of the
+    block are between the same two barriers.  A uniform value defined where every cycle
+    of the CFG passes a block barrier (outside all loops, or in a loop with a
+    `__syncthreads()` or `grid.sync()` in each iteration: a solver's time loop) has then
+    been computed in the same iteration by every thread that holds it, so one copy per
+    block serves them all.  One defined in a loop that can go round without a barrier (the
+    spin-wait loop itself, a pipeline's stage loop) may be from different iterations in
+    different threads and must be kept per thread."""
+    hard = {b for b in region.blocks
+            if any(op.name == "upir.barrier" and not op.attributes.get("soft") for op in b.ops)}
+    free_cycles = cyclic_blocks(region, hard)
+
+    def block_of(v: Value) -> Block | None:
+        if isinstance(v, OpResult):
+            return v.op.parent
+        return getattr(v, "block", None)
+
+    return {v for v in uniform if block_of(v) not in free_cycles}

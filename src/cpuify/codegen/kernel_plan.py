@@ -11,7 +11,7 @@ from llvmlite import ir
 from cpuify.analysis.cfg import immediate_post_dominators
 from cpuify.analysis.pointers import infer_pointers, no_signed_wrap, shared_variables
 from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
-from cpuify.analysis.uniformity import uniform_values
+from cpuify.analysis.uniformity import uniform_across_yields, uniform_values
 from cpuify.codegen.denormals import hardware_flush, is_x86
 from cpuify.codegen.helpers import const_int
 from cpuify.codegen.kernel_abi import XVAL_GUARD
@@ -69,15 +69,19 @@ class KernelPlan(ThreadLoopPlans):
                     self.pointers.add(expr)
         # values kept across sync points that are the same in every thread get one slot
         self.uniform = (uniform_values(self.region) | self.lockstep) if self.syncs else set()
-        if any(sp.op.attributes.get("kind") == "named_barrier" or sp.op.name == "upir.spin_wait"
-               for sp in self.syncs):
+        if any(sp.op.attributes.get("kind") == "named_barrier" for sp in self.syncs):
             # threads meet at named barriers in groups that run out of step (producer and
-            # consumer warps), and threads at spin-wait yield points (issue #18's forward
-            # progress) wait there in different rounds of their loops: threads stopped at
-            # one sync point may be in different iterations, so no value is shared among
-            # them (a block-scope cuda::pipeline of 2+ stages deadlocked on stale parities);
-            # the counters of interchanged loops stay (their threads resume together)
+            # consumer warps): threads stopped at one sync point may be in different
+            # iterations, so no value is shared among them; the counters of interchanged
+            # loops stay (their threads resume together)
             self.uniform = set(self.lockstep)
+        elif any(sp.op.name == "upir.spin_wait" for sp in self.syncs):
+            # threads at spin-wait yield points (issue #18's forward progress) wait there in
+            # different rounds of their loops, but never past the next block barrier: the
+            # values of loops with a barrier in every iteration stay shared (a grid-sync
+            # solver's time loop), those of loops without one do not (a block-scope
+            # cuda::pipeline of 2+ stages deadlocked on stale parities)
+            self.uniform = uniform_across_yields(self.region, self.uniform) | self.lockstep
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()

@@ -280,16 +280,23 @@ def _thread_strided(header: Block, body: set[Block], idom, incoming, uniform  # 
         block = v.op.parent if isinstance(v, OpResult) else getattr(v, "block", None)
         return block not in body
 
+    found = False
     for arg in header.args:
         if arg.type not in ("i32", "i64"):
             continue
         inits, steps = _induction(header, arg, idom, incoming)
+        if any(s not in uniform and outside(s) for s in steps):
+            # an index that moves by a fixed stride of its own in each thread: the threads of
+            # one iteration are not one stride apart (nvcc's countdown of the remainder
+            # iterations alone does not make such a loop thread-strided; a sum, whose
+            # increment is computed in the loop, is no index)
+            return False
         # (an initial value computed inside the loop: the header is entered again with a
         # value that is no step of the counter, as a recursion's call stack does)
-        if inits and steps and all(s in uniform for s in steps) and \
-                any(i not in uniform for i in inits) and all(outside(i) for i in inits):
-            return True
-    return False
+        if inits and steps and any(i not in uniform for i in inits) and \
+                all(outside(i) for i in inits):
+            found = True
+    return found
 
 
 def _steps(header: Block, idom, incoming) -> list[Value]:  # type: ignore[no-untyped-def]

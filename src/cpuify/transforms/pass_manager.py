@@ -54,8 +54,8 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
-        barriers, canonicalize, forwarding, ifconvert, interchange, licm, progress, threads,
-        warps,
+        barriers, canonicalize, forwarding, ifconvert, interchange, licm, narrowing, progress,
+        threads, warps,
     )
 
 
@@ -68,14 +68,17 @@ def default_pipeline() -> list[str]:
 #: their loads: a wait must read memory again in every round), the lockstep steps of
 #: warp-synchronous code (every later pass sees them as the warp sync points they are),
 #: duplicate thread dimensions (what the thread loops
-#: run), canonical forms (selects that are min/max) and
+#: run), 64-bit loop arithmetic read only through its low half in 32 bits (cooperative
+#: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
 #: if-conversions first (they make values recomputable and loops branch-free), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
-#: launch prologue both share must not), barrier elimination, then the interchanges that
-#: insert soft barriers (they must see the final loops and barriers)
-DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
-                 "barrier-elimination", "barrier-motion", "interchange-thread-strided-loops",
+#: launch prologue both share must not), barrier elimination and motion, then the
+#: interchanges that insert soft barriers (they must see the final loops and barriers)
+DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads",
+                 "narrow-induction-variables", "selects-to-min-max", "if-convert-swaps",
+                 "select-if-phis", "parallel-licm", "barrier-elimination", "barrier-motion",
+                 "interchange-thread-strided-loops",
                  "interchange-uniform-loops", "min-cut-fission", "simd-collectives")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
