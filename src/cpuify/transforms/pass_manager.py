@@ -54,8 +54,8 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
-        barriers, canonicalize, forwarding, ifconvert, interchange, licm, progress, threads,
-        warps,
+        barriers, canonicalize, flush, forwarding, ifconvert, interchange, licm, progress,
+        threads, warps,
     )
 
 
@@ -73,10 +73,12 @@ def default_pipeline() -> list[str]:
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
 #: launch prologue both share must not), barrier elimination, then the interchanges that
-#: insert soft barriers (they must see the final loops and barriers)
+#: insert soft barriers (they must see the final loops and barriers); flushes left to the
+#: readers last (it reads who reads each value in the final IR)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
                  "barrier-elimination", "interchange-thread-strided-loops",
-                 "interchange-uniform-loops", "min-cut-fission", "simd-collectives")
+                 "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
+                 "flush-min-max-at-uses")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
 #: per-thread slot kept across it, no cheaper (Fig. 9: 0.141 -> 0.157 ms); it pays once
