@@ -75,7 +75,7 @@ def default_pipeline() -> list[str]:
 #: launch prologue both share must not), barrier elimination, then the interchanges that
 #: insert soft barriers (they must see the final loops and barriers); flushes left to the
 #: readers last (it reads who reads each value in the final IR)
-DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "if-convert-swaps", "select-if-phis", "parallel-licm",
+DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "thread-index-outermost", "if-convert-swaps", "select-if-phis", "parallel-licm",
                  "barrier-elimination", "interchange-thread-strided-loops",
                  "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
                  "flush-min-max-at-uses")
