@@ -20,6 +20,7 @@ Otherwise the code flushes as before.  x86 only (elsewhere: in code)."""
 
 from __future__ import annotations
 
+import math
 import platform
 
 from cpuify.ir.core import Operation, OpResult, Value
@@ -89,7 +90,7 @@ def known_flushed(v: Value, depth: int = 8) -> bool:
     if o.name == "upir.const":
         value = o.attributes.get("value")
         return isinstance(value, float) and (
-            value == 0.0 or value != value or abs(value) >= _SMALLEST_NORMAL)
+            value == 0.0 or math.isnan(value) or abs(value) >= _SMALLEST_NORMAL)
     m = mods(o)
     if o.name == "ptx.mov":
         return m == ["f32"] and known_flushed(o.operands[0], depth - 1)
