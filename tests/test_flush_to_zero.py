@@ -162,7 +162,7 @@ KNOWN_FLUSHED_PTX = r'''
     add.s64 %rd4, %rd1, %rd3;
     ld.global.f32 %f1, [%rd4];
     ld.global.f32 %f2, [%rd4+4];
-    mul.wide.u32 %rd5, %r1, 32;
+    mul.wide.u32 %rd5, %r1, 40;
     add.s64 %rd6, %rd2, %rd5;
     mul.ftz.f32 %f3, %f1, 0f3F800000;
     neg.ftz.f32 %f4, %f3;
@@ -188,6 +188,12 @@ KNOWN_FLUSHED_PTX = r'''
     st.global.f32 [%rd6+24], %f17;
     neg.ftz.f32 %f18, %f1;
     st.global.f32 [%rd6+28], %f18;
+    abs.ftz.f32 %f19, %f1;
+    sqrt.rn.ftz.f32 %f20, %f19;
+    st.global.f32 [%rd6+32], %f20;
+    abs.ftz.f32 %f21, %f2;
+    rsqrt.approx.ftz.f32 %f22, %f21;
+    st.global.f32 [%rd6+36], %f22;
     ret;
 }
 '''
@@ -207,6 +213,8 @@ def _chains_expected(p: np.ndarray) -> np.ndarray:
             -_flushed(a * b),                               # neg(mul(a, b))
             -_flushed(a / b),                               # neg(div(a, b))
             -a,                                             # neg(a)
+            np.sqrt(np.abs(a)),                             # sqrt(abs(a)): never subnormal
+            (1 / np.sqrt(np.abs(b).astype(np.float64))).astype(np.float32),  # rsqrt(abs(b))
         ]
     return np.stack(cols, 1).astype(np.float32)
 
@@ -214,7 +222,7 @@ def _chains_expected(p: np.ndarray) -> np.ndarray:
 def _check_chains(out: np.ndarray, how: str) -> None:
     want = _chains_expected(PAIRS)
     for k in range(want.shape[1]):
-        if k == 2:      # ex2.approx: within its bound; zeros and signs exact
+        if k in (2, 9):     # ex2/rsqrt.approx: within their bounds; zeros and signs exact
             np.testing.assert_allclose(out[:, k], want[:, k], rtol=2.0 ** -21, err_msg=how)
         else:
             np.testing.assert_array_equal(out[:, k], want[:, k], err_msg=f"column {k} ({how})")
@@ -227,9 +235,9 @@ def test_flushes_left_out_only_where_the_value_is_never_subnormal() -> None:
     n = PAIRS.shape[0]
     f = cpuify.RawModule(ptx=KNOWN_FLUSHED_PTX).get_function("chains")
     for _ in range(2):              # generic code, then the code specialized for the block
-        out = np.full((n, 8), 7, np.float32)
+        out = np.full((n, 10), 7, np.float32)
         f((1,), (n,), (PAIRS.copy(), out))
         _check_chains(out, "compiled")
-    out = np.full((n, 8), 7, np.float32)
+    out = np.full((n, 10), 7, np.float32)
     interpret_kernel(KNOWN_FLUSHED_PTX, "chains", (1,), (n,), (PAIRS.copy(), out))
     _check_chains(out, "interpreter")

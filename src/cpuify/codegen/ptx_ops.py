@@ -206,9 +206,12 @@ def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
 
 
 def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
-    # neg/abs of a value that is never subnormal is never subnormal
+    # neg/abs of a value that is never subnormal is never subnormal; a square root (of
+    # anything: sqrt(2^-149) = 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~
+    # 2^-64) never are
     v = ftz(e, v, has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_RESULTS) and not (
-        op.name in ("ptx.neg", "ptx.abs") and known_flushed(op.operands[0])))
+        op.name in ("ptx.neg", "ptx.abs") and known_flushed(op.operands[0])) and
+        op.name not in ("ptx.sqrt", "ptx.rsqrt"))
     if has(op, "sat"):
         v = saturate(e, v)
     e.result(op, v, t)
