@@ -108,6 +108,47 @@ extern "C" __global__ void moving(float *y, int n) {
     }
     y[t] = s[t + n];
 }
+// barrier motion must not fire: the code after the barrier writes the slot the `if` wrote
+// (the same thread's two writes would swap: the barrier itself orders nothing)
+extern "C" __global__ void same_slot(const float *x, float *y) {
+    __shared__ float s[16][16];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    if ((tx & 1) == 0) s[ty][tx] = x[ty];
+    __syncthreads();
+    s[ty][tx] = 2.0f;
+    __syncthreads();
+    y[ty * 16 + tx] = s[ty][15 - tx];
+}
+// ... nor when the code after it reads what the `if` wrote, one row down (a neighbour's)
+extern "C" __global__ void next_row(const float *x, float *y) {
+    __shared__ float node[16], tile[16][16];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    if (tx == 0) node[ty] = x[ty];
+    __syncthreads();
+    tile[ty][tx] = node[(ty + 1) & 15];
+    __syncthreads();
+    y[ty * 16 + tx] = tile[ty][15 - tx];
+}
+// ... nor when the condition is no function of the thread index alone (`tx == n`)
+extern "C" __global__ void param_if(const float *__restrict__ x, float *y, int n) {
+    __shared__ float node[16], tile[16][16];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    if (tx == n) node[ty] = x[ty];
+    __syncthreads();
+    tile[ty][tx] = x[16 + ty * 16 + tx];
+    __syncthreads();
+    y[ty * 16 + tx] = tile[ty][15 - tx] * node[ty];
+}
+// ... nor when the `if` writes global memory the code after it may read (a may alias b)
+extern "C" __global__ void alias_if(float *a, const float *b, float *y) {
+    __shared__ float tile[16][16];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    if (tx == 0) a[ty] = 1.0f;
+    __syncthreads();
+    tile[ty][tx] = b[ty * 16 + tx];
+    __syncthreads();
+    y[ty * 16 + tx] = tile[ty][15 - tx];
+}
 '''
 
 
@@ -132,10 +173,90 @@ def test_distinct_shared_arrays(ptx: str) -> None:
 def test_fig9_keeps_the_barrier_that_isolates_divergent_code(ptx: str) -> None:
     """#1 orders nothing (node and weights never overlap), but it ends the interval only
     the threads with tx == 0 run: merged into the next, a branch on tx in a thread loop
-    that vectorized without it.  #2 orders hidden[] before output[], which may alias."""
+    that vectorized without it.  barrier-elimination keeps it; barrier-motion moves it (see
+    below).  #2 orders hidden[] before output[], which may alias."""
     total, removed = _barriers(ptx, "fig9")
     assert total == 8 and removed == 0
     assert _barriers(ptx, "fig9", (16, 16, 1))[1] == 0
+
+
+def _motion(ptx: str, name: str, dims=None):  # type: ignore[no-untyped-def]
+    """(the kernel's IR after the default pipeline, the passes' counts)."""
+    module = parse_ptx(ptx)
+    lifted, result = lift_and_optimize(module, module.functions[name], PipelineOptions(), dims)
+    return lifted.op, result.counts
+
+
+def test_fig9_barrier_motion(ptx: str) -> None:
+    """barrier-motion (the paper's IV-A): Fig. 9's barrier #1 moves down onto the next one;
+    the load of `hidden` and the store to `weights` move above the `if (tx == 0)`, which
+    then ends its barrier interval (run after the vectorized thread loop)."""
+    from test_ir import filecheck
+
+    from cpuify.ir.printer import print_op
+    op, counts = _motion(ptx, "fig9", (16, 16, 1))
+    assert counts["barrier-motion"] == 1 and counts["barrier-elimination"] == 0
+    assert sum(o.name == "upir.barrier" for b in block_body(op).blocks for o in b.ops) == 7
+    filecheck(print_op(op), r'''
+        CHECK: "upir.block_parallel"
+        CHECK-NOT: "upir.barrier"
+        CHECK: "ptx.ld"({{.*}}) {mods = ["global", "f32"]
+        CHECK-NOT: "upir.barrier"
+        CHECK: "ptx.st"({{.*}}) {mods = ["shared", "f32"]
+        CHECK-NEXT: "cf.cond_br"
+        CHECK-NOT: "upir.barrier"
+        CHECK: "ptx.ld"({{.*}}) {mods = ["global", "f32"]
+        CHECK-NEXT: "ptx.st"({{.*}}) {mods = ["shared", "f32"]
+        CHECK-NEXT: "cf.br"
+        CHECK-NEXT: ^bb
+        CHECK-NEXT: "upir.barrier"
+    ''')
+    # generic code (block shape unknown: no thread-index condition to defer) keeps it
+    assert _motion(ptx, "fig9")[1]["barrier-motion"] == 0
+    # and the pass can be left out
+    module = parse_ptx(ptx)
+    _, result = lift_and_optimize(module, module.functions["fig9"],
+                                  PipelineOptions.parse(["--disable-pass=barrier-motion"])[0],
+                                  (16, 16, 1))
+    assert "barrier-motion" not in result.counts
+
+
+@pytest.mark.parametrize("name", ["same_slot", "next_row", "param_if", "alias_if"])
+def test_barrier_motion_must_not_fire(ptx: str, name: str) -> None:
+    op, counts = _motion(ptx, name, (16, 16, 1))
+    assert counts["barrier-motion"] == 0
+    assert counts["barrier-elimination"] == 0
+    assert sum(o.name == "upir.barrier" for b in block_body(op).blocks for o in b.ops) == 2
+
+
+def test_barrier_motion_results(ptx: str) -> None:
+    """The kernels above, compiled (code for the 16 x 16 shape from the second launch on)
+    and through the interpreter after the passes, against NumPy."""
+    mod = cpuify.RawModule(code=SOURCE)
+    rng = np.random.default_rng(3)
+    x = rng.random(16 + 256, dtype=np.float32)
+    expect = {
+        "same_slot": np.full(256, 2.0, np.float32),
+        "next_row": np.repeat(np.roll(x[:16], -1), 16),
+        "param_if": (x[16:].reshape(16, 16)[:, ::-1] * x[:16, None]).ravel(),
+    }
+    module = parse_ptx(ptx)
+    for name, want in expect.items():
+        args = (x, np.int32(3)) if name == "param_if" else (x,)
+        lifted, _ = lift_and_optimize(module, module.functions[name], PipelineOptions(), (16, 16, 1))
+        interp = InterpModule(ptx)
+        interp.use_ir(name, lifted.op)
+        runs = []
+        for _ in range(3):
+            y = np.zeros(256, np.float32)
+            full = (x, y) + args[1:]
+            mod.get_function(name)((1,), (16, 16), full)
+            runs.append(y)
+        y = np.zeros(256, np.float32)
+        interp.launch(name, (1,), (16, 16), (x, y) + args[1:])
+        runs.append(y)
+        for got in runs:
+            np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def test_same_thread_needs_the_block_shape(ptx: str) -> None:

@@ -249,6 +249,48 @@ again()
     assert out[1] == "next launch ok"
 
 
+def test_ctrl_c_just_before_a_launch_stops_it() -> None:
+    # A SIGINT that lands between Python's last look at its signals and the launch: the
+    # launch stops at once instead of running (here: spinning) to its end.  The program's
+    # own handler (set before cpuify loads) raises nothing, so only the runtime can stop it;
+    # a timer ends the spin after 30 s should it not.
+    r = run_python('import signal\nsignal.signal(signal.SIGINT, lambda s, f: None)\n' + SPIN + '''
+flag[0] = 1
+k((4,), (64,), (flag, out))          # (the runtime is loaded, its handler in front)
+flag[0] = 0
+threading.Timer(30, lambda: flag.__setitem__(0, 1)).start()
+signal.raise_signal(signal.SIGINT)   # as if Ctrl-C came just before the launch
+t0 = time.perf_counter()
+try:
+    k((4,), (64,), (flag, out))
+    print("returned")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+print("after %.1f s" % (time.perf_counter() - t0), file=sys.stderr)
+time.sleep(0.3)                      # a Ctrl-C long past does not stop a later launch
+again()
+''')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == ["KeyboardInterrupt", "next launch ok"], r.stdout
+
+
+def test_launch_after_a_caught_keyboard_interrupt_runs() -> None:
+    # Ctrl-C while no kernel runs, KeyboardInterrupt caught, a launch in the except clause:
+    # the program saw the interrupt, so that launch must not be stopped by it
+    r = run_python(SPIN + '''
+flag[0] = 1
+k((4,), (64,), (flag, out))
+try:
+    signal.raise_signal(signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("caught")
+    again()
+''')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["caught", "next launch ok"], r.stdout
+
+
 def test_fault_stops_the_blocks_still_running() -> None:
     # block 0 faults while block 1 spins on a flag nobody sets: the fault ends the launch
     r = run_python('''

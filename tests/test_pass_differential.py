@@ -4,7 +4,8 @@ left out: every result equals the one from the IR as lifted (and NumPy where it 
 Kernels of the shapes each pass rewrites: a compare-exchange (if-convert-swaps), a flag set
 in an if across a barrier (select-if-phis), a launch-invariant loop (parallel-licm), a
 grid-stride loop (interchange-thread-strided-loops), a block-uniform loop carrying a float
-(interchange-uniform-loops), and a shared-memory tree reduction with barriers."""
+(interchange-uniform-loops), a staging `if (tx == 0)` before a barrier (barrier-motion), and a
+shared-memory tree reduction with barriers."""
 
 from __future__ import annotations
 
@@ -87,6 +88,15 @@ extern "C" __global__ void row_normalize(const float *x, float *y, int cols) {
     for (int j = 0; j < cols; j++) s += row[j];
     for (int j = threadIdx.x; j < cols; j += blockDim.x) y[(size_t)blockIdx.x * cols + j] = row[j] / s;
 }
+extern "C" __global__ void staged(const float *x, const float *w, float *out) {
+    __shared__ float node[8], tile[8][8];
+    int tx = threadIdx.x, ty = threadIdx.y, row = blockIdx.x * 8 + ty;
+    if (tx == 0) node[ty] = x[row];
+    __syncthreads();
+    tile[ty][tx] = w[row * 8 + tx];
+    __syncthreads();
+    out[row * 8 + tx] = tile[ty][7 - tx] * node[ty];
+}
 extern "C" __global__ void tree_sum(const float *x, float *out) {
     __shared__ float s[64];
     int t = threadIdx.x;
@@ -117,6 +127,8 @@ def _cases(rng: np.random.Generator) -> dict:
                                              rng.random(64, dtype=np.float32), np.zeros(64, np.float32)]),
         "row_normalize": ((3,), (16,), lambda: [rng.random(3 * 40, dtype=np.float32),
                                                 np.zeros(3 * 40, np.float32), np.int32(40)]),
+        "staged": ((2,), (8, 8), lambda: [rng.random(16, dtype=np.float32),
+                                          rng.random(128, dtype=np.float32), np.zeros(128, np.float32)]),
         "tree_sum": ((2,), (64,), lambda: [rng.random(128, dtype=np.float32), np.zeros(2, np.float32)]),
     }
 
@@ -141,7 +153,7 @@ def _run(ptx: str, name: str, pipeline: list[str], args_of, grid, block) -> list
 
 
 @pytest.mark.parametrize("name", ["normalize", "swaps", "flags", "grid_stride", "uniform_loop",
-                                  "two_phases", "row_normalize", "tree_sum"])
+                                  "two_phases", "row_normalize", "tree_sum", "staged"])
 def test_interpreter_after_each_pass_and_without_each(ptx: str, name: str) -> None:
     passes = default_pipeline()
     pipelines = [passes[:k] for k in range(1, len(passes) + 1)]            # after each pass
@@ -175,3 +187,6 @@ def test_the_passes_fire(ptx: str) -> None:
     assert "interchange-uniform-loops" in fired["uniform_loop"]
     assert "barrier-elimination" in fired["two_phases"]
     assert "parallel-licm" in fired["row_normalize"]
+    lifted = lift_kernel(module, module.functions["staged"])
+    lifted.op.attributes["block_dims"] = [8, 8, 1]
+    assert run_pipeline(lifted.op, PipelineOptions()).counts["barrier-motion"] == 1

@@ -3,7 +3,8 @@ specialized for a block shape, each pass of a grid-stride loop prefetches the li
 global accesses will touch a few iterations later, since the block's next chunk of a
 grid-stride loop sits a whole grid's worth of elements further on, a new page in each
 iteration.  Loops with barriers whose counter crosses a barrier do the same for the tiles
-or rows their next iterations load (matrixMul's tiles, pathfinder's rows).  Checked: which
+or rows their next iterations load (matrixMul's tiles, pathfinder's rows), and interchanged
+block-uniform loops whose rows are short (laplace3d's planes).  Checked: which
 accesses are prefetched, and that kernels whose prefetches run past the arrays' ends (the
 last iterations, tiny arrays, huge strides) still match NumPy."""
 
@@ -77,6 +78,25 @@ extern "C" __global__ void rows_down(const float *w, float *out, int cols, int r
     }
     if (x < cols) out[x] = cur[threadIdx.x];
 }
+// a 2D block marching up z columns (the laplace3d workload's shape): the z loop is
+// block-uniform (interchange-uniform-loops), each iteration a plane (nx * ny floats) on
+extern "C" __global__ void march_z(const float *u, float *v, int nx, int ny, int nz) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= nx || j >= ny) return;
+    size_t plane = (size_t)nx * ny, at = (size_t)j * nx + i;
+    float below = u[at], here = u[at + plane];
+    v[at] = below;
+    for (int k = 1; k < nz - 1; k++) {
+        at += plane;
+        float above = u[at + plane];
+        float side = (i > 0 && i < nx - 1) ? u[at - 1] + u[at + 1] : 2.0f * here;
+        float updown = (j > 0 && j < ny - 1) ? u[at - nx] + u[at + nx] : 2.0f * here;
+        v[at] = (below + above + side + updown) * (1.0f / 6.0f);
+        below = here;
+        here = above;
+    }
+    v[at + plane] = here;
+}
 // no loop: nothing to prefetch
 extern "C" __global__ void scale(float *y, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -141,6 +161,46 @@ def test_loops_with_barriers_prefetch_their_next_loads(ptx):
     # w[r * cols + x], 16 lines of a 256-thread row (probed at every 16th thread and the last)
     found = _prefetched(ptx, "rows_down", (256, 1, 1))
     assert found and all(v == [("ptx.ld", 17, False)] for v in found.values())
+
+
+def test_uniform_loops_prefetch_short_rows(ptx):
+    """An interchanged block-uniform loop (march_z: 32 x 8 threads, one plane per
+    iteration, 128-byte rows a page apart) prefetches its accesses' rows some iterations
+    ahead, all of them (over MAX_PREFETCHES), neighbours at +-4 bytes with their row; a
+    block 256 threads wide, whose rows the hardware prefetcher follows, prefetches
+    nothing."""
+    found = _prefetched(ptx, "march_z", (32, 8, 1))
+    assert found
+    probes = sum(n for ops in found.values() for _, n, _ in ops)
+    assert KernelCodegen.MAX_PREFETCHES < probes <= KernelCodegen.UNIFORM_LOOP_MAX_PREFETCHES
+    # each access: 3 probes (the lines of 32 floats, and the last thread) in each of the 8
+    # rows of threads; u[at + 1] goes with u[at - 1] (8 bytes apart, one row of lines);
+    # the stores to v for writing
+    for ops in found.values():
+        assert all(n == 24 for _, n, _ in ops)
+        assert ("ptx.st", 24, True) in ops
+    assert not _prefetched(ptx, "march_z", (256, 1, 1))
+
+
+@pytest.mark.parametrize("nx,ny,nz,block", [(100, 70, 45, (32, 8)), (33, 9, 2, (32, 8)),
+                                            (40, 17, 3, (32, 8)), (300, 5, 20, (256, 1))])
+def test_march_z_matches_numpy(mod, nx, ny, nz, block):
+    u = np.random.default_rng(nx).random((nz, ny, nx), dtype=np.float32)
+    ref = u.astype(np.float64).copy()
+    c = u.astype(np.float64)
+    side = np.empty_like(c[1:-1])
+    side[:] = 2.0 * c[1:-1]
+    side[:, :, 1:-1] = c[1:-1, :, :-2] + c[1:-1, :, 2:]
+    updown = np.empty_like(c[1:-1])
+    updown[:] = 2.0 * c[1:-1]
+    updown[:, 1:-1, :] = c[1:-1, :-2, :] + c[1:-1, 2:, :]
+    ref[1:-1] = (c[:-2] + c[2:] + side + updown) / 6.0
+    f = mod.get_function("march_z")
+    grid = (-(-nx // block[0]), -(-ny // block[1]))
+    for _ in range(3):              # generic code, then the specialized block shape
+        v = np.zeros_like(u)
+        f(grid, block, (u, v, np.int32(nx), np.int32(ny), np.int32(nz)))
+        np.testing.assert_allclose(v, ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("n", [16, 48, 256])

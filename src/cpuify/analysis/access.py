@@ -217,6 +217,28 @@ def may_conflict(a: Access, b: Access, block_dims: tuple[int, int, int] | None,
     return True
 
 
+def _thread_spaces(space: str) -> set[str]:
+    return {"global", "shared", "const", "local"} if space == "generic" else {space}
+
+
+def may_conflict_in_thread(a: Access, b: Access, shared_var: dict[Value, str]) -> bool:
+    """Whether a and b, run by the *same* thread, may touch the same location with at least
+    one write (what keeps two accesses of a thread in their order)."""
+    if a.kind == READ and b.kind == READ:
+        return False
+    if a.read_only and a.kind == READ or b.read_only and b.kind == READ:
+        return False                    # .nc data is not written during the kernel
+    # (a generic address may also point into the thread's own local memory)
+    common = _thread_spaces(a.space) & _thread_spaces(b.space) - {"param", "const"}
+    if not common:
+        return False
+    if common == {"shared"} and a.op.name in _MEMORY_OPS and b.op.name in _MEMORY_OPS:
+        va, vb = shared_var.get(a.op.operands[0]), shared_var.get(b.op.operands[0])
+        if va is not None and vb is not None and va != vb:
+            return False                # distinct __shared__ variables never overlap
+    return True
+
+
 def same_thread_only(address: Affine, size: int, block_dims: tuple[int, int, int] | None) -> bool:
     """Whether two different threads of a block never touch overlapping bytes of
     [address, address + size): the thread-index part of the address is injective with
@@ -236,8 +258,18 @@ def same_thread_only(address: Affine, size: int, block_dims: tuple[int, int, int
     return True
 
 
-__all__ = ["Access", "Affine", "READ", "WRITE", "Symbols", "accesses", "affine_form",
-           "may_conflict", "same_thread_only"]
+__all__ = [
+    "READ",
+    "WRITE",
+    "Access",
+    "Affine",
+    "Symbols",
+    "accesses",
+    "affine_form",
+    "may_conflict",
+    "may_conflict_in_thread",
+    "same_thread_only",
+]
 
 
 #: ops through which an address keeps pointing into the object its operands point into

@@ -141,7 +141,7 @@ class SyncCrossing(SegmentValues):
                         lv = e.add(lv, ir.Constant(lv.type, advance))
                     else:
                         self.lockstep_entry[v] = lv
-                elif advance and not soft and v in sp.steps:
+                elif advance and v in sp.steps:
                     lv = e.add(lv, ir.Constant(lv.type, advance * sp.steps[v]))
             else:
                 lv = b.load(self.slot_address(v))

@@ -363,6 +363,13 @@ static uint64_t g_timeout_ns;      /* CPUIFY_KERNEL_TIMEOUT, 0: no watchdog */
 static uint64_t g_deadlock_ns = 2000000000u; /* CPUIFY_DEADLOCK_TIMEOUT (fibers, below) */
 static uint64_t parse_deadlock_timeout(void);
 static _Atomic int g_catch_sigint; /* cpuify_catch_interrupts(1) was called */
+/* A SIGINT that came while no launch was running (now_ns | 1; 0: none), for the launch that
+ * was on its way: Python's handler only raises KeyboardInterrupt between bytecodes, so a
+ * Ctrl-C just before a launch starts would otherwise let it run to its end (or spin for
+ * ever).  The next launch consumes it and stops at once if it came less than
+ * SIGINT_CARRY_NS ago; cpuify_interrupt_seen() (Python's KeyboardInterrupt raised) drops it. */
+static _Atomic uint64_t g_sigint_unseen;
+#define SIGINT_CARRY_NS 200000000u
 static _Atomic int g_monitor_started;
 static struct sigaction g_old_segv, g_old_bus, g_old_ill, g_old_fpe;
 static struct sigaction g_old_int[2]; /* the SIGINT handler ours chains to (double buffer) */
@@ -506,7 +513,15 @@ static void sigint_handler(int sig, siginfo_t *si, void *uc) {
     int saved = errno;
     /* Python's handler first: it marks KeyboardInterrupt pending for when the launch returns */
     chain(&g_old_int[atomic_load(&g_old_int_idx)], sig, si, uc);
-    cancel_launch(atomic_load(&P.running_id), CPUIFY_ERR_INTERRUPTED);
+    /* marked before running_id is read (begin_launch_locked stores running_id before it
+     * reads the mark; both seq_cst): a launch starting now sees one or the other */
+    uint64_t mark = now_ns() | 1;
+    atomic_store(&g_sigint_unseen, mark);
+    uint64_t id = atomic_load(&P.running_id);
+    if (id) {
+        cancel_launch(id, CPUIFY_ERR_INTERRUPTED);
+        atomic_compare_exchange_strong(&g_sigint_unseen, &mark, 0);
+    }
     errno = saved;
 }
 
@@ -651,6 +666,7 @@ static void atfork_child(void) {
     atomic_store(&g_monitor_started, 0);
     atomic_store(&P.monitor_asleep, 0);
     atomic_store(&P.running_id, 0);
+    atomic_store(&g_sigint_unseen, 0);
     for (int32_t i = 0; i < atomic_load(&g_armed_hi); i++) atomic_store(&g_armed[i].launch, 0);
     pthread_mutex_t fresh_sigint = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&g_sigint_lock, &fresh_sigint, sizeof(fresh_sigint));
@@ -1250,9 +1266,12 @@ static void run_guarded(int32_t slot, uint64_t id, cpuify_block_fn fn, const voi
     volatile uint32_t fp_mode = fp_mode_get();
     if (sigsetjmp(r0->jmp, 0) == 0) {
         r0->armed = 1;
-        if (fn) serial_blocks(r0, id, fn, params, dims, box, shared, scratch);
-        else if (P.fibers) fiber_blocks(r0);
-        else job_blocks(r0, shared, scratch);
+        /* (armed first: a cancel from now on jumps out; one from before is seen here) */
+        if (!launch_error()) {
+            if (fn) serial_blocks(r0, id, fn, params, dims, box, shared, scratch);
+            else if (P.fibers) fiber_blocks(r0);
+            else job_blocks(r0, shared, scratch);
+        }
         r0->armed = 0;
     } else {
         /* back from fault_handler or cancel_handler: the block was abandoned */
@@ -1461,6 +1480,10 @@ static uint64_t begin_launch_locked(void) {
     if (atomic_load(&P.monitor_asleep)) {
         atomic_store(&P.monitor_asleep, 0);
         futex_wake_all(&P.monitor_asleep);
+    }
+    if (atomic_load(&g_sigint_unseen)) { /* a Ctrl-C on its way in (see sigint_handler) */
+        uint64_t mark = atomic_exchange(&g_sigint_unseen, 0);
+        if (mark && now_ns() - mark < SIGINT_CARRY_NS) cancel_launch(id, CPUIFY_ERR_INTERRUPTED);
     }
     return id;
 }
@@ -1793,6 +1816,8 @@ int32_t cpuify_cancel(int32_t reason) {
     cancel_launch(id, reason ? reason : CPUIFY_ERR_INTERRUPTED);
     return 1;
 }
+
+void cpuify_interrupt_seen(void) { atomic_store(&g_sigint_unseen, 0); }
 
 void cpuify_catch_interrupts(void) {
     pthread_once(&g_once, global_init);

@@ -25,7 +25,7 @@ extern "C" {
  * fault containment, cancellation and the guarded copy: version 5; yield points, fibers and
  * cooperative launches: version 6; launching a box of blocks
  * of a grid, cpuify_launch_range: version 8) changes; the Python loader checks it. */
-#define CPUIFY_RT_ABI_VERSION 8
+#define CPUIFY_RT_ABI_VERSION 9
 
 typedef struct cpuify_dims {
     uint32_t grid[3];  /* gridDim.x/y/z  */
@@ -145,6 +145,10 @@ CPUIFY_API int32_t cpuify_cancel(int32_t reason);
  * Python's is): Ctrl-C then also stops the running launch with CPUIFY_ERR_INTERRUPTED.
  * The runtime puts it back in front during long launches if it was replaced. */
 CPUIFY_API void cpuify_catch_interrupts(void);
+
+/* Says that the SIGINT the handler above saw while no launch was running has reached the
+ * program (Python raised KeyboardInterrupt): the next launch need not stop for it. */
+CPUIFY_API void cpuify_interrupt_seen(void);
 
 /* Copies `height` rows of `width` bytes (row y from src + y * spitch to dst + y * dpitch,
  * as memmove; when src is NULL, sets them to `fill` as memset) and returns 0, or -1 instead

@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 #: Must equal CPUIFY_RT_ABI_VERSION in cpuify_rt.h.
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 # enum cpuify_error
 CPUIFY_OK = 0
@@ -245,6 +246,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.cpuify_cancel.restype = ctypes.c_int32
     lib.cpuify_catch_interrupts.argtypes = []
     lib.cpuify_catch_interrupts.restype = None
+    lib.cpuify_interrupt_seen.argtypes = []
+    lib.cpuify_interrupt_seen.restype = None
 
 
 def load_runtime() -> ctypes.CDLL:
@@ -275,10 +278,31 @@ def load_runtime() -> ctypes.CDLL:
             pass
         # Ctrl-C stops a running kernel: the runtime's SIGINT handler goes in front of
         # Python's (which still raises KeyboardInterrupt once the launch has returned)
+        _acknowledge_interrupts(lib)
         lib.cpuify_catch_interrupts()
         _lib_path = str(path)
         _lib = lib
         return lib
+
+
+def _acknowledge_interrupts(lib: ctypes.CDLL) -> None:
+    """A Ctrl-C that lands while no kernel runs also stops the next launch if it starts
+    within 0.2 s, before Python has raised KeyboardInterrupt: that launch was on its way
+    (Python runs its handlers between bytecodes only).  Once KeyboardInterrupt is raised
+    the program has seen it, and a launch in its `except` clause must run: Python's default
+    handler is wrapped to say so.  (Only Python's default handler, and only from the main
+    thread, where handlers may be set; a program's own handler keeps the 0.2 s rule.)"""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return
+    seen = lib.cpuify_interrupt_seen
+    default = signal.default_int_handler
+
+    def keyboard_interrupt(signum: int, frame: object) -> None:
+        seen()
+        default(signum, frame)
+
+    signal.signal(signal.SIGINT, keyboard_interrupt)
 
 
 def last_fault() -> Fault:

@@ -24,23 +24,41 @@ node[ty] = ...;`) from code all threads run: in cpuify's execution model each ba
 interval is one loop over the block's threads, and the interval of the few threads runs
 only them, while merged into the next one it puts a branch on the thread index into that
 loop, which then no longer vectorizes (the paper's Fig. 9 kernel ran 4x slower without its
-first barrier).  Barrier motion or a loop split at such an `if` would recover both.  The thread-index argument needs the block shape, known in code specialized for
+first barrier).  The barrier-motion pass (below) recovers the first.  The thread-index argument needs the block shape, known in code specialized for
 one (the kernel's `block_dims` attribute); without it only the other rules apply."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.analysis.access import Access, Symbols, accesses, may_conflict
+from cpuify.analysis.access import (
+    Access,
+    Symbols,
+    accesses,
+    may_conflict,
+    may_conflict_in_thread,
+)
 from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
-from cpuify.analysis.pointers import shared_variables
-from cpuify.analysis.uniformity import uniform_values
-from cpuify.ir.core import Block, Operation, Region, predecessors
-from cpuify.ir.dialects import is_sync
-from cpuify.ir.structure import block_body
 from cpuify.analysis.manager import AnalysisManager, cached
+from cpuify.analysis.pointers import shared_variables
+from cpuify.analysis.thread_index import thread_index_condition
+from cpuify.analysis.uniformity import uniform_values
+from cpuify.ir.core import (
+    Block,
+    Operation,
+    OpResult,
+    Region,
+    dominates,
+    dominators,
+    predecessors,
+)
+from cpuify.ir.dialects import info, is_sync
+from cpuify.ir.modifiers import mods
+from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
 
+#: memory-model qualifiers of accesses that stay exactly where they are
+_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 #: more memory ops than this on one side of a barrier: not analysed (pairs are compared)
 MAX_ACCESSES = 2000
 
@@ -127,15 +145,119 @@ def divergent_blocks(region: Region, uniform: set, ipdom: dict | None = None  # 
     return out
 
 
+@register("barrier-motion", "barriers moved down onto the next one: the code after them "
+                            "hoisted above the thread-index `if` before them (IV-A)")
+@dataclass(frozen=True)
+class BarrierMotion:
+    """Pass: the barrier motion of the Polygeist paper (IV-A) for the barriers that
+    barrier-elimination keeps because they end an `if` only some threads run (`if (tx == 0)
+    node[ty] = ...; __syncthreads(); w[ty][tx] = ...; __syncthreads();`, the paper's Fig. 9):
+    when no access needs the barrier, it moves down past the code after it (up to the next
+    barrier, straight-line) onto that next barrier, and the code moves up above the `if`.
+    The `if` then ends its barrier interval, where code generation runs it after the
+    interval's vectorized thread loop as a loop over the threads it selects
+    (ThreadLoopPlans.deferred_regions) instead of putting a branch on the thread index into
+    the loop.  Needs the block shape (the `if` must be on one thread index) and code the
+    `if` and the moved code touch through different memory (a distinct `__shared__`
+    variable or space, or reads only): their order in the thread is swapped."""
+    name: str = "barrier-motion"
+
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        dims = kernel.attributes.get("block_dims")
+        if not dims:
+            return 0
+        return eliminate_barriers(block_body(kernel), tuple(dims),  # type: ignore[arg-type]
+                                  motion=True, analyses=analyses)
+
+
+def _plain_access(op: Operation) -> bool:
+    """A ld/st without memory-model qualifiers, or a pure op: free to reorder within a
+    thread against accesses of other memory."""
+    if info(op).pure:
+        return True
+    return op.name in ("ptx.ld", "ptx.st") and not (_ORDERED & set(mods(op)))
+
+
+def _hoist_past_if(barrier: Operation, block_dims: tuple[int, int, int],
+                   uniform: set, ipdom: dict, idom: dict,  # type: ignore[type-arg]
+                   preds: dict[Block, list[Block]], shared_var: dict,  # type: ignore[type-arg]
+                   symbols: Symbols, memo: dict) -> bool:  # type: ignore[type-arg]
+    """Moves the code after `barrier` (up to the next barrier of its block) above the
+    thread-index `if` that ends at the barrier's block; True when done (the barrier is then
+    the caller's to remove).  Nothing changes when any condition of BarrierMotion fails."""
+    join = barrier.parent
+    assert join is not None
+    branch_block = idom.get(join)
+    if branch_block is None or join.args:
+        return False
+    branch = branch_block.terminator
+    if branch is None or branch.name != "cf.cond_br" or branch.operands[0] in uniform or \
+            ipdom.get(branch_block) is not join or \
+            thread_index_condition(branch.operands[0], block_dims) is None:
+        return False
+    # the `if`: the blocks between the branch and the join; every way out of it joins
+    inside: set[Block] = set()
+    stack = [s for s in branch.successors if s is not join]
+    while stack:
+        b = stack.pop()
+        if b is join or b in inside:
+            continue
+        if b is branch_block:
+            return False
+        inside.add(b)
+        stack.extend(b.successors)
+    if any(p not in inside and p is not branch_block for p in preds.get(join, [])):
+        return False
+    if_ops = [op for b in inside for op in b.ops]
+    if any(not _plain_access(op) and op.name not in ("cf.br", "cf.cond_br") for op in if_ops):
+        return False            # an exit, a call, an atomic, a volatile access: stays ordered
+    pos = join.ops.index(barrier)
+    end = next((k for k in range(pos + 1, len(join.ops)) if _is_block_barrier(join.ops[k])),
+               None)
+    if end is None or not all(info(op).pure for op in join.ops[:pos]):
+        return False
+    moved = join.ops[:pos] + join.ops[pos + 1:end]
+    if not any(not info(op).pure for op in moved[pos:]) or \
+            not all(_plain_access(op) for op in moved):
+        return False
+    defined = {r for op in moved for r in op.results}
+    for op in moved:
+        for o in op.operands:
+            if o in defined:
+                continue
+            owner = o.op.parent if isinstance(o, OpResult) else getattr(o, "block", None)
+            if owner is None or owner is join or not dominates(idom, owner, branch_block):
+                return False
+    # the moved code and the `if` trade places in each thread: they must touch different
+    # memory (a thread's own accesses of one location stay in order)
+    if_access = [a for op in if_ops for a in accesses(op, symbols, memo)]
+    for op in moved:
+        for a in accesses(op, symbols, memo):
+            if any(may_conflict_in_thread(a, b, shared_var) for b in if_access):
+                return False
+    term = branch_block.ops.index(branch)
+    for op in moved:
+        join.ops.remove(op)
+    branch_block.ops[term:term] = moved
+    for op in moved:
+        op.parent = branch_block
+    return True
+
+
 def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None = None, *,
-                       keep_divergent_splits: bool = True,
+                       keep_divergent_splits: bool = True, motion: bool = False,
                        analyses: AnalysisManager | None = None) -> int:
+    """Removes the block barriers no access needs (the module's docstring) and returns how
+    many.  `motion`: instead, only the barriers kept because they end a divergent `if`, each
+    removed after the code after it moved above the `if` (BarrierMotion)."""
     removed = 0
     if not any(_is_block_barrier(op) for b in region.blocks for op in b.ops):
         return 0
     uniform = cached(analyses, uniform_values, region)
     symbols = Symbols(uniform, cached(analyses, cyclic_blocks, region))
-    divergent = divergent_blocks(region, uniform, cached(analyses, immediate_post_dominators, region))
+    ipdom = cached(analyses, immediate_post_dominators, region)
+    idom = dominators(region)
+    divergent = divergent_blocks(region, uniform, ipdom)
 
     def only_some_threads(ops: list[Operation] | None) -> bool | None:
         """Whether all memory accesses of ops run in divergent code (None: no accesses)."""
@@ -183,7 +305,8 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                 near_before_ops = _walk(region, op, False, True, preds)
                 near_after_ops = _walk(region, op, True, True, preds)
                 sides = {only_some_threads(near_before_ops), only_some_threads(near_after_ops)}
-                if sides == {True, False} and keep_divergent_splits:
+                splits = sides == {True, False}
+                if splits and keep_divergent_splits and not motion or motion and not splits:
                     continue            # it isolates code only some threads run
                 before_near = effects(near_before_ops)
                 after_all = effects(_walk(region, op, True, False, preds))
@@ -191,6 +314,11 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                     before_all = effects(_walk(region, op, False, False, preds))
                     after_near = effects(near_after_ops)
                     if conflict(before_all, after_near):
+                        continue
+                if motion:
+                    assert block_dims is not None
+                    if not _hoist_past_if(op, block_dims, uniform, ipdom, idom, preds,
+                                          shared_var, symbols, memo):
                         continue
                 b.ops.remove(op)
                 op.drop_uses()

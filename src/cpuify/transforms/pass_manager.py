@@ -76,7 +76,7 @@ def default_pipeline() -> list[str]:
 #: insert soft barriers (they must see the final loops and barriers); flushes left to the
 #: readers last (it reads who reads each value in the final IR)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads", "selects-to-min-max", "thread-index-outermost", "if-convert-swaps", "select-if-phis", "parallel-licm",
-                 "barrier-elimination", "interchange-thread-strided-loops",
+                 "barrier-elimination", "barrier-motion", "interchange-thread-strided-loops",
                  "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
                  "flush-min-max-at-uses")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
