@@ -141,3 +141,103 @@ def test_bit_level_ops_flush_in_hardware_mode() -> None:
     ptx = compile_to_ptx(BIT_LEVEL, options=("-ftz=true",), filename="k.cu").ptx
     InterpModule(ptx).launch("bit_level", (1, 1, 1), (x.size, 1, 1), [x.copy(), want])
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# Flushes the code generator leaves out where the value is never subnormal
+# (codegen/denormals.known_flushed): an operand that is the result of another .ftz op.  And
+# where it must not: `x * 1.0` and `x - 0.0`, which LLVM folds to `x` (the CPU never
+# flushes them), an input loaded from memory.
+KNOWN_FLUSHED_PTX = r'''
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry chains(.param .u64 x_p, .param .u64 out_p) {
+    .reg .b32 %r<4>;
+    .reg .f32 %f<30>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [x_p];
+    ld.param.u64 %rd2, [out_p];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 8;
+    add.s64 %rd4, %rd1, %rd3;
+    ld.global.f32 %f1, [%rd4];
+    ld.global.f32 %f2, [%rd4+4];
+    mul.wide.u32 %rd5, %r1, 40;
+    add.s64 %rd6, %rd2, %rd5;
+    mul.ftz.f32 %f3, %f1, 0f3F800000;
+    neg.ftz.f32 %f4, %f3;
+    st.global.f32 [%rd6], %f4;
+    add.ftz.f32 %f5, %f1, %f2;
+    neg.ftz.f32 %f6, %f5;
+    st.global.f32 [%rd6+4], %f6;
+    ex2.approx.ftz.f32 %f7, %f1;
+    abs.ftz.f32 %f8, %f7;
+    st.global.f32 [%rd6+8], %f8;
+    cvt.ftz.sat.f32.f32 %f9, %f5;
+    st.global.f32 [%rd6+12], %f9;
+    sub.ftz.f32 %f10, %f1, 0f00000000;
+    neg.ftz.f32 %f11, %f10;
+    st.global.f32 [%rd6+16], %f11;
+    mul.ftz.f32 %f12, %f1, %f2;
+    cvt.rni.ftz.f32.f32 %f13, %f12;
+    neg.ftz.f32 %f14, %f12;
+    add.ftz.f32 %f15, %f13, %f14;
+    st.global.f32 [%rd6+20], %f14;
+    div.rn.ftz.f32 %f16, %f1, %f2;
+    neg.ftz.f32 %f17, %f16;
+    st.global.f32 [%rd6+24], %f17;
+    neg.ftz.f32 %f18, %f1;
+    st.global.f32 [%rd6+28], %f18;
+    abs.ftz.f32 %f19, %f1;
+    sqrt.rn.ftz.f32 %f20, %f19;
+    st.global.f32 [%rd6+32], %f20;
+    abs.ftz.f32 %f21, %f2;
+    rsqrt.approx.ftz.f32 %f22, %f21;
+    st.global.f32 [%rd6+36], %f22;
+    ret;
+}
+'''
+PAIRS = np.array([[1e-39, 2e-39], [-1e-39, 5e-40], [-140.0, 1.0], [1e-20, 1e-20],
+                  [3.0, -2.0], [1.5e-38, -1.2e-38], [0.5, 0.25], [-0.0, 1e-45]], np.float32)
+
+
+def _chains_expected(p: np.ndarray) -> np.ndarray:
+    a, b = _flushed(p[:, 0]), _flushed(p[:, 1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols = [
+            -a,                                             # neg(mul(a, 1.0))
+            -_flushed(a + b),                               # neg(add(a, b))
+            np.abs(_flushed(np.exp2(a.astype(np.float64)).astype(np.float32))),
+            _flushed(np.clip(_flushed(a + b), 0, 1)),      # cvt.sat(add)
+            -a,                                             # neg(sub(a, 0.0))
+            -_flushed(a * b),                               # neg(mul(a, b))
+            -_flushed(a / b),                               # neg(div(a, b))
+            -a,                                             # neg(a)
+            np.sqrt(np.abs(a)),                             # sqrt(abs(a)): never subnormal
+            (1 / np.sqrt(np.abs(b).astype(np.float64))).astype(np.float32),  # rsqrt(abs(b))
+        ]
+    return np.stack(cols, 1).astype(np.float32)
+
+
+def _check_chains(out: np.ndarray, how: str) -> None:
+    want = _chains_expected(PAIRS)
+    for k in range(want.shape[1]):
+        if k in (2, 9):     # ex2/rsqrt.approx: within their bounds; zeros and signs exact
+            np.testing.assert_allclose(out[:, k], want[:, k], rtol=2.0 ** -21, err_msg=how)
+        else:
+            np.testing.assert_array_equal(out[:, k], want[:, k], err_msg=f"column {k} ({how})")
+        np.testing.assert_array_equal(np.signbit(out[:, k]), np.signbit(want[:, k]),
+                                      err_msg=f"column {k} sign ({how})")
+
+
+def test_flushes_left_out_only_where_the_value_is_never_subnormal() -> None:
+    from cpuify.interp import interpret_kernel
+    n = PAIRS.shape[0]
+    f = cpuify.RawModule(ptx=KNOWN_FLUSHED_PTX).get_function("chains")
+    for _ in range(2):              # generic code, then the code specialized for the block
+        out = np.full((n, 10), 7, np.float32)
+        f((1,), (n,), (PAIRS.copy(), out))
+        _check_chains(out, "compiled")
+    out = np.full((n, 10), 7, np.float32)
+    interpret_kernel(KNOWN_FLUSHED_PTX, "chains", (1,), (n,), (PAIRS.copy(), out))
+    _check_chains(out, "interpreter")

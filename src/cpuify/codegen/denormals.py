@@ -20,9 +20,10 @@ Otherwise the code flushes as before.  x86 only (elsewhere: in code)."""
 
 from __future__ import annotations
 
+import math
 import platform
 
-from cpuify.ir.core import Operation
+from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.ir.modifiers import mods, types
 
 # f32 instructions with a .ftz form (without it they keep subnormals)
@@ -65,3 +66,50 @@ def hardware_flush(kernel_op: Operation) -> bool:
                 return False
             flushes = True
     return flushes
+
+
+# f32 ops whose `.ftz` result the code generator flushes in code (ptx_ops.fdone), whatever
+# the kernel's mode; add/sub/mul/fma may leave it to the CPU's FTZ (ptx_ops._HW_RESULTS)
+_FLUSHED_IN_CODE = {"ptx.div", "ptx.neg", "ptx.abs", "ptx.min", "ptx.max", "ptx.sqrt",
+                    "ptx.rsqrt", "ptx.rcp", "ptx.sin", "ptx.cos", "ptx.ex2", "ptx.lg2",
+                    "ptx.tanh", "ptx.cvt"}
+_FLUSHED_BY_FTZ = {"ptx.add", "ptx.sub", "ptx.mul", "ptx.fma"}
+_SMALLEST_NORMAL = 2.0 ** -126
+
+
+def known_flushed(v: Value, depth: int = 8) -> bool:
+    """Whether the f32 value `v` is never a subnormal, so that flushing it again (an
+    operand of another `.ftz` op) changes nothing: a zero, normal, infinite or NaN
+    constant; the result of an f32 op with `.ftz` (flushed in code, or by the CPU's FTZ
+    when none of its operands is a constant an identity could fold away: `x * 1.0` folded
+    to `x` never reaches the CPU); a move or select of such values.  Not a min/max whose
+    flush is left to its readers (transforms/flush.py)."""
+    if not isinstance(v, OpResult) or v.type != "f32" or depth == 0:
+        return False
+    o = v.op
+    if o.name == "upir.const":
+        value = o.attributes.get("value")
+        return isinstance(value, float) and (
+            value == 0.0 or math.isnan(value) or abs(value) >= _SMALLEST_NORMAL)
+    m = mods(o)
+    if o.name == "ptx.mov":
+        return m == ["f32"] and known_flushed(o.operands[0], depth - 1)
+    if o.name == "ptx.selp":
+        return all(known_flushed(x, depth - 1) for x in o.operands[:2])
+    if "ftz" not in m or types(o)[:1] != ["f32"]:
+        return False
+    if o.name in ("ptx.min", "ptx.max"):
+        return not o.attributes.get("flush_at_uses")
+    if o.name == "ptx.cvt":
+        return types(o) == ["f32", "f32"]
+    if o.name in _FLUSHED_IN_CODE:
+        return True
+    if o.name in _FLUSHED_BY_FTZ:
+        return not any(_identity_constant(x) for x in o.operands)
+    return False
+
+
+def _identity_constant(v: Value) -> bool:
+    """A constant LLVM may fold an add/sub/mul/fma away with (x + 0, x * 1)."""
+    return isinstance(v, OpResult) and v.op.name == "upir.const" and \
+        v.op.attributes.get("value") in (0.0, 1.0, -1.0)

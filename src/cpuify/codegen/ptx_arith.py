@@ -421,7 +421,13 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
     t = ty(op)
     is_min = op.name == "ptx.min"
     if is_float(t):
-        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+        # flush_at_uses (transforms/flush.py): every reader flushes the result, which is
+        # then the same as flushing the operands and the result here
+        deferred = bool(op.attributes.get("flush_at_uses"))
+        if deferred:
+            a, c = src(e, op, 0, t), src(e, op, 1, t)
+        else:
+            a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
         if t == "f16":
             e.kc.error("f16 min/max is not supported", op)
         sfx = fsuffix(a.type)
@@ -441,7 +447,10 @@ def _minmax(e: SegmentEmitter, op: Operation) -> None:
             r = b.select(b.fcmp_unordered("uno", a, a), c, r)
         else:
             r = call(e, f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}", a.type, [a, c])
-        fdone(e, op, r, t)
+        if deferred:
+            e.result(op, r, t)
+        else:
+            fdone(e, op, r, t)
         return
     a, c = src(e, op, 0, t), src(e, op, 1, t)
     kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")

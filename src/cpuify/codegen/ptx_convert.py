@@ -13,6 +13,7 @@ from cpuify.codegen.half_float import f32_to_bf16, f64_to_f32_odd, half_to_f32
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
+from cpuify.codegen.denormals import known_flushed
 from cpuify.codegen.ptx_ops import call, fsuffix, ftz, saturate, directed, _div_error, fsrc, fdone
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
@@ -153,8 +154,11 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
     to_bf16 = dt == "bf16"
     if to_bf16:
         dt = "f64"      # exact for f32 and integers up to 32 bits; rounded once below
+    # (an input that is never subnormal needs no flush, and then neither does an f32 -> f32
+    # result: rounded to an integer, saturated to [0, 1] or the input itself)
+    flushed_input = ftz_on and is_float(st) and known_flushed(op.operands[0])
     if is_float(st):
-        a = ftz(e, a, ftz_on)
+        a = ftz(e, a, ftz_on and not flushed_input)
     if is_float(st) and is_float(dt):
         sw, dw = type_size(st), type_size(dt)
         if sw == dw:
@@ -168,7 +172,7 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
                 r = directed(e, r, err, frnd)
         if sat:
             r = saturate(e, r)
-        r = ftz(e, r, ftz_on)
+        r = ftz(e, r, ftz_on and not (flushed_input and st == dt == "f32"))
     elif is_float(st):
         # float -> int: round as asked (default rzi per PTX requirements), saturate; NaN
         # as an H100 converts it (nan_to_int_bits)

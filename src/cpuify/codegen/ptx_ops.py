@@ -24,6 +24,7 @@ from cpuify.codegen.lowering import (
     ptx_llvm_type,
     _width,
 )
+from cpuify.codegen.denormals import known_flushed
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods, ty
@@ -199,12 +200,18 @@ def _flushed_by_cpu(e: SegmentEmitter, op: Operation, names: set[str]) -> bool:
 
 
 def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
-    on = has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_INPUTS)
+    on = has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_INPUTS) and \
+        not known_flushed(op.operands[i])
     return ftz(e, e.operand(op.operands[i], t), on)
 
 
 def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
-    v = ftz(e, v, has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_RESULTS))
+    # neg/abs of a value that is never subnormal is never subnormal; a square root (of
+    # anything: sqrt(2^-149) = 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~
+    # 2^-64) never are
+    v = ftz(e, v, has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_RESULTS) and not (
+        op.name in ("ptx.neg", "ptx.abs") and known_flushed(op.operands[0])) and
+        op.name not in ("ptx.sqrt", "ptx.rsqrt"))
     if has(op, "sat"):
         v = saturate(e, v)
     e.result(op, v, t)

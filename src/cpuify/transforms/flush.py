@@ -1,0 +1,124 @@
+"""`flush-min-max-at-uses`: a `min/max.ftz.f32` whose result is only ever read through a
+flush leaves the flush to its readers.
+
+Code compiled with `-ftz=true` (every CuPy-style compile) carries `.ftz` on each f32 `min`
+and `max`: subnormal operands and results are flushed to zeros of the same sign.  The CPU's
+DAZ/FTZ switches do not flush min/max exactly (codegen/denormals.py), so the code generator
+flushes their operands and result in code: a compare and a select each.  In a running
+maximum (`m = fmaxf(m, x[c])`) those selects sit on the loop-carried value, LLVM no longer
+sees a max reduction, and the loop stays scalar (row_softmax: 35 -> 300 ms).
+
+Flushing (ftz) is monotone and idempotent, and PTX's min/max are the min/max of the total
+order with -0 below +0 (NaN operands ignored, or propagated with `.NaN`); so
+
+    max.ftz(a, b) = ftz(max(a, b))          ftz(max(ftz(u), v)) = ftz(max(u, v))
+
+and a min/max whose result reaches only readers that flush it themselves (f32 `.ftz`
+arithmetic and comparisons, another such min/max, moves and branch arguments into values
+read the same way) may skip all its flushes: its readers see exactly what the GPU computes.
+The pass finds those values (the greatest set closed under "read only through a flush")
+and marks the min/max ops with `flush_at_uses = true`; the code generator then emits the
+plain `llvm.maximumnum` (a reduction the vectorizer knows).  The op keeps its `.ftz`, so the
+reference interpreter still flushes, and the kernel's hardware-flush decision is unchanged.
+
+Must not fire on a min/max whose result is stored, converted, compared without `.ftz`,
+moved to an integer register or used by anything else that sees a subnormal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cpuify.analysis.manager import AnalysisManager
+from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.modifiers import mods
+from cpuify.transforms.pass_manager import register
+
+ATTRIBUTE = "flush_at_uses"
+
+#: f32 ops that flush every operand when they carry `.ftz` (codegen: ptx_ops.fsrc on each)
+_FLUSHING_READERS = frozenset({"ptx.add", "ptx.sub", "ptx.mul", "ptx.fma", "ptx.div",
+                               "ptx.setp"})
+_MIN_MAX = frozenset({"ptx.min", "ptx.max"})
+#: modifiers a min/max may carry and still be the plain min/max of the total order
+_MIN_MAX_MODS = frozenset({"f32", "ftz", "NaN"})
+_BRANCHES = frozenset({"cf.br", "cf.cond_br"})
+
+
+def _is_f32_min_max(op: Operation) -> bool:
+    m = mods(op)
+    return op.name in _MIN_MAX and "f32" in m and set(m) <= _MIN_MAX_MODS
+
+
+def _reads_flushed(use: Operation, value: Value, read_flushed: set[Value]) -> bool:
+    """Whether `use` reads `value` only through a flush (given the values in
+    `read_flushed` are themselves read only through one)."""
+    name = use.name
+    if name in _FLUSHING_READERS:
+        m = mods(use)
+        return "ftz" in m and m[-1] == "f32" and value in use.operands
+    if name in _MIN_MAX:
+        # ftz(max(a, b)) = max(ftz(a), ftz(b)): a min/max read only through a flush reads
+        # its operands only through one (with or without .ftz of its own)
+        return _is_f32_min_max(use) and use.results[0] in read_flushed
+    if name == "ptx.mov":
+        return mods(use) == ["f32"] and use.results[0] in read_flushed
+    if name in _BRANCHES:
+        if value in use.operands:
+            return False
+        for block, args in zip(use.successors, use.successor_args):
+            for i, a in enumerate(args):
+                if a is value and block.args[i] not in read_flushed:
+                    return False
+        return True
+    return False
+
+
+def read_only_through_flush(kernel: Operation) -> set[Value]:
+    """The f32 values (min/max and move results, block arguments) whose every reader flushes
+    them: the greatest such set, found by removing values with another reader until none
+    is left."""
+    candidates: set[Value] = set()
+    # block argument -> the values branches pass into it
+    incoming: dict[Value, list[Value]] = {}
+    for op in kernel.walk():
+        if _is_f32_min_max(op) or (op.name == "ptx.mov" and mods(op) == ["f32"]):
+            candidates.add(op.results[0])
+        for region in op.regions:
+            for block in region.blocks:
+                candidates.update(a for a in block.args if a.type == "f32")
+        for block, args in zip(op.successors, op.successor_args):
+            for param, value in zip(block.args, args):
+                incoming.setdefault(param, []).append(value)
+    work = list(candidates)
+    while work:
+        v = work.pop()
+        if v not in candidates:
+            continue
+        if all(_reads_flushed(u, v, candidates) for u in v.uses):
+            continue
+        candidates.discard(v)
+        # whoever passed values into v (its operands, or the branch arguments of a block
+        # argument) may now have a reader that no longer flushes
+        sources = v.op.operands if isinstance(v, OpResult) else incoming.get(v, [])
+        work.extend(x for x in sources if x in candidates)
+    return candidates
+
+
+@register("flush-min-max-at-uses",
+          "f32 min/max.ftz ops whose results are read only through a flush (their flushes "
+          "left to the readers: a running max stays a vectorizable reduction)")
+@dataclass(frozen=True)
+class FlushMinMaxAtUses:
+    """Pass: mark `min/max.ftz.f32` ops read only through a flush `flush_at_uses`."""
+    name: str = "flush-min-max-at-uses"
+
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        """Returns the number of min/max ops marked."""
+        flushed = read_only_through_flush(kernel)
+        count = 0
+        for op in kernel.walk():
+            if _is_f32_min_max(op) and "ftz" in mods(op) and op.results[0] in flushed \
+                    and not op.attributes.get(ATTRIBUTE):
+                op.attributes[ATTRIBUTE] = True
+                count += 1
+        return count
