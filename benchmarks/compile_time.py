@@ -132,6 +132,40 @@ def reference(stmts: list[tuple], inp):  # type: ignore[no-untyped-def]
 
 
 # ----------------------------------------------------------------------------------------
+# a second shape: many arrays indexed at a grid stride (chemistry-kernel style)
+
+RATES = "rates"
+
+
+def rates_statements(n: int, species: int = 24, seed: int = 2) -> list[tuple[int, int, int]]:
+    """N updates `RF(j) *= C(a) * C(b)` (j, a, b) of a reaction-rate kernel: every thread
+    reads and writes its own element of each of `n` rate arrays and `species` concentration
+    arrays, all packed at a stride of the grid's thread count (SHOC S3D's layout)."""
+    rnd = random.Random(seed)
+    return [(j, rnd.randrange(species), rnd.randrange(species)) for j in range(n)]
+
+
+def rates_source(stmts: list[tuple[int, int, int]]) -> str:
+    lines = [
+        f'extern "C" __global__ void {RATES}(const float *C, float *RF) {{',
+        "    const unsigned n = blockDim.x * gridDim.x, t = blockIdx.x * blockDim.x + threadIdx.x;",
+    ]
+    for j, a, b in stmts:
+        lines.append(f"    RF[{j}u * n + t] = RF[{j}u * n + t] * C[{a}u * n + t] * C[{b}u * n + t];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def rates_reference(stmts: list[tuple[int, int, int]], c, rf):  # type: ignore[no-untyped-def]
+    """RF after the kernel, for C of shape (species, threads) and RF of (len(stmts), threads)
+    (float32, multiplied left to right as the kernel does)."""
+    out = rf.copy()
+    for j, a, b in stmts:
+        out[j] = out[j] * c[a] * c[b]
+    return out
+
+
+# ----------------------------------------------------------------------------------------
 # one measurement (runs in a child process)
 
 _CHILD = r"""
