@@ -103,3 +103,51 @@ def test_lsr_too_costly_counts_per_function() -> None:
     limit = jit.LSR_MAX_MASKED_ACCESSES
     assert not jit.lsr_too_costly(function("a", limit - 1) + function("b", limit - 1))
     assert jit.lsr_too_costly(function("a", 3) + function("b", limit))
+
+
+def half_chain_source(n: int) -> tuple[str, list[tuple[float, float]]]:
+    """A kernel of `n` dependent `__hfma`s per thread with constants (m, c) in [0.5, 1) x
+    [0.25, 1): x stays in [0.25, 4], where each fma's exact value fits an f64."""
+    rng = np.random.default_rng(11)
+    consts = [(float(np.float16(rng.uniform(0.5, 1.0))), float(np.float16(rng.uniform(0.25, 1.0))))
+              for _ in range(n)]
+    lines = ['#include <cuda_fp16.h>',
+             'extern "C" __global__ void hchain(const __half *in, __half *out) {',
+             '    int i = blockIdx.x * blockDim.x + threadIdx.x;',
+             '    __half x = in[i];']
+    for m, c in consts:
+        lines.append(f'    x = __hfma(x, __float2half({m!r}f), __float2half({c!r}f));')
+    lines += ['    out[i] = x;', '}']
+    return "\n".join(lines) + "\n", consts
+
+
+@pytest.mark.parametrize("limit", [None, 10**9])
+def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPatch,
+                                    limit: int | None) -> None:
+    """300 half fmas per thread: above FMA_HALF_INLINE_LIMIT each is a call of one shared
+    function (limit None: the default), with the limit raised all are inline; both round
+    each fma once, as NumPy's f64 -> f16 conversion of the exact value does."""
+    from cpuify.codegen import half_float
+    if limit is not None:
+        monkeypatch.setattr(half_float, "FMA_HALF_INLINE_LIMIT", limit)
+        import cpuify.codegen.ptx_arith as ptx_arith
+        monkeypatch.setattr(ptx_arith, "FMA_HALF_INLINE_LIMIT", limit)
+    src, consts = half_chain_source(300)
+    assert len(consts) > half_float.FMA_HALF_INLINE_LIMIT or limit is not None
+    texts: list[str] = []
+    real_optimize = jit.optimize
+
+    def spy(text: str):  # type: ignore[no-untyped-def]
+        texts.append(text)
+        return real_optimize(text)
+
+    monkeypatch.setattr(jit, "optimize", spy)
+    compiler.compile_cuda(src)
+    assert ("call i16 @\"cpuify_fma_f16\"" in texts[0]) == (limit is None)
+    x = np.random.default_rng(3).uniform(0.25, 4.0, 256).astype(np.float16)
+    want = x.astype(np.float64)
+    for m, c in consts:
+        want = (want * m + c).astype(np.float16).astype(np.float64)
+    out = np.zeros_like(x)
+    cpuify.RawModule(code=src).get_function("hchain")((2,), (128,), (x, out))
+    np.testing.assert_array_equal(out, want.astype(np.float16))
