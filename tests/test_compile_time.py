@@ -1,6 +1,7 @@
 """Compile-time choices that must not change results: the parsed PTX module shared by a
-program's block-shape specializations, and object emission without loop strength reduction
-for functions with very many masked vector accesses (jit.lsr_too_costly).
+program's block-shape specializations, object emission without loop strength reduction
+for functions with very many masked vector accesses (jit.lsr_too_costly), and half fmas
+called out of line in kernels with very many of them (half_float.fma_half_call).
 
 Timings are not asserted (benchmarks/compile_time.py measures them)."""
 
@@ -12,7 +13,12 @@ import numpy as np
 import pytest
 
 import cpuify
-from benchmarks.compile_time import RATES, rates_reference, rates_source, rates_statements
+from benchmarks.compile_time import (
+    RATES,
+    rates_reference,
+    rates_source,
+    rates_statements,
+)
 from cpuify import compiler
 from cpuify.codegen import jit
 from cpuify.errors import SpecializationWarning
@@ -130,7 +136,7 @@ def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPa
     from cpuify.codegen import half_float
     if limit is not None:
         monkeypatch.setattr(half_float, "FMA_HALF_INLINE_LIMIT", limit)
-        import cpuify.codegen.ptx_arith as ptx_arith
+        from cpuify.codegen import ptx_arith
         monkeypatch.setattr(ptx_arith, "FMA_HALF_INLINE_LIMIT", limit)
     src, consts = half_chain_source(300)
     assert len(consts) > half_float.FMA_HALF_INLINE_LIMIT or limit is not None
