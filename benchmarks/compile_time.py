@@ -4,6 +4,7 @@
     python -m benchmarks.compile_time [--sizes 1000,4000,16000,64000] [--json out.json]
                                       [--timeout 600] [--no-nvcc] [--no-check] [--profile DIR]
                                       [--if-every 8] [--experiment-novec-lines N]
+                                      [--shape chain|rates]
 
 Each size N is a generated CUDA program whose kernel is a chain of N integer statements on
 three 32-bit variables (add / mul / xor / shift / rotate, every 8th statement under an `if`
@@ -14,6 +15,12 @@ stage (NVRTC, PTX parse, lift+codegen, LLVM: `CompiledModule.timings`), the peak
 process, the result checked against a NumPy evaluation of the same chain, and the growth
 factor of the total time from the previous size.  NVIDIA's nvcc (from the PyPI wheels, found
 by `cpuify.nvcc.toolkit`) compiles the same source with `-c` to an object for the ratio.
+
+`--shape rates`: instead of the chain, a reaction-rate kernel of N statements
+`RF[j*n + t] = RF[j*n + t] * C[a*n + t] * C[b*n + t]` (N rate arrays and 24 species arrays
+packed at the grid's stride, as SHOC S3D lays them out), compiled generic and then for
+128-thread blocks (what `cpuify nvcc` does for a program launching it so); total includes
+both, the check runs both.
 
 `--profile DIR` writes a cProfile dump of each compile; `--if-every 0` makes straight-line
 kernels; `--experiment-novec-lines N` shows what the compile would cost if the code generator
@@ -132,6 +139,40 @@ def reference(stmts: list[tuple], inp):  # type: ignore[no-untyped-def]
 
 
 # ----------------------------------------------------------------------------------------
+# a second shape: many arrays indexed at a grid stride (chemistry-kernel style)
+
+RATES = "rates"
+
+
+def rates_statements(n: int, species: int = 24, seed: int = 2) -> list[tuple[int, int, int]]:
+    """N updates `RF(j) *= C(a) * C(b)` (j, a, b) of a reaction-rate kernel: every thread
+    reads and writes its own element of each of `n` rate arrays and `species` concentration
+    arrays, all packed at a stride of the grid's thread count (SHOC S3D's layout)."""
+    rnd = random.Random(seed)
+    return [(j, rnd.randrange(species), rnd.randrange(species)) for j in range(n)]
+
+
+def rates_source(stmts: list[tuple[int, int, int]]) -> str:
+    lines = [
+        f'extern "C" __global__ void {RATES}(const float *C, float *RF) {{',
+        "    const unsigned n = blockDim.x * gridDim.x, t = blockIdx.x * blockDim.x + threadIdx.x;",
+    ]
+    for j, a, b in stmts:
+        lines.append(f"    RF[{j}u * n + t] = RF[{j}u * n + t] * C[{a}u * n + t] * C[{b}u * n + t];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def rates_reference(stmts: list[tuple[int, int, int]], c, rf):  # type: ignore[no-untyped-def]
+    """RF after the kernel, for C of shape (species, threads) and RF of (len(stmts), threads)
+    (float32, multiplied left to right as the kernel does)."""
+    out = rf.copy()
+    for j, a, b in stmts:
+        out[j] = out[j] * c[a] * c[b]
+    return out
+
+
+# ----------------------------------------------------------------------------------------
 # one measurement (runs in a child process)
 
 _CHILD = r"""
@@ -139,6 +180,7 @@ import json, os, resource, sys, time
 sys.setrecursionlimit(int(os.environ.get("CT_RECURSION", "1000")))
 sys.path.insert(0, {root!r})
 from benchmarks.compile_time import gen_statements, cuda_source, reference, N_THREADS, KERNEL
+from benchmarks.compile_time import rates_statements, rates_source, rates_reference, RATES
 n = int(sys.argv[1]); profile = sys.argv[2] if len(sys.argv) > 2 else ""
 IF_EVERY = int(os.environ.get("CT_IF_EVERY", "8"))
 NOVEC = int(os.environ.get("CT_NOVEC_LINES", "0"))
@@ -161,7 +203,9 @@ if NOVEC:
                     text += f'\n{{node}} = !{{{{!"llvm.loop.vectorize.enable", i1 false}}}}\n'
         return _optimize(text)
     _jit.optimize = _novec
-src = cuda_source(gen_statements(n, if_every=IF_EVERY))
+SHAPE = os.environ.get("CT_SHAPE", "chain")
+src = cuda_source(gen_statements(n, if_every=IF_EVERY)) if SHAPE == "chain" else \
+    rates_source(rates_statements(n))
 t0 = time.perf_counter()
 import numpy as np
 import cpuify
@@ -172,6 +216,12 @@ if profile:
     prof = cProfile.Profile(); prof.enable()
 t0 = time.perf_counter()
 m = compile_cuda(src)
+if SHAPE == "rates":
+    # what a program launching it with 128-thread blocks compiles too (nvcc/device.specialize)
+    from cpuify.compiler import compile_specialized
+    ts = time.perf_counter()
+    compile_specialized(m.ptx, RATES, (128, 1, 1), m.passes)
+    m.timings["specialize"] = time.perf_counter() - ts
 total = time.perf_counter() - t0
 if profile:
     prof.disable(); prof.dump_stats(profile)
@@ -180,7 +230,19 @@ ptx_instrs = sum(1 for line in m.ptx.splitlines()
                  and not line.strip().endswith(":") and line.strip().endswith(";"))
 rss_compile = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 ok = None
-if os.environ.get("CT_CHECK", "1") == "1":
+if os.environ.get("CT_CHECK", "1") == "1" and SHAPE == "rates":
+    stmts = rates_statements(n)
+    rng = np.random.default_rng(1)
+    c = rng.uniform(0.5, 1.5, (24, 2 * 128)).astype(np.float32)
+    rf = rng.uniform(0.5, 1.5, (n, 2 * 128)).astype(np.float32)
+    want = rates_reference(stmts, c, rf)
+    k = cpuify.RawModule(code=src).get_function(RATES)
+    ok = True
+    for _ in range(2):     # the second launch runs the block-shape specialized code
+        got = rf.copy()
+        k((2,), (128,), (c, got))
+        ok = ok and bool((got == want).all())
+elif os.environ.get("CT_CHECK", "1") == "1":
     mod = cpuify.RawModule(code=src)
     k = mod.get_function(KERNEL)
     inp = (np.arange(N_THREADS, dtype=np.uint64) * 2654435761 % (1 << 32)).astype(np.uint32)
@@ -223,8 +285,10 @@ def _run_measured(cmd: list[str], timeout: float, env: dict[str, str] | None = N
 
 
 def measure_cpuify(n: int, timeout: float, check: bool, profile: str = "",
-                   recursion: int = 1000, if_every: int = 8, novec_lines: int = 0) -> dict:
+                   recursion: int = 1000, if_every: int = 8, novec_lines: int = 0,
+                   shape: str = "chain") -> dict:
     env = dict(os.environ)
+    env["CT_SHAPE"] = shape
     env["CT_NOVEC_LINES"] = str(novec_lines)
     env["CT_IF_EVERY"] = str(if_every)
     # a fresh, empty cache: the timed compile is cold, the correctness check then loads it
@@ -248,7 +312,7 @@ def measure_cpuify(n: int, timeout: float, check: bool, profile: str = "",
     return res
 
 
-def measure_nvcc(n: int, timeout: float, if_every: int = 8) -> dict:
+def measure_nvcc(n: int, timeout: float, if_every: int = 8, shape: str = "chain") -> dict:
     try:
         from cpuify.nvcc.toolkit import find_toolkit
         nvcc = find_toolkit().nvcc
@@ -256,7 +320,8 @@ def measure_nvcc(n: int, timeout: float, if_every: int = 8) -> dict:
         return {"error": f"no nvcc: {exc}"}
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "chain.cu"
-        src.write_text(cuda_source(gen_statements(n, if_every=if_every)))
+        src.write_text(cuda_source(gen_statements(n, if_every=if_every)) if shape == "chain"
+                       else rates_source(rates_statements(n)))
         rc, wall, rss, text = _run_measured([nvcc, "-c", str(src), "-o", str(Path(d) / "chain.o")],
                                             timeout, cwd=d)
     if rc != 0:
@@ -283,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment-novec-lines", type=int, default=0, metavar="N",
                     help="experiment: turn LLVM's loop vectorizer off for loops of LLVM modules "
                          "over N lines of text (emulates a proposed code generator change)")
+    ap.add_argument("--shape", choices=("chain", "rates"), default="chain",
+                    help="chain: the integer statement chain (default); rates: N rate arrays "
+                         "updated at a grid stride, also compiled for 128-thread blocks")
     ap.add_argument("--recursion-limit", type=int, default=1000,
                     help="sys.setrecursionlimit in the child (default: Python's 1000)")
     args = ap.parse_args(argv)
@@ -295,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(args.profile, exist_ok=True)
             prof = os.path.join(args.profile, f"prof-{n}.out")
         r = measure_cpuify(n, args.timeout, not args.no_check, prof, args.recursion_limit,
-                           args.if_every, args.experiment_novec_lines)
-        r["nvcc"] = {} if args.no_nvcc else measure_nvcc(n, args.timeout, args.if_every)
+                           args.if_every, args.experiment_novec_lines, args.shape)
+        r["nvcc"] = {} if args.no_nvcc else measure_nvcc(n, args.timeout, args.if_every,
+                                                         args.shape)
         if prev is not None and "total" in r and "total" in prev:
             r["growth"] = r["total"] / prev["total"]
             r["size_step"] = n / prev["n"]
@@ -310,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"rows": rows, "python": sys.version,
                                                "if_every": args.if_every,
+                                               "shape": args.shape,
                                                "experiment_novec_lines": args.experiment_novec_lines,
                                                "threads_checked": N_THREADS}, indent=1))
     return 0

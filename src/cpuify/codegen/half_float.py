@@ -78,6 +78,31 @@ def _fabs(b: ir.IRBuilder) -> ir.Function:
     return fn
 
 
+#: Half-precision fmas in one kernel above which each becomes a call of one shared,
+#: not inlined function instead of its ~40 inline instructions (see fma_half_call).
+FMA_HALF_INLINE_LIMIT = 256
+
+
+def fma_half_call(b: ir.IRBuilder, a: ir.Value, c: ir.Value, d: ir.Value, t: str,
+                  saturate: bool) -> ir.Value:
+    """fma_half as a call of `cpuify_fma_<t>[_sat]`, an internal function of the module
+    defined on first use and never inlined.  For kernels with thousands of half fmas
+    (mixbench's f16x2 kernels: up to 4,000 per thread, 63k-200k lines of LLVM IR each,
+    LLVM's loop vectorizer and instcombine growing with the loop body): the kernel's code
+    stays small and its thread loop scalar, where inline fmas would be vectorized."""
+    mod = b.module
+    name = f"cpuify_fma_{t}" + ("_sat" if saturate else "")
+    fn = mod.globals.get(name)
+    if fn is None:
+        fn = ir.Function(mod, ir.FunctionType(I16, [I16, I16, I16]), name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        fn.attributes.add("nounwind")
+        fb = ir.IRBuilder(fn.append_basic_block("entry"))
+        fb.ret(fma_half(fb, *fn.args, t, saturate))
+    return b.call(fn, [a, c, d])
+
+
 def fma_half(b: ir.IRBuilder, a: ir.Value, c: ir.Value, d: ir.Value, t: str,
              saturate: bool) -> ir.Value:
     """fma.rn{.sat}.{f16,bf16} of three registers' bits, rounded once: the product is exact

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from cpuify.codegen.half_float import fma_half
+from cpuify.codegen.half_float import FMA_HALF_INLINE_LIMIT, fma_half, fma_half_call
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
@@ -233,6 +233,16 @@ def _mad(e: SegmentEmitter, op: Operation) -> None:
     e.result(op, r, rt)
 
 
+def half_fmas(kc) -> int:  # type: ignore[no-untyped-def]
+    """How many f16/bf16 fmas the kernel of `kc` holds (counted once per kernel)."""
+    n = getattr(kc, "_half_fmas", None)
+    if n is None:
+        n = sum(1 for o in kc.kernel.op.walk()
+                if o.name == "ptx.fma" and ty(o) in ("f16", "bf16"))
+        kc._half_fmas = n
+    return n
+
+
 @handles("ptx.fma")
 def _fma(e: SegmentEmitter, op: Operation) -> None:
     b = e.b
@@ -240,7 +250,8 @@ def _fma(e: SegmentEmitter, op: Operation) -> None:
     a, c, d = fsrc(e, op, 0, t), fsrc(e, op, 1, t), fsrc(e, op, 2, t)
     if t in ("f16", "bf16"):
         # rounded once (LLVM's half fma rounds the f32 sum, then again to half)
-        e.result(op, fma_half(b, a, c, d, t, has(op, "sat")), t)
+        emit = fma_half_call if half_fmas(e.kc) > FMA_HALF_INLINE_LIMIT else fma_half
+        e.result(op, emit(b, a, c, d, t, has(op, "sat")), t)
         return
     mode = rounding(op)
     sfx = fsuffix(a.type)

@@ -1,0 +1,159 @@
+"""Compile-time choices that must not change results: the parsed PTX module shared by a
+program's block-shape specializations, object emission without loop strength reduction
+for functions with very many masked vector accesses (jit.lsr_too_costly), and half fmas
+called out of line in kernels with very many of them (half_float.fma_half_call).
+
+Timings are not asserted (benchmarks/compile_time.py measures them)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import cpuify
+from benchmarks.compile_time import (
+    RATES,
+    rates_reference,
+    rates_source,
+    rates_statements,
+)
+from cpuify import compiler
+from cpuify.codegen import jit
+from cpuify.errors import SpecializationWarning
+
+TWO_KERNELS = r"""
+extern "C" __global__ void scale(float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+extern "C" __global__ void shift(float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += a;
+}
+"""
+
+
+@pytest.fixture
+def no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
+
+
+def test_specializations_of_one_module_parse_it_once(no_cache: None,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = compiler.compile_cuda(TWO_KERNELS)
+    parses: list[int] = []
+    real_parse = compiler.parse_ptx
+
+    def counting_parse(text: str):  # type: ignore[no-untyped-def]
+        parses.append(len(text))
+        return real_parse(text)
+
+    monkeypatch.setattr(compiler, "parse_ptx", counting_parse)
+    compiler._parsed_ptx.cache_clear()
+    for kernel in ("scale", "shift"):
+        for block in ((64, 1, 1), (128, 1, 1)):
+            spec = compiler.compile_specialized(compiled.ptx, kernel, block, compiled.passes)
+            assert spec.object_code
+    assert parses == [len(compiled.ptx)]
+
+
+def test_parse_cache_keeps_modules_apart(no_cache: None) -> None:
+    """Two modules specialized in turn: each kernel is found in its own module (the cache
+    is keyed by the PTX text, not shared between programs)."""
+    a = compiler.compile_cuda(TWO_KERNELS)
+    b = compiler.compile_cuda(TWO_KERNELS.replace("scale", "twice").replace("*= a", "*= 2.0f"))
+    for _ in range(2):
+        compiler.compile_specialized(a.ptx, "scale", (32, 1, 1), a.passes)
+        compiler.compile_specialized(b.ptx, "twice", (32, 1, 1), b.passes)
+        with pytest.raises(KeyError):
+            compiler.compile_specialized(b.ptx, "scale", (32, 1, 1), b.passes)
+
+
+def test_rates_kernel_without_lsr_matches_numpy(no_cache: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reaction-rate kernel (100 rate arrays, each thread's elements at the grid's stride)
+    specialized for its block shape tail-folds ~600 accesses: it is emitted without LSR,
+    and its results are NumPy's, as the generic code's are."""
+    decisions: list[bool] = []
+    real = jit.lsr_too_costly
+
+    def spy(text: str) -> bool:
+        decisions.append(real(text))
+        return decisions[-1]
+
+    monkeypatch.setattr(jit, "lsr_too_costly", spy)
+    stmts = rates_statements(100)
+    species, block, grid = 24, 128, 3
+    threads = block * grid
+    rng = np.random.default_rng(5)
+    c = rng.uniform(0.5, 1.5, (species, threads)).astype(np.float32)
+    rf0 = rng.uniform(0.5, 1.5, (len(stmts), threads)).astype(np.float32)
+    want = rates_reference(stmts, c, rf0)
+    kernel = cpuify.RawModule(code=rates_source(stmts)).get_function(RATES)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpecializationWarning)
+        for launch in range(3):         # the second launch of the shape specializes it
+            rf = rf0.copy()
+            kernel((grid,), (block,), (c, rf))
+            np.testing.assert_array_equal(rf, want, err_msg=f"launch {launch}")
+    assert True in decisions, "the specialized rates kernel kept LSR"
+
+
+def test_lsr_too_costly_counts_per_function() -> None:
+    def function(name: str, n: int) -> str:
+        calls = "\n".join(f"  %v{k} = call <4 x float> @llvm.masked.load.v4f32.p0(ptr %x, "
+                          f"i32 4, <4 x i1> %m, <4 x float> zeroinitializer)" for k in range(n))
+        return f"define void @{name}(ptr %x, <4 x i1> %m) {{\n{calls}\n  ret void\n}}\n"
+    limit = jit.LSR_MAX_MASKED_ACCESSES
+    assert not jit.lsr_too_costly(function("a", limit - 1) + function("b", limit - 1))
+    assert jit.lsr_too_costly(function("a", 3) + function("b", limit))
+
+
+def half_chain_source(n: int) -> tuple[str, list[tuple[float, float]]]:
+    """A kernel of `n` dependent `__hfma`s per thread with constants (m, c) in [0.5, 1) x
+    [0.25, 1): x stays in [0.25, 4], where each fma's exact value fits an f64."""
+    rng = np.random.default_rng(11)
+    consts = [(float(np.float16(rng.uniform(0.5, 1.0))), float(np.float16(rng.uniform(0.25, 1.0))))
+              for _ in range(n)]
+    lines = ['#include <cuda_fp16.h>',
+             'extern "C" __global__ void hchain(const __half *in, __half *out) {',
+             '    int i = blockIdx.x * blockDim.x + threadIdx.x;',
+             '    __half x = in[i];']
+    for m, c in consts:
+        lines.append(f'    x = __hfma(x, __float2half({m!r}f), __float2half({c!r}f));')
+    lines += ['    out[i] = x;', '}']
+    return "\n".join(lines) + "\n", consts
+
+
+@pytest.mark.parametrize("limit", [None, 10**9])
+def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPatch,
+                                    limit: int | None) -> None:
+    """300 half fmas per thread: above FMA_HALF_INLINE_LIMIT each is a call of one shared
+    function (limit None: the default), with the limit raised all are inline; both round
+    each fma once, as NumPy's f64 -> f16 conversion of the exact value does."""
+    from cpuify.codegen import half_float
+    if limit is not None:
+        monkeypatch.setattr(half_float, "FMA_HALF_INLINE_LIMIT", limit)
+        from cpuify.codegen import ptx_arith
+        monkeypatch.setattr(ptx_arith, "FMA_HALF_INLINE_LIMIT", limit)
+    src, consts = half_chain_source(300)
+    assert len(consts) > half_float.FMA_HALF_INLINE_LIMIT or limit is not None
+    texts: list[str] = []
+    real_optimize = jit.optimize
+
+    def spy(text: str):  # type: ignore[no-untyped-def]
+        texts.append(text)
+        return real_optimize(text)
+
+    monkeypatch.setattr(jit, "optimize", spy)
+    compiler.compile_cuda(src)
+    assert ("call i16 @\"cpuify_fma_f16\"" in texts[0]) == (limit is None)
+    x = np.random.default_rng(3).uniform(0.25, 4.0, 256).astype(np.float16)
+    want = x.astype(np.float64)
+    for m, c in consts:
+        want = (want * m + c).astype(np.float16).astype(np.float64)
+    out = np.zeros_like(x)
+    cpuify.RawModule(code=src).get_function("hchain")((2,), (128,), (x, out))
+    np.testing.assert_array_equal(out, want.astype(np.float16))
