@@ -433,6 +433,24 @@ def test_response_files_compiler_lists_and_run(tmp_path: Path, env: dict[str, st
 
 
 @needs_toolchain
+def test_ptx_of_relocatable_device_code(tmp_path: Path, env: dict[str, str]) -> None:
+    # -ptx with -rdc=true (or -dc) is relocatable PTX, as nvcc's: a __device__ variable is
+    # .visible (another file's PTX may name it), without -rdc it is private to the module
+    (tmp_path / "unit.cu").write_text(textwrap.dedent("""
+        extern __device__ int twice(int x);
+        __device__ int offset;
+        __global__ void apply(int *v) { v[threadIdx.x] = twice(v[threadIdx.x]) + offset; }
+        """))
+    for flags, visible in ((["-rdc=true"], True), (["-dc"], True), ([], False)):
+        out = tmp_path / "unit.ptx"
+        run([*CPUIFY, "nvcc", "-ptx", *flags, "unit.cu", "-o", str(out)], tmp_path, env)
+        ptx = out.read_text()
+        assert ".extern .func" in ptx and ".entry _Z5applyPi" in ptx
+        assert (".visible .global .align 4 .u32 offset" in ptx) == visible, flags
+        out.unlink()
+
+
+@needs_toolchain
 def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     """nvcc -v: what CMake reads (TOP=, LIBRARIES=, a link line containing LIBRARIES and
     -lcudart_static, -arch compute_XX)."""
@@ -454,8 +472,14 @@ def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[
     r = run([str(home / "bin/nvcc"), "-dryrun", "-cudart", "shared", "bogus.cu", "-o", "never"],
             tmp_path, env)
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("#$ g++ ") and libraries in last and '-o "never" ' in last
-    assert "-lcudart " in last and not (tmp_path / "never").exists()
+    assert last.startswith("#$ g++ ") and libraries in last and "-lcudart " in last
+    assert not (tmp_path / "never").exists()
+    # nvcc's order, the output last: SHOC's find_cuda_libs.sh keeps what follows `-o "a.out"`
+    # as extra libraries (nothing, with nvcc); a -L before it and a -l after it broke its link
+    assert last.rstrip().endswith('-o "never"')
+    r = run([str(home / "bin/nvcc"), "-dryrun", "bogus.cu"], tmp_path, env)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.rstrip().endswith('-o "a.out"') and f"-L{home}/lib64" in last
 
 
 DRIVER_API_CU = r"""

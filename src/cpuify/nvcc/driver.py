@@ -676,8 +676,10 @@ class Driver:
             elif self.distributed:
                 # rank 0 runs main, the other ranks serve kernels (runtime/dist_main.c)
                 extra += ["-Wl,--wrap=main", self.distributed_main(tmp)]
-            cmd = [self.host_cxx(), *library_dirs(self.home), *objects, *extra, "-o", out,
-                   *self.o.link_opts, *libs[self.o.cudart]]
+            # nvcc's order, output last: scripts parse `nvcc -dryrun`'s link line (SHOC's
+            # find_cuda_libs.sh takes what follows `-o "a.out"` as the libraries to add)
+            cmd = [self.host_cxx(), *objects, *extra, *library_dirs(self.home),
+                   *self.o.link_opts, *libs[self.o.cudart], "-o", out]
             self.run(cmd, "link")
 
     def distributed_main(self, tmp: str) -> str:
@@ -744,7 +746,9 @@ class Driver:
             for path, _ in o.inputs:
                 compat = legacy_texture.pre_include(path, o.host_opts) \
                     if "-ptx" in extra or "-E" in extra else []
-                cmd = self.nvcc_base() + compat + extra + [path]
+                # -ptx of relocatable device code keeps extern __device__ declarations
+                rdc = ["-rdc=true"] if o.rdc and "-ptx" in extra else []
+                cmd = self.nvcc_base() + compat + extra + rdc + [path]
                 if o.output:
                     cmd += ["-o", o.output]
                 self.run(cmd, "nvcc")
