@@ -9,6 +9,7 @@ machine may have a real nvcc on PATH and a real libcudart in the loader's cache)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -474,12 +475,13 @@ def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("#$ g++ ") and libraries in last and "-lcudart " in last
     assert not (tmp_path / "never").exists()
-    # nvcc's order, the output last: SHOC's find_cuda_libs.sh keeps what follows `-o "a.out"`
-    # as extra libraries (nothing, with nvcc); a -L before it and a -l after it broke its link
-    assert last.rstrip().endswith('-o "never"')
+    # the output first, as nvcc <= 10 printed it: a configure script (SHOC's) takes what
+    # follows `-o "a.out"`, less the quoted objects, as the libraries its g++ link line needs
     r = run([str(home / "bin/nvcc"), "-dryrun", "bogus.cu"], tmp_path, env)
     last = r.stderr.strip().splitlines()[-1]
-    assert last.rstrip().endswith('-o "a.out"') and f"-L{home}/lib64" in last
+    libs = re.sub(r'"[a-zA-Z0-9./_-]*\.o"', "", re.sub(r'^.*-o "a\.out"', "", last)).split()
+    assert libs[:2] == [f'"-L{home}/lib64/stubs"', f'"-L{home}/lib64"']
+    assert "-lcudart_static" in libs and not any(p.endswith('.o"') for p in libs)
 
 
 DRIVER_API_CU = r"""

@@ -676,10 +676,11 @@ class Driver:
             elif self.distributed:
                 # rank 0 runs main, the other ranks serve kernels (runtime/dist_main.c)
                 extra += ["-Wl,--wrap=main", self.distributed_main(tmp)]
-            # nvcc's order, output last: scripts parse `nvcc -dryrun`'s link line (SHOC's
-            # find_cuda_libs.sh takes what follows `-o "a.out"` as the libraries to add)
-            cmd = [self.host_cxx(), *objects, *extra, *library_dirs(self.home),
-                   *self.o.link_opts, *libs[self.o.cudart], "-o", out]
+            # the output first, as nvcc <= 10 printed it: scripts parse `nvcc -dryrun`'s link
+            # line (SHOC's configure takes what follows `-o "a.out"`, less the objects, as the
+            # libraries a g++ link needs: cpuify's -L directories and -lcudart_static)
+            cmd = [self.host_cxx(), "-o", out, *objects, *extra, *library_dirs(self.home),
+                   *self.o.link_opts, *libs[self.o.cudart]]
             self.run(cmd, "link")
 
     def distributed_main(self, tmp: str) -> str:
