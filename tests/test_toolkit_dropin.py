@@ -452,6 +452,44 @@ def test_ptx_of_relocatable_device_code(tmp_path: Path, env: dict[str, str]) -> 
 
 
 @needs_toolchain
+def test_older_cxx_standard_with_cuda13_headers(tmp_path: Path, env: dict[str, str]) -> None:
+    # CMake projects for CUDA <= 12 pass -std=c++11 (CMAKE_CXX_STANDARD 11); CUDA 13's
+    # cooperative_groups.h (libcu++) needs C++17: the legacy layer raises the standard
+    (tmp_path / "groups.cu").write_text(textwrap.dedent("""
+        #include <cstdio>
+        #include <cooperative_groups.h>
+        namespace cg = cooperative_groups;
+        __global__ void total(const int *v, int *out) {
+            cg::thread_block b = cg::this_thread_block();
+            __shared__ int s[64];
+            s[b.thread_rank()] = v[b.thread_rank()];
+            b.sync();
+            if (b.thread_rank() == 0) { int t = 0; for (int i = 0; i < 64; i++) t += s[i]; *out = t; }
+        }
+        int main() {
+            int h[64], *d, *o, r = 0;
+            for (int i = 0; i < 64; i++) h[i] = i * i;
+            cudaMalloc(&d, sizeof h); cudaMalloc(&o, sizeof(int));
+            cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+            total<<<1, 64>>>(d, o);
+            cudaMemcpy(&r, o, sizeof r, cudaMemcpyDeviceToHost);
+            printf("%d\\n", r);
+            return 0;
+        }
+        """))
+    from cpuify.nvcc.toolkit import find_toolkit
+    if int(find_toolkit().version().split(".")[0]) < 13:
+        pytest.skip("the toolkit's headers accept C++11")
+    r = run([*CPUIFY, "nvcc", "-std=c++11", "groups.cu", "-o", "groups"], tmp_path, env)
+    assert "-std=c++11 taken as -std=c++17" in r.stderr
+    out = subprocess.run([str(tmp_path / "groups")], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == str(sum(i * i for i in range(64)))
+    r = subprocess.run([*CPUIFY, "nvcc", "--cpuify-no-legacy", "-std=c++11", "groups.cu", "-o", "x"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "C++ 17" in r.stderr
+
+
+@needs_toolchain
 def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     """nvcc -v: what CMake reads (TOP=, LIBRARIES=, a link line containing LIBRARIES and
     -lcudart_static, -arch compute_XX)."""

@@ -432,6 +432,7 @@ class Driver:
         self.dependencies: set[str] = set()
         self.env = {k: v for k, v in os.environ.items() if k not in NVCC_ENVIRONMENT}
         self._home: Path | None = None
+        self._std_noted = False         # the note on a raised -std= is printed once
         o.host_opts = self._without_foreign_includes(o.host_opts)
         # --distributed: kernels carry their access maps, executables start on MPI ranks
         self.distributed = "--distributed" in o.flags
@@ -493,8 +494,31 @@ class Driver:
         if self.o.ccbin:
             cmd += ["-ccbin", self.o.ccbin]
         # cpuify's headers ahead of the toolkit's, the legacy CUDA layer pre-included
-        cmd += headers.include_options(self.tk, legacy=headers.legacy_enabled(self.o.flags))
-        return cmd + self.o.host_opts
+        legacy = headers.legacy_enabled(self.o.flags)
+        cmd += headers.include_options(self.tk, legacy=legacy)
+        host_opts = self.o.host_opts
+        if legacy:
+            host_opts = [self.legacy_standard(opt) for opt in host_opts]
+        return cmd + host_opts
+
+    def legacy_standard(self, opt: str) -> str:
+        """`-std=c++11`/`c++14` (or gnu++) as `c++17` when the toolkit's headers need C++17
+        (CUDA 13's libcu++, which cooperative_groups.h, Thrust and CUB include): programs
+        and CMake projects written for CUDA <= 12 ask for the older standard."""
+        m = re.fullmatch(r"-std=(c|gnu)\+\+(98|03|0x|11|1y|14)", opt)
+        if not m:
+            return opt
+        try:
+            major = int(self.tk.version().split(".")[0])
+        except ValueError:
+            return opt
+        if major < 13:
+            return opt
+        if not self._std_noted:
+            self._std_noted = True
+            _warn(f"cpuify nvcc: note: {opt} taken as -std={m.group(1)}++17: CUDA {major}'s "
+                  f"headers need C++17 ({headers.NO_LEGACY_FLAG} keeps {opt})")
+        return f"-std={m.group(1)}++17"
 
     def dependency_opts(self, out: str) -> list[str]:
         """-MD/-MMD as nvcc does them: the file next to `out` (or -MF), naming `out` (or -MT)."""
