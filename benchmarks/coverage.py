@@ -96,7 +96,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                # SHOC's README: configure (CUDA is on when -lcublas and -lcufft link), make
                ('./configure --without-opencl --without-mpi CPPFLAGS="-I$CUDA_PATH/include" '
                 'LDFLAGS="-L$CUDA_PATH/lib64"'),
-               "make -C src/common && make -C src/cuda/common"),
+               "make -C src/common"),
            build=("make -k",), run_args=("-s", "1"),
            # most tests print `Passed` or `FAILED` after comparing with a CPU computation;
            # Stencil2D counts validation errors, MD5Hash prints ERROR only on a wrong key
