@@ -112,8 +112,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                "cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=75"),
            # the executables are targets of the level's CMakeLists named after the directory
            # (cfd: cfd and cfd_double), each linking the directory's library
-           build=('B=$(basename "$REL"); make -k -C "$TOP/build" $(make -C "$TOP/build" help | '
-                  'sed -n "s/^\\.\\.\\. \\($B[A-Za-z_]*\\)$/\\1/p" | grep -v "Lib$")',),
+           build=(('B=$(basename "$REL"); make -k -C "$TOP/build" $(make -C "$TOP/build" help | '
+                   'sed -n "s/^\\.\\.\\. \\($B[A-Za-z_]*\\)$/\\1/p" | grep -v "Lib$")'),),
            exe_glob="*", run_args=("-s", "1", "-n", "1"),
            # Sort compares with its CPU sort; GUPS's verification (printed with -v) counts
            # errors on every GPU (the second, undoing pass is commented out): not a check
