@@ -127,11 +127,11 @@ int main(int argc, char **argv) {
         __half *Ch;
         CHECK(cudaMallocManaged(&Ch, sizeof(__half) * m * n));
         for (int i = 0; i < m * n; i++) Ch[i] = __float2half((float)next());
-        dump("hgemm_C0", Ch, 2 * m * n);
+        dump("half_gemm_C0", Ch, 2 * m * n);
         __half halpha = __float2half(0.5f), hbeta = __float2half(2.0f);
         OK(cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &halpha, Ah, m, Bh, k, &hbeta, Ch, m));
         CHECK(cudaDeviceSynchronize());
-        dump("hgemm_C", Ch, 2 * m * n);
+        dump("half_gemm_C", Ch, 2 * m * n);
     }
 
     // level 1 and 2 (x with increment 2, y with increment 1)
