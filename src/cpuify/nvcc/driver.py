@@ -902,7 +902,8 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);
         --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
-        cudaDeviceProp fields, ...: on by default);
+        cudaDeviceProp fields, device-number cudaMemPrefetchAsync/cudaMemAdvise, -std=c++11/14
+        taken as c++17 with CUDA 13's headers, ...: on by default);
         --distributed  runs across MPI ranks under mpiexec (mpiexec -n 4 ./app: rank 0 runs
         main, the others serve parts of each kernel's grid; give it when compiling and
         linking; without MPI the program runs as usual; docs/distributed.md).
