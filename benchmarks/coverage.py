@@ -53,6 +53,10 @@ class Recipe:
     copy_up: int = 0                     # copy this many parent levels (shared utilities)
     run: bool = True                     # False: the suite's inputs are not at hand; build only
     description: str = ""
+    # suites configured once for all their programs (autoconf, CMake): the corpus is copied
+    # once, `setup` runs at its top, and each program is built in that shared copy
+    setup: tuple[str, ...] = ()
+    skip: str = ""                       # program directories (relative paths) to leave out
 
 
 # PolyBench-ACC prints its count of results that differ from its CPU run (two spellings)
@@ -84,6 +88,38 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            exe_glob="*", copy_up=4, run=False,
            description="Parboil's CUDA versions, built as its driver does; its datasets are a "
                        "separate download, so programs are only built"),
+    Recipe("shoc", marker="src/cuda/level1/spmv/Spmv.cu", programs="src/cuda/**/Makefile.in",
+           # level0 is one directory of four programs; level1/level2 only recurse into theirs;
+           # the MPI variants (epmpi, tpmpi) are not built without MPI
+           skip=r"^src/cuda(/common|/level[12])?$|/(epmpi|tpmpi)$",
+           setup=(
+               # SHOC's README: configure (CUDA is on when -lcublas and -lcufft link), make
+               ('./configure --without-opencl --without-mpi CPPFLAGS="-I$CUDA_PATH/include" '
+                'LDFLAGS="-L$CUDA_PATH/lib64"'),
+               "make -C src/common"),
+           build=("make -k",), run_args=("-s", "1"),
+           # most tests print `Passed` or `FAILED` after comparing with a CPU computation;
+           # Stencil2D counts validation errors, MD5Hash prints ERROR only on a wrong key
+           passed=r"\bPassed\b|\b0 validation errors", failed=r"(?i)\bfailed\b|\bmismatch|"
+                                                            r"[1-9]\d* validation errors|ERROR:",
+           description="SHOC (autoconf): configured once, each program's directory built with "
+                       "`make -k`, run with `-s 1`; level0 programs and S3D have no check"),
+    Recipe("altis", marker="src/cuda/common/main.cu", programs="src/cuda/level*/*/CMakeLists.txt",
+           setup=(
+               # setup.sh: a deviceQuery of the suite's own writes cuda_device_attr.h, then CMake
+               ("make -C config/cuda_device_attr_gen && "
+                "(cd config/cuda_device_attr_gen && ./deviceQuery ../../src/cuda/common/ 0)"),
+               "cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=75"),
+           # the executables are targets of the level's CMakeLists named after the directory
+           # (cfd: cfd and cfd_double), each linking the directory's library
+           build=(('B=$(basename "$REL"); make -k -C "$TOP/build" $(make -C "$TOP/build" help | '
+                   'sed -n "s/^\\.\\.\\. \\($B[A-Za-z_]*\\)$/\\1/p" | grep -v "Lib$")'),),
+           exe_glob="*", run_args=("-s", "1", "-n", "1"),
+           # Sort compares with its CPU sort; GUPS's verification (printed with -v) counts
+           # errors on every GPU (the second, undoing pass is commented out): not a check
+           passed=r"\bPassed\b", failed=r"(?i)\bfailed\b",
+           description="Altis (CMake, setup.sh's steps), run with `-s 1 -n 1` (one pass); only "
+                       "Sort checks its results: the others end as `ran`"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
@@ -154,19 +190,42 @@ def _executables(d: Path, pattern: str, before: set[Path]) -> list[Path]:
     return sorted(out)
 
 
+def setup_shared(recipe: Recipe, corpus: Path, env: dict[str, str], timeout: float,
+                 keep: Path | None) -> tuple[Path, str]:
+    """One scratch copy of the whole corpus with the recipe's setup run at its top: (the
+    copy, the first error of a setup step that failed, or "")."""
+    scratch = Path(tempfile.mkdtemp(prefix="cpuify-coverage-", dir=keep))
+    top_copy = scratch / corpus.name
+    shutil.copytree(corpus, top_copy, symlinks=True)
+    for cmd in recipe.setup:
+        try:
+            r = subprocess.run(cmd, shell=True, cwd=top_copy, env={**env, "TOP": str(top_copy)},
+                               capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return top_copy, f"setup `{cmd}` timed out after {timeout:.0f} s"
+        if r.returncode != 0:
+            return top_copy, f"setup `{cmd}` failed: {_first_error(r.stdout + r.stderr)}"
+    return top_copy, ""
+
+
 def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str],
-                build_timeout: float, run_timeout: float, keep: Path | None) -> Result:
+                build_timeout: float, run_timeout: float, keep: Path | None,
+                shared: Path | None = None) -> Result:
     prog_dir = makefile.parent
     rel = str(prog_dir.relative_to(corpus))
     res = Result(rel)
     scratch = Path(tempfile.mkdtemp(prefix="cpuify-coverage-", dir=keep))
     try:
-        top = prog_dir
-        for _ in range(recipe.copy_up):
-            top = top.parent
-        shutil.copytree(top, scratch / top.name, symlinks=True)
-        work = scratch / top.name / prog_dir.relative_to(top)
-        top_copy = scratch / top.name
+        if shared is not None:          # built in the suite's configured copy
+            top = corpus
+            top_copy = shared
+        else:
+            top = prog_dir
+            for _ in range(recipe.copy_up):
+                top = top.parent
+            shutil.copytree(top, scratch / top.name, symlinks=True)
+            top_copy = scratch / top.name
+        work = top_copy / prog_dir.relative_to(top)
         before = set(_executables(top_copy, "*", set()))
         env = {**env, "TOP": str(top_copy), "PROG": str(work),
                "REL": str(prog_dir.relative_to(top))}
@@ -265,19 +324,36 @@ def main(argv: list[str] | None = None) -> int:
             rel = str(mk.parent.relative_to(corpus))
             if a.only and not any(s in rel for s in a.only):
                 continue
+            if recipe.skip and re.search(recipe.skip, rel):
+                continue
             jobs.append((recipe, mk))
     print(f"corpus {corpus}: {len(jobs)} programs ({', '.join(r.name for r in recipes)}); "
           f"toolkit {home}", flush=True)
     results: list[Result] = []
+    shared: dict[str, tuple[Path, str]] = {}
+    for recipe in {job[0] for job in jobs if job[0].setup}:
+        print(f"setting up {recipe.name} once: {'; '.join(recipe.setup)}", flush=True)
+        shared[recipe.name] = setup_shared(recipe, corpus, env, a.build_timeout, a.keep)
 
     def one(job: tuple[Recipe, Path]) -> Result:
-        r = run_program(job[0], corpus, job[1], env, a.build_timeout, a.run_timeout, a.keep)
+        top_copy, setup_error = shared.get(job[0].name, (None, ""))
+        if setup_error:
+            r = Result(str(job[1].parent.relative_to(corpus)), first_error=setup_error)
+        else:
+            r = run_program(job[0], corpus, job[1], env, a.build_timeout, a.run_timeout, a.keep,
+                            top_copy)
         state = "passed" if r.passed else "ran" if r.ran else "built" if r.built else "FAILED"
         print(f"  {r.program:50s} {state:7s} build {r.build_s:6.1f} s  run {r.run_s:6.1f} s"
               f"{'  ' + r.first_error if r.first_error else ''}", flush=True)
         return r
-    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+    # programs of a shared copy are told apart by the executables that appear while each is
+    # built: one at a time
+    workers = 1 if shared else max(1, a.jobs)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(one, jobs))
+    if a.keep is None:
+        for top_copy, _ in shared.values():
+            shutil.rmtree(top_copy.parent, ignore_errors=True)
     n = len(results)
     built = sum(r.built for r in results)
     ran = sum(r.ran for r in results)

@@ -135,6 +135,10 @@ def test_strided_batched_gemm_and_gemmex_half(v2) -> None:
     Ah = col_major(d("gemmex_A", np.float16), m, k, m).astype(np.float64)
     Bh = col_major(d("gemmex_B", np.float16), k, n, k).astype(np.float64)
     np.testing.assert_allclose(col_major(d("gemmex_C"), m, n, m), Ah @ Bh, rtol=1e-5, atol=1e-5)
+    # cublasHgemm: half in and out; the exact result rounded once to half
+    C0 = col_major(d("half_gemm_C0", np.float16), m, n, m).astype(np.float64)
+    want = (0.5 * (Ah @ Bh) + 2 * C0).astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(col_major(d("half_gemm_C", np.float16), m, n, m), want, rtol=2e-3, atol=2e-3)
 
 
 def test_level1_and_level2(v2) -> None:

@@ -92,6 +92,7 @@ def test_legacy_calls_and_removed_prop_fields(legacy_exe: Path, tmp_path: Path) 
     assert out[6:9] == ["ipc cudaErrorNotSupported", "ipc again cudaErrorNotSupported",
                         "last cudaErrorNotSupported"]
     assert out[9] == f"sum {sum(i + 1 for i in range(1000))}"        # p[i] = i + 1, summed
+    assert out[10] == f"managed {sum(2 * i + i + 1 for i in range(1000))}"    # 2i, then + i + 1
     # the unimplemented function named once on stderr, whatever the number of calls
     named = [ln for ln in r.stderr.splitlines() if "cudaIpcGetMemHandle" in ln]
     assert len(named) == 1 and "not supported" in named[0]

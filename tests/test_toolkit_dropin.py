@@ -9,6 +9,7 @@ machine may have a real nvcc on PATH and a real libcudart in the loader's cache)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -433,6 +434,62 @@ def test_response_files_compiler_lists_and_run(tmp_path: Path, env: dict[str, st
 
 
 @needs_toolchain
+def test_ptx_of_relocatable_device_code(tmp_path: Path, env: dict[str, str]) -> None:
+    # -ptx with -rdc=true (or -dc) is relocatable PTX, as nvcc's: a __device__ variable is
+    # .visible (another file's PTX may name it), without -rdc it is private to the module
+    (tmp_path / "unit.cu").write_text(textwrap.dedent("""
+        extern __device__ int twice(int x);
+        __device__ int offset;
+        __global__ void apply(int *v) { v[threadIdx.x] = twice(v[threadIdx.x]) + offset; }
+        """))
+    for flags, visible in ((["-rdc=true"], True), (["-dc"], True), ([], False)):
+        out = tmp_path / "unit.ptx"
+        run([*CPUIFY, "nvcc", "-ptx", *flags, "unit.cu", "-o", str(out)], tmp_path, env)
+        ptx = out.read_text()
+        assert ".extern .func" in ptx and ".entry _Z5applyPi" in ptx
+        assert (".visible .global .align 4 .u32 offset" in ptx) == visible, flags
+        out.unlink()
+
+
+@needs_toolchain
+def test_older_cxx_standard_with_cuda13_headers(tmp_path: Path, env: dict[str, str]) -> None:
+    # CMake projects for CUDA <= 12 pass -std=c++11 (CMAKE_CXX_STANDARD 11); CUDA 13's
+    # cooperative_groups.h (libcu++) needs C++17: the legacy layer raises the standard
+    (tmp_path / "groups.cu").write_text(textwrap.dedent("""
+        #include <cstdio>
+        #include <cooperative_groups.h>
+        namespace cg = cooperative_groups;
+        __global__ void total(const int *v, int *out) {
+            cg::thread_block b = cg::this_thread_block();
+            __shared__ int s[64];
+            s[b.thread_rank()] = v[b.thread_rank()];
+            b.sync();
+            if (b.thread_rank() == 0) { int t = 0; for (int i = 0; i < 64; i++) t += s[i]; *out = t; }
+        }
+        int main() {
+            int h[64], *d, *o, r = 0;
+            for (int i = 0; i < 64; i++) h[i] = i * i;
+            cudaMalloc(&d, sizeof h); cudaMalloc(&o, sizeof(int));
+            cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+            total<<<1, 64>>>(d, o);
+            cudaMemcpy(&r, o, sizeof r, cudaMemcpyDeviceToHost);
+            printf("%d\\n", r);
+            return 0;
+        }
+        """))
+    from cpuify.nvcc.toolkit import find_toolkit
+    if int(find_toolkit().version().split(".")[0]) < 13:
+        pytest.skip("the toolkit's headers accept C++11")
+    r = run([*CPUIFY, "nvcc", "-std=c++11", "groups.cu", "-o", "groups"], tmp_path, env)
+    assert "-std=c++11 taken as -std=c++17" in r.stderr
+    out = subprocess.run([str(tmp_path / "groups")], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == str(sum(i * i for i in range(64)))
+    r = subprocess.run([*CPUIFY, "nvcc", "--cpuify-no-legacy", "-std=c++11", "groups.cu", "-o", "x"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "C++ 17" in r.stderr
+
+
+@needs_toolchain
 def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     """nvcc -v: what CMake reads (TOP=, LIBRARIES=, a link line containing LIBRARIES and
     -lcudart_static, -arch compute_XX)."""
@@ -454,8 +511,15 @@ def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[
     r = run([str(home / "bin/nvcc"), "-dryrun", "-cudart", "shared", "bogus.cu", "-o", "never"],
             tmp_path, env)
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("#$ g++ ") and libraries in last and '-o "never" ' in last
-    assert "-lcudart " in last and not (tmp_path / "never").exists()
+    assert last.startswith("#$ g++ ") and libraries in last and "-lcudart " in last
+    assert not (tmp_path / "never").exists()
+    # the output first, as nvcc <= 10 printed it: a configure script (SHOC's) takes what
+    # follows `-o "a.out"`, less the quoted objects, as the libraries its g++ link line needs
+    r = run([str(home / "bin/nvcc"), "-dryrun", "bogus.cu"], tmp_path, env)
+    last = r.stderr.strip().splitlines()[-1]
+    libs = re.sub(r'"[a-zA-Z0-9./_-]*\.o"', "", re.sub(r'^.*-o "a\.out"', "", last)).split()
+    assert libs[:2] == [f'"-L{home}/lib64/stubs"', f'"-L{home}/lib64"']
+    assert "-lcudart_static" in libs and not any(p.endswith('.o"') for p in libs)
 
 
 DRIVER_API_CU = r"""

@@ -123,6 +123,15 @@ int main(int argc, char **argv) {
                         &zero, Cf, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         CHECK(cudaDeviceSynchronize());
         dump("gemmex_C", Cf, 4 * m * n);
+        // Hgemm: half in and out, C = 0.5 A B + 2 C
+        __half *Ch;
+        CHECK(cudaMallocManaged(&Ch, sizeof(__half) * m * n));
+        for (int i = 0; i < m * n; i++) Ch[i] = __float2half((float)next());
+        dump("half_gemm_C0", Ch, 2 * m * n);
+        __half halpha = __float2half(0.5f), hbeta = __float2half(2.0f);
+        OK(cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &halpha, Ah, m, Bh, k, &hbeta, Ch, m));
+        CHECK(cudaDeviceSynchronize());
+        dump("half_gemm_C", Ch, 2 * m * n);
     }
 
     // level 1 and 2 (x with increment 2, y with increment 1)

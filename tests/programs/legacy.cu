@@ -1,6 +1,6 @@
 // Legacy CUDA: runtime functions and cudaDeviceProp fields CUDA 13 removed (cpuify nvcc's
 // compatibility layer), the profiler API, a function cpuify does not implement, and the
-// device properties cpuify reports.
+// device properties cpuify reports; CUDA 12's device-number prefetch and advice.
 #include "check.h"
 #include <cuda_profiler_api.h>
 
@@ -62,6 +62,23 @@ int main() {
     long long sum = 0;
     for (int i = 0; i < n; i++) sum += h[i];
     printf("sum %lld\n", sum);
+
+    // CUDA <= 12's prefetch and advice by device number (CUDA 13 takes a cudaMemLocation)
+    int *m;
+    cudaStream_t s;
+    CHECK(cudaMallocManaged(&m, n * sizeof(int)));
+    CHECK(cudaStreamCreate(&s));
+    for (int i = 0; i < n; i++) m[i] = 2 * i;
+    CHECK(cudaMemAdvise(m, n * sizeof(int), cudaMemAdviseSetReadMostly, 0));
+    CHECK(cudaMemAdvise(m, n * sizeof(int), cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId));
+    CHECK(cudaMemPrefetchAsync(m, n * sizeof(int), 0));
+    CHECK(cudaMemPrefetchAsync(m, n * sizeof(int), 0, s));
+    add_one<<<(n + 127) / 128, 128, 0, s>>>(m, n);
+    CHECK(cudaMemPrefetchAsync(m, n * sizeof(int), cudaCpuDeviceId, s));
+    CHECK(cudaStreamSynchronize(s));
+    sum = 0;
+    for (int i = 0; i < n; i++) sum += m[i];
+    printf("managed %lld\n", sum);
     CHECK(cudaThreadExit());
     return 0;
 }

@@ -432,6 +432,7 @@ class Driver:
         self.dependencies: set[str] = set()
         self.env = {k: v for k, v in os.environ.items() if k not in NVCC_ENVIRONMENT}
         self._home: Path | None = None
+        self._std_noted = False         # the note on a raised -std= is printed once
         o.host_opts = self._without_foreign_includes(o.host_opts)
         # --distributed: kernels carry their access maps, executables start on MPI ranks
         self.distributed = "--distributed" in o.flags
@@ -493,8 +494,31 @@ class Driver:
         if self.o.ccbin:
             cmd += ["-ccbin", self.o.ccbin]
         # cpuify's headers ahead of the toolkit's, the legacy CUDA layer pre-included
-        cmd += headers.include_options(self.tk, legacy=headers.legacy_enabled(self.o.flags))
-        return cmd + self.o.host_opts
+        legacy = headers.legacy_enabled(self.o.flags)
+        cmd += headers.include_options(self.tk, legacy=legacy)
+        host_opts = self.o.host_opts
+        if legacy:
+            host_opts = [self.legacy_standard(opt) for opt in host_opts]
+        return cmd + host_opts
+
+    def legacy_standard(self, opt: str) -> str:
+        """`-std=c++11`/`c++14` (or gnu++) as `c++17` when the toolkit's headers need C++17
+        (CUDA 13's libcu++, which cooperative_groups.h, Thrust and CUB include): programs
+        and CMake projects written for CUDA <= 12 ask for the older standard."""
+        m = re.fullmatch(r"-std=(c|gnu)\+\+(98|03|0x|11|1y|14)", opt)
+        if not m:
+            return opt
+        try:
+            major = int(self.tk.version().split(".")[0])
+        except ValueError:
+            return opt
+        if major < 13:
+            return opt
+        if not self._std_noted:
+            self._std_noted = True
+            _warn(f"cpuify nvcc: note: {opt} taken as -std={m.group(1)}++17: CUDA {major}'s "
+                  f"headers need C++17 ({headers.NO_LEGACY_FLAG} keeps {opt})")
+        return f"-std={m.group(1)}++17"
 
     def dependency_opts(self, out: str) -> list[str]:
         """-MD/-MMD as nvcc does them: the file next to `out` (or -MF), naming `out` (or -MT)."""
@@ -676,7 +700,10 @@ class Driver:
             elif self.distributed:
                 # rank 0 runs main, the other ranks serve kernels (runtime/dist_main.c)
                 extra += ["-Wl,--wrap=main", self.distributed_main(tmp)]
-            cmd = [self.host_cxx(), *library_dirs(self.home), *objects, *extra, "-o", out,
+            # the output first, as nvcc <= 10 printed it: scripts parse `nvcc -dryrun`'s link
+            # line (SHOC's configure takes what follows `-o "a.out"`, less the objects, as the
+            # libraries a g++ link needs: cpuify's -L directories and -lcudart_static)
+            cmd = [self.host_cxx(), "-o", out, *objects, *extra, *library_dirs(self.home),
                    *self.o.link_opts, *libs[self.o.cudart]]
             self.run(cmd, "link")
 
@@ -744,7 +771,9 @@ class Driver:
             for path, _ in o.inputs:
                 compat = legacy_texture.pre_include(path, o.host_opts) \
                     if "-ptx" in extra or "-E" in extra else []
-                cmd = self.nvcc_base() + compat + extra + [path]
+                # -ptx of relocatable device code keeps extern __device__ declarations
+                rdc = ["-rdc=true"] if o.rdc and "-ptx" in extra else []
+                cmd = self.nvcc_base() + compat + extra + rdc + [path]
                 if o.output:
                     cmd += ["-o", o.output]
                 self.run(cmd, "nvcc")
@@ -873,7 +902,8 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);
         --cpuify-no-legacy  no legacy CUDA layer (cudaThreadSynchronize, the removed
-        cudaDeviceProp fields, ...: on by default);
+        cudaDeviceProp fields, device-number cudaMemPrefetchAsync/cudaMemAdvise, -std=c++11/14
+        taken as c++17 with CUDA 13's headers, ...: on by default);
         --distributed  runs across MPI ranks under mpiexec (mpiexec -n 4 ./app: rank 0 runs
         main, the others serve parts of each kernel's grid; give it when compiling and
         linking; without MPI the program runs as usual; docs/distributed.md).

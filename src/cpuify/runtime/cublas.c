@@ -902,6 +902,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
     return st;
 }
 
+/* cublasHgemm: declared for C++ only (__half); a __half is 16 bits of IEEE binary16 */
+cublasStatus_t cublasHgemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                           int n, int k, const uint16_t *alpha, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, const uint16_t *beta, uint16_t *C, int ldc) {
+    return cublasGemmEx(h, transa, transb, m, n, k, alpha, A, CUDA_R_16F, lda, B, CUDA_R_16F, ldb, beta,
+                        C, CUDA_R_16F, ldc, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* geam: C = alpha op(A) + beta op(B)                                                   */
 

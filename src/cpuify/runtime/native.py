@@ -147,7 +147,9 @@ def _abi_ok(path: Path) -> bool:
 
 
 def _compiler() -> str:
-    return os.environ.get("CC") or "cc"
+    """`cc`, never $CC: make exports CC, and a Makefile may set it to `cpuify nvcc`, whose
+    Python API builds this runtime (the same choice as cpuify.nvcc.rtlib.c_compiler)."""
+    return "cc"
 
 
 def _source_hash(cc: str) -> str:
@@ -172,7 +174,7 @@ def _compile_runtime() -> Path:
     if shutil.which(cc) is None:
         raise CpuifyError(
             f"the cpuify native runtime is not built and no C compiler ('{cc}') was found; "
-            "install cpuify with pip (which builds it) or install a C compiler / set $CC")
+            "install cpuify with pip (which builds it) or install a C compiler (`cc`)")
     with cache.temporary_directory(prefix="cpuify-rt-") as tmp:
         out = os.path.join(tmp, name)
         cmd = [cc, *_CFLAGS, f"-I{_RUNTIME_DIR}", *map(str, _SOURCES), "-o", out]

@@ -31,6 +31,25 @@ extern __host__ cudaError_t CUDARTAPI cudaSetDoubleForHost(double *d);
 
 #ifdef __cplusplus
 }
+
+/* CUDA <= 12 named the target of a prefetch or an advice by device number (cudaCpuDeviceId
+ * for the host); CUDA 13 takes a cudaMemLocation (and a flags word for the prefetch).  These
+ * C++ overloads take the old arguments: an int is no cudaMemLocation, so a call resolves to
+ * exactly one of the two. */
+static inline cudaMemLocation cpuify_legacy_location(int device) {
+    cudaMemLocation location;
+    location.type = device == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+    location.id = device == cudaCpuDeviceId ? 0 : device;
+    return location;
+}
+static inline __host__ cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count,
+                                                        int dstDevice, cudaStream_t stream = 0) {
+    return cudaMemPrefetchAsync(devPtr, count, cpuify_legacy_location(dstDevice), 0u, stream);
+}
+static inline __host__ cudaError_t cudaMemAdvise(const void *devPtr, size_t count,
+                                                 enum cudaMemoryAdvise advice, int device) {
+    return cudaMemAdvise(devPtr, count, advice, cpuify_legacy_location(device));
+}
 #endif
 
 #endif /* CPUIFY_LEGACY_H */

@@ -234,6 +234,14 @@ cublasStatus_t cublasLtCreate(void **lightHandle);
 
 #ifdef __cplusplus
 }
+
+/* half-precision GEMM (C++ only, as cuBLAS's: __half is a C++ type); computed in f32 and
+ * rounded to half once, as cublasGemmEx with CUBLAS_COMPUTE_16F */
+#include <cuda_fp16.h>
+extern "C" cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t transa,
+                                      cublasOperation_t transb, int m, int n, int k,
+                                      const __half *alpha, const __half *A, int lda, const __half *B,
+                                      int ldb, const __half *beta, __half *C, int ldc);
 #endif
 
 #endif /* CPUIFY_CUBLAS_API_H */
