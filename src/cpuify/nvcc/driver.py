@@ -689,9 +689,10 @@ class Driver:
                     "shared": tuple("-lcudart" if f == "-lcudart_static" else f
                                     for f in RUNTIME_LINK_LIBS),
                     "none": tuple(f for f in RUNTIME_LINK_LIBS if f != "-lcudart_static")}
-            if (self.o.cudart == "shared" or "-lcuda" in self.o.link_opts) and not cache_enabled():
-                raise UsageError("-cudart shared and -lcuda link libraries of the toolkit directory "
-                                 "in the cache directory, and there is none (CPUIFY_NO_CACHE or an "
+            shared_libs = {"-lcuda", "-lnvidia-ml"} & set(self.o.link_opts)
+            if (self.o.cudart == "shared" or shared_libs) and not cache_enabled():
+                raise UsageError("-cudart shared, -lcuda and -lnvidia-ml link libraries of the "
+                                 "toolkit directory in the cache directory, and there is none (CPUIFY_NO_CACHE or an "
                                  "unusable directory): the executable would lose them at exit")
             if self.distributed and "-shared" in self.o.flags:
                 _warn("cpuify nvcc: warning: --distributed has no effect on a shared library "
