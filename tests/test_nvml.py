@@ -254,7 +254,8 @@ def _check(stdout: str, stderr: str) -> None:
 @needs_nvml
 def test_nvml_program_built_with_cpuify_nvcc(tmp_path: Path, env: dict[str, str]) -> None:
     (tmp_path / "query.cu").write_text(PROGRAM)
-    _run([*CPUIFY, "nvcc", "query.cu", "-o", "query", "-lnvidia-ml"], tmp_path, env)
+    _run([*CPUIFY, "nvcc", "query.cu", "-o", "query", "-lnvidia-ml",
+          "-Xcompiler", "-Wno-deprecated-declarations"], tmp_path, env)   # nvmlDeviceGetTemperature
     deps = subprocess.run(["ldd", str(tmp_path / "query")], capture_output=True, text=True).stdout
     nvml = [line for line in deps.splitlines() if "libnvidia-ml" in line]
     assert nvml and all("cpuify-cuda-home-" in line for line in nvml), deps
@@ -290,3 +291,16 @@ int main(void) {
     assert r.stdout.split() == ["0", "0", "1", "0", "3"]
     assert "nvmlDeviceGetName (NVML) needs cpuify's CUDA runtime: link the program with -lcudart" \
         in r.stderr
+
+
+@needs_nvml
+def test_nvml_needs_the_cache_directory(tmp_path: Path, env: dict[str, str]) -> None:
+    """Without a cache directory cuda-home is private to the build and goes at exit: linking
+    its libnvidia-ml.so would leave an executable that cannot load it, so nvcc refuses."""
+    (tmp_path / "query.cu").write_text(PROGRAM)
+    r = subprocess.run([*CPUIFY, "nvcc", "query.cu", "-o", "query", "-lnvidia-ml"], cwd=tmp_path,
+                       env={**env, "CPUIFY_NO_CACHE": "1"}, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode != 0
+    assert "-lnvidia-ml link libraries of the toolkit directory in the cache directory" in r.stderr
+    assert not (tmp_path / "query").exists()

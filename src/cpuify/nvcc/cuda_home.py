@@ -42,7 +42,7 @@ from pathlib import Path
 from cpuify import cache
 from cpuify.errors import CpuifyError
 from cpuify.nvcc import mathlibs
-from cpuify.nvcc.headers import RUNTIME_INCLUDE, legacy_header_dir
+from cpuify.nvcc.headers import RUNTIME_INCLUDE, _wheel_include_dirs, legacy_header_dir
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_library
 from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
 
@@ -160,9 +160,13 @@ def nvml_stub_source(names: set[str], implemented: set[str], returns: dict[int, 
 
 
 def nvml_header(tk: Toolkit) -> str | None:
-    """nvml.h of the nvidia-nvml-dev wheel (installed next to the other cu13 headers), or None."""
-    path = os.path.join(tk.include, "nvml.h")
-    return path if os.path.isfile(path) else None
+    """nvml.h of the toolkit, or of the nvidia-nvml-dev wheel (installed next to the other
+    cu13 headers, or in a site directory of its own), or None."""
+    for inc in (tk.include, *_wheel_include_dirs(tk, "nvml.h")):
+        path = os.path.join(inc, "nvml.h")
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def toolkit_release(tk: Toolkit) -> str:
@@ -337,6 +341,8 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
         nvml = nvml_header(tk)
         if nvml:
             _build_nvml(lib, final / "lib64", tk, nvml, work)
+            if not (tmp / "include" / "nvml.h").exists():
+                os.symlink(nvml, tmp / "include" / "nvml.h")
     os.symlink("libcuda.so.1", lib / "libcuda.so")
     os.symlink("../libcuda.so.1", lib / "stubs" / "libcuda.so")
     if (lib / "libnvidia-ml.so.1").exists():
@@ -363,8 +369,8 @@ def _build_nvml(lib: Path, final_lib: Path, tk: Toolkit, header: str, work: str)
     declares."""
     cc = c_compiler()
     nvml_o = os.path.join(work, "nvml.o")
-    _run([cc, "-O2", "-std=c11", "-fPIC", f"-I{tk.include}", "-c", str(RUNTIME_DIR / NVML_SOURCE),
-          "-o", nvml_o], "compiling cpuify's NVML")
+    _run([cc, "-O2", "-std=c11", "-fPIC", f"-I{os.path.dirname(header)}", f"-I{tk.include}", "-c",
+          str(RUNTIME_DIR / NVML_SOURCE), "-o", nvml_o], "compiling cpuify's NVML")
     text = Path(header).read_text(errors="replace")
     preprocessed = [_run([cc, "-E", "-P", *extra, f"-I{tk.include}", header], "reading nvml.h")
                     for extra in ([], ["-DNVML_NO_UNVERSIONED_FUNC_DEFS"])]

@@ -898,7 +898,8 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
         accepted (no effect on the CPU; a warning where a GPU build would differ);
         -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
         runtime (kernels launching kernels: -rdc=true -lcudadevrt), -lcuda its driver API
-        library, -lcublas/-lcufft cpuify's cuBLAS/cuFFT (cpuify cuda-home); an -I/-isystem to
+        library, -lnvidia-ml its NVML, -lcublas/-lcufft cpuify's cuBLAS/cuFFT (cpuify
+        cuda-home); an -I/-isystem to
         another CUDA installation's headers is dropped with a warning.
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its
         launches then fail; by default the build fails naming kernel and line);

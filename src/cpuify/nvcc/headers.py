@@ -175,7 +175,7 @@ def include_options(tk: Toolkit, *, legacy: bool) -> list[str]:
     if legacy:
         opts += ["-I", str(legacy_header_dir(tk))]
     opts += ["-I", str(RUNTIME_INCLUDE)]
-    for header in ("nvtx3/nvToolsExt.h", "curand_kernel.h"):
+    for header in ("nvtx3/nvToolsExt.h", "curand_kernel.h", "nvml.h"):
         for inc in _wheel_include_dirs(tk, header):
             opts += ["-I", inc]
     if legacy:
