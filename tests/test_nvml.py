@@ -304,3 +304,30 @@ def test_nvml_needs_the_cache_directory(tmp_path: Path, env: dict[str, str]) -> 
     assert r.returncode != 0
     assert "-lnvidia-ml link libraries of the toolkit directory in the cache directory" in r.stderr
     assert not (tmp_path / "query").exists()
+
+
+@needs_nvml
+@pytest.mark.skipif(not shutil.which("cmake"), reason="cmake missing (pip install cmake)")
+def test_nvml_through_cmake_cuda_nvml_target(tmp_path: Path, env: dict[str, str]) -> None:
+    """find_package(CUDAToolkit)'s CUDA::nvml and CUDA::cudart (the shared runtime) on a
+    host-only C++ file compiled by g++: NVML reaches the runtime through libcudart.so."""
+    home = Path(_run([*CPUIFY, "cuda-home"], tmp_path, env).stdout.strip())
+    host = PROGRAM.replace("__global__ void twice(int *x) { x[threadIdx.x] *= 2; }", "")
+    host = host.replace("twice<<<1, 4>>>(x);", "for (int i = 0; i < 4; i++) x[i] *= 2;")
+    assert "<<<" not in host
+    (tmp_path / "main.cpp").write_text(host)
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(q LANGUAGES CXX)\n"
+        "find_package(CUDAToolkit REQUIRED)\nadd_executable(q main.cpp)\n"
+        "target_link_libraries(q CUDA::cudart CUDA::nvml)\n")
+    _run(["cmake", "-S", ".", "-B", "build", f"-DCUDAToolkit_ROOT={home}",
+          "-DCMAKE_CXX_FLAGS=-Wno-deprecated-declarations"], tmp_path, env)
+    _run(["cmake", "--build", "build"], tmp_path, env)
+    deps = subprocess.run(["ldd", str(tmp_path / "build" / "q")], capture_output=True, text=True).stdout
+    for lib in ("libnvidia-ml", "libcudart"):
+        found = [line for line in deps.splitlines() if lib in line]
+        assert found and all(str(home) in line for line in found), deps
+    r = subprocess.run([str(tmp_path / "build" / "q")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    _check(r.stdout, r.stderr)
