@@ -6,9 +6,9 @@ for `int p = list[k]; if (p >= 0 && mask[p] == 0) ...`: the index is loaded as s
 into the 64-bit register that is then added to `mask`, and the guard is `setp.lt.s64`.
 Because the register flows into an address, the code generator gives it LLVM type `ptr`;
 it used to widen such loads with a zero extension, so -1 became 2^32 - 1, the guard
-passed, and the kernel read 4 GiB past `mask` (SHOC QTC's `trim_ungrouped_pnts_indr_array` stopped with
-cudaErrorIllegalAddress that way; issue #16/#17).  Checked against NumPy and the
-reference interpreter, in the generic code and the code specialized for the block shape.
+passed, and the kernel read 4 GiB past `mask` (SHOC QTC's `trim_ungrouped_pnts_indr_array`
+stopped with cudaErrorIllegalAddress that way; issue #16/#17).  Checked against NumPy and
+the reference interpreter, in the generic code and the code specialized for the block shape.
 """
 
 from __future__ import annotations
@@ -103,7 +103,10 @@ def test_signed_narrow_loads_into_address_registers() -> None:
     idx16[2::5] = -300
     shift, after = -2, 0x7FFFFFFF
     ref = _wide_expected(idx, idx16, mask, shift)
-    args = lambda out: (idx, idx16, mask, out, np.int32(shift), np.uint32(after))  # noqa: E731
+
+    def args(out: np.ndarray) -> tuple:
+        return (idx, idx16, mask, out, np.int32(shift), np.uint32(after))
+
     f = cpuify.RawModule(ptx=WIDE_LOADS).get_function("wide")
     for _ in range(2):              # generic code, then the specialized block shape
         out = np.zeros(n, np.int32)
