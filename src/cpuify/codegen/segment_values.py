@@ -163,8 +163,13 @@ class SegmentValues:
         destination registers (sign-extend for .s types)."""
         r = op.results[index]
         want = self.llvm_type(r)
-        if isinstance(want, ir.IntType) and isinstance(lv.type, ir.IntType) and want.width > lv.type.width:
-            lv = self.int_resize(lv, want, is_signed(t))
+        if isinstance(lv.type, ir.IntType):
+            # a register used as an address is a pointer here, but it is still a 64-bit
+            # register: `ld.global.s32 %rd9, [..]` sign-extends before it becomes one (a
+            # -1 index must stay -1, not 2^32 - 1, and fail its own `setp.lt.s64` guard)
+            wide = want if isinstance(want, ir.IntType) else I64 if isinstance(want, ir.PointerType) else None
+            if wide is not None and wide.width > lv.type.width:
+                lv = self.int_resize(lv, wide, is_signed(t))
         self.define(r, lv)
 
     def slot_address(self, v: Value, b: ir.IRBuilder | None = None) -> ir.Value:
