@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from cpuify.codegen.half_float import fma_half
 from cpuify.codegen.helpers import float_from_bits
+from cpuify.codegen.ptx_bits import masked_thread_index
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
 )
@@ -349,6 +350,12 @@ def _int_div(e: SegmentEmitter, op: Operation, rem: bool) -> None:
     b = e.b
     t = ty(op)
     a, c = src(e, op, 0, t), src(e, op, 1, t)
+    if rem and not is_signed(t):
+        # `(tid + 1) % blockDim.x` in code specialized for a power-of-two block
+        masked = masked_thread_index(e, op, 0, 1, rem=True)
+        if masked is not None:
+            e.result(op, masked, t)
+            return
     zero = b.icmp_unsigned("==", c, c.type(0))
     safe_c = b.select(zero, c.type(1), c)
     if is_signed(t):
