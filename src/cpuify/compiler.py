@@ -424,6 +424,15 @@ class SpecializedObject:
     scratch: ScratchLayout
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(ptx: str):  # type: ignore[no-untyped-def]
+    """The parsed module of `ptx`, kept for the specializations of its kernels: each one
+    lifts one kernel of it, and parsing the whole module again for each (a module of 40
+    kernels, each specialized) took longer than lifting.  Lifting reads the syntax tree and
+    never changes it (compile_ptx lifts every kernel from one parse too)."""
+    return parse_ptx(ptx)
+
+
 def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
                         passes: Sequence[str] | None = None) -> SpecializedObject:
     """`kernel` compiled for one block shape only; its object declares the module's
@@ -435,7 +444,7 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
         got = _load(f"{key}.spec", SpecializedObject)
         if got is not None:
             return got
-    module = parse_ptx(ptx)
+    module = _parsed(ptx)
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
     lifted, _ = lift_and_optimize(module, module.functions[kernel], pipeline, block_dims)
