@@ -91,6 +91,27 @@ def test_rotation_by_a_literal_mask_specialized_code() -> None:
         np.testing.assert_array_equal(got[:, 6], np.tile(np.roll(x + 1.0, -5), 2), err_msg=run)
 
 
+NARROWED = r'''
+extern "C" __global__ void rotate_u8(const float *in, unsigned long long *out) {
+    const unsigned t = threadIdx.x, g = blockIdx.x * blockDim.x + t;
+    __shared__ float s[256];
+    s[t] = in[t] + 1.0f;
+    __syncthreads();
+    unsigned char k = (unsigned char)(t + 1u);                        // nvcc: (4t + 4) & 1020
+    out[g * 7u + 5u] = __float_as_uint(s[k]);
+}'''
+
+
+def test_rotation_by_a_narrowing_conversion_specialized_code() -> None:
+    x = np.arange(256, dtype=np.float32) * 0.5
+    fn = cpuify.RawModule(code=NARROWED).get_function("rotate_u8")
+    want = np.tile(np.roll(x + 1, -1), 2).view(np.uint32)
+    for run in ("generic", "specialized"):
+        out = np.zeros(2 * 256 * 7, np.uint64)
+        fn((2,), (256,), (x, out))
+        np.testing.assert_array_equal(out.reshape(-1, 7)[:, 5].astype(np.uint32), want, err_msg=run)
+
+
 # fz_200_300 (seed 200, kernel 300), minimized: the same LLVM bug through the linear thread
 # index of a 3D block, `sh[(lt + 1) % nt]` with lt = tx + ntid.x * (ty + ntid.y * tz) and nt
 # the product of the block's dimensions, stored to out[gt * 9 + 7]: in code specialized for
