@@ -141,6 +141,86 @@ def test_rotation_of_the_linear_thread_index_specialized_code() -> None:
         np.testing.assert_array_equal(got, want.view(np.uint64), err_msg=run)   # bits: -0.0
 
 
+# fz_2611_77 (seed 2611, kernel 77, the 10k run of 2026-11-26), minimized: NOT FIXED.  f0 is
+# computed from iu[(gt * 25 + 52) & 255] before a __ballot_sync in a block-uniform `if`, then two
+# barriers and a __syncthreads_and.  In blocks that take the `if`, the compiled code (generic and
+# specialized) stores f0 as if computed from iu[(lt * 25 + 52) & 255] (gt without blockIdx):
+# the value min-cut fission recomputes after the sync points.  Right with
+# --disable-pass=min-cut-fission, and in the reference interpreter.  Removing any one statement
+# of the kernel below hides it (what is kept across the syncs changes).
+MINCUT = r'''
+extern "C" __global__ void mincut(const unsigned *iu, const float *ifl, const double *idb,
+                                  unsigned long long *out) {
+  const unsigned lt = threadIdx.x;
+  const unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+  const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned gt = bid * nt + lt;
+  const unsigned warp = lt >> 5;
+  const unsigned wn = nt - warp * 32u >= 32u ? 32u : nt - warp * 32u;
+  const unsigned wmask = wn == 32u ? 0xFFFFFFFFu : (1u << wn) - 1u;
+  __shared__ unsigned sh_u[32];
+  unsigned u0 = iu[(gt * 1u + 194u) & 255u];
+  unsigned u1 = iu[(gt * 39u + 193u) & 255u];
+  unsigned u2 = iu[(gt * 25u + 52u) & 255u];
+  int s0 = (int)iu[(gt * 29u + 24u) & 255u];
+  unsigned long long w0 = ((unsigned long long)iu[(gt * 27u + 216u) & 255u] << 32) | iu[(gt * 5u + 93u) & 255u];
+  float f0 = ifl[(gt * 27u + 213u) & 255u];
+  double d0 = idb[(gt * 7u + 138u) & 255u];
+  double d1 = idb[(gt * 5u + 98u) & 255u];
+  f0 = (float)((unsigned)w0 + __vsub2(2147483647u, u2));
+  if (bid & 1u) {
+    u0 = __ballot_sync(wmask, (__float2ll_rd(f0) == 12345ll));
+  }
+  __syncthreads(); sh_u[lt] = warp; __syncthreads(); u2 = sh_u[lt];
+  u0 = (unsigned)__syncthreads_and(s0 > 3);
+  out[gt * 8u + 0u] = (unsigned long long)u0; out[gt * 8u + 1u] = (unsigned long long)u1;
+  out[gt * 8u + 2u] = (unsigned long long)u2; out[gt * 8u + 3u] = (unsigned long long)(unsigned)s0;
+  out[gt * 8u + 4u] = w0; out[gt * 8u + 5u] = (unsigned long long)__float_as_uint(f0);
+  out[gt * 8u + 6u] = (unsigned long long)__double_as_longlong(d0);
+  out[gt * 8u + 7u] = (unsigned long long)__double_as_longlong(d1);
+}'''
+
+
+def _mincut_case() -> tuple:
+    iu = (np.arange(256, dtype=np.uint64) * 2654435761 % 2**32).astype(np.uint32)
+    ifl = np.linspace(-3, 3, 256).astype(np.float32)
+    idb = np.linspace(-5, 5, 256)
+    gt = np.arange(64, dtype=np.uint64)
+    u2 = iu[(gt * 25 + 52) & 255].astype(np.uint64)
+    lo = iu[(gt * 5 + 93) & 255].astype(np.uint64)
+    a = np.uint64(0x7FFFFFFF)
+    vsub2 = ((((a >> 16) - (u2 >> 16)) & 0xFFFF) << 16) | (((a & 0xFFFF) - (u2 & 0xFFFF)) & 0xFFFF)
+    f0 = ((lo + vsub2) & 0xFFFFFFFF).astype(np.float32)   # by hand: (float)(unsigned)(lo + vsub2)
+    return iu, ifl, idb, f0.view(np.uint32)
+
+
+def test_value_recomputed_after_a_ballot_in_a_uniform_if_interpreter() -> None:
+    iu, ifl, idb, want = _mincut_case()
+    out = np.zeros(64 * 8, np.uint64)
+    interpret_kernel(cpuify.RawModule(code=MINCUT).ptx, "mincut", (2,), (32,), (iu, ifl, idb, out))
+    np.testing.assert_array_equal(out.reshape(-1, 8)[:, 5].astype(np.uint32), want)
+
+
+@pytest.mark.xfail(strict=True, reason="fz_2611_77: min-cut fission recomputes f0 with gt "
+                                       "lacking blockIdx in blocks that ran the ballot (not fixed)")
+def test_value_recomputed_after_a_ballot_in_a_uniform_if_compiled() -> None:
+    iu, ifl, idb, want = _mincut_case()
+    fn = cpuify.RawModule(code=MINCUT).get_function("mincut")
+    for run in ("generic", "specialized"):
+        out = np.zeros(64 * 8, np.uint64)
+        fn((2,), (32,), (iu, ifl, idb, out))
+        np.testing.assert_array_equal(out.reshape(-1, 8)[:, 5].astype(np.uint32), want, err_msg=run)
+
+
+def test_value_recomputed_after_a_ballot_without_min_cut_fission() -> None:
+    iu, ifl, idb, want = _mincut_case()
+    fn = cpuify.RawModule(code=MINCUT, options=("--disable-pass=min-cut-fission",)).get_function("mincut")
+    for run in ("generic", "specialized"):
+        out = np.zeros(64 * 8, np.uint64)
+        fn((2,), (32,), (iu, ifl, idb, out))
+        np.testing.assert_array_equal(out.reshape(-1, 8)[:, 5].astype(np.uint32), want, err_msg=run)
+
+
 MASKED_INDEX_LOOP = r'''
 define void @f(ptr noalias %s, ptr noalias %out, i32 %bx) {
 entry:
