@@ -267,14 +267,17 @@ def _lin_scale(a: ThreadForm, k: ThreadForm) -> ThreadForm:
     return ({d: None for d in a[0]}, 0, a[2] or a[1] != 0 or bool(a[0]) or k[1] != 0)
 
 
-def masks_shifted_thread_index(v: Value, modulus: int, ntid: "tuple[int, int, int] | None") -> bool:
+def masks_shifted_thread_index(v: Value, modulus: int, ntid: "tuple[int, int, int] | None",
+                               low: int = 1) -> bool:
     """Whether `v mod modulus` (modulus a power of two: `v & (modulus - 1)`) may be the
     wrapping thread index of LLVM's loop-vectorizer miscompile (codegen/jit.py, "masked
     indices"): v is linear in the thread indices (thread_linear_form) with a part that is not
     a multiple of the modulus in tid.x, and an offset that need not be one: a constant like
     the 1 of `(tid + 1) & 31`, a block-uniform term, or tid.y/tid.z terms (uniform in a row of
     the thread loop) with such coefficients.  `tid.x & 31` and `(tid.x + 32 * tid.y) & 31` are
-    not."""
+    not.  `low` is the mask's lowest bit (`& 248`: 8): LLVM sees a recurrence in the masked
+    bits only when tid.x's coefficient is a multiple of it (`(8 * t + 8) & 248`; not the bit
+    test `i & 1024` of bitonic sort)."""
     if modulus < 2 or modulus & (modulus - 1):
         return False
     form = thread_linear_form(v, ntid)
@@ -282,7 +285,7 @@ def masks_shifted_thread_index(v: Value, modulus: int, ntid: "tuple[int, int, in
         return False
     coefs, const, sym = form
     x = coefs.get(0, 0)
-    if x is not None and x % modulus == 0:
+    if x is not None and (x % modulus == 0 or x % low != 0):
         return False
     other = any(k is None or k % modulus for d, k in coefs.items() if d != 0)
     return sym or other or const % modulus != 0

@@ -68,7 +68,7 @@ def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,
         modulus = 1 << m.bit_length()
     if modulus < 2 or modulus & (modulus - 1) or modulus >= 1 << (8 * type_size(t)):
         return None
-    if not masks_shifted_thread_index(op.operands[value], modulus, ntid):
+    if not masks_shifted_thread_index(op.operands[value], modulus, ntid, m & -m):
         return None
     a = src(e, op, value, t)
     return e.b.and_(a, e.opaque_int(a.type, m))
