@@ -141,13 +141,15 @@ def test_rotation_of_the_linear_thread_index_specialized_code() -> None:
         np.testing.assert_array_equal(got, want.view(np.uint64), err_msg=run)   # bits: -0.0
 
 
-# fz_2611_77 (seed 2611, kernel 77, the 10k run of 2026-11-26), minimized: NOT FIXED.  f0 is
-# computed from iu[(gt * 25 + 52) & 255] before a __ballot_sync in a block-uniform `if`, then two
-# barriers and a __syncthreads_and.  In blocks that take the `if`, the compiled code (generic and
-# specialized) stores f0 as if computed from iu[(lt * 25 + 52) & 255] (gt without blockIdx):
-# the value min-cut fission recomputes after the sync points.  Right with
-# --disable-pass=min-cut-fission, and in the reference interpreter.  Removing any one statement
-# of the kernel below hides it (what is kept across the syncs changes).
+# fz_2611_77 (seed 2611, kernel 77, the 10k run of 2026-11-26), minimized: f0 is computed from
+# iu[(gt * 25 + 52) & 255] before a __ballot_sync in a block-uniform `if`, then two barriers and
+# a __syncthreads_and.  In blocks that took the `if`, the compiled code (generic and
+# specialized) stored f0 as if computed from iu[(lt * 25 + 52) & 255] (gt without blockIdx):
+# min-cut fission kept, at the barrier after the `if`, values computed before the `if`, which a
+# thread resumed after the ballot had not computed in its segment; it read them from slots the
+# previous block had filled (block 0: gt = lt).  Fixed in analysis.sync_points
+# (_available_before: values computed since the previous sync point on every way to it).
+# Right with --disable-pass=min-cut-fission and in the reference interpreter all along.
 MINCUT = r'''
 extern "C" __global__ void mincut(const unsigned *iu, const float *ifl, const double *idb,
                                   unsigned long long *out) {
@@ -201,8 +203,6 @@ def test_value_recomputed_after_a_ballot_in_a_uniform_if_interpreter() -> None:
     np.testing.assert_array_equal(out.reshape(-1, 8)[:, 5].astype(np.uint32), want)
 
 
-@pytest.mark.xfail(strict=True, reason="fz_2611_77: min-cut fission recomputes f0 with gt "
-                                       "lacking blockIdx in blocks that ran the ballot (not fixed)")
 def test_value_recomputed_after_a_ballot_in_a_uniform_if_compiled() -> None:
     iu, ifl, idb, want = _mincut_case()
     fn = cpuify.RawModule(code=MINCUT).get_function("mincut")
