@@ -15,7 +15,7 @@ and step are no smaller) although the narrower type wraps first, so no run-time 
 emitted for the i5 one and the vector loop reads `s[1..32]` as one range.  (A store whose
 start is not known to be >= the load's, `out[gt * 7]`, makes the check appear and the result
 right.)  No LLVM option turns off just that: cpuify hides the mask of such an index from
-LLVM (codegen.ptx_bits.masked_thread_index, documented in codegen/jit.py), which the tests
+LLVM (codegen.ptx_ops.masked_thread_index, documented in codegen/jit.py), which the tests
 below check on `% blockDim.x` in specialized code and on nvcc's `& 248` of a literal `& 31`."""
 
 from __future__ import annotations

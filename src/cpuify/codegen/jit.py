@@ -14,7 +14,7 @@ inline asm in the function's entry block gives its value; no instruction in the 
 code) only where the index can wrap inside the block: an `and` with a run of ones (`& 31`,
 nvcc's `& 248` for `8 * ((t + 1) & 31)`) or a `rem.u` by a power of two (`% blockDim.x` in
 code specialized for the block shape) of a value affine in a thread index with a part that is
-not a multiple of the modulus (codegen.ptx_bits.masked_thread_index).  `tid & 31` and
+not a multiple of the modulus (codegen.ptx_ops.masked_thread_index).  `tid & 31` and
 every other index compile as before; the hidden index is a gather instead of a (wrong)
 consecutive load."""
 

@@ -15,13 +15,12 @@ from llvmlite import ir
 
 from cpuify.codegen.half_float import fma_half
 from cpuify.codegen.helpers import float_from_bits
-from cpuify.codegen.ptx_bits import masked_thread_index
 from cpuify.codegen.lowering import (
     F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
 )
 from cpuify.codegen.ptx_ops import (
     call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
-    saturate,
+    saturate, masked_thread_index,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation, OpResult, Value

@@ -10,9 +10,8 @@ from llvmlite import ir
 from cpuify.codegen.lowering import (
     F16, F32, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
-from cpuify.codegen.ptx_ops import call, fsuffix, wrap_flags, src, fsrc, _int_binop
+from cpuify.codegen.ptx_ops import call, fsuffix, wrap_flags, src, fsrc, _int_binop, masked_thread_index
 from cpuify.ir.core import Operation
-from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.modifiers import has, mods, ty, types
 
 if TYPE_CHECKING:
@@ -39,39 +38,6 @@ def _bitwise(e: SegmentEmitter, op: Operation) -> None:
             return
     _int_binop(e, op, fn)
 
-
-def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,
-                        rem: bool = False) -> ir.Value | None:
-    """`operand[value] & operand[mask]` (a run of ones: `& 31`, `& 248`; or `% modulus`, a
-    power of two) with the mask hidden from LLVM, where the operand is a thread index plus an
-    offset that wraps in the block (`(tid + 1) & 31`): LLVM 22's loop vectorizer takes such an index for a consecutive one
-    once another access of the loop needs a run-time no-wrap check (codegen/jit.py, "masked
-    indices").  None where the pattern is not there (the plain `and`/`rem` is emitted)."""
-    from cpuify.codegen.helpers import masks_shifted_thread_index, uniform_constant
-    t = ty(op)
-    ntid = tuple(e.kc.launch_dims) if e.kc.launch_dims is not None else None
-    if t not in ("b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64"):
-        return None
-    if rem:
-        modulus = uniform_constant(op.operands[mask], ntid)
-        if modulus is None:
-            return None
-        m = modulus - 1
-    else:
-        m = uniform_constant(op.operands[mask], ntid)
-        if m is None:
-            return None
-        m &= (1 << (8 * type_size(t))) - 1
-        run = m >> ((m & -m).bit_length() - 1) if m else 0
-        if run & (run + 1):
-            return None                    # not one run of ones (`& 31`, `& 248`)
-        modulus = 1 << m.bit_length()
-    if modulus < 2 or modulus & (modulus - 1) or modulus >= 1 << (8 * type_size(t)):
-        return None
-    if not masks_shifted_thread_index(op.operands[value], modulus, ntid, m & -m):
-        return None
-    a = src(e, op, value, t)
-    return e.b.and_(a, e.opaque_int(a.type, m))
 
 
 @handles("ptx.not")

@@ -140,7 +140,7 @@ class SegmentValues:
 
     def opaque_int(self, t: ir.IntType, value: int) -> ir.Value:
         """The constant `value` as LLVM cannot see it (an empty inline asm in the entry block,
-        no instruction in the machine code): for the masks of codegen.ptx_bits.
+        no instruction in the machine code): for the masks of codegen.ptx_ops.
         masked_thread_index, which LLVM's loop vectorizer must not analyse."""
         cache = self.__dict__.setdefault("_opaque_ints", {})
         key = (t.width, value)
