@@ -82,6 +82,29 @@ def test_minimizer_keeps_what_the_failure_needs() -> None:
     assert small.body == [needle]
 
 
+def test_worker_limits_are_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker is given up after its CPU-time limit (a loop that never ends), or after
+    WALL_FACTOR times it in wall-clock time (a deadlock spends none); one that finishes in
+    time gives its output, however long it waited for a core."""
+    import subprocess
+    import time
+    monkeypatch.setattr(fuzz, "WALL_FACTOR", 4.0)
+
+    def run(code: str) -> tuple[object, float, float]:
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        t0 = time.perf_counter()
+        got = fuzz._communicate(p, 1.0)
+        return got, time.perf_counter() - t0, fuzz._cpu_seconds(os.getpid())
+    got, _, _ = run("print('done')")
+    assert got is not None and got[0].strip() == "done"
+    got, _, _ = run("while True: pass")
+    assert got is None
+    got, wall, _ = run("import time; time.sleep(60)")
+    assert got is None and 3.9 < wall < 30
+    assert fuzz._cpu_seconds(os.getpid()) > 0
+
+
 def test_smoke_run_agrees_three_ways() -> None:
     """A dozen kernels through NVRTC, the interpreter, the default pipeline and no passes."""
     specs = [fuzz.generate(20240, i) for i in range(12)]

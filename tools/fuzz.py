@@ -882,18 +882,48 @@ def _worker_main(argv: list[str]) -> int:
     return 0
 
 
+#: a worker that has used no more than its CPU-time limit is still given up after this many
+#: times the limit in wall-clock time (a deadlock spends no CPU time)
+WALL_FACTOR = 10.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process `pid` so far, 0.0 where /proc cannot say."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _communicate(p: subprocess.Popen[str], limit: float) -> tuple[str, str] | None:
+    """The worker's (stdout, stderr), or None (and the worker killed) once it has used `limit`
+    seconds of CPU time, or WALL_FACTOR times that in wall-clock time: on a loaded machine
+    (two cores shared by many processes) wall-clock time said a slow compile had hung."""
+    start = time.perf_counter()
+    while True:
+        try:
+            return p.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if _cpu_seconds(p.pid) > limit or time.perf_counter() - start > WALL_FACTOR * limit:
+                p.kill()
+                p.communicate()
+                return None
+
+
 def _spawn(args: list[str], timeout: float) -> dict[str, Any]:
     """Runs a worker in its own process (a crash or a hang takes only the worker down)."""
     cmd = [sys.executable, str(Path(__file__).resolve())] + args
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return {"crash": f"timed out after {timeout:.0f} s"}
-    marker = p.stdout.rfind("@@FUZZ@@")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = _communicate(p, timeout)
+    if got is None:
+        return {"crash": f"timed out after {timeout:.0f} s of CPU time"}
+    stdout, stderr = got
+    marker = stdout.rfind("@@FUZZ@@")
     if p.returncode != 0 or marker < 0:
-        tail = (p.stderr or p.stdout)[-1500:]
+        tail = (stderr or stdout)[-1500:]
         return {"crash": f"worker exited with {p.returncode}: {tail}"}
-    return json.loads(p.stdout[marker + 8:])
+    return json.loads(stdout[marker + 8:])
 
 
 def check_spec(spec: KernelSpec, specialized: bool, timeout: float = 300) -> dict[str, Any]:
@@ -1107,15 +1137,15 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
         while pending and len(running) < jobs:
             start(*pending.pop(0))
         p, first, n, _started = running.pop(0)
-        try:
-            so, se = p.communicate(timeout=max(120.0, kernel_timeout * n))
+        limit = max(120.0, kernel_timeout * n)
+        outputs_ = _communicate(p, limit)
+        if outputs_ is None:
+            got = {"crash": f"timed out after {limit:.0f} s of CPU time"}
+        else:
+            so, se = outputs_
             marker = so.rfind("@@FUZZ@@")
             got = json.loads(so[marker + 8:]) if p.returncode == 0 and marker >= 0 else \
                 {"crash": f"worker exited with {p.returncode}: {se[-1500:]}"}
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            got = {"crash": "timed out"}
         if "crash" in got:
             # run the batch's kernels one by one to find the one that crashes or hangs (a
             # batch that crashes while each kernel alone passes is reported, not hidden)
@@ -1196,8 +1226,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
     ap.add_argument("--json", type=Path, default=None, help="write the summary as JSON")
     ap.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                    help="seconds per kernel before a batch counts as hung (default 60; raise it on a "
-                         "loaded machine)")
+                    help="seconds of CPU time per kernel before a batch counts as hung (default 60; "
+                         "a worker is also given up after 10 times that in wall-clock time)")
     a = ap.parse_args(argv)
     if a.ftz:
         os.environ["CPUIFY_FUZZ_FTZ"] = "1"

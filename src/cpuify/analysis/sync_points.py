@@ -185,28 +185,49 @@ def kept_bytes(points: list[SyncPoint], uniform: set[Value], before_cut: bool = 
 
 
 def _available_before(sp: SyncPoint, preds: dict[Block, list[Block]]) -> set[Value]:
-    """Values the thread computed since the previous sync point on the way to `sp` (their
-    defining op reaches sp without crossing a sync point): they can be kept at sp."""
-    out: set[Value] = set()
-
-    def scan(ops: list[Operation]) -> bool:
+    """Values the thread computed since the previous sync point on every way to `sp` (their
+    defining op reaches sp without crossing a sync point, whichever path the thread took):
+    they can be kept at sp.  A value computed only on some of the ways (before an `if` whose
+    other branch holds a sync point) is not: a thread that resumed at that sync point has not
+    computed it in this segment (fz_2611_77: such a value, kept, was read from the slot
+    another block had filled)."""
+    def since_sync(ops: list[Operation]) -> tuple[bool, set[Value]]:
+        defs: set[Value] = set()
         for op in reversed(ops):
             if is_sync(op):
-                return False
-            out.update(op.results)
-        return True
+                return True, defs
+            defs.update(op.results)
+        return False, defs
 
-    seen: set[Block] = set()
-    work = list(preds.get(sp.block, [])) if scan(sp.block.ops[:sp.position]) else []
+    blocks: set[Block] = set()
+    work = list(preds.get(sp.block, []))
     while work:
         b = work.pop()
-        if b in seen:
-            continue
-        seen.add(b)
-        ops = b.ops if b is not sp.block else b.ops[sp.position + 1:]
-        if scan(ops) and b is not sp.block:
+        if b not in blocks:
+            blocks.add(b)
             work.extend(preds.get(b, []))
-    return out
+    at_end: dict[Block, set[Value] | None] = {b: None for b in blocks}    # None: not known yet
+
+    def meet(b: Block) -> set[Value]:
+        known = [at_end[p] for p in preds.get(b, []) if at_end.get(p) is not None]
+        if not known:
+            return set()
+        out = set(known[0])
+        for k in known[1:]:
+            out &= k                     # type: ignore[operator]
+        return out
+
+    for _ in range(2 * len(blocks) + 2):
+        changed = False
+        for b in blocks:
+            synced, defs = since_sync(b.ops)
+            new = defs if synced else meet(b) | defs
+            if new != at_end[b]:
+                at_end[b], changed = new, True
+        if not changed:
+            break
+    synced, defs = since_sync(sp.block.ops[:sp.position])
+    return defs if synced else meet(sp.block) | defs
 
 
 def _min_cut(sp: SyncPoint, preds: dict[Block, list[Block]], uniform: set[Value],

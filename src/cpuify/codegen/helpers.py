@@ -190,3 +190,109 @@ def float_from_bits(bits: int, t: str) -> float:
     if t == "f64":
         return struct.unpack("<d", struct.pack("<Q", bits & (2**64 - 1)))[0]
     return float(bits)
+
+
+#: a value as seen by thread_linear_form: ({thread dimension: coefficient or None (not a
+#: constant)}, constant part, whether a block-uniform non-constant part is added)
+ThreadForm = tuple[dict[int, "int | None"], int, bool]
+
+
+def thread_linear_form(v: Value, ntid: "tuple[int, int, int] | None", depth: int = 0,
+                       memo: "dict[Value, ThreadForm | None] | None" = None) -> ThreadForm | None:
+    """v as `sum(c_d * tid.d) + const + (block-uniform part)`, or None when it is not such a
+    sum (a product of two thread-dependent values, a load, a phi, ...).  `ntid` is the block
+    shape in code specialized for it (`%ntid` are constants then), else None."""
+    memo = {} if memo is None else memo
+    if v in memo:
+        return memo[v]
+    memo[v] = None                          # (a cycle through a phi is not followed)
+    r: ThreadForm | None = None
+    c = const_int(v) if isinstance(v, OpResult) and v.op.name == "upir.const" else None
+    if c is not None:
+        width = int(v.type[1:]) if v.type.startswith("i") and v.type[1:].isdigit() else 64
+        r = ({}, c - (1 << width) if width > 1 and c >= 1 << (width - 1) else c, False)
+    elif isinstance(v, OpResult) and v.op.name == "upir.special":
+        reg = str(v.op.attributes.get("reg", ""))
+        dim = {"x": 0, "y": 1, "z": 2}.get(reg[-1:], 0)
+        if reg.startswith("%tid."):
+            r = ({dim: 1}, 0, False)
+        elif reg.startswith("%ntid.") and ntid is not None:
+            r = ({}, ntid[dim], False)
+        elif reg.startswith(ENTRY_SPECIALS):
+            r = ({}, 0, True)
+    elif isinstance(v, OpResult) and v.op.name in ("upir.param", "upir.addressof"):
+        r = ({}, 0, True)
+    elif isinstance(v, OpResult) and depth < 24 and v.op.name.startswith("ptx.") and not v.op.regions:
+        r = _thread_linear_op(v.op, ntid, depth, memo)
+    memo[v] = r
+    return r
+
+
+def _thread_linear_op(op: Operation, ntid: "tuple[int, int, int] | None", depth: int,
+                      memo: "dict[Value, ThreadForm | None]") -> ThreadForm | None:
+    m = op.attributes.get("mods", ())
+    if {"hi", "wide", "sat", "cc", "f32", "f64", "f16"} & set(m):
+        return None
+    forms = [thread_linear_form(x, ntid, depth + 1, memo) for x in op.operands]
+    if any(f is None for f in forms):
+        return None
+    if op.name in ("ptx.mov", "ptx.cvt") and len(forms) == 1:
+        return forms[0]
+    if op.name in ("ptx.add", "ptx.sub") and len(forms) == 2:
+        return _lin_add(forms[0], forms[1], 1 if op.name == "ptx.add" else -1)  # type: ignore[arg-type]
+    if op.name == "ptx.shl" and len(forms) == 2 and not forms[1][0] and not forms[1][2] \
+            and 0 <= forms[1][1] < 32:     # type: ignore[index]
+        return _lin_scale(forms[0], ({}, 1 << forms[1][1], False))  # type: ignore[arg-type,index]
+    if op.name in ("ptx.mul", "ptx.mad") and "lo" in m and len(forms) >= 2:
+        a, b = forms[0], forms[1]
+        prod = _lin_scale(a, b) if not b[0] else _lin_scale(b, a) if not a[0] else None  # type: ignore[index,arg-type]
+        if prod is None or op.name == "ptx.mul":
+            return prod
+        return _lin_add(prod, forms[2], 1) if len(forms) == 3 else None  # type: ignore[arg-type]
+    return None
+
+
+def _lin_add(a: ThreadForm, b: ThreadForm, sign: int) -> ThreadForm:
+    coefs = dict(a[0])
+    for d, k in b[0].items():
+        old = coefs.get(d, 0)
+        coefs[d] = None if old is None or k is None else old + sign * k
+    return coefs, a[1] + sign * b[1], a[2] or b[2]
+
+
+def _lin_scale(a: ThreadForm, k: ThreadForm) -> ThreadForm:
+    """a times the block-uniform k."""
+    if not k[2]:
+        return ({d: None if c is None else c * k[1] for d, c in a[0].items()}, a[1] * k[1], a[2])
+    return ({d: None for d in a[0]}, 0, a[2] or a[1] != 0 or bool(a[0]) or k[1] != 0)
+
+
+def masks_shifted_thread_index(v: Value, modulus: int, ntid: "tuple[int, int, int] | None",
+                               low: int = 1) -> bool:
+    """Whether `v mod modulus` (modulus a power of two: `v & (modulus - 1)`) may be the
+    wrapping thread index of LLVM's loop-vectorizer miscompile (codegen/jit.py, "masked
+    indices"): v is linear in the thread indices (thread_linear_form) with a part that is not
+    a multiple of the modulus in tid.x, and an offset that need not be one: a constant like
+    the 1 of `(tid + 1) & 31`, a block-uniform term, or tid.y/tid.z terms (uniform in a row of
+    the thread loop) with such coefficients.  `tid.x & 31` and `(tid.x + 32 * tid.y) & 31` are
+    not.  `low` is the mask's lowest bit (`& 248`: 8): LLVM sees a recurrence in the masked
+    bits only when tid.x's coefficient is a multiple of it (`(8 * t + 8) & 248`; not the bit
+    test `i & 1024` of bitonic sort)."""
+    if modulus < 2 or modulus & (modulus - 1):
+        return False
+    form = thread_linear_form(v, ntid)
+    if form is None:
+        return False
+    coefs, const, sym = form
+    x = coefs.get(0, 0)
+    if x is not None and (x % modulus == 0 or x % low != 0):
+        return False
+    other = any(k is None or k % modulus for d, k in coefs.items() if d != 0)
+    return sym or other or const % modulus != 0
+
+
+def uniform_constant(v: Value, ntid: "tuple[int, int, int] | None") -> int | None:
+    """The value of v where it is a constant in this code (`blockDim.x * blockDim.y` in code
+    specialized for the block shape)."""
+    form = thread_linear_form(v, ntid)
+    return form[1] if form is not None and not form[0] and not form[2] else None

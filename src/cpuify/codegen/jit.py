@@ -1,7 +1,22 @@
 """LLVM target machine, optimization, object emission and in-memory loading (llvmlite.binding).
 
 Kept apart from IR construction (llvm_gen.py and its parts) as llvmlite separates `ir` from
-`binding`."""
+`binding`.
+
+Masked indices (a workaround for LLVM 22.1, llvmlite 0.46): the loop vectorizer takes
+`s[(tid + 1) & 31]` for a consecutive access, and so reads `s[32]` in the last thread, when
+another access of the thread loop needs a run-time "does not wrap" check on a wider index
+(`out[gt * 7 + 5]` with 32-bit `gt`): LLVM treats that predicate as implying the one on the
+narrow recurrence `zext(i5 {1,+,1})` that the mask makes, although the narrow one wraps first,
+and emits no check for it (tests/test_fuzz_regressions.py shows it on a ten-line LLVM
+function).  No LLVM option turns off just that.  cpuify hides the mask from LLVM (an empty
+inline asm in the function's entry block gives its value; no instruction in the machine
+code) only where the index can wrap inside the block: an `and` with a run of ones (`& 31`,
+nvcc's `& 248` for `8 * ((t + 1) & 31)`) or a `rem.u` by a power of two (`% blockDim.x` in
+code specialized for the block shape) of a value affine in a thread index with a part that is
+not a multiple of the modulus (codegen.ptx_ops.masked_thread_index).  `tid & 31` and
+every other index compile as before; the hidden index is a gather instead of a (wrong)
+consecutive load."""
 
 from __future__ import annotations
 

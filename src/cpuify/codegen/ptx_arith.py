@@ -20,7 +20,7 @@ from cpuify.codegen.lowering import (
 )
 from cpuify.codegen.ptx_ops import (
     call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
-    saturate,
+    saturate, masked_thread_index,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation, OpResult, Value
@@ -360,6 +360,12 @@ def _int_div(e: SegmentEmitter, op: Operation, rem: bool) -> None:
     b = e.b
     t = ty(op)
     a, c = src(e, op, 0, t), src(e, op, 1, t)
+    if rem and not is_signed(t):
+        # `(tid + 1) % blockDim.x` in code specialized for a power-of-two block
+        masked = masked_thread_index(e, op, 0, 1, rem=True)
+        if masked is not None:
+            e.result(op, masked, t)
+            return
     zero = b.icmp_unsigned("==", c, c.type(0))
     safe_c = b.select(zero, c.type(1), c)
     if is_signed(t):

@@ -10,7 +10,7 @@ from llvmlite import ir
 from cpuify.codegen.lowering import (
     F16, F32, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
-from cpuify.codegen.ptx_ops import call, fsuffix, wrap_flags, src, fsrc, _int_binop
+from cpuify.codegen.ptx_ops import call, fsuffix, wrap_flags, src, fsrc, _int_binop, masked_thread_index
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods, ty, types
 
@@ -29,7 +29,15 @@ def _bitwise(e: SegmentEmitter, op: Operation) -> None:
             e.result(op, v, ty(op))
             return
     fn = {"ptx.and": b.and_, "ptx.or": b.or_, "ptx.xor": b.xor}[op.name]
+    if op.name == "ptx.and":
+        masked = masked_thread_index(e, op, 0, 1)
+        if masked is None:
+            masked = masked_thread_index(e, op, 1, 0)
+        if masked is not None:
+            e.result(op, masked, ty(op))
+            return
     _int_binop(e, op, fn)
+
 
 
 @handles("ptx.not")

@@ -223,6 +223,40 @@ def _int_binop(e: SegmentEmitter, op: Operation, fn) -> None:  # type: ignore[no
     e.result(op, fn(a, c), t)
 
 
+def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,
+                        rem: bool = False) -> ir.Value | None:
+    """`operand[value] & operand[mask]` (a run of ones: `& 31`, `& 248`; or `% modulus`, a
+    power of two) with the mask hidden from LLVM, where the operand is a thread index plus an
+    offset that wraps in the block (`(tid + 1) & 31`): LLVM 22's loop vectorizer takes such an index for a consecutive one
+    once another access of the loop needs a run-time no-wrap check (codegen/jit.py, "masked
+    indices").  None where the pattern is not there (the plain `and`/`rem` is emitted)."""
+    from cpuify.codegen.helpers import masks_shifted_thread_index, uniform_constant
+    t = ty(op)
+    ntid = tuple(e.kc.launch_dims) if e.kc.launch_dims is not None else None
+    if t not in ("b16", "b32", "b64", "u16", "u32", "u64", "s16", "s32", "s64"):
+        return None
+    if rem:
+        modulus = uniform_constant(op.operands[mask], ntid)
+        if modulus is None:
+            return None
+        m = modulus - 1
+    else:
+        m = uniform_constant(op.operands[mask], ntid)
+        if m is None:
+            return None
+        m &= (1 << (8 * type_size(t))) - 1
+        run = m >> ((m & -m).bit_length() - 1) if m else 0
+        if run & (run + 1):
+            return None                    # not one run of ones (`& 31`, `& 248`)
+        modulus = 1 << m.bit_length()
+    if modulus < 2 or modulus & (modulus - 1) or modulus >= 1 << (8 * type_size(t)):
+        return None
+    if not masks_shifted_thread_index(op.operands[value], modulus, ntid, m & -m):
+        return None
+    a = src(e, op, value, t)
+    return e.b.and_(a, e.opaque_int(a.type, m))
+
+
 # --- memory -------------------------------------------------------------------------------------
 
 _ORDERED_LOADS = ("acquire", "relaxed", "volatile")

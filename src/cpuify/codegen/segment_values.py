@@ -138,6 +138,17 @@ class SegmentValues:
         resized = self.int_resize(as_int, ir.IntType(ww), False)
         return b.bitcast(resized, want) if not isinstance(want, ir.IntType) else resized
 
+    def opaque_int(self, t: ir.IntType, value: int) -> ir.Value:
+        """The constant `value` as LLVM cannot see it (an empty inline asm in the entry block,
+        no instruction in the machine code): for the masks of codegen.ptx_ops.
+        masked_thread_index, which LLVM's loop vectorizer must not analyse."""
+        cache = self.__dict__.setdefault("_opaque_ints", {})
+        key = (t.width, value)
+        if key not in cache:
+            asm = ir.InlineAsm(ir.FunctionType(t, [t]), "", "=r,0")
+            cache[key] = self.entry_builder.call(asm, [t(value)], name="opaque")
+        return cache[key]
+
     def int_resize(self, lv: ir.Value, want: ir.IntType, signed: bool) -> ir.Value:
         have = lv.type
         if have.width == want.width:
