@@ -11,7 +11,7 @@ from llvmlite import ir
 from cpuify.analysis.sync_points import SyncPoint
 from cpuify.codegen.helpers import shuffle_source
 from cpuify.codegen.kernel_abi import ctx_index
-from cpuify.codegen.layout import STATE_UNKNOWN, STATE_WAIT, SYNC_KINDS
+from cpuify.codegen.layout import STATE_UNKNOWN, STATE_WAIT
 from cpuify.codegen.lowering import HANDLERS, I1, I32, I64, IR_LLVM, PTX_HANDLERS, _width
 from cpuify.codegen.segment_values import SegmentValues
 from cpuify.ir.core import Block, Operation, Value
@@ -129,7 +129,6 @@ class SyncCrossing(SegmentValues):
         will `advance` iterations later: of the interchanged loops at a soft barrier, else
         of the loops whose counters cross `sp` (prefetch_ahead)."""
         b = self.b
-        soft = self.kc.sync_kind(sp) == SYNC_KINDS["soft"]
         for v in sp.live:
             if v in self.kc.uniform:
                 # read once before the thread loop: threads of this segment may already
