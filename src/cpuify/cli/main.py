@@ -243,9 +243,10 @@ def _size_text(n: int) -> str:
 def _cache_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="cpuify cache", description="The on-disk cache of compiled kernels, programs "
-        "(cpuify run) and runtime libraries: $CPUIFY_CACHE_DIR (default ~/.cache/cpuify), "
-        "limited to $CPUIFY_CACHE_MAX_BYTES (default 2G; least recently used entries are "
-        "evicted).  CPUIFY_NO_CACHE=1 turns it off.")
+        "(cpuify run), runtime libraries and the toolkit directories of `cpuify cuda-home`: "
+        "$CPUIFY_CACHE_DIR (default ~/.cache/cpuify), limited to $CPUIFY_CACHE_MAX_BYTES "
+        "(default 2G; least recently used entries are evicted, old toolkit directories whole, "
+        "never the one used last).  CPUIFY_NO_CACHE=1 turns it off.")
     parser.add_argument("action", choices=("info", "clear"),
                         help="info: location, state, entries, size and limit; "
                              "clear: remove every entry")
