@@ -542,3 +542,66 @@ def test_eviction_leaves_other_subdirectories_whole(cache, monkeypatch):
     monkeypatch.setenv("CPUIFY_CACHE_MAX_BYTES", "1")
     compiler.compile_cuda(SRC)
     assert (tree / "libx.so").exists()
+
+
+def _fake_cuda_home(root: Path, key: str, nbytes: int, age: float) -> Path:
+    """A directory named as `cpuify cuda-home` names its toolkit directories: a file of
+    `nbytes` in lib64/, a symlink (not counted), last used `age` seconds ago."""
+    home = root / f"{disk_cache.CUDA_HOME_PREFIX}{key}"
+    (home / "lib64").mkdir(parents=True)
+    (home / "lib64" / "libcudart.so").write_bytes(bytes(nbytes))
+    (home / "lib").symlink_to("lib64")
+    t = time.time() - age
+    os.utime(home, (t, t))
+    return home
+
+
+def test_cache_info_counts_cuda_home_directories_and_clear_removes_them(cache, capsys):
+    from cpuify.cli.main import main
+    compiler.compile_cuda(SRC)
+    for k in range(3):
+        _fake_cuda_home(cache, f"{k:016x}", 1000 * (k + 1), 100 * k)
+    i = disk_cache.info()
+    label = "toolkit directories (cpuify cuda-home)"
+    assert i["kinds"][label] == 3 and i["kind_bytes"][label] == 6000
+    assert i["entries"] == 4 and i["kinds"]["kernel modules"] == 1     # not one per file
+    assert "other" not in i["kinds"]
+    assert main(["cache", "info"]) == 0
+    assert f"  {label}: 3 (" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert list(cache.iterdir()) == []
+
+
+def test_eviction_removes_old_cuda_home_directories_least_recently_used_first(cache, monkeypatch):
+    # four toolkit directories of 10000 bytes: `current` used by this process, `newest` the
+    # most recently used (another cpuify's, perhaps); the two others are evicted oldest
+    # first, whole, until the cache fits
+    oldest = _fake_cuda_home(cache, "0" * 16, 10000, 4000)
+    current = _fake_cuda_home(cache, "1" * 16, 10000, 3000)
+    older = _fake_cuda_home(cache, "2" * 16, 10000, 2000)
+    newest = _fake_cuda_home(cache, "3" * 16, 10000, 1000)
+    monkeypatch.setattr(disk_cache, "_homes_in_use", set())
+    disk_cache.use_directory(current)
+    os.utime(current, (time.time() - 3000,) * 2)      # used long ago, but by this process
+    assert disk_cache.evict(limit=25000) == 20000
+    assert not oldest.exists() and not older.exists()
+    assert current.is_dir() and newest.is_dir()
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".")] == []   # nothing left aside
+    # neither is ever evicted, even over the limit
+    assert disk_cache.evict(limit=1) == 0
+    assert (current / "lib64" / "libcudart.so").exists() and (newest / "lib64").is_dir()
+    # without `current` in use, the least recently used of the two goes
+    monkeypatch.setattr(disk_cache, "_homes_in_use", set())
+    assert disk_cache.evict(limit=1) == 10000
+    assert not current.exists() and newest.is_dir()
+
+
+def test_stale_cuda_home_builds_are_removed(cache):
+    left = cache / f".{disk_cache.CUDA_HOME_PREFIX}{'4' * 16}.tmp-abc"
+    fresh = cache / f".{disk_cache.CUDA_HOME_PREFIX}{'5' * 16}.tmp-def"
+    for d in (left, fresh):
+        (d / "bin").mkdir(parents=True)
+    old = time.time() - 2 * 3600
+    os.utime(left, (old, old))
+    disk_cache.evict()
+    assert not left.exists() and fresh.is_dir()         # a build under way is left alone

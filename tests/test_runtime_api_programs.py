@@ -145,6 +145,15 @@ def test_refused_kernel_deferred_to_launch(tmp_path: Path) -> None:
     assert "kernel 'apply(int*)' cannot run on the CPU" in res.stderr
 
 
+def test_refused_kernel_message_once_per_kernel(tmp_path: Path) -> None:
+    # every launch of the refused kernel returns the error; the reason is printed once
+    r = nvcc("--cpuify-defer-refused", str(PROGRAMS / "refused_thrice.cu"), "-o", "x", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = run(tmp_path / "x")
+    assert res.stdout.splitlines() == ["scale cudaErrorNotSupported", "count cudaSuccess"] * 3 + ["h[7] 3"]
+    assert res.stderr.count("kernel 'scale(int*)' cannot run on the CPU") == 1, res.stderr
+
+
 def _depth(n: int) -> int:
     r = 0
     for k in range(1, n + 1):

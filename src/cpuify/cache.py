@@ -14,7 +14,9 @@ and evicted.  Every other module asks this one for cache paths (`cache_dir`).
 - Writes go to a temporary file in the same directory, fsync'd and renamed into place:
   concurrent processes building the same thing both succeed, one rename wins.
 - Size: `$CPUIFY_CACHE_MAX_BYTES` (default 2 GiB, suffixes K/M/G); each use touches an
-  entry's mtime, each store evicts the least recently used entries past the limit.
+  entry's mtime, each store evicts the least recently used entries past the limit; the
+  toolkit directories of `cpuify cuda-home` count too, evicted whole (never the one used
+  last, nor one this process uses).
 - No cache (`CPUIFY_NO_CACHE=1`, or a directory that cannot be used): `cache_dir()` hands
   out a private temporary directory of this process instead, removed at exit, on an
   exception that ends the process and on SIGTERM (`temporary_directory`, `on_sigterm`).
@@ -601,9 +603,50 @@ def _evictable(rel: Path) -> bool:
     return len(rel.parts) == 1 or (len(rel.parts) == 2 and rel.parts[0] in EVICTABLE_SUBDIRS)
 
 
+# the toolkit directories of `cpuify cuda-home` (nvcc/cuda_home.py): one per version of
+# cpuify and its toolkit, `CUDA_HOME_PREFIX` + a key; evicted whole, least recently used
+# first, except the one used last and those this process uses (build trees point to them)
+CUDA_HOME_PREFIX = "cpuify-cuda-home-"
+_homes_in_use: set[str] = set()
+
+
+def use_directory(path: Path) -> None:
+    """Marks a toolkit directory used (its mtime, which eviction orders by) and keeps it
+    from eviction in this process."""
+    with _lock:
+        _homes_in_use.add(path.name)
+    _touch(path)
+
+
+def _remove_tree(path: Path) -> None:
+    """Moved aside first (one rename), so a process never finds it half removed."""
+    aside = path.with_name(f".{path.name}.evicted-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def cuda_homes(root: Path | None = None) -> list[CacheFile]:
+    """The toolkit directories of `cpuify cuda-home` in the cache: path, bytes of their
+    files (links not followed), when last used."""
+    root = location() if root is None else root
+    out = []
+    with contextlib.suppress(OSError):
+        for e in os.scandir(root):
+            if e.name.startswith(CUDA_HOME_PREFIX) and e.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    out.append(CacheFile(Path(e.path), sum(f.size for f in _walk(Path(e.path))),
+                                         e.stat(follow_symlinks=False).st_mtime))
+    return out
+
+
 def evict(limit: int | None = None) -> int:
-    """Removes the least recently used files until the cache is within `limit` (default
-    `max_bytes()`) and temporary files left by killed processes; returns bytes freed."""
+    """Removes the least recently used files and toolkit directories (`cpuify cuda-home`:
+    never the one used last, nor one this process uses) until the cache is within `limit`
+    (default `max_bytes()`), and temporary files left by killed processes; returns bytes
+    freed."""
     if not cache_enabled():
         return 0
     limit = max_bytes() if limit is None else limit
@@ -620,12 +663,28 @@ def evict(limit: int | None = None) -> int:
                     freed += f.size
             continue
         live.append(f)
-    total = sum(f.size for f in live)
+    with contextlib.suppress(OSError):
+        for e in os.scandir(root):      # a toolkit directory's build left by a killed process
+            if (e.name.startswith("." + CUDA_HOME_PREFIX) and e.is_dir(follow_symlinks=False)
+                    and now - e.stat(follow_symlinks=False).st_mtime > _STALE_TMP_SECONDS):
+                shutil.rmtree(e.path, ignore_errors=True)
+    homes = cuda_homes(root)
+    total = sum(f.size for f in live) + sum(h.size for h in homes)
+    with _lock:
+        in_use = set(_homes_in_use)
+    newest = max(homes, key=lambda h: h.mtime, default=None)
+    old_homes = {h.path for h in homes if h is not newest and h.path.name not in in_use}
     if total > limit:
-        live.sort(key=lambda f: f.mtime)
-        for f in live:
+        units = live + [h for h in homes if h.path in old_homes]
+        units.sort(key=lambda f: f.mtime)
+        for f in units:
             if total <= limit or f.mtime > now - _IN_USE_SECONDS:
                 break
+            if f.path in old_homes:
+                _remove_tree(f.path)
+                total -= f.size
+                freed += f.size
+                continue
             with contextlib.suppress(OSError):
                 os.unlink(f.path)
                 total -= f.size
@@ -662,8 +721,16 @@ def info() -> dict[str, Any]:
     total = 0
     n = 0
     if root.is_dir():
+        home_label = "toolkit directories (cpuify cuda-home)"
+        for h in cuda_homes(root):
+            counts[home_label] = counts.get(home_label, 0) + 1
+            sizes[home_label] = sizes.get(home_label, 0) + h.size
+            total += h.size
+            n += 1
         for f in _walk(root):
             rel = str(f.path.relative_to(root))
+            if rel.startswith(CUDA_HOME_PREFIX):
+                continue            # counted above, one entry per directory
             if f.path.name.startswith(_TMP_PREFIX) or rel.endswith((".ref", ".deps")):
                 total += f.size
                 continue

@@ -243,9 +243,10 @@ def _size_text(n: int) -> str:
 def _cache_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="cpuify cache", description="The on-disk cache of compiled kernels, programs "
-        "(cpuify run) and runtime libraries: $CPUIFY_CACHE_DIR (default ~/.cache/cpuify), "
-        "limited to $CPUIFY_CACHE_MAX_BYTES (default 2G; least recently used entries are "
-        "evicted).  CPUIFY_NO_CACHE=1 turns it off.")
+        "(cpuify run), runtime libraries and the toolkit directories of `cpuify cuda-home`: "
+        "$CPUIFY_CACHE_DIR (default ~/.cache/cpuify), limited to $CPUIFY_CACHE_MAX_BYTES "
+        "(default 2G; least recently used entries are evicted, old toolkit directories whole, "
+        "never the one used last).  CPUIFY_NO_CACHE=1 turns it off.")
     parser.add_argument("action", choices=("info", "clear"),
                         help="info: location, state, entries, size and limit; "
                              "clear: remove every entry")
@@ -401,8 +402,13 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         if not kc.syncs:
             print("  no sync points: one thread loop (flat collapsing)")
         else:
-            print(f"  {kc.slot_bytes} bytes of slots per thread for the values kept across "
-                  "sync points")
+            # a uniform value's slot is an array too: each thread stores its own element (a
+            # vector store), the next segment reads one copy
+            pad = kc.slot_bytes - kc.kept_slot_bytes - kc.uniform_slot_bytes
+            print(f"  {kc.slot_bytes} bytes of slots per thread for the values kept across sync "
+                  f"points: {kc.kept_slot_bytes} for values kept per thread, "
+                  f"{kc.uniform_slot_bytes} for uniform values (one copy per block is read, "
+                  "each thread stores its own)" + (f", {pad} of alignment" if pad else ""))
         if kc.prefix_runs:
             print("  once whole warps have exited and the live threads are the block's first "
                   "ones, the segments after sync points run them as one loop (no state checks; "

@@ -125,6 +125,13 @@ class KernelPlan(ThreadLoopPlans):
         for v in kept:
             self.slot_offset[v] = self.slot_offset[leader[v]]
         self.slot_bytes = align_up(off, 8)
+        # what `cpuify explain` reports: the bytes of the slots holding values kept per
+        # thread and of those holding uniform values.  Both are arrays of one element per
+        # thread (each thread stores its own: a vector store; the next segment reads one
+        # copy), so both count per thread
+        per_thread = {leader[v] for v in kept if v not in self.uniform}
+        self.kept_slot_bytes = sum(sizes[v.type] for v in ordered if v in per_thread)
+        self.uniform_slot_bytes = sum(sizes[v.type] for v in ordered if v not in per_thread)
         self.value_order: dict[Value, int] = {}
         for b in self.region.blocks:
             for a in b.args:

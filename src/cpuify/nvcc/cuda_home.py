@@ -227,8 +227,9 @@ def cuda_home(*, persistent: bool = False) -> Path:
     tk = find_toolkit()
     runtime = runtime_library()
     base = cache.cache_dir().resolve()
-    home = base / f"cpuify-cuda-home-{_key(tk, runtime)}"
+    home = base / f"{cache.CUDA_HOME_PREFIX}{_key(tk, runtime)}"
     if _complete(home, tk):
+        cache.use_directory(home)       # the most recently used: kept by eviction
         return home
     base.mkdir(parents=True, exist_ok=True)
     if home.exists():          # damaged (a file deleted by hand): move it aside, build again
@@ -249,6 +250,7 @@ def cuda_home(*, persistent: bool = False) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    cache.use_directory(home)
     return home
 
 

@@ -341,6 +341,7 @@ typedef struct kentry {
     const char *pretty;
     stat_t stat;
     uint32_t index;           /* registration order: the same in every process of the program */
+    int refusal_said;         /* the "cannot run on the CPU" message is printed (once) */
 } kentry;
 
 typedef struct ventry {
@@ -1977,8 +1978,12 @@ cudaError_t cpuify_cudart_prepare_launch(kentry *k, dim3 g, dim3 b, size_t smem,
         return cudaErrorInvalidDeviceFunction;
     }
     if (!d->fn) {
-        fprintf(stderr, "cpuify: kernel '%s' cannot run on the CPU: %s\n", k->pretty,
-                d->refused ? d->refused : "unsupported");
+        /* once per kernel per process, as the other not-supported messages; every launch
+         * still fails */
+        if (!__atomic_exchange_n(&k->refusal_said, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "cpuify: kernel '%s' cannot run on the CPU: %s (its launches return "
+                            "cudaErrorNotSupported)\n", k->pretty,
+                    d->refused ? d->refused : "unsupported");
         return cudaErrorNotSupported;
     }
     uint64_t nthreads = (uint64_t)b.x * b.y * b.z;
