@@ -80,9 +80,9 @@ _SMALLEST_NORMAL = 2.0 ** -126
 def known_flushed(v: Value, depth: int = 8) -> bool:
     """Whether the f32 value `v` is never a subnormal, so that flushing it again (an
     operand of another `.ftz` op) changes nothing: a zero, normal, infinite or NaN
-    constant; the result of an f32 op with `.ftz` (flushed in code, or by the CPU's FTZ
-    when none of its operands is a constant an identity could fold away: `x * 1.0` folded
-    to `x` never reaches the CPU); a move or select of such values.  Not a min/max whose
+    constant; the result of an f32 op with `.ftz` (flushed in code, or by the CPU's FTZ;
+    one LLVM may fold away, `x * 1.0` to `x`, flushed in code: folds_to_operand); a move
+    or select of such values.  Not a min/max whose
     flush is left to its readers (transforms/flush.py)."""
     if not isinstance(v, OpResult) or v.type != "f32" or depth == 0:
         return False
@@ -102,14 +102,59 @@ def known_flushed(v: Value, depth: int = 8) -> bool:
         return not o.attributes.get("flush_at_uses")
     if o.name == "ptx.cvt":
         return types(o) == ["f32", "f32"]
-    if o.name in _FLUSHED_IN_CODE:
-        return True
-    if o.name in _FLUSHED_BY_FTZ:
-        return not any(_identity_constant(x) for x in o.operands)
-    return False
+    # add/sub/mul/fma: by the CPU's FTZ, or in code where LLVM may fold the op away
+    # (folds_to_operand)
+    return o.name in _FLUSHED_IN_CODE or o.name in _FLUSHED_BY_FTZ
 
 
-def _identity_constant(v: Value) -> bool:
-    """A constant LLVM may fold an add/sub/mul/fma away with (x + 0, x * 1)."""
-    return isinstance(v, OpResult) and v.op.name == "upir.const" and \
-        v.op.attributes.get("value") in (0.0, 1.0, -1.0)
+# f32 ops LLVM folds when all their operands are constants (a constant operand built from
+# other constants may be an identity once folded)
+_FOLDABLE = {"ptx.mov", "ptx.cvt", "ptx.add", "ptx.sub", "ptx.mul", "ptx.fma", "ptx.mad",
+             "ptx.div", "ptx.neg", "ptx.abs", "ptx.min", "ptx.max", "ptx.selp", "ptx.rcp",
+             "ptx.sqrt", "ptx.copysign"}
+_UNKNOWN = "unknown"    # a constant whose value this module does not compute: any identity
+
+
+def _constant(v: Value, depth: int = 6) -> float | str | None:
+    """The value of a constant operand (through f32 moves), _UNKNOWN for a value LLVM
+    folds to a constant this module does not compute, None for a non-constant."""
+    if not isinstance(v, OpResult) or depth == 0:
+        return None
+    o = v.op
+    if o.name == "upir.const":
+        value = o.attributes.get("value")
+        return value if isinstance(value, float) else _UNKNOWN
+    if o.name == "ptx.mov" and len(o.operands) == 1 and mods(o) in (["f32"], ["b32"]):
+        return _constant(o.operands[0], depth - 1)
+    if o.name in _FOLDABLE and o.operands and all(
+            _constant(x, depth - 1) is not None for x in o.operands):
+        return _UNKNOWN
+    return None
+
+
+def _is(value: float | str | None, identities: tuple[float, ...]) -> bool:
+    return value == _UNKNOWN or value in identities
+
+
+def folds_to_operand(op: Operation) -> bool:
+    """Whether LLVM may fold the f32 add/sub/mul/fma/mad `op` to one of its operands or its
+    negation (x * 1, x * -1, x + -0, x - 0, -0 - x, fma(x, 1, -0); x + 0 too, folded where
+    LLVM proves x is not -0), which may be a subnormal: no arithmetic instruction is left
+    for the CPU's DAZ/FTZ to flush it, so the code must.  False where that operand is never
+    a subnormal (known_flushed)."""
+    ops = op.operands
+    values = [_constant(x) for x in ops]
+    # (operand the op may become, whether it does) for each way it folds
+    cases: list[tuple[Value, bool]] = []
+    if op.name == "ptx.mul" and len(ops) == 2:
+        cases = [(ops[0], _is(values[1], (1.0, -1.0))), (ops[1], _is(values[0], (1.0, -1.0)))]
+    elif op.name in ("ptx.add", "ptx.sub") and len(ops) == 2:
+        cases = [(ops[0], _is(values[1], (0.0,))), (ops[1], _is(values[0], (0.0,)))]
+    elif op.name in ("ptx.fma", "ptx.mad") and len(ops) == 3:
+        zero_addend = _is(values[2], (0.0,))
+        cases = [(ops[0], zero_addend and _is(values[1], (1.0, -1.0))),
+                 (ops[1], zero_addend and _is(values[0], (1.0, -1.0))),
+                 # a constant product: k + c, folded to c when k is a zero
+                 (ops[2], values[0] is not None and values[1] is not None and (
+                     _is(values[0], (0.0,)) or _is(values[1], (0.0,))))]
+    return any(folds and not known_flushed(x) for x, folds in cases)

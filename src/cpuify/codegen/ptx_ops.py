@@ -24,7 +24,7 @@ from cpuify.codegen.lowering import (
     ptx_llvm_type,
     _width,
 )
-from cpuify.codegen.denormals import known_flushed
+from cpuify.codegen.denormals import folds_to_operand, known_flushed
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods, ty
@@ -208,8 +208,10 @@ def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
 def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
     # neg/abs of a value that is never subnormal is never subnormal; a square root (of
     # anything: sqrt(2^-149) = 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~
-    # 2^-64) never are
-    v = ftz(e, v, has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_RESULTS) and not (
+    # 2^-64) never are.  An op LLVM may fold to a move of its operand (x * 1) leaves the CPU
+    # nothing to flush: flushed here
+    by_cpu = _flushed_by_cpu(e, op, _HW_RESULTS) and not folds_to_operand(op)
+    v = ftz(e, v, has(op, "ftz") and not by_cpu and not (
         op.name in ("ptx.neg", "ptx.abs") and known_flushed(op.operands[0])) and
         op.name not in ("ptx.sqrt", "ptx.rsqrt"))
     if has(op, "sat"):
