@@ -199,18 +199,10 @@ def may_conflict(a: Access, b: Access, block_dims: tuple[int, int, int] | None,
                  shared_var: dict[Value, str]) -> bool:
     """Whether a and b, run by two *different* threads of a block, may touch the same
     location with at least one write."""
-    if a.kind == READ and b.kind == READ:
-        return False
-    if a.read_only and a.kind == READ or b.read_only and b.kind == READ:
-        return False                    # .nc data is not written during the kernel
     common = _spaces(a.space) & _spaces(b.space)
     common -= {"local", "param", "const"}   # per thread, or never written by a kernel
-    if not common:
+    if _apart(a, b, common, shared_var):
         return False
-    if common == {"shared"} and a.op.name in _MEMORY_OPS and b.op.name in _MEMORY_OPS:
-        va, vb = shared_var.get(a.op.operands[0]), shared_var.get(b.op.operands[0])
-        if va is not None and vb is not None and va != vb:
-            return False                # distinct __shared__ variables never overlap
     if a.address is not None and b.address is not None and a.address == b.address and \
             a.size == b.size and same_thread_only(a.address, a.size, block_dims):
         return False
@@ -224,19 +216,26 @@ def _thread_spaces(space: str) -> set[str]:
 def may_conflict_in_thread(a: Access, b: Access, shared_var: dict[Value, str]) -> bool:
     """Whether a and b, run by the *same* thread, may touch the same location with at least
     one write (what keeps two accesses of a thread in their order)."""
-    if a.kind == READ and b.kind == READ:
-        return False
-    if a.read_only and a.kind == READ or b.read_only and b.kind == READ:
-        return False                    # .nc data is not written during the kernel
     # (a generic address may also point into the thread's own local memory)
     common = _thread_spaces(a.space) & _thread_spaces(b.space) - {"param", "const"}
+    return not _apart(a, b, common, shared_var)
+
+
+def _apart(a: Access, b: Access, common: set[str], shared_var: dict[Value, str]) -> bool:
+    """What both conflict tests know apart from addresses: a and b never touch the same
+    location with a write when both read, one reads `.nc` data, their memory spaces
+    (`common`: those both may reach) are disjoint, or they are distinct __shared__ variables."""
+    if a.kind == READ and b.kind == READ:
+        return True
+    if a.read_only and a.kind == READ or b.read_only and b.kind == READ:
+        return True                     # .nc data is not written during the kernel
     if not common:
-        return False
+        return True
     if common == {"shared"} and a.op.name in _MEMORY_OPS and b.op.name in _MEMORY_OPS:
         va, vb = shared_var.get(a.op.operands[0]), shared_var.get(b.op.operands[0])
         if va is not None and vb is not None and va != vb:
-            return False                # distinct __shared__ variables never overlap
-    return True
+            return True                 # distinct __shared__ variables never overlap
+    return False
 
 
 def same_thread_only(address: Affine, size: int, block_dims: tuple[int, int, int] | None) -> bool:
