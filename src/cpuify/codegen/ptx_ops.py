@@ -255,8 +255,43 @@ def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,
         return None
     if not masks_shifted_thread_index(op.operands[value], modulus, ntid, m & -m):
         return None
+    if not _may_reach_an_address(op):
+        return None                        # a parity test, a value stored: no index
     a = src(e, op, value, t)
     return e.b.and_(a, e.opaque_int(a.type, m))
+
+
+# integer ops an index goes through on its way to an address
+_INDEX_ARITHMETIC = frozenset(f"ptx.{n}" for n in (
+    "add", "sub", "mul", "mad", "shl", "shr", "and", "or", "xor", "cvt", "mov", "cvta", "selp",
+    "min", "max", "neg", "rem", "div"))
+# uses that read a value but never as an address
+_NOT_ADDRESS_USES = frozenset(("ptx.setp",))
+
+
+def _may_reach_an_address(op: Operation, limit: int = 256) -> bool:
+    """Whether op's result may become part of a memory address: through integer arithmetic
+    to a load's or store's address operand, or to any use this walk does not know (a branch
+    argument, a call: then it may).  Compares and the data operand of a store are not."""
+    seen: set[int] = set()
+    work = [r for r in op.results]
+    while work:
+        v = work.pop()
+        for user in v.uses:
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            if len(seen) > limit:
+                return True
+            if user.name in _NOT_ADDRESS_USES:
+                continue
+            if user.name == "ptx.st" and user.operands[0] is not v:
+                continue
+            if user.name in _INDEX_ARITHMETIC:
+                work.extend(user.results)
+                continue
+            return True
+    return False
 
 
 # --- memory -------------------------------------------------------------------------------------
