@@ -440,3 +440,25 @@ def test_constants_minus_zero_and_zero_stay_apart() -> None:
             InterpModule(ptx).launch("signed_zeros", (1, 1, 1), (4, 1, 1), [d, f])
         assert not np.signbit(d).any(), run
         np.testing.assert_array_equal(np.signbit(f), [False, True, False, True])
+
+
+@pytest.mark.xfail(strict=True, reason="fz_2613_1387 (open): mul.rp/rm.f64 whose exact product "
+                                       "underflows below the smallest subnormal give (-)0")
+def test_directed_mul_f64_that_underflows_completely() -> None:
+    """fz_2613_1387 (seed 2613, kernel 1387, the last run of 2026-11-26): `__dmul_ru(x, x)`
+    with x = 1e-310 is, exactly, 1e-620 > 0, below the smallest subnormal 2^-1074: rounded up
+    it is 2^-1074 (the reference interpreter gives that), compiled code gives 0.0 (the
+    directed-rounding emulation's error term underflows to 0 as well).  `__dmul_rd(-x, x)`
+    likewise must be -2^-1074.  `__ddiv_ru` of such a quotient is right."""
+    src = r'''
+extern "C" __global__ void k(const double *x, double *o) {
+    o[0] = __dmul_ru(x[0], x[0]);
+    o[1] = __dmul_rd(-x[0], x[0]);
+    o[2] = __ddiv_ru(x[0], 1e300);
+}'''
+    x = np.array([1e-310])
+    o = np.zeros(3)
+    cpuify.RawKernel(src, "k")((1,), (1,), (x, o))
+    tiny = np.float64(2.0 ** -1074)
+    assert o[2] == tiny
+    assert o[0] == tiny and o[1] == -tiny
