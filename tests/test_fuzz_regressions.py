@@ -442,23 +442,42 @@ def test_constants_minus_zero_and_zero_stay_apart() -> None:
         np.testing.assert_array_equal(np.signbit(f), [False, True, False, True])
 
 
-@pytest.mark.xfail(strict=True, reason="fz_2613_1387 (open): mul.rp/rm.f64 whose exact product "
-                                       "underflows below the smallest subnormal give (-)0")
 def test_directed_mul_f64_that_underflows_completely() -> None:
     """fz_2613_1387 (seed 2613, kernel 1387, the last run of 2026-11-26): `__dmul_ru(x, x)`
     with x = 1e-310 is, exactly, 1e-620 > 0, below the smallest subnormal 2^-1074: rounded up
-    it is 2^-1074 (the reference interpreter gives that), compiled code gives 0.0 (the
-    directed-rounding emulation's error term underflows to 0 as well).  `__dmul_rd(-x, x)`
-    likewise must be -2^-1074.  `__ddiv_ru` of such a quotient is right."""
+    it is 2^-1074 (the reference interpreter gave that), compiled code gave 0.0: the sign of
+    the product's error was taken from an fma whose scaled product still underflowed (only
+    the smaller factor was scaled).  Checked by hand: a positive exact product below 2^-1074
+    rounds up to 2^-1074 and down/to zero to 0; a negative one the mirror image."""
     src = r'''
-extern "C" __global__ void k(const double *x, double *o) {
-    o[0] = __dmul_ru(x[0], x[0]);
-    o[1] = __dmul_rd(-x[0], x[0]);
-    o[2] = __ddiv_ru(x[0], 1e300);
+extern "C" __global__ void k(const double *x, const double *y, double *o) {
+    int i = threadIdx.x;
+    o[6 * i + 0] = __dmul_ru(x[i], y[i]);
+    o[6 * i + 1] = __dmul_rd(x[i], y[i]);
+    o[6 * i + 2] = __dmul_rz(x[i], y[i]);
+    o[6 * i + 3] = __dmul_ru(-x[i], y[i]);
+    o[6 * i + 4] = __dmul_rd(-x[i], y[i]);
+    o[6 * i + 5] = __dmul_rn(x[i], y[i]);
 }'''
-    x = np.array([1e-310])
-    o = np.zeros(3)
-    cpuify.RawKernel(src, "k")((1,), (1,), (x, o))
-    tiny = np.float64(2.0 ** -1074)
-    assert o[2] == tiny
-    assert o[0] == tiny and o[1] == -tiny
+    tiny = 2.0 ** -1074
+    # (x, y): both subnormal; both tiny normals; a subnormal times 0.75; the
+    # smallest subnormal squared; a tiny product that is exactly representable
+    x = np.array([1e-310, 1e-200, 8095 * tiny, tiny, 2.0 ** -600])
+    y = np.array([1e-310, 1e-200, 0.75, tiny, 2.0 ** -400])
+    o = np.zeros(6 * len(x))
+    cpuify.RawKernel(src, "k")((1,), (len(x),), (x, y, o))
+    got = o.reshape(-1, 6)
+    for i in range(4):      # exact products below 2^-1074
+        if i == 2:
+            continue
+        np.testing.assert_array_equal(got[i], [tiny, 0.0, 0.0, -0.0, -tiny, 0.0], err_msg=str(i))
+        assert not np.signbit(got[i][1]) and np.signbit(got[i][3])
+    # 8095 * 2^-1074 * 0.75 = 6071.25 * 2^-1074: up 6072, down and toward zero 6071
+    np.testing.assert_array_equal(got[2], np.array([6072, 6071, 6071, -6071, -6072, 6071]) * tiny)
+    exact = 2.0 ** -1000
+    np.testing.assert_array_equal(got[4], [exact, exact, exact, -exact, -exact, exact])
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    ptx = compile_to_ptx(src, filename="k.cu").ptx
+    ref = np.zeros_like(o)
+    interpret_kernel(ptx, "k", (1, 1, 1), (len(x), 1, 1), [x, y, ref])
+    np.testing.assert_array_equal(o, ref)

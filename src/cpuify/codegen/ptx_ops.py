@@ -138,15 +138,22 @@ def directed(e: SegmentEmitter, rn: ir.Value, err_sign: ir.Value, mode: str | No
 
 def _mul_error_f64(e: SegmentEmitter, a: ir.Value, c: ir.Value, r: ir.Value) -> ir.Value:
     """Sign of a*c - r for doubles, exact even when the product underflows: the smaller
-    factor and r are scaled by 2^600 first (the smaller factor of a tiny product is tiny)."""
+    factor and r are scaled by 2^600 first (the smaller factor of a tiny product is tiny),
+    and when the other factor is tiny too (below 2^-300: 1e-310 * 1e-310, a product below
+    the smallest subnormal) it and r again, so that the scaled product is a normal number."""
     b = e.b
     mag_a = call(e, "llvm.fabs.f64", F64, [a])
     mag_c = call(e, "llvm.fabs.f64", F64, [c])
     a_small = b.fcmp_ordered("<", mag_a, mag_c)
     small, other = b.select(a_small, a, c), b.select(a_small, c, a)
+    one, up = ir.Constant(F64, 1.0), ir.Constant(F64, 2.0 ** 600)
     tiny = b.fcmp_ordered("<", call(e, "llvm.fabs.f64", F64, [r]), ir.Constant(F64, 2.0 ** -900))
-    k = b.select(tiny, ir.Constant(F64, 2.0 ** 600), ir.Constant(F64, 1.0))
-    return call(e, "llvm.fma.f64", F64, [b.fmul(small, k), other, b.fneg(b.fmul(r, k))])
+    both = b.and_(tiny, b.fcmp_ordered("<", b.select(a_small, mag_c, mag_a),
+                                       ir.Constant(F64, 2.0 ** -300)))
+    k1 = b.select(tiny, up, one)
+    k2 = b.select(both, up, one)
+    r_scaled = b.fmul(b.fmul(r, k1), k2)          # (in two steps: 2^1200 is no double)
+    return call(e, "llvm.fma.f64", F64, [b.fmul(small, k1), b.fmul(other, k2), b.fneg(r_scaled)])
 
 
 def _div_error(e: SegmentEmitter, a: ir.Value, c: ir.Value, q: ir.Value) -> ir.Value:
