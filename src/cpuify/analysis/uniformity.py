@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
-from cpuify.ir.core import Block, Operation, OpResult, Region, Value, dominates, dominators
+from cpuify.ir.core import (
+    Block, Operation, OpResult, Region, Value, defining_block, dominates, dominators,
+)
 from cpuify.ir.dialects import info
 
 _UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dynamic_smem_size",
@@ -178,10 +180,4 @@ def uniform_across_yields(region: Region, uniform: set[Value]) -> set[Value]:
     hard = {b for b in region.blocks
             if any(op.name == "upir.barrier" and not op.attributes.get("soft") for op in b.ops)}
     free_cycles = cyclic_blocks(region, hard)
-
-    def block_of(v: Value) -> Block | None:
-        if isinstance(v, OpResult):
-            return v.op.parent
-        return getattr(v, "block", None)
-
-    return {v for v in uniform if block_of(v) not in free_cycles}
+    return {v for v in uniform if defining_block(v) not in free_cycles}

@@ -181,6 +181,13 @@ def predecessors(region: Region) -> dict[Block, list[Block]]:
     return preds
 
 
+def defining_block(v: Value) -> "Block | None":
+    """The block that defines v: its operation's block, or the block it is an argument of."""
+    if isinstance(v, OpResult):
+        return v.op.parent
+    return v.block if isinstance(v, BlockArgument) else None
+
+
 def replace_all_uses(old: Value, new: Value) -> None:
     """Every use of `old`, as an operand or a successor argument, becomes a use of `new`."""
     for user in list(old.uses):     # (one entry per use: a user using it twice is here twice)

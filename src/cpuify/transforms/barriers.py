@@ -46,8 +46,8 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import (
     Block,
     Operation,
-    OpResult,
     Region,
+    defining_block,
     dominates,
     dominators,
     predecessors,
@@ -225,7 +225,7 @@ def _hoist_past_if(barrier: Operation, block_dims: tuple[int, int, int],
         for o in op.operands:
             if o in defined:
                 continue
-            owner = o.op.parent if isinstance(o, OpResult) else getattr(o, "block", None)
+            owner = defining_block(o)
             if owner is None or owner is join or not dominates(idom, owner, branch_block):
                 return False
     # the moved code and the `if` trade places in each thread: they must touch different

@@ -30,7 +30,8 @@ from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _i
 from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.uniformity import uniform_values, uses_special
 from cpuify.ir.core import (
-    Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
+    Block, BlockArgument, OpResult, Operation, Region, Value, defining_block, dominates,
+    dominators,
 )
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
@@ -277,8 +278,7 @@ def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore
 def _thread_strided(header: Block, body: set[Block], idom, incoming, uniform  # type: ignore[no-untyped-def]
                     ) -> bool:
     def outside(v: Value) -> bool:
-        block = v.op.parent if isinstance(v, OpResult) else getattr(v, "block", None)
-        return block not in body
+        return defining_block(v) not in body
 
     found = False
     for arg in header.args:

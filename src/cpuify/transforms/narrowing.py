@@ -29,6 +29,7 @@ from cpuify.ir.core import (
     OpResult,
     Region,
     Value,
+    defining_block,
     replace_all_uses,
     reverse_postorder,
 )
@@ -72,15 +73,10 @@ def narrow_induction_variables(region: Region) -> int:
     webs = sorted(low.webs(), key=lambda web: min(position.get(v, (0, 0)) for v in web))
     for web in webs:
         carried = [v for v in web if isinstance(v, BlockArgument) and v.block in cyclic]
-        if carried and all(_block_of(v) in reachable for v in web):
+        if carried and all(defining_block(v) in reachable for v in web):
             _narrow(region, web, low, position)
             done += len(carried)
     return done
-
-
-def _block_of(v: Value) -> Block | None:
-    return v.op.parent if isinstance(v, OpResult) else v.block if isinstance(v, BlockArgument) \
-        else None
 
 
 def _trunc(x: Value, line: object) -> Operation:
