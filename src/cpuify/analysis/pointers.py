@@ -227,7 +227,9 @@ def shared_variables(region: Region) -> dict[Value, str]:
 
 #: ops whose result points into the object of the given operands (the others are offsets)
 _BASE_OPERANDS = {"ptx.add": (0, 1), "ptx.sub": (0,), "ptx.mov": (0,), "ptx.cvta": (0,),
-                  "ptx.cvt": (0,), "ptx.mad": (2,), "ptx.selp": (0, 1), "ptx.slct": (0, 1)}
+                  "ptx.cvt": (0,), "ptx.mad": (2,), "ptx.selp": (0, 1), "ptx.slct": (0, 1),
+                  # (an index masked in 64 bits; a pointer aligned down stays based on it)
+                  "ptx.and": (0, 1), "ptx.or": (0, 1)}
 #: how many ops an address is followed back through
 _BASE_DEPTH = 64
 

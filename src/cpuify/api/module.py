@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cpuify.api.arguments import ArgumentPacker
+from cpuify.api.arguments import ArgumentPacker, array_address
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
     ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_STACK_OVERFLOW, ERR_TRAP, ERR_WARP_DIVERGENCE,
@@ -199,9 +199,13 @@ def _allocation_extent(arg: Any) -> tuple[int, int] | None:
     owner = arg
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
-    lo = hi = owner.__array_interface__["data"][0]
+    lo = array_address(owner) if type(owner) is np.ndarray else owner.__array_interface__["data"][0]
+    flags = owner.flags
+    if flags.c_contiguous or flags.f_contiguous:
+        return lo, lo + owner.nbytes
     if owner.size == 0:
         return lo, lo
+    hi = lo
     for n, stride in zip(owner.shape, owner.strides):
         if stride < 0:
             lo += stride * (n - 1)
@@ -210,30 +214,28 @@ def _allocation_extent(arg: Any) -> tuple[int, int] | None:
     return lo, hi + owner.itemsize
 
 
-def _disjoint_arguments(args: Sequence[Any], candidates: Sequence[int], bases: Sequence[int],
-                        pointer_arg: dict[int, int]) -> bool:
-    """Whether the arrays passed for the `candidates` parameters (byte offsets) point into
-    allocations that the array of no other parameter in `bases` overlaps.  Null pointers
-    (None) overlap nothing; a pointer of unknown extent (an integer address, a buffer
-    object) fails the check."""
-    extents: dict[int, tuple[int, int]] = {}
-    for off in set(bases) | set(candidates):
-        index = pointer_arg.get(off)
-        if index is None or index >= len(args):
-            return False            # a pointer inside a struct, or too few arguments
+def _disjoint_arguments(args: Sequence[Any], candidates: Sequence[int],
+                        others: Sequence[int]) -> bool:
+    """Whether the arrays at the argument indices `candidates` point into allocations that
+    the array at no other index of `candidates` or `others` overlaps.  Null pointers (None)
+    overlap nothing; a pointer of unknown extent (an integer address, a buffer object)
+    fails the check."""
+    extents: list[tuple[int, int, int]] = []
+    for index in (*candidates, *others):
+        if index >= len(args):
+            return False
         arg = args[index]
         if arg is None:
             continue
         extent = _allocation_extent(arg)
         if extent is None:
             return False
-        extents[off] = extent
-    for c in candidates:
-        mine = extents.get(c)
-        if mine is None or mine[0] == mine[1]:
+        extents.append((index, extent[0], extent[1]))
+    for index, lo, hi in extents[:len(candidates)]:
+        if index not in candidates or lo == hi:
             continue
-        for off, (lo, hi) in extents.items():
-            if off != c and lo < mine[1] and mine[0] < hi:
+        for other, lo2, hi2 in extents:
+            if other != index and lo < hi2 and lo2 < hi:
                 return False
     return True
 
@@ -260,10 +262,12 @@ class Function:
         # non-overlap would remove a barrier and the parameters accesses are based on
         # (SpecializedObject), and the variant compiled with them as `noalias_params`
         # (None: its compile failed), built at the first launch whose arrays allow it
-        self._noalias_of_shape: dict[tuple[int, int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._noalias_of_shape: dict[tuple[int, int, int],
+                                     tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
         self._noalias_variant: dict[tuple[int, int, int], tuple[int, ScratchLayout] | None] = {}
         #: launches that ran the variant compiled for non-overlapping pointer arguments
         self.noalias_launches = 0
+        self._specialize_noalias = os.environ.get("CPUIFY_NOALIAS_VARIANTS", "1") != "0"
         # parameter offset -> argument index, for the pointer parameters
         self._pointer_arg = {off: i for i, (_, t, off, size) in enumerate(info.params)
                              if t in ("b64", "u64", "s64") and size == 8
@@ -363,9 +367,14 @@ class Function:
             self._loaded.add(spec.object_code)
             self._shape_scratch[block] = spec.scratch
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
-            if spec.noalias_candidates and \
+            if spec.noalias_candidates and self._specialize_noalias and \
                     all(off in self._pointer_arg for off in spec.noalias_candidates):
-                self._noalias_of_shape[block] = (spec.noalias_candidates, spec.pointer_bases)
+                # (as argument indices: the candidates, and the other parameters accesses
+                # are based on, whose arrays the candidates' must not overlap)
+                cands = tuple(self._pointer_arg[off] for off in spec.noalias_candidates)
+                others = tuple(self._pointer_arg.get(off, 1 << 30) for off in spec.pointer_bases
+                               if off not in spec.noalias_candidates)
+                self._noalias_of_shape[block] = (spec.noalias_candidates, cands, others)
         except Exception as e:      # the generic code is always correct: keep using it
             import warnings
             from cpuify.errors import SpecializationWarning
@@ -382,8 +391,8 @@ class Function:
         candidate pointer parameters as `noalias_params`, when this launch's arrays show
         that those parameters point into memory no other pointer argument reaches; None
         otherwise (the checked fallback: the code for the shape runs)."""
-        candidates, bases = self._noalias_of_shape[block]
-        if not _disjoint_arguments(args, candidates, bases, self._pointer_arg):
+        candidates, indices, others = self._noalias_of_shape[block]
+        if not _disjoint_arguments(args, indices, others):
             return None
         if block not in self._noalias_variant:
             from cpuify.codegen.llvm_gen import specialized_symbol

@@ -270,6 +270,23 @@ def _hoist_past_if(barrier: Operation, block_dims: tuple[int, int, int],
     return True
 
 
+def _parameter_cover(pairs: set[tuple[int, int]]) -> set[int]:
+    """A small set of parameters that has one of each pair (greedy vertex cover): each
+    pointer parameter in `noalias_params` is apart from all the others, so one of a pair
+    suffices, and the fewer the launch must check, the more launches qualify."""
+    left = set(pairs)
+    cover: set[int] = set()
+    while left:
+        counts: dict[int, int] = {}
+        for a, b in left:
+            counts[a] = counts.get(a, 0) + 1
+            counts[b] = counts.get(b, 0) + 1
+        best = min(counts, key=lambda p: (-counts[p], p))
+        cover.add(best)
+        left = {pair for pair in left if best not in pair}
+    return cover
+
+
 def _ends_in_thread_index_ifs(barrier: Operation, block_dims: tuple[int, int, int] | None,
                               ipdom: dict) -> bool:  # type: ignore[type-arg]
     """Whether, after `barrier`, only pure code and `if`s on one thread index (`if (tx ==
@@ -356,20 +373,22 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
             return True
         return any(may_conflict(x, y, block_dims, shared_var, noalias) for x in xs for y in ys)
 
-    def alias_only(xs: list[Access] | None, ys: list[Access] | None) -> set[int] | None:
-        """The pointer parameters of the conflicts between xs and ys when every conflict is
-        between accesses based on two different parameters (None: some other conflict)."""
+    def alias_only(xs: list[Access] | None, ys: list[Access] | None
+                   ) -> set[tuple[int, int]] | None:
+        """The pairs of pointer parameters of the conflicts between xs and ys when every
+        conflict is between accesses based on two different parameters (None: some other
+        conflict)."""
         if xs is None or ys is None:
             return None
-        involved: set[int] = set()
+        pairs: set[tuple[int, int]] = set()
         for x in xs:
             for y in ys:
                 if not may_conflict(x, y, block_dims, shared_var, noalias):
                     continue
                 if x.base is None or y.base is None or x.base == y.base:
                     return None
-                involved.update((x.base, y.base))
-        return involved
+                pairs.add((min(x.base, y.base), max(x.base, y.base)))
+        return pairs
 
     if any(_is_block_barrier(op) for b in divergent for op in b.ops):
         # a barrier only some threads reach is an error, reported at run time when the
@@ -408,7 +427,7 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                             got = [g for g in (alias_only(before_near, after_all),
                                                alias_only(before_all, after_near)) if g]
                             if got:
-                                candidates.update(min(got, key=len))
+                                candidates.update(_parameter_cover(min(got, key=len)))
                         continue
                 if motion:
                     assert block_dims is not None
