@@ -265,3 +265,23 @@ def test_explain_reports_the_variant(tmp_path) -> None:  # type: ignore[no-untyp
     assert "launch-time specialization: when the arrays passed for fig9_param_1 " \
            "overlap no other pointer argument" in out
     assert "noalias_params = [8]: 1 more barrier(s) removed" in out
+
+
+def test_the_fact_is_part_of_the_printed_ir(ptx: str) -> None:
+    """IR in, IR out: the kernel as lifted, printed with `noalias_params` added and parsed
+    back, loses the barrier in the passes; the same text without the attribute keeps it."""
+    from cpuify.compiler import optimize_kernel
+    from cpuify.ir.parser import parse_op
+    module = parse_ptx(ptx)
+    lifted, _ = lift_and_optimize(module, module.functions["two_arrays"],
+                                  PipelineOptions(passes=()))
+    text = print_op(lifted.op)
+    assert "noalias_params" not in text
+    with_fact = text.replace('sym_name = "two_arrays"',
+                             'sym_name = "two_arrays", noalias_params = [0 : i64]')
+    assert with_fact != text
+    kept, _ = optimize_kernel(parse_op(text), PipelineOptions(), (64, 1, 1))
+    gone, counts = optimize_kernel(parse_op(with_fact), PipelineOptions(), (64, 1, 1))
+    assert _barriers(kept.op) == 1 and _barriers(gone.op) == 0
+    assert counts.counts["barrier-elimination"] == 1
+    assert "noalias_params = [0 : i64]" in print_op(gone.op)

@@ -13,10 +13,16 @@ and the all-the-way / up-to-the-next-barrier versions the other way round, B can
 
 where two accesses conflict when they may touch the same location from *different* threads
 and one writes: reads never conflict with reads; local and parameter memory are per thread;
-distinct `__shared__` variables never overlap; `ld.global.nc` data is never written; and two
+distinct `__shared__` variables never overlap; `ld.global.nc` data is never written; two
 accesses at the same address that is an injective function of the thread index
-(`s[ty][tx]`, with the block shape known) are the same thread's.  The paper's Fig. 9
-(Rodinia's backprop layer) loses its first barrier this way.
+(`s[ty][tx]`, with the block shape known) are the same thread's; and accesses based on two
+different pointer parameters, one of them in the kernel's `noalias_params` (the launch-time
+specialization's fact), never overlap.  The paper's Fig. 9 (Rodinia's backprop layer) loses
+its first barrier this way (with barrier-motion, below), and its last one (between
+`hidden[index] = ...` and the `output` store) with `noalias_params` naming `hidden`.  Where
+only such a fact is missing, the passes record the parameters it would have to name in the
+kernel's `noalias_candidates` (the cheap check that decides whether a launch-time variant is
+worth compiling).
 
 Barriers whose result is used (`__syncthreads_count`), soft barriers and warp collectives
 are kept.  So is a barrier that separates code only some threads run (`if (tx == 0)
@@ -24,7 +30,9 @@ node[ty] = ...;`) from code all threads run: in cpuify's execution model each ba
 interval is one loop over the block's threads, and the interval of the few threads runs
 only them, while merged into the next one it puts a branch on the thread index into that
 loop, which then no longer vectorizes (the paper's Fig. 9 kernel ran 4x slower without its
-first barrier).  The barrier-motion pass (below) recovers the first.  The thread-index argument needs the block shape, known in code specialized for
+first barrier).  The barrier-motion pass (below) recovers the first.  The other way round is
+fine: a barrier followed only by `if`s on one thread index up to the next barrier or the
+exit may go, as code generation runs such `if`s after the interval's thread loop.  The thread-index argument needs the block shape, known in code specialized for
 one (the kernel's `block_dims` attribute); without it only the other rules apply."""
 
 from __future__ import annotations
