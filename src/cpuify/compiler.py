@@ -450,6 +450,8 @@ class SpecializedObject:
     pointer_bases: tuple[int, ...] = ()
     #: the barriers the barrier passes removed in this code
     barriers_removed: int = 0
+    #: the `noalias_params` this code was compiled with (a launch-time variant), or ()
+    noalias_params: tuple[int, ...] = ()
 
 
 def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
@@ -476,10 +478,10 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     info = gen.add_kernel(lifted, block_dims)
     candidates = () if noalias else tuple(
         int(x) for x in lifted.op.attributes.get("noalias_candidates", ()))
-    bases = tuple(sorted(parameter_bases(lifted.op))) if candidates else ()
+    bases = tuple(sorted(parameter_bases(lifted.op))) if candidates or noalias else ()
     spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch,
                              candidates, bases,
-                             sum(result.counts.get(p, 0) for p in BARRIER_PASSES))
+                             sum(result.counts.get(p, 0) for p in BARRIER_PASSES), noalias)
     if cache_enabled():
         _store(f"{key}.spec", spec)
     return spec
