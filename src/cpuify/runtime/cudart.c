@@ -2098,20 +2098,33 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
  * no pointer at its other `bases` offsets points into.  Null pointers reach nothing; a
  * pointer into no tracked allocation (malloc'ed host memory, a __device__ variable) is of
  * unknown extent and fails the check. */
+/* The start of the tracked allocation pointer p points into, or NULL when there is none
+ * or p is also one past the end of the allocation before it (p[-1] is legal C there). */
+static const char *owner_of(uint64_t p) {
+    const char *c = (const char *)(uintptr_t)p;
+    alloc_t a = lookup(c);
+    if (!a.kind) return NULL;
+    if (c == a.base) {
+        alloc_t before = lookup(c - 1);
+        if (before.kind && before.base != a.base) return NULL;
+    }
+    return a.base;
+}
+
 static int noalias_holds(const cpuify_kernel_variant *kv, const unsigned char *buf) {
     for (uint32_t i = 0; i < kv->n_noalias; i++) {
         uint64_t p;
         memcpy(&p, buf + kv->noalias[i], 8);
         if (!p) continue;
-        alloc_t a = lookup((const void *)(uintptr_t)p);
-        if (!a.kind) return 0;
+        const char *a = owner_of(p);
+        if (!a) return 0;
         for (uint32_t j = 0; j < kv->n_bases; j++) {
             if (kv->bases[j] == kv->noalias[i]) continue;
             uint64_t q;
             memcpy(&q, buf + kv->bases[j], 8);
             if (!q) continue;
-            alloc_t b = lookup((const void *)(uintptr_t)q);
-            if (!b.kind || b.base == a.base) return 0;
+            const char *b = owner_of(q);
+            if (!b || b == a) return 0;
         }
     }
     return 1;
