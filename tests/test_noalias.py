@@ -7,6 +7,8 @@ the code without it (the checked fallback)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -380,3 +382,33 @@ def test_whole_program(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
     assert "(4 specialized for their block shape, 2 of them for non-overlapping pointers)" \
         in run.stderr, run.stderr
+
+
+def test_llvm_alias_scopes_in_the_variant(ptx: str) -> None:
+    """The variant's LLVM IR: the accesses through `a` (offset 0, in noalias_params) get a
+    scope of their own and are declared independent of those through b and c, which share
+    the scope of the other parameters (they may overlap each other); the code without the
+    fact has no parameter scopes."""
+    from cpuify.codegen import jit
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    module = parse_ptx(ptx)
+    texts = []
+    for noalias in ((), (0,)):
+        lifted, _ = lift_and_optimize(module, module.functions["two_arrays"], PipelineOptions(),
+                                      (64, 1, 1), noalias)
+        triple, layout = jit.triple_and_layout()
+        gen = ModuleCodegen(module, triple, layout, define_globals=False)
+        gen.add_kernel(lifted, (64, 1, 1))
+        texts.append(gen.llvm_text())
+    assert "cpuify.param." not in texts[0]
+    text = texts[1]
+    scope = {m.group(2): m.group(1) for m in
+             re.finditer(r'^(!\d+) = !\{ !"cpuify\.param\.two_arrays\.(\w+)", !\d+ \}', text, re.M)}
+    assert set(scope) == {"0", "other"}
+    lists = {m.group(2): m.group(1) for m in re.finditer(r'^(!\d+) = !\{ (!\d+) \}', text, re.M)}
+    mine, others = lists[scope["0"]], lists[scope["other"]]
+    accesses = [line for line in text.splitlines()
+                if ("store float" in line or "= load float" in line) and "alias.scope" in line]
+    assert f"!alias.scope {mine}, !noalias {others}" in accesses[0]          # a[t] = ...
+    assert all(f"!alias.scope {others}, !noalias {mine}" in line for line in accesses[1:])
+    assert len(accesses) == 3
