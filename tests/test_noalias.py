@@ -136,15 +136,15 @@ def test_the_fact_must_name_the_right_parameters(ptx: str) -> None:
 
 
 def test_two_arrays(ptx: str) -> None:
-    op, counts = _optimized(ptx, "two_arrays", (64, 1, 1))
+    op, _ = _optimized(ptx, "two_arrays", (64, 1, 1))
     # a[t] written conflicts with b[t + 1] read and c[t'] written: a apart from both
     assert _barriers(op) == 1 and op.attributes["noalias_candidates"] == [0]
-    op, counts = _optimized(ptx, "two_arrays", (64, 1, 1), noalias=(0,))
+    op, _ = _optimized(ptx, "two_arrays", (64, 1, 1), noalias=(0,))
     assert _barriers(op) == 0
     # a pointer loaded from memory may point anywhere: nothing to specialize on
-    op, counts = _optimized(ptx, "loaded_pointer", (64, 1, 1))
+    op, _ = _optimized(ptx, "loaded_pointer", (64, 1, 1))
     assert _barriers(op) == 1 and "noalias_candidates" not in op.attributes
-    op, counts = _optimized(ptx, "loaded_pointer", (64, 1, 1), noalias=(0, 8, 16))
+    op, _ = _optimized(ptx, "loaded_pointer", (64, 1, 1), noalias=(0, 8, 16))
     assert _barriers(op) == 1
 
 
@@ -375,9 +375,10 @@ def test_whole_program(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import sys
     (tmp_path / "fig9prog.cu").write_text(PROGRAM)
     build = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "nvcc", "fig9prog.cu",
-                            "-o", "fig9prog"], cwd=tmp_path, capture_output=True, text=True)
+                            "-o", "fig9prog"], cwd=tmp_path, capture_output=True, text=True,
+                           check=False)
     assert build.returncode == 0, build.stderr
-    run = subprocess.run([str(tmp_path / "fig9prog")], capture_output=True, text=True,
+    run = subprocess.run([str(tmp_path / "fig9prog")], capture_output=True, text=True, check=False,
                          env={**os.environ, "CPUIFY_PROFILE": "1"})
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
     assert "(4 specialized for their block shape, 2 of them for non-overlapping pointers)" \
@@ -403,9 +404,9 @@ def test_llvm_alias_scopes_in_the_variant(ptx: str) -> None:
     assert "cpuify.param." not in texts[0]
     text = texts[1]
     scope = {m.group(2): m.group(1) for m in
-             re.finditer(r'^(!\d+) = !\{ !"cpuify\.param\.two_arrays\.(\w+)", !\d+ \}', text, re.M)}
+             re.finditer(r'^(!\d+) = !\{ !"cpuify\.param\.two_arrays\.(\w+)", !\d+ \}', text, re.MULTILINE)}
     assert set(scope) == {"0", "other"}
-    lists = {m.group(2): m.group(1) for m in re.finditer(r'^(!\d+) = !\{ (!\d+) \}', text, re.M)}
+    lists = {m.group(2): m.group(1) for m in re.finditer(r'^(!\d+) = !\{ (!\d+) \}', text, re.MULTILINE)}
     mine, others = lists[scope["0"]], lists[scope["other"]]
     accesses = [line for line in text.splitlines()
                 if ("store float" in line or "= load float" in line) and "alias.scope" in line]

@@ -404,7 +404,7 @@ class Function:
                 addr = self._loaded.function_address(
                     specialized_symbol(self.name, block, candidates))
                 self._noalias_variant[block] = (addr, spec.scratch)
-            except Exception as e:      # the code for the shape is correct: keep using it
+            except Exception as e:  # noqa: BLE001 - the code for the shape is correct: keep using it
                 import warnings
                 from cpuify.errors import SpecializationWarning
                 warnings.warn(f"kernel '{self.name}': compiling it for non-overlapping "

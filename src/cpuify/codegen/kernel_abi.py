@@ -5,14 +5,13 @@ block function's symbol, and what a launch needs to know of a compiled kernel.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from llvmlite import ir
 
 from cpuify.codegen.layout import CTX_FIELDS, CTX_U32_FIELDS, ScratchLayout, align_up
 from cpuify.codegen.lowering import I32, PTR
-
 
 CTX_TYPE = ir.LiteralStructType([PTR] * len(CTX_FIELDS) + [I32] * len(CTX_U32_FIELDS))
 DIMS_TYPE = ir.LiteralStructType([ir.ArrayType(I32, 3), ir.ArrayType(I32, 3)])

@@ -10,7 +10,11 @@ from llvmlite import ir
 
 from cpuify.analysis.cfg import immediate_post_dominators
 from cpuify.analysis.pointers import (
-    infer_pointers, memory_space, no_signed_wrap, pointer_parameter, shared_variables,
+    infer_pointers,
+    memory_space,
+    no_signed_wrap,
+    pointer_parameter,
+    shared_variables,
 )
 from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
 from cpuify.analysis.uniformity import uniform_across_yields, uniform_values
