@@ -25,6 +25,7 @@ import llvmlite.binding as llvm_binding
 
 from cpuify import __version__, cache
 from cpuify.analysis.access import written_parameters
+from cpuify.analysis.pointers import parameter_bases
 from cpuify.codegen import jit
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
@@ -36,6 +37,10 @@ from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 from cpuify.transforms.pass_manager import PipelineOptions, PipelineResult, run_pipeline
 from cpuify.transforms.tensor_cores import lower_warp_matrix_ops
+
+#: the passes whose counts are barriers removed (compared between a launch-time variant
+#: with `noalias_params` and the code without)
+BARRIER_PASSES = ("barrier-elimination", "barrier-motion")
 
 _CACHE_FORMAT = 2
 
@@ -83,25 +88,30 @@ def lift_optimized(module, entry) -> LiftedKernel:  # type: ignore[no-untyped-de
 
 
 def lift_and_optimize(module, entry, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]
-                      block_dims: tuple[int, int, int] | None = None
-                      ) -> tuple[LiftedKernel, PipelineResult]:
+                      block_dims: tuple[int, int, int] | None = None,
+                      noalias: Sequence[int] = ()) -> tuple[LiftedKernel, PipelineResult]:
     """One kernel of a parsed PTX module, lifted, verified and run through the pipeline.
     `block_dims`: the block shape the code is for (the kernel's `.reqntid` when it has
-    one), recorded on the kernel op for the passes that depend on it."""
-    return optimize_kernel(lift_kernel(module, entry).op, pipeline, block_dims)
+    one), recorded on the kernel op for the passes that depend on it; `noalias`: the byte
+    offsets of the pointer parameters the code may take to point into memory no other
+    pointer parameter reaches (the kernel's `noalias_params`)."""
+    return optimize_kernel(lift_kernel(module, entry).op, pipeline, block_dims, noalias)
 
 
 def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]
-                    block_dims: tuple[int, int, int] | None = None
-                    ) -> tuple[LiftedKernel, PipelineResult]:
+                    block_dims: tuple[int, int, int] | None = None,
+                    noalias: Sequence[int] = ()) -> tuple[LiftedKernel, PipelineResult]:
     """A `upir.kernel` op (lifted, or read from an MLIR file) verified and run through the
-    pipeline, for `block_dims` (default: the kernel's `.reqntid`)."""
+    pipeline, for `block_dims` (default: the kernel's `.reqntid`) and with `noalias` as its
+    `noalias_params` (default: what the op says)."""
     verify(kernel_op)
     req = KernelView.from_op(kernel_op).directives.get("reqntid")
     if block_dims is None and req:
         block_dims = (tuple(req) + (1, 1, 1))[:3]  # type: ignore[assignment]
     if block_dims is not None:
         kernel_op.attributes["block_dims"] = list(block_dims)
+    if noalias:
+        kernel_op.attributes["noalias_params"] = sorted({int(x) for x in noalias})
     result = run_pipeline(kernel_op, pipeline)
     # warp-wide matrix instructions as code generation runs them (not optional)
     lower_warp_matrix_ops(kernel_op)
@@ -431,15 +441,31 @@ class SpecializedObject:
     generic code)."""
     object_code: bytes
     scratch: ScratchLayout
+    #: the pointer parameters (byte offsets) whose non-overlap with the other pointer
+    #: parameters would remove a barrier this code keeps: where the launch's arrays show
+    #: it, a variant compiled with them as `noalias` is worth building
+    noalias_candidates: tuple[int, ...] = ()
+    #: the parameters some global access is based on (analysis.pointers.parameter_bases):
+    #: those whose arguments the non-overlap check must see the extents of
+    pointer_bases: tuple[int, ...] = ()
+    #: the barriers the barrier passes removed in this code
+    barriers_removed: int = 0
+    #: the `noalias_params` this code was compiled with (a launch-time variant), or ()
+    noalias_params: tuple[int, ...] = ()
 
 
 def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
-                        passes: Sequence[str] | None = None) -> SpecializedObject:
+                        passes: Sequence[str] | None = None,
+                        noalias: Sequence[int] = ()) -> SpecializedObject:
     """`kernel` compiled for one block shape only; its object declares the module's
     variables, so it must be loaded next to the module's own object (and reads the values
-    of its launch prologue: `passes` must be the module's pipeline).  Cached."""
+    of its launch prologue: `passes` must be the module's pipeline).  `noalias`: the
+    variant for launches whose pointer arguments at these parameter offsets point into
+    memory no other pointer argument reaches (its block function's symbol says so:
+    kernel_abi.specialized_symbol).  Cached."""
     pipeline = PipelineOptions(tuple(passes) if passes is not None else None)
-    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}")
+    noalias = tuple(sorted({int(x) for x in noalias}))
+    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}|{noalias}")
     if cache_enabled():
         got = _load(f"{key}.spec", SpecializedObject)
         if got is not None:
@@ -447,9 +473,15 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     module = _parsed_ptx(ptx)
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
-    lifted, _ = lift_and_optimize(module, module.functions[kernel], pipeline, block_dims)
+    lifted, result = lift_and_optimize(module, module.functions[kernel], pipeline, block_dims,
+                                       noalias)
     info = gen.add_kernel(lifted, block_dims)
-    spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch)
+    candidates = () if noalias else tuple(
+        int(x) for x in lifted.op.attributes.get("noalias_candidates", ()))
+    bases = tuple(sorted(parameter_bases(lifted.op))) if candidates or noalias else ()
+    spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch,
+                             candidates, bases,
+                             sum(result.counts.get(p, 0) for p in BARRIER_PASSES), noalias)
     if cache_enabled():
         _store(f"{key}.spec", spec)
     return spec

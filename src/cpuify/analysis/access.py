@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.analysis.pointers import memory_space
+from cpuify.analysis.pointers import memory_space, pointer_parameter
 from cpuify.ir.core import OpResult, Operation, Value
 from cpuify.ir.dialects import READ, WRITE, memory_effects
 from cpuify.ir.modifiers import mods, ty, type_size
@@ -148,6 +148,8 @@ class Access:
     address: Affine | None
     size: int
     read_only: bool = False        # ld.global.nc / ldu: memory no thread writes in the kernel
+    #: the byte offset of the pointer parameter the address is based on (None: unknown)
+    base: int | None = None
 
 
 _MEMORY_OPS = ("ptx.ld", "ptx.ldu", "ptx.st", "ptx.atom", "ptx.red")
@@ -187,7 +189,11 @@ def accesses(op: Operation, uniform: "set[Value] | Symbols", memo: dict) -> list
         if set(mods(op)) & _ORDERED:
             address = None              # volatile/atomic-ordered: observable, never "same thread"
         kinds = sorted({k for k, _ in effects})
-        return [Access(op, k, space, address, size, nc) for k in kinds]
+        base = None
+        if space in ("global", "generic"):
+            bases = memo.setdefault("pointer bases", {})
+            base = pointer_parameter(op.operands[0], None, bases)
+        return [Access(op, k, space, address, size, nc, base) for k in kinds]
     return [Access(op, k, s, None, 0) for k, s in effects]
 
 
@@ -196,12 +202,14 @@ def _spaces(space: str) -> set[str]:
 
 
 def may_conflict(a: Access, b: Access, block_dims: tuple[int, int, int] | None,
-                 shared_var: dict[Value, str]) -> bool:
+                 shared_var: dict[Value, str], noalias: frozenset[int] = frozenset()) -> bool:
     """Whether a and b, run by two *different* threads of a block, may touch the same
-    location with at least one write."""
+    location with at least one write.  `noalias`: the byte offsets of the pointer
+    parameters known to point into memory no other pointer parameter reaches (the kernel's
+    `noalias_params`)."""
     common = _spaces(a.space) & _spaces(b.space)
     common -= {"local", "param", "const"}   # per thread, or never written by a kernel
-    if _apart(a, b, common, shared_var):
+    if _apart(a, b, common, shared_var, noalias):
         return False
     if a.address is not None and b.address is not None and a.address == b.address and \
             a.size == b.size and same_thread_only(a.address, a.size, block_dims):
@@ -213,23 +221,35 @@ def _thread_spaces(space: str) -> set[str]:
     return {"global", "shared", "const", "local"} if space == "generic" else {space}
 
 
-def may_conflict_in_thread(a: Access, b: Access, shared_var: dict[Value, str]) -> bool:
+def may_conflict_in_thread(a: Access, b: Access, shared_var: dict[Value, str],
+                           noalias: frozenset[int] = frozenset()) -> bool:
     """Whether a and b, run by the *same* thread, may touch the same location with at least
     one write (what keeps two accesses of a thread in their order)."""
     # (a generic address may also point into the thread's own local memory)
     common = _thread_spaces(a.space) & _thread_spaces(b.space) - {"param", "const"}
-    return not _apart(a, b, common, shared_var)
+    return not _apart(a, b, common, shared_var, noalias)
 
 
-def _apart(a: Access, b: Access, common: set[str], shared_var: dict[Value, str]) -> bool:
+def apart_by_parameters(a: Access, b: Access, noalias: frozenset[int]) -> bool:
+    """Whether a and b are based on two different pointer parameters, one of which is known
+    to point into memory no other pointer parameter reaches (in `noalias`)."""
+    return a.base is not None and b.base is not None and a.base != b.base and \
+        (a.base in noalias or b.base in noalias)
+
+
+def _apart(a: Access, b: Access, common: set[str], shared_var: dict[Value, str],
+           noalias: frozenset[int] = frozenset()) -> bool:
     """What both conflict tests know apart from addresses: a and b never touch the same
     location with a write when both read, one reads `.nc` data, their memory spaces
-    (`common`: those both may reach) are disjoint, or they are distinct __shared__ variables."""
+    (`common`: those both may reach) are disjoint, they are distinct __shared__ variables,
+    or they are based on different pointer parameters one of which is in `noalias`."""
     if a.kind == READ and b.kind == READ:
         return True
     if a.read_only and a.kind == READ or b.read_only and b.kind == READ:
         return True                     # .nc data is not written during the kernel
     if not common:
+        return True
+    if noalias and apart_by_parameters(a, b, noalias):
         return True
     if common == {"shared"} and a.op.name in _MEMORY_OPS and b.op.name in _MEMORY_OPS:
         va, vb = shared_var.get(a.op.operands[0]), shared_var.get(b.op.operands[0])
@@ -265,6 +285,7 @@ __all__ = [
     "Symbols",
     "accesses",
     "affine_form",
+    "apart_by_parameters",
     "may_conflict",
     "may_conflict_in_thread",
     "same_thread_only",

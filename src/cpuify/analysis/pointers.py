@@ -221,3 +221,98 @@ def shared_variables(region: Region) -> dict[Value, str]:
     return {v: s for v, s in base.items() if s}
 
 
+
+
+# --- which pointer parameter an address is based on ------------------------------------------
+
+#: ops whose result points into the object of the given operands (the others are offsets)
+_BASE_OPERANDS = {"ptx.add": (0, 1), "ptx.sub": (0,), "ptx.mov": (0,), "ptx.cvta": (0,),
+                  "ptx.cvt": (0,), "ptx.mad": (2,), "ptx.selp": (0, 1), "ptx.slct": (0, 1),
+                  # (an index masked in 64 bits; a pointer aligned down stays based on it)
+                  "ptx.and": (0, 1), "ptx.or": (0, 1)}
+#: how many ops an address is followed back through
+_BASE_DEPTH = 64
+
+
+def pointer_parameter(address: Value, incoming: dict[BlockArgument, list[Value]] | None = None,
+                      memo: dict | None = None) -> int | None:  # type: ignore[type-arg]
+    """The byte offset of the 64-bit kernel parameter (`upir.param`) that `address` is
+    based on, in C's sense: the address is that pointer plus integer offsets, through
+    additions, moves, conversions and block arguments (every incoming value based on the
+    same parameter).  None when it may be based on anything else too: a pointer loaded from
+    memory, a variable's address, two parameters added, a value followed too far.  A
+    32-bit value in a base position is an offset (it cannot hold a 64-bit address);
+    multiplied or shifted values are offsets."""
+    memo = {} if memo is None else memo
+    if address in memo:
+        return memo[address]  # type: ignore[no-any-return]
+    roots: set[int] = set()
+    seen: set[Value] = set()
+    work = [address]
+    while work:
+        v = work.pop()
+        if v in seen or v.type != "i64" and v is not address:
+            continue
+        if v.type != "i64":
+            return None                 # a 32-bit generic address: shared or local memory
+        seen.add(v)
+        if len(seen) > _BASE_DEPTH:
+            return None
+        if v in memo and v is not address:
+            known = memo[v]
+            if known is None:
+                return None
+            roots.add(known)
+        elif isinstance(v, OpResult):
+            op = v.op
+            if op.name == "upir.param":
+                if op.attributes.get("hoisted"):
+                    return None         # a value the launch prologue computed
+                roots.add(int(op.attributes.get("offset", -1)))
+            elif op.name == "upir.const":
+                continue                # an integer constant: an offset
+            elif op.name in _BASE_OPERANDS:
+                if op.name == "ptx.cvta" and "to" not in op.attributes.get("mods", ()):
+                    return None         # a shared/local address made generic
+                work.extend(op.operands[k] for k in _BASE_OPERANDS[op.name]
+                            if k < len(op.operands))
+            elif op.name in ("ptx.mul", "ptx.shl"):
+                continue                # an index scaled: an offset
+            else:
+                return None
+        elif isinstance(v, BlockArgument):
+            if incoming is None:
+                region = v.block.parent
+                if region is None:
+                    return None
+                # (computed once per region for all the addresses of one memo)
+                cached = memo.get(region)  # type: ignore[call-overload]
+                if cached is None:
+                    cached = memo[region] = _incoming(region)  # type: ignore[index]
+                incoming = cached
+            srcs = incoming.get(v)
+            if not srcs:
+                return None
+            work.extend(srcs)
+        else:
+            return None
+        if len(roots) > 1:
+            break
+    got = roots.pop() if len(roots) == 1 else None
+    memo[address] = got
+    return got
+
+
+def parameter_bases(kernel: Operation) -> set[int]:
+    """The byte offsets of the parameters some global or generic memory access of the kernel
+    is based on (pointer_parameter): the arguments a launch-time non-overlap check must
+    know the extents of."""
+    out: set[int] = set()
+    memo: dict = {}  # type: ignore[type-arg]
+    for op in kernel.walk():
+        if op.name in ("ptx.ld", "ptx.ldu", "ptx.st", "ptx.atom", "ptx.red") and op.operands \
+                and memory_space(op) in ("global", "generic"):
+            base = pointer_parameter(op.operands[0], None, memo)
+            if base is not None:
+                out.add(base)
+    return out

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cpuify.api.arguments import ArgumentPacker
+from cpuify.api.arguments import ArgumentPacker, array_address
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
     ERR_ASSERT, ERR_BARRIER_DIVERGENCE, ERR_STACK_OVERFLOW, ERR_TRAP, ERR_WARP_DIVERGENCE,
@@ -190,6 +190,56 @@ def set_distributed_launch(hook: Any) -> None:
     _distributed_launch = hook
 
 
+def _allocation_extent(arg: Any) -> tuple[int, int] | None:
+    """The bytes [lo, hi) of the allocation an ndarray argument points into: those of the
+    array that owns its memory (a view's base, followed through views), as a kernel may
+    index anywhere in it.  None for anything whose extent is unknown."""
+    if not isinstance(arg, np.ndarray):
+        return None
+    owner = arg
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    lo = array_address(owner) if type(owner) is np.ndarray else owner.__array_interface__["data"][0]
+    flags = owner.flags
+    if flags.c_contiguous or flags.f_contiguous:
+        return lo, lo + owner.nbytes
+    if owner.size == 0:
+        return lo, lo
+    hi = lo
+    for n, stride in zip(owner.shape, owner.strides):
+        if stride < 0:
+            lo += stride * (n - 1)
+        else:
+            hi += stride * (n - 1)
+    return lo, hi + owner.itemsize
+
+
+def _disjoint_arguments(args: Sequence[Any], candidates: Sequence[int],
+                        others: Sequence[int]) -> bool:
+    """Whether the arrays at the argument indices `candidates` point into allocations that
+    the array at no other index of `candidates` or `others` overlaps.  Null pointers (None)
+    overlap nothing; a pointer of unknown extent (an integer address, a buffer object)
+    fails the check."""
+    extents: list[tuple[int, int, int]] = []
+    for index in (*candidates, *others):
+        if index >= len(args):
+            return False
+        arg = args[index]
+        if arg is None:
+            continue
+        extent = _allocation_extent(arg)
+        if extent is None:
+            return False
+        extents.append((index, extent[0], extent[1]))
+    for index, lo, hi in extents[:len(candidates)]:
+        if index not in candidates or lo == hi:
+            continue
+        for other, lo2, hi2 in extents:
+            if other != index and lo < hi2 and lo2 < hi:
+                return False
+    return True
+
+
 class Function:
     """A compiled kernel, launched with `fn(grid, block, args, shared_mem=0)`."""
 
@@ -208,6 +258,20 @@ class Function:
         # the scratch layout of each specialized block function (its own slots)
         self._shape_scratch: dict[tuple[int, int, int], ScratchLayout] = {}
         self._shape_seen: dict[tuple[int, int, int], int] = {}
+        # launch-time pointer specialization: per block shape, the pointer parameters whose
+        # non-overlap would remove a barrier and the parameters accesses are based on
+        # (SpecializedObject), and the variant compiled with them as `noalias_params`
+        # (None: its compile failed), built at the first launch whose arrays allow it
+        self._noalias_of_shape: dict[tuple[int, int, int],
+                                     tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+        self._noalias_variant: dict[tuple[int, int, int], tuple[int, ScratchLayout] | None] = {}
+        #: launches that ran the variant compiled for non-overlapping pointer arguments
+        self.noalias_launches = 0
+        self._specialize_noalias = os.environ.get("CPUIFY_NOALIAS_VARIANTS", "1") != "0"
+        # parameter offset -> argument index, for the pointer parameters
+        self._pointer_arg = {off: i for i, (_, t, off, size) in enumerate(info.params)
+                             if t in ("b64", "u64", "s64") and size == 8
+                             and not info.aggregate_params[i]}
         self._specialize = os.environ.get("CPUIFY_SPECIALIZE", "1") != "0"
         self._dyn_offset = dynamic_smem_offset(info.param_size)
         self._param_size = info.buffer_size()
@@ -303,6 +367,14 @@ class Function:
             self._loaded.add(spec.object_code)
             self._shape_scratch[block] = spec.scratch
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
+            if spec.noalias_candidates and self._specialize_noalias and \
+                    all(off in self._pointer_arg for off in spec.noalias_candidates):
+                # (as argument indices: the candidates, and the other parameters accesses
+                # are based on, whose arrays the candidates' must not overlap)
+                cands = tuple(self._pointer_arg[off] for off in spec.noalias_candidates)
+                others = tuple(self._pointer_arg.get(off, 1 << 30) for off in spec.pointer_bases
+                               if off not in spec.noalias_candidates)
+                self._noalias_of_shape[block] = (spec.noalias_candidates, cands, others)
         except Exception as e:      # the generic code is always correct: keep using it
             import warnings
             from cpuify.errors import SpecializationWarning
@@ -312,6 +384,35 @@ class Function:
             addr = self._addr
         self._shape_addr[block] = addr
         return addr
+
+    def _noalias_block_function(self, block: tuple[int, int, int], args: Sequence[Any]
+                                ) -> tuple[int, ScratchLayout] | None:
+        """The block function (and its scratch layout) compiled for `block` with the
+        candidate pointer parameters as `noalias_params`, when this launch's arrays show
+        that those parameters point into memory no other pointer argument reaches; None
+        otherwise (the checked fallback: the code for the shape runs)."""
+        candidates, indices, others = self._noalias_of_shape[block]
+        if not _disjoint_arguments(args, indices, others):
+            return None
+        if block not in self._noalias_variant:
+            from cpuify.codegen.llvm_gen import specialized_symbol
+            from cpuify.compiler import compile_specialized
+            try:
+                spec = compile_specialized(self.module._compiled.ptx, self.name, block,
+                                           self.module._compiled.passes, candidates)
+                self._loaded.add(spec.object_code)
+                addr = self._loaded.function_address(
+                    specialized_symbol(self.name, block, candidates))
+                self._noalias_variant[block] = (addr, spec.scratch)
+            except Exception as e:  # noqa: BLE001 - the code for the shape is correct: keep using it
+                import warnings
+                from cpuify.errors import SpecializationWarning
+                warnings.warn(f"kernel '{self.name}': compiling it for non-overlapping "
+                              f"pointer arguments failed ({type(e).__name__}: {e}); running "
+                              "the code for the block shape", SpecializationWarning,
+                              stacklevel=4)
+                self._noalias_variant[block] = None
+        return self._noalias_variant[block]
 
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
         self._packer(args, bufs.params)
@@ -375,7 +476,13 @@ class Function:
         addr = scratch = 0
         if not distributed:     # (over MPI the engine's box launches pick the block function)
             addr = self._shape_addr.get(bl) or self._block_function_for(bl)
-            scratch = self._shape_scratch.get(bl, self.info.scratch).scratch_bytes(nthreads)
+            layout = self._shape_scratch.get(bl, self.info.scratch)
+            if bl in self._noalias_of_shape and args is not None:
+                variant = self._noalias_block_function(bl, args)
+                if variant is not None:
+                    addr, layout = variant
+                    self.noalias_launches += 1
+            scratch = layout.scratch_bytes(nthreads)
         shared_bytes = self.info.shared_static + shared_mem
         own = self._busy.acquire(blocking=False)
         bufs = self._buffers if own else _LaunchBuffers(self._param_size)

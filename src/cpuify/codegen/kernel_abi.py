@@ -5,13 +5,13 @@ block function's symbol, and what a launch needs to know of a compiled kernel.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llvmlite import ir
 
 from cpuify.codegen.layout import CTX_FIELDS, CTX_U32_FIELDS, ScratchLayout, align_up
 from cpuify.codegen.lowering import I32, PTR
-
 
 CTX_TYPE = ir.LiteralStructType([PTR] * len(CTX_FIELDS) + [I32] * len(CTX_U32_FIELDS))
 DIMS_TYPE = ir.LiteralStructType([ir.ArrayType(I32, 3), ir.ArrayType(I32, 3)])
@@ -76,5 +76,11 @@ class KernelInfo:
         return dynamic_smem_offset(self.param_size) + 8 + self.launch_bytes
 
 
-def specialized_symbol(kernel: str, block_dims: tuple[int, int, int]) -> str:
-    return f"cpuify_block_{kernel}__{block_dims[0]}x{block_dims[1]}x{block_dims[2]}"
+def specialized_symbol(kernel: str, block_dims: tuple[int, int, int],
+                       noalias: Sequence[int] = ()) -> str:
+    """The block function of `kernel` compiled for one block shape (and, with `noalias`,
+    for launches whose pointer arguments at those parameter offsets overlap no other)."""
+    name = f"cpuify_block_{kernel}__{block_dims[0]}x{block_dims[1]}x{block_dims[2]}"
+    if noalias:
+        name += "__noalias_" + "_".join(str(int(x)) for x in sorted(noalias))
+    return name

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.analysis.cfg import immediate_post_dominators
-from cpuify.analysis.pointers import infer_pointers, no_signed_wrap, shared_variables
+from cpuify.analysis.pointers import (
+    infer_pointers,
+    memory_space,
+    no_signed_wrap,
+    pointer_parameter,
+    shared_variables,
+)
 from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
 from cpuify.analysis.uniformity import uniform_across_yields, uniform_values
 from cpuify.codegen.denormals import hardware_flush, is_x86
@@ -101,6 +107,10 @@ class KernelPlan(ThreadLoopPlans):
                            if (ops := self.iteration_prefetches(r))}
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
+        # pointer parameters known not to overlap the others (launch-time specialization)
+        self.noalias: tuple[int, ...] = () if body is not None else tuple(
+            sorted(int(x) for x in kernel.op.attributes.get("noalias_params", ())))
+        self.param_alias_tags = self.parameter_scopes()
         # local memory (per thread): kernel .local depots
         self.local_offsets: dict[str, int] = {}
         off = 0
@@ -218,6 +228,39 @@ class KernelPlan(ThreadLoopPlans):
         second: n 8-byte values and two guard zones, 64-byte aligned."""
         size = b.add(b.mul(n64, I64(8)), I64(2 * XVAL_GUARD))
         return b.and_(b.add(size, I64(63)), I64(~63 & (2**64 - 1)))
+
+    def parameter_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
+        """Global/generic address -> (alias.scope, noalias) metadata from the kernel's
+        `noalias_params`: an access based on such a parameter gets a scope of its own and is
+        declared independent of the accesses based on any other parameter (these share one
+        scope, as they may overlap each other); accesses based on no known parameter (a
+        loaded pointer) get no metadata.  LLVM's noalias for the launch-time variant: the
+        vectorizer then needs no run-time overlap checks between those arrays."""
+        if not self.noalias:
+            return {}
+        m = self.mod.module
+        domain = m.add_metadata([ir.MetaDataString(m, f"cpuify.params.{self.name}")])
+        scope = {p: m.add_metadata([ir.MetaDataString(m, f"cpuify.param.{self.name}.{p}"), domain])
+                 for p in self.noalias}
+        other = m.add_metadata([ir.MetaDataString(m, f"cpuify.param.{self.name}.other"), domain])
+        tags: dict[int | None, tuple[ir.Value, ir.Value]] = {
+            p: (m.add_metadata([scope[p]]),
+                m.add_metadata([scope[q] for q in self.noalias if q != p] + [other]))
+            for p in self.noalias}
+        tags[None] = (m.add_metadata([other]), m.add_metadata([scope[p] for p in self.noalias]))
+        out: dict[Value, tuple[ir.Value, ir.Value]] = {}
+        memo: dict = {}  # type: ignore[type-arg]
+        for blk in self.region.blocks:
+            for op in blk.ops:
+                if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) not in ("global", "generic"):
+                    continue
+                address = op.operands[0]
+                if address in out:
+                    continue
+                base = pointer_parameter(address, None, memo)
+                if base is not None:
+                    out[address] = tags[base if base in scope else None]
+        return out
 
     def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
         """Shared-memory address -> (alias.scope, noalias) metadata of the `__shared__`

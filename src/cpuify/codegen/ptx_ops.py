@@ -362,7 +362,7 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
         else:
             v = b.load(b.bitcast(pk, lt.as_pointer()))
             v.align = align
-        if space == "shared":
+        if space in ("shared", "global", "generic"):
             e.tag_shared_access(op, v)
         e.result(op, v, t, k)
 
@@ -398,7 +398,7 @@ def _st(e: SegmentEmitter, op: Operation) -> None:
         else:
             s = b.store(val, b.bitcast(pk, lt.as_pointer()))
             s.align = align
-        if space == "shared":
+        if space in ("shared", "global", "generic"):
             e.tag_shared_access(op, s)
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from cpuify.analysis.pointers import memory_space
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
     HANDLERS, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width, is_signed, ptx_llvm_type,
@@ -239,8 +240,11 @@ class SegmentValues:
                 instr.set_metadata("llvm.access.group", group)
 
     def tag_shared_access(self, op: Operation, instr: ir.Instruction) -> None:
-        """Marks a shared-memory load/store with the scope of the variable it accesses."""
-        tags = self.kc.shared_alias_tags.get(op.operands[0])
+        """Marks a shared-memory load/store with the scope of the variable it accesses, a
+        global one with the scope of its pointer parameter (KernelPlan.parameter_scopes)."""
+        address = op.operands[0]
+        tags = (self.kc.shared_alias_tags if memory_space(op) == "shared"
+                else self.kc.param_alias_tags).get(address)
         if tags is not None:
             instr.set_metadata("alias.scope", tags[0])
             instr.set_metadata("noalias", tags[1])

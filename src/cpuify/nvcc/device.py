@@ -114,11 +114,23 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
         for j, (block, spec) in enumerate(shapes):
             out.append(f"extern int32_t cpuify_k{i}_s{j}(const void *, const cpuify_dims *, uint32_t, "
                        f"uint32_t, uint32_t, void *, void *) "
-                       f"__asm__({_c_string(specialized_symbol(name, block))});")
+                       f"__asm__({_c_string(specialized_symbol(name, block, spec.noalias_params))});")
+            if spec.noalias_params:
+                # the launch-time variant: used when the pointers at these parameter
+                # offsets point into allocations no pointer at the other offsets reaches
+                others = sorted(set(spec.pointer_bases) | set(spec.noalias_params))
+                out.append(f"static const uint32_t cpuify_k{i}_s{j}_noalias[] = "
+                           f"{{{', '.join(map(str, spec.noalias_params))}}};")
+                out.append(f"static const uint32_t cpuify_k{i}_s{j}_bases[] = "
+                           f"{{{', '.join(map(str, others))}}};")
         if shapes:
             rows = ", ".join(
                 f"{{{{{b[0]}, {b[1]}, {b[2]}}}, cpuify_k{i}_s{j}, {spec.scratch.per_thread()}, "
-                f"{spec.scratch.scratch_bytes(0)}}}" for j, (b, spec) in enumerate(shapes))
+                f"{spec.scratch.scratch_bytes(0)}, "
+                + (f"{len(spec.noalias_params)}, cpuify_k{i}_s{j}_noalias, "
+                   f"{len(set(spec.pointer_bases) | set(spec.noalias_params))}, cpuify_k{i}_s{j}_bases}}"
+                   if spec.noalias_params else "0, 0, 0, 0}")
+                for j, (b, spec) in enumerate(shapes))
             out.append(f"static const cpuify_kernel_variant cpuify_k{i}_var[] = {{{rows}}};")
             var_list = f"cpuify_k{i}_var"
         kernels.append(
@@ -264,6 +276,18 @@ def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, 
                      f"failed ({type(e).__name__}: {e}); its launches use the generic code")
                 continue
             out.setdefault(name, []).append((block, spec))
+            if spec.noalias_candidates and os.environ.get("CPUIFY_NOALIAS_VARIANTS", "1") != "0":
+                # the launch-time pointer specialization: a barrier would go where these
+                # pointers overlap no other (the runtime checks each launch's allocations)
+                try:
+                    variant = compile_specialized(compiled.ptx, name, block, compiled.passes,
+                                                  spec.noalias_candidates)
+                except Exception as e:  # noqa: BLE001 - the code for the shape serves
+                    warn(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of "
+                         f"{block} and non-overlapping pointers failed ({type(e).__name__}: "
+                         f"{e}); its launches use the code for the shape")
+                    continue
+                out[name].append((block, variant))
     return out
 
 

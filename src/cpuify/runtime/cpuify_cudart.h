@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever the descriptors below change. */
-#define CPUIFY_CUDART_ABI 3
+#define CPUIFY_CUDART_ABI 4
 
 enum {
     CPUIFY_KERNEL_PRINTF = 1, /* the kernel calls printf: flush stdout after a launch */
@@ -40,6 +40,13 @@ typedef struct cpuify_kernel_variant {
     cpuify_block_fn fn;
     uint32_t scratch_per_thread;
     uint32_t scratch_extra;
+    /* a launch-time variant (n_noalias > 0): compiled for launches whose pointer parameters
+     * at the byte offsets `noalias` point into allocations that no pointer at another of
+     * the offsets `bases` reaches (checked per launch; otherwise the plain shape's code) */
+    uint32_t n_noalias;
+    const uint32_t *noalias;
+    uint32_t n_bases;
+    const uint32_t *bases;
 } cpuify_kernel_variant;
 
 typedef struct cpuify_kernel_desc {

@@ -301,6 +301,7 @@ static const char *const k_copy_names[CP_N] = {
 typedef struct stat_t {
     uint64_t calls, total_ns, min_ns, max_ns, bytes;
     uint64_t specialized;     /* kernel launches that ran a block function for their shape */
+    uint64_t noalias;         /* ... its launch-time variant for non-overlapping pointers */
 } stat_t;
 
 static int g_profile = -1;
@@ -2025,14 +2026,21 @@ cudaError_t cpuify_cudart_prepare_launch(kentry *k, dim3 g, dim3 b, size_t smem,
     l->dims = (cpuify_dims){{g.x, g.y, g.z}, {b.x, b.y, b.z}};
     l->fn = d->fn;
     l->scratch_bytes = (uint64_t)d->scratch_per_thread * nthreads + d->scratch_extra;
+    l->noalias_variant = NULL;
     for (uint32_t v = 0; v < d->nvariants; v++) {
         const cpuify_kernel_variant *kv = &d->variants[v];
         if (kv->block[0] == b.x && kv->block[1] == b.y && kv->block[2] == b.z) {
-            l->fn = kv->fn;
-            l->scratch_bytes = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
-            break;
+            if (kv->n_noalias) {
+                if (!l->noalias_variant) l->noalias_variant = kv;
+                continue;
+            }
+            if (l->fn == d->fn) {
+                l->fn = kv->fn;
+                l->scratch_bytes = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
+            }
         }
     }
+    if (l->fn == d->fn) l->noalias_variant = NULL;  /* (only next to the shape's own code) */
     l->prologue = d->prologue;
     l->prologue_scratch = d->prologue_scratch;
     l->shared_bytes = d->shared_static + smem;
@@ -2085,8 +2093,56 @@ int cpuify_cudart_run_launch(const cpuify_cudart_launch *l, unsigned char *buf) 
     return run_launch_box(l, buf, NULL);
 }
 
+/* Whether the pointers in the parameter buffer at the variant's `noalias` offsets point
+ * into allocations (cudaMalloc, cudaMallocManaged, cudaMallocHost, cudaHostRegister) that
+ * no pointer at its other `bases` offsets points into.  Null pointers reach nothing; a
+ * pointer into no tracked allocation (malloc'ed host memory, a __device__ variable) is of
+ * unknown extent and fails the check. */
+/* The start of the tracked allocation pointer p points into, or NULL when there is none
+ * or p is also one past the end of the allocation before it (p[-1] is legal C there). */
+static const char *owner_of(uint64_t p) {
+    const char *c = (const char *)(uintptr_t)p;
+    alloc_t a = lookup(c);
+    if (!a.kind) return NULL;
+    if (c == a.base) {
+        alloc_t before = lookup(c - 1);
+        if (before.kind && before.base != a.base) return NULL;
+    }
+    return a.base;
+}
+
+static int noalias_holds(const cpuify_kernel_variant *kv, const unsigned char *buf) {
+    for (uint32_t i = 0; i < kv->n_noalias; i++) {
+        uint64_t p;
+        memcpy(&p, buf + kv->noalias[i], 8);
+        if (!p) continue;
+        const char *a = owner_of(p);
+        if (!a) return 0;
+        for (uint32_t j = 0; j < kv->n_bases; j++) {
+            if (kv->bases[j] == kv->noalias[i]) continue;
+            uint64_t q;
+            memcpy(&q, buf + kv->bases[j], 8);
+            if (!q) continue;
+            const char *b = owner_of(q);
+            if (!b || b == a) return 0;
+        }
+    }
+    return 1;
+}
+
 static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box) {
     kentry *k = l->kernel;
+    cpuify_cudart_launch variant;
+    int noalias = 0;
+    if (l->noalias_variant && noalias_holds(l->noalias_variant, buf)) {
+        const cpuify_kernel_variant *kv = l->noalias_variant;
+        const uint64_t nthreads = (uint64_t)l->dims.block[0] * l->dims.block[1] * l->dims.block[2];
+        variant = *l;
+        variant.fn = kv->fn;
+        variant.scratch_bytes = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
+        l = &variant;
+        noalias = 1;
+    }
     memcpy(buf + l->dyn_offset, &l->dyn_shared, 4);
     uint32_t err_block[3] = {0, 0, 0};
     const int prof = profiling();
@@ -2103,6 +2159,7 @@ static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, con
         pthread_mutex_lock(&g_prof_lock);
         stat_add(&k->stat, t, 0);
         if (l->fn != k->desc->fn) k->stat.specialized++;
+        if (noalias) k->stat.noalias++;
         pthread_mutex_unlock(&g_prof_lock);
     }
     if (rc) {
@@ -2585,11 +2642,15 @@ __attribute__((destructor)) static void profile_report(void) {
     fprintf(stderr, "%16s %8s %10s %9s %10s %10s %10s  %s\n", "Type", "Time(%)", "Time", "Calls",
             "Avg", "Min", "Max", "Name");
     for (size_t i = 0; i < nrows; i++) {
-        char extra[64] = "";
+        char extra[128] = "";
         if (rows[i]->bytes) {
             double secs = (double)rows[i]->total_ns / 1e9;
             snprintf(extra, sizeof extra, "  (%.1f MB, %.2f GB/s)", (double)rows[i]->bytes / 1e6,
                      secs > 0 ? (double)rows[i]->bytes / secs / 1e9 : 0.0);
+        } else if (rows[i]->noalias) {
+            snprintf(extra, sizeof extra, "  (%llu specialized for their block shape, %llu of "
+                     "them for non-overlapping pointers)", (unsigned long long)rows[i]->specialized,
+                     (unsigned long long)rows[i]->noalias);
         } else if (rows[i]->specialized) {
             snprintf(extra, sizeof extra, "  (%llu specialized for their block shape)",
                      (unsigned long long)rows[i]->specialized);

@@ -81,6 +81,9 @@ typedef struct cpuify_cudart_launch {
     int cooperative;
     uint32_t launch_flags;      /* cpuify_launch_ex: fibers (spin-waits), cooperative */
     uint64_t resident;          /* blocks resident at once (the co-resident limit) */
+    /* the launch-time variant for non-overlapping pointers of the launch's block shape, run
+     * instead of fn when the launch's pointer arguments allow it (NULL: none) */
+    const cpuify_kernel_variant *noalias_variant;
 } cpuify_cudart_launch;
 
 CPUIFY_INTERNAL struct kentry *cpuify_cudart_kernel(const void *func, cudaError_t *err);

@@ -13,10 +13,16 @@ and the all-the-way / up-to-the-next-barrier versions the other way round, B can
 
 where two accesses conflict when they may touch the same location from *different* threads
 and one writes: reads never conflict with reads; local and parameter memory are per thread;
-distinct `__shared__` variables never overlap; `ld.global.nc` data is never written; and two
+distinct `__shared__` variables never overlap; `ld.global.nc` data is never written; two
 accesses at the same address that is an injective function of the thread index
-(`s[ty][tx]`, with the block shape known) are the same thread's.  The paper's Fig. 9
-(Rodinia's backprop layer) loses its first barrier this way.
+(`s[ty][tx]`, with the block shape known) are the same thread's; and accesses based on two
+different pointer parameters, one of them in the kernel's `noalias_params` (the launch-time
+specialization's fact), never overlap.  The paper's Fig. 9 (Rodinia's backprop layer) loses
+its first barrier this way (with barrier-motion, below), and its last one (between
+`hidden[index] = ...` and the `output` store) with `noalias_params` naming `hidden`.  Where
+only such a fact is missing, the passes record the parameters it would have to name in the
+kernel's `noalias_candidates` (the cheap check that decides whether a launch-time variant is
+worth compiling).
 
 Barriers whose result is used (`__syncthreads_count`), soft barriers and warp collectives
 are kept.  So is a barrier that separates code only some threads run (`if (tx == 0)
@@ -24,7 +30,9 @@ node[ty] = ...;`) from code all threads run: in cpuify's execution model each ba
 interval is one loop over the block's threads, and the interval of the few threads runs
 only them, while merged into the next one it puts a branch on the thread index into that
 loop, which then no longer vectorizes (the paper's Fig. 9 kernel ran 4x slower without its
-first barrier).  The barrier-motion pass (below) recovers the first.  The thread-index argument needs the block shape, known in code specialized for
+first barrier).  The barrier-motion pass (below) recovers the first.  The other way round is
+fine: a barrier followed only by `if`s on one thread index up to the next barrier or the
+exit may go, as code generation runs such `if`s after the interval's thread loop.  The thread-index argument needs the block shape, known in code specialized for
 one (the kernel's `block_dims` attribute); without it only the other rules apply."""
 
 from __future__ import annotations
@@ -74,9 +82,30 @@ class BarrierElimination:
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
-        return eliminate_barriers(block_body(kernel), tuple(dims) if dims else None,  # type: ignore[arg-type]
-                                  keep_divergent_splits=self.keep_divergent_splits,
-                                  analyses=analyses)
+        candidates: set[int] = set()
+        removed = eliminate_barriers(block_body(kernel), tuple(dims) if dims else None,  # type: ignore[arg-type]
+                                     keep_divergent_splits=self.keep_divergent_splits,
+                                     analyses=analyses, noalias=noalias_params(kernel),
+                                     candidates=candidates)
+        record_noalias_candidates(kernel, candidates)
+        return removed
+
+
+def noalias_params(kernel: Operation) -> frozenset[int]:
+    """The kernel's `noalias_params` attribute: byte offsets of the pointer parameters known
+    to point into memory that no other pointer parameter reaches (set by the launch-time
+    specialization, compiler.compile_specialized(noalias=...))."""
+    return frozenset(int(x) for x in kernel.attributes.get("noalias_params", ()))  # type: ignore[union-attr]
+
+
+def record_noalias_candidates(kernel: Operation, candidates: set[int]) -> None:
+    """Adds to the kernel's `noalias_candidates` attribute: the pointer parameters whose
+    non-overlap with the other pointer parameters would let a barrier pass remove a barrier
+    it keeps now (the cheap check behind the launch-time specialization: a variant compiled
+    with `noalias_params` is worth building only when this is not empty)."""
+    if candidates:
+        known = {int(x) for x in kernel.attributes.get("noalias_candidates", ())}  # type: ignore[union-attr]
+        kernel.attributes["noalias_candidates"] = sorted(known | candidates)
 
 
 def _is_block_barrier(op: Operation) -> bool:
@@ -166,8 +195,12 @@ class BarrierMotion:
         dims = kernel.attributes.get("block_dims")
         if not dims:
             return 0
-        return eliminate_barriers(block_body(kernel), tuple(dims),  # type: ignore[arg-type]
-                                  motion=True, analyses=analyses)
+        candidates: set[int] = set()
+        moved = eliminate_barriers(block_body(kernel), tuple(dims),  # type: ignore[arg-type]
+                                   motion=True, analyses=analyses,
+                                   noalias=noalias_params(kernel), candidates=candidates)
+        record_noalias_candidates(kernel, candidates)
+        return moved
 
 
 def _plain_access(op: Operation) -> bool:
@@ -181,7 +214,8 @@ def _plain_access(op: Operation) -> bool:
 def _hoist_past_if(barrier: Operation, block_dims: tuple[int, int, int],
                    uniform: set, ipdom: dict, idom: dict,  # type: ignore[type-arg]
                    preds: dict[Block, list[Block]], shared_var: dict,  # type: ignore[type-arg]
-                   symbols: Symbols, memo: dict) -> bool:  # type: ignore[type-arg]
+                   symbols: Symbols, memo: dict,  # type: ignore[type-arg]
+                   noalias: frozenset[int] = frozenset()) -> bool:
     """Moves the code after `barrier` (up to the next barrier of its block) above the
     thread-index `if` that ends at the barrier's block; True when done (the barrier is then
     the caller's to remove).  Nothing changes when any condition of BarrierMotion fails."""
@@ -233,7 +267,7 @@ def _hoist_past_if(barrier: Operation, block_dims: tuple[int, int, int],
     if_access = [a for op in if_ops for a in accesses(op, symbols, memo)]
     for op in moved:
         for a in accesses(op, symbols, memo):
-            if any(may_conflict_in_thread(a, b, shared_var) for b in if_access):
+            if any(may_conflict_in_thread(a, b, shared_var, noalias) for b in if_access):
                 return False
     term = branch_block.ops.index(branch)
     for op in moved:
@@ -244,12 +278,69 @@ def _hoist_past_if(barrier: Operation, block_dims: tuple[int, int, int],
     return True
 
 
+def _parameter_cover(pairs: set[tuple[int, int]]) -> set[int]:
+    """A small set of parameters that has one of each pair (greedy vertex cover): each
+    pointer parameter in `noalias_params` is apart from all the others, so one of a pair
+    suffices, and the fewer the launch must check, the more launches qualify."""
+    left = set(pairs)
+    cover: set[int] = set()
+    while left:
+        counts: dict[int, int] = {}
+        for a, b in left:
+            counts[a] = counts.get(a, 0) + 1
+            counts[b] = counts.get(b, 0) + 1
+        best = min(counts, key=lambda p: (-counts[p], p))
+        cover.add(best)
+        left = {pair for pair in left if best not in pair}
+    return cover
+
+
+def _ends_in_thread_index_ifs(barrier: Operation, block_dims: tuple[int, int, int] | None,
+                              ipdom: dict) -> bool:  # type: ignore[type-arg]
+    """Whether, after `barrier`, only pure code and `if`s on one thread index (`if (tx ==
+    0)`, each on its own) run up to the next block barrier or the thread's exit: the `if`s
+    that end a barrier interval, which code generation runs after the interval's thread loop
+    (ThreadLoopPlans.deferred_regions)."""
+    if block_dims is None:
+        return False
+    blk = barrier.parent
+    assert blk is not None
+    ops = blk.ops[blk.ops.index(barrier) + 1:]
+    seen: set[Block] = set()
+    while True:
+        for op in ops:
+            if _is_block_barrier(op) or op.name == "upir.exit":
+                return True
+            if op.name == "cf.br" and not op.successor_args[0]:
+                nxt = op.successors[0]
+                break
+            if op.name == "cf.cond_br":
+                if thread_index_condition(op.operands[0], block_dims) is None or \
+                        any(op.successor_args) or op.parent is None:
+                    return False
+                nxt = ipdom.get(op.parent)
+                break
+            if op.successors or not info(op).pure:
+                return False
+        else:
+            return False
+        if nxt is None or nxt in seen or nxt.args:
+            return False
+        seen.add(nxt)
+        ops = nxt.ops
+
+
 def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None = None, *,
                        keep_divergent_splits: bool = True, motion: bool = False,
-                       analyses: AnalysisManager | None = None) -> int:
+                       analyses: AnalysisManager | None = None,
+                       noalias: frozenset[int] = frozenset(),
+                       candidates: set[int] | None = None) -> int:
     """Removes the block barriers no access needs (the module's docstring) and returns how
     many.  `motion`: instead, only the barriers kept because they end a divergent `if`, each
-    removed after the code after it moved above the `if` (BarrierMotion)."""
+    removed after the code after it moved above the `if` (BarrierMotion).  `noalias`: the
+    pointer parameters known not to overlap the others (accesses based on them conflict with
+    no access based on another parameter); `candidates` (filled in when given): the pointer
+    parameters whose non-overlap would remove a barrier kept now."""
     removed = 0
     if not any(_is_block_barrier(op) for b in region.blocks for op in b.ops):
         return 0
@@ -288,7 +379,24 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
     def conflict(xs: list[Access] | None, ys: list[Access] | None) -> bool:
         if xs is None or ys is None:
             return True
-        return any(may_conflict(x, y, block_dims, shared_var) for x in xs for y in ys)
+        return any(may_conflict(x, y, block_dims, shared_var, noalias) for x in xs for y in ys)
+
+    def alias_only(xs: list[Access] | None, ys: list[Access] | None
+                   ) -> set[tuple[int, int]] | None:
+        """The pairs of pointer parameters of the conflicts between xs and ys when every
+        conflict is between accesses based on two different parameters (None: some other
+        conflict)."""
+        if xs is None or ys is None:
+            return None
+        pairs: set[tuple[int, int]] = set()
+        for x in xs:
+            for y in ys:
+                if not may_conflict(x, y, block_dims, shared_var, noalias):
+                    continue
+                if x.base is None or y.base is None or x.base == y.base:
+                    return None
+                pairs.add((min(x.base, y.base), max(x.base, y.base)))
+        return pairs
 
     if any(_is_block_barrier(op) for b in divergent for op in b.ops):
         # a barrier only some threads reach is an error, reported at run time when the
@@ -304,8 +412,17 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                     continue
                 near_before_ops = _walk(region, op, False, True, preds)
                 near_after_ops = _walk(region, op, True, True, preds)
-                sides = {only_some_threads(near_before_ops), only_some_threads(near_after_ops)}
-                splits = sides == {True, False}
+                before_side = only_some_threads(near_before_ops)
+                after_side = only_some_threads(near_after_ops)
+                splits = {before_side, after_side} == {True, False}
+                if splits and before_side is False and \
+                        _ends_in_thread_index_ifs(op, block_dims, ipdom):
+                    # code all threads run, then only `if`s on one thread index up to the
+                    # next barrier or the exit: code generation runs those `if`s after the
+                    # interval's thread loop (deferred), so merging costs no vectorization
+                    if motion:
+                        continue
+                    splits = False
                 if splits and keep_divergent_splits and not motion or motion and not splits:
                     continue            # it isolates code only some threads run
                 before_near = effects(near_before_ops)
@@ -314,11 +431,16 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                     before_all = effects(_walk(region, op, False, False, preds))
                     after_near = effects(near_after_ops)
                     if conflict(before_all, after_near):
+                        if candidates is not None:
+                            got = [g for g in (alias_only(before_near, after_all),
+                                               alias_only(before_all, after_near)) if g]
+                            if got:
+                                candidates.update(_parameter_cover(min(got, key=len)))
                         continue
                 if motion:
                     assert block_dims is not None
                     if not _hoist_past_if(op, block_dims, uniform, ipdom, idom, preds,
-                                          shared_var, symbols, memo):
+                                          shared_var, symbols, memo, noalias):
                         continue
                 b.ops.remove(op)
                 op.drop_uses()
