@@ -13,6 +13,8 @@
 #   INCLUDES, CFLAGS, CXXFLAGS, NVCCFLAGS (or CUDACCFLAGS), LINKFLAGS, LIB   added to the rules'
 #   SMVERSIONFLAGS, GENCODE_*, maxregisters   accepted (-arch/-gencode choose cpuify's PTX target)
 #   USECUBLAS, USECUFFT, USEDRVAPI (=1)        link cpuify's cuBLAS, cuFFT, driver API library
+#   NEWCC, NEWCPP, NEWLD   other C, C++ compilers and linker (an MPI code's mpicc, mpicxx)
+#   LINKLINE   the link command: a project may add to it after the include
 #   USEGLLIB, USEGLUT, USEPARAMGL, USERENDERCHECKGL, USENEWINTEROP, USECURAND, USENPP,
 #   USECUDPP   refused: OpenGL interop, cuRAND's host API, NPP and CUDPP are not part of cpuify
 # On the make command line (or in the environment):
@@ -60,6 +62,16 @@ NVCC := $(CUDA_INSTALL_PATH)/bin/nvcc
 CXX  := g++
 CC   := gcc
 LINK := g++ -fPIC
+# a project's own compilers (an MPI code's mpicc/mpicxx)
+ifneq ($(strip $(NEWCC)),)
+  CC := $(NEWCC)
+endif
+ifneq ($(strip $(NEWCPP)),)
+  CXX := $(NEWCPP)
+endif
+ifneq ($(strip $(NEWLD)),)
+  LINK := $(NEWLD)
+endif
 
 ifeq ($(wildcard $(NVCC)),)
   $(error CUDA_INSTALL_PATH=$(CUDA_INSTALL_PATH) has no bin/nvcc: set CUDA_INSTALL_PATH=$$(cpuify cuda-home))
@@ -173,8 +185,11 @@ $(OBJDIR)/%.ptx : %.cu $(CU_DEPS) | makedirectories
 	$(VERBOSE)$(NVCC) $(NVCCFLAGS) -o $@ -ptx $<
 ptx: $(PTXFILES)
 
+# recursively expanded: a project may add to it after including this file
+LINKLINE = $(LINK) -o $(TARGET) $(OBJS) $(LINKFLAGS) $(LIB)
+
 $(TARGET): $(OBJS) | makedirectories
-	$(VERBOSE)$(LINK) -o $(TARGET) $(OBJS) $(LINKFLAGS) $(LIB)
+	$(VERBOSE)$(LINKLINE)
 
 makedirectories:
 	$(VERBOSE)mkdir -p $(OBJDIR) $(TARGETDIR)
