@@ -246,6 +246,10 @@ int main(int argc, char **argv) {
         CUDA_SAFE_CALL(cudaMemcpy(&x, (void *)16, sizeof x, (cudaMemcpyKind)99));
     }
     if (!strcmp(mode, "cut_safe_call")) CUT_SAFE_CALL(cutStopTimer(12345));
+    if (!strcmp(mode, "safe_malloc")) {
+        void *p;
+        CUT_SAFE_MALLOC(p = malloc((size_t)-1));
+    }
     if (!strcmp(mode, "cutil_safe_call")) cutilSafeCall(cudaSetDevice(4096));
     if (!strcmp(mode, "check_error")) {
         wave<<<1, 4096>>>(0, 1);          /* more threads than a block may have */
@@ -366,6 +370,7 @@ def test_vector_math_on_the_device(program: Path, env: dict[str, str]) -> None:
     ("cuda_safe_call", "cutil_test.cu({line}) : invalid copy direction for memcpy: cudaMemcpy("),
     ("cut_safe_call", "cutil_test.cu({line}) : cutil call failed: cutStopTimer(12345)"),
     ("cutil_safe_call", "cutil_test.cu({line}) : cudaSafeCall() Runtime API error: invalid device ordinal"),
+    ("safe_malloc", "cutil_test.cu({line}) : allocation failed: p = malloc((size_t)-1)"),
     ("check_error", "cutil_test.cu({line}) : wave launch: invalid"),
 ])
 def test_failed_checks_exit_naming_file_and_line(program: Path, env: dict[str, str],
@@ -374,7 +379,7 @@ def test_failed_checks_exit_naming_file_and_line(program: Path, env: dict[str, s
     assert r.returncode == 1, r.stdout + r.stderr
     assert "survived" not in r.stdout
     needle = {"cuda_safe_call": "CUDA_SAFE_CALL(cudaMemcpy(&x", "cut_safe_call": "CUT_SAFE_CALL(cutStopTimer(12345)",
-              "cutil_safe_call": "cutilSafeCall(cudaSetDevice", "check_error": 'CUT_CHECK_ERROR("wave launch")'}[mode]
+              "cutil_safe_call": "cutilSafeCall(cudaSetDevice", "safe_malloc": "CUT_SAFE_MALLOC(p", "check_error": 'CUT_CHECK_ERROR("wave launch")'}[mode]
     line = next(n for n, text in enumerate(PROGRAM.splitlines(), start=1) if needle in text)
     assert message.format(line=line) in r.stderr
     assert "cutStopTimer: 12345 is not a timer" in r.stderr or mode != "cut_safe_call"

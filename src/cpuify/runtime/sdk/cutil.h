@@ -3,7 +3,7 @@
  * Written for cpuify from the SDK's documented API; not NVIDIA's file.
  *
  * What is here: CUTBoolean, the error-checking macros (CUT_SAFE_CALL, CUDA_SAFE_CALL,
- * CUDA_SAFE_CALL_NO_SYNC, CUT_CHECK_ERROR, CU_SAFE_CALL, CUFFT_SAFE_CALL, CUT_CONDITION,
+ * CUDA_SAFE_CALL_NO_SYNC, CUT_CHECK_ERROR, CU_SAFE_CALL, CUFFT_SAFE_CALL, CUT_SAFE_MALLOC, CUT_CONDITION,
  * CUT_DEVICE_INIT, CUT_EXIT, CUT_BANK_CHECKER), timers (cutCreateTimer ... cutGetTimerValue),
  * the command line (cutCheckCmdLineFlag, cutGetCmdLineArgumenti/f/str), files of numbers
  * (cutReadFile..., cutWriteFile...), PGM/PPM images (cutLoadPGM..., cutSavePGM..., cutLoadPPM...ub,
@@ -169,12 +169,19 @@ void cpuify_cutil_fail(const char *file, int line, const char *what, const char 
 
 /* ---- the macros ------------------------------------------------------------------------- */
 
-/* Each is one `{ ... }` block, as in the SDK (code writes them with and without a `;`). */
+/* Each is one `{ ... }` block, as in the SDK (code writes them with and without a `;`).  They
+ * check in every build: some SDK versions compiled them away without _DEBUG, which would
+ * hide errors. */
 
 /* a cut* call that returned CUTFalse */
 #define CUT_SAFE_CALL(call) {                                                                 \
     if (CUTTrue != (call))                                                                    \
         cpuify_cutil_fail(__FILE__, __LINE__, "cutil call failed", #call); }
+
+/* an allocation that returned NULL */
+#define CUT_SAFE_MALLOC(mallocCall) {                                                         \
+    if (!(mallocCall))                                                                        \
+        cpuify_cutil_fail(__FILE__, __LINE__, "allocation failed", #mallocCall); }
 
 #define CUT_CONDITION(val) {                                                                  \
     if (CUTFalse == cutCheckCondition((val), __FILE__, __LINE__)) exit(EXIT_FAILURE); }
