@@ -63,7 +63,8 @@ def sdk(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sdk_layout(sdk: Path) -> None:
     for rel in ("C/common/common.mk", "C/common/inc/cutil.h", "C/common/inc/cutil_inline.h",
                 "C/common/inc/cutil_math.h", "C/lib/libcutil_x86_64.a", "C/lib/libcutil.a",
-                "C/lib/libcutilD_x86_64.a", "C/src", "shared/inc"):
+                "C/lib/libcutilD_x86_64.a", "C/src", "shared/inc/shrUtils.h",
+                "shared/inc/shrQATest.h", "shared/lib/libshrutil_x86_64.a"):
         assert (sdk / rel).exists(), rel
     rules = (sdk / "C/common/common.mk").read_text()
     # the rules name this SDK and its cuda-home by absolute path: no placeholders left
@@ -491,3 +492,52 @@ def test_a_32_bit_build_is_built_64_bit() -> None:
     assert [w.split("'")[1] for w in o.warnings] == ["-Xcompiler -m32", "-m32", "--machine=32"]
     assert all("64-bit programs only" in w for w in o.warnings)
     assert parse_args(["-Xcompiler", "-m32", "-c", "a.cu"]).host_opts == []
+
+
+SHR_PROGRAM = r"""
+#include <shrUtils.h>
+#include <shrQATest.h>
+#include <unistd.h>
+__global__ void fill(int *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = i * i; }
+int main(int argc, char **argv) {
+    shrQAStart(argc, argv);
+    shrSetLogFileName("shr_log.txt");
+    unsigned n = 0;
+    if (!shrGetCmdLineArgumentu(argc, (const char **)argv, "n", &n)) n = 100;
+    size_t global = shrRoundUp(64, (int)n);
+    shrLog("n %u global %zu\n", n, global);
+    shrDeltaT(0);
+    usleep(20000);
+    double dt = shrDeltaT(0);
+    shrLog("delta %s\n", dt >= 0.02 && dt < 5 ? "ok" : "wrong");
+    int *d, *h = (int *)malloc(n * sizeof(int));
+    cudaMalloc((void **)&d, n * sizeof(int));
+    fill<<<(unsigned)global / 64, 64>>>(d, (int)n);
+    shrCheckError(cudaMemcpy(h, d, n * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    long long sum = 0;
+    for (unsigned i = 0; i < n; i++) sum += h[i];
+    shrLogEx(LOGBOTH | CLOSELOG, 0, "sum %lld\n", sum);
+    shrCheckError((int)n, 7);          /* --n=7 passes, anything else ends the program */
+    shrQAFinishExit(argc, (const char **)argv, sum == 91 ? QA_PASSED : QA_FAILED);
+}
+"""
+
+
+def test_shrutils_through_the_sdk_rules(sdk: Path, env: dict[str, str], tmp_path: Path) -> None:
+    proj = tmp_path / "src" / "shr"
+    proj.mkdir(parents=True)
+    (tmp_path / "common").symlink_to(sdk / "C" / "common")
+    (proj / "shr.cu").write_text(SHR_PROGRAM)
+    (proj / "Makefile").write_text("EXECUTABLE := shr\nCUFILES := shr.cu\ninclude ../../common/common.mk\n")
+    _run(["make"], proj, env)
+    exe = tmp_path / "bin" / "linux" / "release" / "shr"
+    r = _run([str(exe), "--n=7"], proj, env)
+    # sum of i * i for i < 7 = 91; 7 rounded up to a multiple of 64
+    assert r.stdout.splitlines() == ["[shr] starting...", "n 7 global 64", "delta ok", "sum 91",
+                                     "[shr] test results...", "PASSED"]
+    assert (proj / "shr_log.txt").read_text() == "n 7 global 64\ndelta ok\nsum 91\n"
+    r = _run([str(exe), "--n=100"], proj, env, ok=False)
+    assert r.returncode == 1 and "shr.cu(" in r.stderr and "shrCheckError: 100, expected 7" in r.stderr
+    assert "n 100 global 128" in r.stdout and "sum 328350" in r.stdout
+    r = _run([str(exe), "--n=-3"], proj, env, ok=False)
+    assert r.returncode == 1 and "--n=-3 is not a whole number >= 0" in r.stderr

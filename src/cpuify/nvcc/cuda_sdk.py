@@ -1,7 +1,7 @@
 """`cpuify cuda-sdk`: a directory laid out like NVIDIA's GPU Computing SDK of 2008-2012
 (`NVIDIA_COMPUTE_SDK_LOCATION`), for SDK-era programs whose Makefiles end with
-`include .../common/common.mk` and whose sources include `cutil.h` (the GPGPU-Sim ISPASS 2009
-benchmarks, old SDK samples and the projects written from them).
+`include .../common/common.mk` and whose sources include `cutil.h` or `shrUtils.h` (the
+GPGPU-Sim ISPASS 2009 benchmarks, old SDK samples and the projects written from them).
 
     C/common/common.mk         the SDK's make rules (EXECUTABLE, CUFILES, CCFILES, ...), compiling
                                with $(CUDA_INSTALL_PATH)/bin/nvcc (default: this cuda-home's)
@@ -9,7 +9,9 @@ benchmarks, old SDK samples and the projects written from them).
     C/common/lib/linux/        empty (the SDK kept GLEW/GLUT there)
     C/lib/libcutil_x86_64.a    cutil.cpp (also as libcutil.a and the debug name libcutilD_x86_64.a)
     C/src/                     empty: the SDK's projects directory (ROOTDIR)
-    shared/inc/, shared/lib/   empty: shrUtils is not provided
+    shared/inc/                shrUtils.h, shrQATest.h (the SDK 3.x utilities)
+    shared/lib/libshrutil_x86_64.a   shrUtils.cpp (also libshrutil.a, libshrutilD_x86_64.a);
+                               it calls libcutil: link -lshrutil_x86_64 -lcutil_x86_64
 
 It lives inside the `cpuify cuda-home` directory (`<home>/sdk`), made with it and versioned
 with it: its sources are part of cuda-home's cache key.  All of it is cpuify's own code,
@@ -31,6 +33,8 @@ SDK_SOURCES = RUNTIME_DIR / "sdk"
 HEADERS = ("cutil.h", "cutil_inline.h", "cutil_inline_runtime.h", "cutil_inline_drvapi.h",
            "cutil_inline_bankchecker.h", "cutil_math.h")
 LIBRARY_SOURCE = "cutil.cpp"
+SHARED_HEADERS = ("shrUtils.h", "shrQATest.h")
+SHARED_SOURCE = "shrUtils.cpp"
 MAKE_RULES = "common.mk"
 SUBDIR = "sdk"
 
@@ -43,13 +47,15 @@ def library_arch() -> str:
 def expected_files() -> tuple[str, ...]:
     """Paths (relative to the cuda-home) that a complete SDK directory has."""
     return (f"{SUBDIR}/C/common/{MAKE_RULES}", *(f"{SUBDIR}/C/common/inc/{h}" for h in HEADERS),
-            f"{SUBDIR}/C/lib/libcutil_{library_arch()}.a")
+            *(f"{SUBDIR}/shared/inc/{h}" for h in SHARED_HEADERS),
+            f"{SUBDIR}/C/lib/libcutil_{library_arch()}.a",
+            f"{SUBDIR}/shared/lib/libshrutil_{library_arch()}.a")
 
 
 def sources_digest() -> bytes:
     """What the SDK directory is made of (for cuda-home's cache key)."""
     h = hashlib.sha256(Path(__file__).read_bytes())
-    for name in (*HEADERS, LIBRARY_SOURCE, MAKE_RULES):
+    for name in (*HEADERS, LIBRARY_SOURCE, MAKE_RULES, *SHARED_HEADERS, SHARED_SOURCE):
         h.update(name.encode() + b"\0")
         h.update((SDK_SOURCES / name).read_bytes())
     return h.digest()
@@ -75,13 +81,19 @@ def build(home: Path, final_home: Path, work: str) -> None:
                                                                    str(final_home))
     (sdk / "C/common" / MAKE_RULES).write_text(rules)
 
-    # libcutil: C++ (default arguments, bool), C linkage, position-independent so that it
-    # links into executables and shared libraries alike
-    obj = os.path.join(work, "cutil.o")
-    _run(["c++", "-O2", "-fPIC", "-std=c++17", "-Wall", f"-I{sdk / 'C/common/inc'}", "-c",
-          str(SDK_SOURCES / LIBRARY_SOURCE), "-o", obj], "compiling cpuify's libcutil")
+    for header in SHARED_HEADERS:
+        (sdk / "shared/inc" / header).write_bytes((SDK_SOURCES / header).read_bytes())
+
+    # libcutil and libshrutil: C++ (default arguments, bool), C linkage, position-independent
+    # so that they link into executables and shared libraries alike
     arch = library_arch()
-    library = f"libcutil_{arch}.a"
-    _run(["ar", "rcs", str(sdk / "C/lib" / library), obj], "creating libcutil")
-    for alias in ("libcutil.a", f"libcutilD_{arch}.a"):
-        os.symlink(library, sdk / "C/lib" / alias)
+    for source, name, libdir in ((LIBRARY_SOURCE, "cutil", "C/lib"),
+                                 (SHARED_SOURCE, "shrutil", "shared/lib")):
+        obj = os.path.join(work, f"{name}.o")
+        _run(["c++", "-O2", "-fPIC", "-std=c++17", "-Wall", f"-I{sdk / 'C/common/inc'}",
+              f"-I{sdk / 'shared/inc'}", "-c", str(SDK_SOURCES / source), "-o", obj],
+             f"compiling cpuify's lib{name}")
+        library = f"lib{name}_{arch}.a"
+        _run(["ar", "rcs", str(sdk / libdir / library), obj], f"creating lib{name}")
+        for alias in (f"lib{name}.a", f"lib{name}D_{arch}.a"):
+            os.symlink(library, sdk / libdir / alias)

@@ -3,7 +3,7 @@
 # written for cpuify from their documented use, so that a project's Makefile that ends with
 # `include <sdk>/C/common/common.mk` builds unchanged: CUDA files with cpuify's nvcc
 # ($(CUDA_INSTALL_PATH)/bin/nvcc), C/C++ files with the host compiler, linked with
-# cpuify's CUDA runtime and this SDK's libcutil.
+# cpuify's CUDA runtime and this SDK's libshrutil and libcutil.
 #
 # The project's Makefile sets (before the include):
 #   EXECUTABLE   the program's name
@@ -128,9 +128,10 @@ TARGETDIR := $(BINDIR)/$(BINSUBDIR)
 TARGET    := $(TARGETDIR)/$(strip $(EXECUTABLE))
 OBJDIR    := $(ROOTOBJDIR)/$(LIB_ARCH)/$(BINSUBDIR)
 
-# libraries: cutil first (it calls nothing of the runtime), the project's, then the runtime
+# libraries: shrutil and cutil first (they call nothing of the runtime; shrutil calls cutil),
+# the project's, then the runtime
 LIB := -L$(LIBDIR) -L$(COMMONDIR)/lib/$(OSLOWER) -L$(SHAREDDIR)/lib -L$(CUDA_INSTALL_PATH)/lib64 \
-	-lcutil$(LIBSUFFIX) $(LIB)
+	-lshrutil$(LIBSUFFIX) -lcutil$(LIBSUFFIX) $(LIB)
 ifeq ($(USECUBLAS),1)
   LIB += -lcublas
 endif
