@@ -34,9 +34,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+try:
+    from benchmarks import ispass2009
+except ImportError:          # run as a script from benchmarks/
+    import ispass2009  # type: ignore[no-redef]
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,12 @@ class Recipe:
     # once, `setup` runs at its top, and each program is built in that shared copy
     setup: tuple[str, ...] = ()
     skip: str = ""                       # program directories (relative paths) to leave out
+    # a shell command run in the program's directory instead of `exe run_args` in the
+    # executable's ($EXE: the executable), for suites that say how each program is run
+    run_shell: str = ""
+    # (program, its directory, its output) -> (passed, why): True a pass, False a wrong result,
+    # None nothing to check; replaces the passed/failed patterns
+    judge: Callable[[str, Path, str], tuple[bool | None, str]] | None = None
 
 
 # PolyBench-ACC prints its count of results that differ from its CPU run (two spellings)
@@ -120,6 +132,35 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            passed=r"\bPassed\b", failed=r"(?i)\bfailed\b",
            description="Altis (CMake, setup.sh's steps), run with `-s 1 -n 1` (one pass); only "
                        "Sort checks its results: the others end as `ran`"),
+    Recipe("ispass2009", marker="Makefile.ispass-2009", programs="*/README.GPGPU-Sim",
+           # README.ISPASS-2009: CUDA_INSTALL_PATH and NVIDIA_COMPUTE_SDK_LOCATION set (here
+           # cpuify's cuda-home and cuda-sdk), nvcc on the PATH; `make -f Makefile.ispass-2009`
+           # links <suite>/../common to the SDK's C/common and runs each program's make with
+           # these variables (ParMetis before DG; CP through Parboil's driver, whose Python 2
+           # code runs `make` with SRCDIR/BUILDDIR/BIN/PARBOIL_ROOT: that make is run here).
+           # Its step 2, "set the variables to suit your environment": OPENMPI_BINDIR is where
+           # mpicc is.  DG's own CPU build (Makefiles/MakefileCPU3d) is made too: its result
+           # is DG's reference
+           setup=("make -f Makefile.ispass-2009 check_environment common",),
+           build=(('M=$(command -v mpicc); export BINDIR="$TOP/bin/" '
+                   'ROOTDIR="$NVIDIA_COMPUTE_SDK_LOCATION/C/src/" BINSUBDIR=release '
+                   'BOOST_LIB=/usr/lib64 BOOST_ROOT=/usr/include BOOST_VER="" '
+                   'OPENMPI_BINDIR="${M:+$(dirname "$M")/}" && '
+                   'OPENMPI_BINDIR="${OPENMPI_BINDIR:-/usr/lib64/mpi/gcc/openmpi/bin/}" && '
+                   'if [ "$REL" = CP ]; then export PARBOIL_ROOT="$PWD" && make -C common/src && '
+                   'cd benchmarks/cp && make -f src/cuda_short/Makefile SRCDIR=src/cuda_short '
+                   'BUILDDIR=build/cuda_short BIN=build/cuda_short/cp PARBOIL_ROOT="$PARBOIL_ROOT"; '
+                   'else { [ "$REL" != DG ] || make noinline=0 -C 3rdParty/ParMetis-3.1; } && '
+                   'make noinline=0 && { [ "$REL" != DG ] || make -f Makefiles/MakefileCPU3d N=6 '
+                   'LDFLAGS="-I./include -L3rdParty/ParMetis-3.1 -O3" >/dev/null 2>&1 || true; }; fi'),),
+           # the command line of README.GPGPU-Sim, with the executable that was built (STO's and
+           # WP's name it three directories up; CP's names its build directory)
+           run_shell=('eval "$(sed -E \'s#[^ ]*/bin/release/[A-Za-z]+#"$EXE"#\' README.GPGPU-Sim)"'),
+           judge=ispass2009.judge,
+           description="the GPGPU-Sim ISPASS 2009 benchmarks, built with their own Makefiles "
+                       "against `cpuify cuda-sdk` (the GPU Computing SDK's common.mk and cutil) "
+                       "and run as README.GPGPU-Sim says; checked by their own comparison or a "
+                       "reference of benchmarks/ispass2009.py"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
@@ -171,7 +212,8 @@ def built_by_cpuify(exe: Path) -> bool:
 def _first_error(text: str) -> str:
     for line in text.splitlines():
         if re.search(r"(?i)\berror\b|undefined reference|no such file|not supported|refused|"
-                     r"segmentation fault|core dumped|unsupported", line):
+                     r"segmentation fault|core dumped|unsupported|: not found$|command not found",
+                     line):
             return line.strip()[:300]
     tail = [line for line in text.splitlines() if line.strip()]
     return tail[-1].strip()[:300] if tail else ""
@@ -256,9 +298,15 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         outputs = []
         for exe in ours:
             try:
-                r = subprocess.run([str(exe), *recipe.run_args], cwd=exe.parent, env=env,
-                                   capture_output=True, text=True, timeout=run_timeout,
-                                   errors="replace")
+                if recipe.run_shell:
+                    r = subprocess.run(recipe.run_shell, shell=True, cwd=work,
+                                       env={**env, "EXE": str(exe)}, capture_output=True,
+                                       text=True, timeout=run_timeout, errors="replace",
+                                       stdin=subprocess.DEVNULL)
+                else:
+                    r = subprocess.run([str(exe), *recipe.run_args], cwd=exe.parent, env=env,
+                                       capture_output=True, text=True, timeout=run_timeout,
+                                       errors="replace", stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
                 res.first_error = f"{exe.name}: run timed out after {run_timeout:.0f} s"
                 return res
@@ -270,7 +318,14 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         res.run_s = time.perf_counter() - t0
         res.ran = True
         text = "\n".join(outputs)
-        if re.search(recipe.failed, text):
+        if recipe.judge is not None:
+            verdict, why = recipe.judge(rel, work, text)
+            res.passed = verdict is True
+            if verdict is False:
+                res.first_error = f"its check failed: {why}"
+            elif verdict is None:
+                res.first_error = f"not checked: {why}"
+        elif re.search(recipe.failed, text):
             m = re.search(recipe.failed, text)
             res.first_error = f"its check failed: {text[max(0, m.start() - 80):m.end() + 40].strip()}"
         elif re.search(recipe.passed, text):
@@ -313,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     for var in ("CUDA_PATH", "CUDA_HOME", "CUDA_DIR", "CUDA_INSTALL_PATH", "CUDA_ROOT"):
         env[var] = home
+    sdk = os.path.join(home, "sdk")
+    if os.path.isdir(sdk):          # `cpuify cuda-sdk`: for SDK-era Makefiles
+        env["NVIDIA_COMPUTE_SDK_LOCATION"] = sdk
     env["NVCC"] = os.path.join(bindir, "nvcc")
     if a.keep:
         a.keep.mkdir(parents=True, exist_ok=True)

@@ -148,6 +148,11 @@ def _main(argv: list[str]) -> int:
                    "made on first use: make CUDA_PATH=$(cpuify cuda-home), PATH=$(cpuify "
                    "cuda-home)/bin:$PATH make, cmake -DCMAKE_CUDA_COMPILER=$(cpuify "
                    "cuda-home)/bin/nvcc")
+    sub.add_parser("cuda-sdk", help="print a directory laid out like NVIDIA's GPU Computing SDK "
+                   "of 2008-2012 (C/common/common.mk, C/common/inc/cutil.h, C/lib/libcutil), "
+                   "part of cuda-home, for SDK-era Makefiles: make "
+                   "NVIDIA_COMPUTE_SDK_LOCATION=$(cpuify cuda-sdk) "
+                   "CUDA_INSTALL_PATH=$(cpuify cuda-home)")
     for name, help_ in (("ptx", "print the PTX NVRTC produces"),
                         ("ir", "print the parallel IR of each kernel"),
                         ("llvm", "print the LLVM IR (optimized unless --raw)"),
@@ -181,12 +186,13 @@ def _main(argv: list[str]) -> int:
         if name != "ptx":
             _add_pipeline_flags(p)
     args = parser.parse_args(argv)
-    if args.command == "cuda-home":
+    if args.command in ("cuda-home", "cuda-sdk"):
         from cpuify.nvcc.cuda_home import cuda_home
         try:
-            print(cuda_home(persistent=True))
+            home = cuda_home(persistent=True)
+            print(home / "sdk" if args.command == "cuda-sdk" else home)
         except (CpuifyError, OSError) as exc:
-            print(f"cpuify cuda-home: error: {exc}", file=sys.stderr)
+            print(f"cpuify {args.command}: error: {exc}", file=sys.stderr)
             return 1
         return 0
     options = [f"-D{d}" for d in args.defines] + [f"-I{i}" for i in args.includes]

@@ -16,6 +16,8 @@ look for one (`make CUDA_PATH=...`, CMake's `enable_language(CUDA)` / `find_pack
                            libcudadevrt.a      empty (the device runtime of dynamic parallelism
                                                is cpuify's runtime)
     nvvm/                  the wheel's nvvm (CMake checks for nvvm/libdevice)
+    sdk/                   the GPU Computing SDK's build environment (`cpuify cuda-sdk`:
+                           C/common/common.mk, cutil.h, libcutil; cuda_sdk.py)
     version.json, version.txt
 
 The shared libraries' SONAME is their absolute path, so an executable linked with
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from cpuify import cache
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import mathlibs
+from cpuify.nvcc import cuda_sdk, mathlibs
 from cpuify.nvcc.headers import RUNTIME_INCLUDE, _wheel_include_dirs, legacy_header_dir
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_library
 from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
@@ -193,6 +195,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
         h.update(part)
         h.update(b"\0")
     h.update(mathlibs.sources_digest())
+    h.update(cuda_sdk.sources_digest())
     for header in sorted(RUNTIME_DIR.glob("*.h")):       # include/ links each of them
         h.update(header.name.encode() + b"\0")
     for header in sorted(RUNTIME_INCLUDE.glob("*.h")):   # and these, in place of the wheel's
@@ -204,7 +207,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
 EXPECTED = ("bin/nvcc", "include/cuda_runtime.h", "lib64/libcudart.so", "lib64/libcudart_static.a",
             "lib64/libcuda.so", "lib64/libcudadevrt.a", "lib/libcudart.so", "version.json",
             *(f"lib64/lib{name}{kind}" for name in mathlibs.NAMES for kind in (".so", "_static.a")),
-            HOME_MARKER)
+            *cuda_sdk.expected_files(), HOME_MARKER)
 
 
 NVML_EXPECTED = ("lib64/libnvidia-ml.so", "lib64/stubs/libnvidia-ml.so")
@@ -335,6 +338,7 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
               f"-Wl,-soname,{final / 'lib64' / 'libcuda.so.1'}", driver_o, stubs[:-2] + ".o"],
              "linking cpuify's libcuda.so")
         mathlibs.build(lib, final / "lib64", tk, lib / cudart, release, work)
+        cuda_sdk.build(tmp, final, work)
         nvml = nvml_header(tk)
         if nvml:
             _build_nvml(lib, final / "lib64", tk, nvml, work)

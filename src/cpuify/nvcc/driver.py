@@ -274,6 +274,8 @@ def parse_args(argv: list[str]) -> Options:
                                      "with other suffixes)")
             elif a.startswith("-Wl,"):
                 o.link_opts.append(a)
+            elif a in _THIRTY_TWO_BIT:
+                o.warnings.append(_THIRTY_TWO_BIT_WARNING.format(a))
             elif a.startswith(("-f", "-W", "-m", "-pthread", "-fopenmp")):
                 # host compiler options nvcc itself would reject: forwarded, as with
                 # --forward-unknown-to-host-compiler
@@ -321,8 +323,13 @@ def parse_args(argv: list[str]) -> Options:
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
         elif canon == "-Xcompiler":
-            o.host_opts += ["-Xcompiler", value]    # type: ignore[list-item]
-            o.link_opts += [f for f in value.split(",") if f]   # type: ignore[union-attr]
+            flags = [f for f in value.split(",") if f]   # type: ignore[union-attr]
+            for flag in [f for f in flags if f in _THIRTY_TWO_BIT]:
+                o.warnings.append(_THIRTY_TWO_BIT_WARNING.format(f"-Xcompiler {flag}"))
+            flags = [f for f in flags if f not in _THIRTY_TWO_BIT]
+            if flags:
+                o.host_opts += ["-Xcompiler", ",".join(flags)]
+                o.link_opts += flags
         elif canon == "-Xlinker":
             o.link_opts += [f"-Wl,{value}"]
         elif canon in ("-Xptxas", "-Xnvlink", "-maxrregcount", "-dopt"):
@@ -415,6 +422,12 @@ def _shell_word(arg: str, after: str = "") -> str:
 
 # nvcc's own environment variables: read by this driver, not passed on to NVIDIA's nvcc
 NVCC_ENVIRONMENT = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
+# a 32-bit build (old Makefiles ask for one): cpuify's kernels are 64-bit native code, so the
+# host code must be 64-bit too; the option is dropped with a warning
+_THIRTY_TWO_BIT = ("-m32", "--machine=32")
+_THIRTY_TWO_BIT_WARNING = ("'{}' ignored: cpuify builds 64-bit programs only (the kernels are 64-bit "
+                           "native code)")
+
 # options kept in host_opts together with the value after them
 _PAIRED_HOST_OPTS = ("-Xcompiler", "-Xcudafe", "-include", "--default-stream", "-isystem")
 
