@@ -188,6 +188,8 @@ class Syms:
             if width and isinstance(value, int):
                 return self.aff(width, value)
             return self.make(("const", rtype, repr(value)))
+        if name == "ptx.mov" and len(ops) == 1 and op.operands[0].type == rtype:
+            return ops[0]
         width = _INT_WIDTH.get(rtype)
         if width is None:
             return None
@@ -195,8 +197,6 @@ class Syms:
         if any(m in mods for m in ("cc", "sat", "hi")) or any(m[:1] == "f" for m in mods):
             return None
         same = all(self.width(o) == width for o in ops)
-        if name == "ptx.mov" and len(ops) == 1 and same:
-            return ops[0]
         if name in ("ptx.add", "ptx.sub") and len(ops) == 2 and same:
             return self.lin(ops[0], ops[1], 1, 1 if name == "ptx.add" else -1)
         if name == "ptx.neg" and len(ops) == 1 and same:
@@ -258,6 +258,17 @@ class Syms:
         return out
 
 
+def read_only_load(op: Operation) -> bool:
+    """A load from memory no thread writes while the kernel runs (`ld.global.nc`, constant
+    and parameter space): a function of its address, in whatever order it runs."""
+    if op.name != "ptx.ld":
+        return False
+    mods = op.attributes.get("mods", ())
+    space = op.attributes.get("space")
+    return "volatile" not in mods and \
+        ("nc" in mods or space in ("const", "param") or "const" in mods or "param" in mods)
+
+
 def _pure(op: Operation) -> bool:
     i = REGISTRY.get(op.name)
     return i is not None and i.pure and not i.terminator
@@ -300,7 +311,7 @@ def evaluate_ops(syms: Syms, ops: list[Operation], env: dict[Value, Sym], inside
                 i.block_sync or i.warp_sync or i.yield_sync:
             raise NotAnalysable(f"op {op.name}")
         operands = [sym_of(o) for o in op.operands]
-        if not i.pure:
+        if not (i.pure or read_only_load(op)):
             k = len(effects)
             effect = k % period if period else k
             operands, attributes = _fold_offset(syms, op, operands)

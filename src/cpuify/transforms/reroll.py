@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from cpuify.analysis.evolution import IndexRange, NotAnalysable, Sym, Syms, evaluate_ops
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import uniform_values
+from cpuify.ir.dialects import REGISTRY
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
@@ -222,7 +223,9 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
     r_back = remainder_term.successor_args[remainder_back]
     r_init = _br(remainder_pre).successor_args[0]  # type: ignore[union-attr]
     pre_env: dict[Value, Sym] = {}
-    evaluate_ops(syms, remainder_pre.ops[:-1], pre_env, inside)
+    if evaluate_ops(syms, remainder_pre.ops[:-1], pre_env, inside).effects or \
+            not all(_pure(op) for op in join.ops[:-1]):
+        return None         # effects outside the loop bodies would run on one way only
     discovery = {a: syms.leaf(("arg", k), _width(a)) for k, a in enumerate(rargs)}
     first = evaluate_ops(syms, remainder.ops[:-1], {**pre_env, **discovery}, inside)
     steps: dict[int, Sym] = {}
@@ -258,12 +261,18 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
     if _defined_in(bound_value, inside):
         return None
     bound = syms.outside(bound_value, inside)
-    index_arg = next((k for k, st in steps.items() if st == stride and k != count_arg
-                      and not _defined_in(r_init[k], inside)), None)
+    index_arg = next((k for k, st in steps.items() if st == stride and k != count_arg), None)
     if index_arg is None or rargs[index_arg].type != "i32":
         return None
     start_value = r_init[index_arg]
+    while _defined_in(start_value, inside) and isinstance(start_value, OpResult) and \
+            start_value.op.name == "ptx.mov" and start_value.op.operands[0].type == "i32":
+        start_value = start_value.op.operands[0]        # (a copy made in the preheader)
+    if _defined_in(start_value, inside):
+        return None
     start = syms.outside(start_value, inside)
+    if start != _sym(syms, pre_env, r_init[index_arg], inside):
+        return None
     if syms.outside(division.operands[0], inside) != \
             syms.lin(syms.lin(bound, start, 1, -1), syms.aff(32, 1), 1, -1):  # type: ignore[arg-type]
         return None
@@ -310,7 +319,8 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
         join_args.append(k)
         join_env[y] = hypothesis[k]
     # --- the main loop: U copies of the template, copy by copy ----------------------------
-    evaluate_ops(syms, main_pre_block.ops[:-1], join_env, inside)
+    if evaluate_ops(syms, main_pre_block.ops[:-1], join_env, inside).effects:
+        return None
     m_init = [_sym(syms, join_env, v, inside) for v in _br(main_pre_block).successor_args[0]]  # type: ignore[union-attr]
     m_env = {**join_env, **{b: s for b, s in zip(main.args, m_init)}}
     body = evaluate_ops(syms, main.ops[:-1], m_env, inside, period=period or None)
@@ -338,6 +348,11 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
     return UnrolledLoop(split, remainder_pre, remainder, join, main, exit_block, count_arg,
                         index_arg, join_args, stride_value, start_value, bound_value,
                         main_stay.attributes.get("line"))
+
+
+def _pure(op: Operation) -> bool:
+    i = REGISTRY.get(op.name)
+    return i is not None and i.pure and not op.regions
 
 
 def _width(v: Value) -> int | None:

@@ -1,0 +1,340 @@
+"""reroll-loops: nvcc's remainder loop + 4x unrolled main loop of a strided loop whose stride
+is computed before the loop becomes the simple loop (behind a range guard), which the
+interchange takes.  IR in / IR out (where it fires, where it must not), and results against
+NumPy, a hand computation and the reference interpreter: odd n (remainder iterations),
+n < stride, n = 0, and the guard's fallback (a negative stride, indices near INT_MAX)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.interp.machine import InterpModule
+from cpuify.ir.parser import parse_op
+from cpuify.ir.printer import print_op
+from cpuify.ir.structure import block_body
+from cpuify.ir.verifier import verify
+from cpuify.lifting import lift_kernel
+from cpuify.transforms.pass_manager import PipelineOptions, default_pipeline, run_pipeline
+
+SRC = r'''
+extern "C" __global__ void axpy_pre(float a, const float *x, float *y, int n) {
+    int s = blockDim.x * gridDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void axpy_pre_d(double a, const double *x, double *y, int n) {
+    int s = blockDim.x * gridDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void sum_pre(const float *x, float *out, int n) {
+    int s = blockDim.x * gridDim.x;
+    float acc = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) acc += x[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+extern "C" __global__ void fms_restrict(const float *__restrict__ x, const float *__restrict__ z,
+                                        float *__restrict__ y, int n) {
+    int s = blockDim.x * gridDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] = x[i] * z[i] - y[i];
+}
+extern "C" __global__ void axpy_step(float a, const float *x, float *y, int base, int n, int step) {
+    for (int i = base + threadIdx.x; i < n; i += step) { int j = i & 2047; y[j] = a * x[j] + y[j]; }
+}
+extern "C" __global__ void no_unroll(const float *x, float *y, int n) {
+    int s = blockDim.x * gridDim.x;
+#pragma unroll 1
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] = 2.0f * x[i];
+}
+extern "C" __global__ void own_stride(const float *x, float *y, int n) {
+    int s = blockDim.x * gridDim.x + (threadIdx.x & 1);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] = 2.0f * x[i];
+}
+extern "C" __global__ void forwarded(float *y, int n) {
+    int s = blockDim.x * gridDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i + s] = y[i] + 1.0f;
+}
+'''
+
+UPTO = default_pipeline()[:default_pipeline().index("reroll-loops")]
+
+
+@pytest.fixture(scope="module")
+def ptx() -> str:
+    return compile_to_ptx(SRC, filename="reroll.cu").ptx
+
+
+@pytest.fixture(scope="module")
+def mod(ptx: str) -> cpuify.RawModule:
+    return cpuify.RawModule(ptx=ptx)
+
+
+def _before_reroll(ptx: str, name: str):  # type: ignore[no-untyped-def]
+    """The kernel as reroll-loops sees it in the default pipeline."""
+    module = parse_ptx(ptx)
+    kernel = lift_kernel(module, module.functions[name]).op
+    run_pipeline(kernel, PipelineOptions(passes=tuple(UPTO)))
+    return kernel
+
+
+def _reroll(kernel) -> int:  # type: ignore[no-untyped-def]
+    return run_pipeline(kernel, PipelineOptions(passes=("reroll-loops",), verify_each=True)
+                        ).counts["reroll-loops"]
+
+
+def _loop_headers(kernel) -> list:  # type: ignore[no-untyped-def]
+    region = block_body(kernel)
+    return [b for b in region.blocks if b in b.successors]
+
+
+@pytest.mark.parametrize("name,fires", [("axpy_pre", 1), ("axpy_pre_d", 1), ("sum_pre", 1),
+                                        ("fms_restrict", 1), ("axpy_step", 1),
+                                        ("no_unroll", 0), ("own_stride", 0), ("forwarded", 0)])
+def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
+    """Fires on nvcc's remainder + unrolled pair (fp32, fp64, a carried sum, `.nc` loads that
+    nvcc moved across the previous copy's store, a stride from a parameter); not on a loop
+    nvcc did not unroll (`#pragma unroll 1`), a stride that differs between threads, or a
+    loop whose value nvcc forwards from one iteration's store to the next (a load in the
+    preheader)."""
+    kernel = _before_reroll(ptx, name)
+    before = print_op(kernel)
+    assert _reroll(kernel) == fires
+    if not fires:
+        assert print_op(kernel) == before
+        return
+    text = print_op(kernel)
+    # the original loops stay, marked, behind the guard; the simple loop has one copy
+    assert text.count("reroll_fallback = true") == 2
+    simple = [h for h in _loop_headers(kernel)
+              if not h.ops[-1].attributes.get("reroll_fallback")]
+    assert len(simple) == 1
+    stores = [op for op in simple[0].ops if op.name == "ptx.st"]
+    assert len(stores) == (0 if name == "sum_pre" else 1)
+    # the guard: 0 < s, n <= INT_MAX - s, i0 < n
+    assert "value = 2147483647" in text
+    assert len(re.findall(r'mods = \["(gt|le|lt)", "s32"\]', text)) >= 3
+    # the printed IR parses back and verifies
+    verify(parse_op(text))
+
+
+def test_the_interchange_takes_the_simple_loop(ptx: str) -> None:
+    module = parse_ptx(ptx)
+    kernel = lift_kernel(module, module.functions["axpy_pre"]).op
+    counts = run_pipeline(kernel, PipelineOptions(verify_each=True)).counts
+    assert counts["reroll-loops"] == 1 and counts["interchange-thread-strided-loops"] == 1
+    (soft,) = [op for b in block_body(kernel).blocks for op in b.ops
+               if op.name == "upir.barrier" and op.attributes.get("soft")]
+    header = soft.parent
+    assert header is not None and not header.ops[-1].attributes.get("reroll_fallback")
+    assert sum(op.name == "ptx.ld" for op in header.ops) == 2     # x[i] and y[i], once
+
+
+# --- must not fire: the unrolled copies are not the remainder loop's body -------------------
+
+def _main_loop(kernel):  # type: ignore[no-untyped-def]
+    """nvcc's main loop: the single-block loop with the most stores."""
+    return max(_loop_headers(kernel), key=lambda b: sum(op.name == "ptx.st" for op in b.ops))
+
+
+def _mutated(ptx: str, mutate) -> int:  # type: ignore[no-untyped-def]
+    kernel = _before_reroll(ptx, "axpy_pre")
+    mutate(_main_loop(kernel))
+    verify(kernel)
+    kernel = parse_op(print_op(kernel))      # (IR in, as text)
+    return _reroll(kernel)
+
+
+def test_unmutated_main_loop_fires(ptx: str) -> None:
+    assert _mutated(ptx, lambda main: None) == 1
+
+
+def test_not_when_one_copy_computes_something_else(ptx: str) -> None:
+    def mutate(main):  # type: ignore[no-untyped-def]
+        fmas = [op for op in main.ops if op.name == "ptx.fma"]
+        third = fmas[2]
+        third.operands[1], third.operands[2] = third.operands[2], third.operands[1]
+    assert _mutated(ptx, mutate) == 0
+
+
+def test_not_when_the_stride_changes_inside_the_loop(ptx: str) -> None:
+    """The third copy's address advances by another amount (8 bytes per s, not 4)."""
+    def mutate(main):  # type: ignore[no-untyped-def]
+        adds = [op for op in main.ops if op.name == "ptx.add" and op.results[0].type == "i64"
+                and op.operands[1].owner is not main and
+                getattr(op.operands[1].owner, "parent", None) is not main]
+        step = adds[-1].operands[1]
+        doubled = type(main.ops[0])("ptx.add", [step, step], ["i64"], {"mods": ["s64"]})
+        doubled.parent = main
+        main.ops.insert(main.ops.index(adds[-1]), doubled)
+        adds[-1].set_operand(1, doubled.results[0])
+    assert _mutated(ptx, mutate) == 0
+
+
+def test_not_when_a_later_copy_loads_before_an_earlier_copy_stores(ptx: str) -> None:
+    """Copy 1's loads moved above copy 0's store: that store could feed them (y[i] and
+    y[i + s] may be one location for all the pass knows), so the order is not the loop's."""
+    def mutate(main):  # type: ignore[no-untyped-def]
+        first_store = next(op for op in main.ops if op.name == "ptx.st")
+        later_load = [op for op in main.ops if op.name == "ptx.ld"][2]
+        addr = later_load.operands[0]
+        # compute the load's address and the load itself right before the first store
+        at = main.ops.index(first_store)
+        for op in (addr.owner, later_load):
+            main.ops.remove(op)
+        main.ops.insert(at, later_load)
+        main.ops.insert(at, addr.owner)
+    assert _mutated(ptx, mutate) == 0
+
+
+def test_not_when_the_main_loop_runs_a_different_number_of_copies(ptx: str) -> None:
+    """A fifth copy of the last store (the unroll factor is the remainder mask + 1)."""
+    def mutate(main):  # type: ignore[no-untyped-def]
+        last = [op for op in main.ops if op.name == "ptx.st"][-1]
+        again = type(last)("ptx.st", list(last.operands), [], dict(last.attributes))
+        again.parent = main
+        main.ops.insert(main.ops.index(last) + 1, again)
+    assert _mutated(ptx, mutate) == 0
+
+
+# --- results -----------------------------------------------------------------------------
+
+def _interp(ptx: str, name: str, pipeline, grid, block, args):  # type: ignore[no-untyped-def]
+    module = parse_ptx(ptx)
+    kernel = lift_kernel(module, module.functions[name]).op
+    run_pipeline(kernel, PipelineOptions(passes=tuple(pipeline), verify_each=True))
+    interp = InterpModule(ptx)
+    interp.use_ir(name, kernel)
+    interp.launch(name, grid, block, args)
+    return args
+
+
+NS = [0, 1, 5, 63, 64, 65, 200, 1001, 4099]     # n = 0, n < stride (64), odd remainders
+
+
+@pytest.mark.parametrize("n", NS)
+def test_axpy_matches_numpy_and_interpreter(ptx: str, mod, n: int) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(n)
+    x = rng.random(n + 1, dtype=np.float32)
+    y = rng.random(n + 1, dtype=np.float32)
+    a = np.float32(1.5)
+    ref = y.copy()
+    ref[:n] = (a * x[:n]).astype(np.float32) + y[:n]     # fma: compare within one rounding
+    f = mod.get_function("axpy_pre")
+    for _ in range(3):          # the third launch runs code specialized for the block shape
+        got = y.copy()
+        f((2,), (32,), (a, x, got, np.int32(n)))
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+        assert got[n] == y[n]
+    lifted = _interp(ptx, "axpy_pre", [], (2,), (32,), [a, x, y.copy(), np.int32(n)])[2]
+    rerolled = _interp(ptx, "axpy_pre", UPTO + ["reroll-loops"], (2,), (32,),
+                       [a, x, y.copy(), np.int32(n)])[2]
+    np.testing.assert_array_equal(rerolled, lifted)
+    np.testing.assert_array_equal(got, lifted)
+
+
+@pytest.mark.parametrize("n", [0, 3, 97, 1003])
+def test_fp64_sum_and_restrict_match_numpy(mod, n: int) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(n + 1)
+    x = rng.random(n, dtype=np.float64)
+    y = rng.random(n, dtype=np.float64)
+    for _ in range(3):
+        got = y.copy()
+        mod.get_function("axpy_pre_d")((3,), (16,), (np.float64(-0.5), x, got, np.int32(n)))
+        np.testing.assert_allclose(got, -0.5 * x + y, rtol=1e-15)
+    xf = x.astype(np.float32)
+    out = np.zeros(48, np.float32)
+    ref = np.zeros(48, np.float64)
+    for t in range(48):
+        ref[t] = xf[t::48].astype(np.float64).sum()
+    for _ in range(3):
+        mod.get_function("sum_pre")((3,), (16,), (xf, out, np.int32(n)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+    z = rng.random(n, dtype=np.float32)
+    yf = y.astype(np.float32)
+    for _ in range(3):
+        got = yf.copy()
+        mod.get_function("fms_restrict")((3,), (16,), (xf, z, got, np.int32(n)))
+        np.testing.assert_allclose(got, xf * z - yf, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,n", [("sum_pre", 1003), ("fms_restrict", 77), ("axpy_pre_d", 150)])
+def test_interpreter_after_reroll_equals_lifted(ptx: str, name: str, n: int) -> None:
+    rng = np.random.default_rng(5)
+
+    def args():  # type: ignore[no-untyped-def]
+        if name == "sum_pre":
+            return [rng.random(n, dtype=np.float32), np.zeros(40, np.float32), np.int32(n)]
+        if name == "fms_restrict":
+            return [rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32),
+                    rng.random(n, dtype=np.float32), np.int32(n)]
+        return [np.float64(2.0), rng.random(n), rng.random(n), np.int32(n)]
+    state = rng.bit_generator.state
+    lifted = _interp(ptx, name, [], (4,), (10,), args())
+    rng.bit_generator.state = state
+    # (the interpreter runs soft barriers as block barriers: after the interchange, threads
+    # whose trip counts differ wait at two of them, which it reports; the JIT runs that IR)
+    rest = [p for p in default_pipeline() if p != "interchange-thread-strided-loops"]
+    for pipeline in (UPTO + ["reroll-loops"], rest):
+        rng.bit_generator.state = state
+        got = _interp(ptx, name, pipeline, (4,), (10,), args())
+        for a, b in zip(lifted, got):
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b)
+
+
+def _step_ref(a, x, y, base: int, n: int, step: int, threads: int):  # type: ignore[no-untyped-def]
+    """What the PTX does, computed by hand: each thread runs T = (n - i0 - 1) /u step + 1
+    iterations (unsigned division of 32-bit values), i0 = base + tid."""
+    y = y.copy()
+    for t in range(threads):
+        i0 = base + t
+        if i0 >= n:
+            continue
+        trips = ((n - i0 - 1) % 2**32) // (step % 2**32) + 1
+        for k in range(trips):
+            j = (i0 + k * step) & 2047
+            y[j] = np.float32(a * x[j] + y[j])
+    return y
+
+
+@pytest.mark.parametrize("base,n,step,wraps", [
+    (0, 1000, 37, False),                       # the simple loop runs
+    (0, 50, -5, False),                         # s < 0: T = 1 in each thread, the fallback runs
+    (2**31 - 1001, 2**31 - 11, 400, True),      # n > INT_MAX - s: the index after the last
+                                                # wraps (T = 3: remainder loop only)
+    (2**31 - 2001, 2**31 - 291, 300, False),    # n > INT_MAX - s, T = 6: the unrolled loop
+])
+def test_guard_sends_what_the_proof_does_not_cover_to_the_original_loops(
+        ptx: str, mod, base: int, n: int, step: int, wraps: bool) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(11)
+    size = 2048         # (the kernel indexes with i & 2047; no two iterations meet there)
+    assert n - base <= size
+    x = rng.random(size, dtype=np.float32)
+    y = rng.random(size, dtype=np.float32)
+    a = np.float32(0.75)
+    threads = 32
+    if step > 0:
+        last = max(base + t + ((n - base - t - 1) // step) * step for t in range(threads))
+        assert (last + step > 2**31 - 1) == wraps       # the case is the one it is named for
+    ref = _step_ref(a, x, y, base, n, step, threads)
+    args = (a, x, None, np.int32(base), np.int32(n), np.int32(step))
+    f = mod.get_function("axpy_step")
+    for _ in range(3):
+        got = y.copy()
+        f((1,), (threads,), args[:2] + (got,) + args[3:])
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+    got = _interp(ptx, "axpy_step", UPTO + ["reroll-loops"], (1,), (threads,),
+                  [a, x, y.copy(), np.int32(base), np.int32(n), np.int32(step)])[2]
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_disabled_leaves_the_unrolled_loops(ptx: str) -> None:
+    module = parse_ptx(ptx)
+    kernel = lift_kernel(module, module.functions["axpy_pre"]).op
+    counts = run_pipeline(kernel, PipelineOptions(disabled=frozenset({"reroll-loops"}))).counts
+    assert "reroll-loops" not in counts
+    assert "reroll_fallback" not in print_op(kernel)
