@@ -20,7 +20,11 @@ from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
 from cpuify.ir.verifier import verify
 from cpuify.lifting import lift_kernel
-from cpuify.transforms.pass_manager import PipelineOptions, default_pipeline, run_pipeline
+from cpuify.transforms.pass_manager import (
+    PipelineOptions,
+    default_pipeline,
+    run_pipeline,
+)
 
 SRC = r'''
 extern "C" __global__ void axpy_pre(float a, const float *x, float *y, int n) {

@@ -24,8 +24,8 @@ value wraps; whoever passes `index` must have proven that (reroll-loops guards i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Value
 from cpuify.ir.dialects import REGISTRY
@@ -221,7 +221,7 @@ class Syms:
                 return product
             return self.lin(product, ops[2]) if self.width(ops[2]) == width else None
         if name == "ptx.cvt" and len(ops) == 1 and width == 64 and self.width(ops[0]) == 32 \
-                and list(m for m in mods if m[:1] in "sub" and m[1:].isdigit()) == ["s64", "s32"]:
+                and [m for m in mods if m[:1] in "sub" and m[1:].isdigit()] == ["s64", "s32"]:
             return self.sext(ops[0], 64)
         return None
 

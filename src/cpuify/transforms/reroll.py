@@ -44,8 +44,16 @@ from dataclasses import dataclass
 from cpuify.analysis.evolution import IndexRange, NotAnalysable, Sym, Syms, evaluate_ops
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import uniform_values
+from cpuify.ir.core import (
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Region,
+    Value,
+    predecessors,
+)
 from cpuify.ir.dialects import REGISTRY
-from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
 
@@ -155,12 +163,12 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
             join_term.successor_args[1]:
         return None
     exit_block = join_term.successors[0]
-    if main_exit is not exit_block:
-        # nvcc's main loop leaves through an empty block that branches to the common exit
-        if _br(main_exit) is None or len(main_exit.ops) != 1 or main_exit.args or \
-                main_exit.successors[0] is not exit_block or preds[main_exit] != [main] or \
-                main_term.successor_args[1 - main_back]:
-            return None
+    # (nvcc's main loop leaves through an empty block that branches to the common exit)
+    if main_exit is not exit_block and (
+            _br(main_exit) is None or len(main_exit.ops) != 1 or main_exit.args or
+            main_exit.successors[0] is not exit_block or preds[main_exit] != [main] or
+            main_term.successor_args[1 - main_back]):
+        return None
     big = _setp(join_term.operands[0], cmp="lt", ty="u32")          # q < U - 1: no main loop
     if big is None:
         return None
