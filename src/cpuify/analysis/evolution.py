@@ -62,6 +62,9 @@ class Syms:
         self.ids: dict[tuple, Sym] = {}
         self.index: IndexRange | None = None
         self._outside: dict[Value, Sym] = {}
+        #: the value each value leaf stands for
+        self.values: dict[Sym, Value] = {}
+        self._varies: dict[Sym, bool] = {}
 
     # --- construction ---------------------------------------------------------------------
     def make(self, node: tuple) -> Sym:
@@ -158,16 +161,43 @@ class Syms:
         if got is not None:
             return got
         width = _INT_WIDTH.get(v.type)
+        sym: Sym | None = None
         if isinstance(v, OpResult) and depth < MAX_DEPTH and v.op.parent not in inside \
                 and not v.op.regions and _pure(v.op):
             ops = [self.outside(o, inside, depth + 1) for o in v.op.operands]
             sym = self.op_result(v.op, v.index, ops, None)
             if self.node(sym)[0] not in ("aff", "const"):
-                sym = self.leaf(("v", id(v)), width)      # only affine forms are expanded
-        else:
+                sym = None          # only affine forms are expanded
+        if sym is None:
             sym = self.leaf(("v", id(v)), width)
+            self.values[self.make(("leaf", ("v", id(v))))] = v
         self._outside[v] = sym
         return sym
+
+    def value_of(self, s: Sym) -> Value | None:
+        """The value an affine symbol `1 * leaf` stands for, if it is one."""
+        n = self.node(s)
+        if n[0] == "aff" and n[2] == 0 and len(n[3]) == 1 and n[3][0][1] == 1:
+            return self.values.get(n[3][0][0])
+        return None
+
+    def varies(self, s: Sym) -> bool:
+        """Whether s depends on the iteration (a recurrence or a carried state inside)."""
+        got = self._varies.get(s)
+        if got is None:
+            n = self.node(s)
+            if n[0] in ("rec", "state"):
+                got = True
+            elif n[0] == "op":
+                got = any(self.varies(o) for o in n[3])
+            elif n[0] == "eff":
+                got = any(self.varies(o) for o in n[4])
+            elif n[0] == "leaf" and n[1][0] == "sext":
+                got = self.varies(n[1][1])
+            else:
+                got = False
+            self._varies[s] = got
+        return got
 
     def op_result(self, op: Operation, index: int, ops: list[Sym], effect: int | None) -> Sym:
         """The symbol of result `index` of `op` with operand symbols `ops`; `effect`: its
@@ -287,16 +317,24 @@ class Iteration:
 
 
 def evaluate_ops(syms: Syms, ops: list[Operation], env: dict[Value, Sym], inside: set[Block],
-                 period: int | None = None, skip: Callable[[Operation], bool] | None = None
-                 ) -> Iteration:
+                 period: int | None = None, skip: Callable[[Operation], bool] | None = None,
+                 body: Block | None = None) -> Iteration:
     """Evaluate `ops` (straight-line, in order) with the symbols in `env` (block arguments of
     the loops, values already evaluated); values defined outside `inside` are evaluated by
-    `Syms.outside`.  Side effects are numbered modulo `period` (None: their count so far)."""
+    `Syms.outside`.  Side effects are numbered modulo `period` (None: their count so far).
+    `body`: the loop block the ops are the iteration of; a value it reads from before the loop
+    must be the same in every iteration (its symbol may not depend on the iteration number:
+    it was computed once, at the iteration the loop started from)."""
     effects: list[Sym] = []
 
     def sym_of(v: Value) -> Sym:
         got = env.get(v)
         if got is not None:
+            if body is not None and syms.varies(got):
+                block = v.op.parent if isinstance(v, OpResult) else \
+                    v.block if isinstance(v, BlockArgument) else None
+                if block is not body:
+                    raise NotAnalysable("a value fixed when the loop started, read in the loop")
             return got
         block = v.op.parent if isinstance(v, OpResult) else v.block if isinstance(v, BlockArgument) else None
         if block in inside:

@@ -85,20 +85,22 @@ class RerollLoops:
 
 @dataclass
 class UnrolledLoop:
-    """What the proof found (block names as in the module docstring)."""
-    split: Block            # ends with `c == 0 ? join : remainder preheader`
-    remainder_pre: Block
+    """What the proof found: the remainder loop is the body to keep; the rest is nvcc's
+    arrangement around it, left as it was behind the guard."""
+    split: Block            # the guard goes at its end (its branch starts nvcc's loops)
+    remainder_pre: Block    # the remainder loop's preheader (its ops are cloned)
     remainder: Block        # the single-block remainder loop
-    join: Block             # `q < U-1 ? exit : main preheader`
-    main: Block             # the single-block main loop
-    exit: Block             # where both end
     count_arg: int          # the remainder loop's countdown argument
-    index_arg: int          # the remainder loop's index argument
-    join_args: list[int]    # for each argument of `join`, the remainder argument it carries
+    index_arg: int | None   # its index argument (None: it carries none; one is added)
+    init_map: dict[Value, Value]    # values the preheader reads, as they are on entry
+    exit: Block             # where both end
+    exit_values: list[Value]        # what the simple loop passes to `exit` (its last
+    #                                 iteration's values, or values from before the loops)
     stride: Value
     start: Value            # i0
     bound: Value            # n
     test_line: object
+    fallback: list[Operation]       # the back edges of nvcc's loops
 
 
 def _cond_br(block: Block) -> Operation | None:
@@ -300,7 +302,7 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
             else syms.make(("state", k))
         env[a] = hypothesis[k]
     template = evaluate_ops(syms, remainder.ops[:-1], env, inside,
-                            skip=lambda op: op is decrement or op is stay)
+                            skip=lambda op: op is decrement or op is stay, body=remainder)
     period = len(template.effects)
     nexts = {k: _sym(syms, template.values, r_back[k], inside) for k in hypothesis}
     states: list[dict[int, Sym]] = [{k: syms.make(("state", k)) for k in hypothesis}]
@@ -331,7 +333,7 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
         return None
     m_init = [_sym(syms, join_env, v, inside) for v in _br(main_pre_block).successor_args[0]]  # type: ignore[union-attr]
     m_env = {**join_env, **{b: s for b, s in zip(main.args, m_init)}}
-    body = evaluate_ops(syms, main.ops[:-1], m_env, inside, period=period or None)
+    body = evaluate_ops(syms, main.ops[:-1], m_env, inside, period=period or None, body=main)
     if len(body.effects) != unroll * period:
         return None
     for g, eff in enumerate(body.effects):
@@ -353,9 +355,11 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
         if _sym(syms, body.values, v_main, inside) != advance(_sym(syms, join_env, v_join, inside),
                                                                 unroll):
             return None
-    return UnrolledLoop(split, remainder_pre, remainder, join, main, exit_block, count_arg,
-                        index_arg, join_args, stride_value, start_value, bound_value,
-                        main_stay.attributes.get("line"))
+    exit_values = [r_back[join_args[join.args.index(v)]] if v in join.args else v  # type: ignore[arg-type]
+                   for v in join_term.successor_args[0]]
+    return UnrolledLoop(split, remainder_pre, remainder, count_arg, index_arg, {}, exit_block,
+                        exit_values, stride_value, start_value, bound_value,
+                        main_stay.attributes.get("line"), [remainder_term, main_term])
 
 
 def _pure(op: Operation) -> bool:
@@ -439,7 +443,7 @@ def _reroll(region: Region, found: UnrolledLoop) -> None:
     check_start.append(Operation("cf.cond_br", [runs], [], {"line": line},
                                  successors=[pre, keep], successor_args=[[], []]))
     # the simple loop: the remainder loop without its countdown, leaving when i >= n
-    vmap: dict[Value, Value] = {}
+    vmap: dict[Value, Value] = dict(found.init_map)
     for op in found.remainder_pre.ops[:-1]:
         pre.append(_clone(op, vmap))
     r_init = found.remainder_pre.ops[-1].successor_args[0]
@@ -449,8 +453,12 @@ def _reroll(region: Region, found: UnrolledLoop) -> None:
     kept = [k for k in range(len(rargs)) if k != found.count_arg]
     for k in kept:
         vmap[rargs[k]] = header.add_arg(rargs[k].type, rargs[k].hint)
+    inits = [vmap.get(r_init[k], r_init[k]) for k in kept]
+    index = header.add_arg("i32", "%i") if found.index_arg is None else None
+    if index is not None:
+        inits.append(found.start)
     pre.append(Operation("cf.br", [], [], {"line": line}, successors=[header],
-                         successor_args=[[vmap.get(r_init[k], r_init[k]) for k in kept]]))
+                         successor_args=[inits]))
     decrement = r_back[found.count_arg]
     assert isinstance(decrement, OpResult)
     skip = {decrement.op, r_term.operands[0].op}  # type: ignore[attr-defined]
@@ -458,25 +466,23 @@ def _reroll(region: Region, found: UnrolledLoop) -> None:
         if op not in skip:
             header.append(_clone(op, vmap))
     nexts = [vmap.get(r_back[k], r_back[k]) for k in kept]
-    stay = _setp_op(header, vmap.get(r_back[found.index_arg], r_back[found.index_arg]),
-                    found.bound, "lt", line)
+    if index is None:
+        index_next = vmap.get(r_back[found.index_arg], r_back[found.index_arg])  # type: ignore[index]
+    else:
+        step = Operation("ptx.add", [index, found.stride], ["i32"], {"mods": ["s32"], "line": line})
+        header.append(step)
+        index_next = step.results[0]
+        nexts.append(index_next)
+    stay = _setp_op(header, index_next, found.bound, "lt", line)
     header.append(Operation("cf.cond_br", [stay], [], {"line": line},
                             successors=[header, leave], successor_args=[nexts, []]))
-    join_term = found.join.ops[-1]
-    out = []
-    for v in join_term.successor_args[0]:
-        if v in found.join.args:
-            k = found.join_args[found.join.args.index(v)]      # type: ignore[arg-type]
-            out.append(vmap.get(r_back[k], r_back[k]))
-        else:
-            out.append(v)
     leave.append(Operation("cf.br", [], [], {"line": line}, successors=[found.exit],
-                           successor_args=[out]))
+                           successor_args=[[vmap.get(v, v) for v in found.exit_values]]))
     at = region.blocks.index(split) + 1
     for b in (check_bound, check_start, pre, header, leave, keep):
         b.parent = region
         region.blocks.insert(at, b)
         at += 1
     # the original loops run only where the guard fails: not the loops to interchange
-    r_term.attributes[FALLBACK] = True
-    found.main.ops[-1].attributes[FALLBACK] = True
+    for term in found.fallback:
+        term.attributes[FALLBACK] = True
