@@ -49,6 +49,16 @@ extern "C" __global__ void fms_restrict(const float *__restrict__ x, const float
 extern "C" __global__ void axpy_step(float a, const float *x, float *y, int base, int n, int step) {
     for (int i = base + threadIdx.x; i < n; i += step) { int j = i & 2047; y[j] = a * x[j] + y[j]; }
 }
+extern "C" __global__ void isum_pre(const int *x, int *out, int n) {
+    int s = blockDim.x * gridDim.x, acc = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) acc += x[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+extern "C" __global__ void isum_step(const int *x, int *out, int base, int n, int step) {
+    int acc = 0;
+    for (int i = base + threadIdx.x; i < n; i += step) acc += x[i & 1023] * (i & 7);
+    out[threadIdx.x] = acc;
+}
 extern "C" __global__ void no_unroll(const float *x, float *y, int n) {
     int s = blockDim.x * gridDim.x;
 #pragma unroll 1
@@ -96,11 +106,13 @@ def _loop_headers(kernel) -> list:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name,fires", [("axpy_pre", 1), ("axpy_pre_d", 1), ("sum_pre", 1),
-                                        ("fms_restrict", 1), ("axpy_step", 1),
+                                        ("fms_restrict", 1), ("axpy_step", 1), ("isum_pre", 1),
+                                        ("isum_step", 1),
                                         ("no_unroll", 0), ("own_stride", 0), ("forwarded", 0)])
 def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
     """Fires on nvcc's remainder + unrolled pair (fp32, fp64, a carried sum, `.nc` loads that
-    nvcc moved across the previous copy's store, a stride from a parameter); not on a loop
+    nvcc moved across the previous copy's store, a stride from a parameter) and on its
+    unrolled-loop-first pair (integer sums, one index per copy in the unrolled loop); not on a loop
     nvcc did not unroll (`#pragma unroll 1`), a stride that differs between threads, or a
     loop whose value nvcc forwards from one iteration's store to the next (a load in the
     preheader)."""
@@ -117,7 +129,7 @@ def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
               if not h.ops[-1].attributes.get("reroll_fallback")]
     assert len(simple) == 1
     stores = [op for op in simple[0].ops if op.name == "ptx.st"]
-    assert len(stores) == (0 if name == "sum_pre" else 1)
+    assert len(stores) == (0 if "sum" in name else 1)
     # the guard: 0 < s, n <= INT_MAX - s, i0 < n
     assert "value = 2147483647" in text
     assert len(re.findall(r'mods = \["(gt|le|lt)", "s32"\]', text)) >= 3
@@ -342,3 +354,48 @@ def test_disabled_leaves_the_unrolled_loops(ptx: str) -> None:
     counts = run_pipeline(kernel, PipelineOptions(disabled=frozenset({"reroll-loops"}))).counts
     assert "reroll-loops" not in counts
     assert "reroll_fallback" not in print_op(kernel)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 64, 65, 259, 5003])
+def test_integer_sum_unrolled_loop_first_matches_numpy(ptx: str, mod, n: int) -> None:  # type: ignore[no-untyped-def]
+    """nvcc puts the unrolled loop first for an integer sum (the remainder after it)."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(-1000, 1000, n + 1).astype(np.int32)
+    threads = 2 * 32
+    ref = np.array([x[t:n:threads].astype(np.int64).sum() for t in range(threads)], np.int32)
+    f = mod.get_function("isum_pre")
+    for _ in range(3):
+        out = np.zeros(threads, np.int32)
+        f((2,), (32,), (x, out, np.int32(n)))
+        np.testing.assert_array_equal(out, ref)
+    got = _interp(ptx, "isum_pre", UPTO + ["reroll-loops"], (2,), (32,),
+                  [x, np.zeros(threads, np.int32), np.int32(n)])[1]
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("base,n,step", [(0, 3000, 41), (0, 50, -3), (2**31 - 1001, 2**31 - 11, 400),
+                                         (2**31 - 2001, 2**31 - 291, 300)])
+def test_integer_sum_guard(ptx: str, mod, base: int, n: int, step: int) -> None:  # type: ignore[no-untyped-def]
+    """The unrolled-loop-first arrangement behind the same guard: a negative stride and an
+    index past INT_MAX - s run nvcc's loops (hand-computed PTX semantics)."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-50, 50, 1024).astype(np.int32)
+    threads = 32
+    ref = np.zeros(threads, np.int64)
+    for t in range(threads):
+        i0 = base + t
+        if i0 >= n:
+            continue
+        trips = ((n - i0 - 1) % 2**32) // (step % 2**32) + 1
+        for k in range(trips):
+            i = (i0 + k * step + 2**31) % 2**32 - 2**31       # the 32-bit index
+            ref[t] += int(x[i & 1023]) * (i & 7)
+    ref = ref.astype(np.int32)
+    f = mod.get_function("isum_step")
+    for _ in range(3):
+        out = np.zeros(threads, np.int32)
+        f((1,), (threads,), (x, out, np.int32(base), np.int32(n), np.int32(step)))
+        np.testing.assert_array_equal(out, ref)
+    got = _interp(ptx, "isum_step", UPTO + ["reroll-loops"], (1,), (threads,),
+                  [x, np.zeros(threads, np.int32), np.int32(base), np.int32(n), np.int32(step)])[1]
+    np.testing.assert_array_equal(got, ref)

@@ -140,7 +140,7 @@ def match_unrolled_loop(region: Region, main: Block, uniform: set[Value]) -> Unr
     """The remainder + unrolled main loop whose main loop is `main`, proven to run the
     remainder loop's body T times (see the module docstring), or None."""
     try:
-        return _match(region, main, uniform)
+        return _match(region, main, uniform) or _match_main_first(region, main, uniform)
     except NotAnalysable:
         return None
 
@@ -360,6 +360,248 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
     return UnrolledLoop(split, remainder_pre, remainder, count_arg, index_arg, {}, exit_block,
                         exit_values, stride_value, start_value, bound_value,
                         main_stay.attributes.get("line"), [remainder_term, main_term])
+
+
+def _match_main_first(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | None:
+    """nvcc's other arrangement (integer sums, whose additions it may reorder): the unrolled
+    loop first, counting `T - c` down by U, then the remainder loop for the last c
+    iterations:
+
+        split: q <u U-1 ? join(start values) : main preheader
+        main:  U copies; k -= U; k != 0 ? main : join(values)
+        join:  c == 0 ? exit(...) : remainder preheader -> remainder -> exit(...)"""
+    preds = predecessors(region)
+    loop = _single_block_loop(main)
+    if loop is None or loop[1] != 0 or loop[0].attributes.get(FALLBACK):
+        return None
+    main_term = loop[0]
+    main_pre_blocks = [p for p in preds[main] if p is not main]
+    if len(main_pre_blocks) != 1 or len(preds[main]) != 2 or _br(main_pre_blocks[0]) is None:
+        return None
+    (main_pre,) = main_pre_blocks
+    if len(preds[main_pre]) != 1:
+        return None
+    (split,) = preds[main_pre]
+    split_term = _cond_br(split)
+    if split_term is None or split_term.successors[1] is not main_pre or \
+            split_term.successor_args[1]:
+        return None
+    join = split_term.successors[0]
+    main_exit = main_term.successors[1]
+    if main_exit is join:
+        main_out = main_term.successor_args[1]
+    elif _br(main_exit) is not None and len(main_exit.ops) == 1 and not main_exit.args and \
+            main_exit.successors[0] is join and preds[main_exit] == [main] and \
+            not main_term.successor_args[1]:
+        main_out = _br(main_exit).successor_args[0]  # type: ignore[union-attr]
+    else:
+        return None
+    if sorted(map(id, preds[join])) != sorted(map(id, [split, main_exit if main_exit is not join
+                                                        else main])):
+        return None
+    big = _setp(split_term.operands[0], cmp="lt", ty="u32")        # q < U - 1: no main loop
+    join_term = _cond_br(join)
+    none_left = _setp(join_term.operands[0], cmp="eq", ty="s32") if join_term else None
+    if big is None or join_term is None or none_left is None or join_term.successor_args[1] \
+            or not all(_pure(op) for op in join.ops[:-1]):
+        return None
+    exit_block = join_term.successors[0]
+    remainder_pre = join_term.successors[1]
+    if preds[remainder_pre] != [join] or _br(remainder_pre) is None:
+        return None
+    remainder = remainder_pre.successors[0]
+    loop = _single_block_loop(remainder)
+    if loop is None or loop[1] != 0 or remainder is remainder_pre or len(preds[remainder]) != 2:
+        return None
+    remainder_term = loop[0]
+    r_exit = remainder_term.successors[1]
+    if r_exit is exit_block:
+        r_out = remainder_term.successor_args[1]
+        r_exit_blocks: list[Block] = []
+    elif _br(r_exit) is not None and len(r_exit.ops) == 1 and not r_exit.args and \
+            r_exit.successors[0] is exit_block and preds[r_exit] == [remainder] and \
+            not remainder_term.successor_args[1]:
+        r_out = _br(r_exit).successor_args[0]  # type: ignore[union-attr]
+        r_exit_blocks = [r_exit]
+    else:
+        return None
+    inside = {main_pre, main, join, remainder_pre, remainder, *r_exit_blocks}
+    if main_exit is not join:
+        inside.add(main_exit)
+    syms = Syms()
+    # --- the trip count: q = (n - i0 - 1) /u s, T = q + 1, c = T & (U - 1) -----------------
+    quotient = big.operands[0]
+    division = _def(quotient, "ptx.div")
+    if division is None or division.attributes.get("mods", ()) != ["u32"] or \
+            _defined_in(quotient, inside):
+        return None
+    count = none_left.operands[0]
+    masked = _def(count, "ptx.and")
+    if masked is None or _defined_in(count, inside) or \
+            syms.const_of(syms.outside(none_left.operands[1], inside)) != 0:
+        return None
+    consts = [syms.const_of(syms.outside(o, inside)) for o in masked.operands]
+    trips, mask = (masked.operands[0], consts[1]) if consts[1] is not None else \
+        (masked.operands[1], consts[0])
+    if mask is None:
+        return None
+    unroll = mask + 1
+    q = syms.outside(quotient, inside)
+    trip_count = syms.lin(q, syms.aff(32, 1))
+    if unroll < 2 or unroll & mask or unroll > 64 or syms.outside(trips, inside) != trip_count \
+            or syms.const_of(syms.outside(big.operands[1], inside)) != mask:
+        return None
+    stride_value = division.operands[1]
+    stride = syms.outside(stride_value, inside)
+    # --- the main loop's arguments: countdown, index, the rest -----------------------------
+    pre_env: dict[Value, Sym] = {}
+    if evaluate_ops(syms, main_pre.ops[:-1], pre_env, inside).effects:
+        return None
+    m_init_values = _br(main_pre).successor_args[0]  # type: ignore[union-attr]
+    m_init = [_sym(syms, pre_env, v, inside) for v in m_init_values]
+    margs = main.args
+    m_back = main_term.successor_args[0]
+    discovery = {a: syms.leaf(("arg", k), _width(a)) for k, a in enumerate(margs)}
+    first = evaluate_ops(syms, main.ops[:-1], {**pre_env, **discovery}, inside)
+    steps: dict[int, Sym] = {}
+    for k, a in enumerate(margs):
+        if _width(a) is not None:
+            step = syms.lin(_sym(syms, first.values, m_back[k], inside), discovery[a], 1, -1)
+            if step is not None and not _mentions_args(syms, step):
+                steps[k] = step
+    stay = _setp(main_term.operands[0], cmp="ne", ty="s32")
+    if stay is None or syms.const_of(syms.outside(stay.operands[1], inside)) != 0:
+        return None
+    main_count = next((k for k, a in enumerate(margs) if m_back[k] is stay.operands[0]), None)
+    if main_count is None or steps.get(main_count) != syms.aff(32, -unroll) or \
+            m_init[main_count] != syms.lin(trip_count, syms.outside(count, inside), 1, -1):  # type: ignore[arg-type]
+        return None
+    main_decrement = m_back[main_count].op  # type: ignore[attr-defined]
+    if margs[main_count].uses != [main_decrement] or \
+            sorted(map(id, m_back[main_count].uses)) != sorted(map(id, [stay, main_term])) or \
+            len(stay.results[0].uses) != 1:
+        return None
+    index_arg = next((k for k in steps if k != main_count and margs[k].type == "i32" and
+                      steps[k] == syms.lin(stride, stride, unroll, 0)), None)
+    if index_arg is None:
+        return None
+    start = m_init[index_arg]
+    start_value: Value | None = m_init_values[index_arg]
+    while start_value is not None and _defined_in(start_value, inside):
+        op = start_value.op if isinstance(start_value, OpResult) else None
+        start_value = op.operands[0] if op is not None and op.name == "ptx.mov" and \
+            op.operands[0].type == "i32" else None      # (a copy made in the preheader)
+    if start_value is None or syms.outside(start_value, inside) != start:
+        return None
+    bound = syms.lin(syms.lin(syms.outside(division.operands[0], inside), start),  # type: ignore[arg-type]
+                     syms.aff(32, 1))
+    bound_value = syms.value_of(bound) if bound is not None else None
+    if start_value is None or bound_value is None or _defined_in(start_value, inside) or \
+            _defined_in(bound_value, inside):
+        return None                 # (dividend: n - i0 - 1, so n = dividend + i0 + 1)
+    if stride_value not in uniform or start_value in uniform:
+        return None
+    syms.index = IndexRange(start, stride, unroll)
+    hypothesis: dict[int, Sym] = {}
+    for k in range(len(margs)):
+        if k == main_count:
+            continue
+        per_iteration = _divided(syms, steps[k], unroll) if k in steps else None
+        if k == index_arg:
+            hypothesis[k] = syms.rec(start, stride)
+        elif per_iteration is not None and syms.linear(m_init[k]) is not None and \
+                syms.width(m_init[k]) == syms.width(per_iteration):
+            hypothesis[k] = syms.rec(m_init[k], per_iteration)
+        else:
+            hypothesis[k] = syms.make(("state", k))
+    # --- the join: its arguments are the main loop's, on entry or after it ------------------
+    join_env: dict[Value, Sym] = {}
+    for y, v_skip, v_main in zip(join.args, split_term.successor_args[0], main_out):
+        k = next((k for k in hypothesis if m_back[k] is v_main), None)
+        if k is None or _defined_in(v_skip, inside) or syms.outside(v_skip, inside) != m_init[k]:
+            return None
+        join_env[y] = hypothesis[k]
+    # --- the template: the remainder loop, entered at iteration m ---------------------------
+    r_pre_env = dict(join_env)
+    if evaluate_ops(syms, remainder_pre.ops[:-1], r_pre_env, inside).effects:
+        return None
+    r_init = _br(remainder_pre).successor_args[0]  # type: ignore[union-attr]
+    rargs = remainder.args
+    r_back = remainder_term.successor_args[0]
+    r_stay = _setp(remainder_term.operands[0], cmp="ne", ty="s32")
+    if r_stay is None or syms.const_of(syms.outside(r_stay.operands[1], inside)) != 0:
+        return None
+    count_arg = next((k for k in range(len(rargs)) if r_back[k] is r_stay.operands[0]), None)
+    if count_arg is None or _sym(syms, r_pre_env, r_init[count_arg], inside) != \
+            syms.outside(count, inside):
+        return None
+    decrement = r_back[count_arg].op  # type: ignore[attr-defined]
+    if decrement.name != "ptx.add" or rargs[count_arg].uses != [decrement] or \
+            syms.const_of(syms.outside(decrement.operands[1], inside)) != 0xFFFFFFFF or \
+            decrement.operands[0] is not rargs[count_arg] or \
+            sorted(map(id, r_back[count_arg].uses)) != sorted(map(id, [r_stay, remainder_term])) \
+            or len(r_stay.results[0].uses) != 1:
+        return None
+    if any(o in join.args for op in remainder.ops for o in op.operands):
+        return None         # (the join's values are fixed while the remainder loop runs)
+    r_hyp = {a: _sym(syms, r_pre_env, r_init[k], inside)
+             for k, a in enumerate(rargs) if k != count_arg}
+    template = evaluate_ops(syms, remainder.ops[:-1], {**r_pre_env, **r_hyp}, inside,
+                            skip=lambda op: op is decrement or op is r_stay, body=remainder)
+    period = len(template.effects)
+    # each carried state without a closed form is carried by the remainder loop too
+    state_next: dict[int, Sym] = {}
+    for k, a in enumerate(rargs):
+        if k == count_arg:
+            continue
+        n = syms.node(r_hyp[a])
+        if n[0] == "state":
+            state_next[n[1]] = _sym(syms, template.values, r_back[k], inside)
+    atoms = {k: h for k, h in hypothesis.items() if syms.node(h)[0] == "state"}
+    if set(atoms) != set(state_next):
+        return None
+    states: list[dict[int, Sym]] = [dict(atoms)]
+    for j in range(unroll):
+        states.append({k: syms.advance(state_next[k], j, states[j], {}) for k in atoms})
+
+    def advance(s: Sym, j: int) -> Sym:
+        return syms.advance(s, j, states[j], {})
+
+    for k, a in enumerate(rargs):
+        if k != count_arg and syms.node(r_hyp[a])[0] != "state" and \
+                _sym(syms, template.values, r_back[k], inside) != advance(r_hyp[a], 1):
+            return None
+    # --- the main loop: U copies of the template ---------------------------------------------
+    m_env = {**pre_env, **{margs[k]: h for k, h in hypothesis.items()}}
+    body = evaluate_ops(syms, main.ops[:-1], m_env, inside, period=period or None,
+                        skip=lambda op: op is main_decrement or op is stay, body=main)
+    if len(body.effects) != unroll * period or any(
+            eff != advance(template.effects[g % period], g // period)
+            for g, eff in enumerate(body.effects)):
+        return None
+    for k, h in hypothesis.items():
+        if _sym(syms, body.values, m_back[k], inside) != advance(h, unroll):
+            return None
+    # --- what both leave to the exit ---------------------------------------------------------
+    for v_join, v_rest in zip(join_term.successor_args[0], r_out):
+        if _sym(syms, template.values, v_rest, inside) != \
+                advance(_sym(syms, join_env, v_join, inside), 1):
+            return None
+    index_in_remainder = next((k for k, a in enumerate(rargs)
+                               if k != count_arg and r_hyp[a] == hypothesis[index_arg]), None)
+    return UnrolledLoop(split, remainder_pre, remainder, count_arg, index_in_remainder,
+                        {y: v for y, v in zip(join.args, split_term.successor_args[0])},
+                        exit_block, list(r_out), stride_value, start_value, bound_value,
+                        remainder_term.attributes.get("line"), [main_term, remainder_term])
+
+
+def _divided(syms: Syms, step: Sym, unroll: int) -> Sym | None:
+    """A step per iteration d with unroll * d == step (one of them), if the coefficients
+    divide."""
+    n = syms.node(step)
+    if n[0] != "aff" or n[2] % unroll or any(c % unroll for _, c in n[3]):
+        return None
+    return syms.aff(n[1], n[2] // unroll, {leaf: c // unroll for leaf, c in n[3]})
 
 
 def _pure(op: Operation) -> bool:
