@@ -12,6 +12,10 @@ the main loop are no longer one stride apart: interchanged with the thread loop 
 and scatters (3.4x slower than `i += blockDim.x * gridDim.x` written inline, which nvcc does
 not unroll).
 
+(For integer sums, whose additions it may reorder, nvcc puts the unrolled loop first,
+counting `T - c` down by U, and the remainder loop after it; both arrangements are
+recognised.)
+
 This pass proves that the two loops together run the remainder loop's body T times, one
 iteration after another, and puts the simple loop
 
@@ -39,6 +43,7 @@ not take)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cpuify.analysis.evolution import IndexRange, NotAnalysable, Sym, Syms, evaluate_ops
@@ -73,12 +78,24 @@ class RerollLoops:
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loop pairs re-rolled."""
         region = block_body(kernel)
-        uniform = cached(analyses, uniform_values, region)
         done = 0
+        known: list[set[Value]] = []
+
+        def uniform() -> set[Value]:
+            # (computed only when a loop has the shape: most kernels have none)
+            if not known:
+                known.append(cached(analyses, uniform_values, region))
+            return known[0]
+        preds = predecessors(region)
         for block in list(region.blocks):
-            found = match_unrolled_loop(region, block, uniform)
+            if block not in block.successors:
+                continue                    # (only single-block loops are candidates)
+            found = match_unrolled_loop(region, block, uniform, preds)
             if found is not None:
                 _reroll(region, found)
+                preds = predecessors(region)
+                known.clear()
+                analyses = None         # (the IR changed: no cached analysis of it)
                 done += 1
         return done
 
@@ -136,17 +153,20 @@ def _single_block_loop(block: Block) -> tuple[Operation, int] | None:
     return term, term.successors.index(block)
 
 
-def match_unrolled_loop(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | None:
+def match_unrolled_loop(region: Region, main: Block, uniform: Callable[[], set[Value]],
+                        preds: dict[Block, list[Block]] | None = None) -> UnrolledLoop | None:
     """The remainder + unrolled main loop whose main loop is `main`, proven to run the
     remainder loop's body T times (see the module docstring), or None."""
+    preds = preds if preds is not None else predecessors(region)
     try:
-        return _match(region, main, uniform) or _match_main_first(region, main, uniform)
+        return _match(region, main, uniform, preds) or \
+            _match_main_first(region, main, uniform, preds)
     except NotAnalysable:
         return None
 
 
-def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | None:
-    preds = predecessors(region)
+def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
+           preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
     # --- the shape: split -> [remainder] -> join -> [main] -> exit --------------------------
     loop = _single_block_loop(main)
     if loop is None or loop[0].attributes.get(FALLBACK):
@@ -286,7 +306,7 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
     if syms.outside(division.operands[0], inside) != \
             syms.lin(syms.lin(bound, start, 1, -1), syms.aff(32, 1), 1, -1):  # type: ignore[arg-type]
         return None
-    if stride_value not in uniform or start_value in uniform:
+    if stride_value not in uniform() or start_value in uniform():
         return None         # not a thread-strided loop: nothing for the interchange to gain
     syms.index = IndexRange(start, stride, unroll)
 
@@ -362,7 +382,8 @@ def _match(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | N
                         main_stay.attributes.get("line"), [remainder_term, main_term])
 
 
-def _match_main_first(region: Region, main: Block, uniform: set[Value]) -> UnrolledLoop | None:
+def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Value]],
+                      preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
     """nvcc's other arrangement (integer sums, whose additions it may reorder): the unrolled
     loop first, counting `T - c` down by U, then the remainder loop for the last c
     iterations:
@@ -370,7 +391,6 @@ def _match_main_first(region: Region, main: Block, uniform: set[Value]) -> Unrol
         split: q <u U-1 ? join(start values) : main preheader
         main:  U copies; k -= U; k != 0 ? main : join(values)
         join:  c == 0 ? exit(...) : remainder preheader -> remainder -> exit(...)"""
-    preds = predecessors(region)
     loop = _single_block_loop(main)
     if loop is None or loop[1] != 0 or loop[0].attributes.get(FALLBACK):
         return None
@@ -499,7 +519,7 @@ def _match_main_first(region: Region, main: Block, uniform: set[Value]) -> Unrol
     if start_value is None or bound_value is None or _defined_in(start_value, inside) or \
             _defined_in(bound_value, inside):
         return None                 # (dividend: n - i0 - 1, so n = dividend + i0 + 1)
-    if stride_value not in uniform or start_value in uniform:
+    if stride_value not in uniform() or start_value in uniform():
         return None
     syms.index = IndexRange(start, stride, unroll)
     hypothesis: dict[int, Sym] = {}
