@@ -399,3 +399,80 @@ def test_integer_sum_guard(ptx: str, mod, base: int, n: int, step: int) -> None:
     got = _interp(ptx, "isum_step", UPTO + ["reroll-loops"], (1,), (threads,),
                   [x, np.zeros(threads, np.int32), np.int32(base), np.int32(n), np.int32(step)])[1]
     np.testing.assert_array_equal(got, ref)
+
+
+# --- the symbolic evaluation (analysis/evolution.py) ---------------------------------------
+
+def _op(block, name, operands, rtype, mods, **attrs):  # type: ignore[no-untyped-def]
+    from cpuify.ir.core import Operation
+    op = Operation(name, operands, [rtype] if rtype else [], {"mods": mods, **attrs})
+    block.append(op)
+    return op.results[0] if rtype else op
+
+
+def test_evolution_affine_forms_and_the_index_rule() -> None:
+    from cpuify.analysis.evolution import IndexRange, Syms, evaluate_ops
+    from cpuify.ir.core import Block
+    outer = Block(["i32", "i32", "i32", "i64"])
+    i0, n, s, base = outer.args
+    syms = Syms()
+    # nvcc's dividend: (s + n) + ~(i0 + s) is n - i0 - 1
+    a = _op(outer, "ptx.add", [s, n], "i32", ["s32"])
+    b = _op(outer, "ptx.add", [i0, s], "i32", ["s32"])
+    c = _op(outer, "ptx.not", [b], "i32", ["b32"])
+    d = _op(outer, "ptx.add", [a, c], "i32", ["s32"])
+    N, I0, S = (syms.outside(v, set()) for v in (n, i0, s))
+    assert syms.outside(d, set()) == syms.lin(syms.lin(N, I0, 1, -1), syms.aff(32, 1), 1, -1)
+    # the loop: index i (i0 + m*s); a sign extension distributes over the index only
+    loop = Block(["i32"])
+    (i,) = loop.args
+    syms.index = IndexRange(I0, S, 4)
+    i_next = _op(loop, "ptx.add", [i, s], "i32", ["s32"])
+    wide = _op(loop, "ptx.mul", [i_next, _const_in(loop, 4)], "i64", ["wide", "s32"])
+    addr = _op(loop, "ptx.add", [base, wide], "i64", ["s64"])
+    doubled = _op(loop, "ptx.add", [i, i], "i32", ["s32"])
+    wide2 = _op(loop, "ptx.mul", [doubled, _const_in(loop, 4)], "i64", ["wide", "s32"])
+    ld = _op(loop, "ptx.ld", [addr], "f32", ["global", "f32"], offset=8)
+    nc = _op(loop, "ptx.ld", [addr], "f32", ["global", "nc", "f32"], offset=0)
+    env = {i: syms.rec(I0, S)}
+    it = evaluate_ops(syms, loop.ops, env, {loop}, body=loop)
+    sext = lambda x: syms.sext(x, 64)  # noqa: E731
+    # &base[i + s] = base + 4 sext(i0) + 4 sext(s) + m * 4 sext(s)
+    four_s = syms.lin(sext(S), sext(S), 4, 0)
+    start = syms.lin(syms.lin(syms.outside(base, set()), sext(I0), 1, 4), four_s)
+    assert it.values[addr] == syms.rec(start, four_s)
+    # 2i is no index value: its extension stays an opaque op
+    assert syms.node(it.values[wide2])[0] == "op"
+    # the plain load is the iteration's first effect, its offset folded into the address;
+    # the .nc load is a function of its address (no effect)
+    assert len(it.effects) == 1
+    (effect,) = it.effects
+    node = syms.node(effect)
+    assert node[0] == "eff" and node[4][0] == syms.lin(it.values[addr], syms.aff(64, 8))
+    assert syms.node(it.values[nc])[0] == "op"
+    # one iteration later: every recurrence advances by its step
+    later = syms.advance(it.values[addr], 1, {}, {})
+    assert later == syms.rec(syms.lin(start, four_s), four_s)
+    assert syms.varies(it.values[addr]) and not syms.varies(four_s)
+
+
+def _const_in(block, value: int):  # type: ignore[no-untyped-def]
+    from cpuify.ir.core import Operation
+    op = Operation("upir.const", [], ["i32"], {"value": value})
+    block.append(op)
+    return op.results[0]
+
+
+def test_evolution_sign_extension_outside_the_proven_range() -> None:
+    """sext(i0 + j*s) distributes for 0 <= j <= max_shift only (beyond, i could wrap)."""
+    from cpuify.analysis.evolution import IndexRange, Syms
+    from cpuify.ir.core import Block
+    outer = Block(["i32", "i32"])
+    syms = Syms()
+    I0, S = (syms.outside(v, set()) for v in outer.args)
+    syms.index = IndexRange(I0, S, 2)
+    inside = syms.sext(syms.rec(syms.lin(I0, S, 1, 2), S), 64)
+    beyond = syms.sext(syms.rec(syms.lin(I0, S, 1, 3), S), 64)
+    other_step = syms.sext(syms.rec(I0, syms.lin(S, S, 2, 0)), 64)
+    assert syms.node(inside)[0] == "rec"
+    assert syms.node(beyond)[0] == "op" and syms.node(other_step)[0] == "op"
