@@ -432,11 +432,13 @@ def test_evolution_affine_forms_and_the_index_rule() -> None:
     addr = _op(loop, "ptx.add", [base, wide], "i64", ["s64"])
     doubled = _op(loop, "ptx.add", [i, i], "i32", ["s32"])
     wide2 = _op(loop, "ptx.mul", [doubled, _const_in(loop, 4)], "i64", ["wide", "s32"])
-    ld = _op(loop, "ptx.ld", [addr], "f32", ["global", "f32"], offset=8)
+    _op(loop, "ptx.ld", [addr], "f32", ["global", "f32"], offset=8)
     nc = _op(loop, "ptx.ld", [addr], "f32", ["global", "nc", "f32"], offset=0)
     env = {i: syms.rec(I0, S)}
     it = evaluate_ops(syms, loop.ops, env, {loop}, body=loop)
-    sext = lambda x: syms.sext(x, 64)  # noqa: E731
+
+    def sext(x: int) -> int:
+        return syms.sext(x, 64)
     # &base[i + s] = base + 4 sext(i0) + 4 sext(s) + m * 4 sext(s)
     four_s = syms.lin(sext(S), sext(S), 4, 0)
     start = syms.lin(syms.lin(syms.outside(base, set()), sext(I0), 1, 4), four_s)
