@@ -59,6 +59,19 @@ extern "C" __global__ void isum_step(const int *x, int *out, int base, int n, in
     for (int i = base + threadIdx.x; i < n; i += step) acc += x[i & 1023] * (i & 7);
     out[threadIdx.x] = acc;
 }
+extern "C" __global__ void steps_pre(float *x, int n, int iters) {
+    int s = blockDim.x;
+    for (int t = 0; t < iters; t++) {
+        for (int i = threadIdx.x; i < n; i += s) x[i] = x[i] * 0.5f + 1.0f;
+        __syncthreads();
+    }
+}
+extern "C" __global__ void steps_step(float *y, int n, int step, int iters) {
+    for (int t = 0; t < iters; t++) {
+        for (int i = threadIdx.x; i < n; i += step) y[i] = y[i] * 0.5f + 1.0f;
+        __syncthreads();
+    }
+}
 extern "C" __global__ void no_unroll(const float *x, float *y, int n) {
     int s = blockDim.x * gridDim.x;
 #pragma unroll 1
@@ -107,12 +120,13 @@ def _loop_headers(kernel) -> list:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("name,fires", [("axpy_pre", 1), ("axpy_pre_d", 1), ("sum_pre", 1),
                                         ("fms_restrict", 1), ("axpy_step", 1), ("isum_pre", 1),
-                                        ("isum_step", 1),
+                                        ("isum_step", 1), ("steps_pre", 1), ("steps_step", 1),
                                         ("no_unroll", 0), ("own_stride", 0), ("forwarded", 0)])
 def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
     """Fires on nvcc's remainder + unrolled pair (fp32, fp64, a carried sum, `.nc` loads that
     nvcc moved across the previous copy's store, a stride from a parameter) and on its
-    unrolled-loop-first pair (integer sums, one index per copy in the unrolled loop); not on a loop
+    unrolled-loop-first pair (integer sums, one index per copy in the unrolled loop) and on its
+    remainder peeled into `if`s inside a time-step loop; not on a loop
     nvcc did not unroll (`#pragma unroll 1`), a stride that differs between threads, or a
     loop whose value nvcc forwards from one iteration's store to the next (a load in the
     preheader)."""
@@ -124,7 +138,7 @@ def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
         return
     text = print_op(kernel)
     # the original loops stay, marked, behind the guard; the simple loop has one copy
-    assert text.count("reroll_fallback = true") == 2
+    assert text.count("reroll_fallback = true") == (1 if name.startswith("steps") else 2)
     simple = [h for h in _loop_headers(kernel)
               if not h.ops[-1].attributes.get("reroll_fallback")]
     assert len(simple) == 1
@@ -478,3 +492,63 @@ def test_evolution_sign_extension_outside_the_proven_range() -> None:
     other_step = syms.sext(syms.rec(I0, syms.lin(S, S, 2, 0)), 64)
     assert syms.node(inside)[0] == "rec"
     assert syms.node(beyond)[0] == "op" and syms.node(other_step)[0] == "op"
+
+
+@pytest.mark.parametrize("n", [0, 5, 63, 64, 65, 1001])
+def test_peeled_remainder_in_a_time_loop_matches_numpy(ptx: str, mod, n: int) -> None:  # type: ignore[no-untyped-def]
+    """Inside a time-step loop with __syncthreads() nvcc peels the remainder into `if`s."""
+    x = np.random.default_rng(n).random(n + 1, dtype=np.float32)
+    ref = x.copy()
+    for _ in range(5):
+        ref[:n] = (ref[:n] * np.float32(0.5) + np.float32(1)).astype(np.float32)
+    f = mod.get_function("steps_pre")
+    for _ in range(3):
+        got = x.copy()
+        f((1,), (64,), (got, np.int32(n), np.int32(5)))
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+    lifted = _interp(ptx, "steps_pre", [], (1,), (64,), [x.copy(), np.int32(n), np.int32(5)])[0]
+    got = _interp(ptx, "steps_pre", UPTO + ["reroll-loops"], (1,), (64,),
+                  [x.copy(), np.int32(n), np.int32(5)])[0]
+    np.testing.assert_array_equal(got, lifted)
+
+
+@pytest.mark.parametrize("n,step", [(1500, 37), (50, -5)])
+def test_peeled_remainder_guard(ptx: str, mod, n: int, step: int) -> None:  # type: ignore[no-untyped-def]
+    """A negative stride runs the peeled copies and nvcc's loop (T = 1 in each thread; the
+    range part of the guard, shared with the other arrangements, is tested above)."""
+    base = 0
+    rng = np.random.default_rng(9)
+    y = rng.random(2048, dtype=np.float32)
+    threads, iters = 32, 3
+    ref = y.copy()
+    for _ in range(iters):
+        for t in range(threads):
+            i0 = base + t
+            if i0 >= n:
+                continue
+            trips = ((n - i0 - 1) % 2**32) // (step % 2**32) + 1
+            for k in range(trips):
+                j = i0 + k * step
+                ref[j] = np.float32(ref[j] * np.float32(0.5) + np.float32(1))
+    f = mod.get_function("steps_step")
+    args = (np.int32(n), np.int32(step), np.int32(iters))
+    for _ in range(3):
+        got = y.copy()
+        f((1,), (threads,), (got,) + args)
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+    got = _interp(ptx, "steps_step", UPTO + ["reroll-loops"], (1,), (threads,),
+                  [y.copy(), *args])[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_not_when_a_peeled_copy_differs(ptx: str) -> None:
+    """The second of the `if`-peeled remainder copies computes something else: the pass
+    must leave the kernel alone (the copies are checked against the unrolled loop's)."""
+    kernel = _before_reroll(ptx, "steps_pre")
+    assert _reroll(parse_op(print_op(kernel))) == 1
+    peeled = [b for b in block_body(kernel).blocks if b not in b.successors and
+              sum(op.name == "ptx.st" for op in b.ops) == 1]
+    assert len(peeled) == 3
+    fma = next(op for op in peeled[1].ops if op.name == "ptx.fma")
+    fma.operands[1], fma.operands[2] = fma.operands[2], fma.operands[1]
+    assert _reroll(parse_op(print_op(kernel))) == 0

@@ -262,6 +262,26 @@ class Syms:
                 return self.lin(x, x, k, 0)
         return None
 
+    def at_start(self, s: Sym, memo: dict[Sym, Sym]) -> Sym:
+        """s at iteration 0: each recurrence replaced by its start."""
+        got = memo.get(s)
+        if got is not None:
+            return got
+        n = self.node(s)
+        if n[0] == "rec":
+            out = n[1]
+        elif n[0] == "op":
+            out = self.make(n[:3] + (tuple(self.at_start(o, memo) for o in n[3]),) + n[4:])
+            if n[1] == "sext" and len(n[3]) == 1:
+                ext = self.sext(self.node(out)[3][0], n[2])
+                out = ext if self.node(ext)[0] != "op" else out
+        elif n[0] == "eff":
+            out = self.make(n[:4] + (tuple(self.at_start(o, memo) for o in n[4]),) + n[5:])
+        else:
+            out = s
+        memo[s] = out
+        return out
+
     # --- moving a symbol to a later iteration ----------------------------------------------
     def advance(self, s: Sym, j: int, states: dict[int, Sym], memo: dict[Sym, Sym]) -> Sym:
         """s, j iterations later: recurrences shifted by j steps, each `("state", k)` replaced

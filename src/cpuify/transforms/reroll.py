@@ -13,8 +13,8 @@ and scatters (3.4x slower than `i += blockDim.x * gridDim.x` written inline, whi
 not unroll).
 
 (For integer sums, whose additions it may reorder, nvcc puts the unrolled loop first,
-counting `T - c` down by U, and the remainder loop after it; both arrangements are
-recognised.)
+counting `T - c` down by U, and the remainder loop after it; inside an outer loop it peels
+the remainder into U - 1 copies behind `if`s.  All three arrangements are recognised.)
 
 This pass proves that the two loops together run the remainder loop's body T times, one
 iteration after another, and puts the simple loop
@@ -46,7 +46,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cpuify.analysis.evolution import IndexRange, NotAnalysable, Sym, Syms, evaluate_ops
+from cpuify.analysis.evolution import (
+    IndexRange,
+    NotAnalysable,
+    Sym,
+    Syms,
+    evaluate_ops,
+    read_only_load,
+)
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import (
@@ -118,6 +125,9 @@ class UnrolledLoop:
     bound: Value            # n
     test_line: object
     fallback: list[Operation]       # the back edges of nvcc's loops
+    # one copy of the unrolled loop's body instead (a remainder peeled into `if`s):
+    body_ops: list[Operation] | None = None     # the ops of the copy, in order
+    index_alias: Value | None = None            # the value they read as the index
 
 
 def _cond_br(block: Block) -> Operation | None:
@@ -160,7 +170,8 @@ def match_unrolled_loop(region: Region, main: Block, uniform: Callable[[], set[V
     preds = preds if preds is not None else predecessors(region)
     try:
         return _match(region, main, uniform, preds) or \
-            _match_main_first(region, main, uniform, preds)
+            _match_main_first(region, main, uniform, preds) or \
+            _match_peeled(region, main, uniform, preds)
     except NotAnalysable:
         return None
 
@@ -615,6 +626,158 @@ def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Val
                         remainder_term.attributes.get("line"), [main_term, remainder_term])
 
 
+def _match_peeled(region: Region, main: Block, uniform: Callable[[], set[Value]],
+                  preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
+    """nvcc's arrangement inside an outer loop (a time-step loop): the remainder peeled into
+    a chain of U - 1 copies of the body, each behind `c == k ? join(i0 + k*s)`, then the
+    unrolled loop as in the first arrangement.  The copies and the unrolled loop are checked
+    against the unrolled loop's first copy (the template); the simple loop runs that copy.
+    Nothing may be carried but the index (no sums), and the loops leave no values."""
+    loop = _single_block_loop(main)
+    if loop is None or loop[1] != 0 or loop[0].attributes.get(FALLBACK):
+        return None
+    main_term = loop[0]
+    main_pre_blocks = [p for p in preds[main] if p is not main]
+    if len(main_pre_blocks) != 1 or len(preds[main]) != 2 or _br(main_pre_blocks[0]) is None:
+        return None
+    (main_pre,) = main_pre_blocks
+    if len(preds[main_pre]) != 1:
+        return None
+    (join,) = preds[main_pre]
+    join_term = _cond_br(join)
+    if join_term is None or join_term.successors[1] is not main_pre or \
+            join_term.successor_args[1] or join_term.successor_args[0] or len(join.args) != 1 \
+            or not all(_pure(op) for op in join.ops[:-1]):
+        return None
+    exit_block = join_term.successors[0]
+    main_exit = main_term.successors[1]
+    if exit_block.args or main_term.successor_args[1] or (main_exit is not exit_block and (
+            _br(main_exit) is None or len(main_exit.ops) != 1 or main_exit.args or
+            main_exit.successors[0] is not exit_block or preds[main_exit] != [main])):
+        return None
+    # the chain, walked back from its last copy (the one that branches to the join always)
+    last = [p for p in preds[join] if _br(p) is not None]
+    if len(last) != 1 or len(preds[join]) < 2:
+        return None
+    chain = [last[0]]
+    while len(chain) < len(preds[join]):
+        before = preds[chain[0]]
+        if len(before) != 1 or _cond_br(before[0]) is None or \
+                _cond_br(before[0]).successors != [join, chain[0]]:  # type: ignore[union-attr]
+            return None
+        chain.insert(0, before[0])
+    unroll = len(chain)
+    if sorted(map(id, chain)) != sorted(map(id, preds[join])) or unroll < 2 or unroll & (unroll - 1):
+        return None
+    split, peeled = chain[0], chain[1:]
+    inside = {*peeled, join, main_pre, main}
+    if main_exit is not exit_block:
+        inside.add(main_exit)
+    syms = Syms()
+    # --- the counts: c == k tests, q <u U-1 before the unrolled loop ------------------------
+    big = _setp(join_term.operands[0], cmp="lt", ty="u32")
+    if big is None:
+        return None
+    quotient = big.operands[0]
+    division = _def(quotient, "ptx.div")
+    count: Value | None = None
+    for k, block in enumerate(chain[:-1]):
+        test = _setp(_cond_br(block).operands[0], cmp="eq", ty="s32")  # type: ignore[union-attr]
+        if test is None or syms.const_of(syms.outside(test.operands[1], inside)) != k or \
+                (count is not None and test.operands[0] is not count):
+            return None
+        count = test.operands[0]
+    masked = _def(count, "ptx.and") if count is not None else None
+    if division is None or division.attributes.get("mods", ()) != ["u32"] or masked is None or \
+            _defined_in(quotient, inside) or _defined_in(count, inside):  # type: ignore[arg-type]
+        return None
+    consts = [syms.const_of(syms.outside(o, inside)) for o in masked.operands]
+    trips, mask = (masked.operands[0], consts[1]) if consts[1] is not None else \
+        (masked.operands[1], consts[0])
+    q = syms.outside(quotient, inside)
+    if mask != unroll - 1 or syms.outside(trips, inside) != syms.lin(q, syms.aff(32, 1)) or \
+            syms.const_of(syms.outside(big.operands[1], inside)) != mask:
+        return None
+    stride_value = division.operands[1]
+    stride = syms.outside(stride_value, inside)
+    main_stay = _setp(main_term.operands[0], cmp="lt", ty="s32")
+    if main_stay is None or _defined_in(main_stay.operands[1], inside):
+        return None
+    bound_value = main_stay.operands[1]
+    bound = syms.outside(bound_value, inside)
+    start_value = _cond_br(split).successor_args[0]  # type: ignore[union-attr]
+    if len(start_value) != 1 or _defined_in(start_value[0], inside):
+        return None
+    start = syms.outside(start_value[0], inside)
+    if syms.outside(division.operands[0], inside) != \
+            syms.lin(syms.lin(bound, start, 1, -1), syms.aff(32, 1), 1, -1):  # type: ignore[arg-type]
+        return None
+    if stride_value not in uniform() or start_value[0] in uniform():
+        return None
+    syms.index = IndexRange(start, stride, unroll)
+    index = syms.rec(start, stride)
+    # --- the join's index: i0 + k*s after k peeled copies -----------------------------------
+    peeled_env: list[dict[Value, Sym]] = []
+    for k, block in enumerate(chain):
+        env: dict[Value, Sym] = {}
+        if k:
+            evaluate_ops(syms, block.ops[:-1], env, inside)
+        peeled_env.append(env)
+        term = block.ops[-1]
+        incoming = term.successor_args[0][0] if term.successor_args[0] else None
+        if incoming is None or _sym(syms, env, incoming, inside) != \
+                syms.lin(start, stride, 1, k):
+            return None
+    # --- the unrolled loop: U copies of its first ----------------------------------------------
+    join_env = {join.args[0]: index}
+    if evaluate_ops(syms, main_pre.ops[:-1], join_env, inside).effects:
+        return None
+    m_init = [_sym(syms, join_env, v, inside) for v in _br(main_pre).successor_args[0]]  # type: ignore[union-attr]
+    if any(syms.linear(h) is None for h in m_init):
+        return None
+    m_env = {**join_env, **dict(zip(main.args, m_init))}
+    counted = evaluate_ops(syms, main.ops[:-1], dict(m_env), inside, body=main)
+    if not counted.effects or len(counted.effects) % unroll:
+        return None
+    period = len(counted.effects) // unroll
+    body = evaluate_ops(syms, main.ops[:-1], dict(m_env), inside, period=period, body=main)
+    template = body.effects[:period]
+    if any(eff != syms.advance(template[g % period], g // period, {}, {})
+           for g, eff in enumerate(body.effects)):
+        return None
+    for h, v in zip(m_init, main_term.successor_args[0]):
+        if _sym(syms, body.values, v, inside) != syms.advance(h, unroll, {}, {}):
+            return None
+    if _sym(syms, body.values, main_stay.operands[0], inside) != \
+            syms.advance(index, unroll, {}, {}):
+        return None
+    # --- the peeled copies are the template at iterations 0 .. U-2 --------------------------
+    for k, block in enumerate(peeled):
+        effects = evaluate_ops(syms, block.ops[:-1], {}, inside, period=period).effects
+        if len(effects) != period or any(
+                eff != syms.at_start(syms.advance(t, k, {}, {}), {})
+                for eff, t in zip(effects, template)):
+            return None
+    # --- the template's ops: what the first copy's effects read -------------------------------
+    effect_ops = [op for op in main.ops[:-1] if not _pure(op) and not read_only_load(op)]
+    wanted = set(effect_ops[:period])
+    work = list(wanted)
+    while work:
+        op = work.pop()
+        for o in op.operands:
+            if isinstance(o, OpResult) and o.op.parent is main and o.op not in wanted:
+                wanted.add(o.op)
+                work.append(o.op)
+    body_ops = [op for op in main.ops[:-1] if op in wanted]
+    index_arg = next((b for b, h in zip(main.args, m_init) if h == index), None)
+    if index_arg is None or any(o in main.args and o is not index_arg
+                                for op in body_ops for o in op.operands):
+        return None
+    return UnrolledLoop(split, main_pre, main, -1, None, {join.args[0]: start_value[0]},
+                        exit_block, [], stride_value, start_value[0], bound_value,
+                        main_stay.attributes.get("line"), [main_term], body_ops, index_arg)
+
+
 def _divided(syms: Syms, step: Sym, unroll: int) -> Sym | None:
     """A step per iteration d with unroll * d == step (one of them), if the coefficients
     divide."""
@@ -712,21 +875,27 @@ def _reroll(region: Region, found: UnrolledLoop) -> None:
     rargs = found.remainder.args
     r_term = found.remainder.ops[-1]
     r_back = r_term.successor_args[0]
-    kept = [k for k in range(len(rargs)) if k != found.count_arg]
+    kept = [k for k in range(len(rargs)) if k != found.count_arg] if found.body_ops is None \
+        else []
     for k in kept:
         vmap[rargs[k]] = header.add_arg(rargs[k].type, rargs[k].hint)
     inits = [vmap.get(r_init[k], r_init[k]) for k in kept]
     index = header.add_arg("i32", "%i") if found.index_arg is None else None
     if index is not None:
         inits.append(found.start)
+        if found.index_alias is not None:
+            vmap[found.index_alias] = index
     pre.append(Operation("cf.br", [], [], {"line": line}, successors=[header],
                          successor_args=[inits]))
-    decrement = r_back[found.count_arg]
-    assert isinstance(decrement, OpResult)
-    skip = {decrement.op, r_term.operands[0].op}  # type: ignore[attr-defined]
-    for op in found.remainder.ops[:-1]:
-        if op not in skip:
-            header.append(_clone(op, vmap))
+    if found.body_ops is not None:
+        body = found.body_ops
+    else:
+        decrement = r_back[found.count_arg]
+        assert isinstance(decrement, OpResult)
+        skip = {decrement.op, r_term.operands[0].op}  # type: ignore[attr-defined]
+        body = [op for op in found.remainder.ops[:-1] if op not in skip]
+    for op in body:
+        header.append(_clone(op, vmap))
     nexts = [vmap.get(r_back[k], r_back[k]) for k in kept]
     if index is None:
         index_next = vmap.get(r_back[found.index_arg], r_back[found.index_arg])  # type: ignore[index]
