@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
 from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.uniformity import uniform_values, uses_special
+from cpuify.analysis.unrolled_loops import FALLBACK as REROLL_FALLBACK
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, Value, defining_block, dominates,
     dominators,
@@ -167,7 +168,7 @@ def _runs_recursions(region: Region) -> bool:
 def _reroll_fallback(header: Block, body: set[Block]) -> bool:
     """Whether a back edge of the loop is marked as reroll-loops' fallback."""
     return any(b.terminator is not None and header in b.successors and
-               b.terminator.attributes.get("reroll_fallback") for b in body)
+               b.terminator.attributes.get(REROLL_FALLBACK) for b in body)
 
 
 def _entered_after_barrier(header: Block, body: set[Block]) -> bool:
