@@ -5,7 +5,9 @@
 
 Grid-stride `b[i] = 2 a[i] + 1` over 2^22 floats, 64 x 256 threads, spelled three ways:
   gs_inline  `i += blockDim.x * gridDim.x`
-  gs_pre     `int s = blockDim.x * gridDim.x; ... i += s` (nvcc splits off a remainder loop)
+  gs_pre     `int s = blockDim.x * gridDim.x; ... i += s` (nvcc splits off a remainder loop
+             and unrolls the rest 4x; reroll-loops turns the pair back into the simple loop:
+             compare with `--disable-pass=reroll-loops` through RawModule options)
   gs_cg      `i = g.thread_rank(); ... i += g.size()` (64-bit, truncated to int each round)
 Jacobi (1-D Poisson), 262144 points x 100 sweeps and 4096 x 200, 8 x 256 threads:
 `grid.sync()` between sweeps (indexed by blockIdx / by cooperative groups) against the

@@ -3,7 +3,8 @@ left out: every result equals the one from the IR as lifted (and NumPy where it 
 
 Kernels of the shapes each pass rewrites: a compare-exchange (if-convert-swaps), a flag set
 in an if across a barrier (select-if-phis), a launch-invariant loop (parallel-licm), a
-grid-stride loop (interchange-thread-strided-loops), a block-uniform loop carrying a float
+grid-stride loop whose stride is computed before it (reroll-loops, then
+interchange-thread-strided-loops), a block-uniform loop carrying a float
 (interchange-uniform-loops), a staging `if (tx == 0)` before a barrier (barrier-motion), and a
 shared-memory tree reduction with barriers."""
 
@@ -184,6 +185,7 @@ def test_the_passes_fire(ptx: str) -> None:
     assert "if-convert-swaps" in fired["swaps"]
     assert "select-if-phis" in fired["flags"]
     assert "interchange-thread-strided-loops" in fired["grid_stride"]
+    assert "reroll-loops" in fired["grid_stride"]
     assert "interchange-uniform-loops" in fired["uniform_loop"]
     assert "barrier-elimination" in fired["two_phases"]
     assert "parallel-licm" in fired["row_normalize"]

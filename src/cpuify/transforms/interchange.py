@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
 from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.uniformity import uniform_values, uses_special
+from cpuify.analysis.unrolled_loops import FALLBACK as REROLL_FALLBACK
 from cpuify.ir.core import (
     Block, BlockArgument, OpResult, Operation, Region, Value, defining_block, dominates,
     dominators,
@@ -91,7 +92,11 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
     incoming = _incoming(region)
     loops = _loops(region, idom)
     outermost = [h for h in loops if not any(h in body for other, body in loops.items() if other is not h)]
-    strided = [h for h in outermost if _thread_strided(h, loops[h], idom, incoming, uniform)]
+    # (the original loops that reroll-loops keeps for the runs its guard sends there are
+    # taken by no thread that reaches the simple loop: they stay in the thread loop)
+    loops = {h: body for h, body in loops.items() if not _reroll_fallback(h, body)}
+    strided = [h for h in outermost if h in loops and
+               _thread_strided(h, loops[h], idom, incoming, uniform)]
     if not strided:
         # a thread-strided loop inside other loops (a grid-stride loop in each iteration of a
         # loop of time steps with grid.sync() or __syncthreads() between them): as good as
@@ -158,6 +163,12 @@ def _runs_recursions(region: Region) -> bool:
     share the worker's call stack, so a thread must finish its recursion before the next
     starts, and a soft barrier inside the recursion's loop would interleave them."""
     return any(op.name == "upir.call_stack" for b in region.blocks for op in b.ops)
+
+
+def _reroll_fallback(header: Block, body: set[Block]) -> bool:
+    """Whether a back edge of the loop is marked as reroll-loops' fallback."""
+    return any(b.terminator is not None and header in b.successors and
+               b.terminator.attributes.get(REROLL_FALLBACK) for b in body)
 
 
 def _entered_after_barrier(header: Block, body: set[Block]) -> bool:

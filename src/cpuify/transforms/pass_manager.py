@@ -55,7 +55,7 @@ def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
         barriers, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
-        progress,
+        progress, reroll,
         threads, warps,
     )
 
@@ -71,7 +71,9 @@ def default_pipeline() -> list[str]:
 #: duplicate thread dimensions (what the thread loops
 #: run), 64-bit loop arithmetic read only through its low half in 32 bits (cooperative
 #: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
-#: if-conversions first (they make values recomputable and loops branch-free), then
+#: if-conversions first (they make values recomputable and loops branch-free), nvcc's
+#: unrolled remainder + main loops re-rolled into the simple strided loop (before anything
+#: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
 #: launch prologue both share must not), barrier elimination and motion, then the
@@ -79,7 +81,7 @@ def default_pipeline() -> list[str]:
 #: flushes left to the readers last (it reads who reads each value in the final IR)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
-                 "if-convert-swaps", "select-if-phis", "parallel-licm", "barrier-elimination",
+                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
                  "flush-min-max-at-uses")
