@@ -39,7 +39,7 @@ class SegmentEmitter(SpeculativeValues):
         self.serial_accesses: set[ir.Instruction] = set()
         # the segment runs recursions on the worker's call stack, which every thread uses
         self.uses_call_stack = False
-        # values computed for another thread than the loop's (alignment_offset): not stored
+        # values computed for another thread than the loop's (speculation()): not stored
         self.speculating = False
         # cf.cond_br -> its join: `if`s the thread loop steps over (run after it, deferred)
         self.skip_regions: dict[Operation, Block] = {}
@@ -271,9 +271,7 @@ class SegmentEmitter(SpeculativeValues):
             bounds = tuple(I32(v) for v in stops)
         if self.prefix_run:     # the first live_end threads of a one-dimensional block
             bounds = (bounds[0], bounds[1], self.live_end())
-        aligning = None if not whole or steps[2] != 1 or region is not None else \
-            self.kc.aligning_store(self.resume)
-        grouped = whole and region is None and ranges is None and aligning is None and \
+        grouped = whole and region is None and ranges is None and \
             self.resume in self.kc.lane_groups
         if grouped:     # the x loop steps over groups of LANES threads (see below)
             steps = (steps[0], steps[1], self.kc.LANES)
@@ -286,33 +284,23 @@ class SegmentEmitter(SpeculativeValues):
         self.interval_idle = {} if not whole or region is not None or rb is None else \
             self.interval_clamps(b, rb)
         b.branch(headers[0])
-        shift = None
         for k in range(3):
             bound = bounds[k]
-            if k == 2 and aligning is not None:
-                # the row of threads starts `shift` threads early, so that the vectors of
-                # the store fall on whole cache lines; the threads before the row's start do
-                # nothing.  The loop counts from 0 (tx = counter + start - shift): a loop
-                # from a negative start is one LLVM would not vectorize.
-                b.position_before(bodies[1].terminator)
-                shift = self.alignment_offset(aligning, starts[2], phis[1], phis[0])
-                bound = b.add(b.sub(bound, I32(starts[2])), shift)
             b.position_at_end(headers[k])
             # The x loop counts in 64 bits, tx is its truncation (nuw nsw: < 1024).  With a
             # 32-bit counter, LLVM widens it to 64 bits for the addresses and every compare
             # on the thread index with it: AVX-512 masks built from two 8-lane 64-bit
             # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows of fewer than
-            # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), rows aligned to
-            # cache lines, lane groups, interchanged grid-stride loops, or segments that
-            # index memory with unsigned 32-bit arithmetic on the thread index
+            # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), lane groups,
+            # interchanged grid-stride loops, or segments that index memory with unsigned 32-bit arithmetic on the thread index
             # (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
             # address, which then is no longer affine), which all measured slower with it.
-            wide = k == 2 and aligning is None and not grouped and not self.kc.lockstep and \
+            wide = k == 2 and not grouped and not self.kc.lockstep and \
                 self.resume not in self.kc.unsigned_indices and \
                 (self.kc.block_dims is None or self.kc.block_dims[0] >= 32)
             ity = I64 if wide else I32
-            phi = b.phi(ity, name=names[k] if shift is None else "row")
-            phi.add_incoming(ir.Constant(ity, starts[k] if shift is None else 0), start if k == 0 else bodies[k - 1])
+            phi = b.phi(ity, name=names[k])
+            phi.add_incoming(ir.Constant(ity, starts[k]), start if k == 0 else bodies[k - 1])
             b.cbranch(b.icmp_unsigned("<", phi, b.zext(bound, I64) if wide else bound), bodies[k], exit_bb if k == 0 else latches[k - 1])
             if k < 2:
                 b.position_at_end(bodies[k])
@@ -370,13 +358,6 @@ class SegmentEmitter(SpeculativeValues):
             bodies[2] = l_body
             latches[2] = l_latch
             self.lane_group = (group, lane)
-        if shift is not None:
-            b.position_at_end(bodies[2])
-            real = fn.append_basic_block("tx.run")
-            b.cbranch(b.icmp_unsigned(">=", phis[2], shift), real, latches[2])
-            b.position_at_end(real)
-            phis[2] = b.add(b.sub(phis[2], shift), I32(starts[2]), name="tx", flags=["nuw"])
-            bodies[2] = real
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
         b.position_at_end(bodies[2])
         # < 1024: never wraps (the flags let LLVM see slot indices as affine)

@@ -1,7 +1,7 @@
 """Values a segment computes for other threads than its thread loop's, or before the loop:
 what its range branch and clamped shared-memory loads need at the ends of the block or of
-an interval of threads, block-wide idle clamps, prefetches for later iterations, and the
-alignment of a row's stores (the layer of SegmentEmitter above SyncCrossing)."""
+an interval of threads, block-wide idle clamps and prefetches for later iterations (the
+layer of SegmentEmitter above SyncCrossing)."""
 
 from __future__ import annotations
 
@@ -140,32 +140,6 @@ class SpeculativeValues(SyncCrossing):
         block's last thread."""
         top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
         return b.icmp_signed("<=", b.add(first, I64(self.kc.block_dims[0] - 1)), top)
-
-    def alignment_offset(self, store: Operation, tx0: int, ty: ir.Value, tz: ir.Value) -> ir.Value:
-        """How many threads before thread tx0 of this row the row's vectors should start
-        for the vectors of `store` to fall on whole 64-byte lines: its addresses for threads
-        tx0 and tx0 + 1 give the element stride and the misalignment; 0 when the stride is
-        not a power of two up to 16 bytes or the address is not a multiple of it.  Stores
-        that straddle two cache lines cost several times an aligned one, and NumPy puts
-        large arrays 16 bytes after a page start: a transpose's rows ran 3x slower."""
-        b = self.b
-        addrs = []
-        with self.speculation(b):
-            for tx in (tx0, tx0 + 1):
-                self.as_thread([I32(tx), ty, tz],
-                               b.add(b.mul(b.add(b.mul(tz, self.loop_ntid[1]), ty), self.loop_ntid[0]), I32(tx)))
-                if self.resume:
-                    self.restore(self.kc.syncs[self.resume - 1])
-                self.rematerialize(store.operands[0])
-                addrs.append(b.ptrtoint(self.address(store, memory_space(store)), I64))
-        stride = b.sub(addrs[1], addrs[0])
-        ok = b.and_(b.and_(b.icmp_unsigned("<=", b.sub(stride, I64(1)), I64(15)),
-                           b.icmp_unsigned("==", b.and_(stride, b.sub(stride, I64(1))), I64(0))),
-                    b.icmp_unsigned("==", b.and_(addrs[0], b.sub(stride, I64(1))), I64(0)))
-        cttz = self.mod.intrinsic("llvm.cttz.i64", I64, [I64, I1])
-        log2 = b.call(cttz, [b.select(ok, stride, I64(1)), ir.Constant(I1, 1)])
-        shift = b.lshr(b.and_(addrs[0], I64(63)), log2)
-        return b.trunc(b.select(ok, shift, I64(0)), I32)
 
     def interval_clamps(self, b: ir.IRBuilder, rb: RangeBranch) -> dict[Operation, ir.Value]:
         """With `b` (before a thread loop): for the shared loads through a clamped index

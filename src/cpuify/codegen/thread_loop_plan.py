@@ -68,47 +68,6 @@ class ThreadLoopPlans(SegmentPaths):
     lockstep: set[Value]
     preds: dict[Block, list[Block]]
 
-    def aligning_store(self, resume: int) -> Operation | None:
-        """The store whose address the thread loop of the segment from `resume` aligns to
-        whole vectors (see SegmentEmitter.alignment_offset): the first store the segment
-        reaches, when its address is computed without memory reads from thread indices,
-        parameters and the values restored at the resume point, unless it is the segment's
-        only global store and stores where the segment loaded.  Only in code specialized
-        for blocks at least 32 threads wide, where a row of threads spans several vectors."""
-        dims = self.block_dims
-        if dims is None or dims[0] < 32:
-            return None
-        if resume and self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]:
-            return None     # an iteration of an interchanged loop: stores are rare there
-        blk, pos = self.resume_point(resume)
-        restored = self.restored_at(resume)
-        store = None
-        ops = list(self.ops_from(blk, pos))
-        for op in ops:
-            if op in self.sync_of_op:
-                if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
-                    return None     # the segment enters an interchanged loop
-            elif op.name == "ptx.st" and store is None and memory_space(op) == "global":
-                store = op
-        # global memory only: shared and local arrays are laid out aligned by cpuify; and a
-        # store on the segment's way whichever way its uniform branches go (not one on a
-        # rarely taken way, the exit of a loop that runs in segments)
-        if store is None or not self._computed_from_threads(store.operands[0], restored) or \
-                not self._on_every_way(blk, pos, store, set()):
-            return None
-        key = (store.operands[0], store.attributes.get("offset", 0))
-        if any(op.name == "ptx.ld" and (op.operands[0], op.attributes.get("offset", 0)) == key
-               for op in ops) and \
-                sum(1 for op in ops if op.name == "ptx.st" and memory_space(op) == "global") == 1:
-            # the segment's one global store updates in place (`y[i] = a * x[i] + y[i]`):
-            # the lines it stores were just loaded, so a store across two of them is
-            # cheap, and shifting the row costs more than it saves (saxpy 8.55 -> 7.57 ms
-            # without it; the triad, which stores to an array it does not read, 13.7 ->
-            # 15.3 ms; a bitonic merge step, which exchanges two elements in place, 10%
-            # slower, keeps it)
-            return None
-        return store
-
     #: iterations ahead that the passes of an interchanged loop prefetch
     PREFETCH_AHEAD = 4
     #: iterations ahead that the segment of a loop with barriers prefetches (counted from
@@ -213,40 +172,6 @@ class ThreadLoopPlans(SegmentPaths):
         """How many iterations ahead the prefetches of the segment from `resume` are."""
         soft = self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]
         return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
-
-    def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block],
-                      memo: dict[Block, bool] | None = None) -> bool:
-        """Whether a vector of threads going on from op `pos` of `blk` reaches `store`
-        whichever way each block-uniform branch goes (a branch on a thread-dependent
-        condition is taken both ways by a vector of threads: one way suffices).  `memo`
-        keeps each block's answer: without it a chain of k if-diamonds (cooperative groups'
-        code) is walked 2^k times; an answer cut short by a cycle is False, which only
-        gives up the optimization."""
-        if memo is None:
-            memo = {}
-        if pos == 0:
-            if blk in seen:
-                return False
-            if blk in memo:
-                return memo[blk]
-            seen = seen | {blk}
-        result = False
-        for op in blk.ops[pos:]:
-            if op is store:
-                result = True
-                break
-            if op in self.sync_of_op or op.name in ("upir.exit", "upir.trap"):
-                break
-            if op.name == "cf.br":
-                result = self._on_every_way(op.successors[0], 0, store, seen, memo)
-                break
-            if op.name == "cf.cond_br":
-                ways = [self._on_every_way(succ, 0, store, seen, memo) for succ in op.successors]
-                result = all(ways) if op.operands[0] in self.uniform else any(ways)
-                break
-        if pos == 0:
-            memo[blk] = result
-        return result
 
     @staticmethod
     def _computed_from_threads(v: Value, restored: set[Value]) -> bool:
