@@ -58,6 +58,10 @@ class SegmentEmitter(SpeculativeValues):
         # values decided for every thread of the thread loop being emitted (a range
         # branch's condition in the copy where all threads agree, see emit_thread_loops)
         self.known: dict[Value, ir.Value] = {}
+        # ... and the values tx + u those comparisons are on: v -> (v in thread 0, 32 bits;
+        # unsigned), for which all_inside proved that tx + u does not wrap in any thread
+        self.known_affine: dict[Value, tuple[ir.Value, bool]] = {}
+        self.range_firsts: dict[Value, tuple[ir.Value, bool]] = {}
         # clamped shared loads on the inside of the segment's range branch -> an i1, computed
         # before the thread loop being emitted: the clamp changes nothing for the threads
         # inside the branch's interval (interval_clamps)
@@ -226,25 +230,37 @@ class SegmentEmitter(SpeculativeValues):
             self.next_sync, self.all_exit, self.convergent = \
                 rb.decided_next, rb.decided_exit, True
         self.uniform_stops = {}
-        self.known = {rb.branch.operands[0]: ir.Constant(I1, int(rb.inside))}
+        self.known = {br.operands[0]: ir.Constant(I1, int(inside)) for br, _, inside in rb.decided()}
+        self.known_affine = self.range_firsts
         try:
             self.emit_one_thread_loop(fast, done, masked=False)
             b.position_at_end(done)
             self.finish_run(b, self.uniform_stops, self.last_state)
         finally:
-            self.known = {}
+            self.known, self.known_affine = {}, {}
             self.next_sync, self.all_exit, self.convergent, self.uniform_stops = saved
         return some
 
     def all_inside(self, b: ir.IRBuilder, rb: RangeBranch) -> ir.Value:
         """With `b` (before the thread loops): whether every comparison of the range branch
-        holds for every thread.  u is the value of tx + u in thread 0, the comparisons are
-        made in 64 bits for threads 0 and blockDim.x - 1, and tx + u must not wrap."""
+        (and of the further branches it decides) holds for every thread.  u is the value of
+        tx + u in thread 0, the comparisons are made in 64 bits for threads 0 and
+        blockDim.x - 1, and tx + u must not wrap.  Keeps each tx + u in thread 0
+        (range_firsts) for the copy, which computes tx + u from it (known_affine)."""
         last = self.kc.block_dims[0] - 1
         ok: ir.Value = ir.Constant(I1, 1)
+        self.range_firsts = {}
         with self.at_range_branch(b, rb) as wide:
-            for v, c, cmp, unsigned in rb.terms:
+            for v, c, cmp, unsigned in (t for _, terms, _ in rb.decided() for t in terms):
                 first, bound = wide(v, unsigned), wide(c, unsigned)
+                if v not in self.range_firsts:
+                    # (through an empty asm, which LLVM cannot see into: knowing the bits of
+                    # u (`blockIdx.x * 512 + 256`) and that tx < 256, it turned v + tx into
+                    # an `or` and then lost the flag that makes that `or` an addition, so
+                    # the address zext(v) * 4 was no longer affine and the load a gather)
+                    opaque = b.asm(ir.FunctionType(I32, [I32]), "", "=r,0",
+                                   [b.trunc(first, I32)], side_effect=False)
+                    self.range_firsts[v] = (opaque, unsigned)
                 end = b.add(first, I64(last))
                 op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
                 for x in (self.no_wrap(b, first, unsigned), b.icmp_signed(op, first, bound),

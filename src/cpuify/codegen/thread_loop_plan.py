@@ -1,11 +1,11 @@
 """How each segment's thread loop is shaped, in code specialized for a block shape: the
 threads it runs (thread ranges, deferred `if`s on a thread index), the copy for blocks whose
-threads agree on a branch (range branches), lane groups, the store it aligns its rows to,
-and the lines it prefetches for later iterations."""
+threads agree on its branches (range branches), lane groups and the lines it prefetches for
+later iterations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.sync_points import SyncPoint
@@ -57,6 +57,16 @@ class RangeBranch:
     decided_next: SyncPoint | None = None
     decided_exit: bool = False
     decided_convergent: bool = False
+    # further branches of the segment on comparisons of the same kind, decided in the same
+    # copy when their comparisons hold for every thread too (the reduction's
+    # `if (i + BLOCK < n) v += in[i + BLOCK]` after `if (i < n) v = in[i]`): (the cf.cond_br,
+    # its terms, its condition's value inside)
+    also: list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]] = \
+        field(default_factory=list)
+
+    def decided(self) -> list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]]:
+        """Every branch the copy decides: (the cf.cond_br, its terms, the condition there)."""
+        return [(self.branch, self.terms, self.inside)] + self.also
 
 
 class ThreadLoopPlans(SegmentPaths):
@@ -366,17 +376,55 @@ class ThreadLoopPlans(SegmentPaths):
             return None
         leaves, derived = self.uniform_at(resume)
         found = self._find_range_branch(*self.resume_point(resume), [], leaves, derived, set())
-        if found is None or not self.syncs:
+        if found is None:
+            return None
+        found.also = self._further_range_branches(
+            found, leaves | {a for edge in found.edges for a, _ in edge}, derived)
+        if not self.syncs:
             return found
         ok, reached, ends = self.convergent_walk(
-            *self.resume_point(resume),
-            {found.branch: 1 - int(found.inside)})    # successor 0: the condition holds
+            *self.resume_point(resume),     # successor 0: the condition holds
+            {br: 1 - int(inside) for br, _, inside in found.decided()})
         if ok:
             found.decided_convergent = True
             found.decided_exit = not reached
             if len(reached) == 1 and not ends:
                 found.decided_next = self.sync_of_op[reached.pop()]
         return found
+
+    #: at most this many branches after the first are decided along with it
+    MAX_FURTHER_RANGE_BRANCHES = 4
+
+    def _further_range_branches(self, first: RangeBranch, leaves: set[Value],
+                                derived: dict[Value, Value]
+                                ) -> list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]]:
+        """The thread-dependent branches a thread may reach after `first` (up to the next
+        sync point), outside loops of the segment, whose conditions are conjunctions of
+        comparisons of tx + u with values the same in every thread, all pure over `leaves`
+        (the values restored at the resume point and those set on the way to `first`): the
+        same value for a thread wherever it is evaluated, so the copy that decides `first`
+        can decide them too.  Without them, each such `if` guarding a load (`if (i + BLOCK
+        < n)`) stayed a masked load in the copy, and masked loads cost several times a
+        plain one here (the reduction's first phase)."""
+        out: list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]] = []
+        start = first.branch.successors[0 if first.inside else 1]
+        for op in self.ops_from(start, 0):
+            if len(out) >= self.MAX_FURTHER_RANGE_BRANCHES:
+                break
+            if op.name != "cf.cond_br" or op is first.branch or op.operands[0] in self.uniform:
+                continue
+            if any(op in set(self.ops_from(succ, 0)) for succ in op.successors):
+                continue        # in a loop of the segment: evaluated more than once
+            found = []
+            for inside in (True, False):
+                terms: list[tuple[Value, Value, str, bool]] = []
+                if self._range_terms(op.operands[0], inside, leaves, derived, terms, 0):
+                    below = all(cmp in ("lt", "le") for _, _, cmp, _ in terms)
+                    found.append((below, inside, terms))
+            if found:
+                _, inside, terms = max(found, key=lambda f: f[0])
+                out.append((op, terms, inside))
+        return out
 
     def uniform_at(self, resume: int) -> tuple[set[Value], dict[Value, Value]]:
         """(the block-uniform values restored at `resume`, the induction variables derived
