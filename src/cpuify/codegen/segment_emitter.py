@@ -245,15 +245,20 @@ class SegmentEmitter(SpeculativeValues):
         """With `b` (before the thread loops): whether every comparison of the range branch
         (and of the further branches it decides) holds for every thread.  u is the value of
         tx + u in thread 0, the comparisons are made in 64 bits for threads 0 and
-        blockDim.x - 1, and tx + u must not wrap.  Keeps each tx + u in thread 0
-        (range_firsts) for the copy, which computes tx + u from it (known_affine)."""
+        blockDim.x - 1, and tx + u must not wrap.  Keeps each tx + u of the further branches
+        in thread 0 (range_firsts) for the copy, which computes tx + u from it
+        (known_affine)."""
         last = self.kc.block_dims[0] - 1
         ok: ir.Value = ir.Constant(I1, 1)
         self.range_firsts = {}
+        # (only for the further branches' values: those of the first branch are the loop's
+        # own index arithmetic, which LLVM already reads as affine (`or disjoint` of the
+        # block's base and tx); made opaque, saxpy's loop got a run-time overflow check)
+        first_terms = {v for v, _, _, _ in rb.terms}
         with self.at_range_branch(b, rb) as wide:
             for v, c, cmp, unsigned in (t for _, terms, _ in rb.decided() for t in terms):
                 first, bound = wide(v, unsigned), wide(c, unsigned)
-                if v not in self.range_firsts:
+                if v not in self.range_firsts and v not in first_terms:
                     # (through an empty asm, which LLVM cannot see into: knowing the bits of
                     # u (`blockIdx.x * 512 + 256`) and that tx < 256, it turned v + tx into
                     # an `or` and then lost the flag that makes that `or` an addition, so
