@@ -127,6 +127,24 @@ extern "C" __global__ void two_signed_guards(int base, int n, const int *src, in
     if (i < n) out[k] = src[k];
     if (i - 64 >= -n) out[k] += 1000;
 }
+// a guard on a strength-reduced induction variable (ka += 32 per iteration), checked by the
+// segment that resumes at the barrier ending an iteration: the check must see the next
+// iteration's ka, not the one before the back edge
+extern "C" __global__ void tile_sums(const float *A, float *out, int K, float pad) {
+    __shared__ float s[32];
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int t = 0; t < (K + 31) / 32; ++t) {
+        int ka = t * 32 + threadIdx.x;
+        float v = pad;
+        if (ka < K) v = A[ka];
+        s[threadIdx.x] = v;
+        __syncthreads();
+        acc += s[(threadIdx.x + 1) & 31];
+        __syncthreads();
+    }
+    out[blockIdx.x * 32 + threadIdx.x] = acc;
+}
 // 2-D blocks: a guard on x and y (a stencil's `if (x < nx && y < ny)`), decided for blocks
 // inside the grid; the loads under it are shared-memory neighbours and a global array
 extern "C" __global__ void guard2d(const float *in, float *out, int nx, int ny, int y0) {
@@ -410,3 +428,19 @@ def test_guard_2d_branch_and_unmasked_copy(ptx):
     text = str(jit.optimize(gen.llvm_text()))
     # the copy for blocks inside the grid: rows of plain vector stores
     assert re.search(r"store <16 x float>", text), text
+
+
+@pytest.mark.parametrize("K", [70, 100, 64, 33, 1])
+def test_guard_on_induction_variable_across_the_back_edge(mod, K):
+    # (the copy was taken for the last partial tile when the check used the previous
+    # iteration's ka: the loads past K read A instead of the pad)
+    A = np.arange(1, 257, dtype=np.float32)
+    want = np.zeros(32)
+    for t in range((K + 31) // 32):
+        ka = t * 32 + np.arange(32)
+        v = np.where(ka < K, A[np.minimum(ka, 255)], -1000.0)
+        want += v[(np.arange(32) + 1) & 31]
+    out = np.empty(64, np.float32)
+    f = mod.get_function("tile_sums")
+    for got in _twice(lambda: f((2,), (32,), (A, out, np.int32(K), np.float32(-1000))), out):
+        np.testing.assert_allclose(got, np.tile(want, 2), rtol=1e-6)

@@ -129,11 +129,45 @@ class SpeculativeValues(SyncCrossing):
                 got = [value(v) for _, v in edge]      # a parallel copy
                 for (arg, _), lv in zip(edge, got):
                     self.vals[arg] = lv
+            self._after_edges(rb, value)
 
             def wide(v: Value, unsigned: bool) -> ir.Value:
                 lv = self.coerce_bits(value(v), I32)
                 return b.zext(lv, I64) if unsigned else b.sext(lv, I64)
             yield wide
+
+    def _after_edges(self, rb: RangeBranch, value: Callable[[Value], ir.Value]) -> None:
+        """After the edges to the range branch set their block arguments: the values
+        computed from the old ones are dropped, and the induction variables derived at the
+        resume point that are arguments of a block entered on the way (a loop header, when
+        the way crosses the back edge) are derived again from the new counters.  (Without
+        this, a segment resuming at the barrier that ends an iteration checked the next
+        iteration's `ka < K`, ka a strength-reduced induction variable, with the previous
+        iteration's ka: a tiled matrix multiply's last partial tile took the copy.)"""
+        moved: set[Value] = {arg for edge in rb.edges for arg, _ in edge}
+        if not moved:
+            return
+        entered = {getattr(a, "block", None) for a in moved}
+        derived = self.kc.syncs[self.resume - 1].derived if self.resume else {}
+        again = {v: e for v, e in derived.items() if getattr(v, "block", None) in entered}
+        moved |= set(again)
+        memo: dict[Value, bool] = {}
+
+        def stale(v: Value, depth: int) -> bool:
+            if v in moved:
+                return True
+            if not isinstance(v, OpResult) or depth > 32:
+                return False
+            if v not in memo:
+                memo[v] = any(stale(o, depth + 1) for o in v.op.operands)
+            return memo[v]
+
+        for v in [v for v in self.vals if isinstance(v, OpResult) and stale(v, 0)]:
+            del self.vals[v]
+        for v in again:
+            self.vals.pop(v, None)
+        got = {v: value(e) for v, e in again.items()}      # (from the new counters)
+        self.vals.update(got)
 
     def no_wrap(self, b: ir.IRBuilder, first: ir.Value, unsigned: bool,
                 last: int | None = None) -> ir.Value:

@@ -409,12 +409,6 @@ class ThreadLoopPlans(SegmentPaths):
         < n)`) stayed a masked load in the copy, and masked loads cost several times a
         plain one here (the reduction's first phase)."""
         out: list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]] = []
-        if derived:
-            # not in segments that resume inside a loop with induction variables derived
-            # at the resume point: a tiled matrix multiply's second guard (`kb < K`, kb an
-            # induction variable) was decided wrongly there (garbage loads in interior
-            # blocks); the cause is not found yet, see the report of this change
-            return out
         start = first.branch.successors[0 if first.inside else 1]
         for op in self.ops_from(start, 0):
             if len(out) >= self.MAX_FURTHER_RANGE_BRANCHES:
