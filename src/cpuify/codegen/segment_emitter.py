@@ -59,7 +59,8 @@ class SegmentEmitter(SpeculativeValues):
         # branch's condition in the copy where all threads agree, see emit_thread_loops)
         self.known: dict[Value, ir.Value] = {}
         # ... and the values tx + u those comparisons are on: v -> (v in thread 0, 32 bits;
-        # unsigned; the thread index, 0-2, it follows), for which all_inside proved that tx + u does not wrap in any thread
+        # unsigned; the thread index, 0-2, it follows), for which all_inside proved that
+        # tx + u does not wrap in any thread (range_firsts: the same, as all_inside found)
         self.known_affine: dict[Value, tuple[ir.Value, bool, int]] = {}
         self.range_firsts: dict[Value, tuple[ir.Value, bool, int]] = {}
         # clamped shared loads on the inside of the segment's range branch -> an i1, computed
@@ -230,7 +231,8 @@ class SegmentEmitter(SpeculativeValues):
             self.next_sync, self.all_exit, self.convergent = \
                 rb.decided_next, rb.decided_exit, True
         self.uniform_stops = {}
-        self.known = {br.operands[0]: ir.Constant(I1, int(inside)) for br, _, inside in rb.decided()}
+        self.known = {br.operands[0]: ir.Constant(I1, int(inside))
+                      for br, _, inside in rb.decided()}
         self.known_affine = self.range_firsts
         try:
             self.emit_one_thread_loop(fast, done, masked=False)
@@ -245,9 +247,9 @@ class SegmentEmitter(SpeculativeValues):
         """With `b` (before the thread loops): whether every comparison of the range branch
         (and of the further branches it decides) holds for every thread.  u is the value of
         tx + u in thread 0, the comparisons are made in 64 bits for threads 0 and
-        blockDim.x - 1 (y, z: ty + u, tz + u likewise), and tx + u must not wrap.  Keeps each tx + u of the further branches
-        in thread 0 (range_firsts) for the copy, which computes tx + u from it
-        (known_affine)."""
+        blockDim.x - 1 (y, z: ty + u, tz + u likewise), and tx + u must not wrap.  Keeps
+        each tx + u of the further branches in thread 0 (range_firsts) for the copy, which
+        computes tx + u from it (known_affine)."""
         dims = self.kc.block_dims
         ok: ir.Value = ir.Constant(I1, 1)
         self.range_firsts = {}
@@ -315,8 +317,8 @@ class SegmentEmitter(SpeculativeValues):
             # on the thread index with it: AVX-512 masks built from two 8-lane 64-bit
             # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows of fewer than
             # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), lane groups,
-            # interchanged grid-stride loops, or segments that index memory with unsigned 32-bit arithmetic on the thread index
-            # (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
+            # interchanged grid-stride loops, or segments that index memory with unsigned
+            # 32-bit arithmetic on the thread index (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
             # address, which then is no longer affine), which all measured slower with it.
             wide = k == 2 and not grouped and not self.kc.lockstep and \
                 self.resume not in self.kc.unsigned_indices and \
