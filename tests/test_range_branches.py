@@ -145,19 +145,6 @@ extern "C" __global__ void tile_sums(const float *A, float *out, int K, float pa
     }
     out[blockIdx.x * 32 + threadIdx.x] = acc;
 }
-// 2-D blocks: a guard on x and y (a stencil's `if (x < nx && y < ny)`), decided for blocks
-// inside the grid; the loads under it are shared-memory neighbours and a global array
-extern "C" __global__ void guard2d(const float *in, float *out, int nx, int ny, int y0) {
-    __shared__ float t[8][17];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int x = blockIdx.x * 16 + tx;
-    int y = y0 + (int)(blockIdx.y * 8) + ty;
-    int yc = min(max(y, 0), ny - 1), xc = min(x, nx - 1);
-    t[ty][tx] = in[yc * nx + xc];
-    __syncthreads();
-    if (x < nx && y < ny && y >= 0)
-        out[y * nx + x] = t[ty][tx] + 2.0f * t[ty][tx + (tx < 15)] + 4.0f * t[(ty + 1) & 7][tx];
-}
 '''
 
 
@@ -389,45 +376,6 @@ def test_two_guards_copy_loads_without_masks(ptx):
     loops = [blk for blk in text.split("\n\n") if re.match(r"vector\.body[0-9]*:", blk)]
     assert any(len(re.findall(r"= load <[0-9]+ x float>", blk)) >= 2 and "llvm.masked" not in blk
                for blk in loops), text
-
-
-@pytest.mark.parametrize("nx,ny,y0", [(64, 32, 0), (50, 29, 0), (33, 17, -5), (16, 8, 0)])
-def test_guard_2d(mod, nx, ny, y0):
-    rng = np.random.default_rng(nx * ny)
-    x = rng.random(nx * ny, dtype=np.float32)
-    out = np.empty(nx * ny, np.float32)
-    f = mod.get_function("guard2d")
-    gx, gy = (nx + 15) // 16, (ny - y0 + 7) // 8
-    a = x.reshape(ny, nx)
-    want = np.full((ny, nx), -7, np.float32)
-    for by in range(gy):
-        for bx in range(gx):
-            ys = y0 + by * 8 + np.arange(8)
-            xs = bx * 16 + np.arange(16)
-            tile = a[np.clip(ys, 0, ny - 1)][:, np.minimum(xs, nx - 1)]
-            right = tile[:, np.minimum(np.arange(16) + 1, 15)]
-            down = tile[(np.arange(8) + 1) & 7]
-            val = tile + np.float32(2) * right + np.float32(4) * down
-            for j in range(8):
-                for i in range(16):
-                    if 0 <= ys[j] < ny and xs[i] < nx:
-                        want[ys[j], xs[i]] = val[j, i]
-    for got in _twice(lambda: f((gx, gy), (16, 8), (x, out, np.int32(nx), np.int32(ny),
-                                                    np.int32(y0))), out):
-        np.testing.assert_allclose(got.reshape(ny, nx), want, rtol=1e-6)
-
-
-def test_guard_2d_branch_and_unmasked_copy(ptx):
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["guard2d"]),
-                       (16, 8, 1))
-    rb = kc.range_branches[1]
-    assert sorted(kc.range_axis[v] for v, _, _, _ in rb.terms) == [0, 1, 1]
-    from cpuify.codegen import jit
-    gen = ModuleCodegen(ptx, *jit.triple_and_layout())
-    gen.add_kernel(lift_optimized(ptx, ptx.functions["guard2d"]), (16, 8, 1))
-    text = str(jit.optimize(gen.llvm_text()))
-    # the copy for blocks inside the grid: rows of plain vector stores
-    assert re.search(r"store <16 x float>", text), text
 
 
 @pytest.mark.parametrize("K", [70, 100, 64, 33, 1])

@@ -501,7 +501,7 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
                           f"({len(terms)} comparison(s))" for br, terms, _ in rb.also)
         notes.append(f"blocks whose threads all agree on the branch at PTX line "
                      f"{rb.branch.attributes.get('line')} ({len(rb.terms)} comparison(s) with "
-                     f"the thread index){further} run a copy of the thread loop with "
+                     f"threadIdx.x){further} run a copy of the thread loop with "
                      f"{'them' if further else 'it'} decided{then}")
     prefetched = kc.prefetches.get(r, [])
     if prefetched:

@@ -184,15 +184,6 @@ def is_thread_x(v: Value) -> bool:
         v.op.attributes.get("reg") == "%tid.x"
 
 
-def is_thread_index(v: Value, axis: int) -> bool:
-    """Whether v is threadIdx.x, .y or .z for axis 0, 1, 2 (through moves and same-width
-    conversions)."""
-    while isinstance(v, OpResult) and v.op.name in ("ptx.mov", "ptx.cvt") and len(v.op.operands) == 1:
-        v = v.op.operands[0]
-    return isinstance(v, OpResult) and v.op.name == "upir.special" and \
-        v.op.attributes.get("reg") == ("%tid.x", "%tid.y", "%tid.z")[axis]
-
-
 def float_from_bits(bits: int, t: str) -> float:
     if t == "f32":
         return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]

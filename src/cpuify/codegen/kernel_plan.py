@@ -90,9 +90,6 @@ class KernelPlan(ThreadLoopPlans):
         self.deferred = {r: d for r in range(len(self.syncs) + 1)
                          if (d := self.deferred_regions(r))}
         self.lane_groups = {r for r in range(len(self.syncs) + 1) if self.wants_lane_groups(r)}
-        # the thread index (0: x, 1: y, 2: z) each value tx + u of a range branch's
-        # comparisons follows (_range_terms)
-        self.range_axis: dict[Value, int] = {}
         self.range_branches = {r: k for r in range(len(self.syncs) + 1)
                                if (k := self.range_branch(r)) is not None}
         self.prefix_runs = self.plan_prefix_runs()

@@ -59,10 +59,10 @@ class SegmentEmitter(SpeculativeValues):
         # branch's condition in the copy where all threads agree, see emit_thread_loops)
         self.known: dict[Value, ir.Value] = {}
         # ... and the values tx + u those comparisons are on: v -> (v in thread 0, 32 bits;
-        # unsigned; the thread index, 0-2, it follows), for which all_inside proved that
-        # tx + u does not wrap in any thread (range_firsts: the same, as all_inside found)
-        self.known_affine: dict[Value, tuple[ir.Value, bool, int]] = {}
-        self.range_firsts: dict[Value, tuple[ir.Value, bool, int]] = {}
+        # unsigned), for which all_inside proved that tx + u does not wrap in any thread
+        # (range_firsts: the same, as all_inside found them)
+        self.known_affine: dict[Value, tuple[ir.Value, bool]] = {}
+        self.range_firsts: dict[Value, tuple[ir.Value, bool]] = {}
         # clamped shared loads on the inside of the segment's range branch -> an i1, computed
         # before the thread loop being emitted: the clamp changes nothing for the threads
         # inside the branch's interval (interval_clamps)
@@ -247,10 +247,10 @@ class SegmentEmitter(SpeculativeValues):
         """With `b` (before the thread loops): whether every comparison of the range branch
         (and of the further branches it decides) holds for every thread.  u is the value of
         tx + u in thread 0, the comparisons are made in 64 bits for threads 0 and
-        blockDim.x - 1 (y, z: ty + u, tz + u likewise), and tx + u must not wrap.  Keeps
-        each tx + u of the further branches in thread 0 (range_firsts) for the copy, which
-        computes tx + u from it (known_affine)."""
-        dims = self.kc.block_dims
+        blockDim.x - 1, and tx + u must not wrap.  Keeps each tx + u of the further
+        branches in thread 0 (range_firsts) for the copy, which computes tx + u from it
+        (known_affine)."""
+        last = self.kc.block_dims[0] - 1
         ok: ir.Value = ir.Constant(I1, 1)
         self.range_firsts = {}
         # (only for the further branches' values: those of the first branch are the loop's
@@ -259,8 +259,6 @@ class SegmentEmitter(SpeculativeValues):
         first_terms = {v for v, _, _, _ in rb.terms}
         with self.at_range_branch(b, rb) as wide:
             for v, c, cmp, unsigned in (t for _, terms, _ in rb.decided() for t in terms):
-                axis = self.kc.range_axis.get(v, 0)
-                last = dims[axis] - 1
                 first, bound = wide(v, unsigned), wide(c, unsigned)
                 if v not in self.range_firsts and v not in first_terms:
                     # (through an empty asm, which LLVM cannot see into: knowing the bits of
@@ -269,10 +267,10 @@ class SegmentEmitter(SpeculativeValues):
                     # the address zext(v) * 4 was no longer affine and the load a gather)
                     opaque = b.asm(ir.FunctionType(I32, [I32]), "", "=r,0",
                                    [b.trunc(first, I32)], side_effect=False)
-                    self.range_firsts[v] = (opaque, unsigned, axis)
+                    self.range_firsts[v] = (opaque, unsigned)
                 end = b.add(first, I64(last))
                 op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
-                for x in (self.no_wrap(b, first, unsigned, last), b.icmp_signed(op, first, bound),
+                for x in (self.no_wrap(b, first, unsigned), b.icmp_signed(op, first, bound),
                           b.icmp_signed(op, end, bound)):
                     ok = b.and_(ok, x)
         return ok
@@ -318,8 +316,9 @@ class SegmentEmitter(SpeculativeValues):
             # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows of fewer than
             # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), lane groups,
             # interchanged grid-stride loops, or segments that index memory with unsigned
-            # 32-bit arithmetic on the thread index (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
-            # address, which then is no longer affine), which all measured slower with it.
+            # 32-bit arithmetic on the thread index (`mul.wide.u32`: the zero extension of a
+            # sum that may wrap stays in the address, which then is no longer affine), which
+            # all measured slower with it.
             wide = k == 2 and not grouped and not self.kc.lockstep and \
                 self.resume not in self.kc.unsigned_indices and \
                 (self.kc.block_dims is None or self.kc.block_dims[0] >= 32)

@@ -169,14 +169,11 @@ class SpeculativeValues(SyncCrossing):
         got = {v: value(e) for v, e in again.items()}      # (from the new counters)
         self.vals.update(got)
 
-    def no_wrap(self, b: ir.IRBuilder, first: ir.Value, unsigned: bool,
-                last: int | None = None) -> ir.Value:
+    def no_wrap(self, b: ir.IRBuilder, first: ir.Value, unsigned: bool) -> ir.Value:
         """Whether tx + u, `first` (64 bits) in thread 0, stays within 32 bits up to the
-        block's last thread (`last`: that thread's index, default blockDim.x - 1)."""
+        block's last thread."""
         top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
-        if last is None:
-            last = self.kc.block_dims[0] - 1
-        return b.icmp_signed("<=", b.add(first, I64(last)), top)
+        return b.icmp_signed("<=", b.add(first, I64(self.kc.block_dims[0] - 1)), top)
 
     def interval_clamps(self, b: ir.IRBuilder, rb: RangeBranch) -> dict[Operation, ir.Value]:
         """With `b` (before a thread loop): for the shared loads through a clamped index
@@ -188,8 +185,6 @@ class SpeculativeValues(SyncCrossing):
         need neither the bound's value (a load before the loop that waited for the last
         phase's masked stores) nor a blend."""
         kc = self.kc
-        if kc.block_dims[1] * kc.block_dims[2] != 1:
-            return {}       # (the interval is one of threadIdx.x: one-dimensional blocks)
         inside = rb.branch.successors[0 if rb.inside else 1]
         outside = rb.branch.successors[1 if rb.inside else 0]
         outside_ops = set(kc.ops_from(outside, 0))

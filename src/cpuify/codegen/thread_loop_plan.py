@@ -12,8 +12,7 @@ from cpuify.analysis.sync_points import SyncPoint
 from cpuify.analysis.thread_index import thread_index_condition
 from cpuify.analysis.uniformity import uses_special
 from cpuify.codegen.helpers import (
-    ENTRY_SPECIALS, access_size, const_int, depends_on, forwards_to, is_thread_index, is_thread_x,
-    pure_over,
+    ENTRY_SPECIALS, access_size, const_int, depends_on, forwards_to, is_thread_x, pure_over,
     row_probes, thread_box,
 )
 from cpuify.codegen.layout import SYNC_KINDS
@@ -78,7 +77,6 @@ class ThreadLoopPlans(SegmentPaths):
     lane_groups: set[int]
     lockstep: set[Value]
     preds: dict[Block, list[Block]]
-    range_axis: dict[Value, int]
 
     #: iterations ahead that the passes of an interchanged loop prefetch
     PREFETCH_AHEAD = 4
@@ -373,7 +371,7 @@ class ThreadLoopPlans(SegmentPaths):
         same edges (block-uniform branches whose other way does not lead to it) and
         evaluated once per thread."""
         dims = self.block_dims
-        if dims is None or resume in self.thread_range or \
+        if dims is None or dims[1] * dims[2] != 1 or resume in self.thread_range or \
                 resume in self.deferred or resume in self.lane_groups:
             return None
         leaves, derived = self.uniform_at(resume)
@@ -504,33 +502,27 @@ class ThreadLoopPlans(SegmentPaths):
             return False
         if v is op.results[-1] and len(op.results) == 2:
             want = not want         # the second result is the negation
-        dims = self.block_dims or (1, 1, 1)
-        for axis in (k for k in range(3) if k == 0 or dims[k] > 1):
-            a, c = op.operands
-            if not self._tx_affine(a, leaves, derived, 0, axis):
-                a, c = c, a
-                cmp_a = self._RANGE_SWAP[cmp]
-            else:
-                cmp_a = cmp
-            if self._tx_affine(a, leaves, derived, 0, axis) and \
-                    pure_over(c, leaves, ENTRY_SPECIALS, 24):
-                terms.append((a, c, cmp_a if want else self._RANGE_NEG[cmp_a], kind == "u32"))
-                self.range_axis[a] = axis
-                return True
-        return False
+        a, c = op.operands
+        if not self._tx_affine(a, leaves, derived, 0):
+            a, c = c, a
+            cmp = self._RANGE_SWAP[cmp]
+        if not self._tx_affine(a, leaves, derived, 0) or \
+                not pure_over(c, leaves, ENTRY_SPECIALS, 24):
+            return False
+        terms.append((a, c, cmp if want else self._RANGE_NEG[cmp], kind == "u32"))
+        return True
 
     def _tx_affine(self, v: Value, leaves: set[Value], derived: dict[Value, Value],
-                   depth: int, axis: int = 0) -> bool:
-        """Whether the 32-bit v is threadIdx.x (threadIdx.y, .z for axis 1, 2) plus a value
-        the same in every thread (pure over `leaves`), through additions, subtractions of
-        such values, `mad.lo a, b, tx`, and the induction variables derived at the resume
-        point."""
+                   depth: int) -> bool:
+        """Whether the 32-bit v is threadIdx.x plus a value the same in every thread (pure
+        over `leaves`), through additions, subtractions of such values, `mad.lo a, b, tx`,
+        and the induction variables derived at the resume point."""
         if depth > 12 or v.type != "i32":
             return False
-        if is_thread_index(v, axis):
+        if is_thread_x(v):
             return True
         if v in derived:
-            return self._tx_affine(derived[v], leaves, derived, depth + 1, axis)
+            return self._tx_affine(derived[v], leaves, derived, depth + 1)
         if not isinstance(v, OpResult):
             return False
         op = v.op
@@ -541,14 +533,14 @@ class ThreadLoopPlans(SegmentPaths):
         mods = op.attributes.get("mods", ())
         if op.name == "ptx.add" and len(op.operands) == 2 and "sat" not in mods and "cc" not in mods:
             x, y = op.operands
-            return (self._tx_affine(x, leaves, derived, depth + 1, axis) and same(y)) or \
-                (self._tx_affine(y, leaves, derived, depth + 1, axis) and same(x))
+            return (self._tx_affine(x, leaves, derived, depth + 1) and same(y)) or \
+                (self._tx_affine(y, leaves, derived, depth + 1) and same(x))
         if op.name == "ptx.sub" and len(op.operands) == 2 and "sat" not in mods and "cc" not in mods:
-            return self._tx_affine(op.operands[0], leaves, derived, depth + 1, axis) and \
+            return self._tx_affine(op.operands[0], leaves, derived, depth + 1) and \
                 same(op.operands[1])
         if op.name == "ptx.mad" and "lo" in mods and len(op.operands) == 3 and "cc" not in mods:
             return same(op.operands[0]) and same(op.operands[1]) and \
-                self._tx_affine(op.operands[2], leaves, derived, depth + 1, axis)
+                self._tx_affine(op.operands[2], leaves, derived, depth + 1)
         if op.name == "ptx.mov" and len(op.operands) == 1:
-            return self._tx_affine(op.operands[0], leaves, derived, depth + 1, axis)
+            return self._tx_affine(op.operands[0], leaves, derived, depth + 1)
         return False
