@@ -11,6 +11,8 @@ Each kernel runs twice (generic code, then the code specialized for its block sh
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -100,6 +102,49 @@ extern "C" __global__ void neighbours(const int *in, const int *add, int *out, i
     }
     out[blockIdx.x * 128 + tx] = a[tx];
 }
+// two guards in one segment (the reduction's "first add during global load"): both decided
+// in the copy; base + ... wraps past 2^32 - 1 in some blocks, for one guard or both
+extern "C" __global__ void two_guards(unsigned base, const float *in, float *partial,
+                                      unsigned n) {
+    __shared__ float s[128];
+    unsigned int tid = threadIdx.x;
+    unsigned int i = base + blockIdx.x * 256 + tid;
+    float v = 0.0f;
+    if (i < n) v = in[i - base];
+    if (i + 128 < n) v += in[i + 128 - base];
+    s[tid] = v;
+    __syncthreads();
+    if (tid == 0) {
+        float t = 0.0f;
+        for (int k = 0; k < 128; k++) t += s[k];
+        partial[blockIdx.x] = t;
+    }
+}
+// signed, the second guard after a store the first one guards
+extern "C" __global__ void two_signed_guards(int base, int n, const int *src, int *out) {
+    int i = base + (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[k] = src[k];
+    if (i - 64 >= -n) out[k] += 1000;
+}
+// a guard on a strength-reduced induction variable (ka += 32 per iteration), checked by the
+// segment that resumes at the barrier ending an iteration: the check must see the next
+// iteration's ka, not the one before the back edge
+extern "C" __global__ void tile_sums(const float *A, float *out, int K, float pad) {
+    __shared__ float s[32];
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int t = 0; t < (K + 31) / 32; ++t) {
+        int ka = t * 32 + threadIdx.x;
+        float v = pad;
+        if (ka < K) v = A[ka];
+        s[threadIdx.x] = v;
+        __syncthreads();
+        acc += s[(threadIdx.x + 1) & 31];
+        __syncthreads();
+    }
+    out[blockIdx.x * 32 + threadIdx.x] = acc;
+}
 '''
 
 
@@ -142,9 +187,20 @@ def test_which_branches(ptx):
     # generic code, 2-D blocks: none
     kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["guard"]), None)
     assert kc.range_branches == {}
+    # a second guard in the same segment is decided in the same copy; none for one guard
+    assert _further(ptx, "two_guards", (128, 1, 1)) == [(["lt"], False)]   # @p bra skips
+    assert _further(ptx, "two_signed_guards", (256, 1, 1)) == [(["lt"], True)]  # (i - 64 < -n)
+    assert _further(ptx, "guard", (256, 1, 1)) == []
     # guard never reads threadIdx.y: its 16 rows are duplicates that run once
     # (merge-duplicate-threads), a one-dimensional thread loop that gets the copy
     assert _branches(ptx, "guard", (16, 16, 1)) == {0: (["lt"], False, None)}
+
+
+def _further(ptx, kernel, block):
+    """The further branches the copy of the first segment decides: (comparisons, inside)."""
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel]), block)
+    return [([cmp for _, _, cmp, _ in terms], inside)
+            for _, terms, inside in kc.range_branches[0].also]
 
 
 def _twice(launch, out):
@@ -270,3 +326,69 @@ def test_neighbours_clamped_inside_the_interval(mod, lo, hi, steps):
     for got in _twice(lambda: f((nb,), (128,), (x, add, out, np.int32(lo), np.int32(hi),
                                                 np.int32(steps))), out):
         np.testing.assert_array_equal(got.reshape(nb, 128), want)
+
+
+# base, n: all guards hold in every block; the second fails in the last blocks; the sums
+# wrap past 2^32 - 1 (for the second guard only, then for both) in some blocks
+@pytest.mark.parametrize("base,n", [(0, 4 * 256), (0, 4 * 256 - 100), (0, 3 * 256 + 50),
+                                    (0xFFFFFF00 - 3 * 256, 0xFFFFFFFF),
+                                    (0xFFFFFFC0 - 2 * 256, 0xFFFFFFF0), (100, 0x400)])
+def test_two_guards(mod, base, n):
+    nb = 4
+    x = (np.arange(nb * 256 + 128, dtype=np.float32) % 17) + 1
+    part = np.empty(nb, np.float32)
+    f = mod.get_function("two_guards")
+    tid = np.arange(128, dtype=np.uint64)
+    want = np.zeros(nb, np.float32)
+    for blk in range(nb):
+        i = (np.uint64(base) + np.uint64(blk * 256) + tid) % np.uint64(1 << 32)
+        j = (i + np.uint64(128)) % np.uint64(1 << 32)
+        k = blk * 256 + tid.astype(np.int64)
+        v = np.where(i < np.uint64(n), x[k], 0) + np.where(j < np.uint64(n), x[k + 128], 0)
+        want[blk] = v.sum()
+    for got in _twice(lambda: f((nb,), (128,), (np.uint32(base), x, part, np.uint32(n))), part):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("base,n", [(0, 5000), (0, 700), (-300, 200), (0x7FFFFF00, 0x7FFFFFF0),
+                                    (-(1 << 31) + 10, (1 << 31) - 1)])
+def test_two_signed_guards(mod, base, n):
+    src = np.arange(1024, dtype=np.int32) + 100
+    out = np.empty(1024, np.int32)
+    f = mod.get_function("two_signed_guards")
+    i = (np.int64(base) + np.arange(1024) + (1 << 31)) % (1 << 32) - (1 << 31)
+    j = (i - 64 + (1 << 31)) % (1 << 32) - (1 << 31)
+    want = np.where(i < n, src, -7).astype(np.int64)
+    want = np.where(j >= -np.int64(n), want + 1000, want)
+    want = ((want + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+    for got in _twice(lambda: f((4,), (256,), (np.int32(base), np.int32(n), src, out)), out):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_two_guards_copy_loads_without_masks(ptx):
+    # the copy of the reduction's first phase: both loads plain vector loads (a masked load
+    # for the second guard, or a gather for its address, made it 2x slower)
+    from cpuify.codegen import jit
+    gen = ModuleCodegen(ptx, *jit.triple_and_layout())
+    gen.add_kernel(lift_optimized(ptx, ptx.functions["two_guards"]), (128, 1, 1))
+    text = str(jit.optimize(gen.llvm_text()))
+    assert not re.search(r"call <[0-9]+ x float> @llvm\.masked\.gather", text)
+    loops = [blk for blk in text.split("\n\n") if re.match(r"vector\.body[0-9]*:", blk)]
+    assert any(len(re.findall(r"= load <[0-9]+ x float>", blk)) >= 2 and "llvm.masked" not in blk
+               for blk in loops), text
+
+
+@pytest.mark.parametrize("K", [70, 100, 64, 33, 1])
+def test_guard_on_induction_variable_across_the_back_edge(mod, K):
+    # (the copy was taken for the last partial tile when the check used the previous
+    # iteration's ka: the loads past K read A instead of the pad)
+    A = np.arange(1, 257, dtype=np.float32)
+    want = np.zeros(32)
+    for t in range((K + 31) // 32):
+        ka = t * 32 + np.arange(32)
+        v = np.where(ka < K, A[np.minimum(ka, 255)], -1000.0)
+        want += v[(np.arange(32) + 1) & 31]
+    out = np.empty(64, np.float32)
+    f = mod.get_function("tile_sums")
+    for got in _twice(lambda: f((2,), (32,), (A, out, np.int32(K), np.float32(-1000))), out):
+        np.testing.assert_allclose(got, np.tile(want, 2), rtol=1e-6)

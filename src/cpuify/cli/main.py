@@ -514,10 +514,6 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
         notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m"
                      + ("; a partner closer than a group: lanes unrolled for the SLP vectorizer)"
                         if r in kc.unrolled_lane_groups else ")"))
-    store = kc.aligning_store(r)
-    if store is not None:
-        notes.append(f"rows aligned to the cache lines of the store at PTX line "
-                     f"{store.attributes.get('line')}")
     rb = kc.range_branches.get(r)
     if rb is not None:
         if not rb.decided_convergent:
@@ -528,9 +524,12 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
             then = f", where every thread stops at sync {rb.decided_next.index} (no states stored)"
         else:
             then = ", where every thread takes the same path"
+        further = "".join(f" and the branch at PTX line {br.attributes.get('line')} "
+                          f"({len(terms)} comparison(s))" for br, terms, _ in rb.also)
         notes.append(f"blocks whose threads all agree on the branch at PTX line "
                      f"{rb.branch.attributes.get('line')} ({len(rb.terms)} comparison(s) with "
-                     f"threadIdx.x) run a copy of the thread loop with it decided{then}")
+                     f"threadIdx.x){further} run a copy of the thread loop with "
+                     f"{'them' if further else 'it'} decided{then}")
     prefetched = kc.prefetches.get(r, [])
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)

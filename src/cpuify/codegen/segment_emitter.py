@@ -39,7 +39,7 @@ class SegmentEmitter(SpeculativeValues):
         self.serial_accesses: set[ir.Instruction] = set()
         # the segment runs recursions on the worker's call stack, which every thread uses
         self.uses_call_stack = False
-        # values computed for another thread than the loop's (alignment_offset): not stored
+        # values computed for another thread than the loop's (speculation()): not stored
         self.speculating = False
         # cf.cond_br -> its join: `if`s the thread loop steps over (run after it, deferred)
         self.skip_regions: dict[Operation, Block] = {}
@@ -58,6 +58,11 @@ class SegmentEmitter(SpeculativeValues):
         # values decided for every thread of the thread loop being emitted (a range
         # branch's condition in the copy where all threads agree, see emit_thread_loops)
         self.known: dict[Value, ir.Value] = {}
+        # ... and the values tx + u those comparisons are on: v -> (v in thread 0, 32 bits;
+        # unsigned), for which all_inside proved that tx + u does not wrap in any thread
+        # (range_firsts: the same, as all_inside found them)
+        self.known_affine: dict[Value, tuple[ir.Value, bool]] = {}
+        self.range_firsts: dict[Value, tuple[ir.Value, bool]] = {}
         # clamped shared loads on the inside of the segment's range branch -> an i1, computed
         # before the thread loop being emitted: the clamp changes nothing for the threads
         # inside the branch's interval (interval_clamps)
@@ -226,25 +231,43 @@ class SegmentEmitter(SpeculativeValues):
             self.next_sync, self.all_exit, self.convergent = \
                 rb.decided_next, rb.decided_exit, True
         self.uniform_stops = {}
-        self.known = {rb.branch.operands[0]: ir.Constant(I1, int(rb.inside))}
+        self.known = {br.operands[0]: ir.Constant(I1, int(inside))
+                      for br, _, inside in rb.decided()}
+        self.known_affine = self.range_firsts
         try:
             self.emit_one_thread_loop(fast, done, masked=False)
             b.position_at_end(done)
             self.finish_run(b, self.uniform_stops, self.last_state)
         finally:
-            self.known = {}
+            self.known, self.known_affine = {}, {}
             self.next_sync, self.all_exit, self.convergent, self.uniform_stops = saved
         return some
 
     def all_inside(self, b: ir.IRBuilder, rb: RangeBranch) -> ir.Value:
         """With `b` (before the thread loops): whether every comparison of the range branch
-        holds for every thread.  u is the value of tx + u in thread 0, the comparisons are
-        made in 64 bits for threads 0 and blockDim.x - 1, and tx + u must not wrap."""
+        (and of the further branches it decides) holds for every thread.  u is the value of
+        tx + u in thread 0, the comparisons are made in 64 bits for threads 0 and
+        blockDim.x - 1, and tx + u must not wrap.  Keeps each tx + u of the further
+        branches in thread 0 (range_firsts) for the copy, which computes tx + u from it
+        (known_affine)."""
         last = self.kc.block_dims[0] - 1
         ok: ir.Value = ir.Constant(I1, 1)
+        self.range_firsts = {}
+        # (only for the further branches' values: those of the first branch are the loop's
+        # own index arithmetic, which LLVM already reads as affine (`or disjoint` of the
+        # block's base and tx); made opaque, saxpy's loop got a run-time overflow check)
+        first_terms = {v for v, _, _, _ in rb.terms}
         with self.at_range_branch(b, rb) as wide:
-            for v, c, cmp, unsigned in rb.terms:
+            for v, c, cmp, unsigned in (t for _, terms, _ in rb.decided() for t in terms):
                 first, bound = wide(v, unsigned), wide(c, unsigned)
+                if v not in self.range_firsts and v not in first_terms:
+                    # (through an empty asm, which LLVM cannot see into: knowing the bits of
+                    # u (`blockIdx.x * 512 + 256`) and that tx < 256, it turned v + tx into
+                    # an `or` and then lost the flag that makes that `or` an addition, so
+                    # the address zext(v) * 4 was no longer affine and the load a gather)
+                    opaque = b.asm(ir.FunctionType(I32, [I32]), "", "=r,0",
+                                   [b.trunc(first, I32)], side_effect=False)
+                    self.range_firsts[v] = (opaque, unsigned)
                 end = b.add(first, I64(last))
                 op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
                 for x in (self.no_wrap(b, first, unsigned), b.icmp_signed(op, first, bound),
@@ -271,9 +294,7 @@ class SegmentEmitter(SpeculativeValues):
             bounds = tuple(I32(v) for v in stops)
         if self.prefix_run:     # the first live_end threads of a one-dimensional block
             bounds = (bounds[0], bounds[1], self.live_end())
-        aligning = None if not whole or steps[2] != 1 or region is not None else \
-            self.kc.aligning_store(self.resume)
-        grouped = whole and region is None and ranges is None and aligning is None and \
+        grouped = whole and region is None and ranges is None and \
             self.resume in self.kc.lane_groups
         if grouped:     # the x loop steps over groups of LANES threads (see below)
             steps = (steps[0], steps[1], self.kc.LANES)
@@ -286,33 +307,24 @@ class SegmentEmitter(SpeculativeValues):
         self.interval_idle = {} if not whole or region is not None or rb is None else \
             self.interval_clamps(b, rb)
         b.branch(headers[0])
-        shift = None
         for k in range(3):
             bound = bounds[k]
-            if k == 2 and aligning is not None:
-                # the row of threads starts `shift` threads early, so that the vectors of
-                # the store fall on whole cache lines; the threads before the row's start do
-                # nothing.  The loop counts from 0 (tx = counter + start - shift): a loop
-                # from a negative start is one LLVM would not vectorize.
-                b.position_before(bodies[1].terminator)
-                shift = self.alignment_offset(aligning, starts[2], phis[1], phis[0])
-                bound = b.add(b.sub(bound, I32(starts[2])), shift)
             b.position_at_end(headers[k])
             # The x loop counts in 64 bits, tx is its truncation (nuw nsw: < 1024).  With a
             # 32-bit counter, LLVM widens it to 64 bits for the addresses and every compare
             # on the thread index with it: AVX-512 masks built from two 8-lane 64-bit
             # compares each (pathfinder's phase 2.7 -> 2.3 ms).  Not for rows of fewer than
-            # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), rows aligned to
-            # cache lines, lane groups, interchanged grid-stride loops, or segments that
-            # index memory with unsigned 32-bit arithmetic on the thread index
-            # (`mul.wide.u32`: the zero extension of a sum that may wrap stays in the
-            # address, which then is no longer affine), which all measured slower with it.
-            wide = k == 2 and aligning is None and not grouped and not self.kc.lockstep and \
+            # 32 threads (a 16 x 16 tile's row is one vector: matmul -6%), lane groups,
+            # interchanged grid-stride loops, or segments that index memory with unsigned
+            # 32-bit arithmetic on the thread index (`mul.wide.u32`: the zero extension of a
+            # sum that may wrap stays in the address, which then is no longer affine), which
+            # all measured slower with it.
+            wide = k == 2 and not grouped and not self.kc.lockstep and \
                 self.resume not in self.kc.unsigned_indices and \
                 (self.kc.block_dims is None or self.kc.block_dims[0] >= 32)
             ity = I64 if wide else I32
-            phi = b.phi(ity, name=names[k] if shift is None else "row")
-            phi.add_incoming(ir.Constant(ity, starts[k] if shift is None else 0), start if k == 0 else bodies[k - 1])
+            phi = b.phi(ity, name=names[k])
+            phi.add_incoming(ir.Constant(ity, starts[k]), start if k == 0 else bodies[k - 1])
             b.cbranch(b.icmp_unsigned("<", phi, b.zext(bound, I64) if wide else bound), bodies[k], exit_bb if k == 0 else latches[k - 1])
             if k < 2:
                 b.position_at_end(bodies[k])
@@ -370,13 +382,6 @@ class SegmentEmitter(SpeculativeValues):
             bodies[2] = l_body
             latches[2] = l_latch
             self.lane_group = (group, lane)
-        if shift is not None:
-            b.position_at_end(bodies[2])
-            real = fn.append_basic_block("tx.run")
-            b.cbranch(b.icmp_unsigned(">=", phis[2], shift), real, latches[2])
-            b.position_at_end(real)
-            phis[2] = b.add(b.sub(phis[2], shift), I32(starts[2]), name="tx", flags=["nuw"])
-            bodies[2] = real
         self.tid = [phis[2], phis[1], phis[0]]       # x, y, z
         b.position_at_end(bodies[2])
         # < 1024: never wraps (the flags let LLVM see slot indices as affine)

@@ -38,6 +38,8 @@ class SegmentValues:
     uses_call_stack: bool
     speculating: bool
     known: dict[Value, ir.Value]
+    known_affine: dict[Value, tuple[ir.Value, bool]]
+    tid: list[ir.Value]
     state: ir.Value
     shared: ir.Value
     slots_base: ir.Value
@@ -98,6 +100,11 @@ class SegmentValues:
 
     def define(self, v: Value, lv: ir.Value) -> None:
         lv = self.known.get(v, lv)
+        if v in self.known_affine:
+            # tx + u, proved not to wrap for any thread of the block: v0 + tx with the
+            # no-wrap flag, so that LLVM sees the address zext(v) * 4 as affine in tx
+            first, unsigned = self.known_affine[v]
+            lv = self.b.add(first, self.tid[0], flags=["nuw" if unsigned else "nsw"])
         want = self.llvm_type(v)
         lv = self.coerce_bits(lv, want)
         self.vals[v] = lv

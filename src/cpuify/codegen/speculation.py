@@ -1,7 +1,7 @@
 """Values a segment computes for other threads than its thread loop's, or before the loop:
 what its range branch and clamped shared-memory loads need at the ends of the block or of
-an interval of threads, block-wide idle clamps, prefetches for later iterations, and the
-alignment of a row's stores (the layer of SegmentEmitter above SyncCrossing)."""
+an interval of threads, block-wide idle clamps and prefetches for later iterations (the
+layer of SegmentEmitter above SyncCrossing)."""
 
 from __future__ import annotations
 
@@ -129,43 +129,51 @@ class SpeculativeValues(SyncCrossing):
                 got = [value(v) for _, v in edge]      # a parallel copy
                 for (arg, _), lv in zip(edge, got):
                     self.vals[arg] = lv
+            self._after_edges(rb, value)
 
             def wide(v: Value, unsigned: bool) -> ir.Value:
                 lv = self.coerce_bits(value(v), I32)
                 return b.zext(lv, I64) if unsigned else b.sext(lv, I64)
             yield wide
 
+    def _after_edges(self, rb: RangeBranch, value: Callable[[Value], ir.Value]) -> None:
+        """After the edges to the range branch set their block arguments: the values
+        computed from the old ones are dropped, and the induction variables derived at the
+        resume point that are arguments of a block entered on the way (a loop header, when
+        the way crosses the back edge) are derived again from the new counters.  (Without
+        this, a segment resuming at the barrier that ends an iteration checked the next
+        iteration's `ka < K`, ka a strength-reduced induction variable, with the previous
+        iteration's ka: a tiled matrix multiply's last partial tile took the copy.)"""
+        moved: set[Value] = {arg for edge in rb.edges for arg, _ in edge}
+        if not moved:
+            return
+        entered = {getattr(a, "block", None) for a in moved}
+        derived = self.kc.syncs[self.resume - 1].derived if self.resume else {}
+        again = {v: e for v, e in derived.items() if getattr(v, "block", None) in entered}
+        moved |= set(again)
+        memo: dict[Value, bool] = {}
+
+        def stale(v: Value, depth: int) -> bool:
+            if v in moved:
+                return True
+            if not isinstance(v, OpResult) or depth > 32:
+                return False
+            if v not in memo:
+                memo[v] = any(stale(o, depth + 1) for o in v.op.operands)
+            return memo[v]
+
+        for v in [v for v in self.vals if isinstance(v, OpResult) and stale(v, 0)]:
+            del self.vals[v]
+        for v in again:
+            self.vals.pop(v, None)
+        got = {v: value(e) for v, e in again.items()}      # (from the new counters)
+        self.vals.update(got)
+
     def no_wrap(self, b: ir.IRBuilder, first: ir.Value, unsigned: bool) -> ir.Value:
         """Whether tx + u, `first` (64 bits) in thread 0, stays within 32 bits up to the
         block's last thread."""
         top = I64(0xFFFFFFFF if unsigned else 0x7FFFFFFF)
         return b.icmp_signed("<=", b.add(first, I64(self.kc.block_dims[0] - 1)), top)
-
-    def alignment_offset(self, store: Operation, tx0: int, ty: ir.Value, tz: ir.Value) -> ir.Value:
-        """How many threads before thread tx0 of this row the row's vectors should start
-        for the vectors of `store` to fall on whole 64-byte lines: its addresses for threads
-        tx0 and tx0 + 1 give the element stride and the misalignment; 0 when the stride is
-        not a power of two up to 16 bytes or the address is not a multiple of it.  Stores
-        that straddle two cache lines cost several times an aligned one, and NumPy puts
-        large arrays 16 bytes after a page start: a transpose's rows ran 3x slower."""
-        b = self.b
-        addrs = []
-        with self.speculation(b):
-            for tx in (tx0, tx0 + 1):
-                self.as_thread([I32(tx), ty, tz],
-                               b.add(b.mul(b.add(b.mul(tz, self.loop_ntid[1]), ty), self.loop_ntid[0]), I32(tx)))
-                if self.resume:
-                    self.restore(self.kc.syncs[self.resume - 1])
-                self.rematerialize(store.operands[0])
-                addrs.append(b.ptrtoint(self.address(store, memory_space(store)), I64))
-        stride = b.sub(addrs[1], addrs[0])
-        ok = b.and_(b.and_(b.icmp_unsigned("<=", b.sub(stride, I64(1)), I64(15)),
-                           b.icmp_unsigned("==", b.and_(stride, b.sub(stride, I64(1))), I64(0))),
-                    b.icmp_unsigned("==", b.and_(addrs[0], b.sub(stride, I64(1))), I64(0)))
-        cttz = self.mod.intrinsic("llvm.cttz.i64", I64, [I64, I1])
-        log2 = b.call(cttz, [b.select(ok, stride, I64(1)), ir.Constant(I1, 1)])
-        shift = b.lshr(b.and_(addrs[0], I64(63)), log2)
-        return b.trunc(b.select(ok, shift, I64(0)), I32)
 
     def interval_clamps(self, b: ir.IRBuilder, rb: RangeBranch) -> dict[Operation, ir.Value]:
         """With `b` (before a thread loop): for the shared loads through a clamped index

@@ -193,7 +193,7 @@ class SyncCrossing(SegmentValues):
         t = self.linear_tid64
         xval = self.static_buffer(which)
         if self.speculating:
-            # (another thread's values computed outside the thread loop, alignment_offset:
+            # (another thread's values computed outside the thread loop, speculation():
             # no branches here; the shuffle's result is not what they are after)
             return b.zext(b.load(b.gep(xval, [t])), I64), I32(0)
         base, j, pred = shuffle_source(b, t, mode, I32(lane_operand & 31),

@@ -1,11 +1,11 @@
 """How each segment's thread loop is shaped, in code specialized for a block shape: the
 threads it runs (thread ranges, deferred `if`s on a thread index), the copy for blocks whose
-threads agree on a branch (range branches), lane groups, the store it aligns its rows to,
-and the lines it prefetches for later iterations."""
+threads agree on its branches (range branches), lane groups and the lines it prefetches for
+later iterations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.sync_points import SyncPoint
@@ -57,6 +57,16 @@ class RangeBranch:
     decided_next: SyncPoint | None = None
     decided_exit: bool = False
     decided_convergent: bool = False
+    # further branches of the segment on comparisons of the same kind, decided in the same
+    # copy when their comparisons hold for every thread too (the reduction's
+    # `if (i + BLOCK < n) v += in[i + BLOCK]` after `if (i < n) v = in[i]`): (the cf.cond_br,
+    # its terms, its condition's value inside)
+    also: list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]] = \
+        field(default_factory=list)
+
+    def decided(self) -> list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]]:
+        """Every branch the copy decides: (the cf.cond_br, its terms, the condition there)."""
+        return [(self.branch, self.terms, self.inside)] + self.also
 
 
 class ThreadLoopPlans(SegmentPaths):
@@ -67,47 +77,6 @@ class ThreadLoopPlans(SegmentPaths):
     lane_groups: set[int]
     lockstep: set[Value]
     preds: dict[Block, list[Block]]
-
-    def aligning_store(self, resume: int) -> Operation | None:
-        """The store whose address the thread loop of the segment from `resume` aligns to
-        whole vectors (see SegmentEmitter.alignment_offset): the first store the segment
-        reaches, when its address is computed without memory reads from thread indices,
-        parameters and the values restored at the resume point, unless it is the segment's
-        only global store and stores where the segment loaded.  Only in code specialized
-        for blocks at least 32 threads wide, where a row of threads spans several vectors."""
-        dims = self.block_dims
-        if dims is None or dims[0] < 32:
-            return None
-        if resume and self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]:
-            return None     # an iteration of an interchanged loop: stores are rare there
-        blk, pos = self.resume_point(resume)
-        restored = self.restored_at(resume)
-        store = None
-        ops = list(self.ops_from(blk, pos))
-        for op in ops:
-            if op in self.sync_of_op:
-                if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
-                    return None     # the segment enters an interchanged loop
-            elif op.name == "ptx.st" and store is None and memory_space(op) == "global":
-                store = op
-        # global memory only: shared and local arrays are laid out aligned by cpuify; and a
-        # store on the segment's way whichever way its uniform branches go (not one on a
-        # rarely taken way, the exit of a loop that runs in segments)
-        if store is None or not self._computed_from_threads(store.operands[0], restored) or \
-                not self._on_every_way(blk, pos, store, set()):
-            return None
-        key = (store.operands[0], store.attributes.get("offset", 0))
-        if any(op.name == "ptx.ld" and (op.operands[0], op.attributes.get("offset", 0)) == key
-               for op in ops) and \
-                sum(1 for op in ops if op.name == "ptx.st" and memory_space(op) == "global") == 1:
-            # the segment's one global store updates in place (`y[i] = a * x[i] + y[i]`):
-            # the lines it stores were just loaded, so a store across two of them is
-            # cheap, and shifting the row costs more than it saves (saxpy 8.55 -> 7.57 ms
-            # without it; the triad, which stores to an array it does not read, 13.7 ->
-            # 15.3 ms; a bitonic merge step, which exchanges two elements in place, 10%
-            # slower, keeps it)
-            return None
-        return store
 
     #: iterations ahead that the passes of an interchanged loop prefetch
     PREFETCH_AHEAD = 4
@@ -213,40 +182,6 @@ class ThreadLoopPlans(SegmentPaths):
         """How many iterations ahead the prefetches of the segment from `resume` are."""
         soft = self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]
         return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
-
-    def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block],
-                      memo: dict[Block, bool] | None = None) -> bool:
-        """Whether a vector of threads going on from op `pos` of `blk` reaches `store`
-        whichever way each block-uniform branch goes (a branch on a thread-dependent
-        condition is taken both ways by a vector of threads: one way suffices).  `memo`
-        keeps each block's answer: without it a chain of k if-diamonds (cooperative groups'
-        code) is walked 2^k times; an answer cut short by a cycle is False, which only
-        gives up the optimization."""
-        if memo is None:
-            memo = {}
-        if pos == 0:
-            if blk in seen:
-                return False
-            if blk in memo:
-                return memo[blk]
-            seen = seen | {blk}
-        result = False
-        for op in blk.ops[pos:]:
-            if op is store:
-                result = True
-                break
-            if op in self.sync_of_op or op.name in ("upir.exit", "upir.trap"):
-                break
-            if op.name == "cf.br":
-                result = self._on_every_way(op.successors[0], 0, store, seen, memo)
-                break
-            if op.name == "cf.cond_br":
-                ways = [self._on_every_way(succ, 0, store, seen, memo) for succ in op.successors]
-                result = all(ways) if op.operands[0] in self.uniform else any(ways)
-                break
-        if pos == 0:
-            memo[blk] = result
-        return result
 
     @staticmethod
     def _computed_from_threads(v: Value, restored: set[Value]) -> bool:
@@ -441,17 +376,55 @@ class ThreadLoopPlans(SegmentPaths):
             return None
         leaves, derived = self.uniform_at(resume)
         found = self._find_range_branch(*self.resume_point(resume), [], leaves, derived, set())
-        if found is None or not self.syncs:
+        if found is None:
+            return None
+        found.also = self._further_range_branches(
+            found, leaves | {a for edge in found.edges for a, _ in edge}, derived)
+        if not self.syncs:
             return found
         ok, reached, ends = self.convergent_walk(
-            *self.resume_point(resume),
-            {found.branch: 1 - int(found.inside)})    # successor 0: the condition holds
+            *self.resume_point(resume),     # successor 0: the condition holds
+            {br: 1 - int(inside) for br, _, inside in found.decided()})
         if ok:
             found.decided_convergent = True
             found.decided_exit = not reached
             if len(reached) == 1 and not ends:
                 found.decided_next = self.sync_of_op[reached.pop()]
         return found
+
+    #: at most this many branches after the first are decided along with it
+    MAX_FURTHER_RANGE_BRANCHES = 4
+
+    def _further_range_branches(self, first: RangeBranch, leaves: set[Value],
+                                derived: dict[Value, Value]
+                                ) -> list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]]:
+        """The thread-dependent branches a thread may reach after `first` (up to the next
+        sync point), outside loops of the segment, whose conditions are conjunctions of
+        comparisons of tx + u with values the same in every thread, all pure over `leaves`
+        (the values restored at the resume point and those set on the way to `first`): the
+        same value for a thread wherever it is evaluated, so the copy that decides `first`
+        can decide them too.  Without them, each such `if` guarding a load (`if (i + BLOCK
+        < n)`) stayed a masked load in the copy, and masked loads cost several times a
+        plain one here (the reduction's first phase)."""
+        out: list[tuple[Operation, list[tuple[Value, Value, str, bool]], bool]] = []
+        start = first.branch.successors[0 if first.inside else 1]
+        for op in self.ops_from(start, 0):
+            if len(out) >= self.MAX_FURTHER_RANGE_BRANCHES:
+                break
+            if op.name != "cf.cond_br" or op is first.branch or op.operands[0] in self.uniform:
+                continue
+            if any(op in set(self.ops_from(succ, 0)) for succ in op.successors):
+                continue        # in a loop of the segment: evaluated more than once
+            found = []
+            for inside in (True, False):
+                terms: list[tuple[Value, Value, str, bool]] = []
+                if self._range_terms(op.operands[0], inside, leaves, derived, terms, 0):
+                    below = all(cmp in ("lt", "le") for _, _, cmp, _ in terms)
+                    found.append((below, inside, terms))
+            if found:
+                _, inside, terms = max(found, key=lambda f: f[0])
+                out.append((op, terms, inside))
+        return out
 
     def uniform_at(self, resume: int) -> tuple[set[Value], dict[Value, Value]]:
         """(the block-uniform values restored at `resume`, the induction variables derived
