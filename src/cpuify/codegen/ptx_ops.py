@@ -226,12 +226,6 @@ def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
     e.result(op, v, t)
 
 
-def _int_binop(e: SegmentEmitter, op: Operation, fn) -> None:  # type: ignore[no-untyped-def]
-    t = ty(op)
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    e.result(op, fn(a, c), t)
-
-
 def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,
                         rem: bool = False) -> ir.Value | None:
     """`operand[value] & operand[mask]` (a run of ones: `& 31`, `& 248`; or `% modulus`, a
