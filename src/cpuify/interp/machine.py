@@ -54,6 +54,7 @@ from cpuify.frontend.ptx_ast import VarDecl
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp.memory import align_up, alloc, load, store
 from cpuify.interp import texture  # noqa: F401  (registers the texture and surface ops)
+from cpuify.interp import spec_eval  # noqa: F401  (registers the table's spec-driven ops)
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf

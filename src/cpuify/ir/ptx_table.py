@@ -18,7 +18,8 @@ interpreter stays an independent oracle of the compiler because it evaluates the
 The expression language.  A value has a PTX type; type symbols in the table resolve
 against an op's type modifiers: "T" the last one (the operand type: `add.s32` -> s32,
 `setp.lt.f32` -> f32), "D" the first (the destination of `set.u32.f32`, `slct.f32.s32`),
-"W" T doubled (`mul.wide.s32` -> s64); other names are PTX types ("u32", "pred").
+"A" the second (the first source of `vabsdiff4.u32.s32.u32`), "W" T doubled
+(`mul.wide.s32` -> s64); other names are PTX types ("u32", "pred").
   Src(i, t)      operand i read as type t (`.ftz` forms flush f32 sources, see Form.flush)
   Lit(v, t)      a constant
   Fn(name, args, type, param)   one of FUNCTIONS (their meaning is documented there, and
@@ -132,6 +133,7 @@ class Form:
     """One form of an instruction: a guard on the op's modifiers and what it computes."""
     results: tuple[Expr, ...] = ()      # result i := results[i]
     types: frozenset[str] | None = None   # T must be one of these (None: any)
+    all_types: frozenset[str] | None = None   # every type modifier must be one of these
     dest_types: frozenset[str] | None = None   # D must be one of these
     mods: frozenset[str] = frozenset()    # all of these modifiers present
     without: frozenset[str] = frozenset()  # none of these present
@@ -146,6 +148,8 @@ class Form:
         if self.types is not None and t not in self.types:
             return False
         if self.dest_types is not None and d not in self.dest_types:
+            return False
+        if self.all_types is not None and not set(ts) <= self.all_types:
             return False
         if not self.mods <= set(op_mods):
             return False
@@ -194,10 +198,12 @@ _WIDE = {"s16": "s32", "u16": "u32", "b16": "b32", "s32": "s64", "u32": "u64", "
 
 def resolve_type(symbol: str, op_mods: list[str] | tuple[str, ...]) -> str:
     """The PTX type a type symbol of the table ("T", "D", "W" or a type) means for an op."""
-    if symbol in ("T", "D", "W"):
+    if symbol in ("T", "D", "A", "W"):
         ts = [m for m in op_mods if is_ptx_type(m)] or ["b32"]
         if symbol == "D":
             return ts[0]
+        if symbol == "A":
+            return ts[min(1, len(ts) - 1)]
         return ts[-1] if symbol == "T" else _WIDE.get(ts[-1], ts[-1])
     return symbol
 
@@ -283,6 +289,38 @@ def _binary(name: str, sat: str | None = None) -> tuple[Form, ...]:
               _f(_fn(name, a, b), types=FLOATS, without=DIRECTED, flush="all"),
               _hand()]
     return tuple(forms)
+
+
+def _simd_absdiff(lanes: int) -> tuple[Form, ...]:
+    """vabsdiff4/vabsdiff2 (SIMD video instructions) with the default selectors and mask:
+    lane k of a (type A) and of b (type T), sign- or zero-extended, |a_k - b_k|.  `.add`:
+    c plus the sum of the lanes' differences; otherwise the differences packed into d's
+    lanes (kept to the lane's bits; `.sat` clamps them to the lane range of D first)."""
+    bits = 32 // lanes
+    diffs = [_fn("abs", _fn("sub", _fn("ext", _fn("slice", a, type="A", param=bits * k), type="s32", param=bits),
+                         _fn("ext", _fn("slice", b, type="T", param=bits * k), type="s32", param=bits)))
+             for k in range(lanes)]
+    total: Expr = Src(2, "D")
+    for d in diffs:
+        total = _fn("add", total, _fn("resize", d, type="D"))
+
+    def packed(sat_bound: int | None) -> Expr:
+        out: Expr | None = None
+        for k, d in enumerate(diffs):
+            if sat_bound is not None:
+                d = _fn("min", d, Lit(sat_bound, "s32"))
+            lane = _fn("and", _fn("resize", d, type="D"), Lit((1 << bits) - 1, "D"))
+            if k:
+                lane = _fn("shl", lane, Lit(bits * k, "u32"))
+            out = lane if out is None else _fn("or", out, lane)
+        assert out is not None
+        return out
+
+    word = frozenset(("u32", "s32"))
+    return (_f(total, all_types=word, mods={"add"}),
+            _f(packed((1 << bits) - 1), all_types=word, dest_types={"u32"}, mods={"sat"}),
+            _f(packed((1 << (bits - 1)) - 1), all_types=word, dest_types={"s32"}, mods={"sat"}),
+            _f(packed(None), all_types=word))
 
 
 def _setp_forms() -> tuple[Form, ...]:
@@ -420,6 +458,9 @@ def _table() -> list[Instruction]:
         I("slct", frozenset({"ftz"}), forms=(
             _f(_fn("select", _fn("cmp", Src(2, "T"), Lit(0, "T"), param="ge"), Src(0, "D"),
                    Src(1, "D")), flush="sources"),)),
+        # -- SIMD video instructions (default byte/half-word selectors and mask only)
+        I("vabsdiff4", frozenset({"add", "sat"}), forms=_simd_absdiff(4)),
+        I("vabsdiff2", frozenset({"add", "sat"}), forms=_simd_absdiff(2)),
         # -- memory: hand-written (codegen/ptx_ops.py; interp/ops.py)
         I("ld", _SPACES | _CACHE | _VEC, typed=False, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
         I("ldu", _SPACES | _VEC, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),

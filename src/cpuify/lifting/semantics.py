@@ -5,10 +5,11 @@ kernel and PTX line: never silently mis-executed."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
-from cpuify.frontend.ptx_ast import Addr, Imm, Instruction, is_ptx_type
+from cpuify.frontend.ptx_ast import Addr, Imm, Instruction, Reg, is_ptx_type
 from cpuify.ir.ptx_table import TABLE
 from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
@@ -35,6 +36,8 @@ _UNTYPED = {e.opcode for e in TABLE.values() if not e.typed}
 #: instructions with f16x2/bf16x2/bf16 forms that cpuify implements (lifting/halves.py)
 _HALF_OPS = {e.opcode for e in TABLE.values() if e.halves}
 _TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
+#: a byte or half-word selector/mask on a register operand (`%r1.b3210`, `%r2.h10`)
+_SELECTOR = re.compile(r"\.[bh][0-7]+$")
 
 _REFUSED = {
     "wgmma": "warpgroup-level wgmma operations are not supported",
@@ -70,6 +73,12 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     if op == "cp" and "noinc" in instr.modifiers and "mbarrier" not in ALLOWED:
         lifter.error(f"'{instr.full_opcode}': cp.async.mbarrier.arrive.noinc needs mbarrier "
                      "objects, which are not supported", instr.line)
+    selected = next((o.name for o in instr.operands if isinstance(o, Reg) and
+                     _SELECTOR.search(o.name) and not o.name.startswith(tuple(SPECIAL_REGS))), None)
+    if selected is not None:
+        lifter.error(f"'{instr.full_opcode}': operand selectors and masks ('{selected}') of "
+                     "the SIMD video instructions are not supported (the default ones are)",
+                     instr.line)
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
