@@ -252,3 +252,65 @@ def test_simd_operand_selectors_are_refused_with_a_clear_message():
     with pytest.raises(UnsupportedError) as info:
         cpuify.RawModule(ptx=ptx).get_function("k")((1,), (1,), (np.zeros(1, np.uint32),))
     assert "operand selectors" in str(info.value) and "line 11" in str(info.value)
+
+
+# --- bfind, dp4a, dp2a: moved onto the table; hand-computed values ------------------------------
+
+BITS_SRC = r"""
+extern "C" __global__ void bits(const int* A, const long long* A64, const int* B, unsigned* out, int n)
+{
+    int i = threadIdx.x;
+    if (i >= n) return;
+    int a = A[i], b = B[i];
+    long long a64 = A64[i];
+    unsigned r, *o = out + 8 * i;
+    asm("bfind.s32 %0, %1;" : "=r"(r) : "r"(a)); o[0] = r;
+    asm("bfind.shiftamt.u32 %0, %1;" : "=r"(r) : "r"(a)); o[1] = r;
+    asm("bfind.s64 %0, %1;" : "=r"(r) : "l"(a64)); o[2] = r;
+    asm("bfind.shiftamt.u64 %0, %1;" : "=r"(r) : "l"(a64)); o[3] = r;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(7)); o[4] = r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(-7)); o[5] = r;
+    asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0)); o[6] = r;
+    asm("dp2a.hi.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(1)); o[7] = r;
+}
+"""
+
+
+def _bfind(x: int, w: int, signed: bool, shiftamt: bool) -> int:
+    x &= (1 << w) - 1
+    if signed and x >> (w - 1):
+        x = ~x & ((1 << w) - 1)          # the most significant bit that differs from the sign
+    if x == 0:
+        return 0xFFFFFFFF
+    pos = x.bit_length() - 1
+    return (w - 1) - pos if shiftamt else pos
+
+
+def _dot(a: int, b: int, c: int, a_bits: int, a_signed: bool, b_signed: bool, b_from: int) -> int:
+    xs = _lanes(a, a_bits, a_signed)
+    ys = _lanes(b, 8, b_signed)[b_from:b_from + len(xs)]
+    return (c + sum(x * y for x, y in zip(xs, ys))) & 0xFFFFFFFF
+
+
+def test_bfind_and_dot_products_against_a_hand_computation():
+    A = np.array([0, -1, 1, 0x40000000, -2**31, 0x12345678, -0x12345678, 0x7F80FF01], np.int32)
+    A64 = np.array([0, -1, 1 << 40, -(1 << 62), 5, 0x7FFFFFFFFFFFFFFF, -(2**63), 1 << 32], np.int64)
+    B = np.array([0x01020304, -1, 0x7F80FF01, 0x12345678, 3, -0x01010101, 0x80808080 - 2**32, 9],
+                 np.int32)
+    n = len(A)
+    expect = []
+    for a, a64, b in zip(A.tolist(), A64.tolist(), B.tolist()):
+        expect.append([_bfind(a, 32, True, False), _bfind(a, 32, False, True),
+                       _bfind(a64, 64, True, False), _bfind(a64, 64, False, True),
+                       _dot(a, b, 7, 8, True, False, 0), _dot(a, b, -7, 8, False, True, 0),
+                       _dot(a, b, 0, 16, True, True, 0), _dot(a, b, 1, 16, False, True, 2)])
+    expect_arr = np.array(expect, np.uint32)
+    ptx = compile_to_ptx(BITS_SRC).ptx
+    for run in ("compiled", "interpreted"):
+        out = np.zeros((n, 8), np.uint32)
+        args = (A, A64, B, out, np.int32(n))
+        if run == "compiled":
+            cpuify.RawModule(ptx=ptx).get_function("bits")((1,), (n,), args)
+        else:
+            interpret_kernel(ptx, "bits", (1,), (n,), args)
+        np.testing.assert_array_equal(out, expect_arr, err_msg=run)

@@ -1,5 +1,6 @@
-"""LLVM lowering of the PTX moves and integer and float arithmetic (ptx_ops.py holds the
-shared helpers).
+"""LLVM lowering of the PTX moves and of the integer and float arithmetic the instruction
+table leaves to hand-written code (ir/ptx_table.py: carries, directed rounding, f16, fma;
+ptx_spec.py lowers the plain forms; ptx_ops.py holds the shared helpers).
 
 Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on add/sub/mul/div and fma.f32 are
 computed exactly from the round-to-nearest result and the sign of its exact error

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 
 from cpuify.codegen.lowering import (
-    I1, I8, I16, I32, I64, handles, is_signed,
+    I1, I8, I32, I64, handles, is_signed,
 )
 from cpuify.codegen.ptx_ops import call, src
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, ty, types
+from cpuify.ir.modifiers import has, mods, ty
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
@@ -70,23 +70,6 @@ def _fns(e: SegmentEmitter, op: Operation) -> None:
     at_base = b.select(b.icmp_unsigned("!=", b.and_(b.lshr(bits, sh), I32(1)), I32(0)), base, ones)
     r = b.select(b.icmp_signed("==", offset, I32(0)), at_base, nth)
     e.result(op, b.select(b.icmp_unsigned(">", base, I32(31)), ones, r), "b32")
-
-
-@handles("ptx.bfind")
-def _bfind(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a = src(e, op, 0, t)
-    w = a.type.width
-    x = a
-    if is_signed(t):
-        x = b.select(b.icmp_signed("<", a, a.type(0)), b.not_(a), a)
-    lz = e.int_resize(call(e, f"llvm.ctlz.i{w}", a.type, [x, I1(0)]), I32, False)
-    none = b.icmp_unsigned("==", x, x.type(0))
-    pos = b.sub(I32(w - 1), lz)
-    if has(op, "shiftamt"):
-        pos = lz
-    e.result(op, b.select(none, I32(0xFFFFFFFF), pos), "u32")
 
 
 @handles("ptx.bfe")
@@ -198,27 +181,3 @@ def _lop3(e: SegmentEmitter, op: Operation) -> None:
                           d if i & 1 else b.not_(d))
             out = b.or_(out, term)
     e.result(op, out, "b32")
-
-
-@handles("ptx.dp4a", "ptx.dp2a")
-def _dp4a(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    ts = types(op)
-    a, c = src(e, op, 0, "b32"), src(e, op, 1, "b32")
-    acc = src(e, op, 2, "b32")
-    if op.name == "ptx.dp4a":
-        for k in range(4):
-            x = b.trunc(b.lshr(a, I32(8 * k)), I8)
-            y = b.trunc(b.lshr(c, I32(8 * k)), I8)
-            xe = b.sext(x, I32) if ts[0].startswith("s") else b.zext(x, I32)
-            ye = b.sext(y, I32) if ts[-1].startswith("s") else b.zext(y, I32)
-            acc = b.add(acc, b.mul(xe, ye))
-    else:
-        half = 2 if has(op, "hi") else 0
-        for k in range(2):
-            x = b.trunc(b.lshr(a, I32(16 * k)), I16)
-            y = b.trunc(b.lshr(c, I32(8 * (k + half))), I8)
-            xe = b.sext(x, I32) if ts[0].startswith("s") else b.zext(x, I32)
-            ye = b.sext(y, I32) if ts[-1].startswith("s") else b.zext(y, I32)
-            acc = b.add(acc, b.mul(xe, ye))
-    e.result(op, acc, "s32")

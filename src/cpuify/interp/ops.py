@@ -295,22 +295,6 @@ def _fns(th: "Thread", op: Operation) -> None:
     th.set(op, d, "b32")
 
 
-@handles("ptx.bfind")
-def _bfind(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    w = width(t)
-    a = th.src(op, 0, t)
-    if is_signed(t) and a >> (w - 1):
-        a = ~a & mask(w)
-    if a == 0:
-        r = 0xFFFFFFFF
-    else:
-        r = a.bit_length() - 1
-        if has(op, "shiftamt"):
-            r = (w - 1) - r
-    th.set(op, r, "u32")
-
-
 @handles("ptx.bfe")
 def _bfe(th: "Thread", op: Operation) -> None:
     """PTX ISA pseudocode, literally: field bits beyond the msb are the sign bit."""
@@ -399,27 +383,6 @@ def _lop3(th: "Thread", op: Operation) -> None:
         if lut >> i & 1:
             out |= ((a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c))
     th.set(op, out & mask(32), "b32")
-
-
-@handles("ptx.dp4a", "ptx.dp2a")
-def _dp4a(th: "Thread", op: Operation) -> None:
-    ts = types(op)
-    a_signed, b_signed = ts[0].startswith("s"), ts[-1].startswith("s")
-    a, b = th.src(op, 0, "b32"), th.src(op, 1, "b32")
-    acc = th.src(op, 2, "b32")
-
-    def part(x: int, bits: int, k: int, sgn: bool) -> int:
-        v = (x >> (bits * k)) & mask(bits)
-        return to_signed(v, bits) if sgn else v
-
-    if op.name == "ptx.dp4a":
-        for k in range(4):
-            acc += part(a, 8, k, a_signed) * part(b, 8, k, b_signed)
-    else:
-        half = 2 if has(op, "hi") else 0
-        for k in range(2):
-            acc += part(a, 16, k, a_signed) * part(b, 8, k + half, b_signed)
-    th.set(op, acc & mask(32), "s32")
 
 
 # --- math functions ----------------------------------------------------------------------------

@@ -323,6 +323,36 @@ def _simd_absdiff(lanes: int) -> tuple[Form, ...]:
             _f(packed(None), all_types=word))
 
 
+def _dot_product(a_bits: int, b_offset: int) -> Fn:
+    """dp4a/dp2a: c plus the products of a's lanes (a_bits wide, type D) with b's bytes
+    (type T) from byte b_offset up, each sign- or zero-extended by its type."""
+    total: Expr = Src(2, "b32")
+    for k in range(32 // a_bits):
+        x = _fn("ext", _fn("slice", a, type="D", param=a_bits * k), type="s32", param=a_bits)
+        y = _fn("ext", _fn("slice", b, type="T", param=8 * (k + b_offset)), type="s32", param=8)
+        total = _fn("add", total, _fn("mul", x, y))
+    assert isinstance(total, Fn)
+    return total
+
+
+def _bfind_forms() -> tuple[Form, ...]:
+    """bfind: the position of the most significant non-sign bit (.shiftamt: the left shift
+    that would bring it to the top), 0xffffffff where there is none."""
+    forms = []
+    for ts in (("u32", "s32"), ("u64", "s64")):
+        for signed in (False, True):
+            t = ts[signed]
+            x: Expr = _fn("select", _fn("cmp", a, Lit(0), param="lt"), _fn("not", a), a) \
+                if signed else a
+            none = _fn("cmp", x, Lit(0), param="eq")
+            top = Lit(8 * type_size(t) - 1, "u32")
+            for shiftamt in (True, False):
+                pos = _fn("clz", x) if shiftamt else _fn("sub", top, _fn("clz", x))
+                forms.append(_f(_fn("select", none, Lit(0xFFFFFFFF, "u32"), pos), types={t},
+                                **({"mods": {"shiftamt"}} if shiftamt else {})))
+    return tuple(forms)
+
+
 def _setp_forms() -> tuple[Form, ...]:
     """setp: p = a <cmp> b, q = !p, each combined with the predicate operand by .and/.or/
     .xor when the op names one."""
@@ -443,14 +473,16 @@ def _table() -> list[Instruction]:
         I("brev", forms=(_f(_fn("brev", a)),)),
         I("shf", frozenset({"l", "r", "clamp", "wrap"}), hand="_shf (ptx_bits.py): funnel shifts"),
         I("fns", hand="_fns (ptx_bits.py): the n-th set bit"),
-        I("bfind", frozenset({"shiftamt"}), hand="_bfind (ptx_bits.py)"),
+        I("bfind", frozenset({"shiftamt"}), forms=_bfind_forms()),
         I("bfe", hand="_bfe (ptx_bits.py): bit-field extract"),
         I("bfi", hand="_bfi (ptx_bits.py): bit-field insert"),
         I("bmsk", frozenset({"clamp", "wrap"}), hand="_bmsk (ptx_bits.py)"),
         I("prmt", frozenset({"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"}), hand="_prmt (ptx_bits.py)"),
         I("lop3", hand="_lop3 (ptx_bits.py): a constant lookup table"),
-        I("dp4a", hand="_dp4a (ptx_bits.py)"),
-        I("dp2a", frozenset({"lo", "hi"}), hand="_dp4a (ptx_bits.py)"),
+        I("dp4a", forms=(_f(_dot_product(8, 0), all_types={"u32", "s32"}),)),
+        I("dp2a", frozenset({"lo", "hi"}), forms=(
+            _f(_dot_product(16, 2), all_types={"u32", "s32"}, mods={"hi"}),
+            _f(_dot_product(16, 0), all_types={"u32", "s32"}))),
         # -- comparisons and selects
         I("setp", _CMP_MODS, halves=True, forms=_setp_forms()),
         I("set", _CMP_MODS, halves=True, forms=_set_forms()),
