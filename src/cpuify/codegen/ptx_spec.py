@@ -20,7 +20,7 @@ from cpuify.codegen.lowering import (
 )
 from cpuify.codegen.ptx_ops import call, fdone, fsrc, fsuffix, masked_thread_index, src, wrap_flags
 from cpuify.ir.core import Operation, OpResult, Value
-from cpuify.ir.modifiers import has, mods, types
+from cpuify.ir.modifiers import has, mods, ty, types
 from cpuify.ir.ptx_table import (
     BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, resolve_type,
 )
@@ -36,7 +36,7 @@ Typed = tuple[ir.Value, str]          # an LLVM value and its PTX type
 def _pointer_arith(e: SegmentEmitter, op: Operation) -> bool:
     """add/sub on a pointer register: a GEP on the pointer operand."""
     res = op.results[0] if op.results else None
-    if res is None or res not in e.kc.pointers or is_float(types(op)[-1] if types(op) else "b32"):
+    if res is None or res not in e.kc.pointers or is_float(ty(op)):
         return False
     b = e.b
     base_i = 0 if op.operands[0] in e.kc.pointers else 1
@@ -61,7 +61,7 @@ def _pointer_select(e: SegmentEmitter, op: Operation) -> bool:
 def _lane_or_masked(e: SegmentEmitter, op: Operation) -> bool:
     """and/xor of a thread index in lane groups (SegmentEmitter.lane_bitwise); `& mask` of
     a wrapping thread index hidden from LLVM (ptx_ops.masked_thread_index)."""
-    t = types(op)[-1] if types(op) else "b32"
+    t = ty(op)
     if e.lane_group is not None:
         v = e.lane_bitwise(op)
         if v is not None:
@@ -79,7 +79,7 @@ def _lane_or_masked(e: SegmentEmitter, op: Operation) -> bool:
 
 def _masked_rem(e: SegmentEmitter, op: Operation) -> bool:
     """`(tid + 1) % blockDim.x` in code specialized for a power-of-two block."""
-    t = types(op)[-1] if types(op) else "b32"
+    t = ty(op)
     if is_signed(t):
         return False
     masked = masked_thread_index(e, op, 0, 1, rem=True)

@@ -208,6 +208,7 @@ _RELATIONS: dict[str, Callable[[Any, Any], bool]] = {
     "le": lambda u, v: u <= v, "gt": lambda u, v: u > v, "ge": lambda u, v: u >= v,
 }
 _UNSIGNED_NAMES = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+_UNORDERED = ("equ", "neu", "ltu", "leu", "gtu", "geu")
 
 
 def _cmp(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
@@ -219,7 +220,7 @@ def _cmp(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
             return not nan, "pred"
         if rel == "nan":
             return nan, "pred"
-        if rel.endswith("u") and rel != "u":          # equ, neu, ltu, ...: true on NaN
+        if rel in _UNORDERED:                          # equ, neu, ltu, ...: true on NaN
             return nan or bool(_RELATIONS[rel[:-1]](p, q)), "pred"
         return not nan and bool(_RELATIONS[rel](p, q)), "pred"
     if rel in _UNSIGNED_NAMES:

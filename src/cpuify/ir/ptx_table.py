@@ -155,6 +155,18 @@ class Form:
             return False
         return not (self.without & set(op_mods))
 
+    def source_types(self, op_mods: list[str] | tuple[str, ...]) -> dict[int, str]:
+        """The PTX type each operand is read as (what an immediate operand is typed as)."""
+        found: dict[int, str] = {}
+        work = list(self.results)
+        while work:
+            x = work.pop(0)
+            if isinstance(x, Src):
+                found.setdefault(x.index, resolve_type(x.type, op_mods))
+            elif isinstance(x, Fn):
+                work[:0] = x.args
+        return found
+
 
 @dataclass(frozen=True, slots=True)
 class Instruction:
@@ -297,7 +309,7 @@ def _simd_absdiff(lanes: int) -> tuple[Form, ...]:
     c plus the sum of the lanes' differences; otherwise the differences packed into d's
     lanes (kept to the lane's bits; `.sat` clamps them to the lane range of D first)."""
     bits = 32 // lanes
-    diffs = [_fn("abs", _fn("sub", _fn("ext", _fn("slice", a, type="A", param=bits * k), type="s32", param=bits),
+    diffs = [_fn("abs", _fn("sub", _fn("ext", _fn("slice", Src(0, "A"), type="A", param=bits * k), type="s32", param=bits),
                          _fn("ext", _fn("slice", b, type="T", param=bits * k), type="s32", param=bits)))
              for k in range(lanes)]
     total: Expr = Src(2, "D")
@@ -328,7 +340,8 @@ def _dot_product(a_bits: int, b_offset: int) -> Fn:
     (type T) from byte b_offset up, each sign- or zero-extended by its type."""
     total: Expr = Src(2, "b32")
     for k in range(32 // a_bits):
-        x = _fn("ext", _fn("slice", a, type="D", param=a_bits * k), type="s32", param=a_bits)
+        x = _fn("ext", _fn("slice", Src(0, "D"), type="D", param=a_bits * k), type="s32",
+                param=a_bits)
         y = _fn("ext", _fn("slice", b, type="T", param=8 * (k + b_offset)), type="s32", param=8)
         total = _fn("add", total, _fn("mul", x, y))
     assert isinstance(total, Fn)
