@@ -203,8 +203,9 @@ def half_fmas(kc) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
-@handles("ptx.fma")
+@hand_written("ptx.fma")
 def _fma(e: SegmentEmitter, op: Operation) -> None:
+    """The hand-written forms of fma (directed rounding, f16/bf16), and mad on floats."""
     b = e.b
     t = ty(op)
     a, c, d = fsrc(e, op, 0, t), fsrc(e, op, 1, t), fsrc(e, op, 2, t)

@@ -101,7 +101,8 @@ def lower_table_op(e: SegmentEmitter, op: Operation) -> None:
     entry = BY_IR_OP[op.name]
     form = entry.form_for(mods(op))
     if form is None:
-        e.kc.error(f"'{'.'.join((entry.opcode, *mods(op)))}': this form is not supported", op)
+        e.kc.error(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is not "
+                   "supported by cpuify", op)
         return
     if form.hand:
         HAND_LOWERINGS[op.name](e, op)
@@ -207,6 +208,10 @@ class _SpecLowering:
     def fn_mul(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
         return (self.b.fmul(p, q) if is_float(t) else self.b.mul(p, q, flags=self.flags(x))), t
+
+    def fn_fma(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _), (r, _) = args
+        return call(self.e, f"llvm.fma.{fsuffix(p.type)}", p.type, [p, q, r]), t
 
     def fn_add_sat(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args

@@ -224,9 +224,10 @@ def _mad(th: "Thread", op: Operation) -> None:
         th.set(op, th.cc, "u32", 1)
 
 
-@handles("ptx.fma")
+@hand_evaluation("ptx.fma")
 def _fma(th: "Thread", op: Operation) -> None:
-    """fma / mad.f: a*b+c rounded once, from the exact rational value."""
+    """fma / mad.f: a*b+c rounded once, from the exact rational value (the hand-written
+    forms of fma: directed rounding, halves; and mad on floats)."""
     t = ty(op)
     a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
     mode = rounding(op) or "rn"

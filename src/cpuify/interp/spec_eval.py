@@ -17,8 +17,8 @@ import numpy as np
 
 from cpuify.interp.ops import HAND_EVALUATIONS, as_float, from_float, handles
 from cpuify.interp.values import (
-    F32, F64, float_min_max, ftz, ir_type_of, is_float, is_signed, isnan, mask, saturate,
-    to_signed, width_of,
+    F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
+    round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods
@@ -42,7 +42,8 @@ def evaluate_table_op(th: "Thread", op: Operation) -> None:
     entry = BY_IR_OP[op.name]
     form = entry.form_for(mods(op))
     if form is None:
-        th.unsupported(f"'{'.'.join((entry.opcode, *mods(op)))}': this form is not supported", op)
+        th.unsupported(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is "
+                       "not supported", op)
         return
     if form.hand:
         HAND_EVALUATIONS[op.name](th, op)
@@ -113,6 +114,23 @@ def _int_or_float(fi: Callable[[int, int, int], int], ff: Callable[[Any, Any], A
         w = _width(t)
         return fi(p, q, w) & mask(w), t
     return f
+
+
+def _fma(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """a * b + c rounded once to nearest even: the exact rational value rounded.  Infinite
+    and NaN results do not depend on the rounding; the product of finite factors is finite
+    (exactly: not an f64 overflow), so with an infinite c it is c."""
+    (p, t), (q, _), (r, _) = args
+    np_t = type(p)
+    if not (isfinite(p) and isfinite(q) and isfinite(r)):
+        if isfinite(p) and isfinite(q):
+            return r, t
+        return np_t(np.float64(p) * np.float64(q) + np.float64(r)), t
+    value = exact(p) * exact(q) + exact(r)
+    if value == 0:                       # the signed zero of an exact sum
+        return zero_sum(signbit(p) != signbit(q), signbit(r),
+                        (p == 0 or q == 0) and r == 0, "rn", np_t), t
+    return round_fraction(value, t, "rn"), t
 
 
 def _div(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
@@ -281,7 +299,7 @@ _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "add": _int_or_float(lambda p, q, w: p + q, lambda p, q: p + q),
     "sub": _int_or_float(lambda p, q, w: p - q, lambda p, q: p - q),
     "mul": _int_or_float(lambda p, q, w: p * q, lambda p, q: p * q),
-    "div": _div, "rem": _rem, "add_sat": _saturating(1), "sub_sat": _saturating(-1),
+    "fma": _fma, "div": _div, "rem": _rem, "add_sat": _saturating(1), "sub_sat": _saturating(-1),
     "neg": _neg, "abs": _abs,
     "min": _min_max(True, False), "max": _min_max(False, False),
     "min_nan": _min_max(True, True), "max_nan": _min_max(False, True),

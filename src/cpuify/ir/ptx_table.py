@@ -71,6 +71,7 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "add": (2, "same", "a + b"),
     "sub": (2, "same", "a - b"),
     "mul": (2, "same", "a * b (the low half for integers)"),
+    "fma": (3, "same", "a * b + c rounded once (floats)"),
     "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
                        "MIN / -1 wraps to MIN"),
     "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
@@ -440,8 +441,9 @@ def _table() -> list[Instruction]:
         I("sad", forms=(_f(_fn("add", c, _fn("select", _fn("cmp", a, b, param="lt"),
                                              _fn("sub", b, a), _fn("sub", a, b))),
                            types=INTS),)),
-        I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True,
-          hand="_fma (ptx_arith.py): fused, directed rounding of f32, halves"),
+        I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
+            _f(_fn("fma", a, b, c), types=FLOATS, without=DIRECTED, flush="all"),
+            _hand()), hand="_fma (ptx_arith.py): directed rounding, f16/bf16"),
         I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
             _f(_fn("div", a, b), types=INTS),
             _f(_fn("div", a, b), types=FLOATS, without=DIRECTED, flush="all"),

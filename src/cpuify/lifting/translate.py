@@ -290,6 +290,9 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     elif op in ("prefetch", "prefetchu", "pmevent", "discard"):
         return
     else:
+        entry = TABLE.get(op)
+        if entry is not None and entry.forms and entry.form_for(instr.modifiers) is None:
+            lf.error(f"'{instr.full_opcode}': this form of {op} is not supported by cpuify", line)
         new = Operation(f"ptx.{op}", values, result_types, attrs)
     emit(lf, pb, new)
     for d, r in zip(dest_names, new.results):
