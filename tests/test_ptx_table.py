@@ -102,7 +102,8 @@ def test_the_simple_arithmetic_is_spec_driven():
     spec = {e.opcode for e in TABLE.values() if e.spec_driven}
     for op in ("add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "min", "max", "and",
                "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "setp", "set",
-               "selp", "slct", "copysign", "testp", "mul24", "mad24", "sad", "vabsdiff4"):
+               "selp", "slct", "copysign", "testp", "mul24", "mad24", "sad", "vabsdiff4",
+               "vabsdiff2", "fma", "bfind", "dp4a", "dp2a"):
         assert op in spec, op
 
 
