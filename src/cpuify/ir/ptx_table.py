@@ -158,6 +158,10 @@ class Form:
 
     def source_types(self, op_mods: list[str] | tuple[str, ...]) -> dict[int, str]:
         """The PTX type each operand is read as (what an immediate operand is typed as)."""
+        key = (id(self), tuple(op_mods))
+        cached = _SOURCE_TYPES_CACHE.get(key)
+        if cached is not None:
+            return cached
         found: dict[int, str] = {}
         work = list(self.results)
         while work:
@@ -166,6 +170,7 @@ class Form:
                 found.setdefault(x.index, resolve_type(x.type, op_mods))
             elif isinstance(x, Fn):
                 work[:0] = x.args
+        _SOURCE_TYPES_CACHE[key] = found
         return found
 
 
@@ -200,7 +205,19 @@ class Instruction:
         return not self.forms or any(f.hand for f in self.forms)
 
     def form_for(self, op_mods: list[str] | tuple[str, ...]) -> Form | None:
-        return next((f for f in self.forms if f.matches(op_mods)), None)
+        """The form that applies to an op with these modifiers (None: no form does)."""
+        key = (self.opcode, tuple(op_mods))
+        found = _FORM_CACHE.get(key, _MISSING)
+        if found is _MISSING:
+            found = _FORM_CACHE[key] = next((f for f in self.forms if f.matches(op_mods)), None)
+        return found  # type: ignore[return-value]
+
+
+#: (form, modifiers) -> operand types, for the lifter's typing of immediates
+_SOURCE_TYPES_CACHE: dict[tuple[int, tuple[str, ...]], dict[int, str]] = {}
+#: (opcode, modifiers) -> form: an op's form is looked up when it is lifted and lowered
+_FORM_CACHE: dict[tuple[str, tuple[str, ...]], object] = {}
+_MISSING = object()
 
 
 # --- resolving the symbols of an expression against an op ---------------------------------------
