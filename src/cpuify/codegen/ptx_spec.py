@@ -22,7 +22,7 @@ from cpuify.codegen.ptx_ops import call, fdone, fsrc, fsuffix, masked_thread_ind
 from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.ir.modifiers import has, mods, ty, types
 from cpuify.ir.ptx_table import (
-    BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, resolve_type,
+    BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
 )
 
 if TYPE_CHECKING:
@@ -132,17 +132,12 @@ class _SpecLowering:
         self.b = e.b
         self.mods = mods(op)
         self.memo: dict[int, Typed] = {}
+        self.symbols = type_symbols(self.mods)
         # flush_at_uses (transforms/flush.py): every reader flushes the result, which is then
         # the same as flushing the operands and the result here
         self.deferred = bool(op.attributes.get("flush_at_uses"))
-        # `nsw` (analysis.no_signed_wrap marks the op's result): the result's add/sub/mul and
-        # the product a mad adds
-        root = form.results[0]
-        self.nsw: set[int] = {id(root)}
-        if isinstance(root, Fn) and root.name == "add":
-            self.nsw |= {id(x) for x in root.args if isinstance(x, Fn) and x.name == "mul"
-                         and not any(isinstance(y, Fn) for y in x.args)}
-        self.root = root
+        self.nsw = _nsw_nodes(form)
+        self.root = form.results[0]
 
     def run(self) -> None:
         # the operands of all results, then all results (setp: p, !p, then each combined
@@ -158,7 +153,7 @@ class _SpecLowering:
                 self.e.result(self.op, v, t, i)
 
     def type_of(self, symbol: str) -> str:
-        return resolve_type(symbol, self.mods)
+        return self.symbols.get(symbol, symbol)
 
     def value(self, x: Expr) -> Typed:
         got = self.memo.get(id(x))
@@ -428,6 +423,23 @@ class _SpecLowering:
         else:
             r = b.and_(b.fcmp_ordered("<", mag, tiny), b.fcmp_ordered(">", mag, ir.Constant(a.type, 0.0)))
         return r, "pred"
+
+
+_NSW_NODES: dict[int, frozenset[int]] = {}
+
+
+def _nsw_nodes(form: Form) -> frozenset[int]:
+    """The nodes that take `nsw` where analysis.no_signed_wrap marks the op's result: the
+    result's add/sub/mul, and the product a mad adds."""
+    found = _NSW_NODES.get(id(form))
+    if found is None:
+        root = form.results[0]
+        nodes = {id(root)}
+        if isinstance(root, Fn) and root.name == "add":
+            nodes |= {id(x) for x in root.args if isinstance(x, Fn) and x.name == "mul"
+                      and not any(isinstance(y, Fn) for y in x.args)}
+        found = _NSW_NODES[id(form)] = frozenset(nodes)
+    return found
 
 
 def _maybe_never_nan(v: Value, depth: int = 6) -> bool:

@@ -227,15 +227,27 @@ _WIDE = {"s16": "s32", "u16": "u32", "b16": "b32", "s32": "s64", "u32": "u64", "
 
 
 def resolve_type(symbol: str, op_mods: list[str] | tuple[str, ...]) -> str:
-    """The PTX type a type symbol of the table ("T", "D", "W" or a type) means for an op."""
-    if symbol in ("T", "D", "A", "W"):
+    """The PTX type a type symbol of the table ("T", "D", "A", "W" or a type) means for an
+    op."""
+    if symbol not in _SYMBOLS:
+        return symbol
+    return type_symbols(op_mods)[symbol]
+
+
+_SYMBOLS = ("T", "D", "A", "W")
+_SYMBOLS_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
+
+
+def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """What "T", "D", "A" and "W" mean for an op with these modifiers (looked up once per
+    modifier list)."""
+    key = tuple(op_mods)
+    found = _SYMBOLS_CACHE.get(key)
+    if found is None:
         ts = [m for m in op_mods if is_ptx_type(m)] or ["b32"]
-        if symbol == "D":
-            return ts[0]
-        if symbol == "A":
-            return ts[min(1, len(ts) - 1)]
-        return ts[-1] if symbol == "T" else _WIDE.get(ts[-1], ts[-1])
-    return symbol
+        found = _SYMBOLS_CACHE[key] = {"T": ts[-1], "D": ts[0], "A": ts[min(1, len(ts) - 1)],
+                                       "W": _WIDE.get(ts[-1], ts[-1])}
+    return found
 
 
 def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
