@@ -103,7 +103,7 @@ def test_the_simple_arithmetic_is_spec_driven():
     for op in ("add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "min", "max", "and",
                "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "setp", "set",
                "selp", "slct", "copysign", "testp", "mul24", "mad24", "sad", "vabsdiff4",
-               "vabsdiff2", "fma", "bfind", "dp4a", "dp2a"):
+               "vabsdiff2", "fma", "bfind", "dp4a", "dp2a", "addc", "subc", "madc"):
         assert op in spec, op
 
 
@@ -315,3 +315,62 @@ def test_bfind_and_dot_products_against_a_hand_computation():
         else:
             interpret_kernel(ptx, "bits", (1,), (n,), args)
         np.testing.assert_array_equal(out, expect_arr, err_msg=run)
+
+
+# --- carry chains: add.cc/addc, sub.cc/subc, mad.cc/madc (the flag as the table's second result)
+
+CHAIN_SRC = r"""
+extern "C" __global__ void chains(const unsigned* X, const unsigned* Y, unsigned* S, unsigned* D,
+                                  unsigned* P, int n)
+{
+    int i = threadIdx.x;
+    if (i >= n) return;
+    const unsigned* x = X + 4 * i; const unsigned* y = Y + 4 * i;
+    unsigned* s = S + 4 * i; unsigned* d = D + 4 * i; unsigned* p = P + 4 * i;
+    asm("add.cc.u32 %0, %4, %8;\n\taddc.cc.u32 %1, %5, %9;\n\taddc.cc.u32 %2, %6, %10;\n\taddc.u32 %3, %7, %11;"
+        : "=r"(s[0]), "=r"(s[1]), "=r"(s[2]), "=r"(s[3])
+        : "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(y[0]), "r"(y[1]), "r"(y[2]), "r"(y[3]));
+    asm("sub.cc.u32 %0, %4, %8;\n\tsubc.cc.u32 %1, %5, %9;\n\tsubc.cc.u32 %2, %6, %10;\n\tsubc.u32 %3, %7, %11;"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(y[0]), "r"(y[1]), "r"(y[2]), "r"(y[3]));
+    // (x1:x0) * (y1:y0) as a 128-bit product, schoolbook with carries
+    asm("mul.lo.u32 %0, %4, %6;\n\t"
+        "mul.hi.u32 %1, %4, %6;\n\t"
+        "mad.lo.cc.u32 %1, %5, %6, %1;\n\t"
+        "madc.hi.u32 %2, %5, %6, 0;\n\t"
+        "mad.lo.cc.u32 %1, %4, %7, %1;\n\t"
+        "madc.hi.cc.u32 %2, %4, %7, %2;\n\t"
+        "addc.u32 %3, 0, 0;\n\t"
+        "mad.lo.cc.u32 %2, %5, %7, %2;\n\t"
+        "madc.hi.u32 %3, %5, %7, %3;"
+        : "=r"(p[0]), "=r"(p[1]), "=r"(p[2]), "=r"(p[3])
+        : "r"(x[0]), "r"(x[1]), "r"(y[0]), "r"(y[1]));
+}
+"""
+
+
+def test_carry_chains_against_big_integers():
+    rng = np.random.default_rng(128)
+    n = 16
+    X = rng.integers(0, 2**32, 4 * n, dtype=np.uint64).astype(np.uint32)
+    Y = rng.integers(0, 2**32, 4 * n, dtype=np.uint64).astype(np.uint32)
+    X[:8], Y[:4], Y[4:8] = 0xFFFFFFFF, 1, 0xFFFFFFFF          # carries and borrows all the way
+    X[8:12], Y[8:12] = 0, 1
+    ptx = compile_to_ptx(CHAIN_SRC).ptx
+    assert "madc.hi.cc.u32" in ptx and "subc.cc.u32" in ptx
+
+    def word(v: np.ndarray, i: int, k: int = 4) -> int:
+        return sum(int(v[4 * i + j]) << (32 * j) for j in range(k))
+
+    for run in ("compiled", "interpreted"):
+        S, D, P = (np.zeros(4 * n, np.uint32) for _ in range(3))
+        args = (X, Y, S, D, P, np.int32(n))
+        if run == "compiled":
+            cpuify.RawModule(ptx=ptx).get_function("chains")((1,), (n,), args)
+        else:
+            interpret_kernel(ptx, "chains", (1,), (n,), args)
+        for i in range(n):
+            x, y = word(X, i), word(Y, i)
+            assert word(S, i) == (x + y) % 2**128, (run, i)
+            assert word(D, i) == (x - y) % 2**128, (run, i)
+            assert word(P, i) == word(X, i, 2) * word(Y, i, 2), (run, i)

@@ -17,10 +17,10 @@ from llvmlite import ir
 from cpuify.codegen.half_float import FMA_HALF_INLINE_LIMIT, fma_half, fma_half_call
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
-    F16, F32, F64, I1, I16, I32, hand_written, handles, is_float, is_signed, _width,
+    F16, F32, F64, I16, hand_written, handles, _width,
 )
 from cpuify.codegen.ptx_ops import (
-    call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
+    call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, fsrc, fdone,
     saturate,
 )
 from cpuify.frontend.ptx_ast import type_size
@@ -67,14 +67,11 @@ def _mov(e: SegmentEmitter, op: Operation) -> None:
 
 @hand_written("ptx.add", "ptx.sub")
 def _add(e: SegmentEmitter, op: Operation) -> None:
-    """The hand-written forms of add/sub (ir/ptx_table.py): the carry/borrow of .cc, floats
-    with directed rounding, f16."""
+    """The hand-written forms of add/sub (ir/ptx_table.py): floats with directed rounding,
+    f16."""
     b = e.b
     t = ty(op)
     is_add = op.name == "ptx.add"
-    if not is_float(t):
-        _carry_op(e, op, src(e, op, 0, t), src(e, op, 1, t), is_add)
-        return
     a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
     if t == "f16":
         a, c = b.bitcast(a, F16), b.bitcast(c, F16)
@@ -101,53 +98,6 @@ def _half_done(e: SegmentEmitter, op: Operation, r: ir.Value) -> None:
     e.result(op, e.b.bitcast(r, I16), "f16")
 
 
-def _carry_op(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, is_add: bool) -> None:
-    """add.cc / addc / sub.cc / subc with the carry flag as an i32 (0/1) SSA value."""
-    b = e.b
-    t = ty(op)
-    w = a.type.width
-    wide = ir.IntType(w + 1)
-    carry_in = None
-    if op.name in ("ptx.addc", "ptx.subc"):
-        carry_in = e.operand(op.operands[2], "u32")
-    if is_add:
-        s = b.add(b.zext(a, wide), b.zext(c, wide))
-        if carry_in is not None:
-            s = b.add(s, b.zext(b.trunc(carry_in, I1), wide))
-        r = b.trunc(s, a.type)
-        cout = b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32)
-    else:
-        s = b.sub(b.zext(a, wide), b.zext(c, wide))
-        if carry_in is not None:
-            s = b.sub(s, b.zext(b.trunc(carry_in, I1), wide))
-        r = b.trunc(s, a.type)
-        cout = b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32)   # borrow
-    e.result(op, r, t)
-    if len(op.results) > 1:
-        e.result(op, cout, "u32", 1)
-
-
-@handles("ptx.addc", "ptx.subc")
-def _addc(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    _carry_op(e, op, src(e, op, 0, t), src(e, op, 1, t), op.name == "ptx.addc")
-
-
-def _mul_parts(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, t: str) -> tuple[ir.Value, str]:
-    b = e.b
-    w = a.type.width
-    if has(op, "wide"):
-        wt = ir.IntType(2 * w)
-        ext = b.sext if is_signed(t) else b.zext
-        return b.mul(ext(a, wt), ext(c, wt)), ("s" if is_signed(t) else "u") + str(2 * w)
-    if has(op, "hi"):
-        wt = ir.IntType(2 * w)
-        ext = b.sext if is_signed(t) else b.zext
-        p = b.mul(ext(a, wt), ext(c, wt))
-        return b.trunc(b.lshr(p, wt(w)), a.type), t
-    return b.mul(a, c, flags=wrap_flags(e, op)), t
-
-
 @hand_written("ptx.mul")
 def _mul(e: SegmentEmitter, op: Operation) -> None:
     """The hand-written forms of mul: floats with directed rounding, f16."""
@@ -171,26 +121,10 @@ def _mul(e: SegmentEmitter, op: Operation) -> None:
     fdone(e, op, r, t)
 
 
-@handles("ptx.madc")
 @hand_written("ptx.mad")
 def _mad(e: SegmentEmitter, op: Operation) -> None:
-    """madc, and the hand-written forms of mad: the carry of .cc; floats (an fma)."""
-    b = e.b
-    t = ty(op)
-    if is_float(t):
-        _fma(e, op)
-        return
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    p, rt = _mul_parts(e, op, a, c, t)
-    d = src(e, op, 2, rt)
-    w = p.type.width
-    wide = ir.IntType(w + 1)
-    s = b.add(b.zext(p, wide), b.zext(d, wide))
-    if op.name == "ptx.madc":
-        s = b.add(s, b.zext(b.trunc(e.operand(op.operands[3], "u32"), I1), wide))
-    e.result(op, b.trunc(s, p.type), rt)
-    if len(op.results) > 1:
-        e.result(op, b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32), "u32", 1)
+    """The hand-written forms of mad: floats (an fma)."""
+    _fma(e, op)
 
 
 def half_fmas(kc) -> int:  # type: ignore[no-untyped-def]

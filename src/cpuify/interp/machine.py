@@ -427,7 +427,6 @@ class Thread:
         self.tid = tid
         self.linear = linear
         self.env: dict[Value, Any] = {}
-        self.cc = 0                       # the carry flag (add.cc / addc)
         # what this thread contributes to / gets from its current collective
         self.xval = self.xb = self.xc = self.xmask = 0
         self.xregs: list[int] = []           # tensor-core collectives: registers in and out

@@ -141,58 +141,17 @@ def _mov(th: "Thread", op: Operation) -> None:
 
 @hand_evaluation("ptx.add", "ptx.sub")
 def _add(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of add/sub (ir/ptx_table.py): the carry/borrow of .cc, floats
-    with directed rounding, f16."""
+    """The hand-written forms of add/sub (ir/ptx_table.py): floats with directed rounding,
+    f16."""
     t = ty(op)
-    is_add = op.name == "ptx.add"
-    if is_float(t):
-        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-        cc = c if is_add else -c                    # type: ignore[operator]
-        rn = a + cc                                 # type: ignore[operator]
-        mode = rounding(op)
-        r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
-                     zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
-                                           mode, type(a)))
-        fdone(th, op, r, t)
-        return
-    _carry(th, op, th.src(op, 0, t), th.src(op, 1, t), is_add, carry_in=0)
-
-
-def _carry(th: "Thread", op: Operation, a: int, c: int, is_add: bool, carry_in: int) -> None:
-    """add.cc/addc/sub.cc/subc: the carry (borrow) flag is the thread's CC register; it is
-    also written to a second result when the IR has one."""
-    t = ty(op)
-    w = width(t)
-    s = a + c + carry_in if is_add else a - c - carry_in
-    cout = (s >> w) & 1
-    th.cc = cout
-    th.set(op, s & mask(w), t)
-    if len(op.results) > 1:
-        th.set(op, cout, "u32", 1)
-
-
-def _carry_in(th: "Thread", op: Operation, index: int) -> int:
-    if len(op.operands) > index:
-        return th.src(op, index, "u32") & 1
-    return th.cc
-
-
-@handles("ptx.addc", "ptx.subc")
-def _addc(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    _carry(th, op, a, c, op.name == "ptx.addc", _carry_in(th, op, 2))
-
-
-def _mul_parts(op: Operation, a: int, c: int, t: str) -> tuple[int, str]:
-    """Integer product for mul/mad: (.wide -> 2w bits, .hi -> upper w bits, else lower)."""
-    w = width(t)
-    p = signed_value(a, t) * signed_value(c, t)
-    if has(op, "wide"):
-        return p & mask(2 * w), ("s" if is_signed(t) else "u") + str(2 * w)
-    if has(op, "hi"):
-        return (p >> w) & mask(w), t
-    return p & mask(w), t
+    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+    cc = c if op.name == "ptx.add" else -c          # type: ignore[operator]
+    rn = a + cc                                     # type: ignore[operator]
+    mode = rounding(op)
+    r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
+                 zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
+                                       mode, type(a)))
+    fdone(th, op, r, t)
 
 
 @hand_evaluation("ptx.mul")
@@ -205,23 +164,10 @@ def _mul(th: "Thread", op: Operation) -> None:
     fdone(th, op, r, t)
 
 
-@handles("ptx.madc")
 @hand_evaluation("ptx.mad")
 def _mad(th: "Thread", op: Operation) -> None:
-    """madc, and the hand-written forms of mad: the carry of .cc; floats (an fma)."""
-    t = ty(op)
-    if is_float(t):
-        _fma(th, op)
-        return
-    p, rt = _mul_parts(op, th.src(op, 0, t), th.src(op, 1, t), t)
-    d = th.src(op, 2, rt)
-    w = width(rt)
-    cin = _carry_in(th, op, 3) if op.name == "ptx.madc" else 0
-    s = p + d + cin
-    th.cc = (s >> w) & 1
-    th.set(op, s & mask(w), rt)
-    if len(op.results) > 1:
-        th.set(op, th.cc, "u32", 1)
+    """The hand-written forms of mad: floats (an fma)."""
+    _fma(th, op)
 
 
 @hand_evaluation("ptx.fma")

@@ -19,7 +19,8 @@ The expression language.  A value has a PTX type; type symbols in the table reso
 against an op's type modifiers: "T" the last one (the operand type: `add.s32` -> s32,
 `setp.lt.f32` -> f32), "D" the first (the destination of `set.u32.f32`, `slct.f32.s32`),
 "A" the second (the first source of `vabsdiff4.u32.s32.u32`), "W" T doubled
-(`mul.wide.s32` -> s64); other names are PTX types ("u32", "pred").
+(`mul.wide.s32` -> s64), "U" T unsigned (s32 -> u32), "UW" U doubled; other names are PTX
+types ("u32", "pred").
   Src(i, t)      operand i read as type t (`.ftz` forms flush f32 sources, see Form.flush)
   Lit(v, t)      a constant
   Fn(name, args, type, param)   one of FUNCTIONS (their meaning is documented there, and
@@ -127,6 +128,7 @@ SIGNED = frozenset(("s16", "s32", "s64"))
 UNSIGNED = frozenset(("u16", "u32", "u64"))
 FLOATS = frozenset(("f32", "f64"))
 DIRECTED = frozenset(("rz", "rm", "rp"))
+HAND_FLOATS = frozenset(("f16", "f32", "f64"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,7 @@ def resolve_type(symbol: str, op_mods: list[str] | tuple[str, ...]) -> str:
     return type_symbols(op_mods)[symbol]
 
 
-_SYMBOLS = ("T", "D", "A", "W")
+_SYMBOLS = ("T", "D", "A", "W", "U", "UW")
 _SYMBOLS_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
 
 
@@ -245,8 +247,10 @@ def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
     found = _SYMBOLS_CACHE.get(key)
     if found is None:
         ts = [m for m in op_mods if is_ptx_type(m)] or ["b32"]
-        found = _SYMBOLS_CACHE[key] = {"T": ts[-1], "D": ts[0], "A": ts[min(1, len(ts) - 1)],
-                                       "W": _WIDE.get(ts[-1], ts[-1])}
+        t = ts[-1]
+        u = "u" + t[1:] if t[0] == "s" else t
+        found = _SYMBOLS_CACHE[key] = {"T": t, "D": ts[0], "A": ts[min(1, len(ts) - 1)],
+                                       "W": _WIDE.get(t, t), "U": u, "UW": _WIDE.get(u, u)}
     return found
 
 
@@ -321,15 +325,46 @@ def _mul24(x: Expr, y: Expr) -> Fn:
     return _fn("mul", _fn("ext", x, type="W", param=24), _fn("ext", y, type="W", param=24))
 
 
+def _carry(name: str, x: Expr, y: Expr, carry_in: bool, product: bool = False
+           ) -> tuple[Expr, Expr]:
+    """x + y (x - y) with the carry (borrow) flag: the result and the flag out, a u32 0 or
+    1 (bit w of the sum of the unsigned operands, in twice their width); `carry_in` adds
+    (subtracts) the flag operand (the last operand: lifting/translate.py passes the flag as
+    one) too.  The operands as unsigned: `product` takes x as it is (a mad's product)."""
+    wide: list[Expr] = [_fn("resize", _fn("resize", x, type="U") if product else x, type="UW"),
+                        _fn("resize", y, type="UW")]
+    result: Expr = _fn(name, x, y)
+    total: Expr = _fn(name, *wide)
+    if carry_in:
+        flag = _fn("and", Src(3 if product else 2, "u32"), Lit(1, "u32"))
+        result = _fn(name, result, _fn("resize", flag, type="U"))
+        total = _fn(name, total, _fn("resize", flag, type="UW"))
+    out = _fn("and", _fn("slice", total, type="u32", param="w"), Lit(1, "u32"))
+    return result, out
+
+
+def _carry_forms(name: str, carry_in: bool) -> tuple[Form, ...]:
+    return (_f(*_carry(name, Src(0, "U"), Src(1, "U"), carry_in), types=INTS),)
+
+
+def _mad_carry_forms(carry_in: bool, mods: frozenset[str] = frozenset()) -> tuple[Form, ...]:
+    """mad.cc/madc: the low or high half of the product plus c, with the carry flag."""
+    hi = _fn("slice", _wide_product(a, b), type="T", param="w")
+    return (_f(*_carry("add", hi, Src(2, "U"), carry_in, product=True), types=INTS,
+               mods={"hi"} | mods),
+            _f(*_carry("add", _fn("mul", a, b), Src(2, "U"), carry_in, product=True),
+               types=INTS, mods=mods))
+
+
 def _binary(name: str, sat: str | None = None) -> tuple[Form, ...]:
-    """add/sub: carry forms hand-written; integers (s32 .sat clamps); f32/f64 rounded to
+    """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded to
     nearest; directed rounding and f16 hand-written."""
-    forms = [_hand(mods={"cc"})]
+    forms = [_f(*_carry(name, Src(0, "U"), Src(1, "U"), False), types=INTS, mods={"cc"})]
     if sat:
         forms.append(_f(_fn(sat, a, b), types=INTS, mods={"sat"}))
     forms += [_f(_fn(name, a, b), types=INTS),
               _f(_fn(name, a, b), types=FLOATS, without=DIRECTED, flush="all"),
-              _hand()]
+              _hand(types=HAND_FLOATS)]
     return tuple(forms)
 
 
@@ -438,19 +473,19 @@ def _table() -> list[Instruction]:
         I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
         # -- integer and float arithmetic
         I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
-          hand="_add (ptx_arith.py): .cc carries, directed rounding, f16"),
+          hand="_add (ptx_arith.py): directed rounding, f16"),
         I("sub", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("sub", "sub_sat"),
-          hand="_add (ptx_arith.py): .cc borrows, directed rounding, f16"),
-        I("addc", frozenset({"cc"}), hand="_addc (ptx_arith.py): the carry flag"),
-        I("subc", frozenset({"cc"}), hand="_addc (ptx_arith.py): the borrow flag"),
+          hand="_add (ptx_arith.py): directed rounding, f16"),
+        I("addc", frozenset({"cc"}), forms=_carry_forms("add", True)),
+        I("subc", frozenset({"cc"}), forms=_carry_forms("sub", True)),
         I("mul", frozenset({"lo", "hi", "wide", "ftz", "sat"}) | _ROUND, halves=True, forms=(
             _f(_wide_product(a, b), types=INTS, mods={wide}),
             _f(_fn("slice", _wide_product(a, b), type="T", param="w"), types=INTS, mods={hi}),
             _f(_fn("mul", a, b), types=INTS),
             _f(_fn("mul", a, b), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand()), hand="_mul (ptx_arith.py): directed rounding, f16"),
+            _hand(types=HAND_FLOATS)), hand="_mul (ptx_arith.py): directed rounding, f16"),
         I("mad", frozenset({"lo", "hi", "wide", "cc", "ftz", "sat"}) | _ROUND, forms=(
-            _hand(mods={"cc"}),
+            *_mad_carry_forms(False, frozenset({"cc"})),
             _f(_fn("add", _wide_product(a, b), Src(2, "W")), types=INTS, mods={wide}),
             _f(_fn("add_sat", _fn("slice", _wide_product(a, b), type="T", param="w"), c),
                types=INTS, mods={hi, sat}),
@@ -458,8 +493,8 @@ def _table() -> list[Instruction]:
                types=INTS, mods={hi}),
             _f(_fn("add_sat", _fn("mul", a, b), c), types=INTS, mods={sat}),
             _f(_fn("add", _fn("mul", a, b), c), types=INTS),
-            _hand()), hand="_mad (ptx_arith.py): .cc carries; floats are fma (_fma)"),
-        I("madc", frozenset({"lo", "hi", "cc"}), hand="_mad (ptx_arith.py): the carry flag"),
+            _hand(types=HAND_FLOATS)), hand="_mad (ptx_arith.py): floats are an fma (_fma)"),
+        I("madc", frozenset({"lo", "hi", "cc"}), forms=_mad_carry_forms(True)),
         I("mul24", frozenset({"lo", "hi"}), forms=(
             _f(_fn("slice", _mul24(a, b), type="T", param=16), types=INTS, mods={hi}),
             _f(_fn("resize", _mul24(a, b), type="T"), types=INTS))),
@@ -472,11 +507,11 @@ def _table() -> list[Instruction]:
                            types=INTS),)),
         I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
             _f(_fn("fma", a, b, c), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand()), hand="_fma (ptx_arith.py): directed rounding, f16/bf16"),
+            _hand(types=HAND_FLOATS | {"bf16"})), hand="_fma (ptx_arith.py): directed rounding, f16/bf16"),
         I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
             _f(_fn("div", a, b), types=INTS),
             _f(_fn("div", a, b), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand()), hand="_div (ptx_arith.py): directed rounding"),
+            _hand(types=HAND_FLOATS)), hand="_div (ptx_arith.py): directed rounding"),
         I("rem", forms=(_f(_fn("rem", a, b), types=INTS),)),
         I("neg", frozenset({"ftz"}), halves=True, forms=(
             _f(_fn("neg", a), types=INTS),
