@@ -1,11 +1,11 @@
-"""LLVM lowering of the PTX moves and of the integer and float arithmetic the instruction
-table leaves to hand-written code (ir/ptx_table.py: carries, directed rounding, f16, fma;
-ptx_spec.py lowers the plain forms; ptx_ops.py holds the shared helpers).
+"""LLVM lowering of the PTX moves and of the float arithmetic the instruction table leaves
+to hand-written code (ir/ptx_table.py: directed rounding, f16, the f16/bf16 fma, mad on
+floats; ptx_spec.py lowers the integer and round-to-nearest forms; ptx_ops.py holds the
+shared helpers).
 
 Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on add/sub/mul/div and fma.f32 are
 computed exactly from the round-to-nearest result and the sign of its exact error
-(ptx_ops.directed); `.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1].
-Integer division by zero yields all ones instead of a CPU fault."""
+(ptx_ops.directed); `.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1]."""
 
 from __future__ import annotations
 
