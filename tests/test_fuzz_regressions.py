@@ -294,7 +294,8 @@ def test_llvm_vectorizer_with_the_mask_hidden() -> None:
 # e = +inf.  The exact product (-2.1e317) is finite, so IEEE's fused multiply-add gives e,
 # +inf; the compiled code did, the reference interpreter computed `a * c + d` in doubles once
 # an input was not finite, and the overflowed product made -inf + inf = NaN.  Fixed in the
-# interpreter (cpuify.interp.ops._fma: a finite product plus an infinite addend is the addend).
+# interpreter (cpuify.interp.spec_eval._fma, was interp.ops._fma: a finite product plus an
+# infinite addend is the addend).
 FMA = r'''
 extern "C" __global__ void fma_inf(const double *a, const double *b, const double *c, double *out,
                                    const float *af, const float *bf, const float *cf, float *outf) {
@@ -335,7 +336,8 @@ def test_fma_of_an_overflowing_product_and_an_infinite_addend() -> None:
 # NaN operand, so the result is fmaxf(f, -7.25f).  The interpreter agreed; the compiled code
 # returned NaN: LLVM 22's x86 backend miscompiles llvm.minimumnum(llvm.maximumnum(x, k), y)
 # (knowing the inner result is never NaN, it dropped the check of y).  Fixed in
-# codegen.ptx_arith (min/max as the NaN-propagating op plus selects of the other operand);
+# codegen.ptx_spec (was ptx_arith; min/max as the NaN-propagating op plus selects of the other
+# operand);
 # the last test below checks the pattern on every pair of special values.
 CLAMP = r'''
 extern "C" __global__ void clamp_nan(const float *f, const double *d, float *out, unsigned p1) {

@@ -1,8 +1,10 @@
 """The lowering table: LLVM types of IR types, and which function lowers each op.
 
 Each op's lowering is a function `(emitter, op) -> None` registered with `@handles(name)`:
-`upir.*`/`cf.*` ops in upir_ops.py, the PTX instructions in ptx_ops.py, ptx_arith.py,
-ptx_bits.py and ptx_convert.py.  The table sits below them, so that none imports another to
+`upir.*`/`cf.*` ops in upir_ops.py; the PTX instructions whose semantics the instruction
+table spells out (ir/ptx_table.py) in ptx_spec.py, which falls back to the `@hand_written`
+code of their other forms; the rest in ptx_ops.py, ptx_arith.py, ptx_bits.py and
+ptx_convert.py.  The table sits below them, so that none imports another to
 fill it."""
 
 from __future__ import annotations
@@ -68,6 +70,21 @@ def handles(*names: str) -> Callable[[Handler], Handler]:
     def deco(fn: Handler) -> Handler:
         for n in names:
             (PTX_HANDLERS if n.startswith("ptx.") else HANDLERS)[n] = fn
+        return fn
+    return deco
+
+
+#: the hand-written code of the `hand=True` forms of a table entry whose other forms are
+#: spec-driven (ir/ptx_table.py): ptx_spec.py registers the entry's dispatcher in
+#: PTX_HANDLERS, which calls this for the hand-written forms
+HAND_LOWERINGS: dict[str, Handler] = {}
+
+
+def hand_written(*names: str) -> Callable[[Handler], Handler]:
+    """Register the hand-written forms of the `ptx.*` ops `names` (see HAND_LOWERINGS)."""
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            HAND_LOWERINGS[n] = fn
         return fn
     return deco
 

@@ -1,10 +1,11 @@
-"""LLVM lowering of the PTX moves and integer and float arithmetic (ptx_ops.py holds the
+"""LLVM lowering of the PTX moves and of the float arithmetic the instruction table leaves
+to hand-written code (ir/ptx_table.py: directed rounding, f16, the f16/bf16 fma, mad on
+floats; ptx_spec.py lowers the integer and round-to-nearest forms; ptx_ops.py holds the
 shared helpers).
 
 Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on add/sub/mul/div and fma.f32 are
 computed exactly from the round-to-nearest result and the sign of its exact error
-(ptx_ops.directed); `.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1].
-Integer division by zero yields all ones instead of a CPU fault."""
+(ptx_ops.directed); `.ftz` flushes subnormal inputs and outputs; `.sat` clamps to [0, 1]."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from llvmlite import ir
 from cpuify.codegen.half_float import FMA_HALF_INLINE_LIMIT, fma_half, fma_half_call
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
-    F16, F32, F64, I1, I16, I32, I64, handles, is_float, is_signed, _width,
+    F16, F32, F64, I16, hand_written, handles, _width,
 )
 from cpuify.codegen.ptx_ops import (
-    call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, wrap_flags, src, fsrc, fdone,
-    saturate, masked_thread_index,
+    call, fsuffix, directed, _mul_error_f64, _div_error, _rm_zero, fsrc, fdone,
+    saturate,
 )
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation, OpResult, Value
@@ -64,50 +65,30 @@ def _mov(e: SegmentEmitter, op: Operation) -> None:
 
 # --- integer and float arithmetic -------------------------------------------------------------
 
-@handles("ptx.add", "ptx.sub")
+@hand_written("ptx.add", "ptx.sub")
 def _add(e: SegmentEmitter, op: Operation) -> None:
+    """The hand-written forms of add/sub (ir/ptx_table.py): floats with directed rounding,
+    f16."""
     b = e.b
     t = ty(op)
     is_add = op.name == "ptx.add"
-    if is_float(t):
-        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
-        if t == "f16":
-            a, c = b.bitcast(a, F16), b.bitcast(c, F16)
-        r = b.fadd(a, c) if is_add else b.fsub(a, c)
-        mode = rounding(op)
-        if mode in ("rz", "rm", "rp"):
-            cc = c if is_add else b.fneg(c)
-            # TwoSum: exact error of a + cc
-            bb = b.fsub(r, a)
-            err = b.fadd(b.fsub(a, b.fsub(r, bb)), b.fsub(cc, bb))
-            r = directed(e, r, err, mode, [a, c])
-            if mode == "rm":
-                r = _rm_zero(e, r, [a, cc])
-        if t == "f16":
-            _half_done(e, op, r)
-            return
-        fdone(e, op, r, t)
+    a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+    if t == "f16":
+        a, c = b.bitcast(a, F16), b.bitcast(c, F16)
+    r = b.fadd(a, c) if is_add else b.fsub(a, c)
+    mode = rounding(op)
+    if mode in ("rz", "rm", "rp"):
+        cc = c if is_add else b.fneg(c)
+        # TwoSum: exact error of a + cc
+        bb = b.fsub(r, a)
+        err = b.fadd(b.fsub(a, b.fsub(r, bb)), b.fsub(cc, bb))
+        r = directed(e, r, err, mode, [a, c])
+        if mode == "rm":
+            r = _rm_zero(e, r, [a, cc])
+    if t == "f16":
+        _half_done(e, op, r)
         return
-    res = op.results[0]
-    # pointer arithmetic: GEP on the pointer operand
-    if res in e.kc.pointers:
-        base_i = 0 if op.operands[0] in e.kc.pointers else 1
-        base = e.get(op.operands[base_i])
-        off = e.operand(op.operands[1 - base_i], "s64")
-        if not is_add:
-            off = b.neg(off)
-        e.define(res, b.gep(base, [off]))
-        return
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    if has(op, "sat"):
-        r = call(e, f"llvm.{'sadd' if is_add else 'ssub'}.sat.i32", I32, [a, c])
-    elif has(op, "cc") or op.name in ("ptx.addc", "ptx.subc"):
-        r = _carry_op(e, op, a, c, is_add)
-        return
-    else:
-        flags = wrap_flags(e, op)
-        r = b.add(a, c, flags=flags) if is_add else b.sub(a, c, flags=flags)
-    e.result(op, r, t)
+    fdone(e, op, r, t)
 
 
 def _half_done(e: SegmentEmitter, op: Operation, r: ir.Value) -> None:
@@ -117,120 +98,33 @@ def _half_done(e: SegmentEmitter, op: Operation, r: ir.Value) -> None:
     e.result(op, e.b.bitcast(r, I16), "f16")
 
 
-def _carry_op(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, is_add: bool) -> None:
-    """add.cc / addc / sub.cc / subc with the carry flag as an i32 (0/1) SSA value."""
-    b = e.b
-    t = ty(op)
-    w = a.type.width
-    wide = ir.IntType(w + 1)
-    carry_in = None
-    if op.name in ("ptx.addc", "ptx.subc"):
-        carry_in = e.operand(op.operands[2], "u32")
-    if is_add:
-        s = b.add(b.zext(a, wide), b.zext(c, wide))
-        if carry_in is not None:
-            s = b.add(s, b.zext(b.trunc(carry_in, I1), wide))
-        r = b.trunc(s, a.type)
-        cout = b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32)
-    else:
-        s = b.sub(b.zext(a, wide), b.zext(c, wide))
-        if carry_in is not None:
-            s = b.sub(s, b.zext(b.trunc(carry_in, I1), wide))
-        r = b.trunc(s, a.type)
-        cout = b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32)   # borrow
-    e.result(op, r, t)
-    if len(op.results) > 1:
-        e.result(op, cout, "u32", 1)
-
-
-@handles("ptx.addc", "ptx.subc")
-def _addc(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    _carry_op(e, op, src(e, op, 0, t), src(e, op, 1, t), op.name == "ptx.addc")
-
-
-def _mul_parts(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, t: str) -> tuple[ir.Value, str]:
-    b = e.b
-    w = a.type.width
-    if has(op, "wide"):
-        wt = ir.IntType(2 * w)
-        ext = b.sext if is_signed(t) else b.zext
-        return b.mul(ext(a, wt), ext(c, wt)), ("s" if is_signed(t) else "u") + str(2 * w)
-    if has(op, "hi"):
-        wt = ir.IntType(2 * w)
-        ext = b.sext if is_signed(t) else b.zext
-        p = b.mul(ext(a, wt), ext(c, wt))
-        return b.trunc(b.lshr(p, wt(w)), a.type), t
-    return b.mul(a, c, flags=wrap_flags(e, op)), t
-
-
-@handles("ptx.mul")
+@hand_written("ptx.mul")
 def _mul(e: SegmentEmitter, op: Operation) -> None:
+    """The hand-written forms of mul: floats with directed rounding, f16."""
     b = e.b
     t = ty(op)
-    if is_float(t):
-        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
-        if t == "f16":
-            a, c = b.bitcast(a, F16), b.bitcast(c, F16)
-        r = b.fmul(a, c)
-        mode = rounding(op)
-        if mode in ("rz", "rm", "rp"):
-            if a.type == F32:
-                # the product of two floats is exact in double: no underflow of the error
-                err = b.fsub(b.fmul(b.fpext(a, F64), b.fpext(c, F64)), b.fpext(r, F64))
-            else:
-                err = _mul_error_f64(e, a, c, r)
-            r = directed(e, r, err, mode, [a, c])
-        if t == "f16":
-            _half_done(e, op, r)
-            return
-        fdone(e, op, r, t)
+    a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+    if t == "f16":
+        a, c = b.bitcast(a, F16), b.bitcast(c, F16)
+    r = b.fmul(a, c)
+    mode = rounding(op)
+    if mode in ("rz", "rm", "rp"):
+        if a.type == F32:
+            # the product of two floats is exact in double: no underflow of the error
+            err = b.fsub(b.fmul(b.fpext(a, F64), b.fpext(c, F64)), b.fpext(r, F64))
+        else:
+            err = _mul_error_f64(e, a, c, r)
+        r = directed(e, r, err, mode, [a, c])
+    if t == "f16":
+        _half_done(e, op, r)
         return
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    r, rt = _mul_parts(e, op, a, c, t)
-    e.result(op, r, rt)
+    fdone(e, op, r, t)
 
 
-@handles("ptx.mul24", "ptx.mad24")
-def _mul24(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    ext = b.sext if is_signed(t) else b.zext
-    a = ext(b.trunc(a, ir.IntType(24)), I64)
-    c = ext(b.trunc(c, ir.IntType(24)), I64)
-    p = b.mul(a, c)
-    r = b.trunc(b.lshr(p, I64(16)), I32) if has(op, "hi") else b.trunc(p, I32)
-    if op.name == "ptx.mad24":
-        r = b.add(r, src(e, op, 2, t))
-    e.result(op, r, t)
-
-
-@handles("ptx.mad", "ptx.madc")
+@hand_written("ptx.mad")
 def _mad(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    if is_float(t):
-        _fma(e, op)
-        return
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    p, rt = _mul_parts(e, op, a, c, t)
-    d = src(e, op, 2, rt)
-    if has(op, "cc") or op.name == "ptx.madc":
-        w = p.type.width
-        wide = ir.IntType(w + 1)
-        s = b.add(b.zext(p, wide), b.zext(d, wide))
-        if op.name == "ptx.madc":
-            s = b.add(s, b.zext(b.trunc(e.operand(op.operands[3], "u32"), I1), wide))
-        e.result(op, b.trunc(s, p.type), rt)
-        if len(op.results) > 1:
-            e.result(op, b.zext(b.trunc(b.lshr(s, wide(w)), I1), I32), "u32", 1)
-        return
-    if has(op, "sat"):
-        r = call(e, "llvm.sadd.sat.i32", I32, [p, d])
-    else:
-        r = b.add(p, d, flags=wrap_flags(e, op))
-    e.result(op, r, rt)
+    """The hand-written forms of mad: floats (an fma)."""
+    _fma(e, op)
 
 
 def half_fmas(kc) -> int:  # type: ignore[no-untyped-def]
@@ -243,8 +137,9 @@ def half_fmas(kc) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
-@handles("ptx.fma")
+@hand_written("ptx.fma")
 def _fma(e: SegmentEmitter, op: Operation) -> None:
+    """The hand-written forms of fma (directed rounding, f16/bf16), and mad on floats."""
     b = e.b
     t = ty(op)
     a, c, d = fsrc(e, op, 0, t), fsrc(e, op, 1, t), fsrc(e, op, 2, t)
@@ -340,151 +235,15 @@ def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Va
     return b.fptrunc(r, F32)
 
 
-@handles("ptx.div")
+@hand_written("ptx.div")
 def _div(e: SegmentEmitter, op: Operation) -> None:
+    """The hand-written forms of div: floats with directed rounding."""
     b = e.b
     t = ty(op)
-    if is_float(t):
-        a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
-        r = b.fdiv(a, c)
-        mode = rounding(op)
-        if mode in ("rz", "rm", "rp"):
-            r = directed(e, r, _div_error(e, a, c, r), mode, [a, c],
-                         exact_inf=b.fcmp_ordered("==", c, ir.Constant(c.type, 0.0)))
-        fdone(e, op, r, t)
-        return
-    _int_div(e, op, rem=False)
-
-
-def _int_div(e: SegmentEmitter, op: Operation, rem: bool) -> None:
-    b = e.b
-    t = ty(op)
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    if rem and not is_signed(t):
-        # `(tid + 1) % blockDim.x` in code specialized for a power-of-two block
-        masked = masked_thread_index(e, op, 0, 1, rem=True)
-        if masked is not None:
-            e.result(op, masked, t)
-            return
-    zero = b.icmp_unsigned("==", c, c.type(0))
-    safe_c = b.select(zero, c.type(1), c)
-    if is_signed(t):
-        # INT_MIN / -1 faults on x86: PTX wraps
-        minv = c.type(1 << (c.type.width - 1))
-        ovf = b.and_(b.icmp_signed("==", a, minv), b.icmp_signed("==", c, c.type(-1)))
-        safe_c = b.select(ovf, c.type(1), safe_c)
-        r = b.srem(a, safe_c) if rem else b.sdiv(a, safe_c)
-        if rem:
-            r = b.select(ovf, c.type(0), r)
-    else:
-        r = b.urem(a, safe_c) if rem else b.udiv(a, safe_c)
-    r = b.select(zero, a if rem else c.type(-1), r)
-    e.result(op, r, t)
-
-
-@handles("ptx.rem")
-def _rem(e: SegmentEmitter, op: Operation) -> None:
-    _int_div(e, op, rem=True)
-
-
-@handles("ptx.neg")
-def _neg(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    if is_float(t):
-        a = fsrc(e, op, 0, t)
-        if t == "f16":
-            e.result(op, e.b.xor(a, I16(0x8000)), t)
-            return
-        fdone(e, op, e.b.fneg(a), t)
-    else:
-        e.result(op, e.b.neg(src(e, op, 0, t)), t)
-
-
-@handles("ptx.abs")
-def _abs(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    if is_float(t):
-        a = fsrc(e, op, 0, t)
-        if t == "f16":
-            e.result(op, e.b.and_(a, I16(0x7FFF)), t)
-            return
-        fdone(e, op, call(e, f"llvm.fabs.{fsuffix(a.type)}", a.type, [a]), t)
-    else:
-        a = src(e, op, 0, t)
-        e.result(op, call(e, f"llvm.abs.i{a.type.width}", a.type, [a, I1(0)]), t)
-
-
-def _maybe_never_nan(v: Value, depth: int = 6) -> bool:
-    """Whether LLVM may prove `v` never NaN (see _minmax): a constant, an integer converted
-    to float, a min/max with such an operand, a select or move of such values."""
-    if not isinstance(v, OpResult) or depth == 0:
-        return False
-    o = v.op
-    if o.name == "upir.const":
-        return True
-    if o.name in ("ptx.min", "ptx.max"):
-        return not has(o, "NaN") and any(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
-    if o.name == "ptx.cvt":
-        return any(m[:1] in "su" and m[1:].isdigit() for m in types(o)[1:])
-    if o.name == "ptx.mov":
-        return _maybe_never_nan(o.operands[0], depth - 1)
-    if o.name == "ptx.selp":
-        return all(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
-    return False
-
-
-@handles("ptx.min", "ptx.max")
-def _minmax(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    is_min = op.name == "ptx.min"
-    if is_float(t):
-        # flush_at_uses (transforms/flush.py): every reader flushes the result, which is
-        # then the same as flushing the operands and the result here
-        deferred = bool(op.attributes.get("flush_at_uses"))
-        if deferred:
-            a, c = src(e, op, 0, t), src(e, op, 1, t)
-        else:
-            a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
-        if t == "f16":
-            e.kc.error("f16 min/max is not supported", op)
-        sfx = fsuffix(a.type)
-        # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is ignored:
-        # llvm.minimumnum/maximumnum.  But LLVM 22's x86 backend miscompiles them when it
-        # knows one operand is never NaN (an integer converted to float, another min/max):
-        # it drops the other operand's NaN check (fminf(fmaxf(f, -7.25f), NaN) and
-        # fminf((float)i, NaN) gave NaN; the fuzzer's fz_400_170).  There: the
-        # NaN-propagating op and a select of the other operand where one is NaN.  Elsewhere
-        # the intrinsic stays, which the vectorizer knows as a reduction (a running max).
-        if has(op, "NaN"):
-            r = call(e, f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}", a.type, [a, c])
-        elif any(_maybe_never_nan(x) for x in op.operands[:2]):
-            b = e.b
-            r = call(e, f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}", a.type, [a, c])
-            r = b.select(b.fcmp_unordered("uno", c, c), a, r)
-            r = b.select(b.fcmp_unordered("uno", a, a), c, r)
-        else:
-            r = call(e, f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}", a.type, [a, c])
-        if deferred:
-            e.result(op, r, t)
-        else:
-            fdone(e, op, r, t)
-        return
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
-    r = call(e, f"llvm.{kind}.i{a.type.width}", a.type, [a, c])
-    idle = e.idle_clamp(op)
-    if idle is not None:
-        # a clamp that selects the thread-dependent side for every thread of the block:
-        # LLVM unswitches the thread loop on this uniform flag, and in the copy where it
-        # holds, the clamped index is affine again (a contiguous load, not a gather)
-        side, flag = idle
-        r = e.b.select(flag, a if side == 0 else c, r)
-    e.result(op, r, t)
-
-
-@handles("ptx.copysign")
-def _copysign(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    # PTX copysign d, a, b: magnitude of b, sign of a
-    e.result(op, call(e, f"llvm.copysign.{fsuffix(a.type)}", a.type, [c, a]), t)
+    a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
+    r = b.fdiv(a, c)
+    mode = rounding(op)
+    if mode in ("rz", "rm", "rp"):
+        r = directed(e, r, _div_error(e, a, c, r), mode, [a, c],
+                     exact_inf=b.fcmp_ordered("==", c, ir.Constant(c.type, 0.0)))
+    fdone(e, op, r, t)

@@ -1,75 +1,24 @@
-"""LLVM lowering of the PTX bitwise instructions, comparisons and selects (ptx_ops.py holds
-the shared helpers)."""
+"""LLVM lowering of the PTX bit-field and byte instructions that the instruction table leaves
+to hand-written code (ir/ptx_table.py; ptx_spec.py lowers the plain bitwise ops, shifts,
+comparisons and selects; ptx_ops.py holds the shared helpers)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llvmlite import ir
 
 from cpuify.codegen.lowering import (
-    F16, F32, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
+    I1, I8, I32, I64, handles, is_signed,
 )
-from cpuify.codegen.ptx_ops import call, fsuffix, wrap_flags, src, fsrc, _int_binop, masked_thread_index
+from cpuify.codegen.ptx_ops import call, src
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, ty, types
+from cpuify.ir.modifiers import has, mods, ty
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
 
 
 # --- bitwise ------------------------------------------------------------------------------------
-
-@handles("ptx.and", "ptx.or", "ptx.xor")
-def _bitwise(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    if op.name in ("ptx.and", "ptx.xor") and e.lane_group is not None:
-        v = e.lane_bitwise(op)
-        if v is not None:
-            e.result(op, v, ty(op))
-            return
-    fn = {"ptx.and": b.and_, "ptx.or": b.or_, "ptx.xor": b.xor}[op.name]
-    if op.name == "ptx.and":
-        masked = masked_thread_index(e, op, 0, 1)
-        if masked is None:
-            masked = masked_thread_index(e, op, 1, 0)
-        if masked is not None:
-            e.result(op, masked, ty(op))
-            return
-    _int_binop(e, op, fn)
-
-
-
-@handles("ptx.not")
-def _not(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    e.result(op, e.b.not_(src(e, op, 0, t)), t)
-
-
-@handles("ptx.cnot")
-def _cnot(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    a = src(e, op, 0, t)
-    e.result(op, e.b.zext(e.b.icmp_unsigned("==", a, a.type(0)), a.type), t)
-
-
-@handles("ptx.shl", "ptx.shr")
-def _shift(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a = src(e, op, 0, t)
-    n = e.operand(op.operands[1], "u32")
-    w = a.type.width
-    n_w = e.int_resize(n, a.type, False) if w >= 32 else b.trunc(call(e, "llvm.umin.i32", I32, [n, I32(w)]), a.type)
-    big = b.icmp_unsigned(">=", n, I32(w))
-    if op.name == "ptx.shl":
-        r = b.select(big, a.type(0), b.shl(a, b.select(big, a.type(0), n_w), flags=wrap_flags(e, op)))
-    elif is_signed(t):
-        r = b.ashr(a, b.select(big, a.type(w - 1), n_w))
-    else:
-        r = b.select(big, a.type(0), b.lshr(a, b.select(big, a.type(0), n_w)))
-    e.result(op, r, t)
-
 
 @handles("ptx.shf")
 def _shf(e: SegmentEmitter, op: Operation) -> None:
@@ -89,25 +38,6 @@ def _shf(e: SegmentEmitter, op: Operation) -> None:
         r = call(e, "llvm.fshr.i32", I32, [c, a, n])
         r = b.select(is32, c, r)
     e.result(op, r, "b32")
-
-
-@handles("ptx.popc", "ptx.clz")
-def _bitcount(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    a = src(e, op, 0, t)
-    w = a.type.width
-    if op.name == "ptx.popc":
-        r = call(e, f"llvm.ctpop.i{w}", a.type, [a])
-    else:
-        r = call(e, f"llvm.ctlz.i{w}", a.type, [a, I1(0)])
-    e.result(op, e.int_resize(r, I32, False), "u32")
-
-
-@handles("ptx.brev")
-def _brev(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    a = src(e, op, 0, t)
-    e.result(op, call(e, f"llvm.bitreverse.i{a.type.width}", a.type, [a]), t)
 
 
 @handles("ptx.fns")
@@ -140,23 +70,6 @@ def _fns(e: SegmentEmitter, op: Operation) -> None:
     at_base = b.select(b.icmp_unsigned("!=", b.and_(b.lshr(bits, sh), I32(1)), I32(0)), base, ones)
     r = b.select(b.icmp_signed("==", offset, I32(0)), at_base, nth)
     e.result(op, b.select(b.icmp_unsigned(">", base, I32(31)), ones, r), "b32")
-
-
-@handles("ptx.bfind")
-def _bfind(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a = src(e, op, 0, t)
-    w = a.type.width
-    x = a
-    if is_signed(t):
-        x = b.select(b.icmp_signed("<", a, a.type(0)), b.not_(a), a)
-    lz = e.int_resize(call(e, f"llvm.ctlz.i{w}", a.type, [x, I1(0)]), I32, False)
-    none = b.icmp_unsigned("==", x, x.type(0))
-    pos = b.sub(I32(w - 1), lz)
-    if has(op, "shiftamt"):
-        pos = lz
-    e.result(op, b.select(none, I32(0xFFFFFFFF), pos), "u32")
 
 
 @handles("ptx.bfe")
@@ -268,140 +181,3 @@ def _lop3(e: SegmentEmitter, op: Operation) -> None:
                           d if i & 1 else b.not_(d))
             out = b.or_(out, term)
     e.result(op, out, "b32")
-
-
-@handles("ptx.dp4a", "ptx.dp2a")
-def _dp4a(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    ts = types(op)
-    a, c = src(e, op, 0, "b32"), src(e, op, 1, "b32")
-    acc = src(e, op, 2, "b32")
-    if op.name == "ptx.dp4a":
-        for k in range(4):
-            x = b.trunc(b.lshr(a, I32(8 * k)), I8)
-            y = b.trunc(b.lshr(c, I32(8 * k)), I8)
-            xe = b.sext(x, I32) if ts[0].startswith("s") else b.zext(x, I32)
-            ye = b.sext(y, I32) if ts[-1].startswith("s") else b.zext(y, I32)
-            acc = b.add(acc, b.mul(xe, ye))
-    else:
-        half = 2 if has(op, "hi") else 0
-        for k in range(2):
-            x = b.trunc(b.lshr(a, I32(16 * k)), I16)
-            y = b.trunc(b.lshr(c, I32(8 * (k + half))), I8)
-            xe = b.sext(x, I32) if ts[0].startswith("s") else b.zext(x, I32)
-            ye = b.sext(y, I32) if ts[-1].startswith("s") else b.zext(y, I32)
-            acc = b.add(acc, b.mul(xe, ye))
-    e.result(op, acc, "s32")
-
-
-@handles("ptx.sad")
-def _sad(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a, c, d = src(e, op, 0, t), src(e, op, 1, t), src(e, op, 2, t)
-    lt = b.icmp_signed("<", a, c) if is_signed(t) else b.icmp_unsigned("<", a, c)
-    e.result(op, b.add(d, b.select(lt, b.sub(c, a), b.sub(a, c))), t)
-
-
-# --- comparisons and selects ---------------------------------------------------------------------
-
-_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-         "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
-_FCMP_ORD = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_FCMP_UNORD = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">", "geu": ">="}
-
-
-def compare(e: SegmentEmitter, op: Operation, a: ir.Value, c: ir.Value, t: str) -> ir.Value:
-    b = e.b
-    cmp = next(m for m in mods(op) if m in _ICMP or m in _FCMP_UNORD or m in ("num", "nan"))
-    if is_float(t):
-        if t == "f16":
-            a, c = b.bitcast(a, F16), b.bitcast(c, F16)
-        if cmp == "num":
-            return b.fcmp_ordered("ord", a, c)
-        if cmp == "nan":
-            return b.fcmp_unordered("uno", a, c)
-        if cmp in _FCMP_ORD:
-            return b.fcmp_ordered(_FCMP_ORD[cmp], a, c)
-        return b.fcmp_unordered(_FCMP_UNORD[cmp], a, c)
-    if cmp in ("lo", "ls", "hi", "hs") or t.startswith("u") or t.startswith("b"):
-        if cmp in ("lt", "le", "gt", "ge") and t.startswith("b"):
-            return b.icmp_unsigned(_ICMP[cmp], a, c)
-        return b.icmp_unsigned(_ICMP[cmp], a, c)
-    return b.icmp_signed(_ICMP[cmp], a, c)
-
-
-@handles("ptx.setp", "ptx.set")
-def _setp(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    ts = types(op)
-    t = ts[-1]
-    a, c = fsrc(e, op, 0, t), fsrc(e, op, 1, t)
-    p = compare(e, op, a, c, t)
-    q = b.not_(p)
-    boolop = next((m for m in mods(op) if m in ("and", "or", "xor")), None)
-    if boolop is not None:
-        x = e.operand(op.operands[2], "pred")
-        f = {"and": b.and_, "or": b.or_, "xor": b.xor}[boolop]
-        p, q = f(p, x), f(q, x)
-    if op.name == "ptx.set":
-        dt = ts[0]
-        if dt == "f32":
-            v = b.select(p, ir.Constant(F32, 1.0), ir.Constant(F32, 0.0))
-        elif dt in ("f16", "bf16"):         # 1.0 in the half format
-            v = b.select(p, I16(0x3C00 if dt == "f16" else 0x3F80), I16(0))
-        else:
-            v = b.sext(p, ptx_llvm_type(dt))
-        e.result(op, v, dt)
-        return
-    e.result(op, p, "pred")
-    if len(op.results) > 1:
-        e.result(op, q, "pred", 1)
-
-
-@handles("ptx.selp")
-def _selp(e: SegmentEmitter, op: Operation) -> None:
-    t = ty(op)
-    c = e.operand(op.operands[2], "pred")
-    res = op.results[0]
-    if res in e.kc.pointers:
-        a, d = e.get(op.operands[0]), e.get(op.operands[1])
-        e.define(res, e.b.select(c, e.coerce_bits(a, PTR), e.coerce_bits(d, PTR)))
-        return
-    e.result(op, e.b.select(c, src(e, op, 0, t), src(e, op, 1, t)), t)
-
-
-@handles("ptx.slct")
-def _slct(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    ts = types(op)
-    dt, ct = ts[0], ts[-1]
-    a, c = src(e, op, 0, dt), src(e, op, 1, dt)
-    x = fsrc(e, op, 2, ct)
-    cond = b.fcmp_ordered(">=", x, ir.Constant(x.type, 0.0)) if is_float(ct) else b.icmp_signed(">=", x, x.type(0))
-    e.result(op, b.select(cond, a, c), dt)
-
-
-@handles("ptx.testp")
-def _testp(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a = src(e, op, 0, t)
-    sfx = fsuffix(a.type)
-    mag = call(e, f"llvm.fabs.{sfx}", a.type, [a])
-    inf = ir.Constant(a.type, float("inf"))
-    tiny = ir.Constant(a.type, 1.1754943508222875e-38 if t == "f32" else 2.2250738585072014e-308)
-    kind = next(m for m in mods(op) if m in ("finite", "infinite", "number", "notanumber", "normal", "subnormal"))
-    if kind == "finite":
-        r = b.fcmp_ordered("<", mag, inf)
-    elif kind == "infinite":
-        r = b.fcmp_ordered("==", mag, inf)
-    elif kind == "number":
-        r = b.fcmp_ordered("ord", a, a)
-    elif kind == "notanumber":
-        r = b.fcmp_unordered("uno", a, a)
-    elif kind == "normal":
-        r = b.and_(b.fcmp_ordered(">=", mag, tiny), b.fcmp_ordered("<", mag, inf))
-    else:
-        r = b.and_(b.fcmp_ordered("<", mag, tiny), b.fcmp_ordered(">", mag, ir.Constant(a.type, 0.0)))
-    e.result(op, r, "pred")

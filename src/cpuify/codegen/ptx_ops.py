@@ -7,9 +7,11 @@ error (error-free transformations, in double for f32 so the error cannot underfl
 Integer division by zero yields all ones instead of a CPU fault.
 
 This module holds the helpers the handlers share (operands, results, `.ftz`/`.sat`, the
-directed-rounding emulation) and the memory instructions; the other families register from
-ptx_arith.py (moves, arithmetic), ptx_bits.py (bitwise, comparisons, selects) and
-ptx_convert.py (math functions, conversions)."""
+directed-rounding emulation) and the memory instructions; the instructions the table
+spells out (ir/ptx_table.py: arithmetic, bitwise, comparisons, selects) are lowered from it
+by ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, carries, directed
+rounding, fma), ptx_bits.py (bit fields, bytes) and ptx_convert.py (math functions,
+conversions)."""
 
 from __future__ import annotations
 
@@ -224,12 +226,6 @@ def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
     if has(op, "sat"):
         v = saturate(e, v)
     e.result(op, v, t)
-
-
-def _int_binop(e: SegmentEmitter, op: Operation, fn) -> None:  # type: ignore[no-untyped-def]
-    t = ty(op)
-    a, c = src(e, op, 0, t), src(e, op, 1, t)
-    e.result(op, fn(a, c), t)
 
 
 def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,

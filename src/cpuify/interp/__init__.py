@@ -5,8 +5,9 @@ the compiled path on small grids.
     interpret_kernel(ptx_text, "kernel", grid, block, (x, y, np.int32(n)), shared_mem=0)
 
 Each CUDA thread runs separately (a generator over the lifted IR) with real barrier and
-warp-collective semantics; see `cpuify.interp.machine` for the execution model and
-`cpuify.interp.ops` for the PTX instruction semantics.  `InterpModule.use_ir(name, op)`
+warp-collective semantics; see `cpuify.interp.machine` for the execution model,
+`cpuify.interp.spec_eval` for the instructions it evaluates from the PTX instruction table
+(cpuify.ir.ptx_table) and `cpuify.interp.ops` for the hand-written rest.  `InterpModule.use_ir(name, op)`
 runs a kernel from other IR of it (e.g. its printed MLIR parsed back).  The interpreter is
 the oracle of the compiled path and shares no code with it: it imports only `cpuify.ir`,
 `cpuify.errors`, and the frontend and lifting it starts from."""

@@ -54,6 +54,7 @@ from cpuify.frontend.ptx_ast import VarDecl
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp.memory import align_up, alloc, load, store
 from cpuify.interp import texture  # noqa: F401  (registers the texture and surface ops)
+from cpuify.interp import spec_eval  # noqa: F401  (registers the table's spec-driven ops)
 from cpuify.interp.ops import PTX_OPS, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf
@@ -426,7 +427,6 @@ class Thread:
         self.tid = tid
         self.linear = linear
         self.env: dict[Value, Any] = {}
-        self.cc = 0                       # the carry flag (add.cc / addc)
         # what this thread contributes to / gets from its current collective
         self.xval = self.xb = self.xc = self.xmask = 0
         self.xregs: list[int] = []           # tensor-core collectives: registers in and out

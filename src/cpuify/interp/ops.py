@@ -1,5 +1,8 @@
 """Semantics of the `ptx.*` ops for the reference interpreter: one function per opcode,
-registered in `PTX_OPS` (op name -> handler(thread, op)).
+registered in `PTX_OPS` (op name -> handler(thread, op)).  The instructions whose semantics
+the instruction table spells out (ir/ptx_table.py) are evaluated from it by spec_eval.py;
+this file holds the hand-written rest (and the hand-written forms of those, registered
+with `@hand_evaluation`).
 
 Each handler mirrors the matching handler of `cpuify.codegen.ptx_*` (same modifiers, same
 operand typing) but computes the PTX ISA result directly: integers as Python ints wrapped
@@ -10,8 +13,6 @@ codegen/ptx_*.py) this file computes the exact PTX result; tests compare the two
 from __future__ import annotations
 
 import ctypes
-import math
-import operator
 import struct
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
@@ -39,6 +40,20 @@ def handles(*names: str) -> Callable[[Handler], Handler]:
     def deco(fn: Handler) -> Handler:
         for n in names:
             PTX_OPS[n] = fn
+        return fn
+    return deco
+
+
+#: the hand-written evaluation of the `hand=True` forms of a table entry whose other forms
+#: are spec-driven (ir/ptx_table.py): spec_eval.py registers the entry's evaluator in
+#: PTX_OPS, which calls this for the hand-written forms
+HAND_EVALUATIONS: dict[str, Handler] = {}
+
+
+def hand_evaluation(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            HAND_EVALUATIONS[n] = fn
         return fn
     return deco
 
@@ -124,122 +139,41 @@ def _mov(th: "Thread", op: Operation) -> None:
 
 # --- integer and float arithmetic ------------------------------------------------------------
 
-@handles("ptx.add", "ptx.sub")
+@hand_evaluation("ptx.add", "ptx.sub")
 def _add(th: "Thread", op: Operation) -> None:
+    """The hand-written forms of add/sub (ir/ptx_table.py): floats with directed rounding,
+    f16."""
     t = ty(op)
-    is_add = op.name == "ptx.add"
-    if is_float(t):
-        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-        cc = c if is_add else -c                    # type: ignore[operator]
-        rn = a + cc                                 # type: ignore[operator]
-        mode = rounding(op)
-        r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
-                     zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
-                                           mode, type(a)))
-        fdone(th, op, r, t)
-        return
-    w = width(t)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    if has(op, "sat"):                              # add.sat.s32: clamp to the s32 range
-        s = to_signed(a, 32) + (to_signed(c, 32) if is_add else -to_signed(c, 32))
-        th.set(op, max(-2**31, min(2**31 - 1, s)) & mask(32), t)
-        return
-    if has(op, "cc"):
-        _carry(th, op, a, c, is_add, carry_in=0)
-        return
-    th.set(op, (a + c if is_add else a - c) & mask(w), t)
+    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+    cc = c if op.name == "ptx.add" else -c          # type: ignore[operator]
+    rn = a + cc                                     # type: ignore[operator]
+    mode = rounding(op)
+    r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
+                 zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
+                                       mode, type(a)))
+    fdone(th, op, r, t)
 
 
-def _carry(th: "Thread", op: Operation, a: int, c: int, is_add: bool, carry_in: int) -> None:
-    """add.cc/addc/sub.cc/subc: the carry (borrow) flag is the thread's CC register; it is
-    also written to a second result when the IR has one."""
-    t = ty(op)
-    w = width(t)
-    s = a + c + carry_in if is_add else a - c - carry_in
-    cout = (s >> w) & 1
-    th.cc = cout
-    th.set(op, s & mask(w), t)
-    if len(op.results) > 1:
-        th.set(op, cout, "u32", 1)
-
-
-def _carry_in(th: "Thread", op: Operation, index: int) -> int:
-    if len(op.operands) > index:
-        return th.src(op, index, "u32") & 1
-    return th.cc
-
-
-@handles("ptx.addc", "ptx.subc")
-def _addc(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    _carry(th, op, a, c, op.name == "ptx.addc", _carry_in(th, op, 2))
-
-
-def _mul_parts(op: Operation, a: int, c: int, t: str) -> tuple[int, str]:
-    """Integer product for mul/mad: (.wide -> 2w bits, .hi -> upper w bits, else lower)."""
-    w = width(t)
-    p = signed_value(a, t) * signed_value(c, t)
-    if has(op, "wide"):
-        return p & mask(2 * w), ("s" if is_signed(t) else "u") + str(2 * w)
-    if has(op, "hi"):
-        return (p >> w) & mask(w), t
-    return p & mask(w), t
-
-
-@handles("ptx.mul")
+@hand_evaluation("ptx.mul")
 def _mul(th: "Thread", op: Operation) -> None:
+    """The hand-written forms of mul: floats with directed rounding, f16."""
     t = ty(op)
-    if is_float(t):
-        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-        rn = a * c                                  # type: ignore[operator]
-        r = directed(rn, (a, c), lambda: exact(a) * exact(c), rounding(op), t)
-        fdone(th, op, r, t)
-        return
-    r, rt = _mul_parts(op, th.src(op, 0, t), th.src(op, 1, t), t)
-    th.set(op, r, rt)
+    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+    rn = a * c                                      # type: ignore[operator]
+    r = directed(rn, (a, c), lambda: exact(a) * exact(c), rounding(op), t)
+    fdone(th, op, r, t)
 
 
-@handles("ptx.mul24", "ptx.mad24")
-def _mul24(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    a24 = to_signed(a, 24) if is_signed(t) else a & mask(24)
-    c24 = to_signed(c, 24) if is_signed(t) else c & mask(24)
-    p = a24 * c24                                   # 48-bit product
-    r = (p >> 16) & mask(32) if has(op, "hi") else p & mask(32)
-    if op.name == "ptx.mad24":
-        r = (r + th.src(op, 2, t)) & mask(32)
-    th.set(op, r, t)
-
-
-@handles("ptx.mad", "ptx.madc")
+@hand_evaluation("ptx.mad")
 def _mad(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    if is_float(t):
-        _fma(th, op)
-        return
-    p, rt = _mul_parts(op, th.src(op, 0, t), th.src(op, 1, t), t)
-    d = th.src(op, 2, rt)
-    w = width(rt)
-    if has(op, "cc") or op.name == "ptx.madc":
-        cin = _carry_in(th, op, 3) if op.name == "ptx.madc" else 0
-        s = p + d + cin
-        th.cc = (s >> w) & 1
-        th.set(op, s & mask(w), rt)
-        if len(op.results) > 1:
-            th.set(op, th.cc, "u32", 1)
-        return
-    if has(op, "sat"):                              # mad.hi.sat.s32
-        s = to_signed(p, 32) + to_signed(d, 32)
-        th.set(op, max(-2**31, min(2**31 - 1, s)) & mask(32), rt)
-        return
-    th.set(op, (p + d) & mask(w), rt)
+    """The hand-written forms of mad: floats (an fma)."""
+    _fma(th, op)
 
 
-@handles("ptx.fma")
+@hand_evaluation("ptx.fma")
 def _fma(th: "Thread", op: Operation) -> None:
-    """fma / mad.f: a*b+c rounded once, from the exact rational value."""
+    """fma / mad.f: a*b+c rounded once, from the exact rational value (the hand-written
+    forms of fma: directed rounding, halves; and mad on floats)."""
     t = ty(op)
     a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
     mode = rounding(op) or "rn"
@@ -258,126 +192,20 @@ def _fma(th: "Thread", op: Operation) -> None:
     fdone(th, op, r, t)
 
 
-@handles("ptx.div")
+@hand_evaluation("ptx.div")
 def _div(th: "Thread", op: Operation) -> None:
+    """The hand-written forms of div: floats with directed rounding."""
     t = ty(op)
-    if is_float(t):
-        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-        rn = a / c                                  # type: ignore[operator]
-        if c == 0:
-            r = rn
-        else:
-            r = directed(rn, (a, c), lambda: exact(a) / exact(c), rounding(op), t)
-        fdone(th, op, r, t)
-        return
-    _int_div(th, op, rem=False)
-
-
-def _int_div(th: "Thread", op: Operation, rem: bool) -> None:
-    """Integer division truncating toward zero; x/0 is all ones, x%0 is x; MIN/-1 wraps."""
-    t = ty(op)
-    w = width(t)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
+    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
+    rn = a / c                                      # type: ignore[operator]
     if c == 0:
-        th.set(op, a if rem else mask(w), t)
-        return
-    x, y = signed_value(a, t), signed_value(c, t)
-    q = abs(x) // abs(y)
-    if (x < 0) != (y < 0):
-        q = -q
-    r = x - q * y
-    th.set(op, (r if rem else q) & mask(w), t)
-
-
-@handles("ptx.rem")
-def _rem(th: "Thread", op: Operation) -> None:
-    _int_div(th, op, rem=True)
-
-
-@handles("ptx.neg")
-def _neg(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    if is_float(t):
-        fdone(th, op, -fsrc(th, op, 0, t), t)       # type: ignore[operator]
-        return
-    th.set(op, -th.src(op, 0, t) & mask(width(t)), t)
-
-
-@handles("ptx.abs")
-def _abs(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    if is_float(t):
-        fdone(th, op, abs(fsrc(th, op, 0, t)), t)  # type: ignore[arg-type]
-        return
-    th.set(op, abs(signed_value(th.src(op, 0, t), t)) & mask(width(t)), t)
-
-
-@handles("ptx.min", "ptx.max")
-def _minmax(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    is_min = op.name == "ptx.min"
-    if is_float(t):
-        a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-        fdone(th, op, float_min_max(a, c, is_min, has(op, "NaN")), t)
-        return
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    x, y = signed_value(a, t), signed_value(c, t)
-    th.set(op, (min(x, y) if is_min else max(x, y)) & mask(width(t)), t)
-
-
-@handles("ptx.copysign")
-def _copysign(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    # copysign d, a, b: the magnitude of b with the sign of a
-    th.set(op, np.copysign(c, a), t)
-
-
-@handles("ptx.sad")
-def _sad(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a, c, d = (th.src(op, i, t) for i in range(3))
-    x, y = signed_value(a, t), signed_value(c, t)
-    th.set(op, (d + abs(x - y)) & mask(width(t)), t)
-
-
-# --- bitwise ---------------------------------------------------------------------------------
-
-@handles("ptx.and", "ptx.or", "ptx.xor")
-def _bitwise(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    r = {"ptx.and": a & c, "ptx.or": a | c, "ptx.xor": a ^ c}[op.name]
-    th.set(op, r, t)
-
-
-@handles("ptx.not")
-def _not(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    th.set(op, ~th.src(op, 0, t) & mask(width(t)), t)
-
-
-@handles("ptx.cnot")
-def _cnot(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    th.set(op, int(th.src(op, 0, t) == 0), t)
-
-
-@handles("ptx.shl", "ptx.shr")
-def _shift(th: "Thread", op: Operation) -> None:
-    """Shift amounts are unsigned 32-bit and clamp: >= width gives 0 (or all sign bits)."""
-    t = ty(op)
-    w = width(t)
-    a = th.src(op, 0, t)
-    n = th.src(op, 1, "u32")
-    if op.name == "ptx.shl":
-        r = 0 if n >= w else (a << n) & mask(w)
-    elif is_signed(t):
-        r = (to_signed(a, w) >> min(n, w - 1)) & mask(w)
+        r = rn
     else:
-        r = 0 if n >= w else a >> n
-    th.set(op, r, t)
+        r = directed(rn, (a, c), lambda: exact(a) / exact(c), rounding(op), t)
+    fdone(th, op, r, t)
 
+
+# --- bit fields and bytes (the plain bitwise ops, shifts, compares and selects: spec_eval.py)
 
 @handles("ptx.shf")
 def _shf(th: "Thread", op: Operation) -> None:
@@ -390,22 +218,6 @@ def _shf(th: "Thread", op: Operation) -> None:
     else:
         r = (both >> n) & mask(32)
     th.set(op, r, "b32")
-
-
-@handles("ptx.popc", "ptx.clz")
-def _bitcount(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a = th.src(op, 0, t)
-    r = bin(a).count("1") if op.name == "ptx.popc" else width(t) - a.bit_length()
-    th.set(op, r, "u32")
-
-
-@handles("ptx.brev")
-def _brev(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    w = width(t)
-    a = th.src(op, 0, t)
-    th.set(op, int(format(a, f"0{w}b")[::-1], 2), t)
 
 
 @handles("ptx.fns")
@@ -428,22 +240,6 @@ def _fns(th: "Thread", op: Operation) -> None:
                 count -= 1
             pos += inc
     th.set(op, d, "b32")
-
-
-@handles("ptx.bfind")
-def _bfind(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    w = width(t)
-    a = th.src(op, 0, t)
-    if is_signed(t) and a >> (w - 1):
-        a = ~a & mask(w)
-    if a == 0:
-        r = 0xFFFFFFFF
-    else:
-        r = a.bit_length() - 1
-        if has(op, "shiftamt"):
-            r = (w - 1) - r
-    th.set(op, r, "u32")
 
 
 @handles("ptx.bfe")
@@ -534,120 +330,6 @@ def _lop3(th: "Thread", op: Operation) -> None:
         if lut >> i & 1:
             out |= ((a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c))
     th.set(op, out & mask(32), "b32")
-
-
-@handles("ptx.dp4a", "ptx.dp2a")
-def _dp4a(th: "Thread", op: Operation) -> None:
-    ts = types(op)
-    a_signed, b_signed = ts[0].startswith("s"), ts[-1].startswith("s")
-    a, b = th.src(op, 0, "b32"), th.src(op, 1, "b32")
-    acc = th.src(op, 2, "b32")
-
-    def part(x: int, bits: int, k: int, sgn: bool) -> int:
-        v = (x >> (bits * k)) & mask(bits)
-        return to_signed(v, bits) if sgn else v
-
-    if op.name == "ptx.dp4a":
-        for k in range(4):
-            acc += part(a, 8, k, a_signed) * part(b, 8, k, b_signed)
-    else:
-        half = 2 if has(op, "hi") else 0
-        for k in range(2):
-            acc += part(a, 16, k, a_signed) * part(b, 8, k + half, b_signed)
-    th.set(op, acc & mask(32), "s32")
-
-
-# --- comparisons and selects -------------------------------------------------------------------
-
-_INT_CMP = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
-            "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
-_UNORDERED = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}
-
-
-_RELATION = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
-             "gt": operator.gt, "ge": operator.ge}
-
-
-def _relation(rel: str, x: object, y: object) -> bool:
-    return bool(_RELATION[rel](x, y))
-
-
-def compare(op: Operation, a: object, c: object, t: str) -> bool:
-    cmp = next(m for m in mods(op) if m in _INT_CMP or m in _UNORDERED or m in ("num", "nan"))
-    if is_float(t):
-        a, c = as_float(a, t), as_float(c, t)
-        nan = isnan(a) or isnan(c)
-        if cmp == "num":
-            return not nan
-        if cmp == "nan":
-            return nan
-        if cmp in _UNORDERED:
-            return nan or _relation(_UNORDERED[cmp], a, c)
-        return not nan and _relation(cmp, a, c)
-    # integers: signed only for .s types with the signed comparison names
-    if cmp not in ("lo", "ls", "hi", "hs"):
-        a, c = signed_value(a, t), signed_value(c, t)  # type: ignore[arg-type]
-    return _relation(_INT_CMP[cmp], a, c)
-
-
-@handles("ptx.setp", "ptx.set")
-def _setp(th: "Thread", op: Operation) -> None:
-    ts = types(op)
-    t = ts[-1]
-    a, c = th.src(op, 0, t), th.src(op, 1, t)
-    a, c = ftz(a, has(op, "ftz")), ftz(c, has(op, "ftz"))   # (.ftz only changes f32)
-    p = compare(op, a, c, t)
-    q = not p
-    boolop = next((m for m in mods(op) if m in ("and", "or", "xor")), None)
-    if boolop is not None:
-        x = bool(th.src(op, 2, "pred"))
-        f = {"and": lambda u, v: u and v, "or": lambda u, v: u or v, "xor": lambda u, v: u != v}[boolop]
-        p, q = f(p, x), f(q, x)
-    if op.name == "ptx.set":
-        dt = ts[0]
-        if dt == "f32":
-            th.set(op, F32(1.0 if p else 0.0), dt)
-        elif dt in ("f16", "bf16"):                 # 1.0 in the half format
-            th.set(op, from_float(F32(1.0 if p else 0.0), dt), dt)
-        else:
-            th.set(op, mask(width(dt)) if p else 0, dt)
-        return
-    th.set(op, int(p), "pred")
-    if len(op.results) > 1:
-        th.set(op, int(q), "pred", 1)
-
-
-@handles("ptx.selp")
-def _selp(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    c = th.src(op, 2, "pred")
-    th.set(op, th.src(op, 0 if c else 1, t), t)
-
-
-@handles("ptx.slct")
-def _slct(th: "Thread", op: Operation) -> None:
-    ts = types(op)
-    dt, ct = ts[0], ts[-1]
-    if is_float(ct):
-        x = fsrc(th, op, 2, ct)
-        cond = not isnan(x) and x >= 0              # type: ignore[operator]
-    else:
-        cond = to_signed(th.src(op, 2, ct), width(ct)) >= 0
-    th.set(op, th.src(op, 0 if cond else 1, dt), dt)
-
-
-@handles("ptx.testp")
-def _testp(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    a = th.src(op, 0, t)
-    tiny = 1.1754943508222875e-38 if t == "f32" else 2.2250738585072014e-308
-    kind = next(m for m in mods(op) if m in ("finite", "infinite", "number", "notanumber",
-                                             "normal", "subnormal"))
-    mag = abs(float(a))
-    r = {"finite": math.isfinite(mag), "infinite": math.isinf(mag), "number": not isnan(a),
-         "notanumber": isnan(a), "normal": tiny <= mag < math.inf,
-         "subnormal": 0 < mag < tiny}[kind]
-    th.set(op, int(r), "pred")
 
 
 # --- math functions ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Callable
 
 from cpuify.errors import IRError
 from cpuify.ir.core import Operation
+from cpuify.ir.ptx_table import BY_IR_OP
 
 READ, WRITE = "read", "write"
 ALL_SPACES = ("global", "shared", "local", "const", "param")
@@ -139,34 +140,27 @@ define("cf.br", terminator=True, pure=True)
 define("cf.cond_br", terminator=True, pure=True)
 
 # --- PTX instructions --------------------------------------------------------------------------
-PURE_PTX = (
-    "mov add sub mul mad fma div rem neg abs min max not and or xor shl shr shf cvt selp setp set "
-    "slct sqrt rsqrt rcp sin cos ex2 lg2 tanh clz popc brev bfind bfe bfi bmsk prmt copysign "
-    "testp mul24 mad24 sad addc subc madc lop3 dp4a dp2a cnot fns cvta isspacep"
-).split()
-for _name in PURE_PTX:
-    define(f"ptx.{_name}", pure=True)
-define("ptx.ld", effects=_space_effect((READ,)))
-define("ptx.ldu", effects=_space_effect((READ,)))
-define("ptx.st", effects=_space_effect((WRITE,)))
-# wmma.load/store: one thread's fragment (tensor_cores.py); ldmatrix/mma lowered for code
-# generation to local-memory records of the warp's lanes (transforms/tensor_cores.py)
+# one `ptx.*` op per entry of the instruction table (ir/ptx_table.py): pure, or the memory
+# effects the entry declares ("$space": the state space the op names, all spaces when generic)
+def _table_effects(effects: tuple[tuple[str, str], ...]) -> Callable[[Operation], list[tuple[str, str]]]:
+    if any(space == "$space" for _, space in effects):
+        return _space_effect(tuple(kind for kind, _ in effects))
+    fixed = [(kind, space) for kind, space in effects if kind != "none"]
+    return lambda op: list(fixed)
+
+
+for _entry in BY_IR_OP.values():
+    if _entry.pure_ir_op:
+        define(_entry.ir_name, pure=True)
+    else:
+        define(_entry.ir_name, effects=_table_effects(_entry.effects))
+PURE_PTX = tuple(e.opcode for e in BY_IR_OP.values() if e.pure_ir_op)
+# ops that are not one PTX instruction: wmma.load/store (one thread's fragment,
+# tensor_cores.py); ldmatrix/mma lowered for code generation to local-memory records of the
+# warp's lanes (transforms/tensor_cores.py)
 define("ptx.wmma_load", effects=_space_effect((READ,)))
 define("ptx.wmma_store", effects=_space_effect((WRITE,)))
 define("upir.warp_matrix", effects=lambda op: [(READ, s) for s in ALL_SPACES])
-define("ptx.atom", effects=_space_effect((READ, WRITE)))
-# mbarrier.{init,arrive,test_wait,...}: an asynchronous barrier object (64 bits of shared
-# memory) read and updated; a wait also orders memory like a fence
-define("ptx.mbarrier", effects=_space_effect((READ, WRITE)))
-define("ptx.red", effects=_space_effect((READ, WRITE)))
-# textures and surfaces: the handle names a descriptor whose data is global memory
-# cp.async: reads global memory, writes shared memory (at issue; see lifting/translate.py)
-define("ptx.cp_async", effects=lambda op: [(READ, "global"), (WRITE, "shared")])
-define("ptx.tex", effects=lambda op: [(READ, "global")])
-define("ptx.tld4", effects=lambda op: [(READ, "global")])
-define("ptx.txq", effects=lambda op: [(READ, "global")])
-define("ptx.suld", effects=lambda op: [(READ, "global")])
-define("ptx.sust", effects=lambda op: [(WRITE, "global")])
 
 
 def verify_op(op: Operation) -> None:

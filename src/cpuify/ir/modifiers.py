@@ -13,6 +13,9 @@ PTX_TYPE_SIZES = {
     "b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
     "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "tf32": 4,
     "b64": 8, "u64": 8, "s64": 8, "f64": 8, "pred": 1, "b128": 16,
+    # (no PTX types: the 128-bit products of mul.hi.s64/u64 in the instruction table's
+    # expressions, ir/ptx_table.py)
+    "s128": 16, "u128": 16,
 }
 
 

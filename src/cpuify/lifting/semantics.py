@@ -5,10 +5,12 @@ kernel and PTX line: never silently mis-executed."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from cpuify.errors import UnsupportedError
-from cpuify.frontend.ptx_ast import Addr, Imm, Instruction, is_ptx_type
+from cpuify.frontend.ptx_ast import Addr, Imm, Instruction, Reg, is_ptx_type
+from cpuify.ir.ptx_table import TABLE
 from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 if TYPE_CHECKING:
@@ -27,83 +29,15 @@ SPECIAL_REGS = {
 RESERVED_SMEM = "__cpuify_reserved_smem"
 RESERVED_SMEM_SIZE = 1024
 
-_ROUND = {"rn", "rz", "rm", "rp"}
-_ROUNDI = {"rni", "rzi", "rmi", "rpi"}
-_SPACES = {"global", "shared", "local", "const", "param", "generic"}
-_CACHE = {"ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "volatile", "relaxed", "acquire",
-          "release", "weak", "gpu", "cta", "sys", "L1::evict_last", "L1::no_allocate", "L2::64B",
-          "L2::128B", "L2::256B", "L1::evict_normal", "L1::evict_first", "L2::cache_hint",
-          "L1", "L2", "evict_last", "evict_first", "evict_normal", "no_allocate", "64B",
-          "128B", "256B", "cluster", "unified"}
-_VEC = {"v2", "v4", "v8"}
+# opcode -> allowed non-type modifiers, whether a type is required, which have half forms:
+# from the instruction table (ir/ptx_table.py)
+ALLOWED: dict[str, set[str]] = {e.opcode: set(e.modifiers) for e in TABLE.values()}
+_UNTYPED = {e.opcode for e in TABLE.values() if not e.typed}
 #: instructions with f16x2/bf16x2/bf16 forms that cpuify implements (lifting/halves.py)
-_HALF_OPS = {"add", "sub", "mul", "fma", "neg", "abs", "min", "max", "ex2", "tanh", "setp",
-             "set", "cvt"}
-
-# opcode -> allowed non-type modifiers
-ALLOWED: dict[str, set[str]] = {
-    "mov": set(), "add": {"cc", "sat", "ftz"} | _ROUND, "sub": {"cc", "sat", "ftz"} | _ROUND,
-    "addc": {"cc"}, "subc": {"cc"}, "mul": {"lo", "hi", "wide", "ftz", "sat"} | _ROUND,
-    "mad": {"lo", "hi", "wide", "cc", "ftz", "sat"} | _ROUND, "madc": {"lo", "hi", "cc"},
-    "mul24": {"lo", "hi"}, "mad24": {"lo", "hi"}, "sad": set(),
-    "fma": {"ftz", "sat", "relu"} | _ROUND, "div": {"approx", "full", "ftz"} | _ROUND,
-    "rem": set(), "neg": {"ftz"}, "abs": {"ftz"}, "min": {"ftz", "NaN", "relu"}, "max": {"ftz", "NaN", "relu"},
-    "not": set(), "and": set(), "or": set(), "xor": set(), "cnot": set(),
-    "shl": set(), "shr": set(), "shf": {"l", "r", "clamp", "wrap"},
-    "cvt": _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, "cvta": {"to"} | _SPACES,
-    "selp": set(), "slct": {"ftz"},
-    "setp": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
-             "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
-    "set": {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
-            "leu", "gtu", "geu", "num", "nan", "and", "or", "xor", "ftz"},
-    "sqrt": {"approx", "ftz"} | _ROUND, "rsqrt": {"approx", "ftz"}, "rcp": {"approx", "ftz"} | _ROUND,
-    "sin": {"approx", "ftz"}, "cos": {"approx", "ftz"}, "ex2": {"approx", "ftz"},
-    "lg2": {"approx", "ftz"}, "tanh": {"approx"},
-    "clz": set(), "popc": set(), "brev": set(), "fns": set(), "bfind": {"shiftamt"}, "bfe": set(), "bfi": set(),
-    "bmsk": {"clamp", "wrap"}, "prmt": {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"},
-    "copysign": set(), "testp": {"finite", "infinite", "number", "notanumber", "normal", "subnormal"},
-    "lop3": set(), "dp4a": set(), "dp2a": {"lo", "hi"},
-    "ld": _SPACES | _CACHE | _VEC, "ldu": _SPACES | _VEC, "st": _SPACES | _CACHE | _VEC,
-    "atom": _SPACES | {"add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas",
-                       "relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz"},
-    "red": _SPACES | {"add", "min", "max", "inc", "dec", "and", "or", "xor", "relaxed",
-                      "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz"},
-    "bar": {"sync", "arrive", "red", "popc", "and", "or", "warp", "aligned", "cta"},
-    "barrier": {"sync", "aligned", "arrive", "red", "popc", "and", "or", "cta"},
-    "membar": {"cta", "gl", "sys", "gpu"}, "fence": {"sc", "acq_rel", "cta", "gpu", "sys", "proxy", "async"},
-    "shfl": {"sync", "up", "down", "bfly", "idx"}, "vote": {"sync", "all", "any", "uni", "ballot"},
-    "activemask": set(), "match": {"any", "all", "sync"}, "redux": {"sync", "add", "min", "max", "and", "or", "xor"},
-    "bra": {"uni"}, "ret": {"uni"}, "exit": set(), "nanosleep": set(),
-    # trap.stack_overflow: cpuify's own, a recursion outgrew the call stack (inline.py)
-    "trap": {"stack_overflow"}, "call_stack": set(),
-    # a kernel launch in device code (inline.py, the device runtime)
-    "launch_buffer": set(), "launch_device": set(),
-    "prefetch": _SPACES | {"L1", "L2"}, "prefetchu": {"L1"}, "pmevent": set(),
-    "printf": set(), "assertfail": set(), "malloc": set(), "free": set(), "param_copy": set(),
-    "isspacep": _SPACES, "discard": _SPACES | {"L2"},
-    # cp.async: copied at issue (check_cp_async says which forms)
-    "cp": {"async", "ca", "cg", "shared", "global", "commit_group", "wait_group", "wait_all",
-           "L2::64B", "L2::128B", "L2::256B", "L2::cache_hint", "mbarrier", "arrive", "noinc",
-           "b64"},
-    # asynchronous barriers in shared memory (codegen/ptx_ops.py: _mbarrier); no clusters
-    "mbarrier": {"init", "inval", "arrive", "arrive_drop", "test_wait", "try_wait", "parity",
-                 "pending_count", "expect_tx", "complete_tx", "noComplete", "shared",
-                 "shared::cta", "release", "acquire", "relaxed", "cta"},
-}
-
+_HALF_OPS = {e.opcode for e in TABLE.values() if e.halves}
 _TEX_GEOMETRY = {"1d", "2d", "3d", "a1d", "a2d"}
-_SURF_CACHE = {"ca", "cg", "cs", "cv", "wb", "wt"}
-ALLOWED.update({
-    # textures and surfaces through object handles (runtime/cpuify_tex.c); no mipmaps, so
-    # an explicit level or gradient reads level 0
-    "tex": _TEX_GEOMETRY | {"v4", "level", "grad", "base"},
-    "tld4": {"2d", "a2d", "v4", "r", "g", "b", "a"},
-    "txq": {"width", "height", "depth", "channel_data_type", "channel_order",
-            "normalized_coords", "filter_mode", "addr_mode_0", "addr_mode_1", "addr_mode_2",
-            "array_size", "num_mipmap_levels", "num_samples"},
-    "suld": _TEX_GEOMETRY | _SURF_CACHE | {"b", "v2", "v4", "trap", "clamp", "zero"},
-    "sust": _TEX_GEOMETRY | _SURF_CACHE | {"b", "v2", "v4", "trap", "clamp", "zero"},
-})
+#: a byte or half-word selector/mask on a register operand (`%r1.b3210`, `%r2.h10`)
+_SELECTOR = re.compile(r"\.[bh][0-7]+$")
 
 _REFUSED = {
     "wgmma": "warpgroup-level wgmma operations are not supported",
@@ -139,6 +73,12 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
     if op == "cp" and "noinc" in instr.modifiers and "mbarrier" not in ALLOWED:
         lifter.error(f"'{instr.full_opcode}': cp.async.mbarrier.arrive.noinc needs mbarrier "
                      "objects, which are not supported", instr.line)
+    selected = next((o.name for o in instr.operands if isinstance(o, Reg) and
+                     _SELECTOR.search(o.name) and not o.name.startswith(tuple(SPECIAL_REGS))), None)
+    if selected is not None:
+        lifter.error(f"'{instr.full_opcode}': operand selectors and masks ('{selected}') of "
+                     "the SIMD video instructions are not supported (the default ones are)",
+                     instr.line)
     allowed = ALLOWED.get(op)
     if allowed is None:
         lifter.error(f"instruction '{instr.full_opcode}' is not supported by cpuify", instr.line)
@@ -149,10 +89,7 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
         lifter.error(f"modifier '.{m}' of '{instr.full_opcode}' is not supported by cpuify",
                      instr.line)
     types = instr_types(instr)
-    if op not in ("mov", "ld", "st", "cvt", "cvta", "bra", "ret", "exit", "trap", "bar", "barrier",
-                  "membar", "fence", "printf", "assertfail", "malloc", "free", "param_copy",
-                  "nanosleep", "activemask", "call_stack", "launch_buffer", "launch_device", "prefetch", "prefetchu", "pmevent", "discard",
-                  "isspacep", "cp") and not types:
+    if op not in _UNTYPED and not types:
         lifter.error(f"'{instr.full_opcode}' has no type modifier", instr.line)
     if op == "cvt" and "tf32" in types and (types != ["tf32", "f32"] or "rna" not in instr.modifiers):
         lifter.error(f"'{instr.full_opcode}': of the tf32 conversions, cvt.rna.tf32.f32 is "

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
 from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.ptx_table import TABLE
 from cpuify.lifting.halves import expand, needs_expansion
 from cpuify.lifting.semantics import (
     RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, instr_types, operand_type,
@@ -33,7 +34,14 @@ _IR_TYPE_OF_PTX = {
 
 
 def source_types(instr: Instruction, n: int) -> list[str]:
-    """PTX types of the `n` source operands (used to type immediates)."""
+    """PTX types of the `n` source operands (used to type immediates): as the instruction
+    table's semantics read them (ir/ptx_table.py), else by the rules below."""
+    entry = TABLE.get(instr.opcode)
+    form = entry.form_for(instr.modifiers) if entry is not None else None
+    if form is not None and not form.hand:
+        read = form.source_types(instr.modifiers)
+        if all(i in read for i in range(n)):
+            return [read[i] for i in range(n)]
     op = instr.opcode
     t = operand_type(instr)
     types = instr_types(instr)
@@ -282,6 +290,9 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     elif op in ("prefetch", "prefetchu", "pmevent", "discard"):
         return
     else:
+        entry = TABLE.get(op)
+        if entry is not None and entry.forms and entry.form_for(instr.modifiers) is None:
+            lf.error(f"'{instr.full_opcode}': this form of {op} is not supported by cpuify", line)
         new = Operation(f"ptx.{op}", values, result_types, attrs)
     emit(lf, pb, new)
     for d, r in zip(dest_names, new.results):

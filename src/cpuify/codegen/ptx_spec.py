@@ -1,0 +1,462 @@
+"""LLVM lowering of the PTX instructions the instruction table spells out (ir/ptx_table.py):
+one dispatcher per such opcode picks the op's form; a spec form is lowered from its
+expressions, a hand-written form calls the `@hand_written` code (ptx_arith.py, ...).
+
+Each function of the expression language (ptx_table.FUNCTIONS) has its lowering here.  The
+code generator's own refinements, which are no part of the semantics, sit around them:
+pointer arithmetic as GEPs, `nsw` on index arithmetic (analysis.no_signed_wrap), masked
+thread indices hidden from LLVM, lane-group bitwise ops, the idle clamp of min/max, the
+deferred flush of min/max (transforms/flush.py), the never-NaN workaround of LLVM's
+minimumnum."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from llvmlite import ir
+
+from cpuify.codegen.lowering import (
+    F16, HAND_LOWERINGS, I1, I32, PTR, handles, is_float, is_signed, ptx_llvm_type,
+)
+from cpuify.codegen.ptx_ops import call, fdone, fsrc, fsuffix, masked_thread_index, src, wrap_flags
+from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.modifiers import has, mods, ty, types
+from cpuify.ir.ptx_table import (
+    BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
+)
+
+if TYPE_CHECKING:
+    from cpuify.codegen.segment_emitter import SegmentEmitter
+
+Typed = tuple[ir.Value, str]          # an LLVM value and its PTX type
+
+
+# --- refinements: the code generator's own lowering of some ops, tried first ----------------
+
+def _pointer_arith(e: SegmentEmitter, op: Operation) -> bool:
+    """add/sub on a pointer register: a GEP on the pointer operand."""
+    res = op.results[0] if op.results else None
+    if res is None or res not in e.kc.pointers or is_float(ty(op)):
+        return False
+    b = e.b
+    base_i = 0 if op.operands[0] in e.kc.pointers else 1
+    base = e.get(op.operands[base_i])
+    off = e.operand(op.operands[1 - base_i], "s64")
+    if op.name == "ptx.sub":
+        off = b.neg(off)
+    e.define(res, b.gep(base, [off]))
+    return True
+
+
+def _pointer_select(e: SegmentEmitter, op: Operation) -> bool:
+    res = op.results[0]
+    if res not in e.kc.pointers:
+        return False
+    c = e.operand(op.operands[2], "pred")
+    a, d = e.get(op.operands[0]), e.get(op.operands[1])
+    e.define(res, e.b.select(c, e.coerce_bits(a, PTR), e.coerce_bits(d, PTR)))
+    return True
+
+
+def _lane_or_masked(e: SegmentEmitter, op: Operation) -> bool:
+    """and/xor of a thread index in lane groups (SegmentEmitter.lane_bitwise); `& mask` of
+    a wrapping thread index hidden from LLVM (ptx_ops.masked_thread_index)."""
+    t = ty(op)
+    if e.lane_group is not None:
+        v = e.lane_bitwise(op)
+        if v is not None:
+            e.result(op, v, t)
+            return True
+    if op.name == "ptx.and":
+        masked = masked_thread_index(e, op, 0, 1)
+        if masked is None:
+            masked = masked_thread_index(e, op, 1, 0)
+        if masked is not None:
+            e.result(op, masked, t)
+            return True
+    return False
+
+
+def _masked_rem(e: SegmentEmitter, op: Operation) -> bool:
+    """`(tid + 1) % blockDim.x` in code specialized for a power-of-two block."""
+    t = ty(op)
+    if is_signed(t):
+        return False
+    masked = masked_thread_index(e, op, 0, 1, rem=True)
+    if masked is None:
+        return False
+    e.result(op, masked, t)
+    return True
+
+
+REFINEMENTS: dict[str, Callable[["SegmentEmitter", Operation], bool]] = {
+    "ptx.add": _pointer_arith, "ptx.sub": _pointer_arith, "ptx.selp": _pointer_select,
+    "ptx.and": _lane_or_masked, "ptx.xor": _lane_or_masked, "ptx.rem": _masked_rem,
+}
+
+
+# --- the dispatcher ------------------------------------------------------------------------------
+
+def lower_table_op(e: SegmentEmitter, op: Operation) -> None:
+    entry = BY_IR_OP[op.name]
+    form = entry.form_for(mods(op))
+    if form is None:
+        e.kc.error(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is not "
+                   "supported by cpuify", op)
+        return
+    if form.hand:
+        HAND_LOWERINGS[op.name](e, op)
+        return
+    refine = REFINEMENTS.get(op.name)
+    if refine is not None and refine(e, op):
+        return
+    _SpecLowering(e, op, form).run()
+
+
+for _name, _entry in BY_IR_OP.items():
+    if _entry.spec_driven:
+        handles(_name)(lower_table_op)
+
+
+# --- the expressions ---------------------------------------------------------------------------
+
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+         "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
+_FCMP_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">", "geu": ">="}
+_WRAPPING = ("add", "sub", "mul", "shl")
+
+
+class _SpecLowering:
+    def __init__(self, e: SegmentEmitter, op: Operation, form: Form) -> None:
+        self.e, self.op, self.form = e, op, form
+        self.b = e.b
+        self.mods = mods(op)
+        self.memo: dict[int, Typed] = {}
+        self.symbols = type_symbols(self.mods)
+        # flush_at_uses (transforms/flush.py): every reader flushes the result, which is then
+        # the same as flushing the operands and the result here
+        self.deferred = bool(op.attributes.get("flush_at_uses"))
+        self.nsw = _nsw_nodes(form)
+        self.root = form.results[0]
+
+    def run(self) -> None:
+        # the operands of all results, then all results (setp: p, !p, then each combined
+        # with the predicate operand), then the writes
+        for r in self.form.results:
+            if isinstance(r, Fn):
+                self.operands(r)
+        values = [self.value(r) for r in self.form.results]   # (setp's unused !p: LLVM drops it)
+        for i, (v, t) in enumerate(values[:len(self.op.results)]):
+            if self.form.flush == "all" and is_float(t) and not self.deferred:
+                fdone(self.e, self.op, v, t)
+            else:
+                self.e.result(self.op, v, t, i)
+
+    def type_of(self, symbol: str) -> str:
+        return self.symbols.get(symbol, symbol)
+
+    def value(self, x: Expr) -> Typed:
+        got = self.memo.get(id(x))
+        if got is None:
+            got = self.memo[id(x)] = self._value(x)
+        return got
+
+    def _value(self, x: Expr) -> Typed:
+        e = self.e
+        if isinstance(x, Src):
+            t = self.type_of(x.type)
+            if is_float(t) and self.form.flush != "none" and not self.deferred:
+                return fsrc(e, self.op, x.index, t), t
+            return src(e, self.op, x.index, t), t
+        if isinstance(x, Lit):
+            t = self.type_of(x.type)
+            value = float(x.value) if is_float(t) else x.value
+            return ir.Constant(ptx_llvm_type(t), value), t
+        assert isinstance(x, Fn)
+        return getattr(self, "fn_" + x.name)(x, self.operands(x))
+
+    def operands(self, x: Fn) -> list[Typed]:
+        for y in x.args:               # the sources of extended operands before extending
+            if isinstance(y, Fn) and y.name in ("resize", "ext"):
+                while isinstance(y, Fn) and y.name in ("resize", "ext"):
+                    y = y.args[0]
+                if isinstance(y, Src):
+                    self.value(y)
+        return [self.value(y) for y in x.args]
+
+    def flags(self, x: Fn) -> list[str]:
+        return wrap_flags(self.e, self.op) if id(x) in self.nsw else []
+
+    def operand_of(self, x: Expr) -> Value | None:
+        """The IR operand an expression reads directly (Src), for the analyses below."""
+        return self.op.operands[x.index] if isinstance(x, Src) else None
+
+    # -- arithmetic
+    def fn_add(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return (self.b.fadd(p, q) if is_float(t) else self.b.add(p, q, flags=self.flags(x))), t
+
+    def fn_sub(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return (self.b.fsub(p, q) if is_float(t) else self.b.sub(p, q, flags=self.flags(x))), t
+
+    def fn_mul(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return (self.b.fmul(p, q) if is_float(t) else self.b.mul(p, q, flags=self.flags(x))), t
+
+    def fn_fma(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _), (r, _) = args
+        return call(self.e, f"llvm.fma.{fsuffix(p.type)}", p.type, [p, q, r]), t
+
+    def fn_add_sat(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return call(self.e, "llvm.sadd.sat.i32", I32, [p, q]), t
+
+    def fn_sub_sat(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return call(self.e, "llvm.ssub.sat.i32", I32, [p, q]), t
+
+    def fn_div(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        if is_float(t):
+            return self.b.fdiv(p, q), t
+        return self._int_div(p, q, t, rem=False), t
+
+    def fn_rem(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return self._int_div(p, q, t, rem=True), t
+
+    def _int_div(self, a: ir.Value, c: ir.Value, t: str, rem: bool) -> ir.Value:
+        """PTX: x / 0 is all ones, x % 0 is x (a CPU would fault); MIN / -1 wraps (x86
+        faults)."""
+        b = self.b
+        zero = b.icmp_unsigned("==", c, c.type(0))
+        safe_c = b.select(zero, c.type(1), c)
+        if is_signed(t):
+            minv = c.type(1 << (c.type.width - 1))
+            ovf = b.and_(b.icmp_signed("==", a, minv), b.icmp_signed("==", c, c.type(-1)))
+            safe_c = b.select(ovf, c.type(1), safe_c)
+            r = b.srem(a, safe_c) if rem else b.sdiv(a, safe_c)
+            if rem:
+                r = b.select(ovf, c.type(0), r)
+        else:
+            r = b.urem(a, safe_c) if rem else b.udiv(a, safe_c)
+        return b.select(zero, a if rem else c.type(-1), r)
+
+    def fn_neg(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        return (self.b.fneg(p) if is_float(t) else self.b.neg(p)), t
+
+    def fn_abs(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        if is_float(t):
+            return call(self.e, f"llvm.fabs.{fsuffix(p.type)}", p.type, [p]), t
+        return call(self.e, f"llvm.abs.i{p.type.width}", p.type, [p, I1(0)]), t
+
+    def fn_min(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._min_max(x, args, True, False)
+
+    def fn_max(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._min_max(x, args, False, False)
+
+    def fn_min_nan(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._min_max(x, args, True, True)
+
+    def fn_max_nan(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._min_max(x, args, False, True)
+
+    def _min_max(self, x: Fn, args: list[Typed], is_min: bool, nan: bool) -> Typed:
+        (p, t), (q, _) = args
+        e, b = self.e, self.b
+        if is_float(t):
+            sfx = fsuffix(p.type)
+            # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is
+            # ignored: llvm.minimumnum/maximumnum.  But LLVM 22's x86 backend miscompiles
+            # them when it knows one operand is never NaN (an integer converted to float,
+            # another min/max): it drops the other operand's NaN check (fminf(fmaxf(f,
+            # -7.25f), NaN) and fminf((float)i, NaN) gave NaN; the fuzzer's fz_400_170).
+            # There: the NaN-propagating op and a select of the other operand where one is
+            # NaN.  Elsewhere the intrinsic stays, which the vectorizer knows as a reduction.
+            propagating = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
+            if nan:
+                return call(e, propagating, p.type, [p, q]), t
+            if any(v is not None and _maybe_never_nan(v)
+                   for v in map(self.operand_of, x.args)):
+                r = call(e, propagating, p.type, [p, q])
+                r = b.select(b.fcmp_unordered("uno", q, q), p, r)
+                return b.select(b.fcmp_unordered("uno", p, p), q, r), t
+            name = f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}"
+            return call(e, name, p.type, [p, q]), t
+        kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
+        r = call(e, f"llvm.{kind}.i{p.type.width}", p.type, [p, q])
+        idle = e.idle_clamp(self.op) if x is self.root else None
+        if idle is not None:
+            # a clamp that selects the thread-dependent side for every thread of the block:
+            # LLVM unswitches the thread loop on this uniform flag, and in the copy where it
+            # holds, the clamped index is affine again (a contiguous load, not a gather)
+            side, flag = idle
+            r = b.select(flag, p if side == 0 else q, r)
+        return r, t
+
+    def fn_copysign(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, _), (q, t) = args
+        return call(self.e, f"llvm.copysign.{fsuffix(q.type)}", q.type, [q, p]), t
+
+    # -- bits
+    def fn_and(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return self.b.and_(p, q), t
+
+    def fn_or(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return self.b.or_(p, q), t
+
+    def fn_xor(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return self.b.xor(p, q), t
+
+    def fn_not(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        return self.b.not_(p), t
+
+    def fn_shl(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._shift(x, args, left=True)
+
+    def fn_shr(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._shift(x, args, left=False)
+
+    def _shift(self, x: Fn, args: list[Typed], left: bool) -> Typed:
+        """Shift amounts are unsigned 32-bit and clamp (LLVM's shifts by >= width are
+        poison)."""
+        (a, t), (n, _) = args
+        e, b = self.e, self.b
+        w = a.type.width
+        n_w = e.int_resize(n, a.type, False) if w >= 32 else \
+            b.trunc(call(e, "llvm.umin.i32", I32, [n, I32(w)]), a.type)
+        big = b.icmp_unsigned(">=", n, I32(w))
+        if left:
+            r = b.select(big, a.type(0), b.shl(a, b.select(big, a.type(0), n_w), flags=self.flags(x)))
+        elif is_signed(t):
+            r = b.ashr(a, b.select(big, a.type(w - 1), n_w))
+        else:
+            r = b.select(big, a.type(0), b.lshr(a, b.select(big, a.type(0), n_w)))
+        return r, t
+
+    def fn_popc(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, _), = args
+        r = call(self.e, f"llvm.ctpop.i{a.type.width}", a.type, [a])
+        return self.e.int_resize(r, I32, False), "u32"
+
+    def fn_clz(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, _), = args
+        r = call(self.e, f"llvm.ctlz.i{a.type.width}", a.type, [a, I1(0)])
+        return self.e.int_resize(r, I32, False), "u32"
+
+    def fn_brev(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, t), = args
+        return call(self.e, f"llvm.bitreverse.i{a.type.width}", a.type, [a]), t
+
+    def fn_resize(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, t), = args
+        want = self.type_of(x.type or "T")
+        return self.e.int_resize(a, ptx_llvm_type(want), is_signed(t)), want
+
+    def fn_ext(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, t), = args
+        want = self.type_of(x.type or "T")
+        bits = resolve_param(x.param, self.mods)
+        assert isinstance(bits, int)
+        if bits < a.type.width:
+            a = self.b.trunc(a, ir.IntType(bits))
+        return self.e.int_resize(a, ptx_llvm_type(want), is_signed(t)), want
+
+    def fn_slice(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, _), = args
+        want = self.type_of(x.type or "T")
+        lo = resolve_param(x.param, self.mods)
+        assert isinstance(lo, int)
+        r = self.b.lshr(a, a.type(lo))
+        lt = ptx_llvm_type(want)
+        return (self.b.trunc(r, lt) if lt != a.type else r), want
+
+    # -- comparisons and selects
+    def fn_cmp(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        b = self.b
+        rel = resolve_param(x.param, self.mods)
+        assert isinstance(rel, str)
+        if is_float(t):
+            if t == "f16":
+                p, q = b.bitcast(p, F16), b.bitcast(q, F16)
+            if rel == "num":
+                return b.fcmp_ordered("ord", p, q), "pred"
+            if rel == "nan":
+                return b.fcmp_unordered("uno", p, q), "pred"
+            if rel in _FCMP_UNORDERED:
+                return b.fcmp_unordered(_FCMP_UNORDERED[rel], p, q), "pred"
+            return b.fcmp_ordered(_ICMP[rel], p, q), "pred"
+        if rel in ("lo", "ls", "hi", "hs") or not is_signed(t):
+            return b.icmp_unsigned(_ICMP[rel], p, q), "pred"
+        return b.icmp_signed(_ICMP[rel], p, q), "pred"
+
+    def fn_select(self, x: Fn, args: list[Typed]) -> Typed:
+        (c, _), (p, t), (q, _) = args
+        return self.b.select(c, p, q), t
+
+    def fn_testp(self, x: Fn, args: list[Typed]) -> Typed:
+        (a, t), = args
+        b = self.b
+        mag = call(self.e, f"llvm.fabs.{fsuffix(a.type)}", a.type, [a])
+        inf = ir.Constant(a.type, float("inf"))
+        tiny = ir.Constant(a.type, 1.1754943508222875e-38 if t == "f32" else 2.2250738585072014e-308)
+        kind = resolve_param(x.param, self.mods)
+        if kind == "finite":
+            r = b.fcmp_ordered("<", mag, inf)
+        elif kind == "infinite":
+            r = b.fcmp_ordered("==", mag, inf)
+        elif kind == "number":
+            r = b.fcmp_ordered("ord", a, a)
+        elif kind == "notanumber":
+            r = b.fcmp_unordered("uno", a, a)
+        elif kind == "normal":
+            r = b.and_(b.fcmp_ordered(">=", mag, tiny), b.fcmp_ordered("<", mag, inf))
+        else:
+            r = b.and_(b.fcmp_ordered("<", mag, tiny), b.fcmp_ordered(">", mag, ir.Constant(a.type, 0.0)))
+        return r, "pred"
+
+
+_NSW_NODES: dict[int, frozenset[int]] = {}
+
+
+def _nsw_nodes(form: Form) -> frozenset[int]:
+    """The nodes that take `nsw` where analysis.no_signed_wrap marks the op's result: the
+    result's add/sub/mul, and the product a mad adds."""
+    found = _NSW_NODES.get(id(form))
+    if found is None:
+        root = form.results[0]
+        nodes = {id(root)}
+        if isinstance(root, Fn) and root.name == "add":
+            nodes |= {id(x) for x in root.args if isinstance(x, Fn) and x.name == "mul"
+                      and not any(isinstance(y, Fn) for y in x.args)}
+        found = _NSW_NODES[id(form)] = frozenset(nodes)
+    return found
+
+
+def _maybe_never_nan(v: Value, depth: int = 6) -> bool:
+    """Whether LLVM may prove `v` never NaN (see _min_max): a constant, an integer converted
+    to float, a min/max with such an operand, a select or move of such values."""
+    if not isinstance(v, OpResult) or depth == 0:
+        return False
+    o = v.op
+    if o.name == "upir.const":
+        return True
+    if o.name in ("ptx.min", "ptx.max"):
+        return not has(o, "NaN") and any(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
+    if o.name == "ptx.cvt":
+        return any(m[:1] in "su" and m[1:].isdigit() for m in types(o)[1:])
+    if o.name == "ptx.mov":
+        return _maybe_never_nan(o.operands[0], depth - 1)
+    if o.name == "ptx.selp":
+        return all(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
+    return False
+

@@ -1,0 +1,312 @@
+"""The reference interpreter's reading of the PTX instruction table (ir/ptx_table.py): the
+expressions of an instruction's spec forms evaluated directly, integers as Python ints
+(bit patterns of their width), floats as NumPy scalars of their precision; the hand-written
+forms call the `@hand_evaluation` code of interp/ops.py.
+
+This file shares nothing with the code generator's reading (codegen/ptx_spec.py) but the
+table: each function of the expression language is implemented here from its definition
+(ptx_table.FUNCTIONS and the PTX ISA), so the interpreter checks the compiler's lowering of
+the same spec."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from cpuify.interp.ops import HAND_EVALUATIONS, as_float, from_float, handles
+from cpuify.interp.values import (
+    F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
+    round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
+)
+from cpuify.ir.core import Operation
+from cpuify.ir.modifiers import has, mods
+from cpuify.ir.ptx_table import BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, resolve_type
+
+if TYPE_CHECKING:
+    from cpuify.interp.machine import Thread
+
+Typed = tuple[Any, str]          # a value and its PTX type
+
+
+def _width(t: str) -> int:
+    return width_of(ir_type_of(t))
+
+
+def _signed(x: int, t: str) -> int:
+    return to_signed(x, _width(t)) if is_signed(t) else x
+
+
+def evaluate_table_op(th: "Thread", op: Operation) -> None:
+    entry = BY_IR_OP[op.name]
+    form = entry.form_for(mods(op))
+    if form is None:
+        th.unsupported(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is "
+                       "not supported", op)
+        return
+    if form.hand:
+        HAND_EVALUATIONS[op.name](th, op)
+        return
+    _Evaluation(th, op, form).run()
+
+
+for _name, _entry in BY_IR_OP.items():
+    if _entry.spec_driven:
+        handles(_name)(evaluate_table_op)
+
+
+class _Evaluation:
+    def __init__(self, th: "Thread", op: Operation, form: Form) -> None:
+        self.th, self.op, self.form = th, op, form
+        self.mods = mods(op)
+        self.memo: dict[int, Typed] = {}
+
+    def run(self) -> None:
+        for i, r in enumerate(self.form.results[:len(self.op.results)]):
+            v, t = self.value(r)
+            if is_float(t):
+                if self.form.flush == "all":
+                    v = ftz(v, has(self.op, "ftz"))
+                    if has(self.op, "sat"):
+                        v = saturate(v)
+                v = from_float(v, t)
+            elif t == "pred":
+                v = int(v)
+            self.th.set(self.op, v, t, i)
+
+    def value(self, x: Expr) -> Typed:
+        got = self.memo.get(id(x))
+        if got is None:
+            got = self.memo[id(x)] = self._value(x)
+        return got
+
+    def _value(self, x: Expr) -> Typed:
+        if isinstance(x, Src):
+            t = resolve_type(x.type, self.mods)
+            v = self.th.src(self.op, x.index, t)
+            if t in ("f16", "bf16"):
+                v = as_float(v, t)
+            if t == "f32" and self.form.flush != "none":
+                v = ftz(v, has(self.op, "ftz"))
+            return v, t
+        if isinstance(x, Lit):
+            t = resolve_type(x.type, self.mods)
+            if t == "f32":
+                return F32(x.value), t
+            if t == "f64":
+                return F64(x.value), t
+            return int(x.value) & mask(_width(t)), t
+        assert isinstance(x, Fn)
+        args = [self.value(y) for y in x.args]
+        return _FUNCTIONS[x.name](self, x, args)
+
+    def param(self, x: Fn) -> Any:
+        return resolve_param(x.param, self.mods)
+
+
+def _int_or_float(fi: Callable[[int, int, int], int], ff: Callable[[Any, Any], Any]
+                  ) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        if is_float(t):
+            return ff(p, q), t
+        w = _width(t)
+        return fi(p, q, w) & mask(w), t
+    return f
+
+
+def _fma(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """a * b + c rounded once to nearest even: the exact rational value rounded.  Infinite
+    and NaN results do not depend on the rounding; the product of finite factors is finite
+    (exactly: not an f64 overflow), so with an infinite c it is c."""
+    (p, t), (q, _), (r, _) = args
+    np_t = type(p)
+    if not (isfinite(p) and isfinite(q) and isfinite(r)):
+        if isfinite(p) and isfinite(q):
+            return r, t
+        return np_t(np.float64(p) * np.float64(q) + np.float64(r)), t
+    value = exact(p) * exact(q) + exact(r)
+    if value == 0:                       # the signed zero of an exact sum
+        return zero_sum(signbit(p) != signbit(q), signbit(r),
+                        (p == 0 or q == 0) and r == 0, "rn", np_t), t
+    return round_fraction(value, t, "rn"), t
+
+
+def _div(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (q, _) = args
+    if is_float(t):
+        return p / q, t                      # IEEE (x / 0 is +-inf, 0 / 0 NaN)
+    return _int_div(p, q, t, rem=False), t
+
+
+def _rem(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (q, _) = args
+    return _int_div(p, q, t, rem=True), t
+
+
+def _int_div(a: int, c: int, t: str, rem: bool) -> int:
+    """Truncating toward zero; x / 0 is all ones, x % 0 is x; MIN / -1 wraps."""
+    w = _width(t)
+    if c == 0:
+        return a if rem else mask(w)
+    x, y = _signed(a, t), _signed(c, t)
+    q = abs(x) // abs(y)
+    if (x < 0) != (y < 0):
+        q = -q
+    return (x - q * y if rem else q) & mask(w)
+
+
+def _saturating(sign: int) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        s = to_signed(p, 32) + sign * to_signed(q, 32)
+        return max(-2**31, min(2**31 - 1, s)) & mask(32), t
+    return f
+
+
+def _neg(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return (-p if is_float(t) else -p & mask(_width(t))), t
+
+
+def _abs(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return (abs(p) if is_float(t) else abs(_signed(p, t)) & mask(_width(t))), t
+
+
+def _min_max(is_min: bool, nan: bool) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        if is_float(t):
+            return float_min_max(p, q, is_min, nan), t
+        u, v = _signed(p, t), _signed(q, t)
+        return (min(u, v) if is_min else max(u, v)) & mask(_width(t)), t
+    return f
+
+
+def _shift(left: bool) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        """Shift amounts are unsigned 32-bit and clamp: >= width gives 0 (or all sign
+        bits)."""
+        (a, t), (n, _) = args
+        w = _width(t)
+        if left:
+            return (0 if n >= w else (a << n) & mask(w)), t
+        if is_signed(t):
+            return (to_signed(a, w) >> min(n, w - 1)) & mask(w), t
+        return (0 if n >= w else a >> n), t
+    return f
+
+
+def _resize(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, t), = args
+    want = resolve_type(x.type or "T", ev.mods)
+    v = _signed(a, t) if t != "pred" else int(a)
+    return v & mask(_width(want)), want
+
+
+def _ext(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, t), = args
+    want = resolve_type(x.type or "T", ev.mods)
+    n = ev.param(x)
+    low = a & mask(n)
+    v = to_signed(low, n) if is_signed(t) else low
+    return v & mask(_width(want)), want
+
+
+def _slice(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, _), = args
+    want = resolve_type(x.type or "T", ev.mods)
+    return (a >> ev.param(x)) & mask(_width(want)), want
+
+
+_RELATIONS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": lambda u, v: u == v, "ne": lambda u, v: u != v, "lt": lambda u, v: u < v,
+    "le": lambda u, v: u <= v, "gt": lambda u, v: u > v, "ge": lambda u, v: u >= v,
+}
+_UNSIGNED_NAMES = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+_UNORDERED = ("equ", "neu", "ltu", "leu", "gtu", "geu")
+
+
+def _cmp(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (q, _) = args
+    rel = ev.param(x)
+    if t in ("f16", "bf16", "f32", "f64"):
+        nan = isnan(p) or isnan(q)
+        if rel == "num":
+            return not nan, "pred"
+        if rel == "nan":
+            return nan, "pred"
+        if rel in _UNORDERED:                          # equ, neu, ltu, ...: true on NaN
+            return nan or bool(_RELATIONS[rel[:-1]](p, q)), "pred"
+        return not nan and bool(_RELATIONS[rel](p, q)), "pred"
+    if rel in _UNSIGNED_NAMES:
+        return bool(_RELATIONS[_UNSIGNED_NAMES[rel]](p, q)), "pred"
+    return bool(_RELATIONS[rel](_signed(p, t), _signed(q, t))), "pred"
+
+
+def _select(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (c, _), (p, t), (q, _) = args
+    return (p if c else q), t
+
+
+def _testp(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, t), = args
+    tiny = 1.1754943508222875e-38 if t == "f32" else 2.2250738585072014e-308
+    mag = abs(float(a))
+    kind = ev.param(x)
+    r = {"finite": math.isfinite(mag), "infinite": math.isinf(mag), "number": not isnan(a),
+         "notanumber": isnan(a), "normal": tiny <= mag < math.inf,
+         "subnormal": 0 < mag < tiny}[kind]
+    return r, "pred"
+
+
+def _bits(fn: Callable[[int, int], int]) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), (q, _) = args
+        return fn(int(p), int(q)) & mask(_width(t)), t
+    return f
+
+
+def _not(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return ~int(p) & mask(_width(t)), t
+
+
+def _popc(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, _), = args
+    return bin(a).count("1"), "u32"
+
+
+def _clz(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, t), = args
+    return _width(t) - a.bit_length(), "u32"
+
+
+def _brev(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, t), = args
+    w = _width(t)
+    return int(format(a, f"0{w}b")[::-1], 2), t
+
+
+def _copysign(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, _), (q, t) = args
+    return np.copysign(q, p), t                      # |q| with the sign of p
+
+
+_FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
+    "add": _int_or_float(lambda p, q, w: p + q, lambda p, q: p + q),
+    "sub": _int_or_float(lambda p, q, w: p - q, lambda p, q: p - q),
+    "mul": _int_or_float(lambda p, q, w: p * q, lambda p, q: p * q),
+    "fma": _fma, "div": _div, "rem": _rem, "add_sat": _saturating(1), "sub_sat": _saturating(-1),
+    "neg": _neg, "abs": _abs,
+    "min": _min_max(True, False), "max": _min_max(False, False),
+    "min_nan": _min_max(True, True), "max_nan": _min_max(False, True),
+    "and": _bits(lambda p, q: p & q), "or": _bits(lambda p, q: p | q),
+    "xor": _bits(lambda p, q: p ^ q), "not": _not,
+    "shl": _shift(True), "shr": _shift(False),
+    "popc": _popc, "clz": _clz, "brev": _brev,
+    "cmp": _cmp, "select": _select, "resize": _resize, "ext": _ext, "slice": _slice,
+    "copysign": _copysign, "testp": _testp,
+}

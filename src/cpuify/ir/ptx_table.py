@@ -1,0 +1,664 @@
+"""The PTX instruction table: one entry per PTX opcode that says everything cpuify knows
+about it, so that adding an instruction is one entry.
+
+An entry (`Instruction`) declares
+  * the opcode and the modifiers it accepts besides its types (the lifter refuses others,
+    lifting/semantics.py), whether it must carry a type, whether it has half forms;
+  * its memory effects ((kind, space) pairs, `()` when pure; ir/dialects.py registers them);
+  * its semantics: a list of `Form`s, the first whose guard matches an op's modifiers
+    applies.  A form either gives the results as expressions of a tiny typed expression
+    language over the operands (below), or says `hand=True`: a hand-written lowering and
+    evaluation, named in the entry's `hand` field (see there where they live).
+
+Two readers interpret the expressions independently: the code generator lowers them to
+LLVM IR (codegen/ptx_spec.py), the reference interpreter evaluates them with Python
+integers and NumPy floats (interp/spec_eval.py).  Neither reads the other's code: the
+interpreter stays an independent oracle of the compiler because it evaluates the spec.
+
+The expression language.  A value has a PTX type; type symbols in the table resolve
+against an op's type modifiers: "T" the last one (the operand type: `add.s32` -> s32,
+`setp.lt.f32` -> f32), "D" the first (the destination of `set.u32.f32`, `slct.f32.s32`),
+"A" the second (the first source of `vabsdiff4.u32.s32.u32`), "W" T doubled
+(`mul.wide.s32` -> s64), "U" T unsigned (s32 -> u32), "UW" U doubled; other names are PTX
+types ("u32", "pred").
+  Src(i, t)      operand i read as type t (`.ftz` forms flush f32 sources, see Form.flush)
+  Lit(v, t)      a constant
+  Fn(name, args, type, param)   one of FUNCTIONS (their meaning is documented there, and
+                 each reader implements each function on its own).
+
+This module imports nothing above the IR: the lifter, the code generator and the
+interpreter all read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cpuify.ir.modifiers import is_ptx_type, type_size
+
+
+# --- the expression language ----------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Expr:
+    """A node of a semantics expression (compared by identity: a node used twice is one
+    value, computed once)."""
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Src(Expr):
+    index: int
+    type: str = "T"
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Lit(Expr):
+    value: int | float
+    type: str = "T"
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Fn(Expr):
+    name: str
+    args: tuple[Expr, ...]
+    type: str | None = None            # the result type where FUNCTIONS says "given"
+    param: int | str | None = None     # a relation, a bit count, a class name...
+
+
+#: name -> (arity, result type rule, meaning).  Result type rules: "same" the type of the
+#: first argument, "second" that of the second, "pred", "u32", "given" (Fn.type).
+#: Integers wrap at their width; signedness comes from the type (s: signed, u/b: not).
+#: Floats (f32/f64) round to nearest even (IEEE).
+FUNCTIONS: dict[str, tuple[int, str, str]] = {
+    "add": (2, "same", "a + b"),
+    "sub": (2, "same", "a - b"),
+    "mul": (2, "same", "a * b (the low half for integers)"),
+    "fma": (3, "same", "a * b + c rounded once (floats)"),
+    "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
+                       "MIN / -1 wraps to MIN"),
+    "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
+    "add_sat": (2, "same", "s32 a + b clamped to the s32 range"),
+    "sub_sat": (2, "same", "s32 a - b clamped to the s32 range"),
+    "neg": (1, "same", "-a (integers wrap; floats flip the sign bit)"),
+    "abs": (1, "same", "|a| (integers: |MIN| is MIN; floats clear the sign bit)"),
+    "min": (2, "same", "the smaller; floats: a NaN operand is ignored (NaN if both are), "
+                       "-0 < +0"),
+    "max": (2, "same", "the larger; floats as min"),
+    "min_nan": (2, "same", "float min where any NaN operand gives NaN"),
+    "max_nan": (2, "same", "float max where any NaN operand gives NaN"),
+    "and": (2, "same", "bitwise and (of predicates: logical)"),
+    "or": (2, "same", "bitwise or"),
+    "xor": (2, "same", "bitwise exclusive or"),
+    "not": (1, "same", "bitwise complement"),
+    "shl": (2, "same", "a << b, b an unsigned 32-bit amount; b >= width gives 0"),
+    "shr": (2, "same", "a >> b, arithmetic for signed a; b >= width gives 0 or all sign bits"),
+    "popc": (1, "u32", "the number of one bits"),
+    "clz": (1, "u32", "the number of leading zero bits"),
+    "brev": (1, "same", "the bits in reverse order"),
+    "cmp": (2, "pred", "a <param> b: eq ne lt le gt ge (signed for s types), lo ls hi hs "
+                       "(unsigned); floats: eq..ge are false on NaN, equ..geu true on NaN, "
+                       "num: neither is NaN, nan: either is"),
+    "select": (3, "second", "b if the predicate a else c"),
+    "resize": (1, "given", "the integer a in another width: sign-extended from a signed a, "
+                           "zero-extended otherwise, or truncated"),
+    "ext": (1, "given", "the low <param> bits of a, extended (as resize) to the given type"),
+    "slice": (1, "given", "bits <param>.. of a, truncated to the given type (<param> 'w': "
+                          "the width of T)"),
+    "copysign": (2, "second", "the magnitude of b with the sign of a"),
+    "testp": (1, "pred", "a is of float class <param>: finite infinite number notanumber "
+                         "normal subnormal"),
+}
+
+#: the comparison modifiers of setp/set (a "$cmp" param names the op's one)
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
+               "leu", "gtu", "geu", "num", "nan")
+FLOAT_CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
+
+
+def _fn(name: str, *args: Expr, type: str | None = None, param: int | str | None = None) -> Fn:
+    arity = FUNCTIONS[name][0]
+    if len(args) != arity:
+        raise ValueError(f"{name} takes {arity} argument(s), got {len(args)}")
+    return Fn(name, args, type, param)
+
+
+# --- forms and entries -------------------------------------------------------------------------
+
+INTS = frozenset(("b16", "u16", "s16", "b32", "u32", "s32", "b64", "u64", "s64"))
+SIGNED = frozenset(("s16", "s32", "s64"))
+UNSIGNED = frozenset(("u16", "u32", "u64"))
+FLOATS = frozenset(("f32", "f64"))
+DIRECTED = frozenset(("rz", "rm", "rp"))
+HAND_FLOATS = frozenset(("f16", "f32", "f64"))
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """One form of an instruction: a guard on the op's modifiers and what it computes."""
+    results: tuple[Expr, ...] = ()      # result i := results[i]
+    types: frozenset[str] | None = None   # T must be one of these (None: any)
+    all_types: frozenset[str] | None = None   # every type modifier must be one of these
+    dest_types: frozenset[str] | None = None   # D must be one of these
+    mods: frozenset[str] = frozenset()    # all of these modifiers present
+    without: frozenset[str] = frozenset()  # none of these present
+    # .ftz on f32: "sources" flushes subnormal sources, "all" sources and the result;
+    # "all" also applies .sat to a float result (clamp to [0, 1], NaN -> 0)
+    flush: str = "none"
+    hand: bool = False                  # computed by the entry's hand-written code
+
+    def matches(self, op_mods: list[str] | tuple[str, ...]) -> bool:
+        ts = [m for m in op_mods if is_ptx_type(m)]
+        t, d = (ts[-1], ts[0]) if ts else ("b32", "b32")
+        if self.types is not None and t not in self.types:
+            return False
+        if self.dest_types is not None and d not in self.dest_types:
+            return False
+        if self.all_types is not None and not set(ts) <= self.all_types:
+            return False
+        if not self.mods <= set(op_mods):
+            return False
+        return not (self.without & set(op_mods))
+
+    def source_types(self, op_mods: list[str] | tuple[str, ...]) -> dict[int, str]:
+        """The PTX type each operand is read as (what an immediate operand is typed as)."""
+        key = (id(self), tuple(op_mods))
+        cached = _SOURCE_TYPES_CACHE.get(key)
+        if cached is not None:
+            return cached
+        found: dict[int, str] = {}
+        work = list(self.results)
+        while work:
+            x = work.pop(0)
+            if isinstance(x, Src):
+                found.setdefault(x.index, resolve_type(x.type, op_mods))
+            elif isinstance(x, Fn):
+                work[:0] = x.args
+        _SOURCE_TYPES_CACHE[key] = found
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """Everything about one PTX opcode (see the module docstring)."""
+    opcode: str
+    modifiers: frozenset[str] = frozenset()   # accepted modifiers besides types
+    effects: tuple[tuple[str, str], ...] = ()  # (read|write, space|"$space"); () pure
+    forms: tuple[Form, ...] = ()
+    hand: str = ""                  # where the hand-written lowering/evaluation live
+    ir_op: str | None = None        # the IR op it becomes (None: ptx.<opcode>; "" other ops)
+    typed: bool = True              # must carry a type modifier
+    halves: bool = False            # has f16/bf16/f16x2/bf16x2 forms (lifting/halves.py)
+    pure_ir_op: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pure_ir_op", not self.effects)
+
+    @property
+    def ir_name(self) -> str:
+        return f"ptx.{self.opcode}" if self.ir_op is None else self.ir_op
+
+    @property
+    def spec_driven(self) -> bool:
+        """Whether some form is computed from the spec (not hand-written)."""
+        return any(not f.hand for f in self.forms)
+
+    @property
+    def hand_written(self) -> bool:
+        """Whether some form (or the whole instruction) is hand-written code."""
+        return not self.forms or any(f.hand for f in self.forms)
+
+    def form_for(self, op_mods: list[str] | tuple[str, ...]) -> Form | None:
+        """The form that applies to an op with these modifiers (None: no form does)."""
+        key = (self.opcode, tuple(op_mods))
+        found = _FORM_CACHE.get(key, _MISSING)
+        if found is _MISSING:
+            found = _FORM_CACHE[key] = next((f for f in self.forms if f.matches(op_mods)), None)
+        return found  # type: ignore[return-value]
+
+
+#: (form, modifiers) -> operand types, for the lifter's typing of immediates
+_SOURCE_TYPES_CACHE: dict[tuple[int, tuple[str, ...]], dict[int, str]] = {}
+#: (opcode, modifiers) -> form: an op's form is looked up when it is lifted and lowered
+_FORM_CACHE: dict[tuple[str, tuple[str, ...]], object] = {}
+_MISSING = object()
+
+
+# --- resolving the symbols of an expression against an op ---------------------------------------
+
+_WIDE = {"s16": "s32", "u16": "u32", "b16": "b32", "s32": "s64", "u32": "u64", "b32": "b64",
+         "s8": "s16", "u8": "u16", "b8": "b16", "s64": "s128", "u64": "u128", "b64": "b128"}
+
+
+def resolve_type(symbol: str, op_mods: list[str] | tuple[str, ...]) -> str:
+    """The PTX type a type symbol of the table ("T", "D", "A", "W" or a type) means for an
+    op."""
+    if symbol not in _SYMBOLS:
+        return symbol
+    return type_symbols(op_mods)[symbol]
+
+
+_SYMBOLS = ("T", "D", "A", "W", "U", "UW")
+_SYMBOLS_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
+
+
+def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """What "T", "D", "A" and "W" mean for an op with these modifiers (looked up once per
+    modifier list)."""
+    key = tuple(op_mods)
+    found = _SYMBOLS_CACHE.get(key)
+    if found is None:
+        ts = [m for m in op_mods if is_ptx_type(m)] or ["b32"]
+        t = ts[-1]
+        u = "u" + t[1:] if t[0] == "s" else t
+        found = _SYMBOLS_CACHE[key] = {"T": t, "D": ts[0], "A": ts[min(1, len(ts) - 1)],
+                                       "W": _WIDE.get(t, t), "U": u, "UW": _WIDE.get(u, u)}
+    return found
+
+
+def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
+    """A function's parameter for an op: "$cmp" the op's comparison modifier, "w" the width
+    in bits of T, anything else as written."""
+    if param == "$cmp":
+        return next(m for m in op_mods if m in COMPARISONS)
+    if param == "w":
+        return 8 * type_size(resolve_type("T", op_mods))
+    return param
+
+
+def result_type(e: Expr, op_mods: list[str] | tuple[str, ...]) -> str:
+    """The PTX type of expression `e` for an op with modifiers `op_mods`."""
+    if isinstance(e, (Src, Lit)):
+        return resolve_type(e.type, op_mods)
+    assert isinstance(e, Fn)
+    rule = FUNCTIONS[e.name][1]
+    if rule == "same":
+        return result_type(e.args[0], op_mods)
+    if rule == "second":
+        return result_type(e.args[1], op_mods)
+    if rule == "given":
+        assert e.type is not None
+        return resolve_type(e.type, op_mods)
+    return rule                         # "pred", "u32"
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+a, b, c = Src(0), Src(1), Src(2)
+_ROUND = frozenset(("rn", "rz", "rm", "rp"))
+_ROUNDI = frozenset(("rni", "rzi", "rmi", "rpi"))
+_SPACES = frozenset(("global", "shared", "local", "const", "param", "generic"))
+_CACHE = frozenset(("ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "volatile", "relaxed",
+                    "acquire", "release", "weak", "gpu", "cta", "sys", "L1::evict_last",
+                    "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal",
+                    "L1::evict_first", "L2::cache_hint", "L1", "L2", "evict_last",
+                    "evict_first", "evict_normal", "no_allocate", "64B", "128B", "256B",
+                    "cluster", "unified"))
+_VEC = frozenset(("v2", "v4", "v8"))
+_CMP_MODS = frozenset(COMPARISONS) | {"and", "or", "xor", "ftz"}
+_BOOL = ("and", "or", "xor")
+_ATOM_KINDS = frozenset(("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch"))
+_ORDER = frozenset(("relaxed", "acquire", "release", "acq_rel", "gpu", "cta", "sys", "noftz"))
+_TEX_GEOMETRY = frozenset(("1d", "2d", "3d", "a1d", "a2d"))
+_SURF = _TEX_GEOMETRY | {"ca", "cg", "cs", "cv", "wb", "wt", "b", "v2", "v4", "trap", "clamp",
+                         "zero"}
+READ_SPACE = (("read", "$space"),)
+WRITE_SPACE = (("write", "$space"),)
+READ_WRITE_SPACE = (("read", "$space"), ("write", "$space"))
+ORDERS = (("read", "shared"), ("write", "shared"), ("read", "global"), ("write", "global"))
+NO_MEMORY = (("none", ""),)          # not pure (keeps its place), touches no memory
+
+
+def _f(*results: Expr, **guard: object) -> Form:
+    g = {k: frozenset(v) if isinstance(v, (set, tuple, list, frozenset)) else v  # type: ignore[arg-type]
+         for k, v in guard.items()}
+    return Form(results=results, **g)  # type: ignore[arg-type]
+
+
+def _hand(**guard: object) -> Form:
+    return Form(hand=True, **{k: frozenset(v) for k, v in guard.items()})  # type: ignore[arg-type]
+
+
+def _wide_product(x: Expr, y: Expr) -> Fn:
+    return _fn("mul", _fn("resize", x, type="W"), _fn("resize", y, type="W"))
+
+
+def _mul24(x: Expr, y: Expr) -> Fn:
+    return _fn("mul", _fn("ext", x, type="W", param=24), _fn("ext", y, type="W", param=24))
+
+
+def _carry(name: str, x: Expr, y: Expr, carry_in: bool, product: bool = False
+           ) -> tuple[Expr, Expr]:
+    """x + y (x - y) with the carry (borrow) flag: the result and the flag out, a u32 0 or
+    1 (bit w of the sum of the unsigned operands, in twice their width); `carry_in` adds
+    (subtracts) the flag operand (the last operand: lifting/translate.py passes the flag as
+    one) too.  The operands as unsigned: `product` takes x as it is (a mad's product)."""
+    wide: list[Expr] = [_fn("resize", _fn("resize", x, type="U") if product else x, type="UW"),
+                        _fn("resize", y, type="UW")]
+    result: Expr = _fn(name, x, y)
+    total: Expr = _fn(name, *wide)
+    if carry_in:
+        flag = _fn("and", Src(3 if product else 2, "u32"), Lit(1, "u32"))
+        result = _fn(name, result, _fn("resize", flag, type="U"))
+        total = _fn(name, total, _fn("resize", flag, type="UW"))
+    out = _fn("and", _fn("slice", total, type="u32", param="w"), Lit(1, "u32"))
+    return result, out
+
+
+def _carry_forms(name: str, carry_in: bool) -> tuple[Form, ...]:
+    return (_f(*_carry(name, Src(0, "U"), Src(1, "U"), carry_in), types=INTS),)
+
+
+def _mad_carry_forms(carry_in: bool, mods: frozenset[str] = frozenset()) -> tuple[Form, ...]:
+    """mad.cc/madc: the low or high half of the product plus c, with the carry flag."""
+    hi = _fn("slice", _wide_product(a, b), type="T", param="w")
+    return (_f(*_carry("add", hi, Src(2, "U"), carry_in, product=True), types=INTS,
+               mods={"hi"} | mods),
+            _f(*_carry("add", _fn("mul", a, b), Src(2, "U"), carry_in, product=True),
+               types=INTS, mods=mods))
+
+
+def _binary(name: str, sat: str | None = None) -> tuple[Form, ...]:
+    """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded to
+    nearest; directed rounding and f16 hand-written."""
+    forms = [_f(*_carry(name, Src(0, "U"), Src(1, "U"), False), types=INTS, mods={"cc"})]
+    if sat:
+        forms.append(_f(_fn(sat, a, b), types=INTS, mods={"sat"}))
+    forms += [_f(_fn(name, a, b), types=INTS),
+              _f(_fn(name, a, b), types=FLOATS, without=DIRECTED, flush="all"),
+              _hand(types=HAND_FLOATS)]
+    return tuple(forms)
+
+
+def _simd_absdiff(lanes: int) -> tuple[Form, ...]:
+    """vabsdiff4/vabsdiff2 (SIMD video instructions) with the default selectors and mask:
+    lane k of a (type A) and of b (type T), sign- or zero-extended, |a_k - b_k|.  `.add`:
+    c plus the sum of the lanes' differences; otherwise the differences packed into d's
+    lanes (kept to the lane's bits; `.sat` clamps them to the lane range of D first)."""
+    bits = 32 // lanes
+    diffs = [_fn("abs", _fn("sub", _fn("ext", _fn("slice", Src(0, "A"), type="A", param=bits * k), type="s32", param=bits),
+                         _fn("ext", _fn("slice", b, type="T", param=bits * k), type="s32", param=bits)))
+             for k in range(lanes)]
+    total: Expr = Src(2, "D")
+    for d in diffs:
+        total = _fn("add", total, _fn("resize", d, type="D"))
+
+    def packed(sat_bound: int | None) -> Expr:
+        out: Expr | None = None
+        for k, d in enumerate(diffs):
+            if sat_bound is not None:
+                d = _fn("min", d, Lit(sat_bound, "s32"))
+            lane = _fn("and", _fn("resize", d, type="D"), Lit((1 << bits) - 1, "D"))
+            if k:
+                lane = _fn("shl", lane, Lit(bits * k, "u32"))
+            out = lane if out is None else _fn("or", out, lane)
+        assert out is not None
+        return out
+
+    word = frozenset(("u32", "s32"))
+    return (_f(total, all_types=word, mods={"add"}),
+            _f(packed((1 << bits) - 1), all_types=word, dest_types={"u32"}, mods={"sat"}),
+            _f(packed((1 << (bits - 1)) - 1), all_types=word, dest_types={"s32"}, mods={"sat"}),
+            _f(packed(None), all_types=word))
+
+
+def _dot_product(a_bits: int, b_offset: int) -> Fn:
+    """dp4a/dp2a: c plus the products of a's lanes (a_bits wide, type D) with b's bytes
+    (type T) from byte b_offset up, each sign- or zero-extended by its type."""
+    total: Expr = Src(2, "b32")
+    for k in range(32 // a_bits):
+        x = _fn("ext", _fn("slice", Src(0, "D"), type="D", param=a_bits * k), type="s32",
+                param=a_bits)
+        y = _fn("ext", _fn("slice", b, type="T", param=8 * (k + b_offset)), type="s32", param=8)
+        total = _fn("add", total, _fn("mul", x, y))
+    assert isinstance(total, Fn)
+    return total
+
+
+def _bfind_forms() -> tuple[Form, ...]:
+    """bfind: the position of the most significant non-sign bit (.shiftamt: the left shift
+    that would bring it to the top), 0xffffffff where there is none."""
+    forms = []
+    for ts in (("u32", "s32"), ("u64", "s64")):
+        for signed in (False, True):
+            t = ts[signed]
+            x: Expr = _fn("select", _fn("cmp", a, Lit(0), param="lt"), _fn("not", a), a) \
+                if signed else a
+            none = _fn("cmp", x, Lit(0), param="eq")
+            top = Lit(8 * type_size(t) - 1, "u32")
+            for shiftamt in (True, False):
+                pos = _fn("clz", x) if shiftamt else _fn("sub", top, _fn("clz", x))
+                forms.append(_f(_fn("select", none, Lit(0xFFFFFFFF, "u32"), pos), types={t},
+                                **({"mods": {"shiftamt"}} if shiftamt else {})))
+    return tuple(forms)
+
+
+def _setp_forms() -> tuple[Form, ...]:
+    """setp: p = a <cmp> b, q = !p, each combined with the predicate operand by .and/.or/
+    .xor when the op names one."""
+    forms = []
+    for boolop in _BOOL:
+        r = _fn("cmp", a, b, param="$cmp")
+        x = Src(2, "pred")
+        forms.append(_f(_fn(boolop, r, x), _fn(boolop, _fn("not", r), x), mods={boolop},
+                        flush="sources"))
+    r = _fn("cmp", a, b, param="$cmp")
+    forms.append(_f(r, _fn("not", r), flush="sources"))
+    return tuple(forms)
+
+
+def _set_forms() -> tuple[Form, ...]:
+    """set: the comparison (combined as setp's) as all ones/1.0 or 0 of the destination
+    type."""
+    forms = []
+    for boolop in (*_BOOL, None):
+        for dest, one, zero, rt in ((INTS, -1, 0, "D"), ({"f32"}, 1.0, 0.0, "D"),
+                                    ({"f16"}, 0x3C00, 0, "b16"), ({"bf16"}, 0x3F80, 0, "b16")):
+            r: Expr = _fn("cmp", a, b, param="$cmp")
+            if boolop is not None:
+                r = _fn(boolop, r, Src(2, "pred"))
+            forms.append(_f(_fn("select", r, Lit(one, rt), Lit(zero, rt)), dest_types=dest,
+                            mods={boolop} if boolop else set(), flush="sources"))
+    return tuple(forms)
+
+
+def _table() -> list[Instruction]:
+    I = Instruction  # noqa: E741  (one letter: the table reads as a table)
+    hi, wide, sat = "hi", "wide", "sat"
+    return [
+        # -- moves and conversions: hand-written (codegen/ptx_arith.py, ptx_convert.py;
+        #    interp/ops.py)
+        I("mov", typed=False, hand="_mov: packs and unpacks vectors, pointers"),
+        I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True,
+          hand="_cvt (ptx_convert.py): every int/float pair, rounding, saturation"),
+        I("cvta", frozenset({"to"}) | _SPACES, typed=False, hand="_cvta (ptx_convert.py)"),
+        I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
+        # -- integer and float arithmetic
+        I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
+          hand="_add (ptx_arith.py): directed rounding, f16"),
+        I("sub", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("sub", "sub_sat"),
+          hand="_add (ptx_arith.py): directed rounding, f16"),
+        I("addc", frozenset({"cc"}), forms=_carry_forms("add", True)),
+        I("subc", frozenset({"cc"}), forms=_carry_forms("sub", True)),
+        I("mul", frozenset({"lo", "hi", "wide", "ftz", "sat"}) | _ROUND, halves=True, forms=(
+            _f(_wide_product(a, b), types=INTS, mods={wide}),
+            _f(_fn("slice", _wide_product(a, b), type="T", param="w"), types=INTS, mods={hi}),
+            _f(_fn("mul", a, b), types=INTS),
+            _f(_fn("mul", a, b), types=FLOATS, without=DIRECTED, flush="all"),
+            _hand(types=HAND_FLOATS)), hand="_mul (ptx_arith.py): directed rounding, f16"),
+        I("mad", frozenset({"lo", "hi", "wide", "cc", "ftz", "sat"}) | _ROUND, forms=(
+            *_mad_carry_forms(False, frozenset({"cc"})),
+            _f(_fn("add", _wide_product(a, b), Src(2, "W")), types=INTS, mods={wide}),
+            _f(_fn("add_sat", _fn("slice", _wide_product(a, b), type="T", param="w"), c),
+               types=INTS, mods={hi, sat}),
+            _f(_fn("add", _fn("slice", _wide_product(a, b), type="T", param="w"), c),
+               types=INTS, mods={hi}),
+            _f(_fn("add_sat", _fn("mul", a, b), c), types=INTS, mods={sat}),
+            _f(_fn("add", _fn("mul", a, b), c), types=INTS),
+            _hand(types=HAND_FLOATS)), hand="_mad (ptx_arith.py): floats are an fma (_fma)"),
+        I("madc", frozenset({"lo", "hi", "cc"}), forms=_mad_carry_forms(True)),
+        I("mul24", frozenset({"lo", "hi"}), forms=(
+            _f(_fn("slice", _mul24(a, b), type="T", param=16), types=INTS, mods={hi}),
+            _f(_fn("resize", _mul24(a, b), type="T"), types=INTS))),
+        I("mad24", frozenset({"lo", "hi"}), forms=(
+            _f(_fn("add", _fn("slice", _mul24(a, b), type="T", param=16), c), types=INTS,
+               mods={hi}),
+            _f(_fn("add", _fn("resize", _mul24(a, b), type="T"), c), types=INTS))),
+        I("sad", forms=(_f(_fn("add", c, _fn("select", _fn("cmp", a, b, param="lt"),
+                                             _fn("sub", b, a), _fn("sub", a, b))),
+                           types=INTS),)),
+        I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
+            _f(_fn("fma", a, b, c), types=FLOATS, without=DIRECTED, flush="all"),
+            _hand(types=HAND_FLOATS | {"bf16"})), hand="_fma (ptx_arith.py): directed rounding, f16/bf16"),
+        I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
+            _f(_fn("div", a, b), types=INTS),
+            _f(_fn("div", a, b), types=FLOATS, without=DIRECTED, flush="all"),
+            _hand(types=HAND_FLOATS)), hand="_div (ptx_arith.py): directed rounding"),
+        I("rem", forms=(_f(_fn("rem", a, b), types=INTS),)),
+        I("neg", frozenset({"ftz"}), halves=True, forms=(
+            _f(_fn("neg", a), types=INTS),
+            _f(_fn("neg", a), types=FLOATS, flush="all"),
+            _f(_fn("xor", Src(0, "b16"), Lit(0x8000, "b16")), types={"f16"}))),
+        I("abs", frozenset({"ftz"}), halves=True, forms=(
+            _f(_fn("abs", a), types=INTS),
+            _f(_fn("abs", a), types=FLOATS, flush="all"),
+            _f(_fn("and", Src(0, "b16"), Lit(0x7FFF, "b16")), types={"f16"}))),
+        I("min", frozenset({"ftz", "NaN", "relu"}), halves=True, forms=(
+            _f(_fn("min", a, b), types=INTS),
+            _f(_fn("min_nan", a, b), types=FLOATS, mods={"NaN"}, flush="all"),
+            _f(_fn("min", a, b), types=FLOATS, flush="all"))),
+        I("max", frozenset({"ftz", "NaN", "relu"}), halves=True, forms=(
+            _f(_fn("max", a, b), types=INTS),
+            _f(_fn("max_nan", a, b), types=FLOATS, mods={"NaN"}, flush="all"),
+            _f(_fn("max", a, b), types=FLOATS, flush="all"))),
+        I("copysign", forms=(_f(_fn("copysign", a, b), types=FLOATS),)),
+        # -- math functions: hand-written (ptx_convert.py; interp/ops.py _math)
+        *(I(name, mods, halves=name in ("ex2", "tanh"), hand="_math (ptx_convert.py)")
+          for name, mods in (
+              ("sqrt", frozenset({"approx", "ftz"}) | _ROUND), ("rsqrt", frozenset({"approx", "ftz"})),
+              ("rcp", frozenset({"approx", "ftz"}) | _ROUND), ("sin", frozenset({"approx", "ftz"})),
+              ("cos", frozenset({"approx", "ftz"})), ("ex2", frozenset({"approx", "ftz"})),
+              ("lg2", frozenset({"approx", "ftz"})), ("tanh", frozenset({"approx"})))),
+        I("testp", frozenset(FLOAT_CLASSES), forms=tuple(
+            _f(_fn("testp", a, param=k), types=FLOATS, mods={k}) for k in FLOAT_CLASSES)),
+        # -- bitwise
+        I("and", forms=(_f(_fn("and", a, b)),)),
+        I("or", forms=(_f(_fn("or", a, b)),)),
+        I("xor", forms=(_f(_fn("xor", a, b)),)),
+        I("not", forms=(_f(_fn("not", a)),)),
+        I("cnot", forms=(_f(_fn("resize", _fn("cmp", a, Lit(0), param="eq"), type="T")),)),
+        I("shl", forms=(_f(_fn("shl", a, Src(1, "u32"))),)),
+        I("shr", forms=(_f(_fn("shr", a, Src(1, "u32"))),)),
+        I("popc", forms=(_f(_fn("popc", a)),)),
+        I("clz", forms=(_f(_fn("clz", a)),)),
+        I("brev", forms=(_f(_fn("brev", a)),)),
+        I("shf", frozenset({"l", "r", "clamp", "wrap"}), hand="_shf (ptx_bits.py): funnel shifts"),
+        I("fns", hand="_fns (ptx_bits.py): the n-th set bit"),
+        I("bfind", frozenset({"shiftamt"}), forms=_bfind_forms()),
+        I("bfe", hand="_bfe (ptx_bits.py): bit-field extract"),
+        I("bfi", hand="_bfi (ptx_bits.py): bit-field insert"),
+        I("bmsk", frozenset({"clamp", "wrap"}), hand="_bmsk (ptx_bits.py)"),
+        I("prmt", frozenset({"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"}), hand="_prmt (ptx_bits.py)"),
+        I("lop3", hand="_lop3 (ptx_bits.py): a constant lookup table"),
+        I("dp4a", forms=(_f(_dot_product(8, 0), all_types={"u32", "s32"}),)),
+        I("dp2a", frozenset({"lo", "hi"}), forms=(
+            _f(_dot_product(16, 2), all_types={"u32", "s32"}, mods={"hi"}),
+            _f(_dot_product(16, 0), all_types={"u32", "s32"}))),
+        # -- comparisons and selects
+        I("setp", _CMP_MODS, halves=True, forms=_setp_forms()),
+        I("set", _CMP_MODS, halves=True, forms=_set_forms()),
+        I("selp", forms=(_f(_fn("select", Src(2, "pred"), a, b)),)),
+        I("slct", frozenset({"ftz"}), forms=(
+            _f(_fn("select", _fn("cmp", Src(2, "T"), Lit(0, "T"), param="ge"), Src(0, "D"),
+                   Src(1, "D")), flush="sources"),)),
+        # -- SIMD video instructions (default byte/half-word selectors and mask only)
+        I("vabsdiff4", frozenset({"add", "sat"}), forms=_simd_absdiff(4)),
+        I("vabsdiff2", frozenset({"add", "sat"}), forms=_simd_absdiff(2)),
+        # -- memory: hand-written (codegen/ptx_ops.py; interp/ops.py)
+        I("ld", _SPACES | _CACHE | _VEC, typed=False, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
+        I("ldu", _SPACES | _VEC, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
+        I("st", _SPACES | _CACHE | _VEC, typed=False, effects=WRITE_SPACE, hand="_st (ptx_ops.py)"),
+        I("atom", _SPACES | _ATOM_KINDS | {"cas"} | _ORDER, effects=READ_WRITE_SPACE,
+          hand="_atom (ptx_ops.py)"),
+        I("red", _SPACES | _ATOM_KINDS - {"exch"} | _ORDER, effects=READ_WRITE_SPACE,
+          hand="_atom (ptx_ops.py)"),
+        # asynchronous barriers in shared memory (ptx_ops.py _mbarrier); no clusters
+        I("mbarrier", frozenset({"init", "inval", "arrive", "arrive_drop", "test_wait",
+                                 "try_wait", "parity", "pending_count", "expect_tx",
+                                 "complete_tx", "noComplete", "shared", "shared::cta",
+                                 "release", "acquire", "relaxed", "cta"}),
+          effects=READ_WRITE_SPACE, hand="_mbarrier (ptx_ops.py)"),
+        # cp.async: copied at issue (lifting/translate.py); the ops are ptx.cp_async
+        I("cp", frozenset({"async", "ca", "cg", "shared", "global", "commit_group",
+                           "wait_group", "wait_all", "L2::64B", "L2::128B", "L2::256B",
+                           "L2::cache_hint", "mbarrier", "arrive", "noinc", "b64"}),
+          typed=False, ir_op="ptx.cp_async", effects=(("read", "global"), ("write", "shared")),
+          hand="_cp_async (ptx_ops.py)"),
+        # textures and surfaces: the handle names a descriptor whose data is global memory
+        I("tex", _TEX_GEOMETRY | {"v4", "level", "grad", "base"}, effects=(("read", "global"),),
+          hand="ptx_texture.py"),
+        I("tld4", frozenset({"2d", "a2d", "v4", "r", "g", "b", "a"}), effects=(("read", "global"),),
+          hand="ptx_texture.py"),
+        I("txq", frozenset({"width", "height", "depth", "channel_data_type", "channel_order",
+                            "normalized_coords", "filter_mode", "addr_mode_0", "addr_mode_1",
+                            "addr_mode_2", "array_size", "num_mipmap_levels", "num_samples"}),
+          effects=(("read", "global"),), hand="ptx_texture.py"),
+        I("suld", _SURF, effects=(("read", "global"),), hand="ptx_texture.py"),
+        I("sust", _SURF, effects=(("write", "global"),), hand="ptx_texture.py"),
+        # -- tensor cores (lifting/tensor_cores.py checks their shapes; ptx_tensor.py)
+        *(I(name, ir_op="", typed=False, effects=ORDERS, hand="ptx_tensor.py")
+          for name in ("wmma", "mma", "ldmatrix", "stmatrix", "movmatrix")),
+        # -- synchronization and warp collectives: upir ops (ir/dialects.py)
+        I("bar", frozenset({"sync", "arrive", "red", "popc", "and", "or", "warp", "aligned", "cta"}),
+          typed=False, ir_op="upir.barrier", effects=ORDERS, hand="upir_ops.py"),
+        I("barrier", frozenset({"sync", "aligned", "arrive", "red", "popc", "and", "or", "cta"}),
+          typed=False, ir_op="upir.barrier", effects=ORDERS, hand="upir_ops.py"),
+        I("membar", frozenset({"cta", "gl", "sys", "gpu"}), typed=False, ir_op="upir.fence",
+          effects=ORDERS, hand="upir_ops.py"),
+        I("fence", frozenset({"sc", "acq_rel", "cta", "gpu", "sys", "proxy", "async"}), typed=False,
+          ir_op="upir.fence", effects=ORDERS, hand="upir_ops.py"),
+        I("shfl", frozenset({"sync", "up", "down", "bfly", "idx"}), ir_op="upir.warp_collective",
+          effects=ORDERS, hand="upir_ops.py, simd_collectives.py"),
+        I("vote", frozenset({"sync", "all", "any", "uni", "ballot"}), ir_op="upir.warp_collective",
+          effects=ORDERS, hand="upir_ops.py, simd_collectives.py"),
+        I("activemask", typed=False, ir_op="upir.warp_collective", effects=ORDERS,
+          hand="upir_ops.py"),
+        I("match", frozenset({"any", "all", "sync"}), ir_op="upir.warp_collective", effects=ORDERS,
+          hand="upir_ops.py"),
+        I("redux", frozenset({"sync", "add", "min", "max", "and", "or", "xor"}),
+          ir_op="upir.warp_collective", effects=ORDERS, hand="upir_ops.py"),
+        # -- control flow and the rest (lifting/lift.py, upir_ops.py)
+        I("bra", frozenset({"uni"}), typed=False, ir_op="", effects=NO_MEMORY, hand="lifting"),
+        I("ret", frozenset({"uni"}), typed=False, ir_op="", effects=NO_MEMORY, hand="lifting"),
+        I("exit", typed=False, ir_op="upir.exit", effects=NO_MEMORY, hand="upir_ops.py"),
+        I("nanosleep", typed=False, ir_op="upir.nanosleep", effects=NO_MEMORY, hand="upir_ops.py"),
+        # trap.stack_overflow: cpuify's own, a recursion outgrew the call stack (inline.py)
+        I("trap", frozenset({"stack_overflow"}), typed=False, ir_op="upir.trap",
+          effects=NO_MEMORY, hand="upir_ops.py"),
+        I("prefetch", _SPACES | {"L1", "L2"}, typed=False, ir_op="", effects=NO_MEMORY,
+          hand="dropped (a hint)"),
+        I("prefetchu", frozenset({"L1"}), typed=False, ir_op="", effects=NO_MEMORY,
+          hand="dropped (a hint)"),
+        I("pmevent", typed=False, ir_op="", effects=NO_MEMORY, hand="dropped"),
+        I("discard", _SPACES | {"L2"}, typed=False, ir_op="", effects=NO_MEMORY,
+          hand="dropped (a hint)"),
+        # pseudo-instructions of cpuify's own lifting (lifting/inline.py): calls of the
+        # device runtime and of device functions
+        *(I(name, typed=False, ir_op="", effects=NO_MEMORY, hand="lifting/inline.py")
+          for name in ("call_stack", "launch_buffer", "launch_device", "printf", "assertfail",
+                       "malloc", "free", "param_copy")),
+    ]
+
+
+TABLE: dict[str, Instruction] = {}
+for _entry in _table():
+    if _entry.opcode in TABLE:
+        raise ValueError(f"two entries for PTX opcode '{_entry.opcode}'")
+    TABLE[_entry.opcode] = _entry
+
+#: the table by the `ptx.*` IR op each entry becomes
+BY_IR_OP: dict[str, Instruction] = {e.ir_name: e for e in TABLE.values()
+                                     if e.ir_name.startswith("ptx.")}
+
+
+def entry_of(ir_op_name: str) -> Instruction | None:
+    """The table entry of a `ptx.*` IR op (None for other ops)."""
+    return BY_IR_OP.get(ir_op_name)
