@@ -93,6 +93,25 @@ def _single_block_loop(block: Block) -> tuple[Operation, int] | None:
     return term, term.successors.index(block)
 
 
+def _main_loop_entry(main: Block, preds: dict[Block, list[Block]]
+                     ) -> tuple[Operation, int, Block, Block, Operation] | None:
+    """The unrolled main loop `main` (one block branching to itself, not a kept fallback),
+    entered from one preheader whose only predecessor ends in a conditional branch whose
+    second edge, without arguments, goes to that preheader: (main's terminator, the index of
+    its back edge, the preheader, that predecessor, its terminator), or None."""
+    loop = _single_block_loop(main)
+    if loop is None or loop[0].attributes.get(FALLBACK):
+        return None
+    pre = [p for p in preds[main] if p is not main]
+    if len(pre) != 1 or len(preds[main]) != 2 or _br(pre[0]) is None or len(preds[pre[0]]) != 1:
+        return None
+    (before,) = preds[pre[0]]
+    term = _cond_br(before)
+    if term is None or term.successors[1] is not pre[0] or term.successor_args[1]:
+        return None
+    return loop[0], loop[1], pre[0], before, term
+
+
 def match_unrolled_loop(region: Region, main: Block, uniform: Callable[[], set[Value]],
                         preds: dict[Block, list[Block]] | None = None) -> UnrolledLoop | None:
     """The remainder + unrolled main loop whose main loop is `main`, proven to run the
@@ -109,22 +128,11 @@ def match_unrolled_loop(region: Region, main: Block, uniform: Callable[[], set[V
 def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
            preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
     # --- the shape: split -> [remainder] -> join -> [main] -> exit --------------------------
-    loop = _single_block_loop(main)
-    if loop is None or loop[0].attributes.get(FALLBACK):
+    entry = _main_loop_entry(main, preds)
+    if entry is None:
         return None
-    main_term, main_back = loop
+    main_term, main_back, main_pre_block, join, join_term = entry
     main_exit = main_term.successors[1 - main_back]
-    main_pre = [p for p in preds[main] if p is not main]
-    if len(main_pre) != 1 or len(preds[main]) != 2 or _br(main_pre[0]) is None:
-        return None
-    (main_pre_block,) = main_pre
-    if len(preds[main_pre_block]) != 1:
-        return None
-    (join,) = preds[main_pre_block]
-    join_term = _cond_br(join)
-    if join_term is None or join_term.successors[1] is not main_pre_block or \
-            join_term.successor_args[1]:
-        return None
     exit_block = join_term.successors[0]
     # (nvcc's main loop leaves through an empty block that branches to the common exit)
     if main_exit is not exit_block and (
@@ -332,21 +340,10 @@ def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Val
         split: q <u U-1 ? join(start values) : main preheader
         main:  U copies; k -= U; k != 0 ? main : join(values)
         join:  c == 0 ? exit(...) : remainder preheader -> remainder -> exit(...)"""
-    loop = _single_block_loop(main)
-    if loop is None or loop[1] != 0 or loop[0].attributes.get(FALLBACK):
+    entry = _main_loop_entry(main, preds)
+    if entry is None or entry[1] != 0:
         return None
-    main_term = loop[0]
-    main_pre_blocks = [p for p in preds[main] if p is not main]
-    if len(main_pre_blocks) != 1 or len(preds[main]) != 2 or _br(main_pre_blocks[0]) is None:
-        return None
-    (main_pre,) = main_pre_blocks
-    if len(preds[main_pre]) != 1:
-        return None
-    (split,) = preds[main_pre]
-    split_term = _cond_br(split)
-    if split_term is None or split_term.successors[1] is not main_pre or \
-            split_term.successor_args[1]:
-        return None
+    main_term, _, main_pre, split, split_term = entry
     join = split_term.successors[0]
     main_exit = main_term.successors[1]
     if main_exit is join:
@@ -563,21 +560,12 @@ def _match_peeled(region: Region, main: Block, uniform: Callable[[], set[Value]]
     unrolled loop as in the first arrangement.  The copies and the unrolled loop are checked
     against the unrolled loop's first copy (the template); the simple loop runs that copy.
     Nothing may be carried but the index (no sums), and the loops leave no values."""
-    loop = _single_block_loop(main)
-    if loop is None or loop[1] != 0 or loop[0].attributes.get(FALLBACK):
+    entry = _main_loop_entry(main, preds)
+    if entry is None or entry[1] != 0:
         return None
-    main_term = loop[0]
-    main_pre_blocks = [p for p in preds[main] if p is not main]
-    if len(main_pre_blocks) != 1 or len(preds[main]) != 2 or _br(main_pre_blocks[0]) is None:
-        return None
-    (main_pre,) = main_pre_blocks
-    if len(preds[main_pre]) != 1:
-        return None
-    (join,) = preds[main_pre]
-    join_term = _cond_br(join)
-    if join_term is None or join_term.successors[1] is not main_pre or \
-            join_term.successor_args[1] or join_term.successor_args[0] or len(join.args) != 1 \
-            or not all(_pure(op) for op in join.ops[:-1]):
+    main_term, _, main_pre, join, join_term = entry
+    if join_term.successor_args[0] or len(join.args) != 1 or \
+            not all(_pure(op) for op in join.ops[:-1]):
         return None
     exit_block = join_term.successors[0]
     main_exit = main_term.successors[1]
