@@ -6,7 +6,7 @@ from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.ir.core import (
     Block, Operation, OpResult, Region, Value, defining_block, dominates, dominators,
 )
-from cpuify.ir.dialects import info
+from cpuify.ir.dialects import info, is_sync
 
 _UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dynamic_smem_size",
                      "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")
@@ -117,16 +117,7 @@ def uniform_values(region: Region) -> set[Value]:
                 # threads part here and meet again at the immediate post-dominator: the
                 # blocks on the way see divergence, and merges where the two ways meet
                 join = ipdom.get(b)
-                arms: dict[Block, set[int]] = {}
-                for k, succ in enumerate(term.successors):
-                    stack = [succ]
-                    while stack:
-                        x = stack.pop()
-                        got = arms.setdefault(x, set())
-                        if k not in got:
-                            got.add(k)
-                            if x is not join:
-                                stack.extend(x.successors)
+                arms = _divergent_arms(term, join)
                 new_tainted.update(arms)
                 if idom is None:
                     idom = dominators(region)
@@ -144,6 +135,65 @@ def uniform_values(region: Region) -> set[Value]:
                     kill(a)
         tainted |= new_tainted
         propagate()
+
+
+def _divergent_arms(term: Operation, join: Block | None) -> dict[Block, set[int]]:
+    """The blocks reached from the ways of the branch `term` up to (and with) its
+    immediate post-dominator `join`: block -> the indices of the ways that reach it."""
+    arms: dict[Block, set[int]] = {}
+    for k, succ in enumerate(term.successors):
+        stack = [succ]
+        while stack:
+            x = stack.pop()
+            got = arms.setdefault(x, set())
+            if k not in got:
+                got.add(k)
+                if x is not join:
+                    stack.extend(x.successors)
+    return arms
+
+
+def divergent_blocks(region: Region, uniform: set[Value]) -> set[Block]:
+    """Blocks that some threads of a block may run while others are elsewhere: those
+    between a branch whose condition is not block-uniform and its immediate post-dominator
+    (not that block itself, where the threads meet again), the body of a loop with a
+    thread-dependent exit among them.  A branch to a block that only exits divides no live
+    threads."""
+    ipdom = immediate_post_dominators(region)
+    out: set[Block] = set()
+    for b in region.blocks:
+        term = b.terminator
+        if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
+                and not any(_exits_at_once(s) for s in term.successors):
+            join = ipdom.get(b)
+            out.update(x for x in _divergent_arms(term, join) if x is not join)
+    return out
+
+
+def uniform_across_warp_syncs(region: Region, uniform: set[Value]) -> set[Value]:
+    """The values of `uniform` that threads stopped at warp-level sync points still share,
+    when the kernel has one (`__syncwarp`, a shuffle, a vote) where threads wait while
+    others of the block go on (in a block of divergent_blocks): else all of `uniform`.
+
+    Threads that all stop at the same sync points stay in step: each value they keep is
+    the one instance of it they all computed.  A warp that waits at a sync point in a
+    divergent branch or loop lets the other warps run on, up to the next block barrier
+    and past warp-level sync points: through the rest of a loop and into its next
+    iteration (fz_2615_743: two warps, an inner loop of `warp + 1` iterations with a
+    `__syncwarp()`, a shuffle after it, in an outer loop; warp 0 reached the shuffle of
+    its second outer iteration while warp 1 was at the first).  A uniform value defined
+    in a loop (any cycle of the CFG, with or without a block barrier) may then be of
+    different iterations in the threads that hold it, and one copy per block is wrong;
+    one defined outside all loops is computed once by each thread, the same in all."""
+    syncs = [b for b in region.blocks
+             for op in b.ops if is_sync(op) and info(op).warp_sync]
+    if not syncs:
+        return set(uniform)
+    divergent = divergent_blocks(region, uniform)
+    if not any(b in divergent for b in syncs):
+        return set(uniform)
+    cyclic = cyclic_blocks(region)
+    return {v for v in uniform if defining_block(v) not in cyclic}
 
 
 def _loop_around(header: Block, b: Block, idom) -> bool:  # type: ignore[no-untyped-def]
