@@ -608,3 +608,40 @@ def test_loop_counter_not_shared_where_warps_wait_in_divergent_loops(
     in_step = OUT_OF_STEP.replace("(warp + 1u)", "(p1 + 1u)")
     in_loops, shared = shared_in_loops(cpuify.RawModule(code=in_step).ptx, "down_f64")
     assert in_loops and in_loops <= shared
+
+
+def test_warps_out_of_step_in_a_loop_with_a_barrier() -> None:
+    """The same with a __syncthreads() in every iteration of the loop and the __syncwarp in
+    `if (warp == 0)`: the other warps passed the shuffle and the loop's latch and waited at
+    the next iteration's barrier with the counter of that iteration while warp 0 waited at
+    its __syncwarp; warp 0 resumed with their counter (p1 = 2 and 3 were wrong).  A barrier
+    in every iteration does not keep the warps in the same iteration."""
+    src = r'''
+extern "C" __global__ void k(const double *in, double *out, unsigned p1) {
+  const unsigned lt = threadIdx.x;
+  const unsigned warp = lt >> 5;
+  double d0 = in[lt];
+  for (unsigned i1 = 0u; i1 < p1; i1++) {
+    __syncthreads();
+    if (warp == 0) __syncwarp();
+    d0 = __shfl_down_sync(0xffffffffu, d0 + i1, 1u, 4);
+  }
+  out[lt] = d0;
+}'''
+    m = cpuify.RawModule(code=src)
+    fn = m.get_function("k")
+    for n in (64, 96):
+        x = np.arange(n) * 10.0
+        t = np.arange(n)
+        src_lane = np.where(t % 4 + 1 < 4, t + 1, t)
+        for p1 in (1, 2, 3, 4, 3):
+            want = x.copy()
+            for i1 in range(p1):
+                want = (want + i1)[src_lane]
+            out = np.zeros(n)
+            fn((1,), (n,), (x, out, np.uint32(p1)))
+            np.testing.assert_array_equal(out, want, err_msg=f"{n} threads, p1 = {p1}")
+            if p1 in (2, 3) and n == 64:
+                ref = np.zeros(n)
+                interpret_kernel(m.ptx, "k", (1, 1, 1), (n, 1, 1), (x, ref, np.uint32(p1)))
+                np.testing.assert_array_equal(ref, want)
