@@ -18,7 +18,9 @@ from cpuify.analysis.pointers import (
 )
 from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
 from cpuify.analysis.uniformity import (
-    uniform_across_warp_syncs, uniform_across_yields, uniform_values,
+    uniform_across_warp_syncs,
+    uniform_across_yields,
+    uniform_values,
 )
 from cpuify.codegen.denormals import hardware_flush, is_x86
 from cpuify.codegen.helpers import const_int
