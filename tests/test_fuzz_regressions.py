@@ -645,3 +645,70 @@ extern "C" __global__ void k(const double *in, double *out, unsigned p1) {
                 ref = np.zeros(n)
                 interpret_kernel(m.ptx, "k", (1, 1, 1), (n, 1, 1), (x, ref, np.uint32(p1)))
                 np.testing.assert_array_equal(ref, want)
+
+
+def test_spin_wait_in_a_loop_with_a_barrier() -> None:
+    """Found with fz_2615_743, the same cause at a spin-wait's yield point: thread 0 spins
+    on a flag thread 32 sets, in a loop with a __syncthreads() in every iteration; the
+    other threads ran on to the next iteration's barrier and thread 0 resumed from its
+    yield point with their loop counter (it added 11 where 1 + 11 = 12 was right)."""
+    src = r'''
+extern "C" __global__ void y(volatile int *flag, double *out, unsigned p1) {
+  for (unsigned i = 0; i < p1; i++) {
+    __syncthreads();
+    if (threadIdx.x == 0) { while (flag[i] == 0) {} }
+    if (threadIdx.x == 32) flag[i] = 1;
+    out[threadIdx.x] += i * 10.0 + 1.0;
+  }
+}'''
+    fn = cpuify.RawModule(code=src).get_function("y")
+    for p1 in (1, 2, 3, 3):
+        flag = np.zeros(8, np.int32)
+        out = np.zeros(64)
+        fn((1,), (64,), (flag, out, np.uint32(p1)))
+        np.testing.assert_array_equal(out, np.full(64, sum(i * 10.0 + 1.0 for i in range(p1))),
+                                      err_msg=f"p1 = {p1}")
+        np.testing.assert_array_equal(flag[:p1], 1)
+
+
+FENCED = r'''
+extern "C" __global__ void fenced(const float *in, float *out, unsigned p1) {
+  const unsigned lt = threadIdx.x;
+  float v = in[lt];
+  for (unsigned i1 = 0u; i1 < p1; i1++) {
+    __syncthreads();
+    if ((lt >> 5) == 0u) v = __shfl_xor_sync(0xffffffffu, v, 1) + (float)i1;
+    __syncthreads();
+    v = v * 0.5f;
+  }
+  out[lt] = v;
+}'''
+
+
+def test_loop_counter_shared_where_the_waiting_warp_is_fenced_by_barriers() -> None:
+    """A shuffle in `if (warp == 0)` between two __syncthreads() in a loop: the other warps
+    wait at the second barrier, never past the loop's latch, so its counter stays one copy
+    per block (uniform_across_warp_syncs), and the results are right."""
+    from cpuify.analysis.cfg import cyclic_blocks
+    from cpuify.analysis.uniformity import uniform_across_warp_syncs, uniform_values
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.ir.core import defining_block
+    from cpuify.ir.structure import block_body
+    from cpuify.lifting import lift_kernel
+    m = cpuify.RawModule(code=FENCED)
+    module = parse_ptx(m.ptx)
+    region = block_body(lift_kernel(module, module.functions["fenced"]).op)
+    uniform = uniform_values(region)
+    cyclic = cyclic_blocks(region)
+    in_loops = {v for v in uniform if defining_block(v) in cyclic and getattr(v, "type", "") == "i32"}
+    assert in_loops and in_loops <= uniform_across_warp_syncs(region, uniform)
+    fn = m.get_function("fenced")
+    x = np.arange(96, dtype=np.float32)
+    for p1 in (1, 2, 3, 3):
+        want = x.copy()
+        for i1 in range(p1):
+            want[:32] = want[:32][np.arange(32) ^ 1] + np.float32(i1)
+            want = want * np.float32(0.5)
+        out = np.zeros(96, np.float32)
+        fn((1,), (96,), (x, out, np.uint32(p1)))
+        np.testing.assert_array_equal(out, want, err_msg=f"p1 = {p1}")

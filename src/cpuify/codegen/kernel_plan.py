@@ -93,9 +93,10 @@ class KernelPlan(ThreadLoopPlans):
             # cuda::pipeline of 2+ stages deadlocked on stale parities)
             self.uniform = uniform_across_yields(self.region, self.uniform) | self.lockstep
         if self.uniform:
-            # warps that wait at a __syncwarp or shuffle in a divergent branch or loop let
-            # the others run on into later iterations: only values computed once per thread
-            # stay shared (uniform_across_warp_syncs; fz_2615_743)
+            # warps that wait at a __syncwarp or shuffle in a divergent branch or loop (or
+            # threads at a spin-wait's yield point) let the others run on into the next
+            # iteration of a loop: its values are kept per thread (uniform_across_warp_syncs;
+            # fz_2615_743)
             self.uniform = uniform_across_warp_syncs(self.region, self.uniform) | self.lockstep
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
