@@ -483,3 +483,234 @@ extern "C" __global__ void k(const double *x, const double *y, double *o) {
     ref = np.zeros_like(o)
     interpret_kernel(ptx, "k", (1, 1, 1), (len(x), 1, 1), [x, y, ref])
     np.testing.assert_array_equal(o, ref)
+
+
+# fz_2615_743 (seed 2615, kernel 743): warps out of step at warp-level sync points.  In an
+# outer loop `for i1 < p1`, an inner loop of `warp + 1` rounds with a `__syncwarp()` (nvcc
+# unrolls it by 4 with a remainder: the warps pass through different __syncwarp points),
+# then a shuffle of the running value.  Warp 0 runs on while warp 1 still waits at a
+# __syncwarp: it reached the sync points of its second outer iteration while warp 1 was in
+# the first.  The outer loop's counter, block-uniform, was kept as one copy per block
+# across the sync points (the copy of the last thread that stopped): warp 1 resumed with
+# warp 0's counter, one iteration ahead, and left the loop after one shuffle (p1 = 2 gave
+# what p1 = 1 gives).  Right in the reference interpreter all along, wrong in every compiled
+# build (generic, specialized, --passes=).  Fixed in analysis.uniformity
+# (uniform_across_warp_syncs): where a warp-level sync point is in a divergent branch or
+# loop, only values computed outside all loops keep one copy per block.
+OUT_OF_STEP = r'''
+#define KERNEL(NAME, T, CALL)                                                        \
+extern "C" __global__ void NAME(const T *in, T *out, unsigned p1) {                 \
+  const unsigned lt = threadIdx.x + blockDim.x * threadIdx.y;                        \
+  const unsigned warp = lt >> 5;                                                     \
+  T d0 = in[lt];                                                                     \
+  for (unsigned i1 = 0u; i1 < p1; i1++) {                                            \
+    for (unsigned i2 = 0u; i2 < (warp + 1u); i2++) {                                 \
+      __syncwarp(0xffffffffu);                                                       \
+    }                                                                                \
+    d0 = CALL;                                                                       \
+  }                                                                                  \
+  out[lt] = d0;                                                                      \
+}
+KERNEL(down_f64, double, __shfl_down_sync(0xffffffffu, d0 + 1.0, 1u, 4))
+KERNEL(up_f64, double, __shfl_up_sync(0xffffffffu, d0 + 1.0, 1u, 4))
+KERNEL(xor_f64, double, __shfl_xor_sync(0xffffffffu, d0 + 1.0, 1, 4))
+KERNEL(idx_f64, double, __shfl_sync(0xffffffffu, d0 + 1.0, 2, 4))
+KERNEL(down_f32, float, __shfl_down_sync(0xffffffffu, d0 + 1.0f, 1u, 4))
+KERNEL(up_f32, float, __shfl_up_sync(0xffffffffu, d0 + 1.0f, 1u, 4))
+KERNEL(xor_f32, float, __shfl_xor_sync(0xffffffffu, d0 + 1.0f, 1, 4))
+KERNEL(idx_f32, float, __shfl_sync(0xffffffffu, d0 + 1.0f, 2, 4))
+'''
+
+_OUT_OF_STEP_SHAPES = [(64, 1), (32, 2), (96, 1), (32, 3)]
+
+
+def _out_of_step_expected(x: np.ndarray, mode: str, p1: int) -> np.ndarray:
+    """By hand: each outer round adds 1 and moves the values within segments of 4 lanes
+    (a source lane outside the segment gives the lane its own value)."""
+    t = np.arange(len(x))
+    lane = t % 4
+    src = {"down": np.where(lane + 1 < 4, t + 1, t), "up": np.where(lane >= 1, t - 1, t),
+           "xor": t ^ 1, "idx": t - lane + 2}[mode]
+    d = x.copy()
+    for _ in range(p1):
+        d = (d + 1)[src]
+    return d
+
+
+@pytest.fixture(scope="module")
+def out_of_step_module() -> cpuify.RawModule:
+    return cpuify.RawModule(code=OUT_OF_STEP)
+
+
+@pytest.mark.parametrize("ty", ["f64", "f32"])
+@pytest.mark.parametrize("mode", ["down", "up", "xor", "idx"])
+def test_warps_out_of_step_at_shuffles_compiled(out_of_step_module: cpuify.RawModule,
+                                                mode: str, ty: str) -> None:
+    dtype = np.float64 if ty == "f64" else np.float32
+    fn = out_of_step_module.get_function(f"{mode}_{ty}")
+    for block in _OUT_OF_STEP_SHAPES:
+        n = block[0] * block[1]
+        x = (np.arange(n) * 10).astype(dtype)
+        for p1 in (1, 2, 3, 4, 2):          # (the last: the code specialized for the shape)
+            out = np.zeros(n, dtype)
+            fn((1,), block, (x, out, np.uint32(p1)))
+            np.testing.assert_array_equal(out, _out_of_step_expected(x, mode, p1),
+                                          err_msg=f"block {block}, p1 = {p1}")
+
+
+def test_warps_out_of_step_at_shuffles_without_passes() -> None:
+    fn = cpuify.RawModule(code=OUT_OF_STEP, options=("--passes=",)).get_function("down_f64")
+    for block in ((64, 1), (96, 1)):
+        x = np.arange(block[0]) * 10.0
+        for p1 in (2, 3):
+            out = np.zeros(block[0])
+            fn((1,), block, (x, out, np.uint32(p1)))
+            np.testing.assert_array_equal(out, _out_of_step_expected(x, "down", p1))
+
+
+@pytest.mark.parametrize("name", ["down_f64", "idx_f32"])
+def test_warps_out_of_step_at_shuffles_interpreter(out_of_step_module: cpuify.RawModule,
+                                                   name: str) -> None:
+    mode, ty = name.split("_")
+    dtype = np.float64 if ty == "f64" else np.float32
+    for block in ((64, 1), (32, 3)):
+        n = block[0] * block[1]
+        x = (np.arange(n) * 10).astype(dtype)
+        for p1 in (2, 3):
+            out = np.zeros(n, dtype)
+            interpret_kernel(out_of_step_module.ptx, name, (1, 1, 1), (*block, 1),
+                             (x, out, np.uint32(p1)))
+            np.testing.assert_array_equal(out, _out_of_step_expected(x, mode, p1))
+
+
+def test_loop_counter_not_shared_where_warps_wait_in_divergent_loops(
+        out_of_step_module: cpuify.RawModule) -> None:
+    """The mechanism: the outer loop's counter is block-uniform (uniform_values) but not one
+    copy per block across sync points (uniform_across_warp_syncs) when a __syncwarp is in
+    a loop whose trip count depends on the warp; with a block-uniform trip count it is."""
+    from cpuify.analysis.cfg import cyclic_blocks
+    from cpuify.analysis.uniformity import uniform_across_warp_syncs, uniform_values
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.ir.core import defining_block
+    from cpuify.ir.structure import block_body
+    from cpuify.lifting import lift_kernel
+
+    def shared_in_loops(ptx: str, name: str) -> tuple[set, set]:
+        module = parse_ptx(ptx)
+        region = block_body(lift_kernel(module, module.functions[name]).op)
+        uniform = uniform_values(region)
+        cyclic = cyclic_blocks(region)
+        in_loops = {v for v in uniform if defining_block(v) in cyclic and
+                    getattr(v, "type", "") == "i32"}
+        return in_loops, uniform_across_warp_syncs(region, uniform)
+
+    in_loops, shared = shared_in_loops(out_of_step_module.ptx, "down_f64")
+    assert in_loops                              # the outer counter (and its next value)
+    assert not in_loops & shared
+    in_step = OUT_OF_STEP.replace("(warp + 1u)", "(p1 + 1u)")
+    in_loops, shared = shared_in_loops(cpuify.RawModule(code=in_step).ptx, "down_f64")
+    assert in_loops and in_loops <= shared
+
+
+def test_warps_out_of_step_in_a_loop_with_a_barrier() -> None:
+    """The same with a __syncthreads() in every iteration of the loop and the __syncwarp in
+    `if (warp == 0)`: the other warps passed the shuffle and the loop's latch and waited at
+    the next iteration's barrier with the counter of that iteration while warp 0 waited at
+    its __syncwarp; warp 0 resumed with their counter (p1 = 2 and 3 were wrong).  A barrier
+    in every iteration does not keep the warps in the same iteration."""
+    src = r'''
+extern "C" __global__ void k(const double *in, double *out, unsigned p1) {
+  const unsigned lt = threadIdx.x;
+  const unsigned warp = lt >> 5;
+  double d0 = in[lt];
+  for (unsigned i1 = 0u; i1 < p1; i1++) {
+    __syncthreads();
+    if (warp == 0) __syncwarp();
+    d0 = __shfl_down_sync(0xffffffffu, d0 + i1, 1u, 4);
+  }
+  out[lt] = d0;
+}'''
+    m = cpuify.RawModule(code=src)
+    fn = m.get_function("k")
+    for n in (64, 96):
+        x = np.arange(n) * 10.0
+        t = np.arange(n)
+        src_lane = np.where(t % 4 + 1 < 4, t + 1, t)
+        for p1 in (1, 2, 3, 4, 3):
+            want = x.copy()
+            for i1 in range(p1):
+                want = (want + i1)[src_lane]
+            out = np.zeros(n)
+            fn((1,), (n,), (x, out, np.uint32(p1)))
+            np.testing.assert_array_equal(out, want, err_msg=f"{n} threads, p1 = {p1}")
+            if p1 in (2, 3) and n == 64:
+                ref = np.zeros(n)
+                interpret_kernel(m.ptx, "k", (1, 1, 1), (n, 1, 1), (x, ref, np.uint32(p1)))
+                np.testing.assert_array_equal(ref, want)
+
+
+def test_spin_wait_in_a_loop_with_a_barrier() -> None:
+    """Found with fz_2615_743, the same cause at a spin-wait's yield point: thread 0 spins
+    on a flag thread 32 sets, in a loop with a __syncthreads() in every iteration; the
+    other threads ran on to the next iteration's barrier and thread 0 resumed from its
+    yield point with their loop counter (it added 11 where 1 + 11 = 12 was right)."""
+    src = r'''
+extern "C" __global__ void y(volatile int *flag, double *out, unsigned p1) {
+  for (unsigned i = 0; i < p1; i++) {
+    __syncthreads();
+    if (threadIdx.x == 0) { while (flag[i] == 0) {} }
+    if (threadIdx.x == 32) flag[i] = 1;
+    out[threadIdx.x] += i * 10.0 + 1.0;
+  }
+}'''
+    fn = cpuify.RawModule(code=src).get_function("y")
+    for p1 in (1, 2, 3, 3):
+        flag = np.zeros(8, np.int32)
+        out = np.zeros(64)
+        fn((1,), (64,), (flag, out, np.uint32(p1)))
+        np.testing.assert_array_equal(out, np.full(64, sum(i * 10.0 + 1.0 for i in range(p1))),
+                                      err_msg=f"p1 = {p1}")
+        np.testing.assert_array_equal(flag[:p1], 1)
+
+
+FENCED = r'''
+extern "C" __global__ void fenced(const float *in, float *out, unsigned p1) {
+  const unsigned lt = threadIdx.x;
+  float v = in[lt];
+  for (unsigned i1 = 0u; i1 < p1; i1++) {
+    __syncthreads();
+    if ((lt >> 5) == 0u) v = __shfl_xor_sync(0xffffffffu, v, 1) + (float)i1;
+    __syncthreads();
+    v = v * 0.5f;
+  }
+  out[lt] = v;
+}'''
+
+
+def test_loop_counter_shared_where_the_waiting_warp_is_fenced_by_barriers() -> None:
+    """A shuffle in `if (warp == 0)` between two __syncthreads() in a loop: the other warps
+    wait at the second barrier, never past the loop's latch, so its counter stays one copy
+    per block (uniform_across_warp_syncs), and the results are right."""
+    from cpuify.analysis.cfg import cyclic_blocks
+    from cpuify.analysis.uniformity import uniform_across_warp_syncs, uniform_values
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.ir.core import defining_block
+    from cpuify.ir.structure import block_body
+    from cpuify.lifting import lift_kernel
+    m = cpuify.RawModule(code=FENCED)
+    module = parse_ptx(m.ptx)
+    region = block_body(lift_kernel(module, module.functions["fenced"]).op)
+    uniform = uniform_values(region)
+    cyclic = cyclic_blocks(region)
+    in_loops = {v for v in uniform if defining_block(v) in cyclic and getattr(v, "type", "") == "i32"}
+    assert in_loops and in_loops <= uniform_across_warp_syncs(region, uniform)
+    fn = m.get_function("fenced")
+    x = np.arange(96, dtype=np.float32)
+    for p1 in (1, 2, 3, 3):
+        want = x.copy()
+        for i1 in range(p1):
+            want[:32] = want[:32][np.arange(32) ^ 1] + np.float32(i1)
+            want = want * np.float32(0.5)
+        out = np.zeros(96, np.float32)
+        fn((1,), (96,), (x, out, np.uint32(p1)))
+        np.testing.assert_array_equal(out, want, err_msg=f"p1 = {p1}")

@@ -315,3 +315,17 @@ def test_guarded_loop_matches_numpy_and_interpreter(n):
     cpuify.RawModule(ptx=ptx).get_function("guarded_divergent")((1,), (block,), (out, np.int32(100)))
     k = np.array([int(np.ceil(np.sqrt(i))) if i < 100 else 0 for i in range(block)])
     np.testing.assert_array_equal(out, k)
+
+
+def test_divergent_blocks_and_warp_syncs(ptx):
+    """divergent_blocks: a loop with a thread-dependent exit runs divergently (its blocks),
+    the entry does not; uniform_across_warp_syncs keeps every uniform value of a kernel
+    without warp-level sync points (relax: barriers only)."""
+    from cpuify.analysis.uniformity import divergent_blocks, uniform_across_warp_syncs
+    region = _region(ptx, "count_up")
+    divergent = divergent_blocks(region, uniform_values(region))
+    assert divergent and region.blocks[0] not in divergent
+    assert any(b.args for b in divergent)            # the loop's header
+    region = _region(ptx, "relax")
+    uniform = uniform_values(region)
+    assert uniform_across_warp_syncs(region, uniform) == uniform

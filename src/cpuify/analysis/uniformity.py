@@ -6,7 +6,7 @@ from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.ir.core import (
     Block, Operation, OpResult, Region, Value, defining_block, dominates, dominators,
 )
-from cpuify.ir.dialects import info
+from cpuify.ir.dialects import info, is_sync
 
 _UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dynamic_smem_size",
                      "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")
@@ -117,16 +117,7 @@ def uniform_values(region: Region) -> set[Value]:
                 # threads part here and meet again at the immediate post-dominator: the
                 # blocks on the way see divergence, and merges where the two ways meet
                 join = ipdom.get(b)
-                arms: dict[Block, set[int]] = {}
-                for k, succ in enumerate(term.successors):
-                    stack = [succ]
-                    while stack:
-                        x = stack.pop()
-                        got = arms.setdefault(x, set())
-                        if k not in got:
-                            got.add(k)
-                            if x is not join:
-                                stack.extend(x.successors)
+                arms = _divergent_arms(term, join)
                 new_tainted.update(arms)
                 if idom is None:
                     idom = dominators(region)
@@ -144,6 +135,126 @@ def uniform_values(region: Region) -> set[Value]:
                     kill(a)
         tainted |= new_tainted
         propagate()
+
+
+def _divergent_arms(term: Operation, join: Block | None) -> dict[Block, set[int]]:
+    """The blocks reached from the ways of the branch `term` up to (and with) its
+    immediate post-dominator `join`: block -> the indices of the ways that reach it."""
+    arms: dict[Block, set[int]] = {}
+    for k, succ in enumerate(term.successors):
+        stack = [succ]
+        while stack:
+            x = stack.pop()
+            got = arms.setdefault(x, set())
+            if k not in got:
+                got.add(k)
+                if x is not join:
+                    stack.extend(x.successors)
+    return arms
+
+
+def divergent_blocks(region: Region, uniform: set[Value]) -> set[Block]:
+    """Blocks that some threads of a block may run while others are elsewhere: those
+    between a branch whose condition is not block-uniform and its immediate post-dominator
+    (not that block itself, where the threads meet again), the body of a loop with a
+    thread-dependent exit among them.  A branch to a block that only exits divides no live
+    threads."""
+    ipdom = immediate_post_dominators(region)
+    out: set[Block] = set()
+    for b in region.blocks:
+        term = b.terminator
+        if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
+                and not any(_exits_at_once(s) for s in term.successors):
+            join = ipdom.get(b)
+            out.update(x for x in _divergent_arms(term, join) if x is not join)
+    return out
+
+
+def uniform_across_warp_syncs(region: Region, uniform: set[Value]) -> set[Value]:
+    """The values of `uniform` that threads stopped at warp-level sync points or yield
+    points still share.
+
+    Threads that all stop at the same sync points stay in step: each value they keep is
+    the one instance of it they all computed.  A warp that waits at a `__syncwarp`, shuffle
+    or vote in a divergent branch or loop (a block of divergent_blocks), or a thread at a
+    spin-wait's yield point, lets the other threads run on past warp-level sync points up
+    to the next block barrier: through the rest of a loop and into its next iteration
+    (fz_2615_743: two warps, an inner loop of `warp + 1` rounds with a `__syncwarp()`, a
+    shuffle after it, in an outer loop; warp 0 reached the shuffle of its second outer
+    iteration while warp 1 was in the first).  A uniform value defined in a loop (a block
+    on a cycle of the CFG, with or without a block barrier on it) that a thread can reach
+    from such a stop before it reaches a block barrier may then be of different
+    iterations in the threads that hold it, and one copy per block is wrong: it is left
+    out.  Values computed outside all loops (once per thread, the same in all) stay
+    shared, and so do those of loops the threads cannot get round before the waiting
+    threads catch up (a time loop whose grid.sync() waits between two block barriers, a
+    shuffle in `if (warp == 0)` fenced by two __syncthreads())."""
+    divergent = divergent_blocks(region, uniform)
+    waits = {op for b in region.blocks for op in b.ops
+             if is_sync(op) and (info(op).yield_sync or info(op).warp_sync and b in divergent)}
+    if not waits:
+        return set(uniform)
+    cyclic = cyclic_blocks(region)
+    # A stretch between block barriers (from the kernel's start or right after a barrier:
+    # the ops reached from there before a barrier) holding a waiting point: its threads
+    # may stop at any of its warp-level sync points and yield points apart, and a thread
+    # that goes on from one of them runs what it reaches before the next barrier while
+    # the others still hold the values they stopped with.  (A value a thread computes
+    # before its first stop in the stretch is computed alike by all of them.)
+    starts: list[tuple[Block, int]] = [(region.blocks[0], 0)]
+    for b in region.blocks:
+        starts.extend((b, i + 1) for i, op in enumerate(b.ops) if _block_barrier(op))
+    stops: dict[Operation, int] = {}
+    for block, index in starts:
+        ops, _ = _reached_before_barriers(block, index)
+        if ops & waits:
+            for b in region.blocks:
+                for i, op in enumerate(b.ops):
+                    if op in ops and is_sync(op) and not _block_barrier(op):
+                        stops[op] = i
+    unsafe_ops: set[Operation] = set()
+    unsafe_entries: set[Block] = set()
+    for op, i in stops.items():
+        ops, entered = _reached_before_barriers(op.parent, i + 1)  # type: ignore[arg-type]
+        unsafe_ops |= ops
+        unsafe_entries |= entered
+
+    def shared(v: Value) -> bool:
+        home = defining_block(v)
+        if home not in cyclic:
+            return True
+        if isinstance(v, OpResult):
+            return v.op not in unsafe_ops
+        return home not in unsafe_entries
+    return {v for v in uniform if shared(v)}
+
+
+def _block_barrier(op: Operation) -> bool:
+    """`__syncthreads()`: every thread of the block waits there for all the others."""
+    return op.name == "upir.barrier" and not op.attributes.get("soft")
+
+
+def _reached_before_barriers(block: Block, index: int) -> tuple[set[Operation], set[Block]]:
+    """The ops a thread can run from op `index` of `block` on before it reaches a block
+    barrier (the barrier ops with them), and the blocks it can enter on the way."""
+    ops: set[Operation] = set()
+    entered: set[Block] = set()
+    work = [(block, index)]
+    while work:
+        b, i = work.pop()
+        if i == 0:
+            if b in entered:
+                continue
+            entered.add(b)
+        stopped = False
+        for op in b.ops[i:]:
+            ops.add(op)
+            if _block_barrier(op):
+                stopped = True
+                break
+        if not stopped:
+            work.extend((s, 0) for s in b.successors)
+    return ops, entered
 
 
 def _loop_around(header: Block, b: Block, idom) -> bool:  # type: ignore[no-untyped-def]

@@ -17,7 +17,11 @@ from cpuify.analysis.pointers import (
     shared_variables,
 )
 from cpuify.analysis.sync_points import SyncPoint, plan_sync_points
-from cpuify.analysis.uniformity import uniform_across_yields, uniform_values
+from cpuify.analysis.uniformity import (
+    uniform_across_warp_syncs,
+    uniform_across_yields,
+    uniform_values,
+)
 from cpuify.codegen.denormals import hardware_flush, is_x86
 from cpuify.codegen.helpers import const_int
 from cpuify.codegen.kernel_abi import XVAL_GUARD
@@ -88,6 +92,12 @@ class KernelPlan(ThreadLoopPlans):
             # solver's time loop), those of loops without one do not (a block-scope
             # cuda::pipeline of 2+ stages deadlocked on stale parities)
             self.uniform = uniform_across_yields(self.region, self.uniform) | self.lockstep
+        if self.uniform:
+            # warps that wait at a __syncwarp or shuffle in a divergent branch or loop (or
+            # threads at a spin-wait's yield point) let the others run on into the next
+            # iteration of a loop: its values are kept per thread (uniform_across_warp_syncs;
+            # fz_2615_743)
+            self.uniform = uniform_across_warp_syncs(self.region, self.uniform) | self.lockstep
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()
@@ -174,6 +184,11 @@ class KernelPlan(ThreadLoopPlans):
             for succ, args in zip(term.successors, term.successor_args):
                 for arg, value in zip(succ.args, args):
                     if arg not in kept or value not in kept or arg.type != value.type:
+                        continue
+                    if (arg in self.uniform) != (value in self.uniform):
+                        # a uniform value's copy (element 0, gather_uniform_slots) would
+                        # overwrite thread 0's element of the other where threads stop at
+                        # different sync points
                         continue
                     x, y = find(arg), find(value)
                     if x is y or any(members[x] & live and members[y] & live for live in lives):
