@@ -157,3 +157,73 @@ def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPa
     out = np.zeros_like(x)
     cpuify.RawModule(code=src).get_function("hchain")((2,), (128,), (x, out))
     np.testing.assert_array_equal(out, want.astype(np.float16))
+
+
+# --- a translation unit's device code compiled in worker processes (nvcc/device.py) ---
+
+SHAPED_KERNELS = r"""
+extern "C" __global__ void tile_sum(const float *x, float *out, int n) {
+    __shared__ float s[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int k = 0; k < blockDim.x; k++) t += s[k];
+        out[blockIdx.x] = t;
+    }
+}
+extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+"""
+
+
+def _shaped_ptx() -> str:
+    return compiler.compile_cuda(SHAPED_KERNELS).ptx
+
+
+def test_parallel_device_build_equals_serial(no_cache: None) -> None:
+    """The generic module and each (kernel, block shape) compiled in forked workers give
+    the objects the serial build gives, byte for byte, in the same order."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    shapes = {"tile_sum": [(64, 1, 1), (256, 1, 1)], "axpy": [(128, 1, 1)]}
+    serial = device.compile_device_parallel(ptx, "t.cu", shapes, jobs=1)
+    parallel = device.compile_device_parallel(ptx, "t.cu", shapes, jobs=2)
+    assert parallel[0] is not None and serial[0] is not None
+    assert parallel[0].object_code == serial[0].object_code
+    assert parallel[1] == serial[1] == {}
+    assert list(parallel[2]) == list(serial[2]) == ["tile_sum", "axpy"]
+    for name in serial[2]:
+        assert [(b, s.object_code, s.scratch) for b, s in parallel[2][name]] == \
+            [(b, s.object_code, s.scratch) for b, s in serial[2][name]]
+
+
+def test_parallel_device_build_keeps_refusals_and_notes(no_cache: None) -> None:
+    """A shape of a kernel that does not exist is noted and dropped, as in the serial
+    build; a kernel refused by the generic build gets no specializations."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    notes: list[str] = []
+    compiled, refused, variants = device.compile_device_parallel(
+        ptx, "t.cu", {"axpy": [(32, 1, 1)], "tile_sum": [(32, 1, 1)], "no_such": [(32, 1, 1)]},
+        warn=notes.append, jobs=3)
+    assert compiled is not None and refused == {}
+    assert sorted(variants) == ["axpy", "tile_sum"]
+    assert notes == []          # a kernel the module does not have is not a failure
+
+
+def test_build_jobs_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cpuify.errors import CpuifyError
+    from cpuify.nvcc import device
+    monkeypatch.setenv("CPUIFY_JOBS", "3")
+    assert device.build_jobs() == 3
+    monkeypatch.setenv("CPUIFY_JOBS", "0")
+    assert device.build_jobs() == 1
+    monkeypatch.setenv("CPUIFY_JOBS", "many")
+    with pytest.raises(CpuifyError, match="CPUIFY_JOBS"):
+        device.build_jobs()
+    monkeypatch.delenv("CPUIFY_JOBS")
+    assert 1 <= device.build_jobs() <= device.MAX_BUILD_JOBS
