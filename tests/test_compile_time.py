@@ -227,3 +227,61 @@ def test_build_jobs_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         device.build_jobs()
     monkeypatch.delenv("CPUIFY_JOBS")
     assert 1 <= device.build_jobs() <= device.MAX_BUILD_JOBS
+
+
+HELPER_KERNELS = r"""
+__device__ __noinline__ float helper(float v, int k) {
+    for (int j = 0; j < k; j++) v = v * 0.5f + 1.0f;
+    return v;
+}
+extern "C" __global__ void first(float *x, int k) {
+    x[threadIdx.x] = helper(x[threadIdx.x], k);
+}
+extern "C" __global__ void second(float *x, int k) {
+    __shared__ float s[64];
+    s[threadIdx.x] = helper(x[threadIdx.x], k + 1);
+    __syncthreads();
+    x[threadIdx.x] = s[63 - threadIdx.x];
+}
+"""
+
+
+def test_released_bodies_print_the_same_module(no_cache: None) -> None:
+    """ModuleCodegen.release_bodies (compile_ptx calls it after each kernel) keeps the
+    module's LLVM text byte for byte, a device function shared by two kernels included."""
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.lifting import lift_kernel
+    ptx = compiler.compile_cuda(HELPER_KERNELS).ptx
+    module = compiler._parsed_ptx(ptx)
+    triple, layout = jit.triple_and_layout()
+    texts = []
+    for release in (False, True):
+        gen = ModuleCodegen(module, triple, layout)
+        for entry in module.entries:
+            lifted, _ = compiler.optimize_kernel(lift_kernel(module, entry).op,
+                                                 compiler.PipelineOptions())
+            gen.add_kernel(lifted)
+            if release:
+                gen.release_bodies()
+                assert not any(getattr(g, "blocks", None) for g in gen.module.globals.values())
+        texts.append(gen.llvm_text())
+    assert "define" in texts[0] and texts[1] == texts[0]
+
+
+def test_module_with_released_bodies_runs(no_cache: None) -> None:
+    """Both kernels of the module, compiled by compile_ptx (which releases each kernel's
+    body after emitting it), give the hand-computed results."""
+    mod = cpuify.RawModule(code=HELPER_KERNELS)
+    x0 = np.arange(64, dtype=np.float32)
+
+    def helper(v: np.ndarray, k: int) -> np.ndarray:
+        for _ in range(k):
+            v = v * np.float32(0.5) + np.float32(1.0)
+        return v
+
+    x = x0.copy()
+    mod.get_function("first")((1,), (64,), (x, np.int32(3)))
+    np.testing.assert_array_equal(x, helper(x0, 3))
+    x = x0.copy()
+    mod.get_function("second")((1,), (64,), (x, np.int32(2)))
+    np.testing.assert_array_equal(x, helper(x0, 3)[::-1])

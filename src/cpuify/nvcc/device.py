@@ -20,7 +20,12 @@ from pathlib import Path
 
 from cpuify import cache, compiler
 from cpuify.codegen.llvm_gen import dynamic_smem_offset, specialized_symbol
-from cpuify.compiler import CompiledModule, SpecializedObject, compile_ptx_cached, compile_specialized
+from cpuify.compiler import (
+    CompiledModule,
+    SpecializedObject,
+    compile_ptx_cached,
+    compile_specialized,
+)
 from cpuify.errors import CpuifyError, UnsupportedError
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler
 
