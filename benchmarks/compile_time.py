@@ -341,10 +341,11 @@ def measure_nvcc(n: int, timeout: float, if_every: int = 8, shape: str = "chain"
 # constant block shape (Altis kmeans' 258 kernels), built by `cpuify nvcc -c` as make would
 
 def templates_source(n: int) -> str:
-    """A CUDA program with n kernels: instantiations of a shared-memory smoothing template
-    (radius R, block B: a barrier, a halo) and of a flat polynomial template (degree P),
-    each launched once with its constant block shape; the host checks every result against
-    its own loop and prints PASSED or FAILED."""
+    """A CUDA program with n kernels: distinct instantiations (the last template argument is
+    the kernel's number) of a shared-memory smoothing template (radius R, block B: a
+    barrier, a halo) and of a flat polynomial template (degree P), each launched once with
+    its constant block shape; the host checks every result against its own loop and prints
+    PASSED or FAILED."""
     combos = []
     for i in range(n):
         if i % 2 == 0:
@@ -354,8 +355,8 @@ def templates_source(n: int) -> str:
     out = [r"""#include <cstdio>
 #include <cmath>
 #include <vector>
-template <int R, int B>
-__global__ void smooth(const float *x, float *y, int n, int salt) {
+template <int R, int B, int salt>
+__global__ void smooth(const float *x, float *y, int n) {
     __shared__ float tile[B + 2 * R];
     int i = blockIdx.x * B + threadIdx.x;
     tile[threadIdx.x + R] = i < n ? x[i] : 0.0f;
@@ -370,8 +371,8 @@ __global__ void smooth(const float *x, float *y, int n, int salt) {
         y[i] = s;
     }
 }
-template <int P>
-__global__ void poly(const float *x, float *y, int n, int salt) {
+template <int P, int salt>
+__global__ void poly(const float *x, float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float v = x[i], acc = 0.0f;
@@ -399,12 +400,12 @@ int main() {
 """]
     for kind, a, b, i in combos:
         if kind == "smooth":
-            out.append(f"""    smooth<{a}, {b}><<<(n + {b} - 1) / {b}, {b}>>>(dx, dy, n, {i});
+            out.append(f"""    smooth<{a}, {b}, {i}><<<(n + {b} - 1) / {b}, {b}>>>(dx, dy, n);
     for (int j = 0; j < n; j++) {{ float s = 0.0f; for (int k = -{a}; k <= {a}; k++) {{
         int t = j + k; s += (t >= 0 && t < n ? x[t] : 0.0f) * (float)(k + {a} + 1 + {i} % 3); }} want[j] = s; }}
 """)
         else:
-            out.append(f"""    poly<{a}><<<(n + {b} - 1) / {b}, {b}>>>(dx, dy, n, {i});
+            out.append(f"""    poly<{a}, {i}><<<(n + {b} - 1) / {b}, {b}>>>(dx, dy, n);
     for (int j = 0; j < n; j++) {{ float acc = 0.0f; for (int k = 0; k < {a}; k++)
         acc = acc * x[j] + (float)((k + {i}) % 5); want[j] = acc; }}
 """)
