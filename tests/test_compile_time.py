@@ -285,3 +285,24 @@ def test_module_with_released_bodies_runs(no_cache: None) -> None:
     x = x0.copy()
     mod.get_function("second")((1,), (64,), (x, np.int32(2)))
     np.testing.assert_array_equal(x, helper(x0, 3)[::-1])
+
+
+def _worker_dies(*args: object) -> None:
+    import os
+    os._exit(9)
+
+
+def test_parallel_device_build_survives_a_dead_worker(no_cache: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that dies (killed, out of memory) costs its specializations, noted, and
+    never the build: the generic module is then compiled in the parent."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    monkeypatch.setattr(device, "_specialize_task", _worker_dies)
+    monkeypatch.setattr(device, "_generic_task", _worker_dies)
+    notes: list[str] = []
+    compiled, refused, variants = device.compile_device_parallel(
+        ptx, "t.cu", {"axpy": [(32, 1, 1), (64, 1, 1)]}, warn=notes.append, jobs=2)
+    assert compiled is not None and sorted(compiled.kernels) == ["axpy", "tile_sum"]
+    assert refused == {} and variants == {}
+    assert len(notes) == 2 and all("worker process died" in n for n in notes)

@@ -248,6 +248,7 @@ def compile_device_parallel(ptx: str, source: str,
         return compiled, refused, variants
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     # parsed once here: the workers inherit the text and its parse (compiler._parsed_ptx)
     global _worker_ptx
     _worker_ptx = ptx
@@ -258,11 +259,17 @@ def compile_device_parallel(ptx: str, source: str,
     try:
         generic = pool.submit(_generic_task, source)      # the longest: first
         specs = [(n, b, pool.submit(_specialize_task, n, b, passes)) for n, b in wanted]
-        got_generic = generic.result()
+        try:
+            got_generic = generic.result()
+        except BrokenProcessPool:     # a worker died (killed, out of memory): build it here
+            got_generic = None
         compiled, refused = got_generic if got_generic is not None else compile_device(ptx, source)
         variants: Variants = {}
         for name, block, fut in specs:
-            got = fut.result()
+            try:
+                got = fut.result()
+            except BrokenProcessPool as e:
+                got = f"its worker process died: {e}"
             if compiled is None or name not in compiled.kernels:
                 continue              # a refused kernel: reported once, by the generic build
             if isinstance(got, str):
