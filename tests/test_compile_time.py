@@ -40,6 +40,13 @@ def no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
 
 
+@pytest.fixture
+def small_modules_in_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel device build for the small modules of these tests."""
+    from cpuify.nvcc import device
+    monkeypatch.setattr(device, "PARALLEL_FROM_PTX_LINES", 0)
+
+
 def test_specializations_of_one_module_parse_it_once(no_cache: None,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = compiler.compile_cuda(TWO_KERNELS)
@@ -184,7 +191,7 @@ def _shaped_ptx() -> str:
     return compiler.compile_cuda(SHAPED_KERNELS).ptx
 
 
-def test_parallel_device_build_equals_serial(no_cache: None) -> None:
+def test_parallel_device_build_equals_serial(no_cache: None, small_modules_in_parallel: None) -> None:
     """The generic module and each (kernel, block shape) compiled in forked workers give
     the objects the serial build gives, byte for byte, in the same order."""
     from cpuify.nvcc import device
@@ -201,7 +208,8 @@ def test_parallel_device_build_equals_serial(no_cache: None) -> None:
             [(b, s.object_code, s.scratch) for b, s in serial[2][name]]
 
 
-def test_parallel_device_build_keeps_refusals_and_notes(no_cache: None) -> None:
+def test_parallel_device_build_keeps_refusals_and_notes(no_cache: None,
+                                                       small_modules_in_parallel: None) -> None:
     """A shape of a kernel that does not exist is noted and dropped, as in the serial
     build; a kernel refused by the generic build gets no specializations."""
     from cpuify.nvcc import device
@@ -292,7 +300,7 @@ def _worker_dies(*args: object) -> None:
     os._exit(9)
 
 
-def test_parallel_device_build_survives_a_dead_worker(no_cache: None,
+def test_parallel_device_build_survives_a_dead_worker(no_cache: None, small_modules_in_parallel: None,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker that dies (killed, out of memory) costs its specializations, noted, and
     never the build: the generic module is then compiled in the parent."""

@@ -201,9 +201,11 @@ def build_jobs() -> int:
 MAX_BUILD_JOBS = 8
 
 #: A device build forks workers only from this many compiles on (the generic module counts
-#: one, each block-shape specialization one): below, a fork and its result's transfer cost
-#: about what they save.
+#: one, each block-shape specialization one) and for PTX of at least this many lines: below,
+#: the forks and the transfer of their results cost about what they save (PolyBench 2mm:
+#: 3 compiles of 263 lines, 3.4 s of CPU serial, 3.7 s in two workers).
 PARALLEL_FROM_COMPILES = 3
+PARALLEL_FROM_PTX_LINES = 1000
 
 
 # The PTX the forked workers of compile_device_parallel compile (set before they start, so
@@ -242,7 +244,8 @@ def compile_device_parallel(ptx: str, source: str,
     the serial path gives: the same cached entries, byte for byte."""
     jobs = build_jobs() if jobs is None else jobs
     wanted = [] if specialize_off() else [(n, b) for n, bs in (shapes or {}).items() for b in bs]
-    if jobs <= 1 or 1 + len(wanted) < PARALLEL_FROM_COMPILES:
+    if jobs <= 1 or 1 + len(wanted) < PARALLEL_FROM_COMPILES or \
+            ptx.count("\n") < PARALLEL_FROM_PTX_LINES:
         compiled, refused = compile_device(ptx, source)
         variants = specialize(compiled, shapes, warn) if compiled is not None and shapes else {}
         return compiled, refused, variants
