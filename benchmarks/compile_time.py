@@ -22,6 +22,13 @@ packed at the grid's stride, as SHOC S3D lays them out), compiled generic and th
 128-thread blocks (what `cpuify nvcc` does for a program launching it so); total includes
 both, the check runs both.
 
+`--shape templates`: N is a number of kernels: a whole program whose kernels are N template
+instantiations (a shared-memory smoothing stencil with a barrier and a halo, a flat
+polynomial), each launched with a constant block shape, built by `cpuify nvcc -c` with an
+empty cache (the generic module and one block-shape specialization per kernel) and by
+NVIDIA's `nvcc -c`; wall, CPU and peak RSS of both, per CPUIFY_JOBS value (`--jobs`); the
+program is linked and run, and its own check (a host loop per kernel) must print PASSED.
+
 `--profile DIR` writes a cProfile dump of each compile; `--if-every 0` makes straight-line
 kernels; `--experiment-novec-lines N` shows what the compile would cost if the code generator
 turned LLVM's loop vectorizer off for huge thread loops (its cost grows super-linearly with
@@ -330,6 +337,166 @@ def measure_nvcc(n: int, timeout: float, if_every: int = 8, shape: str = "chain"
 
 
 # ----------------------------------------------------------------------------------------
+# a third shape: a whole program with N template instantiations, each launched with a
+# constant block shape (Altis kmeans' 258 kernels), built by `cpuify nvcc -c` as make would
+
+def templates_source(n: int) -> str:
+    """A CUDA program with n kernels: distinct instantiations (the last template argument is
+    the kernel's number) of a shared-memory smoothing template (radius R, block B: a
+    barrier, a halo) and of a flat polynomial template (degree P), each launched once with
+    its constant block shape; the host checks every result against its own loop and prints
+    PASSED or FAILED."""
+    combos = []
+    for i in range(n):
+        if i % 2 == 0:
+            combos.append(("smooth", 1 + (i // 2) % 4, (32, 64, 128, 256)[(i // 8) % 4], i))
+        else:
+            combos.append(("poly", 2 + i % 23, (64, 128, 256)[i % 3], i))
+    out = [r"""#include <cstdio>
+#include <cmath>
+#include <vector>
+template <int R, int B, int salt>
+__global__ void smooth(const float *x, float *y, int n) {
+    __shared__ float tile[B + 2 * R];
+    int i = blockIdx.x * B + threadIdx.x;
+    tile[threadIdx.x + R] = i < n ? x[i] : 0.0f;
+    if (threadIdx.x < R) {
+        tile[threadIdx.x] = (i >= R && i - R < n) ? x[i - R] : 0.0f;
+        tile[threadIdx.x + B + R] = i + B < n ? x[i + B] : 0.0f;
+    }
+    __syncthreads();
+    if (i < n) {
+        float s = 0.0f;
+        for (int k = -R; k <= R; k++) s += tile[threadIdx.x + R + k] * (float)(k + R + 1 + salt % 3);
+        y[i] = s;
+    }
+}
+template <int P, int salt>
+__global__ void poly(const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i], acc = 0.0f;
+        for (int k = 0; k < P; k++) acc = acc * v + (float)((k + salt) % 5);
+        y[i] = acc;
+    }
+}
+static int check(const char *what, const std::vector<float> &got, const std::vector<float> &want) {
+    for (size_t i = 0; i < got.size(); i++)
+        if (std::fabs(got[i] - want[i]) > 1e-4f * (1.0f + std::fabs(want[i]))) {
+            std::printf("FAILED %s at %zu: %g != %g\n", what, i, got[i], want[i]);
+            return 1;
+        }
+    return 0;
+}
+int main() {
+    const int n = 1000;
+    std::vector<float> x(n), y(n), want(n);
+    for (int i = 0; i < n; i++) x[i] = 0.5f + 0.25f * std::sin(0.1f * i);
+    float *dx, *dy;
+    cudaMalloc(&dx, n * sizeof(float));
+    cudaMalloc(&dy, n * sizeof(float));
+    cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    int bad = 0;
+"""]
+    for kind, a, b, i in combos:
+        if kind == "smooth":
+            out.append(f"""    smooth<{a}, {b}, {i}><<<(n + {b} - 1) / {b}, {b}>>>(dx, dy, n);
+    for (int j = 0; j < n; j++) {{ float s = 0.0f; for (int k = -{a}; k <= {a}; k++) {{
+        int t = j + k; s += (t >= 0 && t < n ? x[t] : 0.0f) * (float)(k + {a} + 1 + {i} % 3); }} want[j] = s; }}
+""")
+        else:
+            out.append(f"""    poly<{a}, {i}><<<(n + {b} - 1) / {b}, {b}>>>(dx, dy, n);
+    for (int j = 0; j < n; j++) {{ float acc = 0.0f; for (int k = 0; k < {a}; k++)
+        acc = acc * x[j] + (float)((k + {i}) % 5); want[j] = acc; }}
+""")
+        out.append(f"""    cudaMemcpy(y.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost);
+    bad |= check("{kind}<{a}> #{i}", y, want);
+""")
+    out.append("""    std::printf(bad ? "FAILED\\n" : "PASSED\\n");
+    return bad;
+}
+""")
+    return "".join(out)
+
+
+def _child_cpu(ru) -> float:  # type: ignore[no-untyped-def]
+    return ru.ru_utime + ru.ru_stime
+
+
+def measure_program(n: int, timeout: float, jobs: str, nvcc_too: bool, check: bool) -> dict:
+    """`cpuify nvcc -c` of templates_source(n) with an empty cache and CPUIFY_JOBS=jobs
+    ("" = the default), against NVIDIA's `nvcc -c` (the same wheel): wall, CPU (user+sys of
+    the build and its children), peak RSS of the largest process; then (check) the program
+    linked by cpuify and run."""
+    res: dict = {"n": n, "jobs": jobs or "default"}
+    with tempfile.TemporaryDirectory(prefix="cpuify-ct-prog-") as d:
+        src = Path(d) / "templates.cu"
+        src.write_text(templates_source(n))
+        env = dict(os.environ, CPUIFY_CACHE_DIR=str(Path(d) / "cache"), CPUIFY_QUIET="1")
+        env.pop("CPUIFY_NO_CACHE", None)
+        if jobs:
+            env["CPUIFY_JOBS"] = jobs
+        cli = [sys.executable, "-m", "cpuify.cli.main", "nvcc"]
+        rc, wall, rss, cpu, text = _run_measured_cpu([*cli, "-c", str(src), "-o", "t.o"],
+                                                     timeout, env, d)
+        res.update(rc=rc, wall=wall, cpu=cpu, peak_rss_mb=rss)
+        if rc != 0:
+            res["error"] = text[-1500:]
+            return res
+        if check:
+            rc2, _, _, _, text2 = _run_measured_cpu([*cli, "t.o", "-o", "t"], timeout, env, d)
+            if rc2 == 0:
+                rc2, _, _, _, text2 = _run_measured_cpu([str(Path(d) / "t")], timeout, env, d)
+            res["correct"] = rc2 == 0 and "PASSED" in text2
+            if not res["correct"]:
+                res["check_output"] = text2[-800:]
+        if nvcc_too:
+            try:
+                from cpuify.nvcc.toolkit import find_toolkit
+                nvcc = find_toolkit().nvcc
+            except Exception as exc:     # noqa: BLE001
+                res["nvcc"] = {"error": f"no nvcc: {exc}"}
+                return res
+            rc, wall, rss, cpu, text = _run_measured_cpu([nvcc, "-c", str(src), "-o", "n.o"],
+                                                         timeout, None, d)
+            res["nvcc"] = {"wall": wall, "cpu": cpu, "peak_rss_mb": rss} if rc == 0 else \
+                {"error": text[-800:]}
+    return res
+
+
+def _run_measured_cpu(cmd: list[str], timeout: float, env: dict[str, str] | None,
+                      cwd: str | None) -> tuple[int, float, float, float, str]:
+    """_run_measured, also returning the CPU seconds of the command and its children."""
+    before = os.times()
+    rc, wall, rss, text = _run_measured(cmd, timeout, env, cwd)
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return rc, wall, rss, cpu, text
+
+
+def main_program(args: argparse.Namespace) -> int:
+    rows = []
+    print(f"{'kernels':>8} {'jobs':>7} {'wall s':>7} {'CPU s':>7} {'RSS MB':>7} "
+          f"{'nvcc wall':>9} {'nvcc CPU':>8} {'x wall':>7} {'x CPU':>6} {'ok':>3}")
+    for n in [int(s) for s in args.sizes.split(",") if s.strip()]:
+        for jobs in args.jobs.split(","):
+            r = measure_program(n, args.timeout, jobs.strip(), not args.no_nvcc, not args.no_check)
+            rows.append(r)
+            if "error" in r:
+                print(f"{n:>8} {r['jobs']:>7} FAILED: {r['error'].strip().splitlines()[-1][:100]}")
+                continue
+            nv = r.get("nvcc", {})
+            ok = {True: "yes", False: "NO", None: "-"}[r.get("correct")]
+            xw = r["wall"] / nv["wall"] if "wall" in nv else None
+            xc = r["cpu"] / nv["cpu"] if nv.get("cpu") else None
+            print(f"{n:>8} {r['jobs']:>7} {r['wall']:>7.1f} {r['cpu']:>7.1f} {r['peak_rss_mb']:>7.0f} "
+                  f"{_fmt(nv.get('wall'), '.1f'):>9} {_fmt(nv.get('cpu'), '.1f'):>8} "
+                  f"{_fmt(xw, '.1f'):>7} {_fmt(xc, '.1f'):>6} {ok:>3}", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": rows, "shape": "templates"}, indent=1))
+    return 0
+
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
@@ -348,12 +515,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment-novec-lines", type=int, default=0, metavar="N",
                     help="experiment: turn LLVM's loop vectorizer off for loops of LLVM modules "
                          "over N lines of text (emulates a proposed code generator change)")
-    ap.add_argument("--shape", choices=("chain", "rates"), default="chain",
+    ap.add_argument("--shape", choices=("chain", "rates", "templates"), default="chain",
                     help="chain: the integer statement chain (default); rates: N rate arrays "
-                         "updated at a grid stride, also compiled for 128-thread blocks")
+                         "updated at a grid stride, also compiled for 128-thread blocks; "
+                         "templates: a whole program of N template kernels, each launched with "
+                         "a constant block shape, built by `cpuify nvcc -c` (see --jobs)")
+    ap.add_argument("--jobs", default=",1",
+                    help="templates: CPUIFY_JOBS values to build with, comma-separated ('' = "
+                         "the default: the CPUs; default ',1': parallel, then serial)")
     ap.add_argument("--recursion-limit", type=int, default=1000,
                     help="sys.setrecursionlimit in the child (default: Python's 1000)")
     args = ap.parse_args(argv)
+    if args.shape == "templates":
+        return main_program(args)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = []
     prev = None

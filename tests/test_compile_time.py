@@ -40,6 +40,13 @@ def no_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
 
 
+@pytest.fixture
+def small_modules_in_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel device build for the small modules of these tests."""
+    from cpuify.nvcc import device
+    monkeypatch.setattr(device, "PARALLEL_FROM_PTX_LINES", 0)
+
+
 def test_specializations_of_one_module_parse_it_once(no_cache: None,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = compiler.compile_cuda(TWO_KERNELS)
@@ -157,3 +164,153 @@ def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPa
     out = np.zeros_like(x)
     cpuify.RawModule(code=src).get_function("hchain")((2,), (128,), (x, out))
     np.testing.assert_array_equal(out, want.astype(np.float16))
+
+
+# --- a translation unit's device code compiled in worker processes (nvcc/device.py) ---
+
+SHAPED_KERNELS = r"""
+extern "C" __global__ void tile_sum(const float *x, float *out, int n) {
+    __shared__ float s[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int k = 0; k < blockDim.x; k++) t += s[k];
+        out[blockIdx.x] = t;
+    }
+}
+extern "C" __global__ void axpy(float *y, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+"""
+
+
+def _shaped_ptx() -> str:
+    return compiler.compile_cuda(SHAPED_KERNELS).ptx
+
+
+def test_parallel_device_build_equals_serial(no_cache: None, small_modules_in_parallel: None) -> None:
+    """The generic module and each (kernel, block shape) compiled in forked workers give
+    the objects the serial build gives, byte for byte, in the same order."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    shapes = {"tile_sum": [(64, 1, 1), (256, 1, 1)], "axpy": [(128, 1, 1)]}
+    serial = device.compile_device_parallel(ptx, "t.cu", shapes, jobs=1)
+    parallel = device.compile_device_parallel(ptx, "t.cu", shapes, jobs=2)
+    assert parallel[0] is not None and serial[0] is not None
+    assert parallel[0].object_code == serial[0].object_code
+    assert parallel[1] == serial[1] == {}
+    assert list(parallel[2]) == list(serial[2]) == ["tile_sum", "axpy"]
+    for name in serial[2]:
+        assert [(b, s.object_code, s.scratch) for b, s in parallel[2][name]] == \
+            [(b, s.object_code, s.scratch) for b, s in serial[2][name]]
+
+
+def test_parallel_device_build_keeps_refusals_and_notes(no_cache: None,
+                                                       small_modules_in_parallel: None) -> None:
+    """A shape of a kernel that does not exist is noted and dropped, as in the serial
+    build; a kernel refused by the generic build gets no specializations."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    notes: list[str] = []
+    compiled, refused, variants = device.compile_device_parallel(
+        ptx, "t.cu", {"axpy": [(32, 1, 1)], "tile_sum": [(32, 1, 1)], "no_such": [(32, 1, 1)]},
+        warn=notes.append, jobs=3)
+    assert compiled is not None and refused == {}
+    assert sorted(variants) == ["axpy", "tile_sum"]
+    assert notes == []          # a kernel the module does not have is not a failure
+
+
+def test_build_jobs_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cpuify.errors import CpuifyError
+    from cpuify.nvcc import device
+    monkeypatch.setenv("CPUIFY_JOBS", "3")
+    assert device.build_jobs() == 3
+    monkeypatch.setenv("CPUIFY_JOBS", "0")
+    assert device.build_jobs() == 1
+    monkeypatch.setenv("CPUIFY_JOBS", "many")
+    with pytest.raises(CpuifyError, match="CPUIFY_JOBS"):
+        device.build_jobs()
+    monkeypatch.delenv("CPUIFY_JOBS")
+    assert 1 <= device.build_jobs() <= device.MAX_BUILD_JOBS
+
+
+HELPER_KERNELS = r"""
+__device__ __noinline__ float helper(float v, int k) {
+    for (int j = 0; j < k; j++) v = v * 0.5f + 1.0f;
+    return v;
+}
+extern "C" __global__ void first(float *x, int k) {
+    x[threadIdx.x] = helper(x[threadIdx.x], k);
+}
+extern "C" __global__ void second(float *x, int k) {
+    __shared__ float s[64];
+    s[threadIdx.x] = helper(x[threadIdx.x], k + 1);
+    __syncthreads();
+    x[threadIdx.x] = s[63 - threadIdx.x];
+}
+"""
+
+
+def test_released_bodies_print_the_same_module(no_cache: None) -> None:
+    """ModuleCodegen.release_bodies (compile_ptx calls it after each kernel) keeps the
+    module's LLVM text byte for byte, a device function shared by two kernels included."""
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.lifting import lift_kernel
+    ptx = compiler.compile_cuda(HELPER_KERNELS).ptx
+    module = compiler._parsed_ptx(ptx)
+    triple, layout = jit.triple_and_layout()
+    texts = []
+    for release in (False, True):
+        gen = ModuleCodegen(module, triple, layout)
+        for entry in module.entries:
+            lifted, _ = compiler.optimize_kernel(lift_kernel(module, entry).op,
+                                                 compiler.PipelineOptions())
+            gen.add_kernel(lifted)
+            if release:
+                gen.release_bodies()
+                assert not any(getattr(g, "blocks", None) for g in gen.module.globals.values())
+        texts.append(gen.llvm_text())
+    assert "define" in texts[0] and texts[1] == texts[0]
+
+
+def test_module_with_released_bodies_runs(no_cache: None) -> None:
+    """Both kernels of the module, compiled by compile_ptx (which releases each kernel's
+    body after emitting it), give the hand-computed results."""
+    mod = cpuify.RawModule(code=HELPER_KERNELS)
+    x0 = np.arange(64, dtype=np.float32)
+
+    def helper(v: np.ndarray, k: int) -> np.ndarray:
+        for _ in range(k):
+            v = v * np.float32(0.5) + np.float32(1.0)
+        return v
+
+    x = x0.copy()
+    mod.get_function("first")((1,), (64,), (x, np.int32(3)))
+    np.testing.assert_array_equal(x, helper(x0, 3))
+    x = x0.copy()
+    mod.get_function("second")((1,), (64,), (x, np.int32(2)))
+    np.testing.assert_array_equal(x, helper(x0, 3)[::-1])
+
+
+def _worker_dies(*args: object) -> None:
+    import os
+    os._exit(9)
+
+
+def test_parallel_device_build_survives_a_dead_worker(no_cache: None, small_modules_in_parallel: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that dies (killed, out of memory) costs its specializations, noted, and
+    never the build: the generic module is then compiled in the parent."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    monkeypatch.setattr(device, "_specialize_task", _worker_dies)
+    monkeypatch.setattr(device, "_generic_task", _worker_dies)
+    notes: list[str] = []
+    compiled, refused, variants = device.compile_device_parallel(
+        ptx, "t.cu", {"axpy": [(32, 1, 1), (64, 1, 1)]}, warn=notes.append, jobs=2)
+    assert compiled is not None and sorted(compiled.kernels) == ["axpy", "tile_sum"]
+    assert refused == {} and variants == {}
+    assert len(notes) == 2 and all("worker process died" in n for n in notes)

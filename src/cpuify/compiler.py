@@ -370,6 +370,7 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
             info.written_params = tuple(i for i, p in enumerate(info.params) if p[2] in written)
             kernels[entry.name] = info
             emitted[entry.name] = set(gen.module.globals) - before
+            gen.release_bodies()      # (printed now: one kernel's llvmlite objects at a time)
         except UnsupportedError as exc:
             # one kernel using an unsupported feature must not take its module down:
             # the error is raised when that kernel is asked for

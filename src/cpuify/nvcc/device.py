@@ -18,9 +18,14 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cpuify import cache
+from cpuify import cache, compiler
 from cpuify.codegen.llvm_gen import dynamic_smem_offset, specialized_symbol
-from cpuify.compiler import CompiledModule, SpecializedObject, compile_ptx_cached, compile_specialized
+from cpuify.compiler import (
+    CompiledModule,
+    SpecializedObject,
+    compile_ptx_cached,
+    compile_specialized,
+)
 from cpuify.errors import CpuifyError, UnsupportedError
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler
 
@@ -188,6 +193,112 @@ def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[s
     return compiled, dict(compiled.refused)
 
 
+def build_jobs() -> int:
+    """How many processes compile one translation unit's device code: CPUIFY_JOBS, else the
+    CPUs this process may run on (at most MAX_BUILD_JOBS); 1 compiles in this process."""
+    text = os.environ.get("CPUIFY_JOBS", "").strip()
+    if text:
+        try:
+            return max(1, int(text))
+        except ValueError:
+            raise CpuifyError(f"CPUIFY_JOBS={text!r}: expected a number of processes") from None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_BUILD_JOBS))
+
+
+#: The most worker processes a device build starts by default (CPUIFY_JOBS overrides).
+MAX_BUILD_JOBS = 8
+
+#: A device build forks workers only from this many compiles on (the generic module counts
+#: one, each block-shape specialization one) and for PTX of at least this many lines: below,
+#: the forks and the transfer of their results cost about what they save (PolyBench 2mm:
+#: 3 compiles of 263 lines, 3.4 s of CPU serial, 3.7 s in two workers).
+PARALLEL_FROM_COMPILES = 3
+PARALLEL_FROM_PTX_LINES = 1000
+
+
+# The PTX the forked workers of compile_device_parallel compile (set before they start, so
+# it is not sent to them with each task)
+_worker_ptx = ""
+
+
+def _specialize_task(name: str, block: tuple[int, int, int],
+                     passes: tuple[str, ...]) -> SpecializedObject | str:
+    """A worker's compile of one specialization: the object, or why it failed (the generic
+    block function then serves the shape)."""
+    try:
+        return compile_specialized(_worker_ptx, name, block, passes)
+    except Exception as e:  # noqa: BLE001 - reported by the parent as a note
+        return f"{type(e).__name__}: {e}"
+
+
+def _generic_task(source: str) -> tuple[CompiledModule | None, dict[str, str]] | None:
+    """A worker's compile of the generic module; None when it raised (the parent then
+    compiles it itself, so the error reaches the user as the serial build gives it)."""
+    try:
+        return compile_device(_worker_ptx, source)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def compile_device_parallel(ptx: str, source: str,
+                            shapes: dict[str, list[tuple[int, int, int]]] | None,
+                            warn=print,  # type: ignore[assignment]
+                            jobs: int | None = None
+                            ) -> tuple[CompiledModule | None, dict[str, str], Variants]:
+    """compile_device and specialize together: the generic module and each (kernel, block
+    shape) are independent compiles, run in `jobs` forked worker processes (build_jobs())
+    when there are enough of them, so a translation unit with many kernels and launch shapes
+    builds in a fraction of the wall time (the CPU time is the same).  Results are the ones
+    the serial path gives: the same cached entries, byte for byte."""
+    jobs = build_jobs() if jobs is None else jobs
+    wanted = [] if specialize_off() else [(n, b) for n, bs in (shapes or {}).items() for b in bs]
+    if jobs <= 1 or 1 + len(wanted) < PARALLEL_FROM_COMPILES or \
+            ptx.count("\n") < PARALLEL_FROM_PTX_LINES:
+        compiled, refused = compile_device(ptx, source)
+        variants = specialize(compiled, shapes, warn) if compiled is not None and shapes else {}
+        return compiled, refused, variants
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    # parsed once here: the workers inherit the text and its parse (compiler._parsed_ptx)
+    global _worker_ptx
+    _worker_ptx = ptx
+    compiler._parsed_ptx(ptx)
+    passes = tuple(compiler.pipeline_options()[0].pipeline())
+    pool = ProcessPoolExecutor(max_workers=min(jobs, 1 + len(wanted)),
+                               mp_context=multiprocessing.get_context("fork"))
+    try:
+        generic = pool.submit(_generic_task, source)      # the longest: first
+        specs = [(n, b, pool.submit(_specialize_task, n, b, passes)) for n, b in wanted]
+        try:
+            got_generic = generic.result()
+        except BrokenProcessPool:     # a worker died (killed, out of memory): build it here
+            got_generic = None
+        compiled, refused = got_generic if got_generic is not None else compile_device(ptx, source)
+        variants: Variants = {}
+        for name, block, fut in specs:
+            try:
+                got = fut.result()
+            except BrokenProcessPool as e:
+                got = f"its worker process died: {e}"
+            if compiled is None or name not in compiled.kernels:
+                continue              # a refused kernel: reported once, by the generic build
+            if isinstance(got, str):
+                warn(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of {block} "
+                     f"failed ({got}); its launches use the generic code")
+                continue
+            variants.setdefault(name, []).append((block, got))
+    finally:
+        # (an error or an interrupt: the compiles not started are dropped)
+        pool.shutdown(wait=True, cancel_futures=True)
+        _worker_ptx = ""
+    return compiled, refused, variants
+
+
 def source_location(ptx: str, line: int, sources: str = "") -> tuple[str, int] | None:
     """The CUDA source file and line of PTX line `line` (1-based), from the `.loc`/`.file`
     directives nvcc writes with -lineinfo; None without them.  In code inlined from another
@@ -257,12 +368,17 @@ class RefusedKernels(CpuifyError):
     """Kernels of a translation unit use something cpuify cannot run."""
 
 
+def specialize_off() -> bool:
+    """CPUIFY_SPECIALIZE=0: no block-shape specializations at build time."""
+    return os.environ.get("CPUIFY_SPECIALIZE", "1") == "0"
+
+
 def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, int]]],
                warn=print) -> Variants:  # type: ignore[assignment]
     """The kernels of `compiled` compiled for the block shapes the program launches them
     with (launch_shapes.kernel_shapes); a shape that fails to compile keeps the generic code
     (the generic block function is always correct).  CPUIFY_SPECIALIZE=0 turns it off."""
-    if os.environ.get("CPUIFY_SPECIALIZE", "1") == "0":
+    if specialize_off():
         return {}
     out: Variants = {}
     for name, blocks in shapes.items():
@@ -300,10 +416,10 @@ def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_has
     cannot run raises RefusedKernels (naming the kernel, the construct and the line); with
     `defer` it is registered as refused instead and its launches fail.  `distributed`: the
     object also carries the kernels' distribution records (nvcc/distinfo.py)."""
-    compiled, refused = compile_device(ptx, source)
+    compiled, refused, variants = compile_device_parallel(ptx, source, shapes, warn)
     _build_device_object(compiled, refused, ptx, out, tmp, source=source,
                          fatbin_hash_value=fatbin_hash_value, linked_ids=linked_ids, warn=warn,
-                         shapes=shapes, defer=defer)
+                         variants=variants, defer=defer)
     if distributed and compiled is not None:
         from cpuify.nvcc import distinfo
         blob = os.path.join(tmp, "cpuify_dist.bin")
@@ -315,7 +431,7 @@ def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_has
 
 def _build_device_object(compiled: CompiledModule | None, refused: dict[str, str], ptx: str, out: str,
                          tmp: str, *, source: str, fatbin_hash_value: int, linked_ids: list[str],
-                         warn, shapes: dict[str, list[tuple[int, int, int]]] | None,  # type: ignore[no-untyped-def]
+                         warn, variants: Variants,  # type: ignore[no-untyped-def]
                          defer: bool) -> None:
     if refused:
         if not defer:
@@ -324,7 +440,6 @@ def _build_device_object(compiled: CompiledModule | None, refused: dict[str, str
                                  "program anyway; launching such a kernel then fails)")
         warn(refusal_report(ptx, refused, source, "warning") +
              "\n(built anyway: launching it fails with cudaErrorNotSupported)")
-    variants = specialize(compiled, shapes, warn) if compiled is not None and shapes else {}
     reg_c = os.path.join(tmp, "cpuify_reg.c")
     Path(reg_c).write_text(registration_source(compiled, refused, source=source,
                                                fatbin_hash_value=fatbin_hash_value,
