@@ -413,3 +413,19 @@ def test_llvm_alias_scopes_in_the_variant(ptx: str) -> None:
     assert f"!alias.scope {mine}, !noalias {others}" in accesses[0]          # a[t] = ...
     assert all(f"!alias.scope {others}, !noalias {mine}" in line for line in accesses[1:])
     assert len(accesses) == 3
+
+
+def test_parallel_device_build_keeps_the_variant(ptx: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`cpuify nvcc`'s parallel device build (forked workers, one per shape) builds the
+    launch-time pointer variant next to the code for the shape, as the serial build does:
+    the same objects, byte for byte, the variant with its noalias_params."""
+    from cpuify.nvcc import device
+    monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
+    monkeypatch.setattr(device, "PARALLEL_FROM_PTX_LINES", 0)
+    monkeypatch.setattr(device, "PARALLEL_FROM_COMPILES", 0)
+    shapes = {"fig9": [(16, 16, 1)]}
+    serial = device.compile_device_parallel(ptx, "noalias.cu", shapes, jobs=1)
+    parallel = device.compile_device_parallel(ptx, "noalias.cu", shapes, jobs=2)
+    got = [(b, s.noalias_params, s.object_code) for b, s in parallel[2]["fig9"]]
+    assert got == [(b, s.noalias_params, s.object_code) for b, s in serial[2]["fig9"]]
+    assert [bool(p) for _, p, _ in got] == [False, True], "no variant for non-overlapping pointers"

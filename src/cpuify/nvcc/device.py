@@ -225,12 +225,30 @@ PARALLEL_FROM_PTX_LINES = 1000
 _worker_ptx = ""
 
 
-def _specialize_task(name: str, block: tuple[int, int, int],
-                     passes: tuple[str, ...]) -> SpecializedObject | str:
-    """A worker's compile of one specialization: the object, or why it failed (the generic
+def _compile_shape(ptx: str, name: str, block: tuple[int, int, int], passes: tuple[str, ...]
+                   ) -> tuple[list[SpecializedObject], list[str]]:
+    """Kernel `name` compiled for blocks of `block` and, where a barrier would go for pointers
+    that overlap no other (the runtime checks each launch's allocations), its launch-time
+    pointer variant; with a note for a variant that failed to compile (the code for the
+    shape then serves).  Raises when the shape itself fails."""
+    spec = compile_specialized(ptx, name, block, passes)
+    objects, notes = [spec], []
+    if spec.noalias_candidates and os.environ.get("CPUIFY_NOALIAS_VARIANTS", "1") != "0":
+        try:
+            objects.append(compile_specialized(ptx, name, block, passes, spec.noalias_candidates))
+        except Exception as e:  # noqa: BLE001 - the code for the shape serves
+            notes.append(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of "
+                         f"{block} and non-overlapping pointers failed ({type(e).__name__}: "
+                         f"{e}); its launches use the code for the shape")
+    return objects, notes
+
+
+def _specialize_task(name: str, block: tuple[int, int, int], passes: tuple[str, ...]
+                     ) -> tuple[list[SpecializedObject], list[str]] | str:
+    """A worker's compile of one shape (_compile_shape), or why it failed (the generic
     block function then serves the shape)."""
     try:
-        return compile_specialized(_worker_ptx, name, block, passes)
+        return _compile_shape(_worker_ptx, name, block, passes)
     except Exception as e:  # noqa: BLE001 - reported by the parent as a note
         return f"{type(e).__name__}: {e}"
 
@@ -291,7 +309,10 @@ def compile_device_parallel(ptx: str, source: str,
                 warn(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of {block} "
                      f"failed ({got}); its launches use the generic code")
                 continue
-            variants.setdefault(name, []).append((block, got))
+            objects, notes = got
+            for note in notes:
+                warn(note)
+            variants.setdefault(name, []).extend((block, o) for o in objects)
     finally:
         # (an error or an interrupt: the compiles not started are dropped)
         pool.shutdown(wait=True, cancel_futures=True)
@@ -386,24 +407,14 @@ def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, 
             continue
         for block in blocks:
             try:
-                spec = compile_specialized(compiled.ptx, name, block, compiled.passes)
+                objects, notes = _compile_shape(compiled.ptx, name, block, compiled.passes)
             except Exception as e:  # noqa: BLE001 - any failure: the generic code serves
                 warn(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of {block} "
                      f"failed ({type(e).__name__}: {e}); its launches use the generic code")
                 continue
-            out.setdefault(name, []).append((block, spec))
-            if spec.noalias_candidates and os.environ.get("CPUIFY_NOALIAS_VARIANTS", "1") != "0":
-                # the launch-time pointer specialization: a barrier would go where these
-                # pointers overlap no other (the runtime checks each launch's allocations)
-                try:
-                    variant = compile_specialized(compiled.ptx, name, block, compiled.passes,
-                                                  spec.noalias_candidates)
-                except Exception as e:  # noqa: BLE001 - the code for the shape serves
-                    warn(f"cpuify nvcc: note: kernel '{name}': compiling it for blocks of "
-                         f"{block} and non-overlapping pointers failed ({type(e).__name__}: "
-                         f"{e}); its launches use the code for the shape")
-                    continue
-                out[name].append((block, variant))
+            for note in notes:
+                warn(note)
+            out.setdefault(name, []).extend((block, o) for o in objects)
     return out
 
 
