@@ -416,6 +416,47 @@ def test_min_max_chains_on_special_values() -> None:
     np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(want.ravel()[out == 0]))
 
 
+# fz_2615_1978 (seed 2615, kernel 1978), minimized: fmaxf(f0 / f1, (-7.25f == f1) ? f1 : K)
+# with f0 / f1 = NaN: the same LLVM 22 miscompile of llvm.maximumnum, reached through a select
+# whose arm is compared equal to a constant (LLVM puts the constant in the arm, so it knows
+# the operand is never NaN).  Fixed in codegen.ptx_spec._compared_with_never_nan.
+SELECTED_BOUND = r'''
+extern "C" __global__ void selected_bound(const float *x, const float *y, float *out,
+                                          unsigned *bits) {
+    __shared__ float sh[128];
+    unsigned t = threadIdx.x, nt = blockDim.x, i = blockIdx.x * nt + t;
+    float a = x[i], b = y[i];
+    atomicOr(bits, i);              // (as in the fuzzer's kernel: the barrier after it goes)
+    __syncthreads();
+    sh[t] = fmaxf(a / b, (-7.25f == b) ? b : 4294967296.0f);
+    __syncthreads();
+    out[i] = sh[(t + 1) % nt];      // the next thread's result
+}'''
+
+
+@pytest.mark.parametrize("run", ["compiled", "interpreted"])
+def test_max_of_a_selected_constant_on_special_values(run: str) -> None:
+    vals = np.array([1.5, -9.0, np.nan, 0.0, -0.0, np.inf, -np.inf, -7.25, 3.5, 2.0], np.float32)
+    x, y = (a.ravel() for a in np.meshgrid(vals, vals))
+    x, y = np.resize(x, 256), np.resize(y, 256)         # two blocks of 128
+    out = np.zeros(256, np.float32)
+    args = (x, y, out, np.zeros(1, np.uint32))
+    mod = cpuify.RawModule(code=SELECTED_BOUND)
+    if run == "compiled":
+        mod.get_function("selected_bound")((2,), (128,), args)
+    else:
+        interpret_kernel(mod.ptx, "selected_bound", (2,), (128,), args)
+    with np.errstate(all="ignore"):
+        q = x / y
+    f32 = np.float32
+    mine = np.array([_pick(a, b if b == f32(-7.25) else f32(4294967296.0), False)
+                     for a, b in zip(q, y)], np.float32).reshape(2, 128)
+    want = np.roll(mine, -1, axis=1).ravel()            # each thread stores its neighbour's
+    assert args[3][0] == np.bitwise_or.reduce(np.arange(256, dtype=np.uint32))
+    np.testing.assert_array_equal(out, want)                             # NaN where NaN
+    np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(want[out == 0]))
+
+
 SIGNED_ZEROS = r'''
 extern "C" __global__ void signed_zeros(double *d, float *f) {
     double m = -0.0;

@@ -457,6 +457,18 @@ def _maybe_never_nan(v: Value, depth: int = 6) -> bool:
     if o.name == "ptx.mov":
         return _maybe_never_nan(o.operands[0], depth - 1)
     if o.name == "ptx.selp":
-        return all(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
+        return all(_maybe_never_nan(x, depth - 1) or _compared_with_never_nan(x, o, depth - 1)
+                   for x in o.operands[:2])
     return False
+
+
+def _compared_with_never_nan(arm: Value, selp: Operation, depth: int) -> bool:
+    """Whether `selp`'s predicate compares `arm` with a value LLVM may prove never NaN:
+    LLVM then takes the arm chosen where they are equal for that value (`f == -7.25f ? f :
+    K` becomes `-7.25f or K`, never NaN; the fuzzer's fz_2615_1978)."""
+    pred = selp.operands[2] if len(selp.operands) > 2 else None
+    if not isinstance(pred, OpResult) or pred.op.name != "ptx.setp":
+        return False
+    a, b = pred.op.operands[:2]
+    return (a is arm and _maybe_never_nan(b, depth)) or (b is arm and _maybe_never_nan(a, depth))
 
