@@ -81,16 +81,21 @@ def test_parse_cache_keeps_modules_apart(no_cache: None) -> None:
 def test_rates_kernel_without_lsr_matches_numpy(no_cache: None,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A reaction-rate kernel (100 rate arrays, each thread's elements at the grid's stride)
-    specialized for its block shape tail-folds ~600 accesses: it is emitted without LSR,
-    and its results are NumPy's, as the generic code's are."""
-    decisions: list[bool] = []
-    real = jit.lsr_too_costly
+    specialized for its block shape tail-folded ~600 masked accesses while thread rows were
+    aligned to cache lines (now its accesses are plain vector ones): no function of ≥
+    LSR_MAX_MASKED_ACCESSES masked accesses is emitted with LSR, and its results are NumPy's,
+    as the generic code's are."""
+    seen: list[tuple[int, bool]] = []   # (most masked accesses in a function, LSR skipped)
+    real_emit = jit._emit
 
-    def spy(text: str) -> bool:
-        decisions.append(real(text))
-        return decisions[-1]
+    def spy(mod, emit):  # type: ignore[no-untyped-def]
+        text = str(mod)
+        most = max((len(jit._MASKED_CALL.findall(f)) for f in text.split("\ndefine ")[1:]),
+                   default=0)
+        seen.append((most, "@llvm.masked." in text and jit.lsr_too_costly(text)))
+        return real_emit(mod, emit)
 
-    monkeypatch.setattr(jit, "lsr_too_costly", spy)
+    monkeypatch.setattr(jit, "_emit", spy)
     stmts = rates_statements(100)
     species, block, grid = 24, 128, 3
     threads = block * grid
@@ -105,7 +110,8 @@ def test_rates_kernel_without_lsr_matches_numpy(no_cache: None,
             rf = rf0.copy()
             kernel((grid,), (block,), (c, rf))
             np.testing.assert_array_equal(rf, want, err_msg=f"launch {launch}")
-    assert True in decisions, "the specialized rates kernel kept LSR"
+    assert len(seen) >= 2, "the generic and the specialized kernel were not both compiled"
+    assert all(skipped or most < jit.LSR_MAX_MASKED_ACCESSES for most, skipped in seen), seen
 
 
 def test_lsr_too_costly_counts_per_function() -> None:
