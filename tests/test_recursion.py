@@ -269,25 +269,26 @@ extern "C" __global__ void k(const float *tree, float *out, float *out2) {
     __shared__ float s[64];
     s[threadIdx.x] = tree[threadIdx.x % 31];
     __syncthreads();
-    out[threadIdx.x] = tree_sum(tree, 0, 31) + s[(threadIdx.x + 1) % 64];
+    // (each block its own elements: two blocks adding to one element would be a race)
+    out[blockIdx.x * 64 + threadIdx.x] = tree_sum(tree, 0, 31) + s[(threadIdx.x + 1) % 64];
     out2[blockIdx.x * 64 + threadIdx.x] = walk(tree, threadIdx.x, 20 + threadIdx.x % 5);
     __syncthreads();
-    out[threadIdx.x] += s[0];
+    out[blockIdx.x * 64 + threadIdx.x] += s[0];
 }
 """
 
 
 def test_recursion_between_barriers_matches_the_interpreter() -> None:
     tree = np.random.default_rng(0).random(31).astype(np.float32)
-    got = (np.zeros(64, np.float32), np.zeros(128, np.float32))
-    want = (np.zeros(64, np.float32), np.zeros(128, np.float32))
+    got = (np.zeros(128, np.float32), np.zeros(128, np.float32))
+    want = (np.zeros(128, np.float32), np.zeros(128, np.float32))
     cpuify.RawModule(code=BETWEEN_BARRIERS).get_function("k")((2,), (64,), (tree, *got))
     interpret_kernel(_ptx(BETWEEN_BARRIERS), "k", (2, 1, 1), (64, 1, 1), (tree, *want))
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     # and a hand computation of the block-uniform one
     expect = _tree_sum_scaled(tree, 0) + tree[np.arange(1, 65) % 64 % 31] + tree[0]
-    np.testing.assert_allclose(got[0], expect, rtol=1e-5)
+    np.testing.assert_allclose(got[0], np.tile(expect, 2), rtol=1e-5)
 
 
 def _tree_sum_scaled(tree: np.ndarray, node: int) -> float:
