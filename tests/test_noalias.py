@@ -22,11 +22,8 @@ from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import PipelineOptions
 
-SOURCE = r'''
-#define H 16
-// the paper's Fig. 9 (its barrier #2 orders hidden[] before output[]: needed only when
-// the two may overlap)
-extern "C" __global__ void fig9(const float *input, float *hidden, float *output, int hid) {
+# the paper's Fig. 9 kernel, shared by the API tests and the whole program below
+FIG9 = r'''__global__ void fig9(const float *input, float *hidden, float *output, int hid) {
     __shared__ float node[H];
     __shared__ float weights[H][H];
     int by = blockIdx.y, tx = threadIdx.x, ty = threadIdx.y;
@@ -45,7 +42,13 @@ extern "C" __global__ void fig9(const float *input, float *hidden, float *output
     __syncthreads();
     if (tx == 0) output[by * hid + ty] = weights[tx][ty];
 }
-// a barrier between a write through one pointer and a neighbour's read through another:
+'''
+
+SOURCE = r'''
+#define H 16
+// the paper's Fig. 9 (its barrier #2 orders hidden[] before output[]: needed only when
+// the two may overlap)
+extern "C" ''' + FIG9 + r'''// a barrier between a write through one pointer and a neighbour's read through another:
 // removable only when a and b do not overlap
 extern "C" __global__ void two_arrays(float *a, const float *b, float *c) {
     int t = threadIdx.x;
@@ -293,26 +296,7 @@ PROGRAM = r'''#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #define H 16
-__global__ void fig9(const float *input, float *hidden, float *output, int hid) {
-    __shared__ float node[H];
-    __shared__ float weights[H][H];
-    int by = blockIdx.y, tx = threadIdx.x, ty = threadIdx.y;
-    int index = (hid + 1) * H * by + (hid + 1) * ty + tx + 1 + (hid + 1);
-    if (tx == 0) node[ty] = input[H * by + ty + 1];
-    __syncthreads();
-    weights[ty][tx] = hidden[index];
-    __syncthreads();
-    weights[ty][tx] = weights[ty][tx] * node[ty];
-    __syncthreads();
-    for (int p = 2; p <= H; p *= 2) {
-        if (ty % p == 0) weights[ty][tx] += weights[ty + p / 2][tx];
-        __syncthreads();
-    }
-    hidden[index] = weights[ty][tx];
-    __syncthreads();
-    if (tx == 0) output[by * hid + ty] = weights[tx][ty];
-}
-
+''' + FIG9 + r'''
 // one block of Fig. 9 by hand (hid = 16): rows 1..16 of hidden become the reduction
 // tree's values, then output[ty] gets the column sums
 static void reference(const float *h0, const float *in, float *h, float *sums) {
