@@ -244,6 +244,64 @@ def test_launch_shapes_from_host_translation() -> None:
     }
 
 
+# as nvcc 13's front end writes declarations with several declarators (`dim3(64)` becomes
+# `((dim3)(64))`, `unsigned int` `unsigned`, `v(96)` `v = (96)`)
+HOST_CPP_DECLARATORS = """
+static void helper(int n, dim3 block = dim3(2)) { int e = n; }
+int main() {
+dim3 grid(1, 1), block(16, 16);
+dim3 a(2), b = ((dim3)(64)), c, e{8, 4};
+const int n = 4, bs = (n * 32);
+static const unsigned u = 64U, v = (96), w;
+dim3 g = {4, 4}, h(8), copy(block);
+int arr[4] = {1, 2, 3, 4}, later = 5;
+(__cudaPushCallConfiguration(grid, block)) ? (void)0 : tile(d);
+(__cudaPushCallConfiguration(a, b)) ? (void)0 : flat(d);
+(__cudaPushCallConfiguration(c, e)) ? (void)0 : flat(d);
+(__cudaPushCallConfiguration(c, c)) ? (void)0 : unit(d);
+(__cudaPushCallConfiguration(1, bs)) ? (void)0 : third(d);
+(__cudaPushCallConfiguration(((dim3)(1)), u)) ? (void)0 : ints(d);
+(__cudaPushCallConfiguration(1, v)) ? (void)0 : ints(d);
+(__cudaPushCallConfiguration(1, g)) ? (void)0 : more(d);
+(__cudaPushCallConfiguration(1, h)) ? (void)0 : more(d);
+(__cudaPushCallConfiguration(1, copy)) ? (void)0 : more(d);
+(__cudaPushCallConfiguration(1, w)) ? (void)0 : unknown(d);
+(__cudaPushCallConfiguration(1, later)) ? (void)0 : unknown(d);
+later = 7;
+}
+"""
+
+
+def test_launch_shapes_declared_together() -> None:
+    from cpuify.nvcc.launch_shapes import declarations, launch_shapes
+    got = launch_shapes(HOST_CPP_DECLARATORS)
+    assert got == {
+        "tile": {(16, 16, 1)},
+        "flat": {(64, 1, 1), (8, 4, 1)},
+        "unit": {(1, 1, 1)},                 # dim3's default constructor
+        "third": {(128, 1, 1)},
+        "ints": {(64, 1, 1), (96, 1, 1)},
+        "more": {(4, 4, 1), (8, 1, 1), (16, 16, 1)},
+        # `w` has no initializer; `later` is assigned after the launch
+    }
+    decls = declarations(HOST_CPP_DECLARATORS)
+    # a parameter list is no declaration statement; the local in the helper is
+    assert [d[:3] for d in decls["e"]] == [("int", "expr", "n"), ("dim3", "args", "8, 4")]
+    assert [d[:3] for d in decls["arr"]] == [("int", "array", "")]
+
+
+def test_launch_shapes_nearest_declaration_before_the_launch() -> None:
+    """A name declared in several functions: the declaration nearest before the launch
+    counts, unless the variable is assigned after it."""
+    from cpuify.nvcc.launch_shapes import launch_shapes
+    text = """
+void a() { const int threads = 64; (__cudaPushCallConfiguration(1, threads)) ? (void)0 : ka(d); }
+void b() { int threads = 128; (__cudaPushCallConfiguration(1, threads)) ? (void)0 : kb(d); threads = 3; }
+void c() { int threads = 256; (__cudaPushCallConfiguration(1, threads)) ? (void)0 : kc(d); }
+"""
+    assert launch_shapes(text) == {"ka": {(64, 1, 1)}, "kc": {(256, 1, 1)}}
+
+
 def test_launch_shapes_map_to_ptx_entries() -> None:
     from cpuify.nvcc.launch_shapes import kernel_shapes
     entries = ["_Z4tilePfi", "_ZN2ns2k2IfLi4EEEvPfi", "plain", "_Z5otherv"]

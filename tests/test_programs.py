@@ -309,6 +309,19 @@ def test_launch_shape_specialization(build) -> None:  # type: ignore[no-untyped-
         assert any("stencil::blur<float>" in line and "(1 specialized" in line for line in stderr), r.stderr
 
 
+def test_launch_shapes_declared_together(build) -> None:  # type: ignore[no-untyped-def]
+    """Block shapes of declarations with several declarators (`dim3 grid(2, 1), block(16, 16);`,
+    `dim3 one, flat = dim3(64), pair{8, 4};`, `const int width = 32, n = width * 16, quarter =
+    n / 4;`) are found at build time: every launch of the program runs specialized code."""
+    r = run(build("shape_declarators"), env={"CPUIFY_PROFILE": "1"})
+    # (x + 1000 y) * 2 * 3 * 5 * 7; h[33] is x = 1, y = 1
+    assert lines(r) == ["mismatches 0 h[33] 210210"]
+    stderr = r.stderr.splitlines()
+    # tile: (16, 16); scale: (64), (8, 4), (128) and dim3's default (1, 1, 1)
+    assert any("tile(" in line and "(1 specialized" in line for line in stderr), r.stderr
+    assert any("scale(" in line and "(4 specialized" in line for line in stderr), r.stderr
+
+
 def test_launch_shape_specialization_off(tmp_path: Path) -> None:
     env = {**os.environ, "CPUIFY_SPECIALIZE": "0"}
     r = subprocess.run([*CPUIFY, "nvcc", f"-I{PROGRAMS}", str(PROGRAMS / "shapes.cu"), "-o", "s"],

@@ -12,11 +12,13 @@ nvcc's front end rewrites `k<<<grid, block, smem, stream>>>(args)` in the host t
     (__cudaPushCallConfiguration(grid, block, smem, stream)) ? (void)0 : k(args);
 
 This module finds those call sites and evaluates `block` when it is a constant: an integer
-expression, `dim3(...)`, or a variable declared once with a constant initializer and never
-assigned again (`dim3 threads(16, 16);`, `const int bs = 256;`).  Anything else (a value
-read from the command line, a loop variable) is skipped.  A guess can never make a
-program wrong: the runtime picks a specialized block function only when the launch's
-shape equals the one it was compiled for, and the generic one otherwise.
+expression, `dim3(...)`, or a variable with a constant initializer that is not assigned
+after its declaration (`dim3 threads(16, 16);`, `const int bs = 256;`, also several to a
+declaration: `dim3 grid(4), block(16, 16), one;`, `const int n = 4, bs = n * 32;`).  The
+declaration read is the nearest one before the launch.  Anything else (a value read from
+the command line, a loop variable) is skipped.  A guess can never make a program wrong: the
+runtime picks a specialized block function only when the launch's shape equals the one it
+was compiled for, and the generic one otherwise.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ _MAX_DEPTH = 8
 def launch_sites(host_cpp: str) -> list[tuple[str, str]]:
     """(kernel name as written, block argument text) for every `<<<...>>>` in the host
     translation; the block argument is "1" when the launch gives only a grid."""
+    return [(name, block) for name, block, _ in _launch_sites(host_cpp)]
+
+
+def _launch_sites(host_cpp: str) -> list[tuple[str, str, int]]:
+    """launch_sites with the position of each launch in the text."""
     sites = []
     pos = 0
     while True:
@@ -53,7 +60,7 @@ def launch_sites(host_cpp: str) -> list[tuple[str, str]]:
             continue
         name = m.group(1).strip().removeprefix("::")
         block = args[1] if len(args) > 1 else "1"
-        sites.append((name, block.strip()))
+        sites.append((name, block.strip(), i))
 
 
 def _balanced_args(text: str, start: int) -> tuple[list[str] | None, int]:
@@ -82,46 +89,175 @@ def _balanced_args(text: str, start: int) -> tuple[list[str] | None, int]:
     return None, n
 
 
+#: a declaration's type: dim3 or an integer type (after `static`/`const`/`constexpr`), as
+#: nvcc's front end writes it in the host translation (`unsigned int` becomes `unsigned`)
+_DECLARATION = re.compile(
+    r"(?<![\w.:>])(?:(?:static|const|constexpr|volatile|register)\s+)*"
+    r"(dim3|(?:(?:unsigned|signed|int|long|short|size_t|uint32_t|int32_t|uint64_t|int64_t)\b\s*)+)"
+    r"\s*(?:const\s+)?(?=[A-Za-z_])")
+_INTEGER_TYPE_WORDS = {"unsigned", "signed", "int", "long", "short", "size_t", "uint32_t",
+                       "int32_t", "uint64_t", "int64_t"}
+#: `((dim3)(x))`: how nvcc's front end writes `dim3(x)` with one argument
+_DIM3_CAST = re.compile(r"\(\s*\(\s*(?:::)?dim3\s*\)\s*(\(.*\))\s*\)", re.DOTALL)
+#: the longest declaration statement read (a longer one is no block-shape constant)
+_MAX_STATEMENT = 2000
+
+# one declarator: ("dim3" | "int", how it is initialized, its initializer text, its span);
+# "args": `x(a, b)` / `x{a, b}`, "expr": `x = e`, "none": no initializer
+Declarator = tuple[str, str, str, tuple[int, int]]
+
+
+def declarations(text: str) -> dict[str, list[Declarator]]:
+    """Every variable of type dim3 or an integer type declared in a declaration statement of
+    `text`, one statement possibly declaring several (`dim3 grid(4), block(16, 16);`,
+    `const int n = 4, bs = n * 32;`) -> its declarators.  Function parameters and other
+    lists that end in `)` or `{` are not declaration statements."""
+    out: dict[str, list[Declarator]] = {}
+    for m in _DECLARATION.finditer(text):
+        words = m.group(1).split()
+        if words[0] != "dim3" and not set(words) <= _INTEGER_TYPE_WORDS:
+            continue
+        kind = "dim3" if words[0] == "dim3" else "int"
+        got = _declarators(text, m.end())
+        for name, how, init, span in got or ():
+            out.setdefault(name, []).append((kind, how, init, span))
+    return out
+
+
+def _declarators(text: str, pos: int) -> list[tuple[str, str, str, tuple[int, int]]] | None:
+    """The declarators of the statement from `pos` (just after its type) to its `;`, or
+    None when it is no declaration statement."""
+    found = []
+    end = min(len(text), pos + _MAX_STATEMENT)
+    while True:
+        m = _IDENT.match(text, pos)
+        if not m or m.end() >= end:
+            return None
+        name, start, pos = m.group(0), m.start(), m.end()
+        while pos < end and text[pos].isspace():
+            pos += 1
+        c = text[pos] if pos < end else ""
+        if c in "({":
+            close = _group_end(text, pos, end)
+            if close < 0:
+                return None
+            how, init, pos = "args", text[pos + 1:close - 1], close
+        elif c == "=" and text[pos + 1:pos + 2] != "=":
+            stop = _initializer_end(text, pos + 1, end)
+            if stop < 0:
+                return None
+            how, init, pos = "expr", text[pos + 1:stop], stop
+        elif c == "[":
+            close = _group_end(text, pos, end)
+            if close < 0:
+                return None
+            how, init, pos = "array", "", close
+            stop = _initializer_end(text, pos, end)      # `= {...}` of an array
+            if stop < 0:
+                return None
+            pos = stop
+        else:
+            how, init = "none", ""
+        while pos < end and text[pos].isspace():
+            pos += 1
+        found.append((name, how, init.strip(), (start, pos)))
+        if pos < end and text[pos] == ";":
+            return found
+        if pos >= end or text[pos] != ",":
+            return None              # a function declaration or definition, a parameter list
+        pos += 1
+        while pos < end and text[pos].isspace():
+            pos += 1
+
+
+def _group_end(text: str, pos: int, end: int) -> int:
+    """The index after the bracket closing the one at `pos`; -1 past `end` or at a `;`."""
+    depth = 0
+    for i in range(pos, end):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c == ";":
+            return -1
+    return -1
+
+
+def _initializer_end(text: str, pos: int, end: int) -> int:
+    """The index of the `,` or `;` that ends the initializer from `pos`; -1 when an unmatched
+    closing bracket comes first (a default argument in a parameter list)."""
+    depth = 0
+    for i in range(pos, end):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                return -1
+            depth -= 1
+        elif c == ";":
+            return i if depth == 0 else -1
+        elif c == "," and depth == 0:
+            return i
+    return -1
+
+
 class _Evaluator:
     """Constant values of block-shape expressions, from declarations in the same file."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._declarations: dict[str, tuple[str, str] | None] = {}
+        self._all: dict[str, list[Declarator]] | None = None
+        self._assigned: dict[str, re.Pattern[str]] = {}
 
-    def shape(self, expr: str, depth: int = 0) -> Shape | None:
+    def shape(self, expr: str, depth: int = 0, at: int | None = None) -> Shape | None:
+        """The block shape `expr` (read at position `at` of the text; the end when None)
+        stands for, or None when it is no constant."""
         expr = expr.strip()
         if depth > _MAX_DEPTH or not expr:
             return None
-        m = re.fullmatch(r"(?:::)?dim3\s*[({](.*)[)}]", expr, re.DOTALL)
+        m = re.fullmatch(r"(?:::)?dim3\s*[({](.*)[)}]", expr, re.DOTALL) or \
+            re.fullmatch(r"\{(.*)\}", expr, re.DOTALL)
         if m:
-            return self._dims(m.group(1), depth)
+            return self._dims(m.group(1), depth, at)
+        m = _DIM3_CAST.fullmatch(expr)
+        if m:
+            return self.shape(m.group(1)[1:-1], depth + 1, at)
         if _IDENT.fullmatch(expr):
-            init = self._declaration(expr)
+            init = self._declaration(expr, at)
             if init is None:
                 return None
-            kind, body = init
+            kind, how, body, where = init
             if kind == "dim3":
-                return self._dims(body, depth + 1)
-            v = self.integer(body, depth + 1)
+                if how == "none":
+                    return (1, 1, 1)         # dim3's default constructor
+                if how == "args":
+                    return self._dims(body, depth + 1, where)
+                return self.shape(body, depth + 1, where)
+            v = self.integer(body, depth + 1, where) if how in ("args", "expr") else None
             return (v, 1, 1) if v is not None else None
-        v = self.integer(expr, depth)
+        v = self.integer(expr, depth, at)
         return (v, 1, 1) if v is not None else None
 
-    def _dims(self, body: str, depth: int) -> Shape | None:
+    def _dims(self, body: str, depth: int, at: int | None) -> Shape | None:
         if not body.strip():
             return (1, 1, 1)
         parts, _ = _balanced_args(body + ")", 0)
         if not parts or len(parts) > 3:
             return None
-        vals = [self.integer(p, depth + 1) for p in parts]
+        if len(parts) == 1:              # dim3(x): x may be another dim3 (a copy)
+            return self.shape(parts[0], depth + 1, at)
+        vals = [self.integer(p, depth + 1, at) for p in parts]
         if any(v is None for v in vals):
             return None
         dims = [int(v) for v in vals] + [1] * (3 - len(vals))    # type: ignore[arg-type]
         return (dims[0], dims[1], dims[2])
 
-    def integer(self, expr: str, depth: int = 0) -> int | None:
-        """The value of a constant integer expression, or None."""
+    def integer(self, expr: str, depth: int = 0, at: int | None = None) -> int | None:
+        """The value of a constant integer expression (read at position `at`), or None."""
         if depth > _MAX_DEPTH:
             return None
         expr = _INT_SUFFIX.sub(r"\1", expr.strip())
@@ -130,16 +266,16 @@ class _Evaluator:
             tree = ast.parse(expr.replace("/", "//"), mode="eval")
         except SyntaxError:
             return None
-        return self._eval(tree.body, depth)
+        return self._eval(tree.body, depth, at)
 
-    def _eval(self, node: ast.AST, depth: int) -> int | None:
+    def _eval(self, node: ast.AST, depth: int, at: int | None) -> int | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            v = self._eval(node.operand, depth)
+            v = self._eval(node.operand, depth, at)
             return None if v is None else (-v if isinstance(node.op, ast.USub) else v)
         if isinstance(node, ast.BinOp):
-            a, b = self._eval(node.left, depth), self._eval(node.right, depth)
+            a, b = self._eval(node.left, depth, at), self._eval(node.right, depth, at)
             if a is None or b is None:
                 return None
             op = node.op
@@ -157,37 +293,51 @@ class _Evaluator:
                 return a >> b
             return None
         if isinstance(node, ast.Name):
-            init = self._declaration(node.id)
-            if init is None or init[0] != "int":
+            init = self._declaration(node.id, at)
+            if init is None or init[0] != "int" or init[1] not in ("args", "expr"):
                 return None
-            return self.integer(init[1], depth + 1)
+            return self.integer(init[2], depth + 1, init[3])
         return None
 
-    def _declaration(self, name: str) -> tuple[str, str] | None:
-        """("dim3", arguments) or ("int", initializer) of the one declaration of `name`,
-        when the variable is never assigned after it; None otherwise."""
-        if name not in self._declarations:
-            self._declarations[name] = self._find_declaration(name)
-        return self._declarations[name]
-
-    def _find_declaration(self, name: str) -> tuple[str, str] | None:
-        n = re.escape(name)
-        dim3 = list(re.finditer(rf"\bdim3\s+{n}\s*(?:=\s*dim3\s*)?[({{]([^;]*?)[)}}]\s*;", self.text))
-        ints = list(re.finditer(
-            rf"\b(?:static\s+)?(?:constexpr\s+|const\s+)*(?:unsigned\s+|signed\s+)?"
-            rf"(?:int|long|short|size_t|unsigned|uint32_t|int32_t)\s+(?:const\s+)?{n}\s*=\s*([^;,]+);",
-            self.text))
-        decls = [("dim3", m) for m in dim3] + [("int", m) for m in ints]
-        if len(decls) != 1:
+    def _declaration(self, name: str, at: int | None) -> tuple[str, str, str, int] | None:
+        """(kind, how initialized, initializer, position) of the declaration of `name`
+        nearest before position `at` (`declarations`; else the file's only one), when the
+        variable is not assigned after it (up to the next declaration of the name); None
+        otherwise.  Scopes are not followed: the declaration may be another function's (a
+        wrong guess costs a compile, never a wrong result: the runtime runs specialized code
+        only for its exact shape)."""
+        if self._all is None:
+            self._all = declarations(self.text)
+        limit = len(self.text) if at is None else at
+        decls = sorted(self._all.get(name, []), key=lambda d: d[3][0])
+        before = [i for i, d in enumerate(decls) if d[3][0] < limit]
+        if before:
+            index = before[-1]
+        elif len(decls) == 1:
+            # declared only after the launch: in the function that calls the one launching
+            # (a parameter passed on), the file's only declaration of the name
+            index = 0
+        else:
             return None
-        kind, m = decls[0]
-        # any later assignment (x = ..., x.y = ..., x += ..., ++x) makes it a variable
-        assigned = re.compile(rf"(?<![\w.]){n}\s*(?:\.\s*[xyz]\s*)?(?:[-+*/%&|^]|<<|>>)?=(?!=)"
-                              rf"|(?:\+\+|--)\s*{n}\b|(?<![\w.]){n}\s*(?:\+\+|--)|&\s*{n}\b")
-        for a in assigned.finditer(self.text):
-            if not (m.start() <= a.start() < m.end()):
-                return None
-        return kind, m.group(1)
+        kind, how, init, (start, end) = decls[index]
+        if how == "array":
+            return None
+        # up to the next declaration of the name (another variable, as far as we can tell)
+        until = decls[index + 1][3][0] if index + 1 < len(decls) else len(self.text)
+        if any(not (start <= a < end) and a < until for a in self._assignments(name, start)):
+            return None
+        return kind, how, init, start
+
+    def _assignments(self, name: str, start: int) -> list[int]:
+        """Where `name` is assigned (x = ..., x.y = ..., x += ..., ++x) or its address
+        taken, from position `start` on."""
+        pattern = self._assigned.get(name)
+        if pattern is None:
+            n = re.escape(name)
+            pattern = self._assigned[name] = re.compile(
+                rf"(?<![\w.]){n}\s*(?:\.\s*[xyz]\s*)?(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+                rf"|(?:\+\+|--)\s*{n}\b|(?<![\w.]){n}\s*(?:\+\+|--)|&\s*{n}\b")
+        return [a.start() for a in pattern.finditer(self.text, start)]
 
 
 def launch_shapes(host_cpp: str) -> dict[str, set[Shape]]:
@@ -195,8 +345,8 @@ def launch_shapes(host_cpp: str) -> dict[str, set[Shape]]:
     -> the constant block shapes it is launched with."""
     ev = _Evaluator(host_cpp)
     shapes: dict[str, set[Shape]] = {}
-    for name, block in launch_sites(host_cpp):
-        shape = ev.shape(block)
+    for name, block, at in _launch_sites(host_cpp):
+        shape = ev.shape(block, at=at)
         if shape is None or min(shape) <= 0 or shape[0] * shape[1] * shape[2] > 1024:
             continue
         shapes.setdefault(base_name(name), set()).add(shape)
