@@ -243,6 +243,26 @@ def test_build_jobs_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 1 <= device.build_jobs() <= device.MAX_BUILD_JOBS
 
 
+def test_build_jobs_from_nvcc_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvcc's -t N / --threads N sets the processes; -t 0 means one per CPU (no cap);
+    CPUIFY_JOBS, when set, comes first."""
+    import os
+
+    from cpuify.nvcc import device
+    from cpuify.nvcc.driver import UsageError, parse_args
+    monkeypatch.delenv("CPUIFY_JOBS", raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    assert [parse_args(args).threads for args in (["-t", "3"], ["--threads", "5"], ["--threads=2"],
+                                                  ["-t=0"], [])] == [3, 5, 2, 0, None]
+    with pytest.raises(UsageError, match="--threads"):
+        parse_args(["-t", "many"])
+    assert device.build_jobs(3) == 3 and device.build_jobs(1) == 1
+    assert device.build_jobs(0) == cpus
+    assert device.build_jobs(64) == 64        # as asked: MAX_BUILD_JOBS caps the default only
+    monkeypatch.setenv("CPUIFY_JOBS", "1")
+    assert device.build_jobs(6) == 1 and device.build_jobs(0) == 1
+
+
 HELPER_KERNELS = r"""
 __device__ __noinline__ float helper(float v, int k) {
     for (int j = 0; j < k; j++) v = v * 0.5f + 1.0f;

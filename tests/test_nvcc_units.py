@@ -29,6 +29,12 @@ def test_parse_nvcc_command_line() -> None:
     assert any("--bogus" in w for w in o.warnings) and any("-G" in w for w in o.warnings)
     with pytest.raises(UsageError):
         parse_args(["data.bin"])
+    # -dlink next to -c or -dc: nvcc compiles relocatable device code and links none
+    for args in (["-rdc=true", "-dlink", "-c"], ["-c", "-dlink"], ["-dlink", "-dc"]):
+        o = parse_args([*args, "lib.cu"])
+        assert o.rdc and "-c" in o.flags and "-dlink" not in o.flags, args
+    o = parse_args(["-dlink", "a.o", "lib.cu"])
+    assert "-dlink" in o.flags and "-c" not in o.flags
 
 
 PTX_A = """

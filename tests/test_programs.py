@@ -292,6 +292,62 @@ def test_separate_steps_dlink_and_host_cpp(tmp_path: Path) -> None:
                for line in r.stderr.splitlines()), r.stderr
 
 
+def test_dlink_with_c_in_a_library_build(tmp_path: Path) -> None:
+    """A CMake project's separable-compilation library compiled with `-rdc=true -dlink` among
+    its compile flags next to `-c` (Altis's mandelbrot): as with nvcc, that compiles relocatable
+    device code (no device link); the executable's device link (`-shared -dlink` over its
+    objects and the library, as CMake writes it) and a g++ link then give a working program.
+    A -dlink step given a CUDA source compiles it first and writes the device-link object."""
+    src = PROGRAMS / "dlink_lib"
+    r = nvcc("-forward-unknown-to-host-compiler", "-std=c++17",
+             "--generate-code=arch=compute_75,code=[compute_75,sm_75]", "-w", "-rdc=true", "-dlink",
+             "-MD", "-MT", "weights.cu.o", "-MF", "weights.cu.o.d", "-x", "cu", "-rdc=true", "-c",
+             str(src / "weights.cu"), "-o", "weights.cu.o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "weights.cu" in (tmp_path / "weights.cu.o.d").read_text()
+    subprocess.run(["ar", "qc", "libweights.a", "weights.cu.o"], cwd=tmp_path, check=True)
+    r = nvcc("-rdc=true", "-c", str(src / "main.cu"), "-o", "main.cu.o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = nvcc("-Xcompiler=-fPIC", "-Wno-deprecated-gpu-targets", "-shared", "-dlink", "main.cu.o",
+             "-o", "device_link.o", "libweights.a", "-lcudadevrt", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    home = subprocess.run([*CPUIFY, "cuda-home"], capture_output=True, text=True, check=True).stdout.strip()
+    runtime = [f"-L{home}/lib64", "libweights.a", "-lcudart_static", "-lrt", "-lpthread", "-ldl"]
+    subprocess.run(["g++", "main.cu.o", "device_link.o", "-o", "app", *runtime], cwd=tmp_path, check=True)
+    # 2 * (3 i + 1) summed over i < 100; h[7] = 2 * 22
+    assert lines(run(tmp_path / "app")) == ["sum 29900 h[7] 44"]
+    # -dlink given the library's source: compiled as -dc first; the device-link object alone
+    r = nvcc("-dlink", "main.cu.o", str(src / "weights.cu"), "-o", "device_link2.o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    subprocess.run(["g++", "main.cu.o", "device_link2.o", "-o", "app2", *runtime], cwd=tmp_path, check=True)
+    assert lines(run(tmp_path / "app2")) == ["sum 29900 h[7] 44"]
+
+
+def test_nvcc_threads_option_reaches_the_device_build(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--threads 3` (nvcc's -t) is the process count the device build of each file gets,
+    for a -c compile and for a -dlink step; CPUIFY_JOBS set in the environment comes first."""
+    from cpuify.nvcc import device
+    from cpuify.nvcc.driver import nvcc_main
+    seen: list[int | None] = []
+    original = device.compile_device_parallel
+
+    def recording(*args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(args[4] if len(args) > 4 else kw.get("jobs"))
+        return original(*args, **kw)
+    monkeypatch.setattr(device, "compile_device_parallel", recording)
+    monkeypatch.delenv("CPUIFY_JOBS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.cu").write_text("__global__ void k(int *p) { p[threadIdx.x] = 1; }\n")
+    assert nvcc_main(["--threads", "3", "-c", "k.cu", "-o", "k.o"]) == 0
+    # (-rdc: the kernels are compiled at the device link)
+    assert nvcc_main(["-rdc=true", "-c", "k.cu", "-o", "k_rdc.o"]) == 0
+    assert nvcc_main(["-t", "2", "-dlink", "k_rdc.o", "-o", "dl.o"]) == 0
+    monkeypatch.setenv("CPUIFY_JOBS", "1")
+    assert nvcc_main(["-t", "4", "-c", "k.cu", "-o", "k2.o"]) == 0
+    assert seen == [3, 2, 1]
+
+
 def test_launch_shape_specialization(build) -> None:  # type: ignore[no-untyped-def]
     """Kernels launched with block shapes known at build time run a block function
     compiled for the shape; a shape known only at run time runs the generic one; results

@@ -193,9 +193,12 @@ def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[s
     return compiled, dict(compiled.refused)
 
 
-def build_jobs() -> int:
-    """How many processes compile one translation unit's device code: CPUIFY_JOBS, else the
-    CPUs this process may run on (at most MAX_BUILD_JOBS); 1 compiles in this process."""
+def build_jobs(threads: int | None = None) -> int:
+    """How many processes compile one translation unit's device code: CPUIFY_JOBS, else
+    `threads` (nvcc's `-t N`/`--threads N`; 0: the CPUs this process may run on), else the
+    CPUs this process may run on (at most MAX_BUILD_JOBS); 1 compiles in this process.
+    CPUIFY_JOBS comes first: it is the setting of whoever runs the build on this machine
+    (`CPUIFY_JOBS=1 make -j8`), `-t` the one written into the project's build files."""
     text = os.environ.get("CPUIFY_JOBS", "").strip()
     if text:
         try:
@@ -206,10 +209,13 @@ def build_jobs() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    if threads is not None:
+        return max(1, cpus if threads == 0 else threads)
     return max(1, min(cpus, MAX_BUILD_JOBS))
 
 
-#: The most worker processes a device build starts by default (CPUIFY_JOBS overrides).
+#: The most worker processes a device build starts by default (CPUIFY_JOBS and nvcc's -t
+#: override).
 MAX_BUILD_JOBS = 8
 
 #: A device build forks workers only from this many compiles on (the generic module counts
@@ -421,13 +427,15 @@ def specialize(compiled: CompiledModule, shapes: dict[str, list[tuple[int, int, 
 def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_hash_value: int = 0,
                         linked_ids: list[str] = (), warn=print,  # type: ignore[assignment]
                         shapes: dict[str, list[tuple[int, int, int]]] | None = None,
-                        defer: bool = False, distributed: bool = False) -> None:
+                        defer: bool = False, distributed: bool = False,
+                        jobs: int | None = None) -> None:
     """PTX -> relocatable object `out` with the kernels and their registration; `shapes`:
     block shapes to specialize kernels for (PTX entry name -> shapes).  A kernel cpuify
     cannot run raises RefusedKernels (naming the kernel, the construct and the line); with
     `defer` it is registered as refused instead and its launches fail.  `distributed`: the
-    object also carries the kernels' distribution records (nvcc/distinfo.py)."""
-    compiled, refused, variants = compile_device_parallel(ptx, source, shapes, warn)
+    object also carries the kernels' distribution records (nvcc/distinfo.py).  `jobs`: the
+    processes the compiles run in (build_jobs() when None)."""
+    compiled, refused, variants = compile_device_parallel(ptx, source, shapes, warn, jobs)
     _build_device_object(compiled, refused, ptx, out, tmp, source=source,
                          fatbin_hash_value=fatbin_hash_value, linked_ids=linked_ids, warn=warn,
                          variants=variants, defer=defer)

@@ -171,6 +171,7 @@ class Options:
     dep_phony: bool = False            # -MP
     cudart: str = "static"             # -cudart static|shared|none
     run_args: list[str] = field(default_factory=list)      # --run-args
+    threads: int | None = None         # -t/--threads: device-build processes (0: the CPUs)
 
 
 def _arch_numbers(value: str) -> list[int]:
@@ -369,7 +370,12 @@ def parse_args(argv: list[str]) -> Options:
             o.host_opts += ["--default-stream", value]   # type: ignore[list-item]
         elif canon in ("-ftz", "-prec-div", "-prec-sqrt", "-fmad"):
             o.host_opts.append(f"{canon}={value}")
-        elif canon in ("-t", "-split-compile", "-keep-dir", "-diag-suppress", "-Werror"):
+        elif canon == "-t":
+            if not (value or "").isdigit():
+                raise UsageError(f"-t/--threads {value}: expected a number of threads (0: as many as "
+                                 "there are CPUs)")
+            o.threads = int(value)     # type: ignore[arg-type]
+        elif canon in ("-split-compile", "-keep-dir", "-diag-suppress", "-Werror"):
             if canon in ("-diag-suppress", "-Werror"):
                 o.host_opts.append(f"{canon}={value}")
         elif canon == "-g":
@@ -400,6 +406,12 @@ def parse_args(argv: list[str]) -> Options:
         i += 1
     if "-dc" in o.flags:
         o.flags.add("-c")
+        o.rdc = True
+    if "-dlink" in o.flags and "-c" in o.flags:
+        # as nvcc does (nvcc -dryrun shows it): -dlink with -c or -dc compiles the sources
+        # as relocatable device code and links no device code (CMake projects pass
+        # `-rdc=true -dlink` in a library's compile flags, Altis's mandelbrot)
+        o.flags.discard("-dlink")
         o.rdc = True
     if o.ccbin is None and os.environ.get("NVCC_CCBIN"):
         o.ccbin = os.environ["NVCC_CCBIN"]
@@ -449,6 +461,12 @@ class Driver:
         o.host_opts = self._without_foreign_includes(o.host_opts)
         # --distributed: kernels carry their access maps, executables start on MPI ranks
         self.distributed = "--distributed" in o.flags
+
+    @property
+    def jobs(self) -> int:
+        """The processes one file's device code compiles in: CPUIFY_JOBS, else -t/--threads,
+        else the default (device.build_jobs)."""
+        return device.build_jobs(self.o.threads)
 
     @property
     def home(self) -> Path:
@@ -615,7 +633,7 @@ class Driver:
                                        warn=_warn, shapes=launch_shapes.kernel_shapes(
                                            self.launch_shapes(tmp), device.entry_names(ptx)),
                                        defer=device.defer_refused(self.o.flags),
-                                       distributed=self.distributed)
+                                       distributed=self.distributed, jobs=self.jobs)
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     @staticmethod
@@ -675,7 +693,7 @@ class Driver:
                                        shapes=launch_shapes.kernel_shapes(
                                            shapes, device.entry_names(ptx)),
                                        defer=device.defer_refused(self.o.flags),
-                                       distributed=self.distributed)
+                                       distributed=self.distributed, jobs=self.jobs)
             if explicit:
                 lst = os.path.join(tmp, "ids.txt")
                 Path(lst).write_text("\n".join(ids) + "\n")
@@ -686,14 +704,42 @@ class Driver:
                 shutil.copyfile(dev_o, out)
         return True
 
+    def device_link_inputs(self, tmp: str, out: str) -> list[str]:
+        """The objects of a -dlink step (without -c): the object files given, and the CUDA
+        sources compiled as relocatable device code into `tmp` first (nvcc then writes the
+        device-link object alone, not the sources' host code)."""
+        objects = []
+        for k, (path, lang) in enumerate(self.o.inputs):
+            if lang == "obj":
+                objects.append(path)
+            elif lang == "host":
+                _warn(f"cpuify nvcc: warning: {path}: a host source has no device code to link "
+                      "(-dlink); ignored")
+            else:
+                if not os.path.isfile(path):
+                    raise UsageError(f"{path}: no such file")
+                obj = os.path.join(tmp, f"{k}_{Path(path).stem}.o")
+                rdc, self.o.rdc = self.o.rdc, True
+                try:
+                    self.compile_cu(path, obj, out)
+                finally:
+                    self.o.rdc = rdc
+                objects.append(obj)
+        return objects
+
+    def library_archives(self) -> list[str]:
+        """The static libraries that -l names find in the -L directories (they may hold -dc
+        objects)."""
+        libdirs = [f[2:] for f in self.o.link_opts if f.startswith("-L")]
+        return [os.path.join(d, f"lib{f[2:]}.a") for f in self.o.link_opts if f.startswith("-l")
+                for d in libdirs if os.path.isfile(os.path.join(d, f"lib{f[2:]}.a"))]
+
     def link(self, objects: list[str], out: str) -> None:
         with tempfile.TemporaryDirectory(prefix="cpuify-link-") as tmp:
             extra = []
             dl = os.path.join(tmp, "cpuify_dlink.o")
             # static libraries named with -l may hold -dc objects too
-            libdirs = [f[2:] for f in self.o.link_opts if f.startswith("-L")]
-            archives = [os.path.join(d, f"lib{f[2:]}.a") for f in self.o.link_opts if f.startswith("-l")
-                        for d in libdirs if os.path.isfile(os.path.join(d, f"lib{f[2:]}.a"))]
+            archives = self.library_archives()
             if not self.dry and self.device_link(objects + archives, dl):
                 extra.append(dl)
             # cpuify's library directories first: -lcudart_static, -lcudart and -lcuda find
@@ -796,11 +842,11 @@ class Driver:
             raise UsageError("no input files")
         compile_only = "-c" in o.flags
         if "-dlink" in o.flags and not self.dry:
-            objs = [p for p, _ in o.inputs]
             out = o.output or "a_dlink.o"
-            if not self.device_link(objs, out, explicit=True):
-                # nothing to link: an empty object keeps Makefiles working
-                with tempfile.TemporaryDirectory() as tmp:
+            with tempfile.TemporaryDirectory(prefix="cpuify-dlink-") as tmp:
+                objs = self.device_link_inputs(tmp, out)
+                if not self.device_link(objs + self.library_archives(), out, explicit=True):
+                    # nothing to link: an empty object keeps Makefiles working
                     c = os.path.join(tmp, "empty.c")
                     Path(c).write_text("static int cpuify_empty_dlink;\n")
                     self.run([self.host_cc(), "-c", c, "-o", out], "device link")
@@ -900,13 +946,16 @@ libcudart and need neither a GPU nor Python.
 
 inputs: .cu (or any file after -x cu), .c/.cpp (host compiler), .o/.a/.so (linked)
 modes:  (none) build an executable (-o, default a.out; --run [--run-args a,b] runs it) |
-        -c objects | -dc / -rdc=true -c relocatable device code | -dlink device-link object |
+        -c objects | -dc / -rdc=true -c relocatable device code | -dlink device-link object
+        (.cu inputs compiled -dc first; with -c or -dc, -dlink does nothing, as with nvcc) |
         -lib static library | -ptx / -E / -M / -MM / -cuda front-end only (done by nvcc)
 options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (comma list)
         -Xlinker -ccbin/--compiler-bindir -arch/-code/-gencode (pick the PTX target,
         >= compute_75) --use_fast_math -rdc -MD/-MMD/-MF/-MT/-MP -shared -cudart
         static|shared|none --expt-relaxed-constexpr --extended-lambda --default-stream
         @file / --options-file/-optf file (response files) -v (commands, as nvcc -v);
+        -t N / --threads N: processes compiling one file's kernels (0: one per CPU;
+        CPUIFY_JOBS, when set, comes first);
         -G, -lineinfo, -Xptxas, --ptxas-options, -maxrregcount, --resource-usage are
         accepted (no effect on the CPU; a warning where a GPU build would differ);
         -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
