@@ -127,6 +127,20 @@ def test_templates_functors_structs(build) -> None:  # type: ignore[no-untyped-d
     ]
 
 
+def test_launch_configuration_limits(build) -> None:  # type: ignore[no-untyped-def]
+    """Each of CUDA's launch limits (threads per block, each block dimension, grid y/z,
+    zero dimensions) gives the launch-configuration error of the CUDA version the program is
+    built against (BAD_LAUNCH), through <<<>>> and cudaLaunchKernel, not sticky; a launch at
+    the limits runs."""
+    out = lines(run(build("launch_limits")))
+    cases = ["block 4096", "block x 1025", "block y 1025", "block z 65", "block 32x32x2",
+             "block x 0", "grid y 65536", "grid z 65536", "grid x 0", "grid x 2^31"]
+    assert out == [f"{c}: {BAD_LAUNCH} {BAD_LAUNCH} then cudaSuccess" for c in cases] + [
+        f"cudaLaunchKernel block z 65: {BAD_LAUNCH}, last {BAD_LAUNCH}",
+        f"good launch counted {2 * 65535 * 64}",       # and none of the refused ones ran
+    ]
+
+
 def test_launch_api_attributes_occupancy(build) -> None:  # type: ignore[no-untyped-def]
     out = lines(run(build("launch_api")))
     assert out == [
