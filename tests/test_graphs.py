@@ -222,3 +222,24 @@ def test_debug_dot_print_parses(explicit_run: tuple[list[str], str]) -> None:
     # the child node points at the child graph's root
     dotted = [(s, d) for s, d, a in edges if a.get("style") == "dotted"]
     assert dotted == [(by_label["1 CHILD_GRAPH"], by_label["0 KERNEL"])]
+
+
+def test_cuda12_edge_functions_build_next_to_cuda13(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """CUDA 12's graph-edge calls without edge data (cudaGraphAddDependencies with four
+    arguments, as Altis's particlefilter_float has them; the dependency queries, removal,
+    cudaGraphAddNode, cudaStreamGetCaptureInfo/UpdateCaptureDependencies) build against CUDA
+    13's headers through the legacy layer, in the same file as CUDA 13's spellings, and mean
+    the same; without the layer they are CUDA 13's compile errors."""
+    out = run(build(tmp_path, "graph_cuda12_edges")).stdout.splitlines()
+    assert out == [
+        # 0->1 (12), 1->2 (13), 2->3 and 0->3 (12, arrays); 3 depends on 2 and 0
+        "edges 4, into the last 2 (1 1), out of the first 2",
+        "after removing one: 3",
+        "graph ran 1234",                # memset to 0, then the chain appends 1, 2, 3, 4
+        "capture status 1 frontier 1",   # cudaStreamCaptureStatusActive, the first append
+        "captured ran 123456",
+    ]
+    from test_runtime_api_programs import PROGRAMS, nvcc
+    r = nvcc("--cpuify-no-legacy", f"-I{PROGRAMS}", str(PROGRAMS / "graph_cuda12_edges.cu"), "-o",
+             str(tmp_path / "off"), cwd=tmp_path)
+    assert r.returncode != 0 and "too few arguments" in r.stderr

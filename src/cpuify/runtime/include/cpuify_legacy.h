@@ -1,5 +1,6 @@
-/* cpuify: the CUDA runtime functions of CUDA <= 12 that CUDA 13 removed, for the many
- * published programs written against older CUDA (cudaThreadSynchronize, ...).
+/* cpuify: the CUDA runtime functions of CUDA <= 12 that CUDA 13 removed or changed, for the
+ * many published programs written against older CUDA (cudaThreadSynchronize, ..., and
+ * CUDA 12's spellings of the graph-edge functions).
  *
  * `cpuify nvcc` pre-includes this header (after cuda_runtime.h, as nvcc does with -include);
  * `--cpuify-no-legacy` or CPUIFY_LEGACY=0 turns it off.  cpuify's runtime (runtime/cudart.c)
@@ -50,6 +51,57 @@ static inline __host__ cudaError_t cudaMemAdvise(const void *devPtr, size_t coun
                                                  enum cudaMemoryAdvise advice, int device) {
     return cudaMemAdvise(devPtr, count, advice, cpuify_legacy_location(device));
 }
+
+#if CUDART_VERSION >= 13000
+/* CUDA 13 gave the graph-edge functions an edge-data argument (CUDA 12.3's _v2 forms became
+ * the only ones): these C++ overloads take CUDA 12's arguments, edges without data, as
+ * NVIDIA's cuda_runtime.h keeps CUDA 11's cudaGraphInstantiate.  Each has a different number
+ * of parameters from the CUDA 13 function, so a call resolves to one of the two. */
+static inline __host__ cudaError_t cudaGraphAddDependencies(cudaGraph_t graph,
+        const cudaGraphNode_t *from, const cudaGraphNode_t *to, size_t numDependencies) {
+    return cudaGraphAddDependencies(graph, from, to, (const cudaGraphEdgeData *)0, numDependencies);
+}
+static inline __host__ cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph,
+        const cudaGraphNode_t *from, const cudaGraphNode_t *to, size_t numDependencies) {
+    return cudaGraphRemoveDependencies(graph, from, to, (const cudaGraphEdgeData *)0,
+                                       numDependencies);
+}
+static inline __host__ cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from,
+                                                     cudaGraphNode_t *to, size_t *numEdges) {
+    return cudaGraphGetEdges(graph, from, to, (cudaGraphEdgeData *)0, numEdges);
+}
+static inline __host__ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node,
+        cudaGraphNode_t *pDependencies, size_t *pNumDependencies) {
+    return cudaGraphNodeGetDependencies(node, pDependencies, (cudaGraphEdgeData *)0,
+                                        pNumDependencies);
+}
+static inline __host__ cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node,
+        cudaGraphNode_t *pDependentNodes, size_t *pNumDependentNodes) {
+    return cudaGraphNodeGetDependentNodes(node, pDependentNodes, (cudaGraphEdgeData *)0,
+                                          pNumDependentNodes);
+}
+static inline __host__ cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+        const cudaGraphNode_t *pDependencies, size_t numDependencies,
+        struct cudaGraphNodeParams *nodeParams) {
+    return cudaGraphAddNode(pGraphNode, graph, pDependencies, (const cudaGraphEdgeData *)0,
+                            numDependencies, nodeParams);
+}
+/* CUDA 12's six arguments (the count of dependencies last, no edge data); fewer arguments
+ * mean the same in both */
+static inline __host__ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
+        enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out,
+        cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
+        size_t *numDependencies_out) {
+    return cudaStreamGetCaptureInfo(stream, captureStatus_out, id_out, graph_out,
+                                    dependencies_out, (const cudaGraphEdgeData **)0,
+                                    numDependencies_out);
+}
+static inline __host__ cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream,
+        cudaGraphNode_t *dependencies, size_t numDependencies, unsigned int flags = 0) {
+    return cudaStreamUpdateCaptureDependencies(stream, dependencies, (const cudaGraphEdgeData *)0,
+                                               numDependencies, flags);
+}
+#endif
 #endif
 
 #endif /* CPUIFY_LEGACY_H */
