@@ -24,6 +24,7 @@ was compiled for, and the generic one otherwise.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import shutil
 import subprocess
@@ -110,7 +111,7 @@ Declarator = tuple[str, str, str, tuple[int, int]]
 def declarations(text: str) -> dict[str, list[Declarator]]:
     """Every variable of type dim3 or an integer type declared in a declaration statement of
     `text`, one statement possibly declaring several (`dim3 grid(4), block(16, 16);`,
-    `const int n = 4, bs = n * 32;`) -> its declarators.  Function parameters and other
+    `const int n = 4, bs = n * 32;`) -> its declarators, in text order.  Function parameters and other
     lists that end in `)` or `{` are not declaration statements."""
     out: dict[str, list[Declarator]] = {}
     for m in _DECLARATION.finditer(text):
@@ -121,6 +122,8 @@ def declarations(text: str) -> dict[str, list[Declarator]]:
         got = _declarators(text, m.end())
         for name, how, init, span in got or ():
             out.setdefault(name, []).append((kind, how, init, span))
+    for decls in out.values():
+        decls.sort(key=lambda d: d[3][0])
     return out
 
 
@@ -211,7 +214,7 @@ class _Evaluator:
     def __init__(self, text: str) -> None:
         self.text = text
         self._all: dict[str, list[Declarator]] | None = None
-        self._assigned: dict[str, re.Pattern[str]] = {}
+        self._checked: dict[tuple[str, int], tuple[str, str, str, int] | None] = {}
 
     def shape(self, expr: str, depth: int = 0, at: int | None = None) -> Shape | None:
         """The block shape `expr` (read at position `at` of the text; the end when None)
@@ -307,37 +310,36 @@ class _Evaluator:
         wrong guess costs a compile, never a wrong result: the runtime runs specialized code
         only for its exact shape)."""
         if self._all is None:
-            self._all = declarations(self.text)
+            self._all = declarations(self.text)     # (in text order)
+        decls = self._all.get(name, [])
         limit = len(self.text) if at is None else at
-        decls = sorted(self._all.get(name, []), key=lambda d: d[3][0])
-        before = [i for i, d in enumerate(decls) if d[3][0] < limit]
-        if before:
-            index = before[-1]
-        elif len(decls) == 1:
+        index = bisect.bisect_left([d[3][0] for d in decls], limit) - 1
+        if index < 0:
+            if len(decls) != 1:
+                return None
             # declared only after the launch: in the function that calls the one launching
             # (a parameter passed on), the file's only declaration of the name
             index = 0
-        else:
-            return None
+        key = (name, index)
+        if key not in self._checked:
+            self._checked[key] = self._unassigned(name, decls, index)
+        return self._checked[key]
+
+    def _unassigned(self, name: str, decls: list[Declarator], index: int
+                    ) -> tuple[str, str, str, int] | None:
+        """decls[index] as _declaration gives it, or None when it is an array or the name is
+        assigned (x = ..., x.y = ..., x += ..., ++x) or its address taken after it, up to
+        the next declaration of the name (another variable, as far as we can tell)."""
         kind, how, init, (start, end) = decls[index]
         if how == "array":
             return None
-        # up to the next declaration of the name (another variable, as far as we can tell)
         until = decls[index + 1][3][0] if index + 1 < len(decls) else len(self.text)
-        if any(not (start <= a < end) and a < until for a in self._assignments(name, start)):
+        n = re.escape(name)
+        assigned = re.compile(rf"(?<![\w.]){n}\s*(?:\.\s*[xyz]\s*)?(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+                              rf"|(?:\+\+|--)\s*{n}\b|(?<![\w.]){n}\s*(?:\+\+|--)|&\s*{n}\b")
+        if any(not (start <= a.start() < end) for a in assigned.finditer(self.text, start, until)):
             return None
         return kind, how, init, start
-
-    def _assignments(self, name: str, start: int) -> list[int]:
-        """Where `name` is assigned (x = ..., x.y = ..., x += ..., ++x) or its address
-        taken, from position `start` on."""
-        pattern = self._assigned.get(name)
-        if pattern is None:
-            n = re.escape(name)
-            pattern = self._assigned[name] = re.compile(
-                rf"(?<![\w.]){n}\s*(?:\.\s*[xyz]\s*)?(?:[-+*/%&|^]|<<|>>)?=(?!=)"
-                rf"|(?:\+\+|--)\s*{n}\b|(?<![\w.]){n}\s*(?:\+\+|--)|&\s*{n}\b")
-        return [a.start() for a in pattern.finditer(self.text, start)]
 
 
 def launch_shapes(host_cpp: str) -> dict[str, set[Shape]]:
