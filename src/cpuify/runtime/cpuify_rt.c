@@ -979,6 +979,13 @@ static void fiber_start_at_entry(fiber_set *fs, fiber_t *f) {
 #endif
 }
 
+/* Whether time `t` is more than `span` after `last`.  `last` may be later than `t`: another
+ * runner notes progress between our reading the clock and reading its note (t - last would
+ * wrap around to centuries and fail a launch that is going on: seen under load). */
+static inline int later_by(uint64_t t, uint64_t last, uint64_t span) {
+    return t > last && t - last > span;
+}
+
 static void note_progress(void) {
     atomic_store_explicit(&P.progress_ns, now_ns(), memory_order_relaxed);
 }
@@ -1179,8 +1186,8 @@ static void fiber_blocks(runner_t *r) {
             atomic_fetch_add(&P.stalled, 1);
             note_progress();
         } else if (atomic_load(&P.stalled) >= atomic_load(&P.fiber_workers) &&
-                   t - atomic_load_explicit(&P.progress_ns, memory_order_relaxed) >
-                       g_deadlock_ns) {
+                   later_by(t, atomic_load_explicit(&P.progress_ns, memory_order_relaxed),
+                            g_deadlock_ns)) {
             fail_deadlock(fs, id);
             goto out;
         }
