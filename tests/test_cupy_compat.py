@@ -8,6 +8,7 @@ import gc
 import io
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -345,6 +346,14 @@ def test_argument_misuse_raises_documented_errors():
         with pytest.raises(exc, match="kernel 'f'.*" + pattern) as e:
             k(grid, block, good, shared_mem=shared)
         assert isinstance(e.value, cpuify.CpuifyError)
+        # what cuLaunchKernel refuses is CuPy's driver error, CUDA_ERROR_INVALID_VALUE
+        refused_by_the_driver = re.search("grid dimension|block dimension|exceed", pattern) is not None
+        assert isinstance(e.value, cpuify.CUDADriverError) == refused_by_the_driver, pattern
+        if refused_by_the_driver:
+            assert e.value.status == 1 and str(e.value).startswith("CUDA_ERROR_INVALID_VALUE")
+            assert isinstance(e.value, cpuify.LaunchConfigError)
+            again = pickle.loads(pickle.dumps(e.value))
+            assert type(again) is cpuify.LaunchConfigError and str(again) == str(e.value)
     k((1,), (4,), good)                                    # and the kernel still runs
     np.testing.assert_array_equal(y, [4, 4, 4, 4])
     with pytest.raises(TypeError, match="max_dynamic_shared_size_bytes must be an int"):

@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 from cpuify.errors import (  # noqa: E402
     ArgumentError, ArgumentOverflowError, ArgumentValueError, CompileError, CompileException,
     CpuifyError, CUDADriverError, DeadlockError, IllegalAddressError, IRError, KernelFailure, LaunchError,
-    LaunchTimeoutError, ModuleFileNotFoundError,
+    LaunchConfigError, LaunchTimeoutError, ModuleFileNotFoundError,
     PTXError, SymbolNotFoundError, UnsupportedError,
 )
 
@@ -30,7 +30,7 @@ __all__ = ["RawModule", "RawKernel", "Function", "ElementwiseKernel", "Reduction
            "TextureObject", "SurfaceObject", "CompileError", "CompileException", "CpuifyError",
            "CUDADriverError", "SymbolNotFoundError", "ModuleFileNotFoundError", "KernelFailure",
            "IllegalAddressError", "LaunchTimeoutError", "DeadlockError",
-           "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "IRError",
+           "ArgumentError", "ArgumentValueError", "ArgumentOverflowError", "LaunchConfigError", "IRError",
            "LaunchError", "PTXError", "UnsupportedError", "__version__"]
 
 

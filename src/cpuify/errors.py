@@ -221,6 +221,19 @@ class ArgumentOverflowError(ArgumentValueError, OverflowError):
     """A number too large for its parameter type (`10**400` for a float)."""
 
 
+class LaunchConfigError(CUDADriverError, ArgumentValueError):
+    """A launch configuration CUDA refuses (a block over 1024 threads or over a dimension's
+    limit, a grid dimension over its limit, a zero dimension, a block other than the kernel's
+    `.reqntid`): what CuPy raises for it, a `CUDADriverError` with CUDA_ERROR_INVALID_VALUE
+    (cuLaunchKernel's status), and an `ArgumentValueError` (a `ValueError`), as before."""
+
+    def __init__(self, detail: str = "") -> None:
+        CUDADriverError.__init__(self, 1, detail)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.detail,))
+
+
 class SpecializationWarning(RuntimeWarning):
     """Compiling a kernel for one block shape failed; the launch runs the generic code,
     which is always correct, only slower.  Please report it with the kernel source."""

@@ -34,7 +34,7 @@ from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, dynamic_smem_offset
 from cpuify.compiler import CompiledModule, compile_cuda, compile_ptx_cached
 from cpuify.errors import (
-    ArgumentError, ArgumentValueError, CompileError, CompileException, CUDADriverError,
+    ArgumentError, ArgumentValueError, LaunchConfigError, CompileError, CompileException, CUDADriverError,
     DeadlockError, IllegalAddressError, KernelFailure, LaunchTimeoutError, ModuleFileNotFoundError,
     SymbolNotFoundError, UnsupportedError,
 )
@@ -566,23 +566,23 @@ class Function:
         name = self.name
         for k in range(3):
             if not 1 <= bl[k] <= MAX_BLOCK_DIM[k]:
-                raise ArgumentValueError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
-                                 f"range 1..{MAX_BLOCK_DIM[k]} (cudaErrorInvalidConfiguration)")
+                raise LaunchConfigError(f"kernel '{name}': block dimension {'xyz'[k]} = {bl[k]} is out of "
+                                 f"range 1..{MAX_BLOCK_DIM[k]}")
             if not 1 <= g[k] <= MAX_GRID_DIM[k]:
-                raise ArgumentValueError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
-                                 f"range 1..{MAX_GRID_DIM[k]} (cudaErrorInvalidConfiguration)")
+                raise LaunchConfigError(f"kernel '{name}': grid dimension {'xyz'[k]} = {g[k]} is out of "
+                                 f"range 1..{MAX_GRID_DIM[k]}")
         req = self.info.directives.get("reqntid")
         if req and tuple(req) + (1,) * (3 - len(req)) != bl:
-            raise ArgumentValueError(f"kernel '{name}' requires a block of exactly "
+            raise LaunchConfigError(f"kernel '{name}' requires a block of exactly "
                              f"{tuple(req) + (1,) * (3 - len(req))} threads (__launch_bounds__/"
-                             f".reqntid), got {bl} (cudaErrorInvalidConfiguration)")
+                             f".reqntid), got {bl}")
         if nthreads > self.max_threads_per_block:
-            raise ArgumentValueError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
-                             f"{self.max_threads_per_block} (cudaErrorInvalidConfiguration)")
+            raise LaunchConfigError(f"kernel '{name}': {nthreads} threads per block exceeds the limit of "
+                             f"{self.max_threads_per_block}")
         if shared_mem < 0:
             raise ArgumentValueError(f"kernel '{name}': shared_mem must be >= 0, got {shared_mem}")
         if shared_mem > self.max_dynamic_shared_size_bytes:
-            raise ArgumentValueError(
+            raise LaunchConfigError(
                 f"kernel '{name}': {shared_mem} bytes of dynamic shared memory exceed the limit of "
                 f"{self.max_dynamic_shared_size_bytes} bytes; raise it with "
                 f"fn.max_dynamic_shared_size_bytes = N (up to {MAX_SHARED_OPTIN - self.info.shared_static}), "
