@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cpuify.cache import cache_enabled, run_tool
 from cpuify.errors import CpuifyError
-from cpuify.nvcc import device, headers, launch_shapes, legacy_texture
+from cpuify.nvcc import device, headers, launch_shapes, legacy_source, legacy_texture
 from cpuify.nvcc.cuda_home import (RUNTIME_LINK_LIBS, cuda_home, is_foreign_cuda_include,
                                    library_dirs, verbose_environment)
 from cpuify.nvcc.mathlibs import NAMES as MATH_LIBRARIES
@@ -507,20 +507,26 @@ class Driver:
             words = [cmd[0]] + [_shell_word(a, b) for b, a in itertools.pairwise(cmd)]
             print("#$ " + " ".join(words), file=sys.stderr)
 
-    def run(self, cmd: list[str], what: str, *, quiet: bool = False) -> None:
+    def run(self, cmd: list[str], what: str, *, quiet: bool = False,
+            rewritten: legacy_source.Rewritten | None = None) -> None:
+        """Runs a tool, its output passed on (with `rewritten`: the copies' paths in it
+        replaced by the originals')."""
         self.log(cmd)
         if self.dry:
             return
         proc = run_tool(cmd, env=self.env)
-        if proc.stdout and not quiet:
-            sys.stdout.write(proc.stdout)
+        out, err = proc.stdout, proc.stderr
+        if rewritten:
+            out, err = legacy_source.restore_names(out, rewritten), legacy_source.restore_names(err, rewritten)
+        if out and not quiet:
+            sys.stdout.write(out)
         if proc.returncode != 0:
-            sys.stderr.write(proc.stderr)
+            sys.stderr.write(err)
             raise CompileFailed(f"{what} failed")
-        if proc.stderr:
-            sys.stderr.write(proc.stderr)
+        if err:
+            sys.stderr.write(err)
 
-    def nvcc_base(self) -> list[str]:
+    def nvcc_base(self, rewritten: legacy_source.Rewritten | None = None) -> list[str]:
         cmd = [self.tk.nvcc, "-arch", f"compute_{self.arch}", "-code", f"compute_{self.arch}"]
         if self.o.ccbin:
             cmd += ["-ccbin", self.o.ccbin]
@@ -530,6 +536,8 @@ class Driver:
         host_opts = self.o.host_opts
         if legacy:
             host_opts = [self.legacy_standard(opt) for opt in host_opts]
+        if rewritten:
+            host_opts = rewritten.include_options(host_opts) + rewritten.options
         return cmd + host_opts
 
     def legacy_standard(self, opt: str) -> str:
@@ -592,17 +600,26 @@ class Driver:
             host_o = os.path.join(tmp, "host.o")
             mode = "-dc" if self.o.rdc else "-c"
             compat = legacy_texture.pre_include(src, self.o.host_opts)
+            rewritten = self.legacy_rewrite(src, tmp)
+            deps = self.dependency_opts(dep_target)
             # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
-            self.run(self.nvcc_base() + compat + self.dependency_opts(dep_target)
-                     + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp, src, "-o", host_o],
-                     f"nvcc ({src})")
+            self.run(self.nvcc_base(rewritten) + compat + deps
+                     + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp,
+                        rewritten.source if rewritten else src, "-o", host_o],
+                     f"nvcc ({src})", rewritten=rewritten)
+            if rewritten and deps and not self.dry:
+                dep_file = Path(deps[deps.index("-MF") + 1])
+                dep_file.write_text(legacy_source.restore_names(dep_file.read_text(), rewritten))
             if self.dry:
                 print(f"# cpuify: the kernels of {src} (PTX, compute_{self.arch}) to native code",
                       file=sys.stderr)
                 self.run(["ld", "-r", host_o, os.path.join(tmp, "device.o"), "-o", out],
                          "combining host and device objects")
                 return
-            self.dependencies |= preprocessed_files(tmp)
+            read = preprocessed_files(tmp)
+            if rewritten:
+                read = {rewritten.originals.get(f, f) for f in read}
+            self.dependencies |= read
             stem = Path(src).name
             stem = stem[:-len(Path(src).suffix)] if Path(src).suffix else stem
             ptx_files = [p for p in Path(tmp).glob("*.ptx")]
@@ -635,6 +652,17 @@ class Driver:
                                        defer=device.defer_refused(self.o.flags),
                                        distributed=self.distributed, jobs=self.jobs)
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
+
+    def legacy_rewrite(self, src: str, tmp: str) -> legacy_source.Rewritten | None:
+        """Copies of `src` and its headers with the legacy spellings nvcc 13 rejects rewritten
+        (nvcc/legacy_source.py), under `tmp`; None without the legacy layer or such code."""
+        if not headers.legacy_enabled(self.o.flags):
+            return None
+        rewritten = legacy_source.prepare(src, self.o.host_opts, tmp)
+        if rewritten and self.verbose:
+            print(f"# cpuify: legacy CUDA rewritten in copies of: "
+                  f"{', '.join(sorted(set(rewritten.originals.values())))}", file=sys.stderr)
+        return rewritten
 
     @staticmethod
     def launch_shapes(tmp: str) -> dict[str, list[tuple[int, int, int]]]:
@@ -829,14 +857,19 @@ class Driver:
                 if o.dep_file and not o.output:
                     extra += ["-o", o.dep_file]
             for path, _ in o.inputs:
-                compat = legacy_texture.pre_include(path, o.host_opts) \
-                    if "-ptx" in extra or "-E" in extra else []
+                compiles = "-ptx" in extra or "-E" in extra
+                compat = legacy_texture.pre_include(path, o.host_opts) if compiles else []
                 # -ptx of relocatable device code keeps extern __device__ declarations
                 rdc = ["-rdc=true"] if o.rdc and "-ptx" in extra else []
-                cmd = self.nvcc_base() + compat + extra + rdc + [path]
-                if o.output:
-                    cmd += ["-o", o.output]
-                self.run(cmd, "nvcc")
+                with tempfile.TemporaryDirectory(prefix="cpuify-front-") as tmp:
+                    rewritten = self.legacy_rewrite(path, tmp) if compiles else None
+                    cmd = self.nvcc_base(rewritten) + compat + extra + rdc
+                    cmd.append(rewritten.source if rewritten else path)
+                    if o.output:
+                        cmd += ["-o", o.output]
+                    elif rewritten and "-ptx" in extra:     # named after the source, here
+                        cmd += ["-o", os.path.join(o.odir or ".", Path(path).stem + ".ptx")]
+                    self.run(cmd, "nvcc", rewritten=rewritten)
             return 0
         if not o.inputs:
             raise UsageError("no input files")

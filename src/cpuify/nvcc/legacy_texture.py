@@ -10,37 +10,17 @@ import os
 import re
 from pathlib import Path
 
+from cpuify.nvcc.legacy_source import project_files
+
 HEADER = Path(__file__).resolve().parent.parent / "runtime" / "include" / "cpuify_texture_compat.h"
 
 _USES = re.compile(r"\btexture\s*<|\bcuda(?:Bind|Unbind)Texture\w*\s*\(")
-_INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.M)
 
 
 def uses_texture_references(src: str, include_dirs: list[str], *, limit: int = 200) -> bool:
-    """Whether `src` or a file it includes declares or binds texture references: quoted
-    includes are looked up next to the including file and in `include_dirs`, angle-bracket
-    ones in `include_dirs` only (never the system's or the toolkit's headers)."""
-    seen: set[str] = set()
-    todo = [os.path.abspath(src)]
-    while todo and len(seen) < limit:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            text = Path(path).read_text(errors="replace")
-        except OSError:
-            continue
-        if _USES.search(text):
-            return True
-        for quoted, angled in _INCLUDE.findall(text):
-            name = quoted or angled
-            for d in ([os.path.dirname(path)] if quoted else []) + include_dirs:
-                cand = os.path.join(d, name)
-                if os.path.isfile(cand):
-                    todo.append(os.path.abspath(cand))
-                    break
-    return False
+    """Whether `src` or a file it includes from its own directories (`project_files`) declares
+    or binds texture references."""
+    return any(_USES.search(text) for _, text in project_files(src, include_dirs, limit=limit))
 
 
 def pre_include(src: str, host_opts: list[str]) -> list[str]:

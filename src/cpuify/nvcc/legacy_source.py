@@ -1,0 +1,145 @@
+"""Legacy CUDA spellings that nvcc 13's front end rejects but early nvcc accepted, rewritten
+in copies of the files that hold them (the legacy CUDA layer; `--cpuify-no-legacy` or
+CPUIFY_LEGACY=0 turns it off).
+
+One spelling so far: `__global__` combined with `__device__` or `__host__` (CUDA 1.x/2.x code,
+e.g. `__global__ __device__ void render(...)`; nvcc 13: "illegal combination of memory
+qualifiers").  Early nvcc compiled such a function as a kernel, and so does the rewrite: the
+extra qualifier is dropped.
+
+The files of the program's own directories that a translation unit reads (`project_files`:
+the source and the headers it includes from next to itself or from its `-I` directories, never
+the system's or the toolkit's) are scanned; those that hold the spelling are copied, rewritten,
+into a directory of the build's own, the source at the top with its includes' relative paths,
+each starting with `#line 1 "<the original file>"` so that diagnostics, `__FILE__` and the
+PTX's line table name the original.  The copy of the source is compiled in its place, with
+`-iquote` of the original directories so that its quoted includes of files that were not
+copied find the originals, as they would have next to the source."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)', re.M)
+
+#: `__global__` next to `__device__`/`__host__` (either order, any whitespace between)
+_GLOBAL_WITH = re.compile(r"\b__global__(\s+)__(?:device|host)__\b|\b__(?:device|host)__(\s+)(?=__global__\b)")
+
+
+def project_files(src: str, include_dirs: list[str], *, limit: int = 200) -> Iterator[tuple[str, str]]:
+    """(absolute path, text) of `src` and of the files it includes from its own directories:
+    quoted includes looked up next to the including file and in `include_dirs`, angle-bracket
+    ones in `include_dirs` only (never the system's or the toolkit's headers); at most `limit`
+    files, each once.  Unreadable files are skipped."""
+    seen: set[str] = set()
+    todo = [os.path.abspath(src)]
+    while todo and len(seen) < limit:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        yield path, text
+        for quoted, angled in _INCLUDE.findall(text):
+            name = quoted or angled
+            for d in ([os.path.dirname(path)] if quoted else []) + include_dirs:
+                cand = os.path.join(d, name)
+                if os.path.isfile(cand):
+                    todo.append(os.path.abspath(cand))
+                    break
+
+
+def rewrite(text: str) -> str | None:
+    """`text` with the legacy spellings rewritten, None when it has none."""
+    out = text
+    while True:      # (`__host__ __device__ __global__`: one qualifier per round)
+        step = _GLOBAL_WITH.sub(_drop_qualifier, out)
+        if step == out:
+            return out if out != text else None
+        out = step
+
+
+def _drop_qualifier(m: re.Match[str]) -> str:
+    """The match without its `__device__`/`__host__`, keeping its line breaks (diagnostics
+    and the PTX's line table keep the original line numbers)."""
+    space = m.group(1) if m.group(1) is not None else m.group(2)
+    return ("__global__" if m.group(1) is not None else "") + "\n" * space.count("\n")
+
+
+@dataclass
+class Rewritten:
+    """What compiling the rewritten copies takes: the file to compile in place of the source,
+    options to add, the `-I` options to put a mirror directory in front of, and each copy's
+    original (to name it in dependency files)."""
+    source: str
+    options: list[str] = field(default_factory=list)
+    mirrors: dict[str, str] = field(default_factory=dict)
+    originals: dict[str, str] = field(default_factory=dict)
+
+    def include_options(self, host_opts: list[str]) -> list[str]:
+        """`host_opts` with `-I<mirror>` in front of each `-I<dir>` whose files were copied:
+        an angle-bracket include (or a quoted one not next to its includer) finds the copy
+        where it found the original."""
+        out: list[str] = []
+        for opt in host_opts:
+            if opt in self.mirrors:
+                out.append(f"-I{self.mirrors[opt]}")
+            out.append(opt)
+        return out
+
+
+def prepare(src: str, host_opts: list[str], workdir: str) -> Rewritten | None:
+    """Rewritten copies of `src` and of its project files that need them, under `workdir`;
+    None when none needs it (the source is compiled as it is).  A copy goes where its
+    includer's copy looks first (next to the source's copy, by its path relative to the
+    source) and into a mirror of each `-I` directory it is under."""
+    include_opts = [o for o in host_opts if o.startswith("-I") and len(o) > 2]
+    include_dirs = [o[2:] for o in include_opts]
+    main = os.path.abspath(src)
+    root = os.path.dirname(main)
+    changed = {path: new for path, text in project_files(src, include_dirs)
+               if (new := rewrite(text)) is not None}
+    if not changed:
+        return None
+    top = os.path.join(workdir, "legacy-src")
+    result = Rewritten(os.path.join(top, "src", os.path.basename(main)))
+
+    def put(copy: str, original: str) -> None:
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        text = changed.get(original)
+        if text is None:
+            text = Path(original).read_text(errors="replace")
+        Path(copy).write_text(f'#line 1 "{_c_string(original)}"\n' + text)
+        result.originals[copy] = original
+
+    put(result.source, main)
+    for path in sorted(p for p in changed if p != main):
+        rel = os.path.relpath(path, root)
+        if not rel.startswith(os.pardir):
+            put(os.path.join(top, "src", rel), path)
+        for k, (opt, d) in enumerate(zip(include_opts, include_dirs)):
+            rel = os.path.relpath(path, os.path.abspath(d))
+            if not rel.startswith(os.pardir):
+                result.mirrors.setdefault(opt, os.path.join(top, f"I{k}"))
+                put(os.path.join(result.mirrors[opt], rel), path)
+    for d in sorted({os.path.dirname(p) for p in result.originals.values()}):
+        result.options += ["-Xcompiler", "-iquote", "-Xcompiler", d]
+    return result
+
+
+def _c_string(path: str) -> str:
+    return path.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def restore_names(text: str, rewritten: Rewritten) -> str:
+    """`text` (a dependency file, a message) with each copy's path replaced by its original."""
+    for copy, original in rewritten.originals.items():
+        text = text.replace(copy, original)
+    return text

@@ -1,0 +1,127 @@
+"""Legacy CUDA spellings nvcc 13 rejects, rewritten in copies (nvcc/legacy_source.py):
+`__global__` with `__device__`/`__host__`, in the source and in headers reached by quoted
+includes (next to the includer, in a subdirectory) and angle-bracket ones (through -I)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cpuify.nvcc import legacy_source
+
+CPUIFY = [sys.executable, "-m", "cpuify.cli.main"]
+
+
+def test_rewrite_drops_the_extra_qualifier_in_every_order():
+    assert legacy_source.rewrite("__global__ __device__ void f();") == "__global__ void f();"
+    assert legacy_source.rewrite("__device__  __global__ void f();") == "__global__ void f();"
+    # line breaks stay (diagnostics keep the original line numbers)
+    assert legacy_source.rewrite("__global__\n__host__ void f();") == "__global__\n void f();"
+    assert legacy_source.rewrite("__device__\n\n__global__ void f();") == "\n\n__global__ void f();"
+    assert legacy_source.rewrite("__host__ __device__ __global__ void f();") == "__global__ void f();"
+    assert legacy_source.rewrite("__global__ __host__ __device__ void f();") == "__global__ void f();"
+    # nothing to do: None (the file is compiled as it is)
+    assert legacy_source.rewrite("__host__ __device__ int g(); __global__ void f();") is None
+    assert legacy_source.rewrite("__global__ __device_builtin__ x;") is None
+    assert legacy_source.rewrite("my__global__ __device__ x;") is None
+
+
+def test_prepare_copies_only_what_changes_and_mirrors_include_dirs(tmp_path):
+    (tmp_path / "app" / "kern").mkdir(parents=True)
+    (tmp_path / "inc").mkdir()
+    main = tmp_path / "app" / "main.cu"
+    main.write_text('#include "kern/a.cuh"\n#include <b.cuh>\n#include "plain.h"\n')
+    (tmp_path / "app" / "kern" / "a.cuh").write_text("__global__ __device__ void a() {}\n")
+    (tmp_path / "inc" / "b.cuh").write_text("__host__ __global__ void b() {}\n")
+    (tmp_path / "app" / "plain.h").write_text("int plain;\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    inc = f"-I{tmp_path / 'inc'}"
+    assert legacy_source.prepare(str(tmp_path / "app" / "plain.h"), [inc], str(work)) is None
+    r = legacy_source.prepare(str(main), ["-DX", inc], str(work))
+    assert r is not None
+    originals = set(r.originals.values())
+    assert originals == {str(main), str(tmp_path / "app" / "kern" / "a.cuh"), str(tmp_path / "inc" / "b.cuh")}
+    copy_a = Path(r.source).parent / "kern" / "a.cuh"
+    assert copy_a.read_text() == f'#line 1 "{tmp_path / "app" / "kern" / "a.cuh"}"\n__global__ void a() {{}}\n'
+    # the -I directory's mirror comes right before it; other options stay as they are
+    opts = r.include_options(["-DX", inc])
+    assert opts[0] == "-DX" and opts[2] == inc and opts[1].startswith("-I")
+    assert (Path(opts[1][2:]) / "b.cuh").read_text().endswith("__global__ void b() {}\n")
+    assert legacy_source.restore_names(f"x: {copy_a}", r) == f"x: {tmp_path / 'app' / 'kern' / 'a.cuh'}"
+
+
+MAIN = r'''#include <cstdio>
+#include "kern/scale.cuh"
+#include <offset.cuh>
+#include "plain.h"
+
+__device__ __global__ void square(int *p) { p[threadIdx.x] *= p[threadIdx.x]; }
+
+int main() {
+    int h[4] = {1, 2, 3, 4}, *d;
+    cudaMalloc(&d, sizeof h);
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    scale<<<1, 4>>>(d, FACTOR);
+    offset<<<1, 4>>>(d);
+    square<<<1, 4>>>(d);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    printf("%d %d %d %d\n%s\n", h[0], h[1], h[2], h[3], __FILE__);
+    return cudaGetLastError() != cudaSuccess;
+}
+'''
+
+
+@pytest.fixture
+def legacy_program(tmp_path):  # type: ignore[no-untyped-def]
+    app = tmp_path / "app"
+    (app / "kern").mkdir(parents=True)
+    (tmp_path / "inc").mkdir()
+    (app / "main.cu").write_text(MAIN)
+    (app / "plain.h").write_text("#define FACTOR 3\n")
+    # a quoted include next to the copied header, which is not copied (-iquote finds it)
+    (app / "kern" / "scale.cuh").write_text(
+        '#include "helper.h"\n__global__ __device__ void scale(int *p, int k) { p[threadIdx.x] = times(p[threadIdx.x], k); }\n'
+        "#ifdef BREAK\nint broken = ;\n#endif\n")
+    (app / "kern" / "helper.h").write_text("__device__ int times(int a, int b) { return a * b; }\n")
+    (tmp_path / "inc" / "offset.cuh").write_text("__global__\n__host__ void offset(int *p) { p[threadIdx.x] += 1; }\n")
+    return app
+
+
+def _nvcc(app: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CPUIFY, "nvcc", f"-I{app.parent / 'inc'}", *args], cwd=app,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def test_legacy_qualifiers_build_and_run(legacy_program):
+    app = legacy_program
+    r = _nvcc(app, "main.cu", "-o", "main", "-MD")
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(app / "main")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    # (x * 3 + 1)^2 for x = 1..4
+    assert out.stdout.splitlines() == ["16 49 100 169", str(app / "main.cu")]
+    deps = (app / "main.d").read_text()
+    assert str(app / "kern" / "scale.cuh") in deps and str(app.parent / "inc" / "offset.cuh") in deps
+    assert "legacy-src" not in deps
+
+
+def test_an_error_in_a_rewritten_header_names_the_original(legacy_program):
+    r = _nvcc(legacy_program, "main.cu", "-o", "main", "-DBREAK")
+    assert r.returncode != 0
+    assert f"{legacy_program / 'kern' / 'scale.cuh'}(4): error" in r.stderr, r.stderr
+    assert "legacy-src" not in r.stderr, r.stderr
+
+
+def test_ptx_of_legacy_code_and_the_layer_switched_off(legacy_program):
+    app = legacy_program
+    r = _nvcc(app, "-ptx", "main.cu")
+    assert r.returncode == 0, r.stderr
+    ptx = (app / "main.ptx").read_text()
+    assert all(f".entry _Z{len(n)}{n}" in ptx for n in ("square", "scale", "offset"))
+    off = _nvcc(app, "main.cu", "-o", "main", env={"CPUIFY_LEGACY": "0"})
+    assert off.returncode != 0 and "illegal combination of memory qualifiers" in off.stderr
