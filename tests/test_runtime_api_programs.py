@@ -296,3 +296,47 @@ def test_curand_device_api_matches_reference(tmp_path: Path) -> None:
         # __sincosf and logf on the GPU are approximate: a few ulps apart
         r0, r1 = box_muller(ref[7], ref[8])
         assert (n0, n1) == pytest.approx((r0, r1), abs=2e-5)
+
+
+def _legacy_shuffles_reference(h: list[int]) -> list[list[float]]:
+    """What the legacy shuffles of legacy_shuffles.cu give, lane by lane, with the semantics
+    of their _sync forms over the lanes active at the call: a source lane that is not active
+    (past the partial warp's end, in the other way of the branch) gives 0, one outside the
+    width segment or past the warp's edge the lane's own value."""
+    n = len(h)
+    warps = [list(range(w, min(w + 32, n))) for w in range(0, n, 32)]
+    ints, floats, doubles, u64 = [0] * n, [0.0] * n, [0.0] * n, [0] * n
+    for lanes in warps:
+        base, active = lanes[0], len(lanes)
+
+        def src(values, lane, s, active_lanes):        # the value lane reads from lane s
+            return values[base + s] if s in active_lanes else 0
+        v = {i: h[base + i] for i in range(active)}
+        for o in (16, 8, 4, 2, 1):
+            v = {i: v[i] + (v[i + o] if i + o < 32 and i + o < active else (v[i] if i + o >= 32 else 0))
+                 for i in range(active)}
+        for i in range(active):
+            ints[base + i] = v[0]
+            f = [h[base + j] * 0.5 for j in range(active)]
+            seg = i // 8 * 8
+            up = f[i - 1] if i - 1 >= seg else f[i]
+            xor = f[i ^ 1] if (i ^ 1) < active else 0.0
+            floats[base + i] = xor + up
+            s = (i ^ 3) % 16 + i // 16 * 16
+            doubles[base + i] = h[base + s] * 0.25 if s < active else 0.0
+            w = h[base + i] << 33
+            if i < 16:
+                w = (h[base + i + 2] << 33) if i + 2 < 16 and i + 2 < active else (w if i + 2 >= 32 else 0)
+            u64[base + i] = w
+        del src
+    return [ints, floats, doubles, u64]
+
+
+def test_legacy_warp_shuffles(tmp_path: Path) -> None:
+    out = run(build(tmp_path, "legacy_shuffles")).stdout.splitlines()
+    h = [(i * 7) % 11 + 1 for i in range(40)]
+    want = _legacy_shuffles_reference(h)
+    assert [int(x) for x in out[0].split()] == want[0]
+    assert [float(x) for x in out[1].split()] == want[1]
+    assert [float(x) for x in out[2].split()] == want[2]
+    assert [int(x) for x in out[3].split()] == want[3]
