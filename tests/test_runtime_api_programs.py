@@ -332,8 +332,15 @@ def _legacy_shuffles_reference(h: list[int]) -> list[list[float]]:
     return [ints, floats, doubles, u64]
 
 
-def test_legacy_warp_shuffles(tmp_path: Path) -> None:
-    out = run(build(tmp_path, "legacy_shuffles")).stdout.splitlines()
+@pytest.mark.parametrize("home_include", [False, True])
+def test_legacy_warp_shuffles(tmp_path: Path, home_include: bool) -> None:
+    # with -I$(cpuify cuda-home)/include, as Makefiles pass it, cuda_runtime_api.h includes
+    # the legacy header before the _sync shuffles are declared (Parboil broke on that once)
+    flags = []
+    if home_include:
+        home = subprocess.run([*CPUIFY, "cuda-home"], capture_output=True, text=True, check=True)
+        flags = [f"-I{home.stdout.strip()}/include"]
+    out = run(build(tmp_path, "legacy_shuffles", *flags)).stdout.splitlines()
     h = [(i * 7) % 11 + 1 for i in range(40)]
     want = _legacy_shuffles_reference(h)
     assert [int(x) for x in out[0].split()] == want[0]

@@ -52,31 +52,6 @@ static inline __host__ cudaError_t cudaMemAdvise(const void *devPtr, size_t coun
     return cudaMemAdvise(devPtr, count, advice, cpuify_legacy_location(device));
 }
 
-#if defined(__CUDACC__) && (CUDART_VERSION >= 13000 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700))
-/* The shuffles of CUDA <= 8 (before the _sync ones): __shfl, __shfl_up, __shfl_down,
- * __shfl_xor.  NVIDIA's headers declare them only for GPUs before Volta (CUDA 13: not at
- * all; its __any, __all and __ballot are still there, deprecated, and cpuify runs the
- * non-sync votes they compile to).  They act on the lanes that are active at the call,
- * which is what __activemask() gives: each is its _sync function with that mask, as
- * NVIDIA's CUDA 9 migration advice has it.  Every type the _sync shuffles take works. */
-template <typename T>
-static __device__ __forceinline__ T __shfl(T var, int srcLane, int width = warpSize) {
-    return __shfl_sync(__activemask(), var, srcLane, width);
-}
-template <typename T>
-static __device__ __forceinline__ T __shfl_up(T var, unsigned int delta, int width = warpSize) {
-    return __shfl_up_sync(__activemask(), var, delta, width);
-}
-template <typename T>
-static __device__ __forceinline__ T __shfl_down(T var, unsigned int delta, int width = warpSize) {
-    return __shfl_down_sync(__activemask(), var, delta, width);
-}
-template <typename T>
-static __device__ __forceinline__ T __shfl_xor(T var, int laneMask, int width = warpSize) {
-    return __shfl_xor_sync(__activemask(), var, laneMask, width);
-}
-#endif
-
 #if CUDART_VERSION >= 13000
 /* CUDA 13 gave the graph-edge functions an edge-data argument (CUDA 12.3's _v2 forms became
  * the only ones): these C++ overloads take CUDA 12's arguments, edges without data, as
@@ -130,3 +105,33 @@ static inline __host__ cudaError_t cudaStreamUpdateCaptureDependencies(cudaStrea
 #endif
 
 #endif /* CPUIFY_LEGACY_H */
+
+#if !defined(CPUIFY_LEGACY_SHUFFLES_H) && defined(__cplusplus) && defined(__CUDACC__) && \
+    defined(__SM_30_INTRINSICS_H__) && (CUDART_VERSION >= 13000 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700))
+#define CPUIFY_LEGACY_SHUFFLES_H
+/* The shuffles of CUDA <= 8 (before the _sync ones): __shfl, __shfl_up, __shfl_down,
+ * __shfl_xor.  NVIDIA's headers declare them only for GPUs before Volta (CUDA 13: not at
+ * all; its __any, __all and __ballot are still there, deprecated, and cpuify runs the
+ * non-sync votes they compile to).  They act on the lanes that are active at the call,
+ * which is what __activemask() gives: each is its _sync function with that mask, as
+ * NVIDIA's CUDA 9 migration advice has it.  Every type the _sync shuffles take works.
+ * Outside the header's guard: the first inclusion can come from cuda-home's
+ * cuda_runtime_api.h, before sm_30_intrinsics.h declared the _sync shuffles; the
+ * pre-include after cuda_runtime.h then defines these. */
+template <typename T>
+static __device__ __forceinline__ T __shfl(T var, int srcLane, int width = 32) {   /* warpSize */
+    return __shfl_sync(__activemask(), var, srcLane, width);
+}
+template <typename T>
+static __device__ __forceinline__ T __shfl_up(T var, unsigned int delta, int width = 32) {   /* warpSize */
+    return __shfl_up_sync(__activemask(), var, delta, width);
+}
+template <typename T>
+static __device__ __forceinline__ T __shfl_down(T var, unsigned int delta, int width = 32) {   /* warpSize */
+    return __shfl_down_sync(__activemask(), var, delta, width);
+}
+template <typename T>
+static __device__ __forceinline__ T __shfl_xor(T var, int laneMask, int width = 32) {   /* warpSize */
+    return __shfl_xor_sync(__activemask(), var, laneMask, width);
+}
+#endif
