@@ -125,3 +125,71 @@ def test_ptx_of_legacy_code_and_the_layer_switched_off(legacy_program):
     assert all(f".entry _Z{len(n)}{n}" in ptx for n in ("square", "scale", "offset"))
     off = _nvcc(app, "main.cu", "-o", "main", env={"CPUIFY_LEGACY": "0"})
     assert off.returncode != 0 and "illegal combination of memory qualifiers" in off.stderr
+
+
+def test_host_functions_called_from_device_are_read_from_nvccs_errors():
+    errors = ('fft.cu(79): error: calling a __host__ function("operator +(    ::float2,     ::float2)") '
+              'from a __device__ function("GPU_FFT2") is not allowed\n'
+              'x.cu(3): error: calling a __host__ function("ns::lerp<float> (float, float)") from a '
+              '__global__ function("k") is not allowed\n'
+              'y.cu(9): warning: calling a __host__ function("h") from a __host__ __device__ '
+              'function("hd") is not allowed\n')
+    assert legacy_source.host_functions_called_from_device(errors) == {"operator +", "lerp"}
+
+
+def test_mark_device_marks_definitions_not_calls():
+    text = ("inline float2 operator+( float2 a, float2 b ) { return a; }\n"
+            "template <typename T>\ninline T lerp(T a, T b) { return a + b; }\n"
+            "int f() { return lerp(1, 2); }\n"
+            "  x = lerp(a, b);\n"
+            "static __device__ float lerp(float a, float b);\n"
+            "float2 operator-(float2 a, float2 b);\n")
+    got = legacy_source.mark_device(text, {"operator +", "lerp"})
+    assert got.splitlines() == [
+        "__host__ __device__ inline float2 operator+( float2 a, float2 b ) { return a; }",
+        "template <typename T>", "__host__ __device__ inline T lerp(T a, T b) { return a + b; }",
+        "int f() { return lerp(1, 2); }",
+        "  x = lerp(a, b);",
+        "static __device__ float lerp(float a, float b);",
+        "float2 operator-(float2 a, float2 b);"]
+
+
+HOST_CALLS = r'''#include <cstdio>
+#include "vec.h"
+__device__ float2 twice(float2 a) { return a + a; }
+__global__ void k(const float2 *in, float2 *out, float s) {
+    out[threadIdx.x] = twice(in[threadIdx.x]) * s + scale(in[0], 0.5f);
+}
+int main() {
+    float2 h[4] = {{1, 2}, {3, 4}, {5, 6}, {7, 8}}, *in, *out;
+    float2 host = h[1] + h[2];                 // still a host function too
+    cudaMalloc(&in, sizeof h);
+    cudaMalloc(&out, sizeof h);
+    cudaMemcpy(in, h, sizeof h, cudaMemcpyHostToDevice);
+    k<<<1, 4>>>(in, out, 3.0f);
+    cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 4; i++) printf("%g %g\n", h[i].x, h[i].y);
+    printf("%g %g\n", host.x, host.y);
+    return 0;
+}
+'''
+VEC = r'''inline float2 operator+(float2 a, float2 b) { return make_float2(a.x + b.x, a.y + b.y); }
+inline float2 operator*(float2 a, float s) { return make_float2(a.x * s, a.y * s); }
+static inline float2 scale(float2 a, float s) { return make_float2(a.x * s, a.y * s); }
+'''
+
+
+def test_functions_without_device_called_from_kernels_build(tmp_path):
+    (tmp_path / "main.cu").write_text(HOST_CALLS)
+    (tmp_path / "vec.h").write_text(VEC)
+    r = subprocess.run([*CPUIFY, "nvcc", "main.cu", "-o", "main"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "calling a __host__ function" not in r.stderr
+    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, timeout=60)
+    # out[i] = (in[i] + in[i]) * 3 + in[0] * 0.5; the host sum (3, 4) + (5, 6)
+    rows = [tuple(map(float, line.split())) for line in out.stdout.splitlines()]
+    assert rows == [(6.5, 13.0), (18.5, 25.0), (30.5, 37.0), (42.5, 49.0), (8.0, 10.0)]
+    # without the legacy layer nvcc's error stands
+    off = subprocess.run([*CPUIFY, "nvcc", "main.cu", "-o", "main2"], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "CPUIFY_LEGACY": "0"})
+    assert off.returncode != 0 and "calling a __host__ function" in off.stderr

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -508,9 +509,11 @@ class Driver:
             print("#$ " + " ".join(words), file=sys.stderr)
 
     def run(self, cmd: list[str], what: str, *, quiet: bool = False,
-            rewritten: legacy_source.Rewritten | None = None) -> None:
+            rewritten: legacy_source.Rewritten | None = None,
+            retry: Callable[[str], set[str]] | None = None) -> None:
         """Runs a tool, its output passed on (with `rewritten`: the copies' paths in it
-        replaced by the originals')."""
+        replaced by the originals').  With `retry`: a failure for which retry(stderr) finds
+        something raises _Retry with it, nothing printed."""
         self.log(cmd)
         if self.dry:
             return
@@ -518,6 +521,8 @@ class Driver:
         out, err = proc.stdout, proc.stderr
         if rewritten:
             out, err = legacy_source.restore_names(out, rewritten), legacy_source.restore_names(err, rewritten)
+        if proc.returncode != 0 and retry is not None and (found := retry(err)):
+            raise _Retry(found)
         if out and not quiet:
             sys.stdout.write(out)
         if proc.returncode != 0:
@@ -602,11 +607,21 @@ class Driver:
             compat = legacy_texture.pre_include(src, self.o.host_opts)
             rewritten = self.legacy_rewrite(src, tmp)
             deps = self.dependency_opts(dep_target)
-            # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
-            self.run(self.nvcc_base(rewritten) + compat + deps
-                     + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp,
-                        rewritten.source if rewritten else src, "-o", host_o],
-                     f"nvcc ({src})", rewritten=rewritten)
+
+            def nvcc(rewritten: legacy_source.Rewritten | None, retry: bool) -> None:
+                # -lineinfo: .loc lines in the PTX let a refused kernel's error name the .cu line
+                self.run(self.nvcc_base(rewritten) + compat + deps
+                         + [mode, "-lineinfo", "-x", "cu", "--keep", "--keep-dir", tmp,
+                            rewritten.source if rewritten else src, "-o", host_o],
+                         f"nvcc ({src})", rewritten=rewritten,
+                         retry=legacy_source.host_functions_called_from_device if retry else None)
+            try:
+                nvcc(rewritten, headers.legacy_enabled(self.o.flags))
+            except _Retry as again:
+                # legacy code calling functions without __device__ from kernels: once more,
+                # with those functions marked __host__ __device__ (nvcc/legacy_source.py)
+                rewritten = self.legacy_rewrite(src, tmp, again.found)
+                nvcc(rewritten, False)
             if rewritten and deps and not self.dry:
                 dep_file = Path(deps[deps.index("-MF") + 1])
                 dep_file.write_text(legacy_source.restore_names(dep_file.read_text(), rewritten))
@@ -653,12 +668,13 @@ class Driver:
                                        distributed=self.distributed, jobs=self.jobs)
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
-    def legacy_rewrite(self, src: str, tmp: str) -> legacy_source.Rewritten | None:
+    def legacy_rewrite(self, src: str, tmp: str,
+                       device_functions: set[str] = frozenset()) -> legacy_source.Rewritten | None:  # type: ignore[assignment]
         """Copies of `src` and its headers with the legacy spellings nvcc 13 rejects rewritten
         (nvcc/legacy_source.py), under `tmp`; None without the legacy layer or such code."""
         if not headers.legacy_enabled(self.o.flags):
             return None
-        rewritten = legacy_source.prepare(src, self.o.host_opts, tmp)
+        rewritten = legacy_source.prepare(src, self.o.host_opts, tmp, device_functions)
         if rewritten and self.verbose:
             print(f"# cpuify: legacy CUDA rewritten in copies of: "
                   f"{', '.join(sorted(set(rewritten.originals.values())))}", file=sys.stderr)
@@ -929,6 +945,14 @@ class Driver:
 
 class CompileFailed(CpuifyError):
     """A tool failed; its diagnostics were already printed."""
+
+
+class _Retry(Exception):
+    """A tool failed in a way worth another try (`found` says with what); nothing printed."""
+
+    def __init__(self, found: set[str]) -> None:
+        super().__init__(", ".join(sorted(found)))
+        self.found = found
 
 
 # `# 12 "path" 1 3`: the line markers of preprocessed output name every file read

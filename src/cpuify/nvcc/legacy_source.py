@@ -2,10 +2,16 @@
 in copies of the files that hold them (the legacy CUDA layer; `--cpuify-no-legacy` or
 CPUIFY_LEGACY=0 turns it off).
 
-One spelling so far: `__global__` combined with `__device__` or `__host__` (CUDA 1.x/2.x code,
-e.g. `__global__ __device__ void render(...)`; nvcc 13: "illegal combination of memory
-qualifiers").  Early nvcc compiled such a function as a kernel, and so does the rewrite: the
-extra qualifier is dropped.
+Two spellings so far:
+- `__global__` combined with `__device__` or `__host__` (CUDA 1.x/2.x code, e.g.
+  `__global__ __device__ void render(...)`; nvcc 13: "illegal combination of memory
+  qualifiers").  Early nvcc compiled such a function as a kernel, and so does the rewrite:
+  the extra qualifier is dropped.  Found by scanning the files.
+- functions without an execution space called from device code (Parboil's fft defines
+  `inline float2 operator+(float2, float2)` and calls it in its kernels; nvcc 13: "calling a
+  __host__ function ... from a __global__ function is not allowed").  Found from nvcc's own
+  errors (`host_functions_called_from_device`), after which the build is tried once more with
+  those functions' definitions in the program's files marked `__host__ __device__`.
 
 The files of the program's own directories that a translation unit reads (`project_files`:
 the source and the headers it includes from next to itself or from its `-I` directories, never
@@ -56,9 +62,55 @@ def project_files(src: str, include_dirs: list[str], *, limit: int = 200) -> Ite
                     break
 
 
-def rewrite(text: str) -> str | None:
-    """`text` with the legacy spellings rewritten, None when it has none."""
-    out = text
+#: nvcc's error for a call of a function without an execution space from device code
+_HOST_CALL = re.compile(r'calling a __host__ function\("([^"]*)"\) from a '
+                        r'(?:__global__|__device__) function\("[^"]*"\) is not allowed')
+
+
+def host_functions_called_from_device(diagnostics: str) -> set[str]:
+    """The names (`operator +`, `lerp`) of the host functions nvcc's `diagnostics` say device
+    code calls."""
+    names = set()
+    for signature in _HOST_CALL.findall(diagnostics):
+        head = signature.split("(", 1)[0] if not signature.startswith("operator") else \
+            re.match(r"operator\s*(?:\(\)|[^(]*)", signature).group(0)      # type: ignore[union-attr]
+        head = re.sub(r"<.*", "", head).strip()       # a template's arguments
+        names.add(head.rsplit("::", 1)[-1].strip())
+    return {n for n in names if n}
+
+
+def _definition_head(name: str) -> re.Pattern[str]:
+    """A definition (or declaration) of function `name` at the start of a line, with no
+    execution space: group `lead` ends where `__host__ __device__` goes."""
+    if name.startswith("operator"):
+        spelled = r"operator\s*" + re.escape(name[len("operator"):].strip())
+    else:
+        spelled = re.escape(name)
+    return re.compile(
+        r"^(?P<lead>[ \t]*(?:template\s*<[^;{}]*>\s*)?)"
+        r"(?P<spec>(?:(?!__(?:device|host|global)__)[\w:<>,*&\s])*?)"
+        rf"\b{spelled}\s*\(", re.M)
+
+
+def mark_device(text: str, names: set[str]) -> str:
+    """`text` with `__host__ __device__` put before the definitions of the functions `names`
+    that have no execution space (every overload of each name)."""
+    for name in sorted(names):
+        pattern = _definition_head(name)
+
+        def mark(m: re.Match[str]) -> str:
+            spec = m.group("spec")
+            if not spec.strip() or re.search(r"\b(?:return|new|delete|else|case)\b|[=;]", spec):
+                return m.group(0)      # a call or an expression, not a definition
+            return m.group("lead") + "__host__ __device__ " + m.group(0)[len(m.group("lead")):]
+        text = pattern.sub(mark, text)
+    return text
+
+
+def rewrite(text: str, device_functions: set[str] = frozenset()) -> str | None:  # type: ignore[assignment]
+    """`text` with the legacy spellings rewritten (and the functions `device_functions`
+    marked `__host__ __device__`), None when nothing changed."""
+    out = mark_device(text, device_functions) if device_functions else text
     while True:      # (`__host__ __device__ __global__`: one qualifier per round)
         step = _GLOBAL_WITH.sub(_drop_qualifier, out)
         if step == out:
@@ -95,7 +147,8 @@ class Rewritten:
         return out
 
 
-def prepare(src: str, host_opts: list[str], workdir: str) -> Rewritten | None:
+def prepare(src: str, host_opts: list[str], workdir: str,
+            device_functions: set[str] = frozenset()) -> Rewritten | None:  # type: ignore[assignment]
     """Rewritten copies of `src` and of its project files that need them, under `workdir`;
     None when none needs it (the source is compiled as it is).  A copy goes where its
     includer's copy looks first (next to the source's copy, by its path relative to the
@@ -105,10 +158,10 @@ def prepare(src: str, host_opts: list[str], workdir: str) -> Rewritten | None:
     main = os.path.abspath(src)
     root = os.path.dirname(main)
     changed = {path: new for path, text in project_files(src, include_dirs)
-               if (new := rewrite(text)) is not None}
+               if (new := rewrite(text, device_functions)) is not None}
     if not changed:
         return None
-    top = os.path.join(workdir, "legacy-src")
+    top = os.path.join(workdir, "legacy-src-2" if device_functions else "legacy-src")
     result = Rewritten(os.path.join(top, "src", os.path.basename(main)))
 
     def put(copy: str, original: str) -> None:
