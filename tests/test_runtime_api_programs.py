@@ -347,3 +347,13 @@ def test_legacy_warp_shuffles(tmp_path: Path, home_include: bool) -> None:
     assert [float(x) for x in out[1].split()] == want[1]
     assert [float(x) for x in out[2].split()] == want[2]
     assert [int(x) for x in out[3].split()] == want[3]
+
+
+def test_printf_and_assert_without_their_headers(tmp_path: Path) -> None:
+    # CUDA <= 12's cuda_runtime.h gave .cu files <stdio.h> and assert; nvcc 13 alone says
+    # "identifier printf is undefined"
+    r = run(build(tmp_path, "legacy_no_stdio"))
+    assert r.stdout.splitlines() == ["device 4", "host 4"]          # sqrt(16) on the device
+    off = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "legacy_no_stdio.cu"), "-o", str(tmp_path / "off"),
+               cwd=tmp_path, env={"CPUIFY_LEGACY": "0"})
+    assert off.returncode != 0 and 'identifier "printf" is undefined' in off.stderr

@@ -13,6 +13,14 @@
 
 #include <cuda_runtime_api.h>
 
+#if defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+/* CUDA <= 12's cuda_runtime.h gave every .cu file printf, FILE and the rest of <stdio.h>, and
+ * assert (crt/common_functions.h includes them, but nvcc 13's front end no longer sees them:
+ * "identifier printf is undefined" in programs that never included <stdio.h>) */
+#include <stdio.h>
+#include <assert.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
