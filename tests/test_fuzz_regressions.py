@@ -20,6 +20,8 @@ below check on `% blockDim.x` in specialized code and on nvcc's `& 248` of a lit
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -755,3 +757,217 @@ def test_loop_counter_shared_where_the_waiting_warp_is_fenced_by_barriers() -> N
         out = np.zeros(96, np.float32)
         fn((1,), (96,), (x, out, np.uint32(p1)))
         np.testing.assert_array_equal(out, want, err_msg=f"p1 = {p1}")
+
+
+# fz_2617_449 and fz_2617_719 (seed 2617, the 10k run of 2026-11-27), minimized: a 32-bit
+# result sign-extended to 64 bits and stored, `(long long)__mul24(s, s)` (nvcc: shl 8, shr.s
+# 8, mul.lo.s32, cvt.s64.s32) and `(long long)(int)((unsigned)__float2int_rz(-2147483904.0f)
+# + (unsigned)(int)__sad(-100000, -100000, u))` (add.s32, cvt.s64.s32).  Compiled (every
+# pipeline, --passes= included), the first was the zero-extended value (0x83459d04 for
+# 0xffffffff83459d04) and the second computed in 64 bits (0xffffffffffffffde where 0x7fffffde
+# is right).  analysis.no_signed_wrap flagged every 32-bit add/sub/mul/mad that only fed a
+# sign extension `nsw`, taking it for a C++ `int` index; LLVM then proved the square
+# non-negative (sext -> zext) and distributed the extension over the sum.  Both are
+# well-defined CUDA (`__mul24` is the low 32 bits of a 48-bit product; the sum is unsigned).
+# Fixed there: nsw only where the extension feeds nothing but addresses
+# (analysis.pointers.address_only).  The reference interpreter was right all along.
+SIGN_EXTENDED = r'''
+__device__ __forceinline__ int mad24(int a, int b, int c) {
+  int r; asm("mad24.lo.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ int mul24hi(int a, int b) {
+  int r; asm("mul24.hi.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+__device__ __forceinline__ int madlo(int a, int b, int c) {
+  int r; asm("mad.lo.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+__device__ __forceinline__ int sadu(unsigned a, unsigned b, unsigned c) {
+  int r; asm("sad.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
+extern "C" __global__ void square24(const int *in, long long *out) {
+  int s = in[threadIdx.x];
+  out[threadIdx.x] = (long long)__mul24(s, s);
+}
+extern "C" __global__ void saturated_sum(const unsigned *in, long long *out) {
+  unsigned u = in[threadIdx.x];
+  out[threadIdx.x] = (long long)(int)((unsigned)__float2int_rz(-2147483904.0f)
+                                      + (unsigned)(int)__sad(-100000, -100000, u));
+}
+// the siblings: each 32-bit result that may wrap or be negative, sign-extended and stored
+extern "C" __global__ void siblings(const unsigned *x, const unsigned *y, long long *out) {
+  unsigned a = x[threadIdx.x], b = y[threadIdx.x];
+  int sa = (int)a, sb = (int)b;
+  long long *o = out + 12 * threadIdx.x;
+  o[0] = (long long)__mul24(sa, sa);
+  o[1] = (long long)(int)__umul24(a, b);
+  o[2] = (long long)mad24(sa, sb, sa);
+  o[3] = (long long)__mulhi(sa, sb);
+  o[4] = (long long)(int)__sad(sa, sb, a);
+  o[5] = (long long)(int)(a + b);
+  o[6] = (long long)(int)(a * b);
+  o[7] = (long long)(int)(a - b);
+  o[8] = (long long)madlo(sa, sb, sa);
+  o[9] = (long long)(int)((unsigned)__float2int_rz(__uint_as_float(b)) + a);
+  o[10] = (long long)mul24hi(sa, sb);
+  o[11] = (long long)sadu(a, b, a);
+}'''
+
+
+def _s32(v: int) -> int:
+    v %= 1 << 32
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def _s24(v: int) -> int:
+    v &= 0xFFFFFF
+    return v - (1 << 24) if v >= 1 << 23 else v
+
+
+def _float2int_rz(bits: int) -> int:
+    f = float(np.array([bits], np.uint32).view(np.float32)[0])
+    if np.isnan(f):
+        return 0
+    return int(max(-2.0**31, min(2.0**31 - 1, np.trunc(f))))     # saturating, as cvt.rzi.s32.f32
+
+
+def _siblings_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inputs (edges first: INT_MAX/INT_MIN/-1, 2^23, floats beyond the int range) and every
+    column by hand, in Python integers."""
+    rng = np.random.default_rng(2617)
+    n = 64
+    x = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    y = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    x[:4] = [0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x00800000]
+    y[:4] = [1, 0xFFFFFFFF, 0x80000000, 0x00800000]
+    y[4:8] = np.array([-3e9, 3e9, -2147483904.0, 2147483520.0], np.float32).view(np.uint32)
+    want = np.zeros((n, 12), np.int64)
+    for i in range(n):
+        a, b = int(x[i]), int(y[i])
+        sa, sb = _s32(a), _s32(b)
+        want[i] = [_s32(_s24(a) * _s24(a)), _s32((a & 0xFFFFFF) * (b & 0xFFFFFF)),
+                   _s32(_s24(a) * _s24(b) + sa), (sa * sb) >> 32, _s32(abs(sa - sb) + a),
+                   _s32(a + b), _s32(a * b), _s32(a - b), _s32(sa * sb + sa),
+                   _s32(_float2int_rz(b) + a), _s32((_s24(a) * _s24(b)) >> 16),
+                   _s32(abs(a - b) + a)]
+    return x, y, want
+
+
+@pytest.fixture(scope="module")
+def sign_extended_module() -> cpuify.RawModule:
+    return cpuify.RawModule(code=SIGN_EXTENDED)
+
+
+def _sign_extended_runs(module: cpuify.RawModule, name: str, grid_block: tuple, args: tuple,
+                        shape: tuple) -> dict[str, np.ndarray]:
+    """The kernel's int64 output: compiled generic, specialized, with every pass off, and
+    interpreted."""
+    got = {}
+    nopasses = cpuify.RawModule(code=SIGN_EXTENDED, options=("--passes=",)).get_function(name)
+    for run in ("generic", "specialized", "no passes", "interpreter"):
+        out = np.zeros(shape, np.int64)
+        if run == "interpreter":
+            interpret_kernel(module.ptx, name, *grid_block, (*args, out))
+        elif run == "no passes":
+            nopasses(*grid_block, (*args, out))
+        else:
+            module.get_function(name)(*grid_block, (*args, out))
+        got[run] = out
+    return got
+
+
+def test_square_by_mul24_sign_extended(sign_extended_module: cpuify.RawModule) -> None:
+    s = np.array([0x123456, -0x7AB1C3, 0x7FFFFF, -0x800000, 5, -34, 0x5C3A41, 0], np.int32)
+    # by hand: the low 32 bits of the 48-bit square of the sign-extended low 24 bits, as int
+    want = np.array([_s32(_s24(int(v)) ** 2) for v in s], np.int64)
+    assert (want < 0).sum() >= 3
+    for run, out in _sign_extended_runs(sign_extended_module, "square24", ((1,), (8,)), (s,),
+                                        (8,)).items():
+        np.testing.assert_array_equal(out, want, err_msg=run)
+
+
+def test_unsigned_sum_with_a_saturated_conversion_sign_extended(
+        sign_extended_module: cpuify.RawModule) -> None:
+    u = np.array([0xFFFFFFDE, 0xFFFFFFE7, 0xC37261BF, 0x80000000, 0, 1, 0x7FFFFFFF, 34], np.uint32)
+    # by hand: __float2int_rz saturates to INT_MIN; |a - a| = 0; the unsigned sum wraps
+    want = np.array([_s32(0x80000000 + int(v)) for v in u], np.int64)
+    assert want[0] == 0x7FFFFFDE and want[3] == 0
+    for run, out in _sign_extended_runs(sign_extended_module, "saturated_sum", ((1,), (8,)), (u,),
+                                        (8,)).items():
+        np.testing.assert_array_equal(out, want, err_msg=run)
+
+
+def test_sibling_operations_sign_extended(sign_extended_module: cpuify.RawModule) -> None:
+    """mul24/umul24/mad24/mul24.hi/mul.hi/sad (signed and unsigned)/add/sub/mul/mad.lo and a
+    saturating conversion, each sign-extended and stored."""
+    x, y, want = _siblings_case()
+    for run, out in _sign_extended_runs(sign_extended_module, "siblings", ((1,), (64,)), (x, y),
+                                        (64, 12)).items():
+        for col in range(12):
+            np.testing.assert_array_equal(out[:, col], want[:, col], err_msg=f"{run}, column {col}")
+
+
+INDEX_OR_VALUE = r'''
+extern "C" __global__ void index_or_value(const float *in, float *out, long long *vals,
+                                          int n, int m, int p, int q) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i * n + m] = in[i * n + m];          // an index only: nsw
+  vals[i] = (long long)(i * p + q);        // a value: may wrap
+  vals[i + 64] = (long long)(i * i);       // a value: may wrap
+}'''
+
+
+def _index_or_value_region() -> tuple:
+    from cpuify.compiler import lift_and_optimize
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.ir.structure import block_body
+    from cpuify.transforms.pass_manager import PipelineOptions
+    module = parse_ptx(cpuify.RawModule(code=INDEX_OR_VALUE).ptx)
+    entry = next(e for e in module.entries if e.name == "index_or_value")
+    lifted, _ = lift_and_optimize(module, entry, PipelineOptions(), (64, 1, 1))
+    return module, lifted, block_body(lifted.op)
+
+
+def test_nsw_only_on_indices_ir() -> None:
+    """analysis.no_signed_wrap on the optimized IR: `i * n + m`, used only as an index, is
+    flagged; `i * p + q` and `i * i`, sign-extended and stored, are not (must not fire)."""
+    from cpuify.analysis.pointers import address_only, no_signed_wrap
+    from cpuify.ir.core import OpResult
+    _, _, region = _index_or_value_region()
+    nsw = no_signed_wrap(region)
+    ops = [op for b in region.blocks for op in b.ops]
+
+    def param_offset(v: object) -> int | None:
+        return v.op.attributes["offset"] if isinstance(v, OpResult) and v.op.name == "upir.param" else None
+
+    products = [op for op in ops if op.name in ("ptx.mad", "ptx.mul") and "lo" in op.attributes["mods"]]
+    by_n = [op for op in products if param_offset(op.operands[1]) == 24]     # i * n + m
+    by_p = [op for op in products if param_offset(op.operands[1]) == 32]     # i * p + q
+    squares = [op for op in products if op.operands[0] is op.operands[1]]
+    assert by_n and by_p and squares
+    assert all(op.results[0] in nsw for op in by_n)
+    assert not any(op.results[0] in nsw for op in by_p + squares)
+    # the stored extensions are not addresses
+    stored = [op.operands[1] for op in ops if op.name == "ptx.st" and op.operands[1].type == "i64"]
+    assert len(stored) == 2 and not set(stored) & address_only(region)
+
+
+def test_nsw_only_on_indices_llvm_and_results() -> None:
+    """The code generator's LLVM: no `nsw` on the square; and the results against a hand
+    computation where `i * p + q` and `i * i` wrap as 32-bit ints."""
+    from cpuify.codegen import jit
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    module, lifted, _ = _index_or_value_region()
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(lifted, (64, 1, 1))
+    text = gen.llvm_text()
+    assert re.search(r"(mul|add) nsw i32", text)                # the index
+    assert re.search(r"mul i32 (%\S+), \1$", text, re.MULTILINE)          # the square, no nsw
+    fn = cpuify.RawModule(code=INDEX_OR_VALUE).get_function("index_or_value")
+    n, m, p, q = 3, 2, 0x7654321, 0x7FFFFFF0
+    inp = np.arange(1, 64 * n + 8, dtype=np.float32)
+    want = np.zeros_like(inp)
+    for i in range(64):
+        want[i * n + m] = inp[i * n + m]
+    ws = [_s32(i * p + q) for i in range(64)] + [_s32(i * i) for i in range(64)]
+    for run in ("generic", "specialized"):
+        out = np.zeros_like(inp)
+        vals = np.zeros(128, np.int64)
+        fn((1,), (64,), (inp, out, vals, np.int32(n), np.int32(m), np.int32(p), np.int32(q)))
+        np.testing.assert_array_equal(out, want, err_msg=run)
+        np.testing.assert_array_equal(vals, np.array(ws, np.int64), err_msg=run)

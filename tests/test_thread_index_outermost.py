@@ -4,7 +4,7 @@ thread loop's index keeps its no-wrap flag (LLVM reassociates it itself but drop
 and then guards the vector loop with a run-time wrap check and a scalar copy).
 
 Checked on the printed IR (positive: the LU tile update's two tile indices; must not fire:
-an int value that is stored rather than used as an index, sums whose terms all vary or none
+an int value that is stored rather than used as an index, sign-extended or not, sums whose terms all vary or none
 varies), on the LLVM code (the wrap checks go), and on results against NumPy and the
 reference interpreter with the pass on and off."""
 
@@ -46,6 +46,11 @@ extern "C" __global__ void not_indices(int *out, int base, int n) {
     int v = (base + (int)threadIdx.x) + n;          // stored: may wrap in the source
     out[i] = v;
     out[i + 64] = (base + n) + blockIdx.x;          // uniform: nothing to move
+}
+// must not fire: a sum sign-extended and stored is a value too, not an index
+extern "C" __global__ void extended_value(long long *out, int base, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = (long long)((base + (int)threadIdx.x) + n);
 }
 '''
 
@@ -89,6 +94,23 @@ def test_tile_indices_reassociated(ptx: str) -> None:
 def test_does_not_fire_on_values_or_uniform_sums(ptx: str) -> None:
     _, result = _optimized(ptx, "not_indices", PipelineOptions(), (64, 1, 1))
     assert result.counts["thread-index-outermost"] == 0
+
+
+def test_does_not_fire_on_a_sign_extended_value(ptx: str) -> None:
+    """The fuzzer's fz_2617_719 class: `(long long)(int sum)` stored may wrap in the source
+    (unsigned arithmetic cast to int), so it gets no nsw and is not reassociated; the
+    values wrap as 32-bit ints (hand computation), with the pass on and off."""
+    _, result = _optimized(ptx, "extended_value", PipelineOptions(), (64, 1, 1))
+    assert result.counts["thread-index-outermost"] == 0
+    base, n = 2**31 - 40, 7                          # threads 33.. pass INT_MAX
+    i = np.arange(128)
+    want = ((base + i % 64 + n + 2**31) % 2**32 - 2**31).astype(np.int64)
+    assert (want < 0).sum() == 2 * 31
+    for options in ((), ("--disable-pass=thread-index-outermost",)):
+        out = np.zeros(128, np.int64)
+        cpuify.RawModule(code=SOURCE, options=options).get_function("extended_value")(
+            (2,), (64,), (out, np.int32(base), np.int32(n)))
+        np.testing.assert_array_equal(out, want, err_msg=str(options))
 
 
 def _wrap_checks(ptx: str, options: PipelineOptions) -> int:

@@ -107,12 +107,63 @@ def _is_sext_to_64(op: Operation) -> bool:
     return op.name == "ptx.cvt" and "s64" in mods and "s32" in mods
 
 
+_ADDRESSED = ("ptx.ld", "ptx.ldu", "ptx.st", "ptx.atom", "ptx.red", "ptx.prefetch")
+_OFFSET_ARITH = ("ptx.add", "ptx.sub", "ptx.mul", "ptx.mad", "ptx.shl", "ptx.mov", "ptx.cvta")
+
+
+def address_only(region: Region) -> set[Value]:
+    """64-bit values whose every use forms a memory address: the address operand of a load,
+    store or atomic, or 64-bit arithmetic (add/sub/mul/mad/shl/mov/cvta) or a block argument
+    whose own uses all do.  A value also stored, compared, converted or returned is not one."""
+    cand: set[Value] = {r for b in region.blocks for op in b.ops for r in op.results if r.type == "i64"}
+    cand |= {a for b in region.blocks for a in b.args if a.type == "i64"}
+    incoming = _incoming(region)
+
+    def only_addresses(v: Value) -> bool:
+        for user in v.uses:
+            if user.name in _ADDRESSED and user.operands and user.operands[0] is v \
+                    and v not in user.operands[1:]:
+                continue
+            if user.name in _OFFSET_ARITH and len(user.results) == 1 and user.results[0] in cand \
+                    and "hi" not in user.attributes.get("mods", ()) \
+                    and not (user.name == "ptx.shl" and user.operands[1] is v):
+                continue
+            if user.name in ("cf.br", "cf.cond_br") and v not in user.operands:
+                targets = [a for succ, args in zip(user.successors, user.successor_args)
+                           for a, x in zip(succ.args, args) if x is v]
+                if all(a in cand for a in targets):
+                    continue
+            return False
+        return True
+
+    work = list(cand)
+    while work:
+        v = work.pop()
+        if v not in cand or only_addresses(v):
+            continue
+        cand.discard(v)
+        # what fed v may have been address-only through v alone
+        if isinstance(v, OpResult) and v.op.name in _OFFSET_ARITH:
+            work.extend(o for o in v.op.operands if o in cand)
+        elif isinstance(v, BlockArgument):
+            work.extend(o for o in incoming.get(v, []) if o in cand)
+    return cand
+
+
 def no_signed_wrap(region: Region) -> set[Value]:
-    """32-bit signed add/sub/mul results that only feed sign extensions to 64 bits or
-    shared/local addresses (directly or through more such arithmetic): array indices computed
-    in C++ `int`, whose overflow is undefined in the source.  Marking them `nsw` (as clang does) lets LLVM prove that the
-    64-bit addresses are affine in the thread index, instead of guarding every vector loop
-    with wrap checks.  A wrapped index would address memory ~8 GiB away anyway."""
+    """32-bit add/sub/mul/mad results used only to form memory addresses: sign-extended to
+    64 bits into address arithmetic (`address_only`), or shared/local addresses (directly or
+    through more such arithmetic).  They are array indices computed in C++ `int`, whose
+    overflow is undefined in the source.  Marking them `nsw` (as clang does) lets LLVM prove
+    that the 64-bit addresses are affine in the thread index, instead of guarding every
+    vector loop with wrap checks.  (A program whose `int` index does wrap gets an address
+    2^32 elements from the GPU's: documented as a limit in docs/usage.md.)
+
+    Only addresses: a sign-extended sum that is a *value* (stored, compared) may wrap in
+    well-defined source (`(long long)(int)(a + b)` of unsigned a, b; `__mul24(x, x)`, whose
+    low 32 bits may be negative), and nsw there let LLVM compute it in 64 bits or prove it
+    non-negative (the fuzzer's fz_2617_449 and fz_2617_719)."""
+    addresses = address_only(region)
     cand: set[Value] = set()
     for b in region.blocks:
         for op in b.ops:
@@ -128,7 +179,7 @@ def no_signed_wrap(region: Region) -> set[Value]:
             for user in v.uses:
                 if user.name in _INDEX_OPS and user.results and user.results[0] in cand:
                     continue
-                if _is_sext_to_64(user) and v in user.operands[:2]:
+                if _is_sext_to_64(user) and v in user.operands[:2] and user.results[0] in addresses:
                     continue
                 # shared/local offsets are sign-extended by the code generator too
                 if user.name in ("ptx.ld", "ptx.st", "ptx.atom", "ptx.red") and \
