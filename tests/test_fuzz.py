@@ -135,3 +135,17 @@ def test_gpu_referee_harness_through_cpuify_nvcc(tmp_path: Path) -> None:
     finally:
         os.environ["PYTHONPATH"] = env_path
     assert all(r.get("refereed") and r["status"] == "ok" for r in results), results
+
+
+def test_first_starts_the_run_at_a_kernel_index(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    seen = {}
+
+    def fake(count, seed, *args, first=0, **kwargs):  # type: ignore[no-untyped-def]
+        seen.update(count=count, seed=seed, first=first)
+        return {"count": count, "seconds": 0.0, "kernels_per_second": 0.0, "counts": {}, "times": {},
+                "refusals": {}, "failures": []}
+    monkeypatch.setattr(fuzz, "fuzz", fake)
+    fuzz.main(["--seed", "3", "--first", "1200", "--count", "80"])
+    assert seen == {"count": 80, "seed": 3, "first": 1200}
+    fuzz.main(["--seed", "3", "--reproduce", "7"])
+    assert seen == {"count": 1, "seed": 3, "first": 7}

@@ -1,6 +1,7 @@
 """Differential fuzzer: random, well-defined CUDA kernels run three (four) ways.
 
     python tools/fuzz.py --count 10000 --seed 1 --jobs 2 --keep-failures /tmp/fuzz-fail
+    python tools/fuzz.py --seed 1 --first 1200 --count 80     # kernels 1200..1279 of that run
 
 Each generated kernel runs
   * natively with the default pass pipeline (the generic block function, first launch),
@@ -1224,6 +1225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-referee", action="store_true",
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
+    ap.add_argument("--first", type=int, default=0, metavar="I",
+                    help="start at kernel I of the seed (kernels I..I+count-1; default 0): a range "
+                         "around a finding, or a run continued")
     ap.add_argument("--json", type=Path, default=None, help="write the summary as JSON")
     ap.add_argument("--timeout", type=float, default=60.0, metavar="S",
                     help="seconds of CPU time per kernel before a batch counts as hung (default 60; "
@@ -1239,7 +1243,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.reproduce is not None:
         a.count, a.batch = 1, 1
     summary = fuzz(a.count, a.seed, a.jobs, a.batch, a.keep_failures, not a.no_specialized,
-                   not a.no_minimize, a.nvcc if a.gpu_referee else None, first=a.reproduce or 0,
+                   not a.no_minimize, a.nvcc if a.gpu_referee else None,
+                   first=a.reproduce if a.reproduce is not None else a.first,
                    kernel_timeout=a.timeout)
     print(f"{summary['count']} kernels in {summary['seconds']:.1f} s "
           f"({summary['kernels_per_second']:.2f} kernels/s): {summary['counts']}")
