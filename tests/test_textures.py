@@ -221,3 +221,21 @@ def test_texture_reference_detection(tmp_path) -> None:  # type: ignore[no-untyp
     assert uses_texture_references(str(tmp_path / "quoted.cu"), [])
     assert uses_texture_references(str(tmp_path / "binds.cu"), [])
     assert not uses_texture_references(str(tmp_path / "plain.cu"), [str(inc)])
+
+
+def test_legacy_surface_references(build) -> None:  # type: ignore[no-untyped-def]
+    """surface<void, dim> references and cudaBindSurfaceToArray (removed from CUDA 12+
+    headers) build unchanged through the compatibility header; results by hand."""
+    out = lines(run(build("legacy_surface")))
+    assert out[0] == "status no error"
+    W, H, D = 4, 3, 2
+    # line: 10 k read by every row y, then row 0 writes (10 k + 0) * 2; the store past the
+    # end is dropped (zero mode)
+    assert out[1].split()[1:] == [str(20 * k) for k in range(W)]
+    # plane: v * 3 + y with v = 0.5 (y W + x)
+    assert [float(v) for v in out[2].split()[1:]] == [
+        (y * W + x) * 0.5 * 3 + y for y in range(H) for x in range(W)]
+    # box: (k, k+1, k+2, k+3) becomes (w, z, y, x + z) = (k+3, k+2, k+1, k + z)
+    assert out[3].split()[1:] == [f"{k + 3},{k + 2},{k + 1},{k + k // (W * H)}" for k in range(W * H * D)]
+    # stack: 7 k - 100 layer
+    assert [int(v) for v in out[4].split()[1:]] == [7 * k - 100 * (k // (W * H)) for k in range(W * H * D)]

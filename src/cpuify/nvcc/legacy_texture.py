@@ -1,5 +1,6 @@
-"""Legacy CUDA texture references (`texture<T, dim, mode>` variables and the
-`cudaBindTexture*`/`cudaUnbindTexture` functions, removed from CUDA 12's headers): the driver
+"""Legacy CUDA texture and surface references (`texture<T, dim, mode>` and `surface<void, dim>`
+variables, the `cudaBindTexture*`/`cudaUnbindTexture`/`cudaBindSurfaceToArray` functions,
+removed from CUDA 12's headers): the driver
 pre-includes runtime/include/cpuify_texture_compat.h, which models them on texture objects,
 when a source file or a header it includes from its own directories uses them.  CPUIFY_TEXTURE_COMPAT=1
 forces the header in, =0 leaves it out."""
@@ -14,7 +15,7 @@ from cpuify.nvcc.legacy_source import project_files
 
 HEADER = Path(__file__).resolve().parent.parent / "runtime" / "include" / "cpuify_texture_compat.h"
 
-_USES = re.compile(r"\btexture\s*<|\bcuda(?:Bind|Unbind)Texture\w*\s*\(")
+_USES = re.compile(r"\b(?:texture|surface)\s*<|\bcuda(?:Bind|Unbind)(?:Texture|Surface)\w*\s*\(")
 
 
 def uses_texture_references(src: str, include_dirs: list[str], *, limit: int = 200) -> bool:

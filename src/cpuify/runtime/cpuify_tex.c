@@ -327,10 +327,14 @@ uint32_t cpuify_txq(uint64_t handle, uint32_t query) {
     }
 }
 
-/* The byte address of a surface access, or NULL (zero mode out of range, or a trap). */
-static unsigned char *surface_address(const cpuify_texdesc *t, uint32_t info, int32_t x,
-                                      int32_t y, int32_t z, int32_t layer, const char *what) {
+/* The byte address of a surface access, or NULL (zero mode out of range, or a trap).  The
+ * coordinates come in PTX's order: {x, y, z} or, for a1d/a2d, {layer, x, y}. */
+static unsigned char *surface_address(const cpuify_texdesc *t, uint32_t info, int32_t c0,
+                                      int32_t c1, int32_t c2, const char *what) {
     uint32_t geom = info & 15u, bytes = (info >> 4) & 31u, mode = (info >> 12) & 3u;
+    const int layered = geom == 4 || geom == 5;
+    const int32_t x = layered ? c1 : c0, y = layered ? c2 : c1, z = layered ? 0 : c2;
+    const int32_t layer = layered ? c0 : 0;
     uint32_t ndim = geom == 4 ? 1 : geom == 5 ? 2 : geom;
     int64_t esize = t->channels * t->bits / 8;
     int64_t c[4] = {x, ndim >= 2 ? y : 0, ndim >= 3 ? z : 0, geom >= 4 ? layer : 0};
@@ -357,22 +361,24 @@ static unsigned char *surface_address(const cpuify_texdesc *t, uint32_t info, in
            (uint64_t)c[1] * t->pitch + (uint64_t)c[0];
 }
 
-cpuify_tex_result cpuify_suld(uint64_t handle, uint32_t info, int32_t x, int32_t y, int32_t z,
-                              int32_t layer) {
+cpuify_tex_result cpuify_suld(uint64_t handle, uint32_t info, int32_t c0, int32_t c1, int32_t c2,
+                              int32_t c3) {
     cpuify_tex_result res = {0, 0};
+    (void)c3;
     const cpuify_texdesc *t = texture_of(handle, CPUIFY_SURF_MAGIC, "surface load");
     if (!t) return res;
-    unsigned char *p = surface_address(t, info, x, y, z, layer, "surface load");
+    unsigned char *p = surface_address(t, info, c0, c1, c2, "surface load");
     uint32_t bytes = (info >> 4) & 31u;
     if (p) memcpy(&res, p, bytes <= 16 ? bytes : 16);
     return res;
 }
 
-void cpuify_sust(uint64_t handle, uint32_t info, int32_t x, int32_t y, int32_t z, int32_t layer,
+void cpuify_sust(uint64_t handle, uint32_t info, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
                  uint64_t lo, uint64_t hi) {
+    (void)c3;
     const cpuify_texdesc *t = texture_of(handle, CPUIFY_SURF_MAGIC, "surface store");
     if (!t) return;
-    unsigned char *p = surface_address(t, info, x, y, z, layer, "surface store");
+    unsigned char *p = surface_address(t, info, c0, c1, c2, "surface store");
     uint32_t bytes = (info >> 4) & 31u;
     cpuify_tex_result v = {lo, hi};
     if (p) memcpy(p, &v, bytes <= 16 ? bytes : 16);

@@ -69,11 +69,12 @@ CPUIFY_API cpuify_tex_result cpuify_tex(uint64_t handle, uint32_t info, uint32_t
 CPUIFY_API uint32_t cpuify_txq(uint64_t handle, uint32_t query);
 
 /* `info` of the surface functions: geometry (bits 0-3 as above), access bytes (bits 4-8:
- * 1, 2, 4, 8 or 16), boundary mode (bits 12-13: 0 trap, 1 clamp, 2 zero).  x is in bytes. */
-CPUIFY_API cpuify_tex_result cpuify_suld(uint64_t handle, uint32_t info, int32_t x, int32_t y,
-                                         int32_t z, int32_t layer);
-CPUIFY_API void cpuify_sust(uint64_t handle, uint32_t info, int32_t x, int32_t y, int32_t z,
-                            int32_t layer, uint64_t lo, uint64_t hi);
+ * 1, 2, 4, 8 or 16), boundary mode (bits 12-13: 0 trap, 1 clamp, 2 zero).  The coordinates
+ * in PTX's order: {x, y, z}, or {layer, x, y} for a1d/a2d (c3 unused); x is in bytes. */
+CPUIFY_API cpuify_tex_result cpuify_suld(uint64_t handle, uint32_t info, int32_t c0, int32_t c1,
+                                         int32_t c2, int32_t c3);
+CPUIFY_API void cpuify_sust(uint64_t handle, uint32_t info, int32_t c0, int32_t c1, int32_t c2,
+                            int32_t c3, uint64_t lo, uint64_t hi);
 
 /* A device-side failure inside a block (an invalid handle, a surface access out of range in
  * trap mode): prints `message` once per block and makes the block return `code`. */

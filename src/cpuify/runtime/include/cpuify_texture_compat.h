@@ -17,6 +17,11 @@
  * functions above (also in their `textureReference *` pointer forms) and tex2Dgather;
  * cudaGetTextureReference and cube maps are not provided.  The macro `texture` is defined,
  * so the identifier cannot be used otherwise in a file that includes this header.
+ *
+ * Surface references (`surface<void, dim>`, cudaBindSurfaceToArray, surf1D/2D/3D/1DLayered/
+ * 2DLayered read and write, removed with them) are modelled the same way on surface objects;
+ * cudaGetSurfaceReference and cube-map surfaces are not provided, and `surface` is a macro
+ * too.
  */
 #ifndef CPUIFY_TEXTURE_COMPAT_H
 #define CPUIFY_TEXTURE_COMPAT_H
@@ -326,6 +331,92 @@ tex2Dgather(const cpuify_texref<T, dim, M> &t, float x, float y, int comp = 0) {
 }
 
 #undef CPUIFY_TEXEL
+
+/* ---- surface references ------------------------------------------------------------------ */
+
+/* `surface<void, dim> s;` (dim: cudaSurfaceType1D, 2D, 3D, 1DLayered, 2DLayered), bound with
+ * cudaBindSurfaceToArray and read and written with surf*Dread / surf*Dwrite: a variable on
+ * both sides holding the handle of a surface object, as texture references above */
+template <class T = void, int dim = 1>
+struct cpuify_surfref {
+    struct cudaChannelFormatDesc channelDesc;
+    cudaSurfaceObject_t cpuify_object;
+
+    typedef cpuify_surfref self_type;
+    static __host__ size_t object_offset() { return offsetof(self_type, cpuify_object); }
+
+    __host__ __device__ constexpr cpuify_surfref()
+        : channelDesc{0, 0, 0, 0, cudaChannelFormatKindNone}, cpuify_object(0) {}
+};
+
+template <class T, int dim>
+static __host__ cudaError_t cudaBindSurfaceToArray(const cpuify_surfref<T, dim> &surf,
+                                                   cudaArray_const_t array,
+                                                   const struct cudaChannelFormatDesc &desc) {
+    cpuify_surfref<T, dim> &s = const_cast<cpuify_surfref<T, dim> &>(surf);
+    struct cudaResourceDesc res;
+    memset(&res, 0, sizeof res);
+    res.resType = cudaResourceTypeArray;
+    res.res.array.array = const_cast<cudaArray_t>(array);
+    if (s.cpuify_object) {
+        cudaDestroySurfaceObject(s.cpuify_object);
+        s.cpuify_object = 0;
+    }
+    cudaSurfaceObject_t obj = 0;
+    cudaError_t e = cudaCreateSurfaceObject(&obj, &res);
+    if (e != cudaSuccess) return e;
+    s.cpuify_object = obj;
+    s.channelDesc = desc;
+    return cudaMemcpyToSymbol(surf, &obj, sizeof obj, cpuify_surfref<T, dim>::object_offset());
+}
+
+template <class T, int dim>
+static __host__ cudaError_t cudaBindSurfaceToArray(const cpuify_surfref<T, dim> &surf,
+                                                   cudaArray_const_t array) {
+    struct cudaChannelFormatDesc desc;
+    cudaError_t e = cudaGetChannelDesc(&desc, array);
+    if (e != cudaSuccess) return e;
+    return cudaBindSurfaceToArray(surf, array, desc);
+}
+
+/* the C-style form, on a pointer (CUDA's `const struct surfaceReference *`) */
+template <class T, int dim>
+static __host__ cudaError_t cudaBindSurfaceToArray(const cpuify_surfref<T, dim> *surf,
+                                                   cudaArray_const_t array,
+                                                   const struct cudaChannelFormatDesc *desc) {
+    if (!surf || !desc) return cudaErrorInvalidValue;
+    return cudaBindSurfaceToArray(*surf, array, *desc);
+}
+
+/* reads into *res or returning T (surf2Dread<float>(s, x, y)), writes; x in bytes */
+#define CPUIFY_SURF_FUNCTIONS(NAME, PARAMS, ARGS)                                                   \
+    template <class T, class S, int dim>                                                            \
+    static __device__ __forceinline__ void NAME##read(T *res, const cpuify_surfref<S, dim> &s,      \
+            PARAMS, cudaSurfaceBoundaryMode mode = cudaBoundaryModeTrap) {                          \
+        NAME##read(res, s.cpuify_object, ARGS, mode);                                               \
+    }                                                                                               \
+    template <class T, class S, int dim>                                                            \
+    static __device__ __forceinline__ T NAME##read(const cpuify_surfref<S, dim> &s, PARAMS,         \
+            cudaSurfaceBoundaryMode mode = cudaBoundaryModeTrap) {                                  \
+        return NAME##read<T>(s.cpuify_object, ARGS, mode);                                          \
+    }                                                                                               \
+    template <class T, class S, int dim>                                                            \
+    static __device__ __forceinline__ void NAME##write(T val, const cpuify_surfref<S, dim> &s,      \
+            PARAMS, cudaSurfaceBoundaryMode mode = cudaBoundaryModeTrap) {                          \
+        NAME##write(val, s.cpuify_object, ARGS, mode);                                              \
+    }
+#define CPUIFY_COMMA ,
+CPUIFY_SURF_FUNCTIONS(surf1D, int x, x)
+CPUIFY_SURF_FUNCTIONS(surf2D, int x CPUIFY_COMMA int y, x CPUIFY_COMMA y)
+CPUIFY_SURF_FUNCTIONS(surf3D, int x CPUIFY_COMMA int y CPUIFY_COMMA int z, x CPUIFY_COMMA y CPUIFY_COMMA z)
+CPUIFY_SURF_FUNCTIONS(surf1DLayered, int x CPUIFY_COMMA int layer, x CPUIFY_COMMA layer)
+CPUIFY_SURF_FUNCTIONS(surf2DLayered, int x CPUIFY_COMMA int y CPUIFY_COMMA int layer,
+                      x CPUIFY_COMMA y CPUIFY_COMMA layer)
+#undef CPUIFY_COMMA
+#undef CPUIFY_SURF_FUNCTIONS
+
+/* `surface<void, 2> s;` declares a surface reference */
+#define surface __host__ __device__ cpuify_surfref
 
 /* `texture<float, 1, cudaReadModeElementType> tex;` declares a texture reference */
 #define texture __host__ __device__ cpuify_texref
