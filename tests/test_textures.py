@@ -221,6 +221,10 @@ def test_texture_reference_detection(tmp_path) -> None:  # type: ignore[no-untyp
     assert uses_texture_references(str(tmp_path / "quoted.cu"), [])
     assert uses_texture_references(str(tmp_path / "binds.cu"), [])
     assert not uses_texture_references(str(tmp_path / "plain.cu"), [str(inc)])
+    (tmp_path / "surf.cu").write_text("surface<void, cudaSurfaceType2D> s;\n")
+    (tmp_path / "bind.cu").write_text("void f() { cudaBindSurfaceToArray(s, a); }\n")
+    assert uses_texture_references(str(tmp_path / "surf.cu"), [])
+    assert uses_texture_references(str(tmp_path / "bind.cu"), [])
 
 
 def test_legacy_surface_references(build) -> None:  # type: ignore[no-untyped-def]
