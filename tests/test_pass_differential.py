@@ -50,7 +50,11 @@ from cpuify.ir.parser import parse_op
 from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
 from cpuify.lifting import lift_kernel
-from cpuify.transforms.pass_manager import PipelineOptions, default_pipeline, run_pipeline
+from cpuify.transforms.pass_manager import (
+    PipelineOptions,
+    default_pipeline,
+    run_pipeline,
+)
 
 # (each kernel is compiled to PTX on its own, so that a native compile builds only it)
 SOURCES = {
@@ -719,3 +723,24 @@ def test_the_interpreter_runs_an_mlir_file(tmp_path, capsys) -> None:
     assert interp.get_global("calls", np.int32)[0] == 3
     with pytest.raises(LookupError, match="kernels: weighted"):
         interp.launch("other", 1, 1, [])
+
+
+def test_ir_for_a_block_shape_or_disjoint_pointers_refuses_other_launches(ptx_of) -> None:
+    """IR compiled for one block shape (`block_dims`) or for pointer arguments that overlap
+    no other (`noalias_params`) runs only launches that fit it in the interpreter."""
+    ptx = ptx_of("two_phases")
+    module = parse_ptx(ptx)
+    op = lift_kernel(module, module.functions["two_phases"]).op
+    op.attributes["block_dims"] = [64, 1, 1]
+    op.attributes["noalias_params"] = [16]          # `out`, the third pointer
+    interp = InterpModule(ptx)
+    interp.use_ir("two_phases", parse_op(print_op(op)))
+    x, y = np.ones(64, np.float32), np.ones(64, np.float32)
+    with pytest.raises(ValueError, match=r"code for blocks of \(64, 1, 1\), launched with blocks of \(32, 1, 1\)"):
+        interp.launch("two_phases", 1, 32, [x, y, np.zeros(64, np.float32)])
+    buf = np.zeros(128, np.float32)
+    with pytest.raises(ValueError, match="that overlaps no other, but it overlaps argument 1"):
+        interp.launch("two_phases", 1, 64, [x, buf[:64], buf[32:96]])
+    out = np.zeros(64, np.float32)
+    interp.launch("two_phases", 1, 64, [x, y, out])
+    np.testing.assert_array_equal(out, np.full(64, 1.5, np.float32))

@@ -20,6 +20,16 @@ and printf (`printf.py`) are its own.
     the mask have arrived (or, when no group can run, anyway); otherwise every live thread
     must wait at the same barrier (exited threads are not waited for), else the launch
     fails with LaunchError (barrier divergence);
+  * soft barriers (`upir.barrier {soft}`, which interchange-thread-strided-loops and
+    interchange-uniform-loops put at the headers of the loops they interchange and after
+    them) are points where a thread stops but waits for nobody: as long as any live thread
+    is at one, the threads at the same soft barrier as the first of them (in thread order)
+    go on, before anything that waits for other threads is looked at (the runtime's rule:
+    one iteration of all threads in the loop at a time, threads that left it waiting at
+    the next barrier meanwhile).  A soft barrier's `lockstep` header arguments (the
+    interchange's iteration counter, which compiled code keeps once per block) must hold
+    the same value in every thread resuming there together, else the launch fails naming
+    the loop: the IR broke its own promise;
   * blocks run one after another, threads of a segment in linear thread order (the order of
     the compiled thread loops, so that even racy kernels usually agree);
   * forward progress, by a rule of its own: a thread that takes a backward branch after a
@@ -31,6 +41,14 @@ and printf (`printf.py`) are its own.
     resident one waits).  Two seconds without any thread of the launch getting anywhere
     fail the launch (LaunchError naming the loop).  `launch(..., cooperative=True)` gives
     `%envreg1:%envreg2` a zeroed grid workspace (grid.sync()).
+
+IR after passes (`InterpModule.use_ir`, `InterpModule.from_ir`) runs as it says; a kernel
+op's `block_dims` (code for one block shape) and `noalias_params` (code for pointer
+arguments that overlap no other) are checked against the launch.  What the interpreter
+ignores there does not change results: `duplicate_thread_dims` (it runs every thread, also a
+schedule CUDA allows), `simd`, `flush_at_uses` (it flushes at the min/max, the readers flush
+anyway), `fission`.  Code generation's own lowering of tensor-core instructions
+(`upir.warp_matrix`, after the pipeline) is refused: they run as lifted.
 
 Memory: global/generic/const addresses are real process addresses (NumPy arrays passed by
 pointer, module variables in NumPy buffers of this module); shared and local addresses are
@@ -237,7 +255,7 @@ class InterpModule:
         self._setup(parse_ptx(ptx))
 
     @classmethod
-    def from_ir(cls, text: str) -> "InterpModule":
+    def from_ir(cls, text: str) -> InterpModule:
         """A module from IR text instead of PTX: an MLIR file as `cpuify ir --mlir` writes it
         (module-scope variables as top-level `upir.global` ops, then the kernels), or
         `upir.kernel` ops as printed by `--print-ir-after` (a kernel that reads module-scope
