@@ -616,6 +616,41 @@ def test_native_without_each_pass(prepared, name: str) -> None:
     _native_equals_interpreter(prepared, name, fast=False)
 
 
+#: other launch shapes (partial warps, blocks not a multiple of 32, other trip counts)
+OTHER_SHAPES = {
+    "gs_shuffle": Case((3,), (48,), lambda r: [_i32(r, 1001), np.zeros(1, np.int32), np.int32(1001)]),
+    "histogram": Case((3,), (40,), lambda r: [r.integers(0, 256, 777).astype(np.uint8),
+                                              np.zeros(16, np.uint32), np.int32(777)]),
+    "gs_in_steps": Case((3,), (24,), lambda r: [_f32(r, 301), np.int32(301), np.int32(4)]),
+    "row_max": Case((2,), (24,), lambda r: [_f32(r, 2 * 71, 4, -2), np.zeros(48, np.float32), np.int32(71)]),
+    "cg_stride": Case((3,), (20,), lambda r: [_i32(r, 211), np.zeros(211, np.int32), np.int32(211)]),
+    "grid_stride": Case((3,), (40,), lambda r: [_f32(r, 1001), np.zeros(1001, np.float32), np.int32(1001)]),
+    "row_normalize": Case((2,), (24,), lambda r: [_f32(r, 2 * 77), np.zeros(2 * 77, np.float32), np.int32(77)]),
+    "normalize": Case((3,), (40,), lambda r: [np.zeros(100, np.float32), _f32(r, 100, 1, 1), np.int32(100)]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(OTHER_SHAPES))
+def test_other_launch_shapes(ptx_of, name: str) -> None:
+    """The same checks for other launch shapes of the kernels with loops the passes rewrite."""
+    ptx, case = ptx_of(name), OTHER_SHAPES[name]
+    reference = _interpret(ptx, name, None, case)
+    variants = _variants(ptx, name, _block3(case.block))
+    seen: set[str] = set()
+    for v in variants:
+        for what, text in [(f"after {p}", t) for p, t in v.after] + \
+                [(f"without {p}", t) for p, t in v.without.items()]:
+            if text not in seen:
+                seen.add(text)
+                _same(reference, _interpret(ptx, name, text, case),
+                      f"{name} {case.block}: the interpreter on the IR ({v.label}) {what}")
+    for off in _native_pipelines(name, variants):
+        options = () if off is None else (f"--disable-pass={off}",)
+        for k, got in enumerate(_native(ptx, name, options, case)):
+            _same(reference, got, f"{name} {case.block}: native, launch {k + 1}, without {off}")
+
+
 def test_the_fast_builds_leave_out_every_pass(prepared) -> None:
     """The default suite builds each pass of the default pipeline left out at least once, in
     a kernel whose IR it changes (but the two that no kernel they change runs without)."""
@@ -625,15 +660,14 @@ def test_the_fast_builds_leave_out_every_pass(prepared) -> None:
     assert set(default_pipeline()) - left_out == {"spin-wait-yields", "warp-lockstep"}
 
 
-def test_every_pass_is_exercised(ptx_of) -> None:
+def test_every_pass_is_exercised(prepared) -> None:
     """Each pass of the default pipeline changes the IR of at least one kernel above (else
     the differential test would not test it)."""
     changed: set[str] = set()
-    for name, case in CASES.items():
-        for dims in (None, _block3(case.block)):
-            lifted, after = _pipeline_texts(ptx_of(name), name, default_pipeline(), dims)
-            before = [lifted] + [t for _, t in after[:-1]]
-            changed.update(p for (p, t), prev in zip(after, before) if t != prev)
+    for name in CASES:
+        for v in prepared(name)[3]:
+            before = [v.lifted] + [t for _, t in v.after[:-1]]
+            changed.update(p for (p, t), prev in zip(v.after, before) if t != prev)
     assert set(default_pipeline()) - changed == set()
 
 
