@@ -8,7 +8,8 @@ Each CUDA thread runs separately (a generator over the lifted IR) with real barr
 warp-collective semantics; see `cpuify.interp.machine` for the execution model,
 `cpuify.interp.spec_eval` for the instructions it evaluates from the PTX instruction table
 (cpuify.ir.ptx_table) and `cpuify.interp.ops` for the hand-written rest.  `InterpModule.use_ir(name, op)`
-runs a kernel from other IR of it (e.g. its printed MLIR parsed back).  The interpreter is
+runs a kernel from other IR of it (e.g. its IR after any pass, printed and parsed back), and
+`InterpModule.from_ir(text)` a module from IR text alone (`cpuify ir --mlir`'s file).  The interpreter is
 the oracle of the compiled path and shares no code with it: it imports only `cpuify.ir`,
 `cpuify.errors`, and the frontend and lifting it starts from."""
 

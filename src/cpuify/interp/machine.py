@@ -20,6 +20,16 @@ and printf (`printf.py`) are its own.
     the mask have arrived (or, when no group can run, anyway); otherwise every live thread
     must wait at the same barrier (exited threads are not waited for), else the launch
     fails with LaunchError (barrier divergence);
+  * soft barriers (`upir.barrier {soft}`, which interchange-thread-strided-loops and
+    interchange-uniform-loops put at the headers of the loops they interchange and after
+    them) are points where a thread stops but waits for nobody: as long as any live thread
+    is at one, the threads at the same soft barrier as the first of them (in thread order)
+    go on, before anything that waits for other threads is looked at (the runtime's rule:
+    one iteration of all threads in the loop at a time, threads that left it waiting at
+    the next barrier meanwhile).  A soft barrier's `lockstep` header arguments (the
+    interchange's iteration counter, which compiled code keeps once per block) must hold
+    the same value in every thread resuming there together, else the launch fails naming
+    the loop: the IR broke its own promise;
   * blocks run one after another, threads of a segment in linear thread order (the order of
     the compiled thread loops, so that even racy kernels usually agree);
   * forward progress, by a rule of its own: a thread that takes a backward branch after a
@@ -31,6 +41,14 @@ and printf (`printf.py`) are its own.
     resident one waits).  Two seconds without any thread of the launch getting anywhere
     fail the launch (LaunchError naming the loop).  `launch(..., cooperative=True)` gives
     `%envreg1:%envreg2` a zeroed grid workspace (grid.sync()).
+
+IR after passes (`InterpModule.use_ir`, `InterpModule.from_ir`) runs as it says; a kernel
+op's `block_dims` (code for one block shape) and `noalias_params` (code for pointer
+arguments that overlap no other) are checked against the launch.  What the interpreter
+ignores there does not change results: `duplicate_thread_dims` (it runs every thread, also a
+schedule CUDA allows), `simd`, `flush_at_uses` (it flushes at the min/max, the readers flush
+anyway), `fission`.  Code generation's own lowering of tensor-core instructions
+(`upir.warp_matrix`, after the pipeline) is refused: they run as lifted.
 
 Memory: global/generic/const addresses are real process addresses (NumPy arrays passed by
 pointer, module variables in NumPy buffers of this module); shared and local addresses are
@@ -66,7 +84,8 @@ from cpuify.interp.values import (
 from cpuify.ir.core import Operation, Region, Value
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.modifiers import type_size
-from cpuify.ir.structure import KernelView, block_body, launch_prologue
+from cpuify.ir.parser import parse_module
+from cpuify.ir.structure import KernelView, block_body, launch_prologue, variable_of
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
 from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
@@ -233,7 +252,35 @@ class InterpModule:
 
     def __init__(self, ptx: str) -> None:
         self.ptx = ptx
-        self.module = parse_ptx(ptx)
+        self._setup(parse_ptx(ptx))
+
+    @classmethod
+    def from_ir(cls, text: str) -> InterpModule:
+        """A module from IR text instead of PTX: an MLIR file as `cpuify ir --mlir` writes it
+        (module-scope variables as top-level `upir.global` ops, then the kernels), or
+        `upir.kernel` ops as printed by `--print-ir-after` (a kernel that reads module-scope
+        variables needs the file's declarations of them).  Its kernels run as that IR says."""
+        ops = parse_module(text)
+        kernels = [op for op in ops if op.name == "upir.kernel"]
+        if not kernels:
+            raise ValueError("the IR text holds no upir.kernel op")
+        module = PTXModule()
+        for op in ops:
+            if op.name == "upir.global":
+                v = variable_of(op)
+                module.variables.append(VarDecl(v.space, v.type, v.name, v.line, v.align, v.dims,
+                                                v.init, v.linkage, v.vector))
+        self = cls.__new__(cls)
+        self.ptx = ""
+        self._setup(module)
+        for op in kernels:
+            verify(op)
+            view = KernelView.from_op(op)
+            self._kernels[view.name] = _prepare(module, view)
+        return self
+
+    def _setup(self, module: PTXModule) -> None:
+        self.module = module
         self.globals: dict[str, tuple[np.ndarray, int]] = {}
         self.children: list[_ChildLaunch] = []     # the launches of the running grid
         self._kernels: dict[str, _Kernel] = {}
@@ -251,7 +298,8 @@ class InterpModule:
 
     @property
     def kernel_names(self) -> list[str]:
-        return [f.name for f in self.module.entries]
+        names = [f.name for f in self.module.entries]
+        return names + [n for n in self._kernels if n not in names]
 
     def get_global(self, name: str, dtype: Any = np.uint8) -> np.ndarray:
         """A writable NumPy view of a `__device__`/`__constant__` variable."""
@@ -298,6 +346,7 @@ class InterpModule:
                              f"of {limit} (cudaErrorInvalidConfiguration)")
         if shared_mem < 0:
             raise ValueError(f"kernel '{name}': shared_mem must be >= 0")
+        _check_specialization(k, b, args)
         params = ctypes.create_string_buffer(pack_params(k.lifted, args), k.buffer_size)
         self._run_grid(k, g, b, ctypes.addressof(params), int(shared_mem), cooperative)
 
@@ -327,6 +376,41 @@ class InterpModule:
                 if c.launched and (c.stream == _STREAM_TAIL_LAUNCH) == tail:
                     self._run_grid(self.kernel(c.kernel), c.grid, c.block,
                                    ctypes.addressof(c.params), c.shared_mem)
+
+
+def _check_specialization(k: _Kernel, block: tuple[int, int, int], args: Sequence[Any]) -> None:
+    """IR run with `use_ir` may be code for one block shape (`block_dims`) or for pointer
+    arguments that overlap no other (`noalias_params`, byte offsets of parameters): a launch
+    that breaks what the IR was compiled for is refused, not run with a wrong answer."""
+    attrs = k.lifted.op.attributes
+    name = k.lifted.name
+    dims = attrs.get("block_dims")
+    if dims is not None and tuple(int(d) for d in dims) != block:
+        raise ValueError(f"kernel '{name}': its IR is the code for blocks of "
+                         f"{tuple(int(d) for d in dims)}, launched with blocks of {block}")
+    noalias = {int(x) for x in attrs.get("noalias_params") or ()}
+    if not noalias:
+        return
+
+    def extent(a: Any) -> tuple[int, int] | None:
+        if not isinstance(a, np.ndarray):
+            return None
+        lo, hi = np.byte_bounds(a) if hasattr(np, "byte_bounds") else \
+            np.lib.array_utils.byte_bounds(a)  # type: ignore[attr-defined]
+        return int(lo), int(hi)
+    extents = [extent(a) for a in args]
+    for i, p in enumerate(k.lifted.params[:len(args)]):
+        if p.offset not in noalias:
+            continue
+        mine = extents[i]
+        if mine is None:
+            raise ValueError(f"kernel '{name}': its IR is the code for a pointer argument "
+                             f"'{p.name}' that overlaps no other; give it an array")
+        for j, other in enumerate(extents):
+            if j != i and other is not None and other[0] < mine[1] and mine[0] < other[1]:
+                raise ValueError(f"kernel '{name}': its IR is the code for a pointer argument "
+                                 f"'{p.name}' that overlaps no other, but it overlaps argument "
+                                 f"{j}")
 
 
 _STREAM_TAIL_LAUNCH = 0x3            # CUDA 12's cudaStreamTailLaunch
@@ -556,6 +640,11 @@ class Thread:
                               else "the kernel executed a trap instruction", op)
                 upir = UPIR_OPS.get(name)
                 if upir is None:
+                    if name == "upir.warp_matrix":
+                        self.unsupported("'upir.warp_matrix' is code generation's form of a "
+                                         "tensor-core instruction (after the pipeline); the "
+                                         "interpreter runs them as lifted: give it the IR "
+                                         "printed by --print-ir-after", op)
                     self.unsupported(f"no semantics for '{name}'", op)
                 upir(self, op)  # type: ignore[misc]
             else:
@@ -905,6 +994,13 @@ def _matrix_exchange(lanes: list[Thread], group: int, op: Operation) -> None:
         th.xregs_out = regs
 
 
+def _is_soft(s: Any) -> bool:
+    """A thread at a soft barrier (interchanged loops: a point where the thread may stop,
+    waiting for no other thread)."""
+    return s is not _EXITED and s is not _RESUMED and s.name == "upir.barrier" and \
+        bool(s.attributes.get("soft"))
+
+
 def _is_named(s: Any) -> bool:
     """A thread waiting at a named barrier (bar.sync/bar.arrive with an id or a count)."""
     return s is not _EXITED and s is not _RESUMED and s.name == "upir.warp_collective" and \
@@ -949,6 +1045,17 @@ class _BlockRun:
             live = [i for i in range(n) if state[i] is not _EXITED]
             if not live:
                 return
+            soft = next((state[i] for i in live if _is_soft(state[i])), None)
+            if soft is not None:
+                # threads at a soft barrier wait for nobody: the group at the first thread's
+                # goes on (the next iteration of an interchanged loop) before anything that
+                # waits for other threads is looked at
+                group = [i for i in live if state[i] is soft]
+                self._check_lockstep(soft, group)
+                for i in group:
+                    advance(i)
+                moved = True
+                continue
             if self._named_round(state, advance, arrived, len(live)):
                 moved = True
                 continue
@@ -997,6 +1104,27 @@ class _BlockRun:
                     threads[i].xout = out
             for i in live:
                 advance(i)
+
+    def _check_lockstep(self, soft: Operation, group: list[int]) -> None:
+        """The promise of a soft barrier's `lockstep` header arguments (the iteration
+        counters of interchange-thread-strided-loops, which compiled code keeps once per
+        block): every thread resuming there together holds the same value in each."""
+        header = soft.parent
+        indices = soft.attributes.get("lockstep") or []
+        if header is None or not indices:
+            return
+        for index in indices:
+            arg = header.args[int(index)]
+            values = {self.threads[i].env.get(arg) for i in group}
+            if len(values) > 1:
+                raise LaunchError(
+                    f"kernel '{self.launch.name}' failed in block {self.ctaid}: the threads "
+                    f"resuming at the soft barrier of the loop at PTX line "
+                    f"{soft.attributes.get('line')} hold different values "
+                    f"({', '.join(str(v) for v in sorted(values, key=str))}) in its lockstep "
+                    f"argument {arg.hint or index}, which the IR says is the same in all of "
+                    "them (an interchange of a loop the threads do not enter together: a "
+                    "compiler bug; run with --disable-pass=interchange-thread-strided-loops)")
 
     def _in_warp(self, s: Any) -> bool:
         """Whether a thread in scheduler state `s` waits for lanes of its warp (at a warp
