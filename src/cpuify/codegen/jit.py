@@ -116,8 +116,9 @@ def triple_and_layout() -> tuple[str, str]:
     return llvm.get_process_triple(), str(tm.target_data)
 
 
-def optimize(module_text: str) -> llvm.ModuleRef:
-    """Parse, verify and run the O3 pipeline for the host CPU."""
+def optimize(module_text: str, *, pass_timings: list[str] | None = None) -> llvm.ModuleRef:
+    """Parse, verify and run the O3 pipeline for the host CPU.  `pass_timings`: append
+    LLVM's report of the time each pass took (tools/llvm_profile.py)."""
     _init()
     tm = target_machine()
     with compile_section():
@@ -129,8 +130,12 @@ def optimize(module_text: str) -> llvm.ModuleRef:
         pto.loop_unrolling = True
         pto.loop_interleaving = True
         pb = llvm.create_pass_builder(tm, pto)
+        if pass_timings is not None:
+            pb.start_pass_timing()
         mpm = pb.getModulePassManager()
         mpm.run(mod, pb)
+        if pass_timings is not None:
+            pass_timings.append(pb.finish_pass_timing())
     return mod
 
 
@@ -193,9 +198,20 @@ def _emit(mod: llvm.ModuleRef, emit):  # type: ignore[no-untyped-def]
             llvm.set_option("cpuify", "-disable-lsr=0")
 
 
-def emit_object(mod: llvm.ModuleRef) -> bytes:
+def emit_object(mod: llvm.ModuleRef, *, pass_timings: list[str] | None = None) -> bytes:
+    """The module's native object.  `pass_timings`: append LLVM's report of the time each
+    code generation pass took (tools/llvm_profile.py)."""
     tm = target_machine()
-    return _emit(mod, tm.emit_object)
+    if pass_timings is None:
+        return _emit(mod, tm.emit_object)
+    with compile_section():     # (the timers are global: a profiling tool's, one thread)
+        llvm.set_time_passes(True)
+        try:
+            obj = _emit(mod, tm.emit_object)
+        finally:
+            pass_timings.append(llvm.report_and_reset_timings())
+            llvm.set_time_passes(False)
+    return obj
 
 
 def emit_assembly(mod: llvm.ModuleRef) -> str:

@@ -1,0 +1,136 @@
+"""What code generation hands LLVM (issue #15, compile time): no code that can never run,
+and the profile tool (tools/llvm_profile.py) that measures it."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.codegen import jit
+from cpuify.codegen.llvm_gen import ModuleCodegen
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.lifting.lift import lift_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# threads past n exit before the first barrier: the later segments run only the threads
+# still waiting in the last block (the scheduler's masked runs)
+SRC = r'''
+extern "C" __global__ void neighbours(const int *x, int *out, int n) {
+  __shared__ int s[256];
+  int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+  if (i >= n) return;
+  s[t] = x[i] * 3;
+  __syncthreads();
+  int live = min((int)blockDim.x, n - (int)(blockIdx.x * blockDim.x));
+  int v = s[(t + 1) % live];
+  __syncthreads();
+  s[t] = v + s[t];
+  __syncthreads();
+  out[i] = s[(t + live - 1) % live];
+}
+'''
+
+
+def _functions(text: str) -> dict[str, str]:
+    out = {}
+    for chunk in text.split("\ndefine ")[1:]:
+        m = re.search(r'@"?([\w.]+)"?\(', chunk)
+        assert m
+        out[m.group(1)] = chunk.split("\n}\n", 1)[0]
+    return out
+
+
+@pytest.mark.parametrize("block", [None, (64, 1, 1)])
+def test_entry_segment_has_no_masked_copy(block):
+    """Only threads waiting at a sync point are resumed alone: the copy of a thread loop
+    for some threads exists in every segment but the kernel's entry segment."""
+    ptx = parse_ptx(compile_to_ptx(SRC).ptx)
+    gen = ModuleCodegen(ptx, *jit.triple_and_layout())
+    gen.add_kernel(lift_kernel(ptx, ptx.functions["neighbours"]), block)
+    segments = {name: body for name, body in _functions(gen.llvm_text()).items()
+                if name.startswith("cpuify_seg_neighbours_")}
+    assert len(segments) >= 3
+    for name, body in segments.items():
+        masked = "some_threads:" in body
+        assert masked == (not name.endswith("_0")), name
+
+
+@pytest.mark.parametrize("n,block", [(1000, 64), (256, 64), (70, 32), (5, 32)])
+def test_masked_runs_after_exits(n, block, run_twice):
+    rng = np.random.default_rng(n)
+    grid = (n + block - 1) // block
+    x = rng.integers(-1000, 1000, n).astype(np.int32)
+    out = np.zeros(n, np.int32)
+    a = 3 * x
+    want = np.empty(n, np.int64)
+    for b in range(grid):
+        blk = a[b * block:(b + 1) * block]
+        want[b * block:b * block + len(blk)] = blk + np.roll(blk, 1)
+    mod = cpuify.RawModule(code=SRC)
+    for got in run_twice(mod, "neighbours", (grid,), (block,), (x, out, np.int32(n)), out):
+        np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+@pytest.fixture(scope="module")
+def profile_tool():
+    spec = importlib.util.spec_from_file_location("cpuify_tools_llvm_profile",
+                                                  ROOT / "tools" / "llvm_profile.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+LOOP = """
+define void @"scale"(ptr %p, i64 %n) {
+entry:
+  br label %head
+head:
+  %i = phi i64 [0, %entry], [%j, %body]
+  %c = icmp ult i64 %i, %n
+  br i1 %c, label %body, label %done
+body:
+  %a = getelementptr float, ptr %p, i64 %i
+  %v = load float, ptr %a
+  %w = fmul float %v, 2.0
+  store float %w, ptr %a
+  %j = add i64 %i, 1
+  br label %head
+done:
+  ret void
+}
+"""
+
+
+def test_profile_counts_and_pass_timings(profile_tool):
+    assert profile_tool.function_sizes(LOOP) == {"scale": 11}
+    reports: list[str] = []
+    mod = jit.optimize(LOOP, pass_timings=reports)
+    assert len(reports) == 1 and "InstCombinePass" in reports[0]
+    assert "vector.body" in str(mod)            # the pipeline is the usual one: vectorized
+    assert profile_tool.pass_seconds(reports[0])["LoopVectorizePass"] >= 0
+    assert "LoopVectorizePass" in profile_tool.pass_seconds(reports[0])
+    emitted: list[str] = []
+    obj = jit.emit_object(mod, pass_timings=emitted)
+    assert obj and "Instruction Selection" in emitted[0]
+    assert jit.emit_object(mod) == obj          # (untimed, the same object)
+
+
+def test_profile_tool_runs(profile_tool, tmp_path, capsys):
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    assert profile_tool.main([str(src), "--block", "64", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "1 kernels and 1 specializations" in out
+    assert re.search(r"module 0: optimize [\d.]+ s, emit [\d.]+ s; instructions \d+ -> \d+", out)
+    assert re.search(r"\d+ -> +\d+  cpuify_seg_neighbours_1", out)
+    assert "optimization passes" in out and "code generation passes" in out
