@@ -1069,13 +1069,19 @@ static int start_block(fiber_set *fs, uint64_t id) {
     }
     uint32_t bx, by, bz;
     box_block(&P.box, l, &bx, &by, &bz);
+    /* malloc's locks: a cancel (another runner's fault, Ctrl-C, the watchdog) jumping out of
+     * the allocator would leave its arena locked, and the next launch's runner would wait
+     * on it for ever (seen in CI: a worker stuck in memalign under start_block) */
+    nocancel_begin();
     fiber_t *f = free_fiber(fs);
-    if (!f || ensure_buffer(&f->shared, &f->shared_cap, P.shared_bytes) ||
-        ensure_buffer(&f->scratch, &f->scratch_cap, P.scratch_bytes)) {
+    int bad = !f || ensure_buffer(&f->shared, &f->shared_cap, P.shared_bytes) ||
+              ensure_buffer(&f->scratch, &f->scratch_cap, P.scratch_bytes);
+    if (bad) {
         atomic_fetch_sub(&P.resident, 1);
         record_error(id, CPUIFY_ERR_OUT_OF_MEMORY, bx, by, bz);
-        return -1;
     }
+    nocancel_end();
+    if (bad) return -1;
     fiber_start_at_entry(fs, f);
     f->block = l;
     f->bx = bx;
@@ -1137,7 +1143,12 @@ static void blame_held_fiber(const fiber_set *fs, int waiting_only) {
 static void fiber_blocks(runner_t *r) {
     fiber_set *fs = tls_fibers;
     const uint64_t id = P.launch_id;
-    if (!fs && !(fs = tls_fibers = calloc(1, sizeof *fs))) {
+    if (!fs) {
+        nocancel_begin(); /* (malloc's locks, as in start_block) */
+        fs = tls_fibers = calloc(1, sizeof *fs);
+        nocancel_end();
+    }
+    if (!fs) {
         record_error(id, CPUIFY_ERR_OUT_OF_MEMORY, 0, 0, 0);
         return;
     }
