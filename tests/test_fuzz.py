@@ -145,6 +145,8 @@ def test_first_starts_the_run_at_a_kernel_index(monkeypatch) -> None:  # type: i
         return {"count": count, "seconds": 0.0, "kernels_per_second": 0.0, "counts": {}, "times": {},
                 "refusals": {}, "failures": []}
     monkeypatch.setattr(fuzz, "fuzz", fake)
+    # main turns the cache off in os.environ (for the tool's processes); undone after the test
+    monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
     fuzz.main(["--seed", "3", "--first", "1200", "--count", "80"])
     assert seen == {"count": 80, "seed": 3, "first": 1200}
     fuzz.main(["--seed", "3", "--reproduce", "7"])

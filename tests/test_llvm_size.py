@@ -125,7 +125,10 @@ def test_profile_counts_and_pass_timings(profile_tool):
     assert jit.emit_object(mod) == obj          # (untimed, the same object)
 
 
-def test_profile_tool_runs(profile_tool, tmp_path, capsys):
+def test_profile_tool_runs(profile_tool, tmp_path, capsys, monkeypatch):
+    # the tool turns the cache off in os.environ; undone after the test (later tests in this
+    # process need `cpuify cuda-home`, which lives in the cache)
+    monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
     src = tmp_path / "k.cu"
     src.write_text(SRC)
     assert profile_tool.main([str(src), "--block", "64", "--top", "5"]) == 0
