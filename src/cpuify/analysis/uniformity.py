@@ -111,9 +111,8 @@ def uniform_values(region: Region) -> set[Value]:
     while True:
         new_tainted: set[Block] = set()
         for b in region.blocks:
-            term = b.terminator
-            if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
-                    and not any(_exits_at_once(s) for s in term.successors):
+            term = _dividing_branch(b, uniform)
+            if term is not None:
                 # threads part here and meet again at the immediate post-dominator: the
                 # blocks on the way see divergence, and merges where the two ways meet
                 join = ipdom.get(b)
@@ -135,6 +134,16 @@ def uniform_values(region: Region) -> set[Value]:
                     kill(a)
         tainted |= new_tainted
         propagate()
+
+
+def _dividing_branch(b: Block, uniform: set[Value]) -> Operation | None:
+    """`b`'s terminator when it is a branch that parts the live threads: a `cf.cond_br` whose
+    condition is not block-uniform and none of whose ways only exits."""
+    term = b.terminator
+    if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
+            and not any(_exits_at_once(s) for s in term.successors):
+        return term
+    return None
 
 
 def _divergent_arms(term: Operation, join: Block | None) -> dict[Block, set[int]]:
@@ -162,9 +171,8 @@ def divergent_blocks(region: Region, uniform: set[Value]) -> set[Block]:
     ipdom = immediate_post_dominators(region)
     out: set[Block] = set()
     for b in region.blocks:
-        term = b.terminator
-        if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
-                and not any(_exits_at_once(s) for s in term.successors):
+        term = _dividing_branch(b, uniform)
+        if term is not None:
             join = ipdom.get(b)
             out.update(x for x in _divergent_arms(term, join) if x is not join)
     return out

@@ -413,18 +413,32 @@ class ThreadLoopPlans(SegmentPaths):
                 break
             if op.name != "cf.cond_br" or op is first.branch or op.operands[0] in self.uniform:
                 continue
-            if any(op in set(self.ops_from(succ, 0)) for succ in op.successors):
-                continue        # in a loop of the segment: evaluated more than once
-            found = []
-            for inside in (True, False):
-                terms: list[tuple[Value, Value, str, bool]] = []
-                if self._range_terms(op.operands[0], inside, leaves, derived, terms, 0):
-                    below = all(cmp in ("lt", "le") for _, _, cmp, _ in terms)
-                    found.append((below, inside, terms))
-            if found:
-                _, inside, terms = max(found, key=lambda f: f[0])
-                out.append((op, terms, inside))
+            if self._in_segment_loop(op):
+                continue        # evaluated more than once
+            side = self._range_side(op, leaves, derived)
+            if side is not None:
+                out.append((op, side[1], side[0]))
         return out
+
+    def _in_segment_loop(self, op: Operation) -> bool:
+        """Whether branch `op` is in a loop of its segment (evaluated more than once)."""
+        return any(op in set(self.ops_from(succ, 0)) for succ in op.successors)
+
+    def _range_side(self, op: Operation, leaves: set[Value], derived: dict[Value, Value]
+                    ) -> tuple[bool, list[tuple[Value, Value, str, bool]]] | None:
+        """(inside, terms) of the branch `op`'s condition as an interval of the thread index,
+        None when it is none.  One comparison is an interval both ways: the side where the
+        index is below its bound (`i < n`: a guard's work, a grid-stride loop going on)."""
+        found = []
+        for inside in (True, False):
+            terms: list[tuple[Value, Value, str, bool]] = []
+            if self._range_terms(op.operands[0], inside, leaves, derived, terms, 0):
+                below = all(cmp in ("lt", "le") for _, _, cmp, _ in terms)
+                found.append((below, inside, terms))
+        if not found:
+            return None
+        _, inside, terms = max(found, key=lambda f: f[0])
+        return inside, terms
 
     def uniform_at(self, resume: int) -> tuple[set[Value], dict[Value, Value]]:
         """(the block-uniform values restored at `resume`, the induction variables derived
@@ -442,20 +456,12 @@ class ThreadLoopPlans(SegmentPaths):
             if op in self.sync_of_op:
                 return None
             if op.name == "cf.cond_br" and op.operands[0] not in self.uniform:
-                if any(op in set(self.ops_from(succ, 0)) for succ in op.successors):
-                    return None         # in a loop of the segment: evaluated more than once
-                # one comparison is an interval both ways: the side where the index is
-                # below its bound (`i < n`: a guard's work, a grid-stride loop going on)
-                found = []
-                for inside in (True, False):
-                    terms: list[tuple[Value, Value, str, bool]] = []
-                    if self._range_terms(op.operands[0], inside, leaves, derived, terms, 0):
-                        below = all(cmp in ("lt", "le") for _, _, cmp, _ in terms)
-                        found.append((below, inside, terms))
-                if not found:
+                if self._in_segment_loop(op):
+                    return None         # evaluated more than once
+                side = self._range_side(op, leaves, derived)
+                if side is None:
                     return None
-                _, inside, terms = max(found, key=lambda f: f[0])
-                return RangeBranch(op, edges, terms, inside)
+                return RangeBranch(op, edges, side[1], side[0])
             if op.name in ("cf.br", "cf.cond_br"):
                 # a block-uniform branch: each way in turn; the way that leads to the
                 # branch must be the only way to it
