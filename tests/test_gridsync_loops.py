@@ -44,10 +44,12 @@ extern "C" __global__ void wide_counter(const float *x, float *y, long long n) {
     cg::grid_group g = cg::this_grid();
     for (unsigned long long i = g.thread_rank(); i < n; i += g.size()) y[(int)i] = x[(int)i] + 1.0f;
 }
-// must not interchange: the stride differs from thread to thread
+// must not interchange: the stride differs from thread to thread. Two threads can reach
+// the same element, so the update is atomic (a plain += there is a race: blocks run on
+// different cores, and one of the two updates could be lost)
 extern "C" __global__ void ragged_stride(const int *x, int *y, int n) {
     int s = blockDim.x * gridDim.x + (threadIdx.x & 1);
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] += x[i] + 1;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) atomicAdd(&y[i], x[i] + 1);
 }
 // Jacobi sweeps with grid.sync() between them, indexed both ways
 extern "C" __global__ void jacobi_cg(const float *b, float *x0, float *x1, int n, int iters) {
