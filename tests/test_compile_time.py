@@ -253,9 +253,10 @@ def test_build_jobs_from_nvcc_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CPUIFY_JOBS", raising=False)
     cpus = len(os.sched_getaffinity(0))
     assert [parse_args(args).threads for args in (["-t", "3"], ["--threads", "5"], ["--threads=2"],
-                                                  ["-t=0"], [])] == [3, 5, 2, 0, None]
-    with pytest.raises(UsageError, match="--threads"):
-        parse_args(["-t", "many"])
+                                                  ["-t=0"], ["-t4"], [])] == [3, 5, 2, 0, 4, None]
+    for bad in (["-t", "many"], ["-tmany"]):     # nvcc: "'many': expected a number"
+        with pytest.raises(UsageError, match="--threads"):
+            parse_args(bad)
     assert device.build_jobs(3) == 3 and device.build_jobs(1) == 1
     assert device.build_jobs(0) == cpus
     assert device.build_jobs(64) == 64        # as asked: MAX_BUILD_JOBS caps the default only

@@ -83,7 +83,7 @@ _VALUE_OPTS = {
     "-time": ("-time", "--time"),
 }
 # options that are only ever joined (-O3, -Dx) are covered by the joined-prefix rule below
-_JOINABLE = {"-I", "-D", "-U", "-L", "-l", "-O", "-x", "-std", "-isystem"}
+_JOINABLE = {"-I", "-D", "-U", "-L", "-l", "-O", "-x", "-std", "-isystem", "-t"}   # -t4 as nvcc
 
 # flags without a value: canonical -> spellings
 _FLAGS = {
