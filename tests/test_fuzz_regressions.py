@@ -421,7 +421,8 @@ def test_min_max_chains_on_special_values() -> None:
 # fz_2615_1978 (seed 2615, kernel 1978), minimized: fmaxf(f0 / f1, (-7.25f == f1) ? f1 : K)
 # with f0 / f1 = NaN: the same LLVM 22 miscompile of llvm.maximumnum, reached through a select
 # whose arm is compared equal to a constant (LLVM puts the constant in the arm, so it knows
-# the operand is never NaN).  Fixed in codegen.ptx_spec._compared_with_never_nan.
+# the operand is never NaN).  First fixed by recognising that pattern; since fz_2619_931
+# (below) codegen.ptx_spec never emits llvm.minimumnum/maximumnum.
 SELECTED_BOUND = r'''
 extern "C" __global__ void selected_bound(const float *x, const float *y, float *out,
                                           unsigned *bits) {
@@ -457,6 +458,62 @@ def test_max_of_a_selected_constant_on_special_values(run: str) -> None:
     assert args[3][0] == np.bitwise_or.reduce(np.arange(256, dtype=np.uint32))
     np.testing.assert_array_equal(out, want)                             # NaN where NaN
     np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(want[out == 0]))
+
+
+# fz_2619_931 (seed 2619, kernel 931), minimized: fmin(fmin(d0, d1), trunc(4.9e-324)) where
+# one branch sets d0 = ceil((double)l) and d1 = NaN.  min.f64 ignores the NaN: the inner min
+# is d0.  The compiled code (every pipeline, passes on or off) gave NaN: LLVM 22's x86
+# backend, proving ceil((double)l) never NaN, drops the NaN check of the other operand of
+# llvm.minimumnum.  The pattern-based guard (a constant, an int converted, another min/max,
+# a select) did not see ceil of a converted int behind a branch argument.  Fixed in
+# codegen.ptx_spec: float min/max never become llvm.minimumnum/maximumnum.
+ROUNDED_INT = r'''
+extern "C" __global__ void rounded_int(const long long *l, const double *d, double *out,
+                                       float *outf, unsigned *count, int p) {
+    int t = threadIdx.x;
+    atomicAdd(count, 1u);       // (the fuzzer's kernel had atomics: the thread loop stays scalar)
+    double d0 = d[t], d1 = d[t + 32];
+    float f0 = (float)d0, f1 = (float)d1;
+    if (t >= p) {               // a data-dependent branch, as in the fuzzer's kernel
+        d0 = ceil((double)l[t]);
+        f0 = floorf((float)(int)l[t]);
+    }
+    out[3 * t] = fmin(fmin(d0, d1), trunc(4.9e-324));
+    out[3 * t + 1] = fmax(d1, trunc((double)l[t]));
+    out[3 * t + 2] = fmin(ceil((double)l[t]), d1);
+    outf[t] = fminf(f1, rintf(f0));
+}'''
+
+
+@pytest.mark.parametrize("run", ["compiled", "interpreted"])
+def test_min_of_a_rounded_integer_and_nan(run: str) -> None:
+    vals = [1.5, -9.0, np.nan, 0.0, -0.0, np.inf, -np.inf, 2.0]
+    d = np.array([vals[i % 8] for i in range(32)] + [vals[(i // 4) % 8] for i in range(32)])
+    l = np.arange(32, dtype=np.int64) * 3 - 40
+    out = np.zeros(96)
+    outf = np.zeros(32, np.float32)
+    args = (l, d, out, outf, np.zeros(1, np.uint32), np.int32(8))
+    mod = cpuify.RawModule(code=ROUNDED_INT)
+    if run == "compiled":
+        mod.get_function("rounded_int")((1,), (32,), args)
+    else:
+        interpret_kernel(mod.ptx, "rounded_int", (1,), (32,), args)
+    want, wantf = [], []
+    for t in range(32):
+        d0, d1 = d[t], d[t + 32]
+        f0, f1 = np.float32(d0), np.float32(d1)
+        if t >= 8:
+            d0 = float(np.ceil(float(l[t])))
+            f0 = np.floor(np.float32(int(l[t])))
+        want += [_pick(_pick(d0, d1, True), 0.0, True), _pick(d1, float(np.trunc(float(l[t]))), False),
+                 _pick(float(np.ceil(float(l[t]))), d1, True)]
+        wantf.append(_pick(f1, np.rint(f0), True))
+    want, wantf = np.array(want), np.array(wantf, np.float32)
+    np.testing.assert_array_equal(out, want)                             # NaN where NaN
+    np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(want[out == 0]))
+    np.testing.assert_array_equal(outf, wantf)
+    np.testing.assert_array_equal(np.signbit(outf[outf == 0]), np.signbit(wantf[outf == 0]))
+    assert args[4][0] == 32
 
 
 SIGNED_ZEROS = r'''

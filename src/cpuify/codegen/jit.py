@@ -136,7 +136,57 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None) -> llvm
         mpm.run(mod, pb)
         if pass_timings is not None:
             pass_timings.append(pb.finish_pass_timing())
+        mod = without_minmax_num(mod)
     return mod
+
+
+#: a call's callee llvm.minimumnum/maximumnum.<type> (scalar or vector)
+_MINMAX_NUM = re.compile(r"@llvm\.(minimumnum|maximumnum)\.((?:v(\d+))?(f16|bf16|f32|f64))\b")
+_MINMAX_NUM_DECLARATION = re.compile(r"^declare [^\n]*@llvm\.(?:minimumnum|maximumnum)\.[^\n]*\n",
+                                     re.M)
+_FLOAT_TYPES = {"f16": "half", "bf16": "bfloat", "f32": "float", "f64": "double"}
+
+
+def without_minmax_num(mod: llvm.ModuleRef) -> llvm.ModuleRef:
+    """The optimized module with each llvm.minimumnum/maximumnum (PTX's min/max: a NaN
+    operand ignored, -0 below +0) replaced by the NaN-propagating llvm.minimum/maximum and
+    a select of the other operand where one is NaN.
+
+    The optimizer keeps the `num` intrinsics: its loop vectorizer knows them as reductions
+    (a running fmaxf over a row).  LLVM 22's x86 backend miscompiles them whenever it can
+    prove one operand never NaN (a constant, an integer converted to float, ceil of one,
+    another min/max): it drops the other operand's NaN check and returns the NaN
+    (minimumnum(ceil((double)i), NaN) gives NaN; the fuzzer's fz_400_170, fz_2615_1978,
+    fz_2619_931).  What LLVM can prove depends on everything the optimizer did, so no
+    pattern of the code generator's can avoid it; after optimization, the backend never
+    sees the intrinsics.  Must hold the compile section."""
+    text = str(mod)
+    if "imumnum." not in text:
+        return mod
+    found = sorted(set(_MINMAX_NUM.findall(text)))
+    text = _MINMAX_NUM_DECLARATION.sub("", text)
+    text = _MINMAX_NUM.sub(lambda m: f"@cpuify.{m[1]}.{m[2]}", text)
+    definitions = []
+    for kind, suffix, lanes, scalar in found:
+        t = _FLOAT_TYPES[scalar] if not lanes else f"<{lanes} x {_FLOAT_TYPES[scalar]}>"
+        c = "i1" if not lanes else f"<{lanes} x i1>"
+        nan_op = f"@llvm.{kind[:-3]}.{suffix}"          # llvm.minimum / llvm.maximum
+        if not re.search(rf"^declare [^\n]*{re.escape(nan_op)}\(", text, re.M) and \
+                f"declare {t} {nan_op}(" not in "".join(definitions):
+            definitions.append(f"declare {t} {nan_op}({t}, {t})")
+        definitions.append(f"""define internal {t} @cpuify.{kind}.{suffix}({t} %a, {t} %b) alwaysinline {{
+  %m = call {t} {nan_op}({t} %a, {t} %b)
+  %b.nan = fcmp uno {t} %b, %b
+  %s = select {c} %b.nan, {t} %a, {t} %m
+  %a.nan = fcmp uno {t} %a, %a
+  %r = select {c} %a.nan, {t} %b, {t} %s
+  ret {t} %r
+}}""")
+    fixed = llvm.parse_assembly(text + "\n".join(definitions) + "\n")
+    fixed.verify()
+    pb = llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options(speed_level=0))
+    pb.getModulePassManager().run(fixed, pb)        # O0: the always-inliner only
+    return fixed
 
 
 def vectorizer_remarks(module_text: str) -> list[str]:

@@ -19,8 +19,8 @@ from cpuify.codegen.lowering import (
     F16, HAND_LOWERINGS, I1, I32, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
 from cpuify.codegen.ptx_ops import call, fdone, fsrc, fsuffix, masked_thread_index, src, wrap_flags
-from cpuify.ir.core import Operation, OpResult, Value
-from cpuify.ir.modifiers import has, mods, ty, types
+from cpuify.ir.core import Operation, Value
+from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.ptx_table import (
     BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
 )
@@ -271,21 +271,10 @@ class _SpecLowering:
         if is_float(t):
             sfx = fsuffix(p.type)
             # PTX orders -0 below +0; .NaN propagates NaN, otherwise a NaN operand is
-            # ignored: llvm.minimumnum/maximumnum.  But LLVM 22's x86 backend miscompiles
-            # them when it knows one operand is never NaN (an integer converted to float,
-            # another min/max): it drops the other operand's NaN check (fminf(fmaxf(f,
-            # -7.25f), NaN) and fminf((float)i, NaN) gave NaN; the fuzzer's fz_400_170).
-            # There: the NaN-propagating op and a select of the other operand where one is
-            # NaN.  Elsewhere the intrinsic stays, which the vectorizer knows as a reduction.
-            propagating = f"llvm.{'minimum' if is_min else 'maximum'}.{sfx}"
-            if nan:
-                return call(e, propagating, p.type, [p, q]), t
-            if any(v is not None and _maybe_never_nan(v)
-                   for v in map(self.operand_of, x.args)):
-                r = call(e, propagating, p.type, [p, q])
-                r = b.select(b.fcmp_unordered("uno", q, q), p, r)
-                return b.select(b.fcmp_unordered("uno", p, p), q, r), t
-            name = f"llvm.{'minimumnum' if is_min else 'maximumnum'}.{sfx}"
+            # ignored: llvm.minimum/maximum and llvm.minimumnum/maximumnum.  (The latter are
+            # what the vectorizer knows as reductions; LLVM 22's x86 backend miscompiles
+            # them, so jit.optimize replaces them before code generation.)
+            name = f"llvm.{'minimum' if is_min else 'maximum'}{'' if nan else 'num'}.{sfx}"
             return call(e, name, p.type, [p, q]), t
         kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
         r = call(e, f"llvm.{kind}.i{p.type.width}", p.type, [p, q])
@@ -440,35 +429,3 @@ def _nsw_nodes(form: Form) -> frozenset[int]:
                       and not any(isinstance(y, Fn) for y in x.args)}
         found = _NSW_NODES[id(form)] = frozenset(nodes)
     return found
-
-
-def _maybe_never_nan(v: Value, depth: int = 6) -> bool:
-    """Whether LLVM may prove `v` never NaN (see _min_max): a constant, an integer converted
-    to float, a min/max with such an operand, a select or move of such values."""
-    if not isinstance(v, OpResult) or depth == 0:
-        return False
-    o = v.op
-    if o.name == "upir.const":
-        return True
-    if o.name in ("ptx.min", "ptx.max"):
-        return not has(o, "NaN") and any(_maybe_never_nan(x, depth - 1) for x in o.operands[:2])
-    if o.name == "ptx.cvt":
-        return any(m[:1] in "su" and m[1:].isdigit() for m in types(o)[1:])
-    if o.name == "ptx.mov":
-        return _maybe_never_nan(o.operands[0], depth - 1)
-    if o.name == "ptx.selp":
-        return all(_maybe_never_nan(x, depth - 1) or _compared_with_never_nan(x, o, depth - 1)
-                   for x in o.operands[:2])
-    return False
-
-
-def _compared_with_never_nan(arm: Value, selp: Operation, depth: int) -> bool:
-    """Whether `selp`'s predicate compares `arm` with a value LLVM may prove never NaN:
-    LLVM then takes the arm chosen where they are equal for that value (`f == -7.25f ? f :
-    K` becomes `-7.25f or K`, never NaN; the fuzzer's fz_2615_1978)."""
-    pred = selp.operands[2] if len(selp.operands) > 2 else None
-    if not isinstance(pred, OpResult) or pred.op.name != "ptx.setp":
-        return False
-    a, b = pred.op.operands[:2]
-    return (a is arm and _maybe_never_nan(b, depth)) or (b is arm and _maybe_never_nan(a, depth))
-
