@@ -1028,3 +1028,100 @@ def test_nsw_only_on_indices_llvm_and_results() -> None:
         fn((1,), (64,), (inp, out, vals, np.int32(n), np.int32(m), np.int32(p), np.int32(q)))
         np.testing.assert_array_equal(out, want, err_msg=run)
         np.testing.assert_array_equal(vals, np.array(ws, np.int64), err_msg=run)
+
+
+# Found while fixing fz_2619_931: the loop vectorizer ends a running fmaxf/fminf (a
+# maximumnum reduction) with llvm.vector.reduce.fmax/fmin, which order no zeros: a row of
+# -0 and +0 gave -0 as its max.  PTX's max orders -0 below +0.  codegen.jit replaces the
+# reductions with trees of the PTX min/max after optimization.
+ROW_EXTREMES = r'''
+extern "C" __global__ void row_extremes(const float *x, float *hi, float *lo, int cols) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    float m = -3.402823466e38f, n = 3.402823466e38f;
+    for (int c = 0; c < cols; c++) {
+        m = fmaxf(m, x[r * cols + c]);
+        n = fminf(n, x[r * cols + c]);
+    }
+    hi[r] = m;
+    lo[r] = n;
+}'''
+
+
+@pytest.mark.parametrize("run", ["compiled", "interpreted"])
+def test_running_min_max_order_signed_zeros(run: str) -> None:
+    cols, rows = 64, 80
+    x = np.full((rows, cols), -0.0, np.float32)
+    x[1, ::2] = 0.0                         # alternating
+    x[2] = 0.0                              # all +0
+    x[3] = np.nan                           # all NaN: the start values
+    x[4, 1:] = np.nan                       # -0 then NaN
+    x[5] = np.where(np.arange(cols) % 3 == 0, np.nan, 0.0)
+    x[6] = np.linspace(-1, 1, cols)         # ordinary numbers
+    for r in range(7, 7 + cols):            # one +0 among -0, at every position
+        x[r, r - 7] = 0.0
+    x[0, 40] = 0.0
+    hi, lo = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    args = (x, hi, lo, np.int32(cols))
+    mod = cpuify.RawModule(code=ROW_EXTREMES, options=("-ftz=false",))   # no flushes: a reduction
+    if run == "compiled":
+        mod.get_function("row_extremes")((1,), (rows,), args)
+    else:
+        interpret_kernel(mod.ptx, "row_extremes", (1,), (rows,), args)
+    want_hi, want_lo = [], []
+    for row in x:
+        m, n = np.float32(-3.402823466e38), np.float32(3.402823466e38)
+        for v in row:
+            m, n = _pick(m, v, False), _pick(n, v, True)
+        want_hi.append(m)
+        want_lo.append(n)
+    want_hi, want_lo = np.array(want_hi, np.float32), np.array(want_lo, np.float32)
+    np.testing.assert_array_equal(hi, want_hi)
+    np.testing.assert_array_equal(lo, want_lo)
+    np.testing.assert_array_equal(np.signbit(hi), np.signbit(want_hi))
+    np.testing.assert_array_equal(np.signbit(lo), np.signbit(want_lo))
+
+
+def test_maximumnum_reduction_in_llvm_orders_signed_zeros() -> None:
+    """The same at the LLVM level, where it showed: a running llvm.maximumnum over 64 floats,
+    optimized by jit.optimize (vectorized) and run.  Before the fix a row of -0 with one +0
+    at index 40 gave -0."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from cpuify.codegen import jit
+    from cpuify.forksafe import compile_section
+    ir = """
+declare float @llvm.maximumnum.f32(float, float)
+define float @running_max(float* noalias %x, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %loop]
+  %m = phi float [0xC7EFFFFFE0000000, %entry], [%m1, %loop]
+  %p = getelementptr float, float* %x, i64 %i
+  %v = load float, float* %p
+  %m1 = call float @llvm.maximumnum.f32(float %m, float %v)
+  %i1 = add i64 %i, 1
+  %c = icmp ult i64 %i1, %n
+  br i1 %c, label %loop, label %exit
+exit:
+  ret float %m1
+}"""
+    mod = jit.optimize(ir)
+    assert "@llvm.maximum.v" in str(mod)         # vectorized, and the num forms replaced
+    with compile_section():
+        engine = llvm.create_mcjit_compiler(mod, jit.new_target_machine())
+        engine.finalize_object()
+    f = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_void_p, ctypes.c_int64)(
+        engine.get_function_address("running_max"))
+    for at in range(64):
+        x = np.full(64, -0.0, np.float32)
+        x[at] = 0.0
+        r = np.float32(f(x.ctypes.data, x.size))
+        assert r == 0 and not np.signbit(r), at
+    x = np.full(64, np.nan, np.float32)
+    assert np.float32(f(x.ctypes.data, 64)) == np.float32(-3.4028234663852886e38)
+    x[17] = -0.0
+    r = np.float32(f(x.ctypes.data, 64))
+    assert r == 0 and np.signbit(r)

@@ -140,48 +140,101 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None) -> llvm
     return mod
 
 
-#: a call's callee llvm.minimumnum/maximumnum.<type> (scalar or vector)
-_MINMAX_NUM = re.compile(r"@llvm\.(minimumnum|maximumnum)\.((?:v(\d+))?(f16|bf16|f32|f64))\b")
-_MINMAX_NUM_DECLARATION = re.compile(r"^declare [^\n]*@llvm\.(?:minimumnum|maximumnum)\.[^\n]*\n",
-                                     re.M)
+#: a call's callee llvm.minimumnum/maximumnum.<type> (scalar or vector), and the vector
+#: reductions the loop vectorizer makes of them, llvm.vector.reduce.fmin/fmax.<type>
+_MINMAX_NUM = re.compile(r"@llvm\.(minimumnum|maximumnum|vector\.reduce\.fmin|vector\.reduce\.fmax)"
+                         r"\.((?:v(\d+))?(f16|bf16|f32|f64))\b")
+_MINMAX_NUM_DECLARATION = re.compile(
+    r"^declare [^\n]*@llvm\.(?:minimumnum|maximumnum|vector\.reduce\.fmin|vector\.reduce\.fmax)\.[^\n]*\n",
+    re.M)
 _FLOAT_TYPES = {"f16": "half", "bf16": "bfloat", "f32": "float", "f64": "double"}
 
 
 def without_minmax_num(mod: llvm.ModuleRef) -> llvm.ModuleRef:
     """The optimized module with each llvm.minimumnum/maximumnum (PTX's min/max: a NaN
     operand ignored, -0 below +0) replaced by the NaN-propagating llvm.minimum/maximum and
-    a select of the other operand where one is NaN.
+    a select of the other operand where one is NaN, and each llvm.vector.reduce.fmin/fmax
+    by a tree of those.
 
     The optimizer keeps the `num` intrinsics: its loop vectorizer knows them as reductions
-    (a running fmaxf over a row).  LLVM 22's x86 backend miscompiles them whenever it can
-    prove one operand never NaN (a constant, an integer converted to float, ceil of one,
-    another min/max): it drops the other operand's NaN check and returns the NaN
+    (a running fmaxf over a row).  But LLVM 22's x86 backend miscompiles them whenever it
+    can prove one operand never NaN (a constant, an integer converted to float, ceil of
+    one, another min/max): it drops the other operand's NaN check and returns the NaN
     (minimumnum(ceil((double)i), NaN) gives NaN; the fuzzer's fz_400_170, fz_2615_1978,
     fz_2619_931).  What LLVM can prove depends on everything the optimizer did, so no
-    pattern of the code generator's can avoid it; after optimization, the backend never
-    sees the intrinsics.  Must hold the compile section."""
+    pattern of the code generator's can avoid it.  And the vectorizer ends a maximumnum
+    reduction with llvm.vector.reduce.fmax, which orders no zeros (a row of -0 and +0 gave
+    -0).  After optimization, the backend sees neither.  Must hold the compile section."""
     text = str(mod)
-    if "imumnum." not in text:
+    if "imumnum." not in text and "@llvm.vector.reduce.fm" not in text:
         return mod
     found = sorted(set(_MINMAX_NUM.findall(text)))
     text = _MINMAX_NUM_DECLARATION.sub("", text)
-    text = _MINMAX_NUM.sub(lambda m: f"@cpuify.{m[1]}.{m[2]}", text)
-    definitions = []
-    for kind, suffix, lanes, scalar in found:
-        t = _FLOAT_TYPES[scalar] if not lanes else f"<{lanes} x {_FLOAT_TYPES[scalar]}>"
+    text = _MINMAX_NUM.sub(lambda m: f"@cpuify.{m[1].replace('.', '_')}.{m[2]}", text)
+    definitions: list[str] = []
+
+    def declare(line: str) -> None:
+        name = line.split("@", 1)[1].split("(", 1)[0]
+        if not re.search(rf"^declare [^\n]*@{re.escape(name)}\(", text, re.M) and \
+                line not in definitions:
+            definitions.append(line)
+
+    def min_max(kind: str, t: str, suffix: str, lanes: str) -> str:
+        """The helper for llvm.<kind>num.<suffix> (kind: minimum, maximum), defined once."""
         c = "i1" if not lanes else f"<{lanes} x i1>"
-        nan_op = f"@llvm.{kind[:-3]}.{suffix}"          # llvm.minimum / llvm.maximum
-        if not re.search(rf"^declare [^\n]*{re.escape(nan_op)}\(", text, re.M) and \
-                f"declare {t} {nan_op}(" not in "".join(definitions):
-            definitions.append(f"declare {t} {nan_op}({t}, {t})")
-        definitions.append(f"""define internal {t} @cpuify.{kind}.{suffix}({t} %a, {t} %b) alwaysinline {{
-  %m = call {t} {nan_op}({t} %a, {t} %b)
+        name = f"@cpuify.{kind}num.{suffix}"
+        declare(f"declare {t} @llvm.{kind}.{suffix}({t}, {t})")
+        body = f"""define internal {t} {name}({t} %a, {t} %b) alwaysinline {{
+  %m = call {t} @llvm.{kind}.{suffix}({t} %a, {t} %b)
   %b.nan = fcmp uno {t} %b, %b
   %s = select {c} %b.nan, {t} %a, {t} %m
   %a.nan = fcmp uno {t} %a, %a
   %r = select {c} %a.nan, {t} %b, {t} %s
   ret {t} %r
-}}""")
+}}"""
+        if body not in definitions:
+            definitions.append(body)
+        return name
+
+    for kind, suffix, lanes, scalar in found:
+        e = _FLOAT_TYPES[scalar]
+        t = e if not lanes else f"<{lanes} x {e}>"
+        if not kind.startswith("vector"):
+            min_max(kind[:-3], t, suffix, lanes)
+            continue
+        # a reduction: halve the vector until one lane is left, combining the halves (lane
+        # by lane in order, where the width is no power of two)
+        which = "minimum" if kind.endswith("fmin") else "maximum"
+        n = int(lanes)
+        lines, v = [], "%v"
+        if n & (n - 1):
+            f = min_max(which, e, scalar, "")
+            lines.append(f"  %x0 = extractelement {t} %v, i32 0")
+            for i in range(1, n):
+                lines += [f"  %x{i}.in = extractelement {t} %v, i32 {i}",
+                          f"  %x{i} = call {e} {f}({e} %x{i - 1}, {e} %x{i}.in)"]
+            v, n = f"%x{n - 1}", 1
+        while n > 1:
+            h = n // 2
+            half = f"<{h} x {e}>"
+            f = min_max(which, half if h > 1 else e, f"v{h}{scalar}" if h > 1 else scalar,
+                        str(h) if h > 1 else "")
+            lo = ", ".join(f"i32 {i}" for i in range(h))
+            hi = ", ".join(f"i32 {i}" for i in range(h, n))
+            if h > 1:
+                lines += [f"  %lo{n} = shufflevector <{n} x {e}> {v}, <{n} x {e}> poison, <{h} x i32> <{lo}>",
+                          f"  %hi{n} = shufflevector <{n} x {e}> {v}, <{n} x {e}> poison, <{h} x i32> <{hi}>"]
+            else:
+                lines += [f"  %lo{n} = extractelement <2 x {e}> {v}, i32 0",
+                          f"  %hi{n} = extractelement <2 x {e}> {v}, i32 1"]
+            lines.append(f"  %r{n} = call {half if h > 1 else e} {f}({half if h > 1 else e} %lo{n}, "
+                         f"{half if h > 1 else e} %hi{n})")
+            v, n = f"%r{n}", h
+        if int(lanes) == 1:
+            lines.append(f"  %x0 = extractelement <1 x {e}> %v, i32 0")
+            v = "%x0"
+        definitions.append(f"define internal {e} @cpuify.{kind.replace('.', '_')}.{suffix}({t} %v) alwaysinline {{\n"
+                           + "\n".join(lines) + f"\n  ret {e} {v}\n}}")
     fixed = llvm.parse_assembly(text + "\n".join(definitions) + "\n")
     fixed.verify()
     pb = llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options(speed_level=0))
