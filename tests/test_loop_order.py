@@ -20,7 +20,12 @@ import pytest
 import cpuify
 from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.loop_order import (
-    CONSECUTIVE, STRIDED, SYMBOLIC, UNIFORM, loop_order, tid_x_stride,
+    CONSECUTIVE,
+    STRIDED,
+    SYMBOLIC,
+    UNIFORM,
+    loop_order,
+    tid_x_stride,
 )
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.cli.main import main as cli_main
@@ -32,9 +37,18 @@ from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
 from cpuify.lifting import lift_kernel
 from cpuify.transforms.interchange import (
-    INTERCHANGED, LOOP_ACCESSES, LOOP_ORDER, PER_THREAD, _loops, interchange_uniform_loops,
+    INTERCHANGED,
+    LOOP_ACCESSES,
+    LOOP_ORDER,
+    PER_THREAD,
+    _loops,
+    interchange_uniform_loops,
 )
-from cpuify.transforms.pass_manager import PipelineOptions, default_pipeline, run_pipeline
+from cpuify.transforms.pass_manager import (
+    PipelineOptions,
+    default_pipeline,
+    run_pipeline,
+)
 
 SRC = r'''
 // a row per thread: a scaled row maximum (max reduction only) -> stays in each thread
