@@ -103,12 +103,15 @@ class LoopOrder:
         return "; ".join(parts) or "no memory accesses"
 
 
-def loop_order(header: Block, body: set[Block], uniform: set[Value]) -> LoopOrder:
+def loop_order(header: Block, body: set[Block], uniform: set[Value],
+               incoming: dict[BlockArgument, list[Value]] | None = None) -> LoopOrder:
     """The accesses of the loop (`header`, its blocks `body`) as LoopAccess, in program
-    order; `uniform`: the values equal in every thread of the block."""
+    order; `uniform`: the values equal in every thread of the block; `incoming`: the
+    region's incoming_values, when the caller has them (one computation for all loops)."""
     region = header.parent
     assert region is not None
-    incoming = incoming_values(region)
+    if incoming is None:
+        incoming = incoming_values(region)
     # leaves of address expressions: block-uniform values fixed for the whole loop, and the
     # induction variables (whose steps say how the address moves)
     invariant = {v for v in uniform if defining_block(v) not in body}

@@ -375,6 +375,7 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     uniform = cached(analyses, uniform_values, region)
     loops = _loops(region, idom)
     done: list[Block] = []
+    incoming = None
     for header, body in loops.items():
         if any(other is not header and other in body for other in loops):
             continue        # not innermost
@@ -389,7 +390,9 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
             continue
         if sum(len(b.ops) for b in body) < (MIN_UNIFORM_LOOP_OPS if min_ops is None else min_ops):
             continue
-        order = loop_order(header, body, uniform)
+        if incoming is None:
+            incoming = _incoming(region)
+        order = loop_order(header, body, uniform, incoming)
         keep = by_access and order.contiguous_within_thread() and order.reorderable()
         for b in body:
             if b.terminator is not None and header in b.successors:
