@@ -106,6 +106,14 @@ extern "C" __global__ void softmax_rows(const float *__restrict__ x, float *__re
     }
     for (int c = 0; c < cols; c++) out[c] = out[c] / total;
 }
+// a matrix product on 2-D blocks: a[row][k] the same along x, b[k][col] consecutive
+extern "C" __global__ void matmul(const float *a, const float *b, float *c, int n) {
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    for (int k = 0; k < n; k++) acc += a[row * n + k] * b[k * n + col];
+    c[row * n + col] = acc;
+}
 '''
 
 
@@ -266,3 +274,19 @@ def test_row_softmax_matches_numpy_and_interpreter(ptx, rows, cols):
     # may differ in the last bit (both within PTX's 2 ulp), which the sum and the division
     # carry into a few ulps; every other operation is exact
     np.testing.assert_allclose(got, expect, rtol=4e-7 * cols ** 0.5, atol=0)
+
+
+def test_access_classification_through_products_of_the_thread_index(ptx):
+    """`a[row * n + k]` (row from threadIdx.y: the same along x, 4 bytes per iteration)
+    and `b[k * n + col]` (consecutive along x, n elements per iteration: no constant step)
+    are read through products with a block-uniform `n`; the loop carries an in-order sum."""
+    region = _region(ptx, "matmul")
+    uniform = uniform_values(region)
+    loops = _loops(region, dominators(region))
+    header, body = max(loops.items(), key=lambda hb: sum(len(b.ops) for b in hb[1]))
+    order = loop_order(header, body, uniform)
+    kinds = {(a.across, a.within_step) for a in order.accesses}
+    assert (UNIFORM, 16) in kinds or (UNIFORM, 4) in kinds
+    assert (CONSECUTIVE, None) in kinds
+    assert not order.other and order.carried == ("in order",)
+    assert not order.contiguous_within_thread()

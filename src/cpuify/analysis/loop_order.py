@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpuify.analysis.access import affine_form
 from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.induction import increment_terms
 from cpuify.ir.core import (
@@ -57,8 +56,8 @@ UNKNOWN = "unknown"
 class LoopAccess:
     """One load or store of a loop: the bytes its address moves per iteration in one thread
     (None: not a constant), and how addresses of different threads relate at one iteration
-    (UNIFORM: the same address in every thread, CONSECUTIVE: neighbouring threads one
-    access apart, STRIDED: further apart by a constant or block-uniform amount, UNKNOWN)."""
+    (UNIFORM: the same address in neighbouring threads along x, CONSECUTIVE: one access
+    apart, STRIDED: further apart by a constant or block-uniform amount, UNKNOWN)."""
     op: Operation
     within_step: int | None
     across: str
@@ -116,15 +115,14 @@ def loop_order(header: Block, body: set[Block], uniform: set[Value],
     # induction variables (whose steps say how the address moves)
     invariant = {v for v in uniform if defining_block(v) not in body}
     steps = _induction_steps(header, body, incoming, invariant)
-    leaves: set[Value] = invariant | set(steps)
-    memo: dict = {}  # type: ignore[type-arg]
+    memos: tuple[dict, dict, dict] = ({}, {}, {})  # type: ignore[type-arg]
     accesses: list[LoopAccess] = []
     other = 0
     blocks = [b for b in region.blocks if b in body]
     for b in blocks:
         for op in b.ops:
             if op.name in _MEMORY and op.operands:
-                found = _describe(op, leaves, steps, incoming, body, uniform, memo)
+                found = _describe(op, steps, incoming, body, uniform, memos)
                 if found is None:
                     other += 1
                 else:
@@ -173,71 +171,96 @@ def _const(v: Value) -> int | None:
     return None
 
 
-def _describe(op: Operation, leaves: set[Value], steps: dict[Value, int | None],
+def _describe(op: Operation, steps: dict[Value, int | None],
               incoming: dict[BlockArgument, list[Value]], body: set[Block],
-              uniform: set[Value], memo: dict) -> LoopAccess | None:  # type: ignore[type-arg]
+              uniform: set[Value], memos: tuple[dict, dict, dict]  # type: ignore[type-arg]
+              ) -> LoopAccess | None:
+    """The access of `op` (a load or store): its address's stride per iteration in one
+    thread and between neighbouring threads, evaluated through the address arithmetic
+    (None: the address is not linear in the induction variables or the thread index)."""
     address = op.operands[0]
-    form = affine_form(address, leaves, 0, memo)
-    if form is None:
-        return None
-    terms, _ = form
-    within: int | None = 0
-    across: set[str] = set()
     size = type_size(ty(op)) * (4 if "v4" in mods(op) else 2 if "v2" in mods(op) else 1)
-    for leaf, coef in terms.items():
-        if isinstance(leaf, tuple) and leaf and leaf[0] == "tid":
-            across.add(CONSECUTIVE if leaf[1] == 0 and coef == size else
-                       STRIDED if leaf[1] == 0 else UNKNOWN)
-        elif leaf in steps:
-            step = steps[leaf]  # type: ignore[index]
-            within = None if within is None or step is None else within + coef * step
-            start = _across_at_start(leaf, incoming, body, uniform, size)  # type: ignore[arg-type]
-            across.add(start if coef == 1 or start in (UNIFORM, UNKNOWN) else STRIDED)
-        elif isinstance(leaf, Value) and leaf not in uniform:
-            across.add(UNKNOWN)
-    kind = next((k for k in (UNKNOWN, STRIDED, CONSECUTIVE) if k in across), UNIFORM)
-    return LoopAccess(op, within, kind)
+    within_memo, across_memo, start_memo = memos
+
+    def outside(v: Value) -> bool:
+        return defining_block(v) not in body
+
+    def within_leaf(v: Value) -> object:
+        if v in steps:
+            step = steps[v]
+            return SYMBOLIC if step is None else step
+        if outside(v):
+            return 0                        # fixed for the whole loop in each thread
+        return None if isinstance(v, BlockArgument) else _INSIDE
+
+    def across_leaf(v: Value) -> object:
+        if v in steps:                      # an induction variable: as its initial values
+            return _across_start(v, incoming, body, uniform, start_memo)  # type: ignore[arg-type]
+        if outside(v):
+            return tid_x_stride(v, uniform, start_memo)
+        return None if isinstance(v, BlockArgument) else _INSIDE
+
+    within = _stride(address, within_leaf, outside, within_memo)
+    across = _stride(address, across_leaf, lambda v: v in uniform, across_memo)
+    if across is None:
+        kind = UNKNOWN
+    elif across == 0:
+        kind = UNIFORM
+    elif across == size:
+        kind = CONSECUTIVE
+    else:
+        kind = STRIDED
+    if within is None and across is None:
+        return None
+    return LoopAccess(op, within if isinstance(within, int) else None, kind)
 
 
-def _across_at_start(arg: BlockArgument, incoming: dict[BlockArgument, list[Value]],
-                     body: set[Block], uniform: set[Value], size: int) -> str:
-    """How the initial values of an induction variable differ between threads."""
-    kinds = set()
-    for v in incoming.get(arg, []):
-        if defining_block(v) not in body:
-            kinds.add(_across(v, uniform, size))
-    for kind in (UNKNOWN, STRIDED, CONSECUTIVE):
-        if kind in kinds:
-            return kind
-    return UNIFORM
-
-
-def _across(v: Value, uniform: set[Value], size: int) -> str:
-    """How v differs between neighbouring threads (threadIdx.x and threadIdx.x + 1)."""
-    if v in uniform:
-        return UNIFORM
-    stride = tid_x_stride(v, uniform, {})
-    if stride == size:
-        return CONSECUTIVE
-    if stride == SYMBOLIC or isinstance(stride, int) and stride != 0:
-        return STRIDED
-    return UNKNOWN          # not linear in the thread index, or varying in y/z only
+def _across_start(arg: BlockArgument, incoming: dict[BlockArgument, list[Value]],
+                  body: set[Block], uniform: set[Value], memo: dict  # type: ignore[type-arg]
+                  ) -> int | str | None:
+    """The stride between neighbouring threads of an induction variable's initial values
+    (None when they differ in kind or are not linear in the thread index)."""
+    strides = {tid_x_stride(v, uniform, memo) for v in incoming.get(arg, [])
+               if defining_block(v) not in body}
+    return strides.pop() if len(strides) == 1 else None
 
 
 #: a stride that is a block-uniform value times a constant (`row * cols`: cols elements)
 SYMBOLIC = "symbolic"
 
 
-def tid_x_stride(v: Value, uniform: set[Value], memo: dict[Value, int | str | None],
-                 depth: int = 0) -> int | str | None:
+#: a leaf function's answer for a value it does not decide: evaluate its op's operands
+_INSIDE = object()
+_TID_X = "%tid.x"
+_OTHER_TIDS = ("%tid.y", "%tid.z")
+
+
+def tid_x_stride(v: Value, uniform: set[Value], memo: dict[Value, int | str | None]
+                 ) -> int | str | None:
     """How much v grows from one thread to the next along x, where v is linear in
     threadIdx.x: a constant, SYMBOLIC (a block-uniform amount: `(blockIdx.x * blockDim.x +
     threadIdx.x) * cols`), or None (not linear in it, or not followed).  Integer arithmetic
-    is taken not to wrap, as for affine_form."""
-    if v in uniform:
-        return 0
+    is taken not to wrap (as cpuify.analysis.access.affine_form takes it)."""
+    def leaf(x: Value) -> object:
+        if x in uniform:
+            return 0
+        if isinstance(x, OpResult) and x.op.name == "upir.special":
+            reg = x.op.attributes.get("reg")
+            return 1 if reg == _TID_X else 0 if reg in _OTHER_TIDS else None
+        return _INSIDE
+    return _stride(v, leaf, lambda x: x in uniform, memo)
+
+
+def _stride(v: Value, leaf, invariant, memo: dict,  # type: ignore[no-untyped-def,type-arg]
+            depth: int = 0) -> int | str | None:
+    """The amount v grows by when the variables `leaf` gives strides for grow by theirs (a
+    constant, SYMBOLIC: a constant times a value `invariant` holds fixed, or None: not
+    linear).  `leaf(x)` answers for x, or _INSIDE to evaluate x's op."""
+    got = leaf(v)
+    if got is not _INSIDE:
+        return got  # type: ignore[no-any-return]
     if v in memo:
-        return memo[v]
+        return memo[v]  # type: ignore[no-any-return]
     result: int | str | None = None
     if isinstance(v, OpResult) and depth <= 24:
         op = v.op
@@ -245,12 +268,12 @@ def tid_x_stride(v: Value, uniform: set[Value], memo: dict[Value, int | str | No
         ops = op.operands
 
         def of(x: Value) -> int | str | None:
-            return tid_x_stride(x, uniform, memo, depth + 1)
+            return _stride(x, leaf, invariant, memo, depth + 1)
 
-        if op.name == "upir.special":
-            reg = op.attributes.get("reg")
-            result = 1 if reg == "%tid.x" else None
-        elif "f32" in m or "f64" in m or "hi" in m or "sat" in m or "cc" in m:
+        if op.name == "upir.const":
+            result = 0
+        elif op.name == "upir.special" or "f32" in m or "f64" in m or "hi" in m or \
+                "sat" in m or "cc" in m:
             result = None
         elif op.name in ("ptx.mov", "ptx.cvt", "ptx.cvta") and len(ops) == 1:
             result = of(ops[0])
@@ -271,13 +294,21 @@ def tid_x_stride(v: Value, uniform: set[Value], memo: dict[Value, int | str | No
             if a == 0 and b == 0:
                 prod = 0
             elif a == 0 or b == 0:
-                # a thread-dependent factor times a uniform one
-                k = _const(ops[0] if a == 0 else ops[1])
-                t = b if a == 0 else a
-                prod = None if t is None else t * k if k is not None and t != SYMBOLIC \
-                    else SYMBOLIC  # type: ignore[operator]
+                # a growing factor times a fixed one: a constant, or one `invariant` holds
+                # fixed (a block-uniform `cols`); another fixed one is no single stride
+                fixed = ops[0] if a == 0 else ops[1]
+                grows = b if a == 0 else a
+                k = _const(fixed)
+                if grows is None:
+                    prod = None
+                elif k is not None and grows != SYMBOLIC:
+                    prod = grows * k  # type: ignore[operator]
+                elif k is not None or invariant(fixed):
+                    prod = SYMBOLIC
+                else:
+                    prod = None
             else:
-                prod = None                 # a product of two thread-dependent values
+                prod = None                 # a product of two growing values
             if op.name == "ptx.mad" and prod is not None:
                 c = of(ops[2])
                 prod = None if c is None else prod + c if isinstance(prod, int) and \
