@@ -29,7 +29,8 @@ with barriers, cooperative groups' 64-bit form), block-uniform loops (with barri
 a float: interchanged), warp collectives (shuffles, votes, `__syncthreads_count`), atomics
 (a shared-memory histogram), and one kernel per pattern of the other passes (launch-invariant
 and block-invariant loops, compare-exchanges, flags set in ifs, staging ifs before
-barriers, duplicate threads, a running fmaxf under -ftz, a spin-wait on a flag)."""
+barriers, duplicate threads, a running fmaxf under -ftz, a spin-wait on a flag, a row per
+thread with a max loop kept in each thread and a sum loop interchanged)."""
 
 from __future__ import annotations
 
@@ -349,6 +350,20 @@ extern "C" __global__ void row_max(const float *x, float *out, int cols) {
     for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, x[blockIdx.x * cols + j] * 2.0f);
     out[blockIdx.x * blockDim.x + threadIdx.x] = m * 0.5f;
 }''',
+    # interchange-uniform-loops' loop order from the access analysis: a row per thread, a
+    # running max only (kept in each thread), then an in-order sum (interchanged)
+    "rows_per_thread": r'''
+extern "C" __global__ void rows_per_thread(const float *__restrict__ x, const float *__restrict__ w,
+                                           float *__restrict__ out, int rows, int cols) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float *in = x + (size_t)row * cols;
+    float m = -3.0e38f;
+    for (int c = 0; c < cols; c++) { const float v = in[c]; m = fmaxf(m, fabsf(v) * w[c] + v * v); }
+    float t = 0.0f;
+    for (int c = 0; c < cols; c++) { const float v = in[c] - m; t += v * w[c] + v * v * 0.5f; }
+    out[row] = t * m;
+}''',
     # spin-wait-yields: the last thread publishes a value the others wait for
     "flag_wait": r'''
 extern "C" __global__ void flag_wait(const int *data, int *out) {
@@ -407,6 +422,8 @@ CASES = {
     "cg_stride": Case((2,), (32,), lambda r: [_i32(r, 150), np.zeros(150, np.int32), np.int32(150)]),
     "row_max": Case((3,), (16,), lambda r: [_f32(r, 3 * 50, 4, -2), np.zeros(48, np.float32), np.int32(50)]),
     "flag_wait": Case((2,), (32,), lambda r: [_i32(r, 2), np.zeros(64, np.int32)]),
+    "rows_per_thread": Case((2,), (16,), lambda r: [_f32(r, 30 * 37, 4, -2), _f32(r, 37),
+                                                    np.zeros(30, np.float32), np.int32(30), np.int32(37)]),
 }
 
 _HEADER = re.compile(r"^// -----// IR of kernel '[^']*' after ([\w-]+) //----- //\n", re.MULTILINE)

@@ -397,6 +397,8 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         for name, n in counts.items():
             if n:
                 print(f"  {name}: {n} {DESCRIPTIONS[name]}")
+        for line in _loop_order_notes(lifted.op):
+            print("  " + line)
         _explain_noalias(module, lifted, counts, block, pipeline)
         if any(v.name.startswith("__cpuify_hoisted_") for v in lifted.shared_vars):
             print("  block-invariant prefix run by thread 0 of each block, its values handed "
@@ -440,6 +442,27 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
                 start = "the kernel's start" if r == 0 else f"sync {r}"
                 print(f"  segment from {start}: " + "; ".join(notes))
         print("  " + _vectorization_text(module, lifted, block))
+
+
+def _loop_order_notes(kernel) -> list[str]:  # type: ignore[no-untyped-def]
+    """The loop order interchange-uniform-loops chose for each block-uniform loop, and why."""
+    from cpuify.transforms.interchange import LOOP_ACCESSES, LOOP_ORDER, PER_THREAD
+    notes = []
+    for op in kernel.walk():
+        order = op.attributes.get(LOOP_ORDER)
+        if order is None:
+            continue
+        why = op.attributes.get(LOOP_ACCESSES, "")
+        if order == PER_THREAD:
+            what = ("kept in each thread, its own loop innermost (contiguous within a thread, "
+                    "strided across threads; min/max reductions only)")
+        elif "in-order" in why:
+            what = ("interchanged, the thread loop innermost (a float sum carried: its "
+                    "additions stay in order, so only the threads can be vector lanes)")
+        else:
+            what = "interchanged, the thread loop innermost"
+        notes.append(f"loop at PTX line {op.attributes.get('line')}: {what}; accesses: {why}")
+    return notes
 
 
 def _explain_noalias(module, lifted, counts, block, pipeline) -> None:  # type: ignore[no-untyped-def]

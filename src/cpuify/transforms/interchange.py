@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
 from cpuify.analysis.induction import increment_terms
+from cpuify.analysis.loop_order import loop_order
 from cpuify.analysis.uniformity import uniform_values, uses_special
 from cpuify.analysis.unrolled_loops import FALLBACK as REROLL_FALLBACK
 from cpuify.ir.core import (
@@ -66,11 +67,14 @@ class InterchangeUniformLoops:
     floating-point values (n-body's inner loop)."""
     name: str = "interchange-uniform-loops"
     min_ops: int = 24               # MIN_UNIFORM_LOOP_OPS: smaller loops stay as they are
+    #: leave a loop in each thread when its accesses are contiguous within a thread and
+    #: strided across threads and it carries only min/max reductions (analysis/loop_order.py)
+    by_access: bool = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
         return len(interchange_uniform_loops(block_body(kernel), min_ops=self.min_ops,
-                                             analyses=analyses))
+                                             analyses=analyses, by_access=self.by_access))
 
 
 
@@ -336,7 +340,8 @@ MIN_UNIFORM_LOOP_OPS = 24
 
 
 def interchange_uniform_loops(region: Region, min_ops: int | None = None,
-                              analyses: AnalysisManager | None = None) -> list[Block]:
+                              analyses: AnalysisManager | None = None,
+                              by_access: bool = True) -> list[Block]:
     """Interchange innermost loops that every thread of the block runs the same way with the
     thread loop.  Returns their headers.
 
@@ -350,7 +355,16 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     Only loops whose exits are block-uniform and whose thread-dependent branches rejoin
     within the iteration (all threads take each iteration together, so the soft barrier
     never separates them), that hold no sync point, carry a per-thread f32/f64 value, and
-    are large enough (MIN_UNIFORM_LOOP_OPS)."""
+    are large enough (MIN_UNIFORM_LOOP_OPS).
+
+    With `by_access`, the loop order is read from the loop's accesses (loop_order): a loop
+    whose every access is contiguous within a thread and strided across threads (a row per
+    thread, `x[row * cols + c]`) and whose per-thread floating-point values are all min/max
+    reductions stays in each thread, where its own loop vectorizes with contiguous loads
+    (interchanged, each vector access would be a gather).  A loop carrying a float sum is
+    interchanged whatever its accesses: its additions must stay in order, which leaves the
+    threads as the only lanes to vectorize over.  The decision and the accesses behind it
+    are recorded on the loop's back edges (LOOP_ORDER, LOOP_ACCESSES) for `cpuify explain`."""
     if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
            for op in b.ops):
         return []           # already interchanged (a thread-strided loop)
@@ -361,6 +375,7 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     uniform = cached(analyses, uniform_values, region)
     loops = _loops(region, idom)
     done: list[Block] = []
+    incoming = None
     for header, body in loops.items():
         if any(other is not header and other in body for other in loops):
             continue        # not innermost
@@ -375,6 +390,24 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
             continue
         if sum(len(b.ops) for b in body) < (MIN_UNIFORM_LOOP_OPS if min_ops is None else min_ops):
             continue
+        if incoming is None:
+            incoming = _incoming(region)
+        order = loop_order(header, body, uniform, incoming)
+        keep = by_access and order.contiguous_within_thread() and order.reorderable()
+        for b in body:
+            if b.terminator is not None and header in b.successors:
+                b.terminator.attributes[LOOP_ORDER] = PER_THREAD if keep else INTERCHANGED
+                b.terminator.attributes[LOOP_ACCESSES] = order.describe()
+        if keep:
+            continue
         _insert_soft_barrier(header)
         done.append(header)
     return done
+
+
+#: attribute on a block-uniform loop's back edges: the loop order chosen for it
+LOOP_ORDER = "loop_order"
+#: ... and the accesses it was chosen from (LoopOrder.describe)
+LOOP_ACCESSES = "loop_accesses"
+PER_THREAD = "per-thread"           # each thread runs the loop: its own loop is innermost
+INTERCHANGED = "interchanged"       # a soft barrier per iteration: the thread loop is innermost
