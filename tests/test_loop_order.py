@@ -114,6 +114,22 @@ extern "C" __global__ void matmul(const float *a, const float *b, float *c, int 
     for (int k = 0; k < n; k++) acc += a[row * n + k] * b[k * n + col];
     c[row * n + col] = acc;
 }
+// a column per thread that carries no float (PolyBench gramschmidt's update: r[k][j] read
+// again each iteration, a[i][j] updated) -> interchanged: each thread's own loop would
+// touch a cache line of its own per iteration
+extern "C" __global__ void col_update(float *a, const float *q, const float *r, int n, int k) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j > k && j < n) {
+        for (int i = 0; i < n; i++) a[i * n + j] -= q[i * n + k] * r[k * n + j];
+    }
+}
+// the same with a[i][j] walked along the row of each thread -> not a column: left alone
+extern "C" __global__ void row_update(float *a, const float *q, int n, int k) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < n) {
+        for (int i = 0; i < n; i++) a[j * n + i] -= q[i] * a[j * n + k];
+    }
+}
 '''
 
 
@@ -138,6 +154,7 @@ def _decisions(region) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     ("row_max", 0, PER_THREAD, "strided across threads, contiguous in the thread"),
     ("col_max", 1, INTERCHANGED, "consecutive across threads"),
     ("row_sum", 1, INTERCHANGED, "in-order float value"),
+    ("col_update", 1, INTERCHANGED, "consecutive across threads, not contiguous in the thread"),
 ])
 def test_which_loop_order_is_chosen(ptx, kernel, interchanged, order, why):
     region = _region(ptx, kernel)
@@ -290,3 +307,35 @@ def test_access_classification_through_products_of_the_thread_index(ptx):
     assert (CONSECUTIVE, None) in kinds
     assert not order.other and order.carried == ("in order",)
     assert not order.contiguous_within_thread()
+
+
+def test_a_loop_carrying_no_float_is_interchanged_only_for_a_column(ptx):
+    """col_update carries no float value (the old rule's only trigger): the access analysis
+    interchanges it because every access is consecutive across threads or the same in all;
+    row_update, contiguous in each thread, keeps its order and records no decision; without
+    the access analysis neither is touched."""
+    region = _region(ptx, "row_update")
+    assert interchange_uniform_loops(region) == [] and _decisions(region) == []
+    for name in ("col_update", "row_update"):
+        assert interchange_uniform_loops(_region(ptx, name), by_access=False) == []
+
+
+@pytest.mark.parametrize("n,k", [(40, 3), (300, 17), (300, 290)])
+def test_column_update_matches_numpy_and_interpreter(ptx, n, k):
+    rng = np.random.default_rng(n + k)
+    a0 = rng.standard_normal((n, n), dtype=np.float32)
+    q = rng.standard_normal((n, n), dtype=np.float32)
+    r = rng.standard_normal((n, n), dtype=np.float32)
+    f = cpuify.RawModule(ptx=ptx).get_function("col_update")
+    grid = ((n + 127) // 128,)
+    want = a0.copy()
+    want[:, k + 1:] = a0[:, k + 1:] - q[:, k:k + 1] * r[k, k + 1:]      # (-ftz: no subnormals here)
+    for _ in range(3):              # the generic code, then the code for the block shape
+        a = a0.copy()
+        f(grid, (128,), (a, q, r, np.int32(n), np.int32(k)))
+        # a - q * r, the product rounded or fused into the subtraction: within an ulp or two
+        np.testing.assert_allclose(a, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(a[:, :k + 1], a0[:, :k + 1])
+    ref = a0.copy()
+    interpret_kernel(ptx, "col_update", grid, (128,), (ref, q, r, np.int32(n), np.int32(k)))
+    np.testing.assert_array_equal(a.view(np.uint32), ref.view(np.uint32))

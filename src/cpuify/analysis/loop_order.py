@@ -82,6 +82,18 @@ class LoopOrder:
             a.across != CONSECUTIVE and a.within_step is not None and
             0 < abs(a.within_step) <= CONTIGUOUS_STEP for a in self.accesses)
 
+    def contiguous_across_threads(self) -> bool:
+        """Every access is consecutive across threads or the same in all of them, some are
+        consecutive, and none of those walks memory contiguously in its own thread (a
+        column per thread, `a[i * n + tid]`; a thread's fixed address, `r[tid]` read each
+        iteration, is contiguous in either order): interchanged, an iteration of all
+        threads is one vector access; in each thread, every iteration is a cache line of
+        its own."""
+        return not self.other and any(a.across == CONSECUTIVE for a in self.accesses) and all(
+            a.across in (CONSECUTIVE, UNIFORM) for a in self.accesses) and not any(
+            a.across == CONSECUTIVE and a.within_step is not None and
+            0 < abs(a.within_step) <= CONTIGUOUS_STEP for a in self.accesses)
+
     def reorderable(self) -> bool:
         """Every per-thread floating-point value the loop carries is a min/max reduction."""
         return all(kind == "min/max" for kind in self.carried)

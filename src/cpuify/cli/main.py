@@ -459,6 +459,9 @@ def _loop_order_notes(kernel) -> list[str]:  # type: ignore[no-untyped-def]
         elif "in-order" in why:
             what = ("interchanged, the thread loop innermost (a float sum carried: its "
                     "additions stay in order, so only the threads can be vector lanes)")
+        elif "strided" not in why and "not analysed" not in why:
+            what = ("interchanged, the thread loop innermost (a column per thread: consecutive "
+                    "across threads, a cache line per iteration in each thread)")
         else:
             what = "interchanged, the thread loop innermost"
         notes.append(f"loop at PTX line {op.attributes.get('line')}: {what}; accesses: {why}")

@@ -354,8 +354,12 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
 
     Only loops whose exits are block-uniform and whose thread-dependent branches rejoin
     within the iteration (all threads take each iteration together, so the soft barrier
-    never separates them), that hold no sync point, carry a per-thread f32/f64 value, and
-    are large enough (MIN_UNIFORM_LOOP_OPS).
+    never separates them), that hold no sync point, carry a per-thread f32/f64 value or
+    (with `by_access`) walk a column per thread (every access consecutive across threads
+    or uniform, none contiguous within a thread: `a[i * n + tid]`, PolyBench gramschmidt's
+    update; in each thread every iteration touches a cache line of its own, interchanged
+    one iteration of the block is a vector access), and are large enough
+    (MIN_UNIFORM_LOOP_OPS).
 
     With `by_access`, the loop order is read from the loop's accesses (loop_order): a loop
     whose every access is contiguous within a thread and strided across threads (a row per
@@ -386,13 +390,16 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
                and b.terminator.operands[0] not in uniform
                and (ipdom.get(b) not in body or ipdom.get(b) is header) for b in body):
             continue
-        if not any(a.type in ("f32", "f64") and a not in uniform for a in header.args):
+        carries_float = any(a.type in ("f32", "f64") and a not in uniform for a in header.args)
+        if not carries_float and not by_access:
             continue
         if sum(len(b.ops) for b in body) < (MIN_UNIFORM_LOOP_OPS if min_ops is None else min_ops):
             continue
         if incoming is None:
             incoming = _incoming(region)
         order = loop_order(header, body, uniform, incoming)
+        if not carries_float and not order.contiguous_across_threads():
+            continue        # nothing to gain: no in-order sum, no column walked per thread
         keep = by_access and order.contiguous_within_thread() and order.reorderable()
         for b in body:
             if b.terminator is not None and header in b.successors:
