@@ -1044,6 +1044,8 @@ cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the
 host compiler: -ccbin, else $NVCC_CCBIN, else g++/gcc (never $CC/$CXX).
 environment: NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS as nvcc; CPUIFY_NVCC_VERBOSE=1 prints
         the commands; CPUIFY_DEFER_REFUSED=1 and CPUIFY_LEGACY=0 as the flags above;
+        CPUIFY_SPECIALIZE=0: no block-shape specializations; CPUIFY_GENERIC_LEVEL=O3: the
+        generic code at O3 even when the specializations cover every launch;
         kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify cache
         info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
         CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0
