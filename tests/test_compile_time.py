@@ -485,3 +485,45 @@ def test_failed_specialization_rebuilds_the_generic_module_at_o3(no_cache: None,
     # not every kernel covered: O3 from the start
     assert device.generic_level(ptx, shapes, set(entries[:1])) == "O3"
     assert device.generic_level(ptx, shapes, set(entries)) == "fallback"
+
+
+BLOCK_REDUCE = r"""
+extern "C" __global__ void block_reduce(const float *x, float *out, int n) {
+    __shared__ float part[32];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) out[blockIdx.x] = v;
+    }
+}
+"""
+
+
+def test_segments_are_not_inlined_into_the_dispatcher(no_cache: None) -> None:
+    """The scheduler's dispatcher calls the kernel's segments instead of holding a second,
+    separately optimized copy of each (compile time); the kernel, whose warp shuffles and
+    one-warp tail go through the dispatcher, still matches NumPy, generic and specialized."""
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.frontend.ptx_parser import parse_ptx
+    compiled = compiler.compile_cuda(BLOCK_REDUCE)
+    module = parse_ptx(compiled.ptx)
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(compiler.lift_optimized(module, module.functions["block_reduce"]))
+    text = str(jit.optimize(gen.llvm_text()))
+    dispatcher = next(f.split("\n}\n", 1)[0] for f in text.split("\ndefine ")[1:]
+                      if "@cpuify_dispatch_block_reduce(" in f.split("\n", 1)[0])
+    assert "call" in dispatcher and "@cpuify_seg_block_reduce" in dispatcher
+    assert len(dispatcher.splitlines()) < 200
+    x = np.random.default_rng(5).standard_normal(5000).astype(np.float32)
+    kernel = cpuify.RawModule(code=BLOCK_REDUCE).get_function("block_reduce")
+    for threads in (256, 256, 128):         # the second launch of a shape is specialized
+        blocks = (x.size + threads - 1) // threads
+        out = np.zeros(blocks, np.float32)
+        kernel((blocks,), (threads,), (x, out, np.int32(x.size)))
+        want = np.add.reduceat(x.astype(np.float64), np.arange(0, x.size, threads))
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
