@@ -8,6 +8,7 @@ Timings are not asserted (benchmarks/compile_time.py measures them)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -527,3 +528,33 @@ def test_segments_are_not_inlined_into_the_dispatcher(no_cache: None) -> None:
         kernel((blocks,), (threads,), (x, out, np.int32(x.size)))
         want = np.add.reduceat(x.astype(np.float64), np.arange(0, x.size, threads))
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_nvcc_ratio_reports_each_file(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`benchmarks.compile_time --nvcc-ratio DIR`: a row per .cu file with both CPU times
+    and their ratio; a file NVIDIA's nvcc cannot compile alone is listed as skipped."""
+    import json
+    import shutil
+
+    from benchmarks import compile_time
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:  # noqa: BLE001
+        pytest.skip("nvcc wheel (nvidia-cuda-nvcc) missing")
+    if shutil.which("g++") is None:
+        pytest.skip("g++ missing")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "ok.cu").write_text(
+        "__global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }\n"
+        "void run(float *d) { twice<<<1, 32>>>(d); }\n")
+    (tmp_path / "src" / "part.cu").write_text("int f() { return undeclared_thing; }\n")
+    out = tmp_path / "r.json"
+    assert compile_time.main(["--nvcc-ratio", str(tmp_path / "src"), "--json", str(out)]) == 0
+    rows = {Path(r["file"]).name: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["part.cu"]["skipped"].startswith("nvcc failed")
+    ok = rows["ok.cu"]
+    assert ok["nvcc"]["cpu"] > 0 and ok["cpuify"]["cpu"] > 0
+    assert ok["ratio"] == pytest.approx(ok["cpuify"]["cpu"] / ok["nvcc"]["cpu"])
+    printed = capsys.readouterr().out
+    assert "ok.cu" in printed and "skipped" in printed and "1 files: geomean" in printed
