@@ -486,6 +486,9 @@ def test_failed_specialization_rebuilds_the_generic_module_at_o3(no_cache: None,
     # not every kernel covered: O3 from the start
     assert device.generic_level(ptx, shapes, set(entries[:1])) == "O3"
     assert device.generic_level(ptx, shapes, set(entries)) == "fallback"
+    # a kernel launching kernels from device code (dynamic parallelism) runs their generic code
+    assert device.generic_level(ptx + "\n// call.uni (retval0), cudaLaunchDevice, (p, q);\n",
+                                shapes, set(entries)) == "O3"
 
 
 BLOCK_REDUCE = r"""

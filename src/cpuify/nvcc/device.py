@@ -275,7 +275,8 @@ def generic_level(ptx: str, shapes: dict[str, list[tuple[int, int, int]]] | None
     """The LLVM level (codegen.jit.LLVM_LEVELS) of a module's generic block functions:
     "fallback" when every kernel of the module has all its launches `covered` by the block
     shapes it is specialized for (launch_shapes.covered_entries), so that the generic code
-    runs only for a launch the build could not foresee; "O3" otherwise, with
+    runs only for a launch the build could not foresee; "O3" otherwise, for a module that
+    launches kernels from device code (their launches run the generic code), with
     CPUIFY_SPECIALIZE=0, or with CPUIFY_GENERIC_LEVEL=O3."""
     choice = os.environ.get("CPUIFY_GENERIC_LEVEL", "auto").strip() or "auto"
     if choice not in ("auto", "O3"):
@@ -283,6 +284,8 @@ def generic_level(ptx: str, shapes: dict[str, list[tuple[int, int, int]]] | None
     entries = entry_names(ptx)
     if choice == "O3" or specialize_off() or not entries or not shapes:
         return "O3"
+    if "cudaLaunchDevice" in ptx:
+        return "O3"        # kernels launched from device code run the generic code
     return "fallback" if all(e in covered and shapes.get(e) for e in entries) else "O3"
 
 
