@@ -5,6 +5,8 @@
                                       [--timeout 600] [--no-nvcc] [--no-check] [--profile DIR]
                                       [--if-every 8] [--experiment-novec-lines N]
                                       [--shape chain|rates]
+    python -m benchmarks.compile_time --nvcc-ratio DIR [--include DIR...] [--flags "-O3"]
+                                      [--only SUBSTR...] [--jobs N] [--json out.json]
 
 Each size N is a generated CUDA program whose kernel is a chain of N integer statements on
 three 32-bit variables (add / mul / xor / shift / rotate, every 8th statement under an `if`
@@ -28,6 +30,15 @@ polynomial), each launched with a constant block shape, built by `cpuify nvcc -c
 empty cache (the generic module and one block-shape specialization per kernel) and by
 NVIDIA's `nvcc -c`; wall, CPU and peak RSS of both, per CPUIFY_JOBS value (`--jobs`); the
 program is linked and run, and its own check (a host loop per kernel) must print PASSED.
+
+`--nvcc-ratio DIR`: every `.cu` file under DIR (a checkout of a public suite, read only)
+compiled alone with `-c` by NVIDIA's nvcc and by `cpuify nvcc`, with the same flags (`--flags`,
+`-I` the file's directory and each `--include`) in a scratch directory and an empty compile
+cache (CPUIFY_NO_CACHE=1); per file the CPU seconds (user+sys of the build and all its
+children: wall time means little on a shared machine) of both and their ratio, then the
+geomean and the largest ratio.  A file nvcc itself cannot compile alone (a header-like `.cu`
+included by another, a missing dependency) is listed as skipped; one cpuify fails on shows
+its first error line.  `--jobs` sets CPUIFY_JOBS (default: cpuify's default).
 
 `--profile DIR` writes a cProfile dump of each compile; `--if-every 0` makes straight-line
 kernels; `--experiment-novec-lines N` shows what the compile would cost if the code generator
@@ -498,6 +509,80 @@ def main_program(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------
+# per-file ratio to NVIDIA's nvcc over a corpus directory (--nvcc-ratio)
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if re.search(r"(?i)\berror\b", line):
+            return line.strip()[:160]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else "(no output)"
+
+
+def measure_file(src: Path, flags: list[str], includes: list[str], timeout: float,
+                 nvcc: str, jobs: str) -> dict:
+    """CPU seconds of `nvcc -c` and `cpuify nvcc -c` on one file (empty cpuify cache)."""
+    res: dict = {"file": str(src)}
+    inc = [f"-I{src.parent}", *(f"-I{d}" for d in includes)]
+    with tempfile.TemporaryDirectory(prefix="cpuify-ct-ratio-") as d:
+        rc, wall, rss, cpu, text = _run_measured_cpu([nvcc, "-c", str(src), "-o", "n.o", *flags, *inc],
+                                                     timeout, None, d)
+        if rc != 0:
+            res["skipped"] = f"nvcc failed: {_first_line(text)}"
+            return res
+        res["nvcc"] = {"wall": wall, "cpu": cpu, "peak_rss_mb": rss}
+        env = dict(os.environ, CPUIFY_NO_CACHE="1", CPUIFY_QUIET="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"),
+                                                            os.environ.get("PYTHONPATH", "")])))
+        if jobs:
+            env["CPUIFY_JOBS"] = jobs
+        cli = [sys.executable, "-m", "cpuify.cli.main", "nvcc"]
+        rc, wall, rss, cpu, text = _run_measured_cpu([*cli, "-c", str(src), "-o", "c.o", *flags, *inc],
+                                                     timeout, env, d)
+        if rc != 0:
+            res["error"] = "timeout" if rc == 124 else _first_line(text)
+            return res
+        res["cpuify"] = {"wall": wall, "cpu": cpu, "peak_rss_mb": rss}
+        res["ratio"] = cpu / res["nvcc"]["cpu"] if res["nvcc"]["cpu"] > 0 else None
+    return res
+
+
+def main_nvcc_ratio(args: argparse.Namespace) -> int:
+    from cpuify.nvcc.toolkit import find_toolkit
+    nvcc = find_toolkit().nvcc
+    root = Path(args.nvcc_ratio).resolve()
+    files = sorted(p for p in root.rglob("*.cu")
+                   if not args.only or any(o in str(p) for o in args.only))
+    flags = args.flags.split()
+    rows = []
+    print(f"{'file':<48} {'nvcc CPU':>8} {'cpuify CPU':>10} {'ratio':>6}")
+    for src in files:
+        r = measure_file(src, flags, args.include, args.timeout, nvcc, args.jobs)
+        rows.append(r)
+        name = str(src.relative_to(root))
+        name = name if len(name) <= 48 else "..." + name[-45:]
+        if "skipped" in r:
+            print(f"{name:<48} skipped ({r['skipped'][:70]})", flush=True)
+        elif "error" in r:
+            print(f"{name:<48} {r['nvcc']['cpu']:>8.2f} cpuify FAILED: "
+                  f"{r['error'][:60]}", flush=True)
+        else:
+            print(f"{name:<48} {r['nvcc']['cpu']:>8.2f} {r['cpuify']['cpu']:>10.2f} "
+                  f"{_fmt(r['ratio'], '.1f'):>6}", flush=True)
+    ratios = [r["ratio"] for r in rows if r.get("ratio")]
+    if ratios:
+        import math
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(f"{len(ratios)} files: geomean {geo:.2f}x, max {max(ratios):.2f}x "
+              f"(cpuify CPU / nvcc CPU; {sum(r['ratio'] > 3 for r in rows if r.get('ratio'))} over 3x)")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": rows, "flags": flags, "corpus": str(root)},
+                                              indent=1))
+    return 0
+
+
 def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -523,9 +608,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", default=",1",
                     help="templates: CPUIFY_JOBS values to build with, comma-separated ('' = "
                          "the default: the CPUs; default ',1': parallel, then serial)")
+    ap.add_argument("--nvcc-ratio", default="", metavar="DIR",
+                    help="per-file CPU time of `cpuify nvcc -c` against NVIDIA's `nvcc -c` for "
+                         "every .cu file under DIR (see --flags, --include, --only)")
+    ap.add_argument("--flags", default="-O3", help="--nvcc-ratio: flags given to both (default -O3)")
+    ap.add_argument("--include", action="append", default=[], metavar="DIR",
+                    help="--nvcc-ratio: an include directory for both (repeatable)")
+    ap.add_argument("--only", nargs="*", default=[],
+                    help="--nvcc-ratio: only files whose path contains one of these")
     ap.add_argument("--recursion-limit", type=int, default=1000,
                     help="sys.setrecursionlimit in the child (default: Python's 1000)")
     args = ap.parse_args(argv)
+    if args.nvcc_ratio:
+        if args.jobs == ",1":
+            args.jobs = ""
+        return main_nvcc_ratio(args)
     if args.shape == "templates":
         return main_program(args)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -8,6 +8,7 @@ Timings are not asserted (benchmarks/compile_time.py measures them)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,12 +89,12 @@ def test_rates_kernel_without_lsr_matches_numpy(no_cache: None,
     seen: list[tuple[int, bool]] = []   # (most masked accesses in a function, LSR skipped)
     real_emit = jit._emit
 
-    def spy(mod, emit):  # type: ignore[no-untyped-def]
+    def spy(mod, emit, lsr=True):  # type: ignore[no-untyped-def]
         text = str(mod)
         most = max((len(jit._MASKED_CALL.findall(f)) for f in text.split("\ndefine ")[1:]),
                    default=0)
         seen.append((most, "@llvm.masked." in text and jit.lsr_too_costly(text)))
-        return real_emit(mod, emit)
+        return real_emit(mod, emit, lsr)
 
     monkeypatch.setattr(jit, "_emit", spy)
     stmts = rates_statements(100)
@@ -156,9 +157,9 @@ def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPa
     texts: list[str] = []
     real_optimize = jit.optimize
 
-    def spy(text: str):  # type: ignore[no-untyped-def]
+    def spy(text: str, **kw):  # type: ignore[no-untyped-def]
         texts.append(text)
-        return real_optimize(text)
+        return real_optimize(text, **kw)
 
     monkeypatch.setattr(jit, "optimize", spy)
     compiler.compile_cuda(src)
@@ -341,3 +342,222 @@ def test_parallel_device_build_survives_a_dead_worker(no_cache: None, small_modu
     assert compiled is not None and sorted(compiled.kernels) == ["axpy", "tile_sum"]
     assert refused == {} and variants == {}
     assert len(notes) == 2 and all("worker process died" in n for n in notes)
+
+
+# ---------------------------------------------------------------------------------------
+# the generic module at the fallback LLVM level when the launch shapes cover every launch
+
+FALLBACK_PROGRAM = r"""
+#include <cstdio>
+#include <cmath>
+template <int R>
+__global__ void smooth(const float *x, float *y, int n) {
+    extern __shared__ float tile[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x + R] = i < n ? x[i] : 0.0f;
+    if (threadIdx.x < R) {
+        tile[threadIdx.x] = i >= R && i - R < n ? x[i - R] : 0.0f;
+        int j = i + blockDim.x;
+        tile[threadIdx.x + blockDim.x + R] = j < n ? x[j] : 0.0f;
+    }
+    __syncthreads();
+    if (i < n) {
+        float s = 0.0f;
+        for (int k = -R; k <= R; k++) s += tile[threadIdx.x + R + k] * (float)(k + R + 1);
+        y[i] = s;
+    }
+}
+__global__ void axpb(float *y, float a, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        y[i] = a * y[i] + (float)(i % 3);
+}
+int main() {
+    const int n = 1000, bs = 128;
+    float x[n], y[n], *dx, *dy;
+    for (int i = 0; i < n; i++) x[i] = 0.5f + 0.25f * sinf(0.1f * i);
+    cudaMalloc(&dx, n * sizeof(float));
+    cudaMalloc(&dy, n * sizeof(float));
+    cudaMemcpy(dx, x, n * sizeof(float), cudaMemcpyHostToDevice);
+    smooth<2><<<(n + bs - 1) / bs, bs, (bs + 4) * sizeof(float)>>>(dx, dy, n);
+    axpb<<<3, dim3(64)>>>(dy, 0.5f, n);
+    cudaMemcpy(y, dy, n * sizeof(float), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < n; i++) printf("%.6f\n", y[i]);
+    return 0;
+}
+"""
+
+
+def _fallback_reference() -> np.ndarray:
+    n, r = 1000, 2
+    x = (0.5 + 0.25 * np.sin(0.1 * np.arange(n, dtype=np.float32))).astype(np.float64)
+    padded = np.concatenate([np.zeros(r), x, np.zeros(r)])
+    y = sum(padded[r + k:r + k + n] * (k + r + 1) for k in range(-r, r + 1))
+    return 0.5 * y + np.arange(n) % 3
+
+
+def _build_and_run(tmp_path, monkeypatch, levels: list[str]):  # type: ignore[no-untyped-def]
+    """Builds FALLBACK_PROGRAM with `cpuify nvcc` in this process (the generic module's LLVM
+    level appended to `levels`) and runs it with CPUIFY_PROFILE=1."""
+    import os
+    import shutil
+    import subprocess
+
+    from cpuify.nvcc import device
+    from cpuify.nvcc.driver import nvcc_main
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:  # noqa: BLE001
+        pytest.skip("nvcc wheel (nvidia-cuda-nvcc) missing")
+    if shutil.which("g++") is None:
+        pytest.skip("g++ missing")
+    original = getattr(device.compile_device_parallel, "__wrapped__", device.compile_device_parallel)
+
+    def recording(*args, **kw):  # type: ignore[no-untyped-def]
+        got = original(*args, **kw)
+        levels.append(got[0].llvm_level)
+        return got
+    recording.__wrapped__ = original  # type: ignore[attr-defined]
+    monkeypatch.setattr(device, "compile_device_parallel", recording)
+    monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.cu").write_text(FALLBACK_PROGRAM)
+    assert nvcc_main(["f.cu", "-o", "f"]) == 0
+    r = subprocess.run([str(tmp_path / "f")], check=False, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "CPUIFY_PROFILE": "1"})
+    assert r.returncode == 0, r.stderr
+    return np.array([float(v) for v in r.stdout.split()]), r.stderr
+
+
+def test_generic_module_is_a_fallback_when_every_launch_is_specialized(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every launch of the program has a constant block shape: the generic module is built
+    at the fallback level, the launches run the specialized code, results match NumPy."""
+    levels: list[str] = []
+    got, profile = _build_and_run(tmp_path, monkeypatch, levels)
+    assert levels == ["fallback"]
+    np.testing.assert_allclose(got, _fallback_reference(), rtol=1e-5, atol=1e-5)
+    for kernel in ("smooth<2>", "axpb"):
+        assert any(kernel in line and "(1 specialized" in line for line in profile.splitlines()), profile
+    # CPUIFY_GENERIC_LEVEL=O3 keeps the full pipeline
+    monkeypatch.setenv("CPUIFY_GENERIC_LEVEL", "O3")
+    got, _ = _build_and_run(tmp_path, monkeypatch, levels)
+    assert levels == ["fallback", "O3"]
+    np.testing.assert_allclose(got, _fallback_reference(), rtol=1e-5, atol=1e-5)
+
+
+def test_fallback_generic_runs_a_launch_the_build_did_not_foresee(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The launch-shape analysis claims every launch covered but names other shapes than
+    the program uses (what a launch from another file would do): the launches run the
+    fallback-level generic code, with a barrier and dynamic shared memory, and are right."""
+    from cpuify.nvcc import launch_shapes
+    monkeypatch.setattr(launch_shapes, "kernel_shapes",
+                        lambda by_name, entries, **kw: {e: [(32, 1, 1)] for e in entries})
+    monkeypatch.setattr(launch_shapes, "covered_entries",
+                        lambda launches, entries, chosen: set(entries))
+    levels: list[str] = []
+    got, profile = _build_and_run(tmp_path, monkeypatch, levels)
+    assert levels == ["fallback"]
+    np.testing.assert_allclose(got, _fallback_reference(), rtol=1e-5, atol=1e-5)
+    # (the profile counts the launches that ran code for their shape: none here)
+    rows = [line for line in profile.splitlines() if "smooth<2>" in line or "axpb(" in line]
+    assert len(rows) == 2 and not any("specialized" in line for line in rows), profile
+
+
+def test_failed_specialization_rebuilds_the_generic_module_at_o3(no_cache: None, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A covered kernel whose specialization fails runs the generic code for a foreseen
+    launch: the generic module is then built at O3 after all."""
+    from cpuify.nvcc import device
+    ptx = _shaped_ptx()
+    entries = device.entry_names(ptx)
+    shapes = {e: [(32, 1, 1)] for e in entries}
+    compiled, _, variants = device.compile_device_parallel(ptx, "t.cu", shapes, warn=lambda s: None,
+                                                           jobs=1, covered=set(entries))
+    assert compiled is not None and compiled.llvm_level == "fallback"
+    assert sorted(variants) == sorted(entries)
+
+    def failing(*args, **kw):  # type: ignore[no-untyped-def]
+        raise RuntimeError("specialization failed on purpose")
+    monkeypatch.setattr(device, "compile_specialized", failing)
+    notes: list[str] = []
+    compiled, _, variants = device.compile_device_parallel(ptx, "t.cu", shapes, warn=notes.append,
+                                                           jobs=1, covered=set(entries))
+    assert compiled is not None and compiled.llvm_level == "O3" and variants == {}
+    assert len(notes) == len(entries)
+    # not every kernel covered: O3 from the start
+    assert device.generic_level(ptx, shapes, set(entries[:1])) == "O3"
+    assert device.generic_level(ptx, shapes, set(entries)) == "fallback"
+    # a kernel launching kernels from device code (dynamic parallelism) runs their generic code
+    assert device.generic_level(ptx + "\n// call.uni (retval0), cudaLaunchDevice, (p, q);\n",
+                                shapes, set(entries)) == "O3"
+
+
+BLOCK_REDUCE = r"""
+extern "C" __global__ void block_reduce(const float *x, float *out, int n) {
+    __shared__ float part[32];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) out[blockIdx.x] = v;
+    }
+}
+"""
+
+
+def test_segments_are_not_inlined_into_the_dispatcher(no_cache: None) -> None:
+    """The scheduler's dispatcher calls the kernel's segments instead of holding a second,
+    separately optimized copy of each (compile time); the kernel, whose warp shuffles and
+    one-warp tail go through the dispatcher, still matches NumPy, generic and specialized."""
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.frontend.ptx_parser import parse_ptx
+    compiled = compiler.compile_cuda(BLOCK_REDUCE)
+    module = parse_ptx(compiled.ptx)
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(compiler.lift_optimized(module, module.functions["block_reduce"]))
+    text = str(jit.optimize(gen.llvm_text()))
+    dispatcher = next(f.split("\n}\n", 1)[0] for f in text.split("\ndefine ")[1:]
+                      if "@cpuify_dispatch_block_reduce(" in f.split("\n", 1)[0])
+    assert "call" in dispatcher and "@cpuify_seg_block_reduce" in dispatcher
+    assert len(dispatcher.splitlines()) < 200
+    x = np.random.default_rng(5).standard_normal(5000).astype(np.float32)
+    kernel = cpuify.RawModule(code=BLOCK_REDUCE).get_function("block_reduce")
+    for threads in (256, 256, 128):         # the second launch of a shape is specialized
+        blocks = (x.size + threads - 1) // threads
+        out = np.zeros(blocks, np.float32)
+        kernel((blocks,), (threads,), (x, out, np.int32(x.size)))
+        want = np.add.reduceat(x.astype(np.float64), np.arange(0, x.size, threads))
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_nvcc_ratio_reports_each_file(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`benchmarks.compile_time --nvcc-ratio DIR`: a row per .cu file with both CPU times
+    and their ratio; a file NVIDIA's nvcc cannot compile alone is listed as skipped."""
+    import json
+    import shutil
+
+    from benchmarks import compile_time
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:  # noqa: BLE001
+        pytest.skip("nvcc wheel (nvidia-cuda-nvcc) missing")
+    if shutil.which("g++") is None:
+        pytest.skip("g++ missing")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "ok.cu").write_text(
+        "__global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }\n"
+        "void run(float *d) { twice<<<1, 32>>>(d); }\n")
+    (tmp_path / "src" / "part.cu").write_text("int f() { return undeclared_thing; }\n")
+    out = tmp_path / "r.json"
+    assert compile_time.main(["--nvcc-ratio", str(tmp_path / "src"), "--json", str(out)]) == 0
+    rows = {Path(r["file"]).name: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["part.cu"]["skipped"].startswith("nvcc failed")
+    ok = rows["ok.cu"]
+    assert ok["nvcc"]["cpu"] > 0 and ok["cpuify"]["cpu"] > 0
+    assert ok["ratio"] == pytest.approx(ok["cpuify"]["cpu"] / ok["nvcc"]["cpu"])
+    printed = capsys.readouterr().out
+    assert "ok.cu" in printed and "skipped" in printed and "1 files: geomean" in printed

@@ -324,3 +324,67 @@ def test_rdc_record_carries_launch_shapes() -> None:
     assert [(m.module_id, m.source, m.ptx, m.shapes) for m in mods] == [
         ("mod1", "a.cu", ".entry k {}", {"k": [(16, 16, 1), (256, 1, 1)]}),
         ("mod0", "b.cu", "abc", {})]
+
+
+# as nvcc 13's front end writes a translation unit's kernels and launches (line markers
+# between a declaration's type and its name, template arguments spaced)
+HOST_CPP_INSTANCES = """
+template< int R, int B> static void
+# 5
+smooth(const float *x, float *y, int n) {__wrapper__device_stub_smooth<R,B>(x,y,n);}
+void
+# 9
+flat(float *d) {__wrapper__device_stub_flat(d);}
+void taken(float *d);
+void viaptr(float *d);
+void wide(float *d);
+void kept(float *d);
+int main(int argc, char **argv) {
+int later = atoi(argv[1]);
+(__cudaPushCallConfiguration(4, 32)) ? (void)0 : smooth< 1, 32> (dx, dy, n);
+(__cudaPushCallConfiguration(4, 64)) ? (void)0 : smooth< 2, 64> (dx, dy, n);
+(__cudaPushCallConfiguration(4, 128)) ? (void)0 : flat(dx);
+printf("flat and kept done\\n");
+(__cudaPushCallConfiguration(4, later)) ? (void)0 : taken(dx);
+(__cudaPushCallConfiguration(4, 256)) ? (void)0 : viaptr(dx);
+cudaLaunchKernel((const void *)viaptr, 4, 256, args, 0, 0);
+(__cudaPushCallConfiguration(1, 1)) ? (void)0 : wide(dx);
+(__cudaPushCallConfiguration(1, 2)) ? (void)0 : wide(dx);
+(__cudaPushCallConfiguration(1, 4)) ? (void)0 : wide(dx);
+(__cudaPushCallConfiguration(1, 8)) ? (void)0 : wide(dx);
+(__cudaPushCallConfiguration(1, 16)) ? (void)0 : wide(dx);
+}
+"""
+
+
+def test_launches_by_template_instance_and_their_coverage() -> None:
+    """A launch naming a template instance gives its shape to that instance only; a kernel
+    is covered when every launch of it has a constant shape it is specialized for and the
+    host code names it nowhere else (a string does not count)."""
+    from cpuify.nvcc.launch_shapes import (
+        covered_entries,
+        instance_launches,
+        kernel_shapes,
+    )
+    entries = ["_Z6smoothILi1ELi32EEvPKfPfi", "_Z6smoothILi2ELi64EEvPKfPfi", "_Z4flatPf",
+               "_Z5takenPf", "_Z6viaptrPf", "_Z4widePf", "_Z4keptPf"]
+    launches = instance_launches(HOST_CPP_INSTANCES)
+    assert launches.shapes["smooth<1,32>"] == {(32, 1, 1)}
+    assert launches.unknown == {"taken"}
+    assert launches.referenced == {"viaptr"}
+    shapes = kernel_shapes(launches.shapes, entries)
+    assert shapes == {"_Z6smoothILi1ELi32EEvPKfPfi": [(32, 1, 1)],
+                      "_Z6smoothILi2ELi64EEvPKfPfi": [(64, 1, 1)],
+                      "_Z4flatPf": [(128, 1, 1)], "_Z6viaptrPf": [(256, 1, 1)],
+                      "_Z4widePf": [(1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1)]}
+    # taken: a shape known at run time only; viaptr: its address is taken; wide: more
+    # shapes than it is specialized for; kept: never launched here
+    assert covered_entries(launches, entries, shapes) == {
+        "_Z6smoothILi1ELi32EEvPKfPfi", "_Z6smoothILi2ELi64EEvPKfPfi", "_Z4flatPf"}
+    # a launch whose template arguments match no instance (written in a template) gives
+    # its shape to every instance of the name, as a launch by base name does
+    more = instance_launches(HOST_CPP_INSTANCES + "(__cudaPushCallConfiguration(1, 96)) ? "
+                                                  "(void)0 : smooth< R, B> (dx, dy, n);\n")
+    assert kernel_shapes(more.shapes, entries[:2]) == {
+        "_Z6smoothILi1ELi32EEvPKfPfi": [(32, 1, 1), (96, 1, 1)],
+        "_Z6smoothILi2ELi64EEvPKfPfi": [(64, 1, 1), (96, 1, 1)]}

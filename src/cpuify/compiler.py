@@ -66,6 +66,9 @@ class CompiledModule:
     passes: tuple[str, ...] = ()          # the pass pipeline the kernels went through
     pass_counts: dict[str, dict[str, int]] = field(default_factory=dict)   # kernel -> pass -> n
     log: str = ""                         # the CUDA compiler's warnings (NVRTC or nvcc)
+    #: the LLVM pipeline of the object (codegen.jit.LLVM_LEVELS): "fallback" for a whole
+    #: program's generic block functions that only serve launches no specialization covers
+    llvm_level: str = "O3"
 
 
 def pipeline_options(options: Sequence[str] = ()) -> tuple[PipelineOptions, list[str]]:
@@ -341,8 +344,9 @@ def _parsed_ptx(ptx: str) -> Any:
 
 
 def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
-                pipeline: PipelineOptions | None = None) -> CompiledModule:
-    """Compile PTX text to a native object (no caching here)."""
+                pipeline: PipelineOptions | None = None, llvm_level: str = "O3") -> CompiledModule:
+    """Compile PTX text to a native object (no caching here); `llvm_level`: the LLVM
+    pipeline (codegen.jit.LLVM_LEVELS)."""
     pipeline = pipeline or PipelineOptions()
     counts: dict[str, dict[str, int]] = {}
     t0 = time.perf_counter()
@@ -401,10 +405,10 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
     progress.stage("LLVM optimization and code generation")
     llvm_text = gen.llvm_text()
     try:
-        opt = jit.optimize(llvm_text)
+        opt = jit.optimize(llvm_text, level=llvm_level)
     except RuntimeError as exc:   # our codegen produced invalid LLVM IR: an internal error
         raise PTXError(f"internal error: generated LLVM IR does not verify: {exc}") from exc
-    obj = jit.emit_object(opt)
+    obj = jit.emit_object(opt, level=llvm_level)
     t3 = time.perf_counter()
     globals_: dict[str, GlobalInfo] = {}
     for v in module.variables:
@@ -412,7 +416,8 @@ def compile_ptx(ptx: str, *, lowered_names: dict[str, str] | None = None,
             globals_[v.name] = GlobalInfo(v.name, v.space, v.size, v.type)
     return CompiledModule(obj, kernels, globals_, ptx, dict(lowered_names or {}), refused,
                           {"parse": t1 - t0, "lift+codegen": t2 - t1, "llvm": t3 - t2},
-                          passes=tuple(pipeline.pipeline()), pass_counts=counts)
+                          passes=tuple(pipeline.pipeline()), pass_counts=counts,
+                          llvm_level=llvm_level)
 
 
 def device_launches(kernel_op: Operation) -> dict[str, int]:
@@ -527,12 +532,13 @@ def compile_cuda(source: str, *, options: Sequence[str] = (), name_expressions: 
     return compiled
 
 
-def compile_ptx_cached(ptx: str, options: Sequence[str] = ()) -> CompiledModule:
+def compile_ptx_cached(ptx: str, options: Sequence[str] = (), *,
+                       llvm_level: str = "O3") -> CompiledModule:
     pipeline, _ = pipeline_options(options)
-    key = cache_key("ptx", ptx, extra=pipeline.key())
+    key = cache_key("ptx", ptx, extra=pipeline.key() + ("" if llvm_level == "O3" else f"|{llvm_level}"))
     cached = None if pipeline.print_after else load_cached(key)
     if cached is not None:
         return cached
-    compiled = compile_ptx(ptx, pipeline=pipeline)
+    compiled = compile_ptx(ptx, pipeline=pipeline, llvm_level=llvm_level)
     store_cached(key, compiled)
     return compiled

@@ -116,19 +116,32 @@ def triple_and_layout() -> tuple[str, str]:
     return llvm.get_process_triple(), str(tm.target_data)
 
 
-def optimize(module_text: str, *, pass_timings: list[str] | None = None) -> llvm.ModuleRef:
-    """Parse, verify and run the O3 pipeline for the host CPU.  `pass_timings`: append
-    LLVM's report of the time each pass took (tools/llvm_profile.py)."""
+#: The LLVM pipeline of a module: "O3" (with loop and SLP vectorization, unrolling and
+#: interleaving: the code that runs), or "fallback": O2 without vectorization or unrolling,
+#: and no loop strength reduction at emission, for a whole program's generic block
+#: functions when block-shape specializations cover every launch (nvcc/device.py).  The
+#: fallback costs about a tenth of O3's compile time (Parboil stencil's generic module:
+#: 0.4 s of CPU against 3.2 s) and runs only where a launch was not foreseen.
+LLVM_LEVELS = ("O3", "fallback")
+
+
+def optimize(module_text: str, *, pass_timings: list[str] | None = None,
+             level: str = "O3") -> llvm.ModuleRef:
+    """Parse, verify and run the `level` pipeline (LLVM_LEVELS) for the host CPU.
+    `pass_timings`: append LLVM's report of the time each pass took (tools/llvm_profile.py)."""
+    if level not in LLVM_LEVELS:
+        raise ValueError(f"unknown LLVM pipeline level {level!r} (expected one of {LLVM_LEVELS})")
     _init()
     tm = target_machine()
+    full = level == "O3"
     with compile_section():
         mod = llvm.parse_assembly(module_text)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-        pto.loop_interleaving = True
+        pto = llvm.create_pipeline_tuning_options(speed_level=3 if full else 2)
+        pto.loop_vectorization = full
+        pto.slp_vectorization = full
+        pto.loop_unrolling = full
+        pto.loop_interleaving = full
         pb = llvm.create_pass_builder(tm, pto)
         if pass_timings is not None:
             pb.start_pass_timing()
@@ -287,13 +300,14 @@ def lsr_too_costly(module_text: str) -> bool:
     return False
 
 
-def _emit(mod: llvm.ModuleRef, emit):  # type: ignore[no-untyped-def]
-    """emit(mod), with LSR off where lsr_too_costly: an LLVM option, set and reset under
-    the module lock that every emission takes, so no other emission sees it."""
+def _emit(mod: llvm.ModuleRef, emit, lsr: bool = True):  # type: ignore[no-untyped-def]
+    """emit(mod), with LSR off where lsr_too_costly or not `lsr`: an LLVM option, set and
+    reset under the module lock that every emission takes, so no other emission sees it."""
     with compile_section(), _lock:
-        text = str(mod)
-        if "@llvm.masked." not in text or not lsr_too_costly(text):
-            return emit(mod)
+        if lsr:
+            text = str(mod)
+            if "@llvm.masked." not in text or not lsr_too_costly(text):
+                return emit(mod)
         llvm.set_option("cpuify", "-disable-lsr=1")
         try:
             return emit(mod)
@@ -301,16 +315,19 @@ def _emit(mod: llvm.ModuleRef, emit):  # type: ignore[no-untyped-def]
             llvm.set_option("cpuify", "-disable-lsr=0")
 
 
-def emit_object(mod: llvm.ModuleRef, *, pass_timings: list[str] | None = None) -> bytes:
-    """The module's native object.  `pass_timings`: append LLVM's report of the time each
-    code generation pass took (tools/llvm_profile.py)."""
+def emit_object(mod: llvm.ModuleRef, *, pass_timings: list[str] | None = None,
+                level: str = "O3") -> bytes:
+    """The module's native object (`level`: the LLVM_LEVELS it was optimized at; the
+    fallback level emits without loop strength reduction).  `pass_timings`: append LLVM's
+    report of the time each code generation pass took (tools/llvm_profile.py)."""
     tm = target_machine()
+    lsr = level == "O3"
     if pass_timings is None:
-        return _emit(mod, tm.emit_object)
+        return _emit(mod, tm.emit_object, lsr)
     with compile_section():     # (the timers are global: a profiling tool's, one thread)
         llvm.set_time_passes(True)
         try:
-            obj = _emit(mod, tm.emit_object)
+            obj = _emit(mod, tm.emit_object, lsr)
         finally:
             pass_timings.append(llvm.report_and_reset_timings())
             llvm.set_time_passes(False)

@@ -182,11 +182,13 @@ def ptx_target(ptx: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def compile_device(ptx: str, source: str) -> tuple[CompiledModule | None, dict[str, str]]:
-    """Runs cpuify's pipeline on a module's PTX (cached).  Returns the compiled module (None
-    when no kernel of it can run) and, per refused kernel, why."""
+def compile_device(ptx: str, source: str, llvm_level: str = "O3"
+                   ) -> tuple[CompiledModule | None, dict[str, str]]:
+    """Runs cpuify's pipeline on a module's PTX (cached; `llvm_level`: codegen.jit's
+    LLVM_LEVELS).  Returns the compiled module (None when no kernel of it can run) and, per
+    refused kernel, why."""
     try:
-        compiled = compile_ptx_cached(ptx)
+        compiled = compile_ptx_cached(ptx, llvm_level=llvm_level)
     except UnsupportedError as exc:
         refused = getattr(exc, "refused", None) or {name: str(exc) for name in entry_names(ptx)}
         return None, dict(refused)
@@ -259,30 +261,79 @@ def _specialize_task(name: str, block: tuple[int, int, int], passes: tuple[str, 
         return f"{type(e).__name__}: {e}"
 
 
-def _generic_task(source: str) -> tuple[CompiledModule | None, dict[str, str]] | None:
+def _generic_task(source: str, llvm_level: str) -> tuple[CompiledModule | None, dict[str, str]] | None:
     """A worker's compile of the generic module; None when it raised (the parent then
     compiles it itself, so the error reaches the user as the serial build gives it)."""
     try:
-        return compile_device(_worker_ptx, source)
+        return compile_device(_worker_ptx, source, llvm_level)
     except Exception:  # noqa: BLE001
         return None
+
+
+def generic_level(ptx: str, shapes: dict[str, list[tuple[int, int, int]]] | None,
+                  covered: set[str] | frozenset[str]) -> str:
+    """The LLVM level (codegen.jit.LLVM_LEVELS) of a module's generic block functions:
+    "fallback" when every kernel of the module has all its launches `covered` by the block
+    shapes it is specialized for (launch_shapes.covered_entries), so that the generic code
+    runs only for a launch the build could not foresee; "O3" otherwise, for a module that
+    launches kernels from device code (their launches run the generic code), with
+    CPUIFY_SPECIALIZE=0, or with CPUIFY_GENERIC_LEVEL=O3."""
+    choice = os.environ.get("CPUIFY_GENERIC_LEVEL", "auto").strip() or "auto"
+    if choice not in ("auto", "O3"):
+        raise CpuifyError(f"CPUIFY_GENERIC_LEVEL={choice!r}: expected 'auto' (the default) or 'O3'")
+    entries = entry_names(ptx)
+    if choice == "O3" or specialize_off() or not entries or not shapes:
+        return "O3"
+    if "cudaLaunchDevice" in ptx:
+        return "O3"        # kernels launched from device code run the generic code
+    return "fallback" if all(e in covered and shapes.get(e) for e in entries) else "O3"
+
+
+def _all_specialized(variants: Variants, shapes: dict[str, list[tuple[int, int, int]]] | None,
+                     compiled: CompiledModule | None) -> bool:
+    """Whether every kernel of `compiled` got code for each of its `shapes` (a failed
+    specialization leaves its launches to the generic code)."""
+    if compiled is None:
+        return True
+    for name in compiled.kernels:
+        have = {block for block, _ in variants.get(name, [])}
+        if not set((shapes or {}).get(name, ())) <= have:
+            return False
+    return True
 
 
 def compile_device_parallel(ptx: str, source: str,
                             shapes: dict[str, list[tuple[int, int, int]]] | None,
                             warn=print,  # type: ignore[assignment]
-                            jobs: int | None = None
+                            jobs: int | None = None,
+                            covered: set[str] | frozenset[str] = frozenset(),
                             ) -> tuple[CompiledModule | None, dict[str, str], Variants]:
     """compile_device and specialize together: the generic module and each (kernel, block
     shape) are independent compiles, run in `jobs` forked worker processes (build_jobs())
     when there are enough of them, so a translation unit with many kernels and launch shapes
     builds in a fraction of the wall time (the CPU time is the same).  Results are the ones
-    the serial path gives: the same cached entries, byte for byte."""
+    the serial path gives: the same cached entries, byte for byte.  `covered`: the kernels
+    whose every launch uses one of their `shapes` (launch_shapes.covered_entries); when that
+    is all of them, the generic module is built at the fallback LLVM level (generic_level),
+    and again at O3 if a specialization then fails."""
+    compiled, refused, variants = _compile_device_parallel(ptx, source, shapes, warn, jobs,
+                                                           generic_level(ptx, shapes, covered))
+    if compiled is not None and compiled.llvm_level != "O3" and \
+            not _all_specialized(variants, shapes, compiled):
+        # a launch the build foresaw runs the generic code: it must be the full one
+        compiled, refused = compile_device(ptx, source)
+    return compiled, refused, variants
+
+
+def _compile_device_parallel(ptx: str, source: str,
+                             shapes: dict[str, list[tuple[int, int, int]]] | None,
+                             warn, jobs: int | None,  # type: ignore[no-untyped-def]
+                             level: str) -> tuple[CompiledModule | None, dict[str, str], Variants]:
     jobs = build_jobs() if jobs is None else jobs
     wanted = [] if specialize_off() else [(n, b) for n, bs in (shapes or {}).items() for b in bs]
     if jobs <= 1 or 1 + len(wanted) < PARALLEL_FROM_COMPILES or \
             ptx.count("\n") < PARALLEL_FROM_PTX_LINES:
-        compiled, refused = compile_device(ptx, source)
+        compiled, refused = compile_device(ptx, source, level)
         variants = specialize(compiled, shapes, warn) if compiled is not None and shapes else {}
         return compiled, refused, variants
     import multiprocessing
@@ -296,13 +347,14 @@ def compile_device_parallel(ptx: str, source: str,
     pool = ProcessPoolExecutor(max_workers=min(jobs, 1 + len(wanted)),
                                mp_context=multiprocessing.get_context("fork"))
     try:
-        generic = pool.submit(_generic_task, source)      # the longest: first
+        generic = pool.submit(_generic_task, source, level)      # the longest: first
         specs = [(n, b, pool.submit(_specialize_task, n, b, passes)) for n, b in wanted]
         try:
             got_generic = generic.result()
         except BrokenProcessPool:     # a worker died (killed, out of memory): build it here
             got_generic = None
-        compiled, refused = got_generic if got_generic is not None else compile_device(ptx, source)
+        compiled, refused = got_generic if got_generic is not None else \
+            compile_device(ptx, source, level)
         variants: Variants = {}
         for name, block, fut in specs:
             try:
@@ -428,14 +480,16 @@ def build_device_object(ptx: str, out: str, tmp: str, *, source: str, fatbin_has
                         linked_ids: list[str] = (), warn=print,  # type: ignore[assignment]
                         shapes: dict[str, list[tuple[int, int, int]]] | None = None,
                         defer: bool = False, distributed: bool = False,
-                        jobs: int | None = None) -> None:
+                        jobs: int | None = None,
+                        covered: set[str] | frozenset[str] = frozenset()) -> None:
     """PTX -> relocatable object `out` with the kernels and their registration; `shapes`:
     block shapes to specialize kernels for (PTX entry name -> shapes).  A kernel cpuify
     cannot run raises RefusedKernels (naming the kernel, the construct and the line); with
     `defer` it is registered as refused instead and its launches fail.  `distributed`: the
     object also carries the kernels' distribution records (nvcc/distinfo.py).  `jobs`: the
-    processes the compiles run in (build_jobs() when None)."""
-    compiled, refused, variants = compile_device_parallel(ptx, source, shapes, warn, jobs)
+    processes the compiles run in (build_jobs() when None).  `covered`: the kernels all of
+    whose launches use one of their `shapes` (see compile_device_parallel)."""
+    compiled, refused, variants = compile_device_parallel(ptx, source, shapes, warn, jobs, covered)
     _build_device_object(compiled, refused, ptx, out, tmp, source=source,
                          fatbin_hash_value=fatbin_hash_value, linked_ids=linked_ids, warn=warn,
                          variants=variants, defer=defer)

@@ -661,11 +661,15 @@ class Driver:
             if self.verbose:
                 print(f"# cpuify: the kernels of {src} (PTX, compute_{self.arch}) to native code",
                       file=sys.stderr)
+            launches = self.instance_launches(tmp)
+            entries = device.entry_names(ptx)
+            shapes = launch_shapes.kernel_shapes(launches.shapes, entries)
             device.build_device_object(ptx, dev_o, tmp, source=src, fatbin_hash_value=fb_hash,
-                                       warn=_warn, shapes=launch_shapes.kernel_shapes(
-                                           self.launch_shapes(tmp), device.entry_names(ptx)),
+                                       warn=_warn, shapes=shapes,
                                        defer=device.defer_refused(self.o.flags),
-                                       distributed=self.distributed, jobs=self.jobs)
+                                       distributed=self.distributed, jobs=self.jobs,
+                                       covered=launch_shapes.covered_entries(launches, entries,
+                                                                             shapes))
             self.run(["ld", "-r", host_o, dev_o, "-o", out], "combining host and device objects")
 
     def legacy_rewrite(self, src: str, tmp: str,
@@ -690,6 +694,15 @@ class Driver:
             return {}
         found = launch_shapes.launch_shapes(hosts[0].read_text(errors="replace"))
         return {name: sorted(dims) for name, dims in found.items()}
+
+    @staticmethod
+    def instance_launches(tmp: str) -> launch_shapes.Launches:
+        """The translation unit's launches by kernel instance (launch_shapes.Launches), read
+        from nvcc's host translation."""
+        hosts = list(Path(tmp).glob("*.cudafe1.cpp"))
+        if not hosts:
+            return launch_shapes.Launches()
+        return launch_shapes.instance_launches(hosts[0].read_text(errors="replace"))
 
     def compile_host(self, src: str, out: str, lang: str, dep_target: str) -> None:
         # nvcc hands .c/.cpp files to the host compiler with the same flags
@@ -956,7 +969,7 @@ class _Retry(Exception):
 
 
 # `# 12 "path" 1 3`: the line markers of preprocessed output name every file read
-_LINE_MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"', re.M)
+_LINE_MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"', re.MULTILINE)
 
 
 def preprocessed_files(keep_dir: str) -> set[str]:
@@ -1031,6 +1044,8 @@ cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the
 host compiler: -ccbin, else $NVCC_CCBIN, else g++/gcc (never $CC/$CXX).
 environment: NVCC_PREPEND_FLAGS / NVCC_APPEND_FLAGS as nvcc; CPUIFY_NVCC_VERBOSE=1 prints
         the commands; CPUIFY_DEFER_REFUSED=1 and CPUIFY_LEGACY=0 as the flags above;
+        CPUIFY_SPECIALIZE=0: no block-shape specializations; CPUIFY_GENERIC_LEVEL=O3: the
+        generic code at O3 even when the specializations cover every launch;
         kernels and the runtime library are cached in CPUIFY_CACHE_DIR (cpuify cache
         info|clear; CPUIFY_NO_CACHE=1: off); at run time CPUIFY_NUM_THREADS,
         CPUIFY_PROFILE=1 (an nvprof-like summary at exit), CPUIFY_COMPUTE_CAPABILITY=8.0

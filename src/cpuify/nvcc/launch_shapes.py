@@ -19,15 +19,24 @@ declaration read is the nearest one before the launch.  Anything else (a value r
 the command line, a loop variable) is skipped.  A guess can never make a program wrong: the
 runtime picks a specialized block function only when the launch's shape equals the one it
 was compiled for, and the generic one otherwise.
+
+A launch that names a template instance (`smooth<1, 32, 0>`, as nvcc's front end writes it)
+gives its shape to that instance only (instance_launches, kernel_shapes); one without
+template arguments, or whose arguments match no instance's demangled name, to every kernel
+of its base name.  `covered_entries` says which kernels have every launch of the translation
+unit known: their generic block function is only a fallback (nvcc/device.py compiles it at
+a cheaper LLVM level).
 """
 
 from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 
 Shape = tuple[int, int, int]
 
@@ -40,11 +49,12 @@ _MAX_DEPTH = 8
 def launch_sites(host_cpp: str) -> list[tuple[str, str]]:
     """(kernel name as written, block argument text) for every `<<<...>>>` in the host
     translation; the block argument is "1" when the launch gives only a grid."""
-    return [(name, block) for name, block, _ in _launch_sites(host_cpp)]
+    return [(name, block) for name, block, _, _ in _launch_sites(host_cpp)]
 
 
-def _launch_sites(host_cpp: str) -> list[tuple[str, str, int]]:
-    """launch_sites with the position of each launch in the text."""
+def _launch_sites(host_cpp: str) -> list[tuple[str, str, int, tuple[int, int]]]:
+    """launch_sites with the position of each launch in the text and the span of the
+    kernel's name."""
     sites = []
     pos = 0
     while True:
@@ -61,7 +71,7 @@ def _launch_sites(host_cpp: str) -> list[tuple[str, str, int]]:
             continue
         name = m.group(1).strip().removeprefix("::")
         block = args[1] if len(args) > 1 else "1"
-        sites.append((name, block.strip(), i))
+        sites.append((name, block.strip(), i, (end + m.start(1), end + m.end(1))))
 
 
 def _balanced_args(text: str, start: int) -> tuple[list[str] | None, int]:
@@ -347,12 +357,75 @@ def launch_shapes(host_cpp: str) -> dict[str, set[Shape]]:
     -> the constant block shapes it is launched with."""
     ev = _Evaluator(host_cpp)
     shapes: dict[str, set[Shape]] = {}
-    for name, block, at in _launch_sites(host_cpp):
+    for name, block, at, _ in _launch_sites(host_cpp):
         shape = ev.shape(block, at=at)
         if shape is None or min(shape) <= 0 or shape[0] * shape[1] * shape[2] > 1024:
             continue
         shapes.setdefault(base_name(name), set()).add(shape)
     return shapes
+
+
+_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])+\'')
+
+
+@dataclass
+class Launches:
+    """What the host translation says about its kernels' launches."""
+    #: kernel as written at the launch (instance_name: no namespace, no spaces; the base
+    #: name when it gives no template arguments) -> its constant block shapes
+    shapes: dict[str, set[Shape]] = field(default_factory=dict)
+    #: base names launched somewhere with a block shape not known at build time
+    unknown: set[str] = field(default_factory=set)
+    #: base names the host code names other than at a launch or a declaration of a `void`
+    #: function (an address taken for cudaLaunchKernel, a function pointer, a name in a
+    #: header or a string): such a kernel may be launched in ways not seen here
+    referenced: set[str] = field(default_factory=set)
+
+
+def instance_name(name: str) -> str:
+    """`ns::k< float, 4>` -> `k<float,4>`: the last `::` component outside template
+    arguments, without spaces (how launches and demangled PTX names are compared)."""
+    depth, cut = 0, 0
+    for i, c in enumerate(name):
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == ":" and depth == 0:
+            cut = i + 1
+    return "".join(name[cut:].split())
+
+
+def instance_launches(host_cpp: str) -> Launches:
+    """The launches of the host translation by kernel instance, with the kernels whose
+    launches are not all known (Launches)."""
+    ev = _Evaluator(host_cpp)
+    out = Launches()
+    spans: list[tuple[int, int]] = []
+    for name, block, at, span in _launch_sites(host_cpp):
+        base = base_name(name)
+        spans.append(span)
+        shape = ev.shape(block, at=at)
+        if shape is None or min(shape) <= 0 or shape[0] * shape[1] * shape[2] > 1024:
+            out.unknown.add(base)
+            continue
+        out.shapes.setdefault(instance_name(name), set()).add(shape)
+    bases = {base_name(n) for n in out.shapes} | out.unknown
+    if bases:
+        names = "|".join(sorted(map(re.escape, bases), key=len, reverse=True))
+        # (string literals blanked: a kernel's name in a message names nothing; nvcc's
+        # front end may put a line marker between a declaration's type and its name)
+        text = _STRING.sub(lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', host_cpp)
+        declared = re.compile(r"\bvoid\s+(?:#[^\n]*\n\s*)*(?:[\w:]+::)?(" + names +
+                              r")\s*(?:<[^;{}()]*>\s*)?\(")
+        at_declaration = {m.start(1) for m in declared.finditer(text)}
+        starts = [a for a, _ in spans]
+        for m in re.finditer(r"(?<![\w$])(" + names + r")(?![\w$])", text):
+            k = bisect.bisect_right(starts, m.start()) - 1
+            if k >= 0 and m.start() < spans[k][1] or m.start() in at_declaration:
+                continue
+            out.referenced.add(m.group(1))
+    return out
 
 
 def base_name(name: str) -> str:
@@ -374,8 +447,22 @@ def entry_base_names(entries: list[str]) -> dict[str, str]:
     `extern "C"` names map to themselves), demangled with c++filt."""
     mangled = [e for e in entries if e.startswith("_Z")]
     out = {e: e for e in entries if not e.startswith("_Z")}
+    for e, d in zip(mangled, _demangle(mangled)):
+        head = _strip_signature(d)
+        if head:
+            out[e] = base_name(head)
+    return out
+
+
+def _demangle(mangled: list[str]) -> list[str]:
+    """c++filt's names for `mangled`, in order ([] when it is missing or fails)."""
     if not mangled:
-        return out
+        return []
+    return list(_demangle_cached(tuple(mangled)))
+
+
+@functools.lru_cache(maxsize=8)
+def _demangle_cached(mangled: tuple[str, ...]) -> tuple[str, ...]:
     tool = shutil.which("c++filt")
     demangled: list[str] = []
     if tool:
@@ -385,13 +472,7 @@ def entry_base_names(entries: list[str]) -> dict[str, str]:
             demangled = proc.stdout.splitlines()
         except (OSError, subprocess.SubprocessError):
             demangled = []
-    if len(demangled) != len(mangled):
-        return out
-    for e, d in zip(mangled, demangled):
-        head = _strip_signature(d)
-        if head:
-            out[e] = base_name(head)
-    return out
+    return tuple(demangled) if len(demangled) == len(mangled) else ()
 
 
 def _strip_signature(demangled: str) -> str:
@@ -421,15 +502,67 @@ def _strip_signature(demangled: str) -> str:
     return head
 
 
+#: The most block shapes one kernel is specialized for (kernel_shapes).
+SHAPES_PER_KERNEL = 4
+
+
 def kernel_shapes(by_name: dict[str, set[Shape]] | dict[str, list[Shape]], entries: list[str], *,
-                  per_kernel: int = 4) -> dict[str, list[Shape]]:
-    """PTX entry -> the block shapes to specialize it for, from `launch_shapes` (at most
-    `per_kernel`, the smallest shapes first for a stable choice)."""
+                  per_kernel: int = SHAPES_PER_KERNEL) -> dict[str, list[Shape]]:
+    """PTX entry -> the block shapes to specialize it for (at most `per_kernel`, the
+    smallest shapes first for a stable choice), from `launch_shapes` (by base name) or
+    `instance_launches(...).shapes` (a key with template arguments gives its shapes to the
+    entry of that instance, or, when no entry's demangled name matches it, to every entry of
+    its base name)."""
     if not by_name:
         return {}
-    out: dict[str, list[Shape]] = {}
-    for entry, base in entry_base_names(entries).items():
-        got = by_name.get(base)
-        if got:
-            out[entry] = sorted(set(got))[:per_kernel]
+    wanted = _shapes_by_entry(by_name, entries)
+    return {entry: sorted(got)[:per_kernel] for entry, got in wanted.items() if got}
+
+
+def _shapes_by_entry(by_name: dict[str, set[Shape]] | dict[str, list[Shape]],
+                     entries: list[str]) -> dict[str, set[Shape]]:
+    bases = entry_base_names(entries)
+    instances = {e: instance_name(h) for e, h in entry_instance_names(entries).items()}
+    by_instance: dict[str, list[str]] = {}
+    for entry, inst in instances.items():
+        by_instance.setdefault(inst, []).append(entry)
+    out: dict[str, set[Shape]] = {}
+    for key, dims in by_name.items():
+        targets = by_instance.get(key, []) if "<" in key else []
+        if not targets:
+            base = base_name(key)
+            targets = [e for e, b in bases.items() if b == base]
+        for entry in targets:
+            out.setdefault(entry, set()).update(dims)
+    return out
+
+
+def entry_instance_names(entries: list[str]) -> dict[str, str]:
+    """PTX entry -> its name with template arguments (`_Z6smoothILi1EEvPKf` ->
+    `smooth<1>`), demangled with c++filt; entries it cannot demangle are left out."""
+    mangled = [e for e in entries if e.startswith("_Z")]
+    out = {e: e for e in entries if not e.startswith("_Z")}
+    for e, d in zip(mangled, _demangle(mangled)):
+        head = _strip_signature(d)
+        if head:
+            out[e] = head
+    return out
+
+
+def covered_entries(launches: Launches, entries: list[str],
+                    chosen: dict[str, list[Shape]]) -> set[str]:
+    """The PTX entries every launch of which the translation unit shows with a constant
+    block shape among those `chosen` for it (kernel_shapes): their generic block function
+    runs only when a specialization failed to build or a launch this file cannot show (one
+    from another file) uses another shape.  A kernel named anywhere else in the host code
+    (an address taken, cudaLaunchKernel) is not covered."""
+    wanted = _shapes_by_entry(launches.shapes, entries)
+    bases = entry_base_names(entries)
+    out = set()
+    for entry, dims in wanted.items():
+        base = bases.get(entry, entry)
+        if base in launches.unknown or base in launches.referenced:
+            continue
+        if dims and dims <= set(chosen.get(entry, ())):
+            out.add(entry)
     return out
