@@ -1125,3 +1125,48 @@ exit:
     x[17] = -0.0
     r = np.float32(f(x.ctypes.data, 64))
     assert r == 0 and np.signbit(r)
+
+
+# fz_2621_1231 (seed 2621, kernel 1231), minimized: sh[t] = v; __syncthreads();
+# u = sh[(t * 3) % nt] with nt = blockDim.x * blockDim.y * blockDim.z.  In the code specialized
+# for 64-thread blocks (the second launch) nt is 64, `% 64` is `& 63`, and LLVM's loop
+# vectorizer read sh[3 * t] as an interleaved group, as if the index never wrapped: threads
+# 22, 23, 43-47 read past the array.  The same LLVM miscompile as fz_300_16, reached through a
+# coefficient instead of an offset; codegen.helpers.masks_shifted_thread_index now hides such
+# masks from LLVM too.
+STRIDED_WRAP = r'''
+extern "C" __global__ void strided_wrap(const unsigned *x, unsigned long long *out) {
+    __shared__ unsigned sh[256];
+    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+    const unsigned g = blockIdx.x * nt + t;
+    unsigned v = x[(g * 9u + 29u) & 255u];
+    __syncthreads();
+    sh[t] = v;
+    __syncthreads();
+    v = sh[(t * 3u) % nt];
+    // strided 64-bit stores: the run-time no-wrap check LLVM then wrongly extends to sh's index
+    out[g * 3u] = v;
+    out[g * 3u + 1u] = x[(g * 25u + 150u) & 255u];
+    out[g * 3u + 2u] = g;
+}'''
+
+
+@pytest.mark.parametrize("block", [(64, 1, 1), (32, 2, 1), (128, 1, 1)])
+def test_strided_thread_index_modulo_the_block(block: tuple[int, int, int]) -> None:
+    nt = block[0] * block[1] * block[2]
+    x = np.arange(256, dtype=np.uint32) * 7 + 5
+    g = np.arange(2 * nt, dtype=np.uint64)
+    t = g % nt
+    v = x[(g * 9 + 29) & 255]
+    want = np.stack([v[(g - t) + (t * 3) % nt], x[(g * 25 + 150) & 255], g], axis=1).ravel()
+    want = want.astype(np.uint64)
+    mod = cpuify.RawModule(code=STRIDED_WRAP)
+    f = mod.get_function("strided_wrap")
+    for _ in range(3):          # the generic code, then the code for the block shape
+        out = np.zeros(6 * nt, np.uint64)
+        f((2,), block, (x, out))
+        np.testing.assert_array_equal(out, want)
+    ref = np.zeros(6 * nt, np.uint64)
+    interpret_kernel(mod.ptx, "strided_wrap", (2,), block, (x, ref))
+    np.testing.assert_array_equal(ref, want)

@@ -274,8 +274,8 @@ def masks_shifted_thread_index(v: Value, modulus: int, ntid: "tuple[int, int, in
     indices"): v is linear in the thread indices (thread_linear_form) with a part that is not
     a multiple of the modulus in tid.x, and an offset that need not be one: a constant like
     the 1 of `(tid + 1) & 31`, a block-uniform term, or tid.y/tid.z terms (uniform in a row of
-    the thread loop) with such coefficients.  `tid.x & 31` and `(tid.x + 32 * tid.y) & 31` are
-    not.  `low` is the mask's lowest bit (`& 248`: 8): LLVM sees a recurrence in the masked
+    the thread loop) with such coefficients; or tid.x's coefficient is not the mask's unit
+    (`(3 * tid) & 63`).  `tid.x & 31` and `(tid.x + 32 * tid.y) & 31` are not.  `low` is the mask's lowest bit (`& 248`: 8): LLVM sees a recurrence in the masked
     bits only when tid.x's coefficient is a multiple of it (`(8 * t + 8) & 248`; not the bit
     test `i & 1024` of bitonic sort)."""
     if modulus < 2 or modulus & (modulus - 1):
@@ -288,7 +288,9 @@ def masks_shifted_thread_index(v: Value, modulus: int, ntid: "tuple[int, int, in
     if x is not None and (x % modulus == 0 or x % low != 0):
         return False
     other = any(k is None or k % modulus for d, k in coefs.items() if d != 0)
-    return sym or other or const % modulus != 0
+    # a coefficient other than the mask's unit wraps too: `(3 * tid) % 64` in code for
+    # 64-thread blocks became an interleaved load of sh[3 * tid] (the fuzzer's fz_2621_1231)
+    return sym or other or const % modulus != 0 or x != low
 
 
 def uniform_constant(v: Value, ntid: "tuple[int, int, int] | None") -> int | None:
