@@ -856,6 +856,25 @@ extern "C" __global__ void drain_queue(const Job *jobs, int njobs, int *taken, i
     }
 }
 
+// Chai TRNS's shape: the threads branch on the slot, and thread 0 overwrites it in the branch
+// before that branch's barrier; read one thread after another, the other threads would
+// take the other branch and wait at another barrier
+extern "C" __global__ void skip_some(const int *skip, int njobs, int *taken, int *out) {
+    __shared__ int cur;
+    if (threadIdx.x == 0) cur = atomicAdd(taken, 1);
+    __syncthreads();
+    while (cur < njobs) {
+        if (skip[cur]) {
+            if (threadIdx.x == 0) cur = atomicAdd(taken, 1);
+            __syncthreads();
+            continue;
+        }
+        out[cur * blockDim.x + threadIdx.x] = cur + threadIdx.x;
+        if (threadIdx.x == 0) cur = atomicAdd(taken, 1);
+        __syncthreads();
+    }
+}
+
 // the writer is the only reader: thread 0 updates a slot no other thread reads here
 extern "C" __global__ void owner_only(const int *in, int *out) {
     __shared__ int s[2];
@@ -930,3 +949,18 @@ def test_synchronized_queue_still_right():
     cpuify.RawModule(code=TASK_QUEUE).get_function("synchronized_queue")(
         (3,), (block,), (jobs, np.int32(n), taken, out))
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_branch_on_a_slot_handed_over(block):
+    n = 120
+    skip = (np.arange(n) % 4 == 1).astype(np.int32)
+    want = np.zeros((n, block), np.int32)
+    keep = skip == 0
+    want[keep] = np.arange(n)[keep][:, None] + np.arange(block)[None, :]
+    f = cpuify.RawModule(code=TASK_QUEUE).get_function("skip_some")
+    for _ in range(2):
+        taken = np.zeros(1, np.int32)
+        out = np.zeros((n, block), np.int32)
+        f((3,), (block,), (skip, np.int32(n), taken, out))
+        np.testing.assert_array_equal(out, want)
