@@ -26,6 +26,9 @@ volatile access to another element (or to one other lanes share) with no barrier
 synchronization), or, with the pass option `all=true` (`CPUIFY_WARP_LOCKSTEP=1`,
 the `--warp-lockstep` option), every kernel at each of its shared and generic loads and
 stores, volatile or not: for warp-synchronous code the detection misses (no `volatile`).
+The loads and stores of a shared slot handed over with no barrier (a block-uniform location
+that threads read and one thread then overwrites before the next sync point, as persistent
+task-queue kernels fetch their next task; see `_slot_handoffs`) get steps too, volatile or not.
 
 `simd-collectives`.  A warp collective whose member mask is the full warp and whose lane
 operands are the same in every thread (`__shfl_down_sync(0xffffffff, v, offset)` in a loop
@@ -331,7 +334,8 @@ def insert_lockstep_steps(region: Region, accesses: set[Operation]) -> int:
 
 @register("warp-lockstep",
           "warp-level steps inserted around the volatile shared accesses of legacy "
-          "warp-synchronous code (all=true: around every shared/generic access)")
+          "warp-synchronous code and around shared slots handed over with no barrier "
+          "(all=true: around every shared/generic access)")
 @dataclass(frozen=True)
 class WarpLockstep:
     """Pass: lockstep steps (`upir.warp_collective {kind = "lockstep"}`) around the accesses
