@@ -161,6 +161,29 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                        "against `cpuify cuda-sdk` (the GPU Computing SDK's common.mk and cutil) "
                        "and run as README.GPGPU-Sim says; checked by their own comparison or a "
                        "reference of benchmarks/ispass2009.py"),
+    Recipe("chai", marker="CUDA-D/*/support/cuda-setup.h", programs="CUDA-[DU]/*/Makefile",
+           # Chai's README: `make` in a benchmark's directory, with CHAI_CUDA_LIB/CHAI_CUDA_INC
+           # naming the toolkit's lib and include directories and nvcc on the PATH; the
+           # programs run with their defaults (inputs under input/) and compare with a CPU
+           # computation or a file under output/ (BFS's and SSSP's road graphs are large
+           # files some copies of the repository lack)
+           build=('make CHAI_CUDA_LIB="$CUDA_PATH/lib64" CHAI_CUDA_INC="$CUDA_PATH/include"',),
+           passed=r"\bTest Passed\b",
+           failed=r"(?i)\btest failed\b|does not match|Error Reading",
+           description="Chai's CUDA-D (discrete) and CUDA-U (unified memory, host threads "
+                       "working with the running kernel) versions, run with their defaults"),
+    Recipe("graphbig-gpu", marker="gpu_bench/cudalib/cudaGraph.h",
+           programs="gpu_bench/gpu_*/Makefile", copy_up=2,
+           # README: `make` in gpu_bench's program directories; `make verify` rebuilds with
+           # OUTPUT=1 VERIFY=1, runs RUN_ARGS (the small dataset) and diffs with ref_output:
+           # the same steps here, the comparison once, for the directory's TARGET
+           build=("make OUTPUT=1 VERIFY=1 all",),
+           run_shell=('[ "$(basename "$EXE")" = "$(sed -n "s/^TARGET=//p" Makefile)" ] || exit 0; '
+                      'make run >/dev/null && bash ../../scripts/compare.sh output.log '
+                      'ref_output output.diff'),
+           passed=r"\bTEST PASSED\b", failed=r"\bTEST FAILED\b",
+           description="GraphBIG's GPU benchmarks (gpu_bench), built with VERIFY=1 and checked "
+                       "as `make verify` does, against ref_output on dataset/small"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),

@@ -357,3 +357,10 @@ def test_printf_and_assert_without_their_headers(tmp_path: Path) -> None:
     off = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "legacy_no_stdio.cu"), "-o", str(tmp_path / "off"),
                cwd=tmp_path, env={"CPUIFY_LEGACY": "0"})
     assert off.returncode != 0 and 'identifier "printf" is undefined' in off.stderr
+
+
+def test_shared_memory_reads_zero_at_the_first_launch(tmp_path: Path) -> None:
+    # a shared variable read before any thread wrote it: 0, not what the heap held
+    exe = build(tmp_path, "shared_first_read")
+    r = run(exe)
+    assert r.stdout.split() == ["nonzero", "0", "of", "2048"], r.stdout

@@ -824,3 +824,143 @@ def test_printed_ir_round_trip_and_rerun():
     text = print_op(lifted.op)
     assert text.count("simd = true") == result.counts["simd-collectives"] == 4
     verify(parse_op(text))
+
+
+# --- a slot handed over with no barrier (persistent task-queue kernels) ------------------
+# Seen in Chai's TQ and TQH (CUDA-D/CUDA-U): thread 0 publishes the block's task in shared
+# memory, every thread works on it, and thread 0 fetches the next task right after its own
+# work, with no __syncthreads() between the other threads' reads of the task and its write.
+# A race in CUDA terms that GPUs resolve as the program expects; one thread after another,
+# thread 0 would publish the next task before thread 1 had read the current one.
+
+TASK_QUEUE = r'''
+struct Job { int id; int kind; };
+
+extern "C" __global__ void drain_queue(const Job *jobs, int njobs, int *taken, int *out,
+                                       int reps) {
+    __shared__ int slot;
+    __shared__ Job job;
+    if (threadIdx.x == 0) { slot = atomicAdd(taken, 1); if (slot < njobs) job = jobs[slot]; }
+    __syncthreads();
+    while (slot < njobs) {
+        if (job.kind == 1) {
+            for (int r = 0; r < reps; r++) out[job.id * blockDim.x + threadIdx.x] += 3;
+            out[job.id * blockDim.x + threadIdx.x] += job.id;
+        }
+        if (job.kind == 0) out[job.id * blockDim.x + threadIdx.x] += job.id + 1000;
+        if (threadIdx.x == 0) {
+            slot = atomicAdd(taken, 1);
+            if (slot < njobs) job = jobs[slot];
+        }
+        __syncthreads();
+    }
+}
+
+// Chai TRNS's shape: the threads branch on the slot, and thread 0 overwrites it in the branch
+// before that branch's barrier; read one thread after another, the other threads would
+// take the other branch and wait at another barrier
+extern "C" __global__ void skip_some(const int *skip, int njobs, int *taken, int *out) {
+    __shared__ int cur;
+    if (threadIdx.x == 0) cur = atomicAdd(taken, 1);
+    __syncthreads();
+    while (cur < njobs) {
+        if (skip[cur]) {
+            if (threadIdx.x == 0) cur = atomicAdd(taken, 1);
+            __syncthreads();
+            continue;
+        }
+        out[cur * blockDim.x + threadIdx.x] = cur + threadIdx.x;
+        if (threadIdx.x == 0) cur = atomicAdd(taken, 1);
+        __syncthreads();
+    }
+}
+
+// the writer is the only reader: thread 0 updates a slot no other thread reads here
+extern "C" __global__ void owner_only(const int *in, int *out) {
+    __shared__ int s[2];
+    if (threadIdx.x < 2) s[threadIdx.x] = in[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) s[0] += s[1];
+    __syncthreads();
+    out[threadIdx.x] = s[0];
+}
+
+// the hand-over done right: a barrier between the reads and the write
+extern "C" __global__ void synchronized_queue(const int *jobs, int njobs, int *taken, int *out) {
+    __shared__ int slot;
+    if (threadIdx.x == 0) slot = atomicAdd(taken, 1);
+    __syncthreads();
+    while (slot < njobs) {
+        out[jobs[slot] * blockDim.x + threadIdx.x] += slot;
+        __syncthreads();
+        if (threadIdx.x == 0) slot = atomicAdd(taken, 1);
+        __syncthreads();
+    }
+}
+'''
+
+
+def _jobs(n: int) -> np.ndarray:
+    jobs = np.zeros((n, 2), np.int32)
+    jobs[:, 0] = (np.arange(n) * 7) % n           # a permutation of the job ids
+    jobs[:, 1] = np.arange(n) % 3 == 0
+    return jobs
+
+
+@pytest.mark.parametrize("block", [1, 32, 64, 256])
+def test_task_queue_slot_handed_over_without_barrier(block):
+    n, reps = 150, 5
+    jobs = _jobs(n)
+    per_job = np.where(jobs[:, 1] == 1, 3 * reps + jobs[:, 0], jobs[:, 0] + 1000)
+    want = np.zeros((n, block), np.int32)
+    want[jobs[:, 0]] = per_job[:, None]
+    f = cpuify.RawModule(code=TASK_QUEUE).get_function("drain_queue")
+    for _ in range(2):              # generic code, then code specialized for the block shape
+        taken = np.zeros(1, np.int32)
+        out = np.zeros((n, block), np.int32)
+        f((4,), (block,), (jobs, np.int32(n), taken, out, np.int32(reps)))
+        np.testing.assert_array_equal(out, want)
+        assert taken[0] == n + 4    # every block's last fetch finds the queue empty
+
+
+def test_slot_hand_over_steps():
+    lifted, result = _optimized(TASK_QUEUE, "drain_queue")
+    steps = _steps(lifted.op)
+    assert result.counts["warp-lockstep"] == len(steps) > 0
+    # the steps are at the shared accesses of the slot and the job, none elsewhere
+    for st in steps:
+        ops = st.parent.ops
+        k = ops.index(st)
+        near = ops[k + 1:k + 2] + ops[k - 1:k]
+        assert any(o.name in ("ptx.ld", "ptx.st") and "shared" in o.attributes.get("mods", ())
+                   for o in near), print_op(lifted.op)
+    for k in ("owner_only", "synchronized_queue"):
+        lifted, result = _optimized(TASK_QUEUE, k)
+        assert result.counts["warp-lockstep"] == 0 and not _steps(lifted.op), k
+
+
+def test_synchronized_queue_still_right():
+    n, block = 90, 64
+    jobs = ((np.arange(n) * 11) % n).astype(np.int32)
+    want = np.zeros((n, block), np.int32)
+    want[jobs] = np.arange(n, dtype=np.int32)[:, None]
+    taken = np.zeros(1, np.int32)
+    out = np.zeros((n, block), np.int32)
+    cpuify.RawModule(code=TASK_QUEUE).get_function("synchronized_queue")(
+        (3,), (block,), (jobs, np.int32(n), taken, out))
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_branch_on_a_slot_handed_over(block):
+    n = 120
+    skip = (np.arange(n) % 4 == 1).astype(np.int32)
+    want = np.zeros((n, block), np.int32)
+    keep = skip == 0
+    want[keep] = np.arange(n)[keep][:, None] + np.arange(block)[None, :]
+    f = cpuify.RawModule(code=TASK_QUEUE).get_function("skip_some")
+    for _ in range(2):
+        taken = np.zeros(1, np.int32)
+        out = np.zeros((n, block), np.int32)
+        f((3,), (block,), (skip, np.int32(n), taken, out))
+        np.testing.assert_array_equal(out, want)

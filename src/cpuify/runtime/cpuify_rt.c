@@ -172,8 +172,11 @@ static int ensure_buffer(void **buf, uint64_t *cap, uint64_t need) {
     uint64_t size = round_up(need, CPUIFY_ALIGN);
     char *p = aligned_alloc(CPUIFY_ALIGN, (size_t)(size + 2 * CPUIFY_BUFFER_GUARD));
     if (!p) return -1;
-    memset(p, 0, CPUIFY_BUFFER_GUARD);
-    memset(p + CPUIFY_BUFFER_GUARD + size, 0, CPUIFY_BUFFER_GUARD);
+    /* zeroed, as a GPU's shared memory usually reads at a program's first launch: code that
+       reads a shared variable before any thread wrote it (Chai's CUDA-U TQH takes its queue
+       index from one) sees 0 rather than what the heap held; later blocks see what earlier
+       ones left, as on a GPU */
+    memset(p, 0, (size_t)(size + 2 * CPUIFY_BUFFER_GUARD));
     free_buffer(*buf);
     *buf = p + CPUIFY_BUFFER_GUARD;
     *cap = size;

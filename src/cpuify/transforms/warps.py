@@ -26,6 +26,9 @@ volatile access to another element (or to one other lanes share) with no barrier
 synchronization), or, with the pass option `all=true` (`CPUIFY_WARP_LOCKSTEP=1`,
 the `--warp-lockstep` option), every kernel at each of its shared and generic loads and
 stores, volatile or not: for warp-synchronous code the detection misses (no `volatile`).
+The loads and stores of a shared slot handed over with no barrier (a block-uniform location
+that threads read and one thread then overwrites before the next sync point, as persistent
+task-queue kernels fetch their next task; see `_slot_handoffs`) get steps too, volatile or not.
 
 `simd-collectives`.  A warp collective whose member mask is the full warp and whose lane
 operands are the same in every thread (`__shfl_down_sync(0xffffffff, v, offset)` in a loop
@@ -77,18 +80,111 @@ def lockstep_accesses(region: Region, all_accesses: bool = False,
     accesses = [op for b in region.blocks for op in b.ops if op.name in ("ptx.ld", "ptx.st")]
     if all_accesses:
         return {op for op in accesses if _space(op) in ("shared", "generic")}
+    if uniform is None:
+        uniform = uniform_values(region)
+    handoffs = _slot_handoffs(accesses, uniform)
     volatile = [op for op in accesses if _is_volatile(op) and _space(op) == "shared"]
     loads = [op for op in volatile if op.name == "ptx.ld"]
     stores = [op for op in volatile if op.name == "ptx.st"]
     if not loads or not stores:
-        return set()
-    if uniform is None:
-        uniform = uniform_values(region)
+        return handoffs
     if all(op.operands[0] in uniform for op in volatile):
-        return set()        # one address for every thread: a flag, not lanes' data
+        return handoffs     # one address for every thread: a flag, not lanes' data
     if not _unsynchronized_exchange(region, set(volatile), uniform, block_dims):
+        return handoffs
+    return set(volatile) | handoffs
+
+
+def _access_bytes(op: Operation) -> int:
+    """How many bytes a load or store moves (vector forms included)."""
+    mods = op.attributes.get("mods", ())
+    bits = next((int(m[1:]) for m in mods if m[:1] in "subf" and m[1:].isdigit()), 32)
+    lanes = next((int(m[1:]) for m in mods if m[:1] == "v" and m[1:].isdigit()), 1)
+    return max(1, bits // 8) * lanes
+
+
+def _slot_handoffs(accesses: list[Operation], uniform: set[Value]) -> set[Operation]:
+    """The shared loads and stores of "slots" handed over with no barrier: one shared
+    location at a block-uniform address (the current task of a persistent task-queue
+    kernel) that threads read and that is then overwritten (`if (tid == 0) slot = next`)
+    with no __syncthreads() between the reads and the write, where some threads read it
+    and go on without writing it:
+
+        while (slot < n) { work(task); if (threadIdx.x == 0) { slot = atomicAdd(...); task = q[slot]; } __syncthreads(); }
+
+    A race in CUDA terms, which GPUs resolve the way the program expects (the writing
+    lane's warp has read the slot in lockstep, and the writer's atomic is slow), while
+    one thread after another would have thread 0 publish the next task before thread 1
+    has read the current one.  Stepping these accesses (the loads of every lane before a
+    store) gives the GPU's order."""
+    memo: dict = {}     # type: ignore[type-arg]
+
+    def where(op: Operation) -> tuple[frozenset, int] | None:  # type: ignore[type-arg]
+        if op.operands[0] not in uniform:
+            return None
+        form = affine_form(op.operands[0], uniform, 0, memo)
+        if form is None or any(isinstance(k, tuple) and k[0] == "tid" for k in form[0]):
+            return None
+        return frozenset(form[0].items()), form[1] + int(op.attributes.get("offset", 0))
+
+    shared = [op for op in accesses if _space(op) == "shared"]
+    stores = [(op, where(op)) for op in shared if op.name == "ptx.st"]
+    stores = [(op, at) for op, at in stores if at is not None]
+    if not stores:
         return set()
-    return set(volatile)
+    found: set[Operation] = set()
+    for load in shared:
+        if load.name != "ptx.ld":
+            continue
+        at = where(load)
+        if at is None:
+            continue
+        size = _access_bytes(load)
+        same = {st for st, sat in stores if sat[0] == at[0]
+                and sat[1] < at[1] + size and at[1] < sat[1] + _access_bytes(st)}
+        if not same:
+            continue
+        reached = _reached_without_sync(load, same)
+        if reached and _may_end_without(load, reached):
+            found.add(load)
+            found.update(reached)
+    if not found:
+        return found
+    # every read of a slot that is handed over steps, so all lanes read before the write
+    slots = {where(op) for op in found}
+    found.update(op for op in shared if op.name == "ptx.ld" and where(op) in slots)
+    return found
+
+
+def _may_end_without(start: Operation, stores: set[Operation]) -> bool:
+    """Whether a thread may go from `start` to a sync point or the kernel's end without
+    executing any of `stores` (some threads read the slot and leave the writing to others)."""
+    seen: set = set()   # type: ignore[type-arg]
+    work: list = []     # type: ignore[type-arg]
+
+    def scan(ops: list[Operation], blk) -> bool:  # type: ignore[no-untyped-def]
+        for op in ops:
+            if op in stores:
+                return False
+            if _is_sync_between(op):
+                return True
+        if not blk.successors:
+            return True
+        work.extend(blk.successors)
+        return False
+
+    block = start.parent
+    assert block is not None
+    if scan(block.ops[block.ops.index(start) + 1:], block):
+        return True
+    while work:
+        blk = work.pop()
+        if blk in seen:
+            continue
+        seen.add(blk)
+        if scan(blk.ops, blk):
+            return True
+    return False
 
 
 def _unsynchronized_exchange(region: Region, volatile: set[Operation], uniform: set[Value],
@@ -238,7 +334,8 @@ def insert_lockstep_steps(region: Region, accesses: set[Operation]) -> int:
 
 @register("warp-lockstep",
           "warp-level steps inserted around the volatile shared accesses of legacy "
-          "warp-synchronous code (all=true: around every shared/generic access)")
+          "warp-synchronous code and around shared slots handed over with no barrier "
+          "(all=true: around every shared/generic access)")
 @dataclass(frozen=True)
 class WarpLockstep:
     """Pass: lockstep steps (`upir.warp_collective {kind = "lockstep"}`) around the accesses

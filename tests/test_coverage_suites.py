@@ -1,0 +1,88 @@
+"""The Chai and GraphBIG recipes of benchmarks/coverage.py: the layouts are recognized, and
+a Chai-shaped corpus of our own (a benchmark directory whose Makefile calls plain `nvcc` with
+CHAI_CUDA_LIB/CHAI_CUDA_INC, a task-queue kernel whose thread 0 hands the next task over
+with no barrier, and the suite's `Test Passed`/`Test failed` check) is built by cpuify, run
+and judged: a right result passes, a wrong one is reported with the program's message."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from benchmarks import coverage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MAKEFILE = '''CXX=nvcc
+ifndef CHAI_CUDA_LIB
+    $(error CHAI_CUDA_LIB not defined)
+endif
+ifndef CHAI_CUDA_INC
+    $(error CHAI_CUDA_INC not defined)
+endif
+all:
+\t$(CXX) -std=c++11 main.cu -L$(CHAI_CUDA_LIB) -lm -I$(CHAI_CUDA_INC) -o {exe}
+'''
+
+# blocks take tasks from a counter; thread 0 fetches the next one right after its own work
+MAIN = r'''#include <cstdio>
+#include <cstdlib>
+#include "cuda_runtime.h"
+__global__ void tasks(int *counter, int ntasks, int *out, int reps) {
+    __shared__ int cur;
+    if (threadIdx.x == 0) cur = atomicAdd(counter, 1);
+    __syncthreads();
+    while (cur < ntasks) {
+        for (int r = 0; r < reps; r++) out[cur * blockDim.x + threadIdx.x] += 2;
+        out[cur * blockDim.x + threadIdx.x] += cur;
+        if (threadIdx.x == 0) cur = atomicAdd(counter, 1);
+        __syncthreads();
+    }
+}
+int main() {
+    const int n = 40, threads = 64, reps = 3;
+    int *counter, *out;
+    cudaMalloc(&counter, sizeof(int)); cudaMalloc(&out, n * threads * sizeof(int));
+    cudaMemset(counter, 0, sizeof(int)); cudaMemset(out, 0, n * threads * sizeof(int));
+    tasks<<<3, threads>>>(counter, n, out, reps);
+    int h[n * threads];
+    cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < n * threads; i++)
+        if (h[i] != 2 * reps + i / threads + OFFSET) { printf("Test failed\n"); exit(EXIT_FAILURE); }
+    printf("Test Passed\n");
+    return 0;
+}
+'''
+
+
+def _chai_corpus(top: Path) -> None:
+    for variant, name, offset in (("CUDA-D", "TQ", 0), ("CUDA-U", "TQW", 1)):
+        d = top / variant / name
+        (d / "support").mkdir(parents=True)
+        (d / "support" / "cuda-setup.h").write_text("// marker of the layout\n")
+        (d / "Makefile").write_text(MAKEFILE.format(exe=name.lower()))
+        (d / "main.cu").write_text(MAIN.replace("OFFSET", str(offset)))
+
+
+def test_layouts_are_recognized(tmp_path: Path) -> None:
+    _chai_corpus(tmp_path / "chai")
+    assert [r.name for r in coverage.detect(tmp_path / "chai")] == ["chai"]
+    gb = tmp_path / "graphbig"
+    (gb / "gpu_bench" / "cudalib").mkdir(parents=True)
+    (gb / "gpu_bench" / "cudalib" / "cudaGraph.h").write_text("\n")
+    assert [r.name for r in coverage.detect(gb)] == ["graphbig-gpu"]
+    recipe = coverage.RECIPES["graphbig-gpu"]
+    assert "compare.sh" in recipe.run_shell and recipe.copy_up == 2
+
+
+def test_chai_shaped_corpus_built_run_and_judged(tmp_path: Path, monkeypatch) -> None:
+    _chai_corpus(tmp_path / "chai")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "result.json"
+    assert coverage.main([str(tmp_path / "chai"), "--json", str(out), "--run-timeout", "120"]) == 0
+    results = {r["program"]: r for r in json.loads(out.read_text())["results"]}
+    good, bad = results["CUDA-D/TQ"], results["CUDA-U/TQW"]
+    assert good["built"] and good["ran"] and good["passed"], good
+    assert bad["built"] and bad["ran"] and not bad["passed"]
+    assert "its check failed" in bad["first_error"] and "Test failed" in bad["first_error"]
