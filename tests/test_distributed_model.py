@@ -194,3 +194,49 @@ def test_pieces_together_under_mpiexec() -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["OK", str(2 * 16 * 50 * 4), "0", "0"], proc.stdout + proc.stderr
+
+
+class _FakeComm:
+    """Two ranks' view of a communicator, without MPI: rank 0 broadcasts what it has, the
+    other rank receives what rank 0 sent (`sent`)."""
+
+    def __init__(self, rank: int, sent: list) -> None:
+        self.rank, self.sent = rank, sent
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return 2
+
+    def Barrier(self) -> None:
+        pass
+
+    def Send(self, msg, dest: int, tag: int) -> None:
+        pass
+
+    def Recv(self, msg, source: int, tag: int) -> None:
+        pass
+
+    def bcast(self, value, root: int = 0):
+        if self.rank == 0:
+            self.sent.append(value)
+            return value
+        return self.sent[-1]
+
+
+def test_measure_link_failure_reaches_every_rank(monkeypatch) -> None:
+    """Times that fit no link (a busy machine) raise the same ValueError on every rank; rank
+    0 used to raise before its broadcast and leave the other ranks waiting in it (the CI saw
+    mpiexec hang until its timeout)."""
+    pytest.importorskip("mpi4py")
+    from cpuify.distributed import model
+
+    def no_fit(sizes, seconds):
+        raise ValueError("message times do not grow with their size: no bandwidth to fit")
+    monkeypatch.setattr(model, "fit_alpha_beta", no_fit)
+    sent: list = []
+    for rank in (0, 1):
+        with pytest.raises(ValueError, match="measuring the MPI link: message times do not grow"):
+            model.measure_link(_FakeComm(rank, sent), sizes=(0, 64), repeats=1)
+    assert len(sent) == 1 and isinstance(sent[0], str)

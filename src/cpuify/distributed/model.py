@@ -218,8 +218,11 @@ def measure_link(comm: object = None, sizes: Sequence[int] = (0, 1 << 10, 1 << 1
                                                                1 << 22),
                  repeats: int = 20) -> LinkModel:
     """The LinkModel of ranks 0 and 1 of `comm` (default MPI.COMM_WORLD), from ping-pong
-    round trips of each size (the median of `repeats`, halved); every rank of `comm` must
-    call it and gets the same result.  Needs mpi4py and at least two ranks."""
+    round trips of each size (the fastest of `repeats`, halved: a round trip is only ever
+    made slower by the machine's other work, and the median of a busy machine's rounds
+    could make an empty message slower than a 1 MiB one); every rank of `comm` must call it
+    and gets the same result, or the same ValueError where the times fit no link.  Needs
+    mpi4py and at least two ranks."""
     try:
         from mpi4py import MPI
     except ImportError as e:  # pragma: no cover - mpi4py is in the 'distributed' extra
@@ -248,9 +251,18 @@ def measure_link(comm: object = None, sizes: Sequence[int] = (0, 1 << 10, 1 << 1
                 world.Send(msg, dest=0, tag=n)           # type: ignore[attr-defined]
             if i >= 2:
                 times.append((time.perf_counter() - t0) / 2)
-        one_way.append(sorted(times)[len(times) // 2])
-    link = fit_alpha_beta(list(sizes), one_way) if rank == 0 else None
-    return world.bcast(link, root=0)                     # type: ignore[attr-defined,no-any-return]
+        one_way.append(min(times))
+    link: LinkModel | str | None = None
+    if rank == 0:
+        try:
+            link = fit_alpha_beta(list(sizes), one_way)
+        except ValueError as e:
+            link = str(e)           # raised on every rank below, never left waiting in bcast
+    link = world.bcast(link, root=0)                     # type: ignore[attr-defined]
+    if isinstance(link, str):
+        raise ValueError(f"measuring the MPI link: {link} (one-way times {one_way} s for "
+                         f"messages of {list(sizes)} bytes)")
+    return link  # type: ignore[return-value]
 
 
 def _main() -> None:
