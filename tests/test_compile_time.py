@@ -387,6 +387,18 @@ int main() {
 """
 
 
+def _need_nvcc_and_gxx() -> None:
+    """Skip the test without NVIDIA's nvcc wheel or a host g++."""
+    import shutil
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:  # noqa: BLE001
+        pytest.skip("nvcc wheel (nvidia-cuda-nvcc) missing")
+    if shutil.which("g++") is None:
+        pytest.skip("g++ missing")
+
+
 def _fallback_reference() -> np.ndarray:
     n, r = 1000, 2
     x = (0.5 + 0.25 * np.sin(0.1 * np.arange(n, dtype=np.float32))).astype(np.float64)
@@ -399,18 +411,11 @@ def _build_and_run(tmp_path, monkeypatch, levels: list[str]):  # type: ignore[no
     """Builds FALLBACK_PROGRAM with `cpuify nvcc` in this process (the generic module's LLVM
     level appended to `levels`) and runs it with CPUIFY_PROFILE=1."""
     import os
-    import shutil
     import subprocess
 
     from cpuify.nvcc import device
     from cpuify.nvcc.driver import nvcc_main
-    try:
-        from cpuify.nvcc.toolkit import find_toolkit
-        find_toolkit()
-    except Exception:  # noqa: BLE001
-        pytest.skip("nvcc wheel (nvidia-cuda-nvcc) missing")
-    if shutil.which("g++") is None:
-        pytest.skip("g++ missing")
+    _need_nvcc_and_gxx()
     original = getattr(device.compile_device_parallel, "__wrapped__", device.compile_device_parallel)
 
     def recording(*args, **kw):  # type: ignore[no-untyped-def]
@@ -537,16 +542,9 @@ def test_nvcc_ratio_reports_each_file(tmp_path, capsys) -> None:  # type: ignore
     """`benchmarks.compile_time --nvcc-ratio DIR`: a row per .cu file with both CPU times
     and their ratio; a file NVIDIA's nvcc cannot compile alone is listed as skipped."""
     import json
-    import shutil
 
     from benchmarks import compile_time
-    try:
-        from cpuify.nvcc.toolkit import find_toolkit
-        find_toolkit()
-    except Exception:  # noqa: BLE001
-        pytest.skip("nvcc wheel (nvidia-cuda-nvcc) missing")
-    if shutil.which("g++") is None:
-        pytest.skip("g++ missing")
+    _need_nvcc_and_gxx()
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "ok.cu").write_text(
         "__global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }\n"
