@@ -311,17 +311,12 @@ def parse_args(argv: list[str]) -> Options:
                 pass     # cpuify's runtime replaces them
             elif value in ("nvToolsExt", "nvtx3interop"):
                 pass     # NVTX v3 is header-only (nvtx3/nvToolsExt.h); without a tool it does nothing
-            elif value == "curand":
-                # the device API (curand_kernel.h) is header-only; libcurand needs a GPU
-                o.warnings.append("-lcurand: the cuRAND device API (curand_kernel.h) works on the CPU; "
-                                  "the host API (curandCreateGenerator, ...) is not supported, so "
-                                  "libcurand is not linked")
             elif value in MATH_LIBRARIES or (value.endswith("_static") and value[:-7] in MATH_LIBRARIES):
-                # cpuify's cuBLAS/cuFFT (cpuify cuda-home), linked statically as the runtime is
+                # cpuify's cuBLAS/cuFFT/cuRAND (cpuify cuda-home), linked statically as the runtime is
                 o.link_opts.append(f"-l{value.removesuffix('_static')}_static")
             else:
                 if value in ("cusparse", "cusolver", "nvrtc", "cublasLt", "nppc"):
-                    o.warnings.append(f"-l{value}: cpuify provides the CUDA runtime, cuBLAS and cuFFT only; linking "
+                    o.warnings.append(f"-l{value}: cpuify provides the CUDA runtime, cuBLAS, cuFFT and cuRAND only; linking "
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
         elif canon == "-Xcompiler":
@@ -845,7 +840,7 @@ class Driver:
                              "--enable-shared), which a distributed program loads to run "
                              "cpuify's engine; use a Python that has one")
         paths = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
-        local_only = any(f.startswith(("-lcublas", "-lcufft")) for f in self.o.link_opts)
+        local_only = any(f.startswith(("-lcublas", "-lcufft", "-lcurand")) for f in self.o.link_opts)
 
         def c_str(text: str) -> str:
             return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -1030,7 +1025,7 @@ options: -o -odir -I -D -U -L -l -O* -g -std= -include -isystem -x -Xcompiler (c
         accepted (no effect on the CPU; a warning where a GPU build would differ);
         -cubin/-fatbin are refused.  -lcudart/-lcudart_static/-lcudadevrt link cpuify's
         runtime (kernels launching kernels: -rdc=true -lcudadevrt), -lcuda its driver API
-        library, -lnvidia-ml its NVML, -lcublas/-lcufft cpuify's cuBLAS/cuFFT (cpuify
+        library, -lnvidia-ml its NVML, -lcublas/-lcufft/-lcurand cpuify's cuBLAS/cuFFT/cuRAND (cpuify
         cuda-home); an -I/-isystem to
         another CUDA installation's headers is dropped with a warning.
 cpuify's own: --cpuify-defer-refused  build even when a kernel cannot run on the CPU (its

@@ -1,12 +1,13 @@
-"""cpuify's cuBLAS and cuFFT: `libcublas` and `libcufft` of `cpuify cuda-home`.
+"""cpuify's cuBLAS, cuFFT and cuRAND: `libcublas`, `libcufft` and `libcurand` of `cpuify cuda-home`.
 
-The libraries are C (runtime/cublas.c, runtime/cufft.c, built with the runtime's flags and
-headers) that run the routines on the CPU through cpuify's block scheduler.  The headers
-(runtime/include/cublas.h, cublas_v2.h, cublas_api.h, cufft.h) are ours and declare
-CUDA's names and values; a function they declare that the C source does not define gets a
-generated stub that prints one line naming it, once, and returns
-CUBLAS_STATUS_NOT_SUPPORTED / CUFFT_NOT_SUPPORTED, so programs that use it link and fail
-clearly.
+The libraries are C (runtime/cublas.c, runtime/cufft.c, runtime/curand.c, built with the
+runtime's flags and headers) that run the routines on the CPU through cpuify's block
+scheduler.  The cuBLAS and cuFFT headers (runtime/include/cublas.h, cublas_v2.h,
+cublas_api.h, cufft.h) are ours and declare CUDA's names and values; a function they
+declare that the C source does not define gets a generated stub that prints one line
+naming it, once, and returns CUBLAS_STATUS_NOT_SUPPORTED / CUFFT_NOT_SUPPORTED, so programs
+that use it link and fail clearly.  cuRAND's header is NVIDIA's curand.h (the nvidia-curand
+wheel, `pip install 'cpuify[curand]'`); curand.c defines every function it declares.
 
 Each library comes as `lib<name>_static.a` (what `cpuify nvcc -l<name>` links, as nvcc's
 static cudart: executables need nothing from the cache at run time) and as
@@ -42,6 +43,8 @@ LIBRARIES = (
     MathLibrary("cublas", "cublas.c", ("cublas_api.h", "cublas.h"), "cublasStatus_t",
                 "cpuify_cublas_not_supported_once"),
     MathLibrary("cufft", "cufft.c", ("cufft.h",), "cufftResult", "cpuify_cufft_not_supported_once"),
+    # no header of ours: curand.h is NVIDIA's, and curand.c defines all its functions
+    MathLibrary("curand", "curand.c", (), "curandStatus_t", "cpuify_curand_not_supported_once"),
 )
 NAMES = tuple(lib.name for lib in LIBRARIES)
 SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h")

@@ -1,0 +1,859 @@
+/* cpuify's cuRAND host API on the CPU: curandCreateGenerator(Host), seeds, offsets,
+ * orderings, and the 32-bit, uniform, normal, log-normal and Poisson generation functions
+ * for the XORWOW, Philox4x32-10 and MRG32k3a generators.
+ *
+ * The values are NVIDIA's.  Each generator is the device API's (curand_kernel.h):
+ * curand_init(seed, subsequence, offset) state, skip-ahead by subsequence (XORWOW 2^67,
+ * Philox 2^66, MRG32k3a 2^76 draws), and the device API's transforms (_curand_uniform,
+ * the hq double uniform, Box-Muller as in curand_normal.h).  The host API lays the draws
+ * of T subsequences out in memory ("CURAND_ORDERING_PSEUDO_DEFAULT"); cpuify's layout is
+ * the one NVIDIA's libcurand host generator has, established value by value against it:
+ *
+ *   - a generator keeps a counter G, the offset at first (curandSetGeneratorOffset sets it,
+ *     a new seed keeps it);
+ *   - a call fills its output with groups of K results from C draws: group g comes from
+ *     subsequence g mod T, "row" g / T of it;
+ *   - XORWOW (T = 4096) and MRG32k3a (T = 81920, 4096 with the legacy ordering): one
+ *     result per group (C = 1; a uniform double of XORWOW takes C = 2 draws), normals in
+ *     pairs (K = 2, C = 2; a double pair of XORWOW takes 4 draws); G counts groups; each
+ *     subsequence goes on from the draw where its last group ended, and the rows before G
+ *     at the offset (or at a new seed) skip one draw each;
+ *   - Philox4x32-10 (T = 65536): always 4 results per group (C = 4, 8 for doubles) from
+ *     draws row * C ..., and G counts results, so a call may start or end inside a group.
+ *
+ * Single-precision normals use logf/sinf/cosf of the C library as NVIDIA's host generator
+ * does; a kernel's curand_normal (__sincosf on the GPU) may differ in the last bits.
+ * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value)
+ * but are not NVIDIA's sequence, whose method is not documented.  MTGP32, MT19937 and the
+ * Sobol generators are not provided: creating one prints one line naming it and returns
+ * CURAND_STATUS_TYPE_ERROR.
+ *
+ * Generation runs at the call through cpuify's workers (mathlib_internal.h); cpuify runs
+ * every stream's work in issue order at the call, so the results are ready on return. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mathlib_internal.h"
+
+/* curand.h's types and values (the ABI of libcurand; programs include NVIDIA's header) */
+typedef enum {
+    CURAND_STATUS_SUCCESS = 0,
+    CURAND_STATUS_VERSION_MISMATCH = 100,
+    CURAND_STATUS_NOT_INITIALIZED = 101,
+    CURAND_STATUS_ALLOCATION_FAILED = 102,
+    CURAND_STATUS_TYPE_ERROR = 103,
+    CURAND_STATUS_OUT_OF_RANGE = 104,
+    CURAND_STATUS_LENGTH_NOT_MULTIPLE = 105,
+    CURAND_STATUS_DOUBLE_PRECISION_REQUIRED = 106,
+    CURAND_STATUS_LAUNCH_FAILURE = 201,
+    CURAND_STATUS_PREEXISTING_FAILURE = 202,
+    CURAND_STATUS_INITIALIZATION_FAILED = 203,
+    CURAND_STATUS_ARCH_MISMATCH = 204,
+    CURAND_STATUS_INTERNAL_ERROR = 999
+} curandStatus_t;
+
+typedef enum {
+    CURAND_RNG_TEST = 0,
+    CURAND_RNG_PSEUDO_DEFAULT = 100,
+    CURAND_RNG_PSEUDO_XORWOW = 101,
+    CURAND_RNG_PSEUDO_MRG32K3A = 121,
+    CURAND_RNG_PSEUDO_MTGP32 = 141,
+    CURAND_RNG_PSEUDO_MT19937 = 142,
+    CURAND_RNG_PSEUDO_PHILOX4_32_10 = 161,
+    CURAND_RNG_QUASI_DEFAULT = 200,
+    CURAND_RNG_QUASI_SOBOL32 = 201,
+    CURAND_RNG_QUASI_SCRAMBLED_SOBOL32 = 202,
+    CURAND_RNG_QUASI_SOBOL64 = 203,
+    CURAND_RNG_QUASI_SCRAMBLED_SOBOL64 = 204
+} curandRngType_t;
+
+typedef enum {
+    CURAND_ORDERING_PSEUDO_BEST = 100,
+    CURAND_ORDERING_PSEUDO_DEFAULT = 101,
+    CURAND_ORDERING_PSEUDO_SEEDED = 102,
+    CURAND_ORDERING_PSEUDO_LEGACY = 103,
+    CURAND_ORDERING_PSEUDO_DYNAMIC = 104,
+    CURAND_ORDERING_QUASI_DEFAULT = 201
+} curandOrdering_t;
+
+typedef enum { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;
+
+/* the cuRAND release whose host generators cpuify's reproduce (curand.h 10.4.5) */
+#define CPUIFY_CURAND_MAJOR 10
+#define CPUIFY_CURAND_MINOR 4
+#define CPUIFY_CURAND_PATCH 5
+
+/* ------------------------------------------------------------------------------------ */
+/* XORWOW: Marsaglia's xorshift with a Weyl counter, seeded as curand_init seeds it.     */
+
+typedef struct { uint32_t v[5]; uint32_t d; } xorwow_state;
+
+/* the linear map of one step on the 160 state bits: column j is the image of bit j */
+typedef uint32_t xorwow_matrix[160][5];
+
+static void xorwow_shift(uint32_t *v) {
+    uint32_t t = v[0] ^ (v[0] >> 2);
+    v[0] = v[1];
+    v[1] = v[2];
+    v[2] = v[3];
+    v[3] = v[4];
+    v[4] = (v[4] ^ (v[4] << 4)) ^ (t ^ (t << 1));
+}
+
+static uint32_t xorwow_next(xorwow_state *s) {
+    xorwow_shift(s->v);
+    s->d += 362437u;
+    return s->v[4] + s->d;
+}
+
+static void xorwow_apply(const xorwow_matrix m, uint32_t *v) {
+    uint32_t r[5] = {0, 0, 0, 0, 0};
+    for (int j = 0; j < 160; j++)
+        if (v[j >> 5] >> (j & 31) & 1u)
+            for (int w = 0; w < 5; w++) r[w] ^= m[j][w];
+    memcpy(v, r, sizeof r);
+}
+
+static void xorwow_square(const xorwow_matrix a, xorwow_matrix out) {
+    for (int j = 0; j < 160; j++) {
+        uint32_t col[5];
+        memcpy(col, a[j], sizeof col);
+        xorwow_apply(a, col);
+        memcpy(out[j], col, sizeof col);
+    }
+}
+
+/* step^(2^b) and step^(2^(67+b)) (one subsequence is 2^67 draws), b < 64 */
+static xorwow_matrix *xorwow_draw_pow, *xorwow_subsequence_pow;
+
+/* ------------------------------------------------------------------------------------ */
+/* MRG32k3a: L'Ecuyer's combined multiple recursive generator.                          */
+
+#define MRG_M1 4294967087u
+#define MRG_M2 4294944443u
+#define MRG_NORM 2.3283065498378288e-10       /* 1 / (m1 + 1) */
+#define MRG_BITS_NORM 1.000000048662          /* what curand() of MRG32k3a scales by */
+
+typedef struct { uint32_t s1[3], s2[3]; } mrg_state;
+typedef uint64_t mrg_matrix[3][3];
+
+static void mrg_mul(const mrg_matrix a, const mrg_matrix b, mrg_matrix out, uint64_t m) {
+    mrg_matrix r;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            uint64_t acc = 0;
+            for (int k = 0; k < 3; k++) acc = (acc + a[i][k] * b[k][j] % m) % m;
+            r[i][j] = acc;
+        }
+    memcpy(out, r, sizeof r);
+}
+
+static void mrg_apply(const mrg_matrix a, uint32_t *v, uint64_t m) {
+    uint64_t r[3];
+    for (int i = 0; i < 3; i++) {
+        uint64_t acc = 0;
+        for (int k = 0; k < 3; k++) acc = (acc + a[i][k] * v[k] % m) % m;
+        r[i] = acc;
+    }
+    for (int i = 0; i < 3; i++) v[i] = (uint32_t)r[i];
+}
+
+/* A1^(2^b), A2^(2^b) for b < 128: draws (b < 64) and subsequences (2^76 draws: b - 76) */
+static mrg_matrix mrg_pow1[128], mrg_pow2[128];
+
+static void mrg_skip(mrg_state *s, uint64_t n, int shift) {
+    for (int b = 0; b < 64; b++)
+        if (n >> b & 1u) {
+            mrg_apply(mrg_pow1[b + shift], s->s1, MRG_M1);
+            mrg_apply(mrg_pow2[b + shift], s->s2, MRG_M2);
+        }
+}
+
+/* the value curand_MRG32k3a returns: in [1, m1] */
+static double mrg_next(mrg_state *s) {
+    int64_t p1 = ((int64_t)1403580 * s->s1[1] - (int64_t)810728 * s->s1[0]) % (int64_t)MRG_M1;
+    if (p1 < 0) p1 += MRG_M1;
+    s->s1[0] = s->s1[1];
+    s->s1[1] = s->s1[2];
+    s->s1[2] = (uint32_t)p1;
+    int64_t p2 = ((int64_t)527612 * s->s2[2] - (int64_t)1370589 * s->s2[0]) % (int64_t)MRG_M2;
+    if (p2 < 0) p2 += MRG_M2;
+    s->s2[0] = s->s2[1];
+    s->s2[1] = s->s2[2];
+    s->s2[2] = (uint32_t)p2;
+    return p1 <= p2 ? (double)(p1 - p2 + MRG_M1) : (double)(p1 - p2);
+}
+
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+static int tables_ok;
+
+static void build_tables(void) {
+    xorwow_draw_pow = malloc(64 * sizeof(xorwow_matrix));
+    xorwow_subsequence_pow = malloc(64 * sizeof(xorwow_matrix));
+    xorwow_matrix *t = malloc(2 * sizeof(xorwow_matrix));
+    if (!xorwow_draw_pow || !xorwow_subsequence_pow || !t) return;
+    for (int j = 0; j < 160; j++) {
+        uint32_t v[5] = {0, 0, 0, 0, 0};
+        v[j >> 5] = 1u << (j & 31);
+        xorwow_shift(v);
+        memcpy(xorwow_draw_pow[0][j], v, sizeof v);
+    }
+    for (int b = 1; b < 64; b++) xorwow_square(xorwow_draw_pow[b - 1], xorwow_draw_pow[b]);
+    xorwow_square(xorwow_draw_pow[63], t[0]);      /* 2^64 */
+    xorwow_square(t[0], t[1]);                      /* 2^65 */
+    xorwow_square(t[1], t[0]);                      /* 2^66 */
+    xorwow_square(t[0], xorwow_subsequence_pow[0]); /* 2^67 */
+    for (int b = 1; b < 64; b++) xorwow_square(xorwow_subsequence_pow[b - 1], xorwow_subsequence_pow[b]);
+    free(t);
+    const mrg_matrix a1 = {{0, 1, 0}, {0, 0, 1}, {MRG_M1 - 810728u, 1403580u, 0}};
+    const mrg_matrix a2 = {{0, 1, 0}, {0, 0, 1}, {MRG_M2 - 1370589u, 0, 527612u}};
+    memcpy(mrg_pow1[0], a1, sizeof a1);
+    memcpy(mrg_pow2[0], a2, sizeof a2);
+    for (int b = 1; b < 128; b++) {
+        mrg_mul(mrg_pow1[b - 1], mrg_pow1[b - 1], mrg_pow1[b], MRG_M1);
+        mrg_mul(mrg_pow2[b - 1], mrg_pow2[b - 1], mrg_pow2[b], MRG_M2);
+    }
+    tables_ok = 1;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Philox4x32-10: Salmon et al.'s counter-based generator, as curand_kernel.h keys it.    */
+
+static void philox_block(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]) {
+    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0;
+        c1 = (uint32_t)p1;
+        c2 = n2;
+        c3 = (uint32_t)p0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* draws [pos, pos + count) of subsequence `sub` (count a multiple of 4, pos too) */
+static void philox_draws(uint64_t seed, uint64_t sub, uint64_t pos, int count, uint32_t *out) {
+    for (int i = 0; i < count; i += 4) {
+        uint64_t block = (pos + (uint64_t)i) / 4;
+        uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)sub, (uint32_t)(sub >> 32)};
+        philox_block(ctr, seed, out + i);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Generators                                                                            */
+
+#define GENERATOR_MAGIC 0x63755244u     /* "cuRD" */
+
+struct curandGenerator_st {
+    uint32_t magic;
+    curandRngType_t type;   /* XORWOW, PHILOX4_32_10 or MRG32K3A */
+    int host;               /* curandCreateGeneratorHost */
+    uint64_t seed;
+    uint64_t counter;       /* G: groups (XORWOW, MRG32k3a) or results (Philox) so far */
+    curandOrdering_t ordering;
+    void *stream;
+    /* the subsequences' states (XORWOW, MRG32k3a), made at the first generation after a
+     * seed or ordering change: base[t] at draw 0, now[t] at draw now_pos[t]; subsequence
+     * t's next group starts at draw next_pos[t] */
+    uint32_t threads;
+    void *base, *now;
+    uint64_t *now_pos, *next_pos;
+    struct curandGenerator_st *next_live;
+};
+typedef struct curandGenerator_st *curandGenerator_t;
+typedef void *cudaStream_t;
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct curandGenerator_st *live;
+
+/* a generator made by curandCreateGenerator(Host) and not yet destroyed */
+static int is_live(curandGenerator_t g) {
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (struct curandGenerator_st *p = live; p && !found; p = p->next_live) found = p == g;
+    pthread_mutex_unlock(&live_lock);
+    return found && g->magic == GENERATOR_MAGIC;
+}
+
+static void say_once(int *said, const char *fmt, const char *what) {
+    if (__atomic_exchange_n(said, 1, __ATOMIC_RELAXED)) return;
+    fprintf(stderr, fmt, what);
+}
+
+static const char *type_name(curandRngType_t t) {
+    switch (t) {
+    case CURAND_RNG_PSEUDO_MTGP32: return "CURAND_RNG_PSEUDO_MTGP32";
+    case CURAND_RNG_PSEUDO_MT19937: return "CURAND_RNG_PSEUDO_MT19937";
+    case CURAND_RNG_QUASI_DEFAULT: return "CURAND_RNG_QUASI_DEFAULT";
+    case CURAND_RNG_QUASI_SOBOL32: return "CURAND_RNG_QUASI_SOBOL32";
+    case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32: return "CURAND_RNG_QUASI_SCRAMBLED_SOBOL32";
+    case CURAND_RNG_QUASI_SOBOL64: return "CURAND_RNG_QUASI_SOBOL64";
+    case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64: return "CURAND_RNG_QUASI_SCRAMBLED_SOBOL64";
+    case CURAND_RNG_TEST: return "CURAND_RNG_TEST";
+    default: return NULL;
+    }
+}
+
+static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_type, int host, const char *api) {
+    if (!generator) return CURAND_STATUS_NOT_INITIALIZED;
+    if (rng_type == CURAND_RNG_PSEUDO_DEFAULT) rng_type = CURAND_RNG_PSEUDO_XORWOW;
+    if (rng_type != CURAND_RNG_PSEUDO_XORWOW && rng_type != CURAND_RNG_PSEUDO_PHILOX4_32_10 &&
+        rng_type != CURAND_RNG_PSEUDO_MRG32K3A) {
+        const char *name = type_name(rng_type);
+        if (name)
+            fprintf(stderr, "cpuify: %s: the %s generator is not supported by cpuify's cuRAND (XORWOW, "
+                    "PHILOX4_32_10 and MRG32K3A are); returning CURAND_STATUS_TYPE_ERROR\n", api, name);
+        return CURAND_STATUS_TYPE_ERROR;
+    }
+    pthread_once(&tables_once, build_tables);
+    if (!tables_ok) return CURAND_STATUS_ALLOCATION_FAILED;
+    struct curandGenerator_st *g = calloc(1, sizeof *g);
+    if (!g) return CURAND_STATUS_ALLOCATION_FAILED;
+    g->magic = GENERATOR_MAGIC;
+    g->type = rng_type;
+    g->host = host;
+    g->ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+    pthread_mutex_lock(&live_lock);
+    g->next_live = live;
+    live = g;
+    pthread_mutex_unlock(&live_lock);
+    *generator = g;
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandCreateGenerator(curandGenerator_t *generator, curandRngType_t rng_type) {
+    return create(generator, rng_type, 0, "curandCreateGenerator");
+}
+
+curandStatus_t curandCreateGeneratorHost(curandGenerator_t *generator, curandRngType_t rng_type) {
+    return create(generator, rng_type, 1, "curandCreateGeneratorHost");
+}
+
+static void drop_states(curandGenerator_t g) {
+    free(g->base);
+    free(g->now);
+    free(g->now_pos);
+    free(g->next_pos);
+    g->base = g->now = NULL;
+    g->now_pos = g->next_pos = NULL;
+    g->threads = 0;
+}
+
+curandStatus_t curandDestroyGenerator(curandGenerator_t generator) {
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (struct curandGenerator_st **p = &live; *p; p = &(*p)->next_live)
+        if (*p == generator) {
+            *p = generator->next_live;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&live_lock);
+    if (!found) return CURAND_STATUS_NOT_INITIALIZED;
+    drop_states(generator);
+    generator->magic = 0;
+    free(generator);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetVersion(int *version) {
+    if (!version) return CURAND_STATUS_OUT_OF_RANGE;
+    *version = CPUIFY_CURAND_MAJOR * 1000 + CPUIFY_CURAND_MINOR * 100 + CPUIFY_CURAND_PATCH;
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetProperty(libraryPropertyType type, int *value) {
+    if (!value) return CURAND_STATUS_OUT_OF_RANGE;
+    switch (type) {
+    case MAJOR_VERSION: *value = CPUIFY_CURAND_MAJOR; return CURAND_STATUS_SUCCESS;
+    case MINOR_VERSION: *value = CPUIFY_CURAND_MINOR; return CURAND_STATUS_SUCCESS;
+    case PATCH_LEVEL: *value = CPUIFY_CURAND_PATCH; return CURAND_STATUS_SUCCESS;
+    default: return CURAND_STATUS_OUT_OF_RANGE;
+    }
+}
+
+curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    generator->stream = stream;     /* the work runs at the call, after the stream's earlier work */
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's */
+    drop_states(generator);
+    return CURAND_STATUS_SUCCESS;
+}
+
+static void start_positions(curandGenerator_t g);
+
+curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    generator->counter = offset;
+    if (generator->next_pos) start_positions(generator);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
+    static int said_seeded;
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    switch (order) {
+    case CURAND_ORDERING_PSEUDO_BEST:
+    case CURAND_ORDERING_PSEUDO_DEFAULT:
+    case CURAND_ORDERING_PSEUDO_LEGACY:
+        break;
+    case CURAND_ORDERING_PSEUDO_DYNAMIC:
+        /* NVIDIA's host generators refuse it; a device generator may lay results out as suits
+         * the device: cpuify's layout is the default one */
+        if (generator->host) return CURAND_STATUS_OUT_OF_RANGE;
+        order = CURAND_ORDERING_PSEUDO_DEFAULT;
+        break;
+    case CURAND_ORDERING_PSEUDO_SEEDED:
+        if (generator->type != CURAND_RNG_PSEUDO_XORWOW) return CURAND_STATUS_OUT_OF_RANGE;
+        say_once(&said_seeded, "cpuify: %s: cpuify's cuRAND gives XORWOW's default ordering in place of "
+                 "the seeded one (the values differ from NVIDIA's seeded ones)\n", "curandSetGeneratorOrdering");
+        order = CURAND_ORDERING_PSEUDO_DEFAULT;
+        break;
+    default:
+        return CURAND_STATUS_OUT_OF_RANGE;
+    }
+    if (order != generator->ordering) {
+        generator->ordering = order;
+        drop_states(generator);
+    }
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int num_dimensions) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    (void)num_dimensions;
+    return CURAND_STATUS_TYPE_ERROR;    /* cpuify's generators are all pseudo-random */
+}
+
+/* the number of subsequences whose draws a generator interleaves */
+static uint32_t subsequences(const struct curandGenerator_st *g) {
+    switch (g->type) {
+    case CURAND_RNG_PSEUDO_XORWOW: return 4096;
+    case CURAND_RNG_PSEUDO_MRG32K3A: return g->ordering == CURAND_ORDERING_PSEUDO_LEGACY ? 4096 : 81920;
+    default: return 65536;
+    }
+}
+
+/* XORWOW and MRG32k3a: where each subsequence's next group starts when the generator
+ * stands at group G (the offset, or where a new seed finds it): past one draw for each of
+ * its groups before G, whatever the distribution (as NVIDIA's generators skip the offset);
+ * each group then takes its C draws */
+static void start_positions(curandGenerator_t g) {
+    uint32_t T = g->threads;
+    for (uint32_t t = 0; t < T; t++) g->next_pos[t] = g->counter / T + (t < g->counter % T ? 1 : 0);
+}
+
+/* XORWOW and MRG32k3a: the states of the subsequences at draw 0 (curand_init(seed, t, 0)) */
+static curandStatus_t make_states(curandGenerator_t g) {
+    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10) return CURAND_STATUS_SUCCESS;
+    uint32_t n = subsequences(g);
+    size_t size = g->type == CURAND_RNG_PSEUDO_XORWOW ? sizeof(xorwow_state) : sizeof(mrg_state);
+    g->base = malloc(n * size);
+    g->now = malloc(n * size);
+    g->now_pos = calloc(n, sizeof(uint64_t));
+    g->next_pos = calloc(n, sizeof(uint64_t));
+    if (!g->base || !g->now || !g->now_pos || !g->next_pos) {
+        drop_states(g);
+        return CURAND_STATUS_ALLOCATION_FAILED;
+    }
+    g->threads = n;
+    if (g->type == CURAND_RNG_PSEUDO_XORWOW) {
+        xorwow_state *b = g->base;
+        uint32_t s0 = (uint32_t)g->seed ^ 0xaad26b49u, s1 = (uint32_t)(g->seed >> 32) ^ 0xf7dcefddu;
+        uint32_t t0 = 1099087573u * s0, t1 = 2591861531u * s1;
+        b[0].d = 6615241u + t1 + t0;
+        b[0].v[0] = 123456789u + t0;
+        b[0].v[1] = 362436069u ^ t0;
+        b[0].v[2] = 521288629u + t1;
+        b[0].v[3] = 88675123u ^ t1;
+        b[0].v[4] = 5783321u + t0;
+        for (uint32_t t = 1; t < n; t++) {   /* the Weyl counter moves by 362437 * 2^67 = 0 */
+            b[t] = b[t - 1];
+            xorwow_apply(xorwow_subsequence_pow[0], b[t].v);
+        }
+    } else {
+        mrg_state *b = g->base;
+        for (int i = 0; i < 3; i++) b[0].s1[i] = b[0].s2[i] = 12345u;
+        if (g->seed) {
+            uint64_t x1 = (uint32_t)g->seed ^ 0x55555555u, x2 = (uint32_t)((g->seed >> 32) ^ 0xAAAAAAAAu);
+            b[0].s1[0] = (uint32_t)(x1 * 12345u % MRG_M1);
+            b[0].s1[1] = (uint32_t)(x2 * 12345u % MRG_M1);
+            b[0].s1[2] = (uint32_t)(x1 * 12345u % MRG_M1);
+            b[0].s2[0] = (uint32_t)(x2 * 12345u % MRG_M2);
+            b[0].s2[1] = (uint32_t)(x1 * 12345u % MRG_M2);
+            b[0].s2[2] = (uint32_t)(x2 * 12345u % MRG_M2);
+        }
+        for (uint32_t t = 1; t < n; t++) {
+            b[t] = b[t - 1];
+            mrg_apply(mrg_pow1[76], b[t].s1, MRG_M1);
+            mrg_apply(mrg_pow2[76], b[t].s2, MRG_M2);
+        }
+    }
+    memcpy(g->now, g->base, n * size);
+    start_positions(g);
+    return CURAND_STATUS_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Distributions: a group of K results from C draws, as the device API computes them     */
+
+typedef enum { DIST_BITS, DIST_UNIFORM, DIST_UNIFORM_DOUBLE, DIST_NORMAL, DIST_NORMAL_DOUBLE,
+               DIST_LOG_NORMAL, DIST_LOG_NORMAL_DOUBLE, DIST_POISSON } distribution;
+
+typedef struct {
+    distribution dist;
+    void *out;
+    size_t n;
+    uint64_t first_result;      /* the index of out[0] in results counted from group 0 */
+    uint64_t first_group, last_group;
+    int K, C;                   /* results per group, draws per group */
+    double mean, stddev;
+    /* Poisson: P(X <= poisson_lo + i) for i < poisson_count (NULL: normal approximation) */
+    const double *poisson_cdf;
+    uint32_t poisson_lo, poisson_count;
+    double lambda;
+    curandGenerator_t g;
+    uint32_t threads_per_job;
+} generation;
+
+static float uniform_float(uint32_t x) { return x * 2.3283064e-10f + (2.3283064e-10f / 2.0f); }
+
+static double uniform_double_hq(uint32_t x, uint32_t y) {
+    uint64_t z = (uint64_t)x ^ ((uint64_t)y << (53 - 32));
+    return z * 1.1102230246251565e-16 + (1.1102230246251565e-16 / 2.0);
+}
+
+static void box_muller(uint32_t x, uint32_t y, float *r) {
+    float u = x * 2.3283064e-10f + (2.3283064e-10f / 2);
+    float v = y * (2.3283064e-10f * 6.2831855f) + ((2.3283064e-10f * 6.2831855f) / 2);
+    float s = sqrtf(-2.0f * logf(u));
+    r[0] = sinf(v) * s;
+    r[1] = cosf(v) * s;
+}
+
+static void box_muller_double(uint32_t x0, uint32_t x1, uint32_t y0, uint32_t y1, double *r) {
+    uint64_t zx = (uint64_t)x0 ^ ((uint64_t)x1 << (53 - 32));
+    uint64_t zy = (uint64_t)y0 ^ ((uint64_t)y1 << (53 - 32));
+    double u = zx * 1.1102230246251565e-16 + (1.1102230246251565e-16 / 2.0);
+    double v = zy * (1.1102230246251565e-16 * 2.0) + 1.1102230246251565e-16;
+    double s = sqrt(-2.0 * log(u));
+    r[0] = sin(v * 3.1415926535897932) * s;
+    r[1] = cos(v * 3.1415926535897932) * s;
+}
+
+static void box_muller_mrg(double a, double b, float *r) {
+    float x = (float)(a * MRG_NORM), y = (float)(b * MRG_NORM) * 6.2831855f;
+    float s = sqrtf(-2.0f * logf(x));
+    r[0] = sinf(y) * s;
+    r[1] = cosf(y) * s;
+}
+
+static void box_muller_mrg_double(double a, double b, double *r) {
+    double x = a * MRG_NORM, y = b * MRG_NORM * 2.0;
+    double s = sqrt(-2.0 * log(x));
+    r[0] = sin(y * 3.1415926535897932) * s;
+    r[1] = cos(y * 3.1415926535897932) * s;
+}
+
+static uint32_t poisson_value(const generation *w, double u) {
+    if (w->poisson_cdf) {
+        uint32_t lo = 0, hi = w->poisson_count - 1;    /* the first k with cdf[k] >= u */
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (w->poisson_cdf[mid] >= u) hi = mid;
+            else lo = mid + 1;
+        }
+        return w->poisson_lo + lo;
+    }
+    /* lambda > 2^26: the normal approximation with a continuity correction, the quantile
+     * found by bisection on erfc */
+    double lo = -40.0, hi = 40.0;
+    for (int i = 0; i < 60; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / 1.4142135623730951) < u) lo = mid;
+        else hi = mid;
+    }
+    double k = floor(w->lambda + sqrt(w->lambda) * 0.5 * (lo + hi) + 0.5);
+    return k <= 0 ? 0u : k >= 4294967295.0 ? 4294967295u : (uint32_t)k;
+}
+
+/* the K results of one group from its C draws (draws: uint32 values, or MRG32k3a's doubles) */
+static void group_results(const generation *w, int mrg, const uint32_t *d, const double *m, void *res) {
+    float *f = res;
+    double *x = res;
+    uint32_t *u = res;
+    switch (w->dist) {
+    case DIST_BITS:
+        for (int k = 0; k < w->K; k++) u[k] = mrg ? (uint32_t)(m[k] * MRG_BITS_NORM) : d[k];
+        break;
+    case DIST_UNIFORM:
+        for (int k = 0; k < w->K; k++) f[k] = mrg ? (float)(m[k] * MRG_NORM) : uniform_float(d[k]);
+        break;
+    case DIST_UNIFORM_DOUBLE:
+        for (int k = 0; k < w->K; k++) x[k] = mrg ? m[k] * MRG_NORM : uniform_double_hq(d[2 * k], d[2 * k + 1]);
+        break;
+    case DIST_NORMAL:
+    case DIST_LOG_NORMAL:
+        for (int k = 0; k < w->K; k += 2) {
+            if (mrg) box_muller_mrg(m[k], m[k + 1], f + k);
+            else box_muller(d[k], d[k + 1], f + k);
+        }
+        for (int k = 0; k < w->K; k++) {
+            float v = (float)w->mean + (float)w->stddev * f[k];
+            f[k] = w->dist == DIST_LOG_NORMAL ? expf(v) : v;
+        }
+        break;
+    case DIST_NORMAL_DOUBLE:
+    case DIST_LOG_NORMAL_DOUBLE:
+        for (int k = 0; k < w->K; k += 2) {
+            if (mrg) box_muller_mrg_double(m[k], m[k + 1], x + k);
+            else box_muller_double(d[2 * k], d[2 * k + 1], d[2 * k + 2], d[2 * k + 3], x + k);
+        }
+        for (int k = 0; k < w->K; k++) {
+            double v = w->mean + w->stddev * x[k];
+            x[k] = w->dist == DIST_LOG_NORMAL_DOUBLE ? exp(v) : v;
+        }
+        break;
+    case DIST_POISSON:
+        for (int k = 0; k < w->K; k++)
+            u[k] = poisson_value(w, mrg ? m[k] * MRG_NORM : ((double)d[k] + 0.5) * 2.3283064365386963e-10);
+        break;
+    }
+}
+
+static size_t result_size(distribution d) {
+    switch (d) {
+    case DIST_UNIFORM_DOUBLE: case DIST_NORMAL_DOUBLE: case DIST_LOG_NORMAL_DOUBLE: return 8;
+    default: return 4;
+    }
+}
+
+/* XORWOW / MRG32k3a: subsequence t's state moved to draw `pos` (from where it stands, or from
+ * draw 0 when it stands past it) */
+static void seek(curandGenerator_t g, uint32_t t, uint64_t pos) {
+    uint64_t at = g->now_pos[t];
+    if (g->type == CURAND_RNG_PSEUDO_XORWOW) {
+        xorwow_state *s = (xorwow_state *)g->now + t;
+        if (pos < at) {
+            *s = ((xorwow_state *)g->base)[t];
+            at = 0;
+        }
+        uint64_t n = pos - at;
+        if (n <= 256) {
+            for (uint64_t i = 0; i < n; i++) xorwow_shift(s->v);
+        } else {
+            for (int b = 0; b < 64; b++)
+                if (n >> b & 1u) xorwow_apply(xorwow_draw_pow[b], s->v);
+        }
+        s->d += 362437u * (uint32_t)n;
+    } else {
+        mrg_state *s = (mrg_state *)g->now + t;
+        if (pos < at) {
+            *s = ((mrg_state *)g->base)[t];
+            at = 0;
+        }
+        uint64_t n = pos - at;
+        if (n <= 64) {
+            for (uint64_t i = 0; i < n; i++) mrg_next(s);
+        } else {
+            mrg_skip(s, n, 0);
+        }
+    }
+    g->now_pos[t] = pos;
+}
+
+/* job j: the groups of subsequences [j * threads_per_job, ...) */
+static void generate_job(const void *arg, uint32_t index, void *scratch) {
+    (void)scratch;
+    const generation *w = arg;
+    curandGenerator_t g = w->g;
+    uint32_t T = subsequences(g);
+    uint32_t t_end = (index + 1) * w->threads_per_job < T ? (index + 1) * w->threads_per_job : T;
+    size_t rsize = result_size(w->dist);
+    int mrg = g->type == CURAND_RNG_PSEUDO_MRG32K3A;
+    for (uint32_t t = index * w->threads_per_job; t < t_end; t++) {
+        /* the first group of subsequence t at or after first_group */
+        uint64_t b = w->first_group + ((uint64_t)t + T - w->first_group % T) % T;
+        for (; b <= w->last_group; b += T) {
+            uint32_t d[8];
+            double m[8];
+            if (g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10) {
+                /* a group (4 results) of row b / T: draws row * C ... */
+                philox_draws(g->seed, t, (b / T) * (uint64_t)w->C, w->C, d);
+            } else {
+                uint64_t pos = g->next_pos[t];
+                g->next_pos[t] = pos + (uint64_t)w->C;
+                seek(g, t, pos);
+                for (int c = 0; c < w->C; c++) {
+                    if (mrg) m[c] = mrg_next((mrg_state *)g->now + t);
+                    else d[c] = xorwow_next((xorwow_state *)g->now + t);
+                }
+                g->now_pos[t] = pos + (uint64_t)w->C;
+            }
+            unsigned char res[8 * sizeof(double)];
+            group_results(w, mrg, d, m, res);
+            for (int k = 0; k < w->K; k++) {
+                uint64_t r = b * (uint64_t)w->K + (uint64_t)k;
+                if (r < w->first_result || r - w->first_result >= w->n) continue;
+                memcpy((char *)w->out + (r - w->first_result) * rsize, res + (size_t)k * rsize, rsize);
+            }
+        }
+    }
+}
+
+static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out, size_t n, const char *api,
+                               double mean, double stddev, double lambda) {
+    if (!is_live(g)) return CURAND_STATUS_NOT_INITIALIZED;
+    int philox = g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10, mrg = g->type == CURAND_RNG_PSEUDO_MRG32K3A;
+    int normal = dist == DIST_NORMAL || dist == DIST_NORMAL_DOUBLE || dist == DIST_LOG_NORMAL ||
+                 dist == DIST_LOG_NORMAL_DOUBLE;
+    generation w;
+    memset(&w, 0, sizeof w);
+    w.dist = dist;
+    w.out = out;
+    w.n = n;
+    w.g = g;
+    w.mean = mean;
+    w.stddev = stddev;
+    w.lambda = lambda;
+    if (philox) {
+        w.K = 4;
+        w.C = result_size(dist) == 8 ? 8 : 4;
+    } else {
+        w.K = normal ? 2 : 1;
+        w.C = (normal ? 2 : 1) * (!mrg && result_size(dist) == 8 ? 2 : 1);
+    }
+    if (normal && !philox && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
+    if (n == 0) return CURAND_STATUS_SUCCESS;
+    if (!out) return CURAND_STATUS_LAUNCH_FAILURE;
+    curandStatus_t st = make_states(g);
+    if (st != CURAND_STATUS_SUCCESS) return st;
+    /* results are numbered from group 0: Philox's counter counts results, the others' groups */
+    w.first_result = philox ? g->counter : g->counter * (uint64_t)w.K;
+    w.first_group = w.first_result / (uint64_t)w.K;
+    w.last_group = (w.first_result + n - 1) / (uint64_t)w.K;
+
+    double *cdf = NULL;
+    if (dist == DIST_POISSON && lambda <= 67108864.0) {
+        double spread = 12.0 * sqrt(lambda) + 20.0;
+        double lo = floor(lambda - spread);
+        w.poisson_lo = lo < 0 ? 0u : (uint32_t)lo;
+        w.poisson_count = (uint32_t)(lambda + spread) - w.poisson_lo + 1;
+        cdf = malloc(w.poisson_count * sizeof(double));
+        if (!cdf) return CURAND_STATUS_ALLOCATION_FAILED;
+        double sum = 0.0;
+        for (uint32_t i = 0; i < w.poisson_count; i++) {
+            double k = (double)(w.poisson_lo + i);
+            sum += exp(k * log(lambda) - lambda - lgamma(k + 1.0));
+            cdf[i] = sum;
+        }
+        for (uint32_t i = 0; i < w.poisson_count; i++) cdf[i] /= sum;
+        cdf[w.poisson_count - 1] = 1.0;
+        w.poisson_cdf = cdf;
+    }
+
+    uint32_t T = subsequences(g);
+    w.threads_per_job = philox ? 1024 : 256;
+    uint32_t jobs = (T + w.threads_per_job - 1) / w.threads_per_job;
+    int e = cpuify_run_job(api, jobs, 0, generate_job, &w);
+    free(cdf);
+    if (e != 0) return CURAND_STATUS_LAUNCH_FAILURE;
+    g->counter += philox ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int *outputPtr, size_t num) {
+    return generate(generator, DIST_BITS, outputPtr, num, "curandGenerate", 0, 0, 0);
+}
+
+curandStatus_t curandGenerateLongLong(curandGenerator_t generator, unsigned long long *outputPtr, size_t num) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    (void)outputPtr;
+    (void)num;
+    return CURAND_STATUS_TYPE_ERROR;     /* 64-bit results come from the Sobol64 generators only */
+}
+
+curandStatus_t curandGenerateUniform(curandGenerator_t generator, float *outputPtr, size_t num) {
+    return generate(generator, DIST_UNIFORM, outputPtr, num, "curandGenerateUniform", 0, 0, 0);
+}
+
+curandStatus_t curandGenerateUniformDouble(curandGenerator_t generator, double *outputPtr, size_t num) {
+    return generate(generator, DIST_UNIFORM_DOUBLE, outputPtr, num, "curandGenerateUniformDouble", 0, 0, 0);
+}
+
+curandStatus_t curandGenerateNormal(curandGenerator_t generator, float *outputPtr, size_t n, float mean,
+                                    float stddev) {
+    return generate(generator, DIST_NORMAL, outputPtr, n, "curandGenerateNormal", mean, stddev, 0);
+}
+
+curandStatus_t curandGenerateNormalDouble(curandGenerator_t generator, double *outputPtr, size_t n, double mean,
+                                          double stddev) {
+    return generate(generator, DIST_NORMAL_DOUBLE, outputPtr, n, "curandGenerateNormalDouble", mean, stddev, 0);
+}
+
+curandStatus_t curandGenerateLogNormal(curandGenerator_t generator, float *outputPtr, size_t n, float mean,
+                                       float stddev) {
+    return generate(generator, DIST_LOG_NORMAL, outputPtr, n, "curandGenerateLogNormal", mean, stddev, 0);
+}
+
+curandStatus_t curandGenerateLogNormalDouble(curandGenerator_t generator, double *outputPtr, size_t n,
+                                             double mean, double stddev) {
+    return generate(generator, DIST_LOG_NORMAL_DOUBLE, outputPtr, n, "curandGenerateLogNormalDouble", mean,
+                    stddev, 0);
+}
+
+curandStatus_t curandGeneratePoisson(curandGenerator_t generator, unsigned int *outputPtr, size_t n,
+                                     double lambda) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    if (!(lambda > 0.0) || lambda > 4294967295.0) return CURAND_STATUS_OUT_OF_RANGE;
+    return generate(generator, DIST_POISSON, outputPtr, n, "curandGeneratePoisson", 0, 0, lambda);
+}
+
+curandStatus_t curandGenerateSeeds(curandGenerator_t generator) {
+    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    return make_states(generator);
+}
+
+/* what cpuify's cuRAND does not provide: one line naming the function, once */
+static curandStatus_t not_supported(const char *fn, int *said) {
+    say_once(said, "cpuify: %s is not supported by cpuify's cuRAND (the host API's XORWOW, PHILOX4_32_10 "
+             "and MRG32K3A generators are); returning CURAND_STATUS_ARCH_MISMATCH\n", fn);
+    return CURAND_STATUS_ARCH_MISMATCH;
+}
+
+#define NOT_SUPPORTED(name, ...)                                       \
+    curandStatus_t name(__VA_ARGS__) {                                 \
+        static int said;                                               \
+        return not_supported(#name, &said);                            \
+    }
+
+NOT_SUPPORTED(curandCreatePoissonDistribution, double lambda, void **discrete_distribution)
+NOT_SUPPORTED(curandDestroyDistribution, void *discrete_distribution)
+NOT_SUPPORTED(curandGeneratePoissonMethod, curandGenerator_t generator, unsigned int *outputPtr, size_t n,
+              double lambda, int method)
+NOT_SUPPORTED(curandGenerateBinomial, curandGenerator_t generator, unsigned int *outputPtr, size_t num,
+              unsigned int n, double p)
+NOT_SUPPORTED(curandGenerateBinomialMethod, curandGenerator_t generator, unsigned int *outputPtr, size_t num,
+              unsigned int n, double p, int method)
+NOT_SUPPORTED(curandGetDirectionVectors32, void *vectors, int set)
+NOT_SUPPORTED(curandGetScrambleConstants32, unsigned int **constants)
+NOT_SUPPORTED(curandGetDirectionVectors64, void *vectors, int set)
+NOT_SUPPORTED(curandGetScrambleConstants64, unsigned long long **constants)
