@@ -2,11 +2,15 @@
 // generator, fills buffers with each distribution after a seed and an offset; the buffers go
 // to files (argv[1]) and the status of each call to stdout ("status NAME VALUE").  Host-only
 // code: built by `cpuify nvcc -lcurand`, by g++ against `cpuify cuda-home`, or against
-// NVIDIA's libcurand, the same file.
+// NVIDIA's libcurand, the same file; with -DCURAND_HOST_OWN_DECLARATIONS it needs no curand.h.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#ifdef CURAND_HOST_OWN_DECLARATIONS
+#include "curand_api.h"        // no NVIDIA cuRAND headers installed
+#else
 #include <curand.h>
+#endif
 #include <cuda_runtime.h>
 
 static const char *dir;

@@ -3,11 +3,14 @@ look for one (`make CUDA_PATH=...`, CMake's `enable_language(CUDA)` / `find_pack
 `PATH=.../bin:$PATH make` with a Makefile that calls plain `nvcc`).
 
     bin/nvcc               runs `cpuify nvcc` with the Python interpreter that made the directory
-    include/               NVIDIA's headers from the PyPI wheels (symlinks) + cpuify's runtime headers
+    include/               NVIDIA's headers from the PyPI wheels (symlinks; curand*.h from the
+                           nvidia-curand wheel when installed) + cpuify's runtime headers
     lib64/ (lib -> lib64)  libcudart_static.a  cpuify's CUDA runtime (libcpuify_cudart.a)
                            libcudart.so        the same runtime as a shared library
-                           libcublas.so, libcublas_static.a, libcufft.so, libcufft_static.a
-                                               cpuify's cuBLAS and cuFFT on the CPU (mathlibs.py)
+                           libcublas.so, libcublas_static.a, libcufft.so, libcufft_static.a,
+                           libcurand.so, libcurand_static.a
+                                               cpuify's cuBLAS, cuFFT and cuRAND on the CPU
+                                               (mathlibs.py)
                            libcuda.so          the driver API (a few functions real, the rest
                                                stubs that say so), also in lib64/stubs/
                            libnvidia-ml.so     NVML: the device cpuify's runtime reports (name,
@@ -45,7 +48,13 @@ from pathlib import Path
 from cpuify import cache
 from cpuify.errors import CpuifyError
 from cpuify.nvcc import cuda_sdk, mathlibs
-from cpuify.nvcc.headers import RUNTIME_INCLUDE, _wheel_include_dirs, legacy_header_dir
+from cpuify.nvcc.headers import (
+    NO_CURAND_INCLUDE,
+    RUNTIME_INCLUDE,
+    _wheel_include_dirs,
+    curand_include,
+    legacy_header_dir,
+)
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_library
 from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
 
@@ -190,6 +199,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
     for part in (Path(__file__).read_bytes(), (RUNTIME_DIR / DRIVER_SOURCE).read_bytes(),
                  (RUNTIME_DIR / NVML_SOURCE).read_bytes(), str(nvml_header(tk)).encode(),
                  str(runtime).encode(), tk.root.encode(), tk.include.encode(),
+                 str(curand_include(tk)).encode(),
                  f"{st.st_size}:{st.st_mtime_ns}".encode(), sys.executable.encode(),
                  nvcc_script().encode(), c_compiler().encode()):
         h.update(part)
@@ -283,6 +293,13 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
     for header in sorted(RUNTIME_DIR.glob("*.h")):
         if not (tmp / "include" / header.name).exists():
             os.symlink(header, tmp / "include" / header.name)
+    # cuRAND's headers (host and device API): the nvidia-curand wheel's, or ones that say to
+    # install it
+    curand = curand_include(tk)
+    if curand != tk.include:
+        for header in (sorted(Path(curand).glob("curand*.h")) if curand else sorted(NO_CURAND_INCLUDE.glob("*.h"))):
+            if not (tmp / "include" / header.name).exists():
+                os.symlink(header, tmp / "include" / header.name)
     # cpuify's own headers (profiler API, NVTX v2 names, the legacy layer) take the place of
     # the wheel's, and driver_types.h is the legacy layer's (cudaDeviceProp with the fields
     # CUDA 13 removed, in its reserved space): host files compiled by the host compiler

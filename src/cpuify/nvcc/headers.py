@@ -20,6 +20,10 @@ Two of them:
 
 The legacy layer (the legacy directory and the pre-included `cpuify_legacy.h`) is on by
 default; `--cpuify-no-legacy` or CPUIFY_LEGACY=0 turns it off.
+
+The headers of other NVIDIA wheels (nvidia-nvtx, nvidia-curand, nvidia-nvml-dev) come after
+them when installed.  Without the nvidia-curand wheel, `runtime/nocurand/` (last) has a
+curand.h and a curand_kernel.h that stop the build with an error naming the extra to install.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from cpuify.errors import CpuifyError
 from cpuify.nvcc.toolkit import Toolkit
 
 RUNTIME_INCLUDE = Path(__file__).resolve().parent.parent / "runtime" / "include"
+# curand.h and curand_kernel.h that say to install the nvidia-curand wheel
+NO_CURAND_INCLUDE = RUNTIME_INCLUDE.parent / "nocurand"
 LEGACY_HEADER = "cpuify_legacy.h"
 NO_LEGACY_FLAG = "--cpuify-no-legacy"
 
@@ -168,6 +174,14 @@ def _wheel_include_dirs(tk: Toolkit, header: str) -> list[str]:
     return found
 
 
+def curand_include(tk: Toolkit) -> str | None:
+    """The directory of NVIDIA's curand.h (the toolkit's or the nvidia-curand wheel's), or None."""
+    if os.path.isfile(os.path.join(tk.include, "curand.h")):
+        return tk.include
+    found = _wheel_include_dirs(tk, "curand.h")
+    return found[0] if found else None
+
+
 def include_options(tk: Toolkit, *, legacy: bool) -> list[str]:
     """nvcc options putting cpuify's headers ahead of the toolkit's (and the legacy
     layer's pre-include when `legacy`)."""
@@ -178,6 +192,8 @@ def include_options(tk: Toolkit, *, legacy: bool) -> list[str]:
     for header in ("nvtx3/nvToolsExt.h", "curand_kernel.h", "nvml.h"):
         for inc in _wheel_include_dirs(tk, header):
             opts += ["-I", inc]
+    if not curand_include(tk):
+        opts += ["-I", str(NO_CURAND_INCLUDE)]
     if legacy:
         opts += ["-include", LEGACY_HEADER]
     return opts

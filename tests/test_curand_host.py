@@ -1,0 +1,374 @@
+"""cpuify's cuRAND host API (runtime/curand.c, `-lcurand`): tests/programs/curand_host.cpp,
+built with `cpuify nvcc -lcurand`, fills buffers from the XORWOW, Philox4x32-10 and MRG32k3a
+generators (device and host ones) with every distribution and dumps them.
+
+References: Python implementations of the three generators from their published definitions
+(test_runtime_api_programs.py has XORWOW's and Philox's) at the subsequence and draw that the
+host layout assigns to each sampled result; NumPy for the statistics; with the nvidia-curand
+wheel (`pip install 'cpuify[curand]'`: curand.h, curand_kernel.h), the device API run through
+cpuify by tests/programs/curand_host_ref.cu (bit for bit for 32-bit draws and uniforms,
+normals within the device's approximate __sincosf), and, where the wheel's own libcurand
+loads (it needs a libcudart.so.13), NVIDIA's host generators, byte for byte.  Without the
+wheel the program is built against its own declarations (tests/programs/curand_api.h) and
+the tests that need NVIDIA's code skip."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PROGRAMS = Path(__file__).parent / "programs"
+CPUIFY = [sys.executable, "-m", "cpuify.cli.main"]
+SEED, OFFSET = 20240607, 7
+# curand.h's status values
+SUCCESS, NOT_INITIALIZED, TYPE_ERROR, OUT_OF_RANGE, LENGTH_NOT_MULTIPLE = 0, 101, 103, 104, 105
+
+
+def _toolchain() -> bool:
+    try:
+        from cpuify.nvcc.toolkit import find_toolkit
+        find_toolkit()
+    except Exception:  # noqa: BLE001 (no toolkit: skip)
+        return False
+    return all(shutil.which(t) for t in ("g++", "gcc", "ar", "nm"))
+
+
+def _curand_include() -> str | None:
+    from cpuify.nvcc.headers import curand_include
+    from cpuify.nvcc.toolkit import find_toolkit
+    return curand_include(find_toolkit())
+
+
+pytestmark = pytest.mark.skipif(not _toolchain(), reason="nvcc wheel (nvidia-cuda-nvcc) or g++ missing")
+INCLUDE = _curand_include() if _toolchain() else None
+needs_wheel = pytest.mark.skipif(INCLUDE is None, reason="NVIDIA's cuRAND headers: pip install 'cpuify[curand]' "
+                                                         "(nvidia-curand)")
+OWN_DECLARATIONS = [] if INCLUDE else ["-DCURAND_HOST_OWN_DECLARATIONS"]
+
+GENERATORS = {"xorwow": (0, 4096), "philox": (1, 65536), "mrg": (2, 81920), "mrg_legacy": (2, 4096)}
+# two calls of each distribution (curand_host.cpp)
+SIZES = {"bits": 300004, "uniform": 200004, "udouble": 90004, "normal": 160004, "ndouble": 90004}
+
+
+def nvcc(*args: str, cwd: Path) -> None:
+    r = subprocess.run([*CPUIFY, "nvcc", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    tmp = tmp_path_factory.mktemp("curand_host")
+    nvcc(f"-I{PROGRAMS}", *OWN_DECLARATIONS, str(PROGRAMS / "curand_host.cpp"), "-o", str(tmp / "curand_host"),
+         "-lcurand", cwd=tmp)
+    out = tmp / "out"
+    out.mkdir()
+    r = subprocess.run([str(tmp / "curand_host"), str(out)], capture_output=True, text=True, timeout=600,
+                       check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out, r.stdout
+
+
+def load(out: Path, name: str, dtype: str) -> np.ndarray:
+    return np.fromfile(out / f"{name}.bin", dtype=dtype)
+
+
+def place(gen: str, dist: str, i: int) -> tuple[int, int, int]:
+    """(subsequence, first draw, index within what the device API call returns) of result i of
+    `dist` from a generator at offset OFFSET: NVIDIA's host layout (runtime/curand.c)."""
+    _, threads = GENERATORS[gen]
+    if gen == "philox":
+        g = OFFSET + i
+        b, k = divmod(g, 4)
+        row, t = divmod(b, threads)
+        if dist in ("bits", "uniform"):
+            return t, row * 4 + k, 0
+        if dist == "normal":
+            return t, row * 4, k
+        return t, row * 8 + 4 * (k // 2), k % 2          # udouble: curand_uniform2_double
+    per_group = 2 if dist == "normal" else 1
+    draws = {"bits": 1, "uniform": 1, "normal": 2, "udouble": 2 if gen == "xorwow" else 1}[dist]
+    j, k = divmod(i, per_group)
+    row, t = divmod(OFFSET + j, threads)
+    skipped = OFFSET // threads + (1 if t < OFFSET % threads else 0)    # rows the offset skipped
+    return t, skipped + (row - skipped) * draws, k
+
+
+def samples(n: int, threads: int) -> list[int]:
+    rng = np.random.default_rng(5)
+    picks = set(range(24)) | set(range(n - 8, n))
+    for edge in (threads - OFFSET, 2 * threads - OFFSET, 4 * threads, 2 * 4 * threads):
+        picks |= {e for e in range(edge - 6, edge + 6) if 0 <= e < n}
+    picks |= {int(x) for x in rng.integers(0, n, 150)}
+    return sorted(picks)
+
+
+@pytest.fixture(scope="module")
+def device_reference(dumps, tmp_path_factory: pytest.TempPathFactory):
+    """For each (generator, distribution) of the default ordering: sampled result indices and
+    the device API's values there."""
+    tmp = tmp_path_factory.mktemp("curand_ref")
+    nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "curand_host_ref.cu"), "-o", str(tmp / "ref"), cwd=tmp)
+    kinds = {"bits": 0, "uniform": 1, "normal": 2, "udouble": 3}
+    queries, where = [], []
+    for gen in ("xorwow", "philox", "mrg"):
+        for dist, kind in kinds.items():
+            for i in samples(SIZES[dist], GENERATORS[gen][1]):
+                t, draw, k = place(gen, dist, i)
+                queries.append(f"{GENERATORS[gen][0]} {kind} {t} {draw}")
+                where.append((gen, dist, i, k))
+    r = subprocess.run([str(tmp / "ref"), str(SEED)], input="\n".join(queries) + "\n", capture_output=True,
+                       text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [[float(x) for x in line.split()] for line in r.stdout.splitlines()]
+    assert len(rows) == len(where)
+    ref: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+    for (gen, dist, i, k), row in zip(where, rows):
+        idx, vals = ref.setdefault((gen, dist), ([], []))
+        idx.append(i)
+        vals.append(row[k])
+    return ref
+
+
+@needs_wheel
+@pytest.mark.parametrize("gen", ["xorwow", "philox", "mrg"])
+@pytest.mark.parametrize("kind", ["host", "device"])
+def test_host_api_is_the_device_api_in_nvidia_layout(dumps, device_reference, gen: str, kind: str) -> None:
+    out, _ = dumps
+    for dist, dtype in (("bits", "<u4"), ("uniform", "<f4"), ("udouble", "<f8"), ("normal", "<f4")):
+        got = load(out, f"{gen}_{kind}_{dist}", dtype)
+        assert len(got) == SIZES[dist]
+        idx, vals = device_reference[(gen, dist)]
+        if dist == "normal":
+            # curand_host.cpp asks for mean 1.5, stddev 2; the device's __sincosf is approximate
+            expect = np.float32(1.5) + np.float32(2.0) * np.array(vals, dtype=np.float32)
+            np.testing.assert_allclose(got[idx], expect, rtol=0, atol=2e-4, err_msg=f"{gen} {kind} {dist}")
+        else:
+            np.testing.assert_array_equal(got[idx], np.array(vals).astype(dtype), err_msg=f"{gen} {kind} {dist}")
+
+
+@pytest.mark.parametrize("gen", ["xorwow", "philox", "mrg"])
+def test_host_and_device_generators_agree(dumps, gen: str) -> None:
+    out, _ = dumps
+    for f in sorted(out.glob(f"{gen}_host_*.bin")):
+        assert f.read_bytes() == (out / f.name.replace("_host_", "_device_")).read_bytes(), f.name
+
+
+def test_statistics_against_numpy(dumps) -> None:
+    out, _ = dumps
+    u = load(out, "xorwow_host_uniform", "<f4").astype(np.float64)
+    assert u.min() > 0 and u.max() <= 1
+    ref = np.random.default_rng(1).random(len(u))
+    assert abs(u.mean() - 0.5) < 5 * ref.std() / np.sqrt(len(u))
+    assert abs(u.var() - 1 / 12) < 0.002
+    bits = load(out, "philox_host_bits", "<u4")
+    assert abs(np.mean(bits & 1) - 0.5) < 0.005          # every bit is used
+    for name, mean, std in (("xorwow_host_normal", 1.5, 2.0), ("mrg_host_normal", 1.5, 2.0),
+                            ("philox_host_ndouble", -0.5, 0.25)):
+        x = load(out, name, "<f8" if "double" in name else "<f4").astype(np.float64)
+        assert abs(x.mean() - mean) < 5 * std / np.sqrt(len(x)), name
+        assert abs(x.std() / std - 1) < 0.01, name
+    ln = load(out, "xorwow_host_lognormal", "<f4").astype(np.float64)
+    assert abs(np.log(ln).mean() - 0.5) < 0.1 and abs(np.log(ln).std() - 0.75) < 0.05
+
+
+@pytest.mark.parametrize("index,lam", [(0, 0.5), (1, 7.0), (2, 300.0), (3, 1.0e9)])
+def test_poisson_mean_and_variance(dumps, index: int, lam: float) -> None:
+    out, _ = dumps
+    x = load(out, f"poisson_{index}", "<u4").astype(np.float64)
+    assert abs(x.mean() - lam) < 6 * np.sqrt(lam / len(x))
+    assert abs(x.var() / lam - 1) < 0.03
+    if lam < 10:          # the distribution itself, against NumPy's sampler
+        ref = np.random.default_rng(2).poisson(lam, len(x))
+        for k in range(4):
+            assert abs(np.mean(x == k) - np.mean(ref == k)) < 0.006, k
+
+
+def test_offsets_seeds_and_continuation(dumps) -> None:
+    """The 16 draws after two calls of a distribution continue the sequence where they
+    stopped; the default generator is XORWOW with seed 0, and a new seed keeps the position."""
+    from test_runtime_api_programs import (
+        _xorwow_jump_2_67,
+        philox_stream,
+        xorwow_stream,
+    )
+    out, _ = dumps
+    for dist, n in SIZES.items():
+        after = load(out, f"philox_host_{dist}_after", "<u4")
+        # Philox counts results: the next draw is result OFFSET + n of the sequence
+        want = [philox_stream(SEED, *place("philox", "bits", n + j)[:2], 1)[0] for j in range(16)]
+        assert after.tolist() == want, dist
+    after = load(out, "mrg_host_bits_after", "<u4")
+    n = SIZES["bits"]
+    assert after[:4].tolist() == [int(mrg32k3a_draw(SEED, *place("mrg", "bits", n + j)[:2]) * 1.000000048662)
+                                  for j in range(4)]
+    jump = _xorwow_jump_2_67()
+    d = load(out, "default", "<u4").tolist()
+    assert d[:4] == [xorwow_stream(0, t, 1, jump)[0] for t in range(4)]
+    assert d[4:] == [xorwow_stream(99, t, 1, jump)[0] for t in range(4, 8)]
+
+
+def test_statuses(dumps) -> None:
+    _, stdout = dumps
+    st = {m.group(1): int(m.group(2)) for m in re.finditer(r"^status (\w+) (-?\d+)$", stdout, re.MULTILINE)}
+    assert st == {"normal_odd": LENGTH_NOT_MULTIPLE, "normal_double_odd": LENGTH_NOT_MULTIPLE,
+                  "lognormal_odd": LENGTH_NOT_MULTIPLE, "long_long": TYPE_ERROR,
+                  "dimensions_on_pseudo": TYPE_ERROR, "ordering_quasi": OUT_OF_RANGE,
+                  "ordering_dynamic_host": OUT_OF_RANGE, "poisson_lambda_0": OUT_OF_RANGE,
+                  "generate_none": SUCCESS, "set_stream": SUCCESS, "destroy_null": NOT_INITIALIZED,
+                  "create_null": NOT_INITIALIZED, "create_bad_type": TYPE_ERROR, "version": SUCCESS,
+                  "property_major": SUCCESS, "property_minor": SUCCESS, "philox_normal_odd": SUCCESS,
+                  "philox_seeded": OUT_OF_RANGE}
+    assert "version 10405" in stdout and "property 10 4" in stdout
+
+
+def _nvidia_libcurand() -> tuple[str, str] | None:
+    """The nvidia-curand wheel's libcurand.so.10 and the libcudart.so.13 it loads with, where
+    it loads."""
+    assert INCLUDE is not None
+    for lib in sorted(glob.glob(os.path.join(os.path.dirname(INCLUDE), "lib", "libcurand.so*"))):
+        try:
+            ctypes.CDLL(lib)
+        except OSError:
+            continue
+        maps = Path("/proc/self/maps").read_text()
+        cudart = re.search(r"(/\S*libcudart\.so\.\d+\S*)$", maps, re.MULTILINE)
+        if cudart:
+            return lib, cudart.group(1)
+    return None
+
+
+@needs_wheel
+def test_bit_identical_to_nvidia_host_generators(dumps, tmp_path: Path) -> None:
+    libs = _nvidia_libcurand()
+    if libs is None:
+        pytest.skip("NVIDIA's libcurand (nvidia-curand wheel) does not load here (no libcudart.so.13)")
+    from cpuify.nvcc.toolkit import find_toolkit
+    exe = tmp_path / "nvidia"
+    subprocess.run(["g++", "-O1", f"-I{INCLUDE}", f"-I{find_toolkit().include}", str(PROGRAMS / "curand_host.cpp"),
+                    "-o", str(exe), *libs, *(f"-Wl,-rpath,{os.path.dirname(x)}" for x in libs)], check=True)
+    nv = tmp_path / "out"
+    nv.mkdir()
+    r = subprocess.run([str(exe), str(nv), "host-only"], capture_output=True, text=True, timeout=600, check=False)
+    ours, _ = dumps
+    compared = 0
+    for f in sorted(nv.glob("*_host_*.bin")) + sorted(nv.glob("mrg_legacy_*.bin")) + [nv / "default.bin"]:
+        assert f.read_bytes() == (ours / f.name).read_bytes(), f.name
+        compared += 1
+    assert compared >= 50, r.stdout + r.stderr
+
+
+# --- Python references of the generators (curand_kernel.h's definitions) -------------------
+
+MRG_M1, MRG_M2 = 4294967087, 4294944443
+MRG_A1 = [[0, 1, 0], [0, 0, 1], [MRG_M1 - 810728, 1403580, 0]]
+MRG_A2 = [[0, 1, 0], [0, 0, 1], [MRG_M2 - 1370589, 0, 527612]]
+
+
+def _matpow(a: list[list[int]], e: int, m: int) -> list[list[int]]:
+    r = [[int(i == j) for j in range(3)] for i in range(3)]
+    while e:
+        if e & 1:
+            r = [[sum(r[i][k] * a[k][j] for k in range(3)) % m for j in range(3)] for i in range(3)]
+        a = [[sum(a[i][k] * a[k][j] for k in range(3)) % m for j in range(3)] for i in range(3)]
+        e >>= 1
+    return r
+
+
+def mrg32k3a_draw(seed: int, subsequence: int, draw: int) -> int:
+    """curand_MRG32k3a's value (in [1, m1]) at `draw` of `subsequence` (2^76 draws apart)."""
+    x1, x2 = (seed & 0xFFFFFFFF) ^ 0x55555555, (seed >> 32) ^ 0xAAAAAAAA
+    s1 = [x1 * 12345 % MRG_M1, x2 * 12345 % MRG_M1, x1 * 12345 % MRG_M1]
+    s2 = [x2 * 12345 % MRG_M2, x1 * 12345 % MRG_M2, x2 * 12345 % MRG_M2]
+    e = (subsequence << 76) + draw
+    p1, p2 = _matpow(MRG_A1, e, MRG_M1), _matpow(MRG_A2, e, MRG_M2)
+    s1 = [sum(p1[i][k] * s1[k] for k in range(3)) % MRG_M1 for i in range(3)]
+    s2 = [sum(p2[i][k] * s2[k] for k in range(3)) % MRG_M2 for i in range(3)]
+    a = (1403580 * s1[1] - 810728 * s1[0]) % MRG_M1
+    b = (527612 * s2[2] - 1370589 * s2[0]) % MRG_M2
+    return a - b + MRG_M1 if a <= b else a - b
+
+
+def _uniform(x: int) -> np.float32:
+    return np.float32(x) * np.float32(2.0 ** -32) + np.float32(2.0 ** -33)
+
+
+def test_draws_and_uniforms_against_python_references(dumps) -> None:
+    """32-bit draws and uniform floats, bit for bit, at sampled places (XORWOW: the first 8
+    subsequences, whose jumps are cheap in Python)."""
+    from test_runtime_api_programs import (
+        _xorwow_jump_2_67,
+        philox_stream,
+        xorwow_stream,
+    )
+    out, _ = dumps
+    jump = _xorwow_jump_2_67()
+    for dist in ("bits", "uniform"):
+        xorwow = load(out, f"xorwow_host_{dist}", "<u4" if dist == "bits" else "<f4")
+        for t in range(8):
+            idx = [r * 4096 + t - OFFSET for r in (0, 1, 2, 40, 48) if r * 4096 + t >= OFFSET]
+            draws = xorwow_stream(SEED, t, 50, jump)
+            for i in idx:
+                _, draw, _ = place("xorwow", dist, i)
+                want = draws[draw] if dist == "bits" else _uniform(draws[draw])
+                assert xorwow[i] == want, ("xorwow", dist, i)
+        philox = load(out, f"philox_host_{dist}", "<u4" if dist == "bits" else "<f4")
+        mrg = load(out, f"mrg_host_{dist}", "<u4" if dist == "bits" else "<f4")
+        for i in samples(len(philox), 65536)[::3]:
+            t, draw, _ = place("philox", dist, i)
+            x = philox_stream(SEED, t, draw, 1)[0]
+            assert philox[i] == (x if dist == "bits" else _uniform(x)), ("philox", dist, i)
+        for i in samples(len(mrg), 81920)[::6]:
+            t, draw, _ = place("mrg", dist, i)
+            m = mrg32k3a_draw(SEED, t, draw)
+            want = int(m * 1.000000048662) if dist == "bits" else np.float32(m * 2.3283065498378288e-10)
+            assert mrg[i] == want, ("mrg", dist, i)
+
+
+def test_cuda_home_library_with_gxx(dumps, tmp_path: Path) -> None:
+    """A host-only program linked by g++ with `cpuify cuda-home`'s -lcurand gives the same
+    values as the one `cpuify nvcc -lcurand` links."""
+    from cpuify.nvcc.cuda_home import cuda_home
+    home = cuda_home()
+    assert (home / "lib64" / "libcurand.so").exists() and (home / "lib64" / "libcurand_static.a").exists()
+    exe = tmp_path / "gxx"
+    subprocess.run(["g++", "-O1", f"-I{home}/include", *OWN_DECLARATIONS, str(PROGRAMS / "curand_host.cpp"),
+                    "-o", str(exe), f"-L{home}/lib64", "-lcurand", "-lcudart"], check=True)
+    mine = tmp_path / "out"
+    mine.mkdir()
+    r = subprocess.run([str(exe), str(mine)], capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ours, stdout = dumps
+    assert r.stdout == stdout
+    names = sorted(f.name for f in ours.glob("*.bin"))
+    assert names == sorted(f.name for f in mine.glob("*.bin"))
+    for name in names:
+        assert (mine / name).read_bytes() == (ours / name).read_bytes(), name
+
+
+def test_without_the_curand_wheel_the_build_error_names_the_extra(tmp_path: Path, monkeypatch) -> None:
+    from cpuify.nvcc import headers
+    from cpuify.nvcc.toolkit import find_toolkit
+    monkeypatch.setattr(headers, "curand_include", lambda tk: None)
+    opts = headers.include_options(find_toolkit(), legacy=False)
+    assert str(headers.NO_CURAND_INCLUDE) in opts
+    src = tmp_path / "a.cpp"
+    src.write_text("#include <curand.h>\nint main() { return 0; }\n")
+    r = subprocess.run(["g++", "-fsyntax-only", f"-I{headers.NO_CURAND_INCLUDE}", str(src)], capture_output=True,
+                       text=True, check=False)
+    assert r.returncode != 0 and "pip install 'cpuify[curand]'" in r.stderr and "a.cpp:1" in r.stderr
+
+
+def test_nvcc_links_cpuify_curand() -> None:
+    from cpuify.nvcc.driver import parse_args
+    o = parse_args(["a.cu", "-lcurand", "-lcurand_static", "-o", "a"])
+    assert o.link_opts == ["-lcurand_static", "-lcurand_static"]
+    assert not any("curand" in w for w in o.warnings)
