@@ -174,19 +174,25 @@ static void mrg_skip(mrg_state *s, uint64_t n, int shift) {
         }
 }
 
+/* x mod m for m = 2^32 - c (x < 2^63): folds of the high word, then one subtraction */
+static inline uint64_t mrg_reduce(uint64_t x, uint64_t c, uint64_t m) {
+    while (x >> 32) x = (x >> 32) * c + (x & 0xffffffffu);
+    return x >= m ? x - m : x;
+}
+
 /* the value curand_MRG32k3a returns: in [1, m1] */
 static double mrg_next(mrg_state *s) {
-    int64_t p1 = ((int64_t)1403580 * s->s1[1] - (int64_t)810728 * s->s1[0]) % (int64_t)MRG_M1;
-    if (p1 < 0) p1 += MRG_M1;
+    /* a12 s1[1] - a13n s1[0] and a21 s2[2] - a23n s2[0], kept non-negative mod m */
+    uint64_t p1 = mrg_reduce(1403580u * (uint64_t)s->s1[1] + 810728u * (uint64_t)(MRG_M1 - s->s1[0]), 209u, MRG_M1);
     s->s1[0] = s->s1[1];
     s->s1[1] = s->s1[2];
     s->s1[2] = (uint32_t)p1;
-    int64_t p2 = ((int64_t)527612 * s->s2[2] - (int64_t)1370589 * s->s2[0]) % (int64_t)MRG_M2;
-    if (p2 < 0) p2 += MRG_M2;
+    uint64_t p2 = mrg_reduce(527612u * (uint64_t)s->s2[2] + 1370589u * (uint64_t)(MRG_M2 - s->s2[0]), 22853u,
+                             MRG_M2);
     s->s2[0] = s->s2[1];
     s->s2[1] = s->s2[2];
     s->s2[2] = (uint32_t)p2;
-    return p1 <= p2 ? (double)(p1 - p2 + MRG_M1) : (double)(p1 - p2);
+    return p1 <= p2 ? (double)(p1 + MRG_M1 - p2) : (double)(p1 - p2);
 }
 
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
@@ -680,24 +686,26 @@ static void seek(curandGenerator_t g, uint32_t t, uint64_t pos) {
     g->now_pos[t] = pos;
 }
 
-/* job j: the groups of subsequences [j * threads_per_job, ...) */
+/* job j: the groups of subsequences [j * threads_per_job, ...), row by row (so that a row's
+ * results, next to each other in memory, are written together) */
 static void generate_job(const void *arg, uint32_t index, void *scratch) {
     (void)scratch;
     const generation *w = arg;
     curandGenerator_t g = w->g;
     uint32_t T = subsequences(g);
-    uint32_t t_end = (index + 1) * w->threads_per_job < T ? (index + 1) * w->threads_per_job : T;
+    uint32_t t_begin = index * w->threads_per_job;
+    uint32_t t_end = t_begin + w->threads_per_job < T ? t_begin + w->threads_per_job : T;
     size_t rsize = result_size(w->dist);
     int mrg = g->type == CURAND_RNG_PSEUDO_MRG32K3A;
-    for (uint32_t t = index * w->threads_per_job; t < t_end; t++) {
-        /* the first group of subsequence t at or after first_group */
-        uint64_t b = w->first_group + ((uint64_t)t + T - w->first_group % T) % T;
-        for (; b <= w->last_group; b += T) {
+    for (uint64_t row = w->first_group / T; row <= w->last_group / T; row++) {
+        for (uint32_t t = t_begin; t < t_end; t++) {
+            uint64_t b = row * T + t;
+            if (b < w->first_group || b > w->last_group) continue;
             uint32_t d[8];
             double m[8];
             if (g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10) {
                 /* a group (4 results) of row b / T: draws row * C ... */
-                philox_draws(g->seed, t, (b / T) * (uint64_t)w->C, w->C, d);
+                philox_draws(g->seed, t, row * (uint64_t)w->C, w->C, d);
             } else {
                 uint64_t pos = g->next_pos[t];
                 g->next_pos[t] = pos + (uint64_t)w->C;
@@ -710,8 +718,13 @@ static void generate_job(const void *arg, uint32_t index, void *scratch) {
             }
             unsigned char res[8 * sizeof(double)];
             group_results(w, mrg, d, m, res);
+            uint64_t r0 = b * (uint64_t)w->K;
+            if (r0 >= w->first_result && r0 + (uint64_t)w->K <= w->first_result + w->n) {
+                memcpy((char *)w->out + (r0 - w->first_result) * rsize, res, (size_t)w->K * rsize);
+                continue;
+            }
             for (int k = 0; k < w->K; k++) {
-                uint64_t r = b * (uint64_t)w->K + (uint64_t)k;
+                uint64_t r = r0 + (uint64_t)k;
                 if (r < w->first_result || r - w->first_result >= w->n) continue;
                 memcpy((char *)w->out + (r - w->first_result) * rsize, res + (size_t)k * rsize, rsize);
             }
