@@ -483,6 +483,14 @@ def test_sdk_makefile_refuses_what_cpuify_lacks(sdk: Path, env: dict[str, str], 
     assert r.returncode != 0 and "has no bin/nvcc" in r.stderr and "cpuify cuda-home" in r.stderr
 
 
+def test_sdk_makefile_links_curand(sdk: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """USECURAND=1 links cpuify's cuRAND host library (it used to stop make)."""
+    proj = _project(tmp_path, sdk, "USECURAND := 1\n" + MAKEFILE)
+    r = _run(["make", "verbose=1"], proj, env)
+    assert "-lcurand" in r.stdout
+    assert "Test PASSED" in _run([str(tmp_path / "bin" / "linux" / "release" / "scaler")], proj, env).stdout
+
+
 def test_a_32_bit_build_is_built_64_bit() -> None:
     # old Makefiles (Parboil's of 2007: `-Xcompiler "-m32"`) ask for 32-bit host code, which
     # cannot link with cpuify's 64-bit kernels: the option goes, with a warning saying so

@@ -12,11 +12,13 @@
 #   CFILES       .c files (C)
 #   INCLUDES, CFLAGS, CXXFLAGS, NVCCFLAGS (or CUDACCFLAGS), LINKFLAGS, LIB   added to the rules'
 #   SMVERSIONFLAGS, GENCODE_*, maxregisters   accepted (-arch/-gencode choose cpuify's PTX target)
-#   USECUBLAS, USECUFFT, USEDRVAPI (=1)        link cpuify's cuBLAS, cuFFT, driver API library
+#   USECUBLAS, USECUFFT, USECURAND, USEDRVAPI (=1)   link cpuify's cuBLAS, cuFFT, cuRAND,
+#                                              driver API library (cuRAND: with the nvidia-curand
+#                                              wheel's curand.h, pip install 'cpuify[curand]')
 #   NEWCC, NEWCPP, NEWLD   other C, C++ compilers and linker (an MPI code's mpicc, mpicxx)
 #   LINKLINE   the link command: a project may add to it after the include
-#   USEGLLIB, USEGLUT, USEPARAMGL, USERENDERCHECKGL, USENEWINTEROP, USECURAND, USENPP,
-#   USECUDPP   refused: OpenGL interop, cuRAND's host API, NPP and CUDPP are not part of cpuify
+#   USEGLLIB, USEGLUT, USEPARAMGL, USERENDERCHECKGL, USENEWINTEROP, USENPP,
+#   USECUDPP   refused: OpenGL interop, NPP and CUDPP are not part of cpuify
 # On the make command line (or in the environment):
 #   dbg=1 (debug build, -g -D_DEBUG, libcutilD), verbose=1 (show the commands), emu=1 (the
 #   device emulation of CUDA <= 3.0: the normal build, outputs named emu*), noinline=1 (the
@@ -81,9 +83,6 @@ endif
 ifneq ($(strip $(USEGLLIB)$(USEGLUT)$(USEPARAMGL)$(USERENDERCHECKGL)$(USENEWINTEROP)),)
   $(error $(EXECUTABLE): uses OpenGL (USEGLLIB/USEGLUT/USEPARAMGL/USERENDERCHECKGL/USENEWINTEROP): cpuify's SDK has no OpenGL interoperability)
 endif
-ifneq ($(strip $(USECURAND)),)
-  $(error $(EXECUTABLE): USECURAND: the cuRAND host library is not part of cpuify (the device API in curand_kernel.h is))
-endif
 ifneq ($(strip $(USENPP)$(USECUDPP)),)
   $(error $(EXECUTABLE): USENPP/USECUDPP: NPP and CUDPP are not part of cpuify)
 endif
@@ -137,6 +136,9 @@ ifeq ($(USECUBLAS),1)
 endif
 ifeq ($(USECUFFT),1)
   LIB += -lcufft
+endif
+ifeq ($(USECURAND),1)
+  LIB += -lcurand
 endif
 ifeq ($(USEDRVAPI),1)
   LIB += -lcuda
