@@ -14,6 +14,11 @@
 #include <cuda_runtime.h>
 
 static const char *dir;
+static bool host_only;     // no device generators (NVIDIA's libcurand without a GPU has none)
+
+static curandStatus_t create(curandGenerator_t *g, curandRngType_t type) {
+    return host_only ? curandCreateGeneratorHost(g, type) : curandCreateGenerator(g, type);
+}
 
 static void status(const char *name, curandStatus_t s) { std::printf("status %s %d\n", name, (int)s); }
 
@@ -94,8 +99,7 @@ static void script(const char *prefix, curandRngType_t type, bool host, curandOr
 int main(int argc, char **argv) {
     if (argc < 2) { std::fprintf(stderr, "usage: %s OUTDIR\n", argv[0]); return 2; }
     dir = argv[1];
-    // "host-only": no device generators (NVIDIA's libcurand without a GPU has none)
-    bool host_only = argc > 2 && std::strcmp(argv[2], "host-only") == 0;
+    host_only = argc > 2 && std::strcmp(argv[2], "host-only") == 0;
     const struct { const char *name; curandRngType_t type; } gens[] = {
         {"xorwow", CURAND_RNG_PSEUDO_XORWOW}, {"philox", CURAND_RNG_PSEUDO_PHILOX4_32_10},
         {"mrg", CURAND_RNG_PSEUDO_MRG32K3A}};
@@ -128,19 +132,20 @@ int main(int argc, char **argv) {
     status("ordering_quasi", curandSetGeneratorOrdering(g, CURAND_ORDERING_QUASI_DEFAULT));
     status("ordering_dynamic_host", curandSetGeneratorOrdering(g, CURAND_ORDERING_PSEUDO_DYNAMIC));
     status("poisson_lambda_0", curandGeneratePoisson(g, v, 4, 0.0));
+    status("poisson_lambda_400001", curandGeneratePoisson(g, v, 4, 400001.0));
     status("generate_none", curandGenerate(g, nullptr, 0));
     status("set_stream", curandSetStream(g, 0));
     CHECK(curandDestroyGenerator(g));
     status("destroy_null", curandDestroyGenerator(nullptr));
     status("create_null", curandCreateGenerator(nullptr, CURAND_RNG_PSEUDO_XORWOW));
-    status("create_bad_type", curandCreateGenerator(&g, (curandRngType_t)7));
+    status("create_bad_type", create(&g, (curandRngType_t)7));
     int version = 0, major = 0, minor = -1;
     status("version", curandGetVersion(&version));
     std::printf("version %d\n", version);
     status("property_major", curandGetProperty(MAJOR_VERSION, &major));
     status("property_minor", curandGetProperty(MINOR_VERSION, &minor));
     std::printf("property %d %d\n", major, minor);
-    CHECK(curandCreateGenerator(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    CHECK(create(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     status("philox_normal_odd", curandGenerateNormal(g, f, 3, 0.f, 1.f));
     status("philox_seeded", curandSetGeneratorOrdering(g, CURAND_ORDERING_PSEUDO_SEEDED));
     CHECK(curandDestroyGenerator(g));
@@ -148,7 +153,7 @@ int main(int argc, char **argv) {
     // Poisson: statistics only (not NVIDIA's sequence)
     const size_t np = 200000;
     unsigned *p = buffer<unsigned>(true, np);
-    const double lambdas[] = {0.5, 7.0, 300.0, 1.0e9};
+    const double lambdas[] = {0.5, 7.0, 300.0, 400000.0};
     for (int i = 0; i < 4; i++) {
         CHECK(curandCreateGeneratorHost(&g, CURAND_RNG_PSEUDO_XORWOW));
         CHECK(curandGeneratePoisson(g, p, np, lambdas[i]));
@@ -158,6 +163,18 @@ int main(int argc, char **argv) {
         CHECK(curandDestroyGenerator(g));
     }
     std::free(p);
+
+    // statistics: a million uniforms and a million normals of the default generator
+    const size_t ns = 1000000;
+    float *sf = buffer<float>(true, ns);
+    CHECK(create(&g, CURAND_RNG_PSEUDO_DEFAULT));
+    CHECK(curandSetPseudoRandomGeneratorSeed(g, 42));
+    CHECK(curandGenerateUniform(g, sf, ns));
+    dump("stats_uniform", sf, ns * sizeof(float));
+    CHECK(curandGenerateNormal(g, sf, ns, 0.f, 1.f));
+    dump("stats_normal", sf, ns * sizeof(float));
+    CHECK(curandDestroyGenerator(g));
+    std::free(sf);
     std::printf("done\n");
     return 0;
 }

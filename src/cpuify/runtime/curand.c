@@ -23,8 +23,9 @@
  *
  * Single-precision normals use logf/sinf/cosf of the C library as NVIDIA's host generator
  * does; a kernel's curand_normal (__sincosf on the GPU) may differ in the last bits.
- * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value)
- * but are not NVIDIA's sequence, whose method is not documented.  MTGP32, MT19937 and the
+ * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value,
+ * lambda in (0, 400000] as NVIDIA's) but are not NVIDIA's sequence, whose method is not
+ * documented.  MTGP32, MT19937 and the
  * Sobol generators are not provided: creating one prints one line naming it and returns
  * CURAND_STATUS_TYPE_ERROR.
  *
@@ -532,7 +533,7 @@ typedef struct {
     uint64_t first_group, last_group;
     int K, C;                   /* results per group, draws per group */
     double mean, stddev;
-    /* Poisson: P(X <= poisson_lo + i) for i < poisson_count (NULL: normal approximation) */
+    /* Poisson: P(X <= poisson_lo + i) for i < poisson_count */
     const double *poisson_cdf;
     uint32_t poisson_lo, poisson_count;
     double lambda;
@@ -580,25 +581,13 @@ static void box_muller_mrg_double(double a, double b, double *r) {
 }
 
 static uint32_t poisson_value(const generation *w, double u) {
-    if (w->poisson_cdf) {
-        uint32_t lo = 0, hi = w->poisson_count - 1;    /* the first k with cdf[k] >= u */
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (w->poisson_cdf[mid] >= u) hi = mid;
-            else lo = mid + 1;
-        }
-        return w->poisson_lo + lo;
+    uint32_t lo = 0, hi = w->poisson_count - 1;    /* the first k with cdf[k] >= u */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (w->poisson_cdf[mid] >= u) hi = mid;
+        else lo = mid + 1;
     }
-    /* lambda > 2^26: the normal approximation with a continuity correction, the quantile
-     * found by bisection on erfc */
-    double lo = -40.0, hi = 40.0;
-    for (int i = 0; i < 60; i++) {
-        double mid = 0.5 * (lo + hi);
-        if (0.5 * erfc(-mid / 1.4142135623730951) < u) lo = mid;
-        else hi = mid;
-    }
-    double k = floor(w->lambda + sqrt(w->lambda) * 0.5 * (lo + hi) + 0.5);
-    return k <= 0 ? 0u : k >= 4294967295.0 ? 4294967295u : (uint32_t)k;
+    return w->poisson_lo + lo;
 }
 
 /* the K results of one group from its C draws (draws: uint32 values, or MRG32k3a's doubles) */
@@ -765,7 +754,7 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
     w.last_group = (w.first_result + n - 1) / (uint64_t)w.K;
 
     double *cdf = NULL;
-    if (dist == DIST_POISSON && lambda <= 67108864.0) {
+    if (dist == DIST_POISSON) {     /* lambda <= 400000: at most ~15000 values of the CDF */
         double spread = 12.0 * sqrt(lambda) + 20.0;
         double lo = floor(lambda - spread);
         w.poisson_lo = lo < 0 ? 0u : (uint32_t)lo;
@@ -836,7 +825,7 @@ curandStatus_t curandGenerateLogNormalDouble(curandGenerator_t generator, double
 curandStatus_t curandGeneratePoisson(curandGenerator_t generator, unsigned int *outputPtr, size_t n,
                                      double lambda) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    if (!(lambda > 0.0) || lambda > 4294967295.0) return CURAND_STATUS_OUT_OF_RANGE;
+    if (!(lambda > 0.0 && lambda <= 400000.0)) return CURAND_STATUS_OUT_OF_RANGE;    /* NVIDIA's range */
     return generate(generator, DIST_POISSON, outputPtr, n, "curandGeneratePoisson", 0, 0, lambda);
 }
 
