@@ -47,7 +47,7 @@ LIBRARIES = (
     MathLibrary("curand", "curand.c", (), "curandStatus_t", "cpuify_curand_not_supported_once"),
 )
 NAMES = tuple(lib.name for lib in LIBRARIES)
-SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h")
+SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_generators.h")
 
 
 def _run(cmd: list[str], what: str) -> None:
