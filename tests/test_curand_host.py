@@ -7,7 +7,7 @@ References: Python implementations of the three generators from their published 
 host layout assigns to each sampled result; NumPy for the statistics; with the nvidia-curand
 wheel (`pip install 'cpuify[curand]'`: curand.h, curand_kernel.h), the device API run through
 cpuify by tests/programs/curand_host_ref.cu (bit for bit for 32-bit draws and uniforms,
-normals within the device's approximate __sincosf), and, where the wheel's own libcurand
+normals within 4e-6: the device's __sincosf is approximate), and, where the wheel's own libcurand
 loads (it needs a libcudart.so.13), NVIDIA's host generators, byte for byte.  Without the
 wheel the program is built against its own declarations (tests/programs/curand_api.h) and
 the tests that need NVIDIA's code skip."""
@@ -149,8 +149,10 @@ def test_host_api_is_the_device_api_in_nvidia_layout(dumps, device_reference, ge
         idx, vals = device_reference[(gen, dist)]
         if dist == "normal":
             # curand_host.cpp asks for mean 1.5, stddev 2; the device's __sincosf is approximate
+            # (measured: ~92% equal, the rest at most 4.8e-7 apart)
             expect = np.float32(1.5) + np.float32(2.0) * np.array(vals, dtype=np.float32)
-            np.testing.assert_allclose(got[idx], expect, rtol=0, atol=2e-4, err_msg=f"{gen} {kind} {dist}")
+            np.testing.assert_allclose(got[idx], expect, rtol=0, atol=4e-6, err_msg=f"{gen} {kind} {dist}")
+            assert np.mean(got[idx] == expect) > 0.8
         else:
             np.testing.assert_array_equal(got[idx], np.array(vals).astype(dtype), err_msg=f"{gen} {kind} {dist}")
 
