@@ -616,8 +616,9 @@ def test_cmake_project(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     run([cmake, "-S", ".", "-B", "build", f"-DCMAKE_CUDA_COMPILER={home}/bin/nvcc"], tmp_path, env)
     cache = (tmp_path / "build" / "CMakeCache.txt").read_text()
     assert f"CUDAToolkit_BIN_DIR:PATH={home}/bin" in cache or f"{home}/bin" in cache
-    # CUDA::cublas and CUDA::cufft resolve to cpuify's libraries (tests/test_cuda_libs.py)
-    for lib in ("cublas", "cufft"):
+    # CUDA::cublas, CUDA::cufft and CUDA::curand resolve to cpuify's libraries
+    # (tests/test_cuda_libs.py, tests/test_curand_host.py)
+    for lib in ("cublas", "cufft", "curand"):
         assert f"CUDA_{lib}_LIBRARY:FILEPATH={home}/lib64/lib{lib}.so" in cache
     run([cmake, "--build", "build"], tmp_path, env)
     check_output(tmp_path / "build" / "app", env)

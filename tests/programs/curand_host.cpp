@@ -135,6 +135,12 @@ int main(int argc, char **argv) {
     status("poisson_lambda_400001", curandGeneratePoisson(g, v, 4, 400001.0));
     status("generate_none", curandGenerate(g, nullptr, 0));
     status("set_stream", curandSetStream(g, 0));
+    if (!host_only) {     // a buffer that is not memory: the call fails, the program goes on
+        curandGenerator_t d;
+        CHECK(curandCreateGenerator(&d, CURAND_RNG_PSEUDO_XORWOW));
+        status("bad_pointer", curandGenerateUniform(d, reinterpret_cast<float *>(16), 100000));
+        CHECK(curandDestroyGenerator(d));
+    }
     CHECK(curandDestroyGenerator(g));
     status("destroy_null", curandDestroyGenerator(nullptr));
     status("create_null", curandCreateGenerator(nullptr, CURAND_RNG_PSEUDO_XORWOW));
