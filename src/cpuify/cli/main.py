@@ -456,7 +456,7 @@ def _loop_order_notes(kernel) -> list[str]:  # type: ignore[no-untyped-def]
                          "the elementwise work stays in each thread, its own loop innermost; the "
                          "sum reads the stored terms back in a loop interchanged with the thread "
                          "loop (each thread adds its own terms in order), when a run-time check "
-                         "finds the threads' stores apart (else each thread recomputes them)")
+                         "finds the threads' stores apart (else a loop without the stores recomputes them)")
         order = op.attributes.get(LOOP_ORDER)
         if order is None:
             continue

@@ -39,7 +39,7 @@ from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.transforms.pass_manager import register
-from cpuify.transforms.sum_split import RECOMPUTE, RELOAD, SUM_SPLIT
+from cpuify.transforms.sum_split import RELOAD, SUM_SPLIT
 
 
 @register("interchange-thread-strided-loops",
@@ -402,8 +402,6 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
                and (ipdom.get(b) not in body or ipdom.get(b) is header) for b in body):
             continue
         split = _sum_split_kind(header, body)
-        if split == RECOMPUTE:
-            continue        # split-in-order-sums' fallback: stays in each thread
         carries_float = any(a.type in ("f32", "f64") and a not in uniform for a in header.args)
         if not carries_float and not by_access:
             continue

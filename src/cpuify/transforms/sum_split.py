@@ -38,8 +38,8 @@ at run time after the first loop, by a guard on block-uniform quantities: the by
 thread's stores span, (P_end - P0) + (max end - min offset - s), at most the distance to
 the neighbouring thread's P0 (P0 evaluated for threadIdx.x + 1, from the same
 expression), and a block of one dimension (ntid.y = ntid.z = 1).  Where the guard fails,
-a third loop recomputes the terms from the (read-only) inputs in each thread (the
-original loop without its stores).  Stores of other blocks are not checked: a kernel
+a third loop recomputes the terms from the (read-only) inputs (the original loop
+without its stores; interchange-uniform-loops treats it as it treated the original).  Stores of other blocks are not checked: a kernel
 whose blocks write the same location unsynchronized has a data race."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from cpuify.transforms.pass_manager import register
 SUM_SPLIT = "sum_split"
 TERMS = "terms"             # the elementwise loop: stays in each thread
 RELOAD = "reload"           # the in-order sums over the stored terms: interchanged
-RECOMPUTE = "recompute"     # the guard's fallback: the terms recomputed, in each thread
+RECOMPUTE = "recompute"     # the guard's fallback: the terms recomputed
 GUARD = "guard"
 
 #: how deep the neighbouring thread's start address is followed
