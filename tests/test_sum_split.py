@@ -188,7 +188,7 @@ def _launch(ptx: str, kernel: str, args: tuple, rows: int, block: tuple = (128,)
     f(grid, block, args)
 
 
-@pytest.mark.parametrize("rows,cols", [(1, 1), (37, 3), (130, 784), (300, 129)])
+@pytest.mark.parametrize("rows,cols", [(5, 0), (1, 1), (37, 3), (130, 784), (300, 129)])
 def test_sums_equal_sequential_float32_sums(ptx, rows, cols):
     """Each thread adds its terms in order: NumPy's float32 sum, column after column."""
     rng = np.random.default_rng(rows + cols)

@@ -64,6 +64,9 @@ RELOAD = "reload"           # the in-order sums over the stored terms: interchan
 RECOMPUTE = "recompute"     # the guard's fallback: the terms recomputed
 GUARD = "guard"
 
+#: the modifiers of a term's store that its read-back load keeps (space and type; a store's
+#: cache hints, `.wb`/`.wt`, are no load's)
+_LOAD_MODS = frozenset(("global", "f32", "f64", "b32", "b64", "u32", "s32", "u64", "s64"))
 #: how deep the neighbouring thread's start address is followed
 _DEPTH = 32
 
@@ -172,7 +175,7 @@ def _plan(header: Block, uniform: set[Value],
     if not stores:
         return None
     pointer = stores[0].operands[0]
-    if not isinstance(pointer, BlockArgument) or pointer.block is not header:
+    if not isinstance(pointer, BlockArgument) or pointer.block is not header or pointer.type != "i64":
         return None
     step = _constant_step(pointer, back_args[pointer.index])
     if step is None or step <= 0:
@@ -410,7 +413,8 @@ def _split(region: Region, header: Block, plan: _Plan, uniform: set[Value]) -> B
                     continue
                 # the term read back where it was computed, from where the loop stored it
                 load = Operation("ptx.ld", [vmap[st.operands[0]]], [value.type],
-                                 {"mods": list(mods(st)), "offset": st.attributes.get("offset", 0),
+                                 {"mods": [m for m in mods(st) if m in _LOAD_MODS],
+                                  "offset": st.attributes.get("offset", 0),
                                   "line": st.attributes.get("line")})
                 block.append(load)
                 vmap[value] = load.results[0]
