@@ -364,6 +364,19 @@ extern "C" __global__ void rows_per_thread(const float *__restrict__ x, const fl
     for (int c = 0; c < cols; c++) { const float v = in[c] - m; t += v * w[c] + v * v * 0.5f; }
     out[row] = t * m;
 }''',
+    # split-in-order-sums: a row per thread whose in-order sum adds the values it stores
+    # (the naive row softmax's shape): the terms read back in an interchanged loop
+    "row_stored_sum": r'''
+extern "C" __global__ void row_stored_sum(const float *__restrict__ x, float *__restrict__ y,
+                                          float *__restrict__ sums, int rows, int cols) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float *in = x + (size_t)row * cols;
+    float *out = y + (size_t)row * cols;
+    float t = 0.0f;
+    for (int c = 0; c < cols; c++) { const float e = in[c] * in[c] + 0.25f; out[c] = e; t += e; }
+    sums[row] = t;
+}''',
     # spin-wait-yields: the last thread publishes a value the others wait for
     "flag_wait": r'''
 extern "C" __global__ void flag_wait(const int *data, int *out) {
@@ -422,6 +435,8 @@ CASES = {
     "cg_stride": Case((2,), (32,), lambda r: [_i32(r, 150), np.zeros(150, np.int32), np.int32(150)]),
     "row_max": Case((3,), (16,), lambda r: [_f32(r, 3 * 50, 4, -2), np.zeros(48, np.float32), np.int32(50)]),
     "flag_wait": Case((2,), (32,), lambda r: [_i32(r, 2), np.zeros(64, np.int32)]),
+    "row_stored_sum": Case((3,), (16,), lambda r: [_f32(r, 40 * 37, 4, -2), np.zeros(40 * 37, np.float32),
+                                                   np.zeros(40, np.float32), np.int32(40), np.int32(37)]),
     "rows_per_thread": Case((2,), (16,), lambda r: [_f32(r, 30 * 37, 4, -2), _f32(r, 37),
                                                     np.zeros(30, np.float32), np.int32(30), np.int32(37)]),
 }
@@ -558,6 +573,7 @@ FAST_WITHOUT = {
     "two_phases": {"barrier-elimination"},
     "staged": {"barrier-motion"},
     "histogram": {"interchange-thread-strided-loops"},
+    "row_stored_sum": {"split-in-order-sums"},
     "uniform_loop": {"interchange-uniform-loops"},
     "tree_sum": {"min-cut-fission"},
     "warp_max": {"simd-collectives"},

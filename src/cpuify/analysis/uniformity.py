@@ -12,6 +12,10 @@ _UNIFORM_SPECIALS = ("%ntid", "%nctaid", "%ctaid", "%nwarpid", "%warpsize", "%dy
                      "%total_smem_size", "%aggr_smem_size", "%smid", "%nsmid", "%gridid")
 
 
+#: attribute of a `cf.cond_br` whose condition is block-uniform by a pass's proof
+UNIFORM_CONDITION = "uniform_condition"
+
+
 def uses_special(v: Value, prefix: str, depth: int) -> bool:
     """Whether v is computed (within `depth` operations) from a special register whose name
     starts with `prefix` (`%nctaid`: a grid-stride step; `%ctaid`: an index of the block)."""
@@ -138,9 +142,12 @@ def uniform_values(region: Region) -> set[Value]:
 
 def _dividing_branch(b: Block, uniform: set[Value]) -> Operation | None:
     """`b`'s terminator when it is a branch that parts the live threads: a `cf.cond_br` whose
-    condition is not block-uniform and none of whose ways only exits."""
+    condition is not block-uniform and none of whose ways only exits.  A branch marked
+    `uniform_condition` (a pass proved its condition the same in every thread although it
+    is computed from per-thread values: split-in-order-sums' guard) parts no threads."""
     term = b.terminator
     if term is not None and term.name == "cf.cond_br" and term.operands[0] not in uniform \
+            and not term.attributes.get(UNIFORM_CONDITION) \
             and not any(_exits_at_once(s) for s in term.successors):
         return term
     return None

@@ -447,8 +447,16 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
 def _loop_order_notes(kernel) -> list[str]:  # type: ignore[no-untyped-def]
     """The loop order interchange-uniform-loops chose for each block-uniform loop, and why."""
     from cpuify.transforms.interchange import LOOP_ACCESSES, LOOP_ORDER, PER_THREAD
+    from cpuify.transforms.sum_split import SUM_SPLIT, TERMS
     notes = []
     for op in kernel.walk():
+        if op.attributes.get(SUM_SPLIT) == TERMS:
+            notes.append(f"loop at PTX line {op.attributes.get('line')}: split by split-in-order-sums "
+                         "(an in-order float sum of values it stores, contiguous within a thread): "
+                         "the elementwise work stays in each thread, its own loop innermost; the "
+                         "sum reads the stored terms back in a loop interchanged with the thread "
+                         "loop (each thread adds its own terms in order), when a run-time check "
+                         "finds the threads' stores apart (else a loop without the stores recomputes them)")
         order = op.attributes.get(LOOP_ORDER)
         if order is None:
             continue

@@ -39,6 +39,7 @@ from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.sum_split import RELOAD, SUM_SPLIT
 
 
 @register("interchange-thread-strided-loops",
@@ -160,6 +161,16 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
         if _does_work(exit_block):
             _insert_soft_barrier(exit_block)
     return [counter]
+
+
+def _sum_split_kind(header: Block, body: set[Block]) -> str | None:
+    """The loop's role in a split by split-in-order-sums (on its back edges), if any."""
+    for b in body:
+        if b.terminator is not None and header in b.successors:
+            kind = b.terminator.attributes.get(SUM_SPLIT)
+            if kind is not None:
+                return str(kind)
+    return None
 
 
 def _runs_recursions(region: Region) -> bool:
@@ -390,11 +401,13 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
                and b.terminator.operands[0] not in uniform
                and (ipdom.get(b) not in body or ipdom.get(b) is header) for b in body):
             continue
+        split = _sum_split_kind(header, body)
         carries_float = any(a.type in ("f32", "f64") and a not in uniform for a in header.args)
         if not carries_float and not by_access:
             continue
-        if sum(len(b.ops) for b in body) < (MIN_UNIFORM_LOOP_OPS if min_ops is None else min_ops):
-            continue
+        if split != RELOAD and \
+                sum(len(b.ops) for b in body) < (MIN_UNIFORM_LOOP_OPS if min_ops is None else min_ops):
+            continue        # (a sum split out of its loop's work is small by construction)
         if incoming is None:
             incoming = _incoming(region)
         order = loop_order(header, body, uniform, incoming)

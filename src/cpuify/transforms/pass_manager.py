@@ -55,7 +55,7 @@ def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
         barriers, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
-        progress, reroll,
+        progress, reroll, sum_split,
         threads, warps,
     )
 
@@ -77,13 +77,14 @@ def default_pipeline() -> list[str]:
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
 #: launch prologue both share must not), barrier elimination and motion, then the
-#: interchanges that insert soft barriers (they must see the final loops and barriers);
+#: interchanges that insert soft barriers (they must see the final loops and barriers; the
+#: in-order float sums of row-per-thread loops split out just before the uniform one);
 #: flushes left to the readers last (it reads who reads each value in the final IR)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
-                 "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
+                 "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
                  "flush-min-max-at-uses")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a

@@ -1,0 +1,80 @@
+"""The row softmax of the suite (one thread per row, 784 columns) with `split-in-order-sums`,
+without it, and its OpenMP twin, interleaved in one process.
+
+    CPUIFY_NUM_THREADS=1 OMP_NUM_THREADS=1 python benchmarks/sum_split.py [--rows 65536] [--rounds 5]
+
+Prints per variant the best and the median CPU time of one launch (user + system time of
+this process, so a busy machine's other work does not count; with one worker thread it is
+the kernel's own time) and checks that the two cpuify variants write the same bits (the
+split reads back the stored terms and adds them in the original order)."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+import cpuify
+from benchmarks.suite.workloads.row_softmax import BLOCK, COLS, CUDA_SRC, OMP_SRC
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1 << 16)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    rows = args.rows
+    x = np.random.default_rng(0).standard_normal((rows, COLS), dtype=np.float32) * np.float32(3)
+    y = np.empty_like(x)
+    grid = ((rows + BLOCK - 1) // BLOCK,)
+    runs = {}
+    for label, options in (("split", ()), ("not split", ("--disable-pass=split-in-order-sums",))):
+        fn = cpuify.RawModule(code=CUDA_SRC, options=options).get_function("softmax_rows")
+        runs[label] = (lambda fn=fn: fn(grid, (BLOCK,), (x, y, np.int32(rows), np.int32(COLS))))
+    with tempfile.TemporaryDirectory() as tmp:
+        gcc = shutil.which("gcc")
+        if gcc is not None:
+            with open(os.path.join(tmp, "twin.c"), "w") as f:
+                f.write(OMP_SRC)
+            lib_path = os.path.join(tmp, "twin.so")
+            subprocess.run([gcc, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
+                            os.path.join(tmp, "twin.c"), "-o", lib_path, "-lm"], check=True)
+            lib = ctypes.CDLL(lib_path)
+            lib.softmax_rows.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_long] * 2
+            runs["OpenMP"] = lambda: lib.softmax_rows(x.ctypes.data, y.ctypes.data, rows, COLS)
+        outs = {}
+        for label, run in runs.items():          # compile, specialize, keep the output
+            run()
+            run()
+            outs[label] = y.copy()
+        same = np.array_equal(outs["split"].view(np.uint32), outs["not split"].view(np.uint32))
+        times: dict[str, list[float]] = {label: [] for label in runs}
+        for _ in range(args.rounds):
+            for label, run in runs.items():
+                t0 = _cpu()
+                run()
+                times[label].append(_cpu() - t0)
+    print(f"{rows} rows x {COLS} columns, {grid[0]} blocks of {BLOCK} threads, "
+          f"CPUIFY_NUM_THREADS={os.environ.get('CPUIFY_NUM_THREADS', 'all')}; CPU time of "
+          f"one launch over {args.rounds} rounds; split and not split bit-equal: {same}")
+    base = min(times["split"])
+    for label, ts in times.items():
+        ts.sort()
+        print(f"  {label:10} best {ts[0] * 1e3:7.1f} ms  median {ts[len(ts) // 2] * 1e3:7.1f} ms"
+              f"  ({ts[0] / base:.2f}x split's best)")
+
+
+if __name__ == "__main__":
+    main()
