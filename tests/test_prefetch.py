@@ -182,6 +182,25 @@ def test_uniform_loops_prefetch_short_rows(ptx):
     assert not _prefetched(ptx, "march_z", (256, 1, 1))
 
 
+def test_uniform_loops_prefetch_two_passes_ahead(ptx):
+    """A pass of an interchanged block-uniform loop prefetches hundreds of lines (march_z:
+    8 rows x 3 lines per access): 2 passes ahead, not the grid-stride loops' 4, keeps the
+    lines in flight within the L1 data cache.  The grid-stride loop's passes (17 lines)
+    and the loops with barriers keep their distances."""
+    def kc_for(kernel, block):
+        lifted = lift_and_optimize(ptx, ptx.functions[kernel], PipelineOptions())[0]
+        return KernelCodegen(ModuleCodegen(ptx), lifted, block)
+    march = kc_for("march_z", (32, 8, 1))
+    assert march.prefetches
+    assert {march.prefetch_advance(r) for r in march.prefetches} == \
+        {KernelCodegen.UNIFORM_LOOP_PREFETCH_AHEAD} == {2}
+    axpy = kc_for("axpy_gs", (256, 1, 1))
+    assert {axpy.prefetch_advance(r) for r in axpy.prefetches} == \
+        {KernelCodegen.PREFETCH_AHEAD} == {4}
+    mm = kc_for("tiled_mm", (16, 16, 1))
+    assert {mm.prefetch_advance(r) for r in mm.prefetches} == {KernelCodegen.LOOP_PREFETCH_AHEAD}
+
+
 @pytest.mark.parametrize("nx,ny,nz,block", [(100, 70, 45, (32, 8)), (33, 9, 2, (32, 8)),
                                             (40, 17, 3, (32, 8)), (300, 5, 20, (256, 1))])
 def test_march_z_matches_numpy(mod, nx, ny, nz, block):

@@ -178,3 +178,61 @@ def test_guard_zone_matches_the_runtime() -> None:
     src = (Path(cpuify.__file__).parent / "runtime" / "cpuify_rt.c").read_text()
     m = re.search(r"#define CPUIFY_BUFFER_GUARD (\d+)", src)
     assert m and int(m.group(1)) == BUFFER_GUARD
+
+
+STEPS = r'''
+// a 1D pyramid stencil (the suite's thermal_pyramid in one dimension): the neighbours are
+// chosen per thread before a time-step loop with barriers, from a cell index that depends
+// on a load (`shift[0]`), so the chosen offsets are kept per thread across the loop's
+// barrier instead of recomputed; a segment that resumes there reads them from their slots
+extern "C" __global__ void steps(const float *in, float *out, const int *shift, int n,
+                                 int nsteps) {
+    __shared__ float ta[64], tb[64];
+    const int tx = threadIdx.x;
+    const int gx = blockIdx.x * (64 - 2 * nsteps) - nsteps + tx + shift[0];
+    ta[tx] = in[min(max(gx, 0), n - 1)];
+    const int w = gx > 0 ? tx - 1 : tx;
+    const int e = gx < n - 1 ? tx + 1 : tx;
+    float *cur = ta, *nxt = tb;
+    __syncthreads();
+    for (int s = 0; s < nsteps; s++) {
+        if (gx >= 0 && gx < n && tx > s && tx < 63 - s)
+            nxt[tx] = 0.25f * cur[w] + 0.5f * cur[tx] + 0.25f * cur[e];
+        __syncthreads();
+        float *t = cur; cur = nxt; nxt = t;
+        __syncthreads();
+    }
+    if (gx >= 0 && gx < n && tx >= nsteps && tx < 64 - nsteps)
+        out[gx] = cur[tx];
+}'''
+
+
+def _steps_ref(x: np.ndarray, nsteps: int) -> np.ndarray:
+    y = x.astype(np.float64)
+    for _ in range(nsteps):
+        p = np.pad(y, 1, mode="edge")
+        y = 0.25 * p[:-2] + 0.5 * p[1:-1] + 0.25 * p[2:]
+    return y
+
+
+@pytest.mark.parametrize("nsteps", [1, 2, 3, 5])
+def test_select_behind_a_kept_value(nsteps: int) -> None:
+    """The load `cur[w]` goes through the select that chose w, but in the segment after the
+    loop's barrier w's address offset comes from its slot: the select's condition (gx > 0)
+    was never computed there, so the load must not be split into the select's two sides.
+    Before, the cells at both ends of the grid read the wrong neighbour from step 2 on."""
+    ptx = compile_to_ptx(STEPS).ptx
+    n = 200
+    x = np.random.default_rng(3).random(n).astype(np.float32)
+    shift = np.zeros(1, np.int32)
+    span = 64 - 2 * nsteps
+    grid = ((n + span - 1) // span,)
+    ref = _steps_ref(x, nsteps)
+    f = cpuify.RawModule(ptx=ptx).get_function("steps")
+    for _ in range(3):          # generic code, then the specialized block shape
+        out = np.zeros(n, np.float32)
+        f(grid, (64,), (x, out, shift, np.int32(n), np.int32(nsteps)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    out = np.zeros(n, np.float32)
+    interpret_kernel(ptx, "steps", grid, (64,), (x, out, shift, np.int32(n), np.int32(nsteps)))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)

@@ -63,6 +63,18 @@ class SpeculativeValues(SyncCrossing):
         else:
             self.linear_tid, self.linear_tid64 = linear, self.b.zext(linear, I64)
 
+    def restored_from_slots(self) -> frozenset[Value]:
+        """The values the segment reads from their slots at its resume point (kept per
+        thread or once per block across the sync point) and the induction variables it
+        derives there: their defining ops do not run in the segment, so an address built on
+        one is not taken apart below it (`base + (selp(-1, 0, gx > 0) << 2)` kept across a
+        time-step loop's barrier: the neighbour was chosen by a condition the segment never
+        computed, and edge cells of a stencil came out wrong)."""
+        if not self.resume:
+            return frozenset()
+        sp = self.kc.syncs[self.resume - 1]
+        return frozenset(sp.live) | frozenset(sp.derived)
+
     def _entry_computable(self, v: Value) -> bool:
         """Whether v is pure arithmetic on constants, parameters and block indices (the
         same for every thread, computable before the thread loop)."""
@@ -399,7 +411,8 @@ class SpeculativeValues(SyncCrossing):
         """(the values on the way from `addr` down to a `selp` of integers, that selp)
         when addr is integer arithmetic over exactly one such selp."""
         return _one_in_address(addr, lambda op: op.name == "ptx.selp" and len(op.operands) == 3
-                               and op.results[0].type in ("i16", "i32", "i64"))
+                               and op.results[0].type in ("i16", "i32", "i64"),
+                               self.restored_from_slots())
 
     def clamp_sides(self, op: Operation) -> tuple[set[Value], Operation, Value, Value] | None:
         """For a load whose address goes through one min/max: (the values between the
@@ -419,7 +432,8 @@ class SpeculativeValues(SyncCrossing):
         """(the values on the way from `addr` down to a min/max, that min/max) when addr is
         integer arithmetic (add, shift, multiply) over exactly one ptx.min/ptx.max."""
         return _one_in_address(addr, lambda op: op.name in ("ptx.min", "ptx.max")
-                               and len(op.operands) == 2 and op.results[0].type in ("i32", "i64"))
+                               and len(op.operands) == 2 and op.results[0].type in ("i32", "i64"),
+                               self.restored_from_slots())
 
     def _clamped_load(self, op: Operation, lt: ir.Type, size: int, chain: set[Value],
                       clamp: Operation, xv: ir.Value, u: Value, ix: ir.Value,
@@ -571,15 +585,18 @@ class SpeculativeValues(SyncCrossing):
 _INDEX_ARITHMETIC = ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt")
 
 
-def _one_in_address(addr: Value, is_target: Callable[[Operation], bool]
+def _one_in_address(addr: Value, is_target: Callable[[Operation], bool],
+                    opaque: set[Value] | frozenset[Value] = frozenset()
                     ) -> tuple[set[Value], Operation | None]:
     """(the values on the way from `addr` down to an op `is_target` accepts, that op) when
-    addr is integer arithmetic over exactly one such op; else (..., None)."""
+    addr is integer arithmetic over exactly one such op; else (..., None).  The walk stops
+    at the values in `opaque`: those a segment reads from their slots, whose operands (a
+    select's condition, a clamp's bound) it never computed."""
     chain: set[Value] = set()
     found: list[Operation] = []
 
     def walk(v: Value, depth: int) -> bool:
-        if not isinstance(v, OpResult) or depth > 8:
+        if not isinstance(v, OpResult) or depth > 8 or v in opaque:
             return False
         op = v.op
         if is_target(op):

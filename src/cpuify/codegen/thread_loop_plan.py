@@ -80,6 +80,12 @@ class ThreadLoopPlans(SegmentPaths):
 
     #: iterations ahead that the passes of an interchanged loop prefetch
     PREFETCH_AHEAD = 4
+    #: ... of an interchanged block-uniform loop, whose passes prefetch hundreds of lines
+    #: (UNIFORM_LOOP_MAX_PREFETCHES): laplace3d's 408 lines a pass are 26 KB, and four
+    #: passes' worth in flight (104 KB) is twice the L1 data cache, which evicted lines
+    #: before their pass read them.  One thread, 200^3 grid, interleaved with the OpenMP
+    #: twin: 2 passes ahead 36.4-36.7 ms, 1 pass 38.0-38.1, 4 passes 41.2-41.3 (2026-11-27)
+    UNIFORM_LOOP_PREFETCH_AHEAD = 2
     #: iterations ahead that the segment of a loop with barriers prefetches (counted from
     #: the iteration whose barrier it resumes at; its own accesses are for the next one)
     LOOP_PREFETCH_AHEAD = 2
@@ -101,7 +107,7 @@ class ThreadLoopPlans(SegmentPaths):
                              ) -> list[tuple[Operation, list[tuple[int, int, int]], bool]]:
         """The global loads and stores of an interchanged loop's iteration (the segment
         from the soft barrier at its header, `resume`) whose lines each pass prefetches for
-        the pass PREFETCH_AHEAD iterations later (SegmentEmitter.prefetch_ahead), each
+        the pass prefetch_advance iterations later (SegmentEmitter.prefetch_ahead), each
         with the threads (x, y, z) whose addresses cover its lines and whether the lines
         will be written (a store, or a load from the address a store then writes: once,
         as prefetchw), in code specialized for a block shape.  A grid-stride loop run one
@@ -125,7 +131,7 @@ class ThreadLoopPlans(SegmentPaths):
         budget = self.MAX_PREFETCHES
         if self.sync_kind(sp) == SYNC_KINDS["soft"]:
             counters = {v for v in sp.live if v in self.lockstep}
-            if not counters and sp.steps:
+            if self._uniform_loop_pass(sp):
                 # an interchanged block-uniform loop (interchange-uniform-loops): its counter
                 # advances by a constant step (restore(advance=...) moves it ahead)
                 counters = set(sp.steps)
@@ -178,9 +184,19 @@ class ThreadLoopPlans(SegmentPaths):
 
     _PREFETCH_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
 
+    def _uniform_loop_pass(self, sp: SyncPoint) -> bool:
+        """Whether the segment resuming at soft barrier `sp` is a pass of an interchanged
+        block-uniform loop (a counter stepping by a constant, no lockstep counter), not of
+        an interchanged grid-stride loop."""
+        return self.sync_kind(sp) == SYNC_KINDS["soft"] and bool(sp.steps) and \
+            not any(v in self.lockstep for v in sp.live)
+
     def prefetch_advance(self, resume: int) -> int:
         """How many iterations ahead the prefetches of the segment from `resume` are."""
-        soft = self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]
+        sp = self.syncs[resume - 1]
+        if self._uniform_loop_pass(sp):
+            return self.UNIFORM_LOOP_PREFETCH_AHEAD
+        soft = self.sync_kind(sp) == SYNC_KINDS["soft"]
         return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
 
     @staticmethod
