@@ -989,6 +989,28 @@ static inline int later_by(uint64_t t, uint64_t last, uint64_t span) {
     return t > last && t - last > span;
 }
 
+/* cpuify_host_running: a host thread may write what the blocks wait for (no deadlock can be
+ * told), and since when none may (the no-progress clock starts no earlier) */
+static _Atomic int g_host_runs;
+static _Atomic uint64_t g_host_quiet_ns;
+
+void cpuify_host_running(int32_t running) {
+    if (running) {
+        atomic_store(&g_host_runs, 1);
+    } else if (atomic_load(&g_host_runs)) {
+        atomic_store(&g_host_quiet_ns, now_ns());
+        atomic_store(&g_host_runs, 0);
+    }
+}
+
+/* Whether the blocks of a launch that all wait, the last of them having got anywhere at
+ * `progress`, have waited long enough at t to be a deadlock. */
+static int no_progress_for_long(uint64_t t, uint64_t progress) {
+    if (atomic_load_explicit(&g_host_runs, memory_order_relaxed)) return 0;
+    uint64_t quiet = atomic_load_explicit(&g_host_quiet_ns, memory_order_relaxed);
+    return later_by(t, progress > quiet ? progress : quiet, g_deadlock_ns);
+}
+
 static void note_progress(void) {
     atomic_store_explicit(&P.progress_ns, now_ns(), memory_order_relaxed);
 }
@@ -1200,8 +1222,8 @@ static void fiber_blocks(runner_t *r) {
             atomic_fetch_add(&P.stalled, 1);
             note_progress();
         } else if (atomic_load(&P.stalled) >= atomic_load(&P.fiber_workers) &&
-                   later_by(t, atomic_load_explicit(&P.progress_ns, memory_order_relaxed),
-                            g_deadlock_ns)) {
+                   no_progress_for_long(t, atomic_load_explicit(&P.progress_ns,
+                                                                memory_order_relaxed))) {
             fail_deadlock(fs, id);
             goto out;
         }
@@ -1239,7 +1261,7 @@ int32_t cpuify_block_wait(const char *where, uint32_t bx, uint32_t by, uint32_t 
     uint64_t t = now_ns();
     if (!tls_wait_since) {
         tls_wait_since = t;
-    } else if (t - tls_wait_since > g_deadlock_ns) {
+    } else if (no_progress_for_long(t, tls_wait_since)) {
         tls_wait_since = 0;
         nocancel_begin();
         fprintf(stderr, "cpuify: block (%u, %u, %u), thread %u waits in %s for memory no "

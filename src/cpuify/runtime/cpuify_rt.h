@@ -198,6 +198,12 @@ CPUIFY_API void cpuify_set_stack_limit(uint64_t bytes);
 CPUIFY_API uint64_t cpuify_stack_limit(void);
 CPUIFY_API void cpuify_nocancel(int32_t begin);
 
+/* Whether a host thread may still write memory that a running launch waits for (the CUDA
+ * runtime's asynchronous launches: 1 while launches are queued and no host thread waits for
+ * them).  While it is 1 the no-progress detector (CPUIFY_DEADLOCK_TIMEOUT) does not fail a
+ * launch whose blocks all wait; its clock starts again when it becomes 0. */
+CPUIFY_API void cpuify_host_running(int32_t running);
+
 /* Number of workers (calling thread included) a launch uses: the value given to
  * cpuify_set_num_workers, else CPUIFY_NUM_THREADS (>= 1), else the CPUs this process may
  * run on (sched_getaffinity). */
