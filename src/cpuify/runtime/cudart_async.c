@@ -55,6 +55,9 @@ static pthread_cond_t q_idle = PTHREAD_COND_INITIALIZER;  /* host threads wait f
 static queued_launch *q_head, *q_tail;  /* under q_lock; the head stays queued while it runs */
 static _Atomic uint64_t q_issued, q_done; /* launches queued / finished (written under q_lock) */
 static int q_waiters;                   /* host threads waiting in cpuify_cudart_wait_launches */
+/* the fewest launches done that wakes a waiter (UINT64_MAX: none waits): waking the waiters
+ * at every launch of a long queue would cost them a context switch each */
+static uint64_t q_wake_at = UINT64_MAX;
 static int q_started;                   /* the launch thread runs */
 static _Atomic int g_async_error;       /* the error of a failed queued launch, not yet seen */
 static _Thread_local int tls_launch_thread;
@@ -99,9 +102,12 @@ static void *launch_thread_main(void *arg) {
         pthread_mutex_lock(&q_lock);
         q_head = q->next;
         if (!q_head) q_tail = NULL;
-        atomic_fetch_add(&q_done, 1);
+        uint64_t done = atomic_fetch_add(&q_done, 1) + 1;
         tell_host_state_locked();
-        pthread_cond_broadcast(&q_idle);
+        if (done >= q_wake_at) {
+            q_wake_at = UINT64_MAX;   /* (a waiter still waiting sets it again) */
+            pthread_cond_broadcast(&q_idle);
+        }
         pthread_mutex_unlock(&q_lock);
         free(q);
         pthread_mutex_lock(&q_lock);
@@ -117,7 +123,11 @@ static void wait_at_exit(void) { cpuify_cudart_wait_launches(); }
  * handler runs before theirs (a launch still running needs their locks). */
 static void prepare_fork(void) {
     pthread_mutex_lock(&q_lock);
-    while (q_head) pthread_cond_wait(&q_idle, &q_lock);
+    while (q_head) {
+        uint64_t target = atomic_load(&q_issued);
+        if (target < q_wake_at) q_wake_at = target;
+        pthread_cond_wait(&q_idle, &q_lock);
+    }
 }
 
 static void parent_after_fork(void) { pthread_mutex_unlock(&q_lock); }
@@ -131,6 +141,7 @@ static void child_after_fork(void) {
     q_head = q_tail = NULL;
     atomic_store(&q_done, atomic_load(&q_issued));
     q_waiters = 0;
+    q_wake_at = UINT64_MAX;
     q_started = 0;
     cpuify_host_running(0);
 }
@@ -208,7 +219,10 @@ void cpuify_cudart_wait_launches(void) {
         if (atomic_load(&q_done) < target) {
             q_waiters++;
             tell_host_state_locked();
-            while (atomic_load(&q_done) < target) pthread_cond_wait(&q_idle, &q_lock);
+            while (atomic_load(&q_done) < target) {
+                if (target < q_wake_at) q_wake_at = target;
+                pthread_cond_wait(&q_idle, &q_lock);
+            }
             q_waiters--;
             tell_host_state_locked();
         }
