@@ -129,6 +129,15 @@ def test_ctrl_c_during_an_async_launch_ends_the_program(exe: Path) -> None:
         p.wait()
 
 
+def test_device_printf_shows_at_the_next_synchronizing_call(exe: Path) -> None:
+    # as a GPU's printf buffer: the kernel printed its first line before the host printed
+    # its own, yet that line reaches stdout at cudaDeviceSynchronize, after the host's
+    r = run(exe, "printf")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["host sees the kernel running", "device before the flag",
+                                     "device after the flag", "host after sync"]
+
+
 def test_exit_with_a_launch_in_flight_waits_for_it(exe: Path) -> None:
     # main returns right after the launch; the kernel completes (its printf reaches stdout)
     # before the program's own atexit handler, registered before the launch, runs

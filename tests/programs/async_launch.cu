@@ -31,6 +31,15 @@ __global__ void until_stopped(volatile int *started, int *stop, int *out) {
     }
 }
 
+// prints, lets the host know, waits for its answer, prints again
+__global__ void chatty(volatile int *started, int *stop) {
+    printf("device before the flag\n");
+    *started = 1;
+    while (atomicAdd_system(stop, 0) == 0) {
+    }
+    printf("device after the flag\n");
+}
+
 __global__ void add(int *p, int n, int by) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] += by;
@@ -99,6 +108,20 @@ int main(int argc, char **argv) {
         int h = 0;
         CHECK(cudaMemcpy(&h, out, sizeof h, cudaMemcpyDeviceToHost));
         printf("host %ld kernel %d\n", host_sum, h);
+    } else if (!strcmp(what, "printf")) {
+        // device printf reaches stdout at the next synchronizing call, after the host's
+        int *started, *stop;
+        CHECK(cudaHostAlloc(&started, sizeof(int), 0));
+        CHECK(cudaMallocManaged(&stop, sizeof(int)));
+        *started = 0;
+        *stop = 0;
+        chatty<<<1, 1>>>(started, stop);
+        while (!reinterpret_cast<volatile int *>(started)[0]) {
+        }
+        printf("host sees the kernel running\n");
+        reinterpret_cast<std::atomic<int> *>(stop)->store(1);
+        CHECK(cudaDeviceSynchronize());
+        printf("host after sync\n");
     } else if (!strcmp(what, "order")) {
         // copies and launches on streams keep issue order
         const int n = 4096;

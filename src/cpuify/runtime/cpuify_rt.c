@@ -655,6 +655,8 @@ static uint64_t parse_timeout(void) {
     return (uint64_t)(v * 1e9);
 }
 
+static void reset_deferred_printf(void);
+
 static void atfork_child(void) {
     /* Pool threads do not exist in the child: start over with a fresh, empty pool. */
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
@@ -673,6 +675,7 @@ static void atfork_child(void) {
     for (int32_t i = 0; i < atomic_load(&g_armed_hi); i++) atomic_store(&g_armed[i].launch, 0);
     pthread_mutex_t fresh_sigint = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&g_sigint_lock, &fresh_sigint, sizeof(fresh_sigint));
+    reset_deferred_printf();
     runner_t *r = tls_runner;
     if (r) {
         r->armed = 0;
@@ -1985,6 +1988,76 @@ static int next_arg(const unsigned char *args, size_t *off, size_t size, void *o
 
 static int32_t vprintf_impl(const char *fmt, const void *argsp);
 
+/* Deferred device printf (cpuify_printf_defer): the text of every call, in order, until
+ * cpuify_printf_flush writes it; over DEFERRED_MAX bytes it is written at once (CUDA's
+ * printf FIFO drops what does not fit; cpuify writes it out early instead). */
+#define DEFERRED_MAX ((size_t)8 << 20)
+static _Atomic int g_printf_defer;
+static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_deferred;
+static size_t g_deferred_cap;
+static _Atomic size_t g_deferred_len;
+
+static void write_stdout(const char *s, size_t n) {
+    flockfile(stdout);
+    fwrite(s, 1, n, stdout);
+    funlockfile(stdout);
+}
+
+/* (caller holds g_deferred_lock) */
+static void flush_deferred_locked(void) {
+    size_t n = atomic_load(&g_deferred_len);
+    if (n) write_stdout(g_deferred, n);
+    atomic_store(&g_deferred_len, 0);
+}
+
+static void print_text(const char *s, size_t n) {
+    if (!atomic_load_explicit(&g_printf_defer, memory_order_relaxed)) {
+        write_stdout(s, n);
+        return;
+    }
+    pthread_mutex_lock(&g_deferred_lock);
+    size_t len = atomic_load(&g_deferred_len);
+    if (len + n > DEFERRED_MAX) {
+        flush_deferred_locked();
+        write_stdout(s, n);
+    } else {
+        if (len + n > g_deferred_cap) {
+            size_t cap = g_deferred_cap ? 2 * g_deferred_cap : 4096;
+            while (cap < len + n) cap *= 2;
+            char *nb = realloc(g_deferred, cap);
+            if (!nb) {
+                flush_deferred_locked();
+                write_stdout(s, n);
+                pthread_mutex_unlock(&g_deferred_lock);
+                return;
+            }
+            g_deferred = nb;
+            g_deferred_cap = cap;
+        }
+        memcpy(g_deferred + len, s, n);
+        atomic_store(&g_deferred_len, len + n);
+    }
+    pthread_mutex_unlock(&g_deferred_lock);
+}
+
+/* fork: the parent wrote what it deferred before forking (cudart_async.c); a device printf
+ * another thread was in may have held the lock */
+static void reset_deferred_printf(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&g_deferred_lock, &fresh, sizeof fresh);
+    atomic_store(&g_deferred_len, 0);
+}
+
+void cpuify_printf_defer(int32_t on) { atomic_store(&g_printf_defer, on != 0); }
+
+void cpuify_printf_flush(void) {
+    if (!atomic_load(&g_deferred_len)) return;
+    pthread_mutex_lock(&g_deferred_lock);
+    flush_deferred_locked();
+    pthread_mutex_unlock(&g_deferred_lock);
+}
+
 /* device printf: a no-cancel section (stdout's lock, the heap) */
 int32_t cpuify_vprintf(const char *fmt, const void *argsp) {
     nocancel_begin();
@@ -2229,11 +2302,7 @@ static int32_t vprintf_impl(const char *fmt, const void *argsp) {
     }
 
     int32_t n = (int32_t)(ob.len > INT32_MAX ? INT32_MAX : ob.len);
-    if (ob.len) {
-        flockfile(stdout);
-        fwrite(ob.buf, 1, ob.len, stdout);
-        funlockfile(stdout);
-    }
+    if (ob.len) print_text(ob.buf, ob.len);
     if (ob.buf != ob.local) free(ob.buf);
     return ob.failed && ob.len == 0 ? -1 : n;
 }

@@ -1843,6 +1843,7 @@ cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *c) {
 static size_t g_limits[16];
 cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value) {
     if ((unsigned)limit >= 16) return fail(cudaErrorInvalidValue);
+    cpuify_cudart_wait_launches();   /* (a queued launch keeps the limits it was issued with) */
     g_limits[limit] = value;
     if (limit == cudaLimitStackSize) cpuify_set_stack_limit(value);
     return sticky();

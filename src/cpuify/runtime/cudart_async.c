@@ -25,6 +25,10 @@
  * their parent grid as before; graph launches and stream capture are unchanged (a graph
  * launch waits for the queue, then runs its nodes on the calling thread).
  *
+ * Device printf of queued launches is kept (cpuify_printf_defer) and written to stdout when a
+ * host thread next waits for the queue, as a GPU's printf buffer is flushed at synchronizing
+ * calls: host output printed between a launch and that call comes first.
+ *
  * Exit waits for the launches in flight (an atexit handler registered when the launch
  * thread starts: the kernels complete before the program's own atexit handlers and static
  * destructors run, as CUDA's teardown does); fork() waits for them too, and the child starts
@@ -85,6 +89,9 @@ static void tell_host_state_locked(void) {
 static void *launch_thread_main(void *arg) {
     (void)arg;
     tls_launch_thread = 1;
+    /* device printf reaches stdout at the next synchronizing call, as from a GPU's buffer:
+     * after host output printed between the launch and that call */
+    cpuify_printf_defer(1);
     pthread_mutex_lock(&q_lock);
     for (;;) {
         while (!q_head) pthread_cond_wait(&q_work, &q_lock);
@@ -128,6 +135,7 @@ static void prepare_fork(void) {
         if (target < q_wake_at) q_wake_at = target;
         pthread_cond_wait(&q_idle, &q_lock);
     }
+    cpuify_printf_flush();   /* (else the child would print it too) */
 }
 
 static void parent_after_fork(void) { pthread_mutex_unlock(&q_lock); }
@@ -228,6 +236,7 @@ void cpuify_cudart_wait_launches(void) {
         }
         pthread_mutex_unlock(&q_lock);
     }
+    cpuify_printf_flush();
     cpuify_cudart_collect_launch_error();
 }
 
