@@ -98,8 +98,9 @@ static void *launch_thread_main(void *arg) {
         queued_launch *q = q_head;
         tell_host_state_locked();
         pthread_mutex_unlock(&q_lock);
-        /* after a failed kernel the device is unusable: later launches do not run */
-        if (!atomic_load_explicit(&g_async_error, memory_order_relaxed) && !cpuify_cudart_sticky()) {
+        /* after a failed kernel (a sticky error) the device is unusable: later launches do
+         * not run */
+        if (!cpuify_cudart_sticky()) {
             int rc = cpuify_cudart_run_launch(&q->launch, q->params);
             if (rc) {
                 int zero = 0;
