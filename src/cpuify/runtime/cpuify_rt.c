@@ -1235,8 +1235,10 @@ static void fiber_blocks(runner_t *r) {
         if (t - fs->stalled_since < 200000u && atomic_load_explicit(&P.worker_spin_ns,
                                                                     memory_order_relaxed))
             for (int i = 0; i < 64; i++) cpu_relax();
-        else
+        else if (t - fs->stalled_since < 2000000u)
             sched_yield();
+        else      /* long stalls (a host thread feeding the kernel): leave it the CPU */
+            nanosleep(&(struct timespec){0, 50000}, NULL);
     }
 out:
     if (launch_error())     /* stopped (a timeout, Ctrl-C): name a block still held here */
