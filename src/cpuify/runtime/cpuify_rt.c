@@ -655,6 +655,8 @@ static uint64_t parse_timeout(void) {
     return (uint64_t)(v * 1e9);
 }
 
+static void reset_deferred_printf(void);
+
 static void atfork_child(void) {
     /* Pool threads do not exist in the child: start over with a fresh, empty pool. */
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
@@ -673,6 +675,7 @@ static void atfork_child(void) {
     for (int32_t i = 0; i < atomic_load(&g_armed_hi); i++) atomic_store(&g_armed[i].launch, 0);
     pthread_mutex_t fresh_sigint = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&g_sigint_lock, &fresh_sigint, sizeof(fresh_sigint));
+    reset_deferred_printf();
     runner_t *r = tls_runner;
     if (r) {
         r->armed = 0;
@@ -989,6 +992,28 @@ static inline int later_by(uint64_t t, uint64_t last, uint64_t span) {
     return t > last && t - last > span;
 }
 
+/* cpuify_host_running: a host thread may write what the blocks wait for (no deadlock can be
+ * told), and since when none may (the no-progress clock starts no earlier) */
+static _Atomic int g_host_runs;
+static _Atomic uint64_t g_host_quiet_ns;
+
+void cpuify_host_running(int32_t running) {
+    if (running) {
+        atomic_store(&g_host_runs, 1);
+    } else if (atomic_load(&g_host_runs)) {
+        atomic_store(&g_host_quiet_ns, now_ns());
+        atomic_store(&g_host_runs, 0);
+    }
+}
+
+/* Whether the blocks of a launch that all wait, the last of them having got anywhere at
+ * `progress`, have waited long enough at t to be a deadlock. */
+static int no_progress_for_long(uint64_t t, uint64_t progress) {
+    if (atomic_load_explicit(&g_host_runs, memory_order_relaxed)) return 0;
+    uint64_t quiet = atomic_load_explicit(&g_host_quiet_ns, memory_order_relaxed);
+    return later_by(t, progress > quiet ? progress : quiet, g_deadlock_ns);
+}
+
 static void note_progress(void) {
     atomic_store_explicit(&P.progress_ns, now_ns(), memory_order_relaxed);
 }
@@ -1200,8 +1225,8 @@ static void fiber_blocks(runner_t *r) {
             atomic_fetch_add(&P.stalled, 1);
             note_progress();
         } else if (atomic_load(&P.stalled) >= atomic_load(&P.fiber_workers) &&
-                   later_by(t, atomic_load_explicit(&P.progress_ns, memory_order_relaxed),
-                            g_deadlock_ns)) {
+                   no_progress_for_long(t, atomic_load_explicit(&P.progress_ns,
+                                                                memory_order_relaxed))) {
             fail_deadlock(fs, id);
             goto out;
         }
@@ -1210,8 +1235,10 @@ static void fiber_blocks(runner_t *r) {
         if (t - fs->stalled_since < 200000u && atomic_load_explicit(&P.worker_spin_ns,
                                                                     memory_order_relaxed))
             for (int i = 0; i < 64; i++) cpu_relax();
-        else
+        else if (t - fs->stalled_since < 2000000u)
             sched_yield();
+        else      /* long stalls (a host thread feeding the kernel): leave it the CPU */
+            nanosleep(&(struct timespec){0, 50000}, NULL);
     }
 out:
     if (launch_error())     /* stopped (a timeout, Ctrl-C): name a block still held here */
@@ -1239,7 +1266,7 @@ int32_t cpuify_block_wait(const char *where, uint32_t bx, uint32_t by, uint32_t 
     uint64_t t = now_ns();
     if (!tls_wait_since) {
         tls_wait_since = t;
-    } else if (t - tls_wait_since > g_deadlock_ns) {
+    } else if (no_progress_for_long(t, tls_wait_since)) {
         tls_wait_since = 0;
         nocancel_begin();
         fprintf(stderr, "cpuify: block (%u, %u, %u), thread %u waits in %s for memory no "
@@ -1963,6 +1990,76 @@ static int next_arg(const unsigned char *args, size_t *off, size_t size, void *o
 
 static int32_t vprintf_impl(const char *fmt, const void *argsp);
 
+/* Deferred device printf (cpuify_printf_defer): the text of every call, in order, until
+ * cpuify_printf_flush writes it; over DEFERRED_MAX bytes it is written at once (CUDA's
+ * printf FIFO drops what does not fit; cpuify writes it out early instead). */
+#define DEFERRED_MAX ((size_t)8 << 20)
+static _Atomic int g_printf_defer;
+static pthread_mutex_t g_deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_deferred;
+static size_t g_deferred_cap;
+static _Atomic size_t g_deferred_len;
+
+static void write_stdout(const char *s, size_t n) {
+    flockfile(stdout);
+    fwrite(s, 1, n, stdout);
+    funlockfile(stdout);
+}
+
+/* (caller holds g_deferred_lock) */
+static void flush_deferred_locked(void) {
+    size_t n = atomic_load(&g_deferred_len);
+    if (n) write_stdout(g_deferred, n);
+    atomic_store(&g_deferred_len, 0);
+}
+
+static void print_text(const char *s, size_t n) {
+    if (!atomic_load_explicit(&g_printf_defer, memory_order_relaxed)) {
+        write_stdout(s, n);
+        return;
+    }
+    pthread_mutex_lock(&g_deferred_lock);
+    size_t len = atomic_load(&g_deferred_len);
+    if (len + n > DEFERRED_MAX) {
+        flush_deferred_locked();
+        write_stdout(s, n);
+    } else {
+        if (len + n > g_deferred_cap) {
+            size_t cap = g_deferred_cap ? 2 * g_deferred_cap : 4096;
+            while (cap < len + n) cap *= 2;
+            char *nb = realloc(g_deferred, cap);
+            if (!nb) {
+                flush_deferred_locked();
+                write_stdout(s, n);
+                pthread_mutex_unlock(&g_deferred_lock);
+                return;
+            }
+            g_deferred = nb;
+            g_deferred_cap = cap;
+        }
+        memcpy(g_deferred + len, s, n);
+        atomic_store(&g_deferred_len, len + n);
+    }
+    pthread_mutex_unlock(&g_deferred_lock);
+}
+
+/* fork: the parent wrote what it deferred before forking (cudart_async.c); a device printf
+ * another thread was in may have held the lock */
+static void reset_deferred_printf(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&g_deferred_lock, &fresh, sizeof fresh);
+    atomic_store(&g_deferred_len, 0);
+}
+
+void cpuify_printf_defer(int32_t on) { atomic_store(&g_printf_defer, on != 0); }
+
+void cpuify_printf_flush(void) {
+    if (!atomic_load(&g_deferred_len)) return;
+    pthread_mutex_lock(&g_deferred_lock);
+    flush_deferred_locked();
+    pthread_mutex_unlock(&g_deferred_lock);
+}
+
 /* device printf: a no-cancel section (stdout's lock, the heap) */
 int32_t cpuify_vprintf(const char *fmt, const void *argsp) {
     nocancel_begin();
@@ -2207,11 +2304,7 @@ static int32_t vprintf_impl(const char *fmt, const void *argsp) {
     }
 
     int32_t n = (int32_t)(ob.len > INT32_MAX ? INT32_MAX : ob.len);
-    if (ob.len) {
-        flockfile(stdout);
-        fwrite(ob.buf, 1, ob.len, stdout);
-        funlockfile(stdout);
-    }
+    if (ob.len) print_text(ob.buf, ob.len);
     if (ob.buf != ob.local) free(ob.buf);
     return ob.failed && ob.len == 0 ? -1 : n;
 }

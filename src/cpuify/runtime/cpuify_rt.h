@@ -198,6 +198,12 @@ CPUIFY_API void cpuify_set_stack_limit(uint64_t bytes);
 CPUIFY_API uint64_t cpuify_stack_limit(void);
 CPUIFY_API void cpuify_nocancel(int32_t begin);
 
+/* Whether a host thread may still write memory that a running launch waits for (the CUDA
+ * runtime's asynchronous launches: 1 while launches are queued and no host thread waits for
+ * them).  While it is 1 the no-progress detector (CPUIFY_DEADLOCK_TIMEOUT) does not fail a
+ * launch whose blocks all wait; its clock starts again when it becomes 0. */
+CPUIFY_API void cpuify_host_running(int32_t running);
+
 /* Number of workers (calling thread included) a launch uses: the value given to
  * cpuify_set_num_workers, else CPUIFY_NUM_THREADS (>= 1), else the CPUs this process may
  * run on (sched_getaffinity). */
@@ -209,8 +215,16 @@ CPUIFY_API void cpuify_set_num_workers(int32_t n);
 /* CUDA device printf: fmt is the format string, args the packed argument buffer (each
  * argument at its natural alignment; float promoted to double; %s/%p are 8-byte pointers).
  * args may be NULL when there are no arguments.  The whole formatted text is written with
- * one fwrite to stdout under stdout's lock.  Returns the number of characters written. */
+ * one fwrite to stdout under stdout's lock (or kept: cpuify_printf_defer).  Returns the
+ * number of characters written. */
 CPUIFY_API int32_t cpuify_vprintf(const char *fmt, const void *args);
+
+/* Device printf deferred (on = 1) as a GPU's printf buffer is: the text of each call is kept,
+ * in order, until cpuify_printf_flush() writes it to stdout (the CUDA runtime's
+ * asynchronous launches: at the next synchronizing call).  Off (the default): written at
+ * the call. */
+CPUIFY_API void cpuify_printf_defer(int32_t on);
+CPUIFY_API void cpuify_printf_flush(void);
 
 /* fflush(stdout). */
 CPUIFY_API void cpuify_flush(void);

@@ -32,8 +32,9 @@ struct cublasContext {
 
 static int handle_ok(cublasHandle_t h) { return h && h->magic == HANDLE_MAGIC; }
 
+/* (and waits for the kernels launched before the call: a routine reads what they wrote) */
 #define CHECK_HANDLE(h) \
-    do { if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED; } while (0)
+    do { if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED; cpuify_cudart_wait_launches(); } while (0)
 
 /* the generated stubs (cpuify/nvcc/mathlibs.py): one line per unimplemented function */
 __attribute__((visibility("default"))) int cpuify_cublas_not_supported_once(const char *fn, int *said) {

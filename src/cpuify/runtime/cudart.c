@@ -5,11 +5,13 @@
  * and the runtime API real applications use, on top of the block scheduler of cpuify_rt.c
  * (cpuify_launch).  Device memory is host memory; "device" pointers are host pointers.
  *
- * Streams: work is executed when it is issued, in issue order, on the calling thread (a
- * launch uses the whole worker pool).  That is one of the orders CUDA allows, so the
- * observable order of kernels, copies, callbacks and events matches CUDA's; events record
- * the time at which all work issued before them had finished, so cudaEventElapsedTime
- * measures real time.
+ * Streams: kernel launches are asynchronous (cudart_async.c): checked at the call, then run
+ * in issue order by a launch thread (each launch uses the whole worker pool) while the host
+ * goes on.  Every other call that touches device work or memory waits for them first
+ * (sticky(); sticky_now() does not wait) and then runs at the call, on the calling thread.
+ * That is one of the orders CUDA allows, so the observable order of kernels, copies,
+ * callbacks and events matches CUDA's; events record the time at which all work issued
+ * before them had finished, so cudaEventElapsedTime measures real time.
  *
  * Errors follow CUDA: API errors are returned and remembered per host thread
  * (cudaGetLastError clears, cudaPeekAtLastError does not); a failing kernel (trap, device
@@ -100,16 +102,30 @@ static cudaError_t fail(cudaError_t e) {
     return e;
 }
 
-/* Returns the sticky error (a kernel failed earlier), also recording it as last error. */
-static cudaError_t sticky(void) {
+/* Returns the sticky error (a kernel failed earlier), also recording it as last error,
+ * without waiting for the launches in flight (kernel launches, error queries). */
+static cudaError_t sticky_now(void) {
     int e = atomic_load_explicit(&g_sticky, memory_order_relaxed);
     if (e) tls_last_error = (cudaError_t)e;
     return (cudaError_t)e;
 }
 
+/* sticky_now() once the launches issued so far are done (cudart_async.c): how every call
+ * that touches device work or memory begins, so that it sees what they did */
+static cudaError_t sticky(void) {
+    cpuify_cudart_wait_launches();
+    return sticky_now();
+}
+
 #define CHECK_STICKY()                     \
     do {                                   \
         cudaError_t st_ = sticky();        \
+        if (st_ != cudaSuccess) return st_; \
+    } while (0)
+
+#define CHECK_STICKY_NOW()                  \
+    do {                                    \
+        cudaError_t st_ = sticky_now();     \
         if (st_ != cudaSuccess) return st_; \
     } while (0)
 
@@ -130,12 +146,16 @@ CPUIFY_API cudaError_t cpuify_cudart_not_supported_once(const char *fn, int *sai
 /* As CUDA does, cudaGetLastError clears the last error even when it is a sticky one: the
  * next cudaGetLastError returns cudaSuccess until another call meets the sticky error. */
 cudaError_t cudaGetLastError(void) {
+    cpuify_cudart_collect_launch_error();   /* (a kernel that failed by now; no waiting) */
     cudaError_t e = tls_last_error;
     tls_last_error = cudaSuccess;
     return e;
 }
 
-cudaError_t cudaPeekAtLastError(void) { return tls_last_error; }
+cudaError_t cudaPeekAtLastError(void) {
+    cpuify_cudart_collect_launch_error();
+    return tls_last_error;
+}
 
 static const struct {
     int code;
@@ -944,12 +964,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 static cudaError_t stream_sync(cudaStream_t s, int query) {
-    CHECK_STICKY();
+    if (query) CHECK_STICKY_NOW();
+    else CHECK_STICKY();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (CPUIFY_CAPTURE_OPEN()) {
         cudaError_t e = cpuify_graph_sync_stream(s, query);
         if (e) return fail(e);
     }
+    /* a query does not wait: a launch the stream's work waits for may still run */
+    if (query && cpuify_cudart_stream_busy(s)) return cudaErrorNotReady;
     return cudaSuccess;
 }
 
@@ -1003,6 +1026,7 @@ cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t callback,
         if (r) return fail((cudaError_t)r);
     }
     /* all earlier work of the stream is done: run it now, with the stream's status */
+    cpuify_cudart_wait_launches();
     callback(s, (cudaError_t)atomic_load(&g_sticky), userData);
     return sticky();
 }
@@ -1070,7 +1094,9 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int
 }
 
 static cudaError_t event_sync(cudaEvent_t e, int how) {
-    CHECK_STICKY();
+    /* (a query need not wait: the record waited for the work before it) */
+    if (how == CPUIFY_EVENT_QUERY) CHECK_STICKY_NOW();
+    else CHECK_STICKY();
     if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle);
     if (e->captured || CPUIFY_CAPTURE_OPEN()) {
         cudaError_t r = cpuify_graph_sync_event(e, how);
@@ -1666,7 +1692,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->singleToDoublePrecisionPerfRatio = 2;
     p->cooperativeMultiDeviceLaunch = 0;
 #endif
-    return sticky();
+    return sticky_now();   /* (no waiting: a query of the device) */
 }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
@@ -1731,7 +1757,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
         break;
     }
     *value = v;
-    return sticky();
+    return sticky_now();   /* (no waiting: a query of the device) */
 }
 
 cudaError_t cudaGetDeviceCount(int *count) {
@@ -1743,12 +1769,12 @@ cudaError_t cudaGetDeviceCount(int *count) {
 cudaError_t cudaGetDevice(int *device) {
     if (!device) return fail(cudaErrorInvalidValue);
     *device = 0;
-    return sticky();
+    return sticky_now();   /* (no waiting: a query of the device) */
 }
 
 cudaError_t cudaSetDevice(int device) {
     if (device != 0) return fail(cudaErrorInvalidDevice);
-    return sticky();
+    return sticky_now();   /* (no waiting: a query of the device) */
 }
 
 cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
@@ -1766,7 +1792,7 @@ cudaError_t cudaChooseDevice(int *device, const struct cudaDeviceProp *prop) {
 static unsigned g_device_flags;
 cudaError_t cudaSetDeviceFlags(unsigned int flags) {
     g_device_flags = flags;
-    return sticky();
+    return sticky_now();   /* (no waiting: device flags) */
 }
 
 cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
@@ -1788,6 +1814,7 @@ cudaError_t cudaDeviceSynchronize(void) {
  * (CUDA 13.0, H100) cudaDeviceReset succeeds but every later call returns
  * cudaErrorDevicesUnavailable, however often it is reset; a reset of a healthy device works. */
 cudaError_t cudaDeviceReset(void) {
+    cpuify_cudart_wait_launches();   /* (the kernels in flight complete first) */
     if (atomic_load(&g_sticky) != cudaSuccess) atomic_store(&g_sticky, cudaErrorDevicesUnavailable);
     tls_last_error = cudaSuccess;
     return cudaSuccess;
@@ -1816,6 +1843,7 @@ cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *c) {
 static size_t g_limits[16];
 cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value) {
     if ((unsigned)limit >= 16) return fail(cudaErrorInvalidValue);
+    cpuify_cudart_wait_launches();   /* (a queued launch keeps the limits it was issued with) */
     g_limits[limit] = value;
     if (limit == cudaLimitStackSize) cpuify_set_stack_limit(value);
     return sticky();
@@ -2247,7 +2275,7 @@ static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, con
 
 static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, cudaStream_t s,
                           int cooperative) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!k) return fail(cudaErrorInvalidDeviceFunction);
     if (!k->resolved) resolve_kernel(k);
     if (k->desc && k->desc->fn && !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
@@ -2273,7 +2301,9 @@ static cudaError_t launch(kentry *k, dim3 g, dim3 b, void **args, size_t smem, c
         if (r) return fail((cudaError_t)r);
     }
     /* like CUDA, the launch itself succeeds when the kernel fails: the (sticky) error shows
-     * at the next call */
+     * at the next call.  Queued for the launch thread, or run here (distributed execution,
+     * CPUIFY_SYNC_LAUNCH=1). */
+    if (!g_dist && cpuify_cudart_enqueue_launch(&l, buf, s)) return cudaSuccess;
     if (cpuify_cudart_run_launch(&l, buf) == cudaErrorLaunchOutOfResources)
         return cudaErrorLaunchOutOfResources;
     return cudaSuccess;
@@ -2291,7 +2321,7 @@ cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 bloc
 
 cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
                              size_t sharedMem, cudaStream_t stream) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     kentry *k = find_kernel(func);
     if (!k) return not_a_kernel(func);
     return launch(k, gridDim, blockDim, args, sharedMem, stream, 0);
@@ -2299,14 +2329,14 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
 
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
                                         size_t sharedMem, cudaStream_t stream) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     kentry *k = find_kernel(func);
     if (!k) return not_a_kernel(func);
     return launch(k, gridDim, blockDim, args, sharedMem, stream, 1);
 }
 
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!config) return fail(cudaErrorInvalidValue);
     kentry *k = find_kernel(func);
     if (!k) return not_a_kernel(func);

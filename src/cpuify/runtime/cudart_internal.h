@@ -114,6 +114,19 @@ CPUIFY_INTERNAL cudaError_t cpuify_cudart_symbol_address(const void *symbol, siz
                                                          char **addr);
 CPUIFY_INTERNAL uint64_t cpuify_cudart_now_ns(void);
 
+/* cudart_async.c: asynchronous launches.  cpuify_cudart_enqueue_launch queues a prepared
+ * launch (its parameters copied) for the launch thread and returns 1, or returns 0: run it
+ * now on this thread (CPUIFY_SYNC_LAUNCH=1, called on the launch thread, no memory).
+ * cpuify_cudart_wait_launches waits until every launch queued before it is done and makes a
+ * queued launch's failure the calling thread's last error (once; as does
+ * cpuify_cudart_collect_launch_error, without waiting).  cpuify_cudart_stream_busy: whether a
+ * launch that work on stream s waits for is still queued or running. */
+CPUIFY_INTERNAL int cpuify_cudart_enqueue_launch(const cpuify_cudart_launch *l,
+                                                 const unsigned char *params, cudaStream_t s);
+CPUIFY_API void cpuify_cudart_wait_launches(void);
+CPUIFY_INTERNAL void cpuify_cudart_collect_launch_error(void);
+CPUIFY_INTERNAL int cpuify_cudart_stream_busy(cudaStream_t s);
+
 /* cudart_graph.c: stream capture.  cpuify_graph_open counts the capture sequences not yet
  * ended: while it is 0 no stream captures and every hook below is skipped. */
 extern _Atomic int cpuify_graph_open;

@@ -236,6 +236,7 @@ __attribute__((visibility("default"))) int cpuify_cufft_not_supported_once(const
 }
 
 static plan_t *plan_of(cufftHandle h) {
+    cpuify_cudart_wait_launches();   /* (a transform reads what the kernels before it wrote) */
     if (h <= 0 || h >= MAX_PLANS) return NULL;
     pthread_mutex_lock(&plans_lock);
     plan_t *p = plans[h];

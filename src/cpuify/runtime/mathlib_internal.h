@@ -2,8 +2,9 @@
  * the block scheduler (cpuify_launch) as a grid of "blocks" that are C functions: spread
  * over cpuify's workers, with per-worker scratch memory, and with the runtime's fault
  * containment (a routine given a pointer that is not memory fails with an error, the
- * program goes on).  cpuify runs every stream's work in issue order at the call, as it
- * runs kernels, so a routine is finished when it returns. */
+ * program goes on).  A routine first waits for the kernels launched before it (they run
+ * asynchronously, cudart_async.c), then runs at the call, so it is finished when it
+ * returns. */
 #ifndef CPUIFY_MATHLIB_INTERNAL_H
 #define CPUIFY_MATHLIB_INTERNAL_H
 
@@ -29,8 +30,11 @@ static int32_t cpuify_job_block(const void *params, const cpuify_dims *dims, uin
 
 /* Runs fn(arg, i, scratch) for i < count over the workers.  Returns 0, or prints one line
  * naming `api` and the cause and returns -1. */
+void cpuify_cudart_wait_launches(void);
+
 static int cpuify_run_job(const char *api, uint32_t count, uint64_t scratch_bytes, cpuify_job_fn fn,
                           const void *arg) {
+    cpuify_cudart_wait_launches();   /* the kernels launched before it are done */
     if (count == 0) return 0;
     cpuify_job j = {fn, arg};
     cpuify_dims d = {{count, 1, 1}, {1, 1, 1}};
