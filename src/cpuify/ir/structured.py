@@ -1,0 +1,234 @@
+"""Lowering structured control flow (`upir.if`, `upir.while`, `upir.for`) back to the CFG.
+
+raise-structured-cf (transforms/structured_cf.py) nests the block body's reducible control
+flow into these ops; code generation, the reference interpreter and every pass that works
+on the CFG call :func:`lower_structured_control_flow` first.  The lowering is the inverse of
+the raise: the regions' blocks move back into the enclosing region, `upir.yield` and
+`upir.condition` become `cf.br`/`cf.cond_br` with the attributes (PTX line) of the branches
+they replaced, and a negation the raise inserted to turn an exit test into a continue test
+is folded back into the branch's order.  An op followed only by `cf.br ^next(...)` branches
+to `^next` directly and a region that only yields is no block at all, so that a raised and
+lowered CFG has the blocks and edges it had before the raise.
+
+Iterative (a work stack of blocks), linear in the number of ops moved."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
+from cpuify.ir.dialects import STRUCTURED_OPS
+
+#: attribute of the `ptx.not` the raise puts in front of a `upir.condition` whose loop left
+#: on the true side of its branch (the lowering branches on the original predicate instead)
+NEGATED_EXIT = "structured_negation"
+
+
+def has_structured_ops(op: Operation) -> bool:
+    """Whether `op` holds a structured control-flow op anywhere."""
+    return any(o.name in STRUCTURED_OPS for o in op.walk())
+
+
+def lower_structured_control_flow(kernel: Operation) -> int:
+    """Lower every structured op nested in `kernel` (any op with regions) to branches in
+    the region that holds it, in place; returns how many ops were lowered (0: unchanged)."""
+    regions: list[Region] = []
+    seen: set[int] = set()
+    for o in kernel.walk():
+        if o.name in STRUCTURED_OPS and o.parent is not None and o.parent.parent is not None:
+            region = o.parent.parent
+            # (a structured op nested in another is moved out with its region's blocks)
+            if not _inside_structured(region) and id(region) not in seen:
+                seen.add(id(region))
+                regions.append(region)
+    return sum(_lower_region(r) for r in regions)
+
+
+def _inside_structured(region: Region) -> bool:
+    node = region.parent
+    while node is not None:
+        if node.name in STRUCTURED_OPS:
+            return True
+        blk = node.parent
+        node = blk.parent.parent if blk is not None and blk.parent is not None else None
+    return False
+
+
+def _lower_region(region: Region) -> int:
+    out: list[Block] = []
+    work = list(reversed(region.blocks))
+    count = 0
+    while work:
+        block = work.pop()
+        out.append(block)
+        at = next((i for i, o in enumerate(block.ops) if o.name in STRUCTURED_OPS), None)
+        if at is None:
+            continue
+        count += 1
+        follow = _lower_op(block, at)
+        work.extend(reversed(follow))
+    for b in out:
+        b.parent = region
+    region.blocks = out
+    return count
+
+
+def _erase(op: Operation) -> None:
+    op.drop_uses()
+    if op.parent is not None:
+        op.parent.ops.remove(op)
+        op.parent = None
+
+
+def _exit(block: Block, at: int) -> tuple[Block, Callable[[list[Value]], list[Value]], list[Block]]:
+    """Where control goes after the structured op `block.ops[at]`, as (target, the target's
+    arguments given the op's result values, new blocks).  The ops after it move to a new
+    continuation block whose arguments are the results, unless they are one `cf.br` that
+    alone uses the results: then the exits branch to its target directly."""
+    op = block.ops[at]
+    rest = block.ops[at + 1:]
+    if len(rest) == 1 and rest[0].name == "cf.br" and \
+            all(u is rest[0] for r in op.results for u in r.uses):
+        br = rest[0]
+        target, args = br.successors[0], list(br.successor_args[0])
+        index = {r: k for k, r in enumerate(op.results)}
+        _erase(br)
+        return target, (lambda vals: [vals[index[a]] if a in index else a for a in args]), []
+    cont = Block([r.type for r in op.results])
+    for r, a in zip(op.results, cont.args):
+        replace_all_uses(r, a)
+    del block.ops[at + 1:]
+    for o in rest:
+        cont.append(o)
+    return cont, (lambda vals: list(vals)), [cont]
+
+
+def _terminate(block: Block, name: str, attrs: dict, operands: list[Value],  # type: ignore[type-arg]
+               successors: list[Block], args: list[list[Value]]) -> None:
+    block.append(Operation(name, operands, attributes=attrs, successors=successors,
+                           successor_args=args))
+
+
+def _only_yields(region: Region) -> Operation | None:
+    """The region's yield when the region is nothing but it (no block needed)."""
+    if len(region.blocks) == 1 and len(region.entry.ops) == 1 and not region.entry.args and \
+            region.entry.ops[0].name == "upir.yield":
+        return region.entry.ops[0]
+    return None
+
+
+def _lower_op(block: Block, at: int) -> list[Block]:
+    """Lower `block.ops[at]`; returns the blocks that now follow `block` (its regions'
+    blocks, then the continuation)."""
+    op = block.ops[at]
+    target, target_args, cont = _exit(block, at)
+    # the op leaves its block: what it used is used by the branches that replace it
+    del block.ops[at]
+    op.drop_uses()
+    attrs = {k: v for k, v in op.attributes.items()
+             if k not in ("predicate", "increment", "predicate_line", "increment_line")}
+    if op.name == "upir.if":
+        return _lower_if(block, op, attrs, target, target_args) + cont
+    if op.name == "upir.while":
+        return _lower_while(block, op, attrs, target, target_args) + cont
+    return _lower_for(block, op, attrs, target, target_args) + cont
+
+
+def _yields_to(region: Region, name: str, rewrite: Callable[[Block, Operation], None]) -> None:
+    for b in region.blocks:
+        if b.ops and b.ops[-1].name == name:
+            term = b.ops.pop()
+            term.drop_uses()
+            term.parent = None
+            rewrite(b, term)
+
+
+def _lower_if(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
+              target_args: Callable[[list[Value]], list[Value]]) -> list[Block]:
+    succs: list[Block] = []
+    succ_args: list[list[Value]] = []
+    moved: list[Block] = []
+    for region in op.regions:
+        only = _only_yields(region)
+        if only is not None:
+            succs.append(target)
+            succ_args.append(target_args(list(only.operands)))
+            only.drop_uses()
+            continue
+        succs.append(region.entry)
+        succ_args.append([])
+        _yields_to(region, "upir.yield", lambda b, y: _terminate(
+            b, "cf.br", dict(y.attributes), [], [target], [target_args(list(y.operands))]))
+        moved.extend(region.blocks)
+    _terminate(block, "cf.cond_br", attrs, [op.operands[0]], succs, succ_args)
+    return moved
+
+
+def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
+                 target_args: Callable[[list[Value]], list[Value]]) -> list[Block]:
+    before, after = op.regions
+    header = before.entry
+    _terminate(block, "cf.br", attrs, [], [header], [list(op.operands)])
+    # an after region that only passes values back (a do-while: all in the before region)
+    only = after.entry.ops[0] if len(after.blocks) == 1 and len(after.entry.ops) == 1 and \
+        after.entry.ops[0].name == "upir.yield" else None
+    after_args = after.entry.args
+
+    def condition(b: Block, cond: Operation) -> None:
+        test, vals = cond.operands[0], list(cond.operands[1:])
+        if only is not None:
+            sub = dict(zip(after_args, vals))
+            go, go_args = header, [sub.get(v, v) for v in only.operands]
+        else:
+            go, go_args = after.entry, vals
+        leave, leave_args = target, target_args(vals)
+        negation = test.op if isinstance(test, OpResult) else None
+        if negation is not None and negation.name == "ptx.not" and \
+                negation.attributes.get(NEGATED_EXIT) and not test.uses:
+            test = negation.operands[0]
+            _erase(negation)
+            _terminate(b, "cf.cond_br", dict(cond.attributes), [test], [leave, go],
+                       [leave_args, go_args])
+        else:
+            _terminate(b, "cf.cond_br", dict(cond.attributes), [test], [go, leave],
+                       [go_args, leave_args])
+
+    _yields_to(before, "upir.condition", condition)
+    moved = list(before.blocks)
+    if only is not None:
+        only.drop_uses()
+    else:
+        _yields_to(after, "upir.yield", lambda b, y: _terminate(
+            b, "cf.br", dict(y.attributes), [], [header], [list(y.operands)]))
+        moved.extend(after.blocks)
+    return moved
+
+
+def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
+               target_args: Callable[[list[Value]], list[Value]]) -> list[Block]:
+    lb, ub, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    body = op.regions[0]
+    header = Block([lb.type] + [v.type for v in inits])
+    _terminate(block, "cf.br", attrs, [], [header], [[lb] + inits])
+    iv = header.args[0]
+    test_attrs: dict = {"mods": list(op.attributes["predicate"])}  # type: ignore[type-arg]
+    if "predicate_line" in op.attributes:
+        test_attrs["line"] = op.attributes["predicate_line"]
+    test = Operation("ptx.setp", [iv, ub], ["i1"], test_attrs)
+    header.append(test)
+    iters = list(header.args[1:])
+    _terminate(header, "cf.cond_br", dict(attrs), [test.results[0]], [body.entry, target],
+               [[iv] + iters, target_args(iters)])
+    add_attrs: dict = {"mods": list(op.attributes["increment"])}  # type: ignore[type-arg]
+    if "increment_line" in op.attributes:
+        add_attrs["line"] = op.attributes["increment_line"]
+    body_iv = body.entry.args[0]
+
+    def back(b: Block, y: Operation) -> None:
+        nxt = Operation("ptx.add", [body_iv, step], [iv.type], dict(add_attrs))
+        b.append(nxt)
+        _terminate(b, "cf.br", dict(y.attributes), [], [header], [[nxt.results[0]] + list(y.operands)])
+
+    _yields_to(body, "upir.yield", back)
+    return [header] + list(body.blocks)
