@@ -54,10 +54,27 @@ def _inside_structured(region: Region) -> bool:
     return False
 
 
+def _edge_counts(region: Region) -> dict[Block, int]:
+    """How many branches lead to each block of `region` and of the structured ops in it
+    (the blocks the lowered region will hold)."""
+    counts: dict[Block, int] = {}
+    stack = [region]
+    while stack:
+        r = stack.pop()
+        for b in r.blocks:
+            for o in b.ops:
+                for s in o.successors:
+                    counts[s] = counts.get(s, 0) + 1
+                if o.name in STRUCTURED_OPS:
+                    stack.extend(o.regions)
+    return counts
+
+
 def _lower_region(region: Region) -> int:
     out: list[Block] = []
     work = list(reversed(region.blocks))
     count = 0
+    edges = _edge_counts(region)
     while work:
         block = work.pop()
         out.append(block)
@@ -65,7 +82,7 @@ def _lower_region(region: Region) -> int:
         if at is None:
             continue
         count += 1
-        follow = _lower_op(block, at)
+        follow = _lower_op(block, at, edges)
         work.extend(reversed(follow))
     for b in out:
         b.parent = region
@@ -80,27 +97,46 @@ def _erase(op: Operation) -> None:
         op.parent = None
 
 
-def _exit(block: Block, at: int) -> tuple[Block, Callable[[list[Value]], list[Value]], list[Block]]:
+def _exits(op: Operation) -> int:
+    """How many branches leave `op` once lowered."""
+    if op.name == "upir.for":
+        return 1
+    name = "upir.condition" if op.name == "upir.while" else "upir.yield"
+    regions = op.regions[:1] if op.name == "upir.while" else op.regions
+    return sum(1 for r in regions for b in r.blocks if b.ops and b.ops[-1].name == name)
+
+
+def _exit(block: Block, at: int, edges: dict[Block, int]
+          ) -> tuple[Block, Callable[[list[Value]], list[Value]], list[Block], bool]:
     """Where control goes after the structured op `block.ops[at]`, as (target, the target's
-    arguments given the op's result values, new blocks).  The ops after it move to a new
-    continuation block whose arguments are the results, unless they are one `cf.br` that
-    alone uses the results: then the exits branch to its target directly."""
+    arguments given the op's result values, new blocks, whether the results' other uses
+    take the values of the op's one exit).  The ops after it move to a new continuation
+    block whose arguments are the results, unless they are one `cf.br`: then the exits
+    branch to its target directly, where the br alone uses the results or where the op's
+    one exit will be the only way into the target (it dominates the uses: the loop's exit
+    block of a raised loop)."""
     op = block.ops[at]
     rest = block.ops[at + 1:]
-    if len(rest) == 1 and rest[0].name == "cf.br" and \
-            all(u is rest[0] for r in op.results for u in r.uses):
+    if len(rest) == 1 and rest[0].name == "cf.br":
         br = rest[0]
-        target, args = br.successors[0], list(br.successor_args[0])
-        index = {r: k for k, r in enumerate(op.results)}
-        _erase(br)
-        return target, (lambda vals: [vals[index[a]] if a in index else a for a in args]), []
+        target = br.successors[0]
+        direct = all(u is br for r in op.results for u in r.uses)
+        single = not direct and edges.get(target) == 1 and _exits(op) == 1 and \
+            target.parent is not None and target is not target.parent.entry
+        if direct or single:
+            args = list(br.successor_args[0])
+            index = {r: k for k, r in enumerate(op.results)}
+            _erase(br)
+            edges[target] = edges.get(target, 0) - 1 + _exits(op)
+            return (target, (lambda vals: [vals[index[a]] if a in index else a for a in args]),
+                    [], single)
     cont = Block([r.type for r in op.results])
     for r, a in zip(op.results, cont.args):
         replace_all_uses(r, a)
     del block.ops[at + 1:]
     for o in rest:
         cont.append(o)
-    return cont, (lambda vals: list(vals)), [cont]
+    return cont, (lambda vals: list(vals)), [cont], False
 
 
 def _terminate(block: Block, name: str, attrs: dict, operands: list[Value],  # type: ignore[type-arg]
@@ -109,19 +145,54 @@ def _terminate(block: Block, name: str, attrs: dict, operands: list[Value],  # t
                            successor_args=args))
 
 
-def _only_yields(region: Region) -> Operation | None:
-    """The region's yield when the region is nothing but it (no block needed)."""
-    if len(region.blocks) == 1 and len(region.entry.ops) == 1 and not region.entry.args and \
-            region.entry.ops[0].name == "upir.yield":
-        return region.entry.ops[0]
+def _bare_yield(block: Block) -> Operation | None:
+    """The block's yield when the block is nothing but a yield the raise made for an edge
+    (no attributes: a branch of the program's own is a yield with its PTX line)."""
+    if len(block.ops) == 1 and not block.args and block.ops[0].name == "upir.yield" and \
+            not block.ops[0].attributes:
+        return block.ops[0]
     return None
 
 
-def _lower_op(block: Block, at: int) -> list[Block]:
+def _only_yields(region: Region) -> Operation | None:
+    """The region's yield when the region is nothing but it (no block needed)."""
+    return _bare_yield(region.entry) if len(region.blocks) == 1 else None
+
+
+def _forward_bare_yields(region: Region, target: Block,
+                         target_args: Callable[[list[Value]], list[Value]]) -> None:
+    """Branches to a block of `region` (not its entry) that only yields go to `target`
+    directly, and the block goes: the raise made it for a conditional branch's edge out."""
+    bare = {b: y for b in region.blocks[1:] if (y := _bare_yield(b)) is not None}
+    if not bare:
+        return
+    for b in region.blocks:
+        term = b.ops[-1] if b.ops else None
+        if term is None or b in bare:
+            continue
+        for k, s in enumerate(term.successors):
+            y = bare.get(s)
+            if y is None:
+                continue
+            for v in term.successor_args[k]:
+                v.uses.remove(term)
+            term.successors[k] = target
+            term.successor_args[k] = target_args(list(y.operands))
+            for v in term.successor_args[k]:
+                v.uses.append(term)
+    for y in bare.values():
+        y.drop_uses()
+    region.blocks = [b for b in region.blocks if b not in bare]
+
+
+def _lower_op(block: Block, at: int, edges: dict[Block, int]) -> list[Block]:
     """Lower `block.ops[at]`; returns the blocks that now follow `block` (its regions'
     blocks, then the continuation)."""
     op = block.ops[at]
-    target, target_args, cont = _exit(block, at)
+    target, target_args, cont, single = _exit(block, at, edges)
+    if single:
+        # the results' uses past the target take the values of the one exit
+        target_args = _taking_exit_values(op, target_args)
     # the op leaves its block: what it used is used by the branches that replace it
     del block.ops[at]
     op.drop_uses()
@@ -132,6 +203,15 @@ def _lower_op(block: Block, at: int) -> list[Block]:
     if op.name == "upir.while":
         return _lower_while(block, op, attrs, target, target_args) + cont
     return _lower_for(block, op, attrs, target, target_args) + cont
+
+
+def _taking_exit_values(op: Operation, target_args: Callable[[list[Value]], list[Value]]
+                        ) -> Callable[[list[Value]], list[Value]]:
+    def args(vals: list[Value]) -> list[Value]:
+        for r, v in zip(op.results, vals):
+            replace_all_uses(r, v)
+        return target_args(vals)
+    return args
 
 
 def _yields_to(region: Region, name: str, rewrite: Callable[[Block, Operation], None]) -> None:
@@ -157,6 +237,7 @@ def _lower_if(block: Block, op: Operation, attrs: dict, target: Block,  # type: 
             continue
         succs.append(region.entry)
         succ_args.append([])
+        _forward_bare_yields(region, target, target_args)
         _yields_to(region, "upir.yield", lambda b, y: _terminate(
             b, "cf.br", dict(y.attributes), [], [target], [target_args(list(y.operands))]))
         moved.extend(region.blocks)
@@ -198,6 +279,7 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
     if only is not None:
         only.drop_uses()
     else:
+        _forward_bare_yields(after, header, list)
         _yields_to(after, "upir.yield", lambda b, y: _terminate(
             b, "cf.br", dict(y.attributes), [], [header], [list(y.operands)]))
         moved.extend(after.blocks)

@@ -223,15 +223,16 @@ class _Raiser:
         preds: dict[Block, list[Block]] = {b: list(e) for b, e in self.preds.items()}
         members: set[Block] = set()
         for header, ls in latches.items():
-            members.add(header)
-            stack = [l for l in ls if l not in members]
-            members.update(stack)
+            loop = {header}
+            stack = [l for l in ls if l not in loop]
+            loop.update(stack)
             while stack:
                 x = stack.pop()
                 for p in preds.get(x, ()):
-                    if p not in members:
-                        members.add(p)
+                    if p not in loop:
+                        loop.add(p)
                         stack.append(p)
+            members |= loop
         return members
 
     # --- if ----------------------------------------------------------------------------
