@@ -24,6 +24,11 @@ from cpuify.ir.dialects import STRUCTURED_OPS
 NEGATED_EXIT = "structured_negation"
 
 
+#: attribute of a `upir.yield` the raise made alone in a block for an edge of a branch (an
+#: empty arm of an if, a conditional branch's edge out of a region): no block once lowered
+RAISED_EDGE = "edge"
+
+
 def has_structured_ops(op: Operation) -> bool:
     """Whether `op` holds a structured control-flow op anywhere."""
     return any(o.name in STRUCTURED_OPS for o in op.walk())
@@ -147,9 +152,9 @@ def _terminate(block: Block, name: str, attrs: dict, operands: list[Value],  # t
 
 def _bare_yield(block: Block) -> Operation | None:
     """The block's yield when the block is nothing but a yield the raise made for an edge
-    (no attributes: a branch of the program's own is a yield with its PTX line)."""
+    (marked RAISED_EDGE; a branch of the program's own is a yield with its attributes)."""
     if len(block.ops) == 1 and not block.args and block.ops[0].name == "upir.yield" and \
-            not block.ops[0].attributes:
+            RAISED_EDGE in block.ops[0].attributes:
         return block.ops[0]
     return None
 
@@ -261,7 +266,7 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
             sub = dict(zip(after_args, vals))
             go, go_args = header, [sub.get(v, v) for v in only.operands]
         else:
-            go, go_args = after.entry, vals
+            go, go_args = after.entry, (vals if after.entry.args else [])
         leave, leave_args = target, target_args(vals)
         negation = test.op if isinstance(test, OpResult) else None
         if negation is not None and negation.name == "ptx.not" and \
@@ -274,6 +279,13 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
             _terminate(b, "cf.cond_br", dict(cond.attributes), [test], [go, leave],
                        [go_args, leave_args])
 
+    conditions = [b.ops[-1] for b in before.blocks if b.ops and b.ops[-1].name == "upir.condition"]
+    if only is None and len(conditions) == 1:
+        # the one condition's block is the after region's only way in: its values are the
+        # after region's (the raise made these arguments; the CFG had none)
+        for a, v in zip(after.entry.args, conditions[0].operands[1:]):
+            replace_all_uses(a, v)
+        after.entry.args = []
     _yields_to(before, "upir.condition", condition)
     moved = list(before.blocks)
     if only is not None:
@@ -313,4 +325,12 @@ def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type:
         _terminate(b, "cf.br", dict(y.attributes), [], [header], [[nxt.results[0]] + list(y.operands)])
 
     _yields_to(body, "upir.yield", back)
+    # the header is the body's only way in: its arguments are the body's
+    for a, v in zip(body.entry.args, header.args):
+        replace_all_uses(a, v)
+    body.entry.args = []
+    term = header.ops[-1]
+    for v in term.successor_args[0]:
+        v.uses.remove(term)
+    term.successor_args[0] = []
     return [header] + list(body.blocks)

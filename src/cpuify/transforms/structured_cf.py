@@ -42,7 +42,7 @@ from cpuify.ir.core import (
     replace_all_uses,
 )
 from cpuify.ir.structure import block_body, block_parallel
-from cpuify.ir.structured import NEGATED_EXIT
+from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE
 from cpuify.transforms.pass_manager import register
 
 #: what the pass records on the `upir.block_parallel` op (what `cpuify explain` prints)
@@ -302,7 +302,7 @@ class _Raiser:
             region = Region()
             if not arm:
                 block = Block()
-                block.append(Operation("upir.yield", passed))
+                block.append(Operation("upir.yield", passed, attributes={RAISED_EDGE: None}))
                 region.add_block(block)
                 regions.append(region)
                 continue
@@ -345,7 +345,7 @@ class _Raiser:
             passed = term.successor_args[k]
             for v in passed:
                 v.uses.remove(term)
-            out.append(Operation(name, mapped(list(passed))))  # type: ignore[operator]
+            out.append(Operation(name, mapped(list(passed)), attributes={RAISED_EDGE: None}))  # type: ignore[operator]
             region.add_block(out)
             self._drop_edges(term)
             term.successors[k] = out
