@@ -48,6 +48,9 @@ from cpuify.transforms.pass_manager import register
 #: what the pass records on the `upir.block_parallel` op (what `cpuify explain` prints)
 RAISED_ATTR = "structured_cf"
 LEFT_ATTR = "cfg_left"
+#: structured ops nest at most this deep; deeper control flow stays CFG (the printer, the
+#: verifier and Operation.walk recurse once per level of nesting)
+MAX_NESTING = 64
 
 
 @register("raise-structured-cf", "if/while/for regions raised from the CFG (structured control flow)")
@@ -129,6 +132,8 @@ class _Raiser:
         self.placed: dict[Block, Block] = {}
         # a block moved into a structured op -> the block of this region now holding it
         self.home: dict[Block, Block] = {}
+        # how deep the structured ops in a block nest (absent: none)
+        self.depth: dict[Block, int] = {}
 
     # --- bookkeeping -------------------------------------------------------------------
     def find(self, b: Block) -> Block:
@@ -295,6 +300,11 @@ class _Raiser:
         if any(self._escapes(arm, set(arm)) for arm in arms):
             left["value used past its arm"] += 1
             return
+        depth = 1 + max((self.depth.get(b, 0) for arm in arms for b in arm), default=0)
+        if depth > MAX_NESTING:
+            left[f"nesting deeper than {MAX_NESTING}"] += 1
+            return
+        self.depth[branch] = max(depth, self.depth.get(branch, 0))
         regions: list[Region] = []
         cond = term.operands[0]
         for k, arm in enumerate(arms):
@@ -437,6 +447,9 @@ class _Raiser:
         elif len(in_before) != len(body):
             self.left["loop changed shape"] += 1
             return
+        if 1 + max(self.depth.get(b, 0) for b in body) > MAX_NESTING:
+            self.left[f"nesting deeper than {MAX_NESTING}"] += 1
+            return
         self._build_while(header, before, in_before, after, body, exiting, k_in, outside)
 
     def _build_while(self, header: Block, before: list[Block], in_before: set[Block],
@@ -525,6 +538,8 @@ class _Raiser:
                 self._add_edges(t)
         while_op = Operation("upir.while", inits, types, attrs, [before_region, after_region])
         holder.append(while_op)
+        self.depth[holder] = max(self.depth.get(holder, 0),
+                                 1 + max(self.depth.get(b, 0) for b in body))
         for v, users in outer_uses.items():
             for user in users:
                 _replace_operand(user, v, while_op.results[index[v]])
