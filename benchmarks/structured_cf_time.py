@@ -6,6 +6,8 @@
 
 Two shapes, CPU seconds of this process (time.process_time: the machine may be shared):
 
+(The cyclic garbage collector is off while a stage is timed, --gc keeps it on.)
+
 * `loops`: a generated block body (MLIR text, parsed; no NVRTC) of N units, each a rotated
   loop (nvcc's do-while shape) holding a barrier, an if/else and an inner counted loop
   with an if: 9 blocks per unit.  Times: the raise, the lowering, and for scale the
@@ -20,6 +22,7 @@ A measurement tool: prints a table, asserts nothing."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 
@@ -28,6 +31,8 @@ from cpuify.ir.structure import block_body
 from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.ir.verifier import verify
 from cpuify.transforms.structured_cf import raise_structured_control_flow
+
+GC_DURING = False
 
 
 def loops_kernel(units: int) -> str:
@@ -84,9 +89,19 @@ def loops_kernel(units: int) -> str:
 
 
 def _cpu(fn) -> float:  # type: ignore[no-untyped-def]
-    t0 = time.process_time()
-    fn()
-    return time.process_time() - t0
+    """CPU seconds of fn(), with CPython's cyclic garbage collector off while it runs (its
+    full collections scan the whole heap: a cost that grows with everything the process
+    holds, not with what the pass does; --gc keeps it on)."""
+    collect = GC_DURING
+    gc.collect()
+    if not collect:
+        gc.disable()
+    try:
+        t0 = time.process_time()
+        fn()
+        return time.process_time() - t0
+    finally:
+        gc.enable()
 
 
 def measure_loops(sizes: list[int]) -> None:
@@ -141,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000,2000,4000,8000,16000")
     ap.add_argument("--chain-sizes", default="1000,2000,4000")
     ap.add_argument("--full-compile", action="store_true")
+    ap.add_argument("--gc", action="store_true", help="keep the garbage collector on while timing")
     args = ap.parse_args(argv)
+    global GC_DURING
+    GC_DURING = args.gc
     measure_loops([int(x) for x in args.sizes.split(",") if x])
     if args.chain_sizes:
         measure_chain([int(x) for x in args.chain_sizes.split(",") if x], args.full_compile)

@@ -29,6 +29,54 @@ NEGATED_EXIT = "structured_negation"
 RAISED_EDGE = "edge"
 
 
+class UseEdits:
+    """Removals from `Value.uses` made at the end, value by value: `list.remove` on the uses
+    of a constant used all over the kernel is linear in its uses, once per removal, which
+    made raising and lowering quadratic in kernel size.  Read a value's uses through
+    :meth:`uses` while removals are pending; :meth:`flush` before handing the IR on."""
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: dict[Value, dict[Operation, int]] = {}
+
+    def unuse(self, v: Value, user: Operation) -> None:
+        d = self.pending.setdefault(v, {})
+        d[user] = d.get(user, 0) + 1
+
+    def drop(self, op: Operation) -> None:
+        """What `op.drop_uses()` does."""
+        for v in op.operands:
+            self.unuse(v, op)
+        for args in op.successor_args:
+            for v in args:
+                self.unuse(v, op)
+
+    def uses(self, v: Value) -> list[Operation]:
+        self._flush(v)
+        return v.uses
+
+    def replace_all(self, old: Value, new: Value) -> None:
+        self._flush(old)
+        replace_all_uses(old, new)
+
+    def _flush(self, v: Value) -> None:
+        d = self.pending.pop(v, None)
+        if not d:
+            return
+        keep: list[Operation] = []
+        for u in v.uses:
+            n = d.get(u)
+            if n:
+                d[u] = n - 1
+            else:
+                keep.append(u)
+        v.uses[:] = keep
+
+    def flush(self) -> None:
+        for v in list(self.pending):
+            self._flush(v)
+
+
 def has_structured_ops(op: Operation) -> bool:
     """Whether `op` holds a structured control-flow op anywhere."""
     return any(o.name in STRUCTURED_OPS for o in op.walk())
@@ -46,7 +94,10 @@ def lower_structured_control_flow(kernel: Operation) -> int:
             if not _inside_structured(region) and id(region) not in seen:
                 seen.add(id(region))
                 regions.append(region)
-    return sum(_lower_region(r) for r in regions)
+    edits = UseEdits()
+    count = sum(_lower_region(r, edits) for r in regions)
+    edits.flush()
+    return count
 
 
 def _inside_structured(region: Region) -> bool:
@@ -75,7 +126,7 @@ def _edge_counts(region: Region) -> dict[Block, int]:
     return counts
 
 
-def _lower_region(region: Region) -> int:
+def _lower_region(region: Region, edits: UseEdits) -> int:
     out: list[Block] = []
     work = list(reversed(region.blocks))
     count = 0
@@ -87,7 +138,7 @@ def _lower_region(region: Region) -> int:
         if at is None:
             continue
         count += 1
-        follow = _lower_op(block, at, edges)
+        follow = _lower_op(block, at, edges, edits)
         work.extend(reversed(follow))
     for b in out:
         b.parent = region
@@ -95,8 +146,8 @@ def _lower_region(region: Region) -> int:
     return count
 
 
-def _erase(op: Operation) -> None:
-    op.drop_uses()
+def _erase(op: Operation, edits: UseEdits) -> None:
+    edits.drop(op)
     if op.parent is not None:
         op.parent.ops.remove(op)
         op.parent = None
@@ -111,7 +162,7 @@ def _exits(op: Operation) -> int:
     return sum(1 for r in regions for b in r.blocks if b.ops and b.ops[-1].name == name)
 
 
-def _exit(block: Block, at: int, edges: dict[Block, int]
+def _exit(block: Block, at: int, edges: dict[Block, int], edits: UseEdits
           ) -> tuple[Block, Callable[[list[Value]], list[Value]], list[Block], bool]:
     """Where control goes after the structured op `block.ops[at]`, as (target, the target's
     arguments given the op's result values, new blocks, whether the results' other uses
@@ -125,19 +176,19 @@ def _exit(block: Block, at: int, edges: dict[Block, int]
     if len(rest) == 1 and rest[0].name == "cf.br":
         br = rest[0]
         target = br.successors[0]
-        direct = all(u is br for r in op.results for u in r.uses)
+        direct = all(u is br for r in op.results for u in edits.uses(r))
         single = not direct and edges.get(target) == 1 and _exits(op) == 1 and \
             target.parent is not None and target is not target.parent.entry
         if direct or single:
             args = list(br.successor_args[0])
             index = {r: k for k, r in enumerate(op.results)}
-            _erase(br)
+            _erase(br, edits)
             edges[target] = edges.get(target, 0) - 1 + _exits(op)
             return (target, (lambda vals: [vals[index[a]] if a in index else a for a in args]),
                     [], single)
     cont = Block([r.type for r in op.results])
     for r, a in zip(op.results, cont.args):
-        replace_all_uses(r, a)
+        edits.replace_all(r, a)
     del block.ops[at + 1:]
     for o in rest:
         cont.append(o)
@@ -165,7 +216,7 @@ def _only_yields(region: Region) -> Operation | None:
 
 
 def _forward_bare_yields(region: Region, target: Block,
-                         target_args: Callable[[list[Value]], list[Value]]) -> None:
+                         target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> None:
     """Branches to a block of `region` (not its entry) that only yields go to `target`
     directly, and the block goes: the raise made it for a conditional branch's edge out."""
     bare = {b: y for b in region.blocks[1:] if (y := _bare_yield(b)) is not None}
@@ -180,56 +231,57 @@ def _forward_bare_yields(region: Region, target: Block,
             if y is None:
                 continue
             for v in term.successor_args[k]:
-                v.uses.remove(term)
+                edits.unuse(v, term)
             term.successors[k] = target
             term.successor_args[k] = target_args(list(y.operands))
             for v in term.successor_args[k]:
                 v.uses.append(term)
     for y in bare.values():
-        y.drop_uses()
+        edits.drop(y)
     region.blocks = [b for b in region.blocks if b not in bare]
 
 
-def _lower_op(block: Block, at: int, edges: dict[Block, int]) -> list[Block]:
+def _lower_op(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -> list[Block]:
     """Lower `block.ops[at]`; returns the blocks that now follow `block` (its regions'
     blocks, then the continuation)."""
     op = block.ops[at]
-    target, target_args, cont, single = _exit(block, at, edges)
+    target, target_args, cont, single = _exit(block, at, edges, edits)
     if single:
         # the results' uses past the target take the values of the one exit
-        target_args = _taking_exit_values(op, target_args)
+        target_args = _taking_exit_values(op, target_args, edits)
     # the op leaves its block: what it used is used by the branches that replace it
     del block.ops[at]
-    op.drop_uses()
+    edits.drop(op)
     attrs = {k: v for k, v in op.attributes.items()
              if k not in ("predicate", "increment", "predicate_line", "increment_line")}
     if op.name == "upir.if":
-        return _lower_if(block, op, attrs, target, target_args) + cont
+        return _lower_if(block, op, attrs, target, target_args, edits) + cont
     if op.name == "upir.while":
-        return _lower_while(block, op, attrs, target, target_args) + cont
-    return _lower_for(block, op, attrs, target, target_args) + cont
+        return _lower_while(block, op, attrs, target, target_args, edits) + cont
+    return _lower_for(block, op, attrs, target, target_args, edits) + cont
 
 
-def _taking_exit_values(op: Operation, target_args: Callable[[list[Value]], list[Value]]
-                        ) -> Callable[[list[Value]], list[Value]]:
+def _taking_exit_values(op: Operation, target_args: Callable[[list[Value]], list[Value]],
+                        edits: UseEdits) -> Callable[[list[Value]], list[Value]]:
     def args(vals: list[Value]) -> list[Value]:
         for r, v in zip(op.results, vals):
-            replace_all_uses(r, v)
+            edits.replace_all(r, v)
         return target_args(vals)
     return args
 
 
-def _yields_to(region: Region, name: str, rewrite: Callable[[Block, Operation], None]) -> None:
+def _yields_to(region: Region, name: str, rewrite: Callable[[Block, Operation], None],
+               edits: UseEdits) -> None:
     for b in region.blocks:
         if b.ops and b.ops[-1].name == name:
             term = b.ops.pop()
-            term.drop_uses()
+            edits.drop(term)
             term.parent = None
             rewrite(b, term)
 
 
 def _lower_if(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
-              target_args: Callable[[list[Value]], list[Value]]) -> list[Block]:
+              target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
     succs: list[Block] = []
     succ_args: list[list[Value]] = []
     moved: list[Block] = []
@@ -238,20 +290,20 @@ def _lower_if(block: Block, op: Operation, attrs: dict, target: Block,  # type: 
         if only is not None:
             succs.append(target)
             succ_args.append(target_args(list(only.operands)))
-            only.drop_uses()
+            edits.drop(only)
             continue
         succs.append(region.entry)
         succ_args.append([])
-        _forward_bare_yields(region, target, target_args)
+        _forward_bare_yields(region, target, target_args, edits)
         _yields_to(region, "upir.yield", lambda b, y: _terminate(
-            b, "cf.br", dict(y.attributes), [], [target], [target_args(list(y.operands))]))
+            b, "cf.br", dict(y.attributes), [], [target], [target_args(list(y.operands))]), edits)
         moved.extend(region.blocks)
     _terminate(block, "cf.cond_br", attrs, [op.operands[0]], succs, succ_args)
     return moved
 
 
 def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
-                 target_args: Callable[[list[Value]], list[Value]]) -> list[Block]:
+                 target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
     before, after = op.regions
     header = before.entry
     _terminate(block, "cf.br", attrs, [], [header], [list(op.operands)])
@@ -270,9 +322,9 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
         leave, leave_args = target, target_args(vals)
         negation = test.op if isinstance(test, OpResult) else None
         if negation is not None and negation.name == "ptx.not" and \
-                negation.attributes.get(NEGATED_EXIT) and not test.uses:
+                negation.attributes.get(NEGATED_EXIT) and not edits.uses(test):
             test = negation.operands[0]
-            _erase(negation)
+            _erase(negation, edits)
             _terminate(b, "cf.cond_br", dict(cond.attributes), [test], [leave, go],
                        [leave_args, go_args])
         else:
@@ -284,22 +336,22 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
         # the one condition's block is the after region's only way in: its values are the
         # after region's (the raise made these arguments; the CFG had none)
         for a, v in zip(after.entry.args, conditions[0].operands[1:]):
-            replace_all_uses(a, v)
+            edits.replace_all(a, v)
         after.entry.args = []
-    _yields_to(before, "upir.condition", condition)
+    _yields_to(before, "upir.condition", condition, edits)
     moved = list(before.blocks)
     if only is not None:
-        only.drop_uses()
+        edits.drop(only)
     else:
-        _forward_bare_yields(after, header, list)
+        _forward_bare_yields(after, header, list, edits)
         _yields_to(after, "upir.yield", lambda b, y: _terminate(
-            b, "cf.br", dict(y.attributes), [], [header], [list(y.operands)]))
+            b, "cf.br", dict(y.attributes), [], [header], [list(y.operands)]), edits)
         moved.extend(after.blocks)
     return moved
 
 
 def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
-               target_args: Callable[[list[Value]], list[Value]]) -> list[Block]:
+               target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
     lb, ub, step = op.operands[:3]
     inits = list(op.operands[3:])
     body = op.regions[0]
@@ -324,13 +376,13 @@ def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type:
         b.append(nxt)
         _terminate(b, "cf.br", dict(y.attributes), [], [header], [[nxt.results[0]] + list(y.operands)])
 
-    _yields_to(body, "upir.yield", back)
+    _yields_to(body, "upir.yield", back, edits)
     # the header is the body's only way in: its arguments are the body's
     for a, v in zip(body.entry.args, header.args):
-        replace_all_uses(a, v)
+        edits.replace_all(a, v)
     body.entry.args = []
     term = header.ops[-1]
     for v in term.successor_args[0]:
-        v.uses.remove(term)
+        edits.unuse(v, term)
     term.successor_args[0] = []
     return [header] + list(body.blocks)

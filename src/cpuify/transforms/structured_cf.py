@@ -39,10 +39,9 @@ from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import (
     Block, DomTree, Operation, OpResult, Region, Value, dominators, postorder,
-    replace_all_uses,
 )
 from cpuify.ir.structure import block_body, block_parallel
-from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE
+from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE, UseEdits
 from cpuify.transforms.pass_manager import register
 
 #: what the pass records on the `upir.block_parallel` op (what `cpuify explain` prints)
@@ -134,6 +133,7 @@ class _Raiser:
         self.home: dict[Block, Block] = {}
         # how deep the structured ops in a block nest (absent: none)
         self.depth: dict[Block, int] = {}
+        self.edits = UseEdits()
 
     # --- bookkeeping -------------------------------------------------------------------
     def find(self, b: Block) -> Block:
@@ -161,7 +161,7 @@ class _Raiser:
         """Replace `block`'s terminator by `new` (None: just remove it)."""
         old = block.ops[-1]
         self._drop_edges(old)
-        old.drop_uses()
+        self.edits.drop(old)
         block.ops.pop()
         old.parent = None
         if new is not None:
@@ -273,7 +273,7 @@ class _Raiser:
         """Whether a value defined in `blocks` is used outside the blocks of `inside`."""
         for b in blocks:
             for v in _defined_in(b):
-                for user in v.uses:
+                for user in self.edits.uses(v):
                     if _ancestor_block(user, self.region) not in inside:
                         return True
         return False
@@ -318,7 +318,7 @@ class _Raiser:
                 continue
             entry = arm[0]
             for a, v in zip(entry.args, passed):
-                replace_all_uses(a, v)
+                self.edits.replace_all(a, v)
             entry.args = []
             for b in arm:
                 region.add_block(b)         # (the entry first)
@@ -354,7 +354,7 @@ class _Raiser:
             out = Block()
             passed = term.successor_args[k]
             for v in passed:
-                v.uses.remove(term)
+                self.edits.unuse(v, term)
             out.append(Operation(name, mapped(list(passed)), attributes={RAISED_EDGE: None}))  # type: ignore[operator]
             region.add_block(out)
             self._drop_edges(term)
@@ -462,7 +462,7 @@ class _Raiser:
         cond = term.operands[0]
         if after:
             for a, v in zip(stay.args, stay_args):
-                replace_all_uses(a, v)
+                self.edits.replace_all(a, v)
             stay.args = []
         # values of the before region needed after it: forwarded by the condition
         extra = set(exit_args) | (set(stay_args) if not after else set())
@@ -472,7 +472,7 @@ class _Raiser:
         for b in before:
             for v in _defined_in(b):
                 needed = v in extra
-                for user in v.uses:
+                for user in self.edits.uses(v):
                     if user is term:
                         continue
                     home = _ancestor_block(user, self.region)
@@ -488,7 +488,7 @@ class _Raiser:
         test = cond
         exiting.ops.pop()
         self._drop_edges(term)
-        term.drop_uses()
+        self.edits.drop(term)
         term.parent = None
         if k_in != 0:
             neg = Operation("ptx.not", [cond], ["i1"], {"mods": ["pred"], NEGATED_EXIT: True})
@@ -506,7 +506,7 @@ class _Raiser:
             for v, users in after_uses.items():
                 new = entry.args[index[v]]
                 for user in users:
-                    _replace_operand(user, v, new)
+                    _replace_operand(user, v, new, self.edits)
             for b in after:
                 after_region.add_block(b)
             for b in after:
@@ -542,7 +542,7 @@ class _Raiser:
                                  1 + max(self.depth.get(b, 0) for b in body))
         for v, users in outer_uses.items():
             for user in users:
-                _replace_operand(user, v, while_op.results[index[v]])
+                _replace_operand(user, v, while_op.results[index[v]], self.edits)
         out_args = [while_op.results[index[v]] if v in index else v for v in exit_args]
         br = Operation("cf.br", successors=[after_loop], successor_args=[out_args])
         holder.append(br)
@@ -550,12 +550,12 @@ class _Raiser:
         for b in body:
             self.home[b] = holder
         self.raised["while"] += 1
-        if _to_for(while_op):
+        if _to_for(while_op, self.edits):
             self.raised["while"] -= 1
             self.raised["for"] += 1
 
 
-def _replace_operand(user: Operation, old: Value, new: Value) -> None:
+def _replace_operand(user: Operation, old: Value, new: Value, edits: UseEdits) -> None:
     n = 0
     for i, v in enumerate(user.operands):
         if v is old:
@@ -567,7 +567,7 @@ def _replace_operand(user: Operation, old: Value, new: Value) -> None:
                 args[i] = new
                 n += 1
     for _ in range(n):
-        old.uses.remove(user)
+        edits.unuse(old, user)
         new.uses.append(user)
 
 
@@ -587,7 +587,7 @@ def _inside(v: Value, op: Operation) -> bool:
 _INT_COMPARE_TYPES = ("s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64")
 
 
-def _to_for(loop: Operation) -> bool:
+def _to_for(loop: Operation, edits: UseEdits) -> bool:
     """Make `loop` (a upir.while just built) a upir.for when it counts: the before region
     is `%c = setp iv, %ub` and `upir.condition(%c, its arguments)`, the after region yields
     `iv + %step` for iv (one yield), %ub and %step are defined outside the loop, and the
@@ -600,7 +600,7 @@ def _to_for(loop: Operation) -> bool:
         return False
     test, cond = head.ops
     if cond.operands[0] is not test.results[0] or list(cond.operands[1:]) != list(head.args) or \
-            len(test.results[0].uses) != 1:
+            len(edits.uses(test.results[0])) != 1:
         return False
     mods = list(test.attributes.get("mods", ()))
     if not any(m in _INT_COMPARE_TYPES for m in mods) or any(m in ("and", "or", "xor") for m in mods):
@@ -609,7 +609,7 @@ def _to_for(loop: Operation) -> bool:
     if iv_before not in head.args or _inside(bound, loop):
         return False
     k = head.args.index(iv_before)  # type: ignore[arg-type]
-    if loop.results[k].uses:
+    if edits.uses(loop.results[k]):
         return False
     yields = [b.ops[-1] for b in after.blocks if b.ops and b.ops[-1].name == "upir.yield"]
     if len(yields) != 1:
@@ -619,7 +619,7 @@ def _to_for(loop: Operation) -> bool:
     nxt = y.operands[k]
     if not (isinstance(nxt, OpResult) and nxt.op.name == "ptx.add" and len(nxt.op.operands) == 2
             and nxt.op.operands[0] is iv and not _inside(nxt.op.operands[1], loop)
-            and len(nxt.uses) == 1 and nxt.type == iv.type
+            and len(edits.uses(nxt)) == 1 and nxt.type == iv.type
             and not any(m in ("cc", "sat") for m in nxt.op.attributes.get("mods", ()))):
         return False
     if iv.type not in ("i16", "i32", "i64") or bound.type != iv.type:
@@ -634,12 +634,11 @@ def _to_for(loop: Operation) -> bool:
     if "line" in step_op.attributes:
         attrs["increment_line"] = step_op.attributes["line"]
     # the body: the after region, the induction variable its first argument
-    y.set_operand(k, iv)            # (drops the add's only use)
-    step_op.drop_uses()
+    edits.drop(step_op)
     step_op.parent.ops.remove(step_op)  # type: ignore[union-attr]
     step_op.parent = None
-    removed = y.operands.pop(k)
-    removed.uses.remove(y)
+    removed = y.operands.pop(k)         # (the add's only use)
+    edits.unuse(removed, y)
     entry = after.entry
     entry.args.insert(0, entry.args.pop(k))
     for i, a in enumerate(entry.args):
@@ -659,10 +658,10 @@ def _to_for(loop: Operation) -> bool:
     loop.parent = None
     results = [r for i, r in enumerate(loop.results) if i != k]
     for old, new in zip(results, for_op.results):
-        replace_all_uses(old, new)
+        edits.replace_all(old, new)
     for o in (test, cond):
-        o.drop_uses()
-    loop.drop_uses()
+        edits.drop(o)
+    edits.drop(loop)
     return True
 
 
@@ -670,4 +669,5 @@ def raise_structured_control_flow(region: Region) -> RaiseReport:
     """Raise the reducible control flow of `region` (a block body) in place."""
     raiser = _Raiser(region)
     raiser.run()
+    raiser.edits.flush()
     return RaiseReport(raiser.raised, raiser.left)
