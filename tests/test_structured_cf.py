@@ -125,6 +125,23 @@ BODIES = {
 ^bb6:
   "ptx.st"(%p, %u2) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
   "upir.exit"() : () -> ()''',
+    # a do-while loop entered from both arms of an if (a block in the header's place
+    # holds the while; lowered, it is the header again)
+    "two_entries": PROLOGUE + '''
+  %c = "ptx.setp"(%t, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c) [^bb1, ^bb2] <{operandSegmentSizes = array<i32: 1, 0, 0>}> : (i1) -> ()
+^bb1:
+  "cf.br"(%t) [^bb3] {line = 3 : i64} : (i32) -> ()
+^bb2:
+  "cf.br"(%n) [^bb3] {line = 4 : i64} : (i32) -> ()
+^bb3(%x: i32):
+  "upir.barrier"() {mods = ["sync"]} : () -> ()
+  %x2 = "ptx.shr"(%x, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %go = "ptx.setp"(%x2, %zero) {mods = ["gt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%go, %x2) [^bb3, ^bb4] <{operandSegmentSizes = array<i32: 1, 1, 0>}> : (i1, i32) -> ()
+^bb4:
+  "ptx.st"(%p, %x2) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "upir.exit"() : () -> ()''',
     # must not fire: an irreducible cycle (two entries, ^bb1 and ^bb2)
     "irreducible": PROLOGUE + '''
   %c = "ptx.setp"(%t, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
@@ -244,6 +261,18 @@ def test_nested_loops_with_barriers() -> None:
     ''')
     # the outer loop left on the true side of its branch: the continue test is its negation
     assert '"ptx.not"' in text and "structured_negation = true" in text
+
+
+def test_loop_entered_from_two_places() -> None:
+    filecheck(raised("two_entries")[1], r'''
+    CHECK: = "upir.if"
+    CHECK: "cf.br"({{%\d+}}) [^bb1]
+    CHECK: ^bb1({{%\d+}}: i32):
+    CHECK-NEXT: = "upir.while"
+    CHECK: "upir.barrier"
+    CHECK: "upir.condition"
+    CHECK: structured_cf = [["if", 1 : i64], ["while", 1 : i64], ["for", 0 : i64]], cfg_left = []
+    ''')
 
 
 @pytest.mark.parametrize("name, why", [

@@ -306,7 +306,18 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
                  target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
     before, after = op.regions
     header = before.entry
-    _terminate(block, "cf.br", attrs, [], [header], [list(op.operands)])
+    if not block.ops and op.operands == block.args and block.parent is not None and \
+            block is not block.parent.entry:
+        # the op alone in a block whose arguments it takes (the raise put a loop entered
+        # from several places there): that block is the loop's header again
+        for a, b in zip(header.args, block.args):
+            edits.replace_all(a, b)
+        for o in header.ops:
+            block.append(o)
+        header.ops = []
+        before.blocks[0] = header = block
+    else:
+        _terminate(block, "cf.br", attrs, [], [header], [list(op.operands)])
     # an after region that only passes values back (a do-while: all in the before region)
     only = after.entry.ops[0] if len(after.blocks) == 1 and len(after.entry.ops) == 1 and \
         after.entry.ops[0].name == "upir.yield" else None
@@ -339,7 +350,7 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
             edits.replace_all(a, v)
         after.entry.args = []
     _yields_to(before, "upir.condition", condition, edits)
-    moved = list(before.blocks)
+    moved = [b for b in before.blocks if b is not block]
     if only is not None:
         edits.drop(only)
     else:

@@ -281,6 +281,8 @@ class _Raiser:
     def raise_if(self, branch: Block, join: Block | None, quiet: bool = False) -> None:
         term = branch.ops[-1]
         left = Counter() if quiet else self.left
+        if join is not None:
+            join = self.placed.get(join, join)     # (a loop header: the block now in its place)
         if join is None or not self.in_region(join):
             left["branch with no join (a path ends the thread or never ends)"] += 1
             return
