@@ -7,8 +7,10 @@ the raise: the regions' blocks move back into the enclosing region, `upir.yield`
 `upir.condition` become `cf.br`/`cf.cond_br` with the attributes (PTX line) of the branches
 they replaced, and a negation the raise inserted to turn an exit test into a continue test
 is folded back into the branch's order.  An op followed only by `cf.br ^next(...)` branches
-to `^next` directly and a region that only yields is no block at all, so that a raised and
-lowered CFG has the blocks and edges it had before the raise.
+to `^next` directly, a region that only yields is no block at all and a block that held
+only a loop is the loop's header again, so that a raised and lowered CFG has the blocks and
+edges it had before the raise.  (Block arguments of an arm's entry, which has one
+predecessor, are not restored: the raise replaced them by the values passed.)
 
 Iterative (a work stack of blocks), linear in the number of ops moved."""
 

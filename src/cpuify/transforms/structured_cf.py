@@ -188,10 +188,6 @@ class _Raiser:
             for s in b.successors:
                 if tree.dominates(s, b):
                     latches.setdefault(s, []).append(b)
-        in_loops: set[Block] = set()
-        for b in region.blocks:
-            if b in idom and any(tree.dominates(s, b) for s in b.successors):
-                in_loops.add(b)
         # an irreducible cycle: blocks on a cycle with no back edge to a dominating header
         cyclic = cyclic_blocks(region)
         if cyclic:
@@ -325,7 +321,7 @@ class _Raiser:
             for b in arm:
                 region.add_block(b)         # (the entry first)
             for b in arm:
-                self._yields_for(b, join, region, "upir.yield", lambda vals: vals)
+                self._yields_for(b, join, region)
                 self.home[b] = branch
             regions.append(region)
         attrs = dict(term.attributes)
@@ -337,16 +333,15 @@ class _Raiser:
         self._add_edges(br)
         self.raised["if"] += 1
 
-    def _yields_for(self, b: Block, target: Block, region: Region, name: str,
-                    values: object) -> None:
-        """`b`'s branches to `target` (outside the region `b` moved to) become `name` ops
-        (`upir.yield`) with the values passed, mapped by `values`."""
+    def _yields_for(self, b: Block, target: Block, region: Region) -> None:
+        """`b`'s branches to `target` (outside the region `b` moved to) become `upir.yield`
+        ops with the values passed (a `cf.br` keeps its attributes, the PTX line)."""
         term = b.ops[-1]
         if target not in term.successors:
             return
-        mapped = values  # type: ignore[assignment]
         if term.name == "cf.br":
-            y = Operation(name, mapped(list(term.successor_args[0])), attributes=dict(term.attributes))  # type: ignore[operator]
+            y = Operation("upir.yield", list(term.successor_args[0]),
+                          attributes=dict(term.attributes))
             self.set_terminator(b, y)
             return
         # a conditional branch with an edge out: that edge goes to a block that yields
@@ -357,7 +352,7 @@ class _Raiser:
             passed = term.successor_args[k]
             for v in passed:
                 self.edits.unuse(v, term)
-            out.append(Operation(name, mapped(list(passed)), attributes={RAISED_EDGE: None}))  # type: ignore[operator]
+            out.append(Operation("upir.yield", list(passed), attributes={RAISED_EDGE: None}))
             region.add_block(out)
             self._drop_edges(term)
             term.successors[k] = out
@@ -512,7 +507,7 @@ class _Raiser:
             for b in after:
                 after_region.add_block(b)
             for b in after:
-                self._yields_for(b, header, after_region, "upir.yield", lambda vals: vals)
+                self._yields_for(b, header, after_region)
         else:
             entry = after_region.add_block(Block(types))
             back = [entry.args[index[v]] if v in index else v for v in stay_args]
