@@ -63,8 +63,12 @@ class RaiseStructuredControlFlow:
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of structured ops made."""
         report = raise_structured_control_flow(block_body(kernel))
-        attrs = block_parallel(kernel).attributes
-        attrs[RAISED_ATTR] = [[k, report.raised[k]] for k in ("if", "while", "for")]
+        parallel = block_parallel(kernel)
+        attrs = parallel.attributes
+        # what the block body holds now (also what an earlier run of the pass raised)
+        present = Counter(op.name[len("upir."):] for op in parallel.walk()
+                          if op.name in ("upir.if", "upir.while", "upir.for"))
+        attrs[RAISED_ATTR] = [[k, present[k]] for k in ("if", "while", "for")]
         attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
         return sum(report.raised.values())
 
