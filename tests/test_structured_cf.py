@@ -425,3 +425,6 @@ def test_explain_shows_the_structure(tmp_path, capsys) -> None:  # type: ignore[
     assert "structured control flow: " in out and " while" in out
     assert main(["explain", str(src), "--disable-pass=raise-structured-cf"]) == 0
     assert "structured control flow" not in capsys.readouterr().out
+    assert main(["ir", str(src), "--print-ir-after=raise-structured-cf"]) == 0
+    err = capsys.readouterr().err
+    assert "after raise-structured-cf" in err and '"upir.while"' in err
