@@ -166,8 +166,38 @@ def test_cli_ir_after_the_default_passes_is_valid_mlir(name, tmp_path, capsys):
     cu.write_text(src)
     assert main(["ir", "--mlir", str(cu)] + [o for o in options if o.startswith(("-D", "-I"))]) == 0
     text = capsys.readouterr().out
-    xdsl_parse(text)
-    assert print_module(parse_module(text)) == text
+    module = xdsl_parse(text)
+    parsed = parse_module(text)
+    assert print_module(parsed) == text
+    # the structured control flow raise-structured-cf made (regions with results, block
+    # arguments, upir.condition) is read by xDSL op for op
+    ours = {op.name for k in parsed for op in k.walk()}
+    assert ours <= {xdsl_name(op) for op in module.walk()}
+
+
+def test_interpreter_runs_the_structured_ir_after_the_default_passes():
+    """The IR after the default pipeline (its last pass raises if/while/for), printed as MLIR
+    that xDSL reads and parsed back, runs in the interpreter with the lifted IR's results."""
+    from cpuify.transforms.pass_manager import PipelineOptions, run_pipeline
+    ptx = compile_to_ptx(MIXED_SRC).ptx
+    n = 100
+    x = np.linspace(-3, 5, n).astype(np.float32)
+    results = []
+    for optimized in (False, True):
+        mod = InterpModule(ptx)
+        if optimized:
+            (op,) = parse_module(print_module([mod.kernel("mixed").lifted.op]))
+            run_pipeline(op, PipelineOptions(verify_each=True))
+            text = print_module([op])
+            assert '"upir.if"' in text and '"cf.cond_br"' not in text
+            xdsl_parse(text)
+            (op,) = parse_module(text)
+            mod.use_ir("mixed", op)
+        out, hist = np.zeros(n, np.float32), np.zeros(4, np.int32)
+        mod.launch("mixed", 2, 64, (x, out, hist, np.int32(n)), shared_mem=64 * 4)
+        results.append((out, hist))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
 
 
 def test_interpreter_runs_parsed_ir_with_the_same_results():

@@ -569,7 +569,7 @@ FAST_WITHOUT = {
     "swaps": {"if-convert-swaps"},
     "flags": {"select-if-phis"},
     "grid_stride": {"reroll-loops"},
-    "normalize": {"parallel-licm"},
+    "normalize": {"parallel-licm", "raise-structured-cf"},
     "two_phases": {"barrier-elimination"},
     "staged": {"barrier-motion"},
     "histogram": {"interchange-thread-strided-loops"},

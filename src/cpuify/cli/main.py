@@ -386,7 +386,10 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
     from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
     from cpuify.ir.structure import launch_prologue
     from cpuify.transforms.pass_manager import DESCRIPTIONS
+    from cpuify.transforms.structured_cf import structure_summary
     for module, lifted, counts in _lift_all(ptx, only, pipeline, block):
+        # (raise-structured-cf's if/while/for: read before code generation lowers them)
+        structure = structure_summary(lifted.op)
         # the sync points code generation plans, after the pass pipeline
         kc = KernelCodegen(ModuleCodegen(module), lifted, block)
         region = kc.region
@@ -397,7 +400,7 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
         for name, n in counts.items():
             if n:
                 print(f"  {name}: {n} {DESCRIPTIONS[name]}")
-        for line in _loop_order_notes(lifted.op):
+        for line in structure + _loop_order_notes(lifted.op):
             print("  " + line)
         _explain_noalias(module, lifted, counts, block, pipeline)
         if any(v.name.startswith("__cpuify_hoisted_") for v in lifted.shared_vars):

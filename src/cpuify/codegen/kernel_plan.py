@@ -30,6 +30,7 @@ from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
 from cpuify.ir.core import Region, Value, predecessors
 from cpuify.ir.structure import block_body, block_parallel, lockstep_counters
+from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.lifting.lift import LiftedKernel
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ class KernelPlan(ThreadLoopPlans):
         # thread loops run: the launch's with the duplicate_dims (below) set to 1
         self.launch_dims = block_dims
         self.block_dims = block_dims
+        if body is None:
+            # raise-structured-cf's if/while/for back to the CFG this plan reads
+            lower_structured_control_flow(kernel.op)
         self.region = block_body(kernel.op) if body is None else body
         # .ftz done by the CPU's MXCSR around the block function (codegen/denormals.py)
         self.hardware_flush = is_x86(mod.module.triple) and hardware_flush(kernel.op)

@@ -85,6 +85,7 @@ from cpuify.ir.core import Operation, Region, Value
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.modifiers import type_size
 from cpuify.ir.parser import parse_module
+from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.ir.structure import KernelView, block_body, launch_prologue, variable_of
 from cpuify.ir.verifier import verify
 from cpuify.lifting import LiftedKernel, lift_kernel
@@ -222,6 +223,9 @@ class _Kernel:
 
 
 def _prepare(module: PTXModule, lifted: LiftedKernel, body: Region | None = None) -> _Kernel:
+    if body is None:
+        # structured if/while/for (raise-structured-cf) run as the branches they stand for
+        lower_structured_control_flow(lifted.op)
     region = block_body(lifted.op) if body is None else body
     shared = shared_layout(module, lifted)
     local_offsets: dict[str, int] = {}

@@ -8,7 +8,10 @@ Dialects:
     ops (`ptx.ld`, `ptx.st`, `ptx.atom`, `ptx.red`) take an address value plus an
     immediate `offset` attribute; `space` attributes name the state space.
   * `cf`    — unstructured control flow inside the block body (`cf.br`, `cf.cond_br`),
-    `upir.exit` ends a CUDA thread.
+    `upir.exit` ends a CUDA thread.  Where the CFG is reducible, raise-structured-cf
+    (transforms/structured_cf.py) nests it into `upir.if`/`upir.while`/`upir.for` ops with
+    `upir.yield`/`upir.condition` terminators (MLIR's scf ops); ir/structured.py lowers them
+    back to the CFG for code generation and the interpreter.
 
 Memory effects answer (kind, space) pairs; passes and code generation read them instead
 of special-casing op names (a barrier is an op whose effects are read+write on
@@ -138,6 +141,95 @@ define("upir.free", effects=lambda op: [])
 # --- control flow ----------------------------------------------------------------------------
 define("cf.br", terminator=True, pure=True)
 define("cf.cond_br", terminator=True, pure=True)
+
+
+# --- structured control flow (MLIR's scf.if / scf.while / scf.for, transforms/structured_cf.py)
+# Regions are single-entry CFGs whose entry has no predecessors; the blocks that leave the
+# region end with `upir.yield` (values to the op's results, or to the next iteration) or, in
+# a while's `before` region, with `upir.condition`.  ir/structured.py lowers them to cf.*.
+STRUCTURED_OPS = ("upir.if", "upir.while", "upir.for")
+
+
+def _region_exits(op: Operation, index: int, name: str) -> list[Operation]:
+    """The terminators named `name` of the blocks of op's region `index` (not nested ones)."""
+    return [b.ops[-1] for b in op.regions[index].blocks if b.ops and b.ops[-1].name == name]
+
+
+def _check_types(what: str, values: list[str], expected: list[str]) -> None:
+    if values != expected:
+        raise IRError(f"{what} has types ({', '.join(values)}), expected ({', '.join(expected)})")
+
+
+def _verify_if(op: Operation) -> None:
+    if len(op.operands) != 1 or op.operands[0].type != "i1":
+        raise IRError("'upir.if' takes one i1 condition")
+    results = [r.type for r in op.results]
+    for k, which in enumerate(("then", "else")):
+        region = op.regions[k]
+        if region.blocks and region.entry.args:
+            raise IRError(f"the {which} region's entry block takes no arguments")
+        for y in _region_exits(op, k, "upir.yield"):
+            _check_types(f"a yield of the {which} region", [v.type for v in y.operands], results)
+
+
+def _verify_while(op: Operation) -> None:
+    inits = [v.type for v in op.operands]
+    results = [r.type for r in op.results]
+    before, after = op.regions
+    if before.blocks:
+        _check_types("the before region's entry", [a.type for a in before.entry.args], inits)
+    conditions = _region_exits(op, 0, "upir.condition")
+    if not conditions:
+        raise IRError("the before region has no 'upir.condition'")
+    for c in conditions:
+        if not c.operands or c.operands[0].type != "i1":
+            raise IRError("'upir.condition' takes an i1 first")
+        _check_types("a 'upir.condition'", [v.type for v in c.operands[1:]], results)
+    if after.blocks:
+        _check_types("the after region's entry", [a.type for a in after.entry.args], results)
+    for y in _region_exits(op, 1, "upir.yield"):
+        _check_types("a yield of the after region", [v.type for v in y.operands], inits)
+
+
+def _verify_for(op: Operation) -> None:
+    if len(op.operands) < 3:
+        raise IRError("'upir.for' takes a lower bound, an upper bound and a step")
+    lb, ub, step = (v.type for v in op.operands[:3])
+    if not (lb == ub == step) or lb not in ("i16", "i32", "i64"):
+        raise IRError(f"'upir.for' bounds and step must be one integer type, got {lb}, {ub}, {step}")
+    if not isinstance(op.attributes.get("predicate"), list) or \
+            not isinstance(op.attributes.get("increment"), list):
+        raise IRError("'upir.for' needs its 'predicate' (the setp modifiers that test iv against "
+                      "the bound) and 'increment' (the add modifiers)")
+    inits = [v.type for v in op.operands[3:]]
+    _check_types("'upir.for' results", [r.type for r in op.results], inits)
+    body = op.regions[0]
+    if body.blocks:
+        _check_types("the body's entry", [a.type for a in body.entry.args], [lb] + inits)
+    for y in _region_exits(op, 0, "upir.yield"):
+        _check_types("a yield of the body", [v.type for v in y.operands], inits)
+
+
+def _verify_condition(op: Operation) -> None:
+    region = op.parent.parent if op.parent is not None else None
+    owner = region.parent if region is not None else None
+    if owner is None or owner.name != "upir.while" or owner.regions[0] is not region:
+        raise IRError("'upir.condition' ends a block of a 'upir.while' op's before region only")
+
+
+def _nested_effects(op: Operation) -> list[tuple[str, str]]:
+    """The memory effects of a structured op: those of the ops it holds."""
+    seen: set[tuple[str, str]] = set()
+    for inner in op.walk():
+        if inner is not op:
+            seen.update(memory_effects(inner))
+    return sorted(seen)
+
+
+define("upir.if", regions=2, verify=_verify_if, effects=_nested_effects)
+define("upir.while", regions=2, verify=_verify_while, effects=_nested_effects)
+define("upir.for", regions=1, verify=_verify_for, effects=_nested_effects)
+define("upir.condition", terminator=True, pure=True, verify=_verify_condition)
 
 # --- PTX instructions --------------------------------------------------------------------------
 # one `ptx.*` op per entry of the instruction table (ir/ptx_table.py): pure, or the memory

@@ -24,6 +24,7 @@ from cpuify.analysis.manager import AnalysisManager
 from cpuify.errors import CpuifyError
 from cpuify.ir.core import Operation
 from cpuify.ir.printer import print_op
+from cpuify.ir.structured import has_structured_ops, lower_structured_control_flow
 from cpuify.ir.verifier import verify
 
 
@@ -55,7 +56,7 @@ def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
         barriers, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
-        progress, reroll, sum_split,
+        progress, reroll, structured_cf, sum_split,
         threads, warps,
     )
 
@@ -79,13 +80,15 @@ def default_pipeline() -> list[str]:
 #: launch prologue both share must not), barrier elimination and motion, then the
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
-#: flushes left to the readers last (it reads who reads each value in the final IR)
+#: flushes left to the readers (it reads who reads each value in the final IR); the CFG
+#: raised to structured if/while/for last, for the printed IR and `explain` (the other
+#: passes and code generation work on the CFG: they lower it first, ir/structured.py)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
-                 "flush-min-max-at-uses")
+                 "flush-min-max-at-uses", "raise-structured-cf")
 #: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
 #: in cpuify's execution model turns a shared-memory round trip across a barrier into a
 #: per-thread slot kept across it, no cheaper (Fig. 9: 0.141 -> 0.157 ms); it pays once
@@ -227,12 +230,19 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
     result = PipelineResult()
     name_attr = kernel.attributes.get("sym_name", "?")
     analyses = AnalysisManager()
+    structured = has_structured_ops(kernel)     # (read from an MLIR file, or raised below)
     for spec in options.pipeline():
         p = make_pass(spec)
         name = p.name
+        if structured and not getattr(p, "structured", False):
+            # a pass after raise-structured-cf works on the CFG, as code generation does
+            if lower_structured_control_flow(kernel):
+                analyses.invalidate()
+            structured = False
         result.counts[name] = p.run(kernel, analyses)
         if result.counts[name]:
             analyses.invalidate()       # the IR changed: analyses are recomputed on demand
+            structured = structured or getattr(p, "structured", False)
         if options.verify_each:
             try:
                 verify(kernel)

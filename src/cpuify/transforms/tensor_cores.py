@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from cpuify.ir.core import Operation, Value, replace_all_uses
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.lifting.tensor_cores import parse_matrix_op
 
 RECORD = "__cpuify_warp_matrix"
@@ -35,6 +36,9 @@ _KINDS = ("mma", "ldmatrix", "stmatrix", "movmatrix")
 
 def lower_warp_matrix_ops(kernel: Operation) -> int:
     """Rewrite the kernel's mma/ldmatrix collectives; returns how many."""
+    if any(op.name == "upir.warp_collective" and op.attributes.get("kind") in _KINDS
+           for op in kernel.walk()):
+        lower_structured_control_flow(kernel)       # (the rewrite walks the CFG)
     region = block_body(kernel)
     count = 0
     most = 0

@@ -1,0 +1,401 @@
+"""Lowering structured control flow (`upir.if`, `upir.while`, `upir.for`) back to the CFG.
+
+raise-structured-cf (transforms/structured_cf.py) nests the block body's reducible control
+flow into these ops; code generation, the reference interpreter and every pass that works
+on the CFG call :func:`lower_structured_control_flow` first.  The lowering is the inverse of
+the raise: the regions' blocks move back into the enclosing region, `upir.yield` and
+`upir.condition` become `cf.br`/`cf.cond_br` with the attributes (PTX line) of the branches
+they replaced, and a negation the raise inserted to turn an exit test into a continue test
+is folded back into the branch's order.  An op followed only by `cf.br ^next(...)` branches
+to `^next` directly, a region that only yields is no block at all and a block that held
+only a loop is the loop's header again, so that a raised and lowered CFG has the blocks and
+edges it had before the raise.  (Block arguments of an arm's entry, which has one
+predecessor, are not restored: the raise replaced them by the values passed.)
+
+Iterative (a work stack of blocks), linear in the number of ops moved."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
+from cpuify.ir.dialects import STRUCTURED_OPS
+
+#: attribute of the `ptx.not` the raise puts in front of a `upir.condition` whose loop left
+#: on the true side of its branch (the lowering branches on the original predicate instead)
+NEGATED_EXIT = "structured_negation"
+
+
+#: attribute of a `upir.yield` the raise made alone in a block for an edge of a branch (an
+#: empty arm of an if, a conditional branch's edge out of a region): no block once lowered
+RAISED_EDGE = "edge"
+
+
+class UseEdits:
+    """Removals from `Value.uses` made at the end, value by value: `list.remove` on the uses
+    of a constant used all over the kernel is linear in its uses, once per removal, which
+    made raising and lowering quadratic in kernel size.  Read a value's uses through
+    :meth:`uses` while removals are pending; :meth:`flush` before handing the IR on."""
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: dict[Value, dict[Operation, int]] = {}
+
+    def unuse(self, v: Value, user: Operation) -> None:
+        d = self.pending.setdefault(v, {})
+        d[user] = d.get(user, 0) + 1
+
+    def drop(self, op: Operation) -> None:
+        """What `op.drop_uses()` does."""
+        for v in op.operands:
+            self.unuse(v, op)
+        for args in op.successor_args:
+            for v in args:
+                self.unuse(v, op)
+
+    def uses(self, v: Value) -> list[Operation]:
+        self._flush(v)
+        return v.uses
+
+    def replace_all(self, old: Value, new: Value) -> None:
+        self._flush(old)
+        replace_all_uses(old, new)
+
+    def _flush(self, v: Value) -> None:
+        d = self.pending.pop(v, None)
+        if not d:
+            return
+        keep: list[Operation] = []
+        for u in v.uses:
+            n = d.get(u)
+            if n:
+                d[u] = n - 1
+            else:
+                keep.append(u)
+        v.uses[:] = keep
+
+    def flush(self) -> None:
+        for v in list(self.pending):
+            self._flush(v)
+
+
+def has_structured_ops(op: Operation) -> bool:
+    """Whether `op` holds a structured control-flow op anywhere."""
+    return any(o.name in STRUCTURED_OPS for o in op.walk())
+
+
+def lower_structured_control_flow(kernel: Operation) -> int:
+    """Lower every structured op nested in `kernel` (any op with regions) to branches in
+    the region that holds it, in place; returns how many ops were lowered (0: unchanged)."""
+    regions: list[Region] = []
+    seen: set[int] = set()
+    for o in kernel.walk():
+        if o.name in STRUCTURED_OPS and o.parent is not None and o.parent.parent is not None:
+            region = o.parent.parent
+            # (a structured op nested in another is moved out with its region's blocks)
+            if not _inside_structured(region) and id(region) not in seen:
+                seen.add(id(region))
+                regions.append(region)
+    edits = UseEdits()
+    count = sum(_lower_region(r, edits) for r in regions)
+    edits.flush()
+    return count
+
+
+def _inside_structured(region: Region) -> bool:
+    node = region.parent
+    while node is not None:
+        if node.name in STRUCTURED_OPS:
+            return True
+        blk = node.parent
+        node = blk.parent.parent if blk is not None and blk.parent is not None else None
+    return False
+
+
+def _edge_counts(region: Region) -> dict[Block, int]:
+    """How many branches lead to each block of `region` and of the structured ops in it
+    (the blocks the lowered region will hold)."""
+    counts: dict[Block, int] = {}
+    stack = [region]
+    while stack:
+        r = stack.pop()
+        for b in r.blocks:
+            for o in b.ops:
+                for s in o.successors:
+                    counts[s] = counts.get(s, 0) + 1
+                if o.name in STRUCTURED_OPS:
+                    stack.extend(o.regions)
+    return counts
+
+
+def _lower_region(region: Region, edits: UseEdits) -> int:
+    out: list[Block] = []
+    work = list(reversed(region.blocks))
+    count = 0
+    edges = _edge_counts(region)
+    while work:
+        block = work.pop()
+        out.append(block)
+        at = next((i for i, o in enumerate(block.ops) if o.name in STRUCTURED_OPS), None)
+        if at is None:
+            continue
+        count += 1
+        follow = _lower_op(block, at, edges, edits)
+        work.extend(reversed(follow))
+    for b in out:
+        b.parent = region
+    region.blocks = out
+    return count
+
+
+def _erase(op: Operation, edits: UseEdits) -> None:
+    edits.drop(op)
+    if op.parent is not None:
+        op.parent.ops.remove(op)
+        op.parent = None
+
+
+def _exits(op: Operation) -> int:
+    """How many branches leave `op` once lowered."""
+    if op.name == "upir.for":
+        return 1
+    name = "upir.condition" if op.name == "upir.while" else "upir.yield"
+    regions = op.regions[:1] if op.name == "upir.while" else op.regions
+    return sum(1 for r in regions for b in r.blocks if b.ops and b.ops[-1].name == name)
+
+
+def _exit(block: Block, at: int, edges: dict[Block, int], edits: UseEdits
+          ) -> tuple[Block, Callable[[list[Value]], list[Value]], list[Block], bool]:
+    """Where control goes after the structured op `block.ops[at]`, as (target, the target's
+    arguments given the op's result values, new blocks, whether the results' other uses
+    take the values of the op's one exit).  The ops after it move to a new continuation
+    block whose arguments are the results, unless they are one `cf.br`: then the exits
+    branch to its target directly, where the br alone uses the results or where the op's
+    one exit will be the only way into the target (it dominates the uses: the loop's exit
+    block of a raised loop)."""
+    op = block.ops[at]
+    rest = block.ops[at + 1:]
+    if len(rest) == 1 and rest[0].name == "cf.br":
+        br = rest[0]
+        target = br.successors[0]
+        direct = all(u is br for r in op.results for u in edits.uses(r))
+        single = not direct and edges.get(target) == 1 and _exits(op) == 1 and \
+            target.parent is not None and target is not target.parent.entry
+        if direct or single:
+            args = list(br.successor_args[0])
+            index = {r: k for k, r in enumerate(op.results)}
+            _erase(br, edits)
+            edges[target] = edges.get(target, 0) - 1 + _exits(op)
+            return (target, (lambda vals: [vals[index[a]] if a in index else a for a in args]),
+                    [], single)
+    cont = Block([r.type for r in op.results])
+    for r, a in zip(op.results, cont.args):
+        edits.replace_all(r, a)
+    del block.ops[at + 1:]
+    for o in rest:
+        cont.append(o)
+    return cont, (lambda vals: list(vals)), [cont], False
+
+
+def _terminate(block: Block, name: str, attrs: dict, operands: list[Value],  # type: ignore[type-arg]
+               successors: list[Block], args: list[list[Value]]) -> None:
+    block.append(Operation(name, operands, attributes=attrs, successors=successors,
+                           successor_args=args))
+
+
+def _bare_yield(block: Block) -> Operation | None:
+    """The block's yield when the block is nothing but a yield the raise made for an edge
+    (marked RAISED_EDGE; a branch of the program's own is a yield with its attributes)."""
+    if len(block.ops) == 1 and not block.args and block.ops[0].name == "upir.yield" and \
+            RAISED_EDGE in block.ops[0].attributes:
+        return block.ops[0]
+    return None
+
+
+def _only_yields(region: Region) -> Operation | None:
+    """The region's yield when the region is nothing but it (no block needed)."""
+    return _bare_yield(region.entry) if len(region.blocks) == 1 else None
+
+
+def _forward_bare_yields(region: Region, target: Block,
+                         target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> None:
+    """Branches to a block of `region` (not its entry) that only yields go to `target`
+    directly, and the block goes: the raise made it for a conditional branch's edge out."""
+    bare = {b: y for b in region.blocks[1:] if (y := _bare_yield(b)) is not None}
+    if not bare:
+        return
+    for b in region.blocks:
+        term = b.ops[-1] if b.ops else None
+        if term is None or b in bare:
+            continue
+        for k, s in enumerate(term.successors):
+            y = bare.get(s)
+            if y is None:
+                continue
+            for v in term.successor_args[k]:
+                edits.unuse(v, term)
+            term.successors[k] = target
+            term.successor_args[k] = target_args(list(y.operands))
+            for v in term.successor_args[k]:
+                v.uses.append(term)
+    for y in bare.values():
+        edits.drop(y)
+    region.blocks = [b for b in region.blocks if b not in bare]
+
+
+def _lower_op(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -> list[Block]:
+    """Lower `block.ops[at]`; returns the blocks that now follow `block` (its regions'
+    blocks, then the continuation)."""
+    op = block.ops[at]
+    target, target_args, cont, single = _exit(block, at, edges, edits)
+    if single:
+        # the results' uses past the target take the values of the one exit
+        target_args = _taking_exit_values(op, target_args, edits)
+    # the op leaves its block: what it used is used by the branches that replace it
+    del block.ops[at]
+    edits.drop(op)
+    attrs = {k: v for k, v in op.attributes.items()
+             if k not in ("predicate", "increment", "predicate_line", "increment_line")}
+    if op.name == "upir.if":
+        return _lower_if(block, op, attrs, target, target_args, edits) + cont
+    if op.name == "upir.while":
+        return _lower_while(block, op, attrs, target, target_args, edits) + cont
+    return _lower_for(block, op, attrs, target, target_args, edits) + cont
+
+
+def _taking_exit_values(op: Operation, target_args: Callable[[list[Value]], list[Value]],
+                        edits: UseEdits) -> Callable[[list[Value]], list[Value]]:
+    def args(vals: list[Value]) -> list[Value]:
+        for r, v in zip(op.results, vals):
+            edits.replace_all(r, v)
+        return target_args(vals)
+    return args
+
+
+def _yields_to(region: Region, name: str, rewrite: Callable[[Block, Operation], None],
+               edits: UseEdits) -> None:
+    for b in region.blocks:
+        if b.ops and b.ops[-1].name == name:
+            term = b.ops.pop()
+            edits.drop(term)
+            term.parent = None
+            rewrite(b, term)
+
+
+def _lower_if(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
+              target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
+    succs: list[Block] = []
+    succ_args: list[list[Value]] = []
+    moved: list[Block] = []
+    for region in op.regions:
+        only = _only_yields(region)
+        if only is not None:
+            succs.append(target)
+            succ_args.append(target_args(list(only.operands)))
+            edits.drop(only)
+            continue
+        succs.append(region.entry)
+        succ_args.append([])
+        _forward_bare_yields(region, target, target_args, edits)
+        _yields_to(region, "upir.yield", lambda b, y: _terminate(
+            b, "cf.br", dict(y.attributes), [], [target], [target_args(list(y.operands))]), edits)
+        moved.extend(region.blocks)
+    _terminate(block, "cf.cond_br", attrs, [op.operands[0]], succs, succ_args)
+    return moved
+
+
+def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
+                 target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
+    before, after = op.regions
+    header = before.entry
+    if not block.ops and op.operands == block.args and block.parent is not None and \
+            block is not block.parent.entry:
+        # the op alone in a block whose arguments it takes (the raise put a loop entered
+        # from several places there): that block is the loop's header again
+        for a, b in zip(header.args, block.args):
+            edits.replace_all(a, b)
+        for o in header.ops:
+            block.append(o)
+        header.ops = []
+        before.blocks[0] = header = block
+    else:
+        _terminate(block, "cf.br", attrs, [], [header], [list(op.operands)])
+    # an after region that only passes values back (a do-while: all in the before region)
+    only = after.entry.ops[0] if len(after.blocks) == 1 and len(after.entry.ops) == 1 and \
+        after.entry.ops[0].name == "upir.yield" else None
+    after_args = after.entry.args
+
+    def condition(b: Block, cond: Operation) -> None:
+        test, vals = cond.operands[0], list(cond.operands[1:])
+        if only is not None:
+            sub = dict(zip(after_args, vals))
+            go, go_args = header, [sub.get(v, v) for v in only.operands]
+        else:
+            go, go_args = after.entry, (vals if after.entry.args else [])
+        leave, leave_args = target, target_args(vals)
+        negation = test.op if isinstance(test, OpResult) else None
+        if negation is not None and negation.name == "ptx.not" and \
+                negation.attributes.get(NEGATED_EXIT) and not edits.uses(test):
+            test = negation.operands[0]
+            _erase(negation, edits)
+            _terminate(b, "cf.cond_br", dict(cond.attributes), [test], [leave, go],
+                       [leave_args, go_args])
+        else:
+            _terminate(b, "cf.cond_br", dict(cond.attributes), [test], [go, leave],
+                       [go_args, leave_args])
+
+    conditions = [b.ops[-1] for b in before.blocks if b.ops and b.ops[-1].name == "upir.condition"]
+    if only is None and len(conditions) == 1:
+        # the one condition's block is the after region's only way in: its values are the
+        # after region's (the raise made these arguments; the CFG had none)
+        for a, v in zip(after.entry.args, conditions[0].operands[1:]):
+            edits.replace_all(a, v)
+        after.entry.args = []
+    _yields_to(before, "upir.condition", condition, edits)
+    moved = [b for b in before.blocks if b is not block]
+    if only is not None:
+        edits.drop(only)
+    else:
+        _forward_bare_yields(after, header, list, edits)
+        _yields_to(after, "upir.yield", lambda b, y: _terminate(
+            b, "cf.br", dict(y.attributes), [], [header], [list(y.operands)]), edits)
+        moved.extend(after.blocks)
+    return moved
+
+
+def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
+               target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
+    lb, ub, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    body = op.regions[0]
+    header = Block([lb.type] + [v.type for v in inits])
+    _terminate(block, "cf.br", attrs, [], [header], [[lb] + inits])
+    iv = header.args[0]
+    test_attrs: dict = {"mods": list(op.attributes["predicate"])}  # type: ignore[type-arg]
+    if "predicate_line" in op.attributes:
+        test_attrs["line"] = op.attributes["predicate_line"]
+    test = Operation("ptx.setp", [iv, ub], ["i1"], test_attrs)
+    header.append(test)
+    iters = list(header.args[1:])
+    _terminate(header, "cf.cond_br", dict(attrs), [test.results[0]], [body.entry, target],
+               [[iv] + iters, target_args(iters)])
+    add_attrs: dict = {"mods": list(op.attributes["increment"])}  # type: ignore[type-arg]
+    if "increment_line" in op.attributes:
+        add_attrs["line"] = op.attributes["increment_line"]
+    body_iv = body.entry.args[0]
+
+    def back(b: Block, y: Operation) -> None:
+        nxt = Operation("ptx.add", [body_iv, step], [iv.type], dict(add_attrs))
+        b.append(nxt)
+        _terminate(b, "cf.br", dict(y.attributes), [], [header], [[nxt.results[0]] + list(y.operands)])
+
+    _yields_to(body, "upir.yield", back, edits)
+    # the header is the body's only way in: its arguments are the body's
+    for a, v in zip(body.entry.args, header.args):
+        edits.replace_all(a, v)
+    body.entry.args = []
+    term = header.ops[-1]
+    for v in term.successor_args[0]:
+        edits.unuse(v, term)
+    term.successor_args[0] = []
+    return [header] + list(body.blocks)

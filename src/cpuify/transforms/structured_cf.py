@@ -1,0 +1,674 @@
+"""raise-structured-cf: the block body's reducible control flow as structured ops.
+
+The lifted block body is a CFG (`cf.br`/`cf.cond_br`).  This pass nests its single-entry
+pieces into MLIR-shaped ops of the upir dialect (ir/dialects.py), as Polygeist's `scf.if`,
+`scf.while` and `scf.for` hold the code between barriers:
+
+  * an if/else diamond or a triangle (`cond_br` at D whose arms meet again at D's immediate
+    post-dominator J, every arm block entered only from D or its own arm) becomes
+    `%r = upir.if(%c) ({then}, {else})`, J's arguments the op's results;
+  * a natural loop with one exit edge, taken from a block E that every iteration passes
+    (the blocks from the header to E are the `before` region, ending in
+    `upir.condition(%continue, %forwarded...)`, the rest the `after` region, yielding the
+    next iteration's header arguments) becomes `upir.while`; nvcc's rotated loops (the exit
+    test at the bottom) are a while whose after region only yields;
+  * a while whose before region is only `setp iv, bound` with a loop-invariant bound, and
+    whose after region yields `iv + step` (a loop-invariant step; the induction variable as
+    analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`.
+
+Barriers stay where they are, inside the regions.  Inner structures are raised before the
+ones that hold them (the dominator tree in post-order), each block is moved into a region
+once, and the checks on an arm or a loop look at its blocks only: near-linear, no recursion.
+What cannot be raised stays CFG, unchanged, and the reason is counted (a loop with several
+exits, an irreducible cycle, a path that ends the thread with `upir.exit`, a value used past
+its arm, ...): the pass never fails and never changes what the kernel computes.
+
+Where it runs: last in the default pipeline.  Every other pass and code generation work on
+the CFG; the raise at the end makes the printed IR (`--print-ir-after`, `cpuify ir`,
+`cpuify ir --mlir`) and `cpuify explain` show the kernel's structure, and code generation,
+the interpreter and any pass run after it lower it first (ir/structured.py), back to the
+same CFG.  `--disable-pass=raise-structured-cf` leaves the CFG as the other passes left it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import ClassVar
+
+from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
+from cpuify.analysis.manager import AnalysisManager
+from cpuify.ir.core import (
+    Block, DomTree, Operation, OpResult, Region, Value, dominators, postorder,
+)
+from cpuify.ir.structure import block_body, block_parallel
+from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE, UseEdits
+from cpuify.transforms.pass_manager import register
+
+#: what the pass records on the `upir.block_parallel` op (what `cpuify explain` prints)
+RAISED_ATTR = "structured_cf"
+LEFT_ATTR = "cfg_left"
+#: structured ops nest at most this deep; deeper control flow stays CFG (the printer, the
+#: verifier and Operation.walk recurse once per level of nesting)
+MAX_NESTING = 64
+
+
+@register("raise-structured-cf", "if/while/for regions raised from the CFG (structured control flow)")
+@dataclass(frozen=True)
+class RaiseStructuredControlFlow:
+    """Pass: reducible control flow of the block body as upir.if/while/for."""
+    name: str = "raise-structured-cf"
+    #: the pass manager lowers structured ops before a pass without this mark
+    structured: ClassVar[bool] = True
+
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        """Returns the number of structured ops made."""
+        report = raise_structured_control_flow(block_body(kernel))
+        parallel = block_parallel(kernel)
+        attrs = parallel.attributes
+        # what the block body holds now (also what an earlier run of the pass raised)
+        present = Counter(op.name[len("upir."):] for op in parallel.walk()
+                          if op.name in ("upir.if", "upir.while", "upir.for"))
+        attrs[RAISED_ATTR] = [[k, present[k]] for k in ("if", "while", "for")]
+        attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
+        return sum(report.raised.values())
+
+
+@dataclass
+class RaiseReport:
+    raised: Counter[str]           # "if" / "while" / "for" -> how many
+    left: Counter[str]             # why a branch or loop stayed CFG -> how many
+
+
+def structure_summary(kernel: Operation) -> list[str]:
+    """Lines for `cpuify explain`: the structured ops of the kernel's block body and what
+    stayed CFG, and why (as raise-structured-cf recorded it)."""
+    attrs = block_parallel(kernel).attributes
+    if RAISED_ATTR not in attrs:
+        return []
+    counts = {str(k): int(n) for k, n in attrs[RAISED_ATTR]}
+    line = (f"structured control flow: {counts.get('if', 0)} if, {counts.get('while', 0)} "
+            f"while, {counts.get('for', 0)} for")
+    left = [(str(w), int(n)) for w, n in attrs.get(LEFT_ATTR, [])]
+    if left:
+        line += "; left as CFG: " + ", ".join(f"{n} {w}" for w, n in left)
+    else:
+        line += "; no branch left as CFG"
+    return [line]
+
+
+def _ancestor_block(op: Operation, region: Region) -> Block | None:
+    """The block of `region` that holds `op`, at any depth."""
+    node: Operation | None = op
+    while node is not None:
+        blk = node.parent
+        if blk is None:
+            return None
+        if blk.parent is region:
+            return blk
+        node = blk.parent.parent if blk.parent is not None else None
+    return None
+
+
+def _defined_in(block: Block) -> list[Value]:
+    out: list[Value] = list(block.args)
+    for op in block.ops:
+        out.extend(op.results)
+    return out
+
+
+def _has_lockstep_barrier(block: Block) -> bool:
+    return any(op.name == "upir.barrier" and op.attributes.get("lockstep") for op in block.ops)
+
+
+class _Raiser:
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        self.raised: Counter[str] = Counter()
+        self.left: Counter[str] = Counter()
+        # predecessors as edge counts, kept up to date as branches are rewritten
+        self.preds: dict[Block, dict[Block, int]] = {b: {} for b in region.blocks}
+        for b in region.blocks:
+            for s in b.successors:
+                edges = self.preds.setdefault(s, {})
+                edges[b] = edges.get(b, 0) + 1
+        # new blocks that take a loop header's place in the block order
+        self.placed: dict[Block, Block] = {}
+        # a block moved into a structured op -> the block of this region now holding it
+        self.home: dict[Block, Block] = {}
+        # how deep the structured ops in a block nest (absent: none)
+        self.depth: dict[Block, int] = {}
+        self.edits = UseEdits()
+
+    # --- bookkeeping -------------------------------------------------------------------
+    def find(self, b: Block) -> Block:
+        root = b
+        while root in self.home:
+            root = self.home[root]
+        while b in self.home and self.home[b] is not root:      # path compression
+            self.home[b], b = root, self.home[b]
+        return root
+
+    def _drop_edges(self, term: Operation) -> None:
+        for s in term.successors:
+            edges = self.preds.get(s)
+            if edges is not None and term.parent in edges:
+                edges[term.parent] -= 1  # type: ignore[index]
+                if not edges[term.parent]:  # type: ignore[index]
+                    del edges[term.parent]  # type: ignore[arg-type]
+
+    def _add_edges(self, term: Operation) -> None:
+        for s in term.successors:
+            edges = self.preds.setdefault(s, {})
+            edges[term.parent] = edges.get(term.parent, 0) + 1  # type: ignore[index]
+
+    def set_terminator(self, block: Block, new: Operation | None) -> None:
+        """Replace `block`'s terminator by `new` (None: just remove it)."""
+        old = block.ops[-1]
+        self._drop_edges(old)
+        self.edits.drop(old)
+        block.ops.pop()
+        old.parent = None
+        if new is not None:
+            block.append(new)
+            self._add_edges(new)
+
+    def in_region(self, b: Block) -> bool:
+        return b.parent is self.region
+
+    # --- the walk ----------------------------------------------------------------------
+    def run(self) -> None:
+        region = self.region
+        idom = dominators(region)
+        tree = DomTree(idom)
+        ipdom = immediate_post_dominators(region)
+        latches: dict[Block, list[Block]] = {}
+        children: dict[Block, list[Block]] = {}
+        for b in region.blocks:
+            if b not in idom:
+                continue
+            parent = idom[b]
+            if parent is not None:
+                children.setdefault(parent, []).append(b)
+            for s in b.successors:
+                if tree.dominates(s, b):
+                    latches.setdefault(s, []).append(b)
+        # an irreducible cycle: blocks on a cycle with no back edge to a dominating header
+        cyclic = cyclic_blocks(region)
+        if cyclic:
+            natural = self._natural_members(latches)
+            if cyclic - natural:
+                self.left["irreducible cycle"] += 1
+        order = postorder([region.entry], lambda b: children.get(b, ()))
+        for b in order:
+            if not self.in_region(b):
+                continue
+            term = b.terminator
+            # a branch that closes a loop (an edge back to a dominating header) is no if
+            branch = term is not None and term.name == "cf.cond_br" and \
+                not any(tree.dominates(s, b) for s in term.successors)
+            if b in latches:
+                # an if at the header inside the loop first (quietly: a header that tests
+                # the loop's condition has the loop as an arm)
+                if branch:
+                    self.raise_if(b, ipdom.get(b), quiet=True)
+                self.raise_loop(b, latches[b])
+                if not self.in_region(b):
+                    continue
+                term = b.terminator
+                branch = term is not None and term.name == "cf.cond_br"
+            if branch:
+                self.raise_if(b, ipdom.get(b))
+        # blocks moved into regions leave the list; a loop's new block takes its header's place
+        kept = (self.placed.get(b, b) for b in region.blocks)
+        region.blocks = [b for b in kept if b.parent is region]
+        for b in region.blocks:
+            b.parent = region
+
+    def _natural_members(self, latches: dict[Block, list[Block]]) -> set[Block]:
+        preds: dict[Block, list[Block]] = {b: list(e) for b, e in self.preds.items()}
+        members: set[Block] = set()
+        for header, ls in latches.items():
+            loop = {header}
+            stack = [l for l in ls if l not in loop]
+            loop.update(stack)
+            while stack:
+                x = stack.pop()
+                for p in preds.get(x, ()):
+                    if p not in loop:
+                        loop.add(p)
+                        stack.append(p)
+            members |= loop
+        return members
+
+    # --- if ----------------------------------------------------------------------------
+    def _arm(self, start: Block, branch: Block, join: Block) -> list[Block] | str:
+        """The blocks of an arm from `start` to `join` (empty when start is join), or why
+        they are not a single-entry arm of the branch at `branch`."""
+        if start is join:
+            return []
+        if self.preds.get(start) != {branch: 1}:
+            return "branch into an arm from outside it"
+        seen = {start}
+        arm = [start]
+        stack = [start]
+        while stack:
+            b = stack.pop()
+            term = b.terminator
+            if term is None or term.name not in ("cf.br", "cf.cond_br"):
+                return "path that ends the thread (exit or trap)"
+            for s in term.successors:
+                if s is join or s in seen:
+                    continue
+                if s is branch or not self.in_region(s):
+                    return "cycle through a branch"
+                seen.add(s)
+                arm.append(s)
+                stack.append(s)
+        for b in arm[1:]:
+            if any(p not in seen for p in self.preds.get(b, ())):
+                return "branch into an arm from outside it"
+        return arm
+
+    def _escapes(self, blocks: list[Block], inside: set[Block]) -> bool:
+        """Whether a value defined in `blocks` is used outside the blocks of `inside`."""
+        for b in blocks:
+            for v in _defined_in(b):
+                for user in self.edits.uses(v):
+                    if _ancestor_block(user, self.region) not in inside:
+                        return True
+        return False
+
+    def raise_if(self, branch: Block, join: Block | None, quiet: bool = False) -> None:
+        term = branch.ops[-1]
+        left = Counter() if quiet else self.left
+        if join is not None:
+            join = self.placed.get(join, join)     # (a loop header: the block now in its place)
+        if join is None or not self.in_region(join):
+            left["branch with no join (a path ends the thread or never ends)"] += 1
+            return
+        then_block, else_block = term.successors
+        if then_block is else_block:
+            return                          # (both ways to one block: nothing to raise)
+        arms: list[list[Block]] = []
+        for start in (then_block, else_block):
+            arm = self._arm(start, branch, join)
+            if isinstance(arm, str):
+                left[arm] += 1
+                return
+            if arm and arm[0].args and _has_lockstep_barrier(arm[0]):
+                left["arm with a lockstep barrier at its entry"] += 1
+                return
+            arms.append(arm)
+        if any(self._escapes(arm, set(arm)) for arm in arms):
+            left["value used past its arm"] += 1
+            return
+        depth = 1 + max((self.depth.get(b, 0) for arm in arms for b in arm), default=0)
+        if depth > MAX_NESTING:
+            left[f"nesting deeper than {MAX_NESTING}"] += 1
+            return
+        self.depth[branch] = max(depth, self.depth.get(branch, 0))
+        regions: list[Region] = []
+        cond = term.operands[0]
+        for k, arm in enumerate(arms):
+            passed = list(term.successor_args[k])
+            region = Region()
+            if not arm:
+                block = Block()
+                block.append(Operation("upir.yield", passed, attributes={RAISED_EDGE: None}))
+                region.add_block(block)
+                regions.append(region)
+                continue
+            entry = arm[0]
+            for a, v in zip(entry.args, passed):
+                self.edits.replace_all(a, v)
+            entry.args = []
+            for b in arm:
+                region.add_block(b)         # (the entry first)
+            for b in arm:
+                self._yields_for(b, join, region)
+                self.home[b] = branch
+            regions.append(region)
+        attrs = dict(term.attributes)
+        if_op = Operation("upir.if", [cond], [a.type for a in join.args], attrs, regions)
+        self.set_terminator(branch, None)
+        branch.append(if_op)
+        br = Operation("cf.br", successors=[join], successor_args=[list(if_op.results)])
+        branch.append(br)
+        self._add_edges(br)
+        self.raised["if"] += 1
+
+    def _yields_for(self, b: Block, target: Block, region: Region) -> None:
+        """`b`'s branches to `target` (outside the region `b` moved to) become `upir.yield`
+        ops with the values passed (a `cf.br` keeps its attributes, the PTX line)."""
+        term = b.ops[-1]
+        if target not in term.successors:
+            return
+        if term.name == "cf.br":
+            y = Operation("upir.yield", list(term.successor_args[0]),
+                          attributes=dict(term.attributes))
+            self.set_terminator(b, y)
+            return
+        # a conditional branch with an edge out: that edge goes to a block that yields
+        for k, s in enumerate(term.successors):
+            if s is not target:
+                continue
+            out = Block()
+            passed = term.successor_args[k]
+            for v in passed:
+                self.edits.unuse(v, term)
+            out.append(Operation("upir.yield", list(passed), attributes={RAISED_EDGE: None}))
+            region.add_block(out)
+            self._drop_edges(term)
+            term.successors[k] = out
+            term.successor_args[k] = []
+            self._add_edges(term)
+
+    # --- while / for ---------------------------------------------------------------------
+    def raise_loop(self, header: Block, latch_list: list[Block]) -> None:
+        region = self.region
+        latches = {self.find(l) for l in latch_list}
+        if any(not self.in_region(l) or header not in l.successors for l in latches):
+            self.left["loop changed shape"] += 1
+            return
+        body = {header} | latches
+        stack = [l for l in latches if l is not header]
+        while stack:
+            x = stack.pop()
+            for p in self.preds.get(x, ()):
+                if p not in body:
+                    body.add(p)
+                    stack.append(p)
+        outside = [p for p in self.preds.get(header, ()) if p not in body]
+        if not outside or header is region.entry:
+            self.left["loop entered at the region's entry"] += 1
+            return
+        for b in body:
+            if b is not header and any(p not in body for p in self.preds.get(b, ())):
+                self.left["loop entered in the middle (irreducible)"] += 1
+                return
+        exits = [(b, s) for b in body for s in b.successors if s not in body]
+        if len(exits) != 1:
+            self.left[f"loop with {len(exits)} exits" if exits else "loop with no exit"] += 1
+            return
+        exiting, after_loop = exits[0]
+        term = exiting.ops[-1]
+        if term.name != "cf.cond_br" or term.successors[0] is term.successors[1]:
+            self.left["loop exit not a conditional branch"] += 1
+            return
+        k_out = term.successors.index(after_loop)
+        k_in = 1 - k_out
+        stay = term.successors[k_in]
+        # the before region: from the header to the exit test
+        before = [header]
+        in_before = {header}
+        stack = [header] if header is not exiting else []
+        while stack:
+            b = stack.pop()
+            for s in b.successors:
+                if s is header:
+                    self.left["loop that continues before its exit test"] += 1
+                    return
+                if s not in in_before:
+                    in_before.add(s)
+                    before.append(s)
+                    if s is not exiting:
+                        stack.append(s)
+        if exiting not in in_before:
+            self.left["loop exit not on every iteration"] += 1
+            return
+        after: list[Block] = []
+        if stay is not header:
+            if stay in in_before or self.preds.get(stay) != {exiting: 1}:
+                self.left["loop with an inner cycle left as CFG"] += 1
+                return
+            after = [stay]
+            in_after = {stay}
+            stack = [stay]
+            while stack:
+                b = stack.pop()
+                for s in b.successors:
+                    if s is header:
+                        continue
+                    if s in in_before or s is stay:
+                        self.left["loop with an inner cycle left as CFG"] += 1
+                        return
+                    if s not in in_after:
+                        in_after.add(s)
+                        after.append(s)
+                        stack.append(s)
+            if len(in_before) + len(in_after) != len(body):
+                self.left["loop changed shape"] += 1
+                return
+            if stay.args and _has_lockstep_barrier(stay):
+                self.left["arm with a lockstep barrier at its entry"] += 1
+                return
+            if self._escapes(after, in_after):
+                self.left["value used past its arm"] += 1
+                return
+        elif len(in_before) != len(body):
+            self.left["loop changed shape"] += 1
+            return
+        if 1 + max(self.depth.get(b, 0) for b in body) > MAX_NESTING:
+            self.left[f"nesting deeper than {MAX_NESTING}"] += 1
+            return
+        self._build_while(header, before, in_before, after, body, exiting, k_in, outside)
+
+    def _build_while(self, header: Block, before: list[Block], in_before: set[Block],
+                     after: list[Block], body: set[Block], exiting: Block, k_in: int,
+                     outside: list[Block]) -> None:
+        term = exiting.ops[-1]
+        stay, after_loop = term.successors[k_in], term.successors[1 - k_in]
+        stay_args = list(term.successor_args[k_in])
+        exit_args = list(term.successor_args[1 - k_in])
+        cond = term.operands[0]
+        if after:
+            for a, v in zip(stay.args, stay_args):
+                self.edits.replace_all(a, v)
+            stay.args = []
+        # values of the before region needed after it: forwarded by the condition
+        extra = set(exit_args) | (set(stay_args) if not after else set())
+        forwarded: list[Value] = []
+        outer_uses: dict[Value, list[Operation]] = {}
+        after_uses: dict[Value, list[Operation]] = {}
+        for b in before:
+            for v in _defined_in(b):
+                needed = v in extra
+                for user in self.edits.uses(v):
+                    if user is term:
+                        continue
+                    home = _ancestor_block(user, self.region)
+                    if home in in_before:
+                        continue
+                    needed = True
+                    (after_uses if home in body else outer_uses).setdefault(v, []).append(user)
+                if needed:
+                    forwarded.append(v)
+        types = [v.type for v in forwarded]
+        index = {v: i for i, v in enumerate(forwarded)}
+        # the condition: true continues
+        test = cond
+        exiting.ops.pop()
+        self._drop_edges(term)
+        self.edits.drop(term)
+        term.parent = None
+        if k_in != 0:
+            neg = Operation("ptx.not", [cond], ["i1"], {"mods": ["pred"], NEGATED_EXIT: True})
+            exiting.append(neg)
+            test = neg.results[0]
+        exiting.append(Operation("upir.condition", [test] + forwarded,
+                                 attributes=dict(term.attributes)))
+        before_region = Region(before)
+        # the after region, its entry taking the forwarded values
+        after_region = Region()
+        if after:
+            entry = after[0]
+            for t in types:
+                entry.add_arg(t)
+            for v, users in after_uses.items():
+                new = entry.args[index[v]]
+                for user in users:
+                    _replace_operand(user, v, new, self.edits)
+            for b in after:
+                after_region.add_block(b)
+            for b in after:
+                self._yields_for(b, header, after_region)
+        else:
+            entry = after_region.add_block(Block(types))
+            back = [entry.args[index[v]] if v in index else v for v in stay_args]
+            entry.append(Operation("upir.yield", back))
+        # where the loop goes: the one block branching to the header from outside, or a new
+        # block in the header's place
+        pre = outside[0]
+        pre_term = pre.ops[-1]
+        if len(outside) == 1 and self.preds[header][pre] == 1 and pre_term.name == "cf.br":
+            holder = pre
+            inits = list(pre_term.successor_args[0])
+            attrs = dict(pre_term.attributes)
+            self.set_terminator(pre, None)
+        else:
+            holder = Block([a.type for a in header.args])
+            holder.parent = self.region
+            self.preds[holder] = {}
+            self.placed[header] = holder
+            inits = list(holder.args)
+            attrs = {}
+            for p in outside:
+                t = p.ops[-1]
+                self._drop_edges(t)
+                t.successors = [holder if s is header else s for s in t.successors]
+                self._add_edges(t)
+        while_op = Operation("upir.while", inits, types, attrs, [before_region, after_region])
+        holder.append(while_op)
+        self.depth[holder] = max(self.depth.get(holder, 0),
+                                 1 + max(self.depth.get(b, 0) for b in body))
+        for v, users in outer_uses.items():
+            for user in users:
+                _replace_operand(user, v, while_op.results[index[v]], self.edits)
+        out_args = [while_op.results[index[v]] if v in index else v for v in exit_args]
+        br = Operation("cf.br", successors=[after_loop], successor_args=[out_args])
+        holder.append(br)
+        self._add_edges(br)
+        for b in body:
+            self.home[b] = holder
+        self.raised["while"] += 1
+        if _to_for(while_op, self.edits):
+            self.raised["while"] -= 1
+            self.raised["for"] += 1
+
+
+def _replace_operand(user: Operation, old: Value, new: Value, edits: UseEdits) -> None:
+    n = 0
+    for i, v in enumerate(user.operands):
+        if v is old:
+            user.operands[i] = new
+            n += 1
+    for args in user.successor_args:
+        for i, v in enumerate(args):
+            if v is old:
+                args[i] = new
+                n += 1
+    for _ in range(n):
+        edits.unuse(old, user)
+        new.uses.append(user)
+
+
+def _inside(v: Value, op: Operation) -> bool:
+    """Whether `v` is defined inside `op`'s regions."""
+    blk = v.op.parent if isinstance(v, OpResult) else getattr(v, "block", None)
+    while blk is not None and blk.parent is not None:
+        owner = blk.parent.parent
+        if owner is op:
+            return True
+        if owner is None:
+            return False
+        blk = owner.parent
+    return False
+
+
+_INT_COMPARE_TYPES = ("s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64")
+
+
+def _to_for(loop: Operation, edits: UseEdits) -> bool:
+    """Make `loop` (a upir.while just built) a upir.for when it counts: the before region
+    is `%c = setp iv, %ub` and `upir.condition(%c, its arguments)`, the after region yields
+    `iv + %step` for iv (one yield), %ub and %step are defined outside the loop, and the
+    final iv is not used."""
+    before, after = loop.regions
+    if len(before.blocks) != 1 or len(after.blocks) < 1:
+        return False
+    head = before.entry
+    if len(head.ops) != 2 or head.ops[0].name != "ptx.setp" or len(head.ops[0].operands) != 2:
+        return False
+    test, cond = head.ops
+    if cond.operands[0] is not test.results[0] or list(cond.operands[1:]) != list(head.args) or \
+            len(edits.uses(test.results[0])) != 1:
+        return False
+    mods = list(test.attributes.get("mods", ()))
+    if not any(m in _INT_COMPARE_TYPES for m in mods) or any(m in ("and", "or", "xor") for m in mods):
+        return False
+    iv_before, bound = test.operands
+    if iv_before not in head.args or _inside(bound, loop):
+        return False
+    k = head.args.index(iv_before)  # type: ignore[arg-type]
+    if edits.uses(loop.results[k]):
+        return False
+    yields = [b.ops[-1] for b in after.blocks if b.ops and b.ops[-1].name == "upir.yield"]
+    if len(yields) != 1:
+        return False
+    y = yields[0]
+    iv = after.entry.args[k]
+    nxt = y.operands[k]
+    if not (isinstance(nxt, OpResult) and nxt.op.name == "ptx.add" and len(nxt.op.operands) == 2
+            and nxt.op.operands[0] is iv and not _inside(nxt.op.operands[1], loop)
+            and len(edits.uses(nxt)) == 1 and nxt.type == iv.type
+            and not any(m in ("cc", "sat") for m in nxt.op.attributes.get("mods", ()))):
+        return False
+    if iv.type not in ("i16", "i32", "i64") or bound.type != iv.type:
+        return False
+    step_op = nxt.op
+    step = step_op.operands[1]
+    inits = list(loop.operands)
+    attrs = dict(loop.attributes)
+    attrs.update(predicate=mods, increment=list(step_op.attributes.get("mods", ())))
+    if "line" in test.attributes:
+        attrs["predicate_line"] = test.attributes["line"]
+    if "line" in step_op.attributes:
+        attrs["increment_line"] = step_op.attributes["line"]
+    # the body: the after region, the induction variable its first argument
+    edits.drop(step_op)
+    step_op.parent.ops.remove(step_op)  # type: ignore[union-attr]
+    step_op.parent = None
+    removed = y.operands.pop(k)         # (the add's only use)
+    edits.unuse(removed, y)
+    entry = after.entry
+    entry.args.insert(0, entry.args.pop(k))
+    for i, a in enumerate(entry.args):
+        a.index = i
+    others = [v for i, v in enumerate(inits) if i != k]
+    body = Region()
+    for b in list(after.blocks):
+        body.add_block(b)
+    after.blocks = []
+    for_op = Operation("upir.for", [inits[k], bound, step] + others,
+                       [v.type for v in others], attrs, [body])
+    holder = loop.parent
+    assert holder is not None
+    at = holder.ops.index(loop)
+    for_op.parent = holder
+    holder.ops[at] = for_op
+    loop.parent = None
+    results = [r for i, r in enumerate(loop.results) if i != k]
+    for old, new in zip(results, for_op.results):
+        edits.replace_all(old, new)
+    for o in (test, cond):
+        edits.drop(o)
+    edits.drop(loop)
+    return True
+
+
+def raise_structured_control_flow(region: Region) -> RaiseReport:
+    """Raise the reducible control flow of `region` (a block body) in place."""
+    raiser = _Raiser(region)
+    raiser.run()
+    raiser.edits.flush()
+    return RaiseReport(raiser.raised, raiser.left)
