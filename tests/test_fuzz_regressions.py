@@ -1170,3 +1170,61 @@ def test_strided_thread_index_modulo_the_block(block: tuple[int, int, int]) -> N
     ref = np.zeros(6 * nt, np.uint64)
     interpret_kernel(mod.ptx, "strided_wrap", (2,), block, (x, ref))
     np.testing.assert_array_equal(ref, want)
+
+
+# fz_2700_9167 (seed 2700, kernel 9167, the 10k run of 2026-11-27), minimized: u0, loaded
+# before three barriers, is used only by the threads with threadIdx.y == 1 between the second
+# and the third (an atomicMin), and stored widened to 64 bits after the third.  In code
+# specialized for (10, 10) blocks, the threads with y != 1 stored another block's u0: min-cut
+# fission kept u0 at the second barrier and its 64-bit conversion at the third (recomputed by
+# the threads that ran the segment in between), and that segment's thread loop ran only the
+# y == 1 threads (thread_ranges), so the others never filled the conversion's slot.  Fixed in
+# codegen.thread_loop_plan.thread_ranges: a segment skips threads only when every value kept
+# at its next sync point is kept at its resume point too.  Right in generic code, with
+# --disable-pass=min-cut-fission and in the reference interpreter all along.
+SKIPPED_THREADS = r'''
+extern "C" __global__ void skipped(const unsigned *iu, unsigned long long *out) {
+  const unsigned lt = threadIdx.x + blockDim.x * threadIdx.y;
+  const unsigned gt = blockIdx.x * (blockDim.x * blockDim.y) + lt;
+  __shared__ unsigned sat[4];
+  unsigned u0 = iu[(gt * 7u + 59u) & 255u];
+  unsigned u1 = iu[(gt * 29u + 16u) & 255u];
+  unsigned long long w0 = ((unsigned long long)iu[(gt * 39u + 50u) & 255u] << 32) | iu[(gt * 23u + 63u) & 255u];
+  long long l0 = (long long)(((unsigned long long)iu[(gt * 7u + 163u) & 255u] << 32) | iu[(gt * 13u + 66u) & 255u]);
+  __syncthreads();
+  if (lt == 0u) sat[1] = 3u;
+  __syncthreads();
+  if (threadIdx.y == 1u) { unsigned b = u0 + u0; atomicMin(&sat[1], b ? u0 % b : u0); }
+  __syncthreads();
+  out[gt * 5u + 0u] = (unsigned long long)u0; out[gt * 5u + 1u] = (unsigned long long)u1;
+  out[gt * 5u + 2u] = (unsigned long long)sat[1]; out[gt * 5u + 3u] = w0;
+  out[gt * 5u + 4u] = (unsigned long long)l0;
+}'''
+
+
+def _skipped_threads_case(blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    iu = (np.arange(256, dtype=np.uint64) * 2654435761 % 2**32).astype(np.uint32)
+    gt = np.arange(blocks * 100, dtype=np.uint64)
+    want = np.zeros((blocks * 100, 5), np.uint64)
+    want[:, 0] = iu[(gt * 7 + 59) & 255]
+    want[:, 1] = iu[(gt * 29 + 16) & 255]
+    u0 = want[:, 0].reshape(blocks, 100)
+    b = (2 * u0) & 0xFFFFFFFF
+    rem = np.where(b != 0, u0 % np.where(b != 0, b, 1), u0)    # by hand: the atomicMin's operand
+    want[:, 2] = np.minimum(3, rem[:, 10:20].min(axis=1)).repeat(100)
+    want[:, 3] = (iu[(gt * 39 + 50) & 255].astype(np.uint64) << np.uint64(32)) | iu[(gt * 23 + 63) & 255]
+    want[:, 4] = (iu[(gt * 7 + 163) & 255].astype(np.uint64) << np.uint64(32)) | iu[(gt * 13 + 66) & 255]
+    return iu, want
+
+
+@pytest.mark.parametrize("options", [(), ("--disable-pass=min-cut-fission",)])
+def test_threads_skipped_by_a_segment_keep_their_values(options: tuple) -> None:
+    iu, want = _skipped_threads_case(3)
+    fn = cpuify.RawModule(code=SKIPPED_THREADS, options=options).get_function("skipped")
+    for run in ("generic", "specialized"):
+        out = np.zeros(300 * 5, np.uint64)
+        fn((3,), (10, 10), (iu, out))
+        np.testing.assert_array_equal(out.reshape(-1, 5), want, err_msg=run)
+    out = np.zeros(300 * 5, np.uint64)
+    interpret_kernel(cpuify.RawModule(code=SKIPPED_THREADS).ptx, "skipped", (3,), (10, 10), (iu, out))
+    np.testing.assert_array_equal(out.reshape(-1, 5), want, err_msg="interpreter")

@@ -373,8 +373,14 @@ class ThreadLoopPlans(SegmentPaths):
                 if self._only_goes_on(succ, None if target is None else target.op)]
         if len(skip) != 1:
             return None
+        # skipped threads store nothing, so every value kept at the next sync point must
+        # already be in its slot: kept at the resume point too, not recomputed there (the
+        # min-cut may keep a value at one sync point and what it was computed from at the
+        # one before; fz_2700_9167: the skipped threads' slot held another block's value)
+        kept_here = set(self.syncs[resume - 1].live) if resume else set()
         if target is not None and (target.op.operands or
-                                   any(self.defined_in_segment(v, resume) for v in target.live)):
+                                   any(self.defined_in_segment(v, resume) or v not in kept_here
+                                       for v in target.live)):
             return None     # skipped threads would have to contribute or keep a value
         work = true_for if skip[0] == 1 else sorted(set(range(dims[dim])) - set(true_for))
         return thread_box(dims, dim, work)
