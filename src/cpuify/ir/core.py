@@ -188,6 +188,35 @@ def defining_block(v: Value) -> "Block | None":
     return v.block if isinstance(v, BlockArgument) else None
 
 
+def ancestor_in(op: Operation, region: Region) -> Operation | None:
+    """The op of `region` that contains `op`, at any depth (op itself if it is in region);
+    None when op is not inside region."""
+    node: Operation | None = op
+    while node is not None:
+        blk = node.parent
+        if blk is None:
+            return None
+        if blk.parent is region:
+            return node
+        node = blk.parent.parent if blk.parent is not None else None
+    return None
+
+
+def replace_uses_in(blocks: Iterable[Block], replacement: dict[Value, Value]) -> None:
+    """Uses of the replaced values in `blocks`, operands and successor arguments alike."""
+    for b in blocks:
+        for op in b.ops:
+            for i, o in enumerate(op.operands):
+                if o in replacement:
+                    op.set_operand(i, replacement[o])
+            for args in op.successor_args:
+                for i, o in enumerate(args):
+                    if o in replacement:
+                        o.uses.remove(op)
+                        args[i] = replacement[o]
+                        replacement[o].uses.append(op)
+
+
 def replace_all_uses(old: Value, new: Value) -> None:
     """Every use of `old`, as an operand or a successor argument, becomes a use of `new`."""
     for user in list(old.uses):     # (one entry per use: a user using it twice is here twice)

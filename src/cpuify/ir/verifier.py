@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cpuify.errors import IRError
 from cpuify.ir.core import (
-    Block, BlockArgument, OpResult, Operation, Region, Value, dominates, dominators,
+    Block, BlockArgument, OpResult, Operation, Region, Value, ancestor_in, dominates, dominators,
 )
 from cpuify.ir.dialects import info, verify_op
 
@@ -76,19 +76,6 @@ def _defining_block(v: Value) -> Block | None:
     return None
 
 
-def _ancestor_in(op: Operation, region: Region) -> Operation | None:
-    """The op of `region` that contains `op` (op itself if it is in region)."""
-    node: Operation | None = op
-    while node is not None:
-        blk = node.parent
-        if blk is None:
-            return None
-        if blk.parent is region:
-            return node
-        node = blk.parent.parent if blk.parent is not None else None
-    return None
-
-
 class _Cache:
     """Op positions within blocks and dominator trees of regions, computed once per
     verification (looking them up per use made verification quadratic in block size)."""
@@ -119,7 +106,7 @@ def _check_dominance(v: Value, user: Operation, block: Block, index: int,
     region = def_block.parent
     if region is None:
         raise IRError(f"{_where(user)} uses a value of a detached block")
-    anchor = _ancestor_in(user, region)
+    anchor = ancestor_in(user, region)
     if anchor is None:
         raise IRError(f"{_where(user)} uses a value defined in a region that does not enclose it")
     anchor_block = anchor.parent

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cpuify.analysis.cfg import incoming_values
-from cpuify.ir.core import Block, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, OpResult, Operation, Region, Value, replace_uses_in
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body, grid_parallel, launch_prologue
 from cpuify.analysis.manager import AnalysisManager
@@ -243,7 +243,7 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         cont_args.append(load.results[0])
 
     # --- rewrite: nothing above changed the IR ---
-    _replace_uses(body_blocks, replacement)
+    replace_uses_in(body_blocks, replacement)
     new_entry.append(Operation("cf.br", [], [], {}, successors=[cont], successor_args=[cont_args]))
     for b, k in exits:
         b.terminator.successors[k] = merge  # type: ignore[union-attr]
@@ -317,7 +317,7 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
             return 0
         cont_args.append(got)
     # --- rewrite: nothing above changed the IR ---
-    _replace_uses(plan.body_blocks, replacement)
+    replace_uses_in(plan.body_blocks, replacement)
     join.append(Operation("cf.br", [], [], {}, successors=[plan.cont], successor_args=[cont_args]))
     for b, k in plan.exits:
         b.terminator.successors[k] = merge  # type: ignore[union-attr]
@@ -386,21 +386,6 @@ def _copy_of(v: Value, plan: _Prefix, inv: set[Value], into: Block,
     if new is not None:
         replacement[v] = new
     return new
-
-
-def _replace_uses(blocks: list[Block], replacement: dict[Value, Value]) -> None:
-    """Uses of the replaced values in `blocks`, operands and successor arguments alike."""
-    for b in blocks:
-        for op in b.ops:
-            for i, o in enumerate(op.operands):
-                if o in replacement:
-                    op.set_operand(i, replacement[o])
-            for args in op.successor_args:
-                for i, o in enumerate(args):
-                    if o in replacement:
-                        o.uses.remove(op)
-                        args[i] = replacement[o]
-                        replacement[o].uses.append(op)
 
 
 def _data_dependent(v: Value, depth: int = 0) -> bool:

@@ -38,7 +38,7 @@ from typing import ClassVar
 from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import (
-    Block, DomTree, Operation, OpResult, Region, Value, dominators, postorder,
+    Block, DomTree, Operation, OpResult, Region, Value, ancestor_in, dominators, postorder,
 )
 from cpuify.ir.structure import block_body, block_parallel
 from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE, UseEdits
@@ -98,15 +98,8 @@ def structure_summary(kernel: Operation) -> list[str]:
 
 def _ancestor_block(op: Operation, region: Region) -> Block | None:
     """The block of `region` that holds `op`, at any depth."""
-    node: Operation | None = op
-    while node is not None:
-        blk = node.parent
-        if blk is None:
-            return None
-        if blk.parent is region:
-            return blk
-        node = blk.parent.parent if blk.parent is not None else None
-    return None
+    top = ancestor_in(op, region)
+    return top.parent if top is not None else None
 
 
 def _defined_in(block: Block) -> list[Value]:

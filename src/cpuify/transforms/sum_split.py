@@ -51,7 +51,7 @@ from cpuify.analysis.evolution import read_only_load
 from cpuify.analysis.loop_order import loop_order, tid_x_stride
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import UNIFORM_CONDITION, uniform_values
-from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value
+from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, replace_uses_in
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
@@ -439,19 +439,7 @@ def _split(region: Region, header: Block, plan: _Plan, uniform: set[Value]) -> B
     jmap = {v: join.add_arg(v.type, v.hint) for v in needed}
     join.append(Operation("cf.br", [], [], {"line": line}, successors=[exit_block],
                           successor_args=[[jmap.get(v, v) for v in exit_args]]))
-    for b in region.blocks:
-        if b is header:
-            continue
-        for op in b.ops:
-            for i, v in enumerate(op.operands):
-                if v in jmap:
-                    op.set_operand(i, jmap[v])
-            for a in op.successor_args:
-                for i, v in enumerate(a):
-                    if v in jmap:
-                        v.uses.remove(op)
-                        a[i] = jmap[v]
-                        jmap[v].uses.append(op)
+    replace_uses_in((b for b in region.blocks if b is not header), jmap)
     # the entry edge now goes to the elementwise loop
     for v in init:
         v.uses.remove(entry_term)
