@@ -72,9 +72,11 @@ def ptx() -> str:
 
 
 def _optimized(ptx: str, name: str, dims=(16, 16, 1), noalias=()):  # type: ignore[no-untyped-def]
+    """(the kernel's IR after the default pipeline, left a CFG: without raise-structured-cf,
+    the passes' counts)."""
     module = parse_ptx(ptx)
-    lifted, result = lift_and_optimize(module, module.functions[name], PipelineOptions(), dims,
-                                       noalias)
+    options = PipelineOptions.parse(["--disable-pass=raise-structured-cf"])[0]
+    lifted, result = lift_and_optimize(module, module.functions[name], options, dims, noalias)
     return lifted.op, result.counts
 
 
