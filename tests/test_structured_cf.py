@@ -428,3 +428,61 @@ def test_explain_shows_the_structure(tmp_path, capsys) -> None:  # type: ignore[
     assert main(["ir", str(src), "--print-ir-after=raise-structured-cf"]) == 0
     err = capsys.readouterr().err
     assert "after raise-structured-cf" in err and '"upir.while"' in err
+
+
+# fz_2701_15 (the fuzzer, seed 2701): an `if` holding a shuffle inside a loop whose trip count
+# differs by warp; one round of the lowering left the `if` behind in the block body, and code
+# generation refused the kernel ("no code generation for 'upir.if'").
+NESTED_IF = r'''
+extern "C" __global__ void nested_if(const unsigned *iu, double *out) {
+  const unsigned lt = threadIdx.x, warp = lt >> 5, bid = blockIdx.x;
+  const unsigned gt = bid * blockDim.x + lt;
+  unsigned u0 = iu[(gt * 11u + 248u) & 255u];
+  double d1 = 0.0;
+  for (unsigned i1 = 0u; i1 < (warp % 3u); i1++) {
+    d1 += 2.0;
+    if ((warp ^ bid) & 1u) {
+      u0 = u0 * 3u + i1;
+      d1 += __shfl_up_sync(0xFFFFFFFFu, 0.5 * u0, 16u);
+    }
+  }
+  out[gt * 2u] = (double)u0; out[gt * 2u + 1u] = d1;
+}'''
+
+
+def _nested_if_reference(iu: np.ndarray, blocks: int, threads: int) -> np.ndarray:
+    out = np.zeros((blocks * threads, 2))
+    for bid in range(blocks):
+        for w in range(threads // 32):
+            gts = bid * threads + w * 32 + np.arange(32)
+            u0 = iu[(gts * 11 + 248) & 255].astype(np.uint64)
+            d1 = np.zeros(32)
+            for i1 in range(w % 3):
+                d1 += 2.0
+                if (w ^ bid) & 1:
+                    u0 = (u0 * 3 + i1) & 0xFFFFFFFF
+                    v = 0.5 * u0.astype(np.float64)
+                    d1 += np.concatenate([v[:16], v[:16]])    # shfl_up by 16: lanes < 16 keep theirs
+            out[gts, 0], out[gts, 1] = u0, d1
+    return out.ravel()
+
+
+def test_lowering_leaves_no_structured_op_behind() -> None:
+    module = parse_ptx(compile_to_ptx(NESTED_IF).ptx)
+    kernel = lift_kernel(module, module.functions["nested_if"]).op
+    run_pipeline(kernel, PipelineOptions(verify_each=True))
+    assert any(o.name.startswith("upir.") and o.regions for o in kernel.walk()
+               if o.name in ("upir.if", "upir.while", "upir.for"))
+    lower_structured_control_flow(kernel)
+    assert not [o.name for o in kernel.walk() if o.name in ("upir.if", "upir.while", "upir.for")]
+    verify(kernel)
+
+
+def test_if_with_a_shuffle_in_a_loop_runs() -> None:
+    iu = (np.arange(256, dtype=np.uint64) * 2654435761 % 2**32).astype(np.uint32)
+    want = _nested_if_reference(iu, 2, 128)
+    fn = cpuify.RawModule(code=NESTED_IF).get_function("nested_if")
+    for run in ("generic", "specialized"):
+        out = np.zeros(2 * 256)
+        fn((2,), (128,), (iu, out))
+        np.testing.assert_array_equal(out, want, err_msg=run)

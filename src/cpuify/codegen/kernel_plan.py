@@ -54,9 +54,10 @@ class KernelPlan(ThreadLoopPlans):
         # thread loops run: the launch's with the duplicate_dims (below) set to 1
         self.launch_dims = block_dims
         self.block_dims = block_dims
-        if body is None:
-            # raise-structured-cf's if/while/for back to the CFG this plan reads
-            lower_structured_control_flow(kernel.op)
+        # raise-structured-cf's if/while/for back to the CFG this plan reads, in every region
+        # of the kernel (the launch prologue parallel-licm hoisted too: fz_2701_15, 'no code
+        # generation for upir.if' where the plan was made for the prologue alone)
+        lower_structured_control_flow(kernel.op)
         self.region = block_body(kernel.op) if body is None else body
         # .ftz done by the CPU's MXCSR around the block function (codegen/denormals.py)
         self.hardware_flush = is_x86(mod.module.triple) and hardware_flush(kernel.op)

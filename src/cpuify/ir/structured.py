@@ -86,7 +86,17 @@ def has_structured_ops(op: Operation) -> bool:
 
 def lower_structured_control_flow(kernel: Operation) -> int:
     """Lower every structured op nested in `kernel` (any op with regions) to branches in
-    the region that holds it, in place; returns how many ops were lowered (0: unchanged)."""
+    the region that holds it, in place; returns how many ops were lowered (0: unchanged).
+    Repeated until none is left: an op nested in one lowered in the same round can be left
+    behind in the outer region (fz_2701_15: an `if` in a `while`, 'no code generation for
+    upir.if')."""
+    total = 0
+    while (n := _lower_round(kernel)):
+        total += n
+    return total
+
+
+def _lower_round(kernel: Operation) -> int:
     regions: list[Region] = []
     seen: set[int] = set()
     for o in kernel.walk():
