@@ -137,3 +137,15 @@ def test_profile_tool_runs(profile_tool, tmp_path, capsys, monkeypatch):
     assert re.search(r"module 0: optimize [\d.]+ s, emit [\d.]+ s; instructions \d+ -> \d+", out)
     assert re.search(r"\d+ -> +\d+  cpuify_seg_neighbours_1", out)
     assert "optimization passes" in out and "code generation passes" in out
+
+
+def test_pass_seconds_reads_reports_without_a_system_column(profile_tool):
+    """LLVM leaves the System and User+System columns out of a timing report whose total is
+    zero there (a fast module on a quiet machine): the fresh-clone CI once got such a report
+    and read no pass at all."""
+    three = ("   0.0004 ( 70.0%)   0.0004 ( 70.0%)   0.0005 ( 70.0%)  LoopVectorizePass on scale\n"
+             "   0.0006 (100.0%)   0.0006 (100.0%)   0.0006 (100.0%)  Total\n")
+    four = ("   0.0004 ( 70.0%)   0.0001 ( 70.0%)   0.0005 ( 70.0%)   0.0007 ( 70.0%)  "
+            "LoopVectorizePass #2\n")
+    assert profile_tool.pass_seconds(three) == {"LoopVectorizePass": 0.0004}
+    assert profile_tool.pass_seconds(four) == {"LoopVectorizePass": 0.0005}

@@ -28,8 +28,11 @@ from pathlib import Path
 
 _INSTRUCTION = re.compile(r"^  [^ ;]")
 _NAME = re.compile(r'@("[^"]+"|[-\w.$]+)\(')
-_TIMING = re.compile(r"^\s*([\d.]+) \(\s*[\d.]+%\)\s+([\d.]+) \(\s*[\d.]+%\)\s+([\d.]+) \(\s*[\d.]+%\)\s+"
-                     r"[\d.]+ \(\s*[\d.]+%\)\s+(.+?)\s*$")
+#: a row of an LLVM timing report: 1 to 4 "seconds (percent)" columns, then the pass's name.
+#: LLVM leaves out the System column (and User+System) when the report's total is zero there,
+#: so User+System is the second-to-last column whenever there are two to four (only Wall: 0)
+_TIMING = re.compile(r"^\s*((?:[\d.]+ \(\s*[\d.]+%\)\s+){1,4})(.+?)\s*$")
+_COLUMN = re.compile(r"([\d.]+) \(\s*[\d.]+%\)")
 
 
 def function_sizes(text: str) -> dict[str, int]:
@@ -49,8 +52,9 @@ def pass_seconds(report: str) -> Counter[str]:
     out: Counter[str] = Counter()
     for line in report.splitlines():
         m = _TIMING.match(line)
-        if m and not m.group(4).startswith("Total"):
-            out[re.sub(r"( on .*| #\d+)$", "", m.group(4))] += float(m.group(3))
+        if m and not m.group(2).startswith("Total"):
+            columns = _COLUMN.findall(m.group(1))
+            out[re.sub(r"( on .*| #\d+)$", "", m.group(2))] += float(columns[-2]) if len(columns) > 1 else 0.0
     return out
 
 
