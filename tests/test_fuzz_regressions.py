@@ -1228,3 +1228,53 @@ def test_threads_skipped_by_a_segment_keep_their_values(options: tuple) -> None:
     out = np.zeros(300 * 5, np.uint64)
     interpret_kernel(cpuify.RawModule(code=SKIPPED_THREADS).ptx, "skipped", (3,), (10, 10), (iu, out))
     np.testing.assert_array_equal(out.reshape(-1, 5), want, err_msg="interpreter")
+
+
+# fz_2800_4153 and fz_2800_3789 (seed 2800): a thread's local array, written and then read at
+# a run-time index in the segment before a barrier.  The thread loop's accesses carry the
+# access group that tells LLVM its iterations (threads) are independent; LLVM's vectorizer
+# then took the accesses as free of any dependence, also within one thread, and formed an
+# interleaved store group of the array's initialization that sank below the loads of the
+# array: each thread read what the previous launch had left in its local memory (right when
+# the launch before had the same input, so a second launch hid it).  A segment that writes
+# its local memory and accesses it again is now left to LLVM's own dependence analysis.
+LOCAL_ARRAY = r'''
+extern "C" __global__ void local_array(const unsigned *iu, unsigned *out, unsigned p) {
+  unsigned lt = threadIdx.x + blockDim.x * threadIdx.y, gt = blockIdx.x * blockDim.x * blockDim.y + lt;
+  unsigned u0 = iu[(gt * 11u + 3u) & 255u];
+  unsigned la[8];
+  for (unsigned q = 0u; q < 8u; q++) la[q] = iu[(gt + q * 11u) & 255u];
+  for (unsigned i = 0u; i < (lt & 3u); i++) u0 = la[(u0 + i) & 7u];
+  if (p & 3u) la[0] = u0 * 3u;
+  __syncthreads();
+  out[gt] = u0;
+}'''
+
+
+def _local_array_expected(iu: np.ndarray, blocks: int, nt: int) -> np.ndarray:
+    want = np.zeros(blocks * nt, np.uint32)
+    for gt in range(blocks * nt):
+        lt = gt % nt
+        u0 = int(iu[(gt * 11 + 3) & 255])
+        la = [int(iu[(gt + q * 11) & 255]) for q in range(8)]
+        for i in range(lt & 3):
+            u0 = la[(u0 + i) & 7]
+        want[gt] = u0
+    return want
+
+
+@pytest.mark.parametrize("options", [(), ("--passes=",)])
+def test_local_array_written_and_read_before_a_barrier(options: tuple) -> None:
+    fn = cpuify.RawModule(code=LOCAL_ARRAY, options=options).get_function("local_array")
+    rng = np.random.default_rng(2800)
+    for run in ("generic", "specialized", "specialized again"):
+        iu = rng.integers(0, 2**32, 256, dtype=np.uint32)    # new input: no stale local memory
+        for block in ((64, 1, 1), (8, 4, 1)):
+            nt = block[0] * block[1]
+            out = np.zeros(3 * nt, np.uint32)
+            fn((3,), block, (iu, out, np.uint32(2)))
+            np.testing.assert_array_equal(out, _local_array_expected(iu, 3, nt), err_msg=f"{run} {block}")
+    out = np.zeros(3 * 64, np.uint32)
+    interpret_kernel(cpuify.RawModule(code=LOCAL_ARRAY).ptx, "local_array", (3,), (64,),
+                     (iu, out, np.uint32(2)))
+    np.testing.assert_array_equal(out, _local_array_expected(iu, 3, 64), err_msg="interpreter")

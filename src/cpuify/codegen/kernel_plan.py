@@ -29,6 +29,7 @@ from cpuify.codegen.layout import align_up
 from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
 from cpuify.ir.core import Region, Value, predecessors
+from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body, block_parallel, lockstep_counters
 from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.lifting.lift import LiftedKernel
@@ -134,6 +135,10 @@ class KernelPlan(ThreadLoopPlans):
             self.local_offsets[v.name] = off
             off += v.size
         self.local_size = align_up(off, 16)
+        # a local address converted to a generic one: generic accesses may reach local memory
+        self.local_escapes = bool(self.local_size) and any(
+            o.name == "ptx.cvta" and "local" in mods(o) and "to" not in mods(o)
+            for o in kernel.op.walk())
         # slots for values kept per thread across sync points (sorted by size: aligned)
         kept: dict[Value, None] = {}
         for sp in self.syncs:

@@ -360,6 +360,8 @@ def _ld(e: SegmentEmitter, op: Operation) -> None:
             v.align = align
         if space in ("shared", "global", "generic"):
             e.tag_shared_access(op, v)
+        if space == "local" or space == "generic" and e.kc.local_escapes:
+            e.private_accesses.append(v)
         e.result(op, v, t, k)
 
 
@@ -396,6 +398,8 @@ def _st(e: SegmentEmitter, op: Operation) -> None:
             s.align = align
         if space in ("shared", "global", "generic"):
             e.tag_shared_access(op, s)
+        if space == "local" or space == "generic" and e.kc.local_escapes:
+            e.private_accesses.append(s)
 
 
 _RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "exch": "xchg",

@@ -37,6 +37,9 @@ class SegmentEmitter(SpeculativeValues):
         self.param_cache: dict[tuple[int, str, bool], ir.Value] = {}
         # accesses through which threads of one segment communicate (shared atomics)
         self.serial_accesses: set[ir.Instruction] = set()
+        # loads and stores of the thread's own local memory (and generic ones that may
+        # reach it): see tag_parallel_accesses
+        self.private_accesses: list[ir.Instruction] = []
         # the segment runs recursions on the worker's call stack, which every thread uses
         self.uses_call_stack = False
         # values computed for another thread than the loop's (speculation()): not stored

@@ -35,6 +35,7 @@ class SegmentValues:
     block_map: dict[Block, ir.Block]
     pending: list[Block]
     serial_accesses: set[ir.Instruction]
+    private_accesses: list[ir.Instruction]
     uses_call_stack: bool
     speculating: bool
     known: dict[Value, ir.Value]
@@ -233,6 +234,17 @@ class SegmentValues:
         ModuleCodegen.parallel_loop_id), except volatile ones and `self.serial_accesses`."""
         if self.local_alloca is not None or self.uses_call_stack:
             return      # one local-memory buffer (call stack) serves every iteration: not parallel
+        # A thread that writes its local memory and accesses it again in the same segment
+        # (an array indexed at run time) depends on itself within one iteration of the
+        # thread loop.  The access group says only that iterations are independent, but
+        # LLVM's vectorizer then takes these accesses as free of any dependence and forms
+        # interleaved groups across them (a group's stores sink below a load of the same
+        # array: the fuzzer's fz_2800_4153 read stale local memory).  Such a segment's
+        # thread loop is left to LLVM's own dependence analysis.
+        private = self.private_accesses
+        serial = self.serial_accesses
+        if len(private) > 1 and any(isinstance(i, ir.StoreInstr) for i in private):
+            serial = serial | set(private)
         group = self.mod.access_group
         for bb in self.fn.blocks:
             for instr in bb.instructions:
@@ -242,7 +254,7 @@ class SegmentValues:
                 # the segment's own allocas (values between its LLVM blocks) become
                 # registers before vectorization; they are no thread's memory
                 if isinstance(pointer, ir.AllocaInstr) or getattr(instr, "volatile", False) \
-                        or instr in self.serial_accesses:
+                        or instr in serial:
                     continue
                 instr.set_metadata("llvm.access.group", group)
 
