@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "curand_generators.h"
+#include "curand_sobol.h"
 #include "mathlib_internal.h"
 
 /* curand.h's types and values (the ABI of libcurand; programs include NVIDIA's header) */
@@ -97,10 +98,11 @@ typedef enum { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;
 
 struct curandGenerator_st {
     uint32_t magic;
-    curandRngType_t type;   /* XORWOW, PHILOX4_32_10 or MRG32K3A */
+    curandRngType_t type;   /* XORWOW, PHILOX4_32_10, MRG32K3A or one of the four SOBOLs */
     int host;               /* curandCreateGeneratorHost */
     uint64_t seed;
-    uint64_t counter;       /* G: groups (XORWOW, MRG32k3a) or results (Philox) so far */
+    uint64_t counter;       /* G: groups (XORWOW, MRG32k3a), results (Philox) or points (Sobol) so far */
+    uint32_t dimensions;    /* Sobol: curandSetQuasiRandomGeneratorDimensions (1 at first) */
     curandOrdering_t ordering;
     void *stream;
     /* the subsequences' states (XORWOW, MRG32k3a), made at the first generation after a
@@ -145,17 +147,28 @@ static const char *type_name(curandRngType_t t) {
     }
 }
 
+static int is_quasi(curandRngType_t t) {
+    return t >= CURAND_RNG_QUASI_SOBOL32 && t <= CURAND_RNG_QUASI_SCRAMBLED_SOBOL64;
+}
+
+static int is_sobol64(curandRngType_t t) {
+    return t == CURAND_RNG_QUASI_SOBOL64 || t == CURAND_RNG_QUASI_SCRAMBLED_SOBOL64;
+}
+
 static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_type, int host, const char *api) {
     if (!generator) return CURAND_STATUS_NOT_INITIALIZED;
     if (rng_type == CURAND_RNG_PSEUDO_DEFAULT) rng_type = CURAND_RNG_PSEUDO_XORWOW;
+    if (rng_type == CURAND_RNG_QUASI_DEFAULT) rng_type = CURAND_RNG_QUASI_SOBOL32;
     if (rng_type != CURAND_RNG_PSEUDO_XORWOW && rng_type != CURAND_RNG_PSEUDO_PHILOX4_32_10 &&
-        rng_type != CURAND_RNG_PSEUDO_MRG32K3A) {
+        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && !is_quasi(rng_type)) {
         const char *name = type_name(rng_type);
         if (name)
             fprintf(stderr, "cpuify: %s: the %s generator is not supported by cpuify's cuRAND (XORWOW, "
-                    "PHILOX4_32_10 and MRG32K3A are); returning CURAND_STATUS_TYPE_ERROR\n", api, name);
+                    "PHILOX4_32_10, MRG32K3A and the SOBOL ones are); returning CURAND_STATUS_TYPE_ERROR\n",
+                    api, name);
         return CURAND_STATUS_TYPE_ERROR;
     }
+    if (is_quasi(rng_type) && !sobol_get(api)) return CURAND_STATUS_INITIALIZATION_FAILED;
     pthread_once(&tables_once, build_tables);
     if (!tables_ok) return CURAND_STATUS_ALLOCATION_FAILED;
     struct curandGenerator_st *g = calloc(1, sizeof *g);
@@ -163,7 +176,8 @@ static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_t
     g->magic = GENERATOR_MAGIC;
     g->type = rng_type;
     g->host = host;
-    g->ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+    g->ordering = is_quasi(rng_type) ? CURAND_ORDERING_QUASI_DEFAULT : CURAND_ORDERING_PSEUDO_DEFAULT;
+    g->dimensions = 1;
     pthread_mutex_lock(&live_lock);
     g->next_live = live;
     live = g;
@@ -231,6 +245,7 @@ curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream)
 
 curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    if (is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
     generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's */
     drop_states(generator);
     return CURAND_STATUS_SUCCESS;
@@ -248,6 +263,8 @@ curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned lo
 curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
     static int said_seeded;
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    if (is_quasi(generator->type))
+        return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS : CURAND_STATUS_OUT_OF_RANGE;
     switch (order) {
     case CURAND_ORDERING_PSEUDO_BEST:
     case CURAND_ORDERING_PSEUDO_DEFAULT:
@@ -277,8 +294,10 @@ curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrd
 
 curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int num_dimensions) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    (void)num_dimensions;
-    return CURAND_STATUS_TYPE_ERROR;    /* cpuify's generators are all pseudo-random */
+    if (!is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
+    if (num_dimensions < 1 || num_dimensions > SOBOL_DIMENSIONS) return CURAND_STATUS_OUT_OF_RANGE;
+    generator->dimensions = num_dimensions;     /* the position (points so far) stays, as NVIDIA's */
+    return CURAND_STATUS_SUCCESS;
 }
 
 /* the number of subsequences whose draws a generator interleaves */
@@ -301,7 +320,7 @@ static void start_positions(curandGenerator_t g) {
 
 /* XORWOW and MRG32k3a: the states of the subsequences at draw 0 (curand_init(seed, t, 0)) */
 static curandStatus_t make_states(curandGenerator_t g) {
-    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10) return CURAND_STATUS_SUCCESS;
+    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || is_quasi(g->type)) return CURAND_STATUS_SUCCESS;
     uint32_t n = subsequences(g);
     size_t size = g->type == CURAND_RNG_PSEUDO_XORWOW ? sizeof(xorwow_state) : sizeof(mrg_state);
     g->base = malloc(n * size);
@@ -353,7 +372,7 @@ static curandStatus_t make_states(curandGenerator_t g) {
 /* ------------------------------------------------------------------------------------ */
 /* Distributions: a group of K results from C draws, as the device API computes them     */
 
-typedef enum { DIST_BITS, DIST_UNIFORM, DIST_UNIFORM_DOUBLE, DIST_NORMAL, DIST_NORMAL_DOUBLE,
+typedef enum { DIST_BITS, DIST_BITS64, DIST_UNIFORM, DIST_UNIFORM_DOUBLE, DIST_NORMAL, DIST_NORMAL_DOUBLE,
                DIST_LOG_NORMAL, DIST_LOG_NORMAL_DOUBLE, DIST_POISSON } distribution;
 
 typedef struct {
@@ -430,6 +449,8 @@ static void group_results(const generation *w, int mrg, const uint32_t *d, const
     case DIST_BITS:
         for (int k = 0; k < w->K; k++) u[k] = mrg ? (uint32_t)(m[k] * MRG_BITS_NORM) : d[k];
         break;
+    case DIST_BITS64:       /* Sobol64 only (quasi_result) */
+        break;
     case DIST_UNIFORM:
         for (int k = 0; k < w->K; k++) f[k] = mrg ? (float)(m[k] * MRG_NORM) : uniform_float(d[k]);
         break;
@@ -467,7 +488,7 @@ static void group_results(const generation *w, int mrg, const uint32_t *d, const
 
 static size_t result_size(distribution d) {
     switch (d) {
-    case DIST_UNIFORM_DOUBLE: case DIST_NORMAL_DOUBLE: case DIST_LOG_NORMAL_DOUBLE: return 8;
+    case DIST_BITS64: case DIST_UNIFORM_DOUBLE: case DIST_NORMAL_DOUBLE: case DIST_LOG_NORMAL_DOUBLE: return 8;
     default: return 4;
     }
 }
@@ -552,10 +573,75 @@ static void generate_job(const void *arg, uint32_t index, void *scratch) {
     }
 }
 
+/* Sobol: point x (32 or 64 bits, `wide`) of a dimension as one result of w->dist */
+static void quasi_result(const generation *w, uint64_t x, int wide, void *res) {
+    uint32_t x32 = wide ? (uint32_t)(x >> 32) : (uint32_t)x;
+    double u = wide ? (double)(x >> 11) * 1.1102230246251565e-16 + 1.1102230246251565e-16 / 2.0
+                    : x32 * 2.3283064365386963e-10 + 2.3283064365386963e-10;
+    switch (w->dist) {
+    case DIST_BITS: *(uint32_t *)res = x32; break;
+    case DIST_BITS64: *(uint64_t *)res = x; break;
+    case DIST_UNIFORM: *(float *)res = uniform_float(x32); break;
+    case DIST_UNIFORM_DOUBLE: *(double *)res = u; break;
+    case DIST_NORMAL:
+    case DIST_LOG_NORMAL: {
+        float v = (float)w->mean + (float)w->stddev * sobol_normal_float(x32);
+        *(float *)res = w->dist == DIST_LOG_NORMAL ? expf(v) : v;
+        break;
+    }
+    case DIST_NORMAL_DOUBLE:
+    case DIST_LOG_NORMAL_DOUBLE: {
+        double v = w->mean + w->stddev * (wide ? sobol_normal_double64(x) : sobol_normal_double32(x32));
+        *(double *)res = w->dist == DIST_LOG_NORMAL_DOUBLE ? exp(v) : v;
+        break;
+    }
+    case DIST_POISSON: *(uint32_t *)res = poisson_value(w, u); break;
+    }
+}
+
+#define SOBOL_CHUNK 16384u      /* points of one dimension per job */
+
+/* Sobol job j: points [c * SOBOL_CHUNK, ...) of one dimension (dimension-major output, as
+ * NVIDIA's: the n / dimensions results of dimension 0 first), from the generator's position on;
+ * the next point flips the direction vector of the lowest zero bit of the index (curand()) */
+static void quasi_job(const void *arg, uint32_t index, void *scratch) {
+    (void)scratch;
+    const generation *w = arg;
+    curandGenerator_t g = w->g;
+    uint64_t per_dim = w->n / g->dimensions, chunks = (per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK;
+    uint32_t dim = (uint32_t)(index / chunks);
+    uint64_t first = index % chunks * SOBOL_CHUNK;
+    uint64_t count = per_dim - first < SOBOL_CHUNK ? per_dim - first : SOBOL_CHUNK;
+    int scrambled = g->type == CURAND_RNG_QUASI_SCRAMBLED_SOBOL32 || g->type == CURAND_RNG_QUASI_SCRAMBLED_SOBOL64;
+    size_t rsize = result_size(w->dist);
+    char *out = (char *)w->out + (dim * per_dim + first) * rsize;
+    if (is_sobol64(g->type)) {
+        const uint64_t *v = (scrambled ? sobol_nvidia.scrambled_vectors64 : sobol_nvidia.vectors64) + 64u * dim;
+        uint64_t i = g->counter + first, x = sobol64_point(v, scrambled ? sobol_nvidia.constants64[dim] : 0, i);
+        for (uint64_t j = 0; j < count; j++, i++) {
+            quasi_result(w, x, 1, out + j * rsize);
+            int k = ~i ? __builtin_ctzll(~i) : 63;
+            x ^= v[k];
+        }
+    } else {        /* the index is 32 bits, as the device API's */
+        const uint32_t *v = (scrambled ? sobol_nvidia.scrambled_vectors32 : sobol_nvidia.vectors32) + 32u * dim;
+        uint32_t i = (uint32_t)(g->counter + first), x = sobol32_point(v, scrambled ? sobol_nvidia.constants32[dim] : 0, i);
+        for (uint64_t j = 0; j < count; j++, i++) {
+            quasi_result(w, x, 0, out + j * rsize);
+            int k = ~i ? __builtin_ctz(~i) : 31;
+            x ^= v[k];
+        }
+    }
+}
+
 static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out, size_t n, const char *api,
                                double mean, double stddev, double lambda) {
     if (!is_live(g)) return CURAND_STATUS_NOT_INITIALIZED;
     int philox = g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10, mrg = g->type == CURAND_RNG_PSEUDO_MRG32K3A;
+    int quasi = is_quasi(g->type);
+    /* 32-bit results from all but Sobol64, 64-bit ones from Sobol64 only */
+    if ((dist == DIST_BITS64 && !is_sobol64(g->type)) || (dist == DIST_BITS && is_sobol64(g->type)))
+        return CURAND_STATUS_TYPE_ERROR;
     int normal = dist == DIST_NORMAL || dist == DIST_NORMAL_DOUBLE || dist == DIST_LOG_NORMAL ||
                  dist == DIST_LOG_NORMAL_DOUBLE;
     generation w;
@@ -574,7 +660,7 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         w.K = normal ? 2 : 1;
         w.C = (normal ? 2 : 1) * (!mrg && result_size(dist) == 8 ? 2 : 1);
     }
-    if (normal && !philox && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
+    if (quasi ? n % g->dimensions != 0 : normal && !philox && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     if (n == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_LAUNCH_FAILURE;
     curandStatus_t st = make_states(g);
@@ -603,13 +689,19 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         w.poisson_cdf = cdf;
     }
 
-    uint32_t T = subsequences(g);
-    w.threads_per_job = philox ? 1024 : 256;
-    uint32_t jobs = (T + w.threads_per_job - 1) / w.threads_per_job;
-    int e = cpuify_run_job(api, jobs, 0, generate_job, &w);
+    int e;
+    if (quasi) {
+        uint64_t per_dim = n / g->dimensions;
+        e = cpuify_run_job(api, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
+                           quasi_job, &w);
+    } else {
+        uint32_t T = subsequences(g);
+        w.threads_per_job = philox ? 1024 : 256;
+        e = cpuify_run_job(api, (T + w.threads_per_job - 1) / w.threads_per_job, 0, generate_job, &w);
+    }
     free(cdf);
     if (e != 0) return CURAND_STATUS_LAUNCH_FAILURE;
-    g->counter += philox ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
+    g->counter += quasi ? (uint64_t)(n / g->dimensions) : philox ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
     return CURAND_STATUS_SUCCESS;
 }
 
@@ -618,10 +710,7 @@ curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int *outputP
 }
 
 curandStatus_t curandGenerateLongLong(curandGenerator_t generator, unsigned long long *outputPtr, size_t num) {
-    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    (void)outputPtr;
-    (void)num;
-    return CURAND_STATUS_TYPE_ERROR;     /* 64-bit results come from the Sobol64 generators only */
+    return generate(generator, DIST_BITS64, outputPtr, num, "curandGenerateLongLong", 0, 0, 0);
 }
 
 curandStatus_t curandGenerateUniform(curandGenerator_t generator, float *outputPtr, size_t num) {
@@ -686,7 +775,36 @@ NOT_SUPPORTED(curandGenerateBinomial, curandGenerator_t generator, unsigned int 
               unsigned int n, double p)
 NOT_SUPPORTED(curandGenerateBinomialMethod, curandGenerator_t generator, unsigned int *outputPtr, size_t num,
               unsigned int n, double p, int method)
-NOT_SUPPORTED(curandGetDirectionVectors32, void *vectors, int set)
-NOT_SUPPORTED(curandGetScrambleConstants32, unsigned int **constants)
-NOT_SUPPORTED(curandGetDirectionVectors64, void *vectors, int set)
-NOT_SUPPORTED(curandGetScrambleConstants64, unsigned long long **constants)
+
+/* NVIDIA's Sobol tables (curand_sobol.h), for the device API's curand_init of Sobol states */
+curandStatus_t curandGetDirectionVectors32(const uint32_t (**vectors)[32], int set) {
+    if (!vectors || (set != 101 && set != 102)) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetDirectionVectors32");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *vectors = (const uint32_t(*)[32])(set == 101 ? t->vectors32 : t->scrambled_vectors32);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetDirectionVectors64(const uint64_t (**vectors)[64], int set) {
+    if (!vectors || (set != 103 && set != 104)) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetDirectionVectors64");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *vectors = (const uint64_t(*)[64])(set == 103 ? t->vectors64 : t->scrambled_vectors64);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetScrambleConstants32(const uint32_t **constants) {
+    if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetScrambleConstants32");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *constants = t->constants32;
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetScrambleConstants64(const uint64_t **constants) {
+    if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetScrambleConstants64");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *constants = t->constants64;
+    return CURAND_STATUS_SUCCESS;
+}

@@ -1,0 +1,179 @@
+/* cpuify's cuRAND (curand.c): the Sobol quasi-random generators and where their tables come from.
+ *
+ * The direction vectors (S. Joe and F. Y. Kuo's, 20,000 dimensions, 32- and 64-bit, plain and
+ * scrambled) and the scramble constants are NVIDIA's data, not derived from a documented
+ * construction: cpuify does not carry them.  They are read at run time from NVIDIA's own
+ * libcurand.so.10 (the nvidia-curand wheel, which a program including curand.h has installed):
+ * it is loaded in a link-map namespace of its own (dlmopen), so that its CUDA runtime
+ * (libcudart.so.13, which it needs to load) never mixes with cpuify's, and its
+ * curandGetDirectionVectors32/64 and curandGetScrambleConstants32/64 give the tables.  Where it
+ * is looked for: $CPUIFY_NVIDIA_LIBCURAND, then the wheel cpuify was set up with
+ * (CPUIFY_NVIDIA_CURAND_DIRS, given at build time), then the loader's search path.
+ *
+ * A Sobol point is the gray-code XOR of direction vectors (curand_kernel.h's skipahead and
+ * curand()); the transforms to uniforms are the device API's.  Normals are the inverse normal
+ * CDF (sqrt(2) erfcinv(2p), mirrored at p = 1/2) as NVIDIA's host generator computes it
+ * (its sign is the opposite of the device API's _curand_normal_icdf); erfcinv here is Halley's
+ * method on the C library's erf/erfc, accurate to about an ulp of a double. */
+#ifndef CPUIFY_CURAND_SOBOL_H
+#define CPUIFY_CURAND_SOBOL_H
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SOBOL_DIMENSIONS 20000
+
+/* NVIDIA's tables, from its libcurand: direction vectors [dimension][bit] and scramble constants */
+typedef struct {
+    const uint32_t *vectors32, *scrambled_vectors32, *constants32;
+    const uint64_t *vectors64, *scrambled_vectors64, *constants64;
+} sobol_tables;
+
+static pthread_once_t sobol_once = PTHREAD_ONCE_INIT;
+static sobol_tables sobol_nvidia;
+static int sobol_ok;
+static char sobol_why[1024];    /* why the tables are not there */
+
+typedef int (*nvidia_vectors_fn)(void *vectors, int set);
+typedef int (*nvidia_constants_fn)(void *constants);
+
+/* NVIDIA's libcurand at `path` in a namespace of its own, or NULL (the cause appended to sobol_why) */
+static void *sobol_open(const char *path) {
+    void *h = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
+    size_t at = strlen(sobol_why);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(sobol_why + at, sizeof sobol_why - at, "\n  %s", e ? e : path);
+        return NULL;
+    }
+    if (dlsym(h, "cpuify_curand_not_supported_once")) {    /* cpuify's own libcurand: not NVIDIA's */
+        snprintf(sobol_why + at, sizeof sobol_why - at, "\n  %s: cpuify's libcurand, not NVIDIA's", path);
+        dlclose(h);
+        return NULL;
+    }
+    return h;
+}
+
+static void sobol_load(void) {
+    void *h = NULL;
+    const char *env = getenv("CPUIFY_NVIDIA_LIBCURAND");
+    if (env && *env) h = sobol_open(env);
+#ifdef CPUIFY_NVIDIA_CURAND_DIRS
+    static const char *const dirs[] = {CPUIFY_NVIDIA_CURAND_DIRS};
+    for (size_t i = 0; !h && i < sizeof dirs / sizeof dirs[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/libcurand.so.10", dirs[i]);
+        h = sobol_open(path);
+    }
+#endif
+    if (!h) h = sobol_open("libcurand.so.10");
+    if (!h) return;
+    nvidia_vectors_fn v32 = (nvidia_vectors_fn)dlsym(h, "curandGetDirectionVectors32");
+    nvidia_vectors_fn v64 = (nvidia_vectors_fn)dlsym(h, "curandGetDirectionVectors64");
+    nvidia_constants_fn c32 = (nvidia_constants_fn)dlsym(h, "curandGetScrambleConstants32");
+    nvidia_constants_fn c64 = (nvidia_constants_fn)dlsym(h, "curandGetScrambleConstants64");
+    sobol_tables t;
+    memset(&t, 0, sizeof t);
+    /* curand.h: CURAND_(SCRAMBLED_)DIRECTION_VECTORS_32/64_JOEKUO6 = 101..104 */
+    if (!v32 || !v64 || !c32 || !c64 || v32(&t.vectors32, 101) || v32(&t.scrambled_vectors32, 102) ||
+        v64(&t.vectors64, 103) || v64(&t.scrambled_vectors64, 104) || c32(&t.constants32) ||
+        c64(&t.constants64) || !t.vectors32 || !t.scrambled_vectors32 || !t.vectors64 ||
+        !t.scrambled_vectors64 || !t.constants32 || !t.constants64) {
+        size_t at = strlen(sobol_why);
+        snprintf(sobol_why + at, sizeof sobol_why - at, "\n  the libcurand.so.10 loaded gave no Sobol tables");
+        return;
+    }
+    sobol_nvidia = t;
+    sobol_ok = 1;
+}
+
+/* NVIDIA's tables, or NULL after one line on stderr naming `api` and what to do */
+static const sobol_tables *sobol_get(const char *api) {
+    static int said;
+    pthread_once(&sobol_once, sobol_load);
+    if (sobol_ok) return &sobol_nvidia;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "cpuify: %s: the Sobol direction vectors and scramble constants are NVIDIA's data, "
+                "read at run time from NVIDIA's libcurand.so.10 (pip install 'cpuify[curand]', the "
+                "nvidia-curand wheel, with nvidia-cuda-runtime for its libcudart.so.13), which did not "
+                "load:%s\n  set CPUIFY_NVIDIA_LIBCURAND to its path; returning "
+                "CURAND_STATUS_INITIALIZATION_FAILED\n", api, sobol_why);
+    return NULL;
+}
+
+/* point i of a dimension (gray code, as curand_kernel.h's skipahead) */
+static uint32_t sobol32_point(const uint32_t *v, uint32_t scramble, uint64_t i) {
+    uint32_t gray = (uint32_t)(i ^ (i >> 1)), x = scramble;
+    for (int k = 0; gray; k++, gray >>= 1)
+        if (gray & 1u) x ^= v[k];
+    return x;
+}
+
+static uint64_t sobol64_point(const uint64_t *v, uint64_t scramble, uint64_t i) {
+    uint64_t gray = i ^ (i >> 1), x = scramble;
+    for (int k = 0; gray; k++, gray >>= 1)
+        if (gray & 1u) x ^= v[k];
+    return x;
+}
+
+/* erfcinv(a) for a in (0, 3/2]: Halley's method on erfc (a < 1/2) or on erf (elsewhere, where
+ * erfc(y) - a would cancel), from Winitzki's approximation */
+static double sobol_erfcinv(double a) {
+    const double two_over_sqrt_pi = 1.1283791670955126, k = 0.147;
+    double t = 1.0 - a;                         /* exact for a in [1/2, 2] */
+    double l = log(a * (2.0 - a));              /* log(1 - t^2) */
+    double b = 2.0 / (3.141592653589793 * k) + l / 2.0;
+    double y = sqrt(sqrt(b * b - l / k) - b);
+    if (t < 0) y = -y;
+    int tail = t > 0.5;
+    for (int i = 0; i < 4; i++) {
+        double f = tail ? erfc(y) - a : erf(y) - t;
+        double fp = (tail ? -1.0 : 1.0) * two_over_sqrt_pi * exp(-y * y);
+        if (f == 0.0 || fp == 0.0) break;
+        double dy = f / fp;
+        y -= dy / (1.0 + y * dy);
+    }
+    return y;
+}
+
+/* the inverse normal CDF of NVIDIA's host generators, from 32 bits (float and double) */
+static float sobol_normal_float(uint32_t x) {
+    float s = -1.0f;
+    if (x > 0x80000000u) {
+        x = 0xffffffffu - x;
+        s = 1.0f;
+    }
+    float p = x * 2.3283064e-10f + (2.3283064e-10f / 2.0f);
+    float e = (float)sobol_erfcinv((double)(2.0f * p));
+    return s * 1.4142135f * e;
+}
+
+static double sobol_normal_double32(uint32_t x) {
+    double s = -1.0;
+    if (x > 0x80000000u) {
+        x = 0xffffffffu - x;
+        s = 1.0;
+    }
+    double p = x * 2.3283064365386963e-10 + 2.3283064365386963e-10 / 2.0;
+    return s * 1.4142135623730951 * sobol_erfcinv(2.0 * p);
+}
+
+/* from 64 bits: the top 53 */
+static double sobol_normal_double64(uint64_t x) {
+    double s = -1.0;
+    x >>= 11;
+    if (x > 0x10000000000000ull) {
+        x = 0x1fffffffffffffull - x;
+        s = 1.0;
+    }
+    double p = x * 1.1102230246251565e-16 + 1.1102230246251565e-16 / 2.0;
+    return s * 1.4142135623730951 * sobol_erfcinv(2.0 * p);
+}
+
+#endif /* CPUIFY_CURAND_SOBOL_H */
