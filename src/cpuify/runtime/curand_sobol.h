@@ -7,8 +7,8 @@
  * it is loaded in a link-map namespace of its own (dlmopen), so that its CUDA runtime
  * (libcudart.so.13, which it needs to load) never mixes with cpuify's, and its
  * curandGetDirectionVectors32/64 and curandGetScrambleConstants32/64 give the tables.  Where it
- * is looked for: $CPUIFY_NVIDIA_LIBCURAND, then the wheel cpuify was set up with
- * (CPUIFY_NVIDIA_CURAND_DIRS, given at build time), then the loader's search path.
+ * is looked for: $CPUIFY_NVIDIA_LIBCURAND (only there, when set), else the wheel cpuify was set
+ * up with (CPUIFY_NVIDIA_CURAND_DIRS, given at build time), then the loader's search path.
  *
  * A Sobol point is the gray-code XOR of direction vectors (curand_kernel.h's skipahead and
  * curand()); the transforms to uniforms are the device API's.  Normals are the inverse normal
@@ -63,7 +63,10 @@ static void *sobol_open(const char *path) {
 static void sobol_load(void) {
     void *h = NULL;
     const char *env = getenv("CPUIFY_NVIDIA_LIBCURAND");
-    if (env && *env) h = sobol_open(env);
+    if (env && *env) {
+        h = sobol_open(env);
+        goto loaded;
+    }
 #ifdef CPUIFY_NVIDIA_CURAND_DIRS
     static const char *const dirs[] = {CPUIFY_NVIDIA_CURAND_DIRS};
     for (size_t i = 0; !h && i < sizeof dirs / sizeof dirs[0]; i++) {
@@ -73,6 +76,7 @@ static void sobol_load(void) {
     }
 #endif
     if (!h) h = sobol_open("libcurand.so.10");
+loaded:
     if (!h) return;
     nvidia_vectors_fn v32 = (nvidia_vectors_fn)dlsym(h, "curandGetDirectionVectors32");
     nvidia_vectors_fn v64 = (nvidia_vectors_fn)dlsym(h, "curandGetDirectionVectors64");
