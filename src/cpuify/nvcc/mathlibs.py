@@ -47,7 +47,8 @@ LIBRARIES = (
     MathLibrary("curand", "curand.c", (), "curandStatus_t", "cpuify_curand_not_supported_once"),
 )
 NAMES = tuple(lib.name for lib in LIBRARIES)
-SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_generators.h", "curand_sobol.h")
+SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_generators.h", "curand_sobol.h",
+                  "curand_mtgp32.h")
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -101,6 +102,14 @@ def nvidia_curand_dirs(tk: Toolkit) -> list[str]:
             if os.path.isdir(d)]
 
 
+def mtgp32_params_header(tk: Toolkit) -> str | None:
+    """NVIDIA's curand_mtgp32dc_p_11213.h (the MTGP32 parameter sets), compiled into cpuify's
+    libcurand when there (runtime/curand_mtgp32.h)."""
+    inc = curand_include(tk)
+    header = os.path.join(inc, "curand_mtgp32dc_p_11213.h") if inc else None
+    return header if header and os.path.isfile(header) else None
+
+
 def _c_strings(items: list[str]) -> str:
     return ",".join('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"' for s in items)
 
@@ -118,6 +127,8 @@ def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, rele
         defines = []
         if lib.name == "curand" and nvidia_curand_dirs(tk):
             defines.append(f"-DCPUIFY_NVIDIA_CURAND_DIRS={_c_strings(nvidia_curand_dirs(tk))}")
+        if lib.name == "curand" and mtgp32_params_header(tk):
+            defines.append(f"-DCPUIFY_MTGP32_PARAMS={_c_strings([mtgp32_params_header(tk) or ''])}")
         _run([cc, *cflags, *defines, "-c", str(RUNTIME_DIR / lib.source), "-o", obj],
              f"compiling cpuify's {lib.name}")
         declared: set[str] = set()

@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "curand_generators.h"
-#include "curand_sobol.h"
+#include "curand_mtgp32.h"
 #include "mathlib_internal.h"
 
 /* curand.h's types and values (the ABI of libcurand; programs include NVIDIA's header) */
@@ -85,6 +85,8 @@ typedef enum {
 } curandOrdering_t;
 
 typedef enum { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;
+
+#include "curand_sobol.h"
 
 /* the cuRAND release whose host generators cpuify's reproduce (curand.h 10.4.5) */
 #define CPUIFY_CURAND_MAJOR 10
@@ -159,13 +161,19 @@ static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_t
     if (!generator) return CURAND_STATUS_NOT_INITIALIZED;
     if (rng_type == CURAND_RNG_PSEUDO_DEFAULT) rng_type = CURAND_RNG_PSEUDO_XORWOW;
     if (rng_type == CURAND_RNG_QUASI_DEFAULT) rng_type = CURAND_RNG_QUASI_SOBOL32;
+    if (rng_type == CURAND_RNG_PSEUDO_MTGP32 && !MTGP32_AVAILABLE) {
+        fprintf(stderr, "cpuify: %s: the CURAND_RNG_PSEUDO_MTGP32 generator needs NVIDIA's parameter sets "
+                "(curand_mtgp32dc_p_11213.h of the nvidia-curand wheel) when cpuify's libcurand is built: "
+                "pip install 'cpuify[curand]'; returning CURAND_STATUS_TYPE_ERROR\n", api);
+        return CURAND_STATUS_TYPE_ERROR;
+    }
     if (rng_type != CURAND_RNG_PSEUDO_XORWOW && rng_type != CURAND_RNG_PSEUDO_PHILOX4_32_10 &&
-        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && !is_quasi(rng_type)) {
+        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && rng_type != CURAND_RNG_PSEUDO_MTGP32 && !is_quasi(rng_type)) {
         const char *name = type_name(rng_type);
         if (name)
             fprintf(stderr, "cpuify: %s: the %s generator is not supported by cpuify's cuRAND (XORWOW, "
-                    "PHILOX4_32_10, MRG32K3A and the SOBOL ones are); returning CURAND_STATUS_TYPE_ERROR\n",
-                    api, name);
+                    "PHILOX4_32_10, MRG32K3A, MTGP32 and the SOBOL ones are); returning "
+                    "CURAND_STATUS_TYPE_ERROR\n", api, name);
         return CURAND_STATUS_TYPE_ERROR;
     }
     if (is_quasi(rng_type) && !sobol_get(api)) return CURAND_STATUS_INITIALIZATION_FAILED;
@@ -246,7 +254,8 @@ curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream)
 curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
     if (is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
-    generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's */
+    generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's, */
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) generator->counter = 0;     /* but MTGP32's */
     drop_states(generator);
     return CURAND_STATUS_SUCCESS;
 }
@@ -255,6 +264,7 @@ static void start_positions(curandGenerator_t g);
 
 curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) return CURAND_STATUS_TYPE_ERROR;   /* as NVIDIA's */
     generator->counter = offset;
     if (generator->next_pos) start_positions(generator);
     return CURAND_STATUS_SUCCESS;
@@ -321,6 +331,15 @@ static void start_positions(curandGenerator_t g) {
 /* XORWOW and MRG32k3a: the states of the subsequences at draw 0 (curand_init(seed, t, 0)) */
 static curandStatus_t make_states(curandGenerator_t g) {
     if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || is_quasi(g->type)) return CURAND_STATUS_SUCCESS;
+#if MTGP32_AVAILABLE
+    if (g->type == CURAND_RNG_PSEUDO_MTGP32) {      /* the sets' states at value 0 */
+        mtgp32_state *m = malloc(MTGP32_SETS * sizeof *m);
+        if (!m) return CURAND_STATUS_ALLOCATION_FAILED;
+        for (int set = 0; set < MTGP32_SETS; set++) mtgp32_seed(m + set, set, g->seed);
+        g->base = m;
+        return CURAND_STATUS_SUCCESS;
+    }
+#endif
     uint32_t n = subsequences(g);
     size_t size = g->type == CURAND_RNG_PSEUDO_XORWOW ? sizeof(xorwow_state) : sizeof(mrg_state);
     g->base = malloc(n * size);
@@ -449,7 +468,7 @@ static void group_results(const generation *w, int mrg, const uint32_t *d, const
     case DIST_BITS:
         for (int k = 0; k < w->K; k++) u[k] = mrg ? (uint32_t)(m[k] * MRG_BITS_NORM) : d[k];
         break;
-    case DIST_BITS64:       /* Sobol64 only (quasi_result) */
+    case DIST_BITS64:       /* Sobol64 only: one_draw_result */
         break;
     case DIST_UNIFORM:
         for (int k = 0; k < w->K; k++) f[k] = mrg ? (float)(m[k] * MRG_NORM) : uniform_float(d[k]);
@@ -573,8 +592,9 @@ static void generate_job(const void *arg, uint32_t index, void *scratch) {
     }
 }
 
-/* Sobol: point x (32 or 64 bits, `wide`) of a dimension as one result of w->dist */
-static void quasi_result(const generation *w, uint64_t x, int wide, void *res) {
+/* Sobol and MTGP32: one draw x (32 bits, or 64 when `wide`: Sobol64) as one result of w->dist,
+ * normals by inversion (curand_sobol.h), as NVIDIA's host generators make them */
+static void one_draw_result(const generation *w, uint64_t x, int wide, void *res) {
     uint32_t x32 = wide ? (uint32_t)(x >> 32) : (uint32_t)x;
     double u = wide ? (double)(x >> 11) * 1.1102230246251565e-16 + 1.1102230246251565e-16 / 2.0
                     : x32 * 2.3283064365386963e-10 + 2.3283064365386963e-10;
@@ -599,6 +619,29 @@ static void quasi_result(const generation *w, uint64_t x, int wide, void *res) {
     }
 }
 
+#if MTGP32_AVAILABLE
+/* MTGP32 job j: the results of parameter set j (curand_mtgp32.h), each its next 32-bit value;
+ * the set steps over the values of its sequence that lie before the generator's position */
+static void mtgp32_job(const void *arg, uint32_t index, void *scratch) {
+    (void)scratch;
+    const generation *w = arg;
+    mtgp32_state *s = (mtgp32_state *)w->g->base + index;
+    const uint64_t row_size = (uint64_t)MTGP32_SETS * MTGP32_CHUNK;
+    uint64_t begin = w->g->counter, end = begin + w->n;
+    size_t rsize = result_size(w->dist);
+    for (uint64_t row = begin / row_size; row * row_size < end; row++) {
+        uint64_t r0 = row * row_size + (uint64_t)index * MTGP32_CHUNK;
+        uint64_t lo = r0 > begin ? r0 : begin, hi = r0 + MTGP32_CHUNK < end ? r0 + MTGP32_CHUNK : end;
+        for (uint64_t r = lo; r < hi; r++) {
+            uint64_t j = row * MTGP32_CHUNK + (r - r0);
+            if (j < s->j) mtgp32_seed(s, (int)index, w->g->seed);
+            while (s->j < j) mtgp32_next(s, (int)index);
+            one_draw_result(w, mtgp32_next(s, (int)index), 0, (char *)w->out + (r - begin) * rsize);
+        }
+    }
+}
+#endif
+
 #define SOBOL_CHUNK 16384u      /* points of one dimension per job */
 
 /* Sobol job j: points [c * SOBOL_CHUNK, ...) of one dimension (dimension-major output, as
@@ -619,7 +662,7 @@ static void quasi_job(const void *arg, uint32_t index, void *scratch) {
         const uint64_t *v = (scrambled ? sobol_nvidia.scrambled_vectors64 : sobol_nvidia.vectors64) + 64u * dim;
         uint64_t i = g->counter + first, x = sobol64_point(v, scrambled ? sobol_nvidia.constants64[dim] : 0, i);
         for (uint64_t j = 0; j < count; j++, i++) {
-            quasi_result(w, x, 1, out + j * rsize);
+            one_draw_result(w, x, 1, out + j * rsize);
             int k = ~i ? __builtin_ctzll(~i) : 63;
             x ^= v[k];
         }
@@ -627,7 +670,7 @@ static void quasi_job(const void *arg, uint32_t index, void *scratch) {
         const uint32_t *v = (scrambled ? sobol_nvidia.scrambled_vectors32 : sobol_nvidia.vectors32) + 32u * dim;
         uint32_t i = (uint32_t)(g->counter + first), x = sobol32_point(v, scrambled ? sobol_nvidia.constants32[dim] : 0, i);
         for (uint64_t j = 0; j < count; j++, i++) {
-            quasi_result(w, x, 0, out + j * rsize);
+            one_draw_result(w, x, 0, out + j * rsize);
             int k = ~i ? __builtin_ctz(~i) : 31;
             x ^= v[k];
         }
@@ -660,7 +703,8 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         w.K = normal ? 2 : 1;
         w.C = (normal ? 2 : 1) * (!mrg && result_size(dist) == 8 ? 2 : 1);
     }
-    if (quasi ? n % g->dimensions != 0 : normal && !philox && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
+    int mtgp = g->type == CURAND_RNG_PSEUDO_MTGP32;     /* one draw a result, normals by inversion */
+    if (quasi ? n % g->dimensions != 0 : normal && !philox && !mtgp && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     if (n == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_LAUNCH_FAILURE;
     curandStatus_t st = make_states(g);
@@ -694,6 +738,10 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         uint64_t per_dim = n / g->dimensions;
         e = cpuify_run_job(api, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
                            quasi_job, &w);
+#if MTGP32_AVAILABLE
+    } else if (mtgp) {
+        e = cpuify_run_job(api, MTGP32_SETS, 0, mtgp32_job, &w);
+#endif
     } else {
         uint32_t T = subsequences(g);
         w.threads_per_job = philox ? 1024 : 256;
@@ -701,7 +749,7 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
     }
     free(cdf);
     if (e != 0) return CURAND_STATUS_LAUNCH_FAILURE;
-    g->counter += quasi ? (uint64_t)(n / g->dimensions) : philox ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
+    g->counter += quasi ? (uint64_t)(n / g->dimensions) : philox || mtgp ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
     return CURAND_STATUS_SUCCESS;
 }
 
@@ -776,35 +824,3 @@ NOT_SUPPORTED(curandGenerateBinomial, curandGenerator_t generator, unsigned int 
 NOT_SUPPORTED(curandGenerateBinomialMethod, curandGenerator_t generator, unsigned int *outputPtr, size_t num,
               unsigned int n, double p, int method)
 
-/* NVIDIA's Sobol tables (curand_sobol.h), for the device API's curand_init of Sobol states */
-curandStatus_t curandGetDirectionVectors32(const uint32_t (**vectors)[32], int set) {
-    if (!vectors || (set != 101 && set != 102)) return CURAND_STATUS_OUT_OF_RANGE;
-    const sobol_tables *t = sobol_get("curandGetDirectionVectors32");
-    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
-    *vectors = (const uint32_t(*)[32])(set == 101 ? t->vectors32 : t->scrambled_vectors32);
-    return CURAND_STATUS_SUCCESS;
-}
-
-curandStatus_t curandGetDirectionVectors64(const uint64_t (**vectors)[64], int set) {
-    if (!vectors || (set != 103 && set != 104)) return CURAND_STATUS_OUT_OF_RANGE;
-    const sobol_tables *t = sobol_get("curandGetDirectionVectors64");
-    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
-    *vectors = (const uint64_t(*)[64])(set == 103 ? t->vectors64 : t->scrambled_vectors64);
-    return CURAND_STATUS_SUCCESS;
-}
-
-curandStatus_t curandGetScrambleConstants32(const uint32_t **constants) {
-    if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
-    const sobol_tables *t = sobol_get("curandGetScrambleConstants32");
-    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
-    *constants = t->constants32;
-    return CURAND_STATUS_SUCCESS;
-}
-
-curandStatus_t curandGetScrambleConstants64(const uint64_t **constants) {
-    if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
-    const sobol_tables *t = sobol_get("curandGetScrambleConstants64");
-    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
-    *constants = t->constants64;
-    return CURAND_STATUS_SUCCESS;
-}

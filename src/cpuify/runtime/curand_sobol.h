@@ -14,7 +14,9 @@
  * curand()); the transforms to uniforms are the device API's.  Normals are the inverse normal
  * CDF (sqrt(2) erfcinv(2p), mirrored at p = 1/2) as NVIDIA's host generator computes it
  * (its sign is the opposite of the device API's _curand_normal_icdf); erfcinv here is Halley's
- * method on the C library's erf/erfc, accurate to about an ulp of a double. */
+ * method on the C library's erf/erfc, accurate to about an ulp of a double.
+ *
+ * curand.c includes this file after its definitions of curand.h's types. */
 #ifndef CPUIFY_CURAND_SOBOL_H
 #define CPUIFY_CURAND_SOBOL_H
 
@@ -180,4 +182,38 @@ static double sobol_normal_double64(uint64_t x) {
     return s * 1.4142135623730951 * sobol_erfcinv(2.0 * p);
 }
 
+/* curand.h's functions giving NVIDIA's tables, for the device API's curand_init of Sobol states */
+curandStatus_t curandGetDirectionVectors32(const uint32_t (**vectors)[32], int set) {
+    if (!vectors || (set != 101 && set != 102)) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetDirectionVectors32");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *vectors = (const uint32_t(*)[32])(set == 101 ? t->vectors32 : t->scrambled_vectors32);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetDirectionVectors64(const uint64_t (**vectors)[64], int set) {
+    if (!vectors || (set != 103 && set != 104)) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetDirectionVectors64");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *vectors = (const uint64_t(*)[64])(set == 103 ? t->vectors64 : t->scrambled_vectors64);
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetScrambleConstants32(const uint32_t **constants) {
+    if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetScrambleConstants32");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *constants = t->constants32;
+    return CURAND_STATUS_SUCCESS;
+}
+
+curandStatus_t curandGetScrambleConstants64(const uint64_t **constants) {
+    if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
+    const sobol_tables *t = sobol_get("curandGetScrambleConstants64");
+    if (!t) return CURAND_STATUS_INITIALIZATION_FAILED;
+    *constants = t->constants64;
+    return CURAND_STATUS_SUCCESS;
+}
+
 #endif /* CPUIFY_CURAND_SOBOL_H */
+

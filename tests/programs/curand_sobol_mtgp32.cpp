@@ -1,7 +1,7 @@
-// The cuRAND host API's quasi-random generators: SOBOL32, SCRAMBLED_SOBOL32, SOBOL64 and
-// SCRAMBLED_SOBOL64, created as device and as host generators, fill buffers with each
-// distribution after a number of dimensions and an offset; the buffers go to files (argv[1]),
-// the status of each call to stdout ("status NAME VALUE").  Also dumps the start of NVIDIA's
+// The cuRAND host API's quasi-random generators (SOBOL32, SCRAMBLED_SOBOL32, SOBOL64 and
+// SCRAMBLED_SOBOL64) and MTGP32, created as device and as host generators, fill buffers with
+// each distribution (Sobol: after a number of dimensions and an offset; MTGP32: after a seed);
+// the buffers go to files (argv[1]), the status of each call to stdout ("status NAME VALUE").  Also dumps the start of NVIDIA's
 // direction vectors and scramble constants as curandGetDirectionVectors32/64 and
 // curandGetScrambleConstants32/64 give them.  Host-only code: built by `cpuify nvcc -lcurand`
 // or against NVIDIA's libcurand (argv[2] "host-only": no device generators), the same file.
@@ -63,6 +63,40 @@ static void distribution(const char *prefix, const char *what, curandRngType_t t
     CHECK(curandDestroyGenerator(g));
 }
 
+// MTGP32: seed 20240607, a first call of 2 rows of 192 x 256 results and 1001 more, a second
+// call of 30003 that goes on from there, then a new seed (which starts the sequence again) and
+// 1000 more
+template <typename T, typename Fill>
+static void mtgp32(const char *prefix, const char *what, bool host, Fill fill) {
+    curandGenerator_t g;
+    CHECK(host ? curandCreateGeneratorHost(&g, CURAND_RNG_PSEUDO_MTGP32)
+               : curandCreateGenerator(&g, CURAND_RNG_PSEUDO_MTGP32));
+    CHECK(curandSetPseudoRandomGeneratorSeed(g, 20240607ULL));
+    const size_t n1 = 2 * 192 * 256 + 1001, n2 = 30003, n3 = 1000;
+    T *p = buffer<T>(host, n1 + n2 + n3);
+    CHECK(fill(g, p, n1));
+    CHECK(fill(g, p + n1, n2));
+    CHECK(curandSetPseudoRandomGeneratorSeed(g, 0x100000007ULL));
+    CHECK(fill(g, p + n1 + n2, n3));
+    save(prefix, what, host, p, n1 + n2 + n3);
+    CHECK(curandDestroyGenerator(g));
+}
+
+static void mtgp32_script(const char *prefix, bool host) {
+    mtgp32<unsigned>(prefix, "bits", host,
+        [](curandGenerator_t g, unsigned *p, size_t n) { return curandGenerate(g, p, n); });
+    mtgp32<float>(prefix, "uniform", host,
+        [](curandGenerator_t g, float *p, size_t n) { return curandGenerateUniform(g, p, n); });
+    mtgp32<double>(prefix, "udouble", host,
+        [](curandGenerator_t g, double *p, size_t n) { return curandGenerateUniformDouble(g, p, n); });
+    mtgp32<float>(prefix, "normal", host,
+        [](curandGenerator_t g, float *p, size_t n) { return curandGenerateNormal(g, p, n, 1.5f, 2.0f); });
+    mtgp32<double>(prefix, "ndouble", host,
+        [](curandGenerator_t g, double *p, size_t n) { return curandGenerateNormalDouble(g, p, n, -0.5, 0.25); });
+    mtgp32<float>(prefix, "lognormal", host,
+        [](curandGenerator_t g, float *p, size_t n) { return curandGenerateLogNormal(g, p, n, 0.5f, 0.75f); });
+}
+
 static void script(const char *prefix, curandRngType_t type, bool host, bool wide) {
     if (wide)
         distribution<unsigned long long>(prefix, "bits", type, host,
@@ -120,6 +154,8 @@ int main(int argc, char **argv) {
             script(prefix, gen.type, host, gen.wide);
         }
 
+    for (int host = host_only ? 1 : 0; host < 2; host++) mtgp32_script(host ? "mtgp32_host" : "mtgp32_device", host);
+
     // QUASI_DEFAULT is SOBOL32 with 1 dimension; the statuses of what quasi generators refuse
     curandGenerator_t g;
     unsigned u[8];
@@ -142,6 +178,14 @@ int main(int argc, char **argv) {
     CHECK(curandCreateGeneratorHost(&g, CURAND_RNG_QUASI_SOBOL64));
     status("generate_on_sobol64", curandGenerate(g, u, 4));
     status("long_long_on_sobol64", curandGenerateLongLong(g, ll, 4));
+    CHECK(curandDestroyGenerator(g));
+    CHECK(curandCreateGeneratorHost(&g, CURAND_RNG_PSEUDO_MTGP32));
+    status("mtgp32_offset", curandSetGeneratorOffset(g, 5));
+    status("mtgp32_seeded", curandSetGeneratorOrdering(g, CURAND_ORDERING_PSEUDO_SEEDED));
+    status("mtgp32_legacy", curandSetGeneratorOrdering(g, CURAND_ORDERING_PSEUDO_LEGACY));
+    status("mtgp32_dimensions", curandSetQuasiRandomGeneratorDimensions(g, 2));
+    status("mtgp32_normal_odd", curandGenerateNormal(g, f, 3, 0.f, 1.f));
+    status("mtgp32_long_long", curandGenerateLongLong(g, ll, 4));
     CHECK(curandDestroyGenerator(g));
     status("vectors32_set_103", curandGetDirectionVectors32(&v32, (curandDirectionVectorSet_t)103));
     status("vectors64_set_101", curandGetDirectionVectors64(&v64, (curandDirectionVectorSet_t)101));
