@@ -13,8 +13,9 @@
  * A Sobol point is the gray-code XOR of direction vectors (curand_kernel.h's skipahead and
  * curand()); the transforms to uniforms are the device API's.  Normals are the inverse normal
  * CDF (sqrt(2) erfcinv(2p), mirrored at p = 1/2) as NVIDIA's host generator computes it
- * (its sign is the opposite of the device API's _curand_normal_icdf); erfcinv here is Halley's
- * method on the C library's erf/erfc, accurate to about an ulp of a double.
+ * (its sign is the opposite of the device API's _curand_normal_icdf); erfcinv here is one
+ * Halley step on the C library's erf/erfc from a cubic interpolation of a table this file
+ * computes once, accurate to about an ulp of a double.
  *
  * curand.c includes this file after its definitions of curand.h's types. */
 #ifndef CPUIFY_CURAND_SOBOL_H
@@ -128,24 +129,75 @@ static uint64_t sobol64_point(const uint64_t *v, uint64_t scramble, uint64_t i) 
     return x;
 }
 
-/* erfcinv(a) for a in (0, 3/2]: Halley's method on erfc (a < 1/2) or on erf (elsewhere, where
- * erfc(y) - a would cancel), from Winitzki's approximation */
-static double sobol_erfcinv(double a) {
-    const double two_over_sqrt_pi = 1.1283791670955126, k = 0.147;
+/* Halley steps (at most `steps`) towards erfcinv(a) from y: on erfc for a < 1/2, else on erf,
+ * where erfc(y) - a would cancel */
+static double erfcinv_refine(double a, double y, int steps) {
+    const double two_over_sqrt_pi = 1.1283791670955126;
     double t = 1.0 - a;                         /* exact for a in [1/2, 2] */
-    double l = log(a * (2.0 - a));              /* log(1 - t^2) */
-    double b = 2.0 / (3.141592653589793 * k) + l / 2.0;
-    double y = sqrt(sqrt(b * b - l / k) - b);
-    if (t < 0) y = -y;
     int tail = t > 0.5;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < steps; i++) {
         double f = tail ? erfc(y) - a : erf(y) - t;
         double fp = (tail ? -1.0 : 1.0) * two_over_sqrt_pi * exp(-y * y);
         if (f == 0.0 || fp == 0.0) break;
         double dy = f / fp;
         y -= dy / (1.0 + y * dy);
+        if (fabs(dy) < 1e-6 * fabs(y)) break;      /* cubic convergence: now ~1e-18 off */
     }
     return y;
+}
+
+/* erfcinv(a) for a in (0, 3/2] from Winitzki's approximation (2e-3 off: two or three steps) */
+static double erfcinv_slow(double a) {
+    const double k = 0.147;
+    double l = log(a * (2.0 - a));              /* log(1 - t^2), t = 1 - a */
+    double b = 2.0 / (3.141592653589793 * k) + l / 2.0;
+    double y = sqrt(sqrt(b * b - l / k) - b);
+    return erfcinv_refine(a, a > 1.0 ? -y : y, 4);
+}
+
+/* Tables of erfcinv and its derivative for cubic Hermite interpolation (~1e-12 off, so that
+ * one Halley step is exact): in t = 1 - a on [-1/2, 1/2] (step 1/1024), and in the tail
+ * a < 1/2 in u = sqrt(-log a) from 0.8 (step 1/512, a down to ~1e-16) */
+#define ERFCINV_CENTRAL 1024
+#define ERFCINV_TAIL 2800
+#define ERFCINV_TAIL_U0 0.8
+static double erfcinv_central[ERFCINV_CENTRAL + 1][2], erfcinv_tail[ERFCINV_TAIL + 1][2];
+static pthread_once_t erfcinv_once = PTHREAD_ONCE_INIT;
+
+static void erfcinv_build(void) {
+    const double half_sqrt_pi = 0.88622692545275801;
+    for (int i = 0; i <= ERFCINV_CENTRAL; i++) {       /* dy/dt = sqrt(pi)/2 exp(y^2) */
+        double t = -0.5 + (double)i / ERFCINV_CENTRAL, y = erfcinv_slow(1.0 - t);
+        erfcinv_central[i][0] = y;
+        erfcinv_central[i][1] = half_sqrt_pi * exp(y * y) / ERFCINV_CENTRAL;
+    }
+    for (int i = 0; i <= ERFCINV_TAIL; i++) {          /* dy/du = sqrt(pi) u exp(y^2 - u^2) */
+        double u = ERFCINV_TAIL_U0 + i / 512.0, y = erfcinv_slow(exp(-u * u));
+        erfcinv_tail[i][0] = y;
+        erfcinv_tail[i][1] = 2.0 * half_sqrt_pi * u * exp(y * y - u * u) / 512.0;
+    }
+}
+
+static double hermite(const double (*table)[2], int i, double s) {
+    double s2 = s * s, s3 = s2 * s;
+    return (2 * s3 - 3 * s2 + 1) * table[i][0] + (s3 - 2 * s2 + s) * table[i][1] +
+           (3 * s2 - 2 * s3) * table[i + 1][0] + (s3 - s2) * table[i + 1][1];
+}
+
+/* erfcinv(a) for a in (0, 3/2], accurate to about an ulp */
+static double sobol_erfcinv(double a) {
+    pthread_once(&erfcinv_once, erfcinv_build);
+    double t = 1.0 - a, x;
+    if (t <= 0.5) {
+        x = (t + 0.5) * ERFCINV_CENTRAL;
+        int i = x < ERFCINV_CENTRAL ? (int)x : ERFCINV_CENTRAL - 1;
+        if (i < 0) return erfcinv_slow(a);
+        return erfcinv_refine(a, hermite(erfcinv_central, i, x - i), 1);
+    }
+    x = (sqrt(-log(a)) - ERFCINV_TAIL_U0) * 512.0;
+    if (!(x >= 0 && x < ERFCINV_TAIL)) return erfcinv_slow(a);
+    int i = (int)x;
+    return erfcinv_refine(a, hermite(erfcinv_tail, i, x - i), 1);
 }
 
 /* the inverse normal CDF of NVIDIA's host generators, from 32 bits (float and double) */
