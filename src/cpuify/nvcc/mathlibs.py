@@ -142,6 +142,6 @@ def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, rele
              f"archiving cpuify's {lib.name}")
         so = f"lib{lib.name}.so.{release}"
         _run([cc, "-shared", "-o", str(lib_dir / so), f"-Wl,-soname,{final_lib_dir / so}", obj, stubs_o,
-              str(cudart_so), "-lpthread", "-lm"], f"linking cpuify's lib{lib.name}.so")
+              str(cudart_so), "-lpthread", "-lm", "-ldl"], f"linking cpuify's lib{lib.name}.so")
         for link in (f"lib{lib.name}.so.{major}", f"lib{lib.name}.so"):
             os.symlink(so, lib_dir / link)

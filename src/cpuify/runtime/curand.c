@@ -1,6 +1,8 @@
 /* cpuify's cuRAND host API on the CPU: curandCreateGenerator(Host), seeds, offsets,
- * orderings, and the 32-bit, uniform, normal, log-normal and Poisson generation functions
- * for the XORWOW, Philox4x32-10 and MRG32k3a generators.
+ * orderings, dimensions, and the 32/64-bit, uniform, normal, log-normal and Poisson generation
+ * functions for the XORWOW, Philox4x32-10, MRG32k3a and MTGP32 generators (curand_mtgp32.h)
+ * and the four Sobol quasi-random ones (curand_sobol.h, also curandGetDirectionVectors32/64
+ * and curandGetScrambleConstants32/64).
  *
  * The values are NVIDIA's.  Each generator is the device API's (curand_kernel.h):
  * curand_init(seed, subsequence, offset) state, skip-ahead by subsequence (XORWOW 2^67,
@@ -25,8 +27,8 @@
  * does; a kernel's curand_normal (__sincosf on the GPU) may differ in the last bits.
  * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value,
  * lambda in (0, 400000] as NVIDIA's) but are not NVIDIA's sequence, whose method is not
- * documented.  MTGP32, MT19937 and the
- * Sobol generators are not provided: creating one prints one line naming it and returns
+ * documented.  MT19937 is not provided (NVIDIA's host generator interleaves MT19937 sequences
+ * whose spacing was not established): creating one prints one line naming it and returns
  * CURAND_STATUS_TYPE_ERROR.
  *
  * Generation runs at the call through cpuify's workers (mathlib_internal.h); cpuify runs
