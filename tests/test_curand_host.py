@@ -520,6 +520,8 @@ def test_sobol_and_mtgp32_identical_to_nvidia_host_generators(sobol_mtgp32_dumps
     assert "status mtgp32_offset 103" in stdout and "status mtgp32_normal_odd 0" in stdout
     exact = approximate = 0
     for f in sorted(nv.glob("*.bin")):
+        if f.name.startswith("poisson_"):          # not NVIDIA's sequence (runtime/curand.c)
+            continue
         if f.name.endswith(("_ndouble.bin", "_lndouble.bin")):
             a, b = np.fromfile(f, "<f8"), load(ours, f.name[:-4], "<f8")
             scale = 0.25 if "_ndouble" in f.name else np.abs(a)      # the stddev, or the value
@@ -645,3 +647,19 @@ def test_mtgp32_against_python_reference(sobol_mtgp32_dumps) -> None:
     assert checked == 6 * 3 * 4 - 2 * 4      # row 2 ends inside set 121's chunk: not 190, 191
     uniform = load(out, "mtgp32_host_uniform", "<f4")
     np.testing.assert_array_equal(uniform, _uniform(got.astype(np.int64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("gen", ["mtgp32", "sobol32"])
+def test_sobol_and_mtgp32_poisson_distribution(sobol_mtgp32_dumps, gen: str) -> None:
+    """Poisson values (lambda 5) by inversion of the CDF: the probabilities of 0..12 as the
+    Poisson distribution's (math), the mean and variance 5 (Sobol's quasi-random points give
+    frequencies far closer than random ones would)."""
+    import math
+    out, _ = sobol_mtgp32_dumps
+    x = load(out, f"poisson_{gen}", "<u4").astype(np.int64)
+    assert len(x) == 200000
+    pmf = [math.exp(-5.0) * 5.0 ** k / math.factorial(k) for k in range(13)]
+    tolerance = 5 * np.sqrt(0.25 / len(x)) if gen == "mtgp32" else 1e-4
+    for k in range(13):
+        assert abs(np.mean(x == k) - pmf[k]) < tolerance, k
+    assert abs(x.mean() - 5.0) < 6 * np.sqrt(5.0 / len(x)) and abs(x.var() / 5.0 - 1) < 0.02

@@ -156,6 +156,23 @@ int main(int argc, char **argv) {
 
     for (int host = host_only ? 1 : 0; host < 2; host++) mtgp32_script(host ? "mtgp32_host" : "mtgp32_device", host);
 
+    // Poisson values (lambda 5) of MTGP32 and of Sobol32 (1 dimension): the distribution only,
+    // not NVIDIA's sequence
+    {
+        const size_t np = 200000;
+        unsigned *pv = buffer<unsigned>(true, np);
+        curandGenerator_t pg;
+        CHECK(curandCreateGeneratorHost(&pg, CURAND_RNG_PSEUDO_MTGP32));
+        CHECK(curandGeneratePoisson(pg, pv, np, 5.0));
+        dump("poisson_mtgp32", pv, np * sizeof(unsigned));
+        CHECK(curandDestroyGenerator(pg));
+        CHECK(curandCreateGeneratorHost(&pg, CURAND_RNG_QUASI_SOBOL32));
+        CHECK(curandGeneratePoisson(pg, pv, np, 5.0));
+        dump("poisson_sobol32", pv, np * sizeof(unsigned));
+        CHECK(curandDestroyGenerator(pg));
+        std::free(pv);
+    }
+
     // QUASI_DEFAULT is SOBOL32 with 1 dimension; the statuses of what quasi generators refuse
     curandGenerator_t g;
     unsigned u[8];
