@@ -399,3 +399,267 @@ def test_nvcc_links_cpuify_curand() -> None:
     o = parse_args(["a.cu", "-lcurand", "-lcurand_static", "-o", "a"])
     assert o.link_opts == ["-lcurand_static", "-lcurand_static"]
     assert not any("curand" in w for w in o.warnings)
+
+
+# --- the quasi-random generators (Sobol) and NVIDIA's tables, MTGP32 --------------------------
+# tests/programs/curand_sobol_mtgp32.cpp: Sobol with 3 dimensions from offset 5, 20001 points
+# each, then 5 dimensions and 7 points each that go on from point 5 + 20001; the direction
+# vectors come from NVIDIA's libcurand at run time (runtime/curand_sobol.h), so these tests need
+# it to load.  MTGP32: 2 * 192 * 256 + 1001 results, 30003 more, a new seed and 1000 more.
+
+QUASI = {"sobol32": (32, False), "scrambled32": (32, True), "sobol64": (64, False), "scrambled64": (64, True)}
+QUASI_FIRST, QUASI_SECOND = (3, 20001), (5, 7)
+
+
+def needs_nvidia_libcurand() -> None:
+    if INCLUDE is None:
+        pytest.skip("NVIDIA's cuRAND headers: pip install 'cpuify[curand]' (nvidia-curand)")
+    if _nvidia_libcurand() is None:
+        pytest.skip("NVIDIA's libcurand (nvidia-curand wheel) does not load here (no libcudart.so.13): "
+                    "it holds the Sobol direction vectors")
+
+
+@pytest.fixture(scope="module")
+def sobol_mtgp32_dumps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    needs_nvidia_libcurand()
+    tmp = tmp_path_factory.mktemp("curand_quasi")
+    nvcc(str(PROGRAMS / "curand_sobol_mtgp32.cpp"), "-o", str(tmp / "quasi"), "-lcurand", cwd=tmp)
+    out = tmp / "out"
+    out.mkdir()
+    r = subprocess.run([str(tmp / "quasi"), str(out)], capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == ("cpuify: curandCreateGeneratorHost: the CURAND_RNG_PSEUDO_MT19937 generator is not "
+                        "supported by cpuify's cuRAND (XORWOW, PHILOX4_32_10, MRG32K3A, MTGP32 and the SOBOL "
+                        "ones are); returning CURAND_STATUS_TYPE_ERROR\n")
+    return out, r.stdout
+
+
+def sobol_reference(vectors: np.ndarray, constant: int, index: np.ndarray, bits: int) -> np.ndarray:
+    """Points `index` of one dimension: the gray code of the index selects the direction
+    vectors XORed into the scramble constant (0 unscrambled)."""
+    dtype = np.uint32 if bits == 32 else np.uint64
+    index = index.astype(np.uint64) & np.uint64(2 ** bits - 1)
+    gray = index ^ (index >> np.uint64(1))
+    x = np.full(len(index), constant, dtype=dtype)
+    for k in range(bits):
+        x ^= np.where((gray >> np.uint64(k)) & np.uint64(1), vectors[k], 0).astype(dtype)
+    return x
+
+
+def quasi_reference_points(out: Path, gen: str) -> np.ndarray:
+    """All points curand_sobol_mtgp32.cpp asks `gen` for, in its output order, from NumPy."""
+    bits, scrambled = QUASI[gen]
+    dtype = "<u4" if bits == 32 else "<u8"
+    vectors = load(out, f"{'scrambled_' if scrambled else ''}vectors{bits}", dtype).reshape(64, bits)
+    constants = load(out, f"constants{bits}", dtype) if scrambled else np.zeros(64, dtype=dtype)
+    parts, start = [], 5
+    for dims, per_dim in (QUASI_FIRST, QUASI_SECOND):
+        index = np.arange(start, start + per_dim, dtype=np.uint64)
+        parts += [sobol_reference(vectors[d], int(constants[d]), index, bits) for d in range(dims)]
+        start += per_dim
+    return np.concatenate(parts)
+
+
+def test_quasi_points_and_uniforms_against_numpy_gray_code(sobol_mtgp32_dumps) -> None:
+    """32- and 64-bit Sobol points (plain and scrambled, two calls with a change of dimensions
+    between) against NumPy's gray-code construction from the direction vectors the program
+    read; uniforms as the device API converts them; float normals are the inverse normal CDF
+    of the same points (checked through math.erfc)."""
+    import math
+    out, _ = sobol_mtgp32_dumps
+    for gen, (bits, _) in QUASI.items():
+        want = quasi_reference_points(out, gen)
+        got = load(out, f"{gen}_host_bits", "<u4" if bits == 32 else "<u8")
+        np.testing.assert_array_equal(got, want, err_msg=gen)
+        top = (want >> np.uint64(32)).astype(np.uint32) if bits == 64 else want
+        uniform = top.astype(np.float32) * np.float32(2.0 ** -32) + np.float32(2.0 ** -33)
+        np.testing.assert_array_equal(load(out, f"{gen}_host_uniform", "<f4"), uniform, err_msg=gen)
+        if bits == 32:
+            udouble = want.astype(np.float64) * 2.0 ** -32 + 2.0 ** -32
+        else:
+            udouble = (want >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 + 2.0 ** -54
+        np.testing.assert_array_equal(load(out, f"{gen}_host_udouble", "<f8"), udouble, err_msg=gen)
+        # normal(1.5, 2): Phi((v - 1.5) / 2) is the point's top 32 bits as a probability,
+        # x 2^-32 + 2^-33 (float: within rounding); the double ones use 53 bits of 64-bit points
+        z = (load(out, f"{gen}_host_normal", "<f4").astype(np.float64) - 1.5) / 2.0
+        phi = np.array([0.5 * math.erfc(-x / math.sqrt(2)) for x in z[::37]])
+        p = top.astype(np.float64) * 2.0 ** -32 + 2.0 ** -33
+        np.testing.assert_allclose(phi, p[::37], rtol=3e-6, atol=3e-7, err_msg=gen)
+        zd = (load(out, f"{gen}_host_ndouble", "<f8") + 0.5) / 0.25
+        phi = np.array([0.5 * math.erfc(-x / math.sqrt(2)) for x in zd[::37]])
+        np.testing.assert_allclose(phi, (p if bits == 32 else udouble)[::37], rtol=1e-9, err_msg=gen)
+
+
+def test_quasi_host_and_device_generators_agree(sobol_mtgp32_dumps) -> None:
+    out, _ = sobol_mtgp32_dumps
+    names = sorted(out.glob("*_host_*.bin"))
+    assert len(names) == 4 * 7 + 6
+    for f in names:
+        assert f.read_bytes() == (out / f.name.replace("_host_", "_device_")).read_bytes(), f.name
+
+
+def test_sobol_and_mtgp32_identical_to_nvidia_host_generators(sobol_mtgp32_dumps, tmp_path: Path) -> None:
+    """Every status, table and result of the Sobol and MTGP32 generators as NVIDIA's libcurand
+    host generators give them, byte for byte, but double-precision normals and log-normals:
+    NVIDIA's erfcinv is a few ulps off the exact value and cpuify's is accurate (measured: 8 ulps
+    at most, ~75% equal)."""
+    libs = _nvidia_libcurand()
+    assert libs is not None
+    from cpuify.nvcc.toolkit import find_toolkit
+    exe = tmp_path / "nvidia"
+    subprocess.run(["g++", "-O1", f"-I{INCLUDE}", f"-I{find_toolkit().include}", str(PROGRAMS / "curand_sobol_mtgp32.cpp"),
+                    "-o", str(exe), *libs, *(f"-Wl,-rpath,{os.path.dirname(x)}" for x in libs)], check=True)
+    nv = tmp_path / "out"
+    nv.mkdir()
+    r = subprocess.run([str(exe), str(nv), "host-only"], capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ours, stdout = sobol_mtgp32_dumps
+    assert "status mt19937 0\n" in r.stdout and "status mt19937 103\n" in stdout     # cpuify refuses MT19937
+    assert r.stdout.replace("status mt19937 0\n", "") == stdout.replace("status mt19937 103\n", "")
+    assert "status dimensions_20001 104" in stdout and "status seed_on_quasi 103" in stdout
+    assert "status mtgp32_offset 103" in stdout and "status mtgp32_normal_odd 0" in stdout
+    exact = approximate = 0
+    for f in sorted(nv.glob("*.bin")):
+        if f.name.startswith("poisson_"):          # not NVIDIA's sequence (runtime/curand.c)
+            continue
+        if f.name.endswith(("_ndouble.bin", "_lndouble.bin")):
+            a, b = np.fromfile(f, "<f8"), load(ours, f.name[:-4], "<f8")
+            scale = 0.25 if "_ndouble" in f.name else np.abs(a)      # the stddev, or the value
+            # 8 ulps of a normal value (|z| < 9), times the stddev or the log-normal value
+            assert np.all(np.abs(a - b) <= 8 * np.spacing(16.0) * scale + 4 * np.spacing(np.abs(a))), f.name
+            assert np.mean(a == b) > 0.6, f.name
+            approximate += 1
+        else:
+            assert f.read_bytes() == (ours / f.name).read_bytes(), f.name
+            exact += 1
+    assert (exact, approximate) == (8 + 4 * 5 + 5, 4 * 2 + 1)
+
+
+def test_device_api_sobol_pi_against_numpy(tmp_path: Path) -> None:
+    """The device API's Sobol32 and scrambled Sobol32 generators, seeded from
+    curandGetDirectionVectors32/curandGetScrambleConstants32 (a quasi Monte-Carlo pi): every
+    point each thread drew equals NumPy's gray-code Sobol point from the same vectors, and the
+    count inside the circle is NumPy's."""
+    needs_nvidia_libcurand()
+    nvcc(str(PROGRAMS / "curand_sobol_pi.cu"), "-o", str(tmp_path / "pi"), "-lcurand", cwd=tmp_path)
+    r = subprocess.run([str(tmp_path / "pi"), str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    libs = _nvidia_libcurand()
+    assert libs is not None
+    nvidia = ctypes.CDLL(libs[0])
+    n = 64 * 128 * 16
+    for tag, vector_set in (("plain", 101), ("scrambled", 102)):
+        vectors = np.fromfile(tmp_path / f"sobol_pi_{tag}_vectors.bin", "<u4").reshape(2, 32)
+        constants = np.fromfile(tmp_path / f"sobol_pi_{tag}_constants.bin", "<u4")
+        table = ctypes.POINTER(ctypes.c_uint32)()                  # NVIDIA's own, for the first two
+        assert nvidia.curandGetDirectionVectors32(ctypes.byref(table), vector_set) == 0
+        np.testing.assert_array_equal(vectors.ravel(), np.ctypeslib.as_array(table, (64,)))
+        scramble = constants if tag == "scrambled" else np.zeros(2, dtype=np.uint32)
+        index = np.arange(n, dtype=np.uint64)
+        xy = [sobol_reference(vectors[d], int(scramble[d]), index, 32).astype(np.float32) * np.float32(2.0 ** -32)
+              + np.float32(2.0 ** -33) for d in range(2)]
+        got = np.fromfile(tmp_path / f"sobol_pi_{tag}_xy.bin", "<f4").reshape(n, 2)
+        np.testing.assert_array_equal(got[:, 0], xy[0], err_msg=tag)
+        np.testing.assert_array_equal(got[:, 1], xy[1], err_msg=tag)
+        inside = int(np.sum(xy[0] * xy[0] + xy[1] * xy[1] <= np.float32(1)))
+        assert f"{tag} inside {inside} of {n} pi " in r.stdout
+        assert abs(4 * inside / n - np.pi) < 1e-3          # quasi Monte-Carlo: error ~ log(n)^2 / n
+
+
+@needs_wheel
+def test_sobol_tables_unavailable_is_a_clear_error(tmp_path: Path) -> None:
+    """Without NVIDIA's libcurand (here: CPUIFY_NVIDIA_LIBCURAND names no library), the tables'
+    functions and creating a Sobol generator return CURAND_STATUS_INITIALIZATION_FAILED with one
+    line that names the function and says what to install."""
+    nvcc(str(PROGRAMS / "curand_sobol_pi.cu"), "-o", str(tmp_path / "pi"), "-lcurand", cwd=tmp_path)
+    env = dict(os.environ, CPUIFY_NVIDIA_LIBCURAND=str(tmp_path / "no-libcurand.so.10"))
+    r = subprocess.run([str(tmp_path / "pi"), str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       check=False, env=env)
+    assert r.returncode == 1 and r.stdout == "curandGetDirectionVectors32: 203\n"
+    assert r.stderr.count("cpuify: curandGetDirectionVectors32: the Sobol direction vectors") == 1, r.stderr
+    assert "no-libcurand.so.10" in r.stderr and "pip install 'cpuify[curand]'" in r.stderr
+    assert "CPUIFY_NVIDIA_LIBCURAND" in r.stderr
+
+
+def mtgp32_parameters() -> list[dict[str, list[int] | int]]:
+    """The 200 parameter sets of NVIDIA's curand_mtgp32dc_p_11213.h, read from the wheel."""
+    assert INCLUDE is not None
+    text = (Path(INCLUDE) / "curand_mtgp32dc_p_11213.h").read_text()
+    body = re.sub(r"/\*.*?\*/", "", text[text.index("mtgp32dc_params_fast_11213[]"):], flags=re.DOTALL)
+    numbers = [int(x, 0) for x in re.findall(r"0x[0-9a-fA-F]+|\b\d+\b", body[body.index("= {"):])]
+    sets = []
+    for i in range(200):      # mexp, pos, sh1, sh2, tbl[16], tmp_tbl[16], flt_tmp_tbl[16], mask, sha1[21]
+        e = numbers[i * 74:(i + 1) * 74]
+        sets.append({"pos": e[1], "sh1": e[2], "sh2": e[3], "tbl": e[4:20], "tmp": e[20:36], "mask": e[52]})
+    assert sets[0]["pos"] == 88 and sets[199]["mask"] == 0xFFF80000
+    return sets
+
+
+def mtgp32_sequence(p: dict, seed: int, n: int) -> list[int]:
+    """The first n values of one parameter set's sequence (curand_mtgp32_host.h's
+    mtgp32_init_state, curand_mtgp32_kernel.h's para_rec and temper), in Python."""
+    m = 0xFFFFFFFF
+    hidden = (p["tbl"][4] ^ (p["tbl"][8] << 16)) & m
+    fill = hidden
+    fill = (fill + (fill >> 16)) & m
+    fill = (fill + (fill >> 8)) & m
+    x = [(fill & 0xFF) * 0x01010101] * 351
+    x[0], x[1] = seed & m, hidden
+    for i in range(1, 351):
+        x[i] ^= (1812433253 * (x[i - 1] ^ (x[i - 1] >> 30)) + i) & m
+    out = []
+    for j in range(n):
+        v = (x[j] & p["mask"]) ^ x[j + 1]
+        v ^= (v << p["sh1"]) & m
+        y = v ^ (x[j + p["pos"]] >> p["sh2"])
+        x.append(y ^ p["tbl"][y & 0xF])
+        t = x[j + p["pos"] - 1]
+        t ^= t >> 16
+        t ^= t >> 8
+        out.append(x[-1] ^ p["tmp"][t & 0xF])
+    return out
+
+
+def test_mtgp32_against_python_reference(sobol_mtgp32_dumps) -> None:
+    """MTGP32's 32-bit results against a Python MTGP32 from the header's parameter sets, in
+    NVIDIA's host layout: result r is value (r / (192 * 256)) * 256 + r % 256 of set
+    (r / 256) mod 192; a new seed starts every set's sequence again."""
+    out, _ = sobol_mtgp32_dumps
+    got = load(out, "mtgp32_host_bits", "<u4")
+    n12 = 2 * 192 * 256 + 1001 + 30003
+    assert len(got) == n12 + 1000
+    params = mtgp32_parameters()
+    seed = 20240607
+    checked = 0
+    for s in (0, 1, 3, 57, 190, 191):
+        seq = mtgp32_sequence(params[s], seed + s + 1, 768)
+        for row in range(3):
+            for k in (0, 1, 100, 255):
+                r = row * 192 * 256 + s * 256 + k
+                if r < n12:
+                    assert got[r] == seq[row * 256 + k], (s, row, k)
+                    checked += 1
+        after = mtgp32_sequence(params[s], (0x100000007 ^ 1) + s + 1, 256) if s < 4 else []
+        for k in range(len(after)):
+            if s * 256 + k < 1000:
+                assert got[n12 + s * 256 + k] == after[k], ("after the new seed", s, k)
+    assert checked == 6 * 3 * 4 - 2 * 4      # row 2 ends inside set 121's chunk: not 190, 191
+    uniform = load(out, "mtgp32_host_uniform", "<f4")
+    np.testing.assert_array_equal(uniform, _uniform(got.astype(np.int64)).astype(np.float32))
+
+
+@pytest.mark.parametrize("gen", ["mtgp32", "sobol32"])
+def test_sobol_and_mtgp32_poisson_distribution(sobol_mtgp32_dumps, gen: str) -> None:
+    """Poisson values (lambda 5) by inversion of the CDF: the probabilities of 0..12 as the
+    Poisson distribution's (math), the mean and variance 5 (Sobol's quasi-random points give
+    frequencies far closer than random ones would)."""
+    import math
+    out, _ = sobol_mtgp32_dumps
+    x = load(out, f"poisson_{gen}", "<u4").astype(np.int64)
+    assert len(x) == 200000
+    pmf = [math.exp(-5.0) * 5.0 ** k / math.factorial(k) for k in range(13)]
+    tolerance = 5 * np.sqrt(0.25 / len(x)) if gen == "mtgp32" else 1e-4
+    for k in range(13):
+        assert abs(np.mean(x == k) - pmf[k]) < tolerance, k
+    assert abs(x.mean() - 5.0) < 6 * np.sqrt(5.0 / len(x)) and abs(x.var() / 5.0 - 1) < 0.02

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cpuify import cache
 from cpuify.errors import CpuifyError
-from cpuify.nvcc.headers import RUNTIME_INCLUDE
+from cpuify.nvcc.headers import RUNTIME_INCLUDE, curand_include
 from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_cflags
 from cpuify.nvcc.toolkit import Toolkit
 
@@ -47,7 +47,8 @@ LIBRARIES = (
     MathLibrary("curand", "curand.c", (), "curandStatus_t", "cpuify_curand_not_supported_once"),
 )
 NAMES = tuple(lib.name for lib in LIBRARIES)
-SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_generators.h")
+SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_generators.h", "curand_sobol.h",
+                  "curand_mtgp32.h")
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -90,6 +91,29 @@ def sources_digest() -> bytes:
     return h.digest()
 
 
+def nvidia_curand_dirs(tk: Toolkit) -> list[str]:
+    """Where NVIDIA's libcurand.so.10 is next to the curand.h cpuify compiles against (the
+    nvidia-curand wheel's lib/, or a CUDA install's lib64/): cpuify's cuRAND reads the Sobol
+    direction vectors and scramble constants from it at run time (runtime/curand_sobol.h)."""
+    inc = curand_include(tk)
+    if not inc:
+        return []
+    return [d for d in (os.path.join(os.path.dirname(inc), sub) for sub in ("lib", "lib64"))
+            if os.path.isdir(d)]
+
+
+def mtgp32_params_header(tk: Toolkit) -> str | None:
+    """NVIDIA's curand_mtgp32dc_p_11213.h (the MTGP32 parameter sets), compiled into cpuify's
+    libcurand when there (runtime/curand_mtgp32.h)."""
+    inc = curand_include(tk)
+    header = os.path.join(inc, "curand_mtgp32dc_p_11213.h") if inc else None
+    return header if header and os.path.isfile(header) else None
+
+
+def _c_strings(items: list[str]) -> str:
+    return ",".join('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"' for s in items)
+
+
 def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, release: str,
           work: str) -> None:
     """Builds lib<name>_static.a and lib<name>.so.<release> (with the usual symlinks) of
@@ -100,7 +124,13 @@ def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, rele
     major = release.split(".")[0]
     for lib in LIBRARIES:
         obj = os.path.join(work, f"{lib.name}.o")
-        _run([cc, *cflags, "-c", str(RUNTIME_DIR / lib.source), "-o", obj], f"compiling cpuify's {lib.name}")
+        defines = []
+        if lib.name == "curand" and nvidia_curand_dirs(tk):
+            defines.append(f"-DCPUIFY_NVIDIA_CURAND_DIRS={_c_strings(nvidia_curand_dirs(tk))}")
+        if lib.name == "curand" and mtgp32_params_header(tk):
+            defines.append(f"-DCPUIFY_MTGP32_PARAMS={_c_strings([mtgp32_params_header(tk) or ''])}")
+        _run([cc, *cflags, *defines, "-c", str(RUNTIME_DIR / lib.source), "-o", obj],
+             f"compiling cpuify's {lib.name}")
         declared: set[str] = set()
         for header in lib.headers:
             declared |= declared_functions((RUNTIME_INCLUDE / header).read_text(), lib.status_type)
@@ -112,6 +142,6 @@ def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, rele
              f"archiving cpuify's {lib.name}")
         so = f"lib{lib.name}.so.{release}"
         _run([cc, "-shared", "-o", str(lib_dir / so), f"-Wl,-soname,{final_lib_dir / so}", obj, stubs_o,
-              str(cudart_so), "-lpthread", "-lm"], f"linking cpuify's lib{lib.name}.so")
+              str(cudart_so), "-lpthread", "-lm", "-ldl"], f"linking cpuify's lib{lib.name}.so")
         for link in (f"lib{lib.name}.so.{major}", f"lib{lib.name}.so"):
             os.symlink(so, lib_dir / link)

@@ -1,6 +1,8 @@
 /* cpuify's cuRAND host API on the CPU: curandCreateGenerator(Host), seeds, offsets,
- * orderings, and the 32-bit, uniform, normal, log-normal and Poisson generation functions
- * for the XORWOW, Philox4x32-10 and MRG32k3a generators.
+ * orderings, dimensions, and the 32/64-bit, uniform, normal, log-normal and Poisson generation
+ * functions for the XORWOW, Philox4x32-10, MRG32k3a and MTGP32 generators (curand_mtgp32.h)
+ * and the four Sobol quasi-random ones (curand_sobol.h, also curandGetDirectionVectors32/64
+ * and curandGetScrambleConstants32/64).
  *
  * The values are NVIDIA's.  Each generator is the device API's (curand_kernel.h):
  * curand_init(seed, subsequence, offset) state, skip-ahead by subsequence (XORWOW 2^67,
@@ -25,8 +27,8 @@
  * does; a kernel's curand_normal (__sincosf on the GPU) may differ in the last bits.
  * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value,
  * lambda in (0, 400000] as NVIDIA's) but are not NVIDIA's sequence, whose method is not
- * documented.  MTGP32, MT19937 and the
- * Sobol generators are not provided: creating one prints one line naming it and returns
+ * documented.  MT19937 is not provided (NVIDIA's host generator interleaves MT19937 sequences
+ * whose spacing was not established): creating one prints one line naming it and returns
  * CURAND_STATUS_TYPE_ERROR.
  *
  * Generation runs at the call through cpuify's workers (mathlib_internal.h); cpuify runs
@@ -40,6 +42,7 @@
 #include <string.h>
 
 #include "curand_generators.h"
+#include "curand_mtgp32.h"
 #include "mathlib_internal.h"
 
 /* curand.h's types and values (the ABI of libcurand; programs include NVIDIA's header) */
@@ -85,6 +88,8 @@ typedef enum {
 
 typedef enum { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;
 
+#include "curand_sobol.h"
+
 /* the cuRAND release whose host generators cpuify's reproduce (curand.h 10.4.5) */
 #define CPUIFY_CURAND_MAJOR 10
 #define CPUIFY_CURAND_MINOR 4
@@ -97,10 +102,11 @@ typedef enum { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;
 
 struct curandGenerator_st {
     uint32_t magic;
-    curandRngType_t type;   /* XORWOW, PHILOX4_32_10 or MRG32K3A */
+    curandRngType_t type;   /* XORWOW, PHILOX4_32_10, MRG32K3A or one of the four SOBOLs */
     int host;               /* curandCreateGeneratorHost */
     uint64_t seed;
-    uint64_t counter;       /* G: groups (XORWOW, MRG32k3a) or results (Philox) so far */
+    uint64_t counter;       /* G: groups (XORWOW, MRG32k3a), results (Philox) or points (Sobol) so far */
+    uint32_t dimensions;    /* Sobol: curandSetQuasiRandomGeneratorDimensions (1 at first) */
     curandOrdering_t ordering;
     void *stream;
     /* the subsequences' states (XORWOW, MRG32k3a), made at the first generation after a
@@ -145,17 +151,34 @@ static const char *type_name(curandRngType_t t) {
     }
 }
 
+static int is_quasi(curandRngType_t t) {
+    return t >= CURAND_RNG_QUASI_SOBOL32 && t <= CURAND_RNG_QUASI_SCRAMBLED_SOBOL64;
+}
+
+static int is_sobol64(curandRngType_t t) {
+    return t == CURAND_RNG_QUASI_SOBOL64 || t == CURAND_RNG_QUASI_SCRAMBLED_SOBOL64;
+}
+
 static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_type, int host, const char *api) {
     if (!generator) return CURAND_STATUS_NOT_INITIALIZED;
     if (rng_type == CURAND_RNG_PSEUDO_DEFAULT) rng_type = CURAND_RNG_PSEUDO_XORWOW;
+    if (rng_type == CURAND_RNG_QUASI_DEFAULT) rng_type = CURAND_RNG_QUASI_SOBOL32;
+    if (rng_type == CURAND_RNG_PSEUDO_MTGP32 && !MTGP32_AVAILABLE) {
+        fprintf(stderr, "cpuify: %s: the CURAND_RNG_PSEUDO_MTGP32 generator needs NVIDIA's parameter sets "
+                "(curand_mtgp32dc_p_11213.h of the nvidia-curand wheel) when cpuify's libcurand is built: "
+                "pip install 'cpuify[curand]'; returning CURAND_STATUS_TYPE_ERROR\n", api);
+        return CURAND_STATUS_TYPE_ERROR;
+    }
     if (rng_type != CURAND_RNG_PSEUDO_XORWOW && rng_type != CURAND_RNG_PSEUDO_PHILOX4_32_10 &&
-        rng_type != CURAND_RNG_PSEUDO_MRG32K3A) {
+        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && rng_type != CURAND_RNG_PSEUDO_MTGP32 && !is_quasi(rng_type)) {
         const char *name = type_name(rng_type);
         if (name)
             fprintf(stderr, "cpuify: %s: the %s generator is not supported by cpuify's cuRAND (XORWOW, "
-                    "PHILOX4_32_10 and MRG32K3A are); returning CURAND_STATUS_TYPE_ERROR\n", api, name);
+                    "PHILOX4_32_10, MRG32K3A, MTGP32 and the SOBOL ones are); returning "
+                    "CURAND_STATUS_TYPE_ERROR\n", api, name);
         return CURAND_STATUS_TYPE_ERROR;
     }
+    if (is_quasi(rng_type) && !sobol_get(api)) return CURAND_STATUS_INITIALIZATION_FAILED;
     pthread_once(&tables_once, build_tables);
     if (!tables_ok) return CURAND_STATUS_ALLOCATION_FAILED;
     struct curandGenerator_st *g = calloc(1, sizeof *g);
@@ -163,7 +186,8 @@ static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_t
     g->magic = GENERATOR_MAGIC;
     g->type = rng_type;
     g->host = host;
-    g->ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
+    g->ordering = is_quasi(rng_type) ? CURAND_ORDERING_QUASI_DEFAULT : CURAND_ORDERING_PSEUDO_DEFAULT;
+    g->dimensions = 1;
     pthread_mutex_lock(&live_lock);
     g->next_live = live;
     live = g;
@@ -231,7 +255,9 @@ curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream)
 
 curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's */
+    if (is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
+    generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's, */
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) generator->counter = 0;     /* but MTGP32's */
     drop_states(generator);
     return CURAND_STATUS_SUCCESS;
 }
@@ -240,6 +266,7 @@ static void start_positions(curandGenerator_t g);
 
 curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) return CURAND_STATUS_TYPE_ERROR;   /* as NVIDIA's */
     generator->counter = offset;
     if (generator->next_pos) start_positions(generator);
     return CURAND_STATUS_SUCCESS;
@@ -248,6 +275,8 @@ curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned lo
 curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
     static int said_seeded;
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
+    if (is_quasi(generator->type))
+        return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS : CURAND_STATUS_OUT_OF_RANGE;
     switch (order) {
     case CURAND_ORDERING_PSEUDO_BEST:
     case CURAND_ORDERING_PSEUDO_DEFAULT:
@@ -277,8 +306,10 @@ curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrd
 
 curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int num_dimensions) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    (void)num_dimensions;
-    return CURAND_STATUS_TYPE_ERROR;    /* cpuify's generators are all pseudo-random */
+    if (!is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
+    if (num_dimensions < 1 || num_dimensions > SOBOL_DIMENSIONS) return CURAND_STATUS_OUT_OF_RANGE;
+    generator->dimensions = num_dimensions;     /* the position (points so far) stays, as NVIDIA's */
+    return CURAND_STATUS_SUCCESS;
 }
 
 /* the number of subsequences whose draws a generator interleaves */
@@ -301,7 +332,16 @@ static void start_positions(curandGenerator_t g) {
 
 /* XORWOW and MRG32k3a: the states of the subsequences at draw 0 (curand_init(seed, t, 0)) */
 static curandStatus_t make_states(curandGenerator_t g) {
-    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10) return CURAND_STATUS_SUCCESS;
+    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || is_quasi(g->type)) return CURAND_STATUS_SUCCESS;
+#if MTGP32_AVAILABLE
+    if (g->type == CURAND_RNG_PSEUDO_MTGP32) {      /* the sets' states at value 0 */
+        mtgp32_state *m = malloc(MTGP32_SETS * sizeof *m);
+        if (!m) return CURAND_STATUS_ALLOCATION_FAILED;
+        for (int set = 0; set < MTGP32_SETS; set++) mtgp32_seed(m + set, set, g->seed);
+        g->base = m;
+        return CURAND_STATUS_SUCCESS;
+    }
+#endif
     uint32_t n = subsequences(g);
     size_t size = g->type == CURAND_RNG_PSEUDO_XORWOW ? sizeof(xorwow_state) : sizeof(mrg_state);
     g->base = malloc(n * size);
@@ -353,7 +393,7 @@ static curandStatus_t make_states(curandGenerator_t g) {
 /* ------------------------------------------------------------------------------------ */
 /* Distributions: a group of K results from C draws, as the device API computes them     */
 
-typedef enum { DIST_BITS, DIST_UNIFORM, DIST_UNIFORM_DOUBLE, DIST_NORMAL, DIST_NORMAL_DOUBLE,
+typedef enum { DIST_BITS, DIST_BITS64, DIST_UNIFORM, DIST_UNIFORM_DOUBLE, DIST_NORMAL, DIST_NORMAL_DOUBLE,
                DIST_LOG_NORMAL, DIST_LOG_NORMAL_DOUBLE, DIST_POISSON } distribution;
 
 typedef struct {
@@ -430,6 +470,8 @@ static void group_results(const generation *w, int mrg, const uint32_t *d, const
     case DIST_BITS:
         for (int k = 0; k < w->K; k++) u[k] = mrg ? (uint32_t)(m[k] * MRG_BITS_NORM) : d[k];
         break;
+    case DIST_BITS64:       /* Sobol64 only: one_draw_result */
+        break;
     case DIST_UNIFORM:
         for (int k = 0; k < w->K; k++) f[k] = mrg ? (float)(m[k] * MRG_NORM) : uniform_float(d[k]);
         break;
@@ -467,7 +509,7 @@ static void group_results(const generation *w, int mrg, const uint32_t *d, const
 
 static size_t result_size(distribution d) {
     switch (d) {
-    case DIST_UNIFORM_DOUBLE: case DIST_NORMAL_DOUBLE: case DIST_LOG_NORMAL_DOUBLE: return 8;
+    case DIST_BITS64: case DIST_UNIFORM_DOUBLE: case DIST_NORMAL_DOUBLE: case DIST_LOG_NORMAL_DOUBLE: return 8;
     default: return 4;
     }
 }
@@ -552,10 +594,99 @@ static void generate_job(const void *arg, uint32_t index, void *scratch) {
     }
 }
 
+/* Sobol and MTGP32: one draw x (32 bits, or 64 when `wide`: Sobol64) as one result of w->dist,
+ * normals by inversion (curand_sobol.h), as NVIDIA's host generators make them */
+static void one_draw_result(const generation *w, uint64_t x, int wide, void *res) {
+    uint32_t x32 = wide ? (uint32_t)(x >> 32) : (uint32_t)x;
+    double u = wide ? (double)(x >> 11) * 1.1102230246251565e-16 + 1.1102230246251565e-16 / 2.0
+                    : x32 * 2.3283064365386963e-10 + 2.3283064365386963e-10;
+    switch (w->dist) {
+    case DIST_BITS: *(uint32_t *)res = x32; break;
+    case DIST_BITS64: *(uint64_t *)res = x; break;
+    case DIST_UNIFORM: *(float *)res = uniform_float(x32); break;
+    case DIST_UNIFORM_DOUBLE: *(double *)res = u; break;
+    case DIST_NORMAL:
+    case DIST_LOG_NORMAL: {
+        float v = (float)w->mean + (float)w->stddev * sobol_normal_float(x32);
+        *(float *)res = w->dist == DIST_LOG_NORMAL ? expf(v) : v;
+        break;
+    }
+    case DIST_NORMAL_DOUBLE:
+    case DIST_LOG_NORMAL_DOUBLE: {
+        double v = w->mean + w->stddev * (wide ? sobol_normal_double64(x) : sobol_normal_double32(x32));
+        *(double *)res = w->dist == DIST_LOG_NORMAL_DOUBLE ? exp(v) : v;
+        break;
+    }
+    case DIST_POISSON: *(uint32_t *)res = poisson_value(w, u); break;
+    }
+}
+
+#if MTGP32_AVAILABLE
+/* MTGP32 job j: the results of parameter set j (curand_mtgp32.h), each its next 32-bit value;
+ * the set steps over the values of its sequence that lie before the generator's position */
+static void mtgp32_job(const void *arg, uint32_t index, void *scratch) {
+    (void)scratch;
+    const generation *w = arg;
+    mtgp32_state *s = (mtgp32_state *)w->g->base + index;
+    const uint64_t row_size = (uint64_t)MTGP32_SETS * MTGP32_CHUNK;
+    uint64_t begin = w->g->counter, end = begin + w->n;
+    size_t rsize = result_size(w->dist);
+    for (uint64_t row = begin / row_size; row * row_size < end; row++) {
+        uint64_t r0 = row * row_size + (uint64_t)index * MTGP32_CHUNK;
+        uint64_t lo = r0 > begin ? r0 : begin, hi = r0 + MTGP32_CHUNK < end ? r0 + MTGP32_CHUNK : end;
+        for (uint64_t r = lo; r < hi; r++) {
+            uint64_t j = row * MTGP32_CHUNK + (r - r0);
+            if (j < s->j) mtgp32_seed(s, (int)index, w->g->seed);
+            while (s->j < j) mtgp32_next(s, (int)index);
+            one_draw_result(w, mtgp32_next(s, (int)index), 0, (char *)w->out + (r - begin) * rsize);
+        }
+    }
+}
+#endif
+
+#define SOBOL_CHUNK 16384u      /* points of one dimension per job */
+
+/* Sobol job j: points [c * SOBOL_CHUNK, ...) of one dimension (dimension-major output, as
+ * NVIDIA's: the n / dimensions results of dimension 0 first), from the generator's position on;
+ * the next point flips the direction vector of the lowest zero bit of the index (curand()) */
+static void quasi_job(const void *arg, uint32_t index, void *scratch) {
+    (void)scratch;
+    const generation *w = arg;
+    curandGenerator_t g = w->g;
+    uint64_t per_dim = w->n / g->dimensions, chunks = (per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK;
+    uint32_t dim = (uint32_t)(index / chunks);
+    uint64_t first = index % chunks * SOBOL_CHUNK;
+    uint64_t count = per_dim - first < SOBOL_CHUNK ? per_dim - first : SOBOL_CHUNK;
+    int scrambled = g->type == CURAND_RNG_QUASI_SCRAMBLED_SOBOL32 || g->type == CURAND_RNG_QUASI_SCRAMBLED_SOBOL64;
+    size_t rsize = result_size(w->dist);
+    char *out = (char *)w->out + (dim * per_dim + first) * rsize;
+    if (is_sobol64(g->type)) {
+        const uint64_t *v = (scrambled ? sobol_nvidia.scrambled_vectors64 : sobol_nvidia.vectors64) + 64u * dim;
+        uint64_t i = g->counter + first, x = sobol64_point(v, scrambled ? sobol_nvidia.constants64[dim] : 0, i);
+        for (uint64_t j = 0; j < count; j++, i++) {
+            one_draw_result(w, x, 1, out + j * rsize);
+            int k = ~i ? __builtin_ctzll(~i) : 63;
+            x ^= v[k];
+        }
+    } else {        /* the index is 32 bits, as the device API's */
+        const uint32_t *v = (scrambled ? sobol_nvidia.scrambled_vectors32 : sobol_nvidia.vectors32) + 32u * dim;
+        uint32_t i = (uint32_t)(g->counter + first), x = sobol32_point(v, scrambled ? sobol_nvidia.constants32[dim] : 0, i);
+        for (uint64_t j = 0; j < count; j++, i++) {
+            one_draw_result(w, x, 0, out + j * rsize);
+            int k = ~i ? __builtin_ctz(~i) : 31;
+            x ^= v[k];
+        }
+    }
+}
+
 static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out, size_t n, const char *api,
                                double mean, double stddev, double lambda) {
     if (!is_live(g)) return CURAND_STATUS_NOT_INITIALIZED;
     int philox = g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10, mrg = g->type == CURAND_RNG_PSEUDO_MRG32K3A;
+    int quasi = is_quasi(g->type);
+    /* 32-bit results from all but Sobol64, 64-bit ones from Sobol64 only */
+    if ((dist == DIST_BITS64 && !is_sobol64(g->type)) || (dist == DIST_BITS && is_sobol64(g->type)))
+        return CURAND_STATUS_TYPE_ERROR;
     int normal = dist == DIST_NORMAL || dist == DIST_NORMAL_DOUBLE || dist == DIST_LOG_NORMAL ||
                  dist == DIST_LOG_NORMAL_DOUBLE;
     generation w;
@@ -574,7 +705,8 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         w.K = normal ? 2 : 1;
         w.C = (normal ? 2 : 1) * (!mrg && result_size(dist) == 8 ? 2 : 1);
     }
-    if (normal && !philox && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
+    int mtgp = g->type == CURAND_RNG_PSEUDO_MTGP32;     /* one draw a result, normals by inversion */
+    if (quasi ? n % g->dimensions != 0 : normal && !philox && !mtgp && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     if (n == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_LAUNCH_FAILURE;
     curandStatus_t st = make_states(g);
@@ -603,13 +735,23 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         w.poisson_cdf = cdf;
     }
 
-    uint32_t T = subsequences(g);
-    w.threads_per_job = philox ? 1024 : 256;
-    uint32_t jobs = (T + w.threads_per_job - 1) / w.threads_per_job;
-    int e = cpuify_run_job(api, jobs, 0, generate_job, &w);
+    int e;
+    if (quasi) {
+        uint64_t per_dim = n / g->dimensions;
+        e = cpuify_run_job(api, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
+                           quasi_job, &w);
+#if MTGP32_AVAILABLE
+    } else if (mtgp) {
+        e = cpuify_run_job(api, MTGP32_SETS, 0, mtgp32_job, &w);
+#endif
+    } else {
+        uint32_t T = subsequences(g);
+        w.threads_per_job = philox ? 1024 : 256;
+        e = cpuify_run_job(api, (T + w.threads_per_job - 1) / w.threads_per_job, 0, generate_job, &w);
+    }
     free(cdf);
     if (e != 0) return CURAND_STATUS_LAUNCH_FAILURE;
-    g->counter += philox ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
+    g->counter += quasi ? (uint64_t)(n / g->dimensions) : philox || mtgp ? (uint64_t)n : (uint64_t)(n / (size_t)w.K);
     return CURAND_STATUS_SUCCESS;
 }
 
@@ -618,10 +760,7 @@ curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int *outputP
 }
 
 curandStatus_t curandGenerateLongLong(curandGenerator_t generator, unsigned long long *outputPtr, size_t num) {
-    if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    (void)outputPtr;
-    (void)num;
-    return CURAND_STATUS_TYPE_ERROR;     /* 64-bit results come from the Sobol64 generators only */
+    return generate(generator, DIST_BITS64, outputPtr, num, "curandGenerateLongLong", 0, 0, 0);
 }
 
 curandStatus_t curandGenerateUniform(curandGenerator_t generator, float *outputPtr, size_t num) {
@@ -686,7 +825,4 @@ NOT_SUPPORTED(curandGenerateBinomial, curandGenerator_t generator, unsigned int 
               unsigned int n, double p)
 NOT_SUPPORTED(curandGenerateBinomialMethod, curandGenerator_t generator, unsigned int *outputPtr, size_t num,
               unsigned int n, double p, int method)
-NOT_SUPPORTED(curandGetDirectionVectors32, void *vectors, int set)
-NOT_SUPPORTED(curandGetScrambleConstants32, unsigned int **constants)
-NOT_SUPPORTED(curandGetDirectionVectors64, void *vectors, int set)
-NOT_SUPPORTED(curandGetScrambleConstants64, unsigned long long **constants)
+
