@@ -20,6 +20,7 @@ from typing import Callable
 
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
 from cpuify.ir.dialects import STRUCTURED_OPS
+from cpuify.ir.loop_guard import DO_WHILE
 
 #: attribute of the `ptx.not` the raise puts in front of a `upir.condition` whose loop left
 #: on the true side of its branch (the lowering branches on the original predicate instead)
@@ -265,11 +266,13 @@ def _lower_op(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -
     del block.ops[at]
     edits.drop(op)
     attrs = {k: v for k, v in op.attributes.items()
-             if k not in ("predicate", "increment", "predicate_line", "increment_line")}
+             if k not in ("predicate", "increment", "predicate_line", "increment_line", DO_WHILE)}
     if op.name == "upir.if":
         return _lower_if(block, op, attrs, target, target_args, edits) + cont
     if op.name == "upir.while":
         return _lower_while(block, op, attrs, target, target_args, edits) + cont
+    if DO_WHILE in op.attributes:
+        return _lower_do_while_for(block, op, attrs, target, target_args, edits) + cont
     return _lower_for(block, op, attrs, target, target_args, edits) + cont
 
 
@@ -409,3 +412,47 @@ def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type:
         edits.unuse(v, term)
     term.successor_args[0] = []
     return [header] + list(body.blocks)
+
+
+def _lower_do_while_for(block: Block, op: Operation, attrs: dict,  # type: ignore[type-arg]
+                        target: Block, target_args: Callable[[list[Value]], list[Value]],
+                        edits: UseEdits) -> list[Block]:
+    """A for raised from nvcc's guarded do-while (its `do_while` attribute: the guard around
+    it is its first test, the verifier checked) back to that loop: the body's entry is the
+    header again, its arguments in their order, and the block that yields adds the step and
+    compares where the raise found the two instructions, then branches back or out."""
+    lb, ub, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    body = op.regions[0]
+    header = body.entry
+    k, add_at, test_at = (int(x) for x in op.attributes[DO_WHILE])
+    iv = header.args.pop(0)
+    header.args.insert(k, iv)
+    for i, a in enumerate(header.args):
+        a.index = i
+    _terminate(block, "cf.br", attrs, [], [header], [inits[:k] + [lb] + inits[k:]])
+    yields = [b for b in body.blocks if b.ops and b.ops[-1].name == "upir.yield"]
+    assert len(yields) == 1, "a do-while for has one yield"
+    tail = yields[0]
+    y = tail.ops.pop()
+    edits.drop(y)
+    y.parent = None
+    add_attrs: dict = {"mods": list(op.attributes["increment"])}  # type: ignore[type-arg]
+    if "increment_line" in op.attributes:
+        add_attrs["line"] = op.attributes["increment_line"]
+    test_attrs: dict = {"mods": list(op.attributes["predicate"])}  # type: ignore[type-arg]
+    if "predicate_line" in op.attributes:
+        test_attrs["line"] = op.attributes["predicate_line"]
+    nxt = Operation("ptx.add", [iv, step], [iv.type], add_attrs)
+    test = Operation("ptx.setp", [nxt.results[0], ub], ["i1"], test_attrs)
+    n = len(tail.ops) + 2
+    for o, at in ((nxt, n - add_at), (test, n - test_at)):
+        o.parent = tail
+        tail.ops.insert(max(0, min(at, len(tail.ops))), o)
+    if tail.ops.index(test) < tail.ops.index(nxt):      # (the block changed: in order)
+        tail.ops.remove(test)
+        tail.ops.insert(tail.ops.index(nxt) + 1, test)
+    vals = list(y.operands)
+    _terminate(tail, "cf.cond_br", dict(y.attributes), [test.results[0]], [header, target],
+               [vals[:k] + [nxt.results[0]] + vals[k:], target_args(vals)])
+    return list(body.blocks)
