@@ -194,6 +194,35 @@ BODIES = {
 ^bb7(%v: i32):
   "ptx.st"(%p, %v) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
   "upir.exit"() : () -> ()''',
+    # a guarded do-while entered straight from the guard's branch (the raise puts the loop
+    # in a new block in its header's place; lowered, the branch goes to the header again)
+    "for_from_branch": PROLOGUE + '''
+  %g = "ptx.setp"(%t, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%g, %t, %zero, %zero) [^bb1, ^bb3] <{operandSegmentSizes = array<i32: 1, 2, 1>}> : (i1, i32, i32, i32) -> ()
+^bb1(%i: i32, %s: i32):
+  %s2 = "ptx.add"(%s, %i) {mods = ["s32"]} : (i32, i32) -> i32
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %c = "ptx.setp"(%i2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c, %i2, %s2) [^bb1, ^bb2] <{operandSegmentSizes = array<i32: 1, 2, 0>}> : (i1, i32, i32) -> ()
+^bb2:
+  "cf.br"(%s2) [^bb3] : (i32) -> ()
+^bb3(%r: i32):
+  "ptx.st"(%p, %r) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "upir.exit"() : () -> ()''',
+    # the same with a while (its exit test is on another value than its step)
+    "while_from_branch": PROLOGUE + '''
+  %g = "ptx.setp"(%t, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%g, %t, %zero, %zero) [^bb1, ^bb3] <{operandSegmentSizes = array<i32: 1, 2, 1>}> : (i1, i32, i32, i32) -> ()
+^bb1(%i: i32, %s: i32):
+  %s2 = "ptx.add"(%s, %i) {mods = ["s32"]} : (i32, i32) -> i32
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %c = "ptx.setp"(%s2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c, %i2, %s2) [^bb1, ^bb2] <{operandSegmentSizes = array<i32: 1, 2, 0>}> : (i1, i32, i32) -> ()
+^bb2:
+  "cf.br"(%s2) [^bb3] : (i32) -> ()
+^bb3(%r: i32):
+  "ptx.st"(%p, %r) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "upir.exit"() : () -> ()''',
     # must not fire (a while, no for): a do-while with no guard (it runs once at least)
     "do_while_unguarded": PROLOGUE + '''
   "cf.br"(%t, %zero) [^bb1] : (i32, i32) -> ()

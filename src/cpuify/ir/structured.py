@@ -31,16 +31,27 @@ NEGATED_EXIT = "structured_negation"
 #: empty arm of an if, a conditional branch's edge out of a region): no block once lowered
 RAISED_EDGE = "edge"
 
+#: attribute of a loop op the raise put in a new block in its header's place (the header was
+#: entered from a conditional branch or from several blocks): lowered, a branch that only
+#: goes on to the header is no block (the edge into it goes to the header)
+HEADER_PLACE = "header_place"
+
+#: attribute of a soft `upir.barrier`: indices of its block's arguments that hold the same
+#: value in every thread resuming there (interchange-thread-strided-loops)
+LOCKSTEP = "lockstep"
+
 
 class UseEdits:
     """Removals from `Value.uses` made at the end, value by value: `list.remove` on the uses
     of a constant used all over the kernel is linear in its uses, once per removal, which
     made raising and lowering quadratic in kernel size.  Read a value's uses through
     :meth:`uses` while removals are pending; :meth:`flush` before handing the IR on."""
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "placed")
 
     def __init__(self) -> None:
         self.pending: dict[Value, dict[Operation, int]] = {}
+        #: blocks that only branch to a loop's header and were no block of the CFG
+        self.placed: list[Block] = []
 
     def unuse(self, v: Value, user: Operation) -> None:
         d = self.pending.setdefault(v, {})
@@ -153,10 +164,39 @@ def _lower_region(region: Region, edits: UseEdits) -> int:
         count += 1
         follow = _lower_op(block, at, edges, edits)
         work.extend(reversed(follow))
+    if edits.placed:
+        out = _skip_placed(out, edits)
     for b in out:
         b.parent = region
     region.blocks = out
     return count
+
+
+def _skip_placed(blocks: list[Block], edits: UseEdits) -> list[Block]:
+    """Blocks the raise made in a loop header's place that now only branch to the header,
+    entered by one edge that passes nothing, are no block: that edge goes to the header."""
+    placed = {b for b in edits.placed if len(b.ops) == 1 and b.ops[0].name == "cf.br"}
+    edits.placed.clear()
+    into: dict[Block, list[tuple[Operation, int]]] = {b: [] for b in placed}
+    for b in blocks:
+        term = b.ops[-1] if b.ops else None
+        for k, s in enumerate(term.successors if term is not None else ()):
+            if s in into:
+                into[s].append((term, k))  # type: ignore[arg-type]
+    gone: set[Block] = set()
+    for b, edges in into.items():
+        if len(edges) != 1 or edges[0][0].successor_args[edges[0][1]]:
+            continue
+        term, k = edges[0]
+        br = b.ops[0]
+        term.successors[k] = br.successors[0]
+        term.successor_args[k] = list(br.successor_args[0])
+        for v in term.successor_args[k]:
+            v.uses.append(term)
+        edits.drop(br)
+        b.ops = []
+        gone.add(b)
+    return [b for b in blocks if b not in gone] if gone else blocks
 
 
 def _erase(op: Operation, edits: UseEdits) -> None:
@@ -266,7 +306,10 @@ def _lower_op(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -
     del block.ops[at]
     edits.drop(op)
     attrs = {k: v for k, v in op.attributes.items()
-             if k not in ("predicate", "increment", "predicate_line", "increment_line", DO_WHILE)}
+             if k not in ("predicate", "increment", "predicate_line", "increment_line", DO_WHILE,
+                          HEADER_PLACE)}
+    if HEADER_PLACE in op.attributes and not block.ops:
+        edits.placed.append(block)
     if op.name == "upir.if":
         return _lower_if(block, op, attrs, target, target_args, edits) + cont
     if op.name == "upir.while":
@@ -403,6 +446,9 @@ def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type:
         _terminate(b, "cf.br", dict(y.attributes), [], [header], [[nxt.results[0]] + list(y.operands)])
 
     _yields_to(body, "upir.yield", back, edits)
+    if any(o.name == "upir.barrier" and o.attributes.get(LOCKSTEP) for o in body.entry.ops):
+        # a soft barrier's lockstep counters index the body's arguments: the body keeps them
+        return [header] + list(body.blocks)
     # the header is the body's only way in: its arguments are the body's
     for a, v in zip(body.entry.args, header.args):
         edits.replace_all(a, v)
@@ -430,6 +476,10 @@ def _lower_do_while_for(block: Block, op: Operation, attrs: dict,  # type: ignor
     header.args.insert(k, iv)
     for i, a in enumerate(header.args):
         a.index = i
+    for o in header.ops:
+        if o.name == "upir.barrier" and o.attributes.get(LOCKSTEP):
+            o.attributes[LOCKSTEP] = sorted(k if j == 0 else j - 1 if j <= k else j
+                                            for j in o.attributes[LOCKSTEP])
     _terminate(block, "cf.br", attrs, [], [header], [inits[:k] + [lb] + inits[k:]])
     yields = [b for b in body.blocks if b.ops and b.ops[-1].name == "upir.yield"]
     assert len(yields) == 1, "a do-while for has one yield"

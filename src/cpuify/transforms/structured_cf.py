@@ -38,10 +38,10 @@ from typing import ClassVar
 from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import (
-    Block, DomTree, Operation, OpResult, Region, Value, ancestor_in, dominators, postorder,
+    Block, DomTree, Operation, Region, Value, ancestor_in, dominators, postorder,
 )
 from cpuify.ir.structure import block_body, block_parallel
-from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE, UseEdits
+from cpuify.ir.structured import HEADER_PLACE, NEGATED_EXIT, RAISED_EDGE, UseEdits
 from cpuify.transforms.pass_manager import register
 from cpuify.transforms.structured_for import raise_do_while_fors, to_for
 
@@ -533,7 +533,7 @@ class _Raiser:
             self.preds[holder] = {}
             self.placed[header] = holder
             inits = list(holder.args)
-            attrs = {}
+            attrs = {HEADER_PLACE: None}        # (no block of the CFG: lowered, none again)
             for p in outside:
                 t = p.ops[-1]
                 self._drop_edges(t)

@@ -209,6 +209,11 @@ def do_while_to_for(loop: Operation, edits: UseEdits) -> str | None:
     head.args.insert(0, head.args.pop(k))
     for i, a in enumerate(head.args):
         a.index = i
+    # (a soft barrier's lockstep counters: indices of the header's arguments, reordered too)
+    for o in head.ops:
+        if o.name == "upir.barrier" and o.attributes.get("lockstep"):
+            o.attributes["lockstep"] = sorted(0 if i == k else i + 1 if i < k else i
+                                              for i in o.attributes["lockstep"])
     inits = list(loop.operands)
     others = [i for i in range(len(inits)) if i != k]
     body = Region()
