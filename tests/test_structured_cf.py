@@ -472,7 +472,7 @@ def test_verifier_rejects(text: str, message: str) -> None:
 
 def test_mlir_after_the_pass_is_read_by_xdsl_and_round_trips() -> None:
     from test_mlir_export import xdsl_name, xdsl_parse
-    for name in ("for", "nested", "two_exits"):
+    for name in ("for", "nested", "two_exits", "guarded_for", "guarded_for_spelled"):
         text = raised(name)[1]
         module = xdsl_parse(text)
         seen = {xdsl_name(op) for op in module.walk()}

@@ -27,6 +27,7 @@ from cpuify.ir.printer import print_op
 from cpuify.ir.verifier import verify
 from cpuify.lifting import lift_kernel
 from cpuify.transforms.pass_manager import PipelineOptions, run_pipeline
+from cpuify.transforms.structured_cf import structure_summary
 from test_ir import filecheck
 from test_structured_cf import raised
 
@@ -74,6 +75,15 @@ def test_no_for(name: str, why: str) -> None:
     after = raised(name)[1]
     assert '"upir.while"' in after and '"upir.for"' not in after
     assert f'while_not_for = [["{why}", 1 : i64]]' in after
+
+
+def test_explain_says_why_a_while_is_no_for() -> None:
+    op = parse_op(raised("do_while_other_guard")[1])
+    assert structure_summary(op) == [
+        "structured control flow: 1 if, 1 while, 0 for; no branch left as CFG; while, not for: "
+        "1 no guard that is its first test"]
+    assert structure_summary(parse_op(raised("guarded_for")[1])) == [
+        "structured control flow: 1 if, 0 while, 1 for; no branch left as CFG"]
 
 
 def _values(text: str) -> dict[str, Value]:
