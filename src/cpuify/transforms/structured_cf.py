@@ -72,7 +72,6 @@ class RaiseStructuredControlFlow:
                           if op.name in ("upir.if", "upir.while", "upir.for"))
         attrs[RAISED_ATTR] = [[k, present[k]] for k in ("if", "while", "for")]
         attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
-        attrs.pop(WHILE_ATTR, None)
         if report.whiles:               # (why a while is no for: only where there is one)
             attrs[WHILE_ATTR] = [[why, n] for why, n in sorted(report.whiles.items())]
         return sum(report.raised.values())
@@ -140,6 +139,8 @@ class _Raiser:
         # how deep the structured ops in a block nest (absent: none)
         self.depth: dict[Block, int] = {}
         self.edits = UseEdits()
+        # the whiles built (inner ones first), for the fors under a guard
+        self.whiles: list[Operation] = []
 
     # --- bookkeeping -------------------------------------------------------------------
     def find(self, b: Block) -> Block:
@@ -556,6 +557,8 @@ class _Raiser:
         if to_for(while_op, self.edits):
             self.raised["while"] -= 1
             self.raised["for"] += 1
+        else:
+            self.whiles.append(while_op)
 
 
 def _replace_operand(user: Operation, old: Value, new: Value, edits: UseEdits) -> None:
@@ -579,7 +582,7 @@ def raise_structured_control_flow(region: Region) -> RaiseReport:
     raiser = _Raiser(region)
     raiser.run()
     # nvcc's rotated loops are fors once their guards are ifs (the guard holds the loop)
-    made, kept = raise_do_while_fors(region, raiser.edits)
+    made, kept = raise_do_while_fors(raiser.whiles, raiser.edits)
     raiser.raised["while"] -= made
     raiser.raised["for"] += made
     raiser.edits.flush()

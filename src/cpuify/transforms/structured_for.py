@@ -232,10 +232,10 @@ def do_while_to_for(loop: Operation, edits: UseEdits) -> str | None:
     return None
 
 
-def raise_do_while_fors(body: Region, edits: UseEdits) -> tuple[int, dict[str, int]]:
-    """Every bottom-tested `upir.while` in `body` (any depth) that is a counted loop under
-    its guard made a `upir.for`: (how many, why the other whiles stayed whiles)."""
-    loops = [op for b in body.blocks for o in b.ops for op in o.walk() if op.name == "upir.while"]
+def raise_do_while_fors(loops: list[Operation], edits: UseEdits) -> tuple[int, dict[str, int]]:
+    """Each bottom-tested `upir.while` of `loops` (the whiles the raise built, once their
+    guards are ifs) that is a counted loop under its guard made a `upir.for`: (how many,
+    why the other whiles stayed whiles)."""
     made = 0
     kept: dict[str, int] = {}
     for loop in loops:
