@@ -14,7 +14,9 @@ pieces into MLIR-shaped ops of the upir dialect (ir/dialects.py), as Polygeist's
     test at the bottom) are a while whose after region only yields;
   * a while whose before region is only `setp iv, bound` with a loop-invariant bound, and
     whose after region yields `iv + step` (a loop-invariant step; the induction variable as
-    analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`.
+    analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`;
+    so is nvcc's do-while under a guard `if (lb < ub)` that is its first test, inside the
+    guard's `upir.if` (transforms/structured_for.py).
 
 Barriers stay where they are, inside the regions.  Inner structures are raised before the
 ones that hold them (the dominator tree in post-order), each block is moved into a region
