@@ -24,6 +24,7 @@ from typing import Callable
 
 from cpuify.errors import IRError
 from cpuify.ir.core import Operation
+from cpuify.ir.loop_guard import DO_WHILE, guards_entry
 from cpuify.ir.ptx_table import BY_IR_OP
 
 READ, WRITE = "read", "write"
@@ -206,8 +207,19 @@ def _verify_for(op: Operation) -> None:
     body = op.regions[0]
     if body.blocks:
         _check_types("the body's entry", [a.type for a in body.entry.args], [lb] + inits)
-    for y in _region_exits(op, 0, "upir.yield"):
+    yields = _region_exits(op, 0, "upir.yield")
+    for y in yields:
         _check_types("a yield of the body", [v.type for v in y.operands], inits)
+    where = op.attributes.get(DO_WHILE)
+    if where is not None:
+        if not (isinstance(where, list) and len(where) == 3 and all(isinstance(x, int) for x in where)
+                and 0 <= where[0] <= len(inits) and len(yields) == 1):
+            raise IRError("'upir.for' 'do_while' is [the induction variable's place among the "
+                          "header's arguments, the add's and the compare's places from the end "
+                          "of the block], for a body with one yield")
+        if not guards_entry(op, list(op.attributes["predicate"]), op.operands[0], op.operands[1]):
+            raise IRError("a 'upir.for' lowered as a do-while ('do_while') must sit in an arm of "
+                          "a 'upir.if' whose condition there is its first test, lb <predicate> ub")
 
 
 def _verify_condition(op: Operation) -> None:

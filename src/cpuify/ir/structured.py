@@ -20,6 +20,7 @@ from typing import Callable
 
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
 from cpuify.ir.dialects import STRUCTURED_OPS
+from cpuify.ir.loop_guard import DO_WHILE
 
 #: attribute of the `ptx.not` the raise puts in front of a `upir.condition` whose loop left
 #: on the true side of its branch (the lowering branches on the original predicate instead)
@@ -30,16 +31,27 @@ NEGATED_EXIT = "structured_negation"
 #: empty arm of an if, a conditional branch's edge out of a region): no block once lowered
 RAISED_EDGE = "edge"
 
+#: attribute of a loop op the raise put in a new block in its header's place (the header was
+#: entered from a conditional branch or from several blocks): lowered, a branch that only
+#: goes on to the header is no block (the edge into it goes to the header)
+HEADER_PLACE = "header_place"
+
+#: attribute of a soft `upir.barrier`: indices of its block's arguments that hold the same
+#: value in every thread resuming there (interchange-thread-strided-loops)
+LOCKSTEP = "lockstep"
+
 
 class UseEdits:
     """Removals from `Value.uses` made at the end, value by value: `list.remove` on the uses
     of a constant used all over the kernel is linear in its uses, once per removal, which
     made raising and lowering quadratic in kernel size.  Read a value's uses through
     :meth:`uses` while removals are pending; :meth:`flush` before handing the IR on."""
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "placed")
 
     def __init__(self) -> None:
         self.pending: dict[Value, dict[Operation, int]] = {}
+        #: blocks that only branch to a loop's header and were no block of the CFG
+        self.placed: list[Block] = []
 
     def unuse(self, v: Value, user: Operation) -> None:
         d = self.pending.setdefault(v, {})
@@ -152,10 +164,39 @@ def _lower_region(region: Region, edits: UseEdits) -> int:
         count += 1
         follow = _lower_op(block, at, edges, edits)
         work.extend(reversed(follow))
+    if edits.placed:
+        out = _skip_placed(out, edits)
     for b in out:
         b.parent = region
     region.blocks = out
     return count
+
+
+def _skip_placed(blocks: list[Block], edits: UseEdits) -> list[Block]:
+    """Blocks the raise made in a loop header's place that now only branch to the header,
+    entered by one edge that passes nothing, are no block: that edge goes to the header."""
+    placed = {b for b in edits.placed if len(b.ops) == 1 and b.ops[0].name == "cf.br"}
+    edits.placed.clear()
+    into: dict[Block, list[tuple[Operation, int]]] = {b: [] for b in placed}
+    for b in blocks:
+        term = b.ops[-1] if b.ops else None
+        for k, s in enumerate(term.successors if term is not None else ()):
+            if s in into:
+                into[s].append((term, k))  # type: ignore[arg-type]
+    gone: set[Block] = set()
+    for b, edges in into.items():
+        if len(edges) != 1 or edges[0][0].successor_args[edges[0][1]]:
+            continue
+        term, k = edges[0]
+        br = b.ops[0]
+        term.successors[k] = br.successors[0]
+        term.successor_args[k] = list(br.successor_args[0])
+        for v in term.successor_args[k]:
+            v.uses.append(term)
+        edits.drop(br)
+        b.ops = []
+        gone.add(b)
+    return [b for b in blocks if b not in gone] if gone else blocks
 
 
 def _erase(op: Operation, edits: UseEdits) -> None:
@@ -265,11 +306,16 @@ def _lower_op(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -
     del block.ops[at]
     edits.drop(op)
     attrs = {k: v for k, v in op.attributes.items()
-             if k not in ("predicate", "increment", "predicate_line", "increment_line")}
+             if k not in ("predicate", "increment", "predicate_line", "increment_line", DO_WHILE,
+                          HEADER_PLACE)}
+    if HEADER_PLACE in op.attributes and not block.ops:
+        edits.placed.append(block)
     if op.name == "upir.if":
         return _lower_if(block, op, attrs, target, target_args, edits) + cont
     if op.name == "upir.while":
         return _lower_while(block, op, attrs, target, target_args, edits) + cont
+    if DO_WHILE in op.attributes:
+        return _lower_do_while_for(block, op, attrs, target, target_args, edits) + cont
     return _lower_for(block, op, attrs, target, target_args, edits) + cont
 
 
@@ -400,6 +446,9 @@ def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type:
         _terminate(b, "cf.br", dict(y.attributes), [], [header], [[nxt.results[0]] + list(y.operands)])
 
     _yields_to(body, "upir.yield", back, edits)
+    if any(o.name == "upir.barrier" and o.attributes.get(LOCKSTEP) for o in body.entry.ops):
+        # a soft barrier's lockstep counters index the body's arguments: the body keeps them
+        return [header] + list(body.blocks)
     # the header is the body's only way in: its arguments are the body's
     for a, v in zip(body.entry.args, header.args):
         edits.replace_all(a, v)
@@ -409,3 +458,51 @@ def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type:
         edits.unuse(v, term)
     term.successor_args[0] = []
     return [header] + list(body.blocks)
+
+
+def _lower_do_while_for(block: Block, op: Operation, attrs: dict,  # type: ignore[type-arg]
+                        target: Block, target_args: Callable[[list[Value]], list[Value]],
+                        edits: UseEdits) -> list[Block]:
+    """A for raised from nvcc's guarded do-while (its `do_while` attribute: the guard around
+    it is its first test, the verifier checked) back to that loop: the body's entry is the
+    header again, its arguments in their order, and the block that yields adds the step and
+    compares where the raise found the two instructions, then branches back or out."""
+    lb, ub, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    body = op.regions[0]
+    header = body.entry
+    k, add_at, test_at = (int(x) for x in op.attributes[DO_WHILE])
+    iv = header.args.pop(0)
+    header.args.insert(k, iv)
+    for i, a in enumerate(header.args):
+        a.index = i
+    for o in header.ops:
+        if o.name == "upir.barrier" and o.attributes.get(LOCKSTEP):
+            o.attributes[LOCKSTEP] = sorted(k if j == 0 else j - 1 if j <= k else j
+                                            for j in o.attributes[LOCKSTEP])
+    _terminate(block, "cf.br", attrs, [], [header], [inits[:k] + [lb] + inits[k:]])
+    yields = [b for b in body.blocks if b.ops and b.ops[-1].name == "upir.yield"]
+    assert len(yields) == 1, "a do-while for has one yield"
+    tail = yields[0]
+    y = tail.ops.pop()
+    edits.drop(y)
+    y.parent = None
+    add_attrs: dict = {"mods": list(op.attributes["increment"])}  # type: ignore[type-arg]
+    if "increment_line" in op.attributes:
+        add_attrs["line"] = op.attributes["increment_line"]
+    test_attrs: dict = {"mods": list(op.attributes["predicate"])}  # type: ignore[type-arg]
+    if "predicate_line" in op.attributes:
+        test_attrs["line"] = op.attributes["predicate_line"]
+    nxt = Operation("ptx.add", [iv, step], [iv.type], add_attrs)
+    test = Operation("ptx.setp", [nxt.results[0], ub], ["i1"], test_attrs)
+    n = len(tail.ops) + 2
+    for o, at in ((nxt, n - add_at), (test, n - test_at)):
+        o.parent = tail
+        tail.ops.insert(max(0, min(at, len(tail.ops))), o)
+    if tail.ops.index(test) < tail.ops.index(nxt):      # (the block changed: in order)
+        tail.ops.remove(test)
+        tail.ops.insert(tail.ops.index(nxt) + 1, test)
+    vals = list(y.operands)
+    _terminate(tail, "cf.cond_br", dict(y.attributes), [test.results[0]], [header, target],
+               [vals[:k] + [nxt.results[0]] + vals[k:], target_args(vals)])
+    return list(body.blocks)

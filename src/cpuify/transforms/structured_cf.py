@@ -14,7 +14,9 @@ pieces into MLIR-shaped ops of the upir dialect (ir/dialects.py), as Polygeist's
     test at the bottom) are a while whose after region only yields;
   * a while whose before region is only `setp iv, bound` with a loop-invariant bound, and
     whose after region yields `iv + step` (a loop-invariant step; the induction variable as
-    analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`.
+    analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`;
+    so is nvcc's do-while under a guard `if (lb < ub)` that is its first test, inside the
+    guard's `upir.if` (transforms/structured_for.py).
 
 Barriers stay where they are, inside the regions.  Inner structures are raised before the
 ones that hold them (the dominator tree in post-order), each block is moved into a region
@@ -32,21 +34,23 @@ same CFG.  `--disable-pass=raise-structured-cf` leaves the CFG as the other pass
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import (
-    Block, DomTree, Operation, OpResult, Region, Value, ancestor_in, dominators, postorder,
+    Block, DomTree, Operation, Region, Value, ancestor_in, dominators, postorder,
 )
 from cpuify.ir.structure import block_body, block_parallel
-from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE, UseEdits
+from cpuify.ir.structured import HEADER_PLACE, NEGATED_EXIT, RAISED_EDGE, UseEdits
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.structured_for import raise_do_while_fors, to_for
 
 #: what the pass records on the `upir.block_parallel` op (what `cpuify explain` prints)
 RAISED_ATTR = "structured_cf"
 LEFT_ATTR = "cfg_left"
+WHILE_ATTR = "while_not_for"
 #: structured ops nest at most this deep; deeper control flow stays CFG (the printer, the
 #: verifier and Operation.walk recurse once per level of nesting)
 MAX_NESTING = 64
@@ -70,6 +74,8 @@ class RaiseStructuredControlFlow:
                           if op.name in ("upir.if", "upir.while", "upir.for"))
         attrs[RAISED_ATTR] = [[k, present[k]] for k in ("if", "while", "for")]
         attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
+        if report.whiles:               # (why a while is no for: only where there is one)
+            attrs[WHILE_ATTR] = [[why, n] for why, n in sorted(report.whiles.items())]
         return sum(report.raised.values())
 
 
@@ -77,6 +83,7 @@ class RaiseStructuredControlFlow:
 class RaiseReport:
     raised: Counter[str]           # "if" / "while" / "for" -> how many
     left: Counter[str]             # why a branch or loop stayed CFG -> how many
+    whiles: Counter[str] = field(default_factory=Counter)   # why a while is no for -> how many
 
 
 def structure_summary(kernel: Operation) -> list[str]:
@@ -93,6 +100,9 @@ def structure_summary(kernel: Operation) -> list[str]:
         line += "; left as CFG: " + ", ".join(f"{n} {w}" for w, n in left)
     else:
         line += "; no branch left as CFG"
+    whiles = [(str(w), int(n)) for w, n in attrs.get(WHILE_ATTR, [])]
+    if whiles:
+        line += "; while, not for: " + ", ".join(f"{n} {w}" for w, n in whiles)
     return [line]
 
 
@@ -131,6 +141,8 @@ class _Raiser:
         # how deep the structured ops in a block nest (absent: none)
         self.depth: dict[Block, int] = {}
         self.edits = UseEdits()
+        # the whiles built (inner ones first), for the fors under a guard
+        self.whiles: list[Operation] = []
 
     # --- bookkeeping -------------------------------------------------------------------
     def find(self, b: Block) -> Block:
@@ -524,7 +536,7 @@ class _Raiser:
             self.preds[holder] = {}
             self.placed[header] = holder
             inits = list(holder.args)
-            attrs = {}
+            attrs = {HEADER_PLACE: None}        # (no block of the CFG: lowered, none again)
             for p in outside:
                 t = p.ops[-1]
                 self._drop_edges(t)
@@ -544,9 +556,11 @@ class _Raiser:
         for b in body:
             self.home[b] = holder
         self.raised["while"] += 1
-        if _to_for(while_op, self.edits):
+        if to_for(while_op, self.edits):
             self.raised["while"] -= 1
             self.raised["for"] += 1
+        else:
+            self.whiles.append(while_op)
 
 
 def _replace_operand(user: Operation, old: Value, new: Value, edits: UseEdits) -> None:
@@ -565,103 +579,13 @@ def _replace_operand(user: Operation, old: Value, new: Value, edits: UseEdits) -
         new.uses.append(user)
 
 
-def _inside(v: Value, op: Operation) -> bool:
-    """Whether `v` is defined inside `op`'s regions."""
-    blk = v.op.parent if isinstance(v, OpResult) else getattr(v, "block", None)
-    while blk is not None and blk.parent is not None:
-        owner = blk.parent.parent
-        if owner is op:
-            return True
-        if owner is None:
-            return False
-        blk = owner.parent
-    return False
-
-
-_INT_COMPARE_TYPES = ("s16", "u16", "s32", "u32", "s64", "u64", "b16", "b32", "b64")
-
-
-def _to_for(loop: Operation, edits: UseEdits) -> bool:
-    """Make `loop` (a upir.while just built) a upir.for when it counts: the before region
-    is `%c = setp iv, %ub` and `upir.condition(%c, its arguments)`, the after region yields
-    `iv + %step` for iv (one yield), %ub and %step are defined outside the loop, and the
-    final iv is not used."""
-    before, after = loop.regions
-    if len(before.blocks) != 1 or len(after.blocks) < 1:
-        return False
-    head = before.entry
-    if len(head.ops) != 2 or head.ops[0].name != "ptx.setp" or len(head.ops[0].operands) != 2:
-        return False
-    test, cond = head.ops
-    if cond.operands[0] is not test.results[0] or list(cond.operands[1:]) != list(head.args) or \
-            len(edits.uses(test.results[0])) != 1:
-        return False
-    mods = list(test.attributes.get("mods", ()))
-    if not any(m in _INT_COMPARE_TYPES for m in mods) or any(m in ("and", "or", "xor") for m in mods):
-        return False
-    iv_before, bound = test.operands
-    if iv_before not in head.args or _inside(bound, loop):
-        return False
-    k = head.args.index(iv_before)  # type: ignore[arg-type]
-    if edits.uses(loop.results[k]):
-        return False
-    yields = [b.ops[-1] for b in after.blocks if b.ops and b.ops[-1].name == "upir.yield"]
-    if len(yields) != 1:
-        return False
-    y = yields[0]
-    iv = after.entry.args[k]
-    nxt = y.operands[k]
-    if not (isinstance(nxt, OpResult) and nxt.op.name == "ptx.add" and len(nxt.op.operands) == 2
-            and nxt.op.operands[0] is iv and not _inside(nxt.op.operands[1], loop)
-            and len(edits.uses(nxt)) == 1 and nxt.type == iv.type
-            and not any(m in ("cc", "sat") for m in nxt.op.attributes.get("mods", ()))):
-        return False
-    if iv.type not in ("i16", "i32", "i64") or bound.type != iv.type:
-        return False
-    step_op = nxt.op
-    step = step_op.operands[1]
-    inits = list(loop.operands)
-    attrs = dict(loop.attributes)
-    attrs.update(predicate=mods, increment=list(step_op.attributes.get("mods", ())))
-    if "line" in test.attributes:
-        attrs["predicate_line"] = test.attributes["line"]
-    if "line" in step_op.attributes:
-        attrs["increment_line"] = step_op.attributes["line"]
-    # the body: the after region, the induction variable its first argument
-    edits.drop(step_op)
-    step_op.parent.ops.remove(step_op)  # type: ignore[union-attr]
-    step_op.parent = None
-    removed = y.operands.pop(k)         # (the add's only use)
-    edits.unuse(removed, y)
-    entry = after.entry
-    entry.args.insert(0, entry.args.pop(k))
-    for i, a in enumerate(entry.args):
-        a.index = i
-    others = [v for i, v in enumerate(inits) if i != k]
-    body = Region()
-    for b in list(after.blocks):
-        body.add_block(b)
-    after.blocks = []
-    for_op = Operation("upir.for", [inits[k], bound, step] + others,
-                       [v.type for v in others], attrs, [body])
-    holder = loop.parent
-    assert holder is not None
-    at = holder.ops.index(loop)
-    for_op.parent = holder
-    holder.ops[at] = for_op
-    loop.parent = None
-    results = [r for i, r in enumerate(loop.results) if i != k]
-    for old, new in zip(results, for_op.results):
-        edits.replace_all(old, new)
-    for o in (test, cond):
-        edits.drop(o)
-    edits.drop(loop)
-    return True
-
-
 def raise_structured_control_flow(region: Region) -> RaiseReport:
     """Raise the reducible control flow of `region` (a block body) in place."""
     raiser = _Raiser(region)
     raiser.run()
+    # nvcc's rotated loops are fors once their guards are ifs (the guard holds the loop)
+    made, kept = raise_do_while_fors(raiser.whiles, raiser.edits)
+    raiser.raised["while"] -= made
+    raiser.raised["for"] += made
     raiser.edits.flush()
-    return RaiseReport(raiser.raised, raiser.left)
+    return RaiseReport(raiser.raised, raiser.left, Counter(kept))
