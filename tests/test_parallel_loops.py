@@ -72,11 +72,12 @@ def test_short_rows_of_2d_blocks_stay_loops(ptx):
     assert re.search(r'^(![0-9]+) = distinct !\{(![0-9]+), ![0-9]+, ![0-9]+\}$', text, re.M)
     llvm.parse_assembly(text).verify()
     # 1-D rows: only the copy that runs when every thread passes the `x < n` guard (a range
-    # branch, see test_range_branches.py) is kept a loop
+    # branch, see test_range_branches.py) is kept a loop: its two loops, the threads before
+    # the first whose store starts a cache line and the rest (aligned rows, below)
     text = _llvm_text(ptx, "blur", (256, 1, 1))
     disabled = re.findall(r'^(![0-9]+) = !\{ ?!"llvm.loop.unroll.disable" ?\}$', text, re.M)
     assert len(disabled) == 1
-    assert len(re.findall(rf'distinct !\{{![0-9]+, ![0-9]+, {disabled[0]}\}}', text)) == 1
+    assert len(re.findall(rf'distinct !\{{![0-9]+, ![0-9]+, {disabled[0]}\}}', text)) == 2
 
 
 def test_thread_loops_are_parallel_loops(ptx):
@@ -245,12 +246,14 @@ def test_thread_index_conditions_match_numpy():
         assert not k[:, :14].any()
 
 
-# Rows of threads run from their first thread, whatever the alignment of the arrays: the
-# copy of the thread loop that every thread of the block runs is plain vector loads and
-# stores.  (Rows shifted to start on whole cache lines of their first store, threads before
-# the row masked off, made every load and store of the loop a masked one: the triad a = b +
-# s*c 1.8x slower on one thread of this AMD EPYC, transpose 1.2x; an unaligned plain store
-# costs nothing measurable here.)
+# The copy of the thread loop that every thread of the block runs is plain vector loads and
+# stores, whatever the alignment of the arrays.  (Rows shifted to start on whole cache lines
+# of their first store, threads before the row masked off, made every load and store of the
+# loop a masked one: the triad a = b + s*c 1.8x slower on one thread of an AMD EPYC.)  Rows
+# of 32 threads or more are split instead: the threads before the first whose store starts
+# a cache line run as a loop of their own, then the rest, whose vector stores then fall on
+# whole lines (NumPy puts large arrays 16 bytes after a page start; straddling stores made
+# a transpose 2x slower on an Intel Xeon).
 ROW_SRC = r"""
 extern "C" __global__ void transpose32(float *out, const float *in, int n) {
     __shared__ float tile[32][33];
@@ -269,6 +272,27 @@ extern "C" __global__ void triad(float *__restrict__ a, const float *__restrict_
                                  const float *__restrict__ c, float s, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) a[i] = b[i] + s * c[i];
+}
+extern "C" __global__ void axpy(float *__restrict__ y, const float *__restrict__ x, float a,
+                                int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+// a tile of 4 rows of 256 per block, reversed within each row through shared memory; the
+// last thread writes the tile's first value (an `if` run after the thread loop)
+extern "C" __global__ void tile_rows(const int *in, int *out, int *firsts, int n) {
+    __shared__ int s[1024];
+    int base = blockIdx.x * 1024;
+    for (int k = 0; k < 4; k++) {
+        int i = base + k * 256 + threadIdx.x;
+        s[k * 256 + threadIdx.x] = i < n ? in[i] : -1;
+    }
+    __syncthreads();
+    for (int k = 0; k < 4; k++) {
+        int i = base + k * 256 + threadIdx.x;
+        if (i < n) out[i] = s[k * 256 + 255 - threadIdx.x] * 2;
+    }
+    if (threadIdx.x == 255) firsts[blockIdx.x] = s[0];
 }
 """
 
@@ -294,6 +318,59 @@ def test_streaming_rows_are_unmasked_vector_loops():
     assert plain, "no unmasked vector loop:\n" + text
     assert any(re.search(r"load <[0-9]+ x float>", b) and re.search(r"store <[0-9]+ x float>", b)
                for b in plain)
+
+
+def _specialized_llvm(name: str, block: tuple[int, int, int]) -> str:
+    module = parse_ptx(compile_to_ptx(ROW_SRC).ptx)
+    gen = ModuleCodegen(module)
+    gen.add_kernel(lift_optimized(module, module.functions[name]), block)
+    return gen.llvm_text()
+
+
+def test_rows_split_at_the_first_cache_line_of_a_store():
+    # the triad stores to an array it does not read: its rows are split (both copies of the
+    # all-threads loop: the one for blocks that pass `i < n` everywhere and the other)
+    assert len(re.findall(r"^aligned_rows[.0-9]*:", _specialized_llvm("triad", (256, 1, 1)),
+                          re.M)) == 2
+    assert "aligned_rows:" in _specialized_llvm("transpose32", (32, 8, 1))
+    assert "aligned_rows:" in _specialized_llvm("tile_rows", (256, 1, 1))
+
+
+def test_rows_not_split_where_it_does_not_pay():
+    # an update in place (its lines were just loaded), rows of 16 threads (one vector), and
+    # code for any block shape
+    assert "aligned_rows:" not in _specialized_llvm("axpy", (256, 1, 1))
+    assert "aligned_rows:" not in _specialized_llvm("triad", (16, 16, 1))
+    assert "aligned_rows:" not in _specialized_llvm("triad", None)
+
+
+def test_split_rows_match_numpy_at_every_alignment():
+    mod = cpuify.RawModule(code=ROW_SRC)
+    n = 5 * 1024 + 300
+    src = np.random.default_rng(5).integers(-1000, 1000, n, dtype=np.int32)
+    nb = (n + 1023) // 1024
+    padded = np.full(nb * 1024, -1, np.int32)
+    padded[:n] = src
+    want = padded.reshape(nb, 4, 256)[:, :, ::-1].reshape(-1)[:n] * 2
+    for shift in (0, 4, 16, 36, 60):
+        x = _misaligned(n, np.int32, (shift * 3) % 64)
+        x[:] = src
+        for _ in range(2):              # generic, then specialized for the block shape
+            out = _misaligned(n, np.int32, shift)
+            firsts = _misaligned(nb, np.int32, shift)
+            mod.get_function("tile_rows")((nb,), (256,), (x, out, firsts, np.int32(n)))
+            np.testing.assert_array_equal(out, want)
+            np.testing.assert_array_equal(firsts, padded[::1024])
+            _assert_untouched_around(out)
+        m = 1000
+        y0 = np.random.default_rng(shift).random(m, dtype=np.float32)
+        xs = _misaligned(m, np.float32, (shift * 5) % 64)
+        xs[:] = np.arange(m, dtype=np.float32)
+        for _ in range(2):
+            y = _misaligned(m, np.float32, shift)
+            y[:] = y0
+            mod.get_function("axpy")(((m + 255) // 256,), (256,), (y, xs, np.float32(2), np.int32(m)))
+            np.testing.assert_allclose(y, 2 * np.arange(m, dtype=np.float32) + y0, rtol=1e-6)
 
 
 def test_rows_match_numpy_at_every_alignment():

@@ -551,6 +551,10 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
         notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m"
                      + ("; a partner closer than a group: lanes unrolled for the SLP vectorizer)"
                         if r in kc.unrolled_lane_groups else ")"))
+    store = kc.aligned_rows.get(r)
+    if store is not None:
+        notes.append(f"rows split at the first cache line of the store at PTX line "
+                     f"{store.attributes.get('line')} (the threads before it, then the rest)")
     rb = kc.range_branches.get(r)
     if rb is not None:
         if not rb.decided_convergent:

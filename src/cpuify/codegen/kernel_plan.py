@@ -115,6 +115,9 @@ class KernelPlan(ThreadLoopPlans):
         self.range_branches = {r: k for r in range(len(self.syncs) + 1)
                                if (k := self.range_branch(r)) is not None}
         self.prefix_runs = self.plan_prefix_runs()
+        # segments whose thread loops split each row at the first cache line of a store
+        self.aligned_rows = {r: st for r in range(len(self.syncs) + 1)
+                             if (st := self.aligning_store(r)) is not None}
         # lane groups whose lanes' loop is unrolled (unrolled_lanes)
         self.unrolled_lane_groups = {r for r in self.lane_groups if self.unrolled_lanes(r)}
         self.unsigned_indices = self.unsigned_index_segments()

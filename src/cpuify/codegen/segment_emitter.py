@@ -286,6 +286,33 @@ class SegmentEmitter(SpeculativeValues):
 
     def emit_one_thread_loop(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool,
                              region: DeferredRegion | None = None) -> None:
+        """The thread loops tz, ty, tx from `start` to `exit_bb`.  In a run of all threads
+        whose segment has an aligning store (KernelCodegen.aligning_store), two of them: tx
+        up to the first thread whose store starts a cache line (aligned_split, at most 15
+        threads), then the rest, whose vectors store whole lines.  Threads do not
+        communicate between sync points, so the order they run in is free."""
+        whole = not masked and not self.prefix_run
+        store = self.kc.aligned_rows.get(self.resume) if whole and region is None else None
+        if store is None:
+            self._emit_thread_loop(start, exit_bb, masked=masked, region=region)
+            return
+        self.block_map = {}
+        self.pending = []
+        b = self.builder
+        b.position_at_end(start)
+        split = self.aligned_split(b, store, 0)
+        split = (split, b.zext(split, I64))
+        rest = self.fn.append_basic_block("aligned_rows")
+        self._emit_thread_loop(start, rest, masked=False, x_to=split)
+        self._emit_thread_loop(rest, exit_bb, masked=False, x_from=split)
+
+    def _emit_thread_loop(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool,
+                          region: DeferredRegion | None = None,
+                          x_from: tuple[ir.Value, ir.Value] | None = None,
+                          x_to: tuple[ir.Value, ir.Value] | None = None) -> None:
+        """One nest of thread loops (see emit_one_thread_loop); `x_from`, `x_to`: the tx
+        loop runs from, or up to, this thread instead (its index in 32 and in 64 bits,
+        computed at `start`)."""
         fn = self.fn
         b = self.builder
         self.block_map = {}
@@ -333,8 +360,13 @@ class SegmentEmitter(SpeculativeValues):
                 (self.kc.block_dims is None or self.kc.block_dims[0] >= 32)
             ity = I64 if wide else I32
             phi = b.phi(ity, name=names[k])
-            phi.add_incoming(ir.Constant(ity, starts[k]), start if k == 0 else bodies[k - 1])
-            b.cbranch(b.icmp_unsigned("<", phi, b.zext(bound, I64) if wide else bound), bodies[k], exit_bb if k == 0 else latches[k - 1])
+            first = ir.Constant(ity, starts[k]) if k < 2 or x_from is None else x_from[int(wide)]
+            phi.add_incoming(first, start if k == 0 else bodies[k - 1])
+            if k == 2 and x_to is not None:
+                end = x_to[int(wide)]
+            else:
+                end = b.zext(bound, I64) if wide else bound
+            b.cbranch(b.icmp_unsigned("<", phi, end), bodies[k], exit_bb if k == 0 else latches[k - 1])
             if k < 2:
                 b.position_at_end(bodies[k])
                 b.branch(headers[k + 1])

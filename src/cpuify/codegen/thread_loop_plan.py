@@ -75,6 +75,7 @@ class ThreadLoopPlans(SegmentPaths):
     thread_range: dict[int, tuple[tuple[int, int, int], ...]]
     deferred: dict[int, list[DeferredRegion]]
     lane_groups: set[int]
+    aligned_rows: dict[int, Operation]
     lockstep: set[Value]
     preds: dict[Block, list[Block]]
 
@@ -183,6 +184,78 @@ class ThreadLoopPlans(SegmentPaths):
         return found
 
     _PREFETCH_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
+
+    def aligning_store(self, resume: int) -> Operation | None:
+        """The global store whose row of addresses the thread loop of the segment from
+        `resume` splits at a cache line (SegmentEmitter.aligned_split): the first store the
+        segment reaches on every way its block-uniform branches go, its address computed
+        without memory reads from thread indices, parameters and the values restored at the
+        resume point.  Not when it is the segment's only global store and updates in place
+        what the segment loaded (`y[i] = a * x[i] + y[i]`: its lines were just loaded, a
+        store across two of them is cheap).  Only in code specialized for blocks at least
+        32 threads wide, where a row of threads spans several vectors, and not in a pass of
+        an interchanged loop, a segment whose thread loop runs some threads only
+        (thread_ranges) or in lane groups, or lockstep code."""
+        dims = self.block_dims
+        if dims is None or dims[0] < 32 or self.lockstep or resume in self.thread_range or \
+                resume in self.lane_groups:
+            return None
+        if resume and self.sync_kind(self.syncs[resume - 1]) == SYNC_KINDS["soft"]:
+            return None
+        blk, pos = self.resume_point(resume)
+        restored = self.restored_at(resume)
+        store = None
+        ops = list(self.ops_from(blk, pos))
+        for op in ops:
+            if op in self.sync_of_op:
+                if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
+                    return None     # the segment enters an interchanged loop
+            elif op.name == "ptx.st" and store is None and memory_space(op) == "global" and \
+                    not _ORDERED & set(op.attributes.get("mods", ())):
+                store = op
+        # global memory only: shared and local arrays are laid out aligned by cpuify
+        if store is None or not self._computed_from_threads(store.operands[0], restored) or \
+                not self._on_every_way(blk, pos, store, set()):
+            return None
+        key = (store.operands[0], store.attributes.get("offset", 0))
+        if any(op.name == "ptx.ld" and (op.operands[0], op.attributes.get("offset", 0)) == key
+               for op in ops) and \
+                sum(1 for op in ops if op.name == "ptx.st" and memory_space(op) == "global") == 1:
+            return None
+        return store
+
+    def _on_every_way(self, blk: Block, pos: int, store: Operation, seen: set[Block],
+                      memo: dict[Block, bool] | None = None) -> bool:
+        """Whether a vector of threads going on from op `pos` of `blk` reaches `store`
+        whichever way each block-uniform branch goes (a branch on a thread-dependent
+        condition is taken both ways by a vector of threads: one way suffices).  `memo`
+        keeps each block's answer (a chain of k if-diamonds is not walked 2^k times); an
+        answer cut short by a cycle is False, which only gives up the split."""
+        if memo is None:
+            memo = {}
+        if pos == 0:
+            if blk in seen:
+                return False
+            if blk in memo:
+                return memo[blk]
+            seen = seen | {blk}
+        result = False
+        for op in blk.ops[pos:]:
+            if op is store:
+                result = True
+                break
+            if op in self.sync_of_op or op.name in ("upir.exit", "upir.trap"):
+                break
+            if op.name == "cf.br":
+                result = self._on_every_way(op.successors[0], 0, store, seen, memo)
+                break
+            if op.name == "cf.cond_br":
+                ways = [self._on_every_way(succ, 0, store, seen, memo) for succ in op.successors]
+                result = all(ways) if op.operands[0] in self.uniform else any(ways)
+                break
+        if pos == 0:
+            memo[blk] = result
+        return result
 
     def _uniform_loop_pass(self, sp: SyncPoint) -> bool:
         """Whether the segment resuming at soft barrier `sp` is a pass of an interchanged
