@@ -62,9 +62,30 @@ extern "C" __global__ void shifted_rows(const float *__restrict__ x, float *__re
     }
     for (int c = 0; c < cols; c++) out[c] = out[c] / total;
 }
-// a start from a parameter: nvcc puts the remainder loop first; plain loads (no restrict)
-extern "C" __global__ void row_sum_from(const float *x, float *sums, int rows, int cols,
+// a start from a parameter: nvcc puts the remainder loop first; stored terms summed (the
+// unrolled loop reads a pointer computed from where the remainder loop stopped: not proven)
+extern "C" __global__ void row_sum_from(const float *__restrict__ x, float *__restrict__ y,
+                                        float *__restrict__ sums, int rows, int cols,
                                         int from) {
+    ROW_START
+    float acc = 0.0f;
+    for (int c = from; c < cols; c++) { const float e = in[c] * 0.5f; out[c] = e; acc += e; }
+    sums[row] = acc;
+}
+// a start from a parameter, a running max: the remainder-first pair, re-rolled
+extern "C" __global__ void row_max_from(const float *__restrict__ x, float *__restrict__ out,
+                                        int rows, int cols, int from) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float *in = x + (size_t)row * cols;
+    float m = -3.402823466e38f;
+    for (int c = from; c < cols; c++) m = fmaxf(m, in[c] * 0.5f);
+    out[row] = m;
+}
+// an in-order sum whose terms are not stored: split-in-order-sums leaves it, and re-rolled
+// it would be too small to interchange (kept in each thread: 3x slower) -> left unrolled
+extern "C" __global__ void row_sum_unstored(const float *x, float *sums, int rows, int cols,
+                                            int from) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows) return;
     const float *in = x + (size_t)row * cols;
@@ -144,7 +165,9 @@ def _loops(kernel: Operation) -> list:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("name,fires", [("softmax_rows", 3), ("shifted_rows", 3),
-                                        ("row_sum_from", 1), ("column_sum", 0),
+                                        ("row_sum_from", 0), ("row_max_from", 1),
+                                        ("row_sum_unstored", 0),
+                                        ("column_sum", 0),
                                         ("weighted", 0), ("row_chain", 0), ("row_once", 0),
                                         ("row_max", 1)])
 def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
@@ -166,7 +189,7 @@ def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
     assert "reroll_fallback" not in text and "2147483647" not in text
     assert text.count(f'{REROLLED} = "per-thread"') == fires
     for header in _loops(kernel):
-        if name != "row_sum_from":
+        if name != "row_max_from":
             assert sum(op.name in ("ptx.st", "ptx.max", "ptx.div") for op in header.ops) <= 2
         assert header.ops[-1].attributes.get(REROLLED) == "per-thread"
     verify(parse_op(text))          # the printed IR parses back and verifies
@@ -276,7 +299,7 @@ def test_not_when_a_later_copy_loads_before_an_earlier_copy_stores(ptx: str) -> 
 def test_unproven_start_keeps_the_guard(ptx: str) -> None:
     """Without nvcc's entry test (its branch made unconditional into the loops) `c0 < n` is
     checked at run time and nvcc's loops stay behind the check."""
-    kernel = _before_reroll(ptx, "row_sum_from")
+    kernel = _before_reroll(ptx, "row_max_from")
     region = block_body(kernel)
     entry_test = next(b for b in region.blocks if b.terminator is not None and
                       b.terminator.name == "cf.cond_br" and
@@ -344,7 +367,8 @@ def test_shifted_rows_bit_equal_to_numpy(ptx: str, rows: int, cols: int) -> None
 @pytest.mark.parametrize("cols,start", [(0, 0), (7, 0), (7, 6), (7, 7), (7, 9), (784, 3),
                                         (785, -2)])
 def test_row_sum_from_bit_equal_to_numpy(ptx: str, cols: int, start: int) -> None:
-    """The remainder-first pair: a start from a parameter (past the end: no iteration; a
+    """nvcc's remainder-first pair with stored terms (left unrolled: see above), bit for bit:
+    a start from a parameter (past the end: no iteration; a
     negative one reads before the row, here the previous row's last elements)."""
     rows = 70
     rng = np.random.default_rng(cols + start)
@@ -353,16 +377,34 @@ def test_row_sum_from_bit_equal_to_numpy(ptx: str, cols: int, start: int) -> Non
     sums = np.full(rows, np.nan, np.float32)
     terms = np.stack([flat[8 + r * cols + start: 8 + r * cols + cols] for r in range(rows)]) \
         if cols > start else np.zeros((rows, 0), np.float32)
+    terms = (terms * np.float32(0.5)).astype(np.float32)
     want = _sequential_sums(terms)
-    args = (x, sums, np.int32(rows), np.int32(cols), np.int32(start))
+    y = np.zeros(rows * cols + 8, np.float32)[8:]
+    args = (x, y, sums, np.int32(rows), np.int32(cols), np.int32(start))
     f = cpuify.RawModule(ptx=ptx).get_function("row_sum_from")
     for _ in range(3):
         sums[:] = np.nan
         f(((rows + 31) // 32,), (32,), args)
         np.testing.assert_array_equal(_bits(sums), _bits(want))
     got = _interp(ptx, "row_sum_from", UPTO + ["reroll-loops"], (3,), (32,),
-                  [x, np.full(rows, np.nan, np.float32), *args[2:]])[1]
+                  [x, np.zeros(rows * cols + 8, np.float32)[8:],
+                   np.full(rows, np.nan, np.float32), *args[3:]])[2]
     np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("cols,start", [(0, 0), (7, 0), (7, 6), (7, 9), (785, 3)])
+def test_row_max_from_matches_numpy(ptx: str, cols: int, start: int) -> None:
+    """The re-rolled remainder-first pair (a start from a parameter)."""
+    rows = 70
+    x = np.random.default_rng(cols + start).standard_normal((rows, cols), dtype=np.float32)
+    want = np.full(rows, np.float32(-3.402823466e38), np.float32)
+    if cols > start:
+        want = np.maximum(want, (x[:, start:] * np.float32(0.5)).max(axis=1))
+    f = cpuify.RawModule(ptx=ptx).get_function("row_max_from")
+    for _ in range(3):
+        out = np.full(rows, np.nan, np.float32)
+        f(((rows + 31) // 32,), (32,), (x, out, np.int32(rows), np.int32(cols), np.int32(start)))
+        np.testing.assert_array_equal(out, want)
 
 
 @pytest.mark.parametrize("rows,cols", [(20, 37), (130, 784), (9, 2)])
@@ -391,3 +433,65 @@ def test_softmax_bit_equal_without_the_pass_and_in_the_interpreter(ptx: str, row
     z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
     ref = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(got["rerolled"], ref, rtol=2e-5, atol=1e-12)
+
+
+# --- what the branches before the loops prove (analysis/loop_entry.py) ----------------------
+
+def _entry_test(build, skip_first: bool = True, second_way_in: bool = False):  # type: ignore[no-untyped-def]
+    """entry: n, c0 and the condition `build` makes; a branch to `skip` (first successor
+    when skip_first) or to `loops`; returns (region, loops, values by name)."""
+    from cpuify.ir.core import Block, Region
+    entry, loops, skip, done = Block(), Block(), Block(), Block()
+    region = Region([entry, loops, skip, done])
+
+    def op(block, name, operands, rtype, **attrs):  # type: ignore[no-untyped-def]
+        o = Operation(name, operands, [rtype] if rtype else [], attrs)
+        block.append(o)
+        return o.results[0] if rtype else o
+    v = {"n": op(entry, "upir.param", [], "i32", offset=0, type="u32"),
+         "c0": op(entry, "upir.param", [], "i32", offset=4, type="u32"),
+         "zero": op(entry, "upir.const", [], "i32", value=0),
+         "one": op(entry, "upir.const", [], "i32", value=1)}
+    cond = build(lambda *a, **k: op(entry, *a, **k), v)
+    targets = [skip, loops] if skip_first else [loops, skip]
+    op(entry, "cf.cond_br", [cond], None)
+    entry.ops[-1].successors = targets
+    entry.ops[-1].successor_args = [[], []]
+    for b in (loops, skip):
+        op(b, "cf.br", [], None)
+        b.ops[-1].successors, b.ops[-1].successor_args = [done], [[]]
+    if second_way_in:                   # skip also leads into the loops
+        skip.ops[-1].successors = [loops]
+        op(loops, "cf.br", [], None)
+        loops.ops.pop(-2)
+        loops.ops[-1].successors, loops.ops[-1].successor_args = [done], [[]]
+    op(done, "upir.exit", [], None)
+    return region, loops, v
+
+
+def _setp(cmp: str, sign: str = "s32"):  # type: ignore[no-untyped-def]
+    return lambda a, b: lambda op, v: op("ptx.setp", [v[a], v[b]], "i1", mods=[cmp, sign])
+
+
+@pytest.mark.parametrize("build,skip_first,start,second,proven", [
+    (_setp("lt")("n", "one"), True, "zero", False, True),       # n < 1 ? skip   : 0 < n
+    (_setp("lt")("n", "one"), True, "one", False, False),       # ... not 1 < n
+    (_setp("le")("n", "c0"), True, "c0", False, True),          # n <= c0 ? skip : c0 < n
+    (_setp("le", "u32")("n", "c0"), True, "c0", False, False),  # unsigned: no
+    (_setp("lt")("c0", "n"), False, "c0", False, True),         # c0 < n ? loops
+    (_setp("lt")("c0", "n"), True, "c0", False, False),         # ... on the other edge
+    (_setp("lt")("c0", "n"), False, "c0", True, False),         # the loops reached another way
+    (lambda op, v: op("ptx.or", [_setp("lt")("n", "one")(op, v),
+                                 _setp("ge")("c0", "zero")(op, v)], "i1", mods=["pred"]),
+     True, "zero", False, True),                                # n < 1 || ... ? skip
+    (lambda op, v: op("ptx.and", [_setp("lt")("n", "one")(op, v),
+                                  _setp("ge")("c0", "zero")(op, v)], "i1", mods=["pred"]),
+     True, "zero", False, False),                               # && on the skip edge: no
+    (lambda op, v: op("ptx.not", [_setp("ge")("c0", "n")(op, v)], "i1", mods=["pred"]),
+     False, "c0", False, True),                                 # !(c0 >= n) ? loops
+])
+def test_start_below_bound(build, skip_first: bool, start: str, second: bool,
+                           proven: bool) -> None:
+    from cpuify.analysis.loop_entry import start_below_bound
+    region, loops, v = _entry_test(build, skip_first, second)
+    assert start_below_bound(region, loops, v[start], v["n"]) == proven

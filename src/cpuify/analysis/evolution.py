@@ -65,6 +65,7 @@ class Syms:
         #: the value each value leaf stands for
         self.values: dict[Sym, Value] = {}
         self._varies: dict[Sym, bool] = {}
+        self._loaded: dict[Sym, bool] = {}
 
     # --- construction ---------------------------------------------------------------------
     def make(self, node: tuple) -> Sym:
@@ -180,9 +181,19 @@ class Syms:
         addresses built on it are affine (`&x[row * cols + c]` an add-recurrence in c); the
         leaf stands for the op over those symbols: equal ops are equal leaves."""
         width = _INT_WIDTH.get(type_)
-        if width is None or self.node(s)[0] != "op" or self.varies(s):
+        if width is None or self.node(s)[0] != "op" or self.varies(s) or self._reads_memory(s):
             return s
         return self.leaf(("fixed", s), width)
+
+    def _reads_memory(self, s: Sym) -> bool:
+        """Whether s depends on a side effect's result (a value loaded in the iteration: no
+        value fixed before the loop, even at an address that is)."""
+        got = self._loaded.get(s)
+        if got is None:
+            n = self.node(s)
+            got = n[0] == "eff" or n[0] == "op" and any(self._reads_memory(o) for o in n[3])
+            self._loaded[s] = got
+        return got
 
     def value_of(self, s: Sym) -> Value | None:
         """The value an affine symbol `1 * leaf` stands for, if it is one."""

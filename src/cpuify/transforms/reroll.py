@@ -54,6 +54,7 @@ from cpuify.analysis.unrolled_loops import FALLBACK, UnrolledLoop, match_unrolle
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.sum_split import splits
 
 #: attribute on the back edge of a re-rolled loop with step 1 (for `cpuify explain`)
 REROLLED = "rerolled"
@@ -85,14 +86,25 @@ class RerollLoops:
                 known.append(cached(analyses, uniform_values, region))
             return known[0]
 
+        def incoming() -> dict[BlockArgument, list[Value]]:
+            if not flows:
+                flows.append(incoming_values(region))
+            return flows[0]
+
         def contiguous_within_thread(main: Block) -> bool:
             # a thread's own loop over its own contiguous memory (a row per thread) stays
             # in the thread, vectorized along it, or is split by split-in-order-sums: nvcc's
             # four copies and the remainder loop are in the vectorizer's way (strided groups
             # of 4, two loops); a loop interchanged with the thread loop keeps them
-            if not flows:
-                flows.append(incoming_values(region))
-            return loop_order(main, {main}, uniform(), flows[0]).contiguous_within_thread()
+            return loop_order(main, {main}, uniform(), incoming()).contiguous_within_thread()
+
+        def stays_in_thread(body: Block) -> bool:
+            # A float sum must stay in order: no vectorizer takes the thread's own loop, and
+            # re-rolled it is too small for interchange-uniform-loops (its threads as lanes
+            # would pay a pass over the block per iteration): it would stay in each thread,
+            # 3x slower.  So only a loop whose sums split-in-order-sums splits off.
+            return loop_order(body, {body}, uniform(), incoming()).reorderable() or \
+                splits(body, uniform(), incoming())
 
         preds = predecessors(region)
         for block in list(region.blocks):
@@ -100,6 +112,9 @@ class RerollLoops:
                 continue                    # (only single-block loops are candidates)
             found = match_unrolled_loop(region, block, uniform, preds,
                                         contiguous_within_thread if self.per_thread else None)
+            if found is not None and found.stride is None and \
+                    not stays_in_thread(found.remainder):
+                continue
             if found is not None and _rewrite(region, found):
                 preds = predecessors(region)
                 known.clear()
