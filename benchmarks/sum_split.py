@@ -1,12 +1,15 @@
-"""The row softmax of the suite (one thread per row, 784 columns) with `split-in-order-sums`,
-without it, and its OpenMP twin, interleaved in one process.
+"""The row softmax of the suite (one thread per row, 784 columns) with the default pipeline,
+without `split-in-order-sums`, without `reroll-loops`, the same source with
+`#pragma unroll 1` on its three loops (what re-rolling nvcc's unrolled loops aims at), and
+its OpenMP twin, interleaved in one process.
 
     CPUIFY_NUM_THREADS=1 OMP_NUM_THREADS=1 python benchmarks/sum_split.py [--rows 65536] [--rounds 5]
 
 Prints per variant the best and the median CPU time of one launch (user + system time of
 this process, so a busy machine's other work does not count; with one worker thread it is
-the kernel's own time) and checks that the two cpuify variants write the same bits (the
-split reads back the stored terms and adds them in the original order)."""
+the kernel's own time) and checks that the cpuify variants write the same bits (the split
+reads back the stored terms and adds them in the original order; the re-rolled loops run
+the same iterations in the same order)."""
 
 from __future__ import annotations
 
@@ -40,8 +43,15 @@ def main() -> None:
     y = np.empty_like(x)
     grid = ((rows + BLOCK - 1) // BLOCK,)
     runs = {}
-    for label, options in (("split", ()), ("not split", ("--disable-pass=split-in-order-sums",))):
-        fn = cpuify.RawModule(code=CUDA_SRC, options=options).get_function("softmax_rows")
+    unroll_1 = CUDA_SRC.replace("    for (int c = 0; c < cols; c++)",
+                                "    _Pragma(\"unroll 1\") for (int c = 0; c < cols; c++)")
+    assert unroll_1.count("unroll 1") == 3
+    for label, source, options in (
+            ("default", CUDA_SRC, ()),
+            ("not split", CUDA_SRC, ("--disable-pass=split-in-order-sums",)),
+            ("unrolled", CUDA_SRC, ("--disable-pass=reroll-loops",)),
+            ("unroll 1", unroll_1, ())):
+        fn = cpuify.RawModule(code=source, options=options).get_function("softmax_rows")
         runs[label] = (lambda fn=fn: fn(grid, (BLOCK,), (x, y, np.int32(rows), np.int32(COLS))))
     with tempfile.TemporaryDirectory() as tmp:
         gcc = shutil.which("gcc")
@@ -59,7 +69,8 @@ def main() -> None:
             run()
             run()
             outs[label] = y.copy()
-        same = np.array_equal(outs["split"].view(np.uint32), outs["not split"].view(np.uint32))
+        same = all(np.array_equal(outs["default"].view(np.uint32), outs[label].view(np.uint32))
+                   for label in outs if label != "OpenMP")
         times: dict[str, list[float]] = {label: [] for label in runs}
         for _ in range(args.rounds):
             for label, run in runs.items():
@@ -68,12 +79,12 @@ def main() -> None:
                 times[label].append(_cpu() - t0)
     print(f"{rows} rows x {COLS} columns, {grid[0]} blocks of {BLOCK} threads, "
           f"CPUIFY_NUM_THREADS={os.environ.get('CPUIFY_NUM_THREADS', 'all')}; CPU time of "
-          f"one launch over {args.rounds} rounds; split and not split bit-equal: {same}")
-    base = min(times["split"])
+          f"one launch over {args.rounds} rounds; the cpuify variants bit-equal: {same}")
+    base = min(times["default"])
     for label, ts in times.items():
         ts.sort()
         print(f"  {label:10} best {ts[0] * 1e3:7.1f} ms  median {ts[len(ts) // 2] * 1e3:7.1f} ms"
-              f"  ({ts[0] / base:.2f}x split's best)")
+              f"  ({ts[0] / base:.2f}x default's best)")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ class Syms:
         #: the value each value leaf stands for
         self.values: dict[Sym, Value] = {}
         self._varies: dict[Sym, bool] = {}
+        self._loaded: dict[Sym, bool] = {}
 
     # --- construction ---------------------------------------------------------------------
     def make(self, node: tuple) -> Sym:
@@ -173,6 +174,26 @@ class Syms:
             self.values[self.make(("leaf", ("v", id(v))))] = v
         self._outside[v] = sym
         return sym
+
+    def fixed(self, s: Sym, type_: str) -> Sym:
+        """An integer op with no affine form over values fixed in the loop (`row * cols`, a
+        product of two values from before it) as a leaf of the affine forms, so that the
+        addresses built on it are affine (`&x[row * cols + c]` an add-recurrence in c); the
+        leaf stands for the op over those symbols: equal ops are equal leaves."""
+        width = _INT_WIDTH.get(type_)
+        if width is None or self.node(s)[0] != "op" or self.varies(s) or self._reads_memory(s):
+            return s
+        return self.leaf(("fixed", s), width)
+
+    def _reads_memory(self, s: Sym) -> bool:
+        """Whether s depends on a side effect's result (a value loaded in the iteration: no
+        value fixed before the loop, even at an address that is)."""
+        got = self._loaded.get(s)
+        if got is None:
+            n = self.node(s)
+            got = n[0] == "eff" or n[0] == "op" and any(self._reads_memory(o) for o in n[3])
+            self._loaded[s] = got
+        return got
 
     def value_of(self, s: Sym) -> Value | None:
         """The value an affine symbol `1 * leaf` stands for, if it is one."""
@@ -376,9 +397,13 @@ def evaluate_ops(syms: Syms, ops: list[Operation], env: dict[Value, Sym], inside
             effects.append(syms.make(("eff", effect, op.name, attributes, tuple(operands), -1)))
             for r in op.results:
                 env[r] = syms.make(("eff", effect, op.name, attributes, tuple(operands), r.index))
+        elif read_only_load(op):        # (a function of its address, offset folded in)
+            operands, attributes = _fold_offset(syms, op, operands)
+            for r in op.results:
+                env[r] = syms.make(("op", op.name, attributes, tuple(operands), r.index))
         else:
             for r in op.results:
-                env[r] = syms.op_result(op, r.index, operands, None)
+                env[r] = syms.fixed(syms.op_result(op, r.index, operands, None), r.type)
     return Iteration(env, effects)
 
 

@@ -7,7 +7,12 @@ loop first, for integer sums; the remainder peeled into `if`s inside an outer lo
 `match_unrolled_loop` recognises them and proves, with the closed forms of
 analysis/evolution.py, that together they run one body (the remainder loop's, or the main
 loop's first copy) T times, one iteration after another: transforms/reroll.py puts the
-simple loop in their place.  See that module for what is proven and what is refused."""
+simple loop in their place.  See that module for what is proven and what is refused.
+
+A loop with step 1 (`for (c = c0; c < n; c++)`, a thread walking its own row) has no
+division: nvcc computes `q = n - c0 - 1` directly (T = q + 1) and unrolls it in the first two
+arrangements (the remainder first when c0 is not a constant).  It is the same proof with
+s = 1; whether such a loop is worth re-rolling is the caller's decision (`per_thread`)."""
 
 from __future__ import annotations
 
@@ -50,7 +55,7 @@ class UnrolledLoop:
     exit: Block             # where both end
     exit_values: list[Value]        # what the simple loop passes to `exit` (its last
     #                                 iteration's values, or values from before the loops)
-    stride: Value
+    stride: Value | None    # s (None: 1, a loop with step 1: no division, no stride value)
     start: Value            # i0
     bound: Value            # n
     test_line: object
@@ -113,19 +118,52 @@ def _main_loop_entry(main: Block, preds: dict[Block, list[Block]]
 
 
 def match_unrolled_loop(region: Region, main: Block, uniform: Callable[[], set[Value]],
-                        preds: dict[Block, list[Block]] | None = None) -> UnrolledLoop | None:
+                        preds: dict[Block, list[Block]] | None = None,
+                        per_thread: Callable[[Block], bool] | None = None
+                        ) -> UnrolledLoop | None:
     """The remainder + unrolled main loop whose main loop is `main`, proven to run the
-    remainder loop's body T times (see the module docstring), or None."""
+    remainder loop's body T times (see the module docstring), or None.  Taken: a
+    thread-strided loop (a block-uniform stride, a start that differs between threads), and
+    a loop with step 1 where `per_thread(main)` says so (None: never)."""
     preds = preds if preds is not None else predecessors(region)
+
+    def accept(stride: Value | None, start: Value) -> bool:
+        if stride is None:
+            return per_thread is not None and per_thread(main)
+        return stride in uniform() and start not in uniform()
     try:
-        return _match(region, main, uniform, preds) or \
-            _match_main_first(region, main, uniform, preds) or \
-            _match_peeled(region, main, uniform, preds)
+        return _match(region, main, accept, preds) or \
+            _match_main_first(region, main, accept, preds) or \
+            _match_peeled(region, main, accept, preds)
     except NotAnalysable:
         return None
 
 
-def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
+Accept = Callable[[Value | None, Value], bool]
+
+
+def _quotient(syms: Syms, quotient: Value, inside: set[Block], join: Block
+              ) -> tuple[Sym, Sym, Value | None, Sym] | None:
+    """nvcc's `q = (n - i0 - 1) /u s` as (q's symbol, the dividend's, s, s's symbol); a loop
+    with step 1 has no division (q is the dividend, s None, its symbol 1), and q may be
+    computed in the join of the two loops (pure ops on values from before them)."""
+    division = _def(quotient, "ptx.div")
+    if division is not None:
+        if division.attributes.get("mods", ()) != ["u32"]:
+            return None
+        return syms.outside(quotient, inside), syms.outside(division.operands[0], inside), \
+            division.operands[1], syms.outside(division.operands[1], inside)
+    if _defined_in(quotient, inside):
+        if not isinstance(quotient, OpResult) or quotient.op.parent is not join:
+            return None
+        q = evaluate_ops(syms, join.ops[:join.ops.index(quotient.op) + 1], {},
+                         inside).values[quotient]
+    else:
+        q = syms.outside(quotient, inside)
+    return q, q, None, syms.aff(32, 1)
+
+
+def _match(region: Region, main: Block, accept: Accept,
            preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
     # --- the shape: split -> [remainder] -> join -> [main] -> exit --------------------------
     entry = _main_loop_entry(main, preds)
@@ -144,9 +182,6 @@ def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
     if big is None:
         return None
     quotient = big.operands[0]
-    division = _def(quotient, "ptx.div")
-    if division is None or division.attributes.get("mods", ()) != ["u32"]:
-        return None
     join_preds = preds[join]
     if len(join_preds) != 2:
         return None
@@ -192,7 +227,10 @@ def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
     unroll = mask + 1
     if unroll < 2 or unroll & mask or unroll > 64:
         return None
-    q = syms.outside(quotient, inside)
+    found_quotient = _quotient(syms, quotient, inside, join)
+    if found_quotient is None:
+        return None
+    q, dividend, stride_value, stride = found_quotient
     if syms.outside(trips, inside) != syms.lin(q, syms.aff(32, 1)) or \
             syms.const_of(syms.outside(big.operands[1], inside)) != mask:
         return None
@@ -231,8 +269,6 @@ def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
             sorted(map(id, [stay, remainder_term])) or len(stay.results[0].uses) != 1:
         return None
     # the index: i0, i0 + s, ... with s the divisor and (n - i0 - 1) the dividend
-    stride_value = division.operands[1]
-    stride = syms.outside(stride_value, inside)
     main_stay = _setp(main_term.operands[0], cmp="lt", ty="s32")
     if main_stay is None or main_back != 0:
         return None
@@ -252,11 +288,10 @@ def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
     start = syms.outside(start_value, inside)
     if start != _sym(syms, pre_env, r_init[index_arg], inside):
         return None
-    if syms.outside(division.operands[0], inside) != \
-            syms.lin(syms.lin(bound, start, 1, -1), syms.aff(32, 1), 1, -1):  # type: ignore[arg-type]
+    if dividend != syms.lin(syms.lin(bound, start, 1, -1), syms.aff(32, 1), 1, -1):  # type: ignore[arg-type]
         return None
-    if stride_value not in uniform() or start_value in uniform():
-        return None         # not a thread-strided loop: nothing for the interchange to gain
+    if not accept(stride_value, start_value):
+        return None         # (a thread-strided loop, or a step-1 loop the caller wants)
     syms.index = IndexRange(start, stride, unroll)
 
     # --- the template: one iteration of the remainder loop as a function of m -------------
@@ -331,7 +366,7 @@ def _match(region: Region, main: Block, uniform: Callable[[], set[Value]],
                         main_stay.attributes.get("line"), [remainder_term, main_term])
 
 
-def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Value]],
+def _match_main_first(region: Region, main: Block, accept: Accept,
                       preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
     """nvcc's other arrangement (integer sums, whose additions it may reorder): the unrolled
     loop first, counting `T - c` down by U, then the remainder loop for the last c
@@ -389,10 +424,11 @@ def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Val
     syms = Syms()
     # --- the trip count: q = (n - i0 - 1) /u s, T = q + 1, c = T & (U - 1) -----------------
     quotient = big.operands[0]
-    division = _def(quotient, "ptx.div")
-    if division is None or division.attributes.get("mods", ()) != ["u32"] or \
-            _defined_in(quotient, inside):
+    found_quotient = None if _defined_in(quotient, inside) else \
+        _quotient(syms, quotient, inside, join)
+    if found_quotient is None:
         return None
+    q, dividend, stride_value, stride = found_quotient
     count = none_left.operands[0]
     masked = _def(count, "ptx.and")
     if masked is None or _defined_in(count, inside) or \
@@ -404,13 +440,10 @@ def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Val
     if mask is None:
         return None
     unroll = mask + 1
-    q = syms.outside(quotient, inside)
     trip_count = syms.lin(q, syms.aff(32, 1))
     if unroll < 2 or unroll & mask or unroll > 64 or syms.outside(trips, inside) != trip_count \
             or syms.const_of(syms.outside(big.operands[1], inside)) != mask:
         return None
-    stride_value = division.operands[1]
-    stride = syms.outside(stride_value, inside)
     # --- the main loop's arguments: countdown, index, the rest -----------------------------
     pre_env: dict[Value, Sym] = {}
     if evaluate_ops(syms, main_pre.ops[:-1], pre_env, inside).effects:
@@ -451,13 +484,12 @@ def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Val
             op.operands[0].type == "i32" else None      # (a copy made in the preheader)
     if start_value is None or syms.outside(start_value, inside) != start:
         return None
-    bound = syms.lin(syms.lin(syms.outside(division.operands[0], inside), start),  # type: ignore[arg-type]
-                     syms.aff(32, 1))
+    bound = syms.lin(syms.lin(dividend, start), syms.aff(32, 1))  # type: ignore[arg-type]
     bound_value = syms.value_of(bound) if bound is not None else None
     if start_value is None or bound_value is None or _defined_in(start_value, inside) or \
             _defined_in(bound_value, inside):
         return None                 # (dividend: n - i0 - 1, so n = dividend + i0 + 1)
-    if stride_value not in uniform() or start_value in uniform():
+    if not accept(stride_value, start_value):
         return None
     syms.index = IndexRange(start, stride, unroll)
     hypothesis: dict[int, Sym] = {}
@@ -553,7 +585,7 @@ def _match_main_first(region: Region, main: Block, uniform: Callable[[], set[Val
                         remainder_term.attributes.get("line"), [main_term, remainder_term])
 
 
-def _match_peeled(region: Region, main: Block, uniform: Callable[[], set[Value]],
+def _match_peeled(region: Region, main: Block, accept: Accept,
                   preds: dict[Block, list[Block]]) -> UnrolledLoop | None:
     """nvcc's arrangement inside an outer loop (a time-step loop): the remainder peeled into
     a chain of U - 1 copies of the body, each behind `c == k ? join(i0 + k*s)`, then the
@@ -630,7 +662,7 @@ def _match_peeled(region: Region, main: Block, uniform: Callable[[], set[Value]]
     if syms.outside(division.operands[0], inside) != \
             syms.lin(syms.lin(bound, start, 1, -1), syms.aff(32, 1), 1, -1):  # type: ignore[arg-type]
         return None
-    if stride_value not in uniform() or start_value[0] in uniform():
+    if not accept(stride_value, start_value[0]):
         return None
     syms.index = IndexRange(start, stride, unroll)
     index = syms.rec(start, stride)

@@ -450,9 +450,14 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
 def _loop_order_notes(kernel) -> list[str]:  # type: ignore[no-untyped-def]
     """The loop order interchange-uniform-loops chose for each block-uniform loop, and why."""
     from cpuify.transforms.interchange import LOOP_ACCESSES, LOOP_ORDER, PER_THREAD
+    from cpuify.transforms.reroll import REROLLED
     from cpuify.transforms.sum_split import SUM_SPLIT, TERMS
     notes = []
     for op in kernel.walk():
+        if op.attributes.get(REROLLED):
+            notes.append(f"loop at PTX line {op.attributes.get('line')}: re-rolled by reroll-loops "
+                         "(nvcc's unrolled copies and remainder loop of a step-1 loop over memory "
+                         "contiguous within each thread: one loop, the same iterations in order)")
         if op.attributes.get(SUM_SPLIT) == TERMS:
             notes.append(f"loop at PTX line {op.attributes.get('line')}: split by split-in-order-sums "
                          "(an in-order float sum of values it stores, contiguous within a thread): "

@@ -100,15 +100,21 @@ def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager |
     # (the original loops that reroll-loops keeps for the runs its guard sends there are
     # taken by no thread that reaches the simple loop: they stay in the thread loop)
     loops = {h: body for h, body in loops.items() if not _reroll_fallback(h, body)}
-    strided = [h for h in outermost if h in loops and
-               _thread_strided(h, loops[h], idom, incoming, uniform)]
+    # (a loop each thread runs over its own contiguous memory, `&x[row * cols + c]` from a
+    # start that differs between threads, is thread-strided by its pointer but is not a
+    # grid-stride loop: interchanged, each vector access would be a gather; its own loop is
+    # the one to vectorize, as interchange-uniform-loops decides for it)
+    def grid_stride(h: Block) -> bool:
+        return _thread_strided(h, loops[h], idom, incoming, uniform) and \
+            not loop_order(h, loops[h], uniform, incoming).contiguous_within_thread()
+
+    strided = [h for h in outermost if h in loops and grid_stride(h)]
     if not strided:
         # a thread-strided loop inside other loops (a grid-stride loop in each iteration of a
         # loop of time steps with grid.sync() or __syncthreads() between them): as good as
         # outermost when every thread enters it right after a block barrier, so that all
         # threads that wait at its header in one iteration entered it in the same pass
-        strided = [h for h in loops if h not in outermost and
-                   _thread_strided(h, loops[h], idom, incoming, uniform) and
+        strided = [h for h in loops if h not in outermost and grid_stride(h) and
                    _entered_after_barrier(h, loops[h])]
     if len(strided) > 1:
         # Only one loop may be interchanged (threads leaving it at different iterations

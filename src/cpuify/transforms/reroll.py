@@ -45,28 +45,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cpuify.analysis.cfg import incoming_values
+from cpuify.analysis.loop_entry import start_below_bound
+from cpuify.analysis.loop_order import loop_order
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.analysis.unrolled_loops import FALLBACK, UnrolledLoop, match_unrolled_loop
-from cpuify.ir.core import Block, Operation, OpResult, Region, Value, predecessors
+from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.sum_split import splits
+
+#: attribute on the back edge of a re-rolled loop with step 1 (for `cpuify explain`)
+REROLLED = "rerolled"
 
 
 @register("reroll-loops",
-          "unrolled counted loops (nvcc's remainder + main loop for a stride computed before "
-          "the loop) replaced by the simple strided loop, guarded")
+          "unrolled counted loops (nvcc's remainder + main loop: a stride computed before "
+          "the loop, or a thread's own step-1 loop over contiguous memory) replaced by the "
+          "simple loop, guarded where the proof needs it")
 @dataclass(frozen=True)
 class RerollLoops:
     """Pass: replace nvcc's remainder loop + U-times unrolled main loop of a thread-strided
-    loop by one simple loop, where the two provably run its body T times in order."""
+    loop, or of a per-thread step-1 loop whose accesses are contiguous within the thread, by
+    one simple loop, where the two provably run its body T times in order."""
     name: str = "reroll-loops"
+    #: also the step-1 loops each thread runs over its own contiguous memory
+    per_thread: bool = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loop pairs re-rolled."""
         region = block_body(kernel)
         done = 0
         known: list[set[Value]] = []
+        flows: list[dict[BlockArgument, list[Value]]] = []
 
         def uniform() -> set[Value]:
             # (computed only when a loop has the shape: most kernels have none)
@@ -74,18 +86,75 @@ class RerollLoops:
                 known.append(cached(analyses, uniform_values, region))
             return known[0]
 
+        def incoming() -> dict[BlockArgument, list[Value]]:
+            if not flows:
+                flows.append(incoming_values(region))
+            return flows[0]
+
+        def contiguous_within_thread(main: Block) -> bool:
+            # a thread's own loop over its own contiguous memory (a row per thread) stays
+            # in the thread, vectorized along it, or is split by split-in-order-sums: nvcc's
+            # four copies and the remainder loop are in the vectorizer's way (strided groups
+            # of 4, two loops); a loop interchanged with the thread loop keeps them
+            return loop_order(main, {main}, uniform(), incoming()).contiguous_within_thread()
+
+        def stays_in_thread(body: Block) -> bool:
+            # A float sum must stay in order: no vectorizer takes the thread's own loop, and
+            # re-rolled it is too small for interchange-uniform-loops (its threads as lanes
+            # would pay a pass over the block per iteration): it would stay in each thread,
+            # 3x slower.  So only a loop whose sums split-in-order-sums splits off.
+            return loop_order(body, {body}, uniform(), incoming()).reorderable() or \
+                splits(body, uniform(), incoming())
+
         preds = predecessors(region)
         for block in list(region.blocks):
-            if block not in block.successors:
+            if block not in block.successors or block.parent is not region:
                 continue                    # (only single-block loops are candidates)
-            found = match_unrolled_loop(region, block, uniform, preds)
-            if found is not None:
-                _reroll(region, found)
+            found = match_unrolled_loop(region, block, uniform, preds,
+                                        contiguous_within_thread if self.per_thread else None)
+            if found is not None and found.stride is None and \
+                    not stays_in_thread(found.remainder):
+                continue
+            if found is not None and _rewrite(region, found):
                 preds = predecessors(region)
                 known.clear()
+                flows.clear()
                 analyses = None         # (the IR changed: no cached analysis of it)
                 done += 1
         return done
+
+
+def _rewrite(region: Region, found: UnrolledLoop) -> bool:
+    """Re-roll a matched pair (False: left as it is, a value of nvcc's loops is read after
+    them other than through the exit's arguments)."""
+    loops = _loop_blocks(found)
+    if any(u.parent not in loops for b in loops
+           for v in [*b.args, *(r for op in b.ops for r in op.results)] for u in v.uses):
+        return False
+    # a step-1 loop: no stride to check, and `i0 < n` is nvcc's own test before its loops
+    proven = found.stride is None and start_below_bound(region, found.split, found.start,
+                                                       found.bound)
+    _reroll(region, found, proven)
+    if proven:          # nvcc's loops are unreachable: no fallback to keep
+        for b in loops:
+            for op in b.ops:
+                op.drop_uses()
+            b.parent = None
+        region.blocks[:] = [b for b in region.blocks if b not in loops]
+    return True
+
+
+def _loop_blocks(found: UnrolledLoop) -> set[Block]:
+    """The blocks of nvcc's arrangement: reached from the split's branch before the exit."""
+    seen: set[Block] = set()
+    work = list(found.split.successors)
+    while work:
+        b = work.pop()
+        if b in seen or b is found.exit or b is found.split:
+            continue
+        seen.add(b)
+        work.extend(b.successors)
+    return seen
 
 
 def _const(block: Block, value: int, line: object) -> Value:
@@ -109,29 +178,41 @@ def _clone(op: Operation, vmap: dict[Value, Value]) -> Operation:
     return new
 
 
-def _reroll(region: Region, found: UnrolledLoop) -> None:
+def _reroll(region: Region, found: UnrolledLoop, proven: bool = False) -> None:
     """Guard the original loops with the proof's range conditions and put the simple loop
-    on the other side of the guard."""
+    on the other side of the guard (`proven`: no guard, the split goes on to the simple
+    loop; the original loops are left unreachable)."""
     line = found.test_line
     split = found.split
     original = split.ops.pop()              # the split's branch moves to its own block
     keep = Block()
     keep.append(original)
-    # guards: 0 < s, n <= INT_MAX - s, i0 < n (else the original loops run)
-    check_bound, check_start, pre, header, leave = Block(), Block(), Block(), Block(), Block()
-    zero = _const(split, 0, line)
-    positive = _setp_op(split, found.stride, zero, "gt", line)
-    split.append(Operation("cf.cond_br", [positive], [], {"line": line},
-                           successors=[check_bound, keep], successor_args=[[], []]))
-    largest = _const(check_bound, 0x7FFFFFFF, line)
-    room = Operation("ptx.sub", [largest, found.stride], ["i32"], {"mods": ["s32"], "line": line})
-    check_bound.append(room)
-    fits = _setp_op(check_bound, found.bound, room.results[0], "le", line)
-    check_bound.append(Operation("cf.cond_br", [fits], [], {"line": line},
-                                 successors=[check_start, keep], successor_args=[[], []]))
-    runs = _setp_op(check_start, found.start, found.bound, "lt", line)
-    check_start.append(Operation("cf.cond_br", [runs], [], {"line": line},
-                                 successors=[pre, keep], successor_args=[[], []]))
+    # guards: 0 < s, n <= INT_MAX - s (a step of 1: i <= n <= INT_MAX, no index wraps),
+    # i0 < n (unless proven before the loops); else the original loops run
+    checks: list[Block] = []
+    block = split
+
+    def check(condition: Value) -> None:
+        nonlocal block
+        follow = Block()
+        block.append(Operation("cf.cond_br", [condition], [], {"line": line},
+                               successors=[follow, keep], successor_args=[[], []]))
+        checks.append(follow)
+        block = follow
+
+    stride = found.stride
+    if stride is not None:
+        zero = _const(block, 0, line)
+        check(_setp_op(block, stride, zero, "gt", line))
+        largest = _const(block, 0x7FFFFFFF, line)
+        room = Operation("ptx.sub", [largest, stride], ["i32"], {"mods": ["s32"], "line": line})
+        block.append(room)
+        check(_setp_op(block, found.bound, room.results[0], "le", line))
+    if not proven:
+        check(_setp_op(block, found.start, found.bound, "lt", line))
+    pre, header, leave = block, Block(), Block()
+    if stride is None:
+        stride = _const(pre, 1, line)
     # the simple loop: the remainder loop without its countdown, leaving when i >= n
     vmap: dict[Value, Value] = dict(found.init_map)
     for op in found.remainder_pre.ops[:-1]:
@@ -165,20 +246,26 @@ def _reroll(region: Region, found: UnrolledLoop) -> None:
     if index is None:
         index_next = vmap.get(r_back[found.index_arg], r_back[found.index_arg])  # type: ignore[index]
     else:
-        step = Operation("ptx.add", [index, found.stride], ["i32"], {"mods": ["s32"], "line": line})
+        step = Operation("ptx.add", [index, stride], ["i32"], {"mods": ["s32"], "line": line})
         header.append(step)
         index_next = step.results[0]
         nexts.append(index_next)
     stay = _setp_op(header, index_next, found.bound, "lt", line)
-    header.append(Operation("cf.cond_br", [stay], [], {"line": line},
-                            successors=[header, leave], successor_args=[nexts, []]))
+    back = Operation("cf.cond_br", [stay], [], {"line": line},
+                     successors=[header, leave], successor_args=[nexts, []])
+    if found.stride is None:
+        back.attributes[REROLLED] = "per-thread"
+    header.append(back)
     leave.append(Operation("cf.br", [], [], {"line": line}, successors=[found.exit],
                            successor_args=[[vmap.get(v, v) for v in found.exit_values]]))
     at = region.blocks.index(split) + 1
-    for b in (check_bound, check_start, pre, header, leave, keep):
+    for b in (*checks, header, leave) + (() if proven else (keep,)):
         b.parent = region
         region.blocks.insert(at, b)
         at += 1
+    if proven:
+        original.drop_uses()
+        return
     # the original loops run only where the guard fails: not the loops to interchange
     for term in found.fallback:
         term.attributes[FALLBACK] = True

@@ -115,6 +115,13 @@ def split_in_order_sums(region: Region, analyses: AnalysisManager | None = None)
     return done
 
 
+def splits(header: Block, uniform: set[Value],
+           incoming: dict[BlockArgument, list[Value]]) -> bool:
+    """Whether the pass would split the single-block loop `header` (reroll-loops asks before
+    re-rolling a loop that carries an in-order sum)."""
+    return _plan(header, uniform, incoming) is not None
+
+
 @dataclass
 class _Plan:
     sums: list[BlockArgument]           # the in-order float header arguments
