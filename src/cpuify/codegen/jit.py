@@ -50,7 +50,8 @@ UNSWITCH_THRESHOLD = 2000
 #: is never scaled.  With 8, a generic thread loop with several block-uniform branches
 #: (Parboil's stencil kernel) was copied for each combination of them: 2.4 s of O3 and
 #: 1.6 s of code generation for one kernel, with 1 0.36 s and 0.34 s, its object 106 KB ->
-#: 41 KB; the benchmark suite's modules compile to the same objects with 1 as with 8.
+#: 41 KB; of the benchmark suite's modules only row softmax's compile to other objects,
+#: with the same run time.
 #: CPUIFY_UNSWITCH_UNSCALED_CANDIDATES overrides it.
 UNSWITCH_UNSCALED_CANDIDATES = 1
 
