@@ -45,15 +45,13 @@ UNSWITCH_THRESHOLD = 2000
 
 #: Non-trivial unswitch candidates (branches on loop-invariant values) of one loop that
 #: LLVM unswitches at the full UNSWITCH_THRESHOLD budget; beyond them each further candidate
-#: halves the budget (LLVM's cost multiplier, `-unswitch-num-initial-unscaled-candidates`,
-#: LLVM's default 8).  An exit test that dominates the loop latch (an interchanged loop's)
-#: is never scaled.  With 8, a generic thread loop with several block-uniform branches
-#: (Parboil's stencil kernel) was copied for each combination of them: 2.4 s of O3 and
-#: 1.6 s of code generation for one kernel, with 1 0.36 s and 0.34 s, its object 106 KB ->
-#: 41 KB; of the benchmark suite's modules only row softmax's compile to other objects,
-#: with the same run time.
-#: CPUIFY_UNSWITCH_UNSCALED_CANDIDATES overrides it.
-UNSWITCH_UNSCALED_CANDIDATES = 1
+#: halves the budget (LLVM's cost multiplier, `-unswitch-num-initial-unscaled-candidates`).
+#: LLVM's default, 8, is kept.  With 1 (CPUIFY_UNSWITCH_UNSCALED_CANDIDATES=1) a generic
+#: thread loop with several block-uniform branches (Parboil's stencil kernel) is no longer
+#: copied for each combination of them: O3 2.4 -> 0.36 s and code generation 1.6 -> 0.34 s
+#: for that kernel; but the suite's thermal pyramid ran slower with it (one-thread best
+#: launch 45 and 57 ms against 3.1 and 32 ms with 8, two alternations on a loaded machine).
+UNSWITCH_UNSCALED_CANDIDATES = 8
 
 #: Masked vector memory operations (`llvm.masked.load/store/gather/scatter`) in one
 #: function from which object emission skips loop strength reduction (see lsr_too_costly).
