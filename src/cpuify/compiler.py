@@ -136,11 +136,12 @@ def cache_enabled() -> bool:
 
 def toolchain_key() -> str:
     """What every cached native result depends on besides its input: cpuify's own sources,
-    llvmlite and LLVM, and the host CPU with its features."""
+    llvmlite and LLVM with the options cpuify sets (jit.llvm_options), and the host CPU with
+    its features."""
     cpu, features = jit.host_cpu()
     llvm_version = ".".join(map(str, llvm_binding.llvm_version_info))
     return "|".join((str(_CACHE_FORMAT), __version__, _source_fingerprint(), llvmlite.__version__,
-                     llvm_version, cpu, features))
+                     llvm_version, cpu, features, " ".join(jit.llvm_options())))
 
 
 def cache_key(kind: str, text: str, options: Sequence[str] = (), names: Sequence[str] = (),

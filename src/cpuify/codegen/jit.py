@@ -40,8 +40,18 @@ _llvmlite_lock = getattr(getattr(getattr(llvm, "ffi", None), "lib", None), "_loc
 if _llvmlite_lock is not None and hasattr(_llvmlite_lock, "_lock"):
     hold_during_fork(_llvmlite_lock._lock)
 
-#: Instruction budget of LLVM's loop unswitching (see _init).
+#: Instruction budget of LLVM's loop unswitching (see llvm_options).
 UNSWITCH_THRESHOLD = 2000
+
+#: Non-trivial unswitch candidates (branches on loop-invariant values) of one loop that
+#: LLVM unswitches at the full UNSWITCH_THRESHOLD budget; beyond them each further candidate
+#: halves the budget (LLVM's cost multiplier, `-unswitch-num-initial-unscaled-candidates`).
+#: LLVM's default, 8, is kept.  With 1 (CPUIFY_UNSWITCH_UNSCALED_CANDIDATES=1) a generic
+#: thread loop with several block-uniform branches (Parboil's stencil kernel) is no longer
+#: copied for each combination of them: O3 2.4 -> 0.36 s and code generation 1.6 -> 0.34 s
+#: for that kernel; but the suite's thermal pyramid ran slower with it (one-thread best
+#: launch 45 and 57 ms against 3.1 and 32 ms with 8, two alternations on a loaded machine).
+UNSWITCH_UNSCALED_CANDIDATES = 8
 
 #: Masked vector memory operations (`llvm.masked.load/store/gather/scatter`) in one
 #: function from which object emission skips loop strength reduction (see lsr_too_costly).
@@ -61,16 +71,45 @@ def _init_llvm() -> None:
         pass   # llvmlite >= 0.45 initializes itself and refuses the call
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    # A segment's thread loop often holds a branch on a block-uniform value (the exit test
-    # of an interchanged loop, a uniform `if`): unswitched, each copy of the loop is
-    # straight-line code the vectorizer takes.  LLVM's default budget (50) stops short of
-    # kernel-sized loop bodies.
-    llvm.set_option("cpuify", f"-unswitch-threshold={UNSWITCH_THRESHOLD}")
-    # Strided shared-memory accesses of a thread loop (`s[tid * 4 + k]`, CUB-style items per
-    # thread) form interleaved groups; a group of stores with a gap (a store LLVM dropped as
-    # storing the value just loaded) became scatters.  With masked interleaved accesses it
-    # is shuffles and masked stores (scan +1-4%).
-    llvm.set_option("cpuify", "-enable-masked-interleaved-mem-accesses=1")
+    for option in llvm_options():
+        llvm.set_option("cpuify", option)
+
+
+def unswitch_unscaled_candidates() -> int:
+    """UNSWITCH_UNSCALED_CANDIDATES, or CPUIFY_UNSWITCH_UNSCALED_CANDIDATES where set."""
+    text = os.environ.get("CPUIFY_UNSWITCH_UNSCALED_CANDIDATES", "").strip()
+    if not text:
+        return UNSWITCH_UNSCALED_CANDIDATES
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        from cpuify.errors import CpuifyError
+        raise CpuifyError(f"CPUIFY_UNSWITCH_UNSCALED_CANDIDATES={text!r}: expected a number of "
+                          f"unswitch candidates, 0 or more (cpuify's default "
+                          f"{UNSWITCH_UNSCALED_CANDIDATES}, LLVM's 8)")
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def llvm_options() -> tuple[str, ...]:
+    """The LLVM command-line options cpuify sets once per process, before its first compile
+    (part of the compile cache's key)."""
+    return (
+        # A segment's thread loop often holds a branch on a block-uniform value (the exit
+        # test of an interchanged loop, a uniform `if`): unswitched, each copy of the loop
+        # is straight-line code the vectorizer takes.  LLVM's default budget (50) stops
+        # short of kernel-sized loop bodies; UNSWITCH_UNSCALED_CANDIDATES keeps a loop with
+        # many such branches from being copied for every combination of them.
+        f"-unswitch-threshold={UNSWITCH_THRESHOLD}",
+        f"-unswitch-num-initial-unscaled-candidates={unswitch_unscaled_candidates()}",
+        # Strided shared-memory accesses of a thread loop (`s[tid * 4 + k]`, CUB-style items
+        # per thread) form interleaved groups; a group of stores with a gap (a store LLVM
+        # dropped as storing the value just loaded) became scatters.  With masked
+        # interleaved accesses it is shuffles and masked stores (scan +1-4%).
+        "-enable-masked-interleaved-mem-accesses=1",
+    )
 
 
 @functools.lru_cache(maxsize=1)
