@@ -135,6 +135,11 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) h[i] = i;
         CHECK(cudaMemcpyAsync(a, h, n * sizeof(int), cudaMemcpyHostToDevice, s1));
         for (int r = 0; r < 50; r++) add<<<n / 256, 256, 0, s1>>>(a, n, 1);    // a = i + 50
+        // s2 is non-blocking: only the event orders its copy after the fifty launches
+        cudaEvent_t fifty;
+        CHECK(cudaEventCreateWithFlags(&fifty, cudaEventDisableTiming));
+        CHECK(cudaEventRecord(fifty, s1));
+        CHECK(cudaStreamWaitEvent(s2, fifty, 0));
         CHECK(cudaMemcpyAsync(b, a, n * sizeof(int), cudaMemcpyDeviceToDevice, s2));
         add<<<n / 256, 256, 0, s2>>>(b, n, 1000);                              // b = i + 1050
         CHECK(cudaMemsetAsync(a, 0, sizeof(int), s1));                         // a[0] = 0

@@ -2054,7 +2054,7 @@ static cudaError_t exec_run(struct CUgraphExec_st *x) {
         case cudaGraphNodeTypeEventRecord: {
             cudaEvent_t ev = en->u.event;
             if (ev->captured) cpuify_graph_forget_event(ev);
-            ev->t_ns = cpuify_cudart_now_ns();
+            cpuify_cudart_event_reached(ev);
             ev->recorded = 1;
             break;
         }
