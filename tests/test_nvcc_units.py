@@ -162,6 +162,21 @@ def test_stubs_cover_unimplemented_functions_only() -> None:
         'extern __typeof__(cudaMalloc) cudaMalloc_ptds __attribute__((alias("cudaMalloc")));')
 
 
+def test_per_thread_stream_functions_give_stream_0_as_the_threads_own() -> None:
+    # --default-stream per-thread: a `_ptsz` function's stream 0 is cudaStreamPerThread; one
+    # without a stream parameter stays an alias
+    header = ("extern __host__ cudaError_t CUDARTAPI cudaMemsetAsync(void *devPtr, int value, "
+              "size_t count, cudaStream_t stream __dv(0));\n"
+              "extern __host__ cudaError_t CUDARTAPI cudaGraphUpload(cudaGraphExec_t g);\n"
+              "    #define cudaMemsetAsync __CUDART_API_PTSZ(cudaMemsetAsync)\n"
+              "    #define cudaGraphUpload __CUDART_API_PTSZ(cudaGraphUpload)\n")
+    text = per_thread_aliases(header, {"cudaMemsetAsync", "cudaGraphUpload"})
+    assert ("cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream) "
+            "{ if (stream == 0) stream = cudaStreamPerThread; return cudaMemsetAsync(devPtr, value, count, "
+            "stream); }") in text
+    assert 'cudaGraphUpload_ptsz __attribute__((alias("cudaGraphUpload")))' in text
+
+
 def test_scoped_call_params_get_their_own_names() -> None:
     # nvcc reuses `param0` in every call scope; the types differ (f32 here, b64 there)
     ptx = """

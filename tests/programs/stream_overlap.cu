@@ -207,6 +207,31 @@ int main(int argc, char **argv) {
         printf("after: %d %#x %#x %#x\n", h[0], h[1], h[2], h[3]);
         return 0;
     }
+    if (!strcmp(what, "per_thread")) {
+        // built with --default-stream per-thread: stream 0 is each host thread's own, so
+        // another thread's copy on its stream 0 runs while this thread's kernel waits for it
+        int *flag, *out, *one;
+        CHECK(cudaMalloc(&flag, sizeof(int)));
+        CHECK(cudaMalloc(&out, sizeof(int)));
+        CHECK(cudaMallocHost(&one, sizeof(int)));
+        CHECK(cudaMemset(flag, 0, sizeof(int)));
+        *one = 4;
+        wait_for_flag<<<1, 32>>>(flag, out);
+        cudaError_t mine = cudaStreamQuery(0);
+        cudaError_t theirs = cudaErrorUnknown, copied = cudaErrorUnknown, synced = cudaErrorUnknown;
+        std::thread other([&] {
+            theirs = cudaStreamQuery(0);
+            copied = cudaMemcpyAsync(flag, one, sizeof(int), cudaMemcpyHostToDevice, 0);
+            synced = cudaStreamSynchronize(0);
+        });
+        other.join();
+        cudaError_t s = cudaStreamSynchronize(0);
+        int r = 0;
+        CHECK(cudaMemcpy(&r, out, sizeof(int), cudaMemcpyDeviceToHost));
+        printf("mine %s theirs %s copy %s %s sync %s kernel read %d\n", name(mine), name(theirs),
+               name(copied), name(synced), name(s), r);
+        return 0;
+    }
     printf("unknown case %s\n", what);
     return 2;
 }

@@ -119,13 +119,44 @@ def stub_source(header_text: str, implemented: set[str], interop_text: str = "")
     return "\n".join(lines) + "\n"
 
 
+def _param_names(params: str) -> list[str] | None:
+    """The names of a declared parameter list (`void *p, cudaStream_t stream __dv(0)` ->
+    [p, stream]); None when one has no name of its own (a function pointer, `void`)."""
+    params = re.sub(r"__dv\([^()]*\)", "", params).strip()
+    if not params or params == "void":
+        return None
+    names = []
+    for p in params.split(","):
+        m = re.search(r"(\w+)\s*(?:\[\s*\])?\s*$", p)
+        if not m or "(" in p:
+            return None
+        names.append(m.group(1))
+    return names
+
+
 def per_thread_aliases(header_text: str, implemented: set[str]) -> str:
     """C text appended to cudart.c's translation unit: the per-thread-default-stream symbols
-    of the implemented functions as aliases (cpuify runs every stream in issue order, so the
-    per-thread default stream behaves as the legacy one)."""
+    of the implemented functions (what a program built with `--default-stream per-thread`
+    calls).  A `_ptsz` function (one taking a stream) is a wrapper that gives the stream 0 as
+    cudaStreamPerThread, the calling thread's default stream; a `_ptds` one (a synchronous
+    call, no stream) is an alias of the function (it runs in the legacy stream's order, which
+    waits for the per-thread streams: the same results, more waiting)."""
+    funcs = {f.name: f for f in api_functions(header_text)}
     lines = []
     for name, alias in sorted(per_thread_names(header_text).items()):
-        if name in implemented and alias not in implemented:
+        if name not in implemented or alias in implemented:
+            continue
+        f = funcs.get(name)
+        names = _param_names(f.params) if f else None
+        decls = [p.strip() for p in re.sub(r"__dv\([^()]*\)", "", f.params).split(",")] if names else []
+        streams = [n for n, d in zip(names or [], decls) if re.match(r"cudaStream_t\s+\w+$", d)]
+        if alias.endswith("_ptsz") and f and len(streams) == 1:
+            s = streams[0]
+            ret = "return " if f.returns != "void" else ""
+            lines.append(f"{f.returns} {alias}({', '.join(decls)});")
+            lines.append(f"{f.returns} {alias}({', '.join(decls)}) {{ if ({s} == 0) {s} = cudaStreamPerThread; "
+                         f"{ret}{name}({', '.join(names or [])}); }}")
+        else:
             lines.append(f'extern __typeof__({name}) {alias} __attribute__((alias("{name}")));')
     return "\n".join(lines) + "\n"
 

@@ -2388,8 +2388,10 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
     return launch((kentry *)kernel, gridDim, blockDim, args, sharedMem, stream, 0);
 }
 
+/* `kernel<<<...>>>` built with --default-stream per-thread: stream 0 is the calling thread's */
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
                                     size_t sharedMem, cudaStream_t stream) {
+    if (!stream) stream = cudaStreamPerThread;
     return launch((kentry *)kernel, gridDim, blockDim, args, sharedMem, stream, 0);
 }
 
