@@ -92,6 +92,18 @@ def test_legacy_stream_orders_blocking_streams_not_non_blocking_ones(exe: Path) 
     ]
 
 
+def test_destroying_streams_and_events_with_work_pending(exe: Path) -> None:
+    # cudaStreamDestroy/cudaEventDestroy return at once while the stream's kernel waits for
+    # the host; another stream works meanwhile (memset bytes 7: 0x07070707); after the flag
+    # (9 -> 109) the last event is reached and a new stream reads the kernel's result
+    r = run(exe, "destroy")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == [
+        "destroy cudaSuccess cudaSuccess query cudaErrorNotReady other stream 0x7070707",
+        "after 109",
+    ]
+
+
 def test_default_stream_per_thread(tmp_path: Path) -> None:
     # --default-stream per-thread: the main thread's kernel on its stream 0 waits for a flag
     # that another host thread's cudaMemcpyAsync on that thread's stream 0 sets (4 -> 104);

@@ -207,6 +207,41 @@ int main(int argc, char **argv) {
         printf("after: %d %#x %#x %#x\n", h[0], h[1], h[2], h[3]);
         return 0;
     }
+    if (!strcmp(what, "destroy")) {
+        // destroying a stream or an event with work pending returns at once; the work still
+        // runs (the event's record too), and a stream created later works
+        int *stop, *out, *x, *h;
+        CHECK(cudaHostAlloc(&stop, sizeof(int), cudaHostAllocMapped));
+        CHECK(cudaMalloc(&out, sizeof(int)));
+        CHECK(cudaMalloc(&x, 64 * sizeof(int)));
+        CHECK(cudaMallocHost(&h, 64 * sizeof(int)));
+        *stop = 0;
+        cudaStream_t s, s2, s3;
+        cudaEvent_t e, gone;
+        CHECK(cudaStreamCreate(&s));
+        CHECK(cudaEventCreate(&e));
+        CHECK(cudaEventCreate(&gone));
+        wait_for_flag<<<1, 32, 0, s>>>(stop, out);
+        CHECK(cudaEventRecord(gone, s));
+        CHECK(cudaEventRecord(e, s));
+        cudaError_t ds = cudaStreamDestroy(s), de = cudaEventDestroy(gone);
+        cudaError_t q = cudaEventQuery(e);
+        CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+        CHECK(cudaMemsetAsync(x, 7, sizeof(int), s2));
+        CHECK(cudaMemcpyAsync(h, x, sizeof(int), cudaMemcpyDeviceToHost, s2));
+        CHECK(cudaStreamSynchronize(s2));
+        printf("destroy %s %s query %s other stream %#x\n", name(ds), name(de), name(q), h[0]);
+        reinterpret_cast<std::atomic<int> *>(stop)->store(9);
+        CHECK(cudaEventSynchronize(e));
+        CHECK(cudaStreamCreate(&s3));
+        CHECK(cudaMemcpyAsync(h + 1, out, sizeof(int), cudaMemcpyDeviceToHost, s3));
+        CHECK(cudaStreamSynchronize(s3));
+        printf("after %d\n", h[1]);
+        CHECK(cudaStreamDestroy(s2));
+        CHECK(cudaStreamDestroy(s3));
+        CHECK(cudaEventDestroy(e));
+        return 0;
+    }
     if (!strcmp(what, "per_thread")) {
         // built with --default-stream per-thread: stream 0 is each host thread's own, so
         // another thread's copy on its stream 0 runs while this thread's kernel waits for it
