@@ -241,6 +241,11 @@ static void wait_queue_order_locked(queue *q, int sync) {
     }
 }
 
+/* Waits for all the work issued so far (caller holds g_lock). */
+static void wait_all_locked(void) {
+    for (queue *o = g_queues; o; o = o->next_all) wait_dep_locked((dep){o, o->issued});
+}
+
 /* ---- the queue threads ---- */
 
 static void run_item(queue *q, item *it) {
@@ -337,8 +342,7 @@ static void wait_at_exit(void) { cpuify_cudart_wait_launches(); }
  * before theirs (work still running needs their locks). */
 static void prepare_fork(void) {
     pthread_mutex_lock(&g_lock);
-    while (atomic_load(&g_pending))
-        for (queue *q = g_queues; q; q = q->next_all) wait_dep_locked((dep){q, q->issued});
+    while (atomic_load(&g_pending)) wait_all_locked();
     cpuify_printf_flush();   /* (else the child would print it too) */
 }
 
@@ -423,6 +427,7 @@ static int enqueue(item *it, cudaStream_t s, const dep *extra) {
     queue *q = queue_of_locked(s);
     if (!q || start_locked(q) != 0) {
         if (q) wait_queue_order_locked(q, 0);
+        else wait_all_locked();   /* (no queue for s: no memory) */
         pthread_mutex_unlock(&g_lock);
         free(it);
         return 0;
@@ -589,7 +594,7 @@ static void wait_stream_order(cudaStream_t s, int sync) {
     queue *q = queue_of_locked(s);
     host_wait_begin_locked();
     if (q) wait_queue_order_locked(q, sync);
-    else for (queue *o = g_queues; o; o = o->next_all) wait_dep_locked((dep){o, o->issued});
+    else wait_all_locked();
     host_wait_end_locked();
     pthread_mutex_unlock(&g_lock);
 }
@@ -665,7 +670,7 @@ void cpuify_cudart_wait_launches(void) {
     if (atomic_load(&g_pending)) {
         pthread_mutex_lock(&g_lock);
         host_wait_begin_locked();
-        for (queue *q = g_queues; q; q = q->next_all) wait_dep_locked((dep){q, q->issued});
+        wait_all_locked();
         host_wait_end_locked();
         pthread_mutex_unlock(&g_lock);
     }
