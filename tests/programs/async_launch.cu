@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
         add<<<n / 256, 256, 0, s1>>>(a, n, 3);                                 // a = i + 53, a[0] = 3
         CHECK(cudaMemcpyAsync(h, a, n * sizeof(int), cudaMemcpyDeviceToHost, s1));
         CHECK(cudaStreamSynchronize(s1));
+        CHECK(cudaStreamSynchronize(s2));   // (the legacy stream's cudaMemcpy does not wait for it)
         int b5 = 0;
         CHECK(cudaMemcpy(&b5, b + 5, sizeof b5, cudaMemcpyDeviceToHost));
         printf("a[0] %d a[9] %d b[5] %d\n", h[0], h[9], b5);
