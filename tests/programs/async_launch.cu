@@ -141,6 +141,11 @@ int main(int argc, char **argv) {
         CHECK(cudaEventRecord(fifty, s1));
         CHECK(cudaStreamWaitEvent(s2, fifty, 0));
         CHECK(cudaMemcpyAsync(b, a, n * sizeof(int), cudaMemcpyDeviceToDevice, s2));
+        // and s1 writes a again only after s2 has read it
+        cudaEvent_t read;
+        CHECK(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
+        CHECK(cudaEventRecord(read, s2));
+        CHECK(cudaStreamWaitEvent(s1, read, 0));
         add<<<n / 256, 256, 0, s2>>>(b, n, 1000);                              // b = i + 1050
         CHECK(cudaMemsetAsync(a, 0, sizeof(int), s1));                         // a[0] = 0
         add<<<n / 256, 256, 0, s1>>>(a, n, 3);                                 // a = i + 53, a[0] = 3
