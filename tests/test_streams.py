@@ -106,8 +106,9 @@ def test_destroying_streams_and_events_with_work_pending(exe: Path) -> None:
 
 def test_default_stream_per_thread(tmp_path: Path) -> None:
     # --default-stream per-thread: the main thread's kernel on its stream 0 waits for a flag
-    # that another host thread's cudaMemcpyAsync on that thread's stream 0 sets (4 -> 104);
-    # with one legacy stream for both, the copy would wait for the kernel
+    # that another host thread's cudaMemcpyAsync on that thread's stream 0 sets (4 -> 104),
+    # after a cudaMemcpy of its own; with one legacy stream for both, either copy would wait
+    # for the kernel
     exe = tmp_path / "per_thread"
     r = nvcc("--default-stream", "per-thread", f"-I{PROGRAMS}", str(PROGRAMS / "stream_overlap.cu"),
              "-o", str(exe), cwd=tmp_path)
@@ -115,7 +116,7 @@ def test_default_stream_per_thread(tmp_path: Path) -> None:
     r = run(exe, "per_thread")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines() == ["mine cudaErrorNotReady theirs cudaSuccess copy cudaSuccess "
-                                     "cudaSuccess sync cudaSuccess kernel read 104"]
+                                     "cudaSuccess cudaSuccess sync cudaSuccess kernel read 104"]
 
 
 if __name__ == "__main__":

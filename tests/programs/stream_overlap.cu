@@ -245,17 +245,21 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "per_thread")) {
         // built with --default-stream per-thread: stream 0 is each host thread's own, so
         // another thread's copy on its stream 0 runs while this thread's kernel waits for it
-        int *flag, *out, *one;
+        int *flag, *out, *one, *x;
         CHECK(cudaMalloc(&flag, sizeof(int)));
         CHECK(cudaMalloc(&out, sizeof(int)));
+        CHECK(cudaMalloc(&x, sizeof(int)));
         CHECK(cudaMallocHost(&one, sizeof(int)));
         CHECK(cudaMemset(flag, 0, sizeof(int)));
         *one = 4;
         wait_for_flag<<<1, 32>>>(flag, out);
         cudaError_t mine = cudaStreamQuery(0);
         cudaError_t theirs = cudaErrorUnknown, copied = cudaErrorUnknown, synced = cudaErrorUnknown;
+        cudaError_t plain = cudaErrorUnknown;
         std::thread other([&] {
             theirs = cudaStreamQuery(0);
+            // a synchronous copy in this thread's stream 0's order, not the kernel's
+            plain = cudaMemcpy(x, one, sizeof(int), cudaMemcpyHostToDevice);
             copied = cudaMemcpyAsync(flag, one, sizeof(int), cudaMemcpyHostToDevice, 0);
             synced = cudaStreamSynchronize(0);
         });
@@ -263,8 +267,8 @@ int main(int argc, char **argv) {
         cudaError_t s = cudaStreamSynchronize(0);
         int r = 0;
         CHECK(cudaMemcpy(&r, out, sizeof(int), cudaMemcpyDeviceToHost));
-        printf("mine %s theirs %s copy %s %s sync %s kernel read %d\n", name(mine), name(theirs),
-               name(copied), name(synced), name(s), r);
+        printf("mine %s theirs %s copy %s %s %s sync %s kernel read %d\n", name(mine), name(theirs),
+               name(plain), name(copied), name(synced), name(s), r);
         return 0;
     }
     printf("unknown case %s\n", what);

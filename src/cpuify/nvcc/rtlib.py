@@ -135,14 +135,17 @@ def _param_names(params: str) -> list[str] | None:
 
 
 def per_thread_aliases(header_text: str, implemented: set[str]) -> str:
-    """C text appended to cudart.c's translation unit: the per-thread-default-stream symbols
-    of the implemented functions (what a program built with `--default-stream per-thread`
-    calls).  A `_ptsz` function (one taking a stream) is a wrapper that gives the stream 0 as
-    cudaStreamPerThread, the calling thread's default stream; a `_ptds` one (a synchronous
-    call, no stream) is an alias of the function (it runs in the legacy stream's order, which
-    waits for the per-thread streams: the same results, more waiting)."""
+    """C text appended to a runtime source's translation unit: the per-thread-default-stream
+    symbols of the functions it implements (what a program built with `--default-stream
+    per-thread` calls).  A `_ptsz` function (one taking a stream) is a wrapper that gives the
+    stream 0 as cudaStreamPerThread, the calling thread's default stream; a `_ptds` one (a
+    synchronous call, no stream) runs the function with the thread's stream 0 taken as its
+    per-thread stream (cudaMemcpy_ptds waits for that stream's work, not the legacy stream's);
+    one whose parameters cannot be named is an alias."""
     funcs = {f.name: f for f in api_functions(header_text)}
-    lines = []
+    # (the wrappers of deprecated functions call them)
+    lines = ['#pragma GCC diagnostic ignored "-Wdeprecated-declarations"',
+             "int cpuify_cudart_default_stream_per_thread(int on);"]
     for name, alias in sorted(per_thread_names(header_text).items()):
         if name not in implemented or alias in implemented:
             continue
@@ -156,9 +159,18 @@ def per_thread_aliases(header_text: str, implemented: set[str]) -> str:
             lines.append(f"{f.returns} {alias}({', '.join(decls)});")
             lines.append(f"{f.returns} {alias}({', '.join(decls)}) {{ if ({s} == 0) {s} = cudaStreamPerThread; "
                          f"{ret}{name}({', '.join(names or [])}); }}")
+        elif alias.endswith("_ptds") and f and names:
+            args = ", ".join(names)
+            lines.append(f"{f.returns} {alias}({', '.join(decls)});")
+            if f.returns == "void":
+                body = f"int old = cpuify_cudart_default_stream_per_thread(1); {name}({args}); "
+            else:
+                body = f"int old = cpuify_cudart_default_stream_per_thread(1); {f.returns} r = {name}({args}); "
+            body += "cpuify_cudart_default_stream_per_thread(old);" + (" return r;" if f.returns != "void" else "")
+            lines.append(f"{f.returns} {alias}({', '.join(decls)}) {{ {body} }}")
         else:
             lines.append(f'extern __typeof__({name}) {alias} __attribute__((alias("{name}")));')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def runtime_cflags(tk: Toolkit) -> list[str]:

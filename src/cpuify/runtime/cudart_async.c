@@ -121,6 +121,7 @@ static int g_other_running;          /* copies, memsets, host functions running 
 static _Atomic int g_async_error;    /* the error of failed queued work, not yet seen */
 static _Thread_local int tls_stream_thread;
 static _Thread_local queue *tls_per_thread;
+static _Thread_local int tls_default_per_thread;   /* in a _ptds call: stream 0 is the thread's */
 static pthread_key_t g_per_thread_key;
 static pthread_once_t g_per_thread_once = PTHREAD_ONCE_INIT;
 
@@ -196,8 +197,8 @@ static void free_per_thread(void *p) {
 
 /* The queue of stream s, made on first use (NULL: no memory).  Caller holds g_lock. */
 static queue *queue_of_locked(cudaStream_t s) {
-    if (s == NULL || s == cudaStreamLegacy) return &g_legacy;
-    if (s == cudaStreamPerThread) {
+    if (s == cudaStreamLegacy || (s == NULL && !tls_default_per_thread)) return &g_legacy;
+    if (s == NULL || s == cudaStreamPerThread) {
         if (!tls_per_thread) {
             pthread_once(&g_per_thread_once, make_per_thread_key);
             tls_per_thread = new_queue_locked(1);
@@ -657,6 +658,12 @@ void cpuify_cudart_stream_release(cudaStream_t s) {
         s->queue = NULL;
     }
     pthread_mutex_unlock(&g_lock);
+}
+
+int cpuify_cudart_default_stream_per_thread(int on) {
+    int old = tls_default_per_thread;
+    tls_default_per_thread = on;
+    return old;
 }
 
 void cpuify_cudart_collect_launch_error(void) {

@@ -157,6 +157,9 @@ CPUIFY_INTERNAL int cpuify_cudart_event_release(cudaEvent_t e);
 CPUIFY_INTERNAL void cpuify_cudart_stream_release(cudaStream_t s);
 CPUIFY_API void cpuify_cudart_wait_launches(void);
 CPUIFY_INTERNAL void cpuify_cudart_collect_launch_error(void);
+/* the calling thread's stream 0 is its per-thread default stream while `on` (the _ptds
+ * functions: cpuify/nvcc/rtlib.py); returns the setting before */
+CPUIFY_INTERNAL int cpuify_cudart_default_stream_per_thread(int on);
 
 /* cudart_graph.c: stream capture.  cpuify_graph_open counts the capture sequences not yet
  * ended: while it is 0 no stream captures and every hook below is skipped. */
