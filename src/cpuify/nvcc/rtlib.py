@@ -1,6 +1,7 @@
 """Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
-runtime/cudart_async.c for streams, runtime/cudart_texture.c for arrays, textures and surfaces, runtime/cudart_graph.c for CUDA graphs and stream capture) together with
-the block scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
+runtime/cudart_async.c for streams, runtime/cudart_texture.c for arrays, textures and
+surfaces, runtime/cudart_graph.c for CUDA graphs and stream capture) together with the block
+scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
 function of the CUDA runtime API (each prints one line naming itself, once, and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
 to link), and the per-thread-default-stream names (`cudaMemcpy_ptds`) of them all.  Built
