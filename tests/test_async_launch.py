@@ -83,8 +83,9 @@ def test_sync_launch_switch_restores_launches_at_the_call(exe: Path) -> None:
 
 @pytest.mark.parametrize("sync", ["0", "1"])
 def test_order_of_copies_and_launches_on_streams(exe: Path, sync: str) -> None:
-    # a = i, +1 fifty times (s1); b = a + 1000 (s2, non-blocking, after a copy that the
-    # legacy-free order still puts after the fifty launches); a[0] = 0 then +3; a = i + 53
+    # a = i, +1 fifty times (s1); b = a + 1000 (s2, non-blocking, its copy ordered after the
+    # fifty launches by an event, and s1's next writes after the copy by another); a[0] = 0
+    # then +3; a = i + 53
     r = run(exe, "order", CPUIFY_SYNC_LAUNCH=sync)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines() == ["a[0] 3 a[9] 62 b[5] 1055"]

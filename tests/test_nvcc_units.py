@@ -157,9 +157,25 @@ def test_stubs_cover_unimplemented_functions_only() -> None:
             "enum cudaChannelFormatKind f)") in src
     assert "cudaMalloc" not in src
     assert stub_source(header, {"cudaMalloc", "cudaCreateChannelDesc"}).count("cudaCreateChannelDesc") == 0
-    # the implemented function's per-thread name is an alias of it
-    assert per_thread_aliases(header, {"cudaMalloc"}).strip() == (
-        'extern __typeof__(cudaMalloc) cudaMalloc_ptds __attribute__((alias("cudaMalloc")));')
+    # the implemented function's per-thread name calls it with stream 0 as the thread's own
+    assert ("cudaError_t cudaMalloc_ptds(void **p, size_t n) { int old = "
+            "cpuify_cudart_default_stream_per_thread(1); cudaError_t r = cudaMalloc(p, n); "
+            "cpuify_cudart_default_stream_per_thread(old); return r; }") in per_thread_aliases(header, {"cudaMalloc"})
+
+
+def test_per_thread_stream_functions_give_stream_0_as_the_threads_own() -> None:
+    # --default-stream per-thread: a `_ptsz` function's stream 0 is cudaStreamPerThread; one
+    # whose stream parameter cannot be found stays an alias
+    header = ("extern __host__ cudaError_t CUDARTAPI cudaMemsetAsync(void *devPtr, int value, "
+              "size_t count, cudaStream_t stream __dv(0));\n"
+              "extern __host__ cudaError_t CUDARTAPI cudaGraphUpload(cudaGraphExec_t g);\n"
+              "    #define cudaMemsetAsync __CUDART_API_PTSZ(cudaMemsetAsync)\n"
+              "    #define cudaGraphUpload __CUDART_API_PTSZ(cudaGraphUpload)\n")
+    text = per_thread_aliases(header, {"cudaMemsetAsync", "cudaGraphUpload"})
+    assert ("cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream) "
+            "{ if (stream == 0) stream = cudaStreamPerThread; return cudaMemsetAsync(devPtr, value, count, "
+            "stream); }") in text
+    assert 'cudaGraphUpload_ptsz __attribute__((alias("cudaGraphUpload")))' in text
 
 
 def test_scoped_call_params_get_their_own_names() -> None:

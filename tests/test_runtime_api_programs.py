@@ -83,9 +83,11 @@ def test_legacy_calls_and_removed_prop_fields(legacy_exe: Path, tmp_path: Path) 
     # so code compiled against the unmodified header calls the same runtime
     assert out[0] == f"sizeof {_original_prop_size(tmp_path)}"
     assert out[1] == "cc 7.5"                     # cpuify nvcc's default PTX target
-    assert out[2] == "legacy fields clock 1 overlap 0 timeout 0 mode 0 memclock 1"
-    # what cpuify does not do is not claimed (cooperative launch with grid sync it does)
-    assert out[3] == "concurrent 0 cooperative 1 1 pools 0 0 async engines 0"
+    # copies of a stream run while another stream's kernel runs (tests/test_streams.py)
+    assert out[2] == "legacy fields clock 1 overlap 1 timeout 0 mode 0 memclock 1"
+    # what cpuify does not do is not claimed (cooperative launch with grid sync it does;
+    # kernels run one at a time; two streams' copies run at once: two copy engines)
+    assert out[3] == "concurrent 0 cooperative 1 1 pools 0 0 async engines 2"
     # compute capability 7.5's limits per SM (CUDA programming guide)
     assert out[4] == "per SM threads 1024 blocks 16 shared 65536 optin 65536 regs 65536"
     assert out[5] == "heap 1048576 cache 1 double 2.5 banks 1"

@@ -135,12 +135,23 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) h[i] = i;
         CHECK(cudaMemcpyAsync(a, h, n * sizeof(int), cudaMemcpyHostToDevice, s1));
         for (int r = 0; r < 50; r++) add<<<n / 256, 256, 0, s1>>>(a, n, 1);    // a = i + 50
+        // s2 is non-blocking: only the event orders its copy after the fifty launches
+        cudaEvent_t fifty;
+        CHECK(cudaEventCreateWithFlags(&fifty, cudaEventDisableTiming));
+        CHECK(cudaEventRecord(fifty, s1));
+        CHECK(cudaStreamWaitEvent(s2, fifty, 0));
         CHECK(cudaMemcpyAsync(b, a, n * sizeof(int), cudaMemcpyDeviceToDevice, s2));
+        // and s1 writes a again only after s2 has read it
+        cudaEvent_t read;
+        CHECK(cudaEventCreateWithFlags(&read, cudaEventDisableTiming));
+        CHECK(cudaEventRecord(read, s2));
+        CHECK(cudaStreamWaitEvent(s1, read, 0));
         add<<<n / 256, 256, 0, s2>>>(b, n, 1000);                              // b = i + 1050
         CHECK(cudaMemsetAsync(a, 0, sizeof(int), s1));                         // a[0] = 0
         add<<<n / 256, 256, 0, s1>>>(a, n, 3);                                 // a = i + 53, a[0] = 3
         CHECK(cudaMemcpyAsync(h, a, n * sizeof(int), cudaMemcpyDeviceToHost, s1));
         CHECK(cudaStreamSynchronize(s1));
+        CHECK(cudaStreamSynchronize(s2));   // (the legacy stream's cudaMemcpy does not wait for it)
         int b5 = 0;
         CHECK(cudaMemcpy(&b5, b + 5, sizeof b5, cudaMemcpyDeviceToHost));
         printf("a[0] %d a[9] %d b[5] %d\n", h[0], h[9], b5);

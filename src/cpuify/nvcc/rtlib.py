@@ -1,7 +1,7 @@
 """Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
-runtime/cudart_async.c for asynchronous launches, runtime/cudart_texture.c for arrays,
-textures and surfaces, runtime/cudart_graph.c for CUDA graphs and stream capture) together with
-the block scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
+runtime/cudart_async.c for streams, runtime/cudart_texture.c for arrays, textures and
+surfaces, runtime/cudart_graph.c for CUDA graphs and stream capture) together with the block
+scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
 function of the CUDA runtime API (each prints one line naming itself, once, and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
 to link), and the per-thread-default-stream names (`cudaMemcpy_ptds`) of them all.  Built
@@ -119,15 +119,58 @@ def stub_source(header_text: str, implemented: set[str], interop_text: str = "")
     return "\n".join(lines) + "\n"
 
 
+def _param_names(params: str) -> list[str] | None:
+    """The names of a declared parameter list (`void *p, cudaStream_t stream __dv(0)` ->
+    [p, stream]); None when one has no name of its own (a function pointer, `void`)."""
+    params = re.sub(r"__dv\([^()]*\)", "", params).strip()
+    if not params or params == "void":
+        return None
+    names = []
+    for p in params.split(","):
+        m = re.search(r"(\w+)\s*(?:\[\s*\])?\s*$", p)
+        if not m or "(" in p:
+            return None
+        names.append(m.group(1))
+    return names
+
+
 def per_thread_aliases(header_text: str, implemented: set[str]) -> str:
-    """C text appended to cudart.c's translation unit: the per-thread-default-stream symbols
-    of the implemented functions as aliases (cpuify runs every stream in issue order, so the
-    per-thread default stream behaves as the legacy one)."""
-    lines = []
+    """C text appended to a runtime source's translation unit: the per-thread-default-stream
+    symbols of the functions it implements (what a program built with `--default-stream
+    per-thread` calls).  A `_ptsz` function (one taking a stream) is a wrapper that gives the
+    stream 0 as cudaStreamPerThread, the calling thread's default stream; a `_ptds` one (a
+    synchronous call, no stream) runs the function with the thread's stream 0 taken as its
+    per-thread stream (cudaMemcpy_ptds waits for that stream's work, not the legacy stream's);
+    one whose parameters cannot be named is an alias."""
+    funcs = {f.name: f for f in api_functions(header_text)}
+    # (the wrappers of deprecated functions call them)
+    lines = ['#pragma GCC diagnostic ignored "-Wdeprecated-declarations"',
+             "int cpuify_cudart_default_stream_per_thread(int on);"]
     for name, alias in sorted(per_thread_names(header_text).items()):
-        if name in implemented and alias not in implemented:
+        if name not in implemented or alias in implemented:
+            continue
+        f = funcs.get(name)
+        names = _param_names(f.params) if f else None
+        decls = [p.strip() for p in re.sub(r"__dv\([^()]*\)", "", f.params).split(",")] if names else []
+        streams = [n for n, d in zip(names or [], decls) if re.match(r"cudaStream_t\s+\w+$", d)]
+        if alias.endswith("_ptsz") and f and len(streams) == 1:
+            s = streams[0]
+            ret = "return " if f.returns != "void" else ""
+            lines.append(f"{f.returns} {alias}({', '.join(decls)});")
+            lines.append(f"{f.returns} {alias}({', '.join(decls)}) {{ if ({s} == 0) {s} = cudaStreamPerThread; "
+                         f"{ret}{name}({', '.join(names or [])}); }}")
+        elif alias.endswith("_ptds") and f and names:
+            args = ", ".join(names)
+            lines.append(f"{f.returns} {alias}({', '.join(decls)});")
+            if f.returns == "void":
+                body = f"int old = cpuify_cudart_default_stream_per_thread(1); {name}({args}); "
+            else:
+                body = f"int old = cpuify_cudart_default_stream_per_thread(1); {f.returns} r = {name}({args}); "
+            body += "cpuify_cudart_default_stream_per_thread(old);" + (" return r;" if f.returns != "void" else "")
+            lines.append(f"{f.returns} {alias}({', '.join(decls)}) {{ {body} }}")
+        else:
             lines.append(f'extern __typeof__({name}) {alias} __attribute__((alias("{name}")));')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def runtime_cflags(tk: Toolkit) -> list[str]:

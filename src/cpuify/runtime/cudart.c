@@ -934,7 +934,7 @@ static int stream_ok(cudaStream_t s) {
 }
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!pStream || (flags & ~(unsigned)cudaStreamNonBlocking)) return fail(cudaErrorInvalidValue);
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s) return fail(cudaErrorMemoryAllocation);
@@ -953,27 +953,34 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
     return cudaStreamCreateWithPriority(pStream, cudaStreamDefault, 0);
 }
 
+/* As CUDA's: returns at once; the work queued on the stream still runs. */
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread || s->magic != STREAM_MAGIC)
         return fail(cudaErrorInvalidResourceHandle);
     if (s->capture) cpuify_graph_forget_stream(s);
+    cpuify_cudart_stream_release(s);
     s->magic = 0;
     free(s);
     return cudaSuccess;
 }
 
+/* cudaStreamSynchronize waits for the stream's work (the legacy stream's: also the blocking
+ * streams' work issued before); cudaStreamQuery tells whether it is done, without waiting. */
 static cudaError_t stream_sync(cudaStream_t s, int query) {
-    if (query) CHECK_STICKY_NOW();
-    else CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (CPUIFY_CAPTURE_OPEN()) {
         cudaError_t e = cpuify_graph_sync_stream(s, query);
         if (e) return fail(e);
     }
-    /* a query does not wait: a launch the stream's work waits for may still run */
-    if (query && cpuify_cudart_stream_busy(s)) return cudaErrorNotReady;
-    return cudaSuccess;
+    if (query) {
+        cpuify_cudart_collect_launch_error();
+        CHECK_STICKY_NOW();
+        return cpuify_cudart_stream_busy(s) ? cudaErrorNotReady : cudaSuccess;
+    }
+    cpuify_cudart_wait_stream(s, 1);
+    return sticky_now();
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { return stream_sync(s, 0); }
@@ -981,7 +988,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) { return stream_sync(s, 0); }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return stream_sync(s, 1); }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!stream_ok(s) || !e || e->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
     if ((flags & cudaEventWaitExternal) && CPUIFY_CAPTURE_OPEN()) {
         /* captured as an event-wait node */
@@ -993,18 +1000,21 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
         int r = cpuify_graph_stream_wait(s, e);
         if (r) return fail((cudaError_t)r);
     }
+    /* later work on s waits for e's last record (a record made in a capture is not waited
+     * for outside it) */
+    if (!e->captured) cpuify_cudart_stream_wait_event(s, e);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!flags || !stream_ok(s)) return fail(cudaErrorInvalidValue);
     *flags = (s && s != cudaStreamLegacy && s != cudaStreamPerThread) ? s->flags : 0;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!priority || !stream_ok(s)) return fail(cudaErrorInvalidValue);
     *priority = (s && s != cudaStreamLegacy && s != cudaStreamPerThread) ? s->priority : 0;
     return cudaSuccess;
@@ -1025,14 +1035,16 @@ cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t callback,
         if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_invalidate(s, cudaErrorStreamCaptureUnsupported));
         if (r) return fail((cudaError_t)r);
     }
-    /* all earlier work of the stream is done: run it now, with the stream's status */
-    cpuify_cudart_wait_launches();
+    /* queued on the stream (run by its thread after the stream's earlier work, with the
+     * device's status then), or run now after that work */
+    if (!g_dist && cpuify_cudart_enqueue_callback(callback, userData, s)) return sticky_now();
+    cpuify_cudart_wait_stream(s, 0);
     callback(s, (cudaError_t)atomic_load(&g_sticky), userData);
-    return sticky();
+    return sticky_now();
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!fn) return fail(cudaErrorInvalidValue);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (CPUIFY_CAPTURE_OPEN()) {
@@ -1040,12 +1052,14 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData) 
         if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_host(s, fn, userData));
         if (r) return fail((cudaError_t)r);
     }
+    if (!g_dist && cpuify_cudart_enqueue_host(fn, userData, s)) return cudaSuccess;
+    cpuify_cudart_wait_stream(s, 0);
     fn(userData);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!event || (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming |
                                        cudaEventInterprocess)))
         return fail(cudaErrorInvalidValue);
@@ -1061,25 +1075,27 @@ cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlag
 
 static int event_ok(cudaEvent_t e) { return e && e->magic == EVENT_MAGIC; }
 
+/* As CUDA's: returns at once (a record still queued frees the event when reached). */
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle);
     if (e->captured) cpuify_graph_forget_event(e);
-    e->magic = 0;
-    free(e);
+    if (cpuify_cudart_event_release(e)) free(e);
     return cudaSuccess;
 }
 
+/* The event is reached when the work issued before it on s (and what that work is ordered
+ * after) is done: queued on s, or reached now when there is none. */
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!event_ok(e) || !stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (e->captured || CPUIFY_CAPTURE_OPEN()) {
         int r = cpuify_graph_event_record(e, s);   /* also forgets an earlier captured record */
         if (r == CPUIFY_CAPTURE) return cudaSuccess;
         if (r) return fail((cudaError_t)r);
     }
-    e->t_ns = now_ns();
     e->recorded = 1;
+    cpuify_cudart_record_event(e, s);
     return cudaSuccess;
 }
 
@@ -1093,16 +1109,18 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int
     return cudaEventRecord(e, s);
 }
 
+/* cudaEventSynchronize waits until the event's last record is reached; cudaEventQuery tells
+ * whether it is (cudaErrorNotReady), without waiting. */
 static cudaError_t event_sync(cudaEvent_t e, int how) {
-    /* (a query need not wait: the record waited for the work before it) */
-    if (how == CPUIFY_EVENT_QUERY) CHECK_STICKY_NOW();
-    else CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!event_ok(e)) return fail(cudaErrorInvalidResourceHandle);
     if (e->captured || CPUIFY_CAPTURE_OPEN()) {
         cudaError_t r = cpuify_graph_sync_event(e, how);
         if (r) return fail(r);
     }
-    return cudaSuccess;
+    if (e->captured) return cudaSuccess;
+    if (!cpuify_cudart_event_done(e, how == CPUIFY_EVENT_SYNC)) return cudaErrorNotReady;
+    return sticky_now();
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_sync(e, CPUIFY_EVENT_SYNC); }
@@ -1110,7 +1128,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) { return event_sync(e, CPUIFY_EV
 cudaError_t cudaEventQuery(cudaEvent_t e) { return event_sync(e, CPUIFY_EVENT_QUERY); }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
-    CHECK_STICKY();
+    CHECK_STICKY_NOW();
     if (!ms) return fail(cudaErrorInvalidValue);
     if (!event_ok(start) || !event_ok(end)) return fail(cudaErrorInvalidResourceHandle);
     if (start->captured || end->captured) {
@@ -1119,6 +1137,9 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     }
     if ((start->flags | end->flags) & cudaEventDisableTiming) return fail(cudaErrorInvalidResourceHandle);
     if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+    /* (as CUDA: an event not yet reached has no time) */
+    if (!cpuify_cudart_event_done(start, 0) || !cpuify_cudart_event_done(end, 0))
+        return fail(cudaErrorNotReady);
     *ms = (float)((double)((int64_t)(end->t_ns - start->t_ns)) / 1e6);
     return cudaSuccess;
 }
@@ -1167,9 +1188,33 @@ static cudaError_t bad_pointer(const char *call, const void *dst, const void *sr
     return fail(cudaErrorInvalidValue);
 }
 
+/* Whether a cudaMemcpy*Async may be queued on its stream (cudart_async.c): CUDA's copies
+ * between device memory and pageable host memory are synchronous with the host (a copy from
+ * pageable memory returns once the data is read, one to it once it is written); those with
+ * device, managed or pinned (cudaMallocHost, cudaHostAlloc, cudaHostRegister) memory on both
+ * sides are asynchronous.  (Distributed execution runs everything at the call.) */
+static int queueable_copy(const void *dst, const void *src, enum cudaMemcpyKind kind) {
+    if (g_dist) return 0;
+    switch (kind) {
+    case cudaMemcpyDeviceToDevice: return 1;
+    case cudaMemcpyHostToDevice: return lookup(src).kind != 0;
+    case cudaMemcpyDeviceToHost: return lookup(dst).kind != 0;
+    default: return lookup(src).kind != 0 && lookup(dst).kind != 0;
+    }
+}
+
+/* A copy or memset that runs at the call on stream s (a synchronous one, or an asynchronous
+ * one that cannot be queued): it waits for the work it is ordered after, then for its own
+ * sticky check. */
+#define WAIT_STREAM_ORDER(s)                 \
+    do {                                     \
+        cpuify_cudart_wait_stream((s), 0);   \
+        CHECK_STICKY_NOW();                  \
+    } while (0)
+
 static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-                          cudaStream_t s) {
-    CHECK_STICKY();
+                          cudaStream_t s, int async) {
+    CHECK_STICKY_NOW();
     if (check_kind(kind)) return fail(cudaErrorInvalidMemcpyDirection);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (count == 0) return cudaSuccess;
@@ -1187,6 +1232,12 @@ static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMem
         }
         if (r) return fail((cudaError_t)r);
     }
+    if (async && queueable_copy(dst, src, kind)) {
+        cpuify_cudart_copy c = {(char *)dst, (const char *)src, count, count, count, count,
+                                count, 1, 1, kind};
+        if (cpuify_cudart_enqueue_copy(&c, s)) return cudaSuccess;
+    }
+    WAIT_STREAM_ORDER(s);
     uint64_t t0 = profiling() ? now_ns() : 0;
     dist_host_read(src, count);
     int tracked = dist_before_write(dst, count, 1);
@@ -1197,28 +1248,28 @@ static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMem
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
-    return copy1d(dst, src, count, kind, NULL);
+    return copy1d(dst, src, count, kind, NULL, 0);
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-    return copy1d(dst, src, count, kind, stream);
+    return copy1d(dst, src, count, kind, stream, 1);
 }
 
 cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count) {
     if (dstDevice != 0 || srcDevice != 0) return fail(cudaErrorInvalidDevice);
-    return copy1d(dst, src, count, cudaMemcpyDeviceToDevice, NULL);
+    return copy1d(dst, src, count, cudaMemcpyDeviceToDevice, NULL, 0);
 }
 
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice,
                                 size_t count, cudaStream_t stream) {
     if (dstDevice != 0 || srcDevice != 0) return fail(cudaErrorInvalidDevice);
-    return copy1d(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return copy1d(dst, src, count, cudaMemcpyDeviceToDevice, stream, 1);
 }
 
 static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                          size_t height, enum cudaMemcpyKind kind, cudaStream_t s) {
-    CHECK_STICKY();
+                          size_t height, enum cudaMemcpyKind kind, cudaStream_t s, int async) {
+    CHECK_STICKY_NOW();
     if (check_kind(kind)) return fail(cudaErrorInvalidMemcpyDirection);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (width == 0 || height == 0) return cudaSuccess;
@@ -1239,6 +1290,12 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
         }
         if (r) return fail((cudaError_t)r);
     }
+    if (async && queueable_copy(dst, src, kind)) {
+        cpuify_cudart_copy c = {(char *)dst, (const char *)src, dpitch, spitch, dpitch * height,
+                                spitch * height, width, height, 1, kind};
+        if (cpuify_cudart_enqueue_copy(&c, s)) return cudaSuccess;
+    }
+    WAIT_STREAM_ORDER(s);
     uint64_t t0 = profiling() ? now_ns() : 0;
     dist_host_read(src, (height - 1) * spitch + width);
     size_t dspan = (height - 1) * dpitch + width;
@@ -1252,13 +1309,13 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
 
 cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                          size_t height, enum cudaMemcpyKind kind) {
-    return copy2d(dst, dpitch, src, spitch, width, height, kind, NULL);
+    return copy2d(dst, dpitch, src, spitch, width, height, kind, NULL, 0);
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, enum cudaMemcpyKind kind,
                               cudaStream_t stream) {
-    return copy2d(dst, dpitch, src, spitch, width, height, kind, stream);
+    return copy2d(dst, dpitch, src, spitch, width, height, kind, stream, 1);
 }
 
 /* The copy a cudaMemcpy3DParms describes, checked: cudaSuccess and *c (c->width == 0 for
@@ -1318,8 +1375,8 @@ cudaError_t cpuify_cudart_run_copy(const cpuify_cudart_copy *c) {
     return cudaSuccess;
 }
 
-static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
-    CHECK_STICKY();
+static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s, int async) {
+    CHECK_STICKY_NOW();
     if (p && check_kind(p->kind)) return fail(cudaErrorInvalidMemcpyDirection);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     cpuify_cudart_copy c;
@@ -1330,17 +1387,23 @@ static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s) {
         if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_memcpy(s, p));
         if (r) return fail((cudaError_t)r);
     }
+    if (c.width == 0) return cudaSuccess;
+    if (async && queueable_copy(c.dst, c.src, c.kind) && cpuify_cudart_enqueue_copy(&c, s))
+        return cudaSuccess;
+    WAIT_STREAM_ORDER(s);
     return cpuify_cudart_run_copy(&c);
 }
 
-cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return copy3d(p, NULL); }
+cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p) { return copy3d(p, NULL, 0); }
 
 cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream) {
-    return copy3d(p, stream);
+    return copy3d(p, stream, 1);
 }
 
-static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
-    CHECK_STICKY();
+/* cudaMemset* (legacy stream) run at the call, after the work they are ordered after;
+ * cudaMemset*Async are queued on their stream. */
+static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s, int async) {
+    CHECK_STICKY_NOW();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (count == 0) return cudaSuccess;
     if (!ptr || past_allocation(ptr, count)) return fail(cudaErrorInvalidValue);
@@ -1349,6 +1412,9 @@ static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
         if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_memset(s, ptr, 0, value, count, 1));
         if (r) return fail((cudaError_t)r);
     }
+    if (async && !g_dist && cpuify_cudart_enqueue_memset(ptr, count, (unsigned)value & 0xff, count, 1, s))
+        return cudaSuccess;
+    WAIT_STREAM_ORDER(s);
     uint64_t t0 = profiling() ? now_ns() : 0;
     int tracked = dist_before_write(ptr, count, 1);
     if (cpuify_guarded_copy(ptr, 0, NULL, 0, count, 1, value)) return bad_pointer("cudaMemset", ptr, NULL);
@@ -1357,14 +1423,15 @@ static cudaError_t set1d(void *ptr, int value, size_t count, cudaStream_t s) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemset(void *devPtr, int value, size_t count) { return set1d(devPtr, value, count, NULL); }
+cudaError_t cudaMemset(void *devPtr, int value, size_t count) { return set1d(devPtr, value, count, NULL, 0); }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
-    return set1d(devPtr, value, count, stream);
+    return set1d(devPtr, value, count, stream, 1);
 }
 
-static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s) {
-    CHECK_STICKY();
+static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_t height, cudaStream_t s,
+                         int async) {
+    CHECK_STICKY_NOW();
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle);
     if (width == 0 || height == 0) return cudaSuccess;
     if (width > pitch || !ptr || past_allocation(ptr, (height - 1) * pitch + width))
@@ -1374,6 +1441,9 @@ static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_
         if (r == CPUIFY_CAPTURE) return fail(cpuify_graph_capture_memset(s, ptr, pitch, value, width, height));
         if (r) return fail((cudaError_t)r);
     }
+    if (async && !g_dist && cpuify_cudart_enqueue_memset(ptr, pitch, (unsigned)value & 0xff, width, height, s))
+        return cudaSuccess;
+    WAIT_STREAM_ORDER(s);
     uint64_t t0 = profiling() ? now_ns() : 0;
     size_t span = (height - 1) * pitch + width;
     int tracked = dist_before_write(ptr, span, height == 1 || pitch == width);
@@ -1385,20 +1455,21 @@ static cudaError_t set2d(void *ptr, size_t pitch, int value, size_t width, size_
 }
 
 cudaError_t cudaMemset2D(void *devPtr, size_t pitch, int value, size_t width, size_t height) {
-    return set2d(devPtr, pitch, value, width, height, NULL);
+    return set2d(devPtr, pitch, value, width, height, NULL, 0);
 }
 
 cudaError_t cudaMemset2DAsync(void *devPtr, size_t pitch, int value, size_t width, size_t height,
                               cudaStream_t stream) {
-    return set2d(devPtr, pitch, value, width, height, stream);
+    return set2d(devPtr, pitch, value, width, height, stream, 1);
 }
 
-static cudaError_t set3d(struct cudaPitchedPtr p, int value, struct cudaExtent e, cudaStream_t s) {
-    CHECK_STICKY();
+static cudaError_t set3d(struct cudaPitchedPtr p, int value, struct cudaExtent e, cudaStream_t s,
+                         int async) {
+    CHECK_STICKY_NOW();
     if (e.width == 0 || e.height == 0 || e.depth == 0) return cudaSuccess;
     size_t slice = p.pitch * (p.ysize ? p.ysize : e.height);
     for (size_t z = 0; z < e.depth; z++) {
-        cudaError_t r = set2d((char *)p.ptr + z * slice, p.pitch, value, e.width, e.height, s);
+        cudaError_t r = set2d((char *)p.ptr + z * slice, p.pitch, value, e.width, e.height, s, async);
         if (r) return r;
     }
     return cudaSuccess;
@@ -1446,12 +1517,12 @@ cudaError_t cpuify_cudart_run_memset(void *dst, size_t pitch, unsigned value, un
 }
 
 cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent extent) {
-    return set3d(p, value, extent, NULL);
+    return set3d(p, value, extent, NULL, 0);
 }
 
 cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int value, struct cudaExtent extent,
                               cudaStream_t stream) {
-    return set3d(p, value, extent, stream);
+    return set3d(p, value, extent, stream, 1);
 }
 
 /* symbols */
@@ -1469,45 +1540,45 @@ cudaError_t cpuify_cudart_symbol_address(const void *symbol, size_t count, size_
 }
 
 static cudaError_t to_symbol(const void *symbol, const void *src, size_t count, size_t offset,
-                             enum cudaMemcpyKind kind, cudaStream_t s) {
-    CHECK_STICKY();
+                             enum cudaMemcpyKind kind, cudaStream_t s, int async) {
+    CHECK_STICKY_NOW();
     if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault)
         return fail(cudaErrorInvalidMemcpyDirection);
     char *addr;
     cudaError_t e = symbol_range(symbol, count, offset, &addr);
     if (e) return fail(e);
-    return copy1d(addr, src, count, kind == cudaMemcpyDefault ? cudaMemcpyHostToDevice : kind, s);
+    return copy1d(addr, src, count, kind == cudaMemcpyDefault ? cudaMemcpyHostToDevice : kind, s, async);
 }
 
 static cudaError_t from_symbol(void *dst, const void *symbol, size_t count, size_t offset,
-                               enum cudaMemcpyKind kind, cudaStream_t s) {
-    CHECK_STICKY();
+                               enum cudaMemcpyKind kind, cudaStream_t s, int async) {
+    CHECK_STICKY_NOW();
     if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault)
         return fail(cudaErrorInvalidMemcpyDirection);
     char *addr;
     cudaError_t e = symbol_range(symbol, count, offset, &addr);
     if (e) return fail(e);
-    return copy1d(dst, addr, count, kind == cudaMemcpyDefault ? cudaMemcpyDeviceToHost : kind, s);
+    return copy1d(dst, addr, count, kind == cudaMemcpyDefault ? cudaMemcpyDeviceToHost : kind, s, async);
 }
 
 cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
                                enum cudaMemcpyKind kind) {
-    return to_symbol(symbol, src, count, offset, kind, NULL);
+    return to_symbol(symbol, src, count, offset, kind, NULL, 0);
 }
 
 cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count,
                                     size_t offset, enum cudaMemcpyKind kind, cudaStream_t stream) {
-    return to_symbol(symbol, src, count, offset, kind, stream);
+    return to_symbol(symbol, src, count, offset, kind, stream, 1);
 }
 
 cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset,
                                  enum cudaMemcpyKind kind) {
-    return from_symbol(dst, symbol, count, offset, kind, NULL);
+    return from_symbol(dst, symbol, count, offset, kind, NULL, 0);
 }
 
 cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset,
                                       enum cudaMemcpyKind kind, cudaStream_t stream) {
-    return from_symbol(dst, symbol, count, offset, kind, stream);
+    return from_symbol(dst, symbol, count, offset, kind, stream, 1);
 }
 
 cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol) {
@@ -1627,8 +1698,11 @@ static int clock_rate_khz(void) {
     return r;
 }
 
-/* What cpuify implements, not what a GPU has: kernels run one after another (no concurrent
- * kernels, no copy/compute overlap), cooperative launches with grid-wide sync (up to the
+/* What cpuify implements, not what a GPU has: kernels run one after another (the worker pool
+ * runs one grid at a time: no concurrent kernels), copies, memsets and host functions of a
+ * stream run on the stream's own thread while a kernel of another stream runs
+ * (cudart_async.c: deviceOverlap, and two copy engines: copies of two streams run at once in
+ * either direction), cooperative launches with grid-wide sync (up to the
  * occupancy API's blocks per multiprocessor x the workers), no memory pools; device memory is host memory (integrated, managed and pageable memory work). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (!p) return fail(cudaErrorInvalidValue);
@@ -1655,7 +1729,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->canMapHostMemory = 1;
     p->surfaceAlignment = 512;
     p->concurrentKernels = 0;
-    p->asyncEngineCount = 0;
+    p->asyncEngineCount = 2;
     p->unifiedAddressing = 1;
     p->memoryBusWidth = 64;
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -1684,7 +1758,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
 #if defined(CPUIFY_LEGACY_DEVICE_PROP) || CUDART_VERSION < 13000
     /* the fields CUDA 13 removed (cpuify/nvcc/headers.py puts them back) */
     p->clockRate = clock_rate_khz();
-    p->deviceOverlap = 0;
+    p->deviceOverlap = 1;
     p->kernelExecTimeoutEnabled = 0;
     p->computeMode = cudaComputeModeDefault;
     p->maxTexture1DLinear = 1 << 28;   /* as cudaDevAttrMaxTexture1DLinearWidth (cudart_texture.c) */
@@ -1716,7 +1790,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrMaxRegistersPerBlock: v = p.regsPerBlock; break;
     case cudaDevAttrClockRate: v = clock_rate_khz(); break;
     case cudaDevAttrTextureAlignment: v = 512; break;
-    case cudaDevAttrGpuOverlap: v = 0; break;
+    case cudaDevAttrGpuOverlap: v = 1; break;
     case cudaDevAttrMultiProcessorCount: v = p.multiProcessorCount; break;
     case cudaDevAttrKernelExecTimeout: v = 0; break;
     case cudaDevAttrIntegrated: v = 1; break;
@@ -1728,7 +1802,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrGlobalMemoryBusWidth: v = p.memoryBusWidth; break;
     case cudaDevAttrL2CacheSize: v = p.l2CacheSize; break;
     case cudaDevAttrMaxThreadsPerMultiProcessor: v = p.maxThreadsPerMultiProcessor; break;
-    case cudaDevAttrAsyncEngineCount: v = 0; break;
+    case cudaDevAttrAsyncEngineCount: v = p.asyncEngineCount; break;
     case cudaDevAttrUnifiedAddressing: v = 1; break;
     case cudaDevAttrComputeCapabilityMajor: v = p.major; break;
     case cudaDevAttrComputeCapabilityMinor: v = p.minor; break;
@@ -2314,8 +2388,10 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim,
     return launch((kentry *)kernel, gridDim, blockDim, args, sharedMem, stream, 0);
 }
 
+/* `kernel<<<...>>>` built with --default-stream per-thread: stream 0 is the calling thread's */
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
                                     size_t sharedMem, cudaStream_t stream) {
+    if (!stream) stream = cudaStreamPerThread;
     return launch((kentry *)kernel, gridDim, blockDim, args, sharedMem, stream, 0);
 }
 
@@ -2486,13 +2562,13 @@ size_t cpuify_cudart_bytes_left(const void *p) {
 
 cudaError_t cpuify_cudart_copy1d(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                                  cudaStream_t s) {
-    return copy1d(dst, src, count, kind, s);
+    return copy1d(dst, src, count, kind, s, 0);
 }
 
 cudaError_t cpuify_cudart_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
                                  size_t width, size_t height, enum cudaMemcpyKind kind,
                                  cudaStream_t s) {
-    return copy2d(dst, dpitch, src, spitch, width, height, kind, s);
+    return copy2d(dst, dpitch, src, spitch, width, height, kind, s, 0);
 }
 
 /* ------------------------------------------------------------------------------------ */

@@ -411,7 +411,7 @@ static capture *g_captures;
 static uint64_t g_capture_ids;
 static _Thread_local enum cudaStreamCaptureMode tls_mode = cudaStreamCaptureModeGlobal;
 /* the per-thread default stream, as a stream object that can capture */
-static _Thread_local struct CUstream_st tls_per_thread = {CPUIFY_STREAM_MAGIC, 0, 0, NULL};
+static _Thread_local struct CUstream_st tls_per_thread = {CPUIFY_STREAM_MAGIC, 0, 0, NULL, NULL};
 
 /* fork: the child must not inherit g_lock held by a thread it does not have */
 static void lock_for_fork(void) { pthread_mutex_lock(&g_lock); }
@@ -2054,7 +2054,7 @@ static cudaError_t exec_run(struct CUgraphExec_st *x) {
         case cudaGraphNodeTypeEventRecord: {
             cudaEvent_t ev = en->u.event;
             if (ev->captured) cpuify_graph_forget_event(ev);
-            ev->t_ns = cpuify_cudart_now_ns();
+            cpuify_cudart_event_reached(ev);
             ev->recorded = 1;
             break;
         }

@@ -17,7 +17,8 @@
 /* cudart.c: record `e` as the thread's last error and return it; the sticky error (a kernel
  * failed) or cudaSuccess; 256-byte aligned memory; the bytes from p to the end of the
  * device/managed/pinned allocation it points into (SIZE_MAX for other memory); the checked
- * copies behind cudaMemcpy and cudaMemcpy2D. */
+ * copies behind cudaMemcpy and cudaMemcpy2D (run at the call, after the work stream s orders
+ * them after). */
 CPUIFY_INTERNAL cudaError_t cpuify_cudart_fail(cudaError_t e);
 CPUIFY_INTERNAL cudaError_t cpuify_cudart_sticky(void);
 CPUIFY_INTERNAL void *cpuify_cudart_alloc(size_t size);
@@ -45,20 +46,30 @@ CPUIFY_INTERNAL int cpuify_cudart_texture_attribute(enum cudaDeviceAttr attr,
  * record was captured (its dependencies in the capture). */
 struct cpuify_stream_capture;
 struct cpuify_captured_event;
+struct cpuify_queue;
 
+/* `queue`: the stream's work queue (cudart_async.c; NULL until first used) */
 struct CUstream_st {
     uint32_t magic;
     unsigned flags;
     int priority;
     struct cpuify_stream_capture *capture;
+    struct cpuify_queue *queue;
 };
 
+/* `recorded`: cudaEventRecord was called; the last record is reached when `queue` is NULL or
+ * has finished `count` items (cudart_async.c), t_ns is the time it was reached.  Under
+ * cudart_async.c's lock: generation (counts records), pending_records (queued record items:
+ * a destroyed event is freed with its last one), queue, count, t_ns. */
 struct CUevent_st {
     uint32_t magic;
     unsigned flags;
     int recorded;
     uint64_t t_ns;
     struct cpuify_captured_event *captured;
+    struct cpuify_queue *queue;
+    uint64_t count, generation;
+    int pending_records;
 };
 
 #define CPUIFY_STREAM_MAGIC 0x5354524du
@@ -114,18 +125,41 @@ CPUIFY_INTERNAL cudaError_t cpuify_cudart_symbol_address(const void *symbol, siz
                                                          char **addr);
 CPUIFY_INTERNAL uint64_t cpuify_cudart_now_ns(void);
 
-/* cudart_async.c: asynchronous launches.  cpuify_cudart_enqueue_launch queues a prepared
- * launch (its parameters copied) for the launch thread and returns 1, or returns 0: run it
- * now on this thread (CPUIFY_SYNC_LAUNCH=1, called on the launch thread, no memory).
- * cpuify_cudart_wait_launches waits until every launch queued before it is done and makes a
- * queued launch's failure the calling thread's last error (once; as does
- * cpuify_cudart_collect_launch_error, without waiting).  cpuify_cudart_stream_busy: whether a
- * launch that work on stream s waits for is still queued or running. */
+/* cudart_async.c: streams.  Each cpuify_cudart_enqueue_* queues work on stream s (after the
+ * work CUDA orders it after) and returns 1, or returns 0: run it now on this thread
+ * (CPUIFY_SYNC_LAUNCH=1, called on a stream's own thread, no memory: then after waiting for
+ * what it is ordered after).  A launch's parameters and a copy's plan are copied.
+ * cpuify_cudart_record_event / _stream_wait_event: cudaEventRecord / cudaStreamWaitEvent's
+ * work (the checks done).  cpuify_cudart_wait_stream waits for stream s's order: `sync` 1 as
+ * cudaStreamSynchronize (its work; the legacy stream's also the blocking streams'), 0 as work
+ * queued now on s would (a synchronous copy).  cpuify_cudart_stream_busy: whether that (sync
+ * 1) is not all done.  cpuify_cudart_event_done: whether the event's last record is reached
+ * (wait: wait for it).  cpuify_cudart_event_reached: the event recorded now (a graph's event
+ * record node).  cpuify_cudart_event_release: the event destroyed (1: free it now; else its
+ * last queued record frees it).  cpuify_cudart_stream_release: the stream destroyed (its
+ * queued work still runs).  cpuify_cudart_wait_launches waits until all work issued before
+ * it is done and makes a queued launch's failure the calling thread's last error (once; as
+ * does cpuify_cudart_collect_launch_error, without waiting). */
 CPUIFY_INTERNAL int cpuify_cudart_enqueue_launch(const cpuify_cudart_launch *l,
                                                  const unsigned char *params, cudaStream_t s);
+CPUIFY_INTERNAL int cpuify_cudart_enqueue_copy(const cpuify_cudart_copy *c, cudaStream_t s);
+CPUIFY_INTERNAL int cpuify_cudart_enqueue_memset(void *dst, size_t pitch, unsigned value, size_t width,
+                                                 size_t height, cudaStream_t s);
+CPUIFY_INTERNAL int cpuify_cudart_enqueue_host(cudaHostFn_t fn, void *data, cudaStream_t s);
+CPUIFY_INTERNAL int cpuify_cudart_enqueue_callback(cudaStreamCallback_t fn, void *data, cudaStream_t s);
+CPUIFY_INTERNAL void cpuify_cudart_record_event(cudaEvent_t e, cudaStream_t s);
+CPUIFY_INTERNAL void cpuify_cudart_stream_wait_event(cudaStream_t s, cudaEvent_t e);
+CPUIFY_INTERNAL void cpuify_cudart_wait_stream(cudaStream_t s, int sync);
+CPUIFY_INTERNAL int cpuify_cudart_stream_busy(cudaStream_t s);
+CPUIFY_INTERNAL int cpuify_cudart_event_done(cudaEvent_t e, int wait);
+CPUIFY_INTERNAL void cpuify_cudart_event_reached(cudaEvent_t e);
+CPUIFY_INTERNAL int cpuify_cudart_event_release(cudaEvent_t e);
+CPUIFY_INTERNAL void cpuify_cudart_stream_release(cudaStream_t s);
 CPUIFY_API void cpuify_cudart_wait_launches(void);
 CPUIFY_INTERNAL void cpuify_cudart_collect_launch_error(void);
-CPUIFY_INTERNAL int cpuify_cudart_stream_busy(cudaStream_t s);
+/* the calling thread's stream 0 is its per-thread default stream while `on` (the _ptds
+ * functions: cpuify/nvcc/rtlib.py); returns the setting before */
+CPUIFY_INTERNAL int cpuify_cudart_default_stream_per_thread(int on);
 
 /* cudart_graph.c: stream capture.  cpuify_graph_open counts the capture sequences not yet
  * ended: while it is 0 no stream captures and every hook below is skipped. */
