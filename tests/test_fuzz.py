@@ -5,6 +5,7 @@ tests/test_fuzz.py`: N kernels from seed `CPUIFY_FUZZ_SEED`, default 0, on all c
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -151,3 +152,14 @@ def test_first_starts_the_run_at_a_kernel_index(monkeypatch) -> None:  # type: i
     assert seen == {"count": 80, "seed": 3, "first": 1200}
     fuzz.main(["--seed", "3", "--reproduce", "7"])
     assert seen == {"count": 1, "seed": 3, "first": 7}
+
+
+def test_fz_2801_1669_index_modulo_the_block_after_a_join() -> None:
+    """The fuzzer's fz_2801_1669 (seed 2801), kept as its generated spec: nvcc takes the
+    `% nt` of two `if` arms (`(lt + 1) % nt` and `(lt * 7 + 10) % nt`) once, after the join;
+    in code specialized for 128 threads the mask of the merged index was not hidden from
+    LLVM (codegen.ptx_ops.masked_thread_index looked only at the value itself) and thread
+    127 read past the shared array (see test_fuzz_regressions.py's fz_300_16)."""
+    spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2801_1669.json").read_text()))
+    results, _ = fuzz.run_batch([spec], specialized=True)
+    assert results[0]["status"] == "ok", results[0]["detail"]

@@ -28,7 +28,7 @@ from cpuify.codegen.kernel_abi import XVAL_GUARD
 from cpuify.codegen.layout import align_up
 from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
-from cpuify.ir.core import Region, Value, predecessors
+from cpuify.ir.core import BlockArgument, Region, Value, predecessors
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body, block_parallel, lockstep_counters
 from cpuify.ir.structured import lower_structured_control_flow
@@ -138,6 +138,7 @@ class KernelPlan(ThreadLoopPlans):
             self.local_offsets[v.name] = off
             off += v.size
         self.local_size = align_up(off, 16)
+        self._incoming: dict[BlockArgument, list[Value]] | None = None
         # a local address converted to a generic one: generic accesses may reach local memory
         self.local_escapes = bool(self.local_size) and any(
             o.name == "ptx.cvta" and "local" in mods(o) and "to" not in mods(o)
@@ -172,6 +173,16 @@ class KernelPlan(ThreadLoopPlans):
             for op in b.ops:
                 for r in op.results:
                     self.value_order[r] = len(self.value_order)
+
+    def incoming_values(self) -> dict[BlockArgument, list[Value]]:
+        """Block argument -> the values its predecessors pass (computed once)."""
+        if self._incoming is None:
+            self._incoming = {}
+            for op in self.kernel.op.walk():
+                for succ, args in zip(op.successors, op.successor_args):
+                    for a, v in zip(succ.args, args):
+                        self._incoming.setdefault(a, []).append(v)
+        return self._incoming
 
     def coalesce_slots(self, kept: dict[Value, None]) -> dict[Value, Value]:
         """Kept value -> the value whose slot it shares.  A loop-carried value and the value

@@ -28,7 +28,7 @@ from cpuify.codegen.lowering import (
 )
 from cpuify.codegen.denormals import folds_to_operand, known_flushed
 from cpuify.frontend.ptx_ast import type_size
-from cpuify.ir.core import Operation
+from cpuify.ir.core import BlockArgument, Operation, Value
 from cpuify.ir.modifiers import has, mods, ty
 
 if TYPE_CHECKING:
@@ -256,12 +256,31 @@ def masked_thread_index(e: SegmentEmitter, op: Operation, value: int, mask: int,
         modulus = 1 << m.bit_length()
     if modulus < 2 or modulus & (modulus - 1) or modulus >= 1 << (8 * type_size(t)):
         return None
-    if not masks_shifted_thread_index(op.operands[value], modulus, ntid, m & -m):
+    if not any(masks_shifted_thread_index(v, modulus, ntid, m & -m)
+               for v in _merged_values(e, op.operands[value])):
         return None
     if not _may_reach_an_address(op):
         return None                        # a parity test, a value stored: no index
     a = src(e, op, value, t)
     return e.b.and_(a, e.opaque_int(a.type, m))
+
+
+def _merged_values(e: SegmentEmitter, v: Value, depth: int = 4) -> list[Value]:
+    """v, or where v is a block argument the values it merges (through up to `depth` joins):
+    nvcc takes the `% n` of `if (c) i = t + 1; else i = 7 * t; s[i % n]` after the join (the
+    fuzzer's fz_2801_1669, thread 127 of a 128-thread block read past the array)."""
+    out: list[Value] = []
+    work, seen = [(v, 0)], set()
+    while work:
+        x, d = work.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, BlockArgument) and d < depth:
+            work.extend((y, d + 1) for y in e.kc.incoming_values().get(x, ()))
+        else:
+            out.append(x)
+    return out
 
 
 # integer ops an index goes through on its way to an address
