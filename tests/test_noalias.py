@@ -396,9 +396,14 @@ def test_llvm_alias_scopes_in_the_variant(ptx: str) -> None:
     mine, others = lists[scope["0"]], lists[scope["other"]]
     accesses = [line for line in text.splitlines()
                 if ("store float" in line or "= load float" in line) and "alias.scope" in line]
-    assert f"!alias.scope {mine}, !noalias {others}" in accesses[0]          # a[t] = ...
-    assert all(f"!alias.scope {others}, !noalias {mine}" in line for line in accesses[1:])
-    assert len(accesses) == 3
+    assert all(f"!alias.scope {mine}, !noalias {others}" in line or
+               f"!alias.scope {others}, !noalias {mine}" in line for line in accesses)
+    # a[t] = ...: once per copy of its thread loop (rows split at a cache line run two)
+    ours = [line for line in accesses if f"!alias.scope {mine}," in line]
+    assert 1 <= len(ours) <= 2 and all("store float" in line for line in ours)
+    theirs = [line for line in accesses if line not in ours]      # b[...] and c[t] = ...
+    loads = [line for line in theirs if "= load float" in line]
+    assert 1 <= len(loads) <= 2 and len(theirs) == 2 * len(loads)
 
 
 def test_parallel_device_build_keeps_the_variant(ptx: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
