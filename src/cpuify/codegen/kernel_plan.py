@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from cpuify.analysis.cfg import immediate_post_dominators
+from cpuify.analysis.cfg import immediate_post_dominators, incoming_values
 from cpuify.analysis.pointers import (
     infer_pointers,
     memory_space,
@@ -175,13 +175,10 @@ class KernelPlan(ThreadLoopPlans):
                     self.value_order[r] = len(self.value_order)
 
     def incoming_values(self) -> dict[BlockArgument, list[Value]]:
-        """Block argument -> the values its predecessors pass (computed once)."""
+        """Block argument of the segments' region -> the values its predecessors pass
+        (computed once)."""
         if self._incoming is None:
-            self._incoming = {}
-            for op in self.kernel.op.walk():
-                for succ, args in zip(op.successors, op.successor_args):
-                    for a, v in zip(succ.args, args):
-                        self._incoming.setdefault(a, []).append(v)
+            self._incoming = incoming_values(self.region)
         return self._incoming
 
     def coalesce_slots(self, kept: dict[Value, None]) -> dict[Value, Value]:
