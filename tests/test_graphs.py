@@ -207,6 +207,16 @@ def parse_dot(text: str) -> tuple[dict[str, dict[str, str]], list[tuple[str, str
     return nodes, edges
 
 
+def test_explicit_graphs_run_the_same_at_the_call(explicit_run: tuple[list[str], str],
+                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    # CPUIFY_SYNC_LAUNCH=1: graph launches run their nodes on the calling thread instead of
+    # queueing them on the stream: the same output
+    out, _ = explicit_run
+    tmp = tmp_path_factory.mktemp("graph_explicit_sync")
+    exe = build(tmp, "graph_explicit")
+    assert run(exe, str(tmp / "parent.dot"), env={"CPUIFY_SYNC_LAUNCH": "1"}).stdout.splitlines() == out
+
+
 def test_debug_dot_print_parses(explicit_run: tuple[list[str], str]) -> None:
     _, text = explicit_run
     nodes, edges = parse_dot(text)

@@ -1,6 +1,6 @@
 /* cpuify's cuBLAS: the v2 (handle) API and the legacy API on the CPU.  Device pointers are
- * host memory, so the routines read and write them directly; work runs at the call on the
- * handle's stream (cpuify runs every stream in issue order, mathlib_internal.h).
+ * host memory, so the routines read and write them directly; a routine runs at the call,
+ * after the work before it on the handle's stream (cublasSetStream; mathlib_internal.h).
  *
  * GEMM is cache-blocked as in BLIS/GotoBLAS: C in tiles of GEMM_MC x GEMM_NC, one tile per
  * job spread over cpuify's workers; per tile, slices of GEMM_KC of the k dimension whose
@@ -32,9 +32,21 @@ struct cublasContext {
 
 static int handle_ok(cublasHandle_t h) { return h && h->magic == HANDLE_MAGIC; }
 
-/* (and waits for the kernels launched before the call: a routine reads what they wrote) */
 #define CHECK_HANDLE(h) \
-    do { if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED; cpuify_cudart_wait_launches(); } while (0)
+    do { if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED; } while (0)
+
+/* A routine: the handle checked, then the work before it on the handle's stream waited for
+ * (the routine reads what that work wrote; it runs at the call, mathlib_internal.h). */
+#define BEGIN_ROUTINE(h) \
+    do { CHECK_HANDLE(h); cpuify_cudart_wait_stream_order((h)->stream); } while (0)
+
+/* A scalar argument's value: a device-memory scalar (CUBLAS_POINTER_MODE_DEVICE) may be
+ * written by the work before the routine on the handle's stream. */
+static void scalars_ready(cublasHandle_t h) {
+    if (handle_ok(h) && h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE)
+        cpuify_cudart_wait_stream_order(h->stream);
+}
+#define SCALAR(h, p) (scalars_ready(h), (p) ? *(p) : 0)
 
 /* the generated stubs (cpuify/nvcc/mathlibs.py): one line per unimplemented function */
 __attribute__((visibility("default"))) int cpuify_cublas_not_supported_once(const char *fn, int *said) {
@@ -64,6 +76,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
 
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
     CHECK_HANDLE(handle);
+    cpuify_cudart_wait_launches();   /* (cuBLAS's implicitly synchronizes the device) */
     handle->magic = 0;
     free(handle);
     return CUBLAS_STATUS_SUCCESS;
@@ -195,56 +208,64 @@ const char *cublasGetStatusString(cublasStatus_t s) {
 /* ------------------------------------------------------------------------------------ */
 /* host <-> device copies                                                               */
 
+/* cublasSet/GetVector and Matrix copy as cudaMemcpy2D (synchronous: done on return, as
+ * cuBLAS's are); the Async ones as cudaMemcpy2DAsync on stream s. */
+static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, int async, cudaStream_t s) {
+    return async ? cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, s)
+                 : cudaMemcpy2D(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault);
+}
+
 static cublasStatus_t copy_strided(int n, int elem, const void *x, int incx, void *y, int incy,
-                                   cudaStream_t s) {
+                                   int async, cudaStream_t s) {
     if (n < 0 || elem <= 0 || incx <= 0 || incy <= 0) return CUBLAS_STATUS_INVALID_VALUE;
     if (n == 0) return CUBLAS_STATUS_SUCCESS;
     if (!x || !y) return CUBLAS_STATUS_INVALID_VALUE;
-    cudaError_t e = cudaMemcpy2DAsync(y, (size_t)incy * elem, x, (size_t)incx * elem, (size_t)elem,
-                                      (size_t)n, cudaMemcpyDefault, s);
+    cudaError_t e = copy_2d(y, (size_t)incy * elem, x, (size_t)incx * elem, (size_t)elem, (size_t)n,
+                            async, s);
     if (e != cudaSuccess) { cudaGetLastError(); return CUBLAS_STATUS_MAPPING_ERROR; }
     return CUBLAS_STATUS_SUCCESS;
 }
 
 static cublasStatus_t copy_matrix(int rows, int cols, int elem, const void *a, int lda, void *b, int ldb,
-                                  cudaStream_t s) {
+                                  int async, cudaStream_t s) {
     if (rows < 0 || cols < 0 || elem <= 0 || lda <= 0 || ldb <= 0 || lda < rows || ldb < rows)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (rows == 0 || cols == 0) return CUBLAS_STATUS_SUCCESS;
     if (!a || !b) return CUBLAS_STATUS_INVALID_VALUE;
-    cudaError_t e = cudaMemcpy2DAsync(b, (size_t)ldb * elem, a, (size_t)lda * elem, (size_t)rows * elem,
-                                      (size_t)cols, cudaMemcpyDefault, s);
+    cudaError_t e = copy_2d(b, (size_t)ldb * elem, a, (size_t)lda * elem, (size_t)rows * elem, (size_t)cols,
+                            async, s);
     if (e != cudaSuccess) { cudaGetLastError(); return CUBLAS_STATUS_MAPPING_ERROR; }
     return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasSetVector(int n, int elemSize, const void *x, int incx, void *y, int incy) {
-    return copy_strided(n, elemSize, x, incx, y, incy, 0);
+    return copy_strided(n, elemSize, x, incx, y, incy, 0, 0);
 }
 cublasStatus_t cublasGetVector(int n, int elemSize, const void *x, int incx, void *y, int incy) {
-    return copy_strided(n, elemSize, x, incx, y, incy, 0);
+    return copy_strided(n, elemSize, x, incx, y, incy, 0, 0);
 }
 cublasStatus_t cublasSetVectorAsync(int n, int elemSize, const void *x, int incx, void *y, int incy,
                                     cudaStream_t s) {
-    return copy_strided(n, elemSize, x, incx, y, incy, s);
+    return copy_strided(n, elemSize, x, incx, y, incy, 1, s);
 }
 cublasStatus_t cublasGetVectorAsync(int n, int elemSize, const void *x, int incx, void *y, int incy,
                                     cudaStream_t s) {
-    return copy_strided(n, elemSize, x, incx, y, incy, s);
+    return copy_strided(n, elemSize, x, incx, y, incy, 1, s);
 }
 cublasStatus_t cublasSetMatrix(int rows, int cols, int elemSize, const void *A, int lda, void *B, int ldb) {
-    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, 0);
+    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, 0, 0);
 }
 cublasStatus_t cublasGetMatrix(int rows, int cols, int elemSize, const void *A, int lda, void *B, int ldb) {
-    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, 0);
+    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, 0, 0);
 }
 cublasStatus_t cublasSetMatrixAsync(int rows, int cols, int elemSize, const void *A, int lda, void *B,
                                     int ldb, cudaStream_t s) {
-    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, s);
+    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, 1, s);
 }
 cublasStatus_t cublasGetMatrixAsync(int rows, int cols, int elemSize, const void *A, int lda, void *B,
                                     int ldb, cudaStream_t s) {
-    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, s);
+    return copy_matrix(rows, cols, elemSize, A, lda, B, ldb, 1, s);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -335,7 +356,7 @@ static void level1_job(const void *arg, uint32_t index, void *scratch) {
 }
 
 static cublasStatus_t level1(const char *api, cublasHandle_t h, level1_args a) {
-    CHECK_HANDLE(h);
+    BEGIN_ROUTINE(h);
     int one_vector = a.op == OP_SCAL || a.op == OP_NRM2 || a.op == OP_ASUM || a.op == OP_AMAX ||
                      a.op == OP_AMIN;
     if (a.op >= OP_DOT && !a.result) return CUBLAS_STATUS_INVALID_VALUE;
@@ -350,27 +371,27 @@ static cublasStatus_t level1(const char *api, cublasHandle_t h, level1_args a) {
     }
     if (!a.x && a.op != OP_SCAL) return CUBLAS_STATUS_INVALID_VALUE;
     if (a.op == OP_SCAL) { a.y = (void *)a.x; a.incy = a.incx; }
-    if (cpuify_run_job(api, 1, 0, level1_job, &a)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (cpuify_run_job(api, h->stream, 1, 0, level1_job, &a)) return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasSaxpy_v2(cublasHandle_t h, int n, const float *alpha, const float *x, int incx,
                               float *y, int incy) {
     if (handle_ok(h) && !alpha) return CUBLAS_STATUS_INVALID_VALUE;
-    return level1("cublasSaxpy", h, (level1_args){OP_AXPY, n, incx, incy, x, y, alpha ? *alpha : 0, 0, 0});
+    return level1("cublasSaxpy", h, (level1_args){OP_AXPY, n, incx, incy, x, y, SCALAR(h, alpha), 0, 0});
 }
 cublasStatus_t cublasDaxpy_v2(cublasHandle_t h, int n, const double *alpha, const double *x, int incx,
                               double *y, int incy) {
     if (handle_ok(h) && !alpha) return CUBLAS_STATUS_INVALID_VALUE;
-    return level1("cublasDaxpy", h, (level1_args){OP_AXPY, n, incx, incy, x, y, alpha ? *alpha : 0, 0, 1});
+    return level1("cublasDaxpy", h, (level1_args){OP_AXPY, n, incx, incy, x, y, SCALAR(h, alpha), 0, 1});
 }
 cublasStatus_t cublasSscal_v2(cublasHandle_t h, int n, const float *alpha, float *x, int incx) {
     if (handle_ok(h) && !alpha) return CUBLAS_STATUS_INVALID_VALUE;
-    return level1("cublasSscal", h, (level1_args){OP_SCAL, n, incx, incx, x, x, alpha ? *alpha : 0, 0, 0});
+    return level1("cublasSscal", h, (level1_args){OP_SCAL, n, incx, incx, x, x, SCALAR(h, alpha), 0, 0});
 }
 cublasStatus_t cublasDscal_v2(cublasHandle_t h, int n, const double *alpha, double *x, int incx) {
     if (handle_ok(h) && !alpha) return CUBLAS_STATUS_INVALID_VALUE;
-    return level1("cublasDscal", h, (level1_args){OP_SCAL, n, incx, incx, x, x, alpha ? *alpha : 0, 0, 1});
+    return level1("cublasDscal", h, (level1_args){OP_SCAL, n, incx, incx, x, x, SCALAR(h, alpha), 0, 1});
 }
 cublasStatus_t cublasScopy_v2(cublasHandle_t h, int n, const float *x, int incx, float *y, int incy) {
     return level1("cublasScopy", h, (level1_args){OP_COPY, n, incx, incy, x, y, 0, 0, 0});
@@ -476,7 +497,7 @@ static void level2_job(const void *arg, uint32_t index, void *scratch) {
 }
 
 static cublasStatus_t level2(const char *api, cublasHandle_t h, level2_args a, int have_scalars) {
-    CHECK_HANDLE(h);
+    BEGIN_ROUTINE(h);
     if (!have_scalars || (!a.ger && !op_ok(a.trans)) || a.m < 0 || a.n < 0 || a.incx == 0 ||
         a.incy == 0 || a.lda < (a.m > 1 ? a.m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -485,30 +506,30 @@ static cublasStatus_t level2(const char *api, cublasHandle_t h, level2_args a, i
         a.alpha = 0;        /* y = beta y still applies when the other dimension is 0 */
         if ((a.trans == CUBLAS_OP_N ? a.m : a.n) == 0) return CUBLAS_STATUS_SUCCESS;
     }
-    if (cpuify_run_job(api, 1, 0, level2_job, &a)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (cpuify_run_job(api, h->stream, 1, 0, level2_job, &a)) return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasSgemv_v2(cublasHandle_t h, cublasOperation_t trans, int m, int n, const float *alpha,
                               const float *A, int lda, const float *x, int incx, const float *beta,
                               float *y, int incy) {
-    return level2("cublasSgemv", h, (level2_args){trans, m, n, lda, incx, incy, alpha ? *alpha : 0,
-                                                  beta ? *beta : 0, A, x, y, 0, 0}, alpha && beta);
+    return level2("cublasSgemv", h, (level2_args){trans, m, n, lda, incx, incy, SCALAR(h, alpha),
+                                                  SCALAR(h, beta), A, x, y, 0, 0}, alpha && beta);
 }
 cublasStatus_t cublasDgemv_v2(cublasHandle_t h, cublasOperation_t trans, int m, int n, const double *alpha,
                               const double *A, int lda, const double *x, int incx, const double *beta,
                               double *y, int incy) {
-    return level2("cublasDgemv", h, (level2_args){trans, m, n, lda, incx, incy, alpha ? *alpha : 0,
-                                                  beta ? *beta : 0, A, x, y, 1, 0}, alpha && beta);
+    return level2("cublasDgemv", h, (level2_args){trans, m, n, lda, incx, incy, SCALAR(h, alpha),
+                                                  SCALAR(h, beta), A, x, y, 1, 0}, alpha && beta);
 }
 cublasStatus_t cublasSger_v2(cublasHandle_t h, int m, int n, const float *alpha, const float *x, int incx,
                              const float *y, int incy, float *A, int lda) {
-    return level2("cublasSger", h, (level2_args){CUBLAS_OP_N, m, n, lda, incx, incy, alpha ? *alpha : 0,
+    return level2("cublasSger", h, (level2_args){CUBLAS_OP_N, m, n, lda, incx, incy, SCALAR(h, alpha),
                                                  0, A, x, (void *)y, 0, 1}, alpha != 0);
 }
 cublasStatus_t cublasDger_v2(cublasHandle_t h, int m, int n, const double *alpha, const double *x, int incx,
                              const double *y, int incy, double *A, int lda) {
-    return level2("cublasDger", h, (level2_args){CUBLAS_OP_N, m, n, lda, incx, incy, alpha ? *alpha : 0,
+    return level2("cublasDger", h, (level2_args){CUBLAS_OP_N, m, n, lda, incx, incy, SCALAR(h, alpha),
                                                  0, A, x, (void *)y, 1, 1}, alpha != 0);
 }
 
@@ -707,7 +728,7 @@ static void dgemm_job(const void *arg, uint32_t index, void *scratch) {
 /* checks the arguments as cuBLAS does and runs `batch` GEMMs */
 static cublasStatus_t gemm(const char *api, cublasHandle_t h, int dbl, cublasOperation_t transa,
                            cublasOperation_t transb, gemm_args g, int batch, int have_scalars) {
-    CHECK_HANDLE(h);
+    BEGIN_ROUTINE(h);
     if (!op_ok(transa) || !op_ok(transb) || g.m < 0 || g.n < 0 || g.k < 0 || batch < 0 ||
         !have_scalars)
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -725,7 +746,7 @@ static cublasStatus_t gemm(const char *api, cublasHandle_t h, int dbl, cublasOpe
     if (jobs > INT32_MAX) return CUBLAS_STATUS_INVALID_VALUE;
     size_t elem = dbl ? sizeof(double) : sizeof(float);
     uint64_t scratch = (uint64_t)GEMM_KC * (GEMM_MC + GEMM_NC) * elem;
-    if (cpuify_run_job(api, (uint32_t)jobs, scratch, dbl ? dgemm_job : sgemm_job, &g))
+    if (cpuify_run_job(api, h->stream, (uint32_t)jobs, scratch, dbl ? dgemm_job : sgemm_job, &g))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -734,7 +755,7 @@ static cublasStatus_t gemm(const char *api, cublasHandle_t h, int dbl, cublasOpe
     (gemm_args){.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A_, .B = B_,  \
                 .C = C_, .sa = sa_, .sb = sb_, .sc = sc_, .Aarr = (const void *const *)Aarr_,  \
                 .Barr = (const void *const *)Barr_, .Carr = (void *const *)Carr_,             \
-                .alpha = alpha ? *alpha : 0, .beta = beta ? *beta : 0}
+                .alpha = SCALAR(h, alpha), .beta = SCALAR(h, beta)}
 
 cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
                               int n, int k, const float *alpha, const float *A, int lda, const float *B,
@@ -858,7 +879,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
                             cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo) {
     (void)algo;
-    CHECK_HANDLE(h);
+    BEGIN_ROUTINE(h);
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (Atype == CUDA_R_32F && Btype == CUDA_R_32F && Ctype == CUDA_R_32F && is_f32_compute(computeType))
         return cublasSgemm_v2(h, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -943,7 +964,7 @@ static void geam_job(const void *arg, uint32_t index, void *scratch) {
 
 static cublasStatus_t geam(const char *api, cublasHandle_t h, cublasOperation_t transa,
                            cublasOperation_t transb, geam_args g, int have_scalars) {
-    CHECK_HANDLE(h);
+    BEGIN_ROUTINE(h);
     if (!have_scalars || !op_ok(transa) || !op_ok(transb) || g.m < 0 || g.n < 0)
         return CUBLAS_STATUS_INVALID_VALUE;
     g.ta = transa != CUBLAS_OP_N;
@@ -954,7 +975,7 @@ static cublasStatus_t geam(const char *api, cublasHandle_t h, cublasOperation_t 
     if ((g.C == g.A && (g.ta || g.lda != g.ldc)) || (g.C == g.B && (g.tb || g.ldb != g.ldc)))
         return CUBLAS_STATUS_INVALID_VALUE;   /* in place only without transpose, as cuBLAS */
     if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
-    if (cpuify_run_job(api, 1, 0, geam_job, &g)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (cpuify_run_job(api, h->stream, 1, 0, geam_job, &g)) return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -962,7 +983,7 @@ cublasStatus_t cublasSgeam(cublasHandle_t h, cublasOperation_t transa, cublasOpe
                            int n, const float *alpha, const float *A, int lda, const float *beta,
                            const float *B, int ldb, float *C, int ldc) {
     return geam("cublasSgeam", h, transa, transb,
-                (geam_args){0, 0, m, n, lda, ldb, ldc, 0, alpha ? *alpha : 0, beta ? *beta : 0, A, B, C},
+                (geam_args){0, 0, m, n, lda, ldb, ldc, 0, SCALAR(h, alpha), SCALAR(h, beta), A, B, C},
                 alpha && beta);
 }
 
@@ -970,7 +991,7 @@ cublasStatus_t cublasDgeam(cublasHandle_t h, cublasOperation_t transa, cublasOpe
                            int n, const double *alpha, const double *A, int lda, const double *beta,
                            const double *B, int ldb, double *C, int ldc) {
     return geam("cublasDgeam", h, transa, transb,
-                (geam_args){0, 0, m, n, lda, ldb, ldc, 1, alpha ? *alpha : 0, beta ? *beta : 0, A, B, C},
+                (geam_args){0, 0, m, n, lda, ldb, ldc, 1, SCALAR(h, alpha), SCALAR(h, beta), A, B, C},
                 alpha && beta);
 }
 

@@ -1192,15 +1192,19 @@ static cudaError_t bad_pointer(const char *call, const void *dst, const void *sr
  * between device memory and pageable host memory are synchronous with the host (a copy from
  * pageable memory returns once the data is read, one to it once it is written); those with
  * device, managed or pinned (cudaMallocHost, cudaHostAlloc, cudaHostRegister) memory on both
- * sides are asynchronous.  (Distributed execution runs everything at the call.) */
-static int queueable_copy(const void *dst, const void *src, enum cudaMemcpyKind kind) {
+ * sides are asynchronous.  `how` says which side is a CUDA array's memory (device memory not
+ * in the allocation table: CPUIFY_COPY_*_ARRAY).  (Distributed execution runs everything at
+ * the call.) */
+static int queueable_copy(const void *dst, const void *src, enum cudaMemcpyKind kind, unsigned how) {
     if (g_dist) return 0;
+#define KNOWN(p, array) ((how & (array)) || lookup(p).kind != 0)
     switch (kind) {
     case cudaMemcpyDeviceToDevice: return 1;
-    case cudaMemcpyHostToDevice: return lookup(src).kind != 0;
-    case cudaMemcpyDeviceToHost: return lookup(dst).kind != 0;
-    default: return lookup(src).kind != 0 && lookup(dst).kind != 0;
+    case cudaMemcpyHostToDevice: return KNOWN(src, CPUIFY_COPY_SRC_ARRAY);
+    case cudaMemcpyDeviceToHost: return KNOWN(dst, CPUIFY_COPY_DST_ARRAY);
+    default: return KNOWN(src, CPUIFY_COPY_SRC_ARRAY) && KNOWN(dst, CPUIFY_COPY_DST_ARRAY);
     }
+#undef KNOWN
 }
 
 /* A copy or memset that runs at the call on stream s (a synchronous one, or an asynchronous
@@ -1232,7 +1236,7 @@ static cudaError_t copy1d(void *dst, const void *src, size_t count, enum cudaMem
         }
         if (r) return fail((cudaError_t)r);
     }
-    if (async && queueable_copy(dst, src, kind)) {
+    if ((async & CPUIFY_COPY_ASYNC) && queueable_copy(dst, src, kind, async)) {
         cpuify_cudart_copy c = {(char *)dst, (const char *)src, count, count, count, count,
                                 count, 1, 1, kind};
         if (cpuify_cudart_enqueue_copy(&c, s)) return cudaSuccess;
@@ -1290,7 +1294,7 @@ static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spit
         }
         if (r) return fail((cudaError_t)r);
     }
-    if (async && queueable_copy(dst, src, kind)) {
+    if ((async & CPUIFY_COPY_ASYNC) && queueable_copy(dst, src, kind, async)) {
         cpuify_cudart_copy c = {(char *)dst, (const char *)src, dpitch, spitch, dpitch * height,
                                 spitch * height, width, height, 1, kind};
         if (cpuify_cudart_enqueue_copy(&c, s)) return cudaSuccess;
@@ -1388,7 +1392,8 @@ static cudaError_t copy3d(const struct cudaMemcpy3DParms *p, cudaStream_t s, int
         if (r) return fail((cudaError_t)r);
     }
     if (c.width == 0) return cudaSuccess;
-    if (async && queueable_copy(c.dst, c.src, c.kind) && cpuify_cudart_enqueue_copy(&c, s))
+    unsigned arrays = (p->dstArray ? CPUIFY_COPY_DST_ARRAY : 0) | (p->srcArray ? CPUIFY_COPY_SRC_ARRAY : 0);
+    if (async && queueable_copy(c.dst, c.src, c.kind, arrays) && cpuify_cudart_enqueue_copy(&c, s))
         return cudaSuccess;
     WAIT_STREAM_ORDER(s);
     return cpuify_cudart_run_copy(&c);
@@ -2561,14 +2566,25 @@ size_t cpuify_cudart_bytes_left(const void *p) {
 }
 
 cudaError_t cpuify_cudart_copy1d(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
-                                 cudaStream_t s) {
-    return copy1d(dst, src, count, kind, s, 0);
+                                 cudaStream_t s, unsigned how) {
+    return copy1d(dst, src, count, kind, s, (int)how);
 }
 
 cudaError_t cpuify_cudart_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
                                  size_t width, size_t height, enum cudaMemcpyKind kind,
-                                 cudaStream_t s) {
-    return copy2d(dst, dpitch, src, spitch, width, height, kind, s, 0);
+                                 cudaStream_t s, unsigned how) {
+    return copy2d(dst, dpitch, src, spitch, width, height, kind, s, (int)how);
+}
+
+cudaError_t cpuify_cudart_sticky_now(void) { return sticky_now(); }
+int cpuify_cudart_distributed(void) { return g_dist != NULL; }
+
+/* The math libraries (mathlib_internal.h): wait as work queued now on `stream` would (the
+ * legacy stream's rules); an invalid stream waits for all work. */
+CPUIFY_API void cpuify_cudart_wait_stream_order(void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (stream_ok(s)) cpuify_cudart_wait_stream(s, 0);
+    else cpuify_cudart_wait_launches();
 }
 
 /* ------------------------------------------------------------------------------------ */

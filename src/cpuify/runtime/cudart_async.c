@@ -7,8 +7,10 @@
  * thread (started with the queue's first item, parked while it is empty, reused by the next
  * stream created after the stream is destroyed): kernel launches (checked on the calling
  * thread first: every error CUDA reports at launch time stays synchronous), copies and
- * memsets (cudaMemcpy*Async between device and pinned memory, cudaMemset*Async), host
- * functions and stream callbacks, event records and event waits.  An item may also wait for
+ * memsets (cudaMemcpy*Async between device, CUDA array and pinned memory, cudaMemset*Async),
+ * host functions and stream callbacks, event records and event waits, and graph launches (a
+ * batch: the graph's nodes as items, in dependency order, queued at once, the first waiting
+ * for the exec's previous launch; cudart_graph.c).  An item may also wait for
  * an item of another queue (a dependency: a queue and the count of its items that must be
  * done), which gives CUDA's cross-stream order:
  *   - cudaStreamWaitEvent(s, e): an item on s that waits for e's last record;
@@ -24,9 +26,10 @@
  * cudaMemcpyAsync with pageable host memory for its stream's order, then run at the call (as
  * CUDA's pageable copies are synchronous with the host); cudaStreamSynchronize/Query for the
  * stream's work (the legacy stream's: also the blocking streams'); cudaEventSynchronize/Query
- * for the event's last record.  Every other API call that touches device work or memory
- * (frees, cudaDeviceSynchronize, graph launches, library routines, ...) waits for all the
- * work issued before it (cpuify_cudart_wait_launches).
+ * for the event's last record; cuBLAS, cuFFT and cuRAND routines (mathlib_internal.h) for
+ * the order of the stream set on their handle, then run at the call.  Every other API call
+ * that touches device work or memory (frees, cudaDeviceSynchronize, graph instantiation and
+ * changes, ...) waits for all the work issued before it (cpuify_cudart_wait_launches).
  *
  * Errors: a kernel that fails makes the error sticky as before; its error also becomes the
  * last error (cudaGetLastError) of the first host thread that synchronizes or asks for the
@@ -39,8 +42,7 @@
  * hooks are called from the host thread: cudart.c queues nothing then), when called from a
  * stream's own thread (a host function or callback that calls the API: CUDA forbids it, we
  * neither wait nor queue there) and when the queue cannot be used (no memory, no thread).
- * Device-side launches run with their parent grid as before; a graph launch waits for all
- * work, then runs its nodes on the calling thread.
+ * Device-side launches run with their parent grid as before.
  *
  * Device printf of queued launches is kept (cpuify_printf_defer) and written to stdout when a
  * host thread next waits, as a GPU's printf buffer is flushed at synchronizing calls.
@@ -75,8 +77,8 @@ typedef struct dep {
     uint64_t count;            /* done when q has finished this many items */
 } dep;
 
-typedef struct item {
-    struct item *next;
+typedef struct cpuify_queue_item {
+    struct cpuify_queue_item *next;
     item_kind kind;
     uint32_t ndeps;
     dep *deps;                 /* inline_deps or malloc'd */
@@ -84,9 +86,10 @@ typedef struct item {
     union {
         cpuify_cudart_launch launch;
         cpuify_cudart_copy copy;
-        struct { void *dst; size_t pitch, width, height; unsigned value; } set;
+        struct { void *dst; size_t pitch, width, height; unsigned value, element_size; } set;
         struct { cudaHostFn_t fn; void *data; } host;
         struct { cudaStreamCallback_t fn; cudaStream_t stream; void *data; } callback;
+        /* (a batch's record or wait names its event until it is queued) */
         struct { cudaEvent_t event; uint64_t generation; } record;
     } u;
     _Alignas(16) unsigned char params[];   /* a launch's own copy of its parameter buffer */
@@ -142,6 +145,17 @@ static int async_wanted(void) {
  * (caller holds g_lock). */
 static void tell_host_state_locked(void) {
     cpuify_host_running(atomic_load(&g_pending) != 0 && (g_host_waiters == 0 || g_other_running > 0));
+}
+
+/* A host thread waits for stream work (caller holds g_lock). */
+static void host_wait_begin_locked(void) {
+    g_host_waiters++;
+    tell_host_state_locked();
+}
+
+static void host_wait_end_locked(void) {
+    g_host_waiters--;
+    tell_host_state_locked();
 }
 
 static int dep_done(dep d) { return atomic_load(&d.q->done) >= d.count; }
@@ -268,8 +282,8 @@ static void run_item(queue *q, item *it) {
         if (!cpuify_cudart_sticky()) {
             cudaError_t e = it->kind == ITEM_COPY
                 ? cpuify_cudart_run_copy(&it->u.copy)
-                : cpuify_cudart_run_memset(it->u.set.dst, it->u.set.pitch, it->u.set.value, 1,
-                                           it->u.set.width, it->u.set.height);
+                : cpuify_cudart_run_memset(it->u.set.dst, it->u.set.pitch, it->u.set.value,
+                                           it->u.set.element_size, it->u.set.width, it->u.set.height);
             if (e) {
                 int zero = 0;
                 atomic_compare_exchange_strong(&g_async_error, &zero, (int)e);
@@ -412,52 +426,22 @@ static item *new_item(item_kind kind, size_t extra) {
  * cannot be used: the work then runs at the call). */
 static void wait_stream_order(cudaStream_t s, int sync);
 
-/* Queues `it` on stream s after its dependencies (`extra`: one more, or NULL) and returns 1,
- * or frees it and returns 0: run the work now (CPUIFY_SYNC_LAUNCH=1, a queue thread calling,
- * no memory or thread: then after waiting for what it is ordered after). */
-static int enqueue(item *it, cudaStream_t s, const dep *extra) {
-    if (!it) {
-        if (async_wanted() && !tls_stream_thread) wait_stream_order(s, 0);
-        return 0;
-    }
-    if (tls_stream_thread || !async_wanted()) {
-        free(it);
-        return 0;
-    }
-    pthread_mutex_lock(&g_lock);
-    queue *q = queue_of_locked(s);
-    if (!q || start_locked(q) != 0) {
-        if (q) wait_queue_order_locked(q, 0);
-        else wait_all_locked();   /* (no queue for s: no memory) */
-        pthread_mutex_unlock(&g_lock);
-        free(it);
-        return 0;
-    }
-    size_t n = implicit_deps_locked(q, 0, it->inline_deps, 2);
-    if (n > 2) {
-        it->deps = malloc((n + 1) * sizeof *it->deps);
-        if (!it->deps) {
-            wait_queue_order_locked(q, 0);
-            pthread_mutex_unlock(&g_lock);
-            free(it);
-            return 0;
-        }
-        implicit_deps_locked(q, 0, it->deps, n);
-    } else if (extra && n == 2) {
-        it->deps = malloc(3 * sizeof *it->deps);
-        if (!it->deps) {
-            wait_queue_order_locked(q, 0);
-            if (!dep_done(*extra)) wait_dep_locked(*extra);
-            pthread_mutex_unlock(&g_lock);
-            free(it);
-            return 0;
-        }
-        memcpy(it->deps, it->inline_deps, 2 * sizeof *it->deps);
-    } else {
-        it->deps = it->inline_deps;
-    }
-    if (extra) it->deps[n++] = *extra;
-    it->ndeps = (uint32_t)n;
+/* Gives `it` its dependencies (caller holds g_lock): q's implicit ones (the legacy stream's
+ * order) and `extra` (NULL or one more).  0: no memory. */
+static int set_deps_locked(item *it, const queue *q, const dep *extra) {
+    size_t n = implicit_deps_locked(q, 0, it->inline_deps, 0);
+    size_t total = n + (extra != NULL);
+    it->deps = total <= 2 ? it->inline_deps : malloc(total * sizeof *it->deps);
+    if (!it->deps) return 0;
+    if (n) implicit_deps_locked(q, 0, it->deps, n);
+    if (extra) it->deps[n] = *extra;
+    it->ndeps = (uint32_t)total;
+    return 1;
+}
+
+/* Appends `it`, its dependencies set, to q (caller holds g_lock; q's thread is told by the
+ * caller).  A record item's event is reached when it is. */
+static void append_locked(queue *q, item *it) {
     if (it->kind == ITEM_RECORD) {
         cudaEvent_t e = it->u.record.event;
         e->pending_records++;
@@ -469,52 +453,102 @@ static int enqueue(item *it, cudaStream_t s, const dep *extra) {
     q->tail = it;
     q->issued++;
     atomic_fetch_add(&g_pending, 1);
+}
+
+/* Queues `it` on stream s after its dependencies (`extra`: one more, or NULL) and returns 1,
+ * or frees it and returns 0: run the work now (CPUIFY_SYNC_LAUNCH=1, a queue thread calling,
+ * no memory or thread: then after waiting for what it is ordered after). */
+static int enqueue(item *it, cudaStream_t s, const dep *extra) {
+    if (!it) {
+        if (async_wanted() && !tls_stream_thread) {
+            wait_stream_order(s, 0);
+            if (extra) {
+                pthread_mutex_lock(&g_lock);
+                wait_dep_locked(*extra);
+                pthread_mutex_unlock(&g_lock);
+            }
+        }
+        return 0;
+    }
+    if (tls_stream_thread || !async_wanted()) {
+        free(it);
+        return 0;
+    }
+    pthread_mutex_lock(&g_lock);
+    queue *q = queue_of_locked(s);
+    if (!q || start_locked(q) != 0 || !set_deps_locked(it, q, extra)) {
+        if (q) wait_queue_order_locked(q, 0);
+        else wait_all_locked();   /* (no queue for s: no memory) */
+        if (extra) wait_dep_locked(*extra);
+        pthread_mutex_unlock(&g_lock);
+        free(it);
+        return 0;
+    }
+    append_locked(q, it);
     pthread_cond_signal(&q->work);
     tell_host_state_locked();
     pthread_mutex_unlock(&g_lock);
     return 1;
 }
 
-int cpuify_cudart_enqueue_launch(const cpuify_cudart_launch *l, const unsigned char *params,
-                                 cudaStream_t s) {
-    if (tls_stream_thread || !async_wanted()) return 0;
+static item *launch_item(const cpuify_cudart_launch *l, const unsigned char *params) {
     item *it = new_item(ITEM_KERNEL, l->param_bytes);
     if (it) {
         it->u.launch = *l;
         memcpy(it->params, params, l->param_bytes);
     }
-    return enqueue(it, s, NULL);
+    return it;
 }
 
-int cpuify_cudart_enqueue_copy(const cpuify_cudart_copy *c, cudaStream_t s) {
-    if (tls_stream_thread || !async_wanted()) return 0;
+static item *copy_item(const cpuify_cudart_copy *c) {
     item *it = new_item(ITEM_COPY, 0);
     if (it) it->u.copy = *c;
-    return enqueue(it, s, NULL);
+    return it;
 }
 
-int cpuify_cudart_enqueue_memset(void *dst, size_t pitch, unsigned value, size_t width, size_t height,
-                                 cudaStream_t s) {
-    if (tls_stream_thread || !async_wanted()) return 0;
+static item *memset_item(void *dst, size_t pitch, unsigned value, unsigned element_size, size_t width,
+                         size_t height) {
     item *it = new_item(ITEM_MEMSET, 0);
     if (it) {
         it->u.set.dst = dst;
         it->u.set.pitch = pitch;
         it->u.set.value = value;
+        it->u.set.element_size = element_size;
         it->u.set.width = width;
         it->u.set.height = height;
     }
-    return enqueue(it, s, NULL);
+    return it;
 }
 
-int cpuify_cudart_enqueue_host(cudaHostFn_t fn, void *data, cudaStream_t s) {
-    if (tls_stream_thread || !async_wanted()) return 0;
+static item *host_item(cudaHostFn_t fn, void *data) {
     item *it = new_item(ITEM_HOST, 0);
     if (it) {
         it->u.host.fn = fn;
         it->u.host.data = data;
     }
-    return enqueue(it, s, NULL);
+    return it;
+}
+
+int cpuify_cudart_enqueue_launch(const cpuify_cudart_launch *l, const unsigned char *params,
+                                 cudaStream_t s) {
+    if (tls_stream_thread || !async_wanted()) return 0;
+    return enqueue(launch_item(l, params), s, NULL);
+}
+
+int cpuify_cudart_enqueue_copy(const cpuify_cudart_copy *c, cudaStream_t s) {
+    if (tls_stream_thread || !async_wanted()) return 0;
+    return enqueue(copy_item(c), s, NULL);
+}
+
+int cpuify_cudart_enqueue_memset(void *dst, size_t pitch, unsigned value, size_t width, size_t height,
+                                 cudaStream_t s) {
+    if (tls_stream_thread || !async_wanted()) return 0;
+    return enqueue(memset_item(dst, pitch, value, 1, width, height), s, NULL);
+}
+
+int cpuify_cudart_enqueue_host(cudaHostFn_t fn, void *data, cudaStream_t s) {
+    if (tls_stream_thread || !async_wanted()) return 0;
+    return enqueue(host_item(fn, data), s, NULL);
 }
 
 int cpuify_cudart_enqueue_callback(cudaStreamCallback_t fn, void *data, cudaStream_t s) {
@@ -526,6 +560,112 @@ int cpuify_cudart_enqueue_callback(cudaStreamCallback_t fn, void *data, cudaStre
         it->u.callback.data = data;
     }
     return enqueue(it, s, NULL);
+}
+
+/* ---- batches (graph launches) ---- */
+
+static void batch_push(cpuify_cudart_batch *b, item *it) {
+    if (!it) {
+        b->failed = 1;
+        return;
+    }
+    if (b->tail) b->tail->next = it;
+    else b->head = it;
+    b->tail = it;
+    b->n++;
+}
+
+void cpuify_cudart_batch_launch(cpuify_cudart_batch *b, const cpuify_cudart_launch *l,
+                                const unsigned char *params) {
+    batch_push(b, launch_item(l, params));
+}
+
+void cpuify_cudart_batch_copy(cpuify_cudart_batch *b, const cpuify_cudart_copy *c) {
+    batch_push(b, copy_item(c));
+}
+
+void cpuify_cudart_batch_memset(cpuify_cudart_batch *b, void *dst, size_t pitch, unsigned value,
+                                unsigned element_size, size_t width, size_t height) {
+    batch_push(b, memset_item(dst, pitch, value, element_size, width, height));
+}
+
+void cpuify_cudart_batch_host(cpuify_cudart_batch *b, cudaHostFn_t fn, void *data) {
+    batch_push(b, host_item(fn, data));
+}
+
+void cpuify_cudart_batch_event(cpuify_cudart_batch *b, cudaEvent_t e, int record) {
+    item *it = new_item(record ? ITEM_RECORD : ITEM_WAIT, 0);
+    if (it) it->u.record.event = e;
+    batch_push(b, it);
+}
+
+static void batch_free(cpuify_cudart_batch *b) {
+    for (item *it = b->head, *next; it; it = next) {
+        next = it->next;
+        free(it);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+static int mark_pending(const cpuify_cudart_mark *m) {
+    return m && m->queue && atomic_load(&m->queue->done) < m->count;
+}
+
+int cpuify_cudart_enqueue_batch(cpuify_cudart_batch *b, cudaStream_t s, const cpuify_cudart_mark *after,
+                                cpuify_cudart_mark *last) {
+    dep prev = {after ? after->queue : NULL, after ? after->count : 0};
+    /* the batch opens with an item that carries its dependencies on other queues */
+    item *open = b->failed || tls_stream_thread || !async_wanted() ? NULL : new_item(ITEM_WAIT, 0);
+    if (!open) {
+        batch_free(b);
+        return enqueue(NULL, s, mark_pending(after) ? &prev : NULL);
+    }
+    pthread_mutex_lock(&g_lock);
+    queue *q = queue_of_locked(s);
+    int after_other = prev.q && prev.q != q && !dep_done(prev);
+    if (!q || start_locked(q) != 0 || !set_deps_locked(open, q, after_other ? &prev : NULL)) {
+        if (q) wait_queue_order_locked(q, 0);
+        else wait_all_locked();
+        if (prev.q) wait_dep_locked(prev);
+        pthread_mutex_unlock(&g_lock);
+        free(open);
+        batch_free(b);
+        return 0;
+    }
+    append_locked(q, open);
+    for (item *it = b->head, *next; it; it = next) {
+        next = it->next;
+        it->next = NULL;
+        it->deps = it->inline_deps;
+        if (it->kind == ITEM_WAIT) {
+            /* the event's last record as of the launch (one made earlier in this batch
+             * included), unless q reaches it in order anyway */
+            cudaEvent_t e = it->u.record.event;
+            dep d = {e->queue, e->count};
+            if (d.q && d.q != q && !dep_done(d)) {
+                it->inline_deps[0] = d;
+                it->ndeps = 1;
+            }
+        } else if (it->kind == ITEM_RECORD) {
+            it->u.record.generation = ++it->u.record.event->generation;
+        }
+        append_locked(q, it);
+    }
+    memset(b, 0, sizeof *b);
+    if (last) *last = (cpuify_cudart_mark){q, q->issued};
+    pthread_cond_signal(&q->work);
+    tell_host_state_locked();
+    pthread_mutex_unlock(&g_lock);
+    return 1;
+}
+
+void cpuify_cudart_wait_mark(const cpuify_cudart_mark *m) {
+    if (tls_stream_thread || !mark_pending(m)) return;
+    pthread_mutex_lock(&g_lock);
+    host_wait_begin_locked();
+    wait_dep_locked((dep){m->queue, m->count});
+    host_wait_end_locked();
+    pthread_mutex_unlock(&g_lock);
 }
 
 /* Whether stream s has nothing queued and nothing its next item would wait for (caller
@@ -578,16 +718,6 @@ void cpuify_cudart_stream_wait_event(cudaStream_t s, cudaEvent_t e) {
 }
 
 /* ---- waiting ---- */
-
-static void host_wait_begin_locked(void) {
-    g_host_waiters++;
-    tell_host_state_locked();
-}
-
-static void host_wait_end_locked(void) {
-    g_host_waiters--;
-    tell_host_state_locked();
-}
 
 static void wait_stream_order(cudaStream_t s, int sync) {
     if (tls_stream_thread) return;

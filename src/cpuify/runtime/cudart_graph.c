@@ -18,9 +18,11 @@
  * Execution: cudaGraphInstantiate orders the nodes topologically (child graphs inlined) and
  * prepares each one completely (the kernel's block function for its block shape, buffer
  * sizes, its parameter buffer; copies as plain pointers and pitches), so cudaGraphLaunch is a
- * loop over ready work.  Nodes run one after another, in that order, on the calling thread
- * (each kernel uses all workers), like every stream of this runtime: independent branches run
- * serially, which CUDA allows.
+ * loop over ready work.  A launch queues the nodes, in that order, on its stream
+ * (cudart_async.c; each kernel uses all workers), after the launch before it of the same
+ * exec: independent branches run serially, which CUDA allows.  An event-wait node waits for
+ * the event's last record as of the launch; the queued work keeps copies of the parameters,
+ * so changing or destroying the exec does not touch launches in flight.
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
@@ -1808,7 +1810,8 @@ struct CUgraphExec_st {
     uint64_t *ids_instantiated; /* shape's top-level node i pairs with the user's node of id */
     uint64_t *ids_updated;      /* ... (of the graph given to the last cudaGraphExecUpdate) */
     unsigned long long flags;
-    pthread_mutex_t lock;       /* one replay of an exec at a time */
+    cpuify_cudart_mark last;    /* the last item its last launch queued (cudart_async.c) */
+    pthread_mutex_t lock;       /* one launch or change of its work at a time */
 };
 
 static int exec_ok(const struct CUgraphExec_st *x) { return x && x->magic == EXEC_MAGIC; }
@@ -1884,8 +1887,8 @@ static exec_node *exec_push(struct CUgraphExec_st *x) {
     return &x->nodes[x->n++];
 }
 
-/* Appends the work of g, in topological order, child graphs inlined (empty and event-wait
- * nodes have no work: this runtime runs everything in order). */
+/* Appends the work of g, in topological order, child graphs inlined (empty nodes have no
+ * work: a launch runs the nodes one after another, on its stream). */
 static cudaError_t exec_build(struct CUgraphExec_st *x, const graph_t *g, int top, node_t **bad) {
     node_t **order = malloc((g->nodes.n + 1) * sizeof *order);
     if (!order) return cudaErrorMemoryAllocation;
@@ -1895,7 +1898,7 @@ static cudaError_t exec_build(struct CUgraphExec_st *x, const graph_t *g, int to
         if (top) x->slot[n->index] = SIZE_MAX;
         if (n->type == cudaGraphNodeTypeGraph) {
             e = exec_build(x, n->p.child, 0, bad);
-        } else if (n->type != cudaGraphNodeTypeEmpty && n->type != cudaGraphNodeTypeWaitEvent) {
+        } else if (n->type != cudaGraphNodeTypeEmpty) {
             exec_node *en = exec_push(x);
             if (!en) {
                 e = cudaErrorMemoryAllocation;
@@ -2032,8 +2035,9 @@ cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream) {
     return cudaSuccess; /* everything was prepared at instantiation */
 }
 
-/* Runs the work of x in order.  A kernel that fails stops the replay (its error is sticky:
- * on a GPU the work after it would not run either). */
+/* Runs the work of x in order on the calling thread (a launch that cannot be queued).  A
+ * kernel that fails stops the replay (its error is sticky: on a GPU the work after it would
+ * not run either). */
 static cudaError_t exec_run(struct CUgraphExec_st *x) {
     for (size_t i = 0; i < x->n; i++) {
         exec_node *en = &x->nodes[i];
@@ -2058,6 +2062,7 @@ static cudaError_t exec_run(struct CUgraphExec_st *x) {
             ev->recorded = 1;
             break;
         }
+        case cudaGraphNodeTypeWaitEvent: cpuify_cudart_event_done(en->u.event, 1); break;
         default: break;
         }
         if (e) return e;
@@ -2065,8 +2070,45 @@ static cudaError_t exec_run(struct CUgraphExec_st *x) {
     return cudaSuccess;
 }
 
+/* Queues the work of x on stream s, in order, after x's previous launch (cudart_async.c: one
+ * batch, each node an item of s's queue as if issued to s one after another); 0: run it now
+ * (it waited for what the launch is ordered after). */
+static int exec_enqueue(struct CUgraphExec_st *x, cudaStream_t s) {
+    cpuify_cudart_batch b = {0};
+    for (size_t i = 0; i < x->n; i++) {
+        exec_node *en = &x->nodes[i];
+        switch (en->type) {
+        case cudaGraphNodeTypeKernel:
+            cpuify_cudart_batch_launch(&b, &en->u.kernel.launch, en->u.kernel.buf);
+            break;
+        case cudaGraphNodeTypeMemcpy:
+            if (en->u.copy.width) cpuify_cudart_batch_copy(&b, &en->u.copy);
+            break;
+        case cudaGraphNodeTypeMemset: {
+            const struct cudaMemsetParams *p = &en->u.memset;
+            cpuify_cudart_batch_memset(&b, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
+            break;
+        }
+        case cudaGraphNodeTypeHost: cpuify_cudart_batch_host(&b, en->u.host.fn, en->u.host.userData); break;
+        case cudaGraphNodeTypeEventRecord: {
+            cudaEvent_t ev = en->u.event;
+            if (ev->captured) cpuify_graph_forget_event(ev);
+            ev->recorded = 1;
+            cpuify_cudart_batch_event(&b, ev, 1);
+            break;
+        }
+        case cudaGraphNodeTypeWaitEvent: cpuify_cudart_batch_event(&b, en->u.event, 0); break;
+        default: break;
+        }
+    }
+    return cpuify_cudart_enqueue_batch(&b, s, &x->last, &x->last);
+}
+
+/* Queued on the stream like the work it holds: the host goes on at once; a kernel's failure
+ * shows at a later call, as a kernel launch's does. */
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
-    CHECK_STICKY();
+    cudaError_t st = cpuify_cudart_sticky_now();
+    if (st) return st;
     if (!exec_ok(graphExec)) FAIL(cudaErrorInvalidValue);
     if (!stream_valid(stream)) FAIL(cudaErrorInvalidResourceHandle);
     if (CPUIFY_CAPTURE_OPEN()) {
@@ -2076,7 +2118,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
         if (r) FAIL((cudaError_t)r);
     }
     pthread_mutex_lock(&graphExec->lock);
-    cudaError_t e = exec_run(graphExec);
+    cudaError_t e = cudaSuccess;
+    if (cpuify_cudart_distributed() || !exec_enqueue(graphExec, stream)) {
+        e = cpuify_cudart_sticky_now();
+        if (!e) e = exec_run(graphExec);
+    }
     pthread_mutex_unlock(&graphExec->lock);
     return e ? cpuify_cudart_fail(e) : cudaSuccess;
 }

@@ -17,17 +17,26 @@
 /* cudart.c: record `e` as the thread's last error and return it; the sticky error (a kernel
  * failed) or cudaSuccess; 256-byte aligned memory; the bytes from p to the end of the
  * device/managed/pinned allocation it points into (SIZE_MAX for other memory); the checked
- * copies behind cudaMemcpy and cudaMemcpy2D (run at the call, after the work stream s orders
- * them after). */
+ * copies behind cudaMemcpy and cudaMemcpy2D: `how` 0 runs them at the call, after the work
+ * stream s orders them after; CPUIFY_COPY_ASYNC as cudaMemcpyAsync (queued on s where CUDA's
+ * copy is asynchronous), with CPUIFY_COPY_DST_ARRAY / _SRC_ARRAY where that side is a CUDA
+ * array's memory (device memory the allocation table does not know). */
+#define CPUIFY_COPY_ASYNC 1u
+#define CPUIFY_COPY_DST_ARRAY 2u
+#define CPUIFY_COPY_SRC_ARRAY 4u
 CPUIFY_INTERNAL cudaError_t cpuify_cudart_fail(cudaError_t e);
 CPUIFY_INTERNAL cudaError_t cpuify_cudart_sticky(void);
+/* the sticky error without waiting for the work in flight (calls that queue work); whether
+ * distributed execution runs (then nothing is queued: work runs at the call) */
+CPUIFY_INTERNAL cudaError_t cpuify_cudart_sticky_now(void);
+CPUIFY_INTERNAL int cpuify_cudart_distributed(void);
 CPUIFY_INTERNAL void *cpuify_cudart_alloc(size_t size);
 CPUIFY_INTERNAL size_t cpuify_cudart_bytes_left(const void *p);
 CPUIFY_INTERNAL cudaError_t cpuify_cudart_copy1d(void *dst, const void *src, size_t count,
-                                                 enum cudaMemcpyKind kind, cudaStream_t s);
+                                                 enum cudaMemcpyKind kind, cudaStream_t s, unsigned how);
 CPUIFY_INTERNAL cudaError_t cpuify_cudart_copy2d(void *dst, size_t dpitch, const void *src,
                                                  size_t spitch, size_t width, size_t height,
-                                                 enum cudaMemcpyKind kind, cudaStream_t s);
+                                                 enum cudaMemcpyKind kind, cudaStream_t s, unsigned how);
 CPUIFY_API cudaError_t cpuify_cudart_not_supported(const char *fn);
 
 /* cudart_texture.c: a CUDA array as a pitched pointer (returns its element size; 1 for no
@@ -157,6 +166,36 @@ CPUIFY_INTERNAL int cpuify_cudart_event_release(cudaEvent_t e);
 CPUIFY_INTERNAL void cpuify_cudart_stream_release(cudaStream_t s);
 CPUIFY_API void cpuify_cudart_wait_launches(void);
 CPUIFY_INTERNAL void cpuify_cudart_collect_launch_error(void);
+
+/* cudart_async.c: a batch of work queued on one stream at once, nothing of another call
+ * between its items (a graph launch: its nodes in dependency order).  The batch_* functions
+ * add to it (a copy of the launch's parameters, of the copy's plan; an event record, or an
+ * event wait (record 0) that waits for the event's last record as of the enqueue, one made
+ * earlier in the batch included); an item without memory fails the batch.
+ * cpuify_cudart_enqueue_batch queues it on s after `after` (a mark: the work of a queue up to
+ * an item; NULL or zeroed for none), sets *last to the mark of its last item and returns 1,
+ * or returns 0: run the work now (as the enqueue functions; it waited for s's order and
+ * `after`).  Either way the batch is emptied.  cpuify_cudart_wait_mark waits for a mark. */
+typedef struct cpuify_cudart_mark {
+    struct cpuify_queue *queue;
+    uint64_t count;
+} cpuify_cudart_mark;
+typedef struct cpuify_cudart_batch {
+    struct cpuify_queue_item *head, *tail;
+    size_t n;
+    int failed;
+} cpuify_cudart_batch;
+CPUIFY_INTERNAL void cpuify_cudart_batch_launch(cpuify_cudart_batch *b, const cpuify_cudart_launch *l,
+                                                const unsigned char *params);
+CPUIFY_INTERNAL void cpuify_cudart_batch_copy(cpuify_cudart_batch *b, const cpuify_cudart_copy *c);
+CPUIFY_INTERNAL void cpuify_cudart_batch_memset(cpuify_cudart_batch *b, void *dst, size_t pitch,
+                                                unsigned value, unsigned element_size, size_t width,
+                                                size_t height);
+CPUIFY_INTERNAL void cpuify_cudart_batch_host(cpuify_cudart_batch *b, cudaHostFn_t fn, void *data);
+CPUIFY_INTERNAL void cpuify_cudart_batch_event(cpuify_cudart_batch *b, cudaEvent_t e, int record);
+CPUIFY_INTERNAL int cpuify_cudart_enqueue_batch(cpuify_cudart_batch *b, cudaStream_t s,
+                                                const cpuify_cudart_mark *after, cpuify_cudart_mark *last);
+CPUIFY_INTERNAL void cpuify_cudart_wait_mark(const cpuify_cudart_mark *m);
 /* the calling thread's stream 0 is its per-thread default stream while `on` (the _ptds
  * functions: cpuify/nvcc/rtlib.py); returns the setting before */
 CPUIFY_INTERNAL int cpuify_cudart_default_stream_per_thread(int on);

@@ -233,7 +233,8 @@ cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset,
                                 enum cudaMemcpyKind kind) {
     char *d = array_at(dst, wOffset, hOffset, width, height);
     if (!d) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy2d(d, dst->pitch, src, spitch, width, height, kind, NULL);
+    return cpuify_cudart_copy2d(d, dst->pitch, src, spitch, width, height, kind, NULL,
+                                CPUIFY_COPY_DST_ARRAY);
 }
 
 cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset,
@@ -241,7 +242,8 @@ cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOf
                                      enum cudaMemcpyKind kind, cudaStream_t stream) {
     char *d = array_at(dst, wOffset, hOffset, width, height);
     if (!d) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy2d(d, dst->pitch, src, spitch, width, height, kind, stream);
+    return cpuify_cudart_copy2d(d, dst->pitch, src, spitch, width, height, kind, stream,
+                                CPUIFY_COPY_ASYNC | CPUIFY_COPY_DST_ARRAY);
 }
 
 cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset,
@@ -249,7 +251,8 @@ cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t sr
                                   enum cudaMemcpyKind kind) {
     char *s = array_at(src, wOffset, hOffset, width, height);
     if (!s) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy2d(dst, dpitch, s, src->pitch, width, height, kind, NULL);
+    return cpuify_cudart_copy2d(dst, dpitch, s, src->pitch, width, height, kind, NULL,
+                                CPUIFY_COPY_SRC_ARRAY);
 }
 
 cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src,
@@ -258,7 +261,8 @@ cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const
                                        cudaStream_t stream) {
     char *s = array_at(src, wOffset, hOffset, width, height);
     if (!s) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy2d(dst, dpitch, s, src->pitch, width, height, kind, stream);
+    return cpuify_cudart_copy2d(dst, dpitch, s, src->pitch, width, height, kind, stream,
+                                CPUIFY_COPY_ASYNC | CPUIFY_COPY_SRC_ARRAY);
 }
 
 cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst,
@@ -267,7 +271,8 @@ cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t 
     char *d = array_at(dst, wOffsetDst, hOffsetDst, width, height);
     char *s = array_at(src, wOffsetSrc, hOffsetSrc, width, height);
     if (!d || !s) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy2d(d, dst->pitch, s, src->pitch, width, height, kind, NULL);
+    return cpuify_cudart_copy2d(d, dst->pitch, s, src->pitch, width, height, kind, NULL,
+                                CPUIFY_COPY_DST_ARRAY | CPUIFY_COPY_SRC_ARRAY);
 }
 
 /* The legacy 1D copies: `count` bytes from (wOffset, hOffset) on, row after row. */
@@ -282,7 +287,7 @@ cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, c
                               size_t count, enum cudaMemcpyKind kind) {
     char *d = array_run(dst, wOffset, hOffset, count);
     if (!d) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy1d(d, src, count, kind, NULL);
+    return cpuify_cudart_copy1d(d, src, count, kind, NULL, CPUIFY_COPY_DST_ARRAY);
 }
 
 cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset,
@@ -290,14 +295,15 @@ cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffs
                                    cudaStream_t stream) {
     char *d = array_run(dst, wOffset, hOffset, count);
     if (!d) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy1d(d, src, count, kind, stream);
+    return cpuify_cudart_copy1d(d, src, count, kind, stream,
+                                CPUIFY_COPY_ASYNC | CPUIFY_COPY_DST_ARRAY);
 }
 
 cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset,
                                 size_t count, enum cudaMemcpyKind kind) {
     char *s = array_run(src, wOffset, hOffset, count);
     if (!s) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy1d(dst, s, count, kind, NULL);
+    return cpuify_cudart_copy1d(dst, s, count, kind, NULL, CPUIFY_COPY_SRC_ARRAY);
 }
 
 cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset,
@@ -305,7 +311,8 @@ cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wO
                                      cudaStream_t stream) {
     char *s = array_run(src, wOffset, hOffset, count);
     if (!s) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy1d(dst, s, count, kind, stream);
+    return cpuify_cudart_copy1d(dst, s, count, kind, stream,
+                                CPUIFY_COPY_ASYNC | CPUIFY_COPY_SRC_ARRAY);
 }
 
 cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst,
@@ -314,7 +321,8 @@ cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hO
     char *d = array_run(dst, wOffsetDst, hOffsetDst, count);
     char *s = array_run(src, wOffsetSrc, hOffsetSrc, count);
     if (!d || !s) return cpuify_cudart_fail(cudaErrorInvalidValue);
-    return cpuify_cudart_copy1d(d, s, count, kind, NULL);
+    return cpuify_cudart_copy1d(d, s, count, kind, NULL,
+                                CPUIFY_COPY_DST_ARRAY | CPUIFY_COPY_SRC_ARRAY);
 }
 
 /* A texture or surface object: the descriptor device code samples through (first, so the

@@ -8,7 +8,8 @@
  * a power-of-two FFT of length >= 2n - 1.  Multi-dimensional transforms apply the 1-D ones
  * along each axis.  Forward (CUFFT_FORWARD, exponent sign -1) and inverse (+1) transforms
  * are unnormalized, as cuFFT's.  The batch is spread over cpuify's workers
- * (mathlib_internal.h); work runs at the call on the plan's stream. */
+ * (mathlib_internal.h); a transform runs at the call, after the work before it on the plan's
+ * stream (cufftSetStream). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -236,7 +237,6 @@ __attribute__((visibility("default"))) int cpuify_cufft_not_supported_once(const
 }
 
 static plan_t *plan_of(cufftHandle h) {
-    cpuify_cudart_wait_launches();   /* (a transform reads what the kernels before it wrote) */
     if (h <= 0 || h >= MAX_PLANS) return NULL;
     pthread_mutex_lock(&plans_lock);
     plan_t *p = plans[h];
@@ -634,7 +634,9 @@ static cufftResult exec(const char *api, cufftHandle h, void *idata, void *odata
     uint64_t scratch = (uint64_t)(p->total + p->n[0] + (p->rank > 1 ? p->n[1] : 0) +
                                   (p->rank > 2 ? p->n[2] : 0) + p->line_work) * sizeof(cpx);
     if (p->batch > UINT32_MAX) return CUFFT_INVALID_SIZE;
-    if (cpuify_run_job(api, (uint32_t)p->batch, scratch, exec_job, &e)) return CUFFT_EXEC_FAILED;
+    /* (a transform reads what the work before it on the plan's stream wrote) */
+    if (cpuify_run_job(api, p->stream, (uint32_t)p->batch, scratch, exec_job, &e))
+        return CUFFT_EXEC_FAILED;
     return CUFFT_SUCCESS;
 }
 

@@ -31,8 +31,9 @@
  * whose spacing was not established): creating one prints one line naming it and returns
  * CURAND_STATUS_TYPE_ERROR.
  *
- * Generation runs at the call through cpuify's workers (mathlib_internal.h); cpuify runs
- * every stream's work in issue order at the call, so the results are ready on return. */
+ * Generation runs at the call through cpuify's workers, after the work before it on the
+ * generator's stream (curandSetStream; mathlib_internal.h), so the results are ready on
+ * return. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -249,7 +250,7 @@ curandStatus_t curandGetProperty(libraryPropertyType type, int *value) {
 
 curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    generator->stream = stream;     /* the work runs at the call, after the stream's earlier work */
+    generator->stream = stream;     /* (generation waits for the stream's work before it) */
     return CURAND_STATUS_SUCCESS;
 }
 
@@ -738,16 +739,16 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
     int e;
     if (quasi) {
         uint64_t per_dim = n / g->dimensions;
-        e = cpuify_run_job(api, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
+        e = cpuify_run_job(api, g->stream, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
                            quasi_job, &w);
 #if MTGP32_AVAILABLE
     } else if (mtgp) {
-        e = cpuify_run_job(api, MTGP32_SETS, 0, mtgp32_job, &w);
+        e = cpuify_run_job(api, g->stream, MTGP32_SETS, 0, mtgp32_job, &w);
 #endif
     } else {
         uint32_t T = subsequences(g);
         w.threads_per_job = philox ? 1024 : 256;
-        e = cpuify_run_job(api, (T + w.threads_per_job - 1) / w.threads_per_job, 0, generate_job, &w);
+        e = cpuify_run_job(api, g->stream, (T + w.threads_per_job - 1) / w.threads_per_job, 0, generate_job, &w);
     }
     free(cdf);
     if (e != 0) return CURAND_STATUS_LAUNCH_FAILURE;

@@ -1,10 +1,11 @@
-/* cpuify's cuBLAS and cuFFT (cublas.c, cufft.c): what they share.  Their work runs through
- * the block scheduler (cpuify_launch) as a grid of "blocks" that are C functions: spread
- * over cpuify's workers, with per-worker scratch memory, and with the runtime's fault
- * containment (a routine given a pointer that is not memory fails with an error, the
- * program goes on).  A routine first waits for the kernels launched before it (they run
- * asynchronously, cudart_async.c), then runs at the call, so it is finished when it
- * returns. */
+/* cpuify's cuBLAS, cuFFT and cuRAND (cublas.c, cufft.c, curand.c): what they share.  Their
+ * work runs through the block scheduler (cpuify_launch) as a grid of "blocks" that are C
+ * functions: spread over cpuify's workers, with per-worker scratch memory, and with the
+ * runtime's fault containment (a routine given a pointer that is not memory fails with an
+ * error, the program goes on).  A routine first waits for the work it is ordered after on
+ * the stream of its handle, plan or generator, as work queued on that stream would
+ * (cudart_async.c: the stream's earlier work; the legacy stream's rules), then runs at the
+ * call, so it is finished when it returns.  Work on other streams runs on meanwhile. */
 #ifndef CPUIFY_MATHLIB_INTERNAL_H
 #define CPUIFY_MATHLIB_INTERNAL_H
 
@@ -28,13 +29,17 @@ static int32_t cpuify_job_block(const void *params, const cpuify_dims *dims, uin
     return 0;
 }
 
-/* Runs fn(arg, i, scratch) for i < count over the workers.  Returns 0, or prints one line
- * naming `api` and the cause and returns -1. */
+/* cudart: wait for all work issued so far; wait as work queued now on a stream would (a
+ * cudaStream_t; an invalid one waits for all work) */
 void cpuify_cudart_wait_launches(void);
+void cpuify_cudart_wait_stream_order(void *stream);
 
-static int cpuify_run_job(const char *api, uint32_t count, uint64_t scratch_bytes, cpuify_job_fn fn,
-                          const void *arg) {
-    cpuify_cudart_wait_launches();   /* the kernels launched before it are done */
+/* Runs fn(arg, i, scratch) for i < count over the workers, after the work it is ordered
+ * after on `stream`.  Returns 0, or prints one line naming `api` and the cause and returns
+ * -1. */
+static int cpuify_run_job(const char *api, void *stream, uint32_t count, uint64_t scratch_bytes,
+                          cpuify_job_fn fn, const void *arg) {
+    cpuify_cudart_wait_stream_order(stream);
     if (count == 0) return 0;
     cpuify_job j = {fn, arg};
     cpuify_dims d = {{count, 1, 1}, {1, 1, 1}};
