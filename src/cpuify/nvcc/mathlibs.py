@@ -1,13 +1,14 @@
 """cpuify's cuBLAS, cuFFT and cuRAND: `libcublas`, `libcufft` and `libcurand` of `cpuify cuda-home`.
 
-The libraries are C (runtime/cublas.c, runtime/cufft.c, runtime/curand.c, built with the
-runtime's flags and headers) that run the routines on the CPU through cpuify's block
+The libraries are C (runtime/cublas.c, runtime/cufft.c, runtime/curand.c with
+runtime/curand_distributions.c, built with the runtime's flags and headers) that run the routines on the CPU through cpuify's block
 scheduler.  The cuBLAS and cuFFT headers (runtime/include/cublas.h, cublas_v2.h,
 cublas_api.h, cufft.h) are ours and declare CUDA's names and values; a function they
 declare that the C source does not define gets a generated stub that prints one line
 naming it, once, and returns CUBLAS_STATUS_NOT_SUPPORTED / CUFFT_NOT_SUPPORTED, so programs
 that use it link and fail clearly.  cuRAND's header is NVIDIA's curand.h (the nvidia-curand
-wheel, `pip install 'cpuify[curand]'`); curand.c defines every function it declares.
+wheel, `pip install 'cpuify[curand]'`); cpuify's cuRAND sources define every function it
+declares.
 
 Each library comes as `lib<name>_static.a` (what `cpuify nvcc -l<name>` links, as nvcc's
 static cudart: executables need nothing from the cache at run time) and as
@@ -33,22 +34,23 @@ from cpuify.nvcc.toolkit import Toolkit
 @dataclass(frozen=True)
 class MathLibrary:
     name: str                  # cublas -> libcublas.so, libcublas_static.a
-    source: str                # in runtime/
+    sources: tuple[str, ...]   # in runtime/: compiled each, linked together
     headers: tuple[str, ...]   # in runtime/include: the declarations the stubs complete
     status_type: str           # the return type of the API functions
     not_supported: str         # the C function the stubs call
 
 
 LIBRARIES = (
-    MathLibrary("cublas", "cublas.c", ("cublas_api.h", "cublas.h"), "cublasStatus_t",
+    MathLibrary("cublas", ("cublas.c",), ("cublas_api.h", "cublas.h"), "cublasStatus_t",
                 "cpuify_cublas_not_supported_once"),
-    MathLibrary("cufft", "cufft.c", ("cufft.h",), "cufftResult", "cpuify_cufft_not_supported_once"),
-    # no header of ours: curand.h is NVIDIA's, and curand.c defines all its functions
-    MathLibrary("curand", "curand.c", (), "curandStatus_t", "cpuify_curand_not_supported_once"),
+    MathLibrary("cufft", ("cufft.c",), ("cufft.h",), "cufftResult", "cpuify_cufft_not_supported_once"),
+    # no header of ours: curand.h is NVIDIA's, and the sources define all its functions
+    MathLibrary("curand", ("curand.c", "curand_distributions.c"), (), "curandStatus_t",
+                "cpuify_curand_not_supported_once"),
 )
 NAMES = tuple(lib.name for lib in LIBRARIES)
-SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_generators.h", "curand_sobol.h",
-                  "curand_mtgp32.h")
+SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_internal.h", "curand_generators.h",
+                  "curand_sobol.h", "curand_mtgp32.h")
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -82,7 +84,9 @@ def sources_digest() -> bytes:
     """What the libraries are made of (for cuda-home's cache key)."""
     h = hashlib.sha256(Path(__file__).read_bytes())
     for lib in LIBRARIES:
-        h.update((RUNTIME_DIR / lib.source).read_bytes())
+        for source in lib.sources:
+            h.update(source.encode())
+            h.update((RUNTIME_DIR / source).read_bytes())
         for header in lib.headers:
             h.update((RUNTIME_INCLUDE / header).read_bytes())
     for name in SHARED_SOURCES:
@@ -123,25 +127,31 @@ def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, rele
     cflags = [*runtime_cflags(tk), "-Wall"]
     major = release.split(".")[0]
     for lib in LIBRARIES:
-        obj = os.path.join(work, f"{lib.name}.o")
         defines = []
         if lib.name == "curand" and nvidia_curand_dirs(tk):
             defines.append(f"-DCPUIFY_NVIDIA_CURAND_DIRS={_c_strings(nvidia_curand_dirs(tk))}")
         if lib.name == "curand" and mtgp32_params_header(tk):
             defines.append(f"-DCPUIFY_MTGP32_PARAMS={_c_strings([mtgp32_params_header(tk) or ''])}")
-        _run([cc, *cflags, *defines, "-c", str(RUNTIME_DIR / lib.source), "-o", obj],
-             f"compiling cpuify's {lib.name}")
+        objs = []
+        for source in lib.sources:
+            obj = os.path.join(work, source[:-2] + ".o")
+            _run([cc, *cflags, *defines, "-c", str(RUNTIME_DIR / source), "-o", obj],
+                 f"compiling cpuify's {lib.name} ({source})")
+            objs.append(obj)
         declared: set[str] = set()
         for header in lib.headers:
             declared |= declared_functions((RUNTIME_INCLUDE / header).read_text(), lib.status_type)
+        defined: set[str] = set()
+        for obj in objs:
+            defined |= _defined_symbols(obj)
         stubs = os.path.join(work, f"{lib.name}_stubs.c")
-        Path(stubs).write_text(stub_source(lib, declared - _defined_symbols(obj)))
+        Path(stubs).write_text(stub_source(lib, declared - defined))
         stubs_o = stubs[:-2] + ".o"
         _run([cc, "-O1", "-fPIC", "-c", stubs, "-o", stubs_o], f"compiling the {lib.name} stubs")
-        _run(["ar", "rcs", str(lib_dir / f"lib{lib.name}_static.a"), obj, stubs_o],
+        _run(["ar", "rcs", str(lib_dir / f"lib{lib.name}_static.a"), *objs, stubs_o],
              f"archiving cpuify's {lib.name}")
         so = f"lib{lib.name}.so.{release}"
-        _run([cc, "-shared", "-o", str(lib_dir / so), f"-Wl,-soname,{final_lib_dir / so}", obj, stubs_o,
+        _run([cc, "-shared", "-o", str(lib_dir / so), f"-Wl,-soname,{final_lib_dir / so}", *objs, stubs_o,
               str(cudart_so), "-lpthread", "-lm", "-ldl"], f"linking cpuify's lib{lib.name}.so")
         for link in (f"lib{lib.name}.so.{major}", f"lib{lib.name}.so"):
             os.symlink(so, lib_dir / link)

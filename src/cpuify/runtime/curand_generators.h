@@ -1,7 +1,8 @@
-/* cpuify's cuRAND (curand.c): the three generators of the host API, as the device API
- * (curand_kernel.h) defines them: XORWOW, MRG32k3a and Philox4x32-10 steps, and skip-ahead
- * by draws and by subsequences through matrix powers that build_tables computes once (GF(2)
- * 160x160 for XORWOW, 3x3 mod m1/m2 for MRG32k3a).  curand.c seeds them as curand_init does. */
+/* cpuify's cuRAND (curand_distributions.c): the three generators of the host API, as the
+ * device API (curand_kernel.h) defines them: XORWOW, MRG32k3a and Philox4x32-10 steps, and
+ * skip-ahead by draws and by subsequences through matrix powers that build_tables computes
+ * once (GF(2) 160x160 for XORWOW, 3x3 mod m1/m2 for MRG32k3a).  curand_distributions.c seeds
+ * them as curand_init does. */
 #ifndef CPUIFY_CURAND_GENERATORS_H
 #define CPUIFY_CURAND_GENERATORS_H
 

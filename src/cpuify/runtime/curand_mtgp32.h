@@ -1,4 +1,4 @@
-/* cpuify's cuRAND (curand.c): the MTGP32 generator (Saito and Matsumoto's Mersenne Twister for
+/* cpuify's cuRAND (curand_distributions.c): the MTGP32 generator (Saito and Matsumoto's Mersenne Twister for
  * Graphic Processors, period 2^11213 - 1) as NVIDIA's host API runs it.
  *
  * The parameter sets are the 200 of NVIDIA's curand_mtgp32dc_p_11213.h (the dynamic creator's

@@ -1,4 +1,4 @@
-/* cpuify's cuRAND (curand.c): the Sobol quasi-random generators and where their tables come from.
+/* cpuify's cuRAND (curand_distributions.c): the Sobol quasi-random generators and where their tables come from.
  *
  * The direction vectors (S. Joe and F. Y. Kuo's, 20,000 dimensions, 32- and 64-bit, plain and
  * scrambled) and the scramble constants are NVIDIA's data, not derived from a documented
@@ -17,7 +17,7 @@
  * Halley step on the C library's erf/erfc from a cubic interpolation of a table this file
  * computes once, accurate to about an ulp of a double.
  *
- * curand.c includes this file after its definitions of curand.h's types. */
+ * curand_distributions.c includes this file after curand_internal.h (curand.h's types). */
 #ifndef CPUIFY_CURAND_SOBOL_H
 #define CPUIFY_CURAND_SOBOL_H
 
@@ -29,8 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SOBOL_DIMENSIONS 20000
 
 /* NVIDIA's tables, from its libcurand: direction vectors [dimension][bit] and scramble constants */
 typedef struct {

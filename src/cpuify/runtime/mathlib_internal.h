@@ -1,4 +1,4 @@
-/* cpuify's cuBLAS, cuFFT and cuRAND (cublas.c, cufft.c, curand.c): what they share.  Their
+/* cpuify's cuBLAS, cuFFT and cuRAND (cublas.c, cufft.c, curand*.c): what they share.  Their
  * work runs through the block scheduler (cpuify_launch) as a grid of "blocks" that are C
  * functions: spread over cpuify's workers, with per-worker scratch memory, and with the
  * runtime's fault containment (a routine given a pointer that is not memory fails with an
