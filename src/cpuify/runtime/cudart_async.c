@@ -81,6 +81,9 @@ typedef struct cpuify_queue_item {
     struct cpuify_queue_item *next;
     item_kind kind;
     uint32_t ndeps;
+    /* a batch's items share one block (in_block); its last one there frees it (`block`) */
+    int in_block;
+    void *block;
     dep *deps;                 /* inline_deps or malloc'd */
     dep inline_deps[2];
     union {
@@ -344,7 +347,9 @@ static void *queue_thread_main(void *arg) {
         }
         reuse_if_drained_locked(q);
         if (it->deps != it->inline_deps) free(it->deps);
-        free(it);
+        void *block = it->block;
+        if (!it->in_block) free(it);
+        free(block);
     }
     return NULL;
 }
@@ -416,8 +421,20 @@ static int start_locked(queue *q) {
 
 /* ---- issuing work ---- */
 
-static item *new_item(item_kind kind, size_t extra) {
-    item *it = calloc(1, sizeof *it + extra);
+/* A new item with `extra` bytes of parameters: from batch b's block while it has room (b not
+ * NULL), else its own memory. */
+static item *new_item(item_kind kind, size_t extra, cpuify_cudart_batch *b) {
+    size_t size = (sizeof(item) + extra + 15) & ~(size_t)15;
+    item *it;
+    if (b && b->block && b->block_used + size <= b->block_size) {
+        it = (item *)(b->block + b->block_used);
+        b->block_used += size;
+        memset(it, 0, sizeof *it);
+        it->in_block = 1;
+        b->last_in_block = it;
+    } else {
+        it = calloc(1, sizeof *it + extra);
+    }
     if (it) it->kind = kind;
     return it;
 }
@@ -491,8 +508,8 @@ static int enqueue(item *it, cudaStream_t s, const dep *extra) {
     return 1;
 }
 
-static item *launch_item(const cpuify_cudart_launch *l, const unsigned char *params) {
-    item *it = new_item(ITEM_KERNEL, l->param_bytes);
+static item *launch_item(const cpuify_cudart_launch *l, const unsigned char *params, cpuify_cudart_batch *b) {
+    item *it = new_item(ITEM_KERNEL, l->param_bytes, b);
     if (it) {
         it->u.launch = *l;
         memcpy(it->params, params, l->param_bytes);
@@ -500,15 +517,15 @@ static item *launch_item(const cpuify_cudart_launch *l, const unsigned char *par
     return it;
 }
 
-static item *copy_item(const cpuify_cudart_copy *c) {
-    item *it = new_item(ITEM_COPY, 0);
+static item *copy_item(const cpuify_cudart_copy *c, cpuify_cudart_batch *b) {
+    item *it = new_item(ITEM_COPY, 0, b);
     if (it) it->u.copy = *c;
     return it;
 }
 
 static item *memset_item(void *dst, size_t pitch, unsigned value, unsigned element_size, size_t width,
-                         size_t height) {
-    item *it = new_item(ITEM_MEMSET, 0);
+                         size_t height, cpuify_cudart_batch *b) {
+    item *it = new_item(ITEM_MEMSET, 0, b);
     if (it) {
         it->u.set.dst = dst;
         it->u.set.pitch = pitch;
@@ -520,8 +537,8 @@ static item *memset_item(void *dst, size_t pitch, unsigned value, unsigned eleme
     return it;
 }
 
-static item *host_item(cudaHostFn_t fn, void *data) {
-    item *it = new_item(ITEM_HOST, 0);
+static item *host_item(cudaHostFn_t fn, void *data, cpuify_cudart_batch *b) {
+    item *it = new_item(ITEM_HOST, 0, b);
     if (it) {
         it->u.host.fn = fn;
         it->u.host.data = data;
@@ -532,28 +549,28 @@ static item *host_item(cudaHostFn_t fn, void *data) {
 int cpuify_cudart_enqueue_launch(const cpuify_cudart_launch *l, const unsigned char *params,
                                  cudaStream_t s) {
     if (tls_stream_thread || !async_wanted()) return 0;
-    return enqueue(launch_item(l, params), s, NULL);
+    return enqueue(launch_item(l, params, NULL), s, NULL);
 }
 
 int cpuify_cudart_enqueue_copy(const cpuify_cudart_copy *c, cudaStream_t s) {
     if (tls_stream_thread || !async_wanted()) return 0;
-    return enqueue(copy_item(c), s, NULL);
+    return enqueue(copy_item(c, NULL), s, NULL);
 }
 
 int cpuify_cudart_enqueue_memset(void *dst, size_t pitch, unsigned value, size_t width, size_t height,
                                  cudaStream_t s) {
     if (tls_stream_thread || !async_wanted()) return 0;
-    return enqueue(memset_item(dst, pitch, value, 1, width, height), s, NULL);
+    return enqueue(memset_item(dst, pitch, value, 1, width, height, NULL), s, NULL);
 }
 
 int cpuify_cudart_enqueue_host(cudaHostFn_t fn, void *data, cudaStream_t s) {
     if (tls_stream_thread || !async_wanted()) return 0;
-    return enqueue(host_item(fn, data), s, NULL);
+    return enqueue(host_item(fn, data, NULL), s, NULL);
 }
 
 int cpuify_cudart_enqueue_callback(cudaStreamCallback_t fn, void *data, cudaStream_t s) {
     if (tls_stream_thread || !async_wanted()) return 0;
-    item *it = new_item(ITEM_CALLBACK, 0);
+    item *it = new_item(ITEM_CALLBACK, 0, NULL);
     if (it) {
         it->u.callback.fn = fn;
         it->u.callback.stream = s;
@@ -577,33 +594,40 @@ static void batch_push(cpuify_cudart_batch *b, item *it) {
 
 void cpuify_cudart_batch_launch(cpuify_cudart_batch *b, const cpuify_cudart_launch *l,
                                 const unsigned char *params) {
-    batch_push(b, launch_item(l, params));
+    batch_push(b, launch_item(l, params, b));
 }
 
 void cpuify_cudart_batch_copy(cpuify_cudart_batch *b, const cpuify_cudart_copy *c) {
-    batch_push(b, copy_item(c));
+    batch_push(b, copy_item(c, b));
 }
 
 void cpuify_cudart_batch_memset(cpuify_cudart_batch *b, void *dst, size_t pitch, unsigned value,
                                 unsigned element_size, size_t width, size_t height) {
-    batch_push(b, memset_item(dst, pitch, value, element_size, width, height));
+    batch_push(b, memset_item(dst, pitch, value, element_size, width, height, b));
 }
 
 void cpuify_cudart_batch_host(cpuify_cudart_batch *b, cudaHostFn_t fn, void *data) {
-    batch_push(b, host_item(fn, data));
+    batch_push(b, host_item(fn, data, b));
 }
 
 void cpuify_cudart_batch_event(cpuify_cudart_batch *b, cudaEvent_t e, int record) {
-    item *it = new_item(record ? ITEM_RECORD : ITEM_WAIT, 0);
+    item *it = new_item(record ? ITEM_RECORD : ITEM_WAIT, 0, b);
     if (it) it->u.record.event = e;
     batch_push(b, it);
+}
+
+void cpuify_cudart_batch_reserve(cpuify_cudart_batch *b, size_t items, size_t param_bytes) {
+    size_t size = items * ((sizeof(item) + 15) & ~(size_t)15) + param_bytes + items * 15;
+    b->block = malloc(size);
+    b->block_size = b->block ? size : 0;
 }
 
 static void batch_free(cpuify_cudart_batch *b) {
     for (item *it = b->head, *next; it; it = next) {
         next = it->next;
-        free(it);
+        if (!it->in_block) free(it);
     }
+    free(b->block);
     memset(b, 0, sizeof *b);
 }
 
@@ -615,7 +639,7 @@ int cpuify_cudart_enqueue_batch(cpuify_cudart_batch *b, cudaStream_t s, const cp
                                 cpuify_cudart_mark *last) {
     dep prev = {after ? after->queue : NULL, after ? after->count : 0};
     /* the batch opens with an item that carries its dependencies on other queues */
-    item *open = b->failed || tls_stream_thread || !async_wanted() ? NULL : new_item(ITEM_WAIT, 0);
+    item *open = b->failed || tls_stream_thread || !async_wanted() ? NULL : new_item(ITEM_WAIT, 0, NULL);
     if (!open) {
         batch_free(b);
         return enqueue(NULL, s, mark_pending(after) ? &prev : NULL);
@@ -651,6 +675,9 @@ int cpuify_cudart_enqueue_batch(cpuify_cudart_batch *b, cudaStream_t s, const cp
         }
         append_locked(q, it);
     }
+    /* the block goes with the last item in it (queued items run in order), or now if unused */
+    if (b->last_in_block) b->last_in_block->block = b->block;
+    else free(b->block);
     memset(b, 0, sizeof *b);
     if (last) *last = (cpuify_cudart_mark){q, q->issued};
     pthread_cond_signal(&q->work);
@@ -688,7 +715,7 @@ void cpuify_cudart_record_event(cudaEvent_t e, cudaStream_t s) {
     }
     uint64_t generation = e->generation;
     pthread_mutex_unlock(&g_lock);
-    item *it = new_item(ITEM_RECORD, 0);
+    item *it = new_item(ITEM_RECORD, 0, NULL);
     if (it) {
         it->u.record.event = e;
         it->u.record.generation = generation;
@@ -709,7 +736,7 @@ void cpuify_cudart_stream_wait_event(cudaStream_t s, cudaEvent_t e) {
     pthread_mutex_unlock(&g_lock);
     if (!pending) return;
     if (tls_stream_thread) return;   /* (no waiting on a queue thread) */
-    item *it = new_item(ITEM_WAIT, 0);
+    item *it = new_item(ITEM_WAIT, 0, NULL);
     if (!enqueue(it, s, &d)) {
         pthread_mutex_lock(&g_lock);
         wait_dep_locked(d);

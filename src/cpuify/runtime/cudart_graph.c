@@ -2075,6 +2075,10 @@ static cudaError_t exec_run(struct CUgraphExec_st *x) {
  * (it waited for what the launch is ordered after). */
 static int exec_enqueue(struct CUgraphExec_st *x, cudaStream_t s) {
     cpuify_cudart_batch b = {0};
+    size_t param_bytes = 0;
+    for (size_t i = 0; i < x->n; i++)
+        if (x->nodes[i].type == cudaGraphNodeTypeKernel) param_bytes += x->nodes[i].u.kernel.launch.param_bytes;
+    cpuify_cudart_batch_reserve(&b, x->n, param_bytes);
     for (size_t i = 0; i < x->n; i++) {
         exec_node *en = &x->nodes[i];
         switch (en->type) {

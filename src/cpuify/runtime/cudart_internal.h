@@ -181,10 +181,15 @@ typedef struct cpuify_cudart_mark {
     uint64_t count;
 } cpuify_cudart_mark;
 typedef struct cpuify_cudart_batch {
-    struct cpuify_queue_item *head, *tail;
+    struct cpuify_queue_item *head, *tail, *last_in_block;
     size_t n;
     int failed;
+    unsigned char *block;       /* cpuify_cudart_batch_reserve's memory for the items */
+    size_t block_size, block_used;
 } cpuify_cudart_batch;
+/* one block of memory for `items` items with `param_bytes` bytes of kernel parameters in all
+ * (fewer allocations; items past it get their own) */
+CPUIFY_INTERNAL void cpuify_cudart_batch_reserve(cpuify_cudart_batch *b, size_t items, size_t param_bytes);
 CPUIFY_INTERNAL void cpuify_cudart_batch_launch(cpuify_cudart_batch *b, const cpuify_cudart_launch *l,
                                                 const unsigned char *params);
 CPUIFY_INTERNAL void cpuify_cudart_batch_copy(cpuify_cudart_batch *b, const cpuify_cudart_copy *c);
