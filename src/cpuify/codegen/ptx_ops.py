@@ -8,9 +8,9 @@ Integer division by zero yields all ones instead of a CPU fault.
 
 This module holds the helpers the handlers share (operands, results, `.ftz`/`.sat`, the
 directed-rounding emulation) and the memory instructions; the instructions the table
-spells out (ir/ptx_table.py: arithmetic, bitwise, comparisons, selects) are lowered from it
-by ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, carries, directed
-rounding, fma), ptx_bits.py (bit fields, bytes) and ptx_convert.py (math functions,
+spells out (ir/ptx_table.py: arithmetic, bitwise, bit fields and bytes, comparisons,
+selects) are lowered from it by ptx_spec.py; the hand-written rest registers from
+ptx_arith.py (moves, directed rounding, f16) and ptx_convert.py (math functions,
 conversions)."""
 
 from __future__ import annotations

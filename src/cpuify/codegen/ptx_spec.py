@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
 
+from cpuify.codegen import approx_math, jit
 from cpuify.codegen.lowering import (
-    F16, HAND_LOWERINGS, I1, I32, PTR, handles, is_float, is_signed, ptx_llvm_type,
+    F16, F32, HAND_LOWERINGS, I1, I8, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
 from cpuify.codegen.ptx_ops import call, fdone, fsrc, fsuffix, masked_thread_index, src, wrap_flags
 from cpuify.ir.core import Operation, Value
@@ -367,6 +368,173 @@ class _SpecLowering:
         r = self.b.lshr(a, a.type(lo))
         lt = ptx_llvm_type(want)
         return (self.b.trunc(r, lt) if lt != a.type else r), want
+
+    # -- math functions: the approximations are this reader's own (PTX allows each .approx
+    #    an error; the interpreter rounds the double-precision function instead)
+    def fn_sqrt(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        return call(self.e, f"llvm.sqrt.{fsuffix(p.type)}", p.type, [p]), t
+
+    def fn_rsqrt(self, x: Fn, args: list[Typed]) -> Typed:
+        """f32 on an AVX-512 CPU: the CPU's estimate refined (approx_math.rsqrt_f32);
+        otherwise 1 / sqrt(x), each rounded."""
+        (p, t), = args
+        if p.type == F32 and jit.has_avx512():
+            self.e.mod.rsqrt_estimates = True
+            return approx_math.rsqrt_f32(self.b, self.e.mod.intrinsic, p), t
+        sqrt = call(self.e, f"llvm.sqrt.{fsuffix(p.type)}", p.type, [p])
+        return self.b.fdiv(ir.Constant(p.type, 1.0), sqrt), t
+
+    def fn_sin(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._sin_cos(args, cos=False)
+
+    def fn_cos(self, x: Fn, args: list[Typed]) -> Typed:
+        return self._sin_cos(args, cos=True)
+
+    def _sin_cos(self, args: list[Typed], cos: bool) -> Typed:
+        """f32: inline polynomials (approx_math); f64: LLVM's (libm)."""
+        (p, t), = args
+        if p.type == F32:
+            return approx_math.sin_cos_f32(self.b, self.e.mod.intrinsic, p, cos=cos), t
+        return call(self.e, f"llvm.{'cos' if cos else 'sin'}.f64", p.type, [p]), t
+
+    def fn_ex2(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        if p.type == F32:
+            return approx_math.exp2_f32(self.b, self.e.mod.intrinsic, p), t
+        return call(self.e, "llvm.exp2.f64", p.type, [p]), t
+
+    def fn_lg2(self, x: Fn, args: list[Typed]) -> Typed:
+        """f32: inline (subnormal inputs handled unless .ftz flushed them); f64: libm."""
+        (p, t), = args
+        if p.type == F32:
+            return approx_math.log2_f32(self.b, self.e.mod.intrinsic, p,
+                                        subnormals="ftz" not in self.mods), t
+        return call(self.e, "llvm.log2.f64", p.type, [p]), t
+
+    def fn_tanh(self, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        return call(self.e, "tanhf" if p.type == F32 else "tanh", p.type, [p]), t
+
+    # -- bit fields and bytes
+    def fn_funnel(self, x: Fn, args: list[Typed]) -> Typed:
+        """LLVM's funnel shifts take the amount mod the width, as the function does."""
+        (lo, t), (hi, _), (n, _) = args
+        name = "llvm.fshl.i32" if x.param == "l" else "llvm.fshr.i32"
+        return call(self.e, name, I32, [hi, lo, n]), t
+
+    def fn_bfe(self, x: Fn, args: list[Typed]) -> Typed:
+        """The field shifted down and masked to its valid bits (min(len, w - pos)); for
+        signed types the bits above it are set where its top bit a[min(pos+len-1, msb)] is
+        (and len is not 0)."""
+        (a, t), (pos, _), (ln, _) = args
+        b, e = self.b, self.e
+        w = a.type.width
+        it = a.type
+        room = b.select(b.icmp_unsigned(">=", pos, I32(w)), I32(0), b.sub(I32(w), pos))
+        eff = call(e, "llvm.umin.i32", I32, [ln, room])
+        shifted = b.lshr(a, e.int_resize(b.select(b.icmp_unsigned(">=", pos, I32(w)), I32(0), pos), it, False))
+        full = b.icmp_unsigned(">=", eff, I32(w))
+        mask = b.select(full, it(-1), b.sub(b.shl(it(1), e.int_resize(b.select(full, I32(0), eff), it, False)), it(1)))
+        r = b.and_(shifted, mask)
+        if is_signed(t):
+            top = call(e, "llvm.umin.i32", I32, [b.sub(b.add(pos, ln), I32(1)), I32(w - 1)])
+            sbit = b.trunc(b.lshr(a, e.int_resize(top, it, False)), I1)
+            sbit = b.and_(sbit, b.icmp_unsigned("!=", ln, I32(0)))
+            r = b.select(sbit, b.or_(r, b.not_(mask)), r)
+        return r, t
+
+    def fn_bfi(self, x: Fn, args: list[Typed]) -> Typed:
+        """a's low len bits shifted to pos, merged into b under the shifted mask; b as it is
+        where len is 0 or pos past the msb."""
+        (a, t), (c, _), (pos, _), (ln, _) = args
+        b, e = self.b, self.e
+        w = a.type.width
+        posw = e.int_resize(pos, a.type, False)
+        full = b.icmp_unsigned(">=", ln, I32(w))
+        lnw = e.int_resize(ln, a.type, False)
+        mask = b.select(full, a.type(-1), b.sub(b.shl(a.type(1), b.select(full, a.type(0), lnw)), a.type(1)))
+        big = b.icmp_unsigned(">=", pos, I32(w))
+        smask = b.shl(mask, b.select(big, a.type(0), posw))
+        ins = b.shl(a, b.select(big, a.type(0), posw))
+        r = b.or_(b.and_(c, b.not_(smask)), b.and_(ins, smask))
+        return b.select(b.or_(big, b.icmp_unsigned("==", ln, I32(0))), c, r), t
+
+    def fn_prmt(self, x: Fn, args: list[Typed]) -> Typed:
+        """Each result byte shifted out of the 64-bit b:a by its index times 8."""
+        (lo, t), (hi, _), (sel, _) = args
+        b, e = self.b, self.e
+        mode = x.param
+        src64 = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), I64(32)))
+        out = I32(0)
+        for k in range(4):
+            if mode is None:
+                nib = b.and_(b.lshr(sel, I32(4 * k)), I32(0xF))
+                idx = b.and_(nib, I32(7))
+                byte = b.trunc(b.lshr(src64, b.zext(b.mul(idx, I32(8)), I64)), I8)
+                sign = b.icmp_unsigned("!=", b.and_(nib, I32(8)), I32(0))
+                byte = b.select(sign, b.ashr(byte, I8(7)), byte)
+            else:
+                s = b.and_(sel, I32(3))
+                if mode == "f4e":
+                    idx = b.and_(b.add(s, I32(k)), I32(7))
+                elif mode == "b4e":
+                    idx = b.and_(b.sub(s, I32(k)), I32(7))
+                elif mode == "rc8":
+                    idx = s
+                elif mode == "ecl":
+                    idx = call(e, "llvm.umax.i32", I32, [s, I32(k)])
+                elif mode == "ecr":
+                    idx = call(e, "llvm.umin.i32", I32, [s, I32(k)])
+                else:  # rc16
+                    idx = b.add(b.mul(b.and_(s, I32(1)), I32(2)), I32(k & 1))
+                byte = b.trunc(b.lshr(src64, b.zext(b.mul(idx, I32(8)), I64)), I8)
+            out = b.or_(out, b.shl(b.zext(byte, I32), I32(8 * k)))
+        return out, t
+
+    def fn_lop3(self, x: Fn, args: list[Typed]) -> Typed:
+        """The or of the lookup table's minterms (a constant: PTX takes an immediate)."""
+        (p, t), (q, _), (r, _), _ = args
+        b = self.b
+        lut_v = self.operand_of(x.args[3])
+        if lut_v is None or not (hasattr(lut_v, "op") and lut_v.op.name == "upir.const"):  # type: ignore[union-attr]
+            self.e.kc.error("lop3 with a non-constant lookup table", self.op)
+            return I32(0), t
+        lut = int(lut_v.op.attributes["value"]) & 0xFF  # type: ignore[union-attr]
+        out = I32(0)
+        for i in range(8):
+            if lut >> i & 1:
+                term = b.and_(b.and_(p if i & 4 else b.not_(p), q if i & 2 else b.not_(q)),
+                              r if i & 1 else b.not_(r))
+                out = b.or_(out, term)
+        return out, t
+
+    def fn_fns(self, x: Fn, args: list[Typed]) -> Typed:
+        """Branch-free: the bits on the searched side of base, then the k-th set bit of
+        those by a binary search on popcounts (5 steps)."""
+        (bits, t), (base, _), (offset, _) = args
+        b, e = self.b, self.e
+        ones = I32(0xFFFFFFFF)
+        sh = b.and_(base, I32(31))
+        up = b.icmp_signed(">", offset, I32(0))
+        # bits at positions >= base (searching up) or <= base (searching down)
+        side = b.select(up, b.and_(bits, b.shl(ones, sh)), b.and_(bits, b.lshr(ones, b.sub(I32(31), sh))))
+        total = call(e, "llvm.ctpop.i32", I32, [side])
+        n = call(e, "llvm.abs.i32", I32, [offset, I1(0)])
+        # 0-based rank from the bottom of the bit wanted: n-1 up, total-n down
+        k = b.select(up, b.sub(n, I32(1)), b.sub(total, n))
+        v, pos, rest = side, I32(0), k
+        for step in (16, 8, 4, 2, 1):
+            low = call(e, "llvm.ctpop.i32", I32, [b.and_(v, I32((1 << step) - 1))])
+            skip = b.icmp_unsigned(">=", rest, low)
+            rest = b.select(skip, b.sub(rest, low), rest)
+            v = b.select(skip, b.lshr(v, I32(step)), v)
+            pos = b.select(skip, b.add(pos, I32(step)), pos)
+        found = b.icmp_unsigned("<=", n, total)
+        nth = b.select(found, pos, ones)
+        at_base = b.select(b.icmp_unsigned("!=", b.and_(b.lshr(bits, sh), I32(1)), I32(0)), base, ones)
+        r = b.select(b.icmp_signed("==", offset, I32(0)), at_base, nth)
+        return b.select(b.icmp_unsigned(">", base, I32(31)), ones, r), t
 
     # -- comparisons and selects
     def fn_cmp(self, x: Fn, args: list[Typed]) -> Typed:

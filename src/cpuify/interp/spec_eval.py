@@ -295,6 +295,114 @@ def _copysign(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     return np.copysign(q, p), t                      # |q| with the sign of p
 
 
+# --- math functions: NumPy's, the approximate ones in double precision rounded once ----------
+
+def _sqrt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return np.sqrt(p), t                            # IEEE: correctly rounded in p's precision
+
+
+def _rsqrt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The exact quotient of the rounded square root (the compiled code may use the CPU's
+    estimate within CUDA's 2 ulp: tests allow it)."""
+    (p, t), = args
+    return type(p)(1.0) / np.sqrt(p), t
+
+
+def _approximate(fn: Callable[[Any], Any]) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        return type(p)(fn(np.float64(p))), t
+    return f
+
+
+# --- bit fields and bytes: the PTX ISA's definitions, bit by bit -------------------------------
+
+def _funnel(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (lo, t), (hi, _), (n, _) = args
+    both = (hi << 32) | lo                          # b holds bits 63..32
+    n %= 32
+    if x.param == "l":
+        return (both << n) >> 32 & mask(32), t
+    return both >> n & mask(32), t
+
+
+def _bfe(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """d[i] = a[pos + i] for i < len and pos + i <= msb, else the sign bit (0 unsigned)."""
+    (a, t), (pos, _), (ln, _) = args
+    msb = _width(t) - 1
+    sign = 0 if not is_signed(t) or ln == 0 else a >> min(pos + ln - 1, msb) & 1
+    d = 0
+    for i in range(msb + 1):
+        bit = a >> (pos + i) & 1 if i < ln and pos + i <= msb else sign
+        d |= bit << i
+    return d, t
+
+
+def _bfi(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """f = b, then f[pos + i] = a[i] for i < len while pos + i <= msb."""
+    (a, t), (f, _), (pos, _), (ln, _) = args
+    msb = _width(t) - 1
+    i = 0
+    while i < ln and pos + i <= msb:
+        f = f & ~(1 << (pos + i)) | (a >> i & 1) << (pos + i)
+        i += 1
+    return f, t
+
+
+def _prmt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The bytes of b:a numbered 0..7 from a's low byte; result byte k is byte ctl[k]."""
+    (lo, t), (hi, _), (c, _) = args
+    data = (hi << 32) | lo
+    mode = x.param
+    s = c & 3
+    d = 0
+    for k in range(4):
+        if mode is None:
+            ctl = c >> (4 * k) & 0xF
+            byte = data >> (8 * (ctl & 7)) & 0xFF
+            if ctl & 8:                             # the byte's sign bit, 8 times
+                byte = 0xFF * (byte >> 7)
+        else:
+            index = {"f4e": (s + k) % 8, "b4e": (s - k) % 8, "rc8": s,
+                     "ecl": k if k > s else s, "ecr": k if k < s else s,
+                     "rc16": (s & 1) * 2 + k % 2}[mode]
+            byte = data >> (8 * index) & 0xFF
+        d |= byte << (8 * k)
+    return d, t
+
+
+def _lop3(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """Each bit of the result looks up the table at the index its a, b, c bits make."""
+    (p, t), (q, _), (r, _), (lut, _) = args
+    d = 0
+    for i in range(32):
+        index = (p >> i & 1) << 2 | (q >> i & 1) << 1 | (r >> i & 1)
+        d |= (lut >> index & 1) << i
+    return d, t
+
+
+def _fns(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """Walk from bit `base` up (offset > 0) or down (offset < 0), counting set bits; the
+    position where the count reaches |offset|.  offset 0: base itself if set.  A base past
+    bit 31 (undefined in PTX) finds nothing."""
+    (bits, t), (base, _), (offset, _) = args
+    offset = to_signed(offset, 32)
+    if base > 31:
+        return mask(32), t
+    if offset == 0:
+        return (base if bits >> base & 1 else mask(32)), t
+    step = 1 if offset > 0 else -1
+    left = abs(offset)
+    pos = base
+    while 0 <= pos <= 31:
+        left -= bits >> pos & 1
+        if left == 0:
+            return pos, t
+        pos += step
+    return mask(32), t
+
+
 _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "add": _int_or_float(lambda p, q, w: p + q, lambda p, q: p + q),
     "sub": _int_or_float(lambda p, q, w: p - q, lambda p, q: p - q),
@@ -309,4 +417,7 @@ _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "popc": _popc, "clz": _clz, "brev": _brev,
     "cmp": _cmp, "select": _select, "resize": _resize, "ext": _ext, "slice": _slice,
     "copysign": _copysign, "testp": _testp,
+    "sqrt": _sqrt, "rsqrt": _rsqrt, "sin": _approximate(np.sin), "cos": _approximate(np.cos),
+    "ex2": _approximate(np.exp2), "lg2": _approximate(np.log2), "tanh": _approximate(np.tanh),
+    "funnel": _funnel, "bfe": _bfe, "bfi": _bfi, "prmt": _prmt, "lop3": _lop3, "fns": _fns,
 }
