@@ -17,6 +17,7 @@ immediates and the modifiers are exactly the ones named."""
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -441,3 +442,141 @@ def test_math_functions_rounded_to_nearest_against_numpy():
             assert ulps.max() <= 2, (run, name, f32[finite][ulps.argmax()], ulps.max())
         for k, name in enumerate(body64[:3]):
             np.testing.assert_array_equal(got64[:, k], exact64[name], err_msg=f"{run} {name}")
+
+
+# --- directed rounding: add/sub/mul/div/sqrt/rcp with a rounding parameter ------------------------
+
+def _directed(value: Fraction, rn: np.floating, mode: str) -> np.floating:
+    """The float of rn's type next to the exact value on the side `mode` says, found from the
+    round-to-nearest result rn (within half an ulp of it): stepped once where rn lies on the
+    wrong side (an infinite rn of a finite value: the largest finite on .rz's side)."""
+    t = type(rn)
+    if np.isinf(rn):
+        big = np.finfo(t).max
+        toward_zero = t(big) if rn > 0 else t(-big)
+        keep = mode == "rp" and rn > 0 or mode == "rm" and rn < 0
+        return rn if keep else toward_zero
+    have = Fraction(float(rn))
+    if have == value:
+        return rn
+    up = mode == "rp" or mode == "rz" and value < 0
+    if (have < value) == up:
+        return np.nextafter(rn, t(np.inf) if up else t(-np.inf))
+    return rn
+
+
+def _directed_ref(name: str, x: np.floating, y: np.floating, mode: str) -> np.floating:
+    t = type(x)
+    with np.errstate(all="ignore"):
+        rn = {"add": x + y, "sub": x - y, "mul": x * y, "div": x / y, "sqrt": np.sqrt(x),
+              "rcp": t(1) / x}[name]
+    operands = (x,) if name in ("sqrt", "rcp") else (x, y)
+    if not all(np.isfinite(v) for v in operands) or np.isnan(rn):
+        return rn
+    if name in ("div", "rcp") and (y if name == "div" else x) == 0:
+        return rn                                   # an exact infinity (or 0 / 0)
+    fx, fy = Fraction(float(x)), Fraction(float(y)) if len(operands) == 2 else Fraction(0)
+    if name == "sqrt":
+        return rn if rn == 0 else _directed_sqrt(x, rn, mode)
+    value = {"add": fx + fy, "sub": fx - fy, "mul": fx * fy,
+             "div": fx / fy if fy else None, "rcp": 1 / fx if fx else None}[name]
+    if value == 0:
+        if name == "mul" or name == "div":
+            return rn
+        # an exactly zero sum: -0 under .rm, else +0, unless both terms are zeros of one sign
+        term = y if name == "add" else -y
+        if x == 0 and term == 0 and np.signbit(x) == np.signbit(term):
+            return x
+        return t(-0.0) if mode == "rm" else t(0.0)
+    return _directed(value, rn, mode)
+
+
+def _directed_fma(x: np.floating, y: np.floating, mode: str) -> np.floating:
+    """x * y + x rounded once: the exact value from the nearest double (Python rounds a
+    Fraction correctly) and then to x's type, which is one of the two neighbours."""
+    t = type(x)
+    if not (np.isfinite(x) and np.isfinite(y)):
+        with np.errstate(all="ignore"):
+            return t(np.float64(x) * np.float64(y) + np.float64(x))
+    value = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(x))
+    if value == 0:                                  # IEEE's sign of an exactly zero sum
+        product_neg = bool(np.signbit(x)) != bool(np.signbit(y))
+        if x == 0 and product_neg == bool(np.signbit(x)):     # two zeros of one sign
+            return t(-0.0) if product_neg else t(0.0)
+        return t(-0.0) if mode == "rm" else t(0.0)
+    with np.errstate(all="ignore"):
+        rn = t(float(value))
+    return _directed(value, rn, mode)
+
+
+def _directed_sqrt(x: np.floating, rn: np.floating, mode: str) -> np.floating:
+    """The exact root lies where r*r compares with x."""
+    t = type(x)
+    square, fx = Fraction(float(rn)) ** 2, Fraction(float(x))
+    if square == fx:
+        return rn
+    if mode == "rp" and square < fx:
+        return np.nextafter(rn, t(np.inf))
+    if mode in ("rm", "rz") and square > fx:
+        return np.nextafter(rn, t(0))
+    return rn
+
+
+def test_directed_rounding_of_add_sub_mul_div_sqrt_rcp_fma_mad_against_exact_rationals():
+    names = ["add", "sub", "mul", "div", "sqrt", "rcp"]
+    modes = ["rz", "rm", "rp"]
+    body = []
+    k = 0
+    for width, (reg, x, y) in ((32, ("%f", "%f1", "%f2")), (64, ("%fd", "%fd1", "%fd2"))):
+        for name in names:
+            for mode in modes:
+                srcs = f"{x}, {y}" if name not in ("sqrt", "rcp") else x
+                body += [f"{name}.{mode}.f{width} {reg}{k % 30 + 5}, {srcs};",
+                         f"st.global.f{width} [%rd6+{8 * k}], {reg}{k % 30 + 5};"]
+                k += 1
+    for mode in modes:                              # (f64 fma.rz/rm/rp: refused compiled)
+        for op in ("fma", "mad"):
+            body += [f"{op}.{mode}.f32 %f{k % 30 + 5}, %f1, %f2, %f1;",
+                     f"st.global.f32 [%rd6+{8 * k}], %f{k % 30 + 5};"]
+            k += 1
+    ptx = _kernel("directed", 4, ["ld.global.f32 %f1, [%rd4];", "ld.global.f32 %f2, [%rd4+8];",
+                                  "ld.global.f64 %fd1, [%rd4+16];",
+                                  "ld.global.f64 %fd2, [%rd4+24];", *body])
+    f32 = [0.0, -0.0, 1.0, 3.0, 0.1, -0.7, 1e-45, -1e-40, 3.4e38, -3.4e38, 1.1754944e-38, 7.0,
+           np.inf, 1e20, 2.0 ** -126, 1.5]
+    f64 = [0.0, -0.0, 1.0, 3.0, 0.1, -0.7, 5e-324, -1e-310, 1.7e308, -1.7e308, 2.2e-308, 7.0,
+           np.inf, 1e200, 2.0 ** -1022, 1.5]
+    pairs = [(i, j) for i in range(16) for j in range(16)]
+    rows = np.zeros((len(pairs) + 64, 4), np.uint64)
+    xs32 = np.array([f32[i] for i, _ in pairs] + list(RNG.standard_normal(64) * 1e3), np.float32)
+    ys32 = np.array([f32[j] for _, j in pairs] + list(RNG.standard_normal(64)), np.float32)
+    xs64 = np.array([f64[i] for i, _ in pairs] + list(RNG.standard_normal(64) * 1e3))
+    ys64 = np.array([f64[j] for _, j in pairs] + list(RNG.standard_normal(64)))
+    rows[:, 0], rows[:, 1] = xs32.view(np.uint32), ys32.view(np.uint32)
+    rows[:, 2], rows[:, 3] = xs64.view(np.uint64), ys64.view(np.uint64)
+    compiled, interpreted = _run_both(ptx, "directed", rows)
+    k = 0
+    for width, xs, ys in ((32, xs32, ys32), (64, xs64, ys64)):
+        for name in names:
+            for mode in modes:
+                want = np.array([_directed_ref(name, x, y, mode) for x, y in zip(xs, ys)])
+                for run, out in (("compiled", compiled), ("interpreted", interpreted)):
+                    got = out[:, k].astype(np.uint32).view(np.float32) if width == 32 else \
+                        out[:, k].view(np.float64)
+                    number = ~np.isnan(want)                 # (a NaN's sign is no result)
+                    np.testing.assert_array_equal(
+                        np.signbit(got[number]), np.signbit(want[number].astype(got.dtype)),
+                        err_msg=f"{run} {name}.{mode}.f{width} (sign)")
+                    np.testing.assert_array_equal(got, want.astype(got.dtype),
+                                                  err_msg=f"{run} {name}.{mode}.f{width}")
+                k += 1
+    for mode in modes:
+        want = np.array([_directed_fma(x, y, mode) for x, y in zip(xs32, ys32)], np.float32)
+        for op in ("fma", "mad"):
+            for run, out in (("compiled", compiled), ("interpreted", interpreted)):
+                got = out[:, k].astype(np.uint32).view(np.float32)
+                number = ~np.isnan(want)
+                np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]),
+                                              err_msg=f"{run} {op}.{mode}.f32 (sign)")
+                np.testing.assert_array_equal(got, want, err_msg=f"{run} {op}.{mode}.f32")
+            k += 1

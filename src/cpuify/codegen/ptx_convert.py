@@ -1,7 +1,6 @@
-"""LLVM lowering of the hand-written forms of the PTX math functions (sqrt and rcp with
-directed rounding, as in ptx_arith; the others and round-to-nearest are the instruction
-table's, ptx_spec.py) and conversions (cvt with a float or .sat; cvta, isspacep);
-ptx_ops.py holds the shared helpers."""
+"""LLVM lowering of the PTX conversions the instruction table leaves to hand-written code
+(cvt with a float or .sat; cvta, isspacep; ptx_spec.py lowers the integer conversions and
+the math functions); ptx_ops.py holds the shared helpers."""
 
 from __future__ import annotations
 
@@ -15,46 +14,16 @@ from cpuify.codegen.lowering import (
     ptx_llvm_type,
 )
 from cpuify.codegen.denormals import known_flushed
-from cpuify.codegen.ptx_ops import call, fsuffix, ftz, saturate, directed, _div_error, fsrc, fdone
+from cpuify.codegen.ptx_ops import call, fsuffix, ftz, saturate, directed
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import mods, rounding, ty, types
+from cpuify.ir.modifiers import mods, rounding, types
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
 
 
 # --- math functions ---------------------------------------------------------------------------
-
-@hand_written("ptx.sqrt", "ptx.rcp")
-def _directed_sqrt_rcp(e: SegmentEmitter, op: Operation) -> None:
-    """The hand-written forms of sqrt and rcp (ir/ptx_table.py): .rz/.rm/.rp, the
-    round-to-nearest result moved by the sign of its exact error (ptx_ops.directed)."""
-    b = e.b
-    t = ty(op)
-    a = fsrc(e, op, 0, t)
-    sfx = fsuffix(a.type)
-    mode = rounding(op)
-    if op.name == "ptx.sqrt":
-        r = call(e, f"llvm.sqrt.{sfx}", a.type, [a])
-        if a.type == F32:
-            r64 = b.fpext(r, F64)
-            err = call(e, "llvm.fma.f64", F64, [b.fneg(r64), r64, b.fpext(a, F64)])
-        else:
-            # scaled so that the error of a tiny square root does not underflow
-            tiny = b.fcmp_ordered("<", a, ir.Constant(F64, 2.0 ** -900))
-            ra = b.select(tiny, ir.Constant(F64, 2.0 ** 300), ir.Constant(F64, 1.0))
-            aa = b.select(tiny, ir.Constant(F64, 2.0 ** 600), ir.Constant(F64, 1.0))
-            rs = b.fmul(r, ra)
-            err = call(e, "llvm.fma.f64", F64, [b.fneg(rs), rs, b.fmul(a, aa)])
-        r = directed(e, r, err, mode)
-    else:
-        one = ir.Constant(a.type, 1.0)
-        r = b.fdiv(one, a)
-        r = directed(e, r, _div_error(e, one, a, r), mode, [a],
-                     exact_inf=b.fcmp_ordered("==", a, ir.Constant(a.type, 0.0)))
-    fdone(e, op, r, t)
-
 
 # --- conversions ------------------------------------------------------------------------------
 

@@ -7,23 +7,29 @@ code generator's own refinements, which are no part of the semantics, sit around
 pointer arithmetic as GEPs, `nsw` on index arithmetic (analysis.no_signed_wrap), masked
 thread indices hidden from LLVM, lane-group bitwise ops, the idle clamp of min/max, the
 deferred flush of min/max (transforms/flush.py), the never-NaN workaround of LLVM's
-minimumnum."""
+minimumnum, directed-rounding fmas on one binade's grid as a floor/ceil (_quantized_fma,
+from the operands' ranges in the IR)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
 
 from cpuify.codegen import approx_math, jit
 from cpuify.codegen.lowering import (
-    F16, F32, HAND_LOWERINGS, I1, I8, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
+    F16, F32, F64, HAND_LOWERINGS, I1, I8, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
 )
-from cpuify.codegen.ptx_ops import call, fdone, fsrc, fsuffix, masked_thread_index, src, wrap_flags
-from cpuify.ir.core import Operation, Value
-from cpuify.ir.modifiers import mods, ty
+from cpuify.codegen.ptx_ops import (
+    call, directed, div_error, fdone, fsrc, fsuffix, masked_thread_index, mul_error_f64, rm_zero,
+    src, wrap_flags,
+)
+from cpuify.codegen.helpers import float_from_bits
+from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.modifiers import mods, rounding, ty, types
 from cpuify.ir.ptx_table import (
-    BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
+    BY_IR_OP, DIRECTED, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
 )
 
 if TYPE_CHECKING:
@@ -192,22 +198,79 @@ class _SpecLowering:
         """The IR operand an expression reads directly (Src), for the analyses below."""
         return self.op.operands[x.index] if isinstance(x, Src) else None
 
-    # -- arithmetic
+    # -- arithmetic (floats with directed rounding: the round-to-nearest result moved one
+    #    step where the sign of its exact error says, ptx_ops.directed)
     def fn_add(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
-        return (self.b.fadd(p, q) if is_float(t) else self.b.add(p, q, flags=self.flags(x))), t
+        if not is_float(t):
+            return self.b.add(p, q, flags=self.flags(x)), t
+        return self._directed_sum(x, p, q, self.b.fadd(p, q), q), t
 
     def fn_sub(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
-        return (self.b.fsub(p, q) if is_float(t) else self.b.sub(p, q, flags=self.flags(x))), t
+        if not is_float(t):
+            return self.b.sub(p, q, flags=self.flags(x)), t
+        r = self.b.fsub(p, q)
+        mode = resolve_param(x.param, self.mods)
+        return self._directed_sum(x, p, q, r, self.b.fneg(q) if mode in DIRECTED else q), t
+
+    def _directed_sum(self, x: Fn, p: ir.Value, q: ir.Value, r: ir.Value, addend: ir.Value
+                      ) -> ir.Value:
+        """r = p + addend rounded to nearest, rounded as x's param says: the exact error by
+        TwoSum; under .rm an exactly zero sum is -0 unless both terms are +0."""
+        mode = resolve_param(x.param, self.mods)
+        if mode not in DIRECTED:
+            return r
+        b = self.b
+        bb = b.fsub(r, p)
+        err = b.fadd(b.fsub(p, b.fsub(r, bb)), b.fsub(addend, bb))
+        r = directed(self.e, r, err, mode, [p, q])
+        return rm_zero(self.e, r, [p, addend]) if mode == "rm" else r
 
     def fn_mul(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
-        return (self.b.fmul(p, q) if is_float(t) else self.b.mul(p, q, flags=self.flags(x))), t
+        b = self.b
+        if not is_float(t):
+            return b.mul(p, q, flags=self.flags(x)), t
+        r = b.fmul(p, q)
+        mode = resolve_param(x.param, self.mods)
+        if mode not in DIRECTED:
+            return r, t
+        if p.type == F32:
+            # the product of two floats is exact in double: no underflow of the error
+            err = b.fsub(b.fmul(b.fpext(p, F64), b.fpext(q, F64)), b.fpext(r, F64))
+        else:
+            err = mul_error_f64(self.e, p, q, r)
+        return directed(self.e, r, err, mode, [p, q]), t
 
     def fn_fma(self, x: Fn, args: list[Typed]) -> Typed:
+        """Directed rounding: a product and addend whose bounds the IR shows, on one
+        binade's grid, as a floor/ceil (_quantized_fma); otherwise (f32 only) the exact
+        a*b + c as an f64 sum and its TwoSum error, the f32 round-to-nearest result moved
+        by the error's sign."""
         (p, t), (q, _), (r, _) = args
-        return call(self.e, f"llvm.fma.{fsuffix(p.type)}", p.type, [p, q, r]), t
+        b, e = self.b, self.e
+        mode = resolve_param(x.param, self.mods)
+        if mode not in DIRECTED:
+            return call(e, f"llvm.fma.{fsuffix(p.type)}", p.type, [p, q, r]), t
+        quantized = _quantized_fma(e, self.op, mode, t, p, q, r)
+        if quantized is not None:
+            return quantized, t
+        if t != "f32":
+            e.kc.error(f"fma.{mode}.{t} (directed rounding) is not supported", self.op)
+        # exact: the f32 product is exact in f64; TwoSum with the addend gives s + tail
+        product = b.fmul(b.fpext(p, F64), b.fpext(q, F64))
+        addend = b.fpext(r, F64)
+        s = b.fadd(product, addend)
+        bb = b.fsub(s, product)
+        tail = b.fadd(b.fsub(product, b.fsub(s, bb)), b.fsub(addend, bb))
+        rn = b.fptrunc(s, F32)
+        err = b.fadd(b.fsub(s, b.fpext(rn, F64)), tail)
+        out = directed(e, rn, err, mode, [p, q, r])
+        if mode == "rm":
+            exact_zero = b.fcmp_ordered("==", b.fadd(s, tail), ir.Constant(F64, 0.0))
+            out = rm_zero(e, out, [b.fptrunc(product, F32), r], exact_zero=exact_zero)
+        return out, t
 
     def fn_add_sat(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
@@ -218,10 +281,18 @@ class _SpecLowering:
         return call(self.e, "llvm.ssub.sat.i32", I32, [p, q]), t
 
     def fn_div(self, x: Fn, args: list[Typed]) -> Typed:
+        """Floats: directed rounding by the sign of the exact remainder; x / 0 is an exact
+        infinity, not an overflow."""
         (p, t), (q, _) = args
-        if is_float(t):
-            return self.b.fdiv(p, q), t
-        return self._int_div(p, q, t, rem=False), t
+        if not is_float(t):
+            return self._int_div(p, q, t, rem=False), t
+        b = self.b
+        r = b.fdiv(p, q)
+        mode = resolve_param(x.param, self.mods)
+        if mode not in DIRECTED:
+            return r, t
+        return directed(self.e, r, div_error(self.e, p, q, r), mode, [p, q],
+                        exact_inf=b.fcmp_ordered("==", q, ir.Constant(q.type, 0.0))), t
 
     def fn_rem(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
@@ -372,8 +443,24 @@ class _SpecLowering:
     # -- math functions: the approximations are this reader's own (PTX allows each .approx
     #    an error; the interpreter rounds the double-precision function instead)
     def fn_sqrt(self, x: Fn, args: list[Typed]) -> Typed:
+        """Directed rounding by the sign of the exact a - r*r (an fma in double; a tiny
+        double and its root scaled so that it cannot underflow)."""
         (p, t), = args
-        return call(self.e, f"llvm.sqrt.{fsuffix(p.type)}", p.type, [p]), t
+        b = self.b
+        r = call(self.e, f"llvm.sqrt.{fsuffix(p.type)}", p.type, [p])
+        mode = resolve_param(x.param, self.mods)
+        if mode not in DIRECTED:
+            return r, t
+        if p.type == F32:
+            r64 = b.fpext(r, F64)
+            err = call(self.e, "llvm.fma.f64", F64, [b.fneg(r64), r64, b.fpext(p, F64)])
+        else:
+            tiny = b.fcmp_ordered("<", p, ir.Constant(F64, 2.0 ** -900))
+            ra = b.select(tiny, ir.Constant(F64, 2.0 ** 300), ir.Constant(F64, 1.0))
+            aa = b.select(tiny, ir.Constant(F64, 2.0 ** 600), ir.Constant(F64, 1.0))
+            rs = b.fmul(r, ra)
+            err = call(self.e, "llvm.fma.f64", F64, [b.fneg(rs), rs, b.fmul(p, aa)])
+        return directed(self.e, r, err, mode), t
 
     def fn_rsqrt(self, x: Fn, args: list[Typed]) -> Typed:
         """f32 on an AVX-512 CPU: the CPU's estimate refined (approx_math.rsqrt_f32);
@@ -580,6 +667,65 @@ class _SpecLowering:
         else:
             r = b.and_(b.fcmp_ordered("<", mag, tiny), b.fcmp_ordered(">", mag, ir.Constant(a.type, 0.0)))
         return r, "pred"
+
+
+def _f32_range(v: Value, depth: int = 0) -> tuple[float, float] | None:
+    """Bounds of an f32 value where the IR shows them: a constant, `cvt.sat` (in [0, 1],
+    NaN -> 0), a product of bounded values (widened by an f32 rounding step each way)."""
+    if not isinstance(v, OpResult) or depth > 4:
+        return None
+    op = v.op
+    if op.name == "upir.const" and v.type == "f32":
+        value = op.attributes.get("value")
+        if isinstance(value, int):          # (float registers' constants as their bits)
+            value = float_from_bits(value, "f32")
+        return (value, value) if isinstance(value, float) else None
+    if op.name == "ptx.mov" and len(op.operands) == 1:
+        return _f32_range(op.operands[0], depth + 1)
+    if op.name == "ptx.cvt" and "sat" in mods(op) and all(m == "f32" for m in types(op)):
+        return (0.0, 1.0)
+    if op.name == "ptx.mul" and ty(op) == "f32" and rounding(op) not in ("rz", "rm", "rp"):
+        ra, rb = _f32_range(op.operands[0], depth + 1), _f32_range(op.operands[1], depth + 1)
+        if ra is None or rb is None:
+            return None
+        ends = [x * y for x in ra for y in rb]
+        lo, hi = min(ends), max(ends)
+        return (lo - abs(lo) * 2.0 ** -23, hi + abs(hi) * 2.0 ** -23)
+    return None
+
+
+def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Value,
+                   c: ir.Value, d: ir.Value) -> ir.Value | None:
+    """fma.{rm,rp,rz}.f32 whose exact result lies in one binade of at least 2^23, with a
+    constant addend on that binade's grid (the rounding trick of NVRTC's expf:
+    `fma.rm(sat(x * log2e / 128 + 0.5), 252, 12582913)`): every f32 there is a multiple of
+    the binade's ulp, so rounding is a floor/ceil of the product, exact in f64, plus the
+    addend.  Eight f64 operations instead of the general emulation's error-free sum and
+    fix-ups.  None when the bounds are not known from the IR."""
+    if t != "f32":
+        return None
+    ra, rc = _f32_range(op.operands[0]), _f32_range(op.operands[1])
+    rd = _f32_range(op.operands[2])
+    if ra is None or rc is None or rd is None or rd[0] != rd[1]:
+        return None
+    addend = rd[0]
+    ends = [x * y for x in ra for y in rc]
+    lo, hi = addend + min(ends), addend + max(ends)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+        return None
+    exp = math.floor(math.log2(lo))
+    if exp < 23 or hi >= 2.0 ** (exp + 1) or exp > 126:
+        return None
+    ulp = 2.0 ** (exp - 23)
+    if addend % ulp:
+        return None
+    b = e.b
+    p = b.fmul(b.fpext(a, F64), b.fpext(c, F64))                   # exact
+    q = b.fmul(p, ir.Constant(F64, 1.0 / ulp))                      # exact (a power of two)
+    # all values are positive: rz is rm
+    k = call(e, "llvm.ceil.f64" if mode == "rp" else "llvm.floor.f64", F64, [q])
+    r = b.fadd(b.fmul(k, ir.Constant(F64, ulp)), b.fpext(d, F64))   # on the binade's grid
+    return b.fptrunc(r, F32)
 
 
 _NSW_NODES: dict[int, frozenset[int]] = {}

@@ -23,7 +23,7 @@ from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, F64, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
     float_min_max, ftz, ir_type_of, is_float,
-    is_signed, isfinite, isnan, mask, next_toward, resize_int, round_fraction, round_integral,
+    is_signed, isfinite, isnan, mask, resize_int, round_fraction, round_integral,
     saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
@@ -98,21 +98,6 @@ def fdone(th: "Thread", op: Operation, v: object, t: str) -> None:
     th.set(op, from_float(v, t), t)
 
 
-def directed(rn: object, operands: tuple[object, ...], exact_value: Callable[[], Fraction],
-             mode: str | None, t: str, zero: Callable[[], object] | None = None) -> object:
-    """The result under rounding `mode`: `rn` (the round-to-nearest result NumPy computed)
-    for .rn or when an operand is not finite; otherwise the exact value rounded.  `zero`
-    gives the result when the exact value is 0 (signed-zero rules), default `rn`."""
-    if mode in (None, "rn"):
-        return rn                       # NumPy's float arithmetic rounds to nearest even
-    if not all(isfinite(x) for x in operands):
-        return rn                       # inf/NaN results do not depend on the rounding mode
-    q = exact_value()
-    if q == 0:
-        return zero() if zero is not None else rn
-    return round_fraction(q, t, mode)
-
-
 # --- moves -----------------------------------------------------------------------------------
 
 @handles("ptx.mov")
@@ -141,39 +126,23 @@ def _mov(th: "Thread", op: Operation) -> None:
 
 @hand_evaluation("ptx.add", "ptx.sub")
 def _add(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of add/sub (ir/ptx_table.py): floats with directed rounding,
-    f16."""
-    t = ty(op)
-    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-    cc = c if op.name == "ptx.add" else -c          # type: ignore[operator]
-    rn = a + cc                                     # type: ignore[operator]
-    mode = rounding(op)
-    r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
-                 zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
-                                       mode, type(a)))
-    fdone(th, op, r, t)
+    """The hand-written forms of add/sub (ir/ptx_table.py): f16 (.rn only in PTX), in
+    NumPy's float16 (IEEE: the exact sum rounded once)."""
+    a, c = fsrc(th, op, 0, "f16"), fsrc(th, op, 1, "f16")
+    fdone(th, op, a + c if op.name == "ptx.add" else a - c, "f16")  # type: ignore[operator]
 
 
 @hand_evaluation("ptx.mul")
 def _mul(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of mul: floats with directed rounding, f16."""
-    t = ty(op)
-    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-    rn = a * c                                      # type: ignore[operator]
-    r = directed(rn, (a, c), lambda: exact(a) * exact(c), rounding(op), t)
-    fdone(th, op, r, t)
-
-
-@hand_evaluation("ptx.mad")
-def _mad(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of mad: floats (an fma)."""
-    _fma(th, op)
+    """The hand-written forms of mul: f16 (.rn only in PTX)."""
+    a, c = fsrc(th, op, 0, "f16"), fsrc(th, op, 1, "f16")
+    fdone(th, op, a * c, "f16")                     # type: ignore[operator]
 
 
 @hand_evaluation("ptx.fma")
 def _fma(th: "Thread", op: Operation) -> None:
-    """fma / mad.f: a*b+c rounded once, from the exact rational value (the hand-written
-    forms of fma: directed rounding, halves; and mad on floats)."""
+    """The hand-written forms of fma: f16/bf16, a*b+c rounded once from the exact rational
+    value."""
     t = ty(op)
     a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
     mode = rounding(op) or "rn"
@@ -189,42 +158,6 @@ def _fma(th: "Thread", op: Operation) -> None:
             r = zero_sum(prod_neg, signbit(d), (a == 0 or c == 0) and d == 0, mode, np_t)
         else:
             r = round_fraction(q, t, mode)
-    fdone(th, op, r, t)
-
-
-@hand_evaluation("ptx.div")
-def _div(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of div: floats with directed rounding."""
-    t = ty(op)
-    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-    rn = a / c                                      # type: ignore[operator]
-    if c == 0:
-        r = rn
-    else:
-        r = directed(rn, (a, c), lambda: exact(a) / exact(c), rounding(op), t)
-    fdone(th, op, r, t)
-
-
-# --- math functions ----------------------------------------------------------------------------
-
-@hand_evaluation("ptx.sqrt", "ptx.rcp")
-def _directed_sqrt_rcp(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of sqrt and rcp (ir/ptx_table.py): .rz/.rm/.rp from the exact
-    value."""
-    t = ty(op)
-    a = fsrc(th, op, 0, t)
-    mode = rounding(op)
-    one = type(a)(1.0)
-    if op.name == "ptx.sqrt":
-        r = np.sqrt(a)
-        if isfinite(r) and r != 0:
-            # r is within an ulp of sqrt(a): the sign of a - r*r says which side
-            err = exact(a) - exact(r) * exact(r)
-            if mode == "rp" and err > 0 or mode in ("rm", "rz") and err < 0:
-                r = next_toward(r, up=err > 0)
-    else:
-        rn = one / a
-        r = rn if a == 0 else directed(rn, (a,), lambda: 1 / exact(a), mode, t)
     fdone(th, op, r, t)
 
 

@@ -105,22 +105,38 @@ class _Evaluation:
         return resolve_param(x.param, self.mods)
 
 
-def _int_or_float(fi: Callable[[int, int, int], int], ff: Callable[[Any, Any], Any]
-                  ) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+def _rounded(kind: str, fi: Callable[[int, int, int], int]
+             ) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    """add/sub/mul: integers wrap; floats are NumPy's round-to-nearest result, or under
+    .rz/.rm/.rp the exact rational value rounded (non-finite operands give what they give
+    under any rounding; an exactly zero sum takes IEEE's sign: -0 under .rm unless both
+    terms are +0)."""
     def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
-        if is_float(t):
-            return ff(p, q), t
-        w = _width(t)
-        return fi(p, q, w) & mask(w), t
+        if not is_float(t):
+            w = _width(t)
+            return fi(p, q, w) & mask(w), t
+        rn = p + q if kind == "add" else p - q if kind == "sub" else p * q
+        mode = ev.param(x)
+        if mode in (None, "rn") or not (isfinite(p) and isfinite(q)):
+            return rn, t
+        term = -q if kind == "sub" else q
+        value = exact(p) * exact(q) if kind == "mul" else exact(p) + exact(term)
+        if value == 0:
+            if kind == "mul":
+                return rn, t                       # a zero factor: the sign is rn's
+            return zero_sum(signbit(p), signbit(term), p == 0 and term == 0, mode, type(p)), t
+        return round_fraction(value, t, mode), t
     return f
 
 
 def _fma(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
-    """a * b + c rounded once to nearest even: the exact rational value rounded.  Infinite
-    and NaN results do not depend on the rounding; the product of finite factors is finite
-    (exactly: not an f64 overflow), so with an infinite c it is c."""
+    """a * b + c rounded once (to nearest even, or as the param says): the exact rational
+    value rounded.  Infinite and NaN results do not depend on the rounding; the product of
+    finite factors is finite (exactly: not an f64 overflow), so with an infinite c it is
+    c."""
     (p, t), (q, _), (r, _) = args
+    mode = ev.param(x) or "rn"
     np_t = type(p)
     if not (isfinite(p) and isfinite(q) and isfinite(r)):
         if isfinite(p) and isfinite(q):
@@ -129,15 +145,21 @@ def _fma(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     value = exact(p) * exact(q) + exact(r)
     if value == 0:                       # the signed zero of an exact sum
         return zero_sum(signbit(p) != signbit(q), signbit(r),
-                        (p == 0 or q == 0) and r == 0, "rn", np_t), t
-    return round_fraction(value, t, "rn"), t
+                        (p == 0 or q == 0) and r == 0, mode, np_t), t
+    return round_fraction(value, t, mode), t
 
 
 def _div(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """Floats: IEEE (x / 0 is +-inf, 0 / 0 NaN), under .rz/.rm/.rp the exact quotient of
+    finite operands rounded."""
     (p, t), (q, _) = args
-    if is_float(t):
-        return p / q, t                      # IEEE (x / 0 is +-inf, 0 / 0 NaN)
-    return _int_div(p, q, t, rem=False), t
+    if not is_float(t):
+        return _int_div(p, q, t, rem=False), t
+    rn = p / q
+    mode = ev.param(x)
+    if mode in (None, "rn") or q == 0 or not (isfinite(p) and isfinite(q)) or p == 0:
+        return rn, t
+    return round_fraction(exact(p) / exact(q), t, mode), t
 
 
 def _rem(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
@@ -298,8 +320,19 @@ def _copysign(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
 # --- math functions: NumPy's, the approximate ones in double precision rounded once ----------
 
 def _sqrt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """IEEE: correctly rounded in p's precision; under .rz/.rm/.rp the float next to NumPy's
+    root on the side of the exact root, where r*r is on the wrong side of p."""
     (p, t), = args
-    return np.sqrt(p), t                            # IEEE: correctly rounded in p's precision
+    r = np.sqrt(p)
+    mode = ev.param(x)
+    if mode in (None, "rn") or not isfinite(r) or r == 0:
+        return r, t
+    square = exact(r) * exact(r)
+    if square > exact(p) and mode in ("rm", "rz"):
+        r = np.nextafter(r, type(r)(0))
+    elif square < exact(p) and mode == "rp":
+        r = np.nextafter(r, type(r)(np.inf))
+    return r, t
 
 
 def _rsqrt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
@@ -404,9 +437,9 @@ def _fns(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
 
 
 _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
-    "add": _int_or_float(lambda p, q, w: p + q, lambda p, q: p + q),
-    "sub": _int_or_float(lambda p, q, w: p - q, lambda p, q: p - q),
-    "mul": _int_or_float(lambda p, q, w: p * q, lambda p, q: p * q),
+    "add": _rounded("add", lambda p, q, w: p + q),
+    "sub": _rounded("sub", lambda p, q, w: p - q),
+    "mul": _rounded("mul", lambda p, q, w: p * q),
     "fma": _fma, "div": _div, "rem": _rem, "add_sat": _saturating(1), "sub_sat": _saturating(-1),
     "neg": _neg, "abs": _abs,
     "min": _min_max(True, False), "max": _min_max(False, False),

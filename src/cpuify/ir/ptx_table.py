@@ -69,12 +69,12 @@ class Fn(Expr):
 #: Integers wrap at their width; signedness comes from the type (s: signed, u/b: not).
 #: Floats (f32/f64) round to nearest even (IEEE).
 FUNCTIONS: dict[str, tuple[int, str, str]] = {
-    "add": (2, "same", "a + b"),
-    "sub": (2, "same", "a - b"),
-    "mul": (2, "same", "a * b (the low half for integers)"),
-    "fma": (3, "same", "a * b + c rounded once (floats)"),
+    "add": (2, "same", "a + b (floats: rounded as <param> says, rn rz rm rp; None: rn)"),
+    "sub": (2, "same", "a - b (floats: rounded as add)"),
+    "mul": (2, "same", "a * b (the low half for integers; floats rounded as add)"),
+    "fma": (3, "same", "a * b + c rounded once (floats), as add says"),
     "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
-                       "MIN / -1 wraps to MIN"),
+                       "MIN / -1 wraps to MIN; floats rounded as add"),
     "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
     "add_sat": (2, "same", "s32 a + b clamped to the s32 range"),
     "sub_sat": (2, "same", "s32 a - b clamped to the s32 range"),
@@ -104,7 +104,7 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "slice": (1, "given", "bits <param>.. of a, truncated to the given type (<param> 'w': "
                           "the width of T)"),
     "copysign": (2, "second", "the magnitude of b with the sign of a"),
-    "sqrt": (1, "same", "the square root (floats), rounded to nearest"),
+    "sqrt": (1, "same", "the square root (floats), rounded as add"),
     "rsqrt": (1, "same", "1 / sqrt(a), approximate (PTX: rsqrt.approx; each reader its own)"),
     "sin": (1, "same", "sin(a), approximate (each reader its own; see the readers)"),
     "cos": (1, "same", "cos(a), approximate"),
@@ -153,7 +153,6 @@ SIGNED = frozenset(("s16", "s32", "s64"))
 UNSIGNED = frozenset(("u16", "u32", "u64"))
 FLOATS = frozenset(("f32", "f64"))
 DIRECTED = frozenset(("rz", "rm", "rp"))
-HAND_FLOATS = frozenset(("f16", "f32", "f64"))
 CVT_INTS = INTS | {"u8", "s8", "b8"}
 
 
@@ -281,10 +280,13 @@ def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 
 def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
-    """A function's parameter for an op: "$cmp" the op's comparison modifier, "w" the width
-    in bits of T, anything else as written."""
+    """A function's parameter for an op: "$cmp" the op's comparison modifier, "$rnd" its
+    float rounding modifier (rn rz rm rp; None without one), "w" the width in bits of T,
+    anything else as written."""
     if param == "$cmp":
         return next(m for m in op_mods if m in COMPARISONS)
+    if param == "$rnd":
+        return next((m for m in op_mods if m in ("rn", "rz", "rm", "rp")), None)
     if param == "w":
         return 8 * type_size(resolve_type("T", op_mods))
     return param
@@ -383,14 +385,14 @@ def _mad_carry_forms(carry_in: bool, mods: frozenset[str] = frozenset()) -> tupl
 
 
 def _binary(name: str, sat: str | None = None) -> tuple[Form, ...]:
-    """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded to
-    nearest; directed rounding and f16 hand-written."""
+    """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded as the
+    op says; f16 hand-written."""
     forms = [_f(*_carry(name, Src(0, "U"), Src(1, "U"), False), types=INTS, mods={"cc"})]
     if sat:
         forms.append(_f(_fn(sat, a, b), types=INTS, mods={"sat"}))
     forms += [_f(_fn(name, a, b), types=INTS),
-              _f(_fn(name, a, b), types=FLOATS, without=DIRECTED, flush="all"),
-              _hand(types=HAND_FLOATS)]
+              _f(_fn(name, a, b, param="$rnd"), types=FLOATS, flush="all"),
+              _hand(types={"f16"})]
     return tuple(forms)
 
 
@@ -536,17 +538,17 @@ def _table() -> list[Instruction]:
         I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
         # -- integer and float arithmetic
         I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
-          hand="_add (ptx_arith.py): directed rounding, f16"),
+          hand="_add (ptx_arith.py): f16"),
         I("sub", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("sub", "sub_sat"),
-          hand="_add (ptx_arith.py): directed rounding, f16"),
+          hand="_add (ptx_arith.py): f16"),
         I("addc", frozenset({"cc"}), forms=_carry_forms("add", True)),
         I("subc", frozenset({"cc"}), forms=_carry_forms("sub", True)),
         I("mul", frozenset({"lo", "hi", "wide", "ftz", "sat"}) | _ROUND, halves=True, forms=(
             _f(_wide_product(a, b), types=INTS, mods={wide}),
             _f(_fn("slice", _wide_product(a, b), type="T", param="w"), types=INTS, mods={hi}),
             _f(_fn("mul", a, b), types=INTS),
-            _f(_fn("mul", a, b), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=HAND_FLOATS)), hand="_mul (ptx_arith.py): directed rounding, f16"),
+            _f(_fn("mul", a, b, param="$rnd"), types=FLOATS, flush="all"),
+            _hand(types={"f16"})), hand="_mul (ptx_arith.py): f16"),
         I("mad", frozenset({"lo", "hi", "wide", "cc", "ftz", "sat"}) | _ROUND, forms=(
             *_mad_carry_forms(False, frozenset({"cc"})),
             _f(_fn("add", _wide_product(a, b), Src(2, "W")), types=INTS, mods={wide}),
@@ -556,7 +558,7 @@ def _table() -> list[Instruction]:
                types=INTS, mods={hi}),
             _f(_fn("add_sat", _fn("mul", a, b), c), types=INTS, mods={sat}),
             _f(_fn("add", _fn("mul", a, b), c), types=INTS),
-            _hand(types=HAND_FLOATS)), hand="_mad (ptx_arith.py): floats are an fma (_fma)"),
+            _f(_fn("fma", a, b, c, param="$rnd"), types=FLOATS, flush="all"))),
         I("madc", frozenset({"lo", "hi", "cc"}), forms=_mad_carry_forms(True)),
         I("mul24", frozenset({"lo", "hi"}), forms=(
             _f(_fn("slice", _mul24(a, b), type="T", param=16), types=INTS, mods={hi}),
@@ -569,12 +571,11 @@ def _table() -> list[Instruction]:
                                              _fn("sub", b, a), _fn("sub", a, b))),
                            types=INTS),)),
         I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
-            _f(_fn("fma", a, b, c), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=HAND_FLOATS | {"bf16"})), hand="_fma (ptx_arith.py): directed rounding, f16/bf16"),
+            _f(_fn("fma", a, b, c, param="$rnd"), types=FLOATS, flush="all"),
+            _hand(types={"f16", "bf16"})), hand="_fma (ptx_arith.py): f16/bf16"),
         I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
             _f(_fn("div", a, b), types=INTS),
-            _f(_fn("div", a, b), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=HAND_FLOATS)), hand="_div (ptx_arith.py): directed rounding"),
+            _f(_fn("div", a, b, param="$rnd"), types=FLOATS, flush="all"))),
         I("rem", forms=(_f(_fn("rem", a, b), types=INTS),)),
         I("neg", frozenset({"ftz"}), halves=True, forms=(
             _f(_fn("neg", a), types=INTS),
@@ -593,14 +594,11 @@ def _table() -> list[Instruction]:
             _f(_fn("max_nan", a, b), types=FLOATS, mods={"NaN"}, flush="all"),
             _f(_fn("max", a, b), types=FLOATS, flush="all"))),
         I("copysign", forms=(_f(_fn("copysign", a, b), types=FLOATS),)),
-        # -- math functions (f16/bf16 ex2 and tanh are computed in f32: lifting/halves.py);
-        #    directed rounding of sqrt and rcp hand-written
+        # -- math functions (f16/bf16 ex2 and tanh are computed in f32: lifting/halves.py)
         I("sqrt", frozenset({"approx", "ftz"}) | _ROUND, forms=(
-            _f(_fn("sqrt", a), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=FLOATS)), hand="_directed_sqrt_rcp (ptx_convert.py): directed rounding"),
+            _f(_fn("sqrt", a, param="$rnd"), types=FLOATS, flush="all"),)),
         I("rcp", frozenset({"approx", "ftz"}) | _ROUND, forms=(
-            _f(_fn("div", Lit(1.0), a), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=FLOATS)), hand="_directed_sqrt_rcp (ptx_convert.py): directed rounding"),
+            _f(_fn("div", Lit(1.0), a, param="$rnd"), types=FLOATS, flush="all"),)),
         *(I(name, mods, halves=name in ("ex2", "tanh"),
             forms=(_f(_fn(name, a), types=FLOATS, flush="all"),))
           for name, mods in (
