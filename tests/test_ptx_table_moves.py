@@ -41,6 +41,7 @@ def _kernel(name: str, n_in: int, body: list[str], wide_in: tuple[int, ...] = ()
              "    .reg .pred %p<2>;", "    .reg .b32 %a<16>;", "    .reg .b32 %o<300>;",
              "    .reg .b32 %r<8>;", "    .reg .b64 %w<16>;", "    .reg .b64 %q<64>;",
              "    .reg .b64 %rd<8>;", "    .reg .f32 %f<40>;", "    .reg .f64 %fd<40>;",
+             "    .reg .b16 %h<40>;",
              "    ld.param.u64 %rd1, [pin];", "    ld.param.u64 %rd2, [pout];",
              "    ld.param.u32 %r1, [pn];", "    mov.u32 %r2, %tid.x;", "    mov.u32 %r3, %ctaid.x;",
              "    mov.u32 %r4, %ntid.x;", "    mad.lo.s32 %r2, %r3, %r4, %r2;",
@@ -580,3 +581,60 @@ def test_directed_rounding_of_add_sub_mul_div_sqrt_rcp_fma_mad_against_exact_rat
                                               err_msg=f"{run} {op}.{mode}.f32 (sign)")
                 np.testing.assert_array_equal(got, want, err_msg=f"{run} {op}.{mode}.f32")
             k += 1
+
+
+# --- f16 add/sub/mul: the table's functions on halves ----------------------------------------------
+
+def test_f16_add_sub_mul_and_f16x2_against_exact_rationals():
+    """add/sub/mul.f16 (.rn, the only PTX rounding) round the exact value once; .sat clamps
+    to [0, 1] (NaN to 0); .f16x2 is two of them."""
+    ops = ["add.f16", "sub.f16", "mul.f16", "add.sat.f16", "mul.rn.sat.f16", "sub.rn.f16"]
+    body = ["ld.global.b16 %h1, [%rd4];", "ld.global.b16 %h2, [%rd4+8];"]
+    for k, name in enumerate(ops):
+        body += [f"{name} %h{10 + k}, %h1, %h2;", f"st.global.b16 [%rd6+{8 * k}], %h{10 + k};"]
+    body += ["add.f16x2 %o0, %a2, %a3;", "OUT 6 %o0", "mul.f16x2 %o1, %a2, %a3;", "OUT 7 %o1"]
+    ptx = _kernel("halves", 4, body)
+    special = [0.0, -0.0, 1.0, -1.0, 0.5, 65504.0, -65504.0, 6e-8, 1e-4, 3.0, np.inf, np.nan,
+               0.333, 1000.0]
+    pairs = [(x, y) for x in special for y in special]
+    xs = np.array([x for x, _ in pairs] + list(RNG.standard_normal(64) * 100), np.float16)
+    ys = np.array([y for _, y in pairs] + list(RNG.standard_normal(64) * 10), np.float16)
+    xs2 = np.array(RNG.standard_normal(2 * len(xs)) * 50, np.float16)
+    ys2 = np.array(RNG.standard_normal(2 * len(xs)), np.float16)
+    rows = np.zeros((len(xs), 4), np.uint64)
+    rows[:, 0], rows[:, 1] = xs.view(np.uint16), ys.view(np.uint16)
+    rows[:, 2] = xs2.view(np.uint32)
+    rows[:, 3] = ys2.view(np.uint32)
+    compiled, interpreted = _run_both(ptx, "halves", rows)
+
+    def rounded(x: np.float16, y: np.float16, kind: str, sat: bool) -> np.float16:
+        if not (np.isfinite(x) and np.isfinite(y)):
+            with np.errstate(all="ignore"):
+                r = {"add": x + y, "sub": x - y, "mul": x * y}[kind]
+        else:
+            fx, fy = Fraction(float(x)), Fraction(float(y))
+            value = {"add": fx + fy, "sub": fx - fy, "mul": fx * fy}[kind]
+            with np.errstate(all="ignore"):
+                r = np.float16(float(value))        # (the double is exact or rounds innocuously)
+            if value == 0:                          # the sign of an exact zero: IEEE's
+                with np.errstate(all="ignore"):
+                    r = {"add": x + y, "sub": x - y, "mul": x * y}[kind]
+        if sat:
+            r = np.float16(0.0) if np.isnan(r) or r <= 0 else min(r, np.float16(1.0))
+        return r
+
+    kinds = [("add", False), ("sub", False), ("mul", False), ("add", True), ("mul", True),
+             ("sub", False)]
+    for run, out in (("compiled", compiled), ("interpreted", interpreted)):
+        for k, (kind, sat) in enumerate(kinds):
+            want = np.array([rounded(x, y, kind, sat) for x, y in zip(xs, ys)], np.float16)
+            got = out[:, k].astype(np.uint16).view(np.float16)
+            np.testing.assert_array_equal(got, want, err_msg=f"{run} {ops[k]}")
+            number = ~np.isnan(want)
+            np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]),
+                                          err_msg=f"{run} {ops[k]} (sign)")
+        for k, kind in ((6, "add"), (7, "mul")):
+            got = out[:, k].astype(np.uint32).view(np.float16).reshape(-1, 2)
+            want = np.array([rounded(x, y, kind, False) for x, y in zip(xs2, ys2)],
+                            np.float16).reshape(-1, 2)
+            np.testing.assert_array_equal(got, want, err_msg=f"{run} {kind}.f16x2")

@@ -1,11 +1,7 @@
 """LLVM lowering of the PTX moves and of the float arithmetic the instruction table leaves
-to hand-written code (ir/ptx_table.py: f16 add/sub/mul, fma with directed rounding or on
-f16/bf16, mad on floats; ptx_spec.py lowers the integer and f32/f64 forms, directed
-rounding included; ptx_ops.py holds the shared helpers).
-
-Rounding: `.rn` is IEEE default; directed `.rz/.rm/.rp` on fma.f32 is computed exactly from
-the round-to-nearest result and the sign of its exact error (ptx_ops.directed); `.ftz`
-flushes subnormal inputs and outputs; `.sat` clamps to [0, 1]."""
+to hand-written code (ir/ptx_table.py: the f16/bf16 fma, rounded once; ptx_spec.py lowers
+the rest of the arithmetic, every rounding and f16 add/sub/mul included; ptx_ops.py holds
+the shared helpers)."""
 
 from __future__ import annotations
 
@@ -14,12 +10,8 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.codegen.half_float import FMA_HALF_INLINE_LIMIT, fma_half, fma_half_call
-from cpuify.codegen.lowering import (
-    F16, I16, hand_written, handles, _width,
-)
-from cpuify.codegen.ptx_ops import (
-    fsrc, saturate,
-)
+from cpuify.codegen.lowering import hand_written, handles, _width
+from cpuify.codegen.ptx_ops import fsrc
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, ty
@@ -61,30 +53,6 @@ def _mov(e: SegmentEmitter, op: Operation) -> None:
 
 
 # --- integer and float arithmetic -------------------------------------------------------------
-
-@hand_written("ptx.add", "ptx.sub")
-def _add(e: SegmentEmitter, op: Operation) -> None:
-    """The hand-written forms of add/sub (ir/ptx_table.py): f16 (.rn only in PTX), in
-    LLVM's half."""
-    b = e.b
-    a, c = b.bitcast(fsrc(e, op, 0, "f16"), F16), b.bitcast(fsrc(e, op, 1, "f16"), F16)
-    _half_done(e, op, b.fadd(a, c) if op.name == "ptx.add" else b.fsub(a, c))
-
-
-def _half_done(e: SegmentEmitter, op: Operation, r: ir.Value) -> None:
-    """An f16 result (LLVM half): .sat clamps it before it becomes the register's bits."""
-    if has(op, "sat"):
-        r = saturate(e, r)
-    e.result(op, e.b.bitcast(r, I16), "f16")
-
-
-@hand_written("ptx.mul")
-def _mul(e: SegmentEmitter, op: Operation) -> None:
-    """The hand-written forms of mul: f16 (.rn only in PTX)."""
-    b = e.b
-    a, c = b.bitcast(fsrc(e, op, 0, "f16"), F16), b.bitcast(fsrc(e, op, 1, "f16"), F16)
-    _half_done(e, op, b.fmul(a, c))
-
 
 def half_fmas(kc) -> int:  # type: ignore[no-untyped-def]
     """How many f16/bf16 fmas the kernel of `kc` holds (counted once per kernel)."""

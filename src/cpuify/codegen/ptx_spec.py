@@ -19,11 +19,12 @@ from llvmlite import ir
 
 from cpuify.codegen import approx_math, jit
 from cpuify.codegen.lowering import (
-    F16, F32, F64, HAND_LOWERINGS, I1, I8, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
+    F16, F32, F64, HAND_LOWERINGS, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed,
+    ptx_llvm_type,
 )
 from cpuify.codegen.ptx_ops import (
     call, directed, div_error, fdone, fsrc, fsuffix, masked_thread_index, mul_error_f64, rm_zero,
-    src, wrap_flags,
+    saturate, src, wrap_flags,
 )
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.ir.core import Operation, OpResult, Value
@@ -154,7 +155,11 @@ class _SpecLowering:
                 self.operands(r)
         values = [self.value(r) for r in self.form.results]   # (setp's unused !p: LLVM drops it)
         for i, (v, t) in enumerate(values[:len(self.op.results)]):
-            if self.form.flush == "all" and is_float(t) and not self.deferred:
+            if self.form.flush == "all" and t == "f16":
+                if "sat" in self.mods:          # (f16 values are their bits here)
+                    v = self.b.bitcast(saturate(self.e, self.b.bitcast(v, F16)), I16)
+                self.e.result(self.op, v, t, i)
+            elif self.form.flush == "all" and is_float(t) and not self.deferred:
                 fdone(self.e, self.op, v, t)
             else:
                 self.e.result(self.op, v, t, i)
@@ -204,15 +209,27 @@ class _SpecLowering:
         (p, t), (q, _) = args
         if not is_float(t):
             return self.b.add(p, q, flags=self.flags(x)), t
+        if t == "f16":
+            return self._half(self.b.fadd, p, q), t
         return self._directed_sum(x, p, q, self.b.fadd(p, q), q), t
 
     def fn_sub(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
         if not is_float(t):
             return self.b.sub(p, q, flags=self.flags(x)), t
+        if t == "f16":
+            return self._half(self.b.fsub, p, q), t
         r = self.b.fsub(p, q)
         mode = resolve_param(x.param, self.mods)
         return self._directed_sum(x, p, q, r, self.b.fneg(q) if mode in DIRECTED else q), t
+
+    def _half(self, operation: Callable[[ir.Value, ir.Value], ir.Value], p: ir.Value,
+              q: ir.Value) -> ir.Value:
+        """An f16 operation (round to nearest) on the bits of its operands, in LLVM's half
+        (which x86 computes in f32 and rounds once more: exact for + - *, as f32 has more
+        than twice f16's precision)."""
+        b = self.b
+        return b.bitcast(operation(b.bitcast(p, F16), b.bitcast(q, F16)), I16)
 
     def _directed_sum(self, x: Fn, p: ir.Value, q: ir.Value, r: ir.Value, addend: ir.Value
                       ) -> ir.Value:
@@ -232,6 +249,8 @@ class _SpecLowering:
         b = self.b
         if not is_float(t):
             return b.mul(p, q, flags=self.flags(x)), t
+        if t == "f16":
+            return self._half(b.fmul, p, q), t
         r = b.fmul(p, q)
         mode = resolve_param(x.param, self.mods)
         if mode not in DIRECTED:

@@ -124,21 +124,6 @@ def _mov(th: "Thread", op: Operation) -> None:
 
 # --- integer and float arithmetic ------------------------------------------------------------
 
-@hand_evaluation("ptx.add", "ptx.sub")
-def _add(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of add/sub (ir/ptx_table.py): f16 (.rn only in PTX), in
-    NumPy's float16 (IEEE: the exact sum rounded once)."""
-    a, c = fsrc(th, op, 0, "f16"), fsrc(th, op, 1, "f16")
-    fdone(th, op, a + c if op.name == "ptx.add" else a - c, "f16")  # type: ignore[operator]
-
-
-@hand_evaluation("ptx.mul")
-def _mul(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of mul: f16 (.rn only in PTX)."""
-    a, c = fsrc(th, op, 0, "f16"), fsrc(th, op, 1, "f16")
-    fdone(th, op, a * c, "f16")                     # type: ignore[operator]
-
-
 @hand_evaluation("ptx.fma")
 def _fma(th: "Thread", op: Operation) -> None:
     """The hand-written forms of fma: f16/bf16, a*b+c rounded once from the exact rational

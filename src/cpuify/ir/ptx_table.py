@@ -386,13 +386,13 @@ def _mad_carry_forms(carry_in: bool, mods: frozenset[str] = frozenset()) -> tupl
 
 def _binary(name: str, sat: str | None = None) -> tuple[Form, ...]:
     """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded as the
-    op says; f16 hand-written."""
+    op says; f16 (.rn only)."""
     forms = [_f(*_carry(name, Src(0, "U"), Src(1, "U"), False), types=INTS, mods={"cc"})]
     if sat:
         forms.append(_f(_fn(sat, a, b), types=INTS, mods={"sat"}))
     forms += [_f(_fn(name, a, b), types=INTS),
               _f(_fn(name, a, b, param="$rnd"), types=FLOATS, flush="all"),
-              _hand(types={"f16"})]
+              _f(_fn(name, a, b), types={"f16"}, without=DIRECTED, flush="all")]
     return tuple(forms)
 
 
@@ -538,9 +538,9 @@ def _table() -> list[Instruction]:
         I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
         # -- integer and float arithmetic
         I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
-          hand="_add (ptx_arith.py): f16"),
+),
         I("sub", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("sub", "sub_sat"),
-          hand="_add (ptx_arith.py): f16"),
+),
         I("addc", frozenset({"cc"}), forms=_carry_forms("add", True)),
         I("subc", frozenset({"cc"}), forms=_carry_forms("sub", True)),
         I("mul", frozenset({"lo", "hi", "wide", "ftz", "sat"}) | _ROUND, halves=True, forms=(
@@ -548,7 +548,7 @@ def _table() -> list[Instruction]:
             _f(_fn("slice", _wide_product(a, b), type="T", param="w"), types=INTS, mods={hi}),
             _f(_fn("mul", a, b), types=INTS),
             _f(_fn("mul", a, b, param="$rnd"), types=FLOATS, flush="all"),
-            _hand(types={"f16"})), hand="_mul (ptx_arith.py): f16"),
+            _f(_fn("mul", a, b), types={"f16"}, without=DIRECTED, flush="all"))),
         I("mad", frozenset({"lo", "hi", "wide", "cc", "ftz", "sat"}) | _ROUND, forms=(
             *_mad_carry_forms(False, frozenset({"cc"})),
             _f(_fn("add", _wide_product(a, b), Src(2, "W")), types=INTS, mods={wide}),
