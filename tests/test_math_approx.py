@@ -1,5 +1,5 @@
 """rsqrtf (rsqrt.approx.f32): on an AVX-512 CPU the compiled code refines the CPU's reciprocal
-square root estimate (ptx_convert.approx_rsqrt_f32) instead of dividing by a square root.  CUDA
+square root estimate (approx_math.rsqrt_f32) instead of dividing by a square root.  CUDA
 documents rsqrtf as within 2 ulp of the correctly rounded result; these tests hold the
 compiled code to that against NumPy's float64 1/sqrt rounded to f32, on a sample of every
 binade (subnormals included) and on the special values, in generic and specialized code and

@@ -103,7 +103,9 @@ def test_the_simple_arithmetic_is_spec_driven():
     for op in ("add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "min", "max", "and",
                "or", "xor", "not", "cnot", "shl", "shr", "popc", "clz", "brev", "setp", "set",
                "selp", "slct", "copysign", "testp", "mul24", "mad24", "sad", "vabsdiff4",
-               "vabsdiff2", "fma", "bfind", "dp4a", "dp2a", "addc", "subc", "madc"):
+               "vabsdiff2", "fma", "bfind", "dp4a", "dp2a", "addc", "subc", "madc", "shf", "fns",
+               "bfe", "bfi", "bmsk", "prmt", "lop3", "cvt", "sqrt", "rsqrt", "rcp", "sin", "cos",
+               "ex2", "lg2", "tanh"):
         assert op in spec, op
 
 

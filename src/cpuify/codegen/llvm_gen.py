@@ -25,10 +25,11 @@ compiler, the API and the CLI import code generation from here.  The parts, bott
     helpers           facts about IR values the planning and the emission share
     approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by ptx_convert)
     ptx_ops           the helpers the PTX instructions' lowerings share, and the memory ones
-    upir_ops, ptx_arith, ptx_bits, ptx_convert
-                      the lowerings of the ops (upir/cf; PTX moves and arithmetic, bitwise,
-                      comparisons and selects, math functions and conversions), registered
-                      in lowering's table
+    upir_ops, ptx_spec, ptx_arith, ptx_convert
+                      the lowerings of the ops (upir/cf; the PTX instructions the table
+                      spells out: arithmetic, bitwise, bit fields and bytes, comparisons and
+                      selects; moves, directed rounding, math functions and conversions),
+                      registered in lowering's table
     segment_paths, thread_loop_plan, kernel_plan
                       a kernel's plan (KernelPlan): sync points, slots, thread-loop shapes
     segment_values, sync_crossing, speculation, segment_emitter
@@ -93,7 +94,7 @@ class ModuleCodegen:
         self._access_group: ir.Value | None = None
         self._loop_ids = 0
         # set by code that wants LLVM's reciprocal square root estimate unrefined (it
-        # refines it itself: ptx_convert.approx_rsqrt_f32)
+        # refines it itself: approx_math.rsqrt_f32)
         self.rsqrt_estimates = False
         # functions printed and emptied by release_bodies(): name -> their definition's text
         self._printed: dict[str, str] = {}

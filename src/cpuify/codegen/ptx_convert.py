@@ -1,6 +1,6 @@
-"""LLVM lowering of the PTX math functions (sqrt/rsqrt/rcp/sin/cos/ex2/lg2/tanh, directed
-rounding on sqrt and rcp as in ptx_arith) and conversions (cvt, cvta, isspacep); ptx_ops.py
-holds the shared helpers."""
+"""LLVM lowering of the PTX conversions the instruction table leaves to hand-written code
+(cvt with a float or .sat; cvta, isspacep; ptx_spec.py lowers the integer conversions and
+the math functions); ptx_ops.py holds the shared helpers."""
 
 from __future__ import annotations
 
@@ -8,111 +8,22 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from cpuify.codegen import approx_math, jit
 from cpuify.codegen.half_float import f32_to_bf16, f64_to_f32_odd, half_to_f32
 from cpuify.codegen.lowering import (
-    F16, F32, F64, I1, I16, I32, I64, PTR, handles, is_float, is_signed, ptx_llvm_type,
+    F16, F32, F64, I1, I16, I32, I64, PTR, hand_written, handles, is_float, is_signed,
+    ptx_llvm_type,
 )
 from cpuify.codegen.denormals import known_flushed
-from cpuify.codegen.ptx_ops import call, fsuffix, ftz, saturate, directed, _div_error, fsrc, fdone
+from cpuify.codegen.ptx_ops import call, fsuffix, ftz, saturate, directed
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, rounding, ty, types
+from cpuify.ir.modifiers import mods, rounding, types
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
 
 
 # --- math functions ---------------------------------------------------------------------------
-
-@handles("ptx.sqrt", "ptx.rsqrt", "ptx.rcp", "ptx.sin", "ptx.cos", "ptx.ex2", "ptx.lg2", "ptx.tanh")
-def _math(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    a = fsrc(e, op, 0, t)
-    if t == "f16":
-        e.kc.error(f"{op.name[4:]}.f16 is not supported", op)
-    sfx = fsuffix(a.type)
-    one = ir.Constant(a.type, 1.0)
-    name = op.name[4:]
-    mode = rounding(op)
-    if name == "sqrt":
-        r = call(e, f"llvm.sqrt.{sfx}", a.type, [a])
-        if mode in ("rz", "rm", "rp"):
-            if a.type == F32:
-                r64 = b.fpext(r, F64)
-                err = call(e, "llvm.fma.f64", F64, [b.fneg(r64), r64, b.fpext(a, F64)])
-            else:
-                # scaled so that the error of a tiny square root does not underflow
-                tiny = b.fcmp_ordered("<", a, ir.Constant(F64, 2.0 ** -900))
-                ra = b.select(tiny, ir.Constant(F64, 2.0 ** 300), ir.Constant(F64, 1.0))
-                aa = b.select(tiny, ir.Constant(F64, 2.0 ** 600), ir.Constant(F64, 1.0))
-                rs = b.fmul(r, ra)
-                err = call(e, "llvm.fma.f64", F64, [b.fneg(rs), rs, b.fmul(a, aa)])
-            r = directed(e, r, err, mode)
-    elif name == "rsqrt" and a.type == F32 and jit.has_avx512():
-        r = approx_rsqrt_f32(e, a)
-    elif name == "rsqrt":
-        r = b.fdiv(one, call(e, f"llvm.sqrt.{sfx}", a.type, [a]))
-    elif name == "rcp":
-        r = b.fdiv(one, a)
-        if mode in ("rz", "rm", "rp"):
-            r = directed(e, r, _div_error(e, one, a, r), mode, [a],
-                         exact_inf=b.fcmp_ordered("==", a, ir.Constant(a.type, 0.0)))
-    elif name in ("sin", "cos") and a.type == F32:
-        r = approx_math.sin_cos_f32(b, e.mod.intrinsic, a, cos=name == "cos")
-    elif name == "ex2" and a.type == F32:
-        r = approx_math.exp2_f32(b, e.mod.intrinsic, a)
-    elif name == "lg2" and a.type == F32:
-        r = approx_math.log2_f32(b, e.mod.intrinsic, a, subnormals=not has(op, "ftz"))
-    elif name == "sin":
-        r = call(e, f"llvm.sin.{sfx}", a.type, [a])
-    elif name == "cos":
-        r = call(e, f"llvm.cos.{sfx}", a.type, [a])
-    elif name == "ex2":
-        r = call(e, f"llvm.exp2.{sfx}", a.type, [a])
-    elif name == "lg2":
-        r = call(e, f"llvm.log2.{sfx}", a.type, [a])
-    else:
-        r = call(e, "tanhf" if t == "f32" else "tanh", a.type, [a])
-    fdone(e, op, r, t)
-
-
-def approx_rsqrt_f32(e: SegmentEmitter, a: ir.Value) -> ir.Value:
-    """rsqrt.approx.f32 within CUDA's bound for rsqrtf (2 ulp from the correctly rounded
-    result; this is within 1 ulp, checked for every positive f32): the CPU's reciprocal
-    square root estimate refined by one third-order step, a handful of multiplies instead
-    of a square root and a division (n-body 49.3 -> 35.8 ms).
-
-    The estimate comes from `1 / sqrt(x)` with LLVM's approximate-function flags in a
-    module that asks for estimates without refinement (ModuleCodegen.rsqrt_estimates):
-    vrsqrt14ps (relative error < 2^-14) in 16-wide loops, rsqrtps/rsqrtss (< 1.5 * 2^-12)
-    in narrower ones, which one Newton-Raphson step would leave above 2 ulp.  The step has
-    exact flags: r = 1 - (x*y)*y by an fma, y * (1 + r/2 + 3r^2/8) (the series of
-    (1 - r)^(-1/2), error about 2.5 e^3).  Subnormal inputs, which the 12-bit estimate
-    flushes, are scaled by 2^24 first and the result by 2^12.  Where r is NaN the
-    estimate stands: a zero (-> infinity of its sign), +inf (-> +0), a negative input or
-    NaN (-> NaN).  Without AVX-512 (no vrsqrt14ps for the main loops) the exact quotient is
-    used; so does the interpreter (tests allow the 2 ulp)."""
-    b = e.b
-    e.mod.rsqrt_estimates = True
-    fast = ("afn", "arcp", "contract")
-    sqrt = e.mod.intrinsic("llvm.sqrt.f32", F32, [F32])     # (call() sets no flags)
-
-    def c(v: float) -> ir.Constant:
-        return ir.Constant(F32, v)
-
-    def fma(x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
-        return call(e, "llvm.fma.f32", F32, [x, y, z])
-
-    tiny = b.fcmp_ordered("<", a, c(2.0 ** -126))        # also zeros and negative inputs
-    x = b.select(tiny, b.fmul(a, c(2.0 ** 24)), a)
-    y = b.fdiv(c(1.0), b.call(sqrt, [x], fastmath=fast), flags=fast)
-    r = fma(b.fneg(b.fmul(x, y)), y, c(1.0))
-    refined = fma(y, b.fmul(r, fma(r, c(0.375), c(0.5))), y)
-    y = b.select(b.fcmp_unordered("uno", r, r), y, refined)
-    return b.select(tiny, b.fmul(y, c(2.0 ** 12)), y)
-
 
 # --- conversions ------------------------------------------------------------------------------
 
@@ -126,8 +37,10 @@ def nan_to_int_bits(src_bits: int, dst_bits: int) -> int:
     return 1 << (dst_bits - 1) if src_bits == 64 or dst_bits == 64 else 0
 
 
-@handles("ptx.cvt")
+@hand_written("ptx.cvt")
 def _cvt(e: SegmentEmitter, op: Operation) -> None:
+    """The hand-written forms of cvt (ir/ptx_table.py): every pair with a float, and the
+    saturating integer conversions."""
     b = e.b
     ts = types(op)
     dt, st = ts[0], ts[-1]
@@ -197,21 +110,19 @@ def _cvt(e: SegmentEmitter, op: Operation) -> None:
         if sat:
             r = saturate(e, r)
     else:
-        # int -> int
+        # int -> int with .sat (without: the table's resize), clamped in one bit more than
+        # the wider of the two
         dlt = ptx_llvm_type(dt)
-        if sat:
-            sw_bits = a.type.width
-            dw_bits = dlt.width
-            s_signed, d_signed = is_signed(st), is_signed(dt)
-            big = ir.IntType(max(sw_bits, dw_bits) + 1)
-            x = b.sext(a, big) if s_signed else b.zext(a, big)
-            lo = -(1 << (dw_bits - 1)) if d_signed else 0
-            hi = (1 << (dw_bits - 1)) - 1 if d_signed else (1 << dw_bits) - 1
-            x = call(e, f"llvm.smax.i{big.width}", big, [x, big(lo)])
-            x = call(e, f"llvm.smin.i{big.width}", big, [x, big(hi)])
-            r = b.trunc(x, dlt)
-        else:
-            r = e.int_resize(a, dlt, is_signed(st))
+        sw_bits = a.type.width
+        dw_bits = dlt.width
+        s_signed, d_signed = is_signed(st), is_signed(dt)
+        big = ir.IntType(max(sw_bits, dw_bits) + 1)
+        x = b.sext(a, big) if s_signed else b.zext(a, big)
+        lo = -(1 << (dw_bits - 1)) if d_signed else 0
+        hi = (1 << (dw_bits - 1)) - 1 if d_signed else (1 << dw_bits) - 1
+        x = call(e, f"llvm.smax.i{big.width}", big, [x, big(lo)])
+        x = call(e, f"llvm.smin.i{big.width}", big, [x, big(hi)])
+        r = b.trunc(x, dlt)
     if to_bf16:
         mode = frnd or "rn"
         if mode == "rn":

@@ -8,10 +8,10 @@ Integer division by zero yields all ones instead of a CPU fault.
 
 This module holds the helpers the handlers share (operands, results, `.ftz`/`.sat`, the
 directed-rounding emulation) and the memory instructions; the instructions the table
-spells out (ir/ptx_table.py: arithmetic, bitwise, comparisons, selects) are lowered from it
-by ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, carries, directed
-rounding, fma), ptx_bits.py (bit fields, bytes) and ptx_convert.py (math functions,
-conversions)."""
+spells out (ir/ptx_table.py: arithmetic with its rounding modes, bitwise, bit fields and
+bytes, comparisons, selects, math functions, integer conversions) are lowered from it by
+ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, f16 arithmetic) and
+ptx_convert.py (conversions with floats)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def directed(e: SegmentEmitter, rn: ir.Value, err_sign: ir.Value, mode: str | No
     return b.select(up, nextafter(e, r, True), r)
 
 
-def _mul_error_f64(e: SegmentEmitter, a: ir.Value, c: ir.Value, r: ir.Value) -> ir.Value:
+def mul_error_f64(e: SegmentEmitter, a: ir.Value, c: ir.Value, r: ir.Value) -> ir.Value:
     """Sign of a*c - r for doubles, exact even when the product underflows: the smaller
     factor and r are scaled by 2^600 first (the smaller factor of a tiny product is tiny),
     and when the other factor is tiny too (below 2^-300: 1e-310 * 1e-310, a product below
@@ -158,7 +158,7 @@ def _mul_error_f64(e: SegmentEmitter, a: ir.Value, c: ir.Value, r: ir.Value) -> 
     return call(e, "llvm.fma.f64", F64, [b.fmul(small, k1), b.fmul(other, k2), b.fneg(r_scaled)])
 
 
-def _div_error(e: SegmentEmitter, a: ir.Value, c: ir.Value, q: ir.Value) -> ir.Value:
+def div_error(e: SegmentEmitter, a: ir.Value, c: ir.Value, q: ir.Value) -> ir.Value:
     """A value with the sign of a/c - q (q the rounded quotient): the exact remainder
     a - q*c (in double for floats, so it cannot underflow) times the sign of c.  For doubles
     a tiny dividend (below 2^-900) and q are scaled by 2^200 first: the remainder of a
@@ -176,7 +176,7 @@ def _div_error(e: SegmentEmitter, a: ir.Value, c: ir.Value, q: ir.Value) -> ir.V
     return b.select(neg_c, b.fneg(rem), rem)
 
 
-def _rm_zero(e: SegmentEmitter, r: ir.Value, terms: list[ir.Value],
+def rm_zero(e: SegmentEmitter, r: ir.Value, terms: list[ir.Value],
              exact_zero: ir.Value | None = None) -> ir.Value:
     """IEEE: an exactly zero sum rounded toward -inf is -0, unless every term is +0."""
     b = e.b

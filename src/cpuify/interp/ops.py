@@ -23,7 +23,7 @@ from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, F64, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
     float_min_max, ftz, ir_type_of, is_float,
-    is_signed, isfinite, isnan, mask, next_toward, resize_int, round_fraction, round_integral,
+    is_signed, isfinite, isnan, mask, resize_int, round_fraction, round_integral,
     saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
@@ -98,21 +98,6 @@ def fdone(th: "Thread", op: Operation, v: object, t: str) -> None:
     th.set(op, from_float(v, t), t)
 
 
-def directed(rn: object, operands: tuple[object, ...], exact_value: Callable[[], Fraction],
-             mode: str | None, t: str, zero: Callable[[], object] | None = None) -> object:
-    """The result under rounding `mode`: `rn` (the round-to-nearest result NumPy computed)
-    for .rn or when an operand is not finite; otherwise the exact value rounded.  `zero`
-    gives the result when the exact value is 0 (signed-zero rules), default `rn`."""
-    if mode in (None, "rn"):
-        return rn                       # NumPy's float arithmetic rounds to nearest even
-    if not all(isfinite(x) for x in operands):
-        return rn                       # inf/NaN results do not depend on the rounding mode
-    q = exact_value()
-    if q == 0:
-        return zero() if zero is not None else rn
-    return round_fraction(q, t, mode)
-
-
 # --- moves -----------------------------------------------------------------------------------
 
 @handles("ptx.mov")
@@ -139,41 +124,10 @@ def _mov(th: "Thread", op: Operation) -> None:
 
 # --- integer and float arithmetic ------------------------------------------------------------
 
-@hand_evaluation("ptx.add", "ptx.sub")
-def _add(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of add/sub (ir/ptx_table.py): floats with directed rounding,
-    f16."""
-    t = ty(op)
-    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-    cc = c if op.name == "ptx.add" else -c          # type: ignore[operator]
-    rn = a + cc                                     # type: ignore[operator]
-    mode = rounding(op)
-    r = directed(rn, (a, cc), lambda: exact(a) + exact(cc), mode, t,
-                 zero=lambda: zero_sum(signbit(a), signbit(cc), a == 0 and cc == 0,
-                                       mode, type(a)))
-    fdone(th, op, r, t)
-
-
-@hand_evaluation("ptx.mul")
-def _mul(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of mul: floats with directed rounding, f16."""
-    t = ty(op)
-    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-    rn = a * c                                      # type: ignore[operator]
-    r = directed(rn, (a, c), lambda: exact(a) * exact(c), rounding(op), t)
-    fdone(th, op, r, t)
-
-
-@hand_evaluation("ptx.mad")
-def _mad(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of mad: floats (an fma)."""
-    _fma(th, op)
-
-
 @hand_evaluation("ptx.fma")
 def _fma(th: "Thread", op: Operation) -> None:
-    """fma / mad.f: a*b+c rounded once, from the exact rational value (the hand-written
-    forms of fma: directed rounding, halves; and mad on floats)."""
+    """The hand-written forms of fma: f16/bf16, a*b+c rounded once from the exact rational
+    value."""
     t = ty(op)
     a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
     mode = rounding(op) or "rn"
@@ -192,187 +146,6 @@ def _fma(th: "Thread", op: Operation) -> None:
     fdone(th, op, r, t)
 
 
-@hand_evaluation("ptx.div")
-def _div(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of div: floats with directed rounding."""
-    t = ty(op)
-    a, c = fsrc(th, op, 0, t), fsrc(th, op, 1, t)
-    rn = a / c                                      # type: ignore[operator]
-    if c == 0:
-        r = rn
-    else:
-        r = directed(rn, (a, c), lambda: exact(a) / exact(c), rounding(op), t)
-    fdone(th, op, r, t)
-
-
-# --- bit fields and bytes (the plain bitwise ops, shifts, compares and selects: spec_eval.py)
-
-@handles("ptx.shf")
-def _shf(th: "Thread", op: Operation) -> None:
-    a, b = th.src(op, 0, "b32"), th.src(op, 1, "b32")
-    c = th.src(op, 2, "u32")
-    n = min(c, 32) if has(op, "clamp") else c & 31
-    both = (b << 32) | a                            # b holds bits 63:32
-    if has(op, "l"):
-        r = ((both << n) >> 32) & mask(32)
-    else:
-        r = (both >> n) & mask(32)
-    th.set(op, r, "b32")
-
-
-@handles("ptx.fns")
-def _fns(th: "Thread", op: Operation) -> None:
-    """fns.b32 d, mask, base, offset: the PTX ISA's pseudocode, literally (a base above 31,
-    undefined in PTX, finds nothing)."""
-    bits, base = th.src(op, 0, "b32"), th.src(op, 1, "u32")
-    offset = to_signed(th.src(op, 2, "s32"), 32)
-    d = 0xFFFFFFFF
-    if offset == 0:
-        if base < 32 and bits >> base & 1:
-            d = base
-    else:
-        pos, count, inc = base, abs(offset) - 1, 1 if offset > 0 else -1
-        while 0 <= pos < 32:
-            if bits >> pos & 1:
-                if count == 0:
-                    d = pos
-                    break
-                count -= 1
-            pos += inc
-    th.set(op, d, "b32")
-
-
-@handles("ptx.bfe")
-def _bfe(th: "Thread", op: Operation) -> None:
-    """PTX ISA pseudocode, literally: field bits beyond the msb are the sign bit."""
-    t = ty(op)
-    w = width(t)
-    msb = w - 1
-    a = th.src(op, 0, t)
-    pos = th.src(op, 1, "u32") & 0xFF
-    ln = th.src(op, 2, "u32") & 0xFF
-    sbit = 0 if not is_signed(t) or ln == 0 else (a >> min(pos + ln - 1, msb)) & 1
-    d = 0
-    for i in range(w):
-        bit = (a >> (pos + i)) & 1 if i < ln and pos + i <= msb else sbit
-        d |= bit << i
-    th.set(op, d, t)
-
-
-@handles("ptx.bfi")
-def _bfi(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    w = width(t)
-    a, f = th.src(op, 0, t), th.src(op, 1, t)
-    pos = th.src(op, 2, "u32") & 0xFF
-    ln = th.src(op, 3, "u32") & 0xFF
-    i = 0
-    while i < ln and pos + i <= w - 1:
-        bit = (a >> i) & 1
-        f = (f & ~(1 << (pos + i))) | (bit << (pos + i))
-        i += 1
-    th.set(op, f & mask(w), t)
-
-
-@handles("ptx.bmsk")
-def _bmsk(th: "Thread", op: Operation) -> None:
-    """PTX ISA pseudocode of bmsk.{clamp,wrap}.b32."""
-    a, b = th.src(op, 0, "u32"), th.src(op, 1, "u32")
-    a1, b1 = a & 0x1F, b & 0x1F
-    mask0 = (mask(32) << a1) & mask(32)
-    total = a1 + b1
-    mask1 = (mask(32) << total) & mask(32) if total < 32 else 0
-    overflow = total >= 32
-    if has(op, "clamp"):
-        if a >= 32:
-            mask0 = 0
-            overflow = True
-        if b >= 32:
-            overflow = True
-    if overflow:
-        mask1 = 0
-    elif b1 == 0:
-        mask1 = mask(32)
-    th.set(op, mask0 & ~mask1 & mask(32), "b32")
-
-
-@handles("ptx.prmt")
-def _prmt(th: "Thread", op: Operation) -> None:
-    a, b, sel = th.src(op, 0, "b32"), th.src(op, 1, "b32"), th.src(op, 2, "b32")
-    mode = next((m for m in mods(op) if m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")), None)
-    src = a | (b << 32)                             # bytes 0..3 from a, 4..7 from b
-
-    def byte(i: int) -> int:
-        return (src >> (8 * i)) & 0xFF
-
-    out = 0
-    for k in range(4):
-        if mode is None:
-            nib = (sel >> (4 * k)) & 0xF
-            v = byte(nib & 7)
-            if nib & 8:                             # replicate the byte's sign bit
-                v = 0xFF if v & 0x80 else 0
-        else:
-            s = sel & 3
-            idx = {"f4e": (s + k) & 7, "b4e": (s - k) & 7, "rc8": s, "ecl": max(s, k),
-                   "ecr": min(s, k), "rc16": 2 * (s & 1) + (k & 1)}[mode]
-            v = byte(idx)
-        out |= v << (8 * k)
-    th.set(op, out, "b32")
-
-
-@handles("ptx.lop3")
-def _lop3(th: "Thread", op: Operation) -> None:
-    a, b, c = th.src(op, 0, "b32"), th.src(op, 1, "b32"), th.src(op, 2, "b32")
-    lut = th.src(op, 3, "b32") & 0xFF
-    out = 0
-    for i in range(8):
-        if lut >> i & 1:
-            out |= ((a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c))
-    th.set(op, out & mask(32), "b32")
-
-
-# --- math functions ----------------------------------------------------------------------------
-
-def _libm(fn: Callable[[object], object], a: object, t: str) -> object:
-    """An approximate function evaluated in double precision, rounded to t."""
-    return type(a)(fn(np.float64(a)))
-
-
-@handles("ptx.sqrt", "ptx.rsqrt", "ptx.rcp", "ptx.sin", "ptx.cos", "ptx.ex2", "ptx.lg2", "ptx.tanh")
-def _math(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    if t not in ("f32", "f64"):
-        th.unsupported(f"{op.name[4:]}.{t} is not supported", op)
-    a = fsrc(th, op, 0, t)
-    name = op.name[4:]
-    mode = rounding(op)
-    one = type(a)(1.0)
-    if name == "sqrt":
-        r = np.sqrt(a)
-        if mode in ("rz", "rm", "rp") and isfinite(r) and r != 0:
-            # r is within an ulp of sqrt(a): the sign of a - r*r says which side
-            err = exact(a) - exact(r) * exact(r)
-            if mode == "rp" and err > 0 or mode in ("rm", "rz") and err < 0:
-                r = next_toward(r, up=err > 0)
-    elif name == "rsqrt":
-        r = one / np.sqrt(a)                        # rsqrt.approx: IEEE sqrt, then divide
-    elif name == "rcp":
-        rn = one / a
-        r = rn if a == 0 else directed(rn, (a,), lambda: 1 / exact(a), mode, t)
-    elif name == "sin":
-        r = _libm(np.sin, a, t)
-    elif name == "cos":
-        r = _libm(np.cos, a, t)
-    elif name == "ex2":
-        r = _libm(np.exp2, a, t)
-    elif name == "lg2":
-        r = _libm(np.log2, a, t)
-    else:
-        r = _libm(np.tanh, a, t)
-    fdone(th, op, r, t)
-
-
 # --- conversions ---------------------------------------------------------------------------------
 
 _INT_ROUND = ("rni", "rzi", "rmi", "rpi")
@@ -383,8 +156,10 @@ def _int_range(t: str) -> tuple[int, int]:
     return (-(1 << (w - 1)), (1 << (w - 1)) - 1) if is_signed(t) else (0, mask(w))
 
 
-@handles("ptx.cvt")
+@hand_evaluation("ptx.cvt")
 def _cvt(th: "Thread", op: Operation) -> None:
+    """The hand-written forms of cvt (ir/ptx_table.py): every pair with a float, and the
+    saturating integer conversions."""
     ts = types(op)
     dt, st = ts[0], ts[-1]
     m = mods(op)
@@ -441,13 +216,9 @@ def _cvt(th: "Thread", op: Operation) -> None:
             r = saturate(r)
         th.set(op, from_float(r, dt), dt)
         return
-    # int -> int
-    if sat:
-        lo, hi = _int_range(dt)
-        v = max(lo, min(hi, v))
-    else:
-        v = resize_int(a, width(st), width(dt), is_signed(st))
-    th.set(op, v & mask(width(dt)), dt)
+    # int -> int with .sat (without: the table's resize)
+    lo, hi = _int_range(dt)
+    th.set(op, max(lo, min(hi, v)) & mask(width(dt)), dt)
 
 
 _NP_FLOAT = {"f16": F16, "f32": F32, "f64": F64}

@@ -105,22 +105,38 @@ class _Evaluation:
         return resolve_param(x.param, self.mods)
 
 
-def _int_or_float(fi: Callable[[int, int, int], int], ff: Callable[[Any, Any], Any]
-                  ) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+def _rounded(kind: str, fi: Callable[[int, int, int], int]
+             ) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    """add/sub/mul: integers wrap; floats are NumPy's round-to-nearest result, or under
+    .rz/.rm/.rp the exact rational value rounded (non-finite operands give what they give
+    under any rounding; an exactly zero sum takes IEEE's sign: -0 under .rm unless both
+    terms are +0)."""
     def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
         (p, t), (q, _) = args
-        if is_float(t):
-            return ff(p, q), t
-        w = _width(t)
-        return fi(p, q, w) & mask(w), t
+        if not is_float(t):
+            w = _width(t)
+            return fi(p, q, w) & mask(w), t
+        rn = p + q if kind == "add" else p - q if kind == "sub" else p * q
+        mode = ev.param(x)
+        if mode in (None, "rn") or not (isfinite(p) and isfinite(q)):
+            return rn, t
+        term = -q if kind == "sub" else q
+        value = exact(p) * exact(q) if kind == "mul" else exact(p) + exact(term)
+        if value == 0:
+            if kind == "mul":
+                return rn, t                       # a zero factor: the sign is rn's
+            return zero_sum(signbit(p), signbit(term), p == 0 and term == 0, mode, type(p)), t
+        return round_fraction(value, t, mode), t
     return f
 
 
 def _fma(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
-    """a * b + c rounded once to nearest even: the exact rational value rounded.  Infinite
-    and NaN results do not depend on the rounding; the product of finite factors is finite
-    (exactly: not an f64 overflow), so with an infinite c it is c."""
+    """a * b + c rounded once (to nearest even, or as the param says): the exact rational
+    value rounded.  Infinite and NaN results do not depend on the rounding; the product of
+    finite factors is finite (exactly: not an f64 overflow), so with an infinite c it is
+    c."""
     (p, t), (q, _), (r, _) = args
+    mode = ev.param(x) or "rn"
     np_t = type(p)
     if not (isfinite(p) and isfinite(q) and isfinite(r)):
         if isfinite(p) and isfinite(q):
@@ -129,15 +145,21 @@ def _fma(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     value = exact(p) * exact(q) + exact(r)
     if value == 0:                       # the signed zero of an exact sum
         return zero_sum(signbit(p) != signbit(q), signbit(r),
-                        (p == 0 or q == 0) and r == 0, "rn", np_t), t
-    return round_fraction(value, t, "rn"), t
+                        (p == 0 or q == 0) and r == 0, mode, np_t), t
+    return round_fraction(value, t, mode), t
 
 
 def _div(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """Floats: IEEE (x / 0 is +-inf, 0 / 0 NaN), under .rz/.rm/.rp the exact quotient of
+    finite operands rounded."""
     (p, t), (q, _) = args
-    if is_float(t):
-        return p / q, t                      # IEEE (x / 0 is +-inf, 0 / 0 NaN)
-    return _int_div(p, q, t, rem=False), t
+    if not is_float(t):
+        return _int_div(p, q, t, rem=False), t
+    rn = p / q
+    mode = ev.param(x)
+    if mode in (None, "rn") or q == 0 or not (isfinite(p) and isfinite(q)) or p == 0:
+        return rn, t
+    return round_fraction(exact(p) / exact(q), t, mode), t
 
 
 def _rem(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
@@ -295,10 +317,129 @@ def _copysign(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     return np.copysign(q, p), t                      # |q| with the sign of p
 
 
+# --- math functions: NumPy's, the approximate ones in double precision rounded once ----------
+
+def _sqrt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """IEEE: correctly rounded in p's precision; under .rz/.rm/.rp the float next to NumPy's
+    root on the side of the exact root, where r*r is on the wrong side of p."""
+    (p, t), = args
+    r = np.sqrt(p)
+    mode = ev.param(x)
+    if mode in (None, "rn") or not isfinite(r) or r == 0:
+        return r, t
+    square = exact(r) * exact(r)
+    if square > exact(p) and mode in ("rm", "rz"):
+        r = np.nextafter(r, type(r)(0))
+    elif square < exact(p) and mode == "rp":
+        r = np.nextafter(r, type(r)(np.inf))
+    return r, t
+
+
+def _rsqrt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The exact quotient of the rounded square root (the compiled code may use the CPU's
+    estimate within CUDA's 2 ulp: tests allow it)."""
+    (p, t), = args
+    return type(p)(1.0) / np.sqrt(p), t
+
+
+def _approximate(fn: Callable[[Any], Any]) -> Callable[[_Evaluation, Fn, list[Typed]], Typed]:
+    def f(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+        (p, t), = args
+        return type(p)(fn(np.float64(p))), t
+    return f
+
+
+# --- bit fields and bytes: the PTX ISA's definitions, bit by bit -------------------------------
+
+def _funnel(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (lo, t), (hi, _), (n, _) = args
+    both = (hi << 32) | lo                          # b holds bits 63..32
+    n %= 32
+    if x.param == "l":
+        return (both << n) >> 32 & mask(32), t
+    return both >> n & mask(32), t
+
+
+def _bfe(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """d[i] = a[pos + i] for i < len and pos + i <= msb, else the sign bit (0 unsigned)."""
+    (a, t), (pos, _), (ln, _) = args
+    msb = _width(t) - 1
+    sign = 0 if not is_signed(t) or ln == 0 else a >> min(pos + ln - 1, msb) & 1
+    d = 0
+    for i in range(msb + 1):
+        bit = a >> (pos + i) & 1 if i < ln and pos + i <= msb else sign
+        d |= bit << i
+    return d, t
+
+
+def _bfi(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """f = b, then f[pos + i] = a[i] for i < len while pos + i <= msb."""
+    (a, t), (f, _), (pos, _), (ln, _) = args
+    msb = _width(t) - 1
+    i = 0
+    while i < ln and pos + i <= msb:
+        f = f & ~(1 << (pos + i)) | (a >> i & 1) << (pos + i)
+        i += 1
+    return f, t
+
+
+def _prmt(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The bytes of b:a numbered 0..7 from a's low byte; result byte k is byte ctl[k]."""
+    (lo, t), (hi, _), (c, _) = args
+    data = (hi << 32) | lo
+    mode = x.param
+    s = c & 3
+    d = 0
+    for k in range(4):
+        if mode is None:
+            ctl = c >> (4 * k) & 0xF
+            byte = data >> (8 * (ctl & 7)) & 0xFF
+            if ctl & 8:                             # the byte's sign bit, 8 times
+                byte = 0xFF * (byte >> 7)
+        else:
+            index = {"f4e": (s + k) % 8, "b4e": (s - k) % 8, "rc8": s,
+                     "ecl": k if k > s else s, "ecr": k if k < s else s,
+                     "rc16": (s & 1) * 2 + k % 2}[mode]
+            byte = data >> (8 * index) & 0xFF
+        d |= byte << (8 * k)
+    return d, t
+
+
+def _lop3(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """Each bit of the result looks up the table at the index its a, b, c bits make."""
+    (p, t), (q, _), (r, _), (lut, _) = args
+    d = 0
+    for i in range(32):
+        index = (p >> i & 1) << 2 | (q >> i & 1) << 1 | (r >> i & 1)
+        d |= (lut >> index & 1) << i
+    return d, t
+
+
+def _fns(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """Walk from bit `base` up (offset > 0) or down (offset < 0), counting set bits; the
+    position where the count reaches |offset|.  offset 0: base itself if set.  A base past
+    bit 31 (undefined in PTX) finds nothing."""
+    (bits, t), (base, _), (offset, _) = args
+    offset = to_signed(offset, 32)
+    if base > 31:
+        return mask(32), t
+    if offset == 0:
+        return (base if bits >> base & 1 else mask(32)), t
+    step = 1 if offset > 0 else -1
+    left = abs(offset)
+    pos = base
+    while 0 <= pos <= 31:
+        left -= bits >> pos & 1
+        if left == 0:
+            return pos, t
+        pos += step
+    return mask(32), t
+
+
 _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
-    "add": _int_or_float(lambda p, q, w: p + q, lambda p, q: p + q),
-    "sub": _int_or_float(lambda p, q, w: p - q, lambda p, q: p - q),
-    "mul": _int_or_float(lambda p, q, w: p * q, lambda p, q: p * q),
+    "add": _rounded("add", lambda p, q, w: p + q),
+    "sub": _rounded("sub", lambda p, q, w: p - q),
+    "mul": _rounded("mul", lambda p, q, w: p * q),
     "fma": _fma, "div": _div, "rem": _rem, "add_sat": _saturating(1), "sub_sat": _saturating(-1),
     "neg": _neg, "abs": _abs,
     "min": _min_max(True, False), "max": _min_max(False, False),
@@ -309,4 +450,7 @@ _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "popc": _popc, "clz": _clz, "brev": _brev,
     "cmp": _cmp, "select": _select, "resize": _resize, "ext": _ext, "slice": _slice,
     "copysign": _copysign, "testp": _testp,
+    "sqrt": _sqrt, "rsqrt": _rsqrt, "sin": _approximate(np.sin), "cos": _approximate(np.cos),
+    "ex2": _approximate(np.exp2), "lg2": _approximate(np.log2), "tanh": _approximate(np.tanh),
+    "funnel": _funnel, "bfe": _bfe, "bfi": _bfi, "prmt": _prmt, "lop3": _lop3, "fns": _fns,
 }

@@ -69,12 +69,12 @@ class Fn(Expr):
 #: Integers wrap at their width; signedness comes from the type (s: signed, u/b: not).
 #: Floats (f32/f64) round to nearest even (IEEE).
 FUNCTIONS: dict[str, tuple[int, str, str]] = {
-    "add": (2, "same", "a + b"),
-    "sub": (2, "same", "a - b"),
-    "mul": (2, "same", "a * b (the low half for integers)"),
-    "fma": (3, "same", "a * b + c rounded once (floats)"),
+    "add": (2, "same", "a + b (floats: rounded as <param> says, rn rz rm rp; None: rn)"),
+    "sub": (2, "same", "a - b (floats: rounded as add)"),
+    "mul": (2, "same", "a * b (the low half for integers; floats rounded as add)"),
+    "fma": (3, "same", "a * b + c rounded once (floats), as add says"),
     "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
-                       "MIN / -1 wraps to MIN"),
+                       "MIN / -1 wraps to MIN; floats rounded as add"),
     "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
     "add_sat": (2, "same", "s32 a + b clamped to the s32 range"),
     "sub_sat": (2, "same", "s32 a - b clamped to the s32 range"),
@@ -104,6 +104,29 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "slice": (1, "given", "bits <param>.. of a, truncated to the given type (<param> 'w': "
                           "the width of T)"),
     "copysign": (2, "second", "the magnitude of b with the sign of a"),
+    "sqrt": (1, "same", "the square root (floats), rounded as add"),
+    "rsqrt": (1, "same", "1 / sqrt(a), approximate (PTX: rsqrt.approx; each reader its own)"),
+    "sin": (1, "same", "sin(a), approximate (each reader its own; see the readers)"),
+    "cos": (1, "same", "cos(a), approximate"),
+    "ex2": (1, "same", "2 ** a, approximate"),
+    "lg2": (1, "same", "log2(a), approximate"),
+    "tanh": (1, "same", "tanh(a), approximate"),
+    "funnel": (3, "same", "the 64-bit b:a (b the high word) shifted by c mod 32: <param> 'l' "
+                          "its high 32 bits after a left shift, 'r' its low 32 bits after a "
+                          "right shift"),
+    "bfe": (3, "same", "bits b..b+c-1 of a (b, c < 256) at the bottom; above the field and for "
+                       "field bits past a's msb: 0 for unsigned a, else the bit "
+                       "a[min(b+c-1, msb)] (0 when c is 0)"),
+    "bfi": (4, "same", "b with bits c..c+d-1 (c, d < 256; those up to b's msb) replaced by "
+                       "a's low bits"),
+    "prmt": (3, "same", "4 bytes picked from the 8 of b:a (b the high word) by c: <param> None "
+                        "the generic form (selector nibble k picks byte k of the result; its "
+                        "bit 3 replicates the byte's sign bit), else the PTX mode (f4e b4e rc8 "
+                        "ecl ecr rc16) on c's low 2 bits"),
+    "lop3": (4, "same", "bit i is bit (4 a_i + 2 b_i + c_i) of the lookup table d (a constant)"),
+    "fns": (3, "same", "the bit position of the |c|-th set bit of a (b32) from bit b (u32) up "
+                       "(c > 0, s32) or down (c < 0); c = 0: b if bit b is set; 0xffffffff "
+                       "where there is none or b > 31"),
     "testp": (1, "pred", "a is of float class <param>: finite infinite number notanumber "
                          "normal subnormal"),
 }
@@ -112,6 +135,8 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
                "leu", "gtu", "geu", "num", "nan")
 FLOAT_CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
+#: the modes of prmt (a "prmt" function's param; None: the generic form)
+PRMT_MODES = ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")
 
 
 def _fn(name: str, *args: Expr, type: str | None = None, param: int | str | None = None) -> Fn:
@@ -128,7 +153,7 @@ SIGNED = frozenset(("s16", "s32", "s64"))
 UNSIGNED = frozenset(("u16", "u32", "u64"))
 FLOATS = frozenset(("f32", "f64"))
 DIRECTED = frozenset(("rz", "rm", "rp"))
-HAND_FLOATS = frozenset(("f16", "f32", "f64"))
+CVT_INTS = INTS | {"u8", "s8", "b8"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,10 +280,13 @@ def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 
 def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
-    """A function's parameter for an op: "$cmp" the op's comparison modifier, "w" the width
-    in bits of T, anything else as written."""
+    """A function's parameter for an op: "$cmp" the op's comparison modifier, "$rnd" its
+    float rounding modifier (rn rz rm rp; None without one), "w" the width in bits of T,
+    anything else as written."""
     if param == "$cmp":
         return next(m for m in op_mods if m in COMPARISONS)
+    if param == "$rnd":
+        return next((m for m in op_mods if m in ("rn", "rz", "rm", "rp")), None)
     if param == "w":
         return 8 * type_size(resolve_type("T", op_mods))
     return param
@@ -357,14 +385,14 @@ def _mad_carry_forms(carry_in: bool, mods: frozenset[str] = frozenset()) -> tupl
 
 
 def _binary(name: str, sat: str | None = None) -> tuple[Form, ...]:
-    """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded to
-    nearest; directed rounding and f16 hand-written."""
+    """add/sub: integers (s32 .sat clamps; .cc sets the carry flag); f32/f64 rounded as the
+    op says; f16 (.rn only)."""
     forms = [_f(*_carry(name, Src(0, "U"), Src(1, "U"), False), types=INTS, mods={"cc"})]
     if sat:
         forms.append(_f(_fn(sat, a, b), types=INTS, mods={"sat"}))
     forms += [_f(_fn(name, a, b), types=INTS),
-              _f(_fn(name, a, b), types=FLOATS, without=DIRECTED, flush="all"),
-              _hand(types=HAND_FLOATS)]
+              _f(_fn(name, a, b, param="$rnd"), types=FLOATS, flush="all"),
+              _f(_fn(name, a, b), types={"f16"}, without=DIRECTED, flush="all")]
     return tuple(forms)
 
 
@@ -431,6 +459,42 @@ def _bfind_forms() -> tuple[Form, ...]:
     return tuple(forms)
 
 
+def _byte_of(x: Expr) -> Fn:
+    """The bit-field instructions read their position and length operands mod 256."""
+    return _fn("and", x, Lit(0xFF, "u32"))
+
+
+def _shf_forms() -> tuple[Form, ...]:
+    """shf.l/shf.r: a funnel shift of b:a; .wrap takes the amount mod 32 (as `funnel` does),
+    .clamp at 32, where the result is the whole other word (a for .l, b for .r)."""
+    forms = []
+    n = Src(2, "u32")
+    for direction, whole in (("l", a), ("r", b)):
+        shifted = _fn("funnel", a, b, n, param=direction)
+        forms += [_f(_fn("select", _fn("cmp", n, Lit(32, "u32"), param="hs"), whole, shifted),
+                     types={"b32"}, mods={direction, "clamp"}),
+                  _f(shifted, types={"b32"}, mods={direction})]
+    return tuple(forms)
+
+
+def _bmsk_forms() -> tuple[Form, ...]:
+    """bmsk: the ones from bit a up to (not including) bit a + b.  PTX ISA: mask0 = ~0 << a1,
+    mask1 = ~0 << (a1 + b1), d = mask0 & ~mask1, with mask1 = 0 where a1 + b1 overflows
+    (and in .clamp where a or b >= 32, mask0 = 0 where a >= 32) and ~0 where b1 = 0.  The
+    shifts of the language give 0 for amounts >= 32, which is each of those cases: .wrap
+    takes a1, b1 mod 32 (b1 = 0: mask1 = mask0, d = 0 as with ~0); .clamp adds min(b, 32)
+    (b >= 32: a sum >= 32) to a (a >= 32: mask0 = 0, whatever mask1 is)."""
+    ones = Lit(0xFFFFFFFF, "b32")
+    x, y = Src(0, "u32"), Src(1, "u32")
+
+    def mask(lo: Expr, width: Expr) -> Fn:
+        return _fn("and", _fn("shl", ones, lo), _fn("not", _fn("shl", ones, _fn("add", lo, width))))
+
+    five = Lit(31, "u32")
+    return (_f(mask(_fn("and", x, five), _fn("and", y, five)), types={"b32"}, mods={"wrap"}),
+            _f(mask(x, _fn("min", y, Lit(32, "u32"))), types={"b32"}, mods={"clamp"}))
+
+
 def _setp_forms() -> tuple[Form, ...]:
     """setp: p = a <cmp> b, q = !p, each combined with the predicate operand by .and/.or/
     .xor when the op names one."""
@@ -467,23 +531,24 @@ def _table() -> list[Instruction]:
         # -- moves and conversions: hand-written (codegen/ptx_arith.py, ptx_convert.py;
         #    interp/ops.py)
         I("mov", typed=False, hand="_mov: packs and unpacks vectors, pointers"),
-        I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True,
-          hand="_cvt (ptx_convert.py): every int/float pair, rounding, saturation"),
+        I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True, forms=(
+            _f(_fn("resize", a, type="D"), all_types=CVT_INTS, without={"sat"}),
+            _hand()), hand="_cvt (ptx_convert.py): floats, saturation, rounding"),
         I("cvta", frozenset({"to"}) | _SPACES, typed=False, hand="_cvta (ptx_convert.py)"),
         I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
         # -- integer and float arithmetic
         I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
-          hand="_add (ptx_arith.py): directed rounding, f16"),
+),
         I("sub", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("sub", "sub_sat"),
-          hand="_add (ptx_arith.py): directed rounding, f16"),
+),
         I("addc", frozenset({"cc"}), forms=_carry_forms("add", True)),
         I("subc", frozenset({"cc"}), forms=_carry_forms("sub", True)),
         I("mul", frozenset({"lo", "hi", "wide", "ftz", "sat"}) | _ROUND, halves=True, forms=(
             _f(_wide_product(a, b), types=INTS, mods={wide}),
             _f(_fn("slice", _wide_product(a, b), type="T", param="w"), types=INTS, mods={hi}),
             _f(_fn("mul", a, b), types=INTS),
-            _f(_fn("mul", a, b), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=HAND_FLOATS)), hand="_mul (ptx_arith.py): directed rounding, f16"),
+            _f(_fn("mul", a, b, param="$rnd"), types=FLOATS, flush="all"),
+            _f(_fn("mul", a, b), types={"f16"}, without=DIRECTED, flush="all"))),
         I("mad", frozenset({"lo", "hi", "wide", "cc", "ftz", "sat"}) | _ROUND, forms=(
             *_mad_carry_forms(False, frozenset({"cc"})),
             _f(_fn("add", _wide_product(a, b), Src(2, "W")), types=INTS, mods={wide}),
@@ -493,7 +558,7 @@ def _table() -> list[Instruction]:
                types=INTS, mods={hi}),
             _f(_fn("add_sat", _fn("mul", a, b), c), types=INTS, mods={sat}),
             _f(_fn("add", _fn("mul", a, b), c), types=INTS),
-            _hand(types=HAND_FLOATS)), hand="_mad (ptx_arith.py): floats are an fma (_fma)"),
+            _f(_fn("fma", a, b, c, param="$rnd"), types=FLOATS, flush="all"))),
         I("madc", frozenset({"lo", "hi", "cc"}), forms=_mad_carry_forms(True)),
         I("mul24", frozenset({"lo", "hi"}), forms=(
             _f(_fn("slice", _mul24(a, b), type="T", param=16), types=INTS, mods={hi}),
@@ -506,12 +571,11 @@ def _table() -> list[Instruction]:
                                              _fn("sub", b, a), _fn("sub", a, b))),
                            types=INTS),)),
         I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
-            _f(_fn("fma", a, b, c), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=HAND_FLOATS | {"bf16"})), hand="_fma (ptx_arith.py): directed rounding, f16/bf16"),
+            _f(_fn("fma", a, b, c, param="$rnd"), types=FLOATS, flush="all"),
+            _hand(types={"f16", "bf16"})), hand="_fma (ptx_arith.py): f16/bf16"),
         I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
             _f(_fn("div", a, b), types=INTS),
-            _f(_fn("div", a, b), types=FLOATS, without=DIRECTED, flush="all"),
-            _hand(types=HAND_FLOATS)), hand="_div (ptx_arith.py): directed rounding"),
+            _f(_fn("div", a, b, param="$rnd"), types=FLOATS, flush="all"))),
         I("rem", forms=(_f(_fn("rem", a, b), types=INTS),)),
         I("neg", frozenset({"ftz"}), halves=True, forms=(
             _f(_fn("neg", a), types=INTS),
@@ -530,11 +594,15 @@ def _table() -> list[Instruction]:
             _f(_fn("max_nan", a, b), types=FLOATS, mods={"NaN"}, flush="all"),
             _f(_fn("max", a, b), types=FLOATS, flush="all"))),
         I("copysign", forms=(_f(_fn("copysign", a, b), types=FLOATS),)),
-        # -- math functions: hand-written (ptx_convert.py; interp/ops.py _math)
-        *(I(name, mods, halves=name in ("ex2", "tanh"), hand="_math (ptx_convert.py)")
+        # -- math functions (f16/bf16 ex2 and tanh are computed in f32: lifting/halves.py)
+        I("sqrt", frozenset({"approx", "ftz"}) | _ROUND, forms=(
+            _f(_fn("sqrt", a, param="$rnd"), types=FLOATS, flush="all"),)),
+        I("rcp", frozenset({"approx", "ftz"}) | _ROUND, forms=(
+            _f(_fn("div", Lit(1.0), a, param="$rnd"), types=FLOATS, flush="all"),)),
+        *(I(name, mods, halves=name in ("ex2", "tanh"),
+            forms=(_f(_fn(name, a), types=FLOATS, flush="all"),))
           for name, mods in (
-              ("sqrt", frozenset({"approx", "ftz"}) | _ROUND), ("rsqrt", frozenset({"approx", "ftz"})),
-              ("rcp", frozenset({"approx", "ftz"}) | _ROUND), ("sin", frozenset({"approx", "ftz"})),
+              ("rsqrt", frozenset({"approx", "ftz"})), ("sin", frozenset({"approx", "ftz"})),
               ("cos", frozenset({"approx", "ftz"})), ("ex2", frozenset({"approx", "ftz"})),
               ("lg2", frozenset({"approx", "ftz"})), ("tanh", frozenset({"approx"})))),
         I("testp", frozenset(FLOAT_CLASSES), forms=tuple(
@@ -550,14 +618,18 @@ def _table() -> list[Instruction]:
         I("popc", forms=(_f(_fn("popc", a)),)),
         I("clz", forms=(_f(_fn("clz", a)),)),
         I("brev", forms=(_f(_fn("brev", a)),)),
-        I("shf", frozenset({"l", "r", "clamp", "wrap"}), hand="_shf (ptx_bits.py): funnel shifts"),
-        I("fns", hand="_fns (ptx_bits.py): the n-th set bit"),
+        I("shf", frozenset({"l", "r", "clamp", "wrap"}), forms=_shf_forms()),
+        I("fns", forms=(_f(_fn("fns", a, Src(1, "u32"), Src(2, "s32")), types={"b32"}),)),
         I("bfind", frozenset({"shiftamt"}), forms=_bfind_forms()),
-        I("bfe", hand="_bfe (ptx_bits.py): bit-field extract"),
-        I("bfi", hand="_bfi (ptx_bits.py): bit-field insert"),
-        I("bmsk", frozenset({"clamp", "wrap"}), hand="_bmsk (ptx_bits.py)"),
-        I("prmt", frozenset({"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"}), hand="_prmt (ptx_bits.py)"),
-        I("lop3", hand="_lop3 (ptx_bits.py): a constant lookup table"),
+        I("bfe", forms=(_f(_fn("bfe", a, _byte_of(Src(1, "u32")), _byte_of(Src(2, "u32"))),
+                           types={"u32", "s32", "u64", "s64"}),)),
+        I("bfi", forms=(_f(_fn("bfi", a, b, _byte_of(Src(2, "u32")), _byte_of(Src(3, "u32"))),
+                           types={"b32", "b64"}),)),
+        I("bmsk", frozenset({"clamp", "wrap"}), forms=_bmsk_forms()),
+        I("prmt", frozenset(PRMT_MODES), forms=(
+            *(_f(_fn("prmt", a, b, c, param=m), types={"b32"}, mods={m}) for m in PRMT_MODES),
+            _f(_fn("prmt", a, b, c), types={"b32"}))),
+        I("lop3", forms=(_f(_fn("lop3", a, b, c, Src(3, "b32")), types={"b32"}),)),
         I("dp4a", forms=(_f(_dot_product(8, 0), all_types={"u32", "s32"}),)),
         I("dp2a", frozenset({"lo", "hi"}), forms=(
             _f(_dot_product(16, 2), all_types={"u32", "s32"}, mods={"hi"}),

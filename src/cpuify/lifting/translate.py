@@ -49,12 +49,6 @@ def source_types(instr: Instruction, n: int) -> list[str]:
         return [types[1]] * n
     if op in ("shl", "shr"):
         return [t, "u32"][:n] + ["u32"] * max(0, n - 2)
-    if op == "shf":
-        return [t, t, "u32"][:n]
-    if op in ("bfe",):
-        return [t, "u32", "u32"][:n]
-    if op in ("bfi",):
-        return [t, t, "u32", "u32"][:n]
     if op == "selp":
         return [t, t, "pred"][:n]
     if op in ("setp", "set"):
@@ -72,10 +66,6 @@ def source_types(instr: Instruction, n: int) -> list[str]:
         return (["pred" if "ballot" in instr.modifiers or "all" in instr.modifiers or "any" in instr.modifiers or "uni" in instr.modifiers else t, "u32"])[:n]
     if op == "match":
         return [t, "u32"][:n]
-    if op == "prmt":
-        return ["b32"] * n
-    if op == "bmsk":
-        return ["u32"] * n
     if op in ("dp4a", "dp2a"):
         return [types[0], types[1] if len(types) > 1 else types[0], "b32"][:n]
     if op == "testp":
