@@ -1,7 +1,7 @@
 /* cpuify's cuRAND host API on the CPU: curandCreateGenerator(Host), seeds, offsets,
  * orderings, dimensions, and the 32/64-bit, uniform, normal, log-normal and Poisson generation
- * functions for the XORWOW, Philox4x32-10, MRG32k3a and MTGP32 generators (curand_mtgp32.h)
- * and the four Sobol quasi-random ones (curand_sobol.h, also curandGetDirectionVectors32/64
+ * functions for the XORWOW, Philox4x32-10, MRG32k3a, MTGP32 (curand_mtgp32.h) and MT19937
+ * (curand_mt19937.h) generators and the four Sobol quasi-random ones (curand_sobol.h, also curandGetDirectionVectors32/64
  * and curandGetScrambleConstants32/64).
  *
  * The values are NVIDIA's.  Each generator is the device API's (curand_kernel.h):
@@ -27,9 +27,7 @@
  * does; a kernel's curand_normal (__sincosf on the GPU) may differ in the last bits.
  * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value,
  * lambda in (0, 400000] as NVIDIA's) but are not NVIDIA's sequence, whose method is not
- * documented.  MT19937 is not provided (NVIDIA's host generator interleaves MT19937 sequences
- * whose spacing was not established): creating one prints one line naming it and returns
- * CURAND_STATUS_TYPE_ERROR.
+ * documented.
  *
  * Generation runs at the call through cpuify's workers (mathlib_internal.h); cpuify runs
  * every stream's work in issue order at the call, so the results are ready on return. */
@@ -170,11 +168,12 @@ static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_t
         return CURAND_STATUS_TYPE_ERROR;
     }
     if (rng_type != CURAND_RNG_PSEUDO_XORWOW && rng_type != CURAND_RNG_PSEUDO_PHILOX4_32_10 &&
-        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && rng_type != CURAND_RNG_PSEUDO_MTGP32 && !is_quasi(rng_type)) {
+        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && rng_type != CURAND_RNG_PSEUDO_MTGP32 &&
+        rng_type != CURAND_RNG_PSEUDO_MT19937 && !is_quasi(rng_type)) {
         const char *name = type_name(rng_type);
         if (name)
             fprintf(stderr, "cpuify: %s: the %s generator is not supported by cpuify's cuRAND (XORWOW, "
-                    "PHILOX4_32_10, MRG32K3A, MTGP32 and the SOBOL ones are); returning "
+                    "PHILOX4_32_10, MRG32K3A, MTGP32, MT19937 and the SOBOL ones are); returning "
                     "CURAND_STATUS_TYPE_ERROR\n", api, name);
         return CURAND_STATUS_TYPE_ERROR;
     }
@@ -257,7 +256,8 @@ curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, u
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
     if (is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
     generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's, */
-    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) generator->counter = 0;     /* but MTGP32's */
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32 || generator->type == CURAND_RNG_PSEUDO_MT19937)
+        generator->counter = 0;     /* but MTGP32's and MT19937's */
     drop_states(generator);
     return CURAND_STATUS_SUCCESS;
 }
@@ -266,7 +266,8 @@ static void start_positions(curandGenerator_t g);
 
 curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) return CURAND_STATUS_TYPE_ERROR;   /* as NVIDIA's */
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32 || generator->type == CURAND_RNG_PSEUDO_MT19937)
+        return CURAND_STATUS_TYPE_ERROR;        /* as NVIDIA's */
     generator->counter = offset;
     if (generator->next_pos) start_positions(generator);
     return CURAND_STATUS_SUCCESS;
@@ -277,6 +278,15 @@ curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrd
     if (!is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
     if (is_quasi(generator->type))
         return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS : CURAND_STATUS_OUT_OF_RANGE;
+    /* NVIDIA's MT19937 takes the default and legacy orderings only (the same layout) */
+    if (generator->type == CURAND_RNG_PSEUDO_MT19937) {
+        if (order != CURAND_ORDERING_PSEUDO_DEFAULT && order != CURAND_ORDERING_PSEUDO_LEGACY)
+            return CURAND_STATUS_OUT_OF_RANGE;
+        generator->ordering = order;        /* and its sequence starts again, as NVIDIA's */
+        generator->counter = 0;
+        drop_states(generator);
+        return CURAND_STATUS_SUCCESS;
+    }
     switch (order) {
     case CURAND_ORDERING_PSEUDO_BEST:
     case CURAND_ORDERING_PSEUDO_DEFAULT:
@@ -332,7 +342,9 @@ static void start_positions(curandGenerator_t g) {
 
 /* XORWOW and MRG32k3a: the states of the subsequences at draw 0 (curand_init(seed, t, 0)) */
 static curandStatus_t make_states(curandGenerator_t g) {
-    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || is_quasi(g->type)) return CURAND_STATUS_SUCCESS;
+    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || g->type == CURAND_RNG_PSEUDO_MT19937 ||
+        is_quasi(g->type))      /* MT19937's are made as a call needs them (curand_mt19937.h) */
+        return CURAND_STATUS_SUCCESS;
 #if MTGP32_AVAILABLE
     if (g->type == CURAND_RNG_PSEUDO_MTGP32) {      /* the sets' states at value 0 */
         mtgp32_state *m = malloc(MTGP32_SETS * sizeof *m);
@@ -679,6 +691,8 @@ static void quasi_job(const void *arg, uint32_t index, void *scratch) {
     }
 }
 
+#include "curand_mt19937.h"
+
 static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out, size_t n, const char *api,
                                double mean, double stddev, double lambda) {
     if (!is_live(g)) return CURAND_STATUS_NOT_INITIALIZED;
@@ -705,7 +719,8 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         w.K = normal ? 2 : 1;
         w.C = (normal ? 2 : 1) * (!mrg && result_size(dist) == 8 ? 2 : 1);
     }
-    int mtgp = g->type == CURAND_RNG_PSEUDO_MTGP32;     /* one draw a result, normals by inversion */
+    /* MTGP32 and MT19937: one draw a result, normals by inversion */
+    int mt19937 = g->type == CURAND_RNG_PSEUDO_MT19937, mtgp = g->type == CURAND_RNG_PSEUDO_MTGP32 || mt19937;
     if (quasi ? n % g->dimensions != 0 : normal && !philox && !mtgp && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     if (n == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_LAUNCH_FAILURE;
@@ -740,6 +755,13 @@ static curandStatus_t generate(curandGenerator_t g, distribution dist, void *out
         uint64_t per_dim = n / g->dimensions;
         e = cpuify_run_job(api, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
                            quasi_job, &w);
+    } else if (mt19937) {
+        curandStatus_t made = CURAND_STATUS_SUCCESS;
+        e = mt19937_generate(g, &w, api, &made);
+        if (made != CURAND_STATUS_SUCCESS) {
+            free(cdf);
+            return made;
+        }
 #if MTGP32_AVAILABLE
     } else if (mtgp) {
         e = cpuify_run_job(api, MTGP32_SETS, 0, mtgp32_job, &w);
