@@ -282,9 +282,11 @@ curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrd
     if (generator->type == CURAND_RNG_PSEUDO_MT19937) {
         if (order != CURAND_ORDERING_PSEUDO_DEFAULT && order != CURAND_ORDERING_PSEUDO_LEGACY)
             return CURAND_STATUS_OUT_OF_RANGE;
-        generator->ordering = order;        /* and its sequence starts again, as NVIDIA's */
-        generator->counter = 0;
-        drop_states(generator);
+        if (order != generator->ordering) {     /* a change starts the sequence again, as NVIDIA's */
+            generator->ordering = order;
+            generator->counter = 0;
+            drop_states(generator);
+        }
         return CURAND_STATUS_SUCCESS;
     }
     switch (order) {
