@@ -12,9 +12,9 @@
  *   - the index: row 0 of a generation holds its values 0, 113, 170, 283, 340, 397, 510 and 567;
  *     the other 616 values, in order, fill 11 blocks of 7 rows, column by column (a block's
  *     values 0..6 go down column 0, 7..13 down column 1, ...);
- *   - results are counted from the seed across calls; NVIDIA's generator refuses
- *     curandSetGeneratorOffset for MT19937 (TYPE_ERROR) and accepts only the DEFAULT and LEGACY
- *     orderings, which give this same layout.
+ *   - results are counted from the seed across calls (a new seed or a change of ordering
+ *     starts again: curand.c); NVIDIA's generator refuses curandSetGeneratorOffset for MT19937
+ *     (TYPE_ERROR) and accepts only the DEFAULT and LEGACY orderings, which give this same layout.
  * One 32-bit value x makes one result: uniform doubles are x 2^-32 + 2^-33 and uniform floats
  * that double rounded to float; normals invert the normal CDF as MTGP32's (curand_sobol.h).
  *
