@@ -427,10 +427,7 @@ def sobol_mtgp32_dumps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     out = tmp / "out"
     out.mkdir()
     r = subprocess.run([str(tmp / "quasi"), str(out)], capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stderr == ("cpuify: curandCreateGeneratorHost: the CURAND_RNG_PSEUDO_MT19937 generator is not "
-                        "supported by cpuify's cuRAND (XORWOW, PHILOX4_32_10, MRG32K3A, MTGP32 and the SOBOL "
-                        "ones are); returning CURAND_STATUS_TYPE_ERROR\n")
+    assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
     return out, r.stdout
 
 
@@ -514,8 +511,7 @@ def test_sobol_and_mtgp32_identical_to_nvidia_host_generators(sobol_mtgp32_dumps
     r = subprocess.run([str(exe), str(nv), "host-only"], capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     ours, stdout = sobol_mtgp32_dumps
-    assert "status mt19937 0\n" in r.stdout and "status mt19937 103\n" in stdout     # cpuify refuses MT19937
-    assert r.stdout.replace("status mt19937 0\n", "") == stdout.replace("status mt19937 103\n", "")
+    assert r.stdout == stdout
     assert "status dimensions_20001 104" in stdout and "status seed_on_quasi 103" in stdout
     assert "status mtgp32_offset 103" in stdout and "status mtgp32_normal_odd 0" in stdout
     exact = approximate = 0
@@ -663,3 +659,166 @@ def test_sobol_and_mtgp32_poisson_distribution(sobol_mtgp32_dumps, gen: str) -> 
     for k in range(13):
         assert abs(np.mean(x == k) - pmf[k]) < tolerance, k
     assert abs(x.mean() - 5.0) < 6 * np.sqrt(5.0 / len(x)) and abs(x.var() / 5.0 - 1) < 0.02
+
+
+# --- MT19937 ------------------------------------------------------------------------------
+# tests/programs/curand_mt19937.cpp: seed 20240607, device and host generators; 32-bit values
+# from two calls (78 * 65536 + 1001, then 70001: past every sequence's first generation), each
+# distribution from two calls (65539, then 1001); a new seed and orderings; Poisson values.
+
+MT19937_SEED = 20240607
+MT19937_BITS = 78 * 65536 + 1001 + 70001
+MT19937_DISTRIBUTION = 65536 + 3 + 1001
+MT19937_ROW, MT19937_ROWS = 65536, 78        # results of a row; rows of a generation
+
+
+@pytest.fixture(scope="module")
+def mt19937_dumps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    tmp = tmp_path_factory.mktemp("curand_mt19937")
+    nvcc(f"-I{PROGRAMS}", *OWN_DECLARATIONS, str(PROGRAMS / "curand_mt19937.cpp"), "-o", str(tmp / "mt"),
+         "-lcurand", cwd=tmp)
+    out = tmp / "out"
+    out.mkdir()
+    r = subprocess.run([str(tmp / "mt"), str(out)], capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
+    return out, r.stdout
+
+
+def mt19937_index() -> list[list[int]]:
+    """[row][column]: the value of a generation (624 values of one sequence) at each of its 78
+    rows x 8 columns, as runtime/curand_mt19937.h describes NVIDIA's layout."""
+    first_row = [0, 113, 170, 283, 340, 397, 510, 567]
+    index = [[-1] * 8 for _ in range(MT19937_ROWS)]
+    index[0] = first_row
+    rest = [v for v in range(624) if v not in first_row]
+    for k, v in enumerate(rest):
+        block, within = divmod(k, 56)
+        index[1 + 7 * block + within % 7][within // 7] = v
+    return index
+
+
+def test_mt19937_first_sequence_is_numpy_mt19937(mt19937_dumps) -> None:
+    """Columns 0..7 of every row hold sequence 0, the plain MT19937 seeded by init_genrand
+    (NumPy's RandomState), in NVIDIA's order; results counted across the two calls."""
+    out, _ = mt19937_dumps
+    got = load(out, "host_bits", "<u4")
+    assert len(got) == MT19937_BITS
+    plain = np.random.RandomState(MT19937_SEED).randint(0, 2 ** 32, 2 * 624, dtype=np.uint64)
+    index = mt19937_index()
+    checked = 0
+    for row in range(len(got) // MT19937_ROW + 1):
+        generation, r = divmod(row, MT19937_ROWS)
+        for c in range(8):
+            p = row * MT19937_ROW + c
+            if p < len(got):
+                assert got[p] == plain[generation * 624 + index[r][c]], (row, c)
+                checked += 1
+    assert checked == 80 * 8       # rows 0..79: the last one begins at 5,177,344
+
+
+def test_mt19937_other_sequences_as_nvidia_gives_them(mt19937_dumps) -> None:
+    """Values of sequences 1, 4096 and 8191 (jumps of 2^2048, 2^2060 and 8191 * 2^2048 values:
+    no Python reference is fast enough), hard-coded from NVIDIA's libcurand 10.4.5 host
+    generator (seed 20240607, curandGenerate): every sequence's first value and one of its
+    second generation."""
+    out, _ = mt19937_dumps
+    got = load(out, "host_bits", "<u4")
+    nvidia = {8: 244234913, 9: 1748304237, MT19937_ROW + 8: 3282536147, 8 * 4096: 2288183900,
+              77 * MT19937_ROW + 8 * 4096 + 3: 6240827, MT19937_ROW - 8: 275231571,
+              MT19937_ROW - 1: 1890883454, 78 * MT19937_ROW + 8: 1928923356,
+              79 * MT19937_ROW - 1: 1787815414}
+    assert {p: int(got[p]) for p in nvidia} == nvidia
+
+
+def test_mt19937_distributions(mt19937_dumps) -> None:
+    """Every distribution is made from the same 32-bit values x (one each): uniforms
+    x 2^-32 + 2^-33 (floats: that double, rounded), normals by inversion (Phi of the value is
+    the uniform), log-normals exp of normals; the statistics of 66,540 values as NumPy's; the
+    device generator gives the host one's values."""
+    import math
+    out, _ = mt19937_dumps
+    bits = load(out, "host_bits", "<u4")[:MT19937_DISTRIBUTION].astype(np.float64)
+    u = bits * 2.0 ** -32 + 2.0 ** -33
+    np.testing.assert_array_equal(load(out, "host_udouble", "<f8"), u)
+    np.testing.assert_array_equal(load(out, "host_uniform", "<f4"), u.astype(np.float32))
+    normal = load(out, "host_normal", "<f4").astype(np.float64)
+    phi = np.array([0.5 * math.erfc(-(x - 1.5) / 2.0 / math.sqrt(2)) for x in normal[::41]])
+    np.testing.assert_allclose(phi, u[::41], rtol=3e-6, atol=3e-7)
+    ndouble = load(out, "host_ndouble", "<f8")
+    phi = np.array([0.5 * math.erfc(-(x + 0.5) / 0.25 / math.sqrt(2)) for x in ndouble[::41]])
+    np.testing.assert_allclose(phi, u[::41], rtol=1e-9)
+    n = len(u)
+    for values, mean, sd in ((u, 0.5, math.sqrt(1 / 12)), (normal, 1.5, 2.0), (ndouble, -0.5, 0.25)):
+        assert abs(values.mean() - mean) < 5 * sd / math.sqrt(n)
+        assert abs(values.std() / sd - 1) < 5 / math.sqrt(2 * n)
+    lognormal = load(out, "host_lognormal", "<f4").astype(np.float64)
+    assert abs(np.log(lognormal).mean() - 0.5) < 5 * 0.75 / math.sqrt(n)
+    lndouble = load(out, "host_lndouble", "<f8")
+    np.testing.assert_allclose(np.log(lndouble), 0.25 + 2 * (ndouble + 0.5), rtol=1e-12, atol=1e-12)
+    for f in sorted(out.glob("host_*.bin")):
+        assert f.read_bytes() == (out / f.name.replace("host_", "device_")).read_bytes(), f.name
+
+
+def test_mt19937_statuses_and_restarts(mt19937_dumps) -> None:
+    """NVIDIA's statuses (from its libcurand 10.4.5): offsets refused, only the default and
+    legacy orderings, odd normal counts taken; a new seed (its low 32 bits) and a change of
+    ordering start the sequence again, the ordering it has already goes on."""
+    out, stdout = mt19937_dumps
+    st = {m.group(1): int(m.group(2)) for m in re.finditer(r"^status (\w+) (-?\d+)$", stdout, re.MULTILINE)}
+    assert st == {"reseed": SUCCESS, "ordering_legacy": SUCCESS, "ordering_legacy_again": SUCCESS,
+                  "offset": TYPE_ERROR, "ordering_best": OUT_OF_RANGE, "ordering_seeded": OUT_OF_RANGE,
+                  "ordering_dynamic": OUT_OF_RANGE, "ordering_default": SUCCESS, "dimensions": TYPE_ERROR,
+                  "normal_odd": SUCCESS, "long_long": TYPE_ERROR, "poisson_lambda_0": OUT_OF_RANGE}
+    got = load(out, "reseed_legacy", "<u4")
+    first = load(out, "host_bits", "<u4")
+    assert np.array_equal(got[:100], first[:100])
+    again = got[100:1100]           # seed 0x100000007: init_genrand(7)'s sequence 0 in columns 0..7
+    assert again[0] == np.random.RandomState(7).randint(0, 2 ** 32, 1, dtype=np.uint64)[0]
+    assert np.array_equal(got[1100:2100], again)
+    assert not np.array_equal(got[2100:3100], again)       # legacy again: goes on from 1000
+
+
+def test_mt19937_poisson_distribution(mt19937_dumps) -> None:
+    """Poisson values (lambda 5) by inversion of the CDF (not NVIDIA's sequence): the
+    probabilities of 0..12, the mean and the variance."""
+    import math
+    out, _ = mt19937_dumps
+    x = load(out, "poisson", "<u4").astype(np.int64)
+    assert len(x) == 200000
+    for k in range(13):
+        pk = math.exp(-5.0) * 5.0 ** k / math.factorial(k)
+        assert abs(np.mean(x == k) - pk) < 5 * np.sqrt(pk * (1 - pk) / len(x)), k
+    assert abs(x.mean() - 5.0) < 5 * np.sqrt(5.0 / len(x)) and abs(x.var() / 5.0 - 1) < 0.02
+
+
+def test_mt19937_identical_to_nvidia_host_generator(mt19937_dumps, tmp_path: Path) -> None:
+    """Every status and result as NVIDIA's libcurand host generator gives them, byte for byte,
+    but double-precision normals and log-normals (NVIDIA's erfcinv is a few ulps off, as for
+    MTGP32) and Poisson values (not NVIDIA's sequence)."""
+    needs_nvidia_libcurand()
+    libs = _nvidia_libcurand()
+    assert libs is not None
+    from cpuify.nvcc.toolkit import find_toolkit
+    exe = tmp_path / "nvidia"
+    subprocess.run(["g++", "-O1", f"-I{INCLUDE}", f"-I{find_toolkit().include}", str(PROGRAMS / "curand_mt19937.cpp"),
+                    "-o", str(exe), *libs, *(f"-Wl,-rpath,{os.path.dirname(x)}" for x in libs)], check=True)
+    nv = tmp_path / "out"
+    nv.mkdir()
+    r = subprocess.run([str(exe), str(nv), "host-only"], capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ours, stdout = mt19937_dumps
+    assert r.stdout == stdout
+    exact = approximate = 0
+    for f in sorted(nv.glob("*.bin")):
+        if f.name == "poisson.bin":
+            continue
+        if f.name.endswith(("_ndouble.bin", "_lndouble.bin")):
+            a, b = np.fromfile(f, "<f8"), load(ours, f.name[:-4], "<f8")
+            scale = 0.25 if "_ndouble" in f.name else 0.5 * np.abs(a)    # the stddev, or value x stddev
+            assert np.all(np.abs(a - b) <= 8 * np.spacing(16.0) * scale + 4 * np.spacing(np.abs(a))), f.name
+            assert np.mean(a == b) > 0.6, f.name
+            approximate += 1
+        else:
+            assert f.read_bytes() == (ours / f.name).read_bytes(), f.name
+            exact += 1
+    assert (exact, approximate) == (6, 2)

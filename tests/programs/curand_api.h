@@ -1,4 +1,4 @@
-// The part of cuRAND's host API (curand.h) that curand_host.cpp calls, declared from the
+// The part of cuRAND's host API (curand.h) that curand_host.cpp and curand_mt19937.cpp call, declared from the
 // cuRAND documentation, for builds without NVIDIA's headers (the nvidia-curand wheel):
 // cpuify's libcurand does not need them.
 #pragma once
@@ -14,11 +14,11 @@ enum curandStatus {
 typedef enum curandStatus curandStatus_t;
 enum curandRngType {
     CURAND_RNG_PSEUDO_DEFAULT = 100, CURAND_RNG_PSEUDO_XORWOW = 101, CURAND_RNG_PSEUDO_MRG32K3A = 121,
-    CURAND_RNG_PSEUDO_PHILOX4_32_10 = 161
+    CURAND_RNG_PSEUDO_MT19937 = 142, CURAND_RNG_PSEUDO_PHILOX4_32_10 = 161
 };
 typedef enum curandRngType curandRngType_t;
 enum curandOrdering {
-    CURAND_ORDERING_PSEUDO_DEFAULT = 101, CURAND_ORDERING_PSEUDO_SEEDED = 102,
+    CURAND_ORDERING_PSEUDO_BEST = 100, CURAND_ORDERING_PSEUDO_DEFAULT = 101, CURAND_ORDERING_PSEUDO_SEEDED = 102,
     CURAND_ORDERING_PSEUDO_LEGACY = 103, CURAND_ORDERING_PSEUDO_DYNAMIC = 104,
     CURAND_ORDERING_QUASI_DEFAULT = 201
 };

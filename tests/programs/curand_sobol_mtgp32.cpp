@@ -204,8 +204,6 @@ int main(int argc, char **argv) {
     status("mtgp32_normal_odd", curandGenerateNormal(g, f, 3, 0.f, 1.f));
     status("mtgp32_long_long", curandGenerateLongLong(g, ll, 4));
     CHECK(curandDestroyGenerator(g));
-    // MT19937: NVIDIA's host generator has it (status 0), cpuify refuses it (103, one stderr line)
-    status("mt19937", curandCreateGeneratorHost(&g, CURAND_RNG_PSEUDO_MT19937));
     status("vectors32_set_103", curandGetDirectionVectors32(&v32, (curandDirectionVectorSet_t)103));
     status("vectors64_set_101", curandGetDirectionVectors64(&v64, (curandDirectionVectorSet_t)101));
     std::printf("done\n");

@@ -50,7 +50,7 @@ LIBRARIES = (
 )
 NAMES = tuple(lib.name for lib in LIBRARIES)
 SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_internal.h", "curand_generators.h",
-                  "curand_sobol.h", "curand_mtgp32.h")
+                  "curand_sobol.h", "curand_mtgp32.h", "curand_mt19937.h", "curand_mt19937_jump.h")
 
 
 def _run(cmd: list[str], what: str) -> None:

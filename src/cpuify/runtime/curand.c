@@ -1,9 +1,10 @@
 /* cpuify's cuRAND host API on the CPU: curandCreateGenerator(Host), seeds, offsets,
  * orderings, dimensions, and the 32/64-bit, uniform, normal, log-normal and Poisson generation
- * functions for the XORWOW, Philox4x32-10, MRG32k3a and MTGP32 generators (curand_mtgp32.h)
- * and the four Sobol quasi-random ones (curand_sobol.h, also curandGetDirectionVectors32/64
- * and curandGetScrambleConstants32/64).  This file is the API; the generators' states and the
- * distributions are curand_distributions.c's (curand_internal.h: what the two share).
+ * functions for the XORWOW, Philox4x32-10, MRG32k3a, MTGP32 (curand_mtgp32.h) and MT19937
+ * (curand_mt19937.h) generators and the four Sobol quasi-random ones (curand_sobol.h, also
+ * curandGetDirectionVectors32/64 and curandGetScrambleConstants32/64).  This file is the API;
+ * the generators' states and the distributions are curand_distributions.c's (curand_internal.h:
+ * what the two share).
  *
  * The values are NVIDIA's.  Each generator is the device API's (curand_kernel.h):
  * curand_init(seed, subsequence, offset) state, skip-ahead by subsequence (XORWOW 2^67,
@@ -28,9 +29,7 @@
  * does; a kernel's curand_normal (__sincosf on the GPU) may differ in the last bits.
  * Poisson values follow the Poisson distribution (inversion of its CDF, one draw per value,
  * lambda in (0, 400000] as NVIDIA's) but are not NVIDIA's sequence, whose method is not
- * documented.  MT19937 is not provided (NVIDIA's host generator interleaves MT19937 sequences
- * whose spacing was not established): creating one prints one line naming it and returns
- * CURAND_STATUS_TYPE_ERROR.
+ * documented.
  *
  * Generation runs at the call through cpuify's workers, after the work before it on the
  * generator's stream (curandSetStream; mathlib_internal.h), so the results are ready on
@@ -87,11 +86,12 @@ static curandStatus_t create(curandGenerator_t *generator, curandRngType_t rng_t
     if (rng_type == CURAND_RNG_PSEUDO_DEFAULT) rng_type = CURAND_RNG_PSEUDO_XORWOW;
     if (rng_type == CURAND_RNG_QUASI_DEFAULT) rng_type = CURAND_RNG_QUASI_SOBOL32;
     if (rng_type != CURAND_RNG_PSEUDO_XORWOW && rng_type != CURAND_RNG_PSEUDO_PHILOX4_32_10 &&
-        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && rng_type != CURAND_RNG_PSEUDO_MTGP32 && !is_quasi(rng_type)) {
+        rng_type != CURAND_RNG_PSEUDO_MRG32K3A && rng_type != CURAND_RNG_PSEUDO_MTGP32 &&
+        rng_type != CURAND_RNG_PSEUDO_MT19937 && !is_quasi(rng_type)) {
         const char *name = type_name(rng_type);
         if (name)
             fprintf(stderr, "cpuify: %s: the %s generator is not supported by cpuify's cuRAND (XORWOW, "
-                    "PHILOX4_32_10, MRG32K3A, MTGP32 and the SOBOL ones are); returning "
+                    "PHILOX4_32_10, MRG32K3A, MTGP32, MT19937 and the SOBOL ones are); returning "
                     "CURAND_STATUS_TYPE_ERROR\n", api, name);
         return CURAND_STATUS_TYPE_ERROR;
     }
@@ -173,14 +173,16 @@ curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, u
     if (!cpuify_curand_is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
     if (is_quasi(generator->type)) return CURAND_STATUS_TYPE_ERROR;
     generator->seed = seed;         /* the position (counter) stays, as with NVIDIA's, */
-    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) generator->counter = 0;     /* but MTGP32's */
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32 || generator->type == CURAND_RNG_PSEUDO_MT19937)
+        generator->counter = 0;     /* but MTGP32's and MT19937's */
     cpuify_curand_drop_states(generator);
     return CURAND_STATUS_SUCCESS;
 }
 
 curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
     if (!cpuify_curand_is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
-    if (generator->type == CURAND_RNG_PSEUDO_MTGP32) return CURAND_STATUS_TYPE_ERROR;   /* as NVIDIA's */
+    if (generator->type == CURAND_RNG_PSEUDO_MTGP32 || generator->type == CURAND_RNG_PSEUDO_MT19937)
+        return CURAND_STATUS_TYPE_ERROR;        /* as NVIDIA's */
     generator->counter = offset;
     if (generator->next_pos) cpuify_curand_start_positions(generator);
     return CURAND_STATUS_SUCCESS;
@@ -191,6 +193,17 @@ curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrd
     if (!cpuify_curand_is_live(generator)) return CURAND_STATUS_NOT_INITIALIZED;
     if (is_quasi(generator->type))
         return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS : CURAND_STATUS_OUT_OF_RANGE;
+    /* NVIDIA's MT19937 takes the default and legacy orderings only (the same layout) */
+    if (generator->type == CURAND_RNG_PSEUDO_MT19937) {
+        if (order != CURAND_ORDERING_PSEUDO_DEFAULT && order != CURAND_ORDERING_PSEUDO_LEGACY)
+            return CURAND_STATUS_OUT_OF_RANGE;
+        if (order != generator->ordering) {     /* a change starts the sequence again, as NVIDIA's */
+            generator->ordering = order;
+            generator->counter = 0;
+            cpuify_curand_drop_states(generator);
+        }
+        return CURAND_STATUS_SUCCESS;
+    }
     switch (order) {
     case CURAND_ORDERING_PSEUDO_BEST:
     case CURAND_ORDERING_PSEUDO_DEFAULT:

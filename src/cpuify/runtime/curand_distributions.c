@@ -51,7 +51,9 @@ void cpuify_curand_start_positions(curandGenerator_t g) {
 
 /* XORWOW and MRG32k3a: the states of the subsequences at draw 0 (curand_init(seed, t, 0)) */
 curandStatus_t cpuify_curand_make_states(curandGenerator_t g) {
-    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || is_quasi(g->type)) return CURAND_STATUS_SUCCESS;
+    if (g->base || g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10 || g->type == CURAND_RNG_PSEUDO_MT19937 ||
+        is_quasi(g->type))      /* MT19937's are made as a call needs them (curand_mt19937.h) */
+        return CURAND_STATUS_SUCCESS;
 #if MTGP32_AVAILABLE
     if (g->type == CURAND_RNG_PSEUDO_MTGP32) {      /* the sets' states at value 0 */
         mtgp32_state *m = malloc(MTGP32_SETS * sizeof *m);
@@ -396,6 +398,8 @@ static void quasi_job(const void *arg, uint32_t index, void *scratch) {
     }
 }
 
+#include "curand_mt19937.h"
+
 curandStatus_t cpuify_curand_generate(curandGenerator_t g, distribution dist, void *out, size_t n, const char *api,
                                       double mean, double stddev, double lambda) {
     int philox = g->type == CURAND_RNG_PSEUDO_PHILOX4_32_10, mrg = g->type == CURAND_RNG_PSEUDO_MRG32K3A;
@@ -421,7 +425,8 @@ curandStatus_t cpuify_curand_generate(curandGenerator_t g, distribution dist, vo
         w.K = normal ? 2 : 1;
         w.C = (normal ? 2 : 1) * (!mrg && result_size(dist) == 8 ? 2 : 1);
     }
-    int mtgp = g->type == CURAND_RNG_PSEUDO_MTGP32;     /* one draw a result, normals by inversion */
+    /* MTGP32 and MT19937: one draw a result, normals by inversion */
+    int mt19937 = g->type == CURAND_RNG_PSEUDO_MT19937, mtgp = g->type == CURAND_RNG_PSEUDO_MTGP32 || mt19937;
     if (quasi ? n % g->dimensions != 0 : normal && !philox && !mtgp && n % 2) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     if (n == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_LAUNCH_FAILURE;
@@ -456,6 +461,13 @@ curandStatus_t cpuify_curand_generate(curandGenerator_t g, distribution dist, vo
         uint64_t per_dim = n / g->dimensions;
         e = cpuify_run_job(api, g->stream, (uint32_t)(g->dimensions * ((per_dim + SOBOL_CHUNK - 1) / SOBOL_CHUNK)), 0,
                            quasi_job, &w);
+    } else if (mt19937) {
+        curandStatus_t made = CURAND_STATUS_SUCCESS;
+        e = mt19937_generate(g, &w, api, &made);
+        if (made != CURAND_STATUS_SUCCESS) {
+            free(cdf);
+            return made;
+        }
 #if MTGP32_AVAILABLE
     } else if (mtgp) {
         e = cpuify_run_job(api, g->stream, MTGP32_SETS, 0, mtgp32_job, &w);
