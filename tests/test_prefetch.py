@@ -115,14 +115,15 @@ def mod():
     return cpuify.RawModule(code=SRC)
 
 
-def _prefetched(ptx, kernel, block, merge=True):
+def _prefetched(ptx, kernel, block, merge=True, by_row=False):
     """{resume: [(op name, number of probe threads, for writing)]} of the kernel
-    specialized for `block` (merge: with merge-duplicate-threads)."""
+    specialized for `block` (merge: with merge-duplicate-threads): the prefetches issued
+    after the thread loop, or (by_row) those each row of threads issues."""
     options = PipelineOptions(disabled=frozenset() if merge else frozenset({"merge-duplicate-threads"}))
     lifted = lift_and_optimize(ptx, ptx.functions[kernel], options)[0]
     kc = KernelCodegen(ModuleCodegen(ptx), lifted, block)
     return {r: [(op.name, len(probes), write) for op, probes, write in ops]
-            for r, ops in kc.prefetches.items()}
+            for r, ops in (kc.row_prefetches if by_row else kc.prefetches).items()}
 
 
 def test_which_accesses_are_prefetched(ptx):
@@ -169,7 +170,7 @@ def test_uniform_loops_prefetch_short_rows(ptx):
     ahead, all of them (over MAX_PREFETCHES), neighbours at +-4 bytes with their row; a
     block 256 threads wide, whose rows the hardware prefetcher follows, prefetches
     nothing."""
-    found = _prefetched(ptx, "march_z", (32, 8, 1))
+    found = _prefetched(ptx, "march_z", (32, 8, 1), by_row=True)
     assert found
     probes = sum(n for ops in found.values() for _, n, _ in ops)
     assert KernelCodegen.MAX_PREFETCHES < probes <= KernelCodegen.UNIFORM_LOOP_MAX_PREFETCHES
@@ -180,25 +181,62 @@ def test_uniform_loops_prefetch_short_rows(ptx):
         assert all(n == 24 for _, n, _ in ops)
         assert ("ptx.st", 24, True) in ops
     assert not _prefetched(ptx, "march_z", (256, 1, 1))
+    assert not _prefetched(ptx, "march_z", (256, 1, 1), by_row=True)
 
 
-def test_uniform_loops_prefetch_two_passes_ahead(ptx):
+def test_uniform_loop_passes_prefetch_by_rows_one_pass_ahead(ptx):
     """A pass of an interchanged block-uniform loop prefetches hundreds of lines (march_z:
-    8 rows x 3 lines per access): 2 passes ahead, not the grid-stride loops' 4, keeps the
-    lines in flight within the L1 data cache.  The grid-stride loop's passes (17 lines)
-    and the loops with barriers keep their distances."""
+    8 rows x 3 lines per access): each row of threads issues its own rows' lines after it
+    ran, one pass ahead (at the pass's end, all together, they stalled it on the L1's fill
+    buffers).  Not for the passes of a grid-stride loop (one long row, 17 lines: after
+    the thread loop, 4 passes ahead) or a loop with barriers (its distance kept)."""
     def kc_for(kernel, block):
         lifted = lift_and_optimize(ptx, ptx.functions[kernel], PipelineOptions())[0]
         return KernelCodegen(ModuleCodegen(ptx), lifted, block)
     march = kc_for("march_z", (32, 8, 1))
-    assert march.prefetches
-    assert {march.prefetch_advance(r) for r in march.prefetches} == \
-        {KernelCodegen.UNIFORM_LOOP_PREFETCH_AHEAD} == {2}
+    assert march.row_prefetches and not march.prefetches
+    assert {march.prefetch_advance(r) for r in march.row_prefetches} == \
+        {KernelCodegen.UNIFORM_LOOP_PREFETCH_AHEAD} == {1}
     axpy = kc_for("axpy_gs", (256, 1, 1))
+    assert axpy.prefetches and not axpy.row_prefetches
     assert {axpy.prefetch_advance(r) for r in axpy.prefetches} == \
         {KernelCodegen.PREFETCH_AHEAD} == {4}
-    mm = kc_for("tiled_mm", (16, 16, 1))
-    assert {mm.prefetch_advance(r) for r in mm.prefetches} == {KernelCodegen.LOOP_PREFETCH_AHEAD}
+    for kernel, block in (("tiled_mm", (16, 16, 1)), ("rows_down", (256, 1, 1))):
+        kc = kc_for(kernel, block)
+        assert kc.prefetches and not kc.row_prefetches, kernel
+        assert {kc.prefetch_advance(r) for r in kc.prefetches} == \
+            {KernelCodegen.LOOP_PREFETCH_AHEAD}, kernel
+
+
+def _raw_llvm(tmp_path, capsys, kernel, block):
+    from cpuify.cli.main import main
+    src = tmp_path / "k.cu"
+    src.write_text(SRC)
+    assert main(["llvm", "--raw", "--block", block, "--kernel", kernel, str(src)]) == 0
+    return capsys.readouterr().out
+
+
+def _prefetch_blocks(llvm_text):
+    """The names of the LLVM basic blocks that call llvm.prefetch (raw IR)."""
+    found, block = [], None
+    for line in llvm_text.splitlines():
+        if line and not line.startswith((" ", "\t", ";", "define", "}", "declare")) and \
+                line.rstrip().endswith(":"):
+            block = line.rstrip()[:-1].strip('"')
+        elif "call" in line and "llvm.prefetch" in line:
+            found.append(block)
+    return found
+
+
+def test_row_prefetches_sit_in_the_row_loop(tmp_path, capsys):
+    """In the LLVM IR (before optimization): march_z's prefetches are in the latch of the
+    loop over rows of threads, one call per line of its row (3 per access), none after
+    the thread loop; the grid-stride loop's are all after its thread loop."""
+    march = _prefetch_blocks(_raw_llvm(tmp_path, capsys, "march_z", "32,8"))
+    assert march and all(b.startswith("ty.latch") for b in march), set(march)
+    assert len(march) % 3 == 0
+    axpy = _prefetch_blocks(_raw_llvm(tmp_path, capsys, "axpy_gs", "256"))
+    assert axpy and not any(b.startswith("ty.latch") for b in axpy), set(axpy)
 
 
 @pytest.mark.parametrize("nx,ny,nz,block", [(100, 70, 45, (32, 8)), (33, 9, 2, (32, 8)),

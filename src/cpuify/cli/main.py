@@ -576,6 +576,13 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
                      f"{rb.branch.attributes.get('line')} ({len(rb.terms)} comparison(s) with "
                      f"threadIdx.x){further} run a copy of the thread loop with "
                      f"{'them' if further else 'it'} decided{then}")
+    by_row = kc.row_prefetches.get(r, [])
+    if by_row:
+        lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in by_row)
+        notes.append(f"each row of threads prefetches, after it ran, its "
+                     f"{sum(len(p) for _, p, _ in by_row) // (kc.block_dims[1] * kc.block_dims[2])} "
+                     f"line(s) of the accesses at PTX line(s) {lines}, "
+                     f"{kc.prefetch_advance(r)} iteration(s) ahead")
     prefetched = kc.prefetches.get(r, [])
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)

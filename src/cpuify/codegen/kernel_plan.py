@@ -28,7 +28,7 @@ from cpuify.codegen.kernel_abi import XVAL_GUARD
 from cpuify.codegen.layout import align_up
 from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
-from cpuify.ir.core import BlockArgument, Region, Value, predecessors
+from cpuify.ir.core import BlockArgument, Operation, Region, Value, predecessors
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body, block_parallel, lockstep_counters
 from cpuify.ir.structured import lower_structured_control_flow
@@ -124,6 +124,17 @@ class KernelPlan(ThreadLoopPlans):
         self.static_shuffles = self.plan_static_shuffles()
         self.prefetches = {r: ops for r in range(1, len(self.syncs) + 1)
                            if (ops := self.iteration_prefetches(r))}
+        # ... of those, the ones each row of threads issues after it ran (the rest after
+        # the thread loop)
+        self.row_prefetches: dict[int, list[tuple[Operation, list[tuple[int, int, int]], bool]]] = {}
+        for r in list(self.prefetches):
+            by_row, after = self.split_row_prefetches(r, self.prefetches[r])
+            if by_row:
+                self.row_prefetches[r] = by_row
+                if after:
+                    self.prefetches[r] = after
+                else:
+                    del self.prefetches[r]
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # pointer parameters known not to overlap the others (launch-time specialization)

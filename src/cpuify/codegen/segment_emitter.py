@@ -380,6 +380,9 @@ class SegmentEmitter(SpeculativeValues):
                 else:
                     phis.append(phi)
             b.position_at_end(latches[k])
+            if k == 1 and whole and region is None and self.resume in self.kc.row_prefetches:
+                # the row of threads that just ran: its lines of a later pass
+                self.prefetch_row(b, phis[0], phi)
             nxt = b.add(phi, ir.Constant(ity, steps[k]), flags=["nuw"])
             back = b.branch(headers[k])
             if k == 2:

@@ -608,6 +608,34 @@ class SpeculativeValues(SyncCrossing):
                     b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
 
 
+    def prefetch_row(self, b: ir.IRBuilder, tz: ir.Value, ty: ir.Value) -> None:
+        """At the latch of the row loop (`b` there, rows tz, ty): the lines of the row of
+        threads that just ran that the accesses KernelCodegen.row_prefetches chose will
+        touch prefetch_advance iterations later, computed as at the resume point for the
+        row's probe threads with the loop counter advanced (as prefetch_ahead does for a
+        whole pass after the thread loop)."""
+        dims = self.kc.block_dims
+        assert dims is not None
+        sp = self.kc.syncs[self.resume - 1]
+        advance = self.kc.prefetch_advance(self.resume)
+        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        with self.speculation(b):
+            for op, probes, writes in self.kc.row_prefetches[self.resume]:
+                # (the same probes in every row: see split_row_prefetches)
+                xs = [x for x, y, z in probes if (y, z) == probes[0][1:]]
+                size = access_size(op)
+                x0 = xs[0]
+                row = b.add(b.mul(tz, I32(dims[1])), ty)
+                self.as_thread([I32(x0), ty, tz], b.add(b.mul(row, I32(dims[0])), I32(x0)))
+                self.restore(sp, advance=advance)
+                if isinstance(op.operands[0], OpResult):
+                    self.rematerialize(op.operands[0])
+                base = self.address(op, "global")
+                for x in xs:
+                    addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
+                    b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+
+
 _INDEX_ARITHMETIC = ("ptx.add", "ptx.sub", "ptx.shl", "ptx.mul", "ptx.mad", "ptx.mov", "ptx.cvt")
 
 

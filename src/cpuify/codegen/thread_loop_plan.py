@@ -82,11 +82,13 @@ class ThreadLoopPlans(SegmentPaths):
     #: iterations ahead that the passes of an interchanged loop prefetch
     PREFETCH_AHEAD = 4
     #: ... of an interchanged block-uniform loop, whose passes prefetch hundreds of lines
-    #: (UNIFORM_LOOP_MAX_PREFETCHES): laplace3d's 408 lines a pass are 26 KB, and four
-    #: passes' worth in flight (104 KB) is twice the L1 data cache, which evicted lines
-    #: before their pass read them.  One thread, 200^3 grid, interleaved with the OpenMP
-    #: twin: 2 passes ahead 36.4-36.7 ms, 1 pass 38.0-38.1, 4 passes 41.2-41.3 (2026-11-27)
-    UNIFORM_LOOP_PREFETCH_AHEAD = 2
+    #: (UNIFORM_LOOP_MAX_PREFETCHES), each row of threads its own rows' lines right after
+    #: it ran (row_prefetches): one pass ahead.  All of a pass's lines at its end, 2 passes
+    #: ahead, laplace3d (408 lines a pass) spent 56% of its pass in the prefetch
+    #: instructions, waiting for the L1's fill buffers, while the next pass's arithmetic
+    #: waited behind them (one thread, 200^3, CPU time, interleaved: 36.2 ms; by rows 1
+    #: pass ahead 31.8 ms, 2 ahead 33.0 ms; all at the end 1 ahead 36.6 ms; 2026-11-27)
+    UNIFORM_LOOP_PREFETCH_AHEAD = 1
     #: iterations ahead that the segment of a loop with barriers prefetches (counted from
     #: the iteration whose barrier it resumes at; its own accesses are for the next one)
     LOOP_PREFETCH_AHEAD = 2
@@ -256,6 +258,34 @@ class ThreadLoopPlans(SegmentPaths):
         if pos == 0:
             memo[blk] = result
         return result
+
+    def split_row_prefetches(self, resume: int,
+                             ops: list[tuple[Operation, list[tuple[int, int, int]], bool]]
+                             ) -> tuple[list[tuple[Operation, list[tuple[int, int, int]], bool]],
+                                        list[tuple[Operation, list[tuple[int, int, int]], bool]]]:
+        """(the prefetches of the pass of an interchanged block-uniform loop from `resume`
+        that each row of threads issues for its own rows after running, those issued after
+        the thread loop): a pass prefetches hundreds of lines, and issued together at its
+        end they stalled it on the L1's fill buffers with no arithmetic left to overlap;
+        spread over its rows, each row's lines go out while the next rows compute.  By rows:
+        the accesses whose probes cover every row of threads alike (a row's lines are at
+        offsets from its first probe); after the loop: the others (an address the same in
+        every thread, a row cut short by the budget), and every prefetch of the other
+        kinds of passes (a grid-stride loop's one long row, a loop with barriers)."""
+        dims = self.block_dims
+        if dims is None or not self._uniform_loop_pass(self.syncs[resume - 1]):
+            return [], ops
+        rows = dims[1] * dims[2]
+        by_row, after = [], []
+        for op, probes, writes in ops:
+            per_row: dict[tuple[int, int], list[int]] = {}
+            for x, y, z in probes:
+                per_row.setdefault((y, z), []).append(x)
+            xs = next(iter(per_row.values()))
+            whole = len(per_row) == rows and rows > 1 and \
+                all(v == xs for v in per_row.values())
+            (by_row if whole else after).append((op, probes, writes))
+        return by_row, after
 
     def _uniform_loop_pass(self, sp: SyncPoint) -> bool:
         """Whether the segment resuming at soft barrier `sp` is a pass of an interchanged
