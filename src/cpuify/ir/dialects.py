@@ -242,6 +242,9 @@ define("upir.if", regions=2, verify=_verify_if, effects=_nested_effects)
 define("upir.while", regions=2, verify=_verify_while, effects=_nested_effects)
 define("upir.for", regions=1, verify=_verify_for, effects=_nested_effects)
 define("upir.condition", terminator=True, pure=True, verify=_verify_condition)
+# a value no path reads (MLIR's ub.poison): what a multi-exit while's `upir.condition` passes
+# in the slots of the exits it does not take; the lowering leaves none behind
+define("upir.undef", pure=True, verify=_verify_results(1))
 
 # --- PTX instructions --------------------------------------------------------------------------
 # one `ptx.*` op per entry of the instruction table (ir/ptx_table.py): pure, or the memory
