@@ -2,8 +2,8 @@
 
 IR-in/IR-out checks on hand-written block bodies (if, if/else, a while, a counted for,
 nested loops with barriers; and where the pass must not fire: an irreducible cycle, a path
-that ends the thread; loops with several exits: tests/test_structured_exits.py); the ops' verification; raise then lower gives
-back the same CFG; the printed IR after the pass is MLIR xDSL reads and our parser reads
+that ends the thread; loops with several exits: tests/test_structured_exits.py); the ops'
+verification; raise then lower gives back the same CFG; the printed IR after the pass is MLIR xDSL reads and our parser reads
 back; kernels run with the pass on and off, natively and in the interpreter on the printed
 IR, against NumPy; `cpuify explain` shows the structure."""
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cpuify
+from cpuify.errors import IRError
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp import InterpModule
@@ -143,6 +144,81 @@ BODIES = {
   "upir.exit"() : () -> ()
 ^bb6:
   "ptx.st"(%p, %x) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "upir.exit"() : () -> ()''',
+    # two loops in a row, the first one's exits (a break) both go to the second one's header:
+    # the first one's branch after it stays, the second loop gets a block of its own
+    "break_then_loop": PROLOGUE + '''
+  "cf.br"(%zero) [^bb1] : (i32) -> ()
+^bb1(%i: i32):
+  %b = "ptx.setp"(%i, %t) {mods = ["eq", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%b, %i) [^bb3, ^bb2] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb2:
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %c = "ptx.setp"(%i2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c, %i2, %zero) [^bb1, ^bb3] ''' + BR % (1, 1) + ''' : (i1, i32, i32) -> ()
+^bb3(%j: i32):
+  %j2 = "ptx.add"(%j, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %d = "ptx.setp"(%j2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%d, %j2) [^bb3, ^bb4] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb4:
+  "ptx.st"(%p, %j2) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "upir.exit"() : () -> ()''',
+    # a loop with a break inside an if's arm, both exits to the if's join
+    "break_in_arm": PROLOGUE + '''
+  %c0 = "ptx.setp"(%t, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c0, %zero) [^bb1, ^bb4] ''' + BR % (0, 1) + ''' : (i1, i32) -> ()
+^bb1:
+  "cf.br"(%zero) [^bb2] : (i32) -> ()
+^bb2(%i: i32):
+  %b = "ptx.setp"(%i, %t) {mods = ["eq", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%b, %i) [^bb4, ^bb3] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb3:
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %c = "ptx.setp"(%i2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c, %i2, %n) [^bb2, ^bb4] ''' + BR % (1, 1) + ''' : (i1, i32, i32) -> ()
+^bb4(%r: i32):
+  "ptx.st"(%p, %r) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "upir.exit"() : () -> ()''',
+    # `continue outer` from the inner loop: the inner loop's dispatch is a back edge of the
+    # outer one
+    "continue_outer": PROLOGUE + '''
+  "cf.br"(%zero) [^bb1] : (i32) -> ()
+^bb1(%i: i32):
+  "cf.br"(%zero) [^bb2] : (i32) -> ()
+^bb2(%j: i32):
+  %x = "ptx.add"(%i, %j) {mods = ["s32"]} : (i32, i32) -> i32
+  %b = "ptx.setp"(%x, %t) {mods = ["eq", "s32"]} : (i32, i32) -> i1
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  "cf.cond_br"(%b, %i2) [^bb1, ^bb3] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb3:
+  %j2 = "ptx.add"(%j, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %cj = "ptx.setp"(%j2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%cj, %j2) [^bb2, ^bb4] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb4:
+  "ptx.st"(%p, %i) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  %i3 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %ci = "ptx.setp"(%i3, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%ci, %i3) [^bb1, ^bb6] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb6:
+  "upir.exit"() : () -> ()''',
+    # the outer loop's only exit is the inner loop's break out of both
+    "break_both": PROLOGUE + '''
+  "cf.br"(%zero) [^bb1] : (i32) -> ()
+^bb1(%i: i32):
+  "cf.br"(%zero) [^bb2] : (i32) -> ()
+^bb2(%j: i32):
+  %x = "ptx.add"(%i, %j) {mods = ["s32"]} : (i32, i32) -> i32
+  %b = "ptx.setp"(%x, %t) {mods = ["eq", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%b, %x) [^bb5, ^bb3] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb3:
+  %j2 = "ptx.add"(%j, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %cj = "ptx.setp"(%j2, %n) {mods = ["lt", "s32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%cj, %j2) [^bb2, ^bb4] ''' + BR % (1, 0) + ''' : (i1, i32) -> ()
+^bb4:
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  "cf.br"(%i2) [^bb1] : (i32) -> ()
+^bb5(%r: i32):
+  "ptx.st"(%p, %r) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
   "upir.exit"() : () -> ()''',
     # must not fire: an irreducible cycle (entered at ^bb1 and ^bb2) with two exits
     "irreducible_exits": PROLOGUE + '''
@@ -384,3 +460,15 @@ def test_kernel_with_and_without_the_pass(raise_cf: bool) -> None:
     got = np.zeros(m * 5, np.int32)
     interp.launch("exits", (3,), (32,), [a, got, np.int32(len(a)), np.int32(m)])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("exit_flags = 1 : i64", "exit_flags = 5 : i64"), "counts the i1 results"),
+    (lambda t: t.replace('"cf.cond_br"(%5) [^bb2, ^bb1]', '"upir.exit"() : () -> ()\n^bb9:\n'
+                         '"cf.cond_br"(%5) [^bb2, ^bb1]'), "followed by the branch"),
+])
+def test_verifier_rejects(edit, message) -> None:  # type: ignore[no-untyped-def]
+    text = raised("break_elsewhere")[1]
+    verify(parse_op(text))
+    with pytest.raises(IRError, match=message):
+        verify(parse_op(edit(text)))

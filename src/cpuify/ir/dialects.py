@@ -190,6 +190,18 @@ def _verify_while(op: Operation) -> None:
         _check_types("the after region's entry", [a.type for a in after.entry.args], results)
     for y in _region_exits(op, 1, "upir.yield"):
         _check_types("a yield of the after region", [v.type for v in y.operands], inits)
+    flags = op.attributes.get("exit_flags")       # (ir/structured.py EXIT_FLAGS)
+    if flags is not None:
+        block = op.parent
+        if not (isinstance(flags, int) and 0 <= flags <= len(results)
+                and all(t == "i1" for t in results[:flags])):
+            raise IRError("'exit_flags' counts the i1 results that name a loop's exit target")
+        if len(after.blocks) != 1 or len(after.entry.ops) != 1:
+            raise IRError("a while with 'exit_flags' has an after region that only yields")
+        if block is None or len(block.ops) < 2 or block.ops[-2] is not op or \
+                block.ops[-1].name not in ("cf.br", "cf.cond_br"):
+            raise IRError("a while with 'exit_flags' is followed by the branch to its exit "
+                          "targets, last in its block")
 
 
 def _verify_for(op: Operation) -> None:

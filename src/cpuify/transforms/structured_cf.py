@@ -16,14 +16,18 @@ pieces into MLIR-shaped ops of the upir dialect (ir/dialects.py), as Polygeist's
     whose after region yields `iv + step` (a loop-invariant step; the induction variable as
     analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`;
     so is nvcc's do-while under a guard `if (lb < ub)` that is its first test, inside the
-    guard's `upir.if` (transforms/structured_for.py).
+    guard's `upir.if` (transforms/structured_for.py);
+  * any other reducible loop (several exits: a `break`, a `return` or trap inside it; an
+    exit not on every iteration) is a `upir.while` whose before region is the whole body,
+    with i1 exit flags among its results and a branch on them to the exit targets after it
+    (transforms/structured_exits.py).
 
 Barriers stay where they are, inside the regions.  Inner structures are raised before the
 ones that hold them (the dominator tree in post-order), each block is moved into a region
 once, and the checks on an arm or a loop look at its blocks only: near-linear, no recursion.
-What cannot be raised stays CFG, unchanged, and the reason is counted (a loop with several
-exits, an irreducible cycle, a path that ends the thread with `upir.exit`, a value used past
-its arm, ...): the pass never fails and never changes what the kernel computes.
+What cannot be raised stays CFG, unchanged, and the reason is counted (an irreducible
+cycle, an if with a path that ends the thread with `upir.exit`, a value used past its arm,
+...): the pass never fails and never changes what the kernel computes.
 
 Where it runs: last in the default pipeline.  Every other pass and code generation work on
 the CFG; the raise at the end makes the printed IR (`--print-ir-after`, `cpuify ir`,
@@ -361,7 +365,7 @@ class _Raiser:
         term = b.ops[-1]
         if target not in term.successors:
             return
-        if term.name == "cf.br":
+        if term.name == "cf.br" and not is_dispatch(term):
             y = Operation("upir.yield", list(term.successor_args[0]),
                           attributes=dict(term.attributes))
             self.set_terminator(b, y)
@@ -426,7 +430,8 @@ class _Raiser:
             return f"loop with {len(exits)} exits"
         exiting, after_loop = exits[0]
         term = exiting.ops[-1]
-        if term.name != "cf.cond_br" or term.successors[0] is term.successors[1]:
+        if term.name != "cf.cond_br" or term.successors[0] is term.successors[1] or \
+                is_dispatch(term):
             return "loop exit not a conditional branch"
         k_out = term.successors.index(after_loop)
         k_in = 1 - k_out
@@ -568,7 +573,8 @@ class _Raiser:
         attributes."""
         pre = outside[0]
         pre_term = pre.ops[-1]
-        if len(outside) == 1 and self.preds[header][pre] == 1 and pre_term.name == "cf.br":
+        if len(outside) == 1 and self.preds[header][pre] == 1 and pre_term.name == "cf.br" \
+                and not is_dispatch(pre_term):
             inits = list(pre_term.successor_args[0])
             attrs = dict(pre_term.attributes)
             self.set_terminator(pre, None)

@@ -17,7 +17,9 @@ branch's edge out goes to a new block holding only its condition.  After the op,
 holder block branches to the one exit target, or dispatches on the flags with a chain of
 `cf.cond_br` marked `exit_dispatch` (Polygeist/MLIR's loop-carried exit kind and dispatch
 after the loop; the dispatch stays a branch of the enclosing CFG, since a target such as
-the block that ends the thread is no region).  ir/structured.py lowers the op back: each
+the block that ends the thread is no region).  The raise never rewrites a dispatch branch
+in place (an enclosing if, loop or holder takes its edges through blocks of their own), so
+the lowering finds it right after its while.  ir/structured.py lowers the op back: each
 condition branches straight to the target its flags name, with the values in that
 target's slots, so the CFG is the one the raise found."""
 
@@ -146,12 +148,12 @@ def raise_multi_exit_loop(r: _Raiser, header: Block, body: set[Block],
         if not leaving:
             continue
         attrs = dict(term.attributes)
-        if term.name == "cf.br":
+        if term.name == "cf.br" and not is_dispatch(term):
             s, args = term.successors[0], list(term.successor_args[0])
             slots = edge(b, args, None, []) if s is header else edge(b, None, s, args)
             test = slots.const("i1", int(s is header))
         elif len(leaving) == 2 and header in term.successors and \
-                term.successors[0] is not term.successors[1]:
+                term.successors[0] is not term.successors[1] and not is_dispatch(term):
             # a latch that also leaves: one condition on its branch's predicate
             k_in = term.successors.index(header)
             slots = edge(b, list(term.successor_args[k_in]), term.successors[1 - k_in],
@@ -162,8 +164,8 @@ def raise_multi_exit_loop(r: _Raiser, header: Block, body: set[Block],
                 slots.made.append(neg)
                 test = neg.results[0]
         else:
-            # each edge out of a conditional branch goes to a block that only holds its
-            # condition
+            # each edge out of a conditional branch (or of an inner loop's dispatch, which
+            # stays as it is) goes to a block that only holds its condition
             for k in leaving:
                 s, args = term.successors[k], list(term.successor_args[k])
                 slots = edge(b, args, None, []) if s is header else edge(b, None, s, args)
@@ -204,7 +206,8 @@ def raise_multi_exit_loop(r: _Raiser, header: Block, body: set[Block],
         return list(results[at_target[t]:at_target[t] + len(t.args)])
 
     if not flags:
-        br = Operation("cf.br", successors=[targets[0]], successor_args=[passed(targets[0])])
+        br = Operation("cf.br", attributes={EXIT_DISPATCH: None}, successors=[targets[0]],
+                       successor_args=[passed(targets[0])])
         holder.append(br)
         r._add_edges(br)
     block = holder
