@@ -381,13 +381,16 @@ def _exit_dispatch(block: Block, at: int, edges: dict[Block, int], edits: UseEdi
     first = rest[0]
     del block.ops[at + 1:]
     dispatch: dict[Block, Operation] = {}
+    # (the chain's blocks branch on this op's flags: a target may be another loop's)
+    flags = {id(r) for r in op.results[:int(op.attributes[EXIT_FLAGS])]}
     stack = [first]
     while stack:
         t = stack.pop()
         edits.drop(t)
         t.parent = None
         for s in t.successors:
-            if len(s.ops) == 1 and EXIT_DISPATCH in s.ops[0].attributes:
+            if len(s.ops) == 1 and EXIT_DISPATCH in s.ops[0].attributes and \
+                    s.ops[0].name == "cf.cond_br" and id(s.ops[0].operands[0]) in flags:
                 dispatch[s] = s.ops[0]
                 stack.append(s.ops[0])
                 s.ops = []
