@@ -10,7 +10,11 @@ is folded back into the branch's order.  An op followed only by `cf.br ^next(...
 to `^next` directly, a region that only yields is no block at all and a block that held
 only a loop is the loop's header again, so that a raised and lowered CFG has the blocks and
 edges it had before the raise.  (Block arguments of an arm's entry, which has one
-predecessor, are not restored: the raise replaced them by the values passed.)
+predecessor, are not restored: the raise replaced them by the values passed.)  A while
+with several exits (EXIT_FLAGS, transforms/structured_exits.py) is followed by its
+dispatch: each `upir.condition` branches straight to the target the flag constants it
+passes name, with the values of that target's slots; the dispatch, the constants and the
+`upir.undef` values the raise made, and its blocks for branch edges, go.
 
 Iterative (a work stack of blocks), linear in the number of ops moved."""
 
