@@ -12,6 +12,8 @@ Two shapes, CPU seconds of this process (time.process_time: the machine may be s
   loop (nvcc's do-while shape) holding a barrier, an if/else and an inner counted loop
   with an if: 9 blocks per unit.  Times: the raise, the lowering, and for scale the
   verifier on the same IR; the growth factor per doubling of N.
+  `--breaks`: each outer loop also leaves to a block of its own and each inner loop breaks
+  to its exit (loops with several exits, 11 blocks per unit).
 * `chain`: benchmarks/compile_time.py's generated CUDA kernel of N statements (every 8th
   under an if), through NVRTC, lifted and run through the default pipeline: the raise's
   time against the passes before it and, with --full-compile, against the whole compile
@@ -35,8 +37,10 @@ from cpuify.transforms.structured_cf import raise_structured_control_flow
 GC_DURING = False
 
 
-def loops_kernel(units: int) -> str:
-    """A kernel op whose block body is `units` loops in sequence (see the module doc)."""
+def loops_kernel(units: int, breaks: bool = False) -> str:
+    """A kernel op whose block body is `units` loops in sequence (see the module doc);
+    `breaks`: the outer loop also leaves to a block of its own and the inner loop breaks to
+    its exit (loops with several exits, 11 blocks per unit)."""
     out = ['"upir.kernel"() ({', '"upir.grid_parallel"() ({', '"upir.block_parallel"() ({',
            '  %n = "upir.param"() {offset = 0 : i64, type = "u32"} : () -> i32',
            '  %t = "upir.special"() {reg = "%tid.x"} : () -> i32',
@@ -59,11 +63,29 @@ def loops_kernel(units: int) -> str:
             f'  %y{u} = "ptx.sub"(%s{u}, %one) {{mods = ["s32"]}} : (i32, i32) -> i32',
             f'  "cf.br"(%y{u}) [^j{u}] : (i32) -> ()',
             f'^j{u}(%m{u}: i32):',
+        ]
+        if breaks:
+            out += [
+                f'  %b{u} = "ptx.setp"(%m{u}, %t) {{mods = ["eq", "s32"]}} : (i32, i32) -> i1',
+                f'  "cf.cond_br"(%b{u}) [^bk{u}, ^jj{u}] {br2} : (i1) -> ()',
+                f'^bk{u}:',
+                f'  "cf.br"(%m{u}) [^u{u + 1}] : (i32) -> ()',
+                f'^jj{u}:',
+            ]
+        out += [
             f'  "cf.br"(%zero, %m{u}) [^ih{u}] : (i32, i32) -> ()',
             f'^ih{u}(%k{u}: i32, %v{u}: i32):',
             f'  %d{u} = "ptx.setp"(%k{u}, %n) {{mods = ["lt", "s32"]}} : (i32, i32) -> i1',
             f'  "cf.cond_br"(%d{u}) [^ib{u}, ^ix{u}] {br2} : (i1) -> ()',
             f'^ib{u}:',
+        ]
+        if breaks:
+            out += [
+                f'  %bi{u} = "ptx.setp"(%k{u}, %t) {{mods = ["gt", "s32"]}} : (i32, i32) -> i1',
+                f'  "cf.cond_br"(%bi{u}) [^ix{u}, ^ic{u}] {br2} : (i1) -> ()',
+                f'^ic{u}:',
+            ]
+        out += [
             f'  %o{u} = "ptx.and"(%k{u}, %one) {{mods = ["b32"]}} : (i32, i32) -> i32',
             f'  %p{u} = "ptx.setp"(%o{u}, %zero) {{mods = ["eq", "s32"]}} : (i32, i32) -> i1',
             f'  "cf.cond_br"(%p{u}, %v{u}) [^it{u}, ^ij{u}] '
@@ -104,12 +126,13 @@ def _cpu(fn) -> float:  # type: ignore[no-untyped-def]
         gc.enable()
 
 
-def measure_loops(sizes: list[int]) -> None:
-    print("loops: N units (9 blocks each), CPU seconds")
+def measure_loops(sizes: list[int], breaks: bool = False) -> None:
+    print(f"loops{' with breaks' if breaks else ''}: N units ({11 if breaks else 9} blocks "
+          "each), CPU seconds")
     print(f"{'N':>7} {'blocks':>7} {'raise':>8} {'x':>5} {'lower':>8} {'verify':>8} raised")
     prev = None
     for n in sizes:
-        op = parse_op(loops_kernel(n))
+        op = parse_op(loops_kernel(n, breaks))
         blocks = len(block_body(op).blocks)
         verify_s = _cpu(lambda: verify(op))
         report = []
@@ -160,11 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000,2000,4000,8000,16000")
     ap.add_argument("--chain-sizes", default="1000,2000,4000")
     ap.add_argument("--full-compile", action="store_true")
+    ap.add_argument("--breaks", action="store_true",
+                    help="the loops shape with breaks (loops with several exits)")
     ap.add_argument("--gc", action="store_true", help="keep the garbage collector on while timing")
     args = ap.parse_args(argv)
     global GC_DURING
     GC_DURING = args.gc
-    measure_loops([int(x) for x in args.sizes.split(",") if x])
+    measure_loops([int(x) for x in args.sizes.split(",") if x], args.breaks)
     if args.chain_sizes:
         measure_chain([int(x) for x in args.chain_sizes.split(",") if x], args.full_compile)
     return 0

@@ -572,18 +572,37 @@ def filecheck(text: str, checks: str) -> None:
     """A small FileCheck: `CHECK:` finds a line containing the pattern at or after the
     current position, `CHECK-NEXT:` must match the very next line, `CHECK-NOT:` must not
     match between the previous and the next positive match, `CHECK-COUNT-<n>:` matches n
-    consecutive occurrences.  Patterns are literal text except `{{regex}}`."""
+    consecutive occurrences.  Patterns are literal text except `{{regex}}`, `[[NAME:regex]]`
+    (captures NAME) and `[[NAME]]` (the text NAME captured last, as FileCheck's variables)."""
     lines = text.splitlines()
+    captured: dict[str, str] = {}
 
-    def compile_pattern(p: str) -> re.Pattern[str]:
-        parts = re.split(r"\{\{(.*?)\}\}", p.strip())
-        return re.compile("".join(re.escape(s) if i % 2 == 0 else f"(?:{s})"
-                                  for i, s in enumerate(parts)))
+    class Pattern:
+        def __init__(self, p: str) -> None:
+            self.parts = re.split(r"(\{\{.*?\}\}|\[\[\w+(?::.*?)?\]\])", p.strip())
+
+        def search(self, line: str) -> bool:
+            out = []
+            for part in self.parts:
+                if part.startswith("{{") and part.endswith("}}"):
+                    out.append(f"(?:{part[2:-2]})")
+                elif part.startswith("[[") and part.endswith("]]"):
+                    name, _, regex = part[2:-2].partition(":")
+                    out.append(f"(?P<{name}>{regex})" if regex else re.escape(captured[name]))
+                else:
+                    out.append(re.escape(part))
+            m = re.search("".join(out), line)
+            if m:
+                captured.update(m.groupdict())
+            return m is not None
+
+    def compile_pattern(p: str) -> Pattern:
+        return Pattern(p)
 
     pos = 0
-    nots: list[tuple[str, re.Pattern[str]]] = []
+    nots: list[tuple[str, Pattern]] = []
 
-    def find(pat: re.Pattern[str], start: int, raw: str) -> int:
+    def find(pat: Pattern, start: int, raw: str) -> int:
         for k in range(start, len(lines)):
             if pat.search(lines[k]):
                 return k
@@ -628,6 +647,10 @@ def test_filecheck_helper_itself():
         filecheck(text, "CHECK: a\nCHECK-NOT: c\nCHECK: d")
     with pytest.raises(AssertionError):
         filecheck(text, "CHECK-COUNT-2: {{[a-d]}} 1")
+    # variables: [[X:regex]] captures, [[X]] must repeat it
+    filecheck("x = %5\ny uses %5\n", "CHECK: x = %[[V:\\d+]]\nCHECK-NEXT: uses %[[V]]")
+    with pytest.raises(AssertionError):
+        filecheck("x = %5\ny uses %6\n", "CHECK: x = %[[V:\\d+]]\nCHECK-NEXT: uses %[[V]]")
 
 
 def test_matmul_has_two_barriers_in_a_loop(lifted):

@@ -1,9 +1,9 @@
 """raise-structured-cf (transforms/structured_cf.py) and the lowering back (ir/structured.py).
 
 IR-in/IR-out checks on hand-written block bodies (if, if/else, a while, a counted for,
-nested loops with barriers; and where the pass must not fire: an irreducible cycle, a loop
-with two exits, a path that ends the thread); the ops' verification; raise then lower gives
-back the same CFG; the printed IR after the pass is MLIR xDSL reads and our parser reads
+nested loops with barriers; and where the pass must not fire: an irreducible cycle, a path
+that ends the thread; loops with several exits: tests/test_structured_exits.py); the ops'
+verification; raise then lower gives back the same CFG; the printed IR after the pass is MLIR xDSL reads and our parser reads
 back; kernels run with the pass on and off, natively and in the interpreter on the printed
 IR, against NumPy; `cpuify explain` shows the structure."""
 
@@ -280,7 +280,7 @@ BODIES = {
 ^bb3:
   "ptx.st"(%p, %b) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
   "upir.exit"() : () -> ()''',
-    # must not fire: a loop with two exits (a break)
+    # a loop with two exits (a break): raised with an exit flag (tests/test_structured_exits.py)
     "two_exits": PROLOGUE + '''
   "cf.br"(%zero) [^bb1] : (i32) -> ()
 ^bb1(%i: i32):
@@ -402,7 +402,6 @@ def test_loop_entered_from_two_places() -> None:
 
 @pytest.mark.parametrize("name, why", [
     ("irreducible", "irreducible cycle"),
-    ("two_exits", "loop with 2 exits"),
     ("exit_in_arm", "branch with no join"),
 ])
 def test_must_not_fire(name: str, why: str) -> None:
@@ -476,7 +475,7 @@ def test_mlir_after_the_pass_is_read_by_xdsl_and_round_trips() -> None:
         text = raised(name)[1]
         module = xdsl_parse(text)
         seen = {xdsl_name(op) for op in module.walk()}
-        assert {"upir.while", "upir.for"} & seen or name == "two_exits"
+        assert {"upir.while", "upir.for"} & seen
         assert print_op(parse_op(text)) == text
 
 

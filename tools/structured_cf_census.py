@@ -1,13 +1,15 @@
 """What raise-structured-cf makes of the example and benchmark kernels, and whether it is undone.
 
-    PYTHONPATH=src python tools/structured_cf_census.py [--ptx-dir /tmp/structured-cf-ptx]
+    PYTHONPATH=src python tools/structured_cf_census.py [--ptx-dir /tmp/structured-cf-ptx] [--llvm]
 
 For each kernel of benchmarks/suite's workloads and of examples/ (PTX compiled once with
 NVRTC, or `cpuify ptx` for examples/jacobi.cu, cached in --ptx-dir): the structured ops the
 default pipeline leaves (if/while/for), what stayed CFG and why, why a while is no for;
 then whether raising, printing, parsing back and lowering gives the CFG the pipeline gives
 without the pass (block order aside: reverse post-order).  Prints the totals; exits 1 when a
-kernel's CFG differs (a change to the raise or the lowering must list none)."""
+kernel's CFG differs (a change to the raise or the lowering must list none).  `--llvm` also
+compares each module's raw LLVM IR (`cpuify llvm --raw`) with the pass on and off, byte for
+byte."""
 
 from __future__ import annotations
 
@@ -75,9 +77,22 @@ def canonical(kernel: Operation) -> str:
     return print_op(kernel)
 
 
+def raw_llvm(path: Path, *extra: str) -> str:
+    """`cpuify llvm --raw` of a PTX file, in this process."""
+    import contextlib
+    import io
+    from cpuify.cli.main import main as cli
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli(["llvm", "--raw", str(path), *extra]) == 0, path
+    return out.getvalue()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ptx-dir", type=Path, default=Path("/tmp/structured-cf-ptx"))
+    ap.add_argument("--llvm", action="store_true",
+                    help="also compare each module's raw LLVM IR with the pass on and off")
     args = ap.parse_args()
     args.ptx_dir.mkdir(parents=True, exist_ok=True)
     made: Counter[str] = Counter()
@@ -109,7 +124,18 @@ def main() -> int:
     print("left as CFG: " + (", ".join(f"{n} {w}" for w, n in sorted(left.items())) or "none"))
     print("while, not for: " + (", ".join(f"{n} {w}" for w, n in sorted(whiles.items())) or "none"))
     print(f"{kernels - differ} of {kernels} kernels: the same CFG after raise, print, parse, lower")
-    return 1 if differ else 0
+    llvm_differ = 0
+    if args.llvm:
+        names = [name for name, _, _ in sources()]
+        for name in names:
+            path = args.ptx_dir / f"{name}.ptx"
+            same = raw_llvm(path) == raw_llvm(path, "--disable-pass=raise-structured-cf")
+            llvm_differ += not same
+            if not same:
+                print(f"{name}: raw LLVM IR DIFFERS with the pass on and off")
+        print(f"{len(names) - llvm_differ} of {len(names)} modules: raw LLVM IR byte-identical "
+              "with the pass on and off")
+    return 1 if differ or llvm_differ else 0
 
 
 if __name__ == "__main__":

@@ -190,6 +190,18 @@ def _verify_while(op: Operation) -> None:
         _check_types("the after region's entry", [a.type for a in after.entry.args], results)
     for y in _region_exits(op, 1, "upir.yield"):
         _check_types("a yield of the after region", [v.type for v in y.operands], inits)
+    flags = op.attributes.get("exit_flags")       # (ir/structured.py EXIT_FLAGS)
+    if flags is not None:
+        block = op.parent
+        if not (isinstance(flags, int) and 0 <= flags <= len(results)
+                and all(t == "i1" for t in results[:flags])):
+            raise IRError("'exit_flags' counts the i1 results that name a loop's exit target")
+        if len(after.blocks) != 1 or len(after.entry.ops) != 1:
+            raise IRError("a while with 'exit_flags' has an after region that only yields")
+        if block is None or len(block.ops) < 2 or block.ops[-2] is not op or \
+                block.ops[-1].name not in ("cf.br", "cf.cond_br"):
+            raise IRError("a while with 'exit_flags' is followed by the branch to its exit "
+                          "targets, last in its block")
 
 
 def _verify_for(op: Operation) -> None:
@@ -242,6 +254,9 @@ define("upir.if", regions=2, verify=_verify_if, effects=_nested_effects)
 define("upir.while", regions=2, verify=_verify_while, effects=_nested_effects)
 define("upir.for", regions=1, verify=_verify_for, effects=_nested_effects)
 define("upir.condition", terminator=True, pure=True, verify=_verify_condition)
+# a value no path reads (MLIR's ub.poison): what a multi-exit while's `upir.condition` passes
+# in the slots of the exits it does not take; the lowering leaves none behind
+define("upir.undef", pure=True, verify=_verify_results(1))
 
 # --- PTX instructions --------------------------------------------------------------------------
 # one `ptx.*` op per entry of the instruction table (ir/ptx_table.py): pure, or the memory

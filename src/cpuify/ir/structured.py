@@ -10,14 +10,19 @@ is folded back into the branch's order.  An op followed only by `cf.br ^next(...
 to `^next` directly, a region that only yields is no block at all and a block that held
 only a loop is the loop's header again, so that a raised and lowered CFG has the blocks and
 edges it had before the raise.  (Block arguments of an arm's entry, which has one
-predecessor, are not restored: the raise replaced them by the values passed.)
+predecessor, are not restored: the raise replaced them by the values passed.)  A while
+with several exits (EXIT_FLAGS, transforms/structured_exits.py) is followed by its
+dispatch: each `upir.condition` branches straight to the target the flag constants it
+passes name, with the values of that target's slots; the dispatch, the constants and the
+`upir.undef` values the raise made, and its blocks for branch edges, go.
 
 Iterative (a work stack of blocks), linear in the number of ops moved."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
+from cpuify.errors import IRError
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
 from cpuify.ir.dialects import STRUCTURED_OPS
 from cpuify.ir.loop_guard import DO_WHILE
@@ -36,6 +41,13 @@ RAISED_EDGE = "edge"
 #: goes on to the header is no block (the edge into it goes to the header)
 HEADER_PLACE = "header_place"
 
+#: attribute of a `upir.while` raised from a loop with several exits (or one exit the plain
+#: while cannot take: not on every iteration, an unconditional branch): how many of its first
+#: results are i1 flags naming the exit taken; the op is followed by its dispatch, a `cf.br`
+#: to the one exit target or a chain of `cf.cond_br` on the flags marked EXIT_DISPATCH
+EXIT_FLAGS = "exit_flags"
+EXIT_DISPATCH = "exit_dispatch"
+
 #: attribute of a soft `upir.barrier`: indices of its block's arguments that hold the same
 #: value in every thread resuming there (interchange-thread-strided-loops)
 LOCKSTEP = "lockstep"
@@ -46,12 +58,14 @@ class UseEdits:
     of a constant used all over the kernel is linear in its uses, once per removal, which
     made raising and lowering quadratic in kernel size.  Read a value's uses through
     :meth:`uses` while removals are pending; :meth:`flush` before handing the IR on."""
-    __slots__ = ("pending", "placed")
+    __slots__ = ("pending", "placed", "gone")
 
     def __init__(self) -> None:
         self.pending: dict[Value, dict[Operation, int]] = {}
         #: blocks that only branch to a loop's header and were no block of the CFG
         self.placed: list[Block] = []
+        #: dispatch blocks of multi-exit loops, emptied by the lowering (no block of the CFG)
+        self.gone: set[Block] = set()
 
     def unuse(self, v: Value, user: Operation) -> None:
         d = self.pending.setdefault(v, {})
@@ -64,6 +78,22 @@ class UseEdits:
         for args in op.successor_args:
             for v in args:
                 self.unuse(v, op)
+
+    def replace_operand(self, user: Operation, old: Value, new: Value) -> None:
+        """`user`'s uses of `old` (operands and branch arguments) take `new`."""
+        n = 0
+        for i, v in enumerate(user.operands):
+            if v is old:
+                user.operands[i] = new
+                n += 1
+        for args in user.successor_args:
+            for i, v in enumerate(args):
+                if v is old:
+                    args[i] = new
+                    n += 1
+        for _ in range(n):
+            self.unuse(old, user)
+            new.uses.append(user)
 
     def uses(self, v: Value) -> list[Operation]:
         self._flush(v)
@@ -164,6 +194,8 @@ def _lower_region(region: Region, edits: UseEdits) -> int:
         count += 1
         follow = _lower_op(block, at, edges, edits)
         work.extend(reversed(follow))
+    if edits.gone:
+        out = [b for b in out if b not in edits.gone]
     if edits.placed:
         out = _skip_placed(out, edits)
     for b in out:
@@ -298,25 +330,115 @@ def _lower_op(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -
     """Lower `block.ops[at]`; returns the blocks that now follow `block` (its regions'
     blocks, then the continuation)."""
     op = block.ops[at]
-    target, target_args, cont, single = _exit(block, at, edges, edits)
-    if single:
-        # the results' uses past the target take the values of the one exit
-        target_args = _taking_exit_values(op, target_args, edits)
+    if op.name == "upir.while" and EXIT_FLAGS in op.attributes:
+        route = _exit_dispatch(block, at, edges, edits)
+        cont: list[Block] = []
+    else:
+        target, target_args, cont, single = _exit(block, at, edges, edits)
+        if single:
+            # the results' uses past the target take the values of the one exit
+            target_args = _taking_exit_values(op, target_args, edits)
+        route = _to(target, target_args)
     # the op leaves its block: what it used is used by the branches that replace it
     del block.ops[at]
     edits.drop(op)
     attrs = {k: v for k, v in op.attributes.items()
              if k not in ("predicate", "increment", "predicate_line", "increment_line", DO_WHILE,
-                          HEADER_PLACE)}
+                          HEADER_PLACE, EXIT_FLAGS)}
     if HEADER_PLACE in op.attributes and not block.ops:
         edits.placed.append(block)
+    if op.name == "upir.while":
+        return _lower_while(block, op, attrs, route, edits) + cont
+    target, target_args = route(None)
     if op.name == "upir.if":
         return _lower_if(block, op, attrs, target, target_args, edits) + cont
-    if op.name == "upir.while":
-        return _lower_while(block, op, attrs, target, target_args, edits) + cont
     if DO_WHILE in op.attributes:
         return _lower_do_while_for(block, op, attrs, target, target_args, edits) + cont
     return _lower_for(block, op, attrs, target, target_args, edits) + cont
+
+
+#: where a loop's exit goes, given the values its `upir.condition` passes (None: the target
+#: and the function from the op's result values to the target's arguments)
+Route = Callable[[list[Value] | None], tuple[Block, Any]]
+
+
+def _to(target: Block, target_args: Callable[[list[Value]], list[Value]]) -> Route:
+    def route(vals: list[Value] | None) -> tuple[Block, Any]:
+        return (target, target_args) if vals is None else (target, target_args(vals))
+    return route
+
+
+def _raised_value(v: Value, name: str) -> bool:
+    """Whether `v` is a `name` op the raise made for a multi-exit loop's edge."""
+    return isinstance(v, OpResult) and v.op.name == name and RAISED_EDGE in v.op.attributes
+
+
+def _exit_dispatch(block: Block, at: int, edges: dict[Block, int], edits: UseEdits) -> Route:
+    """For a multi-exit while (EXIT_FLAGS): remove the branch after it (its dispatch, and
+    the dispatch's blocks), give the results' other uses the one value the exits pass for
+    them, and return where each `upir.condition` leaves to: the target its flags name."""
+    op = block.ops[at]
+    rest = block.ops[at + 1:]
+    if len(rest) != 1 or rest[0].name not in ("cf.br", "cf.cond_br"):
+        raise IRError("a 'upir.while' with 'exit_flags' must be followed by the branch to "
+                      "its exit targets")
+    first = rest[0]
+    del block.ops[at + 1:]
+    dispatch: dict[Block, Operation] = {}
+    # (the chain's blocks branch on this op's flags: a target may be another loop's)
+    flags = {id(r) for r in op.results[:int(op.attributes[EXIT_FLAGS])]}
+    stack = [first]
+    while stack:
+        t = stack.pop()
+        edits.drop(t)
+        t.parent = None
+        for s in t.successors:
+            if len(s.ops) == 1 and EXIT_DISPATCH in s.ops[0].attributes and \
+                    s.ops[0].name == "cf.cond_br" and id(s.ops[0].operands[0]) in flags:
+                dispatch[s] = s.ops[0]
+                stack.append(s.ops[0])
+                s.ops = []
+                edits.gone.add(s)
+            else:
+                edges[s] = edges.get(s, 0) - 1
+    index = {r: k for k, r in enumerate(op.results)}
+    leaving = [c for b in op.regions[0].blocks if b.ops and (c := b.ops[-1]).name == "upir.condition"
+               and not _const_test(c.operands[0]) == 1]
+    for k, r in enumerate(op.results):
+        if not edits.uses(r):
+            continue
+        vals = {c.operands[k + 1] for c in leaving if not _raised_value(c.operands[k + 1], "upir.undef")}
+        if len(vals) != 1:
+            raise IRError("a result of a multi-exit 'upir.while' used past its dispatch must be "
+                          "passed one value by every exit that defines it")
+        edits.replace_all(r, vals.pop())
+
+    def route(vals: list[Value] | None) -> tuple[Block, Any]:
+        assert vals is not None
+        t = first
+        while True:
+            k = 0
+            if t.name == "cf.cond_br":
+                flag = _const_test(vals[index[t.operands[0]]])
+                if flag is None:
+                    raise IRError("a multi-exit 'upir.while' exits with a flag that is no "
+                                  "constant")
+                k = 1 - flag
+            s, args = t.successors[k], t.successor_args[k]
+            if s in dispatch:
+                t = dispatch[s]
+                continue
+            edges[s] = edges.get(s, 0) + 1
+            return s, [vals[index[a]] if a in index else a for a in args]
+    return route
+
+
+def _const_test(v: Value) -> int | None:
+    """The value of a constant the raise made (a branch that always continues or always
+    leaves), else None."""
+    if _raised_value(v, "upir.const"):
+        return int(v.op.attributes["value"])  # type: ignore[attr-defined]
+    return None
 
 
 def _taking_exit_values(op: Operation, target_args: Callable[[list[Value]], list[Value]],
@@ -360,8 +482,8 @@ def _lower_if(block: Block, op: Operation, attrs: dict, target: Block,  # type: 
     return moved
 
 
-def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]
-                 target_args: Callable[[list[Value]], list[Value]], edits: UseEdits) -> list[Block]:
+def _lower_while(block: Block, op: Operation, attrs: dict,  # type: ignore[type-arg]
+                 route: Route, edits: UseEdits) -> list[Block]:
     before, after = op.regions
     header = before.entry
     if not block.ops and op.operands == block.args and block.parent is not None and \
@@ -388,7 +510,13 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
             go, go_args = header, [sub.get(v, v) for v in only.operands]
         else:
             go, go_args = after.entry, (vals if after.entry.args else [])
-        leave, leave_args = target, target_args(vals)
+        const = _const_test(test)
+        if const is not None:
+            # (an edge the raise made a condition: a branch that always goes one way)
+            to, to_args = (go, go_args) if const else route(vals)
+            _terminate(b, "cf.br", dict(cond.attributes), [], [to], [to_args])
+            return
+        leave, leave_args = route(vals)
         negation = test.op if isinstance(test, OpResult) else None
         if negation is not None and negation.name == "ptx.not" and \
                 negation.attributes.get(NEGATED_EXIT) and not edits.uses(test):
@@ -408,6 +536,9 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
             edits.replace_all(a, v)
         after.entry.args = []
     _yields_to(before, "upir.condition", condition, edits)
+    if EXIT_FLAGS in op.attributes:
+        _drop_raised_values(before, edits)
+        _forward_edge_branches(before, edits)
     moved = [b for b in before.blocks if b is not block]
     if only is not None:
         edits.drop(only)
@@ -417,6 +548,39 @@ def _lower_while(block: Block, op: Operation, attrs: dict, target: Block,  # typ
             b, "cf.br", dict(y.attributes), [], [header], [list(y.operands)]), edits)
         moved.extend(after.blocks)
     return moved
+
+
+def _drop_raised_values(region: Region, edits: UseEdits) -> None:
+    """The constants and undefined values the raise made for edges, now unused, go."""
+    for b in region.blocks:
+        dead = [o for o in b.ops if o.name in ("upir.const", "upir.undef") and
+                RAISED_EDGE in o.attributes and not edits.uses(o.results[0])]
+        for o in dead:
+            _erase(o, edits)
+
+
+def _forward_edge_branches(region: Region, edits: UseEdits) -> None:
+    """Blocks the raise made for a conditional branch's edge out of a multi-exit loop (now
+    only a `cf.br` marked RAISED_EDGE) are no block: that edge goes to their target."""
+    bare = {b: b.ops[0] for b in region.blocks[1:] if len(b.ops) == 1 and not b.args and
+            b.ops[0].name == "cf.br" and RAISED_EDGE in b.ops[0].attributes}
+    if not bare:
+        return
+    for b in region.blocks:
+        term = b.ops[-1] if b.ops else None
+        if term is None or b in bare:
+            continue
+        for k, s in enumerate(term.successors):
+            br = bare.get(s)
+            if br is None:
+                continue
+            term.successors[k] = br.successors[0]
+            term.successor_args[k] = list(br.successor_args[0])
+            for v in term.successor_args[k]:
+                v.uses.append(term)
+    for br in bare.values():
+        edits.drop(br)
+    region.blocks = [b for b in region.blocks if b not in bare]
 
 
 def _lower_for(block: Block, op: Operation, attrs: dict, target: Block,  # type: ignore[type-arg]

@@ -16,14 +16,18 @@ pieces into MLIR-shaped ops of the upir dialect (ir/dialects.py), as Polygeist's
     whose after region yields `iv + step` (a loop-invariant step; the induction variable as
     analysis/induction.py defines it), is a counted loop: `upir.for(%lb, %ub, %step, ...)`;
     so is nvcc's do-while under a guard `if (lb < ub)` that is its first test, inside the
-    guard's `upir.if` (transforms/structured_for.py).
+    guard's `upir.if` (transforms/structured_for.py);
+  * any other reducible loop (several exits: a `break`, a `return` or trap inside it; an
+    exit not on every iteration) is a `upir.while` whose before region is the whole body,
+    with i1 exit flags among its results and a branch on them to the exit targets after it
+    (transforms/structured_exits.py).
 
 Barriers stay where they are, inside the regions.  Inner structures are raised before the
 ones that hold them (the dominator tree in post-order), each block is moved into a region
 once, and the checks on an arm or a loop look at its blocks only: near-linear, no recursion.
-What cannot be raised stays CFG, unchanged, and the reason is counted (a loop with several
-exits, an irreducible cycle, a path that ends the thread with `upir.exit`, a value used past
-its arm, ...): the pass never fails and never changes what the kernel computes.
+What cannot be raised stays CFG, unchanged, and the reason is counted (an irreducible
+cycle, an if with a path that ends the thread with `upir.exit`, a value used past its arm,
+...): the pass never fails and never changes what the kernel computes.
 
 Where it runs: last in the default pipeline.  Every other pass and code generation work on
 the CFG; the raise at the end makes the printed IR (`--print-ir-after`, `cpuify ir`,
@@ -45,6 +49,7 @@ from cpuify.ir.core import (
 from cpuify.ir.structure import block_body, block_parallel
 from cpuify.ir.structured import HEADER_PLACE, NEGATED_EXIT, RAISED_EDGE, UseEdits
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.structured_exits import is_dispatch, raise_multi_exit_loop
 from cpuify.transforms.structured_for import raise_do_while_fors, to_for
 
 #: what the pass records on the `upir.block_parallel` op (what `cpuify explain` prints)
@@ -143,6 +148,12 @@ class _Raiser:
         self.edits = UseEdits()
         # the whiles built (inner ones first), for the fors under a guard
         self.whiles: list[Operation] = []
+        # whiles with several exits (transforms/structured_exits.py): the blocks of their
+        # exit dispatch after the holder, and each one's holder (for dominance queries)
+        self.multi_exit = 0
+        self.dispatch_blocks: dict[Block, list[Block]] = {}
+        self.dispatch_of: dict[Block, Block] = {}
+        self.tree: DomTree
 
     # --- bookkeeping -------------------------------------------------------------------
     def find(self, b: Block) -> Block:
@@ -184,7 +195,7 @@ class _Raiser:
     def run(self) -> None:
         region = self.region
         idom = dominators(region)
-        tree = DomTree(idom)
+        tree = self.tree = DomTree(idom)
         ipdom = immediate_post_dominators(region)
         latches: dict[Block, list[Block]] = {}
         children: dict[Block, list[Block]] = {}
@@ -224,7 +235,11 @@ class _Raiser:
             if branch:
                 self.raise_if(b, ipdom.get(b))
         # blocks moved into regions leave the list; a loop's new block takes its header's place
-        kept = (self.placed.get(b, b) for b in region.blocks)
+        kept: list[Block] = []
+        for b in region.blocks:
+            b = self.placed.get(b, b)
+            kept.append(b)
+            kept.extend(self.dispatch_blocks.get(b, ()))
         region.blocks = [b for b in kept if b.parent is region]
         for b in region.blocks:
             b.parent = region
@@ -285,6 +300,8 @@ class _Raiser:
 
     def raise_if(self, branch: Block, join: Block | None, quiet: bool = False) -> None:
         term = branch.ops[-1]
+        if is_dispatch(term):
+            return                          # (a multi-exit loop's, counted there)
         left = Counter() if quiet else self.left
         if join is not None:
             join = self.placed.get(join, join)     # (a loop header: the block now in its place)
@@ -348,7 +365,7 @@ class _Raiser:
         term = b.ops[-1]
         if target not in term.successors:
             return
-        if term.name == "cf.br":
+        if term.name == "cf.br" and not is_dispatch(term):
             y = Operation("upir.yield", list(term.successor_args[0]),
                           attributes=dict(term.attributes))
             self.set_terminator(b, y)
@@ -391,15 +408,31 @@ class _Raiser:
             if b is not header and any(p not in body for p in self.preds.get(b, ())):
                 self.left["loop entered in the middle (irreducible)"] += 1
                 return
+        if 1 + max(self.depth.get(b, 0) for b in body) > MAX_NESTING:
+            self.left[f"nesting deeper than {MAX_NESTING}"] += 1
+            return
+        if self._single_exit_while(header, body, outside) is None:
+            return
+        # several exits, or one the plain while cannot take: the whole body before the test
+        why = raise_multi_exit_loop(self, header, body, outside)
+        if why is not None:
+            self.left[why] += 1
+            return
+        self.raised["while"] += 1
+        self.multi_exit += 1
+
+    def _single_exit_while(self, header: Block, body: set[Block], outside: list[Block]
+                           ) -> str | None:
+        """Raise a loop with one exit, taken on every iteration, as a plain while; returns
+        why not (then nothing changed)."""
         exits = [(b, s) for b in body for s in b.successors if s not in body]
         if len(exits) != 1:
-            self.left[f"loop with {len(exits)} exits" if exits else "loop with no exit"] += 1
-            return
+            return f"loop with {len(exits)} exits"
         exiting, after_loop = exits[0]
         term = exiting.ops[-1]
-        if term.name != "cf.cond_br" or term.successors[0] is term.successors[1]:
-            self.left["loop exit not a conditional branch"] += 1
-            return
+        if term.name != "cf.cond_br" or term.successors[0] is term.successors[1] or \
+                is_dispatch(term):
+            return "loop exit not a conditional branch"
         k_out = term.successors.index(after_loop)
         k_in = 1 - k_out
         stay = term.successors[k_in]
@@ -411,21 +444,18 @@ class _Raiser:
             b = stack.pop()
             for s in b.successors:
                 if s is header:
-                    self.left["loop that continues before its exit test"] += 1
-                    return
+                    return "loop that continues before its exit test"
                 if s not in in_before:
                     in_before.add(s)
                     before.append(s)
                     if s is not exiting:
                         stack.append(s)
         if exiting not in in_before:
-            self.left["loop exit not on every iteration"] += 1
-            return
+            return "loop exit not on every iteration"
         after: list[Block] = []
         if stay is not header:
             if stay in in_before or self.preds.get(stay) != {exiting: 1}:
-                self.left["loop with an inner cycle left as CFG"] += 1
-                return
+                return "loop with an inner cycle left as CFG"
             after = [stay]
             in_after = {stay}
             stack = [stay]
@@ -435,28 +465,21 @@ class _Raiser:
                     if s is header:
                         continue
                     if s in in_before or s is stay:
-                        self.left["loop with an inner cycle left as CFG"] += 1
-                        return
+                        return "loop with an inner cycle left as CFG"
                     if s not in in_after:
                         in_after.add(s)
                         after.append(s)
                         stack.append(s)
             if len(in_before) + len(in_after) != len(body):
-                self.left["loop changed shape"] += 1
-                return
+                return "loop changed shape"
             if stay.args and _has_lockstep_barrier(stay):
-                self.left["arm with a lockstep barrier at its entry"] += 1
-                return
+                return "arm with a lockstep barrier at its entry"
             if self._escapes(after, in_after):
-                self.left["value used past its arm"] += 1
-                return
+                return "value used past its arm"
         elif len(in_before) != len(body):
-            self.left["loop changed shape"] += 1
-            return
-        if 1 + max(self.depth.get(b, 0) for b in body) > MAX_NESTING:
-            self.left[f"nesting deeper than {MAX_NESTING}"] += 1
-            return
+            return "loop changed shape"
         self._build_while(header, before, in_before, after, body, exiting, k_in, outside)
+        return None
 
     def _build_while(self, header: Block, before: list[Block], in_before: set[Block],
                      after: list[Block], body: set[Block], exiting: Block, k_in: int,
@@ -512,7 +535,7 @@ class _Raiser:
             for v, users in after_uses.items():
                 new = entry.args[index[v]]
                 for user in users:
-                    _replace_operand(user, v, new, self.edits)
+                    self.edits.replace_operand(user, v, new)
             for b in after:
                 after_region.add_block(b)
             for b in after:
@@ -521,34 +544,14 @@ class _Raiser:
             entry = after_region.add_block(Block(types))
             back = [entry.args[index[v]] if v in index else v for v in stay_args]
             entry.append(Operation("upir.yield", back))
-        # where the loop goes: the one block branching to the header from outside, or a new
-        # block in the header's place
-        pre = outside[0]
-        pre_term = pre.ops[-1]
-        if len(outside) == 1 and self.preds[header][pre] == 1 and pre_term.name == "cf.br":
-            holder = pre
-            inits = list(pre_term.successor_args[0])
-            attrs = dict(pre_term.attributes)
-            self.set_terminator(pre, None)
-        else:
-            holder = Block([a.type for a in header.args])
-            holder.parent = self.region
-            self.preds[holder] = {}
-            self.placed[header] = holder
-            inits = list(holder.args)
-            attrs = {HEADER_PLACE: None}        # (no block of the CFG: lowered, none again)
-            for p in outside:
-                t = p.ops[-1]
-                self._drop_edges(t)
-                t.successors = [holder if s is header else s for s in t.successors]
-                self._add_edges(t)
+        holder, inits, attrs = self.loop_holder(header, outside)
         while_op = Operation("upir.while", inits, types, attrs, [before_region, after_region])
         holder.append(while_op)
         self.depth[holder] = max(self.depth.get(holder, 0),
                                  1 + max(self.depth.get(b, 0) for b in body))
         for v, users in outer_uses.items():
             for user in users:
-                _replace_operand(user, v, while_op.results[index[v]], self.edits)
+                self.edits.replace_operand(user, v, while_op.results[index[v]])
         out_args = [while_op.results[index[v]] if v in index else v for v in exit_args]
         br = Operation("cf.br", successors=[after_loop], successor_args=[out_args])
         holder.append(br)
@@ -563,20 +566,30 @@ class _Raiser:
             self.whiles.append(while_op)
 
 
-def _replace_operand(user: Operation, old: Value, new: Value, edits: UseEdits) -> None:
-    n = 0
-    for i, v in enumerate(user.operands):
-        if v is old:
-            user.operands[i] = new
-            n += 1
-    for args in user.successor_args:
-        for i, v in enumerate(args):
-            if v is old:
-                args[i] = new
-                n += 1
-    for _ in range(n):
-        edits.unuse(old, user)
-        new.uses.append(user)
+    def loop_holder(self, header: Block, outside: list[Block]
+                    ) -> tuple[Block, list[Value], dict]:  # type: ignore[type-arg]
+        """Where a loop op goes: the one block branching to the header from outside (its branch
+        removed), or a new block in the header's place; with the op's initial values and
+        attributes."""
+        pre = outside[0]
+        pre_term = pre.ops[-1]
+        if len(outside) == 1 and self.preds[header][pre] == 1 and pre_term.name == "cf.br" \
+                and not is_dispatch(pre_term):
+            inits = list(pre_term.successor_args[0])
+            attrs = dict(pre_term.attributes)
+            self.set_terminator(pre, None)
+            return pre, inits, attrs
+        holder = Block([a.type for a in header.args])
+        holder.parent = self.region
+        self.preds[holder] = {}
+        self.placed[header] = holder
+        for p in outside:
+            t = p.ops[-1]
+            self._drop_edges(t)
+            t.successors = [holder if s is header else s for s in t.successors]
+            self._add_edges(t)
+        # (no block of the CFG: lowered, none again)
+        return holder, list(holder.args), {HEADER_PLACE: None}
 
 
 def raise_structured_control_flow(region: Region) -> RaiseReport:
@@ -585,6 +598,8 @@ def raise_structured_control_flow(region: Region) -> RaiseReport:
     raiser.run()
     # nvcc's rotated loops are fors once their guards are ifs (the guard holds the loop)
     made, kept = raise_do_while_fors(raiser.whiles, raiser.edits)
+    if raiser.multi_exit:
+        kept["several exits"] = raiser.multi_exit
     raiser.raised["while"] -= made
     raiser.raised["for"] += made
     raiser.edits.flush()
