@@ -1436,3 +1436,47 @@ def test_same_thread_reuse_before_a_barrier(reuse_module: cpuify.RawModule, name
         np.testing.assert_array_equal(out, want_out, err_msg=run)
         if buf_words > 1:
             np.testing.assert_array_equal(buf, want_buf, err_msg=run)
+
+
+SOUND_REUSE = r'''
+extern "C" __global__ void consecutive(const float *x, float *a, float *b, unsigned *s_out) {
+  __shared__ float s[256];
+  const unsigned t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+  a[i] = x[i] * 2.0f;            // consecutive stores through parameters that may overlap,
+  b[i] = x[i] + a[i];            // read back: no interleaved group can move them
+  s[t] = b[i];
+  __syncthreads();
+  s_out[i] = __float_as_uint(s[(t + 1u) % blockDim.x]);
+}'''
+
+
+def _raw_segments(src: str, name: str) -> dict[str, str]:
+    """The raw LLVM IR (before LLVM's optimization) of each segment function of `name`."""
+    from cpuify.codegen import jit
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.compiler import lift_and_optimize
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.transforms.pass_manager import PipelineOptions
+    module = parse_ptx(compile_to_ptx(src, filename="k.cu").ptx)
+    entry = next(e for e in module.entries if e.name == name)
+    lifted, _ = lift_and_optimize(module, entry, PipelineOptions(), None)
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(lifted, None)
+    text = gen.llvm_text()
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r'define internal i32 @"(cpuify_seg_\w+)"\(.*?\n\{\n(.*?)\n\}', text, re.DOTALL)}
+
+
+def test_reuse_keeps_the_access_group_where_no_access_can_move() -> None:
+    """Consecutive accesses never join an interleaved group: a thread loop that writes a[i],
+    reads it back and writes b[i] and s[t] stays parallel (every shared/global access in
+    the group); the strided kernel's reused words leave it."""
+    seg = _raw_segments(SOUND_REUSE, "consecutive")["cpuify_seg_consecutive_0"]
+    accesses = [ln for ln in seg.splitlines() if re.search(r"= load float|store float", ln)
+                and '%"v.' not in ln]              # (the segment's own allocas: no memory)
+    assert len(accesses) >= 5
+    assert all("!llvm.access.group" in ln for ln in accesses), accesses
+    seg = _raw_segments(REUSE, "reuse_shared_strided")["cpuify_seg_reuse_shared_strided_0"]
+    shared = [ln for ln in seg.splitlines() if re.search(r"(= load|store) i32 .*align 4", ln)]
+    assert any("!llvm.access.group" not in ln for ln in shared), shared

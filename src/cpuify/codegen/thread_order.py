@@ -34,6 +34,11 @@ _MAX_DEPTH = 200
 _FOLDED = {"add", "sub", "mul", "and", "or", "xor", "shl", "lshr", "zext", "sext", "trunc", "icmp", "select"}
 
 
+def _opcode(v: ir.Instruction) -> str:
+    """The instruction's opcode without its flags (`trunc nuw nsw` is a trunc)."""
+    return v.opname.split(" ", 1)[0]
+
+
 def _size(t: ir.Type) -> int | None:
     """Bytes of a scalar or vector LLVM type; None for aggregates."""
     if isinstance(t, ir.IntType):
@@ -85,7 +90,7 @@ class _Addresses:
             return got
         if isinstance(v, ir.Constant):
             k: object = ("const", str(v.type), str(v.constant))
-        elif isinstance(v, ir.Instruction) and v.opname in _PURE and depth < _MAX_DEPTH:
+        elif isinstance(v, ir.Instruction) and _opcode(v) in _PURE and depth < _MAX_DEPTH:
             flags = tuple(getattr(v, "flags", ()) or ())
             k = (v.opname, str(v.type), flags, getattr(v, "op", None),
                  tuple(self.key(o, depth + 1) for o in v.operands))
@@ -110,24 +115,24 @@ class _Addresses:
             return {}, _signed(v.constant, v.type.width)
         if isinstance(v, ir.Instruction) and depth < _MAX_DEPTH:
             ops = v.operands
-            if v.opname in ("add", "sub") and len(ops) == 2:
+            if _opcode(v) in ("add", "sub") and len(ops) == 2:
                 a, b = self.integer(ops[0], depth + 1), self.integer(ops[1], depth + 1)
-                return _combine(a, b, 1 if v.opname == "add" else -1)
-            if v.opname in ("mul", "shl") and len(ops) == 2:
+                return _combine(a, b, 1 if _opcode(v) == "add" else -1)
+            if _opcode(v) in ("mul", "shl") and len(ops) == 2:
                 a, b = self.integer(ops[0], depth + 1), self.integer(ops[1], depth + 1)
-                if v.opname == "shl":
+                if _opcode(v) == "shl":
                     if not b[0] and 0 <= b[1] < 64:
                         return _scale(a, 1 << b[1])
                 elif not b[0]:
                     return _scale(a, b[1])
                 elif not a[0]:
                     return _scale(b, a[1])
-            if v.opname in ("zext", "sext", "trunc") and len(ops) == 1:
+            if _opcode(v) in ("zext", "sext", "trunc") and len(ops) == 1:
                 a = self.integer(ops[0], depth + 1)
                 if not a[0] and isinstance(ops[0].type, ir.IntType):
                     w = ops[0].type.width
-                    c = a[1] & ((1 << w) - 1) if v.opname == "zext" else a[1]
-                    return {}, _signed(c, v.type.width) if v.opname == "trunc" else c
+                    c = a[1] & ((1 << w) - 1) if _opcode(v) == "zext" else a[1]
+                    return {}, _signed(c, v.type.width) if _opcode(v) == "trunc" else c
         return {self.key(v, depth): 1}, 0
 
     def pointer(self, p: ir.Value, depth: int = 0) -> tuple[ir.Value, Linear]:
@@ -231,7 +236,7 @@ class _Strides:
             return None
         if v in self.loop_phis:
             return frozenset({((id(v), 1),)})
-        op, ops = v.opname, v.operands
+        op, ops = _opcode(v), v.operands
         if isinstance(v, ir.LoadInstr):
             if isinstance(ops[0], ir.AllocaInstr):
                 return self.alloca(ops[0], depth)
@@ -290,25 +295,25 @@ def _constant(v: ir.Value, depth: int = 0) -> int | None:
     if isinstance(v, ir.Constant) and isinstance(v.type, ir.IntType) and isinstance(v.constant, int):
         return v.constant & ((1 << v.type.width) - 1)
     if not isinstance(v, ir.Instruction) or depth > 20 or not isinstance(v.type, ir.IntType) \
-            or v.opname not in _FOLDED or not v.operands:
+            or _opcode(v) not in _FOLDED or not v.operands:
         return None
     ops = [_constant(o, depth + 1) if not isinstance(o, ir.Block) else None for o in v.operands]
     w = v.type.width
     mask = (1 << w) - 1
-    if v.opname == "select":
+    if _opcode(v) == "select":
         return None if ops[0] is None else ops[1] if ops[0] else ops[2]
     if any(o is None for o in ops):
         return None
     a = ops[0]
     assert a is not None
-    if v.opname in ("zext", "trunc"):
+    if _opcode(v) in ("zext", "trunc"):
         return a & mask
-    if v.opname == "sext":
+    if _opcode(v) == "sext":
         return _signed(a, v.operands[0].type.width) & mask
     b = ops[1] if len(ops) > 1 else None
     if b is None:
         return None
-    if v.opname == "icmp":
+    if _opcode(v) == "icmp":
         wa = v.operands[0].type.width
         sa, sb = _signed(a, wa), _signed(b, wa)
         truth = {"eq": a == b, "ne": a != b, "ult": a < b, "ule": a <= b, "ugt": a > b, "uge": a >= b,
@@ -317,7 +322,7 @@ def _constant(v: ir.Value, depth: int = 0) -> int | None:
     table = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "and": lambda: a & b,
              "or": lambda: a | b, "xor": lambda: a ^ b, "shl": lambda: a << b if b < w else None,
              "lshr": lambda: a >> b if b < w else None}
-    f = table.get(v.opname)
+    f = table.get(_opcode(v))
     got = f() if f else None
     return None if got is None else got & mask
 
