@@ -174,19 +174,32 @@ class _Strides:
     masks, remainders by powers of two and casts keep a recurrence's step, a multiplication
     by a run-time value may be versioned to 1."""
 
-    def __init__(self, addresses: _Addresses, loop_phis: set[ir.Instruction]) -> None:
+    def __init__(self, addresses: _Addresses, loop_phis: set[ir.Instruction],
+                 outer_phis: set[ir.Instruction]) -> None:
         self.addresses = addresses
         self.loop_phis = loop_phis
+        self.outer_phis = outer_phis
         self.memo: dict[int, Derivative] = {}
         self.busy: set[int] = set()
-        # an alloca's values (a variable of the segment, a loop counter among them): final,
-        # and the estimates of those being computed (a fixed point over their stores)
-        self.alloca_done: dict[int, Derivative] = {}
-        self.alloca_estimate: dict[int, Derivative] = {}
+        # the values of each alloca (a variable of the segment, loop counters among them):
+        # a fixed point over its stores, all allocas at once
+        self.allocas: dict[int, Derivative] = {id(x): frozenset() for x in addresses.stored}
+        for _ in range(8):
+            changed = False
+            for x, values in addresses.stored.items():
+                d = _join([self.of(v) for v in values])
+                if d != self.allocas[id(x)]:
+                    self.allocas[id(x)], changed = d, True
+                    self.memo.clear()       # values computed from the older estimate
+            if not changed:
+                break
+        else:
+            self.allocas = dict.fromkeys(self.allocas)      # no fixed point: anything
+            self.memo.clear()
 
     def strided(self, pointer: ir.Value, size: int | None) -> bool:
         d = self.of(pointer)
-        if d is None or size is None:
+        if d is None or size is None or d == frozenset():
             return True
         if d == OPAQUE:
             return False
@@ -196,6 +209,8 @@ class _Strides:
     def of(self, v: ir.Value, depth: int = 0) -> Derivative:
         if isinstance(v, (ir.Constant, ir.Argument, ir.GlobalValue)):
             return _INVARIANT
+        if isinstance(v, ir.LoadInstr) and isinstance(v.operands[0], ir.AllocaInstr):
+            return self.allocas.get(id(v.operands[0]), _INVARIANT)
         got = self.memo.get(id(v), False)
         if got is not False:
             return got          # type: ignore[return-value]
@@ -209,28 +224,6 @@ class _Strides:
         self.memo[id(v)] = d
         return d
 
-    def alloca(self, x: ir.AllocaInstr, depth: int) -> Derivative:
-        """The join of what the segment stores to `x`: a fixed point where a stored value
-        depends on `x` itself (`i = i + 1`), None where none is found in a few rounds."""
-        key = id(x)
-        if key in self.alloca_done:
-            return self.alloca_done[key]
-        if key in self.alloca_estimate:
-            return self.alloca_estimate[key]
-        self.alloca_estimate[key] = frozenset()
-        stored = self.addresses.stored.get(x, [])
-        d: Derivative = None
-        for _ in range(4):
-            got = _join([self.of(v, depth) for v in stored] or [_INVARIANT])
-            if got == self.alloca_estimate[key]:
-                d = got
-                break
-            self.alloca_estimate[key] = got
-            self.memo.clear()           # values computed from the older estimate
-        del self.alloca_estimate[key]
-        self.alloca_done[key] = d
-        return d
-
     def _of(self, v: ir.Value, depth: int) -> Derivative:
         if not isinstance(v, ir.Instruction):
             return None
@@ -238,11 +231,11 @@ class _Strides:
             return frozenset({((id(v), 1),)})
         op, ops = _opcode(v), v.operands
         if isinstance(v, ir.LoadInstr):
-            if isinstance(ops[0], ir.AllocaInstr):
-                return self.alloca(ops[0], depth)
             return _INVARIANT if self.of(ops[0], depth) == _INVARIANT else OPAQUE
         if isinstance(v, ir.PhiInstr):
-            return None
+            # the counters of loops around a thread loop (y and z of the block) hold still
+            # while it runs; other phis: anything
+            return _INVARIANT if v in self.outer_phis else None
         if isinstance(v, ir.AllocaInstr):
             return _INVARIANT
         ds = [self.of(o, depth) for o in ops if not isinstance(o, ir.Block)]
@@ -438,6 +431,25 @@ def _iteration_successors(fn: ir.Function) -> tuple[dict[ir.Block, list[ir.Block
     return succ, headers
 
 
+def _phis(blocks: Iterable[ir.Block]) -> set[ir.Instruction]:
+    return {i for bb in blocks for i in bb.instructions if isinstance(i, ir.PhiInstr)}
+
+
+def _outer_headers(fn: ir.Function, succ: dict[ir.Block, list[ir.Block]],
+                   headers: set[ir.Block]) -> set[ir.Block]:
+    """Headers of the loops (without `llvm.loop`) around thread loops: blocks with phis on
+    a cycle through a thread loop's header that does not take the thread loop's back edge
+    (`succ` is the CFG without those)."""
+    reach = {bb: _reachable(succ, bb) for bb in fn.blocks}
+    out = set()
+    for bb in fn.blocks:
+        if bb in headers or bb not in reach[bb] or not _phis([bb]):
+            continue
+        if any(h in reach[bb] and bb in reach[h] for h in headers):
+            out.add(bb)
+    return out
+
+
 def _reachable(succ: dict[ir.Block, list[ir.Block]], start: ir.Block, inclusive: bool = False) -> set[ir.Block]:
     """Blocks reached from `start` by one edge or more (and `start` itself if `inclusive`)."""
     seen: set[ir.Block] = set()
@@ -481,7 +493,7 @@ def same_thread_dependences(fn: ir.Function, candidates: Iterable[ir.Instruction
     if not any(a.is_store for a in accesses.values()):
         return set()
     succ, headers = _iteration_successors(fn)
-    strides = _Strides(addresses, {i for h in headers for i in h.instructions if isinstance(i, ir.PhiInstr)})
+    strides = _Strides(addresses, _phis(headers), _phis(_outer_headers(fn, succ, headers)))
     for a in accesses.values():
         a.strided = strides.strided(a.instr.operands[0 if isinstance(a.instr, ir.LoadInstr) else 1], a.size)
     by_block: dict[ir.Block, list[_Access]] = {}
