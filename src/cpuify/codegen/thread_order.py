@@ -8,8 +8,11 @@ of a group `s[t*4 + 0]`, `s[t*4 + 1]` ... are made at the last member's place an
 of a group at the first member's, past a load or store of the same thread to the same word
 in between.  `same_thread_dependences` finds, in a segment function just emitted, each
 store followed (in one iteration of a thread loop) by an access that may reach the same
-bytes; the segment leaves those out of the group (SegmentValues.tag_parallel_accesses), and
-LLVM analyses such a loop as an ordinary one.
+bytes, where one of the two may join an interleaved group (its address may step by a
+constant 2 to _MAX_GROUP elements from one thread to the next: _Strides); the segment
+leaves those out of the group (SegmentValues.tag_parallel_accesses), and LLVM analyses
+such a loop as an ordinary one.  Consecutive accesses (`a[i]`, `b[i]` through parameters
+that may overlap) never move, so the loops of the benchmark suite all stay parallel.
 
 Two accesses are independent when their addresses are the same base plus the same terms
 and constants that keep their bytes apart (`s[t*4 + 1]` after `s[t*4]`), when they have
