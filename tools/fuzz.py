@@ -646,6 +646,11 @@ class Generator:
                 cond = rr.choice(["(lt & 1u)", "(p1 & 1u)", "(bid % 2u == 0u)", "(lane < 16u)", "1"])
                 inits.append(f"unsigned *rp = {cond} ? &ru_s[lt * {k}u] : &scr[gt * {k}u];")
             lists = self.statement_lists(body)
+            if self.mode == "sync" and rr.random() < 0.6:
+                # a segment of its own: short enough for LLVM to vectorize its thread loop
+                # (where a reordering would show)
+                body[:0] = [Stmt("code", "__syncthreads();"), self.reuse_statement(),
+                            Stmt("code", "__syncthreads();")]
             for _ in range(rr.randrange(1, 4)):
                 where = rr.choice(lists)
                 stmt = self.reuse_statement()
@@ -693,7 +698,7 @@ class Generator:
             return Stmt("code", "{ " + " ".join(parts) + " }")
         if shape == "fill_read":   # a loop of stores, then a loop of loads in another order
             kind = r.choice(self.reuse_kinds)
-            n = r.choice([f"{r.randrange(1, 2 * k + 1)}u", "((lt & 3u) + 1u)", "(p1 % 4u + 1u)"])
+            n = r.choice([f"{r.randrange(1, 2 * k + 1)}u", f"{k}u", "((lt & 3u) + 1u)", "(p1 % 4u + 1u)"])
             step, first = r.randrange(1, k + 3), r.randrange(k)
             return Stmt("code", f"{{ for (unsigned q_ = 0u; q_ < {k}u; q_++) {self.reuse_at(kind, 'q_')} = "
                                 f"{e()} + q_ * {r.choice([1, 7, 0x9E3779B9])}u; "
