@@ -42,6 +42,56 @@ def test_generation_is_deterministic_and_covers_the_features() -> None:
     assert any(x * y * z % 32 for x, y, z in shapes) and any(y > 1 for _, y, _ in shapes)
 
 
+def test_reuse_mode_writes_and_reads_back_thread_owned_words() -> None:
+    """The same-thread reuse mode: strided and interleaved words a thread owns in shared and
+    global memory and a generic pointer to either, written then read at constant and
+    run-time indices; on in every kernel with reuse=True (--reuse), in about REUSE_SHARE of
+    an ordinary run's, and a kernel without it is the one the seed gave before the mode."""
+    specs = [fuzz.generate(31, i, reuse=True) for i in range(40)]
+    assert all(s.reuse_k in (2, 3, 4, 5, 8) for s in specs)
+    text = "\n".join(fuzz.render_kernel(s) for s in specs)
+    for shape in ("ru_s[lt * ", "ru_i[", " * nt + lt]", "scr[gt * ", "scr[NTOT * ", "rp[",
+                  "unsigned *rp = ", "for (unsigned q_ = 0u; q_ < ", ") % "):
+        assert shape in text, shape
+    # the words are written before they are read: by the kernel's first lines (shared) or
+    # by the host (scr, compared after the run like out)
+    for s in specs:
+        src = fuzz.render_kernel(s)
+        for arr in ("ru_s", "ru_i"):
+            if arr in src:
+                assert src.index(f"for (unsigned q_ = 0u; q_ < {s.reuse_k}u; q_++) {arr}[") < \
+                    src.index("const unsigned NTOT")
+    ordinary = [fuzz.generate(31, i) for i in range(200)]
+    share = sum(1 for s in ordinary if s.reuse_k) / len(ordinary)
+    assert 0.1 < share < 0.3, share
+    for i, s in enumerate(ordinary):
+        if not s.reuse_k:       # the main stream is untouched by the mode
+            assert fuzz.render_kernel(s) == fuzz.render_kernel(fuzz.generate(31, i, reuse=False))
+            assert "scr[" not in fuzz.render_kernel(s) and "ru_s" not in fuzz.render_kernel(s)
+    again = fuzz.KernelSpec.from_json(json.loads(json.dumps(specs[0].to_json())))
+    assert again.reuse_k == specs[0].reuse_k and fuzz.render_kernel(again) == fuzz.render_kernel(specs[0])
+
+
+def test_reuse_mode_compares_the_global_words() -> None:
+    spec = fuzz.generate(31, 0, reuse=True)
+    a = fuzz.make_args(spec)
+    assert a[9].size == 2 * spec.reuse_k * spec.nthreads * spec.nblocks
+    ref = fuzz.outputs(fuzz._copy(a))
+    got = fuzz.outputs(fuzz._copy(a))
+    assert fuzz.compare(spec, ref, got) is None
+    got["scr"][5] ^= 1
+    assert "scr[5]" in fuzz.compare(spec, ref, got)
+
+
+def test_reuse_smoke_run_agrees() -> None:
+    """A few reuse-mode kernels through the interpreter, generic, specialized and no-passes
+    code (the mode found LLVM's interleaved groups moved past same-thread accesses)."""
+    specs = [fuzz.generate(20241, i, reuse=True) for i in range(6)]
+    results, _ = fuzz.run_batch(specs, specialized=True)
+    bad = [r for r in results if r["status"] != "ok"]
+    assert not bad, bad
+
+
 def test_spec_round_trips_through_json() -> None:
     spec = fuzz.generate(3, 5)
     again = fuzz.KernelSpec.from_json(spec.to_json())

@@ -1278,3 +1278,205 @@ def test_local_array_written_and_read_before_a_barrier(options: tuple) -> None:
     interpret_kernel(cpuify.RawModule(code=LOCAL_ARRAY).ptx, "local_array", (3,), (64,),
                      (iu, out, np.uint32(2)))
     np.testing.assert_array_equal(out, _local_array_expected(iu, 3, 64), err_msg="interpreter")
+
+
+# The fuzzer's same-thread reuse mode (tools/fuzz.py --reuse): a thread writes several words it
+# owns in shared or global memory (`s[t * K + j]`, strided; `s[j * nt + t]`, interleaved; through
+# a generic pointer to either) and reads or rewrites them before the next barrier, at constant
+# and run-time j.  Thread loops carry `llvm.loop.parallel_accesses`, which LLVM reads as "no
+# dependence at all", also within one thread: its vectorizer formed an interleaved store group
+# of `s[t*4 + 1..3]` (made at the last member's place) past the load `s[t*4 + k]` between them,
+# and the load read what the block before had left (KERNEL reuse_shared_strided: 280 of 512
+# words wrong, in generic, specialized and --passes= code alike).  codegen.thread_order leaves
+# a store and a later access of the same thread that may reach its bytes out of the group.
+REUSE = r'''
+extern "C" __global__ void reuse_shared_strided(const unsigned *in, unsigned *out) {
+  __shared__ unsigned s[128 * 4];
+  const unsigned t = threadIdx.x, g = blockIdx.x * blockDim.x + t;
+  const unsigned x = in[g & 255u], k = in[(g * 7u + 3u) & 255u];
+  s[t * 4u + 0u] = x;
+  s[t * 4u + 1u] = x + 1u;
+  const unsigned a = s[t * 4u + (k & 1u)];
+  s[t * 4u + 1u] = x * 3u + a;
+  s[t * 4u + 2u] = x ^ 0x55u;
+  s[t * 4u + 3u] = a + 7u;
+  const unsigned b = s[t * 4u + ((k >> 1) & 3u)];
+  out[g * 2u] = a;
+  out[g * 2u + 1u] = b;
+}
+extern "C" __global__ void reuse_global_strided(const unsigned *in, unsigned *buf, unsigned *out) {
+  const unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned x = in[g & 255u], k = in[(g * 7u + 3u) & 255u] & 3u;
+  buf[g * 4u + 0u] = x;
+  const unsigned a = buf[g * 4u + k];            // k > 0: what the host left there
+  buf[g * 4u + 1u] = x * 3u + a;
+  buf[g * 4u + 2u] = x ^ 0x55u;
+  buf[g * 4u + 3u] = x + 7u;
+  out[g * 2u] = a;
+  out[g * 2u + 1u] = buf[g * 4u + ((k + 1u) & 3u)];
+}
+extern "C" __global__ void reuse_interleaved(const unsigned *in, unsigned *out, unsigned n) {
+  __shared__ unsigned s[5 * 128];
+  const unsigned t = threadIdx.x, nt = blockDim.x, g = blockIdx.x * nt + t;
+  const unsigned x = in[g & 255u];
+  for (unsigned j = 0u; j < 5u; j++) s[j * nt + t] = x + j * 0x9E3779B9u;
+  for (unsigned j = 0u; j < 5u; j++) s[(4u - j) * nt + t] = s[j * nt + t] * 3u + s[(4u - j) * nt + t];
+  unsigned h = 0u;
+  for (unsigned j = 0u; j < n; j++) h = h * 33u + s[((j * 3u + x) % 5u) * nt + t];
+  out[g] = h;
+}
+extern "C" __global__ void reuse_global_interleaved(const unsigned *in, unsigned *buf, unsigned *out) {
+  const unsigned nt = gridDim.x * blockDim.x, g = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned x = in[g & 255u], k = in[(g * 11u + 2u) & 255u];
+  buf[0u * nt + g] = x;
+  buf[2u * nt + g] = x ^ k;
+  const unsigned a = buf[(k & 3u) * nt + g];
+  buf[1u * nt + g] = a + x;
+  buf[3u * nt + g] = buf[((k >> 2) & 3u) * nt + g] * 5u;
+  out[g] = buf[((k >> 4) & 3u) * nt + g];
+}
+extern "C" __global__ void reuse_generic(const unsigned *in, unsigned *buf, unsigned *out, unsigned sel) {
+  __shared__ unsigned s[128 * 3];
+  const unsigned t = threadIdx.x, g = blockIdx.x * blockDim.x + t;
+  unsigned *p = ((t ^ sel) & 1u) ? &s[t * 3u] : &buf[g * 3u];
+  const unsigned x = in[g & 255u], k = in[(g * 5u + 1u) % 256u] % 3u;
+  p[0] = x; p[1] = x * 7u; p[2] = x + 11u;
+  p[k] = p[(k + 1u) % 3u] ^ p[k];
+  const unsigned a = p[(k + 2u) % 3u];
+  p[2] = a + p[k];
+  out[g * 2u] = a;
+  out[g * 2u + 1u] = p[2] + p[0];
+}'''
+
+_M32 = 0xFFFFFFFF
+
+
+def _reuse_expected(name: str, x: np.ndarray, buf: np.ndarray, nthreads: int, block: int,
+                    n: int = 0, sel: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Each thread's statements in order, in Python: (out, buf after the kernel)."""
+    buf = buf.astype(np.int64) & _M32
+    words = 2 if name in ("reuse_shared_strided", "reuse_global_strided", "reuse_generic") else 1
+    out = np.zeros(nthreads * words, np.int64)
+    for g in range(nthreads):
+        t = g % block
+        xv = int(x[g & 255])
+        if name == "reuse_shared_strided":
+            k = int(x[(g * 7 + 3) & 255])
+            s = [xv, (xv + 1) & _M32, 0, 0]
+            a = s[k & 1]
+            s[1], s[2], s[3] = (xv * 3 + a) & _M32, xv ^ 0x55, (a + 7) & _M32
+            out[2 * g:2 * g + 2] = a, s[(k >> 1) & 3]
+        elif name == "reuse_global_strided":
+            k = int(x[(g * 7 + 3) & 255]) & 3
+            w = buf[g * 4:g * 4 + 4]
+            w[0] = xv
+            a = int(w[k])
+            w[1], w[2], w[3] = (xv * 3 + a) & _M32, xv ^ 0x55, (xv + 7) & _M32
+            out[2 * g:2 * g + 2] = a, w[(k + 1) & 3]
+        elif name == "reuse_interleaved":
+            s = [(xv + j * 0x9E3779B9) & _M32 for j in range(5)]
+            for j in range(5):
+                s[4 - j] = (s[j] * 3 + s[4 - j]) & _M32
+            h = 0
+            for j in range(n):
+                h = (h * 33 + s[(j * 3 + xv) % 5]) & _M32
+            out[g] = h
+        elif name == "reuse_global_interleaved":
+            k = int(x[(g * 11 + 2) & 255])
+            at = lambda j: j * nthreads + g  # noqa: E731
+            buf[at(0)], buf[at(2)] = xv, xv ^ k
+            a = int(buf[at(k & 3)])
+            buf[at(1)] = (a + xv) & _M32
+            buf[at(3)] = (int(buf[at((k >> 2) & 3)]) * 5) & _M32
+            out[g] = buf[at((k >> 4) & 3)]
+        else:
+            k = int(x[(g * 5 + 1) % 256]) % 3
+            p = [xv, (xv * 7) & _M32, (xv + 11) & _M32]
+            p[k] = p[(k + 1) % 3] ^ p[k]
+            a = p[(k + 2) % 3]
+            p[2] = (a + p[k]) & _M32
+            out[2 * g:2 * g + 2] = a, (p[2] + p[0]) & _M32
+            if not (t ^ sel) & 1:
+                buf[g * 3:g * 3 + 3] = p
+    return out.astype(np.uint32), buf.astype(np.uint32)
+
+
+@pytest.fixture(scope="module")
+def reuse_module() -> cpuify.RawModule:
+    return cpuify.RawModule(code=REUSE)
+
+
+@pytest.mark.parametrize("name", ["reuse_shared_strided", "reuse_global_strided", "reuse_interleaved",
+                                  "reuse_global_interleaved", "reuse_generic"])
+def test_same_thread_reuse_before_a_barrier(reuse_module: cpuify.RawModule, name: str) -> None:
+    grid, block = 2, 128
+    total = grid * block
+    words = {"reuse_shared_strided": 2, "reuse_global_strided": 2, "reuse_generic": 2}.get(name, 1)
+    buf_words = {"reuse_global_strided": 4 * total, "reuse_global_interleaved": 4 * total,
+                 "reuse_generic": 3 * total}.get(name, 1)
+    rng = np.random.default_rng(17)
+    fn = reuse_module.get_function(name)
+    for run in ("generic", "specialized", "specialized again", "interpreter"):
+        x = rng.integers(0, 2**32, 256, dtype=np.uint32)    # new inputs: no stale memory helps
+        buf = rng.integers(0, 2**32, buf_words, dtype=np.uint32)
+        out = np.zeros(total * words, np.uint32)
+        args: tuple = (x, out)
+        n, sel = int(rng.integers(3, 12)), int(rng.integers(0, 2))
+        if name == "reuse_interleaved":
+            args = (x, out, np.uint32(n))
+        elif name == "reuse_generic":
+            args = (x, buf, out, np.uint32(sel))
+        elif name != "reuse_shared_strided":
+            args = (x, buf, out)
+        want_out, want_buf = _reuse_expected(name, x, buf, total, block, n, sel)
+        if run == "interpreter":
+            interpret_kernel(reuse_module.ptx, name, (grid,), (block,), args)
+        else:
+            fn((grid,), (block,), args)
+        np.testing.assert_array_equal(out, want_out, err_msg=run)
+        if buf_words > 1:
+            np.testing.assert_array_equal(buf, want_buf, err_msg=run)
+
+
+SOUND_REUSE = r'''
+extern "C" __global__ void consecutive(const float *x, float *a, float *b, unsigned *s_out) {
+  __shared__ float s[256];
+  const unsigned t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+  a[i] = x[i] * 2.0f;            // consecutive stores through parameters that may overlap,
+  b[i] = x[i] + a[i];            // read back: no interleaved group can move them
+  s[t] = b[i];
+  __syncthreads();
+  s_out[i] = __float_as_uint(s[(t + 1u) % blockDim.x]);
+}'''
+
+
+def _raw_segments(src: str, name: str) -> dict[str, str]:
+    """The raw LLVM IR (before LLVM's optimization) of each segment function of `name`."""
+    from cpuify.codegen import jit
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.compiler import lift_and_optimize
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.transforms.pass_manager import PipelineOptions
+    module = parse_ptx(compile_to_ptx(src, filename="k.cu").ptx)
+    entry = next(e for e in module.entries if e.name == name)
+    lifted, _ = lift_and_optimize(module, entry, PipelineOptions(), None)
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(lifted, None)
+    text = gen.llvm_text()
+    return {m.group(1): m.group(2) for m in re.finditer(
+        r'define internal i32 @"(cpuify_seg_\w+)"\(.*?\n\{\n(.*?)\n\}', text, re.DOTALL)}
+
+
+def test_reuse_keeps_the_access_group_where_no_access_can_move() -> None:
+    """Consecutive accesses never join an interleaved group: a thread loop that writes a[i],
+    reads it back and writes b[i] and s[t] stays parallel (every shared/global access in
+    the group); the strided kernel's reused words leave it."""
+    seg = _raw_segments(SOUND_REUSE, "consecutive")["cpuify_seg_consecutive_0"]
+    accesses = [ln for ln in seg.splitlines() if re.search(r"= load float|store float", ln)
+                and '%"v.' not in ln]              # (the segment's own allocas: no memory)
+    assert len(accesses) >= 5
+    assert all("!llvm.access.group" in ln for ln in accesses), accesses
+    seg = _raw_segments(REUSE, "reuse_shared_strided")["cpuify_seg_reuse_shared_strided_0"]
+    shared = [ln for ln in seg.splitlines() if re.search(r"(= load|store) i32 .*align 4", ln)]
+    assert any("!llvm.access.group" not in ln for ln in shared), shared

@@ -89,7 +89,11 @@ __device__ __forceinline__ long long fz_srem64(long long a, long long b) { retur
 '''
 
 SIGNATURE = ("const unsigned *iu, const float *ifl, const double *idb, unsigned long long *out, "
-             "unsigned *gat, unsigned long long *gat64, unsigned *tick, int p0, unsigned p1")
+             "unsigned *gat, unsigned long long *gat64, unsigned *tick, int p0, unsigned p1, unsigned *scr")
+
+#: the share of kernels generated in the same-thread reuse mode (Generator.reuse_statement) in
+#: an ordinary run; `--reuse` (CPUIFY_FUZZ_REUSE=1) makes it every kernel
+REUSE_SHARE = 0.2
 
 
 # --- the kernel model -----------------------------------------------------------------------------
@@ -128,6 +132,7 @@ class KernelSpec:
     gat64_ops: dict[int, str]
     p0: int
     p1: int
+    reuse_k: int = 0                    # words per thread of the reuse arrays (0: no reuse mode)
 
     @property
     def nthreads(self) -> int:
@@ -144,7 +149,8 @@ class KernelSpec:
                 "n_tickets": self.n_tickets,
                 "ticket_kind": {str(k): list(v) for k, v in self.ticket_kind.items()},
                 "gat_ops": {str(k): v for k, v in self.gat_ops.items()},
-                "gat64_ops": {str(k): v for k, v in self.gat64_ops.items()}, "p0": self.p0, "p1": self.p1}
+                "gat64_ops": {str(k): v for k, v in self.gat64_ops.items()}, "p0": self.p0, "p1": self.p1,
+                "reuse_k": self.reuse_k}
 
     @staticmethod
     def from_json(j: dict[str, Any]) -> KernelSpec:
@@ -153,7 +159,8 @@ class KernelSpec:
                           [Stmt.from_json(s) for s in j["body"]], j["shared"], j["n_tickets"],
                           {int(k): tuple(v) for k, v in j["ticket_kind"].items()},  # type: ignore[misc]
                           {int(k): v for k, v in j["gat_ops"].items()},
-                          {int(k): v for k, v in j["gat64_ops"].items()}, j["p0"], j["p1"])
+                          {int(k): v for k, v in j["gat64_ops"].items()}, j["p0"], j["p1"],
+                          j.get("reuse_k", 0))
 
 
 # --- generation -------------------------------------------------------------------------------------
@@ -179,10 +186,14 @@ F64_CONSTS = ["0.0", "-0.0", "1.0", "-1.0", "0.5", "0.1", "1e308", "-1.7e308", "
 
 
 class Generator:
-    def __init__(self, seed: int, index: int) -> None:
+    def __init__(self, seed: int, index: int, reuse: bool | None = None) -> None:
         self.kseed = (seed * 1_000_003 + index) & 0x7FFFFFFF
         self.r = random.Random(self.kseed)
         self.name = f"fz_{seed}_{index}"
+        # the reuse mode draws from a stream of its own: a kernel without it is the kernel
+        # the same seed and index gave before the mode existed
+        self.reuse_r = random.Random(self.kseed ^ 0x5EED5EED)
+        self.reuse = reuse if reuse is not None else os.environ.get("CPUIFY_FUZZ_REUSE") == "1"
 
     # ---- expressions -----------------------------------------------------------------------
     def var(self, t: str) -> str | None:
@@ -596,13 +607,119 @@ class Generator:
             inits.append(f"{CTYPE[t]} {arr}[8]; for (unsigned q_ = 0u; q_ < 8u; q_++) "
                          f"{arr}[q_] = {src}[(gt * {r.randrange(1, 9)}u + q_ * {r.randrange(1, 40, 2)}u) & {N_IN - 1}u];")
         body = self.stmts(Ctx(), r.randrange(4, 14))
+        p0, p1 = r.randrange(-8, 9), r.randrange(0, 12)
+        reuse_k = 0
+        if self.reuse_r.random() < REUSE_SHARE or self.reuse:
+            reuse_k = self.add_reuse(body, inits)
         return KernelSpec(self.name, self.kseed, grid, block, self.mode, self.variables, inits, body,
                           self.shared, self.n_tickets, self.ticket_kind, self.gat_ops, self.gat64_ops,
-                          r.randrange(-8, 9), r.randrange(0, 12))
+                          p0, p1, reuse_k)
+
+    # ---- the same-thread reuse mode ----------------------------------------------------------
+    # A thread writes several words it owns in shared memory (`ru_s[lt * K + j]`, strided;
+    # `ru_i[j * nt + lt]`, interleaved), in global memory (`scr`, the same two layouts) or
+    # through a generic pointer to either, then reads and writes them again before the next
+    # barrier, at constant and run-time j, in small loops, with values that depend on the
+    # order: what a thread loop's parallel access group must not let LLVM reorder
+    # (codegen.thread_order).  Every word a kernel reads was written before (the shared
+    # arrays by the kernel's first lines, `scr` by the host), so any order is defined.
+    def add_reuse(self, body: list[Stmt], inits: list[str]) -> int:
+        """Adds the reuse arrays' declarations to `inits` and 1-3 reuse statements at random
+        places of `body`; returns K, the words each thread owns per layout."""
+        rr, main = self.reuse_r, self.r
+        self.r = rr                 # expressions drawn from the reuse stream
+        try:
+            k = rr.choice([2, 3, 4, 5, 8])
+            self.reuse_k = k
+            kinds = rr.sample(["ss", "si", "gs", "gi", "gp"], rr.randrange(1, 4))
+            if "gp" in kinds and "ss" not in kinds:
+                kinds.append("ss")
+            self.reuse_kinds = kinds
+            for arr, kind in (("ru_s", "ss"), ("ru_i", "si")):
+                if kind in kinds:
+                    self.shared.append(kind)
+                    a, c = rr.randrange(1, 40, 2), rr.randrange(1, 40, 2)
+                    inits.append(f"for (unsigned q_ = 0u; q_ < {k}u; q_++) {self.reuse_at(kind, 'q_')} = "
+                                 f"iu[(gt * {a}u + q_ * {c}u) & {N_IN - 1}u];")
+            inits.append("const unsigned NTOT = nt * gridDim.x * gridDim.y * gridDim.z; (void)NTOT;")
+            if "gp" in kinds:
+                cond = rr.choice(["(lt & 1u)", "(p1 & 1u)", "(bid % 2u == 0u)", "(lane < 16u)", "1"])
+                inits.append(f"unsigned *rp = {cond} ? &ru_s[lt * {k}u] : &scr[gt * {k}u];")
+            lists = self.statement_lists(body)
+            if self.mode == "sync" and rr.random() < 0.6:
+                # a segment of its own: short enough for LLVM to vectorize its thread loop
+                # (where a reordering would show)
+                body[:0] = [Stmt("code", "__syncthreads();"), self.reuse_statement(),
+                            Stmt("code", "__syncthreads();")]
+            for _ in range(rr.randrange(1, 4)):
+                where = rr.choice(lists)
+                stmt = self.reuse_statement()
+                if rr.random() < 0.3:
+                    stmt = Stmt("if", self.thread_cond(Ctx(converged=False)), [[stmt], []])
+                where.insert(rr.randrange(len(where) + 1), stmt)
+            return k
+        finally:
+            self.r = main
+
+    @staticmethod
+    def statement_lists(body: list[Stmt]) -> list[list[Stmt]]:
+        out = [body]
+        for s in body:
+            for b in s.bodies:
+                out += Generator.statement_lists(b)
+        return out
+
+    def reuse_at(self, kind: str, j: str) -> str:
+        k = self.reuse_k
+        return {"ss": f"ru_s[lt * {k}u + {j}]", "si": f"ru_i[{j} * nt + lt]", "gs": f"scr[gt * {k}u + {j}]",
+                "gi": f"scr[NTOT * {k}u + {j} * NTOT + gt]", "gp": f"rp[{j}]"}[kind]
+
+    def reuse_index(self) -> str:
+        r = self.r
+        if r.random() < 0.55:
+            return f"{r.randrange(self.reuse_k)}u"
+        return f"(({self.expr('u32', 1, Ctx())}) % {self.reuse_k}u)"
+
+    def reuse_statement(self) -> Stmt:
+        r = self.r
+        k = self.reuse_k
+        at = lambda j: self.reuse_at(r.choice(self.reuse_kinds), j)
+        u = self.var("u32") or "u0"
+        e = lambda: self.expr("u32", 2, Ctx())
+        shape = r.choice(["burst", "burst", "fill_read", "chain", "reverse"])
+        if shape == "burst":       # stores at distinct j, loads in between them
+            kind = r.choice(self.reuse_kinds)
+            parts = []
+            for j in r.sample(range(k), r.randrange(1, k + 1)):
+                parts.append(f"{self.reuse_at(kind, f'{j}u')} = {e()};")
+                if r.random() < 0.6:
+                    src = self.reuse_at(r.choice([kind, kind] + self.reuse_kinds), self.reuse_index())
+                    parts.append(f"{u} = ({u} * {r.choice([3, 31, 33])}u) ^ {src};")
+            return Stmt("code", "{ " + " ".join(parts) + " }")
+        if shape == "fill_read":   # a loop of stores, then a loop of loads in another order
+            kind = r.choice(self.reuse_kinds)
+            n = r.choice([f"{r.randrange(1, 2 * k + 1)}u", f"{k}u", "((lt & 3u) + 1u)", "(p1 % 4u + 1u)"])
+            step, first = r.randrange(1, k + 3), r.randrange(k)
+            return Stmt("code", f"{{ for (unsigned q_ = 0u; q_ < {k}u; q_++) {self.reuse_at(kind, 'q_')} = "
+                                f"{e()} + q_ * {r.choice([1, 7, 0x9E3779B9])}u; "
+                                f"for (unsigned q_ = 0u; q_ < {n}; q_++) {u} = {u} * 33u + "
+                                f"{at(f'((q_ * {step}u + {first}u) % {k}u)')}; }}")
+        if shape == "chain":       # read-modify-write of one word from another
+            parts = []
+            for _ in range(r.randrange(2, 5)):
+                parts.append(f"{at(self.reuse_index())} = {at(self.reuse_index())} * {r.choice([3, 5, 9])}u + {e()};")
+            parts.append(f"{u} ^= {at(self.reuse_index())};")
+            return Stmt("code", "{ " + " ".join(parts) + " }")
+        kind = r.choice(self.reuse_kinds)   # reverse: each word from its mirror, some already rewritten
+        a, b = self.reuse_at(kind, f"({k - 1}u - q_)"), self.reuse_at(kind, "q_")
+        return Stmt("code", f"{{ for (unsigned q_ = 0u; q_ < {k}u; q_++) {{ {a} = {b} + {a} * 3u; "
+                            f"{u} += {b}; }} }}")
 
 
-def generate(seed: int, index: int) -> KernelSpec:
-    return Generator(seed, index).generate()
+def generate(seed: int, index: int, reuse: bool | None = None) -> KernelSpec:
+    """Kernel `index` of `seed`; `reuse`: every kernel in the same-thread reuse mode (None:
+    CPUIFY_FUZZ_REUSE=1 says, else a share REUSE_SHARE of them)."""
+    return Generator(seed, index, reuse).generate()
 
 
 # --- rendering -------------------------------------------------------------------------------------
@@ -623,7 +740,9 @@ def render_kernel(spec: KernelSpec) -> str:
     n = spec.nthreads
     for s in spec.shared:
         lines.append("  " + {"u32": f"__shared__ unsigned sh_u[{n}];", "f32": f"__shared__ float sh_f[{n}];",
-                             "f64": f"__shared__ double sh_d[{n}];", "sat": f"__shared__ unsigned sat[{N_SAT}];"}[s])
+                             "f64": f"__shared__ double sh_d[{n}];", "sat": f"__shared__ unsigned sat[{N_SAT}];",
+                             "ss": f"__shared__ unsigned ru_s[{n * spec.reuse_k}];",
+                             "si": f"__shared__ unsigned ru_i[{n * spec.reuse_k}];"}[s])
     lines += ["  " + i for i in spec.inits]
 
     def emit(stmts: list[Stmt], ind: str) -> None:
@@ -696,14 +815,23 @@ def make_args(spec: KernelSpec) -> list[Any]:
     for k, op in spec.gat64_ops.items():
         if op == "And":
             gat64[k] = np.uint64(0xFFFFFFFFFFFFFFFF)
-    return [iu, _special_f32(rng, N_IN), _special_f64(rng, N_IN),
+    ifl, idb = _special_f32(rng, N_IN), _special_f64(rng, N_IN)
+    # the reuse mode's global words: two layouts of K words per thread (drawn last: the
+    # arrays above are what they were before the mode existed)
+    scr = rng.integers(0, 2**32, total * 2 * max(spec.reuse_k, 1), dtype=np.uint64).astype(np.uint32)
+    return [iu, ifl, idb,
             np.full(total * len(spec.variables), 0xA5A5A5A5A5A5A5A5, np.uint64), gat, gat64,
             np.full(total * max(spec.n_tickets, 1), TICKET_SENTINEL, np.uint32),
-            np.int32(spec.p0), np.uint32(spec.p1)]
+            np.int32(spec.p0), np.uint32(spec.p1), scr]
+
+
+#: the arguments that are device arrays (the rest are scalars), and those a kernel writes
+ARRAY_ARGS = (0, 1, 2, 3, 4, 5, 6, 9)
+OUTPUT_ARGS = (3, 4, 5, 6, 9)
 
 
 def outputs(args: list[Any]) -> dict[str, np.ndarray]:
-    return {"out": args[3], "gat": args[4], "gat64": args[5], "tick": args[6]}
+    return {"out": args[3], "gat": args[4], "gat64": args[5], "tick": args[6], "scr": args[9]}
 
 
 def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> str | None:
@@ -743,6 +871,9 @@ def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndar
             mb.append(got["gat"][w])
         if sorted(ma) != sorted(mb):
             problems.append(f"ticket {j} ({kind} on gat[{w}]): the multisets of returned values differ")
+    if "scr" in ref and "scr" in got:
+        for w in np.flatnonzero(ref["scr"] != got["scr"])[:4]:
+            problems.append(f"scr[{w}]: expected {int(ref['scr'][w]):#x}, got {int(got['scr'][w]):#x}")
     return "; ".join(problems) or None
 
 
@@ -1029,11 +1160,11 @@ def render_program(specs: list[KernelSpec], out_file: str) -> str:
     parts = ["#include <cstdio>\n#include <cstdlib>\n#include <climits>\n", PRELUDE]
     parts += [render_kernel(s) for s in specs]
     main = ["int main() {", f'  FILE *f = fopen("{out_file}", "wb"); if (!f) return 2;',
-            "  void *d[7]; size_t sz[7];"]
+            "  void *d[10]; size_t sz[10];"]
     for s in specs:
         args = make_args(s)
         main.append("  {")
-        for k in range(7):
+        for k in ARRAY_ARGS:
             a = args[k]
             data = ",".join(str(b) for b in a.view(np.uint8).tolist())
             main.append(f"    static const unsigned char h{k}[] = {{{data}}}; sz[{k}] = {a.nbytes};")
@@ -1041,22 +1172,22 @@ def render_program(specs: list[KernelSpec], out_file: str) -> str:
         main.append(f"    {s.name}<<<dim3({s.grid[0]},{s.grid[1]},{s.grid[2]}), dim3({s.block[0]},{s.block[1]},"
                     f"{s.block[2]})>>>((const unsigned *)d[0], (const float *)d[1], (const double *)d[2], "
                     f"(unsigned long long *)d[3], (unsigned *)d[4], (unsigned long long *)d[5], (unsigned *)d[6], "
-                    f"{s.p0}, {s.p1}u);")
+                    f"{s.p0}, {s.p1}u, (unsigned *)d[9]);")
         main.append('    cudaError_t e = cudaDeviceSynchronize(); if (e != cudaSuccess) { '
                     f'fprintf(stderr, "{s.name}: %s\\n", cudaGetErrorString(e)); return 1; }}')
-        main.append("    for (int k = 3; k < 7; k++) { void *h = malloc(sz[k]); "
+        main.append(f"    for (int k : {{{', '.join(map(str, OUTPUT_ARGS))}}}) {{ void *h = malloc(sz[k]); "
                     "cudaMemcpy(h, d[k], sz[k], cudaMemcpyDeviceToHost); fwrite(h, 1, sz[k], f); free(h); }")
-        main.append("    for (int k = 0; k < 7; k++) cudaFree(d[k]);")
+        main.append(f"    for (int k : {{{', '.join(map(str, ARRAY_ARGS))}}}) cudaFree(d[k]);")
         main.append("  }")
     main += ["  fclose(f);", "  return 0;", "}"]
     return "\n".join(parts) + "\n" + "\n".join(main) + "\n"
 
 
 def program_outputs(blob: bytes, pos: int, args: list[Any]) -> tuple[dict[str, np.ndarray], int]:
-    """One kernel's outputs in what a render_program program wrote (arguments 3..6, raw, in
+    """One kernel's outputs in what a render_program program wrote (OUTPUT_ARGS, raw, in
     order, starting at `pos`), as outputs() gives them; and where the next kernel's start."""
     host = list(args)
-    for k in range(3, 7):
+    for k in OUTPUT_ARGS:
         n = args[k].nbytes
         host[k] = np.frombuffer(blob[pos:pos + n], dtype=args[k].dtype).copy()
         pos += n
@@ -1222,6 +1353,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only kernel I (minimized and kept if it fails)")
     ap.add_argument("--ftz", action="store_true",
                     help="compile every kernel with -ftz=true (CuPy's mode: f32 subnormals flush)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="every kernel in the same-thread reuse mode (a thread writes words it owns in "
+                         "shared/global memory and reads them back before the next barrier; by default "
+                         f"{REUSE_SHARE:.0%} of the kernels)")
     ap.add_argument("--gpu-referee", action="store_true",
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
@@ -1235,6 +1370,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.ftz:
         os.environ["CPUIFY_FUZZ_FTZ"] = "1"
+    if a.reuse:
+        os.environ["CPUIFY_FUZZ_REUSE"] = "1"      # (inherited by the workers)
     if a.kernel is not None:
         spec = generate(a.seed, a.kernel)
         print(PRELUDE + render_kernel(spec))

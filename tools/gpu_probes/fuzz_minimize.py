@@ -36,11 +36,11 @@ def gpu_outputs(spec):
         return fuzz.outputs(a)
     import cupy as cp
     mod = cp.RawModule(code=src, options=("-arch=sm_90",))
-    dev = [cp.asarray(x) for x in args[:7]]
-    mod.get_function(spec.name)(spec.grid, spec.block, tuple(dev) + (np.int32(spec.p0), np.uint32(spec.p1)))
+    dev = [cp.asarray(x) if isinstance(x, np.ndarray) else x for x in args]
+    mod.get_function(spec.name)(spec.grid, spec.block, tuple(dev))
     cp.cuda.runtime.deviceSynchronize()
     host = list(args)
-    for k in range(7):
+    for k in fuzz.ARRAY_ARGS:
         host[k] = dev[k].get()
     return fuzz.outputs(host)
 

@@ -107,7 +107,10 @@ class ModuleCodegen:
     # `#pragma omp simd` asserts.  Thread loops carry `llvm.loop.parallel_accesses` and
     # their loads and stores an access group; LLVM then vectorizes them without dependence
     # analysis or runtime alias checks.  Volatile accesses and the load/store pairs of
-    # shared-memory atomics stay out of the group (LLVM then analyses that loop as usual).
+    # shared-memory atomics stay out of the group (LLVM then analyses that loop as usual),
+    # and so do accesses of one thread that depend on each other where LLVM could reorder
+    # them (local memory; strided shared/global words written and accessed again:
+    # codegen.thread_order).
     # Both nodes must be `distinct`, which llvmlite cannot print: llvm_text() rewrites
     # their placeholders.
     _ACCESS_GROUP = "cpuify.access_group"

@@ -14,6 +14,7 @@ from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import (
     HANDLERS, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width, is_signed, ptx_llvm_type,
 )
+from cpuify.codegen.thread_order import same_thread_dependences
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Value
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class SegmentValues:
     tid: list[ir.Value]
     state: ir.Value
     shared: ir.Value
+    params: ir.Value
     slots_base: ir.Value
     local_base: ir.Value
     local_alloca: ir.Value | None
@@ -245,7 +247,7 @@ class SegmentValues:
         serial = self.serial_accesses
         if len(private) > 1 and any(isinstance(i, ir.StoreInstr) for i in private):
             serial = serial | set(private)
-        group = self.mod.access_group
+        tagged = []
         for bb in self.fn.blocks:
             for instr in bb.instructions:
                 if not isinstance(instr, (ir.LoadInstr, ir.StoreInstr)):
@@ -256,6 +258,15 @@ class SegmentValues:
                 if isinstance(pointer, ir.AllocaInstr) or getattr(instr, "volatile", False) \
                         or instr in serial:
                     continue
+                tagged.append(instr)
+        # The same holds for shared and global memory that a thread writes and then reads
+        # or writes again before the next sync point (`s[t*4 + k]` after `s[t*4]`): those
+        # accesses stay out of the group (the fuzzer's same-thread reuse mode found the
+        # interleaved store groups sunk below such loads).
+        reused = same_thread_dependences(self.fn, tagged, self.shared, self.params, self.fn.args[2:])
+        group = self.mod.access_group
+        for instr in tagged:
+            if instr not in reused:
                 instr.set_metadata("llvm.access.group", group)
 
     def tag_shared_access(self, op: Operation, instr: ir.Instruction) -> None:
