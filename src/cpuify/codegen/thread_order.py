@@ -27,6 +27,8 @@ from collections.abc import Iterable
 
 from llvmlite import ir
 
+from cpuify.codegen.lowering import _width
+
 #: a linear form: {term key: coefficient}, constant (bytes)
 Linear = tuple[dict[object, int], int]
 
@@ -44,20 +46,13 @@ def _opcode(v: ir.Instruction) -> str:
 
 def _size(t: ir.Type) -> int | None:
     """Bytes of a scalar or vector LLVM type; None for aggregates."""
-    if isinstance(t, ir.IntType):
-        return max(t.width // 8, 1)
-    if isinstance(t, ir.DoubleType):
-        return 8
-    if isinstance(t, ir.FloatType):
-        return 4
-    if isinstance(t, ir.HalfType):
-        return 2
-    if isinstance(t, ir.PointerType):
-        return 8
     if isinstance(t, ir.VectorType):
         inner = _size(t.element)
         return None if inner is None else inner * t.count
-    return None
+    try:
+        return max(_width(t) // 8, 1)
+    except TypeError:
+        return None
 
 
 class _Addresses:
