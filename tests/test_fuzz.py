@@ -213,3 +213,15 @@ def test_fz_2801_1669_index_modulo_the_block_after_a_join() -> None:
     spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2801_1669.json").read_text()))
     results, _ = fuzz.run_batch([spec], specialized=True)
     assert results[0]["status"] == "ok", results[0]["detail"]
+
+
+def test_fz_2805_92_generic_pointer_into_shared_memory_kept_across_a_barrier() -> None:
+    """The fuzzer's fz_2805_92 (seed 2805, its same-thread reuse mode), kept as its
+    generated spec: `rp = (lt & 1) ? &s[lt * 4] : &scr[gt * 4]` is made before a barrier and
+    used after it, where a thread stores `rp[2]` and loads `s[lt * 4 + k]` again.  The
+    segment functions took shared memory as a noalias argument, and the pointer kept across
+    the barrier comes back from the slots, not based on that argument: LLVM took the load as
+    independent of the store (every build: generic, specialized, no passes)."""
+    spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2805_92.json").read_text()))
+    results, _ = fuzz.run_batch([spec], specialized=True)
+    assert results[0]["status"] == "ok", results[0]["detail"]

@@ -57,7 +57,12 @@ class KernelCodegen(KernelPlan):
         m = self.mod.module
         # the parameter buffer, shared memory and the scratch arrays are distinct memory
         # that kernel pointers never reach: passing them as noalias arguments spares the
-        # vectorizer its runtime alias checks
+        # vectorizer its runtime alias checks.  Not shared or local memory whose addresses
+        # the kernel makes generic: such a pointer kept across a sync point (or stored and
+        # loaded again) comes back from memory, not based on the argument, and LLVM would
+        # take its accesses as independent of the area's (the fuzzer's fz_2805_92: a thread's
+        # store through a generic pointer into shared memory not seen by its next load).
+        reachable = self.generic_areas()
         # a segment returns where all threads stopped when that is known without looking
         # (STATE_UNKNOWN otherwise): see convergent_segments()
         seg_ty = ir.FunctionType(I32, [PTR, I32] + [PTR] * len(SEGMENT_AREAS))
@@ -66,8 +71,9 @@ class KernelCodegen(KernelPlan):
             fn = ir.Function(m, seg_ty, name=f"cpuify_seg_{self.name}_{r}")
             fn.linkage = "internal"
             fn.attributes.add("nounwind")
-            for a in fn.args[2:]:
-                a.add_attribute("noalias")
+            for area, a in zip(SEGMENT_AREAS, fn.args[2:]):
+                if area not in reachable:
+                    a.add_attribute("noalias")
             segments.append(fn)
         for r, fn in enumerate(segments):
             emitter = SegmentEmitter(self, fn, r)
@@ -90,6 +96,10 @@ class KernelCodegen(KernelPlan):
         self.mod.kernels.append(info)
         return info
 
+    def generic_areas(self) -> set[str]:
+        """The segment areas (SEGMENT_AREAS) that generic pointers of the kernel may reach."""
+        return ({"shared"} if self.shared_escapes else set()) | ({"local"} if self.local_escapes else set())
+
     def emit_block_function(self, segments: list[ir.Function]) -> ir.Function:
         m = self.mod.module
         fty = ir.FunctionType(I32, [PTR, PTR, I32, I32, I32, PTR, PTR])
@@ -99,8 +109,10 @@ class KernelCodegen(KernelPlan):
             name += "__flushing"
         fn = ir.Function(m, fty, name=name)
         params, dims, bx, by, bz, shared, scratch = fn.args
-        for a in (params, dims, shared, scratch):
-            a.add_attribute("noalias") if a is not params else None
+        reachable = self.generic_areas()
+        for a, areas in ((dims, ()), (shared, ("shared",)), (scratch, ("local",))):
+            if not reachable.intersection(areas):
+                a.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ctx = b.alloca(CTX_TYPE, name="ctx")
 

@@ -150,10 +150,12 @@ class KernelPlan(ThreadLoopPlans):
             off += v.size
         self.local_size = align_up(off, 16)
         self._incoming: dict[BlockArgument, list[Value]] | None = None
-        # a local address converted to a generic one: generic accesses may reach local memory
-        self.local_escapes = bool(self.local_size) and any(
-            o.name == "ptx.cvta" and "local" in mods(o) and "to" not in mods(o)
-            for o in kernel.op.walk())
+        # a local (shared) address converted to a generic one: generic accesses may reach
+        # local (shared) memory, also through a pointer that was stored and loaded again
+        escaping = {space for o in kernel.op.walk() if o.name == "ptx.cvta" and "to" not in mods(o)
+                    for space in ("local", "shared") if space in mods(o)}
+        self.local_escapes = bool(self.local_size) and "local" in escaping
+        self.shared_escapes = "shared" in escaping
         # slots for values kept per thread across sync points (sorted by size: aligned)
         kept: dict[Value, None] = {}
         for sp in self.syncs:

@@ -284,6 +284,14 @@ class SegmentEmitter(SpeculativeValues):
                     ok = b.and_(ok, x)
         return ok
 
+    def thread_local_base(self, b: ir.IRBuilder) -> ir.Value:
+        """The local memory of thread `linear_tid64` (null without local memory)."""
+        if not self.kc.local_size:
+            return ir.Constant(PTR, None)
+        if self.local_alloca is not None:
+            return self.local_alloca
+        return b.gep(self.local_base_all, [b.mul(self.linear_tid64, I64(self.kc.local_size))], name="local")
+
     def emit_one_thread_loop(self, start: ir.Block, exit_bb: ir.Block, *, masked: bool,
                              region: DeferredRegion | None = None) -> None:
         """The thread loops tz, ty, tx from `start` to `exit_bb`.  In a run of all threads
@@ -443,14 +451,7 @@ class SegmentEmitter(SpeculativeValues):
                 self.next_sync is None and not self.all_exit:
             self.last_state = self.entry_builder.alloca(I32, name="last_state")
             self.entry_builder.store(I32(STATE_UNKNOWN), self.last_state)
-        if self.kc.local_size:
-            if self.local_alloca is not None:
-                self.local_base = self.local_alloca
-            else:
-                self.local_base = b.gep(self.local_base_all,
-                                        [b.mul(self.linear_tid64, I64(self.kc.local_size))], name="local")
-        else:
-            self.local_base = ir.Constant(PTR, None)
+        self.local_base = self.thread_local_base(b)
         if masked:
             # threads from live_end on have all exited (the block function found the last
             # live one): the run stops there

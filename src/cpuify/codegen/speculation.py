@@ -44,14 +44,14 @@ class SpeculativeValues(SyncCrossing):
         values and the thread indices afterwards."""
         saved = (self.builder, self.vals, getattr(self, "tid", None),
                  getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None),
-                 self.speculating)
+                 getattr(self, "local_base", None), self.speculating)
         self.builder = b
         self.speculating = True
         try:
             yield
         finally:
             (self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64,
-             self.speculating) = saved
+             self.local_base, self.speculating) = saved
 
     def as_thread(self, tid: list[ir.Value], linear: int | ir.Value) -> None:
         """Within speculation(): compute values from here on as thread `tid` (x, y, z)
@@ -62,6 +62,7 @@ class SpeculativeValues(SyncCrossing):
             self.linear_tid, self.linear_tid64 = I32(linear), I64(linear)
         else:
             self.linear_tid, self.linear_tid64 = linear, self.b.zext(linear, I64)
+        self.local_base = self.thread_local_base(self.b)    # (a cvta of a local address)
 
     def restored_from_slots(self) -> frozenset[Value]:
         """The values the segment reads from their slots at its resume point (kept per
