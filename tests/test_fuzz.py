@@ -225,3 +225,13 @@ def test_fz_2805_92_generic_pointer_into_shared_memory_kept_across_a_barrier() -
     spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2805_92.json").read_text()))
     results, _ = fuzz.run_batch([spec], specialized=True)
     assert results[0]["status"] == "ok", results[0]["detail"]
+
+
+def test_fz_2806_1018_directed_fma_on_constants_just_below_a_power_of_two() -> None:
+    """The fuzzer's fz_2806_1018, kept as its generated spec:
+    `__fsqrt_ru(__fmaf_rd(1.17549435e-38f, -2147483904.0f, 16777216.0f))` gave 4095.9998
+    instead of 4096: the fma's constant bounds were summed in f64, a binade too high, and
+    the floor on that binade's grid lost one (test_quantized_fma.py has the hand check)."""
+    spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2806_1018.json").read_text()))
+    results, _ = fuzz.run_batch([spec], specialized=True)
+    assert results[0]["status"] == "ok", results[0]["detail"]

@@ -88,3 +88,49 @@ def test_quantized_directed_fma(n: int) -> None:
     interpret_kernel(PTX, "grid_fma", (1,), (64,), (x[:64], small, np.float32(252.0),
                                                       np.float32(12582913.0)))
     np.testing.assert_array_equal(small, ref[:64])
+
+
+EDGE_PTX = r"""
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry edge_fma(.param .u64 out_p) {
+    .reg .f32 %f<16>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [out_p];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.f32 %f1, 0f00800000;                // 2^-126
+    mov.f32 %f2, 0fCF000001;                // -(2^31 + 256)
+    mov.f32 %f3, 0f4B800000;                // 2^24
+    mov.f32 %f4, 0f4F000001;                // 2^31 + 256
+    mov.f32 %f5, 0f4B000000;                // 2^23
+    fma.rm.f32 %f6, %f1, %f2, %f3;          // 2^24 - tiny: one binade below the addend's
+    fma.rp.f32 %f7, %f1, %f2, %f3;
+    fma.rz.f32 %f8, %f1, %f2, %f3;
+    fma.rm.f32 %f9, %f1, %f4, %f5;          // 2^23 + tiny
+    fma.rp.f32 %f10, %f1, %f4, %f5;
+    sqrt.rp.f32 %f11, %f6;                  // the fuzzer's shape: sqrt(16777215) rounded up
+    st.global.f32 [%rd2], %f6;
+    st.global.f32 [%rd2+4], %f7;
+    st.global.f32 [%rd2+8], %f8;
+    st.global.f32 [%rd2+12], %f9;
+    st.global.f32 [%rd2+16], %f10;
+    st.global.f32 [%rd2+20], %f11;
+    ret;
+}
+"""
+
+
+def test_quantized_fma_just_below_a_power_of_two() -> None:
+    """The fuzzer's fz_2806_1018: fma.rm(2^-126, -(2^31 + 256), 2^24) is 2^24 - 2^-95 -
+    2^-118, which rounds down to 2^24 - 1.  Its bounds were summed in f64, where that is
+    2^24: the binade (ulp 2) was one too high and the floor gave 2^24 - 2.  Checked against
+    the exact roundings, worked by hand, and the reference interpreter."""
+    expected = np.array([2.0 ** 24 - 1, 2.0 ** 24, 2.0 ** 24 - 1, 2.0 ** 23, 2.0 ** 23 + 1,
+                         4096.0], np.float32)      # sqrt(2^24 - 1) is just below 4096
+    out = np.zeros(6, np.float32)
+    cpuify.RawModule(ptx=EDGE_PTX).get_function("edge_fma")((1,), (1,), (out,))
+    np.testing.assert_array_equal(out, expected)
+    ref = np.zeros(6, np.float32)
+    interpret_kernel(EDGE_PTX, "edge_fma", (1,), (1,), (ref,))
+    np.testing.assert_array_equal(ref, expected)

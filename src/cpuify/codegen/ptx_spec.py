@@ -13,6 +13,7 @@ from the operands' ranges in the IR)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
@@ -728,12 +729,16 @@ def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Va
     if ra is None or rc is None or rd is None or rd[0] != rd[1]:
         return None
     addend = rd[0]
-    ends = [x * y for x in ra for y in rc]
-    lo, hi = addend + min(ends), addend + max(ends)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+    if not all(math.isfinite(x) for x in (*ra, *rc, addend)):
+        return None
+    # exactly, in rationals: 2^24 - 2^-95 is 2^24 in f64, one binade too high
+    ends = [Fraction(x) * Fraction(y) for x in ra for y in rc]
+    lo, hi = Fraction(addend) + min(ends), Fraction(addend) + max(ends)
+    if lo <= 0:
         return None
     exp = math.floor(math.log2(lo))
-    if exp < 23 or hi >= 2.0 ** (exp + 1) or exp > 126:
+    exp += (lo >= Fraction(2) ** (exp + 1)) - (lo < Fraction(2) ** exp)
+    if exp < 23 or hi >= Fraction(2) ** (exp + 1) or exp > 126:
         return None
     ulp = 2.0 ** (exp - 23)
     if addend % ulp:
