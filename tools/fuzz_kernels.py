@@ -618,7 +618,9 @@ class Generator:
             if self.mode == "sync" and rr.random() < 0.6:
                 # a segment of its own: short enough for LLVM to vectorize its thread loop
                 # (where a reordering would show)
-                body[:0] = [Stmt("code", "__syncthreads();"), self.reuse_statement(),
+                # and of cheap unsigned arithmetic only: a call, an atomic or an inner loop
+                # beside the reuse code keeps LLVM from vectorizing the thread loop
+                body[:0] = [Stmt("code", "__syncthreads();"), self.reuse_statement(cheap=True),
                             Stmt("code", "__syncthreads();")]
             for _ in range(rr.randrange(1, 4)):
                 where = rr.choice(lists)
@@ -643,18 +645,30 @@ class Generator:
         return {"ss": f"ru_s[lt * {k}u + {j}]", "si": f"ru_i[{j} * nt + lt]", "gs": f"scr[gt * {k}u + {j}]",
                 "gi": f"scr[NTOT * {k}u + {j} * NTOT + gt]", "gp": f"rp[{j}]"}[kind]
 
-    def reuse_index(self) -> str:
+    def reuse_index(self, cheap: bool = False) -> str:
         r = self.r
         if r.random() < 0.55:
             return f"{r.randrange(self.reuse_k)}u"
-        return f"(({self.expr('u32', 1, Ctx())}) % {self.reuse_k}u)"
+        return f"(({self.cheap_u32() if cheap else self.expr('u32', 1, Ctx())}) % {self.reuse_k}u)"
 
-    def reuse_statement(self) -> Stmt:
+    def cheap_u32(self) -> str:
+        """An unsigned expression of the thread's index and an input word, wrapping + * ^ only."""
+        r = self.r
+        leaf = lambda: r.choice(["lt", "gt", f"{r.randrange(1, 1 << 16)}u",
+                                 f"iu[(gt * {r.randrange(1, 40, 2)}u + {r.randrange(N_IN)}u) & {N_IN - 1}u]"])
+        out = leaf()
+        for _ in range(r.randrange(0, 3)):
+            out = f"({out} {r.choice(['+', '*', '^'])} {leaf()})"
+        return out
+
+    def reuse_statement(self, cheap: bool = False) -> Stmt:
+        """A statement of the reuse mode; `cheap`: its values and run-time indices from
+        cheap_u32 only."""
         r = self.r
         k = self.reuse_k
         at = lambda j: self.reuse_at(r.choice(self.reuse_kinds), j)
         u = self.var("u32") or "u0"
-        e = lambda: self.expr("u32", 2, Ctx())
+        e = (lambda: self.cheap_u32()) if cheap else (lambda: self.expr("u32", 2, Ctx()))
         shape = r.choice(["burst", "burst", "fill_read", "chain", "reverse"])
         if shape == "burst":       # stores at distinct j, loads in between them
             kind = r.choice(self.reuse_kinds)
@@ -662,7 +676,7 @@ class Generator:
             for j in r.sample(range(k), r.randrange(1, k + 1)):
                 parts.append(f"{self.reuse_at(kind, f'{j}u')} = {e()};")
                 if r.random() < 0.6:
-                    src = self.reuse_at(r.choice([kind, kind] + self.reuse_kinds), self.reuse_index())
+                    src = self.reuse_at(r.choice([kind, kind] + self.reuse_kinds), self.reuse_index(cheap))
                     parts.append(f"{u} = ({u} * {r.choice([3, 31, 33])}u) ^ {src};")
             return Stmt("code", "{ " + " ".join(parts) + " }")
         if shape == "fill_read":   # a loop of stores, then a loop of loads in another order
@@ -676,8 +690,8 @@ class Generator:
         if shape == "chain":       # read-modify-write of one word from another
             parts = []
             for _ in range(r.randrange(2, 5)):
-                parts.append(f"{at(self.reuse_index())} = {at(self.reuse_index())} * {r.choice([3, 5, 9])}u + {e()};")
-            parts.append(f"{u} ^= {at(self.reuse_index())};")
+                parts.append(f"{at(self.reuse_index(cheap))} = {at(self.reuse_index(cheap))} * {r.choice([3, 5, 9])}u + {e()};")
+            parts.append(f"{u} ^= {at(self.reuse_index(cheap))};")
             return Stmt("code", "{ " + " ".join(parts) + " }")
         kind = r.choice(self.reuse_kinds)   # reverse: each word from its mirror, some already rewritten
         a, b = self.reuse_at(kind, f"({k - 1}u - q_)"), self.reuse_at(kind, "q_")
