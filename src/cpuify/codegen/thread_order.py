@@ -467,7 +467,10 @@ def same_thread_dependences(fn: ir.Function, candidates: Iterable[ir.Instruction
     group) that take part in a dependence within one iteration of a thread loop of `fn`: a
     store, and a later access of the same thread that may reach its bytes.  Accesses based
     on `own_areas` (the segment's scratch arguments: parameters, thread states, kept values,
-    exchange buffers; distinct memory that no kernel pointer reaches) are left alone."""
+    exchange buffers; distinct memory that no kernel pointer reaches) are left alone.  The
+    local area is among them: a thread's local memory, and generic accesses that may reach
+    it, stay out of the group where any of them stores (SegmentValues.tag_parallel_accesses'
+    private accesses), before this check."""
     own = {id(a) for a in own_areas}
     addresses = _Addresses(fn)
     accesses: dict[ir.Instruction, _Access] = {}
