@@ -235,3 +235,15 @@ def test_fz_2806_1018_directed_fma_on_constants_just_below_a_power_of_two() -> N
     spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2806_1018.json").read_text()))
     results, _ = fuzz.run_batch([spec], specialized=True)
     assert results[0]["status"] == "ok", results[0]["detail"]
+
+
+def test_fz_2807_2107_a_thread_stride_nvcc_computes_with_a_negative_constant() -> None:
+    """The fuzzer's fz_2807_2107 (its reuse mode), kept as its generated spec: a thread
+    stores `scr[gt * 4 + 3]`, loads `scr[gt * 4 + u % 4]`, then stores the other three
+    words.  NVRTC computes gt * 4 as gt * 37 + gt * -33, and codegen/thread_order read the
+    32-bit -33 as 4294967263: a step of 4 + 2^32 per thread, no group member, so the store
+    kept the access group and LLVM's interleaved group of the four stores sank below the
+    load (every build)."""
+    spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2807_2107.json").read_text()))
+    results, _ = fuzz.run_batch([spec], specialized=True)
+    assert results[0]["status"] == "ok", results[0]["detail"]

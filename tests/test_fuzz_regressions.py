@@ -1561,3 +1561,54 @@ def test_generic_pointer_into_shared_or_local_memory_kept_across_a_barrier(optio
         out, scr = np.zeros(64, np.uint32), np.zeros(256, np.uint32)
         interpret_kernel(mod.ptx, name, (2,), blocks[0], (iu, out, scr))
         np.testing.assert_array_equal(out, _generic_across_expected(iu, 2, 32, local), err_msg=f"{name} interpreter")
+
+
+# The fuzzer's fz_2807_2107: codegen/thread_order's steps per thread are modulo 2^32 for
+# 32-bit values.  NVRTC computes `gt * 4` here as `gt * 37 + gt * -33`; the -33 read as the
+# unsigned 4294967263 made the stores' step 16 + 2^34 bytes, no interleaved group, so the
+# store of 1000 kept the access group while LLVM's group of the four stores could sink below
+# the thread's load of one of them.
+WRAPPED_STRIDE = r'''
+extern "C" __global__ void wrapped_stride(const unsigned *iu, unsigned *scr, unsigned *out) {
+  const unsigned lt = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned nt = blockDim.x * blockDim.y * blockDim.z;
+  const unsigned gt = (blockIdx.x + gridDim.x * blockIdx.y) * nt + lt;
+  __shared__ unsigned s[256];
+  unsigned u0 = iu[(gt * 7u + 183u) & 255u];
+  unsigned u1 = iu[(gt * 21u + 12u) & 255u];
+  for (unsigned q = 0u; q < 4u; q++) s[q * nt + lt] = iu[(gt * 37u + q) & 255u];
+  scr[gt * 4u + 3u] = 1000u;
+  u0 = (u0 * 33u) ^ scr[gt * 4u + (u0 % 4u)];
+  scr[gt * 4u + 2u] = u0 >> 3;
+  scr[gt * 4u + 1u] = threadIdx.x;
+  scr[gt * 4u + 0u] = u1;
+  s[lt] = s[lt] * 3u + u1;
+  u1 = (unsigned)__syncthreads_or(u0 == 7u);
+  out[gt] = u0 + u1 + s[lt];
+}'''
+
+
+def test_thread_steps_wrap_modulo_the_integer_width() -> None:
+    seg = _raw_segments(WRAPPED_STRIDE, "wrapped_stride")["cpuify_seg_wrapped_stride_0"]
+    lines = seg.splitlines()
+    store = next(ln for ln in lines if re.search(r"store i32 1000, .*align 4", ln))
+    assert "!llvm.access.group" not in store, store
+    rng = np.random.default_rng(11)
+    iu = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
+    scr0 = rng.integers(0, 2**32, 64 * 4, dtype=np.uint64).astype(np.uint32)
+    want_scr, want, u0s = scr0.copy(), np.zeros(64, np.uint32), []
+    for g in range(64):
+        lt = g % 32
+        u0, u1 = int(iu[(g * 7 + 183) & 255]), int(iu[(g * 21 + 12) & 255])
+        want_scr[g * 4 + 3] = 1000
+        u0 = ((u0 * 33) & 0xFFFFFFFF) ^ int(want_scr[g * 4 + u0 % 4])
+        want_scr[g * 4 + 2], want_scr[g * 4 + 1], want_scr[g * 4] = u0 >> 3, lt % 8, u1
+        s = (int(iu[(g * 37) & 255]) * 3 + u1) & 0xFFFFFFFF
+        want[g] = (u0 + s) & 0xFFFFFFFF                 # __syncthreads_or: 0 (below)
+        u0s.append(u0)
+    assert 7 not in u0s
+    for shape in ((8, 4, 1), (8, 4, 1)):               # the generic code, then specialized
+        scr, out = scr0.copy(), np.zeros(64, np.uint32)
+        cpuify.RawKernel(WRAPPED_STRIDE, "wrapped_stride")((2,), shape, (iu, scr, out))
+        np.testing.assert_array_equal(scr, want_scr)
+        np.testing.assert_array_equal(out, want)

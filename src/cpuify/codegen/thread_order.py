@@ -219,6 +219,8 @@ class _Strides:
             d = self._of(v, depth + 1)
         finally:
             self.busy.discard(id(v))
+        if isinstance(v.type, ir.IntType):
+            d = _wrapped(d, v.type.width)
         self.memo[id(v)] = d
         return d
 
@@ -354,6 +356,15 @@ def _divided(a: Derivative, f: int) -> Derivative:
     if any(c % f for x in a for _, c in x):
         return None
     return frozenset(tuple((k, c // f) for k, c in x) for x in a)
+
+
+def _wrapped(a: Derivative, width: int) -> Derivative:
+    """The steps of an integer of `width` bits, modulo 2^width as signed numbers: nvcc's
+    `gt * 37 + gt * -33` (its -33 a 32-bit constant, 4294967263 read unsigned) steps by 4,
+    not by 4 + 2^32 (the fuzzer's fz_2807_2107 took such a store as no group member)."""
+    if not isinstance(a, frozenset):
+        return a
+    return frozenset(tuple((k, w) for k, c in x if (w := _signed(c, width))) for x in a)
 
 
 def _signed(c: int, width: int) -> int:
