@@ -247,3 +247,15 @@ def test_fz_2807_2107_a_thread_stride_nvcc_computes_with_a_negative_constant() -
     spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2807_2107.json").read_text()))
     results, _ = fuzz.run_batch([spec], specialized=True)
     assert results[0]["status"] == "ok", results[0]["detail"]
+
+
+def test_fz_2807_2538_a_selected_shared_load_after_the_join_of_its_select() -> None:
+    """The fuzzer's fz_2807_2538 (reuse mode), kept as its generated spec: in the `else`
+    arm of an early-return `if`, `s[2] = u0 - min(u0, 2^31)` (a selp) feeds a wrapping
+    unsigned sum u1; after the join, a load of `s[lt * 5 + u1 % 5]` was split per side
+    of that selp (speculation.selected_shared_load), recomputing the sum from operands
+    whose slots the `else` arm never wrote: undefined values, a branch on them, and LLVM
+    dropped every even block's path (its threads ran past their `return`)."""
+    spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2807_2538.json").read_text()))
+    results, _ = fuzz.run_batch([spec], specialized=True)
+    assert results[0]["status"] == "ok", results[0]["detail"]

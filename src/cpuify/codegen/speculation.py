@@ -92,9 +92,13 @@ class SpeculativeValues(SyncCrossing):
                            replacement: ir.Value, *, no_wrap: bool = False,
                            entry: bool = False) -> ir.Value:
         """v computed again with `replaced` standing for `replacement` (the ops on `chain`
-        re-emitted; their results are not kept).  `no_wrap`: the integer arithmetic
-        re-emitted is known not to wrap (flags it nsw).  `entry`: emitted in the entry
-        block, where the other operands are computed afresh (see _entry_computable)."""
+        re-emitted; their results are not kept).  `no_wrap`: the index arithmetic
+        re-emitted is known not to wrap (flags nsw on the ops analysis.no_signed_wrap
+        marks, `kc.nsw`: values used only as addresses; not on a value the kernel also
+        stores or compares, whose sum may wrap in well-defined source: the fuzzer's
+        fz_2807_2538, `s[lt * 5 + u % 5]` with u a wrapping unsigned sum over the select,
+        made the load's address poison and LLVM dropped the path).  `entry`: emitted in the
+        entry block, where the other operands are computed afresh (see _entry_computable)."""
         with self.speculation(self.b):
             self.vals = dict(self.vals)
 
@@ -106,8 +110,9 @@ class SpeculativeValues(SyncCrossing):
                 assert isinstance(x, OpResult)
                 for o in x.op.operands:
                     self.vals[o] = emit(o)
+                no_wrap_here = no_wrap and x in self.kc.nsw
                 amount = const_int(x.op.operands[1]) if x.op.name == "ptx.shl" else None
-                if no_wrap and amount is not None and 0 <= amount < _width(IR_LLVM[x.type]):
+                if no_wrap_here and amount is not None and 0 <= amount < _width(IR_LLVM[x.type]):
                     # (the handler guards the shift amount with a select that hides the flag)
                     got = self.b.shl(self.coerce_bits(self.vals[x.op.operands[0]], IR_LLVM[x.type]),
                                      ir.Constant(IR_LLVM[x.type], amount), flags=["nsw"])
@@ -116,7 +121,7 @@ class SpeculativeValues(SyncCrossing):
                 handler = HANDLERS.get(x.op.name) or PTX_HANDLERS[x.op.name]
                 handler(self, x.op)
                 got = self.vals[x]
-                if no_wrap and isinstance(got, ir.Instruction) and \
+                if no_wrap_here and isinstance(got, ir.Instruction) and \
                         got.opname in ("add", "sub", "mul", "shl") and "nsw" not in got.flags:
                     got.flags.append("nsw")
                 return got
@@ -306,7 +311,7 @@ class SpeculativeValues(SyncCrossing):
         be).  None when the address has no such select, or all threads take one side."""
         if self.masked_loop or self.lane_group is not None:
             return None
-        chain, sel = self._select_in_address(op.operands[0])
+        chain, sel = self._select_in_address(op)
         if sel is None:
             return None
         on_true, on_false, cond = sel.operands
@@ -408,12 +413,27 @@ class SpeculativeValues(SyncCrossing):
             sides = [x - (1 << bits) if x >= 1 << (bits - 1) else x for x in sides]
         return s * (sides[0] - sides[1])
 
-    def _select_in_address(self, addr: Value) -> tuple[set[Value], Operation | None]:
-        """(the values on the way from `addr` down to a `selp` of integers, that selp)
-        when addr is integer arithmetic over exactly one such selp."""
-        return _one_in_address(addr, lambda op: op.name == "ptx.selp" and len(op.operands) == 3
-                               and op.results[0].type in ("i16", "i32", "i64"),
-                               self.restored_from_slots())
+    def _select_in_address(self, op: Operation) -> tuple[set[Value], Operation | None]:
+        """(the values on the way from the address of `op` down to a `selp` of integers, that
+        selp) when the address is integer arithmetic over exactly one such selp whose
+        values the segment has at hand where `op` is: the sides are computed again from
+        the select's operands and the other operands on the way, and a value of another
+        block is there only where its block stored it for a use elsewhere (the fuzzer's
+        fz_2807_2538: a selp and the sum over it computed in the `else` arm of an `if`, the
+        load after the join; the operands' slots were never written, and LLVM took the
+        load's path as unreachable)."""
+        chain, sel = _one_in_address(op.operands[0], lambda o: o.name == "ptx.selp" and len(o.operands) == 3
+                                     and o.results[0].type in ("i16", "i32", "i64"),
+                                     self.restored_from_slots())
+        if sel is None:
+            return chain, None
+        read = [o for v in chain if isinstance(v, OpResult) for o in v.op.operands
+                if o not in chain and o is not sel.results[0]] + list(sel.operands)
+        for v in read:
+            if isinstance(v, OpResult) and v.op.parent is not op.parent \
+                    and v.op.name != "upir.const" and not self.used_elsewhere(v):
+                return chain, None
+        return chain, sel
 
     def clamp_sides(self, op: Operation) -> tuple[set[Value], Operation, Value, Value] | None:
         """For a load whose address goes through one min/max: (the values between the
