@@ -575,7 +575,7 @@ FAST_WITHOUT = {
     "histogram": {"interchange-thread-strided-loops"},
     "row_stored_sum": {"split-in-order-sums"},
     "uniform_loop": {"interchange-uniform-loops"},
-    "tree_sum": {"min-cut-fission"},
+    "tree_sum": {"min-cut-fission", "thread-index-ranges"},
     "warp_max": {"simd-collectives"},
     "row_max": {"flush-min-max-at-uses"},
 }
