@@ -1,15 +1,18 @@
 """The Polygeist paper's Fig. 9 (Rodinia's backprop layer, `if (tx == 0) node[ty] = ...;`
 before a barrier, and the weights written back to `hidden` before the `tx == 0` threads write
-`output`), through cpuify with the default pipeline, without the launch-time variant for
-non-overlapping arrays, without barrier-motion, and with no passes at all, in one process.
+`output`), through cpuify with the default pipeline, with each of the passes that change it
+left out in turn, and with no passes at all, in one process: issue 15's figure "Fig. 9:
+>= 1.5x faster with the passes than without".
 
-    python -m benchmarks.barrier_motion [--blocks 4096] [--rounds 40] [--json out.json]
+    CPUIFY_NUM_THREADS=1 python -m benchmarks.barrier_motion [--blocks 4096] [--rounds 40]
+    CPUIFY_NUM_THREADS=2 python -m benchmarks.barrier_motion ...
 
 The calls of the builds are interleaved (this machine is shared and noisy); each round
-times a batch of calls, and the best round counts, as wall time and as the process's CPU
-time (all of cpuify's workers together: less sensitive to being descheduled).  `hidden` is
-restored before each round (the kernel writes it).  The outputs of the builds are compared
-with each other and with NumPy."""
+times a batch of calls of every build, and prints per build the best round, as wall time
+and as the process's CPU time (all of cpuify's workers together: with one worker, the CPU
+time of one thread), and the ratio "no passes / this": the median over the rounds of the
+ratio within each round (and the range).  `hidden` is restored before each round (the
+kernel writes it).  The outputs of the builds are compared with each other and with NumPy."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import time
 import numpy as np
 
 import cpuify
+from cpuify.transforms.pass_manager import default_pipeline
 
 SOURCE = r'''
 #define H 16
@@ -45,11 +49,19 @@ extern "C" __global__ void fig9(const float *input, float *hidden, float *output
     if (tx == 0) output[by * hid + ty] = weights[tx][ty];   // when the two may overlap
 }'''
 
+#: the default pipeline with barrier-elimination's rule as the paper states it
+PAPER_RULE = "--passes=" + ",".join(
+    "barrier-elimination{adjacent_intervals=false}" if p == "barrier-elimination" else p
+    for p in default_pipeline())
+
 #: build -> (options, the launch-time variant for non-overlapping arrays allowed)
 BUILDS = {
     "passes": ((), True),
     "no noalias variant": ((), False),
+    "no store-forwarding": (("--disable-pass=store-forwarding",), True),
+    "paper's barrier rule": ((PAPER_RULE,), True),
     "no barrier-motion": (("--disable-pass=barrier-motion",), True),
+    "no thread-index-ranges": (("--disable-pass=thread-index-ranges",), True),
     "no passes": (("--passes=",), True),
 }
 
@@ -86,7 +98,9 @@ def main() -> None:
         fns[name], outs[name], hiddens[name] = f, out, hidden
     os.environ.pop("CPUIFY_NOALIAS_VARIANTS")
     best = {name: [float("inf"), float("inf")] for name in BUILDS}
+    ratios: dict[str, list[float]] = {name: [] for name in BUILDS}
     for _ in range(args.rounds):
+        cpu_round = {}
         for name, f in fns.items():
             out, hidden = outs[name], hiddens[name]
             np.copyto(hidden, hidden0)
@@ -96,18 +110,26 @@ def main() -> None:
             cpu = (time.process_time() - t_cpu) / args.batch
             wall = (time.perf_counter() - t_wall) / args.batch
             best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
+            cpu_round[name] = cpu
+        for name in BUILDS:
+            ratios[name].append(cpu_round["no passes"] / cpu_round[name])
     base = best["no passes"]
-    print(f"Fig. 9 layer, {blocks} blocks of 16 x 16 (best of {args.rounds} rounds of "
-          f"{args.batch} calls)")
-    print(f"{'build':<20} {'wall ms':>9} {'cpu ms':>9} {'no passes / this (wall)':>24}")
+    workers = os.environ.get("CPUIFY_NUM_THREADS", "all cores")
+    print(f"Fig. 9 layer, {blocks} blocks of 16 x 16, CPUIFY_NUM_THREADS={workers} (best of "
+          f"{args.rounds} interleaved rounds of {args.batch} calls)")
+    print(f"{'build':<24} {'wall ms':>8} {'cpu ms':>8} {'no passes / this (cpu, best)':>29} "
+          f"{'per round: median [min, max]':>29}")
     for name, (wall, cpu) in best.items():
-        print(f"{name:<20} {wall * 1e3:>9.3f} {cpu * 1e3:>9.3f} {base[0] / wall:>24.2f}")
+        r = sorted(ratios[name])
+        print(f"{name:<24} {wall * 1e3:>8.3f} {cpu * 1e3:>8.3f} {base[1] / cpu:>29.2f} "
+              f"{r[len(r) // 2]:>15.2f} [{r[0]:.2f}, {r[-1]:.2f}]")
     variant_runs = {name: f.noalias_launches for name, f in fns.items()}
     print("launches that ran the variant for non-overlapping arrays: " +
           ", ".join(f"{name} {n}" for name, n in variant_runs.items()))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"blocks": blocks, "best": best, "noalias_launches": variant_runs},
+            json.dump({"blocks": blocks, "workers": workers, "best": best, "ratios": ratios,
+                       "noalias_launches": variant_runs},
                       fh, indent=1)
 
 

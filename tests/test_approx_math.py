@@ -312,7 +312,7 @@ def test_no_libm_calls_in_vectorized_loop():
     }'''
     module = parse_ptx(compile_to_ptx(src, options=("--use_fast_math",)).ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_optimized(module, module.functions["ex"]), (256, 1, 1))
+    gen.add_kernel(lift_optimized(module, module.functions["ex"], (256, 1, 1)), (256, 1, 1))
     text = str(jit.optimize(gen.llvm_text()))
     for name in ("exp2f", "log2f", "sinf", "cosf", "llvm.exp2", "llvm.log2", "llvm.sin",
                  "llvm.cos"):

@@ -125,7 +125,7 @@ def test_inverse_distance_cubes_match_numpy(mod, block):
 def test_estimate_is_used_with_avx512(ptx):
     module = parse_ptx(ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_optimized(module, module.functions["rsq"]), (256, 1, 1))
+    gen.add_kernel(lift_optimized(module, module.functions["rsq"], (256, 1, 1)), (256, 1, 1))
     text = gen.llvm_text()
     if not jit.has_avx512():
         assert "reciprocal-estimates" not in text and "afn" not in text

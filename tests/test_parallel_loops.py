@@ -61,7 +61,7 @@ def ptx():
 def _llvm_text(ptx, name, block_dims=None):
     module = parse_ptx(ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_optimized(module, module.functions[name]), block_dims)
+    gen.add_kernel(lift_optimized(module, module.functions[name], block_dims), block_dims)
     return gen.llvm_text()
 
 
@@ -167,14 +167,14 @@ extern "C" __global__ void tree_sum_all_write(const float *x, float *out, float 
 def test_tree_steps_narrow_the_thread_loop():
     from cpuify.codegen.llvm_gen import KernelCodegen
     module = parse_ptx(compile_to_ptx(TREE_SRC).ptx)
-    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["tree_sum"]),
+    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["tree_sum"], (256, 1, 1)),
                        (256, 1, 1))
     x_stops = sorted((r[0][1] for r in kc.thread_range.values()), reverse=True)
     assert x_stops[:3] == [128, 64, 32] and x_stops[-1] == 1     # the last: if (t == 0)
     generic = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["tree_sum"]))
     assert generic.thread_range == {}         # only code specialized for the block shape
     kc2 = KernelCodegen(ModuleCodegen(module),
-                        lift_optimized(module, module.functions["tree_sum_all_write"]), (256, 1, 1))
+                        lift_optimized(module, module.functions["tree_sum_all_write"], (256, 1, 1)), (256, 1, 1))
     # the tree steps store `mark` in every thread: only the final `if (t == 0)` is narrowed
     assert list(kc2.thread_range.values()) == [((0, 1, 1), (0, 1, 1), (0, 1, 1))]
 
@@ -220,7 +220,7 @@ extern "C" __global__ void layer(const float *in, const float *w, float *part, f
 def test_thread_index_conditions_narrow_2d_thread_loops():
     from cpuify.codegen.llvm_gen import KernelCodegen
     module = parse_ptx(compile_to_ptx(ROWS_SRC).ptx)
-    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["layer"]),
+    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["layer"], (16, 16, 1)),
                        (16, 16, 1))
     ranges = set(kc.thread_range.values())
     assert ((0, 1, 1), (0, 16, 1), (0, 1, 1)) in ranges          # if (tx == 0)
@@ -308,7 +308,7 @@ def test_streaming_rows_are_unmasked_vector_loops():
     from cpuify.codegen import jit
     module = parse_ptx(compile_to_ptx(ROW_SRC).ptx)
     gen = ModuleCodegen(module, *jit.triple_and_layout())
-    gen.add_kernel(lift_optimized(module, module.functions["triad"]), (256, 1, 1))
+    gen.add_kernel(lift_optimized(module, module.functions["triad"], (256, 1, 1)), (256, 1, 1))
     text = str(jit.optimize(gen.llvm_text()))
     # the copy for blocks whose threads all pass `i < n`: plain vector loads and a store
     bodies = [blk for blk in text.split("\n\n") if re.match(r"vector\.body[0-9]*:", blk)
@@ -323,7 +323,7 @@ def test_streaming_rows_are_unmasked_vector_loops():
 def _specialized_llvm(name: str, block: tuple[int, int, int]) -> str:
     module = parse_ptx(compile_to_ptx(ROW_SRC).ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_optimized(module, module.functions[name]), block)
+    gen.add_kernel(lift_optimized(module, module.functions[name], block), block)
     return gen.llvm_text()
 
 
@@ -460,22 +460,22 @@ extern "C" __global__ void not_at_end(float *a, float *b) {
 def test_thread_index_ifs_at_the_end_of_a_segment_are_deferred():
     from cpuify.codegen.llvm_gen import KernelCodegen
     module = parse_ptx(compile_to_ptx(HALO_SRC).ptx)
-    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["blur"]),
+    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["blur"], (16, 8, 1)),
                        (16, 8, 1))
     assert [r.ranges for r in kc.deferred[0]] == [
         ((0, 1, 1), (0, 8, 1), (0, 1, 1)), ((15, 16, 1), (0, 8, 1), (0, 1, 1)),
         ((0, 16, 1), (0, 1, 1), (0, 1, 1)), ((0, 16, 1), (7, 8, 1), (0, 1, 1))]
-    other = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["not_at_end"]),
+    other = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["not_at_end"], (32, 1, 1)),
                           (32, 1, 1))
     assert other.deferred == {}
     tail = KernelCodegen(ModuleCodegen(module),
-                         lift_optimized(module, module.functions["tail_after_data_if"]), (64, 1, 1))
+                         lift_optimized(module, module.functions["tail_after_data_if"], (64, 1, 1)), (64, 1, 1))
     assert [r.ranges for r in tail.deferred[1]] == [((63, 64, 1), (0, 1, 1), (0, 1, 1))]
     text = compile_to_ptx(HALO_SRC).ptx
     body = text[text.index("load_then_node("):]
     assert re.search(r"@%p\d+ bra\s+(\S+);\s+bra.uni", body)     # the layout above
     node = KernelCodegen(ModuleCodegen(module),
-                         lift_optimized(module, module.functions["load_then_node"]), (16, 8, 1))
+                         lift_optimized(module, module.functions["load_then_node"], (16, 8, 1)), (16, 8, 1))
     assert [r.ranges for r in node.deferred[0]] == [((0, 1, 1), (0, 8, 1), (0, 1, 1))]
 
 
@@ -556,7 +556,7 @@ extern "C" __global__ void butterfly(const int *x, int *out, int m) {
 def test_partner_indices_run_in_lane_groups():
     from cpuify.codegen.llvm_gen import KernelCodegen
     module = parse_ptx(compile_to_ptx(NETWORK_SRC).ptx)
-    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["bitonic_tile"]),
+    kc = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["bitonic_tile"], (128, 1, 1)),
                        (128, 1, 1))
     assert kc.lane_groups
     generic = KernelCodegen(ModuleCodegen(module),
@@ -655,6 +655,6 @@ def test_items_per_thread_store_without_scatters():
         pytest.skip("the scatters in question are AVX-512's")
     module = parse_ptx(compile_to_ptx(ITEMS_SRC).ptx)
     gen = ModuleCodegen(module)
-    gen.add_kernel(lift_optimized(module, module.functions["scan_items"]), (256, 1, 1))
+    gen.add_kernel(lift_optimized(module, module.functions["scan_items"], (256, 1, 1)), (256, 1, 1))
     asm = jit.emit_assembly(jit.optimize(gen.llvm_text()))
     assert "vpscatter" not in asm

@@ -168,6 +168,17 @@ extern "C" __global__ void two_phases(const float *__restrict__ x, const float *
     __syncthreads();
     out[t] = s3[t] * 0.5f;
 }''',
+    # store-forwarding: a same-thread round trip through shared memory across a barrier
+    "round_trip": r'''
+extern "C" __global__ void round_trip(const float *x, float *out) {
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = x[blockIdx.x * 64 + t];
+    __syncthreads();
+    s[t] = s[t] * 2.0f;
+    __syncthreads();
+    out[blockIdx.x * 64 + t] = s[63 - t];
+}''',
     # parallel-licm, block level: a block-invariant row sum
     "row_normalize": r'''
 extern "C" __global__ void row_normalize(const float *x, float *y, int cols) {
@@ -416,6 +427,7 @@ CASES = {
     "uniform_loop": Case((1,), (32,), lambda r: [r.random((32, 4), dtype=np.float32), np.zeros(32, np.float32),
                                                  np.int32(32)]),
     "two_phases": Case((1,), (64,), lambda r: [_f32(r, 64), _f32(r, 64), np.zeros(64, np.float32)]),
+    "round_trip": Case((2,), (64,), lambda r: [_f32(r, 128), np.zeros(128, np.float32)]),
     "row_normalize": Case((3,), (16,), lambda r: [_f32(r, 120), np.zeros(120, np.float32), np.int32(40)]),
     "staged": Case((2,), (8, 8), lambda r: [_f32(r, 16), _f32(r, 128), np.zeros(128, np.float32)]),
     "tree_sum": Case((2,), (64,), lambda r: [_f32(r, 128), np.zeros(2, np.float32)]),
@@ -575,7 +587,8 @@ FAST_WITHOUT = {
     "histogram": {"interchange-thread-strided-loops"},
     "row_stored_sum": {"split-in-order-sums"},
     "uniform_loop": {"interchange-uniform-loops"},
-    "tree_sum": {"min-cut-fission"},
+    "tree_sum": {"min-cut-fission", "thread-index-ranges"},
+    "round_trip": {"store-forwarding"},
     "warp_max": {"simd-collectives"},
     "row_max": {"flush-min-max-at-uses"},
 }

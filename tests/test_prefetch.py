@@ -149,7 +149,7 @@ def test_which_accesses_are_prefetched(ptx):
 
 
 def test_loops_with_barriers_prefetch_their_next_loads(ptx):
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["tiled_mm"]),
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["tiled_mm"], (16, 16, 1)),
                        (16, 16, 1))
     # the segment after the second barrier loads the next tiles (the counter and the tile
     # pointers cross it); every row of both tiles, two probes per row (a 64-byte row may

@@ -160,7 +160,7 @@ def ptx():
 
 def _branches(ptx, kernel, block):
     """{resume: (comparisons, inside, how the decided copy's threads stop)}."""
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel]), block)
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel], block), block)
     return {r: ([cmp for _, _, cmp, _ in rb.terms], rb.inside,
                 None if not rb.decided_convergent else
                 "exit" if rb.decided_exit else
@@ -182,7 +182,7 @@ def test_which_branches(ptx):
         1: (["gt", "le", "ge"], False, "same"), 3: (["gt", "le", "ge"], False, "same")}
     # pathfinder's clamped neighbours, read inside the interval: a copy without the clamps
     gen = ModuleCodegen(ptx)
-    gen.add_kernel(lift_optimized(ptx, ptx.functions["neighbours"]), (128, 1, 1))
+    gen.add_kernel(lift_optimized(ptx, ptx.functions["neighbours"], (128, 1, 1)), (128, 1, 1))
     assert "clamp.idle" in gen.llvm_text()
     # generic code, 2-D blocks: none
     kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions["guard"]), None)
@@ -198,7 +198,7 @@ def test_which_branches(ptx):
 
 def _further(ptx, kernel, block):
     """The further branches the copy of the first segment decides: (comparisons, inside)."""
-    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel]), block)
+    kc = KernelCodegen(ModuleCodegen(ptx), lift_optimized(ptx, ptx.functions[kernel], block), block)
     return [([cmp for _, _, cmp, _ in terms], inside)
             for _, terms, inside in kc.range_branches[0].also]
 
@@ -370,7 +370,7 @@ def test_two_guards_copy_loads_without_masks(ptx):
     # for the second guard, or a gather for its address, made it 2x slower)
     from cpuify.codegen import jit
     gen = ModuleCodegen(ptx, *jit.triple_and_layout())
-    gen.add_kernel(lift_optimized(ptx, ptx.functions["two_guards"]), (128, 1, 1))
+    gen.add_kernel(lift_optimized(ptx, ptx.functions["two_guards"], (128, 1, 1)), (128, 1, 1))
     text = str(jit.optimize(gen.llvm_text()))
     assert not re.search(r"call <[0-9]+ x float> @llvm\.masked\.gather", text)
     loops = [blk for blk in text.split("\n\n") if re.match(r"vector\.body[0-9]*:", blk)]

@@ -49,7 +49,7 @@ extern "C" __global__ void both_live(const float *in, float *out, int iters) {
 
 def _codegen(kernel: str) -> KernelCodegen:
     module = parse_ptx(compile_to_ptx(SRC).ptx)
-    return KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions[kernel]),
+    return KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions[kernel], (64, 1, 1)),
                          (64, 1, 1))
 
 

@@ -85,9 +85,11 @@ def pipeline_options(options: Sequence[str] = ()) -> tuple[PipelineOptions, list
     return PipelineOptions.parse(env + [str(o) for o in options])
 
 
-def lift_optimized(module, entry) -> LiftedKernel:  # type: ignore[no-untyped-def]
-    """One kernel lifted and run through the default pipeline (what compile_ptx compiles)."""
-    return lift_and_optimize(module, entry, PipelineOptions())[0]
+def lift_optimized(module, entry,  # type: ignore[no-untyped-def]
+                   block_dims: tuple[int, int, int] | None = None) -> LiftedKernel:
+    """One kernel lifted and run through the default pipeline (what compile_ptx compiles;
+    with `block_dims`, what compile_specialized compiles for that block shape)."""
+    return lift_and_optimize(module, entry, PipelineOptions(), block_dims)[0]
 
 
 def lift_and_optimize(module, entry, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]

@@ -98,3 +98,54 @@ def _special_ops(v: Value, depth: int = 0) -> list[Operation]:
     if v.op.name == "upir.special":
         return [v.op]
     return [s for o in v.op.operands for s in _special_ops(o, depth + 1)]
+
+
+#: thread-index-ranges' mark on a `cf.cond_br` whose condition is a function of one thread
+#: index (transforms/thread_ranges.py): [dim, the block's extent along dim it was computed
+#: for]; with, per way, (start, stop, step) along dim of the threads that take it, where
+#: those are an arithmetic progression (empty: [0, 0, 1])
+THREAD_INDEX_IF = "thread_index_if"
+THREADS_TAKING = ("threads_true", "threads_false")
+
+
+def progression(work: list[int]) -> tuple[int, int, int] | None:
+    """(start, stop, step) with range(start, stop, step) == work (sorted); (0, 0, 1) for
+    none; None unless work is an arithmetic progression."""
+    if not work:
+        return 0, 0, 1
+    lo, step, hi = work[0], (work[1] - work[0] if len(work) > 1 else 1), work[-1] + 1
+    return (lo, hi, step) if work == list(range(lo, hi, step)) else None
+
+
+def mark_thread_index_if(branch: Operation, block_dims: tuple[int, int, int]) -> bool:
+    """Records on `branch` (a cf.cond_br) which threads take each of its ways, when its
+    condition is a function of one thread index; whether it did."""
+    found = thread_index_condition(branch.operands[0], block_dims)
+    if found is None:
+        return False
+    dim, true_for = found
+    false_for = sorted(set(range(block_dims[dim])) - set(true_for))
+    branch.attributes[THREAD_INDEX_IF] = [dim, block_dims[dim]]
+    for key, work in zip(THREADS_TAKING, (true_for, false_for)):
+        box = progression(work)
+        if box is None:
+            branch.attributes.pop(key, None)
+        else:
+            branch.attributes[key] = list(box)
+    return True
+
+
+def marked_threads(branch: Operation, way: int, block_dims: tuple[int, int, int]
+                   ) -> tuple[int, tuple[int, int, int]] | None:
+    """(dim, (start, stop, step)) of the threads that take successor `way` of a branch
+    thread-index-ranges marked for this block shape; None when it is unmarked, marked for
+    another extent, or those threads are no arithmetic progression."""
+    mark = branch.attributes.get(THREAD_INDEX_IF)
+    if mark is None:
+        return None
+    dim, extent = (int(x) for x in mark)
+    box = branch.attributes.get(THREADS_TAKING[way])
+    if block_dims[dim] != extent or box is None:
+        return None
+    lo, hi, step = (int(x) for x in box)
+    return dim, (lo, hi, step)

@@ -62,19 +62,12 @@ def depends_on(v: Value, leaf: Value, max_depth: int, depth: int = 0) -> bool:
     return any(depends_on(o, leaf, max_depth, depth + 1) for o in v.op.operands)
 
 
-def thread_box(dims: tuple[int, int, int], dim: int, work: list[int]
-               ) -> tuple[tuple[int, int, int], ...] | None:
-    """(start, stop, step) for the x, y and z thread loops over the block `dims` where the
-    indices along `dim` are `work` (sorted); None unless `work` is an arithmetic
-    progression."""
-    if not work:
-        lo, hi, step = 0, 0, 1
-    else:
-        lo, step, hi = work[0], (work[1] - work[0] if len(work) > 1 else 1), work[-1] + 1
-        if work != list(range(lo, hi, step)):
-            return None
+def thread_ranges_along(dims: tuple[int, int, int], dim: int, along: tuple[int, int, int]
+                        ) -> tuple[tuple[int, int, int], ...]:
+    """(start, stop, step) for the x, y and z thread loops over the block `dims`: `along` for
+    dimension `dim`, every thread for the others."""
     ranges = [(0, d, 1) for d in dims]
-    ranges[dim] = (lo, hi, step)
+    ranges[dim] = along
     return tuple(ranges)
 
 

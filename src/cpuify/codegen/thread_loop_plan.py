@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.sync_points import SyncPoint
-from cpuify.analysis.thread_index import thread_index_condition
+from cpuify.analysis.thread_index import THREAD_INDEX_IF, marked_threads
 from cpuify.analysis.uniformity import uses_special
 from cpuify.codegen.helpers import (
     ENTRY_SPECIALS, access_size, const_int, depends_on, forwards_to, is_thread_x, pure_over,
-    row_probes, thread_box,
+    row_probes, thread_ranges_along,
 )
 from cpuify.codegen.layout import SYNC_KINDS
 from cpuify.codegen.segment_paths import SegmentPaths
@@ -407,9 +407,8 @@ class ThreadLoopPlans(SegmentPaths):
     def _deferrable(self, branch: Operation, restored: set[Value]) -> DeferredRegion | None:
         dims = self.block_dims
         assert dims is not None
-        found = thread_index_condition(branch.operands[0], dims)
         join = self.ipdom.get(branch.parent) if branch.parent is not None else None
-        if found is None or join is None or branch.successors[0] is branch.successors[1] or \
+        if join is None or branch.successors[0] is branch.successors[1] or \
                 any(branch.successor_args):
             return None
         # one way goes to the join, directly or through blocks that only jump (nvcc's
@@ -417,13 +416,15 @@ class ThreadLoopPlans(SegmentPaths):
         ways = [forwards_to(succ, join) for succ in branch.successors]
         if ways.count(True) != 1:
             return None
-        dim, true_for = found
-        entry = branch.successors[ways.index(False)]
-        work = true_for if entry is branch.successors[0] else \
-            sorted(set(range(dims[dim])) - set(true_for))
-        ranges = thread_box(dims, dim, work)
-        if not work or len(work) == dims[dim] or ranges is None:
+        # the threads that run the `if` (thread-index-ranges' mark)
+        found = marked_threads(branch, ways.index(False), dims)
+        if found is None:
             return None
+        dim, (lo, hi, step) = found
+        entry = branch.successors[ways.index(False)]
+        if lo >= hi or (lo, hi, step) == (0, dims[dim], 1):
+            return None
+        ranges = thread_ranges_along(dims, dim, (lo, hi, step))
         blocks: set[Block] = set()
         stack = [entry]
         while stack:
@@ -467,14 +468,15 @@ class ThreadLoopPlans(SegmentPaths):
         branch = next((op for op in blk.ops[pos:] if not (info(op).pure and op.results)), None)
         if branch is None or branch.name != "cf.cond_br" or any(branch.successor_args):
             return None
-        found = thread_index_condition(branch.operands[0], dims)
-        if found is None:
-            return None
-        dim, true_for = found
+        if branch.attributes.get(THREAD_INDEX_IF) is None:
+            return None     # (thread-index-ranges marks the branches on one thread index)
         target = self.only_next.get(resume)
         skip = [k for k, succ in enumerate(branch.successors)
                 if self._only_goes_on(succ, None if target is None else target.op)]
         if len(skip) != 1:
+            return None
+        found = marked_threads(branch, 1 - skip[0], dims)
+        if found is None:
             return None
         # skipped threads store nothing, so every value kept at the next sync point must
         # already be in its slot: kept at the resume point too, not recomputed there (the
@@ -485,8 +487,7 @@ class ThreadLoopPlans(SegmentPaths):
                                    any(self.defined_in_segment(v, resume) or v not in kept_here
                                        for v in target.live)):
             return None     # skipped threads would have to contribute or keep a value
-        work = true_for if skip[0] == 1 else sorted(set(range(dims[dim])) - set(true_for))
-        return thread_box(dims, dim, work)
+        return thread_ranges_along(dims, *found)
 
     def range_branch(self, resume: int) -> RangeBranch | None:
         """The branch of the segment from `resume` whose thread loop gets a copy for blocks

@@ -3,13 +3,21 @@
 A `__syncthreads()` orders memory between the threads of a block: it is needed only where a
 thread, after it, may touch a location another thread touched before it (at least one of
 the two writing).  With M_before the accesses from the previous barrier (or the kernel's
-start) up to barrier B, M_after all accesses after B (to the kernel's end, around loops),
-and the all-the-way / up-to-the-next-barrier versions the other way round, B can go when
+start) up to barrier B and M_after those from B up to the next barrier (or the kernel's
+end; both walked along every path, around loops), B can go when
 
-    conflicts(M_before up to the previous barrier, M_after to the end) is empty
-        (B's ordering is provided by the previous barrier), or
-    conflicts(M_before from the start, M_after up to the next barrier) is empty
-        (the next barrier provides it),
+    conflicts(M_before, M_after) is empty:
+
+removing B merges its two barrier intervals, and only their accesses lose an order; every
+other pair stays ordered by the barriers around them.  The barriers are removed one at a
+time, each test walking the IR as the removals before it left it (the next barrier's
+M_before then reaches back past B), so the rule composes.  This is weaker than the paper's
+(`adjacent_intervals=false`: M_before compared with all accesses up to the kernel's end, or
+all accesses from the start with M_after), which keeps, e.g., Fig. 9's barrier between its
+load of `hidden[index]` and the multiplication once store-forwarding has removed the
+shared-memory round trip between them: the load may touch the element another thread
+writes at the kernel's end (`index` is injective in the thread only when hid >= 15), an
+order that the four barriers of the reduction tree provide anyway.
 
 where two accesses conflict when they may touch the same location from *different* threads
 and one writes: reads never conflict with reads; local and parameter memory are per thread;
@@ -79,12 +87,16 @@ class BarrierElimination:
     name: str = "barrier-elimination"
     # keep a barrier that separates code only some threads run from code all threads run
     keep_divergent_splits: bool = True
+    # a barrier goes when its two barrier intervals do not conflict (false: the paper's
+    # rule, one side compared with everything to the kernel's start or end)
+    adjacent_intervals: bool = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         candidates: set[int] = set()
         removed = eliminate_barriers(block_body(kernel), tuple(dims) if dims else None,  # type: ignore[arg-type]
                                      keep_divergent_splits=self.keep_divergent_splits,
+                                     adjacent_intervals=self.adjacent_intervals,
                                      analyses=analyses, noalias=noalias_params(kernel),
                                      candidates=candidates)
         record_noalias_candidates(kernel, candidates)
@@ -332,6 +344,7 @@ def _ends_in_thread_index_ifs(barrier: Operation, block_dims: tuple[int, int, in
 
 def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None = None, *,
                        keep_divergent_splits: bool = True, motion: bool = False,
+                       adjacent_intervals: bool = False,
                        analyses: AnalysisManager | None = None,
                        noalias: frozenset[int] = frozenset(),
                        candidates: set[int] | None = None) -> int:
@@ -426,17 +439,28 @@ def eliminate_barriers(region: Region, block_dims: tuple[int, int, int] | None =
                 if splits and keep_divergent_splits and not motion or motion and not splits:
                     continue            # it isolates code only some threads run
                 before_near = effects(near_before_ops)
-                after_all = effects(_walk(region, op, True, False, preds))
-                if conflict(before_near, after_all):
-                    before_all = effects(_walk(region, op, False, False, preds))
+                if adjacent_intervals:
+                    # the barrier orders only its two intervals' accesses: the others stay
+                    # ordered by the barriers around them (each removal re-walks the IR)
                     after_near = effects(near_after_ops)
-                    if conflict(before_all, after_near):
+                    if conflict(before_near, after_near):
                         if candidates is not None:
-                            got = [g for g in (alias_only(before_near, after_all),
-                                               alias_only(before_all, after_near)) if g]
+                            got = alias_only(before_near, after_near)
                             if got:
-                                candidates.update(_parameter_cover(min(got, key=len)))
+                                candidates.update(_parameter_cover(got))
                         continue
+                else:
+                    after_all = effects(_walk(region, op, True, False, preds))
+                    if conflict(before_near, after_all):
+                        before_all = effects(_walk(region, op, False, False, preds))
+                        after_near = effects(near_after_ops)
+                        if conflict(before_all, after_near):
+                            if candidates is not None:
+                                got = [g for g in (alias_only(before_near, after_all),
+                                                   alias_only(before_all, after_near)) if g]
+                                if got:
+                                    candidates.update(_parameter_cover(min(got, key=len)))
+                            continue
                 if motion:
                     assert block_dims is not None
                     if not _hoist_past_if(op, block_dims, uniform, ipdom, idom, preds,

@@ -12,6 +12,13 @@ that same address reads the last store of its own thread.  The load is replaced 
 stored value; a store whose value nobody reads before the thread's next store there (no
 load of the variable, by any thread, in the barrier intervals in between) is removed.
 
+Across a barrier, a load is forwarded only when the store it reads then goes (no other
+thread's load reads it): otherwise the value would be kept per thread across the barrier,
+in a slot, while the store stays for the other threads, which costs what the load saved.
+In the default pipeline before barrier-elimination: with Fig. 9's store and load gone, the
+barrier between them orders nothing (`weights[ty][tx] = hidden[index] * node[ty]` in one
+interval, the paper's IV-B).
+
 Needs the block shape (injectivity; the kernel's `block_dims`).  Only plain scalar
 accesses of `__shared__` variables qualify: no atomics, volatile or vector accesses, and no
 shared access whose variable is unknown."""
@@ -96,10 +103,16 @@ def forward_stores(region: Region, block_dims: tuple[int, int, int]) -> int:
             continue
         # every store of the variable writes the storing thread's own element: a load at
         # that element reads the thread's last store there
-        for load in [op for op in ops if op.name == "ptx.ld" and form(op) == f]:
+        own = {op for op in ops if op.name == "ptx.ld" and form(op) == f}
+        for load in [op for op in ops if op in own]:
             store = _reaching_store(load, stores, idom, preds, symbols.loop_blocks)
             if store is None or store.operands[1].type != load.results[0].type or \
                     type_size(ty(load)) != size:
+                continue
+            if not _same_interval(store, load) and \
+                    not _dead_once_forwarded(region, store, ops, own, preds):
+                # the value would be kept per thread across the barrier, in a slot, while
+                # the store stays for the other threads' loads: no cheaper than the load
                 continue
             replace_all_uses(load.results[0], store.operands[1])
             load.drop_uses()
@@ -146,6 +159,37 @@ def _reaching_store(load: Operation, stores: list[Operation], idom,  # type: ign
     return candidate
 
 
+def _same_interval(store: Operation, load: Operation) -> bool:
+    """Whether `load` follows `store` in its block with no barrier between."""
+    blk = store.parent
+    if blk is None or load.parent is not blk:
+        return False
+    ops = blk.ops
+    i, j = ops.index(store), ops.index(load)
+    return i < j and not any(op.name == "upir.barrier" for op in ops[i + 1:j])
+
+
+def _dead_once_forwarded(region: Region, store: Operation, ops: list[Operation],
+                         own: set[Operation], preds: dict[Block, list[Block]]) -> bool:
+    """Whether `store` is dead once the loads of the thread's own element (`own`) that read
+    it are forwarded: the same thread's next store there follows in its block, and no other
+    load of the variable (another thread's element) runs in the barrier intervals from the
+    one before `store` to the one after that next store (_remove_dead_stores' test)."""
+    blk = store.parent
+    assert blk is not None
+    pos = blk.ops.index(store)
+    stores = {op for op in ops if op.name == "ptx.st"}
+    later = next((op for op in blk.ops[pos + 1:] if op in stores), None)
+    if later is None:
+        return False
+    others = {op for op in ops if op.name == "ptx.ld" and op not in own}
+    between = blk.ops[pos + 1: blk.ops.index(later)]
+    before = _walk(region, store, False, True, preds)
+    after = _walk(region, later, True, True, preds)
+    return before is not None and after is not None and \
+        not any(op in others for op in between + before + after)
+
+
 def _reach(start: Block, next_of, stop: Block) -> set[Block]:  # type: ignore[no-untyped-def]
     seen: set[Block] = set()
     work = list(next_of(start))
@@ -177,9 +221,11 @@ def _remove_dead_stores(region: Region, ops: list[Operation],
         if any(op in loads for op in between):
             continue
         # other threads may run the interval before `store` and after `later` meanwhile
-        window = (_walk(region, store, False, True, preds) or [None]) + \
-                 (_walk(region, later, True, True, preds) or [None])
-        if None in window or any(op in loads for op in window):  # type: ignore[operator]
+        # (an empty interval is no unknown one: `later` right before the barriers, Fig. 9's
+        # `weights[ty][tx] = weights[ty][tx] * node[ty]; __syncthreads();`)
+        before = _walk(region, store, False, True, preds)
+        after = _walk(region, later, True, True, preds)
+        if before is None or after is None or any(op in loads for op in before + after):
             continue
         store.drop_uses()
         blk.ops.remove(store)

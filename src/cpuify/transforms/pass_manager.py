@@ -57,7 +57,7 @@ def _load_passes() -> None:
     from cpuify.transforms import (  # noqa: F401
         barriers, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
         progress, reroll, structured_cf, sum_split,
-        threads, warps,
+        thread_ranges, threads, warps,
     )
 
 
@@ -77,22 +77,22 @@ def default_pipeline() -> list[str]:
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
-#: launch prologue both share must not), barrier elimination and motion, then the
+#: launch prologue both share must not), store-to-load forwarding across barriers (a round
+#: trip through shared memory gone lets barrier elimination drop the barrier it crossed),
+#: barrier elimination and motion, then the
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
-#: flushes left to the readers (it reads who reads each value in the final IR); the CFG
+#: flushes left to the readers (it reads who reads each value in the final IR); the threads
+#: each `if` on one thread index selects (on the final branches: the thread loops' bounds); the CFG
 #: raised to structured if/while/for last, for the printed IR and `explain` (the other
 #: passes and code generation work on the CFG: they lower it first, ir/structured.py)
 DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
-                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "barrier-elimination",
+                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
+                 "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
-                 "flush-min-max-at-uses", "raise-structured-cf")
-#: registered but not in the default pipeline (run with --passes=...): store-forwarding, which
-#: in cpuify's execution model turns a shared-memory round trip across a barrier into a
-#: per-thread slot kept across it, no cheaper (Fig. 9: 0.141 -> 0.157 ms); it pays once
-#: barrier motion can then drop the barrier
+                 "flush-min-max-at-uses", "thread-index-ranges", "raise-structured-cf")
 
 
 class PipelineError(CpuifyError):
