@@ -1,16 +1,22 @@
 """fma with directed rounding whose result lies on a known grid (codegen/ptx_arith.py
 _quantized_fma): NVRTC's expf rounds `sat(x) * 252 + 12582913` down to an integer with
 `fma.rm.f32`; with its operands' bounds known from the IR (cvt.sat gives [0, 1], constants)
-the rounding is a floor of the product, exact in double.  The results must be those of the
+the rounding is a floor of the product (in f32 where the product's sign is the rounding's
+direction: its error by an fma, a step back where the rounded product sits on the grid).  The results must be those of the
 exact rounding, checked against NumPy, against the general emulation (the same values
 through a parameter, bounds unknown) and the reference interpreter."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+
 import numpy as np
 import pytest
 
 import cpuify
+from cpuify.cli.main import main as cli_main
 from cpuify.interp import interpret_kernel
 
 PTX = r"""
@@ -42,14 +48,18 @@ PTX = r"""
     fma.rm.f32 %f8, %f2, %f10, %f11;        // the same through parameters: general
     mov.f32 %f12, 0f4A800000;
     fma.rm.f32 %f9, %f2, %f3, %f12;         // addend 2^22: a binade with ulp 1/2 -> general
+    mov.f32 %f13, 0fC37C0000;               // -252
+    mov.f32 %f14, 0f4B4000FF;               // 12583167
+    fma.rp.f32 %f15, %f2, %f13, %f14;       // a product <= 0 rounded up: a ceil in f32
     cvta.to.global.u64 %rd6, %rd2;
-    mul.wide.u32 %rd7, %r1, 20;
+    mul.wide.u32 %rd7, %r1, 24;
     add.s64 %rd6, %rd6, %rd7;
     st.global.f32 [%rd6], %f5;
     st.global.f32 [%rd6+4], %f6;
     st.global.f32 [%rd6+8], %f7;
     st.global.f32 [%rd6+12], %f8;
     st.global.f32 [%rd6+16], %f9;
+    st.global.f32 [%rd6+20], %f15;
     ret;
 }
 """
@@ -72,7 +82,7 @@ def _expected(x: np.ndarray) -> np.ndarray:
     c = 12582913.0
     down, up = c + np.floor(p), c + np.ceil(p)
     half = 2.0 ** 22 + np.floor(p * 2) / 2           # 2^22 + p rounded down to halves
-    return np.stack([down, up, down, down, half], 1).astype(np.float32)
+    return np.stack([down, up, down, down, half, 12583167.0 - np.floor(p)], 1).astype(np.float32)
 
 
 @pytest.mark.parametrize("n", [256 * 8])
@@ -81,10 +91,10 @@ def test_quantized_directed_fma(n: int) -> None:
     ref = _expected(x)
     f = cpuify.RawModule(ptx=PTX).get_function("grid_fma")
     for _ in range(2):          # generic code, then the specialized block shape
-        out = np.zeros((n, 5), np.float32)
+        out = np.zeros((n, 6), np.float32)
         f((n // 256,), (256,), (x, out, np.float32(252.0), np.float32(12582913.0)))
         np.testing.assert_array_equal(out, ref)
-    small = np.zeros((64, 5), np.float32)
+    small = np.zeros((64, 6), np.float32)
     interpret_kernel(PTX, "grid_fma", (1,), (64,), (x[:64], small, np.float32(252.0),
                                                       np.float32(12582913.0)))
     np.testing.assert_array_equal(small, ref[:64])
@@ -134,3 +144,31 @@ def test_quantized_fma_just_below_a_power_of_two() -> None:
     ref = np.zeros(6, np.float32)
     interpret_kernel(EDGE_PTX, "edge_fma", (1,), (1,), (ref,))
     np.testing.assert_array_equal(ref, expected)
+
+
+EXPF_PTX = PTX.replace(".entry grid_fma", ".entry expf_grid").split("    fma.rp.f32 %f6")[0] + """
+    cvta.to.global.u64 %rd6, %rd2;
+    mul.wide.u32 %rd7, %r1, 4;
+    add.s64 %rd6, %rd6, %rd7;
+    st.global.f32 [%rd6], %f5;
+    ret;
+}
+"""
+
+
+def test_quantized_fma_stays_in_f32(tmp_path) -> None:
+    """NVRTC's expf rounding (a product >= 0 rounded down) is lowered without f64: vectors
+    of 16 floats, not two halves converted to double and back (row softmax's expf loop)."""
+    path = tmp_path / "expf_grid.ptx"
+    path.write_text(EXPF_PTX)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli_main(["llvm", str(path), "--kernel", "expf_grid", "--block", "256"]) in (0, None)
+    text = buf.getvalue()
+    assert re.search(r"@llvm\.floor\.(v\d+)?f32", text)
+    assert "double" not in text and "fpext" not in text
+    x = _inputs(256 * 4)
+    out = np.zeros(x.size, np.float32)
+    cpuify.RawModule(ptx=EXPF_PTX).get_function("expf_grid")((4,), (256,), (x, out, np.float32(0),
+                                                                             np.float32(0)))
+    np.testing.assert_array_equal(out, _expected(x)[:, 0])

@@ -744,12 +744,39 @@ def _quantized_fma(e: SegmentEmitter, op: Operation, mode: str, t: str, a: ir.Va
     if addend % ulp:
         return None
     b = e.b
+    if (min(ends) >= 0) if mode != "rp" else (max(ends) <= 0):
+        return _quantized_fma_f32(e, mode, a, c, d, ulp)
     p = b.fmul(b.fpext(a, F64), b.fpext(c, F64))                   # exact
     q = b.fmul(p, ir.Constant(F64, 1.0 / ulp))                      # exact (a power of two)
     # all values are positive: rz is rm
     k = call(e, "llvm.ceil.f64" if mode == "rp" else "llvm.floor.f64", F64, [q])
     r = b.fadd(b.fmul(k, ir.Constant(F64, ulp)), b.fpext(d, F64))   # on the binade's grid
     return b.fptrunc(r, F32)
+
+
+def _quantized_fma_f32(e: SegmentEmitter, mode: str, a: ir.Value, c: ir.Value, d: ir.Value,
+                       ulp: float) -> ir.Value:
+    """_quantized_fma in f32 alone, where the product's sign is that of the rounding's
+    direction (rm/rz: a product >= 0, rp: <= 0; NVRTC's expf): the product rounded to
+    nearest, its exact error by an fma, the floor (ceil) of the product scaled to the grid,
+    one step down (up) where the rounded product sits on the grid but the exact one is
+    below (above) it.  Ten f32 operations that vectorize at full width instead of eight f64
+    ones and four conversions (half-width vectors).
+
+    Exact: a rounded product on the grid is a multiple of ulp >= 1, so the exact product is
+    at least 1/2 and its error is a float (no underflow); a rounded product off the grid has
+    no multiple of the grid between it and the exact one (multiples of ulp are floats), and
+    one below the first multiple, with the product's sign, rounds to nothing else."""
+    b = e.b
+    floor = mode != "rp"
+    p = b.fmul(a, c)
+    err = call(e, "llvm.fma.f32", F32, [a, c, b.fneg(p)])          # a*c - p, exact
+    q = b.fmul(p, ir.Constant(F32, 1.0 / ulp))                      # exact (a power of two)
+    k = call(e, "llvm.floor.f32" if floor else "llvm.ceil.f32", F32, [q])
+    beyond = b.and_(b.fcmp_ordered("==", k, q),
+                    b.fcmp_ordered("<" if floor else ">", err, ir.Constant(F32, 0.0)))
+    k = b.select(beyond, b.fadd(k, ir.Constant(F32, -1.0 if floor else 1.0)), k)
+    return b.fadd(b.fmul(k, ir.Constant(F32, ulp)), d)              # on the binade's grid
 
 
 _NSW_NODES: dict[int, frozenset[int]] = {}
