@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
 
+from cpuify.codegen.half_float import f32_to_bf16, half_to_f32
 from cpuify.codegen.lowering import (
     F16, HAND_LOWERINGS, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed,
     ptx_llvm_type,
@@ -25,6 +26,7 @@ from cpuify.codegen.ptx_ops import (
     call, fdone, fsrc, fsuffix, masked_thread_index, saturate, src, wrap_flags,
 )
 from cpuify.codegen.ptx_spec_arith import ArithmeticLowering
+from cpuify.codegen.ptx_spec_convert import ConvertLowering
 from cpuify.ir.core import Operation, Value
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.ptx_table import (
@@ -132,7 +134,7 @@ _FCMP_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">"
 _WRAPPING = ("add", "sub", "mul", "shl")
 
 
-class _SpecLowering(ArithmeticLowering):
+class _SpecLowering(ArithmeticLowering, ConvertLowering):
     def __init__(self, e: SegmentEmitter, op: Operation, form: Form) -> None:
         self.e, self.op, self.form = e, op, form
         self.b = e.b
@@ -153,14 +155,22 @@ class _SpecLowering(ArithmeticLowering):
                 self.operands(r)
         values = [self.value(r) for r in self.form.results]   # (setp's unused !p: LLVM drops it)
         for i, (v, t) in enumerate(values[:len(self.op.results)]):
-            if self.form.flush == "all" and t == "f16":
-                if "sat" in self.mods:          # (f16 values are their bits here)
-                    v = self.b.bitcast(saturate(self.e, self.b.bitcast(v, F16)), I16)
+            if self.form.flush == "all" and t in ("f16", "bf16"):
+                if "sat" in self.mods:          # (half values are their bits here)
+                    v = self._saturated_half(v, t)
                 self.e.result(self.op, v, t, i)
             elif self.form.flush == "all" and is_float(t) and not self.deferred:
                 fdone(self.e, self.op, v, t)
             else:
                 self.e.result(self.op, v, t, i)
+
+    def _saturated_half(self, v: ir.Value, t: str) -> ir.Value:
+        """.sat of an f16 in LLVM's half; of a bf16 in f32 (0, 1 and the values between are
+        bf16 values: exact)."""
+        b = self.b
+        if t == "f16":
+            return b.bitcast(saturate(self.e, b.bitcast(v, F16)), I16)
+        return f32_to_bf16(b, saturate(self.e, half_to_f32(b, v, t)))
 
     def type_of(self, symbol: str) -> str:
         return self.symbols.get(symbol, symbol)
