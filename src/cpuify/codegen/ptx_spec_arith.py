@@ -1,6 +1,6 @@
 """LLVM lowering of the arithmetic functions of the PTX instruction table's expression
 language (ir/ptx_table.py FUNCTIONS): add sub mul fma div rem add_sat sub_sat, the float
-ones with every rounding (`"$rnd"`), and the math functions sqrt rsqrt sin cos ex2 lg2 tanh.
+ones with every rounding (`"$rnd"`; fma on f16/bf16 too), and the math functions sqrt rsqrt sin cos ex2 lg2 tanh.
 `ArithmeticLowering` is a part of ptx_spec._SpecLowering (which dispatches each function to
 its `fn_<name>`); the range analysis behind the directed-rounding fma on one binade's grid
 (_f32_range, _quantized_fma) lives here with it."""
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from llvmlite import ir
 
-from cpuify.codegen import approx_math, jit
+from cpuify.codegen import approx_math, half_float, jit
 from cpuify.codegen.helpers import float_from_bits
 from cpuify.codegen.lowering import F16, F32, F64, I16, I32, is_float, is_signed
 from cpuify.codegen.ptx_ops import call, directed, div_error, fsuffix, mul_error_f64, rm_zero
@@ -100,9 +100,15 @@ class ArithmeticLowering:
         """Directed rounding: a product and addend whose bounds the IR shows, on one
         binade's grid, as a floor/ceil (_quantized_fma); otherwise (f32 only) the exact
         a*b + c as an f64 sum and its TwoSum error, the f32 round-to-nearest result moved
-        by the error's sign."""
+        by the error's sign.  f16/bf16 (their bits): rounded once from the exact product
+        in f64 (half_float.fma_half), a call of one shared function where the kernel has
+        more than FMA_HALF_INLINE_LIMIT of them."""
         (p, t), (q, _), (r, _) = args
         b, e = self.b, self.e
+        if t in ("f16", "bf16"):
+            many = _half_fmas(e.kc) > half_float.FMA_HALF_INLINE_LIMIT
+            emit = half_float.fma_half_call if many else half_float.fma_half
+            return emit(b, p, q, r, t, False), t
         mode = resolve_param(x.param, self.mods)
         if mode not in DIRECTED:
             return call(e, f"llvm.fma.{fsuffix(p.type)}", p.type, [p, q, r]), t
@@ -230,6 +236,16 @@ class ArithmeticLowering:
     def fn_tanh(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), = args
         return call(self.e, "tanhf" if p.type == F32 else "tanh", p.type, [p]), t
+
+
+def _half_fmas(kc) -> int:  # type: ignore[no-untyped-def]
+    """How many f16/bf16 fmas the kernel of `kc` holds (counted once per kernel)."""
+    n = getattr(kc, "_half_fmas", None)
+    if n is None:
+        n = sum(1 for o in kc.kernel.op.walk()
+                if o.name == "ptx.fma" and ty(o) in ("f16", "bf16"))
+        kc._half_fmas = n
+    return n
 
 
 def _f32_range(v: Value, depth: int = 0) -> tuple[float, float] | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 
 from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
@@ -24,7 +23,7 @@ from cpuify.interp.values import (
     is_signed, isfinite, mask, resize_int, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, rounding, ty, type_size
+from cpuify.ir.modifiers import has, mods, ty, type_size
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -117,30 +116,6 @@ def _mov(th: "Thread", op: Operation) -> None:
             th.set(op, (v >> (part * k)) & mask(part), f"b{part}", k)
         return
     th.set(op, th.src(op, 0, t), t)
-
-
-# --- integer and float arithmetic ------------------------------------------------------------
-
-@hand_evaluation("ptx.fma")
-def _fma(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of fma: f16/bf16, a*b+c rounded once from the exact rational
-    value."""
-    t = ty(op)
-    a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
-    mode = rounding(op) or "rn"
-    np_t = type(a)
-    if isfinite(a) and isfinite(c) and not isfinite(d):
-        r = d           # the exact product is finite (even where a * c would overflow)
-    elif not (isfinite(a) and isfinite(c) and isfinite(d)):
-        r = np_t(np.float64(a) * np.float64(c) + np.float64(d)) if t != "f64" else a * c + d  # type: ignore[operator]
-    else:
-        q = exact(a) * exact(c) + exact(d)
-        if q == 0:
-            prod_neg = signbit(a) != signbit(c)
-            r = zero_sum(prod_neg, signbit(d), (a == 0 or c == 0) and d == 0, mode, np_t)
-        else:
-            r = round_fraction(q, t, mode)
-    fdone(th, op, r, t)
 
 
 # --- address conversions (cvt: spec_eval.py) ----------------------------------------------

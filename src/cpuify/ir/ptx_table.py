@@ -72,7 +72,7 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "add": (2, "same", "a + b (floats: rounded as <param> says, rn rz rm rp; None: rn)"),
     "sub": (2, "same", "a - b (floats: rounded as add)"),
     "mul": (2, "same", "a * b (the low half for integers; floats rounded as add)"),
-    "fma": (3, "same", "a * b + c rounded once (floats), as add says"),
+    "fma": (3, "same", "a * b + c rounded once (floats, f16 and bf16 too), as add says"),
     "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
                        "MIN / -1 wraps to MIN; floats rounded as add"),
     "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
@@ -605,7 +605,7 @@ def _table() -> list[Instruction]:
                            types=INTS),)),
         I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
             _f(_fn("fma", a, b, c, param="$rnd"), types=FLOATS, flush="all"),
-            _hand(types={"f16", "bf16"})), hand="_fma (ptx_arith.py): f16/bf16"),
+            _f(_fn("fma", a, b, c), types={"f16", "bf16"}, without=DIRECTED, flush="all"))),
         I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
             _f(_fn("div", a, b), types=INTS),
             _f(_fn("div", a, b, param="$rnd"), types=FLOATS, flush="all"))),
