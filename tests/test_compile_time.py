@@ -150,8 +150,6 @@ def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPa
     from cpuify.codegen import half_float
     if limit is not None:
         monkeypatch.setattr(half_float, "FMA_HALF_INLINE_LIMIT", limit)
-        from cpuify.codegen import ptx_arith
-        monkeypatch.setattr(ptx_arith, "FMA_HALF_INLINE_LIMIT", limit)
     src, consts = half_chain_source(300)
     assert len(consts) > half_float.FMA_HALF_INLINE_LIMIT or limit is not None
     texts: list[str] = []

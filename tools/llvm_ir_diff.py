@@ -23,6 +23,9 @@ def main() -> int:
     ap.add_argument("before", type=Path, help="checkout whose IR is the reference")
     ap.add_argument("after", type=Path, help="checkout to compare")
     ap.add_argument("--out", type=Path, default=Path("/tmp/llvm-ir-diff"))
+    ap.add_argument("--reuse-before", action="store_true",
+                    help="keep the first checkout's files from an earlier run with the same "
+                         "--out (for a series of comparisons against one fixed checkout)")
     args = ap.parse_args()
     sys.path.insert(0, str(args.before))
     names = sorted(p.stem for p in (args.before / "benchmarks/suite/workloads").glob("*.py")
@@ -44,11 +47,13 @@ def main() -> int:
         for mode in ("raw", "opt"):
             files = []
             for side, root in (("before", args.before), ("after", args.after)):
-                r = _cpuify(root, ["llvm", str(ptx)] + (["--raw"] if mode == "raw" else []))
                 f = args.out / side / f"{name}.{mode}.ll"
+                files.append(f)
+                if side == "before" and args.reuse_before and f.exists():
+                    continue
+                r = _cpuify(root, ["llvm", str(ptx)] + (["--raw"] if mode == "raw" else []))
                 f.parent.mkdir(parents=True, exist_ok=True)
                 f.write_text(r.stdout if r.returncode == 0 else "FAILED\n" + r.stderr)
-                files.append(f)
             if not filecmp.cmp(*files, shallow=False):
                 differ += 1
                 print(f"{name} ({mode}): differs: diff {files[0]} {files[1]}")

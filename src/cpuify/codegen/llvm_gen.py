@@ -23,13 +23,16 @@ compiler, the API and the CLI import code generation from here.  The parts, bott
 
     kernel_abi        what generated code shares with the runtime and the API (KernelInfo)
     helpers           facts about IR values the planning and the emission share
-    approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by ptx_convert)
+    approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by
+                      ptx_spec_arith)
     ptx_ops           the helpers the PTX instructions' lowerings share, and the memory ones
+    ptx_spec_arith, ptx_spec_convert
+                      parts of ptx_spec: the arithmetic and math functions, the conversions
     upir_ops, ptx_spec, ptx_arith, ptx_convert
                       the lowerings of the ops (upir/cf; the PTX instructions the table
-                      spells out: arithmetic, bitwise, bit fields and bytes, comparisons and
-                      selects; moves, directed rounding, math functions and conversions),
-                      registered in lowering's table
+                      spells out: arithmetic with its roundings, bitwise, bit fields and
+                      bytes, comparisons and selects, math functions, conversions; moves,
+                      the half fma, address conversions), registered in lowering's table
     segment_paths, thread_loop_plan, kernel_plan
                       a kernel's plan (KernelPlan): sync points, slots, thread-loop shapes
     segment_values, sync_crossing, speculation, segment_emitter

@@ -9,9 +9,9 @@ Integer division by zero yields all ones instead of a CPU fault.
 This module holds the helpers the handlers share (operands, results, `.ftz`/`.sat`, the
 directed-rounding emulation) and the memory instructions; the instructions the table
 spells out (ir/ptx_table.py: arithmetic with its rounding modes, bitwise, bit fields and
-bytes, comparisons, selects, math functions, integer conversions) are lowered from it by
-ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, f16 arithmetic) and
-ptx_convert.py (conversions with floats)."""
+bytes, comparisons, selects, math functions, conversions) are lowered from it by
+ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, the f16/bf16 fma)
+and ptx_convert.py (cvta, isspacep)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from cpuify.codegen.lowering import (
 from cpuify.codegen.denormals import folds_to_operand, known_flushed
 from cpuify.frontend.ptx_ast import type_size
 from cpuify.ir.core import BlockArgument, Operation, Value
-from cpuify.ir.modifiers import has, mods, ty
+from cpuify.ir.modifiers import has, mods, ty, types
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
@@ -215,13 +215,15 @@ def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
 
 
 def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
-    # neg/abs of a value that is never subnormal is never subnormal; a square root (of
-    # anything: sqrt(2^-149) = 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~
-    # 2^-64) never are.  An op LLVM may fold to a move of its operand (x * 1) leaves the CPU
-    # nothing to flush: flushed here
+    # neg/abs, and an f32 -> f32 cvt (an integral value, saturated or as it is), of a value
+    # that is never subnormal is never subnormal; a square root (of anything: sqrt(2^-149) =
+    # 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~ 2^-64) never are.  An op LLVM
+    # may fold to a move of its operand (x * 1) leaves the CPU nothing to flush: flushed here
     by_cpu = _flushed_by_cpu(e, op, _HW_RESULTS) and not folds_to_operand(op)
+    keeps_flushed = op.name in ("ptx.neg", "ptx.abs") or \
+        op.name == "ptx.cvt" and all(x == "f32" for x in types(op))
     v = ftz(e, v, has(op, "ftz") and not by_cpu and not (
-        op.name in ("ptx.neg", "ptx.abs") and known_flushed(op.operands[0])) and
+        keeps_flushed and known_flushed(op.operands[0])) and
         op.name not in ("ptx.sqrt", "ptx.rsqrt"))
     if has(op, "sat"):
         v = saturate(e, v)

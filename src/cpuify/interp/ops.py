@@ -13,21 +13,17 @@ codegen/ptx_*.py) this file computes the exact PTX result; tests compare the two
 from __future__ import annotations
 
 import ctypes
-import struct
-from fractions import Fraction
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 
 from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
-    F16, F32, F64, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
+    F16, F32, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
     float_min_max, ftz, ir_type_of, is_float,
-    is_signed, isfinite, isnan, mask, resize_int, round_fraction, round_integral,
-    saturate, signbit, to_signed, width_of, zero_sum,
+    is_signed, isfinite, mask, resize_int, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, rounding, ty, type_size, types
+from cpuify.ir.modifiers import has, mods, ty, type_size
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -122,123 +118,7 @@ def _mov(th: "Thread", op: Operation) -> None:
     th.set(op, th.src(op, 0, t), t)
 
 
-# --- integer and float arithmetic ------------------------------------------------------------
-
-@hand_evaluation("ptx.fma")
-def _fma(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of fma: f16/bf16, a*b+c rounded once from the exact rational
-    value."""
-    t = ty(op)
-    a, c, d = fsrc(th, op, 0, t), fsrc(th, op, 1, t), fsrc(th, op, 2, t)
-    mode = rounding(op) or "rn"
-    np_t = type(a)
-    if isfinite(a) and isfinite(c) and not isfinite(d):
-        r = d           # the exact product is finite (even where a * c would overflow)
-    elif not (isfinite(a) and isfinite(c) and isfinite(d)):
-        r = np_t(np.float64(a) * np.float64(c) + np.float64(d)) if t != "f64" else a * c + d  # type: ignore[operator]
-    else:
-        q = exact(a) * exact(c) + exact(d)
-        if q == 0:
-            prod_neg = signbit(a) != signbit(c)
-            r = zero_sum(prod_neg, signbit(d), (a == 0 or c == 0) and d == 0, mode, np_t)
-        else:
-            r = round_fraction(q, t, mode)
-    fdone(th, op, r, t)
-
-
-# --- conversions ---------------------------------------------------------------------------------
-
-_INT_ROUND = ("rni", "rzi", "rmi", "rpi")
-
-
-def _int_range(t: str) -> tuple[int, int]:
-    w = width(t)
-    return (-(1 << (w - 1)), (1 << (w - 1)) - 1) if is_signed(t) else (0, mask(w))
-
-
-@hand_evaluation("ptx.cvt")
-def _cvt(th: "Thread", op: Operation) -> None:
-    """The hand-written forms of cvt (ir/ptx_table.py): every pair with a float, and the
-    saturating integer conversions."""
-    ts = types(op)
-    dt, st = ts[0], ts[-1]
-    m = mods(op)
-    irnd = next((x for x in m if x in _INT_ROUND), None)
-    frnd = rounding(op)
-    sat = "sat" in m
-    ftz_on = "ftz" in m
-    a = th.src(op, 0, st)
-    if dt == "tf32":                                # cvt.rna.tf32.f32 (PTX ISA: ties away)
-        x = float(a)                                # type: ignore[arg-type]
-        if x != x:
-            th.set(op, 0x7FFFE000, "b32")
-            return
-        bits = struct.unpack("<I", struct.pack("<f", x))[0]
-        th.set(op, (bits + 0x1000) & 0xFFFFE000, "b32")
-        return
-    if st == "bf16":
-        a, st = bf16_from_bits(a), "f32"            # the same value, exactly
-    if dt == "bf16":
-        _cvt_to_bf16(th, op, a, st, frnd or "rn", sat, ftz_on)
-        return
-    if is_float(st):
-        x = as_float(a, st)
-        x = ftz(x, ftz_on)
-        if is_float(dt):                            # float -> float
-            if irnd:
-                x = round_integral(x, irnd)
-            if not isfinite(x) or x == 0:
-                r = _NP_FLOAT[dt](x)                # inf, NaN, signed zeros: as they are
-            elif dt != "f16" and frnd in (None, "rn"):
-                r = _NP_FLOAT[dt](x)                # NumPy casts round to nearest even
-            else:
-                r = round_fraction(exact(x), dt, frnd or "rn")
-            if sat:
-                r = saturate(r)
-            r = ftz(r, ftz_on)
-            th.set(op, from_float(r, dt), dt)
-            return
-        # float -> int: round as asked (default .rzi), clamp to the range; a NaN gives the
-        # destination's top bit alone from f64 or into 64 bits, else 0 (as an H100 does)
-        lo, hi = _int_range(dt)
-        if isnan(x):
-            v = 1 << (width(dt) - 1) if width(st) == 64 or width(dt) == 64 else 0
-        elif not isfinite(x):
-            v = hi if x > 0 else lo                 # type: ignore[operator]
-        else:
-            v = max(lo, min(hi, int(round_integral(x, irnd or "rzi"))))  # type: ignore[call-overload]
-        th.set(op, v & mask(width(dt)), dt)
-        return
-    v = signed_value(a, st)                         # the integer the source denotes
-    if is_float(dt):                                # int -> float: rounded once, exactly
-        r = round_fraction(Fraction(v), dt, frnd or "rn")
-        if sat:
-            r = saturate(r)
-        th.set(op, from_float(r, dt), dt)
-        return
-    # int -> int with .sat (without: the table's resize)
-    lo, hi = _int_range(dt)
-    th.set(op, max(lo, min(hi, v)) & mask(width(dt)), dt)
-
-
-_NP_FLOAT = {"f16": F16, "f32": F32, "f64": F64}
-
-
-def _cvt_to_bf16(th: "Thread", op: Operation, a: object, st: str, mode: str, sat: bool,
-                 ftz_on: bool) -> None:
-    """cvt to bf16 from a float or an integer: the exact value rounded once."""
-    if is_float(st):
-        x = ftz(as_float(a, st), ftz_on)
-        if not isfinite(x) or x == 0:
-            r = F32(x)                              # inf, NaN, signed zeros
-        else:
-            r = round_fraction(exact(x), "bf16", mode)
-    else:
-        r = round_fraction(Fraction(signed_value(a, st)), "bf16", mode)  # type: ignore[arg-type]
-    if sat:
-        r = saturate(r)
-    th.set(op, from_float(r, "bf16"), "bf16")
-
+# --- address conversions (cvt: spec_eval.py) ----------------------------------------------
 
 @handles("ptx.cvta")
 def _cvta(th: "Thread", op: Operation) -> None:

@@ -11,14 +11,15 @@ the same spec."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from cpuify.interp.ops import HAND_EVALUATIONS, as_float, from_float, handles
 from cpuify.interp.values import (
-    F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
-    round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
+    F16, F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
+    round_fraction, saturate, signbit, to_bits, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods
@@ -65,9 +66,10 @@ class _Evaluation:
     def run(self) -> None:
         for i, r in enumerate(self.form.results[:len(self.op.results)]):
             v, t = self.value(r)
-            if is_float(t):
+            if t in _FLOAT_TYPES:
                 if self.form.flush == "all":
-                    v = ftz(v, has(self.op, "ftz"))
+                    if t == "f32":                  # (.ftz acts on f32 results only)
+                        v = ftz(v, has(self.op, "ftz"))
                     if has(self.op, "sat"):
                         v = saturate(v)
                 v = from_float(v, t)
@@ -436,6 +438,98 @@ def _fns(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     return mask(32), t
 
 
+# --- conversions: the exact value, rounded once (PTX ISA, cvt) ---------------------------------
+
+_FLOAT_TYPES = ("f16", "bf16", "f32", "f64")
+#: the NumPy type a value of each float type is held in (bf16: the f32 of its value)
+_HELD_AS = {"f16": F16, "bf16": F32, "f32": F32, "f64": F64}
+
+
+def _integral(q: Fraction, mode: str) -> int:
+    """The rational q rounded to an integer: rni to nearest (a tie to the even one), rzi
+    toward zero, rmi down, rpi up."""
+    down = q.numerator // q.denominator
+    up = down + (q != down)
+    if mode == "rmi":
+        return down
+    if mode == "rpi":
+        return up
+    if mode == "rzi":
+        return down if q >= 0 else up
+    rest = q - down
+    return up if rest > Fraction(1, 2) or rest == Fraction(1, 2) and down % 2 else down
+
+
+def _convert(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The value of a (an integer's, or a float's) rounded once to the destination format
+    with IEEE overflow and subnormals (round_fraction); NaN, infinities and signed zeros are
+    no numbers: they stay what they are."""
+    (p, st), = args
+    want = resolve_type(x.type or "D", ev.mods)
+    mode = ev.param(x) or "rn"
+    if st in _FLOAT_TYPES:
+        if not isfinite(p) or p == 0:
+            return _HELD_AS[want](p), want
+        value = exact(p)
+    else:
+        value = Fraction(_signed(p, st))
+    return round_fraction(value, want, mode), want
+
+
+def _round_int(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """An integral value in a's own type (exact: a float with a fraction is small enough for
+    its integer neighbours to be floats); a zero result keeps a's sign (IEEE)."""
+    (p, t), = args
+    if not isfinite(p) or p == 0:
+        return p, t
+    n = _integral(exact(p), ev.param(x))
+    if n == 0:
+        return type(p)(-0.0 if signbit(p) else 0.0), t
+    return type(p)(n), t
+
+
+def _to_int(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The integer a denotes (a float rounded, .rzi by default) clamped to the destination's
+    range: PTX's float-to-integer conversions saturate, and .sat asks for it between
+    integers.  A NaN has no integer: the GPU writes 0, or the top bit alone from an f64 or
+    into 64 bits (measured on an H100: tests/test_gpu_truth.py)."""
+    (p, st), = args
+    want = resolve_type(x.type or "D", ev.mods)
+    w = _width(want)
+    lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if is_signed(want) else (0, mask(w))
+    if st not in _FLOAT_TYPES:
+        v = _signed(p, st)
+    elif isnan(p):
+        return (1 << (w - 1) if st == "f64" or w == 64 else 0), want
+    elif not isfinite(p):
+        v = hi if p > 0 else lo
+    else:
+        v = _integral(exact(p), ev.param(x) or "rzi")
+    return max(lo, min(hi, v)) & mask(w), want
+
+
+def _tf32(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """cvt.rna.tf32.f32: the f32 a rounded to 10 fraction bits (its quantum that of the f32
+    binade, subnormals included), to nearest with ties away from zero; a magnitude rounded
+    up to 2^128 is infinity.  The result is the f32 bits of that value; a NaN 0x7fffe000."""
+    (p, _), = args
+    want = resolve_type(x.type or "b32", ev.mods)
+    if isnan(p):
+        return 0x7FFFE000, want
+    if isfinite(p) and p != 0:
+        q = abs(exact(p))
+        e = q.numerator.bit_length() - q.denominator.bit_length()
+        e -= Fraction(2) ** e > q                  # 2^e <= q < 2^(e+1)
+        quantum = Fraction(2) ** (max(e, -126) - 10)
+        n = q / quantum
+        k = n.numerator // n.denominator
+        k += n - k >= Fraction(1, 2)
+        mag = k * quantum
+        value = math.inf if mag >= Fraction(2) ** 128 else float(mag)
+        p = F32(-value if signbit(p) else value)
+    return to_bits(p, "f32"), want
+
+
 _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "add": _rounded("add", lambda p, q, w: p + q),
     "sub": _rounded("sub", lambda p, q, w: p - q),
@@ -453,4 +547,5 @@ _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "sqrt": _sqrt, "rsqrt": _rsqrt, "sin": _approximate(np.sin), "cos": _approximate(np.cos),
     "ex2": _approximate(np.exp2), "lg2": _approximate(np.log2), "tanh": _approximate(np.tanh),
     "funnel": _funnel, "bfe": _bfe, "bfi": _bfi, "prmt": _prmt, "lop3": _lop3, "fns": _fns,
+    "convert": _convert, "round_int": _round_int, "to_int": _to_int, "tf32": _tf32,
 }

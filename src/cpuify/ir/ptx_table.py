@@ -72,7 +72,7 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "add": (2, "same", "a + b (floats: rounded as <param> says, rn rz rm rp; None: rn)"),
     "sub": (2, "same", "a - b (floats: rounded as add)"),
     "mul": (2, "same", "a * b (the low half for integers; floats rounded as add)"),
-    "fma": (3, "same", "a * b + c rounded once (floats), as add says"),
+    "fma": (3, "same", "a * b + c rounded once (floats, f16 and bf16 too), as add says"),
     "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
                        "MIN / -1 wraps to MIN; floats rounded as add"),
     "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
@@ -129,6 +129,21 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
                        "where there is none or b > 31"),
     "testp": (1, "pred", "a is of float class <param>: finite infinite number notanumber "
                          "normal subnormal"),
+    # conversions (cvt); half values (f16, bf16) are their values, whatever the registers hold
+    "convert": (1, "given", "the value of a (an integer, or a float of any width) in the given "
+                            "float type (f16 bf16 f32 f64), rounded as <param> says (rn rz rm "
+                            "rp; None: rn) with IEEE overflow (rz, and rm/rp toward zero: the "
+                            "largest finite); NaN, infinities and zeros as they are"),
+    "round_int": (1, "same", "the float a rounded to an integral value in its own type: "
+                             "<param> rni (to nearest even) rzi rmi rpi; NaN, infinities and "
+                             "zeros as they are, the sign of a zero result a's"),
+    "to_int": (1, "given", "the integer value of a (a float rounded as <param> says: rni rzi "
+                           "rmi rpi, None: rzi) clamped to the given integer type's range; a "
+                           "NaN is 0, or the type's top bit alone where a is f64 or the type "
+                           "64 bits wide (as an H100 converts it)"),
+    "tf32": (1, "given", "the bits of the f32 a rounded to tf32 (10 fraction bits, to nearest, "
+                         "ties away from zero; the low 13 bits 0; an overflow is infinity); "
+                         "NaN: 0x7fffe000"),
 }
 
 #: the comparison modifiers of setp/set (a "$cmp" param names the op's one)
@@ -281,12 +296,15 @@ def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
     """A function's parameter for an op: "$cmp" the op's comparison modifier, "$rnd" its
-    float rounding modifier (rn rz rm rp; None without one), "w" the width in bits of T,
-    anything else as written."""
+    float rounding modifier (rn rz rm rp; None without one), "$irnd" its integer rounding
+    modifier (rni rzi rmi rpi; None without one), "w" the width in bits of T, anything else
+    as written."""
     if param == "$cmp":
         return next(m for m in op_mods if m in COMPARISONS)
     if param == "$rnd":
         return next((m for m in op_mods if m in ("rn", "rz", "rm", "rp")), None)
+    if param == "$irnd":
+        return next((m for m in op_mods if m in ("rni", "rzi", "rmi", "rpi")), None)
     if param == "w":
         return 8 * type_size(resolve_type("T", op_mods))
     return param
@@ -524,16 +542,31 @@ def _set_forms() -> tuple[Form, ...]:
     return tuple(forms)
 
 
+def _cvt_forms() -> tuple[Form, ...]:
+    """cvt.D.T: between integers a resize (.sat: clamped to D's range); into an integer a
+    float rounded as the op's .rni/.rzi/.rmi/.rpi says (.rzi without one), clamped; a float
+    with an integer rounding rounded to an integral value in its own type; otherwise (into a
+    float) the value rounded as the op's .rn/.rz/.rm/.rp says; .rna into tf32.  .ftz
+    flushes f32 sources and results, .sat clamps a float result to [0, 1] (flush "all");
+    .relu and the packed halves become other ops in lifting (lifting/halves.py)."""
+    into_float = frozenset(("f16", "bf16", "f32", "f64"))
+    return (_f(_fn("resize", a, type="D"), all_types=CVT_INTS, without={"sat"}),
+            _f(_fn("to_int", a, type="D"), all_types=CVT_INTS),
+            _f(_fn("tf32", a, type="b32"), dest_types={"tf32"}, types={"f32"}, mods={"rna"}),
+            _f(_fn("to_int", a, type="D", param="$irnd"), dest_types=CVT_INTS, flush="all"),
+            *(_f(_fn("convert", _fn("round_int", a, param=m), type="D"), mods={m},
+                 dest_types=into_float, flush="all") for m in sorted(_ROUNDI)),
+            _f(_fn("convert", a, type="D", param="$rnd"), dest_types=into_float, flush="all"))
+
+
 def _table() -> list[Instruction]:
     I = Instruction  # noqa: E741  (one letter: the table reads as a table)
     hi, wide, sat = "hi", "wide", "sat"
     return [
-        # -- moves and conversions: hand-written (codegen/ptx_arith.py, ptx_convert.py;
-        #    interp/ops.py)
+        # -- moves (hand-written: codegen/ptx_arith.py; interp/ops.py) and conversions
         I("mov", typed=False, hand="_mov: packs and unpacks vectors, pointers"),
-        I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True, forms=(
-            _f(_fn("resize", a, type="D"), all_types=CVT_INTS, without={"sat"}),
-            _hand()), hand="_cvt (ptx_convert.py): floats, saturation, rounding"),
+        I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True,
+          forms=_cvt_forms()),
         I("cvta", frozenset({"to"}) | _SPACES, typed=False, hand="_cvta (ptx_convert.py)"),
         I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
         # -- integer and float arithmetic
@@ -572,7 +605,7 @@ def _table() -> list[Instruction]:
                            types=INTS),)),
         I("fma", frozenset({"ftz", "sat", "relu"}) | _ROUND, halves=True, forms=(
             _f(_fn("fma", a, b, c, param="$rnd"), types=FLOATS, flush="all"),
-            _hand(types={"f16", "bf16"})), hand="_fma (ptx_arith.py): f16/bf16"),
+            _f(_fn("fma", a, b, c), types={"f16", "bf16"}, without=DIRECTED, flush="all"))),
         I("div", frozenset({"approx", "full", "ftz"}) | _ROUND, forms=(
             _f(_fn("div", a, b), types=INTS),
             _f(_fn("div", a, b, param="$rnd"), types=FLOATS, flush="all"))),

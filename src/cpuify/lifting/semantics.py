@@ -108,9 +108,6 @@ def check_instruction(instr: Instruction, lifter: "_Lifter") -> None:
             (types[0] not in ("bf16x2", "f16x2") or types[-1] != "f32"):
         lifter.error(f"'{instr.full_opcode}': packed conversions other than from two f32 "
                      "values are not supported", instr.line)
-    if op == "cvt" and "bf16" in types and any(t in ("s64", "u64") for t in types):
-        lifter.error(f"'{instr.full_opcode}': conversions between bf16 and 64-bit integers "
-                     "are not supported", instr.line)
     if "relu" in instr.modifiers and not any(t in ("f16", "bf16", "f16x2", "bf16x2") for t in types):
         lifter.error(f"'{instr.full_opcode}': .relu is only supported on half types", instr.line)
     if op in ("ld", "st") and any(t == "b128" for t in types):
