@@ -210,12 +210,15 @@ class ThreadLoopPlans(SegmentPaths):
         first loads and its stores' read-for-ownership then waited for DRAM at each block's
         start and end, where the hardware prefetchers had not followed: a new page.  Only
         accesses with addresses computed from thread and block indices, parameters and
-        constants that depend on blockIdx.x (those of the next block are then known), in
-        kernels with sync points (a barrier-free kernel streams through its rows, which the
-        hardware follows) and not volatile or ordered ones; off with
+        constants that depend on blockIdx.x (those of the next block are then known), and
+        only where every global access of the kernel is such (a kernel with loads in loops
+        over its data, tiles of a matmul, has its own traffic and prefetches, and was left as
+        it was), in kernels with block barriers (a barrier-free kernel streams through its
+        rows, which the hardware follows) and not volatile or ordered ones; off with
         CPUIFY_NEXT_BLOCK_PREFETCH=0."""
         dims = self.block_dims
-        if dims is None or not self.syncs or self.lockstep or not next_block_prefetch_enabled():
+        if dims is None or self.lockstep or not next_block_prefetch_enabled() or \
+                not any(self.sync_kind(sp) != SYNC_KINDS["soft"] for sp in self.syncs):
             return []
         found: list[tuple[Operation, list[tuple[int, int, int]], bool]] = []
         seen: dict[tuple[Value, int], int] = {}
@@ -233,7 +236,7 @@ class ThreadLoopPlans(SegmentPaths):
                     continue
                 if not pure_over(addr, set(), self._PREFETCH_SPECIALS, 16) or \
                         not uses_special(addr, "%ctaid.x", 16):
-                    continue
+                    return []   # a block whose traffic is not all known ahead: left alone
                 if uses_special(addr, "%tid", 16):
                     probes = [(x, y, z) for z in range(dims[2]) for y in range(dims[1])
                               for x in row_probes(dims[0], access_size(op))]
