@@ -29,6 +29,7 @@ from cpuify.analysis.pointers import parameter_bases
 from cpuify.codegen import jit
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
+from cpuify.codegen.thread_loop_plan import next_block_prefetch_enabled
 from cpuify.errors import PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.ir.core import OpResult, Operation
@@ -143,7 +144,8 @@ def toolchain_key() -> str:
     cpu, features = jit.host_cpu()
     llvm_version = ".".join(map(str, llvm_binding.llvm_version_info))
     return "|".join((str(_CACHE_FORMAT), __version__, _source_fingerprint(), llvmlite.__version__,
-                     llvm_version, cpu, features, " ".join(jit.llvm_options())))
+                     llvm_version, cpu, features, " ".join(jit.llvm_options()),
+                     f"next-block-prefetch={int(next_block_prefetch_enabled())}"))
 
 
 def cache_key(kind: str, text: str, options: Sequence[str] = (), names: Sequence[str] = (),

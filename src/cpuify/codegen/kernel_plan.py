@@ -135,6 +135,8 @@ class KernelPlan(ThreadLoopPlans):
                     self.prefetches[r] = after
                 else:
                     del self.prefetches[r]
+        # the next block's lines the entry segment prefetches
+        self.block_prefetches = self.next_block_prefetches()
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # pointer parameters known not to overlap the others (launch-time specialization)

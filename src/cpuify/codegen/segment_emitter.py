@@ -181,6 +181,8 @@ class SegmentEmitter(SpeculativeValues):
         and the state every thread is in, when known (the segment's return value)."""
         self.store_lockstep_counters(b)
         self.prefetch_ahead(b)
+        if self.resume == 0:
+            self.prefetch_next_block(b)
         if self.all_exit:
             # all threads ran this segment to their exit (their states were not stored)
             b.ret(I32(STATE_EXITED))

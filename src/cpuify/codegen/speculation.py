@@ -629,6 +629,37 @@ class SpeculativeValues(SyncCrossing):
                     b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
 
 
+    def prefetch_next_block(self, b: ir.IRBuilder) -> None:
+        """After the entry segment's thread loop (`b` there): prefetch the lines that the
+        accesses KernelCodegen.block_prefetches chose will touch in block blockIdx.x + 1,
+        which the worker usually runs next (prefetchw for stores), computed for the probe
+        threads with blockIdx.x advanced.  Past the grid's end, or where another worker runs
+        that block, they are wasted, never wrong: a prefetch never faults."""
+        dims = self.kc.block_dims
+        ops = self.kc.block_prefetches
+        if not ops or dims is None:
+            return
+        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        ctaid = self.ctaid
+        self.ctaid = [b.add(ctaid[0], I32(1))] + list(ctaid[1:])
+        try:
+            with self.speculation(b):
+                for op, probes, writes in ops:
+                    # one address per row of probes, the row's other lines at offsets from it
+                    rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
+                    size = access_size(op)
+                    for x, y, z in probes:
+                        if (y, z) not in rows:
+                            self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+                            if isinstance(op.operands[0], OpResult):
+                                self.rematerialize(op.operands[0])
+                            rows[(y, z)] = (x, self.address(op, "global"))
+                        x0, base = rows[(y, z)]
+                        addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
+                        b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+        finally:
+            self.ctaid = ctaid
+
     def prefetch_row(self, b: ir.IRBuilder, tz: ir.Value, ty: ir.Value) -> None:
         """At the latch of the row loop (`b` there, rows tz, ty): the lines of the row of
         threads that just ran that the accesses KernelCodegen.row_prefetches chose will

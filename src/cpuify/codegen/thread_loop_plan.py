@@ -5,6 +5,7 @@ later iterations."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from cpuify.analysis.pointers import memory_space
@@ -23,6 +24,13 @@ from cpuify.ir.dialects import info
 #: memory-model qualifiers of accesses that stay exactly as written
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 
+
+
+def next_block_prefetch_enabled() -> bool:
+    """Whether entry segments prefetch the next block's lines (ThreadLoopPlans
+    .next_block_prefetches): on unless CPUIFY_NEXT_BLOCK_PREFETCH=0 (part of the compile
+    cache's key, compiler.toolchain_key)."""
+    return os.environ.get("CPUIFY_NEXT_BLOCK_PREFETCH", "1").strip() != "0"
 
 @dataclass
 class DeferredRegion:
@@ -186,6 +194,62 @@ class ThreadLoopPlans(SegmentPaths):
         return found
 
     _PREFETCH_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
+
+    #: lines the entry segment prefetches for the next block (next_block_prefetches): scan's
+    #: tile kernel reads 4 KB and writes 4 KB a block, 136 lines with the probes' ends
+    NEXT_BLOCK_MAX_PREFETCHES = 160
+
+    def next_block_prefetches(self) -> list[tuple[Operation, list[tuple[int, int, int]], bool]]:
+        """The global loads and stores of the kernel whose lines the entry segment prefetches,
+        after its thread loop, for the block blockIdx.x + 1 (SegmentEmitter
+        .prefetch_next_block), each with the probe threads covering its lines and whether
+        they will be written (prefetchw), in code specialized for a block shape.  A worker
+        runs consecutive blocks of its chunk one after another; in a kernel with barriers
+        the block's phases between its first loads and its last stores touch only shared
+        memory (a tile scan's Hillis-Steele steps, a reduction's tree), and the next block's
+        first loads and its stores' read-for-ownership then waited for DRAM at each block's
+        start and end, where the hardware prefetchers had not followed: a new page.  Only
+        accesses with addresses computed from thread and block indices, parameters and
+        constants that depend on blockIdx.x (those of the next block are then known), and
+        only where every global access of the kernel is such (a kernel with loads in loops
+        over its data, tiles of a matmul, has its own traffic and prefetches, and was left as
+        it was), in kernels with block barriers (a barrier-free kernel streams through its
+        rows, which the hardware follows) and not volatile or ordered ones; off with
+        CPUIFY_NEXT_BLOCK_PREFETCH=0."""
+        dims = self.block_dims
+        if dims is None or self.lockstep or not next_block_prefetch_enabled() or \
+                not any(self.sync_kind(sp) != SYNC_KINDS["soft"] for sp in self.syncs):
+            return []
+        found: list[tuple[Operation, list[tuple[int, int, int]], bool]] = []
+        seen: dict[tuple[Value, int], int] = {}
+        lines = 0
+        for blk in self.region.blocks:
+            for op in blk.ops:
+                if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) != "global" or \
+                        _ORDERED & set(op.attributes.get("mods", ())):
+                    continue
+                addr = op.operands[0]
+                key = (addr, op.attributes.get("offset", 0))
+                if key in seen:     # y[i] loaded, then stored: prefetched for writing
+                    k = seen[key]
+                    found[k] = (found[k][0], found[k][1], found[k][2] or op.name == "ptx.st")
+                    continue
+                if not pure_over(addr, set(), self._PREFETCH_SPECIALS, 16) or \
+                        not uses_special(addr, "%ctaid.x", 16):
+                    return []   # a block whose traffic is not all known ahead: left alone
+                if uses_special(addr, "%tid", 16):
+                    probes = [(x, y, z) for z in range(dims[2]) for y in range(dims[1])
+                              for x in row_probes(dims[0], access_size(op))]
+                else:
+                    probes = [(0, 0, 0)]    # the same address in every thread
+                probes = probes[:self.NEXT_BLOCK_MAX_PREFETCHES - lines]
+                if not probes:
+                    return found
+                lines += len(probes)
+                seen[key] = len(found)
+                found.append((op, probes, op.name == "ptx.st"))
+        return found
+
 
     def aligning_store(self, resume: int) -> Operation | None:
         """The global store whose row of addresses the thread loop of the segment from

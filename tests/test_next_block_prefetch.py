@@ -1,0 +1,261 @@
+"""Entry segments prefetch the next block's lines (ThreadLoopPlans.next_block_prefetches,
+SegmentEmitter.prefetch_next_block): in code specialized for a block shape, a kernel with
+barriers whose global accesses are addressed from thread and block indices, parameters and
+constants prefetches, after its entry segment's thread loop, the lines those accesses will
+touch in block blockIdx.x + 1 (prefetchw for stores), which the worker usually runs next.
+Checked: which accesses are chosen (and where not), the calls in the LLVM IR, the switch,
+and multi-level scans (the suite's scan workload, ints and floats) against NumPy, with
+prefetches running past the arrays' ends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuify
+from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
+from cpuify.compiler import lift_and_optimize
+from cpuify.frontend.nvrtc import compile_to_ptx
+from cpuify.frontend.ptx_parser import parse_ptx
+from cpuify.transforms.pass_manager import PipelineOptions
+
+# the suite's tile scan (benchmarks/suite/workloads/scan.py), for a type T
+SCAN = r'''
+#define THREADS 256
+#define ITEMS 4
+#define TILE (THREADS * ITEMS)
+extern "C" __global__ void scan_tiles(const T *__restrict__ in, T *__restrict__ out,
+                                      T *__restrict__ tile_sums, int n) {
+    __shared__ T s[TILE];
+    __shared__ T t[THREADS];
+    const int tid = threadIdx.x;
+    const int base = blockIdx.x * TILE;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int i = base + k * THREADS + tid;
+        s[k * THREADS + tid] = i < n ? in[i] : 0;
+    }
+    __syncthreads();
+    T acc = 0;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        acc += s[tid * ITEMS + k];
+        s[tid * ITEMS + k] = acc;
+    }
+    t[tid] = acc;
+    __syncthreads();
+    for (int off = 1; off < THREADS; off <<= 1) {
+        T v = tid >= off ? t[tid - off] : 0;
+        __syncthreads();
+        t[tid] += v;
+        __syncthreads();
+    }
+    const T excl = tid > 0 ? t[tid - 1] : 0;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++)
+        s[tid * ITEMS + k] += excl;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int i = base + k * THREADS + tid;
+        if (i < n) out[i] = s[k * THREADS + tid];
+    }
+    if (tid == THREADS - 1) tile_sums[blockIdx.x] = t[THREADS - 1];
+}
+extern "C" __global__ void add_offsets(T *__restrict__ out, const T *__restrict__ scanned_sums,
+                                       int n) {
+    const int b = blockIdx.x + 1;
+    const T off = scanned_sums[b - 1];
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int i = b * TILE + k * THREADS + threadIdx.x;
+        if (i < n) out[i] += off;
+    }
+}
+'''
+
+OTHERS = r'''
+// a column of blocks: the addresses follow blockIdx.y only
+extern "C" __global__ void by_rows(const float *x, float *y, int w) {
+    __shared__ float row[128];
+    row[threadIdx.x] = x[blockIdx.y * w + threadIdx.x];
+    __syncthreads();
+    y[blockIdx.y * w + threadIdx.x] = row[127 - threadIdx.x];
+}
+// an address read from memory, and a volatile one
+extern "C" __global__ void through_index(const int *idx, const float *x, volatile float *y) {
+    __shared__ float v[128];
+    v[threadIdx.x] = x[idx[blockIdx.x * 128 + threadIdx.x]];
+    __syncthreads();
+    y[blockIdx.x * 128 + threadIdx.x] = v[127 - threadIdx.x];
+}
+// a block-uniform loop with barriers: its loads follow the counter (the loop's own
+// prefetches, test_prefetch.py); the store after it is the block's
+extern "C" __global__ void tiles(const float *a, float *c, int steps) {
+    __shared__ float t[128];
+    float s = 0.0f;
+    for (int k = 0; k < steps; k++) {
+        t[threadIdx.x] = a[(k * gridDim.x + blockIdx.x) * 128 + threadIdx.x];
+        __syncthreads();
+        s += t[127 - threadIdx.x];
+        __syncthreads();
+    }
+    c[blockIdx.x * 128 + threadIdx.x] = s;
+}
+'''
+
+
+def _ptx(src):
+    return parse_ptx(compile_to_ptx(src).ptx)
+
+
+@pytest.fixture(scope="module")
+def scan_ptx():
+    return _ptx("#define T int\n" + SCAN)
+
+
+@pytest.fixture(scope="module")
+def others_ptx():
+    return _ptx(OTHERS)
+
+
+def _chosen(ptx, kernel, block):
+    """[(op name, PTX line, probe threads, for writing)] the kernel specialized for `block`
+    (None: generic code) prefetches for the next block."""
+    lifted = lift_and_optimize(ptx, ptx.functions[kernel], PipelineOptions())[0]
+    kc = KernelCodegen(ModuleCodegen(ptx), lifted, block)
+    return [(op.name, op.attributes.get("line"), len(p), w) for op, p, w in kc.block_prefetches]
+
+
+def test_scan_tiles_prefetches_its_loads_and_stores(scan_ptx):
+    found = _chosen(scan_ptx, "scan_tiles", (256, 1, 1))
+    # in[i] for the 4 items (256 ints: 16 lines, probed at every 16th thread and the
+    # last, as the row may straddle a line), out[i] for writing, tile_sums[blockIdx.x] once
+    assert [(name, n, w) for name, _, n, w in found] == \
+        [("ptx.ld", 17, False)] * 4 + [("ptx.st", 17, True)] * 4 + [("ptx.st", 1, True)]
+    assert sum(n for _, _, n, _ in found) <= KernelCodegen.NEXT_BLOCK_MAX_PREFETCHES
+
+
+def test_where_nothing_is_prefetched_for_the_next_block(scan_ptx, others_ptx):
+    # generic code (no block shape), a kernel without barriers (its rows are streamed)
+    assert _chosen(scan_ptx, "scan_tiles", None) == []
+    assert _chosen(scan_ptx, "add_offsets", (256, 1, 1)) == []
+    # addresses following blockIdx.y only
+    assert _chosen(others_ptx, "by_rows", (128, 1, 1)) == []
+    # a block whose traffic is not all known ahead: an address loaded from memory; loads
+    # following a loop's counter (the loop's own prefetches, test_prefetch.py)
+    assert _chosen(others_ptx, "through_index", (128, 1, 1)) == []
+    assert _chosen(others_ptx, "tiles", (128, 1, 1)) == []
+
+
+def test_switched_off(scan_ptx, monkeypatch):
+    monkeypatch.setenv("CPUIFY_NEXT_BLOCK_PREFETCH", "0")
+    assert _chosen(scan_ptx, "scan_tiles", (256, 1, 1)) == []
+    from cpuify.compiler import toolchain_key
+    off = toolchain_key()
+    monkeypatch.delenv("CPUIFY_NEXT_BLOCK_PREFETCH")
+    assert toolchain_key() != off       # not the cached code of the other setting
+
+
+def _segment(llvm_text, name):
+    out, inside = [], False
+    for line in llvm_text.splitlines():
+        if line.startswith("define") and (f'@"{name}"(' in line or f"@{name}(" in line):
+            inside = True
+        elif inside and line.startswith("}"):
+            break
+        elif inside:
+            out.append(line)
+    return out
+
+
+def test_entry_segment_calls_prefetch_for_the_next_block(tmp_path, capsys):
+    """Raw LLVM IR: the entry segment's function issues 68 read prefetches (in) and 69
+    prefetchw (out, tile_sums), from blockIdx.x + 1, after each of its two thread loops
+    (the copy where the range branches are decided, the general one); no other segment
+    prefetches."""
+    from cpuify.cli.main import main
+    src = tmp_path / "scan.cu"
+    src.write_text("#define T int\n" + SCAN)
+    assert main(["llvm", "--raw", "--block", "256", "--kernel", "scan_tiles", str(src)]) == 0
+    text = capsys.readouterr().out
+    entry = _segment(text, "cpuify_seg_scan_tiles_0")
+    calls = [ln for ln in entry if "call" in ln and "llvm.prefetch.p0" in ln]
+    assert sum(", i32 0, i32 3, i32 1)" in c for c in calls) == 2 * 68
+    assert sum(", i32 1, i32 3, i32 1)" in c for c in calls) == 2 * 69
+    assert any(ln.strip().endswith("= add i32 %\"bx\", 1") for ln in entry)
+    assert text.count('@"llvm.prefetch.p0"(') - 1 == len(calls)    # (one declaration)
+    assert main(["explain", "--block", "256", "--kernel", "scan_tiles", str(src)]) == 0
+    assert "prefetches 137 line(s) of the accesses" in capsys.readouterr().out
+
+
+def _levels(n, tile=1024):
+    lv = [n]
+    while lv[-1] > tile:
+        lv.append((lv[-1] + tile - 1) // tile)
+    return lv
+
+
+def _scan(mod, x):
+    """The suite's multi-level scan (run_cpuify) of x."""
+    scan, add = mod.get_function("scan_tiles"), mod.get_function("add_offsets")
+    lv = _levels(len(x))
+    outs = [np.empty(m, x.dtype) for m in lv]
+    sums = [np.empty((m + 1023) // 1024, x.dtype) for m in lv]
+    src = x
+    for j, m in enumerate(lv):
+        scan(((m + 1023) // 1024,), (256,), (src, outs[j], sums[j], np.int32(m)))
+        src = sums[j]
+    for j in range(len(lv) - 2, -1, -1):
+        tiles = (lv[j] + 1023) // 1024
+        if tiles > 1:
+            add((tiles - 1,), (256,), (outs[j], outs[j + 1], np.int32(lv[j])))
+    return outs[0], sums[0]
+
+
+@pytest.mark.parametrize("n", [1, 1000, 1024, 5000, 1 << 20, 3_000_001])
+def test_int_scan_matches_cumsum(n):
+    mod = cpuify.RawModule(code="#define T int\n" + SCAN)
+    x = np.random.default_rng(n).integers(-8, 8, n, dtype=np.int32)
+    for _ in range(2):              # generic code, then the code for 256-thread blocks
+        y, tile_sums = _scan(mod, x)
+        np.testing.assert_array_equal(y, np.cumsum(x, dtype=np.int32))
+        pad = np.zeros(len(tile_sums) * 1024, np.int32)
+        pad[:n] = x
+        np.testing.assert_array_equal(tile_sums, pad.reshape(-1, 1024).sum(1, dtype=np.int32))
+
+
+def _tile_scan_f32(x):
+    """One tile of the kernel's float scan, in its order: each thread's 4 items in turn,
+    Hillis-Steele over the 256 thread totals, each item plus the sum of the threads before."""
+    s = np.zeros(1024, np.float32)
+    s[:len(x)] = x
+    items = s.reshape(256, 4).copy()
+    for k in range(1, 4):
+        items[:, k] = items[:, k - 1] + items[:, k]
+    t = items[:, 3].copy()
+    off = 1
+    while off < 256:
+        v = np.zeros(256, np.float32)
+        v[off:] = t[:-off]
+        t = t + v
+        off *= 2
+    excl = np.concatenate([np.zeros(1, np.float32), t[:-1]])
+    return (items + excl[:, None]).reshape(-1)[:len(x)], t[-1]
+
+
+@pytest.mark.parametrize("n", [700, 1024 * 3 + 5])
+def test_float_tiles_match_the_kernels_order(n):
+    """Floats: each tile bit for bit as the kernel's order computes it."""
+    mod = cpuify.RawModule(code="#define T float\n" + SCAN)
+    x = np.random.default_rng(n).random(n, dtype=np.float32)
+    f = mod.get_function("scan_tiles")
+    tiles = (n + 1023) // 1024
+    for _ in range(2):
+        out = np.empty(n, np.float32)
+        sums = np.empty(tiles, np.float32)
+        f((tiles,), (256,), (x, out, sums, np.int32(n)))
+        for b in range(tiles):
+            want, total = _tile_scan_f32(x[b * 1024:(b + 1) * 1024])
+            np.testing.assert_array_equal(out[b * 1024:(b + 1) * 1024], want)
+            assert sums[b] == total
