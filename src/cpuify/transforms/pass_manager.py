@@ -98,7 +98,10 @@ def default_pipeline() -> list[str]:
 #: Forms above); duplicate thread dimensions (what the thread loops
 #: run), 64-bit loop arithmetic read only through its low half in 32 bits (cooperative
 #: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
-#: if-conversions first (they make values recomputable and loops branch-free), nvcc's
+#: if-conversions first (they make values recomputable and loops branch-free; a swap's
+#: selects pick the smaller and larger key, which selects-to-min-max would make min/max:
+#: if-convert-swaps after it keeps them selects, and costs the pipeline a raise and a
+#: lowering around it), nvcc's
 #: unrolled remainder + main loops re-rolled into the simple strided loop (before anything
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
