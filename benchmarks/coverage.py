@@ -69,6 +69,9 @@ class Recipe:
     # (program, its directory, its output) -> (passed, why): True a pass, False a wrong result,
     # None nothing to check; replaces the passed/failed patterns
     judge: Callable[[str, Path, str], tuple[bool | None, str]] | None = None
+    # programs are single source files (`programs` globs files, not build files): each is its
+    # own program, built alone in a copy of its directory ($SRC: the file's name)
+    per_file: bool = False
 
 
 # PolyBench-ACC prints its count of results that differ from its CPU run (two spellings)
@@ -121,7 +124,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                # setup.sh: a deviceQuery of the suite's own writes cuda_device_attr.h, then CMake
                ("make -C config/cuda_device_attr_gen && "
                 "(cd config/cuda_device_attr_gen && ./deviceQuery ../../src/cuda/common/ 0)"),
-               "cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=75"),
+               # the toolkit named as CMake's CUDA compiler (docs/usage.md), not found on the PATH
+               ('cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=75 '
+                '-DCMAKE_CUDA_COMPILER="$CUDA_PATH/bin/nvcc"')),
            # the executables are targets of the level's CMakeLists named after the directory
            # (cfd: cfd and cfd_double), each linking the directory's library
            build=(('B=$(basename "$REL"); make -k -C "$TOP/build" $(make -C "$TOP/build" help | '
@@ -184,6 +189,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            passed=r"\bTEST PASSED\b", failed=r"\bTEST FAILED\b",
            description="GraphBIG's GPU benchmarks (gpu_bench), built with VERIFY=1 and checked "
                        "as `make verify` does, against ref_output on dataset/small"),
+    Recipe("single-cu", marker="", programs="**/*.cu", per_file=True,
+           # `nvcc x.cu -o x` as a tutorial's reader types it, with the CUDA libraries the file
+           # includes; a failed assert (abort) or a nonzero exit status counts as a failure
+           build=('L=""; for lib in cublas curand cufft cusparse; do '
+                  'grep -q "#include *<$lib" "$SRC" && L="$L -l$lib"; done; '
+                  'nvcc -O2 "$SRC" -o "${SRC%.cu}" $L',),
+           passed=r"(?i)\b(completed successfully|pass(ed)?|success|correct)\b",
+           failed=r"(?i)\b(fail(ed|ure)?|mismatch|incorrect|wrong|error)\b",
+           description="one program per .cu file (tutorials, textbook examples): `nvcc x.cu -o x` "
+                       "with the libraries it includes, run without arguments; name it with "
+                       "--suite"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
@@ -278,7 +294,7 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
                 shared: Path | None = None) -> Result:
     prog_dir = makefile.parent
     rel = str(prog_dir.relative_to(corpus))
-    res = Result(rel)
+    res = Result(str(makefile.relative_to(corpus)) if recipe.per_file else rel)
     scratch = Path(tempfile.mkdtemp(prefix="cpuify-coverage-", dir=keep))
     try:
         if shared is not None:          # built in the suite's configured copy
@@ -293,7 +309,7 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         work = top_copy / prog_dir.relative_to(top)
         before = set(_executables(top_copy, "*", set()))
         env = {**env, "TOP": str(top_copy), "PROG": str(work),
-               "REL": str(prog_dir.relative_to(top))}
+               "REL": str(prog_dir.relative_to(top)), "SRC": makefile.name}
         t0 = time.perf_counter()
         log = ""
         for cmd in recipe.build:
@@ -335,8 +351,17 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
                 return res
             out = r.stdout + r.stderr
             outputs.append(out)
+            if r.returncode == -6 and "Assertion" in out:     # its own assert() failed
+                m = re.search(r".*Assertion.*", out)
+                res.ran = True
+                res.first_error = f"its check failed: {m.group(0).strip()[:300] if m else ''}"
+                return res
             if r.returncode != 0 and r.returncode < 0:
                 res.first_error = f"{exe.name}: killed by signal {-r.returncode}: {_first_error(out)}"
+                return res
+            if r.returncode != 0 and recipe.per_file:    # a tutorial's check is its exit status
+                res.ran = True
+                res.first_error = f"{exe.name}: exit status {r.returncode}: {_first_error(out)}"
                 return res
         res.run_s = time.perf_counter() - t0
         res.ran = True
@@ -402,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         for mk in sorted(corpus.glob(recipe.programs)):
             if recipe.name == "makefiles" and not list(mk.parent.glob("*.cu")):
                 continue
-            rel = str(mk.parent.relative_to(corpus))
+            rel = str((mk if recipe.per_file else mk.parent).relative_to(corpus))
             if a.only and not any(s in rel for s in a.only):
                 continue
             if recipe.skip and re.search(recipe.skip, rel):
