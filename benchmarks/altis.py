@@ -11,6 +11,9 @@ ctypes), independently of the program and of cpuify:
   the program's kernels fill only the whole 16x16 tiles of the matrix (96 of its 100 rows at
   `-s 1`); the rest keeps its initial zeros, and the reference does the same.
 
+- lavamd: the forces it writes to result.txt (with -o) against the same particle system
+  computed in NumPy in double precision (its `fp`), each home box with its 26 neighbours.
+
 `judge(program, directory, output)` returns (True, "") for a pass, (False, why) for a wrong
 result and (None, why) when there is no check to make.  The recipe runs each program with
 `-o altis-output-<executable>.txt` in its directory.
@@ -21,6 +24,8 @@ from __future__ import annotations
 import ctypes
 import re
 from pathlib import Path
+
+import numpy as np
 
 NW_SEED = 7              # needle.cu's SEED
 NW_LIMIT = -999          # needle.cu's LIMIT
@@ -123,13 +128,68 @@ def _nw(directory: Path, output: str) -> tuple[bool | None, str]:
     return True, ""
 
 
+LAVAMD_SEED = 7           # lavaMD.h's SEED
+LAVAMD_PER_BOX = 100      # NUMBER_PAR_PER_BOX
+LAVAMD_ALPHA = 0.5        # par_cpu.alpha
+
+
+def lavamd_forces(boxes1d: int) -> np.ndarray:
+    """fv (v, x, y, z per particle) of lavaMD's run on a boxes1d^3 grid of boxes."""
+    n = boxes1d ** 3 * LAVAMD_PER_BOX
+    rand = np.array(glibc_rand(LAVAMD_SEED, 5 * n), dtype=np.int64)
+    rv = ((rand[:4 * n] % 10 + 1) / 10.0).reshape(n, 4)          # v, x, y, z
+    qv = (rand[4 * n:] % 10 + 1) / 10.0
+    a2 = 2.0 * LAVAMD_ALPHA * LAVAMD_ALPHA
+    fv = np.zeros((n, 4))
+    for z in range(boxes1d):
+        for y in range(boxes1d):
+            for x in range(boxes1d):
+                home = (z * boxes1d + y) * boxes1d + x
+                a = slice(home * LAVAMD_PER_BOX, (home + 1) * LAVAMD_PER_BOX)
+                near = [((z + dz) * boxes1d + y + dy) * boxes1d + x + dx
+                        for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+                        if 0 <= z + dz < boxes1d and 0 <= y + dy < boxes1d
+                        and 0 <= x + dx < boxes1d]
+                for box in near:                # the home box is one of them
+                    b = slice(box * LAVAMD_PER_BOX, (box + 1) * LAVAMD_PER_BOX)
+                    ra, rb = rv[a], rv[b]
+                    r2 = ra[:, None, 0] + rb[None, :, 0] - ra[:, 1:] @ rb[:, 1:].T
+                    vij = np.exp(-a2 * r2)
+                    q = qv[b][None, :]
+                    fv[a, 0] += (q * vij).sum(axis=1)
+                    for c in (1, 2, 3):
+                        d = ra[:, None, c] - rb[None, :, c]
+                        fv[a, c] += (q * 2 * vij * d).sum(axis=1)
+    return fv
+
+
+def _lavamd(directory: Path, output: str) -> tuple[bool | None, str]:
+    m = re.search(r"boxes1d = (\d+)", output)
+    result = directory / "result.txt"
+    if not (m and result.is_file()):
+        return None, "no box count or result.txt to check"
+    got = np.array([[float(v) for v in line.split(",")]
+                    for line in result.read_text().splitlines() if line.strip()])
+    want = lavamd_forces(int(m.group(1)))
+    if got.shape != want.shape:
+        return False, f"result.txt has {got.shape[0]} particles, not {want.shape[0]}"
+    # printed with %f: 6 decimals
+    bad = np.abs(got - want) > 1e-6 * np.abs(want) + 2e-6
+    if bad.any():
+        k = int(np.argmax(bad.any(axis=1)))
+        return False, (f"{int(bad.any(axis=1).sum())} of {len(want)} particles' forces differ "
+                       f"from the reference (particle {k}: {got[k].tolist()} vs "
+                       f"{[round(v, 6) for v in want[k]]})")
+    return True, ""
+
+
 def _sort(directory: Path, output: str) -> tuple[bool | None, str]:
     if re.search(r"(?i)\bfailed\b", output):
         return False, output[output.lower().find("failed") - 80:][:160].strip()
     return (True, "") if re.search(r"\bPassed\b", output) else (None, "no Passed/Failed")
 
 
-JUDGES = {"nw": _nw, "sort": _sort}
+JUDGES = {"nw": _nw, "lavamd": _lavamd, "sort": _sort}
 
 
 def judge(program: str, directory: Path, output: str) -> tuple[bool | None, str]:

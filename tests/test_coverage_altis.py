@@ -59,3 +59,28 @@ def test_sort_and_unchecked_programs() -> None:
     recipe = coverage.RECIPES["altis"]
     assert recipe.judge is altis.judge and "-o" in recipe.run_shell
     assert "CMAKE_CUDA_COMPILER" in " ".join(recipe.setup)
+
+
+def test_lavamd_reference_and_judge(tmp_path: Path) -> None:
+    import math
+    fv = altis.lavamd_forces(1)
+    # particle 0 by the kernel's formulas, one pair at a time (one box: its own 100)
+    r = altis.glibc_rand(7, 500)
+    rv = [[(r[4 * i + c] % 10 + 1) / 10.0 for c in range(4)] for i in range(100)]
+    qv = [(r[400 + i] % 10 + 1) / 10.0 for i in range(100)]
+    f = [0.0] * 4
+    for j in range(100):
+        r2 = rv[0][0] + rv[j][0] - sum(rv[0][c] * rv[j][c] for c in (1, 2, 3))
+        vij = math.exp(-0.5 * r2)
+        f[0] += qv[j] * vij
+        for c in (1, 2, 3):
+            f[c] += qv[j] * 2 * vij * (rv[0][c] - rv[j][c])
+    assert fv[0].tolist() == pytest.approx(f, rel=1e-12)
+    lines = ["%f, %f, %f, %f" % tuple(row) for row in fv]
+    (tmp_path / "result.txt").write_text("\n".join(lines) + "\n")
+    output = "Running LavaMD\nConfiguration used: boxes1d = 1\n"
+    assert altis.judge("src/cuda/level2/lavamd", tmp_path, output) == (True, "")
+    lines[42] = "%f, %f, %f, %f" % (fv[42][0], fv[42][1] + 1e-3, fv[42][2], fv[42][3])
+    (tmp_path / "result.txt").write_text("\n".join(lines) + "\n")
+    verdict, why = altis.judge("src/cuda/level2/lavamd", tmp_path, output)
+    assert verdict is False and "particle 42" in why
