@@ -121,6 +121,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="SHOC (autoconf): configured once, each program's directory built with "
                        "`make -k`, run with `-s 1`; level0 programs and S3D have no check"),
     Recipe("altis", marker="src/cuda/common/main.cu", programs="src/cuda/level*/*/CMakeLists.txt",
+           # level2/yolo's CMakeLists builds a library (darknetLib) that no executable links
+           skip=r"/yolo$",
            setup=(
                # setup.sh: a deviceQuery of the suite's own writes cuda_device_attr.h, then CMake
                ("make -C config/cuda_device_attr_gen && "
