@@ -204,8 +204,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            build=('L=""; for lib in cublas curand cufft cusparse; do '
                   'grep -q "#include *<$lib" "$SRC" && L="$L -l$lib"; done; '
                   'nvcc -O2 "$SRC" -o "${SRC%.cu}" $L',),
-           passed=r"(?i)\b(completed successfully|pass(ed)?|success|correct)\b",
-           failed=r"(?i)\b(fail(ed|ure)?|mismatch|incorrect|wrong|error)\b",
+           judge=lambda program, directory, output: _single_file_judge(program, directory, output),
            description="one program per .cu file (tutorials, textbook examples): `nvcc x.cu -o x` "
                        "with the libraries it includes, run without arguments; name it with "
                        "--suite"),
@@ -213,6 +212,21 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
 )}
+
+
+def _single_file_judge(program: str, directory: Path, output: str) -> tuple[bool | None, str]:
+    """A tutorial program that exited with status 0: its message, or its assert()s held
+    (a program that checks with assert and prints nothing, e.g. a histogram whose bins must
+    add up to the input's size)."""
+    m = re.search(r"(?i)\b(fail(ed|ure)?|mismatch|incorrect|wrong|error)\b", output)
+    if m:
+        return False, output[max(0, m.start() - 80):m.end() + 40].strip()
+    if re.search(r"(?i)\b(completed successfully|pass(ed)?|success|correct)\b", output):
+        return True, ""
+    source = directory / Path(program).name
+    if source.is_file() and re.search(r"\bassert\s*\(", source.read_text(errors="replace")):
+        return True, ""
+    return None, "no success message and no assert()"
 
 
 @dataclass
@@ -376,7 +390,7 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         res.ran = True
         text = "\n".join(outputs)
         if recipe.judge is not None:
-            verdict, why = recipe.judge(rel, work, text)
+            verdict, why = recipe.judge(res.program, work, text)
             res.passed = verdict is True
             if verdict is False:
                 res.first_error = f"its check failed: {why}"

@@ -119,12 +119,17 @@ def test_single_file_programs_built_run_and_judged(tmp_path: Path, monkeypatch) 
     d.mkdir(parents=True)
     (d / "scale.cu").write_text(TUTORIAL.replace("OFFSET", "0"))
     (d / "scale_wrong.cu").write_text(TUTORIAL.replace("OFFSET", "1"))
+    # checked by its asserts only, silent when they hold
+    (d / "scale_quiet.cu").write_text(
+        TUTORIAL.replace("OFFSET", "0").replace('printf("COMPLETED SUCCESSFULLY\\n");', ""))
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = tmp_path / "result.json"
     assert coverage.main([str(tmp_path / "tutorial"), "--suite", "single-cu", "--json", str(out),
                           "--run-timeout", "120"]) == 0
     results = {r["program"]: r for r in json.loads(out.read_text())["results"]}
-    assert set(results) == {"01_scale/scale.cu", "01_scale/scale_wrong.cu"}
+    assert set(results) == {"01_scale/scale.cu", "01_scale/scale_wrong.cu", "01_scale/scale_quiet.cu"}
+    quiet = results["01_scale/scale_quiet.cu"]
+    assert quiet["built"] and quiet["ran"] and quiet["passed"], quiet
     good, bad = results["01_scale/scale.cu"], results["01_scale/scale_wrong.cu"]
     assert good["built"] and good["ran"] and good["passed"], good
     assert good["executables"] == ["scale"]
