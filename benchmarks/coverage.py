@@ -40,8 +40,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 try:
-    from benchmarks import ispass2009
+    from benchmarks import altis, ispass2009
 except ImportError:          # run as a script from benchmarks/
+    import altis  # type: ignore[no-redef]
     import ispass2009  # type: ignore[no-redef]
 
 
@@ -69,6 +70,9 @@ class Recipe:
     # (program, its directory, its output) -> (passed, why): True a pass, False a wrong result,
     # None nothing to check; replaces the passed/failed patterns
     judge: Callable[[str, Path, str], tuple[bool | None, str]] | None = None
+    # programs are single source files (`programs` globs files, not build files): each is its
+    # own program, built alone in a copy of its directory ($SRC: the file's name)
+    per_file: bool = False
 
 
 # PolyBench-ACC prints its count of results that differ from its CPU run (two spellings)
@@ -117,21 +121,31 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="SHOC (autoconf): configured once, each program's directory built with "
                        "`make -k`, run with `-s 1`; level0 programs and S3D have no check"),
     Recipe("altis", marker="src/cuda/common/main.cu", programs="src/cuda/level*/*/CMakeLists.txt",
+           # level2/yolo's CMakeLists builds a library (darknetLib) that no executable links
+           skip=r"/yolo$",
            setup=(
                # setup.sh: a deviceQuery of the suite's own writes cuda_device_attr.h, then CMake
                ("make -C config/cuda_device_attr_gen && "
                 "(cd config/cuda_device_attr_gen && ./deviceQuery ../../src/cuda/common/ 0)"),
-               "cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=75"),
+               # the toolkit named as CMake's CUDA compiler (docs/usage.md), not found on the PATH
+               ('cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=75 '
+                '-DCMAKE_CUDA_COMPILER="$CUDA_PATH/bin/nvcc"')),
            # the executables are targets of the level's CMakeLists named after the directory
            # (cfd: cfd and cfd_double), each linking the directory's library
            build=(('B=$(basename "$REL"); make -k -C "$TOP/build" $(make -C "$TOP/build" help | '
                    'sed -n "s/^\\.\\.\\. \\($B[A-Za-z_]*\\)$/\\1/p" | grep -v "Lib$")'),),
-           exe_glob="*", run_args=("-s", "1", "-n", "1"),
-           # Sort compares with its CPU sort; GUPS's verification (printed with -v) counts
-           # errors on every GPU (the second, undoing pass is commented out): not a check
-           passed=r"\bPassed\b", failed=r"(?i)\bfailed\b",
-           description="Altis (CMake, setup.sh's steps), run with `-s 1 -n 1` (one pass); only "
-                       "Sort checks its results: the others end as `ran`"),
+           # run in the program's source directory as its README says (kmeans's default
+           # input is ./inputs/...), one pass, the result written where benchmarks/altis.py
+           # reads it
+           exe_glob="*",
+           run_shell=('"$EXE" -s 1 -n 1 -o "$PWD/altis-output-$(basename "$EXE").txt"'),
+           # Sort compares with its CPU sort; nw is checked against a reference computed from
+           # the same input; GUPS's verification (printed with -v) counts errors on every GPU
+           # (the second, undoing pass is commented out): not a check
+           judge=altis.judge,
+           description="Altis (CMake, setup.sh's steps), run with `-s 1 -n 1` (one pass); Sort "
+                       "checks its results, nw is checked against a reference of "
+                       "benchmarks/altis.py: the others end as `ran`"),
     Recipe("ispass2009", marker="Makefile.ispass-2009", programs="*/README.GPGPU-Sim",
            # README.ISPASS-2009: CUDA_INSTALL_PATH and NVIDIA_COMPUTE_SDK_LOCATION set (here
            # cpuify's cuda-home and cuda-sdk), nvcc on the PATH; `make -f Makefile.ispass-2009`
@@ -184,10 +198,35 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            passed=r"\bTEST PASSED\b", failed=r"\bTEST FAILED\b",
            description="GraphBIG's GPU benchmarks (gpu_bench), built with VERIFY=1 and checked "
                        "as `make verify` does, against ref_output on dataset/small"),
+    Recipe("single-cu", marker="", programs="**/*.cu", per_file=True,
+           # `nvcc x.cu -o x` as a tutorial's reader types it, with the CUDA libraries the file
+           # includes; a failed assert (abort) or a nonzero exit status counts as a failure
+           build=('L=""; for lib in cublas curand cufft cusparse; do '
+                  'grep -q "#include *<$lib" "$SRC" && L="$L -l$lib"; done; '
+                  'nvcc -O2 "$SRC" -o "${SRC%.cu}" $L',),
+           judge=lambda program, directory, output: _single_file_judge(program, directory, output),
+           description="one program per .cu file (tutorials, textbook examples): `nvcc x.cu -o x` "
+                       "with the libraries it includes, run without arguments; name it with "
+                       "--suite"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
 )}
+
+
+def _single_file_judge(program: str, directory: Path, output: str) -> tuple[bool | None, str]:
+    """A tutorial program that exited with status 0: its message, or its assert()s held
+    (a program that checks with assert and prints nothing, e.g. a histogram whose bins must
+    add up to the input's size)."""
+    m = re.search(r"(?i)\b(fail(ed|ure)?|mismatch|incorrect|wrong|error)\b", output)
+    if m:
+        return False, output[max(0, m.start() - 80):m.end() + 40].strip()
+    if re.search(r"(?i)\b(completed successfully|pass(ed)?|success|correct)\b", output):
+        return True, ""
+    source = directory / Path(program).name
+    if source.is_file() and re.search(r"\bassert\s*\(", source.read_text(errors="replace")):
+        return True, ""
+    return None, "no success message and no assert()"
 
 
 @dataclass
@@ -278,7 +317,7 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
                 shared: Path | None = None) -> Result:
     prog_dir = makefile.parent
     rel = str(prog_dir.relative_to(corpus))
-    res = Result(rel)
+    res = Result(str(makefile.relative_to(corpus)) if recipe.per_file else rel)
     scratch = Path(tempfile.mkdtemp(prefix="cpuify-coverage-", dir=keep))
     try:
         if shared is not None:          # built in the suite's configured copy
@@ -293,7 +332,7 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         work = top_copy / prog_dir.relative_to(top)
         before = set(_executables(top_copy, "*", set()))
         env = {**env, "TOP": str(top_copy), "PROG": str(work),
-               "REL": str(prog_dir.relative_to(top))}
+               "REL": str(prog_dir.relative_to(top)), "SRC": makefile.name}
         t0 = time.perf_counter()
         log = ""
         for cmd in recipe.build:
@@ -335,14 +374,23 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
                 return res
             out = r.stdout + r.stderr
             outputs.append(out)
+            if r.returncode == -6 and "Assertion" in out:     # its own assert() failed
+                m = re.search(r".*Assertion.*", out)
+                res.ran = True
+                res.first_error = f"its check failed: {m.group(0).strip()[:300] if m else ''}"
+                return res
             if r.returncode != 0 and r.returncode < 0:
                 res.first_error = f"{exe.name}: killed by signal {-r.returncode}: {_first_error(out)}"
+                return res
+            if r.returncode != 0 and recipe.per_file:    # a tutorial's check is its exit status
+                res.ran = True
+                res.first_error = f"{exe.name}: exit status {r.returncode}: {_first_error(out)}"
                 return res
         res.run_s = time.perf_counter() - t0
         res.ran = True
         text = "\n".join(outputs)
         if recipe.judge is not None:
-            verdict, why = recipe.judge(rel, work, text)
+            verdict, why = recipe.judge(res.program, work, text)
             res.passed = verdict is True
             if verdict is False:
                 res.first_error = f"its check failed: {why}"
@@ -402,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         for mk in sorted(corpus.glob(recipe.programs)):
             if recipe.name == "makefiles" and not list(mk.parent.glob("*.cu")):
                 continue
-            rel = str(mk.parent.relative_to(corpus))
+            rel = str((mk if recipe.per_file else mk.parent).relative_to(corpus))
             if a.only and not any(s in rel for s in a.only):
                 continue
             if recipe.skip and re.search(recipe.skip, rel):

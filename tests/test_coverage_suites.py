@@ -86,3 +86,52 @@ def test_chai_shaped_corpus_built_run_and_judged(tmp_path: Path, monkeypatch) ->
     assert good["built"] and good["ran"] and good["passed"], good
     assert bad["built"] and bad["ran"] and not bad["passed"]
     assert "its check failed" in bad["first_error"] and "Test failed" in bad["first_error"]
+
+
+# a tutorial's shape: one program per .cu file, checked by assert() and a closing message
+TUTORIAL = r'''#include <cassert>
+#include <cstdio>
+#include <vector>
+__global__ void scale(int *v, int n, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] = v[i] * k + i % 7;
+}
+int main() {
+    const int n = 1000;
+    std::vector<int> h(n);
+    for (int i = 0; i < n; i++) h[i] = i;
+    int *d;
+    cudaMalloc(&d, n * sizeof(int));
+    cudaMemcpy(d, h.data(), n * sizeof(int), cudaMemcpyHostToDevice);
+    scale<<<(n + 127) / 128, 128>>>(d, n, 3);
+    cudaMemcpy(h.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < n; i++) assert(h[i] == i * 3 + i % 7 + OFFSET);
+    printf("COMPLETED SUCCESSFULLY\n");
+    return 0;
+}
+'''
+
+
+def test_single_file_programs_built_run_and_judged(tmp_path: Path, monkeypatch) -> None:
+    """Each .cu file is a program of its own (two in one directory): built with `nvcc x.cu -o
+    x` by cpuify, run; a failed assert() is that program's check failing, not a crash."""
+    d = tmp_path / "tutorial" / "01_scale"
+    d.mkdir(parents=True)
+    (d / "scale.cu").write_text(TUTORIAL.replace("OFFSET", "0"))
+    (d / "scale_wrong.cu").write_text(TUTORIAL.replace("OFFSET", "1"))
+    # checked by its asserts only, silent when they hold
+    (d / "scale_quiet.cu").write_text(
+        TUTORIAL.replace("OFFSET", "0").replace('printf("COMPLETED SUCCESSFULLY\\n");', ""))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "result.json"
+    assert coverage.main([str(tmp_path / "tutorial"), "--suite", "single-cu", "--json", str(out),
+                          "--run-timeout", "120"]) == 0
+    results = {r["program"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"01_scale/scale.cu", "01_scale/scale_wrong.cu", "01_scale/scale_quiet.cu"}
+    quiet = results["01_scale/scale_quiet.cu"]
+    assert quiet["built"] and quiet["ran"] and quiet["passed"], quiet
+    good, bad = results["01_scale/scale.cu"], results["01_scale/scale_wrong.cu"]
+    assert good["built"] and good["ran"] and good["passed"], good
+    assert good["executables"] == ["scale"]
+    assert bad["built"] and bad["ran"] and not bad["passed"], bad
+    assert "its check failed" in bad["first_error"] and "Assertion" in bad["first_error"]
