@@ -490,6 +490,36 @@ def test_older_cxx_standard_with_cuda13_headers(tmp_path: Path, env: dict[str, s
 
 
 @needs_toolchain
+def test_older_cxx_standard_kept_where_the_program_needs_no_cxx17(tmp_path: Path,
+                                                                    env: dict[str, str]) -> None:
+    # Altis's pathfinder: `using namespace std` and a global `data`, built with -std=c++11;
+    # under C++17 `data` is ambiguous with std::data.  The standard is raised only after a
+    # compile failed on libcu++'s C++17 requirement (the test above), so this one builds as
+    # asked, with no note
+    (tmp_path / "data.cu").write_text(textwrap.dedent("""
+        #include <cstdio>
+        #include <vector>
+        using namespace std;
+        int *data;
+        __global__ void fill(int *x) { x[threadIdx.x] = 3 * (int)threadIdx.x; }
+        int main() {
+            int h[32];
+            cudaMalloc(&data, sizeof h);
+            fill<<<1, 32>>>(data);
+            cudaMemcpy(h, data, sizeof h, cudaMemcpyDeviceToHost);
+            int t = 0;
+            for (int i = 0; i < 32; i++) t += h[i];
+            printf("%d\\n", t);
+            return 0;
+        }
+        """))
+    r = run([*CPUIFY, "nvcc", "-std=c++11", "data.cu", "-o", "data"], tmp_path, env)
+    assert "taken as" not in r.stderr
+    out = subprocess.run([str(tmp_path / "data")], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == str(3 * sum(range(32)))
+
+
+@needs_toolchain
 def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     """nvcc -v: what CMake reads (TOP=, LIBRARIES=, a link line containing LIBRARIES and
     -lcudart_static, -arch compute_XX)."""

@@ -454,6 +454,7 @@ class Driver:
         self.env = {k: v for k, v in os.environ.items() if k not in NVCC_ENVIRONMENT}
         self._home: Path | None = None
         self._std_noted = False         # the note on a raised -std= is printed once
+        self.std_raised = False         # -std=c++11/14 given as c++17 (legacy_standard)
         o.host_opts = self._without_foreign_includes(o.host_opts)
         # --distributed: kernels carry their access maps, executables start on MPI ranks
         self.distributed = "--distributed" in o.flags
@@ -516,6 +517,16 @@ class Driver:
         out, err = proc.stdout, proc.stderr
         if rewritten:
             out, err = legacy_source.restore_names(out, rewritten), legacy_source.restore_names(err, rewritten)
+        if proc.returncode != 0 and not self.std_raised and _NEEDS_CXX17 in err \
+                and headers.legacy_enabled(self.o.flags):
+            # CUDA 13's headers (libcu++: cooperative_groups.h, Thrust, CUB) need C++17; a
+            # program written for an older toolkit asks for C++11/14: once more with C++17.
+            # Not before: C++17 breaks some such programs (`using namespace std` and a global
+            # `data` are ambiguous with std::data, Altis's pathfinder)
+            self.std_raised = True
+            raised = [self.legacy_standard(c) for c in cmd]
+            if raised != cmd:
+                return self.run(raised, what, quiet=quiet, rewritten=rewritten, retry=retry)
         if proc.returncode != 0 and retry is not None and (found := retry(err)):
             raise _Retry(found)
         if out and not quiet:
@@ -534,7 +545,7 @@ class Driver:
         legacy = headers.legacy_enabled(self.o.flags)
         cmd += headers.include_options(self.tk, legacy=legacy)
         host_opts = self.o.host_opts
-        if legacy:
+        if legacy and self.std_raised:
             host_opts = [self.legacy_standard(opt) for opt in host_opts]
         if rewritten:
             host_opts = rewritten.include_options(host_opts) + rewritten.options
@@ -543,7 +554,8 @@ class Driver:
     def legacy_standard(self, opt: str) -> str:
         """`-std=c++11`/`c++14` (or gnu++) as `c++17` when the toolkit's headers need C++17
         (CUDA 13's libcu++, which cooperative_groups.h, Thrust and CUB include): programs
-        and CMake projects written for CUDA <= 12 ask for the older standard."""
+        and CMake projects written for CUDA <= 12 ask for the older standard.  Applied once
+        a compile failed on libcu++'s C++17 requirement (run(), std_raised)."""
         m = re.fullmatch(r"-std=(c|gnu)\+\+(98|03|0x|11|1y|14)", opt)
         if not m:
             return opt
@@ -953,6 +965,10 @@ class Driver:
 
 class CompileFailed(CpuifyError):
     """A tool failed; its diagnostics were already printed."""
+
+
+#: libcu++'s #error for a standard before C++17 (cuda/std/__internal/cpp_dialect.h)
+_NEEDS_CXX17 = "requires at least C++ 17"
 
 
 class _Retry(Exception):
