@@ -608,26 +608,33 @@ class SpeculativeValues(SyncCrossing):
             return
         sp = self.kc.syncs[self.resume - 1]
         advance = self.kc.prefetch_advance(self.resume)
-        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         with self.speculation(b):
-            for op, probes, writes in ops:
-                # one address per row of probes, the row's other lines at constant offsets
-                # from it (the probes assume contiguous accesses of access_size bytes, see
-                # row_probes): computed per probe, each was an add and a sign extension of
-                # 32-bit index arithmetic LLVM could not fold into a displacement
-                rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
-                size = access_size(op)
-                for x, y, z in probes:
-                    if (y, z) not in rows:
-                        self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
-                        self.restore(sp, advance=advance)
-                        if isinstance(op.operands[0], OpResult):
-                            self.rematerialize(op.operands[0])
-                        rows[(y, z)] = (x, self.address(op, "global"))
-                    x0, base = rows[(y, z)]
-                    addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
-                    b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance))
 
+    def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
+                         at_thread: Callable[[], None]) -> None:
+        """Within speculation(): the prefetches of `ops` ((access, probe threads, writes)),
+        one address per row of probes computed as that row's first probe thread (after
+        `at_thread()`, which sets up what that thread's values start from), the row's other
+        lines at constant offsets from it (the probes assume contiguous accesses of
+        access_size bytes, see row_probes): computed per probe, each was an add and a sign
+        extension of 32-bit index arithmetic LLVM could not fold into a displacement."""
+        dims = self.kc.block_dims
+        assert dims is not None
+        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        for op, probes, writes in ops:
+            rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
+            size = access_size(op)
+            for x, y, z in probes:
+                if (y, z) not in rows:
+                    self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+                    at_thread()
+                    if isinstance(op.operands[0], OpResult):
+                        self.rematerialize(op.operands[0])
+                    rows[(y, z)] = (x, self.address(op, "global"))
+                x0, base = rows[(y, z)]
+                addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
+                b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
 
     def prefetch_next_block(self, b: ir.IRBuilder) -> None:
         """After the entry segment's thread loop (`b` there): prefetch the lines that the
@@ -639,24 +646,11 @@ class SpeculativeValues(SyncCrossing):
         ops = self.kc.block_prefetches
         if not ops or dims is None:
             return
-        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         ctaid = self.ctaid
         self.ctaid = [b.add(ctaid[0], I32(1))] + list(ctaid[1:])
         try:
             with self.speculation(b):
-                for op, probes, writes in ops:
-                    # one address per row of probes, the row's other lines at offsets from it
-                    rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
-                    size = access_size(op)
-                    for x, y, z in probes:
-                        if (y, z) not in rows:
-                            self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
-                            if isinstance(op.operands[0], OpResult):
-                                self.rematerialize(op.operands[0])
-                            rows[(y, z)] = (x, self.address(op, "global"))
-                        x0, base = rows[(y, z)]
-                        addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
-                        b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+                self._prefetch_probes(b, ops, lambda: None)
         finally:
             self.ctaid = ctaid
 

@@ -125,18 +125,7 @@ def _convert_swap_if(block: Block, op: Operation) -> bool:
     stores = _swap_loads(block.ops[:at], arm.ops[:-1])
     if stores is None:
         return False
-    cond = op.operands[0]
-    for st, old in stores:
-        new = st.operands[1]
-        pick = [new, old] if then_first else [old, new]
-        sel = Operation("ptx.selp", [*pick, cond], [new.type],
-                        {"mods": [ty(st)], "line": st.attr("line", 0)})
-        sel.parent = block
-        block.ops.insert(at, sel)
-        st.set_operand(1, sel.results[0])
-        st.parent = block
-        block.ops.insert(at + 1, st)
-        at += 2
+    _stores_of_selects(block, at, stores, op.operands[0], then_first)
     block.ops.remove(op)
     op.drop_uses()
     arm.ops[-1].drop_uses()
@@ -222,11 +211,10 @@ def _swap_loads(before: list[Operation], stores: list[Operation]
     return pairs
 
 
-def _convert(block: Block, then: Block, join: Block, stores: list[tuple[Operation, Value]],
-             then_first: bool) -> None:
-    term = block.terminator
-    cond = term.operands[0]
-    at = len(block.ops) - 1
+def _stores_of_selects(block: Block, at: int, stores: list[tuple[Operation, Value]],
+                       cond: Value, then_first: bool) -> None:
+    """Move the swap's stores into `block` at `at`, each storing `cond ? new : old` (the
+    value the arm stored when the arm runs, the location's old value otherwise)."""
     for st, old in stores:
         new = st.operands[1]
         pick = [new, old] if then_first else [old, new]
@@ -238,6 +226,12 @@ def _convert(block: Block, then: Block, join: Block, stores: list[tuple[Operatio
         st.parent = block
         block.ops.insert(at + 1, st)
         at += 2
+
+
+def _convert(block: Block, then: Block, join: Block, stores: list[tuple[Operation, Value]],
+             then_first: bool) -> None:
+    term = block.terminator
+    _stores_of_selects(block, len(block.ops) - 1, stores, term.operands[0], then_first)
     term.drop_uses()
     br = Operation("cf.br", successors=[join], successor_args=[[]],
                    attributes={"line": term.attr("line", 0)})
