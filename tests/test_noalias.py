@@ -112,11 +112,13 @@ def test_fig9_barrier_goes_only_with_the_fact(ptx: str) -> None:
     hidden[] is followed by the `if (tx == 0)` that writes output[], no barrier between."""
     from test_ir import filecheck
     op, counts = _optimized(ptx, "fig9")
-    assert _barriers(op) == 7 and counts["barrier-elimination"] == 0
+    # (7 either way: barrier-elimination's default rule removes the one barrier-motion
+    # moved by the paper's rule)
+    assert _barriers(op) == 7 and counts["barrier-elimination"] + counts["barrier-motion"] == 1
     assert op.attributes["noalias_candidates"] == [8]        # hidden apart from the others
     assert "noalias_params" not in op.attributes
     op, counts = _optimized(ptx, "fig9", noalias=(8, 16))
-    assert _barriers(op) == 6 and counts["barrier-elimination"] == 1
+    assert _barriers(op) == 6 and counts["barrier-elimination"] + counts["barrier-motion"] == 2
     text = print_op(op)
     assert "noalias_params = [8 : i64, 16 : i64]" in text
     filecheck(text, r'''

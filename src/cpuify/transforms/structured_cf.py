@@ -29,15 +29,11 @@ What cannot be raised stays CFG, unchanged, and the reason is counted (an irredu
 cycle, an if with a path that ends the thread with `upir.exit`, a value used past its arm,
 ...): the pass never fails and never changes what the kernel computes.
 
-Where it runs: early in the default pipeline, right after the passes that insert blocks and
-barriers on the lifted CFG's edges; from there on the structured form is the pipeline's
-working form (transforms/pass_manager.py, Forms): passes that work on structured ops or on
-either form run on it, the pass manager lowers it (ir/structured.py, back to the same CFG)
-for a pass that works on the CFG and raises it again after, and the IR the pipeline hands on
-is structured: the printed IR (`--print-ir-after`, `cpuify ir`, `cpuify ir --mlir`) and
-`cpuify explain` show the kernel's structure; code generation and the interpreter lower it.
-`--disable-pass=raise-structured-cf` keeps the CFG as the working form (a structured pass
-still gets the structured form, and the pipeline lowers it again at the end)."""
+Where it runs: last in the default pipeline.  Every other pass and code generation work on
+the CFG; the raise at the end makes the printed IR (`--print-ir-after`, `cpuify ir`,
+`cpuify ir --mlir`) and `cpuify explain` show the kernel's structure, and code generation,
+the interpreter and any pass run after it lower it first (ir/structured.py), back to the
+same CFG.  `--disable-pass=raise-structured-cf` leaves the CFG as the other passes left it."""
 
 from __future__ import annotations
 
@@ -70,8 +66,8 @@ MAX_NESTING = 64
 class RaiseStructuredControlFlow:
     """Pass: reducible control flow of the block body as upir.if/while/for."""
     name: str = "raise-structured-cf"
-    #: what it makes (the pass manager's forms, transforms/pass_manager.py)
-    form: ClassVar[str] = "structured"
+    #: the pass manager lowers structured ops before a pass without this mark
+    structured: ClassVar[bool] = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of structured ops made."""
@@ -85,8 +81,6 @@ class RaiseStructuredControlFlow:
         attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
         if report.whiles:               # (why a while is no for: only where there is one)
             attrs[WHILE_ATTR] = [[why, n] for why, n in sorted(report.whiles.items())]
-        else:
-            attrs.pop(WHILE_ATTR, None)     # (an earlier raise's, in a pipeline that raises again)
         return sum(report.raised.values())
 
 
