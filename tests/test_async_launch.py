@@ -16,18 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from test_programs import PROGRAMS, _have_nvcc, nvcc
+from test_programs import _have_nvcc, build_program
 
 pytestmark = pytest.mark.skipif(not _have_nvcc(), reason="nvcc wheel (nvidia-cuda-nvcc) or g++ missing")
 
 
 @pytest.fixture(scope="module")
 def exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("async")
-    path = out / "async_launch"
-    r = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "async_launch.cu"), "-o", str(path), cwd=out)
-    assert r.returncode == 0, r.stderr
-    return path
+    return build_program(tmp_path_factory.mktemp("async"), "async_launch")
 
 
 def run(exe: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

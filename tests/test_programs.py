@@ -48,16 +48,19 @@ def nvcc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CPUIFY, "nvcc", *args], cwd=cwd, capture_output=True, text=True)
 
 
+def build_program(out: Path, name: str, *flags: str) -> Path:
+    """tests/programs/NAME.cu built with `cpuify nvcc` into out/NAME (FLAGS before the source;
+    -I tests/programs added)."""
+    exe = out / name
+    r = nvcc(*flags, f"-I{PROGRAMS}", str(PROGRAMS / f"{name}.cu"), "-o", str(exe), cwd=out)
+    assert r.returncode == 0, r.stderr
+    return exe
+
+
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("programs")
-
-    def _build(name: str, *flags: str) -> Path:
-        exe = out / name
-        r = nvcc(*flags, f"-I{PROGRAMS}", str(PROGRAMS / f"{name}.cu"), "-o", str(exe), cwd=out)
-        assert r.returncode == 0, r.stderr
-        return exe
-    return _build
+    return lambda name, *flags: build_program(out, name, *flags)
 
 
 def run(exe: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from test_programs import PROGRAMS, _have_nvcc, nvcc
+from test_programs import _have_nvcc, build_program
 
 pytestmark = pytest.mark.skipif(not _have_nvcc(), reason="nvcc wheel (nvidia-cuda-nvcc) or g++ missing")
 
@@ -32,22 +32,13 @@ def _curand_include() -> str | None:
 
 @pytest.fixture(scope="module")
 def queues(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("queues")
-    path = out / "stream_queues"
-    r = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "stream_queues.cu"), "-o", str(path), cwd=out)
-    assert r.returncode == 0, r.stderr
-    return path
+    return build_program(tmp_path_factory.mktemp("queues"), "stream_queues")
 
 
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("queue_libs")
-    path = out / "stream_libs"
     extra = ["-DWITH_CURAND", "-lcurand"] if _curand_include() else []
-    r = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "stream_libs.cu"), "-o", str(path), "-lcublas", "-lcufft",
-             *extra, cwd=out)
-    assert r.returncode == 0, r.stderr
-    return path
+    return build_program(tmp_path_factory.mktemp("queue_libs"), "stream_libs", "-lcublas", "-lcufft", *extra)
 
 
 def run(exe: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

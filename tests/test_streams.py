@@ -14,18 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from test_programs import PROGRAMS, _have_nvcc, nvcc
+from test_programs import _have_nvcc, build_program
 
 pytestmark = pytest.mark.skipif(not _have_nvcc(), reason="nvcc wheel (nvidia-cuda-nvcc) or g++ missing")
 
 
 @pytest.fixture(scope="module")
 def exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("streams")
-    path = out / "stream_overlap"
-    r = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "stream_overlap.cu"), "-o", str(path), cwd=out)
-    assert r.returncode == 0, r.stderr
-    return path
+    return build_program(tmp_path_factory.mktemp("streams"), "stream_overlap")
 
 
 def run(exe: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -109,10 +105,7 @@ def test_default_stream_per_thread(tmp_path: Path) -> None:
     # that another host thread's cudaMemcpyAsync on that thread's stream 0 sets (4 -> 104),
     # after a cudaMemcpy of its own; with one legacy stream for both, either copy would wait
     # for the kernel
-    exe = tmp_path / "per_thread"
-    r = nvcc("--default-stream", "per-thread", f"-I{PROGRAMS}", str(PROGRAMS / "stream_overlap.cu"),
-             "-o", str(exe), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    exe = build_program(tmp_path, "stream_overlap", "--default-stream", "per-thread")
     r = run(exe, "per_thread")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines() == ["mine cudaErrorNotReady theirs cudaSuccess copy cudaSuccess "

@@ -13,43 +13,12 @@
 #endif
 #include <cuda_runtime.h>
 
-static const char *dir;
+#include "curand_harness.h"
+
 static bool host_only;     // no device generators (NVIDIA's libcurand without a GPU has none)
 
 static curandStatus_t create(curandGenerator_t *g, curandRngType_t type) {
     return host_only ? curandCreateGeneratorHost(g, type) : curandCreateGenerator(g, type);
-}
-
-static void status(const char *name, curandStatus_t s) { std::printf("status %s %d\n", name, (int)s); }
-
-static void dump(const char *name, const void *p, size_t bytes) {
-    char path[4096];
-    std::snprintf(path, sizeof path, "%s/%s.bin", dir, name);
-    FILE *f = std::fopen(path, "wb");
-    if (!f || std::fwrite(p, 1, bytes, f) != bytes) { std::perror(path); std::exit(1); }
-    std::fclose(f);
-}
-
-#define CHECK(call) do { curandStatus_t s_ = (call); if (s_ != CURAND_STATUS_SUCCESS) { \
-    std::printf("%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, (int)s_); std::exit(1); } } while (0)
-
-template <typename T> static T *buffer(bool host, size_t n) {
-    void *p = nullptr;
-    if (host) p = std::malloc(n * sizeof(T));
-    else if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) p = nullptr;
-    if (!p) { std::printf("allocation failed\n"); std::exit(1); }
-    return static_cast<T *>(p);
-}
-
-template <typename T> static void save(const char *prefix, const char *what, bool host, T *p, size_t n) {
-    char name[256];
-    std::snprintf(name, sizeof name, "%s_%s", prefix, what);
-    if (host) { dump(name, p, n * sizeof(T)); std::free(p); return; }
-    T *h = static_cast<T *>(std::malloc(n * sizeof(T)));
-    cudaMemcpy(h, p, n * sizeof(T), cudaMemcpyDeviceToHost);
-    dump(name, h, n * sizeof(T));
-    std::free(h);
-    cudaFree(p);
 }
 
 static curandGenerator_t make(curandRngType_t type, bool host, curandOrdering_t order) {

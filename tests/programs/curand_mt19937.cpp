@@ -14,39 +14,7 @@
 #endif
 #include <cuda_runtime.h>
 
-static const char *dir;
-
-static void status(const char *name, curandStatus_t s) { std::printf("status %s %d\n", name, (int)s); }
-
-static void dump(const char *name, const void *p, size_t bytes) {
-    char path[4096];
-    std::snprintf(path, sizeof path, "%s/%s.bin", dir, name);
-    FILE *f = std::fopen(path, "wb");
-    if (!f || std::fwrite(p, 1, bytes, f) != bytes) { std::perror(path); std::exit(1); }
-    std::fclose(f);
-}
-
-#define CHECK(call) do { curandStatus_t s_ = (call); if (s_ != CURAND_STATUS_SUCCESS) { \
-    std::printf("%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, (int)s_); std::exit(1); } } while (0)
-
-template <typename T> static T *buffer(bool host, size_t n) {
-    void *p = nullptr;
-    if (host) p = std::malloc(n * sizeof(T));
-    else if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) p = nullptr;
-    if (!p) { std::printf("allocation failed\n"); std::exit(1); }
-    return static_cast<T *>(p);
-}
-
-static void save(const char *prefix, const char *what, bool host, void *p, size_t bytes) {
-    char name[256];
-    std::snprintf(name, sizeof name, "%s_%s", prefix, what);
-    if (host) { dump(name, p, bytes); std::free(p); return; }
-    void *h = std::malloc(bytes);
-    cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost);
-    dump(name, h, bytes);
-    std::free(h);
-    cudaFree(p);
-}
+#include "curand_harness.h"
 
 static curandGenerator_t create(bool host) {
     curandGenerator_t g;
@@ -63,7 +31,7 @@ static void two_calls(const char *prefix, const char *what, bool host, size_t n1
     T *p = buffer<T>(host, n1 + n2);
     CHECK(fill(g, p, n1));
     CHECK(fill(g, p + n1, n2));
-    save(prefix, what, host, p, (n1 + n2) * sizeof(T));
+    save(prefix, what, host, p, n1 + n2);
     CHECK(curandDestroyGenerator(g));
 }
 
