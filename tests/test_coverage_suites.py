@@ -135,3 +135,26 @@ def test_single_file_programs_built_run_and_judged(tmp_path: Path, monkeypatch) 
     assert good["executables"] == ["scale"]
     assert bad["built"] and bad["ran"] and not bad["passed"], bad
     assert "its check failed" in bad["first_error"] and "Assertion" in bad["first_error"]
+
+
+def test_single_file_judge_reads_no_error_as_success(tmp_path: Path) -> None:
+    """`cudaGetErrorString(cudaSuccess)` is "no error": OLCF's training programs print it
+    after a launch, then their own verdict (hw12's tiled matmul: "no error", "Success!")."""
+    assert coverage._single_file_judge("t.cu", tmp_path, "no error\nSuccess!\n") == (True, "")
+    verdict, why = coverage._single_file_judge("t.cu", tmp_path, "no error\nMismatch at index: 3\n")
+    assert verdict is False and "Mismatch" in why
+    verdict, why = coverage._single_file_judge("t.cu", tmp_path, "Error: invalid argument\n")
+    assert verdict is False and "invalid argument" in why
+
+
+def test_gpumembench_judge() -> None:
+    """constbench's own check (its sums, `ERROR: c was not N`) and its closing table; the
+    other two programs of gpumembench print bandwidths only."""
+    ok = "Kernel execution time\n...\nMemory throughput\n\tusing  32bit operations : 1.0 GB/sec\n"
+    assert coverage._gpumembench_judge("constbench-cuda", ok) == (True, "")
+    verdict, why = coverage._gpumembench_judge("constbench-cuda", "ERROR: c was not 8192 (0)!\n")
+    assert verdict is False and "c was not 8192" in why
+    assert coverage._gpumembench_judge("constbench-cuda", "Buffer size: 1MB\n")[0] is False
+    assert coverage._gpumembench_judge("shmembench-cuda", ok)[0] is None
+    assert [r.name for r in coverage.detect(ROOT / "tests")] == ["makefiles"]
+    assert coverage.RECIPES["gpumembench"].copy_up == 1
