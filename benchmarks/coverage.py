@@ -246,9 +246,15 @@ def _single_file_judge(program: str, directory: Path, output: str) -> tuple[bool
     if re.search(r"(?i)\b(completed successfully|pass(ed)?|success|correct)\b", output):
         return True, ""
     source = directory / Path(program).name
-    if source.is_file() and re.search(r"\bassert\s*\(", source.read_text(errors="replace")):
+    text = source.read_text(errors="replace") if source.is_file() else ""
+    if re.search(r"\bassert\s*\(", text):
         return True, ""
-    return None, "no success message and no assert()"
+    # a comparison that speaks only when it fails (OLCF's streams exercises compare the
+    # streamed result with the plain one and print "mismatch at ..."): silent, it held.  Words
+    # of error handling (a CUDA error-check macro's "FAILED") are not a comparison
+    if re.search(r'(?i)"[^"\n]*\b(mismatch|incorrect|wrong)', text):
+        return True, ""
+    return None, "no success message, no assert() and no comparison message"
 
 
 @dataclass

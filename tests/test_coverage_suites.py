@@ -158,3 +158,14 @@ def test_gpumembench_judge() -> None:
     assert coverage._gpumembench_judge("shmembench-cuda", ok)[0] is None
     assert [r.name for r in coverage.detect(ROOT / "tests")] == ["makefiles"]
     assert coverage.RECIPES["gpumembench"].copy_up == 1
+
+
+def test_single_file_judge_silent_comparison(tmp_path: Path) -> None:
+    """A program whose comparison prints only on a mismatch (OLCF's hw7/hw10 streams
+    exercises) passes when it exits quietly; an error-check macro's "FAILED" string is not a
+    comparison, so a program with only that stays unchecked."""
+    (tmp_path / "s.cu").write_text('if (a != b) std::cout << "mismatch at " << i;\n')
+    (tmp_path / "e.cu").write_text('fprintf(stderr, "*** FAILED - ABORTING\\n");\n')
+    assert coverage._single_file_judge("s.cu", tmp_path, "elapsed time: 1.5\n") == (True, "")
+    assert coverage._single_file_judge("s.cu", tmp_path, "mismatch at 7\n")[0] is False
+    assert coverage._single_file_judge("e.cu", tmp_path, "A[0] = 1.0\n")[0] is None
