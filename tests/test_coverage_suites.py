@@ -135,3 +135,37 @@ def test_single_file_programs_built_run_and_judged(tmp_path: Path, monkeypatch) 
     assert good["executables"] == ["scale"]
     assert bad["built"] and bad["ran"] and not bad["passed"], bad
     assert "its check failed" in bad["first_error"] and "Assertion" in bad["first_error"]
+
+
+def test_single_file_judge_reads_no_error_as_success(tmp_path: Path) -> None:
+    """`cudaGetErrorString(cudaSuccess)` is "no error": OLCF's training programs print it
+    after a launch, then their own verdict (hw12's tiled matmul: "no error", "Success!")."""
+    assert coverage._single_file_judge("t.cu", tmp_path, "no error\nSuccess!\n") == (True, "")
+    verdict, why = coverage._single_file_judge("t.cu", tmp_path, "no error\nMismatch at index: 3\n")
+    assert verdict is False and "Mismatch" in why
+    verdict, why = coverage._single_file_judge("t.cu", tmp_path, "Error: invalid argument\n")
+    assert verdict is False and "invalid argument" in why
+
+
+def test_gpumembench_judge() -> None:
+    """constbench's own check (its sums, `ERROR: c was not N`) and its closing table; the
+    other two programs of gpumembench print bandwidths only."""
+    ok = "Kernel execution time\n...\nMemory throughput\n\tusing  32bit operations : 1.0 GB/sec\n"
+    assert coverage._gpumembench_judge("constbench-cuda", ok) == (True, "")
+    verdict, why = coverage._gpumembench_judge("constbench-cuda", "ERROR: c was not 8192 (0)!\n")
+    assert verdict is False and "c was not 8192" in why
+    assert coverage._gpumembench_judge("constbench-cuda", "Buffer size: 1MB\n")[0] is False
+    assert coverage._gpumembench_judge("shmembench-cuda", ok)[0] is None
+    assert [r.name for r in coverage.detect(ROOT / "tests")] == ["makefiles"]
+    assert coverage.RECIPES["gpumembench"].copy_up == 1
+
+
+def test_single_file_judge_silent_comparison(tmp_path: Path) -> None:
+    """A program whose comparison prints only on a mismatch (OLCF's hw7/hw10 streams
+    exercises) passes when it exits quietly; an error-check macro's "FAILED" string is not a
+    comparison, so a program with only that stays unchecked."""
+    (tmp_path / "s.cu").write_text('if (a != b) std::cout << "mismatch at " << i;\n')
+    (tmp_path / "e.cu").write_text('fprintf(stderr, "*** FAILED - ABORTING\\n");\n')
+    assert coverage._single_file_judge("s.cu", tmp_path, "elapsed time: 1.5\n") == (True, "")
+    assert coverage._single_file_judge("s.cu", tmp_path, "mismatch at 7\n")[0] is False
+    assert coverage._single_file_judge("e.cu", tmp_path, "A[0] = 1.0\n")[0] is None

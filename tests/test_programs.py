@@ -436,3 +436,19 @@ def test_nvcc_compile_error_is_reported(tmp_path: Path) -> None:
     r = nvcc("bad.cu", "-o", "bad", cwd=tmp_path)
     assert r.returncode == 1
     assert "undeclared_thing" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_several_devices_on_request(build) -> None:  # type: ignore[no-untyped-def]
+    """CPUIFY_DEVICE_COUNT=3: a program that gives each of 3 devices a slice of work (OLCF's
+    training hw7 wants 4) runs; results match the host's computation; by default one device,
+    and device 1 is an invalid ordinal."""
+    exe = build("multi_device")
+    assert lines(run(exe, env={"CPUIFY_DEVICE_COUNT": "3"})) == [
+        "devices: 3", "mismatches: 0", "current: 2", "new host thread: 0",
+        "cudaSetDevice(count): cudaErrorInvalidDevice",
+        "properties: cudaSuccess cudaSuccess, uuids distinct",
+        "peer copy: 6",                 # y[2][0] = 2 * (0 + 2) + 2
+    ]
+    assert lines(run(exe))[:3] == ["devices: 1", "mismatches: 0", "current: 0"]
+    r = run(exe, env={"CPUIFY_DEVICE_COUNT": "0"})
+    assert lines(r)[0] == "devices: 1" and "CPUIFY_DEVICE_COUNT=0" in r.stderr

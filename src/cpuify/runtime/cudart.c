@@ -1260,14 +1260,35 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     return copy1d(dst, src, count, kind, stream, 1);
 }
 
+/* CPUIFY_DEVICE_COUNT=N (1 to 64; default 1) shows N devices, for programs written for
+ * several GPUs (one per device in a loop of cudaSetDevice): they share the one CPU, its
+ * worker pool and its memory, so a pointer of any device is valid on every other; the
+ * devices' work is ordered as one device's (cudaDeviceSynchronize waits for all of it). */
+static int device_count(void) {
+    static _Atomic int n;
+    if (!n) {
+        const char *e = getenv("CPUIFY_DEVICE_COUNT");
+        int v = e ? atoi(e) : 1;
+        if (v < 1 || v > 64) {
+            if (e) fprintf(stderr, "cpuify: CPUIFY_DEVICE_COUNT=%s is not a count from 1 to 64; "
+                                   "using 1 device\n", e);
+            v = 1;
+        }
+        n = v;
+    }
+    return n;
+}
+
+static int valid_device(int device) { return device >= 0 && device < device_count(); }
+
 cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count) {
-    if (dstDevice != 0 || srcDevice != 0) return fail(cudaErrorInvalidDevice);
+    if (!valid_device(dstDevice) || !valid_device(srcDevice)) return fail(cudaErrorInvalidDevice);
     return copy1d(dst, src, count, cudaMemcpyDeviceToDevice, NULL, 0);
 }
 
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice,
                                 size_t count, cudaStream_t stream) {
-    if (dstDevice != 0 || srcDevice != 0) return fail(cudaErrorInvalidDevice);
+    if (!valid_device(dstDevice) || !valid_device(srcDevice)) return fail(cudaErrorInvalidDevice);
     return copy1d(dst, src, count, cudaMemcpyDeviceToDevice, stream, 1);
 }
 
@@ -1711,11 +1732,12 @@ static int clock_rate_khz(void) {
  * occupancy API's blocks per multiprocessor x the workers), no memory pools; device memory is host memory (integrated, managed and pageable memory work). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (!p) return fail(cudaErrorInvalidValue);
-    if (device != 0) return fail(cudaErrorInvalidDevice);
+    if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
     const cc_limits lim = device_limits();
     memset(p, 0, sizeof *p);
     cpu_model(p->name, sizeof p->name);
     memcpy(p->uuid.bytes, "cpuify-cpu-dev-0", 16);
+    p->uuid.bytes[15] = (char)('0' + device % 10);     /* devices told apart (up to 10) */
     p->totalGlobalMem = phys_total();
     p->sharedMemPerBlock = DEFAULT_SHARED;
     p->regsPerBlock = 65536;
@@ -1776,7 +1798,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
     if (!value) return fail(cudaErrorInvalidValue);
-    if (device != 0) return fail(cudaErrorInvalidDevice);
+    if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
     struct cudaDeviceProp p;
     cudaGetDeviceProperties(&p, 0);
     int v;
@@ -1841,18 +1863,22 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 
 cudaError_t cudaGetDeviceCount(int *count) {
     if (!count) return fail(cudaErrorInvalidValue);
-    *count = 1;
+    *count = device_count();
     return cudaSuccess;
 }
 
+/* the current device is a host thread's own, as in CUDA */
+static _Thread_local int current_device;
+
 cudaError_t cudaGetDevice(int *device) {
     if (!device) return fail(cudaErrorInvalidValue);
-    *device = 0;
+    *device = current_device;
     return sticky_now();   /* (no waiting: a query of the device) */
 }
 
 cudaError_t cudaSetDevice(int device) {
-    if (device != 0) return fail(cudaErrorInvalidDevice);
+    if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+    current_device = device;
     return sticky_now();   /* (no waiting: a query of the device) */
 }
 

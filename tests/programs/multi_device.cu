@@ -1,0 +1,55 @@
+// A program written for several GPUs (OLCF's training hw7, CUDA by Example's multi-device
+// samples): one slice of the work per device, chosen with cudaSetDevice in a loop.
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+__global__ void affine(const float *x, float *y, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b;
+}
+
+int main() {
+    int count = -1;
+    cudaGetDeviceCount(&count);
+    printf("devices: %d\n", count);
+    const int n = 1000;
+    float *x[8], *y[8];
+    float h[n];
+    for (int d = 0; d < count && d < 8; d++) {
+        cudaSetDevice(d);
+        cudaMalloc(&x[d], n * sizeof(float));
+        cudaMalloc(&y[d], n * sizeof(float));
+        for (int i = 0; i < n; i++) h[i] = (float)(i + d);
+        cudaMemcpy(x[d], h, sizeof h, cudaMemcpyHostToDevice);
+        affine<<<(n + 255) / 256, 256>>>(x[d], y[d], 2.0f, (float)d, n);
+    }
+    cudaDeviceSynchronize();
+    int bad = 0;
+    for (int d = 0; d < count && d < 8; d++) {
+        cudaSetDevice(d);
+        cudaMemcpy(h, y[d], sizeof h, cudaMemcpyDeviceToHost);
+        for (int i = 0; i < n; i++) bad += h[i] != 2.0f * (float)(i + d) + (float)d;
+    }
+    printf("mismatches: %d\n", bad);
+    int cur = -1;
+    cudaGetDevice(&cur);
+    printf("current: %d\n", cur);
+    int other = -1;                     // the current device is each host thread's own
+    std::thread([&] { cudaGetDevice(&other); }).join();
+    printf("new host thread: %d\n", other);
+    printf("cudaSetDevice(count): %s\n", cudaGetErrorName(cudaSetDevice(count)));
+    cudaGetLastError();
+    cudaDeviceProp p0, pl;
+    cudaError_t e0 = cudaGetDeviceProperties(&p0, 0);
+    cudaError_t el = cudaGetDeviceProperties(&pl, count - 1);
+    printf("properties: %s %s, uuids %s\n", cudaGetErrorName(e0), cudaGetErrorName(el),
+           count == 1 || memcmp(p0.uuid.bytes, pl.uuid.bytes, 16) != 0 ? "distinct" : "same");
+    if (count > 1) {
+        float v = -1.0f;
+        cudaMemcpyPeer(x[0], 0, y[count - 1], count - 1, sizeof(float));
+        cudaMemcpy(&v, x[0], sizeof v, cudaMemcpyDeviceToHost);
+        printf("peer copy: %g\n", v);
+    }
+    return 0;
+}
