@@ -156,6 +156,16 @@ def test_worker_limits_are_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fuzz._cpu_seconds(os.getpid()) > 0
 
 
+def test_help_prints() -> None:
+    """--help prints every option (a '%' in a help string broke argparse's formatting)."""
+    import subprocess
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz.py"), "--help"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())      # (argparse wraps the lines)
+    assert "--reuse" in text and "% of the kernels" in text
+
+
 def test_smoke_run_agrees_three_ways() -> None:
     """A dozen kernels through NVRTC, the interpreter, the default pipeline and no passes."""
     specs = [fuzz.generate(20240, i) for i in range(12)]

@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", action="store_true",
                     help="every kernel in the same-thread reuse mode (a thread writes words it owns in "
                          "shared/global memory and reads them back before the next barrier; by default "
-                         f"{REUSE_SHARE:.0%} of the kernels)")
+                         f"{REUSE_SHARE * 100:.0f}%% of the kernels)")
     ap.add_argument("--gpu-referee", action="store_true",
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
