@@ -138,8 +138,10 @@ def _convert_swap_if(block: Block, op: Operation) -> bool:
         region.blocks.clear()
     op.parent = None
     # (the branch or yield that goes on to the join: the if's line, as the CFG's conversion
-    # leaves the branch that replaced the conditional one)
-    after[0].attributes = {"line": op.attr("line", 0)}
+    # leaves the branch that replaced the conditional one; a yield keeps what else it
+    # carries, a loop's back edge marks)
+    after[0].attributes = {**(after[0].attributes if after[0].name == "upir.yield" else {}),
+                           "line": op.attr("line", 0)}
     return True
 
 
