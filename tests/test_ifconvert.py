@@ -249,6 +249,30 @@ def test_structured_swap_must_not_fire(change):
     assert print_op(op) == before and '"upir.if"' in before
 
 
+def test_swap_into_the_loop_header_is_left_on_both_forms():
+    """A swap whose both ways go back to the loop header with the next counter (its join is
+    the header, the branch passes arguments): the CFG matcher leaves it, and the raise keeps
+    it a branch of the loop body (no `if`: its join is no block of the body), which the
+    structured pass leaves as well."""
+    body = SWAP_IN_LOOP.replace('''^bb2:
+  %q = "ptx.add"(%p, %p)''', '''^bb2:
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %q = "ptx.add"(%p, %p)''').replace(
+        '''"cf.cond_br"(%g) [^bb3, ^bb4] <{operandSegmentSizes = array<i32: 1, 0, 0>}> {line = 42 : i64} : (i1) -> ()''',
+        '''"cf.cond_br"(%g, %i2) [^bb3, ^bb1] <{operandSegmentSizes = array<i32: 1, 0, 1>}> {line = 42 : i64} : (i1, i32) -> ()''').replace(
+        '''"cf.br"() [^bb4] {line = 45 : i64} : () -> ()
+^bb4:
+  %i2 = "ptx.add"(%i, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  "cf.br"(%i2) [^bb1] : (i32) -> ()''', '''"cf.br"(%i2) [^bb1] {line = 45 : i64} : (i32) -> ()''')
+    assert "^bb4" not in body
+    assert if_convert_swaps(_block_body(parse_op(kernel(body)))) == 0
+    op = _raised(body)
+    before = print_op(op)
+    assert '"upir.while"' in before and '"upir.if"' not in before
+    assert make_pass("if-convert-swaps").run(op) == 0
+    assert print_op(op) == before
+
+
 def test_pipeline_runs_it_on_the_structured_form():
     op = parse_op(kernel(SWAP_IN_LOOP))
     result = run_pipeline(op, PipelineOptions(passes=("raise-structured-cf", "if-convert-swaps",
