@@ -175,6 +175,58 @@ def forwarded_values(op: Operation) -> list[tuple[Value, Value]] | None:
         list(zip(op.operands, owner.results))
 
 
+def for_as_while(op: Operation) -> Operation | None:
+    """Rewrite the `upir.for` `op` in place of it as the `upir.while` the raise makes of the
+    same loop with ops in its header (a soft barrier there: the place an interchange with
+    the thread loop needs): the before region tests `iv <predicate> ub` and passes the
+    induction variable and the carried values on, the after region is the body with
+    `iv + step` added in front of each yield.  Lowered, both are the same CFG.  Returns the
+    while, or None (nothing changed) for a for lowered as a do-while or whose body keeps its
+    arguments for a soft barrier's lockstep counters."""
+    if DO_WHILE in op.attributes or op.parent is None:
+        return None
+    body = op.regions[0]
+    if any(o.name == "upir.barrier" and o.attributes.get(LOCKSTEP) for o in body.entry.ops):
+        return None
+    lb, ub, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    attrs = {k: v for k, v in op.attributes.items()
+             if k not in ("predicate", "increment", "predicate_line", "increment_line")}
+    header = Block([lb.type] + [v.type for v in inits])
+    test_attrs: dict[str, Any] = {"mods": list(op.attributes["predicate"])}
+    if "predicate_line" in op.attributes:
+        test_attrs["line"] = op.attributes["predicate_line"]
+    test = header.append(Operation("ptx.setp", [header.args[0], ub], ["i1"], test_attrs))
+    header.append(Operation("upir.condition", [test.results[0], *header.args], attributes=dict(attrs)))
+    add_attrs: dict[str, Any] = {"mods": list(op.attributes["increment"])}
+    if "increment_line" in op.attributes:
+        add_attrs["line"] = op.attributes["increment_line"]
+    body_iv = body.entry.args[0]
+    for b in body.blocks:
+        y = b.ops[-1] if b.ops else None
+        if y is None or y.name != "upir.yield":
+            continue
+        nxt = Operation("ptx.add", [body_iv, step], [body_iv.type], dict(add_attrs))
+        nxt.parent = b
+        b.ops.insert(len(b.ops) - 1, nxt)
+        vals = list(y.operands)
+        y.drop_uses()
+        y.operands = [nxt.results[0], *vals]
+        for v in y.operands:
+            v.uses.append(y)
+    op.drop_uses()
+    op.regions = []
+    loop = Operation("upir.while", [lb, *inits], [lb.type] + [r.type for r in op.results], attrs,
+                     [Region([header]), body])
+    for r, new in zip(op.results, loop.results[1:]):
+        replace_all_uses(r, new)
+    block = op.parent
+    loop.parent = block
+    block.ops[block.ops.index(op)] = loop
+    op.parent = None
+    return loop
+
+
 def has_structured_ops(op: Operation) -> bool:
     """Whether `op` holds a structured control-flow op anywhere."""
     return any(o.name in STRUCTURED_OPS for o in op.walk())
