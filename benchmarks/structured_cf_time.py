@@ -3,6 +3,7 @@
 
     python -m benchmarks.structured_cf_time [--sizes 1000,2000,4000,8000,16000]
                                             [--chain-sizes 1000,2000,4000] [--full-compile]
+    python -m benchmarks.structured_cf_time --transitions 1000,2000,4000 [--repeats 3]
 
 Two shapes, CPU seconds of this process (time.process_time: the machine may be shared):
 
@@ -18,6 +19,10 @@ Two shapes, CPU seconds of this process (time.process_time: the machine may be s
   under an if), through NVRTC, lifted and run through the default pipeline: the raise's
   time against the passes before it and, with --full-compile, against the whole compile
   of the kernel (lift, passes, code generation, LLVM: cpuify.compiler.compile_ptx).
+
+* `--transitions`: the chain kernel through the default pipeline, where raise-structured-cf
+  runs early and the pass manager lowers and raises between passes of different forms,
+  against the same passes with the raise last (no transitions), alternated.
 
 A measurement tool: prints a table, asserts nothing."""
 
@@ -178,6 +183,37 @@ def measure_chain(sizes: list[int], full: bool) -> None:
         print(line)
 
 
+def measure_transitions(sizes: list[int], repeats: int) -> None:
+    """The default pipeline (raise-structured-cf early, the pass manager lowering and raising
+    at the transitions between forms) against the same passes with the raise last (the
+    pipeline before the structured form was its working form: no transitions), on the chain
+    kernel, alternated `repeats` times in this process; the best CPU time of each."""
+    from benchmarks.compile_time import cuda_source, gen_statements
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.lifting import lift_kernel
+    from cpuify.transforms.pass_manager import RAISE, PipelineOptions, default_pipeline, run_pipeline
+    new = tuple(default_pipeline())
+    old = tuple(p for p in new if p != RAISE) + (RAISE,)
+    print("transitions: the chain kernel of N statements, the default pipeline (raise early) "
+          "vs the raise last, CPU seconds (best of the alternated runs)")
+    print(f"{'N':>7} {'raise last':>10} {'default':>8} {'ratio':>6} transitions")
+    for n in sizes:
+        module = parse_ptx(compile_to_ptx(cuda_source(gen_statements(n))).ptx)
+        best = {old: float("inf"), new: float("inf")}
+        made: list = []
+        for _ in range(repeats):
+            for passes in (old, new):
+                op = lift_kernel(module, module.entries[0]).op
+                box: list = []
+                t = _cpu(lambda: box.append(run_pipeline(op, PipelineOptions(passes=passes))))
+                best[passes] = min(best[passes], t)
+                if passes is new:
+                    made = box[0].transitions
+        kinds = ", ".join(f"{k} for {p or 'the end'}" for k, p in made) or "none"
+        print(f"{n:>7} {best[old]:10.3f} {best[new]:8.3f} {best[new] / best[old]:6.3f} {kinds}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1000,2000,4000,8000,16000")
@@ -186,9 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breaks", action="store_true",
                     help="the loops shape with breaks (loops with several exits)")
     ap.add_argument("--gc", action="store_true", help="keep the garbage collector on while timing")
+    ap.add_argument("--transitions", default="",
+                    help="chain sizes: the default pipeline against the raise last (the cost "
+                         "of the pass manager's lowering and raising between forms), alone")
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     global GC_DURING
     GC_DURING = args.gc
+    if args.transitions:
+        measure_transitions([int(x) for x in args.transitions.split(",") if x], args.repeats)
+        return 0
     measure_loops([int(x) for x in args.sizes.split(",") if x], args.breaks)
     if args.chain_sizes:
         measure_chain([int(x) for x in args.chain_sizes.split(",") if x], args.full_compile)

@@ -24,6 +24,7 @@ from cpuify.ir.core import Operation, predecessors
 from cpuify.ir.parser import parse_op
 from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.ir.verifier import verify
 from cpuify.lifting import lift_kernel
 from cpuify.transforms.pass_manager import PipelineOptions, default_pipeline, run_pipeline
@@ -152,6 +153,9 @@ def _before_reroll(ptx: str, name: str) -> Operation:
     module = parse_ptx(ptx)
     kernel = lift_kernel(module, module.functions[name]).op
     run_pipeline(kernel, PipelineOptions(passes=tuple(UPTO)))
+    # (the pipeline hands on structured control flow; reroll-loops works on the CFG, which
+    # the pass manager lowers for it)
+    lower_structured_control_flow(kernel)
     return kernel
 
 

@@ -242,3 +242,59 @@ def test_loops_with_and_without_the_pass(raise_cf: bool) -> None:
         got = np.zeros(threads, np.int32)
         interp.launch("loops", (blocks,), (threads_per_block,), [a, got, np.int32(n), np.int32(m)])
         np.testing.assert_array_equal(got, want)
+
+
+def test_for_as_while_lowers_to_the_same_cfg() -> None:
+    """for_as_while (ir/structured.py): a top-tested `upir.for` becomes the `upir.while` with
+    the test in its before region (the loop's header once lowered: where an interchange puts
+    its soft barrier), lowered to the CFG the for lowers to; a soft barrier first in the
+    before region is first in that header.  A for raised from nvcc's do-while has its header
+    already (the body's entry): it is left alone."""
+    from test_structured_cf import BODIES, kernel
+    from cpuify.ir.structure import block_body
+    from cpuify.ir.structured import for_as_while, lower_structured_control_flow
+    from cpuify.transforms.structured_cf import raise_structured_control_flow
+
+    def raised_for(name: str) -> Operation:
+        op = parse_op(kernel(BODIES[name]))
+        raise_structured_control_flow(block_body(op))
+        return op
+
+    as_for = raised_for("for")
+    lower_structured_control_flow(as_for)
+    op = raised_for("for")
+    (loop,) = [o for o in op.walk() if o.name == "upir.for"]
+    made = for_as_while(loop)
+    assert made is not None and made.name == "upir.while"
+    verify(op)
+    text = print_op(op)
+    assert '"upir.for"' not in text
+    filecheck(text, r'''
+    CHECK: "upir.while"
+    CHECK-NEXT: ^bb0([[IV:%\d+]]: i32, {{%\d+}}: i32):
+    CHECK-NEXT: [[T:%\d+]] = "ptx.setp"([[IV]], {{%\d+}}) {mods = ["lt", "s32"], line = 30 : i64}
+    CHECK-NEXT: "upir.condition"([[T]], [[IV]], {{%\d+}})
+    CHECK: "upir.barrier"
+    CHECK: "ptx.add"({{%\d+}}, {{%\d+}}) {mods = ["s32"], line = 33 : i64}
+    CHECK-NEXT: "upir.yield"
+    ''')
+    op = parse_op(text)
+    lower_structured_control_flow(op)
+    assert print_op(op) == print_op(as_for)
+    # a soft barrier at the top of the before region is the lowered header's first op
+    op = raised_for("for")
+    made = for_as_while(next(o for o in op.walk() if o.name == "upir.for"))
+    assert made is not None
+    header = made.regions[0].entry
+    soft = Operation("upir.barrier", [], [], {"soft": True})
+    soft.parent = header
+    header.ops.insert(0, soft)
+    lower_structured_control_flow(op)
+    lowered = block_body(op)
+    first = [b.ops[0] for b in lowered.blocks if b.ops and b.ops[0].name == "upir.barrier"
+             and b.ops[0].attributes.get("soft")]
+    assert len(first) == 1 and first[0].parent.ops[1].name == "ptx.setp"
+    # nvcc's guarded do-while: the body's entry is its header already
+    op = raised_for("guarded_for_spelled")
+    fors = [o for o in op.walk() if o.name == "upir.for"]
+    assert fors and all(for_as_while(f) is None for f in fors)

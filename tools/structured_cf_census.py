@@ -9,7 +9,9 @@ then whether raising, printing, parsing back and lowering gives the CFG the pipe
 without the pass (block order aside: reverse post-order).  Prints the totals; exits 1 when a
 kernel's CFG differs (a change to the raise or the lowering must list none).  `--llvm` also
 compares each module's raw LLVM IR (`cpuify llvm --raw`) with the pass on and off, byte for
-byte."""
+byte.  `--dump DIR` writes each module's `cpuify explain` and raw LLVM IR (default pipeline)
+to DIR/NAME.explain and DIR/NAME.ll and stops there: run it in two trees and `diff -r` the
+directories to see what a change to the pipeline changed."""
 
 from __future__ import annotations
 
@@ -79,13 +81,30 @@ def canonical(kernel: Operation) -> str:
 
 def raw_llvm(path: Path, *extra: str) -> str:
     """`cpuify llvm --raw` of a PTX file, in this process."""
+    return cli_output("llvm", "--raw", str(path), *extra)
+
+
+def cli_output(*argv: str) -> str:
+    """What the cpuify CLI prints on stdout for `argv`, run in this process."""
     import contextlib
     import io
     from cpuify.cli.main import main as cli
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli(["llvm", "--raw", str(path), *extra]) == 0, path
+        assert cli(list(argv)) == 0, argv
     return out.getvalue()
+
+
+def dump(ptx_dir: Path, out_dir: Path) -> int:
+    """Each module's `cpuify explain` and raw LLVM IR, written to out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, source, options in sources():
+        ptx_of(name, source, options, ptx_dir)
+        path = ptx_dir / f"{name}.ptx"
+        (out_dir / f"{name}.explain").write_text(cli_output("explain", str(path)))
+        (out_dir / f"{name}.ll").write_text(raw_llvm(path))
+        print(name, flush=True)
+    return 0
 
 
 def main() -> int:
@@ -93,8 +112,12 @@ def main() -> int:
     ap.add_argument("--ptx-dir", type=Path, default=Path("/tmp/structured-cf-ptx"))
     ap.add_argument("--llvm", action="store_true",
                     help="also compare each module's raw LLVM IR with the pass on and off")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="write each module's explain output and raw LLVM IR to this directory")
     args = ap.parse_args()
     args.ptx_dir.mkdir(parents=True, exist_ok=True)
+    if args.dump is not None:
+        return dump(args.ptx_dir, args.dump)
     made: Counter[str] = Counter()
     left: Counter[str] = Counter()
     whiles: Counter[str] = Counter()

@@ -20,7 +20,7 @@ Iterative (a work stack of blocks), linear in the number of ops moved."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from cpuify.errors import IRError
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
@@ -119,6 +119,112 @@ class UseEdits:
     def flush(self) -> None:
         for v in list(self.pending):
             self._flush(v)
+
+
+def nested_blocks(region: Region) -> Iterator[Block]:
+    """The blocks of `region` and of the structured ops nested in it, at any depth (a block
+    before those of the ops it holds; iterative)."""
+    stack = [region]
+    while stack:
+        r = stack.pop()
+        for b in r.blocks:
+            yield b
+            for o in b.ops:
+                if o.name in STRUCTURED_OPS:
+                    stack.extend(reversed(o.regions))
+
+
+def forwarded_values(op: Operation) -> list[tuple[Value, Value]] | None:
+    """(value, what it becomes) for each value `op` passes on unchanged, as a branch passes
+    its successor arguments to the successor's block arguments (MLIR's region branch
+    interface): the initial values of a `upir.while` (its before region's arguments) and of
+    a `upir.for` (its body's arguments after the induction variable); a `upir.yield`'s
+    values (an if's results; a while's next iteration; a for's next iteration and its
+    results); a `upir.condition`'s forwarded values (the while's results and its after
+    region's arguments).  None for an op that passes nothing on (or a yield that ends a
+    region of no structured op); the operands not listed are read by the op itself (a
+    branch's or an if's condition, a for's bounds and step, a condition's test)."""
+    name = op.name
+    if name in ("cf.br", "cf.cond_br"):
+        return [(v, a) for s, args in zip(op.successors, op.successor_args)
+                for v, a in zip(args, s.args)]
+    if name == "upir.while":
+        return list(zip(op.operands, op.regions[0].entry.args))
+    if name == "upir.for":
+        return list(zip(op.operands[3:], op.regions[0].entry.args[1:]))
+    if name == "upir.if":
+        return []
+    if name not in ("upir.yield", "upir.condition"):
+        return None
+    region = op.parent.parent if op.parent is not None else None
+    owner = region.parent if region is not None else None
+    if owner is None or owner.name not in STRUCTURED_OPS:
+        return None
+    if name == "upir.condition":
+        vals = op.operands[1:]
+        out = list(zip(vals, owner.results))
+        after = owner.regions[1]
+        if after.blocks and len(after.entry.args) == len(vals):
+            out += list(zip(vals, after.entry.args))
+        return out
+    if owner.name == "upir.if":
+        return list(zip(op.operands, owner.results))
+    if owner.name == "upir.while":        # (the after region's yield: the next iteration)
+        return list(zip(op.operands, owner.regions[0].entry.args))
+    return list(zip(op.operands, owner.regions[0].entry.args[1:])) + \
+        list(zip(op.operands, owner.results))
+
+
+def for_as_while(op: Operation) -> Operation | None:
+    """Rewrite the `upir.for` `op` in place of it as the `upir.while` the raise makes of the
+    same loop with ops in its header (a soft barrier there: the place an interchange with
+    the thread loop needs): the before region tests `iv <predicate> ub` and passes the
+    induction variable and the carried values on, the after region is the body with
+    `iv + step` added in front of each yield.  Lowered, both are the same CFG.  Returns the
+    while, or None (nothing changed) for a for lowered as a do-while or whose body keeps its
+    arguments for a soft barrier's lockstep counters."""
+    if DO_WHILE in op.attributes or op.parent is None:
+        return None
+    body = op.regions[0]
+    if any(o.name == "upir.barrier" and o.attributes.get(LOCKSTEP) for o in body.entry.ops):
+        return None
+    lb, ub, step = op.operands[:3]
+    inits = list(op.operands[3:])
+    attrs = {k: v for k, v in op.attributes.items()
+             if k not in ("predicate", "increment", "predicate_line", "increment_line")}
+    header = Block([lb.type] + [v.type for v in inits])
+    test_attrs: dict[str, Any] = {"mods": list(op.attributes["predicate"])}
+    if "predicate_line" in op.attributes:
+        test_attrs["line"] = op.attributes["predicate_line"]
+    test = header.append(Operation("ptx.setp", [header.args[0], ub], ["i1"], test_attrs))
+    header.append(Operation("upir.condition", [test.results[0], *header.args], attributes=dict(attrs)))
+    add_attrs: dict[str, Any] = {"mods": list(op.attributes["increment"])}
+    if "increment_line" in op.attributes:
+        add_attrs["line"] = op.attributes["increment_line"]
+    body_iv = body.entry.args[0]
+    for b in body.blocks:
+        y = b.ops[-1] if b.ops else None
+        if y is None or y.name != "upir.yield":
+            continue
+        nxt = Operation("ptx.add", [body_iv, step], [body_iv.type], dict(add_attrs))
+        nxt.parent = b
+        b.ops.insert(len(b.ops) - 1, nxt)
+        vals = list(y.operands)
+        y.drop_uses()
+        y.operands = [nxt.results[0], *vals]
+        for v in y.operands:
+            v.uses.append(y)
+    op.drop_uses()
+    op.regions = []
+    loop = Operation("upir.while", [lb, *inits], [lb.type] + [r.type for r in op.results], attrs,
+                     [Region([header]), body])
+    for r, new in zip(op.results, loop.results[1:]):
+        replace_all_uses(r, new)
+    block = op.parent
+    loop.parent = block
+    block.ops[block.ops.index(op)] = loop
+    op.parent = None
+    return loop
 
 
 def has_structured_ops(op: Operation) -> bool:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import struct
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import Operation, OpResult, Region, Value, replace_all_uses
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured import nested_blocks
 from cpuify.transforms.pass_manager import register
 
 _INT_TYPES = ("s32", "u32", "s64", "u64")
@@ -29,13 +31,15 @@ _SWAPPED = {"max": "min", "min": "max"}
           "integer selects on a compare of their own operands turned into min/max")
 @dataclass(frozen=True)
 class SelectsToMinMax:
-    """Pass: `selp(a, b, setp.gt(a, b))` -> `max(a, b)` (and the other orders)."""
+    """Pass: `selp(a, b, setp.gt(a, b))` -> `max(a, b)` (and the other orders).  A rewrite
+    of single ops: it works on the CFG and in the regions of structured ops alike."""
     name: str = "selects-to-min-max"
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of selects rewritten."""
         count = 0
-        for block in block_body(kernel).blocks:
+        for block in nested_blocks(block_body(kernel)):
             for i, op in enumerate(block.ops):
                 new = _min_max_of(op)
                 if new is None:

@@ -32,10 +32,12 @@ after the loop instead of twice per element, 2^16 rows x 784 columns: 580 -> ~15
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.ir.modifiers import mods
+from cpuify.ir.structured import forwarded_values
 from cpuify.transforms.pass_manager import register
 
 ATTRIBUTE = "flush_at_uses"
@@ -67,15 +69,22 @@ def _reads_flushed(use: Operation, value: Value, read_flushed: set[Value]) -> bo
         return _is_f32_min_max(use) and use.results[0] in read_flushed
     if name == "ptx.mov":
         return mods(use) == ["f32"] and use.results[0] in read_flushed
-    if name in _BRANCHES:
-        if value in use.operands:
+    passed = forwarded_values(use)
+    if passed is not None:
+        # a branch or a structured op's edge: read through the values it becomes
+        if value in _read_operands(use, passed):
             return False
-        for block, args in zip(use.successors, use.successor_args):
-            for i, a in enumerate(args):
-                if a is value and block.args[i] not in read_flushed:
-                    return False
-        return True
+        return all(to in read_flushed for v, to in passed if v is value)
     return False
+
+
+def _read_operands(use: Operation, passed: list[tuple[Value, Value]]) -> list[Value]:
+    """The operands `use` reads itself (a branch's condition, a for's bounds), not only
+    passes on (`passed`: forwarded_values(use))."""
+    if use.name in _BRANCHES:
+        return use.operands
+    kept = {id(v) for v, _ in passed}
+    return [v for v in use.operands if id(v) not in kept]
 
 
 def read_only_through_flush(kernel: Operation) -> set[Value]:
@@ -83,7 +92,7 @@ def read_only_through_flush(kernel: Operation) -> set[Value]:
     them: the greatest such set, found by removing values with another reader until none
     is left."""
     candidates: set[Value] = set()
-    # block argument -> the values branches pass into it
+    # block argument (or structured op's result) -> the values passed into it
     incoming: dict[Value, list[Value]] = {}
     for op in kernel.walk():
         if _is_f32_min_max(op) or (op.name == "ptx.mov" and mods(op) == ["f32"]):
@@ -91,9 +100,10 @@ def read_only_through_flush(kernel: Operation) -> set[Value]:
         for region in op.regions:
             for block in region.blocks:
                 candidates.update(a for a in block.args if a.type == "f32")
-        for block, args in zip(op.successors, op.successor_args):
-            for param, value in zip(block.args, args):
-                incoming.setdefault(param, []).append(value)
+        for value, param in forwarded_values(op) or ():
+            incoming.setdefault(param, []).append(value)
+            if param.type == "f32":
+                candidates.add(param)       # (a structured op's result: a merge, as an argument)
     work = list(candidates)
     while work:
         v = work.pop()
@@ -104,7 +114,8 @@ def read_only_through_flush(kernel: Operation) -> set[Value]:
         candidates.discard(v)
         # whoever passed values into v (its operands, or the branch arguments of a block
         # argument) may now have a reader that no longer flushes
-        sources = v.op.operands if isinstance(v, OpResult) else incoming.get(v, [])
+        sources = incoming[v] if v in incoming else \
+            v.op.operands if isinstance(v, OpResult) else []
         work.extend(x for x in sources if x in candidates)
     return candidates
 
@@ -116,9 +127,9 @@ def _transparent_results(use: Operation, value: Value) -> list[Value] | None:
         return [use.results[0]]
     if use.name == "ptx.mov" and mods(use) == ["f32"]:
         return [use.results[0]]
-    if use.name in _BRANCHES and value not in use.operands:
-        return [block.args[i] for block, args in zip(use.successors, use.successor_args)
-                for i, a in enumerate(args) if a is value]
+    passed = forwarded_values(use)
+    if passed is not None and value not in _read_operands(use, passed):
+        return [to for v, to in passed if v is value]
     return None
 
 
@@ -174,6 +185,8 @@ def flush_before_other_readers(kernel: Operation) -> int:
 class FlushMinMaxAtUses:
     """Pass: mark `min/max.ftz.f32` ops read only through a flush `flush_at_uses`."""
     name: str = "flush-min-max-at-uses"
+    #: it follows values through branches and structured ops alike (forwarded_values)
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of min/max ops marked."""

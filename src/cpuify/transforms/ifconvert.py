@@ -27,13 +27,15 @@ thread's update.  Only plain (weak) scalar loads and stores of shared or global 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.ir.core import (
     Block, Operation, OpResult, Region, Value, dominators, predecessors, remove_block_arg,
 )
-from cpuify.ir.dialects import info
+from cpuify.ir.dialects import STRUCTURED_OPS, info
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured import RAISED_EDGE, nested_blocks
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 
@@ -45,12 +47,14 @@ _SPACES = ("shared", "global")
 @register("if-convert-swaps", "conditional swaps made branch-free (compare-exchange: stores of selects)")
 @dataclass(frozen=True)
 class IfConvertSwaps:
-    """Pass: branch-free conditional swaps."""
+    """Pass: branch-free conditional swaps.  It works on structured control flow: a swap is
+    a `upir.if` whose one arm only stores (structured_if_convert_swaps)."""
     name: str = "if-convert-swaps"
+    form: ClassVar[str] = "structured"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of `if`s converted."""
-        return if_convert_swaps(block_body(kernel))
+        return structured_if_convert_swaps(block_body(kernel))
 
 
 @register("select-if-phis", "values merged after an if turned into selects (recomputable across barriers)")
@@ -64,7 +68,86 @@ class SelectIfPhis:
         return select_if_phis(block_body(kernel))
 
 
+def structured_if_convert_swaps(region: Region) -> int:
+    """Conditional swaps of a block body in structured form, at any depth of nesting: a
+    `upir.if` with no results whose one arm is one block of stores (ending in the yield of
+    the branch it was raised from) and whose other arm only yields, followed only by the
+    branch or yield to its join, the stores a swap of values loaded before the `if` in its
+    block (_swap_loads).  The stores move in front of
+    the `if`, each of a select on its condition, and the `if` goes: its block goes on to
+    the join as before (the CFG's branch, the `if`'s line).  Branches left as CFG in any
+    region (the raise could not nest them) are matched as on the CFG (if_convert_swaps).
+    Returns the number of `if`s converted."""
+    converted = 0
+    regions = [region]
+    for block in list(nested_blocks(region)):
+        for op in [o for o in block.ops if o.name in STRUCTURED_OPS]:
+            regions.extend(op.regions)      # (an if converted below has only stores inside)
+            if op.name == "upir.if" and _convert_swap_if(block, op):
+                converted += 1
+    for r in regions:
+        if r.parent is not None and (r.parent.parent is not None or r is region):
+            converted += if_convert_swaps(r)
+    return converted
+
+
+def _swap_arm(op: Operation) -> tuple[Block, bool] | None:
+    """(the arm's block, whether it is the then arm) of a `upir.if` with no results, one arm
+    a single block with no nested ops that ends in a yield of nothing, the other arm only a
+    yield of an edge (the CFG's triangle: the branch's other way goes straight to the
+    join)."""
+    if op.results or len(op.regions) != 2:
+        return None
+    for k in (0, 1):
+        arm, other = op.regions[k], op.regions[1 - k]
+        if len(arm.blocks) != 1 or len(other.blocks) != 1:
+            continue
+        block, edge = arm.entry, other.entry
+        if len(edge.ops) != 1 or edge.ops[0].name != "upir.yield" or edge.ops[0].operands or \
+                RAISED_EDGE not in edge.ops[0].attributes:
+            continue
+        last = block.ops[-1] if block.ops else None
+        if last is None or last.name != "upir.yield" or last.operands or \
+                RAISED_EDGE in last.attributes:
+            continue
+        return block, k == 0
+    return None
+
+
+def _convert_swap_if(block: Block, op: Operation) -> bool:
+    """Rewrite the swap `op` (a `upir.if` in `block`) as stores of selects; False (nothing
+    changed) when it is no swap."""
+    found = _swap_arm(op)
+    at = block.ops.index(op)
+    after = block.ops[at + 1:]
+    # the if goes on to its join: by the branch the raise put after it, or by the yield it
+    # became where the join is also the enclosing arm's or loop body's end (a swap nested
+    # in an if that shares its join: the CFG's triangle all the same)
+    if found is None or len(after) != 1 or after[0].name not in ("cf.br", "upir.yield"):
+        return False
+    arm, then_first = found
+    stores = _swap_loads(block.ops[:at], arm.ops[:-1])
+    if stores is None:
+        return False
+    _stores_of_selects(block, at, stores, op.operands[0], then_first)
+    block.ops.remove(op)
+    op.drop_uses()
+    arm.ops[-1].drop_uses()
+    arm.ops.clear()
+    for region in op.regions:
+        region.blocks.clear()
+    op.parent = None
+    # (the branch or yield that goes on to the join: the if's line, as the CFG's conversion
+    # leaves the branch that replaced the conditional one; a yield keeps what else it
+    # carries, a loop's back edge marks)
+    after[0].attributes = {**(after[0].attributes if after[0].name == "upir.yield" else {}),
+                           "line": op.attr("line", 0)}
+    return True
+
+
 def if_convert_swaps(region: Region) -> int:
+    """Conditional swaps of a region in CFG form (a `cf.cond_br` whose one way is a block of
+    stores that branches on to the other way)."""
     converted = 0
     preds = predecessors(region)
     for block in list(region.blocks):
@@ -105,11 +188,19 @@ def _swap_stores(block: Block, then: Block, join: Block, preds: dict[Block, list
     *stores, last = then.ops
     if last.name != "cf.br" or last.successors != [join] or any(last.successor_args):
         return None
+    return _swap_loads(block.ops[:-1], stores)
+
+
+def _swap_loads(before: list[Operation], stores: list[Operation]
+                ) -> list[tuple[Operation, Value]] | None:
+    """`stores`, each with the value its location held, when they are a swap of values the
+    ops `before` them (in the branch's block) loaded after their last other memory access
+    or side effect; else None."""
     if not stores or any(op.name != "ptx.st" for op in stores):
         return None
     # the loads after this block's last other memory access or side effect
     loaded: dict[tuple[Value, int, str, str], OpResult] = {}
-    for op in reversed(block.ops[:-1]):
+    for op in reversed(before):
         if op.name == "ptx.ld" and (k := _key(op)) is not None:
             loaded.setdefault(k, op.results[0])
         elif not info(op).pure:

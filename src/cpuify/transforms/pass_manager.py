@@ -12,7 +12,25 @@ it inserts), never handed over on the side: code generation reads only the IR.
 
 Pipeline options come from the command line (`--passes`, `--disable-pass`, `--print-ir-after`,
 `--verify-each`), from `RawModule(options=...)` (the same spellings) or, for whole programs
-built by `cpuify nvcc`, from the environment (`CPUIFY_PASSES`, `CPUIFY_DISABLE_PASSES`)."""
+built by `cpuify nvcc`, from the environment (`CPUIFY_PASSES`, `CPUIFY_DISABLE_PASSES`).
+
+Forms.  The block body is either a CFG (`cf.br`/`cf.cond_br` between blocks) or structured
+(raise-structured-cf nested its reducible control flow into `upir.if`/`upir.while`/`upir.for`
+ops).  Each pass class says which it works on in a `form` class attribute:
+
+  * `"structured"`: structured ops (raise-structured-cf itself, and passes that work on
+    loops and ifs as ops with regions);
+  * `"cfg"` (the default, for a pass with no `form`): a CFG, all of it in the block body's
+    blocks (the pass reads branches, block arguments, dominators);
+  * `"any"`: either; the pass walks nested regions and follows values through structured
+    ops as through branches (ir/structured.py `forwarded_values`).
+
+raise-structured-cf runs early; from there on the structured form is the pipeline's working
+form.  The pass manager converts only at a transition: it lowers (ir/structured.py) before a
+"cfg" pass that finds structured ops, raises again before a "structured" pass that finds a
+CFG, and raises once more after the last pass when the pipeline's raise ran and a "cfg" pass
+left a CFG, so the IR the pipeline hands on (printed, `explain`, MLIR export) is structured.
+An "any" pass runs on the form it finds.  Code generation and the interpreter lower it."""
 
 from __future__ import annotations
 
@@ -26,6 +44,12 @@ from cpuify.ir.core import Operation
 from cpuify.ir.printer import print_op
 from cpuify.ir.structured import has_structured_ops, lower_structured_control_flow
 from cpuify.ir.verifier import verify
+
+
+#: the forms a pass may declare (its class's `form`; none declared: "cfg")
+FORMS = ("cfg", "structured", "any")
+#: the pass that raises the CFG to structured ops (the pass manager runs it at transitions)
+RAISE = "raise-structured-cf"
 
 
 class KernelPass(Protocol):
@@ -68,11 +92,16 @@ def default_pipeline() -> list[str]:
 
 #: the default pipeline, in order: yield points in spin-wait loops (before anything moves
 #: their loads: a wait must read memory again in every round), the lockstep steps of
-#: warp-synchronous code (every later pass sees them as the warp sync points they are),
-#: duplicate thread dimensions (what the thread loops
+#: warp-synchronous code (every later pass sees them as the warp sync points they are), both
+#: on the CFG lifting made (they insert blocks and barriers on its edges); the CFG raised to
+#: structured if/while/for, the working form from here on ("cfg" passes get it lowered, see
+#: Forms above); duplicate thread dimensions (what the thread loops
 #: run), 64-bit loop arithmetic read only through its low half in 32 bits (cooperative
 #: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
-#: if-conversions first (they make values recomputable and loops branch-free), nvcc's
+#: if-conversions first (they make values recomputable and loops branch-free; a swap's
+#: selects pick the smaller and larger key, which selects-to-min-max would make min/max:
+#: if-convert-swaps after it keeps them selects, and costs the pipeline a raise and a
+#: lowering around it), nvcc's
 #: unrolled remainder + main loops re-rolled into the simple strided loop (before anything
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
@@ -83,16 +112,14 @@ def default_pipeline() -> list[str]:
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
 #: flushes left to the readers (it reads who reads each value in the final IR); the threads
-#: each `if` on one thread index selects (on the final branches: the thread loops' bounds); the CFG
-#: raised to structured if/while/for last, for the printed IR and `explain` (the other
-#: passes and code generation work on the CFG: they lower it first, ir/structured.py)
-DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", "merge-duplicate-threads",
+#: each `if` on one thread index selects (on the final branches: the thread loops' bounds)
+DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
-                 "flush-min-max-at-uses", "thread-index-ranges", "raise-structured-cf")
+                 "flush-min-max-at-uses", "thread-index-ranges")
 
 
 class PipelineError(CpuifyError):
@@ -215,42 +242,91 @@ def make_pass(spec: str) -> KernelPass:
     return factory(**options)
 
 
+def pass_form(p: KernelPass) -> str:
+    """The form `p` works on (its class's `form`; "cfg" when it declares none)."""
+    form = getattr(p, "form", "cfg")
+    if form not in FORMS:
+        raise PipelineError(f"pass '{p.name}' declares form {form!r}; the forms are "
+                            f"{', '.join(FORMS)}")
+    return str(form)
+
+
 @dataclass
 class PipelineResult:
     """What each pass changed (pass name -> count), in pipeline order."""
     counts: dict[str, int] = field(default_factory=dict)
     analyses_computed: int = 0
+    #: the conversions the pass manager made between passes, in order: ("lower" | "raise",
+    #: the pass they were made for, or "" after the last), only those that changed the IR
+    transitions: list[tuple[str, str]] = field(default_factory=list)
 
 
 def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
                  out: TextIO | None = None) -> PipelineResult:
-    """Run the pipeline's passes over one `upir.kernel` op, in place."""
+    """Run the pipeline's passes over one `upir.kernel` op, in place, converting between the
+    CFG and the structured form where a pass needs the other (module doc: Forms)."""
     options = options or PipelineOptions()
     out = out or sys.stderr
     result = PipelineResult()
     name_attr = kernel.attributes.get("sym_name", "?")
     analyses = AnalysisManager()
-    structured = has_structured_ops(kernel)     # (read from an MLIR file, or raised below)
-    for spec in options.pipeline():
+    specs = options.pipeline()
+    # the form the IR is in: structured once raised (or read so from an MLIR file)
+    structured = has_structured_ops(kernel)
+    # the form the pipeline hands on: structured once its raise ran, else the CFG
+    working_structured = False
+    for spec in specs:
         p = make_pass(spec)
         name = p.name
-        if structured and not getattr(p, "structured", False):
-            # a pass after raise-structured-cf works on the CFG, as code generation does
+        form = pass_form(p)
+        if form == "cfg" and structured:
             if lower_structured_control_flow(kernel):
                 analyses.invalidate()
+                result.transitions.append(("lower", name))
             structured = False
+        elif form == "structured" and not structured and name != RAISE:
+            if _raise(kernel, analyses):
+                result.transitions.append(("raise", name))
+            structured = True
         result.counts[name] = p.run(kernel, analyses)
         if result.counts[name]:
             analyses.invalidate()       # the IR changed: analyses are recomputed on demand
-            structured = structured or getattr(p, "structured", False)
+        if name == RAISE:
+            structured = working_structured = True
         if options.verify_each:
-            try:
-                verify(kernel)
-            except CpuifyError as exc:
-                raise PipelineError(f"kernel '{name_attr}': the IR after pass '{name}' does not "
-                                    f"verify: {exc}") from None
+            _verify(kernel, name_attr, name)
         if name in options.print_after or "all" in options.print_after:
             out.write(f"// -----// IR of kernel '{name_attr}' after {name} //----- //\n")
             out.write(print_op(kernel))
+    if working_structured and not structured:
+        # a "cfg" pass ran last: the IR is handed on in the working form
+        if _raise(kernel, analyses):
+            result.transitions.append(("raise", ""))
+    elif not working_structured and any(t == "raise" for t, _ in result.transitions):
+        # (the raise is not in the pipeline, `--disable-pass=raise-structured-cf`: the CFG
+        # is the working form, structured only for the passes that needed it; what the
+        # raises at the transitions recorded goes too: explain shows no structure)
+        from cpuify.transforms.structured_cf import forget_structure
+        forget_structure(kernel)
+        if structured and lower_structured_control_flow(kernel):
+            result.transitions.append(("lower", ""))
+    if options.verify_each and result.transitions and result.transitions[-1][1] == "":
+        _verify(kernel, name_attr, f"the final {result.transitions[-1][0]}")
     result.analyses_computed = analyses.computed
     return result
+
+
+def _raise(kernel: Operation, analyses: AnalysisManager) -> int:
+    """raise-structured-cf at a transition (its records on the kernel updated too)."""
+    made = make_pass(RAISE).run(kernel, analyses)
+    if made:
+        analyses.invalidate()
+    return made
+
+
+def _verify(kernel: Operation, kernel_name: str, after: str) -> None:
+    try:
+        verify(kernel)
+    except CpuifyError as exc:
+        raise PipelineError(f"kernel '{kernel_name}': the IR after pass '{after}' does not "
+                            f"verify: {exc}") from None

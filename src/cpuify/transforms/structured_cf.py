@@ -29,11 +29,15 @@ What cannot be raised stays CFG, unchanged, and the reason is counted (an irredu
 cycle, an if with a path that ends the thread with `upir.exit`, a value used past its arm,
 ...): the pass never fails and never changes what the kernel computes.
 
-Where it runs: last in the default pipeline.  Every other pass and code generation work on
-the CFG; the raise at the end makes the printed IR (`--print-ir-after`, `cpuify ir`,
-`cpuify ir --mlir`) and `cpuify explain` show the kernel's structure, and code generation,
-the interpreter and any pass run after it lower it first (ir/structured.py), back to the
-same CFG.  `--disable-pass=raise-structured-cf` leaves the CFG as the other passes left it."""
+Where it runs: early in the default pipeline, right after the passes that insert blocks and
+barriers on the lifted CFG's edges; from there on the structured form is the pipeline's
+working form (transforms/pass_manager.py, Forms): passes that work on structured ops or on
+either form run on it, the pass manager lowers it (ir/structured.py, back to the same CFG)
+for a pass that works on the CFG and raises it again after, and the IR the pipeline hands on
+is structured: the printed IR (`--print-ir-after`, `cpuify ir`, `cpuify ir --mlir`) and
+`cpuify explain` show the kernel's structure; code generation and the interpreter lower it.
+`--disable-pass=raise-structured-cf` keeps the CFG as the working form (a structured pass
+still gets the structured form, and the pipeline lowers it again at the end)."""
 
 from __future__ import annotations
 
@@ -66,8 +70,8 @@ MAX_NESTING = 64
 class RaiseStructuredControlFlow:
     """Pass: reducible control flow of the block body as upir.if/while/for."""
     name: str = "raise-structured-cf"
-    #: the pass manager lowers structured ops before a pass without this mark
-    structured: ClassVar[bool] = True
+    #: what it makes (the pass manager's forms, transforms/pass_manager.py)
+    form: ClassVar[str] = "structured"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of structured ops made."""
@@ -81,6 +85,8 @@ class RaiseStructuredControlFlow:
         attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
         if report.whiles:               # (why a while is no for: only where there is one)
             attrs[WHILE_ATTR] = [[why, n] for why, n in sorted(report.whiles.items())]
+        else:
+            attrs.pop(WHILE_ATTR, None)     # (an earlier raise's, in a pipeline that raises again)
         return sum(report.raised.values())
 
 
@@ -89,6 +95,14 @@ class RaiseReport:
     raised: Counter[str]           # "if" / "while" / "for" -> how many
     left: Counter[str]             # why a branch or loop stayed CFG -> how many
     whiles: Counter[str] = field(default_factory=Counter)   # why a while is no for -> how many
+
+
+def forget_structure(kernel: Operation) -> None:
+    """Drop what the pass recorded on the kernel (the pass manager lowers the structured
+    form for good: a pipeline without the raise that raised only for a structured pass)."""
+    attrs = block_parallel(kernel).attributes
+    for key in (RAISED_ATTR, LEFT_ATTR, WHILE_ATTR):
+        attrs.pop(key, None)
 
 
 def structure_summary(kernel: Operation) -> list[str]:

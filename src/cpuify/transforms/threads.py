@@ -21,11 +21,13 @@ The reference interpreter runs every thread, which is also a schedule CUDA allow
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import Operation
-from cpuify.ir.dialects import info
+from cpuify.ir.dialects import STRUCTURED_OPS, info
 from cpuify.ir.structure import block_body, block_parallel
+from cpuify.ir.structured import nested_blocks
 from cpuify.transforms.pass_manager import register
 
 ATTRIBUTE = "duplicate_thread_dims"
@@ -45,8 +47,10 @@ def duplicate_dims(kernel: Operation) -> list[int]:
     of each other in `kernel`, or [] when the kernel can tell them apart."""
     body = block_body(kernel)
     read = set()
-    for block in body.blocks:
+    for block in nested_blocks(body):
         for op in block.ops:
+            if op.name in STRUCTURED_OPS:
+                continue            # (its regions' blocks are walked; it has no effects of its own)
             if op.regions:
                 return []
             if op.name == "upir.special":
@@ -74,8 +78,10 @@ def duplicate_dims(kernel: Operation) -> list[int]:
           "differ only there are duplicates)")
 @dataclass(frozen=True)
 class MergeDuplicateThreads:
-    """Pass: records `duplicate_thread_dims` on the kernel's `upir.block_parallel`."""
+    """Pass: records `duplicate_thread_dims` on the kernel's `upir.block_parallel`.  It reads
+    every op of the block body, in the regions of structured ops too (form "any")."""
     name: str = "merge-duplicate-threads"
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of thread dimensions marked as duplicates."""
