@@ -10,8 +10,7 @@ This module holds the helpers the handlers share (operands, results, `.ftz`/`.sa
 directed-rounding emulation) and the memory instructions; the instructions the table
 spells out (ir/ptx_table.py: arithmetic with its rounding modes, bitwise, bit fields and
 bytes, comparisons, selects, math functions, conversions) are lowered from it by
-ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, the f16/bf16 fma)
-and ptx_convert.py (cvta, isspacep)."""
+ptx_spec.py (moves and address conversions included)."""
 
 from __future__ import annotations
 

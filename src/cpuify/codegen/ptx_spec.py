@@ -25,12 +25,13 @@ from cpuify.codegen.lowering import (
 from cpuify.codegen.ptx_ops import (
     call, fdone, fsrc, fsuffix, masked_thread_index, saturate, src, wrap_flags,
 )
+from cpuify.codegen.ptx_spec_address import AddressLowering
 from cpuify.codegen.ptx_spec_arith import ArithmeticLowering
 from cpuify.codegen.ptx_spec_convert import ConvertLowering
 from cpuify.ir.core import Operation, Value
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.ptx_table import (
-    BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
+    BY_IR_OP, Expr, Fn, Form, Lit, Src, is_address_type, resolve_param, type_symbols,
 )
 
 if TYPE_CHECKING:
@@ -97,8 +98,22 @@ def _masked_rem(e: SegmentEmitter, op: Operation) -> bool:
     return True
 
 
+def _pointer_move(e: SegmentEmitter, op: Operation) -> bool:
+    """mov of an address: the pointer itself (into a pointer register, or from one into a
+    64-bit register)."""
+    if len(op.operands) != 1 or len(op.results) != 1:
+        return False
+    v = e.get(op.operands[0])
+    r = op.results[0]
+    if r in e.kc.pointers or isinstance(v.type, ir.PointerType) and r.type == "i64":
+        e.define(r, v)
+        return True
+    return False
+
+
 REFINEMENTS: dict[str, Callable[["SegmentEmitter", Operation], bool]] = {
     "ptx.add": _pointer_arith, "ptx.sub": _pointer_arith, "ptx.selp": _pointer_select,
+    "ptx.mov": _pointer_move,
     "ptx.and": _lane_or_masked, "ptx.xor": _lane_or_masked, "ptx.rem": _masked_rem,
 }
 
@@ -107,7 +122,7 @@ REFINEMENTS: dict[str, Callable[["SegmentEmitter", Operation], bool]] = {
 
 def lower_table_op(e: SegmentEmitter, op: Operation) -> None:
     entry = BY_IR_OP[op.name]
-    form = entry.form_for(mods(op))
+    form = entry.form_of(op)
     if form is None:
         e.kc.error(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is not "
                    "supported by cpuify", op)
@@ -134,7 +149,7 @@ _FCMP_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">"
 _WRAPPING = ("add", "sub", "mul", "shl")
 
 
-class _SpecLowering(ArithmeticLowering, ConvertLowering):
+class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering):
     def __init__(self, e: SegmentEmitter, op: Operation, form: Form) -> None:
         self.e, self.op, self.form = e, op, form
         self.b = e.b
@@ -155,7 +170,9 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering):
                 self.operands(r)
         values = [self.value(r) for r in self.form.results]   # (setp's unused !p: LLVM drops it)
         for i, (v, t) in enumerate(values[:len(self.op.results)]):
-            if self.form.flush == "all" and t in ("f16", "bf16"):
+            if is_address_type(t):              # an address: its 64 bits
+                self.e.result(self.op, v, "u64", i)
+            elif self.form.flush == "all" and t in ("f16", "bf16"):
                 if "sat" in self.mods:          # (half values are their bits here)
                     v = self._saturated_half(v, t)
                 self.e.result(self.op, v, t, i)
@@ -185,6 +202,8 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering):
         e = self.e
         if isinstance(x, Src):
             t = self.type_of(x.type)
+            if t == "R" or is_address_type(t):   # the register as it is (a pointer stays one)
+                return e.get(self.op.operands[x.index]), t
             if is_float(t) and self.form.flush != "none" and not self.deferred:
                 return fsrc(e, self.op, x.index, t), t
             return src(e, self.op, x.index, t), t

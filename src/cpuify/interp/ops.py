@@ -20,7 +20,7 @@ from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
     float_min_max, ftz, ir_type_of, is_float,
-    is_signed, isfinite, mask, resize_int, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
+    is_signed, isfinite, mask, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods, ty, type_size
@@ -92,62 +92,6 @@ def fdone(th: "Thread", op: Operation, v: object, t: str) -> None:
     if has(op, "sat"):
         v = saturate(v)
     th.set(op, from_float(v, t), t)
-
-
-# --- moves -----------------------------------------------------------------------------------
-
-@handles("ptx.mov")
-def _mov(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    if len(op.operands) > 1:                       # pack {a, b} -> wide
-        w = type_size(t) * 8
-        part = w // len(op.operands)
-        acc = 0
-        for k, v in enumerate(op.operands):
-            bits = th.bits(v)                      # all bits of the register
-            acc |= (bits & mask(part)) << (part * k)
-        th.set(op, acc, t)
-        return
-    if len(op.results) > 1:                        # unpack wide -> {a, b}
-        w = type_size(t) * 8
-        part = w // len(op.results)
-        v = th.src_bits(op, 0, t, w)
-        for k in range(len(op.results)):
-            th.set(op, (v >> (part * k)) & mask(part), f"b{part}", k)
-        return
-    th.set(op, th.src(op, 0, t), t)
-
-
-# --- address conversions (cvt: spec_eval.py) ----------------------------------------------
-
-@handles("ptx.cvta")
-def _cvta(th: "Thread", op: Operation) -> None:
-    m = mods(op)
-    space = next((s for s in ("shared", "local", "global", "const", "param") if s in m), "global")
-    v = th.get(op.operands[0])
-    vt = op.operands[0].type
-    iv = resize_int(v, width_of(vt), 64, False)    # type: ignore[arg-type]
-    if space in ("shared", "local"):
-        root = th.window_base(space)
-        if "to" in m:                               # generic -> offset in the window
-            th.set(op, (iv - root) & mask(64), "u64")
-        else:                                       # offset -> generic address
-            th.set(op, (root + iv) & mask(64), "u64")
-        return
-    th.set(op, iv, "u64")                           # global/const/param: the same address
-
-
-@handles("ptx.isspacep")
-def _isspacep(th: "Thread", op: Operation) -> None:
-    space = next((s for s in ("shared", "local", "global", "const", "param") if s in mods(op)), "global")
-    v = th.get(op.operands[0])
-    iv = resize_int(v, width_of(op.operands[0].type), 64, False)  # type: ignore[arg-type]
-    if space in ("shared", "local"):
-        rel = (iv - th.window_base(space)) & mask(64)
-        r = rel < th.window_size(space)
-    else:
-        r = True
-    th.set(op, int(r), "pred")
 
 
 # --- memory ----------------------------------------------------------------------------------------

@@ -21,6 +21,15 @@ against an op's type modifiers: "T" the last one (the operand type: `add.s32` ->
 "A" the second (the first source of `vabsdiff4.u32.s32.u32`), "W" T doubled
 (`mul.wide.s32` -> s64), "U" T unsigned (s32 -> u32), "UW" U doubled; other names are PTX
 types ("u32", "pred").
+  Addresses have types of their own, which name a state space: "addr.generic", "addr.shared",
+"addr.local", "addr.global", "addr.const", "addr.param" (ADDRESS_TYPES); "S" is the address
+type of the op's state space (`cvta.shared` -> addr.shared; addr.generic without one), "G"
+addr.generic.  An address is 64 bits: a generic, global, constant or parameter address is
+the CPU address (cpuify keeps them all in host memory), a shared or local one the offset in
+the block's shared memory or in the thread's local memory (its window).  "R" is a register
+as it is (all its bits, whatever its type: what mov packs).  An operand read as an address
+or as "R" is its register unconverted (a 32-bit address zero-extended); an address written
+to a register is its bits.
   Src(i, t)      operand i read as type t (`.ftz` forms flush f32 sources, see Form.flush)
   Lit(v, t)      a constant
   Fn(name, args, type, param)   one of FUNCTIONS (their meaning is documented there, and
@@ -31,7 +40,9 @@ interpreter all read it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from cpuify.ir.modifiers import is_ptx_type, type_size
 
@@ -65,7 +76,8 @@ class Fn(Expr):
 
 
 #: name -> (arity, result type rule, meaning).  Result type rules: "same" the type of the
-#: first argument, "second" that of the second, "pred", "u32", "given" (Fn.type).
+#: first argument, "second" that of the second, "pred", "u32", "given" (Fn.type), "generic"
+#: (addr.generic).  A negative arity -n: n or more arguments.
 #: Integers wrap at their width; signedness comes from the type (s: signed, u/b: not).
 #: Floats (f32/f64) round to nearest even (IEEE).
 FUNCTIONS: dict[str, tuple[int, str, str]] = {
@@ -127,6 +139,23 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
     "fns": (3, "same", "the bit position of the |c|-th set bit of a (b32) from bit b (u32) up "
                        "(c > 0, s32) or down (c < 0); c = 0: b if bit b is set; 0xffffffff "
                        "where there is none or b > 31"),
+    # addresses and state spaces (cvta, isspacep): each reader has its own windows
+    "to_generic": (1, "generic", "the generic address of a, an address of some state space "
+                                 "(its type's): shared and local the window's base plus the "
+                                 "offset a, others a itself"),
+    "to_space": (1, "given", "the address in the given address type's state space of the "
+                             "generic address a: shared and local a minus the window's base "
+                             "(mod 2^64: PTX leaves an address outside the window undefined), "
+                             "others a itself"),
+    "in_space": (1, "pred", "whether the generic address a lies in the window of the state "
+                            "space <param>: shared the block's shared memory (static and "
+                            "dynamic), local the thread's local memory; global, const and param: "
+                            "in neither of those (all three are host memory: cpuify cannot tell "
+                            "them apart)"),
+    # moves
+    "concat": (-2, "given", "the bits of the arguments side by side, the first lowest, each "
+                            "cut to (the given type's width / their number) bits (at least two "
+                            "arguments)"),
     "testp": (1, "pred", "a is of float class <param>: finite infinite number notanumber "
                          "normal subnormal"),
     # conversions (cvt); half values (f16, bf16) are their values, whatever the registers hold
@@ -152,12 +181,36 @@ COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ"
 FLOAT_CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
 #: the modes of prmt (a "prmt" function's param; None: the generic form)
 PRMT_MODES = ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")
+#: the state spaces an address can name; an address type is "addr." + one of them
+STATE_SPACES = ("generic", "shared", "local", "global", "const", "param")
+ADDRESS_TYPES = frozenset("addr." + s for s in STATE_SPACES)
+#: the space modifiers of an op, in the order an op's state space is looked up
+_SPACE_MODS = ("shared", "local", "global", "const", "param")
+
+
+def is_address_type(t: str) -> bool:
+    return t in ADDRESS_TYPES
+
+
+def space_of(address_type: str) -> str:
+    """The state space an address type names (addr.shared -> shared)."""
+    return address_type[len("addr."):]
+
+
+def state_space(op_mods: list[str] | tuple[str, ...]) -> str:
+    """The state space an op names (`ld.shared` -> shared; generic without one)."""
+    return next((s for s in _SPACE_MODS if s in op_mods), "generic")
+
+
+def takes_arguments(name: str, n: int) -> bool:
+    """Whether function `name` takes `n` arguments."""
+    arity = FUNCTIONS[name][0]
+    return n == arity if arity >= 0 else n >= -arity
 
 
 def _fn(name: str, *args: Expr, type: str | None = None, param: int | str | None = None) -> Fn:
-    arity = FUNCTIONS[name][0]
-    if len(args) != arity:
-        raise ValueError(f"{name} takes {arity} argument(s), got {len(args)}")
+    if not takes_arguments(name, len(args)):
+        raise ValueError(f"{name} takes {FUNCTIONS[name][0]} argument(s), got {len(args)}")
     return Fn(name, args, type, param)
 
 
@@ -184,8 +237,17 @@ class Form:
     # "all" also applies .sat to a float result (clamp to [0, 1], NaN -> 0)
     flush: str = "none"
     hand: bool = False                  # computed by the entry's hand-written code
+    sources: int | None = None          # the op has this many operands (None: any)
+    dests: int | None = None            # the op has this many results (None: any)
 
-    def matches(self, op_mods: list[str] | tuple[str, ...]) -> bool:
+    def matches(self, op_mods: list[str] | tuple[str, ...], n_sources: int | None = None,
+                n_results: int | None = None) -> bool:
+        """Whether the form applies to an op with these modifiers and, where given, numbers
+        of operands and results (unknown numbers match any)."""
+        if None not in (self.sources, n_sources) and self.sources != n_sources:
+            return False
+        if None not in (self.dests, n_results) and self.dests != n_results:
+            return False
         ts = [m for m in op_mods if is_ptx_type(m)]
         t, d = (ts[-1], ts[0]) if ts else ("b32", "b32")
         if self.types is not None and t not in self.types:
@@ -209,7 +271,9 @@ class Form:
         while work:
             x = work.pop(0)
             if isinstance(x, Src):
-                found.setdefault(x.index, resolve_type(x.type, op_mods))
+                t = resolve_type(x.type, op_mods)
+                if t != "R" and not is_address_type(t):   # (those: the lifter's own rules)
+                    found.setdefault(x.index, t)
             elif isinstance(x, Fn):
                 work[:0] = x.args
         _SOURCE_TYPES_CACHE[key] = found
@@ -246,19 +310,33 @@ class Instruction:
         """Whether some form (or the whole instruction) is hand-written code."""
         return not self.forms or any(f.hand for f in self.forms)
 
-    def form_for(self, op_mods: list[str] | tuple[str, ...]) -> Form | None:
-        """The form that applies to an op with these modifiers (None: no form does)."""
-        key = (self.opcode, tuple(op_mods))
+    def form_for(self, op_mods: list[str] | tuple[str, ...], n_sources: int | None = None,
+                 n_results: int | None = None) -> Form | None:
+        """The form that applies to an op with these modifiers and numbers of operands and
+        results (None: no form does; an unknown number matches any)."""
+        key = (self.opcode, tuple(op_mods), n_sources, n_results)
         found = _FORM_CACHE.get(key, _MISSING)
         if found is _MISSING:
-            found = _FORM_CACHE[key] = next((f for f in self.forms if f.matches(op_mods)), None)
+            found = _FORM_CACHE[key] = next(
+                (f for f in self.forms if f.matches(op_mods, n_sources, n_results)), None)
         return found  # type: ignore[return-value]
+
+    def form_of(self, op: "OperationLike") -> Form | None:
+        """The form that applies to an IR op of this instruction."""
+        return self.form_for(op.attributes.get("mods", ()), len(op.operands), len(op.results))
+
+
+class OperationLike(Protocol):
+    """What form_of reads of an IR op (ir.core.Operation)."""
+    attributes: dict[str, Any]
+    operands: Sequence[object]
+    results: Sequence[object]
 
 
 #: (form, modifiers) -> operand types, for the lifter's typing of immediates
 _SOURCE_TYPES_CACHE: dict[tuple[int, tuple[str, ...]], dict[int, str]] = {}
-#: (opcode, modifiers) -> form: an op's form is looked up when it is lifted and lowered
-_FORM_CACHE: dict[tuple[str, tuple[str, ...]], object] = {}
+#: (opcode, modifiers, operands, results) -> form: looked up when an op is lifted and lowered
+_FORM_CACHE: dict[tuple[str, tuple[str, ...], int | None, int | None], object] = {}
 _MISSING = object()
 
 
@@ -276,7 +354,7 @@ def resolve_type(symbol: str, op_mods: list[str] | tuple[str, ...]) -> str:
     return type_symbols(op_mods)[symbol]
 
 
-_SYMBOLS = ("T", "D", "A", "W", "U", "UW")
+_SYMBOLS = ("T", "D", "A", "W", "U", "UW", "S", "G")
 _SYMBOLS_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
 
 
@@ -290,15 +368,16 @@ def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
         t = ts[-1]
         u = "u" + t[1:] if t[0] == "s" else t
         found = _SYMBOLS_CACHE[key] = {"T": t, "D": ts[0], "A": ts[min(1, len(ts) - 1)],
-                                       "W": _WIDE.get(t, t), "U": u, "UW": _WIDE.get(u, u)}
+                                       "W": _WIDE.get(t, t), "U": u, "UW": _WIDE.get(u, u),
+                                       "S": "addr." + state_space(key), "G": "addr.generic"}
     return found
 
 
 def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
     """A function's parameter for an op: "$cmp" the op's comparison modifier, "$rnd" its
     float rounding modifier (rn rz rm rp; None without one), "$irnd" its integer rounding
-    modifier (rni rzi rmi rpi; None without one), "w" the width in bits of T, anything else
-    as written."""
+    modifier (rni rzi rmi rpi; None without one), "w" the width in bits of T, "$space" its
+    state space (generic without one), anything else as written."""
     if param == "$cmp":
         return next(m for m in op_mods if m in COMPARISONS)
     if param == "$rnd":
@@ -307,6 +386,8 @@ def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...])
         return next((m for m in op_mods if m in ("rni", "rzi", "rmi", "rpi")), None)
     if param == "w":
         return 8 * type_size(resolve_type("T", op_mods))
+    if param == "$space":
+        return state_space(op_mods)
     return param
 
 
@@ -323,6 +404,8 @@ def result_type(e: Expr, op_mods: list[str] | tuple[str, ...]) -> str:
     if rule == "given":
         assert e.type is not None
         return resolve_type(e.type, op_mods)
+    if rule == "generic":
+        return "addr.generic"
     return rule                         # "pred", "u32"
 
 
@@ -559,16 +642,41 @@ def _cvt_forms() -> tuple[Form, ...]:
             _f(_fn("convert", a, type="D", param="$rnd"), dest_types=into_float, flush="all"))
 
 
+def _mov_forms() -> tuple[Form, ...]:
+    """mov: with a vector of n sources `{a, b}` their bits packed into d (the first lowest;
+    .b16/.b32/.b64/.b128 with 2 or 4 parts), with a vector of n results d's bits unpacked
+    into them, else d := a."""
+    forms = []
+    for width in (16, 32, 64, 128):
+        types = {f"{k}{width}" for k in "bus"} | ({f"f{width}"} if width in (32, 64) else set())
+        for n in (2, 4):
+            part = width // n
+            if part < 8:
+                continue
+            forms.append(_f(_fn("concat", *(Src(k, "R") for k in range(n)), type="T"),
+                            types=types, sources=n))
+            whole = Src(0, "T")
+            forms.append(_f(*(_fn("slice", whole, type=f"b{part}", param=part * k)
+                              for k in range(n)), types=types, dests=n))
+    forms.append(_f(a, sources=1, dests=1))
+    return tuple(forms)
+
+
 def _table() -> list[Instruction]:
     I = Instruction  # noqa: E741  (one letter: the table reads as a table)
     hi, wide, sat = "hi", "wide", "sat"
     return [
-        # -- moves (hand-written: codegen/ptx_arith.py; interp/ops.py) and conversions
-        I("mov", typed=False, hand="_mov: packs and unpacks vectors, pointers"),
+        # -- moves, conversions and addresses
+        I("mov", typed=False, forms=_mov_forms()),
         I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True,
           forms=_cvt_forms()),
-        I("cvta", frozenset({"to"}) | _SPACES, typed=False, hand="_cvta (ptx_convert.py)"),
-        I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
+        # cvta.to.space: a generic address into the space's; cvta.space: back (.u32/.u64:
+        # the register's width)
+        I("cvta", frozenset({"to"}) | _SPACES, typed=False, forms=(
+            _f(_fn("to_space", Src(0, "G"), type="S"), mods={"to"}),
+            _f(_fn("to_generic", Src(0, "S"))))),
+        I("isspacep", _SPACES, typed=False, forms=(
+            _f(_fn("in_space", Src(0, "G"), param="$space")),)),
         # -- integer and float arithmetic
         I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
 ),
