@@ -28,11 +28,14 @@ from cpuify.codegen.ptx_ops import (
 from cpuify.codegen.ptx_spec_address import AddressLowering
 from cpuify.codegen.ptx_spec_arith import ArithmeticLowering
 from cpuify.codegen.ptx_spec_convert import ConvertLowering
+from cpuify.codegen.ptx_spec_memory import MemoryLowering
 from cpuify.ir.core import Operation, Value
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.ptx_table import (
-    BY_IR_OP, Expr, Fn, Form, Lit, Src, is_address_type, resolve_param, type_symbols,
+    BY_IR_OP, Expr, Fn, Form, Lit, Src, is_address_type, memory_order, resolve_param,
+    state_space, type_symbols,
 )
+from cpuify.ir.modifiers import type_size
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
@@ -111,7 +114,24 @@ def _pointer_move(e: SegmentEmitter, op: Operation) -> bool:
     return False
 
 
+def _split_shared_load(e: SegmentEmitter, op: Operation) -> bool:
+    """A weak scalar load of shared memory whose index is clamped or selected: split into
+    the loads of the cases (SegmentEmitter.clamped_shared_load, selected_shared_load)."""
+    if len(op.results) != 1 or state_space(mods(op)) != "shared" or \
+            memory_order(mods(op), "load") != "weak":
+        return False
+    t = ty(op)
+    split = e.clamped_shared_load(op, ptx_llvm_type(t), type_size(t))
+    if split is None:
+        split = e.selected_shared_load(op, ptx_llvm_type(t), type_size(t))
+    if split is None:
+        return False
+    e.result(op, split, t)
+    return True
+
+
 REFINEMENTS: dict[str, Callable[["SegmentEmitter", Operation], bool]] = {
+    "ptx.ld": _split_shared_load, "ptx.ldu": _split_shared_load,
     "ptx.add": _pointer_arith, "ptx.sub": _pointer_arith, "ptx.selp": _pointer_select,
     "ptx.mov": _pointer_move,
     "ptx.and": _lane_or_masked, "ptx.xor": _lane_or_masked, "ptx.rem": _masked_rem,
@@ -149,7 +169,7 @@ _FCMP_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">"
 _WRAPPING = ("add", "sub", "mul", "shl")
 
 
-class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering):
+class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, MemoryLowering):
     def __init__(self, e: SegmentEmitter, op: Operation, form: Form) -> None:
         self.e, self.op, self.form = e, op, form
         self.b = e.b
@@ -160,26 +180,38 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering):
         # the same as flushing the operands and the result here
         self.deferred = bool(op.attributes.get("flush_at_uses"))
         self.nsw = _nsw_nodes(form)
-        self.root = form.results[0]
+        self.root = form.results[0] if form.results else None
 
     def run(self) -> None:
-        # the operands of all results, then all results (setp: p, !p, then each combined
-        # with the predicate operand), then the writes
-        for r in self.form.results:
-            if isinstance(r, Fn):
-                self.operands(r)
-        values = [self.value(r) for r in self.form.results]   # (setp's unused !p: LLVM drops it)
-        for i, (v, t) in enumerate(values[:len(self.op.results)]):
-            if is_address_type(t):              # an address: its 64 bits
-                self.e.result(self.op, v, "u64", i)
-            elif self.form.flush == "all" and t in ("f16", "bf16"):
-                if "sat" in self.mods:          # (half values are their bits here)
-                    v = self._saturated_half(v, t)
-                self.e.result(self.op, v, t, i)
-            elif self.form.flush == "all" and is_float(t) and not self.deferred:
-                fdone(self.e, self.op, v, t)
-            else:
-                self.e.result(self.op, v, t, i)
+        n = len(self.op.results)
+        if self.form.dests is not None:
+            # a vector form (ld.v4, mov's unpacking): each element computed and written in
+            # turn
+            for i, r in enumerate(self.form.results[:n]):
+                self._write(i, *self.value(r))
+        else:
+            # the operands of all results, then all results (setp: p, !p, then each combined
+            # with the predicate operand; the unused !p: LLVM drops it), then the writes
+            for r in self.form.results:
+                if isinstance(r, Fn):
+                    self.operands(r)
+            values = [self.value(r) for r in self.form.results]
+            for i, (v, t) in enumerate(values[:n]):
+                self._write(i, v, t)
+        for x in self.form.effects:         # (a store's writes to memory, in order)
+            self.value(x)
+
+    def _write(self, i: int, v: ir.Value, t: str) -> None:
+        if is_address_type(t):              # an address: its 64 bits
+            self.e.result(self.op, v, "u64", i)
+        elif self.form.flush == "all" and t in ("f16", "bf16"):
+            if "sat" in self.mods:          # (half values are their bits here)
+                v = self._saturated_half(v, t)
+            self.e.result(self.op, v, t, i)
+        elif self.form.flush == "all" and is_float(t) and not self.deferred:
+            fdone(self.e, self.op, v, t)
+        else:
+            self.e.result(self.op, v, t, i)
 
     def _saturated_half(self, v: ir.Value, t: str) -> ir.Value:
         """.sat of an f16 in LLVM's half; of a bf16 in f32 (0, 1 and the values between are
@@ -530,6 +562,8 @@ def _nsw_nodes(form: Form) -> frozenset[int]:
     result's add/sub/mul, and the product a mad adds."""
     found = _NSW_NODES.get(id(form))
     if found is None:
+        if not form.results:
+            return _NSW_NODES.setdefault(id(form), frozenset())
         root = form.results[0]
         nodes = {id(root)}
         if isinstance(root, Fn) and root.name == "add":

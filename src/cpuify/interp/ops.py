@@ -23,7 +23,7 @@ from cpuify.interp.values import (
     is_signed, isfinite, mask, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, ty, type_size
+from cpuify.ir.modifiers import has, mods
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -104,25 +104,6 @@ def memory_space(op: Operation) -> str:
     return next((s for s in _SPACES if s in mods(op)), "generic")
 
 
-@handles("ptx.ld", "ptx.ldu")
-def _ld(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    size = type_size(t)
-    addr = th.address(op, memory_space(op), size * max(len(op.results), 1))
-    for k in range(len(op.results)):
-        th.set(op, load(addr + k * size, t), t, k)
-
-
-@handles("ptx.st")
-def _st(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    size = type_size(t)
-    n = len(op.operands) - 1
-    addr = th.address(op, memory_space(op), size * n)
-    for k in range(n):
-        store(addr + k * size, t, th.src(op, k + 1, t))
-
-
 @handles("ptx.cp_async")
 def _cp_async(th: "Thread", op: Operation) -> None:
     """cp.async at issue: cp-size bytes to shared memory, the first min(src-size, cp-size)
@@ -142,26 +123,46 @@ def _cp_async(th: "Thread", op: Operation) -> None:
     ctypes.memmove(dst, data + bytes(size - n), size)
 
 
-_ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
+# --- the memory functions of the instruction table's expressions (spec_eval.py) ----------
+# An address of a state space is an int: the offset in the shared or local window, else
+# the process address.  `at` checks the whole access (all elements) once.
+
+def at_address(th: "Thread", op: Operation, a: int, space: str, nbytes: int) -> int:
+    """The address a plus the op's offset, in a's space, after checking that the access of
+    `nbytes` bytes there lies in its window (shared, local) or past the null page."""
+    th.address(op, space, nbytes)
+    return (a + op.attributes.get("offset", 0)) & mask(64)
 
 
-@handles("ptx.atom", "ptx.red")
-def _atom(th: "Thread", op: Operation) -> None:
-    """Read-modify-write.  Threads interleave only at sync points, so this is atomic.
-    Float add/min/max keep subnormals (as the compiled path; the PTX ISA's flush of
-    atom.add.f32 on .global is a property of old hardware that neither models)."""
-    t = ty(op)
-    addr = th.address(op, memory_space(op), type_size(t))
+def real_address(th: "Thread", p: int, space: str) -> int:
+    return th.window_base(space) + p if space in ("shared", "local") else p
+
+
+def load_value(th: "Thread", p: int, space: str, t: str) -> tuple[object, str]:
+    """The value of type t at address p (halves: their bits, as b16)."""
+    v = load(real_address(th, p, space), t)
+    return (v, "b16") if t in ("f16", "bf16") else (v, t)
+
+
+def store_value(th: "Thread", p: int, space: str, v: object, t: str) -> None:
+    store(real_address(th, p, space), t, from_float(v, t) if t in ("f16", "bf16") else v)
+
+
+def atomic_update(th: "Thread", op: Operation, p: int, space: str, kind: str, t: str,
+                  val: object, new: object = None) -> object:
+    """Read-modify-write at p; the value before (halves: their bits, as `val`).  Threads interleave only at sync points,
+    so this is atomic.  Float add/min/max keep subnormals (as the compiled path; the PTX
+    ISA's flush of atom.add.f32 on .global is a property of old hardware that neither
+    models)."""
+    addr = real_address(th, p, space)
     old = load(addr, t)
-    val = th.src(op, 1, t)
-    kind = next(x for x in mods(op) if x in _ATOM_OPS)
     w = width(t)
     if t in ("f16", "bf16", "f16x2", "bf16x2"):            # atom.add.noftz on halves
         lane = t[:-2] if t.endswith("x2") else t
-        new = 0
+        out = 0
         for k in range(w // 16):
-            x = as_float((old >> (16 * k)) & 0xFFFF, lane)
-            y = as_float((val >> (16 * k)) & 0xFFFF, lane)
+            x = as_float((old >> (16 * k)) & 0xFFFF, lane)   # type: ignore[operator]
+            y = as_float((val >> (16 * k)) & 0xFFFF, lane)   # type: ignore[operator]
             if lane == "f16":
                 s = x + y                                  # NumPy: rounded once
             elif isfinite(x) and isfinite(y):
@@ -170,35 +171,35 @@ def _atom(th: "Thread", op: Operation) -> None:
                     s = zero_sum(signbit(x), signbit(y), x == 0 and y == 0, "rn", F32)
             else:
                 s = F32(x) + F32(y)                        # inf, NaN
-            new |= from_float(s, lane) << (16 * k)        # type: ignore[operator]
-    elif kind == "cas":
+            out |= from_float(s, lane) << (16 * k)        # type: ignore[operator]
+        store(addr, t, out)
+        return old
+    if kind == "cas":
         if is_float(t):
             th.unsupported("atom.cas on floating-point types is not supported", op)
-        new = th.src(op, 2, t) if old == val else old
+        updated = new if old == val else old
     elif kind == "exch":
-        new = val
+        updated = val
     elif is_float(t):
         if kind == "add":
-            new = old + val                         # type: ignore[operator]
+            updated = old + val                         # type: ignore[operator]
         elif kind in ("min", "max"):
-            new = float_min_max(old, val, kind == "min", False)
+            updated = float_min_max(old, val, kind == "min", False)
         else:
             th.unsupported(f"atom.{kind}.{t} is not supported", op)
     elif kind == "add":
-        new = (old + val) & mask(w)
+        updated = (old + val) & mask(w)                 # type: ignore[operator]
     elif kind in ("and", "or", "xor"):
-        new = {"and": old & val, "or": old | val, "xor": old ^ val}[kind]
+        updated = {"and": old & val, "or": old | val, "xor": old ^ val}[kind]  # type: ignore[operator]
     elif kind in ("min", "max"):
-        x, y = signed_value(old, t), signed_value(val, t)
-        new = (min(x, y) if kind == "min" else max(x, y)) & mask(w)
+        x, y = signed_value(old, t), signed_value(val, t)  # type: ignore[arg-type]
+        updated = (min(x, y) if kind == "min" else max(x, y)) & mask(w)
     elif kind == "inc":
-        new = 0 if old >= val else (old + 1) & mask(w)
+        updated = 0 if old >= val else (old + 1) & mask(w)  # type: ignore[operator]
     else:  # dec
-        new = val if old == 0 or old > val else old - 1
-    store(addr, t, new)
-    if op.results and op.name == "ptx.atom":
-        th.set(op, old, t)
-
+        updated = val if old == 0 or old > val else old - 1  # type: ignore[operator]
+    store(addr, t, updated)
+    return old
 
 
 # The interpreter's own layout of an mbarrier object (64 bits; PTX leaves it open): bit 0

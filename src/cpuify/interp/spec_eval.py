@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from cpuify.interp.ops import HAND_EVALUATIONS, as_float, from_float, handles
+from cpuify.interp.ops import (
+    HAND_EVALUATIONS, as_float, at_address, atomic_update, from_float, handles, load_value,
+    store_value,
+)
 from cpuify.interp.values import (
     F16, F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
     resize_int, round_fraction, saturate, signbit, to_bits, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods
+from cpuify.ir.modifiers import has, mods, type_size
 from cpuify.ir.ptx_table import (
     BY_IR_OP, Expr, Fn, Form, Lit, Src, is_address_type, resolve_param, resolve_type, space_of,
 )
@@ -66,8 +69,8 @@ class _Evaluation:
         self.memo: dict[int, Typed] = {}
 
     def run(self) -> None:
-        for i, r in enumerate(self.form.results[:len(self.op.results)]):
-            v, t = self.value(r)
+        values = [self.value(r) for r in self.form.results]   # (an atom's too, unused or not)
+        for i, (v, t) in enumerate(values[:len(self.op.results)]):
             if t in _FLOAT_TYPES:
                 if self.form.flush == "all":
                     if t == "f32":                  # (.ftz acts on f32 results only)
@@ -80,6 +83,8 @@ class _Evaluation:
             elif is_address_type(t):            # an address: its 64 bits
                 t = "u64"
             self.th.set(self.op, v, t, i)
+        for e in self.form.effects:             # (a store's writes to memory, in order)
+            self.value(e)
 
     def value(self, x: Expr) -> Typed:
         got = self.memo.get(id(x))
@@ -580,6 +585,41 @@ def _concat(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     return out, want
 
 
+# --- memory (interp/ops.py: the accesses; machine.Thread: the windows and their checks) ----
+
+def _at(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The whole access (all its elements) is checked here, once."""
+    (a, t), = args
+    elements = ev.form.dests or (ev.form.sources or 2) - 1
+    size = type_size(resolve_type("T", ev.mods)) * elements
+    return at_address(ev.th, ev.op, a, space_of(t), size), t
+
+
+def _element(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return (p + ev.param(x) * type_size(resolve_type("T", ev.mods))) & mask(64), t
+
+
+def _load(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return load_value(ev.th, p, space_of(t), resolve_type(x.type or "T", ev.mods))
+
+
+def _store(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (v, vt) = args
+    store_value(ev.th, p, space_of(t), v, vt)
+    return None, "none"
+
+
+def _atomic(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (val, vt), *rest = args
+    if vt in ("f16", "bf16"):               # atom.add.noftz on halves: their bits
+        val = ev.th.src(ev.op, 1, vt)
+    old = atomic_update(ev.th, ev.op, p, space_of(t), ev.param(x), vt, val,
+                        rest[0][0] if rest else None)
+    return old, "b16" if vt in ("f16", "bf16") else vt
+
+
 _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "add": _rounded("add", lambda p, q, w: p + q),
     "sub": _rounded("sub", lambda p, q, w: p - q),
@@ -599,4 +639,5 @@ _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "funnel": _funnel, "bfe": _bfe, "bfi": _bfi, "prmt": _prmt, "lop3": _lop3, "fns": _fns,
     "convert": _convert, "round_int": _round_int, "to_int": _to_int, "tf32": _tf32,
     "to_generic": _to_generic, "to_space": _to_space, "in_space": _in_space, "concat": _concat,
+    "at": _at, "element": _element, "load": _load, "store": _store, "atomic": _atomic,
 }

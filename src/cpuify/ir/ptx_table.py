@@ -77,7 +77,7 @@ class Fn(Expr):
 
 #: name -> (arity, result type rule, meaning).  Result type rules: "same" the type of the
 #: first argument, "second" that of the second, "pred", "u32", "given" (Fn.type), "generic"
-#: (addr.generic).  A negative arity -n: n or more arguments.
+#: (addr.generic), "none" (no value: a store).  A negative arity -n: n or more arguments.
 #: Integers wrap at their width; signedness comes from the type (s: signed, u/b: not).
 #: Floats (f32/f64) round to nearest even (IEEE).
 FUNCTIONS: dict[str, tuple[int, str, str]] = {
@@ -152,6 +152,19 @@ FUNCTIONS: dict[str, tuple[int, str, str]] = {
                             "dynamic), local the thread's local memory; global, const and param: "
                             "in neither of those (all three are host memory: cpuify cannot tell "
                             "them apart)"),
+    # memory: the state space is the address's (its type's); the op's qualifiers say how it
+    # is ordered (memory_order), its cache hints do nothing on a CPU
+    "at": (1, "same", "the address a plus the op's offset (the operand [a+offset])"),
+    "element": (1, "same", "the address of element <param> (0, 1, ...) of a vector of the op's "
+                           "data type T at the address a"),
+    "load": (1, "given", "the value of the given type that memory holds at the address a"),
+    "store": (2, "none", "memory at the address a := b (no value)"),
+    "atomic": (-2, "second", "atomically (one read-modify-write of the memory at the address "
+                             "a): the value there before, and memory := old <param> b, where "
+                             "<param> is add (floats: rounded to nearest; halves too), min max "
+                             "(floats as the min/max functions), inc (old >= b ? 0 : old + 1), "
+                             "dec (old == 0 or old > b ? b : old - 1), and or xor, exch (b); "
+                             "cas: c where old == b, else old"),
     # moves
     "concat": (-2, "given", "the bits of the arguments side by side, the first lowest, each "
                             "cut to (the given type's width / their number) bits (at least two "
@@ -228,6 +241,7 @@ CVT_INTS = INTS | {"u8", "s8", "b8"}
 class Form:
     """One form of an instruction: a guard on the op's modifiers and what it computes."""
     results: tuple[Expr, ...] = ()      # result i := results[i]
+    effects: tuple[Expr, ...] = ()      # evaluated after the results, in order (stores)
     types: frozenset[str] | None = None   # T must be one of these (None: any)
     all_types: frozenset[str] | None = None   # every type modifier must be one of these
     dest_types: frozenset[str] | None = None   # D must be one of these
@@ -267,7 +281,7 @@ class Form:
         if cached is not None:
             return cached
         found: dict[int, str] = {}
-        work = list(self.results)
+        work = [*self.results, *self.effects]
         while work:
             x = work.pop(0)
             if isinstance(x, Src):
@@ -406,6 +420,8 @@ def result_type(e: Expr, op_mods: list[str] | tuple[str, ...]) -> str:
         return resolve_type(e.type, op_mods)
     if rule == "generic":
         return "addr.generic"
+    if rule == "none":
+        return "none"
     return rule                         # "pred", "u32"
 
 
@@ -437,8 +453,8 @@ NO_MEMORY = (("none", ""),)          # not pure (keeps its place), touches no me
 
 
 def _f(*results: Expr, **guard: object) -> Form:
-    g = {k: frozenset(v) if isinstance(v, (set, tuple, list, frozenset)) else v  # type: ignore[arg-type]
-         for k, v in guard.items()}
+    g = {k: frozenset(v) if isinstance(v, (set, tuple, list, frozenset)) and k != "effects"
+         else v for k, v in guard.items()}  # type: ignore[arg-type]
     return Form(results=results, **g)  # type: ignore[arg-type]
 
 
@@ -662,6 +678,52 @@ def _mov_forms() -> tuple[Form, ...]:
     return tuple(forms)
 
 
+# how ld/st/atom are ordered: the memory-model qualifiers (the others of _CACHE are cache
+# hints and scopes, which a CPU's coherent memory makes moot)
+_LOAD_ORDERS = {"acquire": "acquire", "relaxed": "relaxed", "volatile": "volatile"}
+_STORE_ORDERS = {"release": "release", "relaxed": "relaxed", "volatile": "volatile"}
+
+
+def memory_order(op_mods: list[str] | tuple[str, ...], kind: str) -> str:
+    """How a load ("load") or a store ("store") with these modifiers is ordered: "acquire"
+    (loads) or "release" (stores), "relaxed" (an atomic access without ordering), "volatile"
+    (a read or write in program order, never merged or removed), or "weak" (an ordinary
+    access).  A spin on a flag that another block, the host or an earlier kernel writes
+    needs one of the first four to see the write."""
+    orders = _LOAD_ORDERS if kind == "load" else _STORE_ORDERS
+    return next((orders[m] for m in orders if m in op_mods), "weak")
+
+
+#: the read-modify-write operations of atom/red (an "atomic" function's param)
+ATOMIC_OPERATIONS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
+
+
+def _memory_forms(kind: str) -> tuple[Form, ...]:
+    """ld/ldu (kind "load"), st ("store"), atom ("atomic") and red ("reduction"): operand 0
+    the address in the op's state space ("S") plus the op's offset; ld.v2/v4/v8 and st's
+    vectors as many consecutive elements of type T; atom/red's operation by its modifier."""
+    at = _fn("at", Src(0, "S"))
+    forms = []
+    if kind == "load":
+        for n in (1, 2, 4, 8):
+            forms.append(_f(*(_fn("load", _fn("element", at, param=k), type="T")
+                              for k in range(n)), dests=n))
+    elif kind == "store":
+        for n in (1, 2, 4, 8):
+            forms.append(_f(effects=tuple(_fn("store", _fn("element", at, param=k),
+                                              Src(k + 1, "T")) for k in range(n)),
+                            sources=n + 1))
+    else:
+        for name in ATOMIC_OPERATIONS:
+            if kind == "reduction" and name in ("exch", "cas"):
+                continue
+            operands = (Src(1, "T"), Src(2, "T")) if name == "cas" else (Src(1, "T"),)
+            update = _fn("atomic", at, *operands, param=name)
+            forms.append(_f(update, mods={name}) if kind == "atomic" else
+                         _f(effects=(update,), mods={name}))
+    return tuple(forms)
+
+
 def _table() -> list[Instruction]:
     I = Instruction  # noqa: E741  (one letter: the table reads as a table)
     hi, wide, sat = "hi", "wide", "sat"
@@ -785,14 +847,16 @@ def _table() -> list[Instruction]:
         # -- SIMD video instructions (default byte/half-word selectors and mask only)
         I("vabsdiff4", frozenset({"add", "sat"}), forms=_simd_absdiff(4)),
         I("vabsdiff2", frozenset({"add", "sat"}), forms=_simd_absdiff(2)),
-        # -- memory: hand-written (codegen/ptx_ops.py; interp/ops.py)
-        I("ld", _SPACES | _CACHE | _VEC, typed=False, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
-        I("ldu", _SPACES | _VEC, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
-        I("st", _SPACES | _CACHE | _VEC, typed=False, effects=WRITE_SPACE, hand="_st (ptx_ops.py)"),
+        # -- memory (the effects: what the forms' load/store/atomic functions do)
+        I("ld", _SPACES | _CACHE | _VEC, typed=False, effects=READ_SPACE,
+          forms=_memory_forms("load")),
+        I("ldu", _SPACES | _VEC, effects=READ_SPACE, forms=_memory_forms("load")),
+        I("st", _SPACES | _CACHE | _VEC, typed=False, effects=WRITE_SPACE,
+          forms=_memory_forms("store")),
         I("atom", _SPACES | _ATOM_KINDS | {"cas"} | _ORDER, effects=READ_WRITE_SPACE,
-          hand="_atom (ptx_ops.py)"),
+          forms=_memory_forms("atomic")),
         I("red", _SPACES | _ATOM_KINDS - {"exch"} | _ORDER, effects=READ_WRITE_SPACE,
-          hand="_atom (ptx_ops.py)"),
+          forms=_memory_forms("reduction")),
         # asynchronous barriers in shared memory (ptx_ops.py _mbarrier); no clusters
         I("mbarrier", frozenset({"init", "inval", "arrive", "arrive_drop", "test_wait",
                                  "try_wait", "parity", "pending_count", "expect_tx",
