@@ -167,12 +167,16 @@ a, b, c = Src(0), Src(1), Src(2)
 _ROUND = frozenset(("rn", "rz", "rm", "rp"))
 _ROUNDI = frozenset(("rni", "rzi", "rmi", "rpi"))
 _SPACES = frozenset(("global", "shared", "local", "const", "param", "generic"))
-_CACHE = frozenset(("ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "volatile", "relaxed",
-                    "acquire", "release", "weak", "gpu", "cta", "sys", "L1::evict_last",
-                    "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal",
-                    "L1::evict_first", "L2::cache_hint", "L1", "L2", "evict_last",
-                    "evict_first", "evict_normal", "no_allocate", "64B", "128B", "256B",
-                    "cluster", "unified"))
+# ld/st qualifiers: the memory orders (what memory_order reads; .weak is the default) ...
+_MEMORY_ORDERS = frozenset(("volatile", "relaxed", "acquire", "release", "weak"))
+# ... their scopes and the cache hints, which a CPU's coherent memory makes moot
+_SCOPES = frozenset(("gpu", "cta", "sys", "cluster"))
+_CACHE_HINTS = frozenset(("ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "L1::evict_last",
+                          "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B",
+                          "L1::evict_normal", "L1::evict_first", "L2::cache_hint", "L1", "L2",
+                          "evict_last", "evict_first", "evict_normal", "no_allocate", "64B",
+                          "128B", "256B", "unified"))
+_CACHE = _MEMORY_ORDERS | _SCOPES | _CACHE_HINTS
 _VEC = frozenset(("v2", "v4", "v8"))
 _CMP_MODS = frozenset(COMPARISONS) | {"and", "or", "xor", "ftz"}
 _BOOL = ("and", "or", "xor")
