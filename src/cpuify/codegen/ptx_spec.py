@@ -253,6 +253,9 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
                     y = y.args[0]
                 if isinstance(y, Src):
                     self.value(y)
+        if x.name == "atomic":         # the pointer to the datum before the data operands
+            p, t = self.value(x.args[0])
+            self.memo[id(x.args[0])] = (self.b.bitcast(p, ptx_llvm_type(self.type_of("T")).as_pointer()), t)
         return [self.value(y) for y in x.args]
 
     def flags(self, x: Fn) -> list[str]:
