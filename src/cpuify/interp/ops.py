@@ -1,8 +1,10 @@
 """Semantics of the `ptx.*` ops for the reference interpreter: one function per opcode,
 registered in `PTX_OPS` (op name -> handler(thread, op)).  The instructions whose semantics
 the instruction table spells out (ir/ptx_table.py) are evaluated from it by spec_eval.py;
-this file holds the hand-written rest (and the hand-written forms of those, registered
-with `@hand_evaluation`).
+this file holds the hand-written rest (cp.async, mbarrier; the hand-written forms of
+table instructions, registered with `@hand_evaluation`) and the memory accesses behind the
+table's memory functions (at_address, load_value, store_value, atomic_update: spec_eval.py
+calls them).
 
 Each handler mirrors the matching handler of `cpuify.codegen.ptx_*` (same modifiers, same
 operand typing) but computes the PTX ISA result directly: integers as Python ints wrapped
