@@ -18,8 +18,10 @@ the kernels output differences of addresses, which do not."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import cpuify
+from cpuify.errors import UnsupportedError
 from cpuify.interp import interpret_kernel
 from cpuify.ir.ptx_table import TABLE
 
@@ -230,3 +232,13 @@ def test_addresses_and_moves_are_table_driven():
     for opcode in ("cvta", "isspacep", "mov"):
         entry = TABLE[opcode]
         assert entry.spec_driven and not entry.hand_written, opcode
+
+
+def test_a_mov_of_three_parts_is_refused_with_its_line():
+    """No form packs three registers into one: the lifter names the instruction and line."""
+    ptx = "\n".join([".version 7.8", ".target sm_80", ".address_size 64",
+                     ".visible .entry k(.param .u64 p)", "{", "    .reg .b32 %r<4>;",
+                     "    .reg .b64 %rd<4>;", "    mov.u32 %r1, 1;",
+                     "    mov.b64 %rd1, {%r1, %r1, %r1};", "    ret;", "}", ""])
+    with pytest.raises(UnsupportedError, match=r"PTX line 9: 'mov.b64': this form of mov"):
+        cpuify.RawModule(ptx=ptx).get_function("k")
