@@ -242,3 +242,29 @@ def test_a_mov_of_three_parts_is_refused_with_its_line():
                      "    mov.b64 %rd1, {%r1, %r1, %r1};", "    ret;", "}", ""])
     with pytest.raises(UnsupportedError, match=r"PTX line 9: 'mov.b64': this form of mov"):
         cpuify.RawModule(ptx=ptx).get_function("k")
+
+
+def test_cvta_of_constant_memory_reads_the_same_data():
+    """cvta.const of a __constant__ array's address is a generic address of the same data;
+    cvta.to.const gives the address back; isspacep.const (and .global: cpuify cannot tell
+    them apart) holds for it, .shared and .local not."""
+    words = [0x0123456789ABCDEF, 0xFEDCBA9876543210, 7, M64]
+    ptx = "\n".join([
+        ".version 7.8", ".target sm_80", ".address_size 64",
+        ".const .align 8 .u64 cdata[4] = {" + ", ".join(str(w) for w in words) + "};",
+        ".visible .entry k(.param .u64 pin, .param .u64 pout)", "{",
+        "    .reg .pred %p<8>;", "    .reg .b32 %r<8>;", "    .reg .b64 %rd<40>;",
+        "    ld.param.u64 %rd2, [pout];", "    cvta.to.global.u64 %rd2, %rd2;",
+        "    mov.u32 %r1, %tid.x;", "    mul.wide.u32 %rd3, %r1, 8;",
+        "    mov.u64 %rd4, cdata;", "    add.s64 %rd5, %rd4, %rd3;",
+        "    cvta.const.u64 %rd6, %rd5;", "    ld.u64 %rd7, [%rd6];",
+        "    ld.const.u64 %rd8, [%rd5];", "    sub.s64 %rd9, %rd7, %rd8;",
+        "    cvta.to.const.u64 %rd10, %rd6;", "    sub.s64 %rd11, %rd10, %rd5;",
+        *("    " + line for line in _space_bits("%rd6", 1, 20)[0]),
+        "    mul.wide.u32 %rd12, %r1, 32;", "    add.s64 %rd13, %rd2, %rd12;",
+        "    st.global.u64 [%rd13], %rd7;", "    st.global.u64 [%rd13+8], %rd9;",
+        "    st.global.u64 [%rd13+16], %rd11;", "    st.global.u64 [%rd13+24], %rd20;",
+        "    ret;", "}", ""])
+    rows = [(0,)] * 4
+    expect = [[w, 0, 0, _expected_space_bits(None)] for w in words]
+    _check(ptx, "k", rows, expect)
