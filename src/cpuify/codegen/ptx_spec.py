@@ -1,11 +1,14 @@
 """LLVM lowering of the PTX instructions the instruction table spells out (ir/ptx_table.py):
 one dispatcher per such opcode picks the op's form; a spec form is lowered from its
-expressions, a hand-written form calls the `@hand_written` code (ptx_arith.py, ...).
+expressions, a hand-written form calls its `@hand_written` code (none now).
 
 Each function of the expression language (ptx_table.FUNCTIONS) has its lowering, a
-`fn_<name>` method of _SpecLowering: here, or for the arithmetic and math functions in
-ptx_spec_arith.py.  The code generator's own refinements, which are no part of the
-semantics, sit around them: pointer arithmetic as GEPs, `nsw` on index arithmetic
+`fn_<name>` method of _SpecLowering: here, or in its parts ptx_spec_arith.py (arithmetic
+and math functions), ptx_spec_convert.py (conversions), ptx_spec_address.py (addresses
+and moves), ptx_spec_memory.py (loads, stores, atomics).  The code generator's own
+refinements, which are no part of the semantics, sit around them: pointer arithmetic as
+GEPs, moves of pointers, shared loads at clamped or selected indices split into the loads
+of their cases, `nsw` on index arithmetic
 (analysis.no_signed_wrap), masked thread indices hidden from LLVM, lane-group bitwise ops,
 the idle clamp of min/max, the deferred flush of min/max (transforms/flush.py), the
 never-NaN workaround of LLVM's minimumnum, directed-rounding fmas on one binade's grid as a
