@@ -26,13 +26,14 @@ compiler, the API and the CLI import code generation from here.  The parts, bott
     approx_math       inline IR for PTX's approximate f32 ex2/lg2/sin/cos (used by
                       ptx_spec_arith)
     ptx_ops           the helpers the PTX instructions' lowerings share, and the memory ones
-    ptx_spec_arith, ptx_spec_convert
-                      parts of ptx_spec: the arithmetic and math functions, the conversions
-    upir_ops, ptx_spec, ptx_arith, ptx_convert
+    ptx_spec_arith, ptx_spec_convert, ptx_spec_address
+                      parts of ptx_spec: the arithmetic and math functions, the conversions,
+                      the addresses and moves
+    upir_ops, ptx_spec
                       the lowerings of the ops (upir/cf; the PTX instructions the table
                       spells out: arithmetic with its roundings, bitwise, bit fields and
-                      bytes, comparisons and selects, math functions, conversions; moves,
-                      the half fma, address conversions), registered in lowering's table
+                      bytes, comparisons and selects, math functions, conversions, moves,
+                      address conversions), registered in lowering's table
     segment_paths, thread_loop_plan, kernel_plan
                       a kernel's plan (KernelPlan): sync points, slots, thread-loop shapes
     segment_values, sync_crossing, speculation, segment_emitter

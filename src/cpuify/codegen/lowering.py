@@ -3,8 +3,8 @@
 Each op's lowering is a function `(emitter, op) -> None` registered with `@handles(name)`:
 `upir.*`/`cf.*` ops in upir_ops.py; the PTX instructions whose semantics the instruction
 table spells out (ir/ptx_table.py) in ptx_spec.py, which falls back to the `@hand_written`
-code of their other forms; the rest in ptx_ops.py, ptx_arith.py and ptx_convert.py.  The table sits below them, so that none imports another to
-fill it."""
+code of their other forms; the rest in ptx_ops.py, ptx_tensor.py and ptx_texture.py.  The table sits below them, so
+that none imports another to fill it."""
 
 from __future__ import annotations
 

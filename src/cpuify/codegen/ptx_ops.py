@@ -10,8 +10,7 @@ This module holds the helpers the handlers share (operands, results, `.ftz`/`.sa
 directed-rounding emulation) and the memory instructions; the instructions the table
 spells out (ir/ptx_table.py: arithmetic with its rounding modes, bitwise, bit fields and
 bytes, comparisons, selects, math functions, conversions) are lowered from it by
-ptx_spec.py; the hand-written rest registers from ptx_arith.py (moves, the f16/bf16 fma)
-and ptx_convert.py (cvta, isspacep)."""
+ptx_spec.py (moves and address conversions included)."""
 
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ from llvmlite import ir
 from cpuify.analysis.pointers import memory_space
 from cpuify.codegen.half_float import f32_to_half, half_to_f32
 from cpuify.codegen.lowering import (
-    F32, F64, I1, I8, I16, I32, I64, PTR, handles, is_float, is_signed, ordered_load, ordered_store,
-    ptx_llvm_type,
-    _width,
+    F32, F64, I1, I8, I16, I32, I64, PTR, handles, _width,
 )
 from cpuify.codegen.denormals import folds_to_operand, known_flushed
 from cpuify.frontend.ptx_ast import type_size
@@ -320,9 +317,6 @@ def _may_reach_an_address(op: Operation, limit: int = 256) -> bool:
 
 # --- memory -------------------------------------------------------------------------------------
 
-_ORDERED_LOADS = ("acquire", "relaxed", "volatile")
-
-
 @handles("ptx.cp_async")
 def _cp_async(e: SegmentEmitter, op: Operation) -> None:
     """cp.async copied at issue (lifting/translate.py says why that is exact): cp-size
@@ -351,129 +345,7 @@ def _cp_async(e: SegmentEmitter, op: Operation) -> None:
     call(e, "llvm.memset.p0.i64", ir.VoidType(), [b.gep(dst, [n]), I8(0), b.sub(I64(size), n), I1(0)])
 
 
-@handles("ptx.ld", "ptx.ldu")
-def _ld(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    space = memory_space(op)
-    if space == "shared" and len(op.results) == 1 and not (set(mods(op)) & set(_ORDERED_LOADS)):
-        split = e.clamped_shared_load(op, ptx_llvm_type(t), type_size(t))
-        if split is None:
-            split = e.selected_shared_load(op, ptx_llvm_type(t), type_size(t))
-        if split is not None:
-            e.result(op, split, t)
-            return
-    p = e.address(op, space)
-    lt = ptx_llvm_type(t)
-    size = type_size(t)
-    m = mods(op)
-    ordering = _ordering(m, "acquire")
-    for k in range(len(op.results)):
-        pk = b.gep(p, [I64(k * size)]) if k else p
-        align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
-        if ordering is not None or "volatile" in m:
-            # a real read in program order: a spin on a flag another block, the host or an
-            # earlier kernel writes must see the write
-            v = ordered_load(b, b.bitcast(pk, lt.as_pointer()), lt, ordering,
-                             size if ordering else align)
-        else:
-            v = b.load(b.bitcast(pk, lt.as_pointer()))
-            v.align = align
-        if space in ("shared", "global", "generic"):
-            e.tag_shared_access(op, v)
-        if space == "local" or space == "generic" and e.kc.local_escapes:
-            e.private_accesses.append(v)
-        e.result(op, v, t, k)
-
-
-def _ordering(m: list[str], strong: str) -> str | None:
-    """The LLVM atomic ordering of an ld/st with PTX memory-model qualifiers: `.relaxed`
-    (and `.mmio`) monotonic, `.acquire`/`.release` (`strong`) as named; None for weak and
-    `.volatile` accesses."""
-    if strong in m:
-        return strong
-    if "relaxed" in m or "mmio" in m:
-        return "monotonic"
-    return None
-
-
-@handles("ptx.st")
-def _st(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    space = memory_space(op)
-    m = mods(op)
-    ordering = _ordering(m, "release")
-    p = e.address(op, space)
-    lt = ptx_llvm_type(t)
-    size = type_size(t)
-    for k, v in enumerate(op.operands[1:]):
-        pk = b.gep(p, [I64(k * size)]) if k else p
-        val = e.operand(v, t)
-        align = size if space in ("shared", "local") else min(size, 4) if size > 1 else 1
-        if ordering is not None or "volatile" in m:
-            s = ordered_store(b, val, b.bitcast(pk, lt.as_pointer()), ordering,
-                              size if ordering else align)
-        else:
-            s = b.store(val, b.bitcast(pk, lt.as_pointer()))
-            s.align = align
-        if space in ("shared", "global", "generic"):
-            e.tag_shared_access(op, s)
-        if space == "local" or space == "generic" and e.kc.local_escapes:
-            e.private_accesses.append(s)
-
-
-_RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "exch": "xchg",
-        "inc": "uinc_wrap", "dec": "udec_wrap"}
-
-
-@handles("ptx.atom", "ptx.red")
-def _atom(e: SegmentEmitter, op: Operation) -> None:
-    b = e.b
-    t = ty(op)
-    space = memory_space(op)
-    m = mods(op)
-    p = e.address(op, space)
-    lt = ptx_llvm_type(t)
-    ptr = b.bitcast(p, lt.as_pointer())
-    val = e.operand(op.operands[1], t)
-    opname = next(x for x in m if x in ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas"))
-    if t in ("f16", "bf16", "f16x2", "bf16x2"):
-        old = _half_atomic_add(e, op, ptr, val, t, space)
-        if op.results and op.name == "ptx.atom":
-            e.result(op, old, t)
-        return
-    if opname == "cas":
-        new = e.operand(op.operands[2], t)
-        if is_float(t):
-            e.kc.error("atom.cas on floating-point types is not supported", op)
-        res = b.cmpxchg(ptr, val, new, "monotonic", "monotonic")
-        old = b.extract_value(res, 0)
-    else:
-        if opname in ("min", "max"):
-            if is_float(t):
-                kind = "fmin" if opname == "min" else "fmax"
-            else:
-                kind = ("" if is_signed(t) else "u") + opname
-        elif opname == "add" and is_float(t):
-            kind = "fadd"
-        else:
-            kind = _RMW[opname]
-        if space == "shared":
-            # a block runs on one worker, one CUDA thread at a time: no CPU atomic needed
-            old = b.load(ptr)
-            old.align = type_size(t)
-            new = _rmw_value(e, kind, old, val)
-            st = b.store(new, ptr)
-            st.align = type_size(t)
-            e.serial_accesses.update((old, st))
-        else:
-            old = b.atomic_rmw(kind, ptr, val, "monotonic")
-    if op.results and op.name == "ptx.atom":
-        e.result(op, old, t)
-
-
-def _half_atomic_add(e: SegmentEmitter, op: Operation, ptr: ir.Value, val: ir.Value, t: str,
+def half_atomic_add(e: SegmentEmitter, op: Operation, ptr: ir.Value, val: ir.Value, t: str,
                      space: str) -> ir.Value:
     """atom/red.add.noftz.{f16,bf16,f16x2,bf16x2}: each half added in f32 and rounded to
     nearest even once, stored with a compare-and-swap loop (CPUs have no half-precision
@@ -517,7 +389,7 @@ def _half_atomic_add(e: SegmentEmitter, op: Operation, ptr: ir.Value, val: ir.Va
     return old
 
 
-def _rmw_value(e: SegmentEmitter, kind: str, old: ir.Value, val: ir.Value) -> ir.Value:
+def rmw_value(e: SegmentEmitter, kind: str, old: ir.Value, val: ir.Value) -> ir.Value:
     b = e.b
     if kind == "add":
         return b.add(old, val)

@@ -1,11 +1,14 @@
 """LLVM lowering of the PTX instructions the instruction table spells out (ir/ptx_table.py):
 one dispatcher per such opcode picks the op's form; a spec form is lowered from its
-expressions, a hand-written form calls the `@hand_written` code (ptx_arith.py, ...).
+expressions, a hand-written form calls its `@hand_written` code (none now).
 
 Each function of the expression language (ptx_table.FUNCTIONS) has its lowering, a
-`fn_<name>` method of _SpecLowering: here, or for the arithmetic and math functions in
-ptx_spec_arith.py.  The code generator's own refinements, which are no part of the
-semantics, sit around them: pointer arithmetic as GEPs, `nsw` on index arithmetic
+`fn_<name>` method of _SpecLowering: here, or in its parts ptx_spec_arith.py (arithmetic
+and math functions), ptx_spec_convert.py (conversions), ptx_spec_address.py (addresses
+and moves), ptx_spec_memory.py (loads, stores, atomics).  The code generator's own
+refinements, which are no part of the semantics, sit around them: pointer arithmetic as
+GEPs, moves of pointers, shared loads at clamped or selected indices split into the loads
+of their cases, `nsw` on index arithmetic
 (analysis.no_signed_wrap), masked thread indices hidden from LLVM, lane-group bitwise ops,
 the idle clamp of min/max, the deferred flush of min/max (transforms/flush.py), the
 never-NaN workaround of LLVM's minimumnum, directed-rounding fmas on one binade's grid as a
@@ -25,13 +28,17 @@ from cpuify.codegen.lowering import (
 from cpuify.codegen.ptx_ops import (
     call, fdone, fsrc, fsuffix, masked_thread_index, saturate, src, wrap_flags,
 )
+from cpuify.codegen.ptx_spec_address import AddressLowering
 from cpuify.codegen.ptx_spec_arith import ArithmeticLowering
 from cpuify.codegen.ptx_spec_convert import ConvertLowering
+from cpuify.codegen.ptx_spec_memory import MemoryLowering
 from cpuify.ir.core import Operation, Value
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.ptx_table import (
-    BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, type_symbols,
+    BY_IR_OP, Expr, Fn, Form, Lit, Src, is_address_type, memory_order, resolve_param,
+    state_space, type_symbols,
 )
+from cpuify.ir.modifiers import type_size
 
 if TYPE_CHECKING:
     from cpuify.codegen.segment_emitter import SegmentEmitter
@@ -97,8 +104,39 @@ def _masked_rem(e: SegmentEmitter, op: Operation) -> bool:
     return True
 
 
+def _pointer_move(e: SegmentEmitter, op: Operation) -> bool:
+    """mov of an address: the pointer itself (into a pointer register, or from one into a
+    64-bit register)."""
+    if len(op.operands) != 1 or len(op.results) != 1:
+        return False
+    v = e.get(op.operands[0])
+    r = op.results[0]
+    if r in e.kc.pointers or isinstance(v.type, ir.PointerType) and r.type == "i64":
+        e.define(r, v)
+        return True
+    return False
+
+
+def _split_shared_load(e: SegmentEmitter, op: Operation) -> bool:
+    """A weak scalar load of shared memory whose index is clamped or selected: split into
+    the loads of the cases (SegmentEmitter.clamped_shared_load, selected_shared_load)."""
+    if len(op.results) != 1 or state_space(mods(op)) != "shared" or \
+            memory_order(mods(op), "load") != "weak":
+        return False
+    t = ty(op)
+    split = e.clamped_shared_load(op, ptx_llvm_type(t), type_size(t))
+    if split is None:
+        split = e.selected_shared_load(op, ptx_llvm_type(t), type_size(t))
+    if split is None:
+        return False
+    e.result(op, split, t)
+    return True
+
+
 REFINEMENTS: dict[str, Callable[["SegmentEmitter", Operation], bool]] = {
+    "ptx.ld": _split_shared_load, "ptx.ldu": _split_shared_load,
     "ptx.add": _pointer_arith, "ptx.sub": _pointer_arith, "ptx.selp": _pointer_select,
+    "ptx.mov": _pointer_move,
     "ptx.and": _lane_or_masked, "ptx.xor": _lane_or_masked, "ptx.rem": _masked_rem,
 }
 
@@ -107,7 +145,7 @@ REFINEMENTS: dict[str, Callable[["SegmentEmitter", Operation], bool]] = {
 
 def lower_table_op(e: SegmentEmitter, op: Operation) -> None:
     entry = BY_IR_OP[op.name]
-    form = entry.form_for(mods(op))
+    form = entry.form_of(op)
     if form is None:
         e.kc.error(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is not "
                    "supported by cpuify", op)
@@ -134,7 +172,7 @@ _FCMP_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">"
 _WRAPPING = ("add", "sub", "mul", "shl")
 
 
-class _SpecLowering(ArithmeticLowering, ConvertLowering):
+class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, MemoryLowering):
     def __init__(self, e: SegmentEmitter, op: Operation, form: Form) -> None:
         self.e, self.op, self.form = e, op, form
         self.b = e.b
@@ -145,24 +183,38 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering):
         # the same as flushing the operands and the result here
         self.deferred = bool(op.attributes.get("flush_at_uses"))
         self.nsw = _nsw_nodes(form)
-        self.root = form.results[0]
+        self.root = form.results[0] if form.results else None
 
     def run(self) -> None:
-        # the operands of all results, then all results (setp: p, !p, then each combined
-        # with the predicate operand), then the writes
-        for r in self.form.results:
-            if isinstance(r, Fn):
-                self.operands(r)
-        values = [self.value(r) for r in self.form.results]   # (setp's unused !p: LLVM drops it)
-        for i, (v, t) in enumerate(values[:len(self.op.results)]):
-            if self.form.flush == "all" and t in ("f16", "bf16"):
-                if "sat" in self.mods:          # (half values are their bits here)
-                    v = self._saturated_half(v, t)
-                self.e.result(self.op, v, t, i)
-            elif self.form.flush == "all" and is_float(t) and not self.deferred:
-                fdone(self.e, self.op, v, t)
-            else:
-                self.e.result(self.op, v, t, i)
+        n = len(self.op.results)
+        if self.form.dests is not None:
+            # a vector form (ld.v4, mov's unpacking): each element computed and written in
+            # turn
+            for i, r in enumerate(self.form.results[:n]):
+                self._write(i, *self.value(r))
+        else:
+            # the operands of all results, then all results (setp: p, !p, then each combined
+            # with the predicate operand; the unused !p: LLVM drops it), then the writes
+            for r in self.form.results:
+                if isinstance(r, Fn):
+                    self.operands(r)
+            values = [self.value(r) for r in self.form.results]
+            for i, (v, t) in enumerate(values[:n]):
+                self._write(i, v, t)
+        for x in self.form.effects:         # (a store's writes to memory, in order)
+            self.value(x)
+
+    def _write(self, i: int, v: ir.Value, t: str) -> None:
+        if is_address_type(t):              # an address: its 64 bits
+            self.e.result(self.op, v, "u64", i)
+        elif self.form.flush == "all" and t in ("f16", "bf16"):
+            if "sat" in self.mods:          # (half values are their bits here)
+                v = self._saturated_half(v, t)
+            self.e.result(self.op, v, t, i)
+        elif self.form.flush == "all" and is_float(t) and not self.deferred:
+            fdone(self.e, self.op, v, t)
+        else:
+            self.e.result(self.op, v, t, i)
 
     def _saturated_half(self, v: ir.Value, t: str) -> ir.Value:
         """.sat of an f16 in LLVM's half; of a bf16 in f32 (0, 1 and the values between are
@@ -185,6 +237,8 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering):
         e = self.e
         if isinstance(x, Src):
             t = self.type_of(x.type)
+            if t == "R" or is_address_type(t):   # the register as it is (a pointer stays one)
+                return e.get(self.op.operands[x.index]), t
             if is_float(t) and self.form.flush != "none" and not self.deferred:
                 return fsrc(e, self.op, x.index, t), t
             return src(e, self.op, x.index, t), t
@@ -202,6 +256,9 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering):
                     y = y.args[0]
                 if isinstance(y, Src):
                     self.value(y)
+        if x.name == "atomic":         # the pointer to the datum before the data operands
+            p, t = self.value(x.args[0])
+            self.memo[id(x.args[0])] = (self.b.bitcast(p, ptx_llvm_type(self.type_of("T")).as_pointer()), t)
         return [self.value(y) for y in x.args]
 
     def flags(self, x: Fn) -> list[str]:
@@ -511,6 +568,8 @@ def _nsw_nodes(form: Form) -> frozenset[int]:
     result's add/sub/mul, and the product a mad adds."""
     found = _NSW_NODES.get(id(form))
     if found is None:
+        if not form.results:
+            return _NSW_NODES.setdefault(id(form), frozenset())
         root = form.results[0]
         nodes = {id(root)}
         if isinstance(root, Fn) and root.name == "add":

@@ -1,7 +1,7 @@
 """LLVM lowering of the `upir.*` and `cf.*` ops (constants, parameters, special registers,
 variable addresses, branches, exit, trap, fences, printf, malloc/free), one handler per op,
 registered in the lowering table (cpuify.codegen.lowering) like the PTX instructions'
-(ptx_spec.py, ptx_ops.py, ptx_arith.py, ptx_convert.py)."""
+(ptx_spec.py, ptx_ops.py, ptx_tensor.py, ptx_texture.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
 """Semantics of the `ptx.*` ops for the reference interpreter: one function per opcode,
 registered in `PTX_OPS` (op name -> handler(thread, op)).  The instructions whose semantics
 the instruction table spells out (ir/ptx_table.py) are evaluated from it by spec_eval.py;
-this file holds the hand-written rest (and the hand-written forms of those, registered
-with `@hand_evaluation`).
+this file holds the hand-written rest (cp.async, mbarrier; the hand-written forms of
+table instructions, registered with `@hand_evaluation`) and the memory accesses behind the
+table's memory functions (at_address, load_value, store_value, atomic_update: spec_eval.py
+calls them).
 
 Each handler mirrors the matching handler of `cpuify.codegen.ptx_*` (same modifiers, same
 operand typing) but computes the PTX ISA result directly: integers as Python ints wrapped
@@ -20,10 +22,10 @@ from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
     F16, F32, bf16_from_bits, bf16_to_bits, exact, f16_from_bits, f16_to_bits,
     float_min_max, ftz, ir_type_of, is_float,
-    is_signed, isfinite, mask, resize_int, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
+    is_signed, isfinite, mask, round_fraction, saturate, signbit, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods, ty, type_size
+from cpuify.ir.modifiers import has, mods
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -94,62 +96,6 @@ def fdone(th: "Thread", op: Operation, v: object, t: str) -> None:
     th.set(op, from_float(v, t), t)
 
 
-# --- moves -----------------------------------------------------------------------------------
-
-@handles("ptx.mov")
-def _mov(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    if len(op.operands) > 1:                       # pack {a, b} -> wide
-        w = type_size(t) * 8
-        part = w // len(op.operands)
-        acc = 0
-        for k, v in enumerate(op.operands):
-            bits = th.bits(v)                      # all bits of the register
-            acc |= (bits & mask(part)) << (part * k)
-        th.set(op, acc, t)
-        return
-    if len(op.results) > 1:                        # unpack wide -> {a, b}
-        w = type_size(t) * 8
-        part = w // len(op.results)
-        v = th.src_bits(op, 0, t, w)
-        for k in range(len(op.results)):
-            th.set(op, (v >> (part * k)) & mask(part), f"b{part}", k)
-        return
-    th.set(op, th.src(op, 0, t), t)
-
-
-# --- address conversions (cvt: spec_eval.py) ----------------------------------------------
-
-@handles("ptx.cvta")
-def _cvta(th: "Thread", op: Operation) -> None:
-    m = mods(op)
-    space = next((s for s in ("shared", "local", "global", "const", "param") if s in m), "global")
-    v = th.get(op.operands[0])
-    vt = op.operands[0].type
-    iv = resize_int(v, width_of(vt), 64, False)    # type: ignore[arg-type]
-    if space in ("shared", "local"):
-        root = th.window_base(space)
-        if "to" in m:                               # generic -> offset in the window
-            th.set(op, (iv - root) & mask(64), "u64")
-        else:                                       # offset -> generic address
-            th.set(op, (root + iv) & mask(64), "u64")
-        return
-    th.set(op, iv, "u64")                           # global/const/param: the same address
-
-
-@handles("ptx.isspacep")
-def _isspacep(th: "Thread", op: Operation) -> None:
-    space = next((s for s in ("shared", "local", "global", "const", "param") if s in mods(op)), "global")
-    v = th.get(op.operands[0])
-    iv = resize_int(v, width_of(op.operands[0].type), 64, False)  # type: ignore[arg-type]
-    if space in ("shared", "local"):
-        rel = (iv - th.window_base(space)) & mask(64)
-        r = rel < th.window_size(space)
-    else:
-        r = True
-    th.set(op, int(r), "pred")
-
-
 # --- memory ----------------------------------------------------------------------------------------
 
 _SPACES = ("global", "shared", "local", "const", "param")
@@ -158,25 +104,6 @@ _SPACES = ("global", "shared", "local", "const", "param")
 def memory_space(op: Operation) -> str:
     """The state space a memory op names (`ld.shared` -> shared); generic without one."""
     return next((s for s in _SPACES if s in mods(op)), "generic")
-
-
-@handles("ptx.ld", "ptx.ldu")
-def _ld(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    size = type_size(t)
-    addr = th.address(op, memory_space(op), size * max(len(op.results), 1))
-    for k in range(len(op.results)):
-        th.set(op, load(addr + k * size, t), t, k)
-
-
-@handles("ptx.st")
-def _st(th: "Thread", op: Operation) -> None:
-    t = ty(op)
-    size = type_size(t)
-    n = len(op.operands) - 1
-    addr = th.address(op, memory_space(op), size * n)
-    for k in range(n):
-        store(addr + k * size, t, th.src(op, k + 1, t))
 
 
 @handles("ptx.cp_async")
@@ -198,26 +125,46 @@ def _cp_async(th: "Thread", op: Operation) -> None:
     ctypes.memmove(dst, data + bytes(size - n), size)
 
 
-_ATOM_OPS = ("add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas")
+# --- the memory functions of the instruction table's expressions (spec_eval.py) ----------
+# An address of a state space is an int: the offset in the shared or local window, else
+# the process address.  `at` checks the whole access (all elements) once.
+
+def at_address(th: "Thread", op: Operation, a: int, space: str, nbytes: int) -> int:
+    """The address a plus the op's offset, in a's space, after checking that the access of
+    `nbytes` bytes there lies in its window (shared, local) or past the null page."""
+    th.address(op, space, nbytes)
+    return (a + op.attributes.get("offset", 0)) & mask(64)
 
 
-@handles("ptx.atom", "ptx.red")
-def _atom(th: "Thread", op: Operation) -> None:
-    """Read-modify-write.  Threads interleave only at sync points, so this is atomic.
-    Float add/min/max keep subnormals (as the compiled path; the PTX ISA's flush of
-    atom.add.f32 on .global is a property of old hardware that neither models)."""
-    t = ty(op)
-    addr = th.address(op, memory_space(op), type_size(t))
+def real_address(th: "Thread", p: int, space: str) -> int:
+    return th.window_base(space) + p if space in ("shared", "local") else p
+
+
+def load_value(th: "Thread", p: int, space: str, t: str) -> tuple[object, str]:
+    """The value of type t at address p (halves: their bits, as b16)."""
+    v = load(real_address(th, p, space), t)
+    return (v, "b16") if t in ("f16", "bf16") else (v, t)
+
+
+def store_value(th: "Thread", p: int, space: str, v: object, t: str) -> None:
+    store(real_address(th, p, space), t, from_float(v, t) if t in ("f16", "bf16") else v)
+
+
+def atomic_update(th: "Thread", op: Operation, p: int, space: str, kind: str, t: str,
+                  val: object, new: object = None) -> object:
+    """Read-modify-write at p; the value before (halves: their bits, as `val`).  Threads interleave only at sync points,
+    so this is atomic.  Float add/min/max keep subnormals (as the compiled path; the PTX
+    ISA's flush of atom.add.f32 on .global is a property of old hardware that neither
+    models)."""
+    addr = real_address(th, p, space)
     old = load(addr, t)
-    val = th.src(op, 1, t)
-    kind = next(x for x in mods(op) if x in _ATOM_OPS)
     w = width(t)
     if t in ("f16", "bf16", "f16x2", "bf16x2"):            # atom.add.noftz on halves
         lane = t[:-2] if t.endswith("x2") else t
-        new = 0
+        out = 0
         for k in range(w // 16):
-            x = as_float((old >> (16 * k)) & 0xFFFF, lane)
-            y = as_float((val >> (16 * k)) & 0xFFFF, lane)
+            x = as_float((old >> (16 * k)) & 0xFFFF, lane)   # type: ignore[operator]
+            y = as_float((val >> (16 * k)) & 0xFFFF, lane)   # type: ignore[operator]
             if lane == "f16":
                 s = x + y                                  # NumPy: rounded once
             elif isfinite(x) and isfinite(y):
@@ -226,35 +173,35 @@ def _atom(th: "Thread", op: Operation) -> None:
                     s = zero_sum(signbit(x), signbit(y), x == 0 and y == 0, "rn", F32)
             else:
                 s = F32(x) + F32(y)                        # inf, NaN
-            new |= from_float(s, lane) << (16 * k)        # type: ignore[operator]
-    elif kind == "cas":
+            out |= from_float(s, lane) << (16 * k)        # type: ignore[operator]
+        store(addr, t, out)
+        return old
+    if kind == "cas":
         if is_float(t):
             th.unsupported("atom.cas on floating-point types is not supported", op)
-        new = th.src(op, 2, t) if old == val else old
+        updated = new if old == val else old
     elif kind == "exch":
-        new = val
+        updated = val
     elif is_float(t):
         if kind == "add":
-            new = old + val                         # type: ignore[operator]
+            updated = old + val                         # type: ignore[operator]
         elif kind in ("min", "max"):
-            new = float_min_max(old, val, kind == "min", False)
+            updated = float_min_max(old, val, kind == "min", False)
         else:
             th.unsupported(f"atom.{kind}.{t} is not supported", op)
     elif kind == "add":
-        new = (old + val) & mask(w)
+        updated = (old + val) & mask(w)                 # type: ignore[operator]
     elif kind in ("and", "or", "xor"):
-        new = {"and": old & val, "or": old | val, "xor": old ^ val}[kind]
+        updated = {"and": old & val, "or": old | val, "xor": old ^ val}[kind]  # type: ignore[operator]
     elif kind in ("min", "max"):
-        x, y = signed_value(old, t), signed_value(val, t)
-        new = (min(x, y) if kind == "min" else max(x, y)) & mask(w)
+        x, y = signed_value(old, t), signed_value(val, t)  # type: ignore[arg-type]
+        updated = (min(x, y) if kind == "min" else max(x, y)) & mask(w)
     elif kind == "inc":
-        new = 0 if old >= val else (old + 1) & mask(w)
+        updated = 0 if old >= val else (old + 1) & mask(w)  # type: ignore[operator]
     else:  # dec
-        new = val if old == 0 or old > val else old - 1
-    store(addr, t, new)
-    if op.results and op.name == "ptx.atom":
-        th.set(op, old, t)
-
+        updated = val if old == 0 or old > val else old - 1  # type: ignore[operator]
+    store(addr, t, updated)
+    return old
 
 
 # The interpreter's own layout of an mbarrier object (64 bits; PTX leaves it open): bit 0

@@ -16,14 +16,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from cpuify.interp.ops import HAND_EVALUATIONS, as_float, from_float, handles
+from cpuify.interp.ops import (
+    HAND_EVALUATIONS, as_float, at_address, atomic_update, from_float, handles, load_value,
+    store_value,
+)
 from cpuify.interp.values import (
     F16, F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
-    round_fraction, saturate, signbit, to_bits, to_signed, width_of, zero_sum,
+    resize_int, round_fraction, saturate, signbit, to_bits, to_signed, width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
-from cpuify.ir.modifiers import has, mods
-from cpuify.ir.ptx_table import BY_IR_OP, Expr, Fn, Form, Lit, Src, resolve_param, resolve_type
+from cpuify.ir.modifiers import has, mods, type_size
+from cpuify.ir.ptx_table import (
+    BY_IR_OP, Expr, Fn, Form, Lit, Src, is_address_type, resolve_param, resolve_type, space_of,
+)
 
 if TYPE_CHECKING:
     from cpuify.interp.machine import Thread
@@ -41,7 +46,7 @@ def _signed(x: int, t: str) -> int:
 
 def evaluate_table_op(th: "Thread", op: Operation) -> None:
     entry = BY_IR_OP[op.name]
-    form = entry.form_for(mods(op))
+    form = entry.form_of(op)
     if form is None:
         th.unsupported(f"'{'.'.join((entry.opcode, *mods(op)))}': this form of {entry.opcode} is "
                        "not supported", op)
@@ -64,8 +69,8 @@ class _Evaluation:
         self.memo: dict[int, Typed] = {}
 
     def run(self) -> None:
-        for i, r in enumerate(self.form.results[:len(self.op.results)]):
-            v, t = self.value(r)
+        values = [self.value(r) for r in self.form.results]   # (an atom's too, unused or not)
+        for i, (v, t) in enumerate(values[:len(self.op.results)]):
             if t in _FLOAT_TYPES:
                 if self.form.flush == "all":
                     if t == "f32":                  # (.ftz acts on f32 results only)
@@ -75,7 +80,11 @@ class _Evaluation:
                 v = from_float(v, t)
             elif t == "pred":
                 v = int(v)
+            elif is_address_type(t):            # an address: its 64 bits
+                t = "u64"
             self.th.set(self.op, v, t, i)
+        for e in self.form.effects:             # (a store's writes to memory, in order)
+            self.value(e)
 
     def value(self, x: Expr) -> Typed:
         got = self.memo.get(id(x))
@@ -86,6 +95,11 @@ class _Evaluation:
     def _value(self, x: Expr) -> Typed:
         if isinstance(x, Src):
             t = resolve_type(x.type, self.mods)
+            if t == "R":                        # the register's bits, whatever its type
+                return self.th.bits(self.op.operands[x.index]), t
+            if is_address_type(t):              # 64 bits (a 32-bit register zero-extended)
+                reg = self.op.operands[x.index]
+                return resize_int(self.th.bits(reg), width_of(reg.type), 64, False), t
             v = self.th.src(self.op, x.index, t)
             if t in ("f16", "bf16"):
                 v = as_float(v, t)
@@ -530,6 +544,82 @@ def _tf32(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     return to_bits(p, "f32"), want
 
 
+# --- addresses: the windows are this interpreter's own (machine.Thread) -----------------------
+
+def _to_generic(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """A shared or local offset plus its window's base; any other address is generic."""
+    (a, t), = args
+    space = space_of(t)
+    if space in ("shared", "local"):
+        a = (ev.th.window_base(space) + a) & mask(64)
+    return a, "addr.generic"
+
+
+def _to_space(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, _), = args
+    want = resolve_type(x.type or "S", ev.mods)
+    space = space_of(want)
+    if space in ("shared", "local"):
+        a = (a - ev.th.window_base(space)) & mask(64)
+    return a, want
+
+
+def _in_space(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (a, _), = args
+
+    def inside(space: str) -> bool:
+        return (a - ev.th.window_base(space)) & mask(64) < ev.th.window_size(space)
+
+    space = ev.param(x)
+    if space in ("shared", "local"):
+        return inside(space), "pred"
+    return not (inside("shared") or inside("local")), "pred"
+
+
+def _concat(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    want = resolve_type(x.type or "T", ev.mods)
+    part = _width(want) // len(args)
+    out = 0
+    for k, (bits, _) in enumerate(args):
+        out |= (bits & mask(part)) << (part * k)
+    return out, want
+
+
+# --- memory (interp/ops.py: the accesses; machine.Thread: the windows and their checks) ----
+
+def _at(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    """The whole access (all its elements) is checked here, once."""
+    (a, t), = args
+    elements = ev.form.dests or (ev.form.sources or 2) - 1
+    size = type_size(resolve_type("T", ev.mods)) * elements
+    return at_address(ev.th, ev.op, a, space_of(t), size), t
+
+
+def _element(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return (p + ev.param(x) * type_size(resolve_type("T", ev.mods))) & mask(64), t
+
+
+def _load(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), = args
+    return load_value(ev.th, p, space_of(t), resolve_type(x.type or "T", ev.mods))
+
+
+def _store(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (v, vt) = args
+    store_value(ev.th, p, space_of(t), v, vt)
+    return None, "none"
+
+
+def _atomic(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
+    (p, t), (val, vt), *rest = args
+    if vt in ("f16", "bf16"):               # atom.add.noftz on halves: their bits
+        val = ev.th.src(ev.op, 1, vt)
+    old = atomic_update(ev.th, ev.op, p, space_of(t), ev.param(x), vt, val,
+                        rest[0][0] if rest else None)
+    return old, "b16" if vt in ("f16", "bf16") else vt
+
+
 _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "add": _rounded("add", lambda p, q, w: p + q),
     "sub": _rounded("sub", lambda p, q, w: p - q),
@@ -548,4 +638,6 @@ _FUNCTIONS: dict[str, Callable[[_Evaluation, Fn, list[Typed]], Typed]] = {
     "ex2": _approximate(np.exp2), "lg2": _approximate(np.log2), "tanh": _approximate(np.tanh),
     "funnel": _funnel, "bfe": _bfe, "bfi": _bfi, "prmt": _prmt, "lop3": _lop3, "fns": _fns,
     "convert": _convert, "round_int": _round_int, "to_int": _to_int, "tf32": _tf32,
+    "to_generic": _to_generic, "to_space": _to_space, "in_space": _in_space, "concat": _concat,
+    "at": _at, "element": _element, "load": _load, "store": _store, "atomic": _atomic,
 }

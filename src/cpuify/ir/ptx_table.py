@@ -14,151 +14,24 @@ Two readers interpret the expressions independently: the code generator lowers t
 LLVM IR (codegen/ptx_spec.py), the reference interpreter evaluates them with Python
 integers and NumPy floats (interp/spec_eval.py).  Neither reads the other's code: the
 interpreter stays an independent oracle of the compiler because it evaluates the spec.
-
-The expression language.  A value has a PTX type; type symbols in the table resolve
-against an op's type modifiers: "T" the last one (the operand type: `add.s32` -> s32,
-`setp.lt.f32` -> f32), "D" the first (the destination of `set.u32.f32`, `slct.f32.s32`),
-"A" the second (the first source of `vabsdiff4.u32.s32.u32`), "W" T doubled
-(`mul.wide.s32` -> s64), "U" T unsigned (s32 -> u32), "UW" U doubled; other names are PTX
-types ("u32", "pred").
-  Src(i, t)      operand i read as type t (`.ftz` forms flush f32 sources, see Form.flush)
-  Lit(v, t)      a constant
-  Fn(name, args, type, param)   one of FUNCTIONS (their meaning is documented there, and
-                 each reader implements each function on its own).
+The expression language (Src, Lit, Fn over FUNCTIONS, the type symbols) is
+ir/ptx_expressions.py; this module re-exports it.
 
 This module imports nothing above the IR: the lifter, the code generator and the
 interpreter all read it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from cpuify.ir.modifiers import is_ptx_type, type_size
-
-
-# --- the expression language ----------------------------------------------------------------
-
-@dataclass(frozen=True, eq=False, slots=True)
-class Expr:
-    """A node of a semantics expression (compared by identity: a node used twice is one
-    value, computed once)."""
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class Src(Expr):
-    index: int
-    type: str = "T"
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class Lit(Expr):
-    value: int | float
-    type: str = "T"
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class Fn(Expr):
-    name: str
-    args: tuple[Expr, ...]
-    type: str | None = None            # the result type where FUNCTIONS says "given"
-    param: int | str | None = None     # a relation, a bit count, a class name...
-
-
-#: name -> (arity, result type rule, meaning).  Result type rules: "same" the type of the
-#: first argument, "second" that of the second, "pred", "u32", "given" (Fn.type).
-#: Integers wrap at their width; signedness comes from the type (s: signed, u/b: not).
-#: Floats (f32/f64) round to nearest even (IEEE).
-FUNCTIONS: dict[str, tuple[int, str, str]] = {
-    "add": (2, "same", "a + b (floats: rounded as <param> says, rn rz rm rp; None: rn)"),
-    "sub": (2, "same", "a - b (floats: rounded as add)"),
-    "mul": (2, "same", "a * b (the low half for integers; floats rounded as add)"),
-    "fma": (3, "same", "a * b + c rounded once (floats, f16 and bf16 too), as add says"),
-    "div": (2, "same", "a / b; integers truncate toward zero, x / 0 is all ones, "
-                       "MIN / -1 wraps to MIN; floats rounded as add"),
-    "rem": (2, "same", "integer remainder (sign of a); x % 0 is x, MIN % -1 is 0"),
-    "add_sat": (2, "same", "s32 a + b clamped to the s32 range"),
-    "sub_sat": (2, "same", "s32 a - b clamped to the s32 range"),
-    "neg": (1, "same", "-a (integers wrap; floats flip the sign bit)"),
-    "abs": (1, "same", "|a| (integers: |MIN| is MIN; floats clear the sign bit)"),
-    "min": (2, "same", "the smaller; floats: a NaN operand is ignored (NaN if both are), "
-                       "-0 < +0"),
-    "max": (2, "same", "the larger; floats as min"),
-    "min_nan": (2, "same", "float min where any NaN operand gives NaN"),
-    "max_nan": (2, "same", "float max where any NaN operand gives NaN"),
-    "and": (2, "same", "bitwise and (of predicates: logical)"),
-    "or": (2, "same", "bitwise or"),
-    "xor": (2, "same", "bitwise exclusive or"),
-    "not": (1, "same", "bitwise complement"),
-    "shl": (2, "same", "a << b, b an unsigned 32-bit amount; b >= width gives 0"),
-    "shr": (2, "same", "a >> b, arithmetic for signed a; b >= width gives 0 or all sign bits"),
-    "popc": (1, "u32", "the number of one bits"),
-    "clz": (1, "u32", "the number of leading zero bits"),
-    "brev": (1, "same", "the bits in reverse order"),
-    "cmp": (2, "pred", "a <param> b: eq ne lt le gt ge (signed for s types), lo ls hi hs "
-                       "(unsigned); floats: eq..ge are false on NaN, equ..geu true on NaN, "
-                       "num: neither is NaN, nan: either is"),
-    "select": (3, "second", "b if the predicate a else c"),
-    "resize": (1, "given", "the integer a in another width: sign-extended from a signed a, "
-                           "zero-extended otherwise, or truncated"),
-    "ext": (1, "given", "the low <param> bits of a, extended (as resize) to the given type"),
-    "slice": (1, "given", "bits <param>.. of a, truncated to the given type (<param> 'w': "
-                          "the width of T)"),
-    "copysign": (2, "second", "the magnitude of b with the sign of a"),
-    "sqrt": (1, "same", "the square root (floats), rounded as add"),
-    "rsqrt": (1, "same", "1 / sqrt(a), approximate (PTX: rsqrt.approx; each reader its own)"),
-    "sin": (1, "same", "sin(a), approximate (each reader its own; see the readers)"),
-    "cos": (1, "same", "cos(a), approximate"),
-    "ex2": (1, "same", "2 ** a, approximate"),
-    "lg2": (1, "same", "log2(a), approximate"),
-    "tanh": (1, "same", "tanh(a), approximate"),
-    "funnel": (3, "same", "the 64-bit b:a (b the high word) shifted by c mod 32: <param> 'l' "
-                          "its high 32 bits after a left shift, 'r' its low 32 bits after a "
-                          "right shift"),
-    "bfe": (3, "same", "bits b..b+c-1 of a (b, c < 256) at the bottom; above the field and for "
-                       "field bits past a's msb: 0 for unsigned a, else the bit "
-                       "a[min(b+c-1, msb)] (0 when c is 0)"),
-    "bfi": (4, "same", "b with bits c..c+d-1 (c, d < 256; those up to b's msb) replaced by "
-                       "a's low bits"),
-    "prmt": (3, "same", "4 bytes picked from the 8 of b:a (b the high word) by c: <param> None "
-                        "the generic form (selector nibble k picks byte k of the result; its "
-                        "bit 3 replicates the byte's sign bit), else the PTX mode (f4e b4e rc8 "
-                        "ecl ecr rc16) on c's low 2 bits"),
-    "lop3": (4, "same", "bit i is bit (4 a_i + 2 b_i + c_i) of the lookup table d (a constant)"),
-    "fns": (3, "same", "the bit position of the |c|-th set bit of a (b32) from bit b (u32) up "
-                       "(c > 0, s32) or down (c < 0); c = 0: b if bit b is set; 0xffffffff "
-                       "where there is none or b > 31"),
-    "testp": (1, "pred", "a is of float class <param>: finite infinite number notanumber "
-                         "normal subnormal"),
-    # conversions (cvt); half values (f16, bf16) are their values, whatever the registers hold
-    "convert": (1, "given", "the value of a (an integer, or a float of any width) in the given "
-                            "float type (f16 bf16 f32 f64), rounded as <param> says (rn rz rm "
-                            "rp; None: rn) with IEEE overflow (rz, and rm/rp toward zero: the "
-                            "largest finite); NaN, infinities and zeros as they are"),
-    "round_int": (1, "same", "the float a rounded to an integral value in its own type: "
-                             "<param> rni (to nearest even) rzi rmi rpi; NaN, infinities and "
-                             "zeros as they are, the sign of a zero result a's"),
-    "to_int": (1, "given", "the integer value of a (a float rounded as <param> says: rni rzi "
-                           "rmi rpi, None: rzi) clamped to the given integer type's range; a "
-                           "NaN is 0, or the type's top bit alone where a is f64 or the type "
-                           "64 bits wide (as an H100 converts it)"),
-    "tf32": (1, "given", "the bits of the f32 a rounded to tf32 (10 fraction bits, to nearest, "
-                         "ties away from zero; the low 13 bits 0; an overflow is infinity); "
-                         "NaN: 0x7fffe000"),
-}
-
-#: the comparison modifiers of setp/set (a "$cmp" param names the op's one)
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs", "equ", "neu", "ltu",
-               "leu", "gtu", "geu", "num", "nan")
-FLOAT_CLASSES = ("finite", "infinite", "number", "notanumber", "normal", "subnormal")
-#: the modes of prmt (a "prmt" function's param; None: the generic form)
-PRMT_MODES = ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")
-
-
-def _fn(name: str, *args: Expr, type: str | None = None, param: int | str | None = None) -> Fn:
-    arity = FUNCTIONS[name][0]
-    if len(args) != arity:
-        raise ValueError(f"{name} takes {arity} argument(s), got {len(args)}")
-    return Fn(name, args, type, param)
+from cpuify.ir.ptx_expressions import (  # noqa: F401  (the table's language, re-exported)
+    ADDRESS_TYPES, ATOMIC_OPERATIONS, COMPARISONS, FLOAT_CLASSES, FUNCTIONS, PRMT_MODES,
+    STATE_SPACES, Expr, Fn, Lit, Src, _fn, is_address_type, memory_order, resolve_param,
+    resolve_type, result_type, space_of, state_space, takes_arguments, type_symbols,
+)
 
 
 # --- forms and entries -------------------------------------------------------------------------
@@ -175,6 +48,7 @@ CVT_INTS = INTS | {"u8", "s8", "b8"}
 class Form:
     """One form of an instruction: a guard on the op's modifiers and what it computes."""
     results: tuple[Expr, ...] = ()      # result i := results[i]
+    effects: tuple[Expr, ...] = ()      # evaluated after the results, in order (stores)
     types: frozenset[str] | None = None   # T must be one of these (None: any)
     all_types: frozenset[str] | None = None   # every type modifier must be one of these
     dest_types: frozenset[str] | None = None   # D must be one of these
@@ -184,8 +58,17 @@ class Form:
     # "all" also applies .sat to a float result (clamp to [0, 1], NaN -> 0)
     flush: str = "none"
     hand: bool = False                  # computed by the entry's hand-written code
+    sources: int | None = None          # the op has this many operands (None: any)
+    dests: int | None = None            # the op has this many results (None: any)
 
-    def matches(self, op_mods: list[str] | tuple[str, ...]) -> bool:
+    def matches(self, op_mods: list[str] | tuple[str, ...], n_sources: int | None = None,
+                n_results: int | None = None) -> bool:
+        """Whether the form applies to an op with these modifiers and, where given, numbers
+        of operands and results (unknown numbers match any)."""
+        if None not in (self.sources, n_sources) and self.sources != n_sources:
+            return False
+        if None not in (self.dests, n_results) and self.dests != n_results:
+            return False
         ts = [m for m in op_mods if is_ptx_type(m)]
         t, d = (ts[-1], ts[0]) if ts else ("b32", "b32")
         if self.types is not None and t not in self.types:
@@ -205,11 +88,13 @@ class Form:
         if cached is not None:
             return cached
         found: dict[int, str] = {}
-        work = list(self.results)
+        work = [*self.results, *self.effects]
         while work:
             x = work.pop(0)
             if isinstance(x, Src):
-                found.setdefault(x.index, resolve_type(x.type, op_mods))
+                t = resolve_type(x.type, op_mods)
+                if t != "R" and not is_address_type(t):   # (those: the lifter's own rules)
+                    found.setdefault(x.index, t)
             elif isinstance(x, Fn):
                 work[:0] = x.args
         _SOURCE_TYPES_CACHE[key] = found
@@ -246,84 +131,34 @@ class Instruction:
         """Whether some form (or the whole instruction) is hand-written code."""
         return not self.forms or any(f.hand for f in self.forms)
 
-    def form_for(self, op_mods: list[str] | tuple[str, ...]) -> Form | None:
-        """The form that applies to an op with these modifiers (None: no form does)."""
-        key = (self.opcode, tuple(op_mods))
+    def form_for(self, op_mods: list[str] | tuple[str, ...], n_sources: int | None = None,
+                 n_results: int | None = None) -> Form | None:
+        """The form that applies to an op with these modifiers and numbers of operands and
+        results (None: no form does; an unknown number matches any)."""
+        key = (self.opcode, tuple(op_mods), n_sources, n_results)
         found = _FORM_CACHE.get(key, _MISSING)
         if found is _MISSING:
-            found = _FORM_CACHE[key] = next((f for f in self.forms if f.matches(op_mods)), None)
+            found = _FORM_CACHE[key] = next(
+                (f for f in self.forms if f.matches(op_mods, n_sources, n_results)), None)
         return found  # type: ignore[return-value]
+
+    def form_of(self, op: "OperationLike") -> Form | None:
+        """The form that applies to an IR op of this instruction."""
+        return self.form_for(op.attributes.get("mods", ()), len(op.operands), len(op.results))
+
+
+class OperationLike(Protocol):
+    """What form_of reads of an IR op (ir.core.Operation)."""
+    attributes: dict[str, Any]
+    operands: Sequence[object]
+    results: Sequence[object]
 
 
 #: (form, modifiers) -> operand types, for the lifter's typing of immediates
 _SOURCE_TYPES_CACHE: dict[tuple[int, tuple[str, ...]], dict[int, str]] = {}
-#: (opcode, modifiers) -> form: an op's form is looked up when it is lifted and lowered
-_FORM_CACHE: dict[tuple[str, tuple[str, ...]], object] = {}
+#: (opcode, modifiers, operands, results) -> form: looked up when an op is lifted and lowered
+_FORM_CACHE: dict[tuple[str, tuple[str, ...], int | None, int | None], object] = {}
 _MISSING = object()
-
-
-# --- resolving the symbols of an expression against an op ---------------------------------------
-
-_WIDE = {"s16": "s32", "u16": "u32", "b16": "b32", "s32": "s64", "u32": "u64", "b32": "b64",
-         "s8": "s16", "u8": "u16", "b8": "b16", "s64": "s128", "u64": "u128", "b64": "b128"}
-
-
-def resolve_type(symbol: str, op_mods: list[str] | tuple[str, ...]) -> str:
-    """The PTX type a type symbol of the table ("T", "D", "A", "W" or a type) means for an
-    op."""
-    if symbol not in _SYMBOLS:
-        return symbol
-    return type_symbols(op_mods)[symbol]
-
-
-_SYMBOLS = ("T", "D", "A", "W", "U", "UW")
-_SYMBOLS_CACHE: dict[tuple[str, ...], dict[str, str]] = {}
-
-
-def type_symbols(op_mods: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """What "T", "D", "A" and "W" mean for an op with these modifiers (looked up once per
-    modifier list)."""
-    key = tuple(op_mods)
-    found = _SYMBOLS_CACHE.get(key)
-    if found is None:
-        ts = [m for m in op_mods if is_ptx_type(m)] or ["b32"]
-        t = ts[-1]
-        u = "u" + t[1:] if t[0] == "s" else t
-        found = _SYMBOLS_CACHE[key] = {"T": t, "D": ts[0], "A": ts[min(1, len(ts) - 1)],
-                                       "W": _WIDE.get(t, t), "U": u, "UW": _WIDE.get(u, u)}
-    return found
-
-
-def resolve_param(param: int | str | None, op_mods: list[str] | tuple[str, ...]) -> int | str | None:
-    """A function's parameter for an op: "$cmp" the op's comparison modifier, "$rnd" its
-    float rounding modifier (rn rz rm rp; None without one), "$irnd" its integer rounding
-    modifier (rni rzi rmi rpi; None without one), "w" the width in bits of T, anything else
-    as written."""
-    if param == "$cmp":
-        return next(m for m in op_mods if m in COMPARISONS)
-    if param == "$rnd":
-        return next((m for m in op_mods if m in ("rn", "rz", "rm", "rp")), None)
-    if param == "$irnd":
-        return next((m for m in op_mods if m in ("rni", "rzi", "rmi", "rpi")), None)
-    if param == "w":
-        return 8 * type_size(resolve_type("T", op_mods))
-    return param
-
-
-def result_type(e: Expr, op_mods: list[str] | tuple[str, ...]) -> str:
-    """The PTX type of expression `e` for an op with modifiers `op_mods`."""
-    if isinstance(e, (Src, Lit)):
-        return resolve_type(e.type, op_mods)
-    assert isinstance(e, Fn)
-    rule = FUNCTIONS[e.name][1]
-    if rule == "same":
-        return result_type(e.args[0], op_mods)
-    if rule == "second":
-        return result_type(e.args[1], op_mods)
-    if rule == "given":
-        assert e.type is not None
-        return resolve_type(e.type, op_mods)
-    return rule                         # "pred", "u32"
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -332,12 +167,16 @@ a, b, c = Src(0), Src(1), Src(2)
 _ROUND = frozenset(("rn", "rz", "rm", "rp"))
 _ROUNDI = frozenset(("rni", "rzi", "rmi", "rpi"))
 _SPACES = frozenset(("global", "shared", "local", "const", "param", "generic"))
-_CACHE = frozenset(("ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "volatile", "relaxed",
-                    "acquire", "release", "weak", "gpu", "cta", "sys", "L1::evict_last",
-                    "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B", "L1::evict_normal",
-                    "L1::evict_first", "L2::cache_hint", "L1", "L2", "evict_last",
-                    "evict_first", "evict_normal", "no_allocate", "64B", "128B", "256B",
-                    "cluster", "unified"))
+# ld/st qualifiers: the memory orders (what memory_order reads; .weak is the default) ...
+_MEMORY_ORDERS = frozenset(("volatile", "relaxed", "acquire", "release", "weak"))
+# ... their scopes and the cache hints, which a CPU's coherent memory makes moot
+_SCOPES = frozenset(("gpu", "cta", "sys", "cluster"))
+_CACHE_HINTS = frozenset(("ca", "cg", "cs", "lu", "cv", "wb", "wt", "nc", "L1::evict_last",
+                          "L1::no_allocate", "L2::64B", "L2::128B", "L2::256B",
+                          "L1::evict_normal", "L1::evict_first", "L2::cache_hint", "L1", "L2",
+                          "evict_last", "evict_first", "evict_normal", "no_allocate", "64B",
+                          "128B", "256B", "unified"))
+_CACHE = _MEMORY_ORDERS | _SCOPES | _CACHE_HINTS
 _VEC = frozenset(("v2", "v4", "v8"))
 _CMP_MODS = frozenset(COMPARISONS) | {"and", "or", "xor", "ftz"}
 _BOOL = ("and", "or", "xor")
@@ -354,8 +193,8 @@ NO_MEMORY = (("none", ""),)          # not pure (keeps its place), touches no me
 
 
 def _f(*results: Expr, **guard: object) -> Form:
-    g = {k: frozenset(v) if isinstance(v, (set, tuple, list, frozenset)) else v  # type: ignore[arg-type]
-         for k, v in guard.items()}
+    g = {k: frozenset(v) if isinstance(v, (set, tuple, list, frozenset)) and k != "effects"
+         else v for k, v in guard.items()}  # type: ignore[arg-type]
     return Form(results=results, **g)  # type: ignore[arg-type]
 
 
@@ -559,16 +398,67 @@ def _cvt_forms() -> tuple[Form, ...]:
             _f(_fn("convert", a, type="D", param="$rnd"), dest_types=into_float, flush="all"))
 
 
+def _mov_forms() -> tuple[Form, ...]:
+    """mov: with a vector of n sources `{a, b}` their bits packed into d (the first lowest;
+    .b16/.b32/.b64/.b128 with 2 or 4 parts), with a vector of n results d's bits unpacked
+    into them, else d := a."""
+    forms = []
+    for width in (16, 32, 64, 128):
+        types = {f"{k}{width}" for k in "bus"} | ({f"f{width}"} if width in (32, 64) else set())
+        for n in (2, 4):
+            part = width // n
+            if part < 8:
+                continue
+            forms.append(_f(_fn("concat", *(Src(k, "R") for k in range(n)), type="T"),
+                            types=types, sources=n))
+            whole = Src(0, "T")
+            forms.append(_f(*(_fn("slice", whole, type=f"b{part}", param=part * k)
+                              for k in range(n)), types=types, dests=n))
+    forms.append(_f(a, sources=1, dests=1))
+    return tuple(forms)
+
+
+def _memory_forms(kind: str) -> tuple[Form, ...]:
+    """ld/ldu (kind "load"), st ("store"), atom ("atomic") and red ("reduction"): operand 0
+    the address in the op's state space ("S") plus the op's offset; ld.v2/v4/v8 and st's
+    vectors as many consecutive elements of type T; atom/red's operation by its modifier."""
+    at = _fn("at", Src(0, "S"))
+    forms = []
+    if kind == "load":
+        for n in (1, 2, 4, 8):
+            forms.append(_f(*(_fn("load", _fn("element", at, param=k), type="T")
+                              for k in range(n)), dests=n))
+    elif kind == "store":
+        for n in (1, 2, 4, 8):
+            forms.append(_f(effects=tuple(_fn("store", _fn("element", at, param=k),
+                                              Src(k + 1, "T")) for k in range(n)),
+                            sources=n + 1))
+    else:
+        for name in ATOMIC_OPERATIONS:
+            if kind == "reduction" and name in ("exch", "cas"):
+                continue
+            operands = (Src(1, "T"), Src(2, "T")) if name == "cas" else (Src(1, "T"),)
+            update = _fn("atomic", at, *operands, param=name)
+            forms.append(_f(update, mods={name}) if kind == "atomic" else
+                         _f(effects=(update,), mods={name}))
+    return tuple(forms)
+
+
 def _table() -> list[Instruction]:
     I = Instruction  # noqa: E741  (one letter: the table reads as a table)
     hi, wide, sat = "hi", "wide", "sat"
     return [
-        # -- moves (hand-written: codegen/ptx_arith.py; interp/ops.py) and conversions
-        I("mov", typed=False, hand="_mov: packs and unpacks vectors, pointers"),
+        # -- moves, conversions and addresses
+        I("mov", typed=False, forms=_mov_forms()),
         I("cvt", _ROUND | _ROUNDI | {"ftz", "sat", "relu", "rna"}, typed=False, halves=True,
           forms=_cvt_forms()),
-        I("cvta", frozenset({"to"}) | _SPACES, typed=False, hand="_cvta (ptx_convert.py)"),
-        I("isspacep", _SPACES, typed=False, hand="_isspacep (ptx_convert.py)"),
+        # cvta.to.space: a generic address into the space's; cvta.space: back (.u32/.u64:
+        # the register's width)
+        I("cvta", frozenset({"to"}) | _SPACES, typed=False, forms=(
+            _f(_fn("to_space", Src(0, "G"), type="S"), mods={"to"}),
+            _f(_fn("to_generic", Src(0, "S"))))),
+        I("isspacep", _SPACES, typed=False, forms=(
+            _f(_fn("in_space", Src(0, "G"), param="$space")),)),
         # -- integer and float arithmetic
         I("add", frozenset({"cc", "sat", "ftz"}) | _ROUND, halves=True, forms=_binary("add", "add_sat"),
 ),
@@ -677,14 +567,16 @@ def _table() -> list[Instruction]:
         # -- SIMD video instructions (default byte/half-word selectors and mask only)
         I("vabsdiff4", frozenset({"add", "sat"}), forms=_simd_absdiff(4)),
         I("vabsdiff2", frozenset({"add", "sat"}), forms=_simd_absdiff(2)),
-        # -- memory: hand-written (codegen/ptx_ops.py; interp/ops.py)
-        I("ld", _SPACES | _CACHE | _VEC, typed=False, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
-        I("ldu", _SPACES | _VEC, effects=READ_SPACE, hand="_ld (ptx_ops.py)"),
-        I("st", _SPACES | _CACHE | _VEC, typed=False, effects=WRITE_SPACE, hand="_st (ptx_ops.py)"),
+        # -- memory (the effects: what the forms' load/store/atomic functions do)
+        I("ld", _SPACES | _CACHE | _VEC, typed=False, effects=READ_SPACE,
+          forms=_memory_forms("load")),
+        I("ldu", _SPACES | _VEC, effects=READ_SPACE, forms=_memory_forms("load")),
+        I("st", _SPACES | _CACHE | _VEC, typed=False, effects=WRITE_SPACE,
+          forms=_memory_forms("store")),
         I("atom", _SPACES | _ATOM_KINDS | {"cas"} | _ORDER, effects=READ_WRITE_SPACE,
-          hand="_atom (ptx_ops.py)"),
+          forms=_memory_forms("atomic")),
         I("red", _SPACES | _ATOM_KINDS - {"exch"} | _ORDER, effects=READ_WRITE_SPACE,
-          hand="_atom (ptx_ops.py)"),
+          forms=_memory_forms("reduction")),
         # asynchronous barriers in shared memory (ptx_ops.py _mbarrier); no clusters
         I("mbarrier", frozenset({"init", "inval", "arrive", "arrive_drop", "test_wait",
                                  "try_wait", "parity", "pending_count", "expect_tx",

@@ -33,11 +33,11 @@ _IR_TYPE_OF_PTX = {
 }
 
 
-def source_types(instr: Instruction, n: int) -> list[str]:
+def source_types(instr: Instruction, n: int, n_results: int | None = None) -> list[str]:
     """PTX types of the `n` source operands (used to type immediates): as the instruction
     table's semantics read them (ir/ptx_table.py), else by the rules below."""
     entry = TABLE.get(instr.opcode)
-    form = entry.form_for(instr.modifiers) if entry is not None else None
+    form = entry.form_for(instr.modifiers, n, n_results) if entry is not None else None
     if form is not None and not form.hand:
         read = form.source_types(instr.modifiers)
         if all(i in read for i in range(n)):
@@ -224,7 +224,8 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
     # --- sources ---
     attrs: dict[str, object] = {"mods": list(instr.modifiers), "line": line}
     values: list[Value] = []
-    src_types = source_types(instr, sum(len(o.items) if isinstance(o, Vec) else 1 for o in operands))
+    src_types = source_types(instr, sum(len(o.items) if isinstance(o, Vec) else 1 for o in operands),
+                             len(dest_names))
     ti = 0
     for o in operands:
         if isinstance(o, Addr):
@@ -281,7 +282,8 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         return
     else:
         entry = TABLE.get(op)
-        if entry is not None and entry.forms and entry.form_for(instr.modifiers) is None:
+        if entry is not None and entry.forms and \
+                entry.form_for(instr.modifiers, len(values), len(result_types)) is None:
             lf.error(f"'{instr.full_opcode}': this form of {op} is not supported by cpuify", line)
         new = Operation(f"ptx.{op}", values, result_types, attrs)
     emit(lf, pb, new)
