@@ -81,6 +81,86 @@ def test_masked_runs_after_exits(n, block, run_twice):
         np.testing.assert_array_equal(got, want.astype(np.int32))
 
 
+# every thread reaches every barrier (the window loop's bound is block-uniform, the `if`s
+# on the thread index join again before the next barrier): no segment ever runs for some
+# threads only (SegmentPaths.plan_masked_runs), as in SHOC's bottom_scan
+SCAN = r"""
+extern "C" __global__ void window_scan(const float *x, float *out, int n) {
+  __shared__ float s[2 * 128];
+  __shared__ float seed;
+  int t = threadIdx.x;
+  int per = (n + gridDim.x - 1) / gridDim.x;
+  int start = blockIdx.x * per, stop = min(n, start + per);
+  if (t == 0) seed = 0.0f;
+  __syncthreads();
+  for (int w = start; w < stop; w += blockDim.x) {
+    int i = w + t;
+    float v = i < stop ? x[i] : 0.0f;
+    s[t] = 0.0f;
+    s[t + blockDim.x] = v;
+    __syncthreads();
+    for (int d = 1; d < blockDim.x; d *= 2) {
+      float u = s[t + blockDim.x - d];
+      __syncthreads();
+      s[t + blockDim.x] += u;
+      __syncthreads();
+    }
+    float inclusive = s[t + blockDim.x] + seed;
+    if (i < stop) out[i] = inclusive;
+    __syncthreads();
+    if (t == blockDim.x - 1) seed = inclusive;
+    __syncthreads();
+  }
+}
+"""
+
+# the same with a warp shuffle: the scheduler exchanges the lanes' values, and may run
+# segments for some threads
+SHUFFLE = r"""
+extern "C" __global__ void warp_sums(const int *x, int *out, int n) {
+  __shared__ int s[128];
+  int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
+  int v = i < n ? x[i] : 0;
+  v += __shfl_down_sync(0xffffffffu, v, 1);
+  s[t] = v;
+  __syncthreads();
+  if (i < n) out[i] = s[t] + s[t ^ 1];
+}
+"""
+
+
+def _segments(src: str, name: str, block: tuple[int, int, int] | None) -> dict[str, str]:
+    ptx = parse_ptx(compile_to_ptx(src).ptx)
+    gen = ModuleCodegen(ptx, *jit.triple_and_layout())
+    gen.add_kernel(lift_kernel(ptx, ptx.functions[name]), block)
+    return {n: body for n, body in _functions(gen.llvm_text()).items()
+            if n.startswith(f"cpuify_seg_{name}_")}
+
+
+@pytest.mark.parametrize("block", [None, (128, 1, 1)])
+def test_convergent_barrier_kernel_has_no_masked_copies(block):
+    """A kernel whose threads all stop at the same plain barrier after every segment is
+    never handed to the scheduler: none of its segments gets the copy of its thread loop
+    for some threads (SHOC's scan: half of its LLVM IR and time).  A shuffle keeps them."""
+    segments = _segments(SCAN, "window_scan", block)
+    assert len(segments) >= 5
+    assert not [n for n, body in segments.items() if "some_threads:" in body]
+    shuffled = _segments(SHUFFLE, "warp_sums", block)
+    assert [n for n, body in shuffled.items() if "some_threads:" in body]
+
+
+@pytest.mark.parametrize("n,grid", [(1000, 3), (128, 1), (77, 2), (5000, 7)])
+def test_convergent_barrier_kernel_matches_numpy(n, grid, run_twice):
+    rng = np.random.default_rng(n)
+    x = rng.integers(-8, 8, n).astype(np.float32)      # small integers: sums are exact
+    per = (n + grid - 1) // grid
+    want = np.concatenate([np.cumsum(x[b * per:(b + 1) * per]) for b in range(grid)])
+    out = np.zeros(n, np.float32)
+    mod = cpuify.RawModule(code=SCAN)
+    for got in run_twice(mod, "window_scan", (grid,), (128,), (x, out, np.int32(n)), out):
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
 @pytest.fixture(scope="module")
 def profile_tool():
     spec = importlib.util.spec_from_file_location("cpuify_tools_llvm_profile",

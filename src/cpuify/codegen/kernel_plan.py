@@ -107,6 +107,7 @@ class KernelPlan(ThreadLoopPlans):
         self.ipdom = immediate_post_dominators(self.region)
         self.preds = predecessors(self.region)
         self.convergent = self.convergent_segments()
+        self.masked_runs = self.plan_masked_runs()
         self.thread_range = {r: k for r in range(len(self.syncs) + 1)
                              if (k := self.thread_ranges(r)) is not None}
         self.deferred = {r: d for r in range(len(self.syncs) + 1)

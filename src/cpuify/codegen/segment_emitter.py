@@ -128,7 +128,7 @@ class SegmentEmitter(SpeculativeValues):
         # masked runs, block_sched.c): the kernel's entry segment always runs every
         # thread, and a copy of its thread loop for some threads could never run
         # (LLVM optimized and vectorized it all the same: 9% of a fuzzer batch's LLVM time).
-        masked_runs = bool(self.kc.syncs) and self.resume > 0
+        masked_runs = self.kc.masked_runs and self.resume > 0
         exit_some_bb = fn.append_basic_block("done_some") if masked_runs else None
         unmasked_bb = fn.append_basic_block("all_threads")
         prefix = self.kc.prefix_runs and self.resume > 0

@@ -37,6 +37,7 @@ class SegmentPaths:
     uniform: set[Value]
     ipdom: dict[Block, Block]
     convergent: set[int]
+    masked_runs: bool
 
     def convergent_segments(self) -> set[int]:
         """Resume points from which every thread follows the same path to the same next
@@ -61,6 +62,23 @@ class SegmentPaths:
                 if len(reached) == 1 and not ends:
                     self.only_next[r] = self.sync_of_op[reached.pop()]
         return out
+
+    def plan_masked_runs(self) -> bool:
+        """Whether a segment can ever run for only some of the block's threads (a masked
+        run: the threads waiting at its resume point, after others stopped elsewhere or
+        exited).  Not when every segment is convergent (or lets every thread exit) and
+        every sync point is a plain barrier: the run of all threads then returns the one
+        state all threads are in, the block function goes on with all of them from there
+        (masked 0), and it never enters the scheduler (block_sched.c), which alone runs
+        segments masked.  Its segments then get no masked copy of their thread loops: half
+        of their LLVM IR (SHOC's bottom_scan: 28 barriers in a loop, 56 segments)."""
+        if not self.syncs:
+            return False
+        plain = (SYNC_KINDS["barrier"], SYNC_KINDS["soft"], SYNC_KINDS["lockstep"])
+        if any(self.sync_kind(sp) not in plain for sp in self.syncs):
+            return True
+        return any(r not in self.convergent and r not in self.only_exit
+                   for r in range(len(self.syncs) + 1))
 
     def plan_prefix_runs(self) -> bool:
         """Whether the segments after the kernel's start get a third thread loop, run when
