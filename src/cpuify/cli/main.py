@@ -588,6 +588,9 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
         notes.append(f"after its thread loop, prefetches "
                      f"{sum(len(p) for _, p, _ in kc.block_prefetches)} line(s) of the accesses "
                      f"at PTX line(s) {lines} for the next block (blockIdx.x + 1)")
+    if r == 0 and kc.in_place_update:
+        notes.append("no prefetches for the next block: the kernel's global stores write "
+                     "the elements its global loads read (an in-place update)")
     prefetched = kc.prefetches.get(r, [])
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)
