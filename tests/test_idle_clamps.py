@@ -108,3 +108,76 @@ def test_guards(mod, n):
     for got in _twice(mod.get_function("guarded"), ((n + 127) // 128,), (128,),
                       (x, y, np.int32(n)), y):
         np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+COLS = r'''
+// clamp-to-edge 3-point blur along columns and rows of a 16x16-tile kernel: the row
+// clamps follow threadIdx.y only (one value per row of threads), the column ones threadIdx.x
+extern "C" __global__ void blur_2d(const float *in, float *out, int nx, int ny) {
+    int x = blockIdx.x * 16 + threadIdx.x, y = blockIdx.y * 16 + threadIdx.y;
+    int xc = min(x, nx - 1), yc = min(y, ny - 1);
+    int up = max(yc - 1, 0), down = min(yc + 1, ny - 1);
+    int left = max(xc - 1, 0), right = min(xc + 1, nx - 1);
+    float v = in[(size_t)up * nx + xc] + in[(size_t)down * nx + xc] + 4.0f * in[(size_t)yc * nx + xc]
+              + in[(size_t)yc * nx + left] + in[(size_t)yc * nx + right];
+    if (x < nx && y < ny) out[(size_t)y * nx + x] = v;
+}
+'''
+
+
+def _clamps(block):
+    """(PTX lines of the clamps the block-wide check takes, of those left to each row) of
+    blur_2d's only segment, specialized for `block`."""
+    from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
+    from cpuify.codegen.speculation import idle_clamps
+    from cpuify.compiler import lift_and_optimize
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.transforms.pass_manager import PipelineOptions
+    ptx = parse_ptx(compile_to_ptx(COLS).ptx)
+    lifted = lift_and_optimize(ptx, ptx.functions["blur_2d"], PipelineOptions())[0]
+    kc = KernelCodegen(ModuleCodegen(ptx), lifted, block)
+    checked, per_row = idle_clamps(kc, 0)
+    texts = {op: str(op.attributes.get("line")) for op in list(checked) + per_row}
+    return sorted(texts[op] for op in checked), sorted(texts[op] for op in per_row)
+
+
+def test_row_clamps_stay_out_of_the_block_check():
+    """Clamps of an index that follows threadIdx.y only have one value per row of threads
+    (contiguous loads along x either way): they are left out of the block's check, so that
+    blocks at the grid's top and bottom rows, whose row clamps act, still run the copy
+    without the column clamps (the suite's thermal_pyramid: those blocks gathered)."""
+    checked, per_row = _clamps((16, 16, 1))
+    assert len(checked) == 3 and len(per_row) == 3     # min(x), max(xc-1), min(xc+1); the same for y
+    # must not fire: blocks one thread wide along x run their thread loop along y
+    checked1, per_row1 = _clamps((1, 16, 1))
+    assert per_row1 == [] and sorted(checked1) == sorted(checked + per_row)
+    # generic code: no block shape, no idle clamps
+    assert _clamps(None) == ([], [])
+
+
+@pytest.mark.parametrize("nx, ny", [(64, 48), (70, 37), (5, 3), (40, 17)])
+def test_blur_2d(nx, ny):
+    """Against NumPy, with blocks at every edge and corner (the row clamps acting, the
+    column clamps acting, both, neither)."""
+    rng = np.random.default_rng(nx + 100 * ny)
+    a = rng.standard_normal((ny, nx)).astype(np.float32)
+    p = np.pad(a, 1, mode="edge")
+    want = p[:-2, 1:-1] + p[2:, 1:-1] + 4 * a + p[1:-1, :-2] + p[1:-1, 2:]
+    out = np.zeros_like(a)
+    f = cpuify.RawModule(code=COLS).get_function("blur_2d")
+    grid = ((nx + 15) // 16, (ny + 15) // 16)
+    for got in _twice(f, grid, (16, 16), (a, out, np.int32(nx), np.int32(ny)), out):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_explain_names_the_row_clamps(tmp_path, capsys):
+    from cpuify.cli.main import main
+    src = tmp_path / "blur.cu"
+    src.write_text(COLS)
+    assert main(["explain", "--block", "16,16", str(src)]) == 0
+    text = capsys.readouterr().out
+    assert "are checked once per block: where none changes anything, a copy of the thread " \
+           "loop without them runs" in text
+    assert "follow threadIdx.y/z only: left to each row of threads, out of the block's " \
+           "check" in text

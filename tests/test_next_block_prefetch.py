@@ -259,3 +259,83 @@ def test_float_tiles_match_the_kernels_order(n):
             want, total = _tile_scan_f32(x[b * 1024:(b + 1) * 1024])
             np.testing.assert_array_equal(out[b * 1024:(b + 1) * 1024], want)
             assert sums[b] == total
+
+
+IN_PLACE = r'''
+// in place: each block sorts its 256-key tile of d (odd-even transposition, a barrier per
+// phase); loads and stores address the same elements
+extern "C" __global__ void sort_tiles(int *d) {
+    __shared__ int s[256];
+    const unsigned t = threadIdx.x, base = blockIdx.x * 256;
+    s[t] = d[base + t];
+    for (int phase = 0; phase < 256; phase++) {
+        __syncthreads();
+        const unsigned i = 2 * (t / 2) + (phase & 1);
+        int a = 0, b = 0;
+        if ((t & 1) == 0 && i + 1 < 256) { a = s[i]; b = s[i + 1]; }
+        __syncthreads();
+        if ((t & 1) == 0 && i + 1 < 256 && a > b) { s[i] = b; s[i + 1] = a; }
+    }
+    __syncthreads();
+    d[base + t] = s[t];
+}
+// not in place: the tile is written one element further on
+extern "C" __global__ void shift_tiles(int *d) {
+    __shared__ int s[128];
+    s[threadIdx.x] = d[blockIdx.x * 128 + threadIdx.x];
+    __syncthreads();
+    d[blockIdx.x * 128 + threadIdx.x + 1] = s[127 - threadIdx.x];
+}
+// in place, and one more store elsewhere: the other array's lines are not the block's
+extern "C" __global__ void negate_and_count(float *x, int *count) {
+    __shared__ float s[128];
+    s[threadIdx.x] = x[blockIdx.x * 128 + threadIdx.x];
+    __syncthreads();
+    x[blockIdx.x * 128 + threadIdx.x] = -s[127 - threadIdx.x];
+    if (threadIdx.x == 0) count[blockIdx.x] = 128;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def in_place_ptx():
+    return _ptx(IN_PLACE)
+
+
+def test_in_place_updates_are_not_prefetched(in_place_ptx):
+    """A kernel whose global stores write exactly the elements its loads read (the access
+    analysis' affine addresses): no next-block prefetch, and the plan says why."""
+    lifted = lift_and_optimize(in_place_ptx, in_place_ptx.functions["sort_tiles"],
+                               PipelineOptions())[0]
+    kc = KernelCodegen(ModuleCodegen(in_place_ptx), lifted, (256, 1, 1))
+    assert kc.block_prefetches == [] and kc.in_place_update
+
+
+def test_other_updates_keep_their_prefetches(in_place_ptx):
+    # stores one element further on: 128 ints are 8 or 9 lines, loads and stores apart
+    found = _chosen(in_place_ptx, "shift_tiles", (128, 1, 1))
+    assert [(name, n, w) for name, _, n, w in found] == [("ptx.ld", 9, False), ("ptx.st", 9, True)]
+    # in place, but with a store to another array
+    found = _chosen(in_place_ptx, "negate_and_count", (128, 1, 1))
+    assert [(name, n, w) for name, _, n, w in found] == \
+        [("ptx.ld", 9, True), ("ptx.st", 1, True)]
+
+
+def test_in_place_explained_and_sorted(tmp_path, capsys):
+    """explain says why the entry segment prefetches nothing; the tiles are sorted (vs
+    NumPy), on blocks of the specialized code (the kernel runs twice with one shape)."""
+    from cpuify.cli.main import main
+    src = tmp_path / "inplace.cu"
+    src.write_text(IN_PLACE)
+    assert main(["explain", "--block", "256", "--kernel", "sort_tiles", str(src)]) == 0
+    text = capsys.readouterr().out
+    assert "no prefetches for the next block: the kernel's global stores write the " \
+           "elements its global loads read (an in-place update)" in text
+    assert "for the next block (blockIdx.x + 1)" not in text
+    f = cpuify.RawModule(code=IN_PLACE).get_function("sort_tiles")
+    for blocks in (1, 7):
+        for _ in range(2):
+            d = np.random.default_rng(blocks).integers(-1000, 1000, blocks * 256, dtype=np.int32)
+            want = np.sort(d.reshape(blocks, 256), axis=1).reshape(-1)
+            f((blocks,), (256,), (d,))
+            np.testing.assert_array_equal(d, want)

@@ -536,8 +536,13 @@ def _ranges_text(ranges, dims) -> str:  # type: ignore[no-untyped-def]
     return " and ".join(parts) or "any index"
 
 
+def _lines(ops) -> str:  # type: ignore[no-untyped-def]
+    return ", ".join(str(op.attributes.get("line")) for op in ops)
+
+
 def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     """What code generation does for the segment from resume point r, in words."""
+    from cpuify.codegen.speculation import idle_clamps
     notes = []
     target = kc.only_next.get(r)
     if r in kc.only_exit:
@@ -552,6 +557,13 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     for region in kc.deferred.get(r, []):
         notes.append(f"the if at PTX line {region.branch.attributes.get('line')} runs after "
                      f"the thread loop, for the threads with {_ranges_text(region.ranges, kc.block_dims)}")
+    checked, per_row = idle_clamps(kc, r)
+    if checked:
+        notes.append(f"the clamps at PTX line(s) {_lines(checked)} are checked once per block: "
+                     f"where none changes anything, a copy of the thread loop without them runs")
+    if per_row:
+        notes.append(f"the clamps at PTX line(s) {_lines(per_row)} follow threadIdx.y/z only: "
+                     f"left to each row of threads, out of the block's check")
     if r in kc.lane_groups:
         notes.append(f"thread loop in groups of {kc.LANES} (partner indices tid & m, tid ^ m"
                      + ("; a partner closer than a group: lanes unrolled for the SLP vectorizer)"
@@ -588,6 +600,9 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
         notes.append(f"after its thread loop, prefetches "
                      f"{sum(len(p) for _, p, _ in kc.block_prefetches)} line(s) of the accesses "
                      f"at PTX line(s) {lines} for the next block (blockIdx.x + 1)")
+    if r == 0 and kc.in_place_update:
+        notes.append("no prefetches for the next block: the kernel's global stores write "
+                     "the elements its global loads read (an in-place update)")
     prefetched = kc.prefetches.get(r, [])
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)

@@ -20,6 +20,7 @@ from cpuify.codegen.sync_crossing import SyncCrossing
 from cpuify.ir.core import Operation, OpResult, Value
 
 if TYPE_CHECKING:
+    from cpuify.codegen.kernel_plan import KernelPlan
     from cpuify.codegen.thread_loop_plan import RangeBranch
 
 
@@ -517,28 +518,12 @@ class SpeculativeValues(SyncCrossing):
         return None if side is None else (side, self.idle_flag)
 
     def _idle_clamps_flag(self) -> ir.Value:
-        kc = self.kc
         flag: ir.Value = ir.Constant(I1, 1)
-        if kc.block_dims is None:
-            return flag
-        for op in kc.ops_from(*kc.resume_point(self.resume)):
-            if op.name not in ("ptx.min", "ptx.max") or op.results[0].type not in ("i32", "i64"):
-                continue
-            for side in (0, 1):
-                a, u = op.operands[side], op.operands[1 - side]
-                direction = tid_direction(a, 12)
-                # (a clamp of the block's own thread indices alone, `max(tx - 1, 0)`, acts
-                # in every block: never idle, and one such clamp would keep the whole
-                # segment in its slow copy)
-                if direction in (1, -1) and self._entry_computable(u) and \
-                        pure_over(a, set(), self._CLAMP_SPECIALS, 12) and \
-                        uses_special(a, "%ctaid", 12):
-                    self.idle_sides[op] = side
-                    flag = self.entry_builder.and_(flag, self._idle_flag(op, side, direction))
-                    break
+        checked, _ = idle_clamps(self.kc, self.resume)
+        for op, (side, direction) in checked.items():
+            self.idle_sides[op] = side
+            flag = self.entry_builder.and_(flag, self._idle_flag(op, side, direction))
         return flag
-
-    _CLAMP_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
 
     def _idle_flag(self, op: Operation, side: int, direction: int) -> ir.Value:
         """Whether clamp `op` changes nothing for any thread of the block (idle_clamp)."""
@@ -715,3 +700,41 @@ def _one_in_address(addr: Value, is_target: Callable[[Operation], bool],
     if len(found) != 1:
         return chain, None
     return chain - {found[0].results[0]}, found[0]
+
+
+_CLAMP_SPECIALS = ("%tid", "%ctaid", "%nctaid", "%ntid")
+
+
+def idle_clamps(kc: "KernelPlan", resume: int
+                ) -> tuple[dict[Operation, tuple[int, int]], list[Operation]]:
+    """The block-wide idle clamps of the segment from `resume` (SpeculativeValues
+    .idle_clamp), in code specialized for a block shape: {min/max op: (the index of its
+    operand `a` that is monotone in the thread indices and built from the block index,
+    its direction)} that the segment's flag checks; and the clamps of that form left out
+    of the flag because `a` follows threadIdx.y/z only (in a block wider than one thread
+    along x): such a clamp has one value per row of the thread loop, whose loads stay
+    contiguous either way, while in the flag it sent whole blocks to the slow copy (the
+    suite's thermal_pyramid: the blocks of the first and last block rows gathered all
+    their tile loads, about a quarter of the tile-load segment's time at 1024^2)."""
+    checked: dict[Operation, tuple[int, int]] = {}
+    per_row: list[Operation] = []
+    dims = kc.block_dims
+    if dims is None:
+        return checked, per_row
+    for op in kc.ops_from(*kc.resume_point(resume)):
+        if op.name not in ("ptx.min", "ptx.max") or op.results[0].type not in ("i32", "i64"):
+            continue
+        for side in (0, 1):
+            a, u = op.operands[side], op.operands[1 - side]
+            direction = tid_direction(a, 12)
+            # (a clamp of the block's own thread indices alone, `max(tx - 1, 0)`, acts
+            # in every block: never idle, and one such clamp would keep the whole
+            # segment in its slow copy)
+            if direction in (1, -1) and pure_over(u, set(), ENTRY_SPECIALS, 12) and \
+                    pure_over(a, set(), _CLAMP_SPECIALS, 12) and uses_special(a, "%ctaid", 12):
+                if dims[0] > 1 and not uses_special(a, "%tid.x", 12):
+                    per_row.append(op)
+                else:
+                    checked[op] = (side, direction)
+                break
+    return checked, per_row
