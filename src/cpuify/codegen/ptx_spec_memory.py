@@ -67,23 +67,31 @@ class MemoryLowering:
         if space == "local" or space == "generic" and e.kc.local_escapes:
             e.private_accesses.append(instr)
 
+    def _access(self, p: ir.Value, at: str, t: str, kind: str
+                ) -> tuple[str, ir.Value, bool, str | None, int]:
+        """What a load or store (`kind`) of type `t` at address `p` (of address type `at`)
+        needs: its state space, `p` as a pointer to `t`, whether it is a weak access, the
+        LLVM atomic ordering of an acquire/release/relaxed one (None otherwise) and its
+        alignment (an atomic's is its size)."""
+        space = space_of(at)
+        lt = ptx_llvm_type(t)
+        size = type_size(t)
+        order = memory_order(mods(self.op), kind)
+        ordering = _LLVM_ORDER.get(order)
+        align = size if ordering else self._alignment(space, size)
+        return space, self.b.bitcast(p, lt.as_pointer()), order == "weak", ordering, align
+
     def fn_load(self, x: Fn, args: list[Typed]) -> Typed:
         (p, at), = args
         b = self.b
         t = self.type_of(x.type or "T")
-        space = space_of(at)
-        lt = ptx_llvm_type(t)
-        size = type_size(t)
-        align = self._alignment(space, size)
-        order = memory_order(mods(self.op), "load")
-        ordering = _LLVM_ORDER.get(order)
-        if order != "weak":
+        space, ptr, weak, ordering, align = self._access(p, at, t, "load")
+        if not weak:
             # a real read in program order: a spin on a flag another block, the host or an
             # earlier kernel writes must see the write
-            v = ordered_load(b, b.bitcast(p, lt.as_pointer()), lt, ordering,
-                             size if ordering else align)
+            v = ordered_load(b, ptr, ptx_llvm_type(t), ordering, align)
         else:
-            v = b.load(b.bitcast(p, lt.as_pointer()))
+            v = b.load(ptr)
             v.align = align
         self._note_access(space, v)
         return v, t
@@ -91,17 +99,11 @@ class MemoryLowering:
     def fn_store(self, x: Fn, args: list[Typed]) -> Typed:
         (p, at), (val, t) = args
         b = self.b
-        space = space_of(at)
-        lt = ptx_llvm_type(t)
-        size = type_size(t)
-        align = self._alignment(space, size)
-        order = memory_order(mods(self.op), "store")
-        ordering = _LLVM_ORDER.get(order)
-        if order != "weak":
-            s = ordered_store(b, val, b.bitcast(p, lt.as_pointer()), ordering,
-                              size if ordering else align)
+        space, ptr, weak, ordering, align = self._access(p, at, t, "store")
+        if not weak:
+            s = ordered_store(b, val, ptr, ordering, align)
         else:
-            s = b.store(val, b.bitcast(p, lt.as_pointer()))
+            s = b.store(val, ptr)
             s.align = align
         self._note_access(space, s)
         return s, "none"
