@@ -31,6 +31,7 @@ import threading
 
 import llvmlite.binding as llvm
 
+from cpuify.codegen import llvm_worker
 from cpuify.forksafe import compile_section, hold_during_fork, renew_in_child
 
 _lock = threading.Lock()
@@ -164,12 +165,61 @@ def triple_and_layout() -> tuple[str, str]:
 LLVM_LEVELS = ("O3", "fallback")
 
 
+#: LLVM's own loop-unswitching options, for a module whose O3 with cpuify's (llvm_options) ran
+#: past its CPU-time limit (llvm_worker): the budget of 50 instructions LLVM ships with.
+DEFAULT_UNSWITCH_OPTIONS = ("-unswitch-threshold=50",
+                            "-unswitch-num-initial-unscaled-candidates=8")
+
+
 def optimize(module_text: str, *, pass_timings: list[str] | None = None,
              level: str = "O3") -> llvm.ModuleRef:
     """Parse, verify and run the `level` pipeline (LLVM_LEVELS) for the host CPU.
-    `pass_timings`: append LLVM's report of the time each pass took (tools/llvm_profile.py)."""
+    `pass_timings`: append LLVM's report of the time each pass took (tools/llvm_profile.py).
+
+    O3 runs in a worker process under a CPU-time limit (llvm_worker); over it, again with
+    DEFAULT_UNSWITCH_OPTIONS, and over it once more, the fallback pipeline here (it does no
+    non-trivial unswitching, the pass that has no bound of its own)."""
     if level not in LLVM_LEVELS:
         raise ValueError(f"unknown LLVM pipeline level {level!r} (expected one of {LLVM_LEVELS})")
+    limit = llvm_worker.cpu_limit(len(module_text))
+    if level != "O3" or pass_timings is not None or not limit:
+        return _optimize_here(module_text, pass_timings=pass_timings, level=level)
+    payload = module_text.encode()
+    for options in ((), DEFAULT_UNSWITCH_OPTIONS):
+        try:
+            answer = llvm_worker.request({"cpu": limit, "options": list(options)}, payload)
+        except llvm_worker.OverLimit:
+            continue
+        if answer is None:      # no worker here
+            return _optimize_here(module_text, level=level)
+        header, bitcode = answer
+        if "error" in header:
+            raise RuntimeError(header["error"])
+        _init()
+        with compile_section():
+            mod = llvm.parse_bitcode(bitcode)
+        return without_minmax_num(mod)
+    return _optimize_here(module_text, level="fallback")
+
+
+def _serve_request(header: dict, payload: bytes) -> tuple[dict, bytes]:
+    """llvm_worker's request: O3 of the module text `payload`, with header["options"] set
+    for it (then cpuify's own again); the answer is the optimized module's bitcode."""
+    options = header.get("options") or []
+    for option in options:
+        llvm.set_option("cpuify", option)
+    try:
+        mod = _optimize_here(payload.decode(), level="O3", minmax=False)
+    finally:
+        for option in llvm_options() if options else ():
+            llvm.set_option("cpuify", option)
+    return {}, mod.as_bitcode()
+
+
+def _optimize_here(module_text: str, *, pass_timings: list[str] | None = None,
+                   level: str = "O3", minmax: bool = True) -> llvm.ModuleRef:
+    """optimize() in this process, with no bound on its time; `minmax`: replace the
+    minimumnum/maximumnum intrinsics (without_minmax_num), as the module's user needs."""
     _init()
     tm = target_machine()
     full = level == "O3"
@@ -188,7 +238,8 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
         mpm.run(mod, pb)
         if pass_timings is not None:
             pass_timings.append(pb.finish_pass_timing())
-        mod = without_minmax_num(mod)
+        if minmax:
+            mod = without_minmax_num(mod)
     return mod
 
 
@@ -306,7 +357,7 @@ def vectorizer_remarks(module_text: str) -> list[str]:
         saved = os.dup(2)
         os.dup2(f.fileno(), 2)
         try:
-            optimize(module_text)
+            _optimize_here(module_text)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -441,3 +492,8 @@ class LoadedObject:
         if not addr:
             raise KeyError(name)
         return addr
+
+
+if __name__ == "__main__" and sys.argv[1:] == [llvm_worker.SERVE_FLAG]:
+    _init()
+    sys.exit(llvm_worker.serve(_serve_request))
