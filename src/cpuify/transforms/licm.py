@@ -33,13 +33,14 @@ atomic, a barrier, a warp collective, printf, a volatile or ordered load, or a t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
 
 from cpuify.analysis.cfg import incoming_values
 from cpuify.ir.core import Block, OpResult, Operation, Region, Value, replace_uses_in
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body, grid_parallel, launch_prologue
+from cpuify.ir.structured_values import has_nested_structure
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 
@@ -58,6 +59,8 @@ _SLOT_TYPE = {"i8": "b8", "i16": "b16", "i32": "b32", "i64": "b64", "f32": "f32"
 class ParallelLICM:
     """Pass: hoist the kernel's launch-invariant prefix into `upir.launch_prologue`."""
     name: str = "parallel-licm"
+    #: the CFG, or the structured form (the prefix read from the regions, licm_structured.py)
+    form: ClassVar[str] = "any"
     block_level: bool = True        # also hoist block-invariant prefixes (one thread per block)
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
@@ -128,7 +131,11 @@ def launch_invariant_values(region: Region, block_level: bool = False) -> set[Va
 class _Prefix:
     """The kernel's invariant prefix: its blocks (entry first), the one block it leaves
     to, the edges leaving it, the entry's thread-dependent ops, the prefix's values and
-    which of them the rest of the kernel uses."""
+    which of them the rest of the kernel uses (`body_blocks`: the blocks that may use them,
+    nested ones included).  `entry_ops`: the ops of the CFG's entry block (recomputed in
+    the grid where cheap); `cont_types`: the types of `cont`'s arguments; `commit`: what
+    makes `cont` and `exits` when the rewrite begins (a structured prefix that ends in the
+    middle of a block, licm_structured.py)."""
     blocks: list[Block]
     cont: Block
     exits: list[tuple[Block, int]]
@@ -136,6 +143,18 @@ class _Prefix:
     defined_in: dict[Value, Block]
     needed: dict[Value, None]
     body_blocks: list[Block]
+    entry_ops: set[Operation] = field(default_factory=set)
+    cont_types: list[str] = field(default_factory=list)
+    commit: Callable[[], None] | None = None
+    #: what the pass reports: the blocks hoisted (nested ones of structured ops included)
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.count = self.count or len(self.blocks)
+        if self.cont is not None and not self.cont_types:
+            self.cont_types = [a.type for a in self.cont.args]
+        if not self.entry_ops and self.blocks:
+            self.entry_ops = set(self.blocks[0].ops)
 
 
 def _invariant_prefix(region: Region, inv: set[Value], block_level: bool = False) -> _Prefix | None:
@@ -204,12 +223,11 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         return 0
     region = block_body(kernel)
     entry = region.entry
-    inv = launch_invariant_values(region)
-    plan = _invariant_prefix(region, inv)
+    inv, plan = _plan(region, block_level=False)
     if plan is None:
         return 0
-    prefix, cont, exits = plan.blocks, plan.cont, plan.exits
-    needed, body_blocks = plan.needed, plan.body_blocks
+    prefix = plan.blocks
+    needed = plan.needed
 
     # the grid's new entry: recomputed values and slot loads, then a jump to `cont`
     new_entry = Block()
@@ -231,7 +249,7 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         if _copy_of(v, plan, inv, new_entry, slot_of, replacement) is None:
             return 0                    # (the ops appended to new_entry are discarded)
     # values entering `cont` from the prefix: one slot per argument of the merge block
-    merge = Block([a.type for a in cont.args])
+    merge = Block(list(plan.cont_types))
     cont_args: list[Value] = []
     for a in merge.args:
         if a.type not in _SLOT_TYPE:
@@ -243,7 +261,10 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
         cont_args.append(load.results[0])
 
     # --- rewrite: nothing above changed the IR ---
-    replace_uses_in(body_blocks, replacement)
+    if plan.commit is not None:
+        plan.commit()
+    cont, exits = plan.cont, plan.exits
+    replace_uses_in(plan.body_blocks, replacement)
     new_entry.append(Operation("cf.br", [], [], {}, successors=[cont], successor_args=[cont_args]))
     for b, k in exits:
         b.terminator.successors[k] = merge  # type: ignore[union-attr]
@@ -272,7 +293,7 @@ def hoist_launch_invariant_prefix(kernel: Operation) -> int:
     top.ops.insert(top.ops.index(grid), prologue)
     kernel.attributes["launch_bytes"] = 8 * len(slots)
     kernel.attributes["launch_offset"] = base
-    return len(prefix)
+    return plan.count
 
 
 def hoist_block_invariant_prefix(kernel: Operation) -> int:
@@ -284,8 +305,7 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
     specialized for a block shape the prefix's segment runs thread 0 only."""
     region = block_body(kernel)
     entry = region.entry
-    inv = launch_invariant_values(region, block_level=True)
-    plan = _invariant_prefix(region, inv, block_level=True)
+    inv, plan = _plan(region, block_level=True)
     if plan is None:
         return 0
     symbol = f"__cpuify_hoisted_{kernel.attributes.get('sym_name', 'k')}"
@@ -309,7 +329,7 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
     for v in plan.needed:
         if _copy_of(v, plan, inv, join, from_shared, replacement) is None:
             return 0
-    merge = Block([a.type for a in plan.cont.args])
+    merge = Block(list(plan.cont_types))
     cont_args: list[Value] = []
     for a in merge.args:
         got = from_shared(a)
@@ -317,6 +337,8 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
             return 0
         cont_args.append(got)
     # --- rewrite: nothing above changed the IR ---
+    if plan.commit is not None:
+        plan.commit()
     replace_uses_in(plan.body_blocks, replacement)
     join.append(Operation("cf.br", [], [], {}, successors=[plan.cont], successor_args=[cont_args]))
     for b, k in plan.exits:
@@ -352,7 +374,18 @@ def hoist_block_invariant_prefix(kernel: Operation) -> int:
     top = kernel.regions[0].entry
     decl.parent = top
     top.ops.insert(0, decl)
-    return len(plan.blocks)
+    return plan.count
+
+
+def _plan(region: Region, block_level: bool) -> tuple[set[Value], _Prefix | None]:
+    """The invariant values and the prefix of a block body, read from the CFG or, where it
+    holds structured ops, from their regions (licm_structured.py)."""
+    if has_nested_structure(region):
+        from cpuify.transforms.licm_structured import structured_invariant_values, structured_plan
+        inv = structured_invariant_values(region, block_level)
+        return inv, structured_plan(region, inv, block_level)
+    inv = launch_invariant_values(region, block_level)
+    return inv, _invariant_prefix(region, inv, block_level)
 
 
 def _copy_of(v: Value, plan: _Prefix, inv: set[Value], into: Block,
@@ -365,9 +398,8 @@ def _copy_of(v: Value, plan: _Prefix, inv: set[Value], into: Block,
     got = replacement.get(v)
     if got is not None:
         return got
-    entry = plan.blocks[0]
     new: Value | None = None
-    if isinstance(v, OpResult) and v.op.parent is entry and (
+    if isinstance(v, OpResult) and v.op in plan.entry_ops and (
             v.op in plan.thread_ops or _cheap(v.op, inv)) and depth <= _REMAT_DEPTH:
         operands = []
         for o in v.op.operands:
