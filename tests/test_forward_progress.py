@@ -146,6 +146,33 @@ def test_pass_leaves_other_loops_alone(name: str) -> None:
     assert _spin_waits(NOT_SPINS[name], name) == 0
 
 
+def test_the_loop_named_is_the_same_in_every_run() -> None:
+    """The read a yield point names (its `line`, in the runtime's message when a launch
+    makes no progress) is found in the loop's block order, not in a set's: the same in
+    every compile (it was one of four loads of nvcc's unrolled loop, by object addresses,
+    and the module's LLVM text with it)."""
+    source = r'''
+extern "C" __global__ void unrolled_wait(const int *x, int *out, int m) {
+    int acc = 0;
+    for (int k = 0; k < m; k++) {
+        if (x[threadIdx.x] < 0) __trap();
+        acc += x[k];
+        __syncthreads();
+    }
+    out[threadIdx.x] = acc;
+}'''
+    module = parse_ptx(compile_to_ptx(source, filename="unrolled_wait.cu").ptx)
+    lines = set()
+    for _ in range(6):
+        lifted, _ = lift_and_optimize(module, module.functions["unrolled_wait"],
+                                      PipelineOptions(passes=("spin-wait-yields",)))
+        waits = [op for b in block_body(lifted.op).blocks for op in b.ops
+                 if op.name == "upir.spin_wait"]
+        assert waits
+        lines.add(tuple(op.attributes["line"] for op in waits))
+    assert len(lines) == 1
+
+
 def test_print_ir_after_shows_the_yield_point(capsys: pytest.CaptureFixture[str]) -> None:
     mod = cpuify.RawModule(code=SPINS["volatile_flag"],
                            options=("--print-ir-after=spin-wait-yields",))

@@ -160,7 +160,11 @@ def _polls(atom: Operation) -> bool:
 def _exit_depends_on(body: set[Block], reads: set[Value],
                      incoming: dict[BlockArgument, list[Value]]) -> Operation | None:
     """The waiting read an exit condition of the loop depends on (within the loop), if any."""
-    conditions = [b.terminator.operands[0] for b in body
+    # (in the region's block order: `body` is a set, and the read found first names the
+    # loop in the runtime's message, the same in every run)
+    region = next(iter(body)).parent if body else None
+    order = [b for b in region.blocks if b in body] if region is not None else list(body)
+    conditions = [b.terminator.operands[0] for b in order
                   if b.terminator is not None and b.terminator.name == "cf.cond_br"
                   and any(s not in body for s in b.terminator.successors)]
     seen: set[Value] = set()
@@ -191,7 +195,8 @@ def insert_spin_waits(region: Region) -> list[Operation]:
     # (an outer loop that waits too gets its own yield point: its inner wait may be over at
     # once in every round)
     for header, (body, latches) in sorted(loops.items(), key=lambda kv: len(kv[1][0])):
-        sleeps = next((op for b in body for op in b.ops if op.name == "upir.nanosleep"), None)
+        sleeps = next((op for b in region.blocks if b in body for op in b.ops
+                       if op.name == "upir.nanosleep"), None)
         reads = {op.results[0] for op in waiting_reads(body)}
         read = _exit_depends_on(body, reads, incoming) if reads else None
         why = read if read is not None else sleeps
