@@ -82,7 +82,8 @@ def test_every_pass_declares_a_form() -> None:
     forms = {name: pass_form(make_pass(name)) for name in REGISTRY}
     assert set(forms.values()) <= set(FORMS)
     assert forms["raise-structured-cf"] == "structured"
-    for name in ("selects-to-min-max", "merge-duplicate-threads", "flush-min-max-at-uses"):
+    for name in ("selects-to-min-max", "merge-duplicate-threads", "flush-min-max-at-uses",
+                 "thread-index-outermost", "narrow-induction-variables", "parallel-licm"):
         assert forms[name] == "any", name
 
 
@@ -130,8 +131,36 @@ def test_default_pipeline_hands_on_structured_ir() -> None:
     op = _nested()
     result = run_pipeline(op, PipelineOptions(verify_each=True))
     assert has_structured_ops(op)
-    assert ("lower", "narrow-induction-variables") in result.transitions
-    assert result.transitions[-1] == ("raise", "")
+    # the passes up to if-convert-swaps take the structured form (narrow-induction-variables
+    # lowers only a kernel with a 64-bit merged value to narrow): one lowering, for
+    # select-if-phis, and the raise at the end
+    assert result.transitions == [("lower", "select-if-phis"), ("raise", "")]
+
+
+def test_any_pass_that_lowers_is_counted(probes: None) -> None:
+    """An "any" pass may lower the kernel itself (narrow-induction-variables where it must
+    rewrite the CFG): the manager records that lowering for it and raises again before the
+    next structured pass; a kernel with no structured ops at all is not lowered by anyone."""
+    @dataclass(frozen=True)
+    class Lowering(_Probe):
+        name: str = "probe-lowering"
+        form: ClassVar[str] = "any"
+
+        def run(self, kernel: Operation, analyses: object = None) -> int:
+            lower_structured_control_flow(kernel)
+            return 0
+    REGISTRY["probe-lowering"] = Lowering
+    try:
+        op = _nested()
+        result = run_pipeline(op, PipelineOptions(passes=(
+            "raise-structured-cf", "probe-lowering", "probe-any", "probe-structured")))
+        assert result.transitions == [("lower", "probe-lowering"), ("raise", "probe-structured")]
+        assert SEEN == [("probe-any", False), ("probe-structured", True)]
+        flat = parse_op(kernel(PROLOGUE + '  "upir.exit"() : () -> ()'))
+        result = run_pipeline(flat, PipelineOptions(passes=("raise-structured-cf", "probe-lowering")))
+        assert result.transitions == []
+    finally:
+        REGISTRY.pop("probe-lowering")
 
 
 def test_unknown_form_is_an_error(probes: None) -> None:
@@ -293,3 +322,78 @@ def test_flush_at_uses_follows_values_through_structured_ops() -> None:
     lower_structured_control_flow(op)
     verify(op)
     assert print_op(op).count("flush_at_uses = true") == len(maxes)
+
+
+# --- thread-index-outermost and narrow-induction-variables on structured input ---------------
+
+def _cuda_on_both_forms(source: str, name: str, pass_name: str) -> tuple[int, int, str]:
+    """The kernel through the default pipeline up to `pass_name` (structured from the raise
+    on), then the pass on the structured form, and on the CFG with a raise after it: the
+    same IR.  Returns the pass's counts on both and the IR."""
+    module = parse_ptx(compile_to_ptx(source, filename=f"{name}.cu").ptx)
+    order = default_pipeline()
+    before = tuple(order[:order.index(pass_name)])
+    texts, counts = [], []
+    for on_structured in (True, False):
+        lifted, _ = lift_and_optimize(module, module.functions[name],
+                                      PipelineOptions(passes=before))
+        op = lifted.op
+        assert has_structured_ops(op)
+        if not on_structured:
+            lower_structured_control_flow(op)
+        counts.append(make_pass(pass_name).run(op))
+        if not has_structured_ops(op):
+            make_pass("raise-structured-cf").run(op)
+        verify(op)
+        texts.append(print_op(op))
+    assert texts[0] == texts[1]
+    return counts[0], counts[1], texts[0]
+
+
+#: index sums inside an if (a region): `(row0 + ty) * n + (col0 + tx)`, the tile update's
+TILE_ROWS = r'''
+extern "C" __global__ void tile_rows(float *a, int n, int offset) {
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row0 = offset + 16 + blockIdx.y * 16;
+    const int col0 = offset + 16 + blockIdx.x * 16;
+    if (row0 < n && col0 < n)
+        a[(row0 + ty) * n + col0 + tx] -= a[(offset + ty) * n + col0 + tx];
+}
+extern "C" __global__ void stored_sums(int *out, int base, int n, int steps) {
+    for (int s = 0; s < steps; s++)
+        out[blockIdx.x * blockDim.x + threadIdx.x + s] = (base + s + (int)threadIdx.x) + n;
+}
+'''
+
+
+def test_thread_index_outermost_in_nested_regions() -> None:
+    """The sums in the if's region are reassociated on the regions as on the CFG (uniformity
+    from the structured analysis, no-wrap indices read in nested blocks)."""
+    on_regions, on_cfg, text = _cuda_on_both_forms(TILE_ROWS, "tile_rows", "thread-index-outermost")
+    assert on_regions == on_cfg > 0
+    # (the loads and their index sums are in the if's region)
+    assert '"upir.if"' in text and text.index('"upir.if"') < text.index('"ptx.ld"')
+    # must not fire: a sum stored as a value (no nsw), in a loop
+    on_regions, on_cfg, _ = _cuda_on_both_forms(TILE_ROWS, "stored_sums", "thread-index-outermost")
+    assert on_regions == on_cfg == 0
+
+
+def test_narrowing_lowers_only_where_it_may_narrow() -> None:
+    """narrow-induction-variables on the structured form: a cooperative-groups grid-stride
+    loop (a 64-bit counter read through its low half) is narrowed, on the CFG the pass
+    lowers to (one transition, counted for the pass); a kernel with no such value keeps the
+    structured form (no transition) and is left as it is."""
+    from test_gridsync_loops import SRC as CG_LOOPS
+    on_regions, on_cfg, text = _cuda_on_both_forms(CG_LOOPS, "cg_axpy", "narrow-induction-variables")
+    assert on_regions == on_cfg == 1
+    module = parse_ptx(compile_to_ptx(CG_LOOPS, filename="cg.cu").ptx)
+    order = default_pipeline()
+    upto = tuple(order[:order.index("narrow-induction-variables") + 1])
+    for name, lowered in (("cg_axpy", True), ("jacobi_ids", False)):
+        lifted, result = lift_and_optimize(module, module.functions[name],
+                                           PipelineOptions(passes=upto))
+        # (lowered for the rewrite, then raised again to hand on the working form)
+        assert result.transitions == ([("lower", "narrow-induction-variables"), ("raise", "")]
+                                      if lowered else []), name
+        assert has_structured_ops(lifted.op)
+        assert result.counts["narrow-induction-variables"] == int(lowered)

@@ -10,7 +10,8 @@ raises the pass manager made per kernel (PipelineResult.transitions) in each.
 `dump` writes, for each module, NAME.BLOCK.ll (the code generator's text for the module
 generic, and specialized for each --blocks shape) and NAME.transitions (per kernel: the
 conversions of the default pipeline, or of --passes), with the cpuify found on PYTHONPATH;
-PTX is compiled once with NVRTC and kept in --ptx-dir.  `compare` lists the files that
+PTX is compiled once with NVRTC and kept in --ptx-dir.  The kernels: the suite's workloads,
+and every string constant holding a `__global__` in tests/e2e and the EXTRA test files.  `compare` lists the files that
 differ and totals the transitions; `run` does both for two checkouts.  Exit status 1 when
 any text differs (a change meant to keep the generated code must list none)."""
 
@@ -25,6 +26,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: test files whose kernels exercise one pass each (the differential test's, the passes'
+#: own), besides tests/e2e
+EXTRA = ("test_pass_differential.py", "test_passes.py", "test_gridsync_loops.py",
+         "test_thread_index_outermost.py", "test_structured_licm.py")
 
 
 def sources(root: Path) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -36,7 +41,8 @@ def sources(root: Path) -> list[tuple[str, str, tuple[str, ...]]]:
         if p.stem != "__init__":
             w = importlib.import_module(f"benchmarks.suite.workloads.{p.stem}").WORKLOAD
             out.append((f"suite_{p.stem}", w.cuda_source, tuple(w.cuda_options)))
-    for p in sorted((root / "tests/e2e").glob("test_*.py")):
+    tests = sorted((root / "tests/e2e").glob("test_*.py")) + [root / "tests" / f for f in EXTRA]
+    for p in tests:
         k = 0
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
@@ -81,7 +87,7 @@ def dump(out: Path, ptx_dir: Path, passes: str | None, blocks: list[str], only: 
     compiler.run_pipeline = recording  # type: ignore[assignment]
     pipeline = PipelineOptions.parse([f"--passes={passes}"] if passes else [])[0]
     for name, source, options in sources(ROOT):
-        if only and only not in name:
+        if only and not any(o in name for o in only.split(",")):
             continue
         ptx = _ptx(name, source, options, ptx_dir)
         if ptx is None:
@@ -148,7 +154,7 @@ def main() -> int:
         p.add_argument("--passes", default=None, help="a pipeline instead of the default one")
         p.add_argument("--blocks", default="generic,128x1x1,16x16x1",
                        help="block shapes the code is generated for (generic: none)")
-        p.add_argument("--only", default=None, help="modules whose name contains this")
+        p.add_argument("--only", default=None, help="modules whose name contains one of these (comma-separated)")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)

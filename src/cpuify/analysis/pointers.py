@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from cpuify.ir.core import BlockArgument, OpResult, Operation, Region, Value
 from cpuify.analysis.cfg import incoming_values as _incoming
+from cpuify.ir.structured import forwarded_values, nested_blocks
+from cpuify.ir.structured_values import has_nested_structure, merged_values
 
 # --- pointer inference ------------------------------------------------------------------
 
@@ -111,16 +113,29 @@ _ADDRESSED = ("ptx.ld", "ptx.ldu", "ptx.st", "ptx.atom", "ptx.red", "ptx.prefetc
 _OFFSET_ARITH = ("ptx.add", "ptx.sub", "ptx.mul", "ptx.mad", "ptx.shl", "ptx.mov", "ptx.cvta")
 
 
+#: structured ops and terminators that pass values on (ir/structured.py `forwarded_values`):
+#: how many of their first operands they read themselves (a test, a for's bounds and step)
+_FORWARDING = {"upir.yield": 0, "upir.condition": 1, "upir.while": 0, "upir.for": 3}
+
+
 def address_only(region: Region) -> set[Value]:
     """64-bit values whose every use forms a memory address: the address operand of a load,
     store or atomic, or 64-bit arithmetic (add/sub/mul/mad/shl/mov/cvta) or a block argument
     whose own uses all do.  A value also stored, compared, converted or returned is not one."""
-    cand: set[Value] = {r for b in region.blocks for op in b.ops for r in op.results if r.type == "i64"}
-    cand |= {a for b in region.blocks for a in b.args if a.type == "i64"}
-    incoming = _incoming(region)
+    structured = has_nested_structure(region)
+    blocks = list(nested_blocks(region)) if structured else region.blocks
+    cand: set[Value] = {r for b in blocks for op in b.ops for r in op.results if r.type == "i64"}
+    cand |= {a for b in blocks for a in b.args if a.type == "i64"}
+    incoming = merged_values(region) if structured else _incoming(region)
 
     def only_addresses(v: Value) -> bool:
         for user in v.uses:
+            if user.name in _FORWARDING and v not in user.operands[:_FORWARDING[user.name]]:
+                # (structured form: passed on as a branch passes it, to values that must be
+                # address-only too)
+                targets = [a for x, a in forwarded_values(user) or () if x is v]
+                if targets and all(a in cand for a in targets):
+                    continue
             if user.name in _ADDRESSED and user.operands and user.operands[0] is v \
                     and v not in user.operands[1:]:
                 continue
@@ -145,7 +160,7 @@ def address_only(region: Region) -> set[Value]:
         # what fed v may have been address-only through v alone
         if isinstance(v, OpResult) and v.op.name in _OFFSET_ARITH:
             work.extend(o for o in v.op.operands if o in cand)
-        elif isinstance(v, BlockArgument):
+        elif isinstance(v, BlockArgument) or v in incoming:     # (or a structured op's result)
             work.extend(o for o in incoming.get(v, []) if o in cand)
     return cand
 
@@ -165,7 +180,7 @@ def no_signed_wrap(region: Region) -> set[Value]:
     non-negative (the fuzzer's fz_2617_449 and fz_2617_719)."""
     addresses = address_only(region)
     cand: set[Value] = set()
-    for b in region.blocks:
+    for b in nested_blocks(region):
         for op in b.ops:
             mods = op.attributes.get("mods", ())
             if op.name in _INDEX_OPS and ("s32" in mods or "u32" in mods or "b32" in mods) \

@@ -111,16 +111,24 @@ class ThreadIndexOutermost:
     run one after another).  Written here in that order, both additions keep `nsw`, as the
     source's `int` arithmetic allows."""
     name: str = "thread-index-outermost"
+    #: a rewrite of single ops, in the regions of structured ops too (the uniformity and
+    #: no-wrap analyses read either form)
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of sums reassociated."""
         from cpuify.analysis.pointers import no_signed_wrap
+        from cpuify.analysis.structured_uniformity import structured_uniform_values
         from cpuify.analysis.uniformity import uniform_values
+        from cpuify.ir.structured_values import has_nested_structure
         region = block_body(kernel)
-        along_x = _same_along_x(region, uniform_values(region))
+        structured = has_nested_structure(region)
+        blocks = list(nested_blocks(region)) if structured else region.blocks
+        uniform = structured_uniform_values(region) if structured else uniform_values(region)
+        along_x = _same_along_x(region, uniform)
         nsw = no_signed_wrap(region)
         count = 0
-        for block in region.blocks:
+        for block in blocks:
             i = 0
             while i < len(block.ops):
                 op = block.ops[i]
@@ -152,10 +160,11 @@ def _index_add(op: Operation, nsw: set[Value]) -> bool:
 
 def _same_along_x(region: Region, uniform: set[Value]) -> set[Value]:
     """The values that do not vary with threadIdx.x: block-uniform ones, and pure arithmetic
-    on them and on threadIdx.y/z (in the op order of the blocks; block arguments that are
-    not uniform count as varying)."""
+    on them and on threadIdx.y/z (in the op order of the blocks, those of structured ops'
+    regions after the blocks that hold them; block arguments and structured ops' results
+    that are not uniform count as varying)."""
     out = set(uniform)
-    for block in region.blocks:
+    for block in nested_blocks(region):
         for op in block.ops:
             if len(op.results) != 1 or op.results[0] in out or op.regions:
                 continue

@@ -18,9 +18,10 @@ interchange-thread-strided-loops recognizes and the code generator vectorizes.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.cfg import cyclic_blocks
-from cpuify.analysis.induction import LowBits, low_bits_only
+from cpuify.analysis.induction import LowBits, _extends_low_half, _truncates, low_bits_only
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import (
     Block,
@@ -33,7 +34,10 @@ from cpuify.ir.core import (
     replace_all_uses,
     reverse_postorder,
 )
+from cpuify.ir.dialects import STRUCTURED_OPS
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured import lower_structured_control_flow, nested_blocks
+from cpuify.ir.structured_values import has_nested_structure
 from cpuify.transforms.pass_manager import register
 
 _NARROW = {"s64": "s32", "u64": "u32", "b64": "b32"}
@@ -47,10 +51,33 @@ class NarrowInductionVariables:
     """Pass: rewrite each web of 64-bit values around a loop-carried block argument that is
     only ever read through its low 32 bits as 32-bit arithmetic."""
     name: str = "narrow-induction-variables"
+    #: either form: on the structured form it first asks whether anything may narrow (a
+    #: 64-bit value merged by a loop or an if read through a truncation) and lowers the
+    #: kernel only then (the pass manager sees the CFG it leaves and raises it again where a
+    #: pass needs it); most kernels have none, and keep the structured form
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loop-carried values narrowed."""
-        return narrow_induction_variables(block_body(kernel))
+        region = block_body(kernel)
+        if has_nested_structure(region):
+            if not may_narrow(region):
+                return 0
+            lower_structured_control_flow(kernel)
+        return narrow_induction_variables(region)
+
+
+def may_narrow(region: Region) -> bool:
+    """Whether a block body in structured form may hold a web to narrow: a 64-bit value
+    merged by a loop or an if (a block argument, a structured op's result) read through a
+    truncation or a low-half extension.  The lowered CFG's merged values are among these
+    (their reads with them), so False means that analysis/induction.py's `low_bits_only`
+    finds nothing on the CFG either."""
+    for b in nested_blocks(region):
+        for v in [*b.args, *(r for op in b.ops if op.name in STRUCTURED_OPS for r in op.results)]:
+            if v.type == "i64" and any(_truncates(u) or _extends_low_half(u) for u in v.uses):
+                return True
+    return False
 
 
 def narrow_induction_variables(region: Region) -> int:

@@ -25,6 +25,10 @@ ops).  Each pass class says which it works on in a `form` class attribute:
   * `"any"`: either; the pass walks nested regions and follows values through structured
     ops as through branches (ir/structured.py `forwarded_values`).
 
+An "any" pass may also lower the kernel itself when the rewrite it has to make is the
+CFG's (narrow-induction-variables, only where a 64-bit merged value may narrow): the
+manager sees that and counts it as a lowering for that pass.
+
 raise-structured-cf runs early; from there on the structured form is the pipeline's working
 form.  The pass manager converts only at a transition: it lowers (ir/structured.py) before a
 "cfg" pass that finds structured ops, raises again before a "structured" pass that finds a
@@ -100,8 +104,8 @@ def default_pipeline() -> list[str]:
 #: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
 #: if-conversions first (they make values recomputable and loops branch-free; a swap's
 #: selects pick the smaller and larger key, which selects-to-min-max would make min/max:
-#: if-convert-swaps after it keeps them selects, and costs the pipeline a raise and a
-#: lowering around it), nvcc's
+#: if-convert-swaps after it keeps them selects; every pass from the raise to it takes the
+#: structured form, so the first conversion is the lowering for select-if-phis), nvcc's
 #: unrolled remainder + main loops re-rolled into the simple strided loop (before anything
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
@@ -288,9 +292,17 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
             if _raise(kernel, analyses):
                 result.transitions.append(("raise", name))
             structured = True
+        # (structured ops before an "any" pass: a kernel with none is in both forms at once)
+        had_structured_ops = form == "any" and structured and has_structured_ops(kernel)
         result.counts[name] = p.run(kernel, analyses)
         if result.counts[name]:
             analyses.invalidate()       # the IR changed: analyses are recomputed on demand
+        if had_structured_ops and not has_structured_ops(kernel):
+            # (an "any" pass may lower the kernel itself where it must rewrite the CFG:
+            # narrow-induction-variables; counted as the transition it is)
+            analyses.invalidate()
+            result.transitions.append(("lower", name))
+            structured = False
         if name == RAISE:
             structured = working_structured = True
         if options.verify_each:
