@@ -204,6 +204,20 @@ def test_worker_pool_polls_every_worker_and_keeps_finished_results() -> None:
     assert order.index(0) < order.index(2), order
 
 
+def test_worker_pool_gives_up_a_worker_that_gains_no_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deadlocked worker (it sleeps: no CPU time) is killed once it has gained none for
+    WALL_FACTOR times its step's limit, and its kernel counts as a crash."""
+    import fuzz_pool
+    monkeypatch.setattr(fuzz_pool, "WALL_FACTOR", 2.0)
+    script = ("import json, time; print('\\n@@FUZZ-STEP@@' + json.dumps(['kernel', ['k0', 'interp']]), "
+              "flush=True); time.sleep(120)")
+    (got,) = fuzz_pool.run_pool([(0, 1)], 1, lambda first, n: [sys.executable, "-c", script], lambda i: f"k{i}",
+                                kernel_timeout=1.0, log=lambda _: None)
+    first, results, _, crashed = got
+    assert first == 0 and crashed and results[0]["status"] == "crash", got
+    assert "stalled" in results[0]["detail"] and "in its interp run" in results[0]["detail"], results
+
+
 def test_a_hanging_kernel_is_a_crash_and_its_batch_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real worker with the CPUIFY_FUZZ_TEST_HANG hook: kernel 1 of batch 0..2 spins in
     its native run; it is given up after its own --timeout (not the batch's), reported as a

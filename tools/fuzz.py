@@ -27,10 +27,11 @@ Batches (--batch kernels, one module) run in --jobs worker processes, polled tog
 worker prints each step (the module's compile, each kernel's runs) and each kernel's result
 as it goes, and a step that uses more than its CPU-time limit (--timeout per kernel; the
 start and the shared compile max(2 x --timeout, 3 s per kernel); ten times that in
-wall-clock time) gets the worker killed.  The kernel it was on counts as a crash, the results
-it printed are kept, and the rest of its batch runs again as a new batch (one kernel per batch
-where the shared compile broke, to find the kernel that breaks it); a worker that dies
-(a signal, an exit code) is handled the same way.  Meanwhile the other slots keep working.
+wall-clock time without gaining CPU time) gets the worker killed.  The kernel it was on
+counts as a crash, the results it printed are kept, and the rest of its batch runs again as
+a new batch (one kernel per batch where the shared compile broke, to find the kernel that
+breaks it); a worker that dies (a signal, an exit code) is handled the same way.  Meanwhile
+the other slots keep working.
 
 `--gpu-referee` writes each batch as a whole CUDA program (inputs built in, outputs written
 to a file), builds it with `--nvcc` (default `nvcc`) and compares its outputs as a fourth
@@ -665,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, metavar="S",
                     help="CPU seconds each kernel's runs may take before the kernel counts as a crash "
                          "(default 60; a batch's start and shared compile get max(2 x S, 3 s per kernel); "
-                         "each step is also given up after 10 times its limit in wall-clock time)")
+                         "a worker that gains no CPU time for 10 times its step's limit is given up too)")
     a = ap.parse_args(argv)
     if a.ftz:
         os.environ["CPUIFY_FUZZ_FTZ"] = "1"

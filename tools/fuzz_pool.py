@@ -6,8 +6,8 @@ compile (NVRTC and the builds, shared by the batch), then each execution of each
 and a line with each kernel's result as soon as it is final.  Its stdout and stderr go to
 temporary files (a pipe nobody reads would fill and stop the worker), which the parent reads
 as they grow.  Each step has a CPU-time limit (the module's compile
-`compile_limit(n)`, each kernel `kernel_timeout`; WALL_FACTOR times that in wall-clock time
-for a worker that spends none); a worker over it is killed.  A killed or crashed worker
+`compile_limit(n)`, each kernel `kernel_timeout`; and WALL_FACTOR times that in wall-clock
+time without any CPU time gained, a deadlock); a worker over it is killed.  A killed or crashed worker
 keeps the results it printed; the kernel it was on counts as a crash (naming the step),
 and the rest of the batch runs again as a new batch -- or, where the shared compile was the
 step, one kernel per batch, to find the kernel that breaks it."""
@@ -30,8 +30,9 @@ STEP = "@@FUZZ-STEP@@"
 RESULT = "@@FUZZ-RESULT@@"
 DONE = "@@FUZZ@@"
 
-#: a worker that has used no more than its CPU-time limit is still given up after this many
-#: times the limit in wall-clock time (a deadlock spends no CPU time)
+#: a worker whose CPU time has not grown for this many times its step's limit in wall-clock
+#: time is given up too (a deadlock spends no CPU time; a worker that only waits for a core
+#: on a crowded machine still gains some)
 WALL_FACTOR = 10.0
 
 #: how long the parent sleeps between two looks at its workers
@@ -75,6 +76,8 @@ class Worker:
     results: list[dict[str, Any]] = field(default_factory=list)
     times: dict[str, float] = field(default_factory=dict)
     compiles: int = 0            # compile steps seen (more than one: the batch went one by one)
+    last_cpu: float = 0.0        # the worker's CPU time at the last look, and when it last grew
+    last_gain: float = field(default_factory=time.perf_counter)
     _read: int = 0
     _partial: bytes = b""
 
@@ -120,12 +123,15 @@ class Worker:
     def over_limit(self) -> str | None:
         """Why the worker is to be given up now (its step ran too long), or None."""
         limit = self.limit()
-        cpu = _cpu_seconds(self.proc.pid) - self.step_cpu
-        wall = time.perf_counter() - self.step_wall
+        now, total = time.perf_counter(), _cpu_seconds(self.proc.pid)
+        if total > self.last_cpu:
+            self.last_cpu, self.last_gain = total, now
+        cpu = total - self.step_cpu
         if cpu > limit:
             return f"timed out after {cpu:.0f} s of CPU time (limit {limit:.0f} s)"
-        if wall > WALL_FACTOR * limit:
-            return f"timed out after {wall:.0f} s of wall-clock time (CPU {cpu:.0f} s, limit {limit:.0f} s)"
+        stalled = now - max(self.last_gain, self.step_wall)
+        if stalled > WALL_FACTOR * limit:
+            return f"stalled: no CPU time for {stalled:.0f} s (CPU {cpu:.0f} s, limit {limit:.0f} s)"
         return None
 
     def where(self) -> str:
