@@ -218,6 +218,33 @@ def test_worker_pool_gives_up_a_worker_that_gains_no_cpu_time(monkeypatch: pytes
     assert "stalled" in results[0]["detail"] and "in its interp run" in results[0]["detail"], results
 
 
+def test_worker_pool_counts_and_kills_the_workers_children(tmp_path: Path) -> None:
+    """CPU time spent in a worker's child process (a compiler running LLVM in one) counts
+    against the step's limit, and giving the worker up ends the child too."""
+    import time
+
+    import fuzz_pool
+    pid_file = tmp_path / "child"
+    script = ("import json, subprocess, sys; print('\\n@@FUZZ-STEP@@' + json.dumps(['kernel', ['k0', 'native']]), "
+              "flush=True); c = subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); c.wait()")
+    (got,) = fuzz_pool.run_pool([(0, 1)], 1, lambda first, n: [sys.executable, "-c", script], lambda i: f"k{i}",
+                                kernel_timeout=1.0, log=lambda _: None)
+    detail = got[1][0]["detail"]
+    assert "CPU time" in detail and "in its native run" in detail, detail
+    child = int(pid_file.read_text())
+    for _ in range(100):        # (killed; init reaps it)
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the worker's child {child} still runs")
+
+
 def test_a_hanging_kernel_is_a_crash_and_its_batch_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """The real worker with the CPUIFY_FUZZ_TEST_HANG hook: kernel 1 of batch 0..2 spins in
     its native run; it is given up after its own --timeout (not the batch's), reported as a

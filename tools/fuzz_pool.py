@@ -59,6 +59,39 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def _children(pid: int) -> list[int]:
+    """The live child processes of `pid` (Linux's /proc/PID/task/TID/children)."""
+    kids: list[int] = []
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):
+            try:
+                kids += [int(k) for k in Path(f"{task.path}/children").read_text().split()]
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return kids
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU time of process `pid`, of the children it has reaped and of every live process
+    below it (a compiler that runs LLVM in a child process)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        total = 0.0
+    todo, seen = [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _cpu_seconds(p)
+        todo += _children(p)
+    return total
+
+
 @dataclass
 class Worker:
     """One worker process running kernels first..first+n-1 (`single`: one kernel of a batch
@@ -78,6 +111,8 @@ class Worker:
     compiles: int = 0            # compile steps seen (more than one: the batch went one by one)
     last_cpu: float = 0.0        # the worker's CPU time at the last look, and when it last grew
     last_gain: float = field(default_factory=time.perf_counter)
+    _cpu: float = 0.0
+    _cpu_at: float = -1e9
     _read: int = 0
     _partial: bytes = b""
 
@@ -108,11 +143,19 @@ class Worker:
                 self.compiles += 1
             # a kernel's executions share its limit; a new kernel or compile starts a new one
             if kind == "compile" or (kind, what[0]) != (self.step[0], (self.step[1] or [None])[0]):
-                self.step_cpu = _cpu_seconds(self.proc.pid)
+                self.step_cpu = self.cpu()
                 self.step_wall = time.perf_counter()
             self.step = (kind, what)
         elif line.startswith(DONE):
             self.times = json.loads(line[len(DONE):]).get("times", {})
+
+    def cpu(self) -> float:
+        """The worker's CPU seconds so far, children included (looked up at most once a
+        second: a scan of /proc)."""
+        now = time.perf_counter()
+        if now - self._cpu_at >= 1.0:
+            self._cpu, self._cpu_at = _tree_cpu_seconds(self.proc.pid), now
+        return self._cpu
 
     def limit(self) -> float:
         kind, what = self.step
@@ -123,7 +166,7 @@ class Worker:
     def over_limit(self) -> str | None:
         """Why the worker is to be given up now (its step ran too long), or None."""
         limit = self.limit()
-        now, total = time.perf_counter(), _cpu_seconds(self.proc.pid)
+        now, total = time.perf_counter(), self.cpu()
         if total > self.last_cpu:
             self.last_cpu, self.last_gain = total, now
         cpu = total - self.step_cpu
@@ -171,7 +214,9 @@ def run_pool(batches: list[tuple[int, int]], jobs: int, command: Callable[[int, 
     def start(first: int, n: int, single: bool) -> None:
         out = tempfile.TemporaryFile(prefix="fuzz-out-")
         err = tempfile.TemporaryFile(prefix="fuzz-err-")
-        proc = subprocess.Popen(command(first, n), stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        # (a session of its own: a kill takes the processes it started, e.g. an LLVM worker)
+        proc = subprocess.Popen(command(first, n), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
         running.append(Worker(first, n, proc, out, err, kernel_timeout, single))
 
     while pending or running:
@@ -187,7 +232,10 @@ def run_pool(batches: list[tuple[int, int]], jobs: int, command: Callable[[int, 
                 break
             why = w.over_limit()
             if why is not None:
-                w.proc.kill()
+                try:
+                    os.killpg(w.proc.pid, signal.SIGKILL)
+                except OSError:
+                    w.proc.kill()
                 w.proc.wait()
                 ended = (w, why)
                 break
