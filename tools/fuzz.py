@@ -561,12 +561,25 @@ def _keep(keep: Path, spec: KernelSpec, result: dict[str, Any], suffix: str = ""
     (keep / f"{spec.name}{suffix}.json").write_text(json.dumps(launch, indent=1))
 
 
+def _share_runtime() -> None:
+    """Finds (or builds, once) the native runtime here and hands it to the workers through
+    $CPUIFY_RUNTIME_LIB: in a checkout without the built extension (a git worktree) and
+    with CPUIFY_NO_CACHE=1, every worker compiled cpuify_rt.c with cc again (a child
+    process: invisible to py-spy and to the worker's times)."""
+    if os.environ.get("CPUIFY_RUNTIME_LIB"):
+        return
+    _setup_env()
+    from cpuify.runtime import native
+    os.environ["CPUIFY_RUNTIME_LIB"] = native.runtime_path()   # (lives as long as this process)
+
+
 def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | None = None,
          specialized: bool = True, minimize_failures: bool = True, referee: str | None = None,
          max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0,
          kernel_timeout: float = 60.0) -> dict[str, Any]:
     """Runs kernels first..first+count-1 of `seed`; returns the counts and the failures."""
     t0 = time.perf_counter()
+    _share_runtime()
     end = first + count
     batches = [(k, min(batch, end - k)) for k in range(first, end, batch)]
     counts = {"ok": 0, "mismatch": 0, "error": 0, "refused": 0, "crash": 0}
