@@ -456,6 +456,7 @@ def test_several_devices_on_request(build) -> None:  # type: ignore[no-untyped-d
         "peer kernel: 0 wrong",          # x[2][i] = 1 * y[0][i] + 1 = 2 i + 1
         "p2p attributes: rank 0 access 1 atomics 1, same device cudaErrorInvalidDevice",
         "pci: 0000:02:00.0 -> 2, bus ids 0 2 (attribute 2), board 1 1 group 0 0",
+        "pointer devices: 0 2",
     ]
     assert lines(run(exe))[:3] == ["devices: 1", "mismatches: 0", "current: 0"]
     r = run(exe, env={"CPUIFY_DEVICE_COUNT": "0"})

@@ -92,6 +92,11 @@ int main() {
         printf("pci: %s -> %d, bus ids %d %d (attribute %d), board %d %d group %d %d\n", bus,
                found, p0.pciBusID, pl.pciBusID, attr, p0.isMultiGpuBoard, pl.isMultiGpuBoard,
                p0.multiGpuBoardGroupID, pl.multiGpuBoardGroupID);
+        // an allocation belongs to the device current when it was made
+        cudaPointerAttributes a0, al;
+        cudaPointerGetAttributes(&a0, y[0]);
+        cudaPointerGetAttributes(&al, x[last]);
+        printf("pointer devices: %d %d\n", a0.device, al.device);
     }
     return 0;
 }

@@ -606,7 +606,11 @@ typedef struct alloc_t {
     size_t size;
     int kind;
     unsigned flags;
+    int device;          /* the current device when it was allocated (cudaPointerGetAttributes) */
 } alloc_t;
+
+/* the current device is a host thread's own, as in CUDA (cudaSetDevice) */
+static _Thread_local int current_device;
 
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc_t *g_allocs; /* sorted by base */
@@ -629,7 +633,7 @@ static void track(void *p, size_t size, int kind, unsigned flags) {
     g_allocs = grow(g_allocs, &g_cap_allocs, g_nallocs + 1, sizeof *g_allocs);
     size_t i = upper(p);
     memmove(&g_allocs[i + 1], &g_allocs[i], (g_nallocs - i) * sizeof *g_allocs);
-    g_allocs[i] = (alloc_t){(char *)p, size, kind, flags};
+    g_allocs[i] = (alloc_t){(char *)p, size, kind, flags, current_device};
     g_nallocs++;
     if (kind != MEM_REGISTERED) g_device_bytes += size;
     pthread_mutex_unlock(&g_mem_lock);
@@ -886,7 +890,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     if (!attr) return fail(cudaErrorInvalidValue);
     memset(attr, 0, sizeof *attr);
     alloc_t a = lookup(ptr);
-    attr->device = 0;
+    attr->device = a.device;
     switch (a.kind) {
     case MEM_DEVICE:
         attr->type = cudaMemoryTypeDevice;
@@ -1877,9 +1881,6 @@ cudaError_t cudaGetDeviceCount(int *count) {
     *count = device_count();
     return cudaSuccess;
 }
-
-/* the current device is a host thread's own, as in CUDA */
-static _Thread_local int current_device;
 
 cudaError_t cudaGetDevice(int *device) {
     if (!device) return fail(cudaErrorInvalidValue);
