@@ -92,6 +92,10 @@ int main() {
         printf("pci: %s -> %d, bus ids %d %d (attribute %d), board %d %d group %d %d\n", bus,
                found, p0.pciBusID, pl.pciBusID, attr, p0.isMultiGpuBoard, pl.isMultiGpuBoard,
                p0.multiGpuBoardGroupID, pl.multiGpuBoardGroupID);
+        char tiny[5];                  // cut to fit, and an error, as CUDA 13.0 does
+        cudaError_t cut = cudaDeviceGetPCIBusId(tiny, sizeof tiny, last);
+        printf("pci id in 5 bytes: %s '%s'\n", cudaGetErrorName(cut), tiny);
+        cudaGetLastError();
         // an allocation belongs to the device current when it was made
         cudaPointerAttributes a0, al;
         cudaPointerGetAttributes(&a0, y[0]);

@@ -108,7 +108,9 @@ int main() {
     nvmlGpuP2PStatus_t read = NVML_P2P_STATUS_UNKNOWN, nvlink = NVML_P2P_STATUS_UNKNOWN;
     nvmlDeviceGetP2PStatus(h0, hl, NVML_P2P_CAPS_INDEX_READ, &read);
     nvmlDeviceGetP2PStatus(h0, hl, NVML_P2P_CAPS_INDEX_NVLINK, &nvlink);
-    printf("nvml p2p read %d nvlink %d\n", (int)read, (int)nvlink);
+    nvmlGpuP2PStatus_t own_status = NVML_P2P_STATUS_UNKNOWN;
+    nvmlDeviceGetP2PStatus(h0, h0, NVML_P2P_CAPS_INDEX_READ, &own_status);
+    printf("nvml p2p read %d nvlink %d itself %d\n", (int)read, (int)nvlink, (int)own_status);
     nvmlShutdown();
     return 0;
 }

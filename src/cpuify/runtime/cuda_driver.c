@@ -50,6 +50,7 @@ _Static_assert((int)CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID == (int)cudaDev
 /* and the peer errors mirror the runtime's (cuCtxEnablePeerAccess returns the runtime's) */
 _Static_assert((int)CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED == (int)cudaErrorPeerAccessAlreadyEnabled, "");
 _Static_assert((int)CUDA_ERROR_PEER_ACCESS_NOT_ENABLED == (int)cudaErrorPeerAccessNotEnabled, "");
+_Static_assert((int)CUDA_ERROR_PEER_ACCESS_UNSUPPORTED == (int)cudaErrorPeerAccessUnsupported, "");
 _Static_assert((int)CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED == (int)cudaDevP2PAttrCudaArrayAccessSupported, "");
 
 #define MAX_DEVICES 64                     /* as CPUIFY_DEVICE_COUNT's bound */
@@ -248,10 +249,7 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int flags) {
     int peer = context_device(peerContext);
     if (peer < 0) return CUDA_ERROR_INVALID_CONTEXT;
     CUresult r = need_runtime("cuCtxEnablePeerAccess", cudaDeviceEnablePeerAccess != 0);
-    if (r != CUDA_SUCCESS) return r;
-    cudaError_t e = cudaDeviceEnablePeerAccess(peer, flags);
-    if (e == cudaErrorInvalidDevice) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;   /* itself */
-    return from_runtime(e);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaDeviceEnablePeerAccess(peer, flags));
 }
 
 CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {

@@ -33,11 +33,14 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
     return cpuify_cudart_sticky_now();
 }
 
+/* the errors and their order as CUDA 13.0 gives them (H200): flags first, then the peer;
+ * the current device itself is not a peer (cudaErrorPeerAccessUnsupported) */
 cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
     if (flags != 0) return fail(cudaErrorInvalidValue);      /* no flags are defined */
     int device = 0;
     cudaGetDevice(&device);
-    if (!valid_device(peerDevice) || peerDevice == device) return fail(cudaErrorInvalidDevice);
+    if (!valid_device(peerDevice)) return fail(cudaErrorInvalidDevice);
+    if (peerDevice == device) return fail(cudaErrorPeerAccessUnsupported);
     uint64_t bit = UINT64_C(1) << peerDevice;
     if (atomic_fetch_or(&g_peers[device], bit) & bit) return fail(cudaErrorPeerAccessAlreadyEnabled);
     return cpuify_cudart_sticky_now();
@@ -70,11 +73,13 @@ cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, i
     return cpuify_cudart_sticky_now();
 }
 
-/* "domain:bus:device.function" in hex, as CUDA writes it ("0000:01:00.0") */
+/* "domain:bus:device.function" in hex, as CUDA writes it ("0000:01:00.0"); one that does
+ * not fit in len bytes is cut to fit and cudaErrorInvalidValue returned, as CUDA 13.0 does */
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
     if (!pciBusId || len <= 0) return fail(cudaErrorInvalidValue);
     if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
-    snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", 0u, (unsigned)device, 0u);
+    int n = snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", 0u, (unsigned)device, 0u);
+    if (n >= len) return fail(cudaErrorInvalidValue);
     return cpuify_cudart_sticky_now();
 }
 

@@ -365,7 +365,8 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
 }
 
 /* any two devices reach each other's memory (it is the CPU's, as cudaDeviceCanAccessPeer
- * says): reads, writes and atomics; there is no NVLink, and no PCI link either */
+ * says): reads, writes and atomics; there is no NVLink, and no PCI link either.  A device and
+ * itself: NVML_P2P_STATUS_NOT_SUPPORTED for every capability, as NVML answers on a GPU */
 nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                     nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus) {
     NEED_INIT();
@@ -374,7 +375,9 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
     switch (p2pIndex) {
     case NVML_P2P_CAPS_INDEX_READ:
     case NVML_P2P_CAPS_INDEX_WRITE:
-    case NVML_P2P_CAPS_INDEX_ATOMICS: *p2pStatus = NVML_P2P_STATUS_OK; break;
+    case NVML_P2P_CAPS_INDEX_ATOMICS:
+        *p2pStatus = device1 != device2 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        break;
     case NVML_P2P_CAPS_INDEX_NVLINK:
     case NVML_P2P_CAPS_INDEX_PCI: *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED; break;
     default: return NVML_ERROR_INVALID_ARGUMENT;
