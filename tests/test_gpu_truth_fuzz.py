@@ -39,8 +39,10 @@ fuzz = _load_fuzz()
 
 #: kernel -> what differs from the GPU (first look; the cause is not known yet)
 KERNELS = {
-    # its PTX has three mul.f32 and one add.f32 (f0 * f1 - (0.333f - f1)): a product ptxas
-    # fuses that lifting/contract.py does not (or the other way round)?
+    # nvcc hoisted the unrounded product |f1| * 3e38 out of a loop (PTX line 96, the loop's
+    # preheader) and subtracts it in the loop body (line 104, `sub.f32 %f15, %f14, %f4`): the
+    # GPU's bits are those of one fma there, so ptxas fused the one-use product across blocks;
+    # lifting/contract.py fuses a mul with its add/sub only within one block.
     "fz_2810_2948": "f32 results 1 ulp off for values near 1e19",
     "fz_2810_3559": "s0 of 6 threads and scr[252]",
     "fz_2810_5985": "s0 of 245 threads (values land in other threads)",
