@@ -12,30 +12,19 @@ when the cause is fixed, and then the marker must go."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cpuify.interp import InterpModule
+from test_fuzz import fuzz      # tools/fuzz.py, loaded once
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "gpu_truth" / "fuzz_h200"
 
 
-def _load_fuzz():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("cpuify_tools_fuzz_gpu", ROOT / "tools" / "fuzz.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fuzz = _load_fuzz()
 
 #: kernel -> what differs from the GPU (first look; the cause is not known yet)
 KERNELS = {
