@@ -4,7 +4,8 @@ unchanged, through cpuify, run it, and report built / ran / passed its own check
 first error of each program that did not get through.
 
     python -m benchmarks.coverage CORPUS_DIR [--suite NAME] [--only SUBSTR...]
-                                  [--json OUT] [--build-timeout S] [--run-timeout S] [--jobs N]
+                                  [--json OUT] [--build-timeout S] [--run-timeout S]
+                                  [--wall-factor F] [--program-flags REGEX=FLAGS] [--jobs N]
 
 CORPUS_DIR is a checkout of a public suite (fetched by you; this script fetches nothing).
 The suite is recognised by its layout, or named with --suite (`--list` shows the recipes).
@@ -18,6 +19,12 @@ failure.  "passed" means the program's own check said so (each recipe knows how 
 reports success); a program that prints its success message over wrong results is exactly
 what this is meant to catch, so recipes match the suite's *comparison* output, not a bare
 "PASSED" where the suite prints a count of mismatches.
+
+The timeouts are CPU-time limits (benchmarks/limits.py): a build may use --build-timeout
+seconds of CPU (the shell, make, the compilers together), each run --run-timeout seconds,
+with a wall-clock backstop of --wall-factor (10) times that for a command that waits without
+computing; a program starved of CPU on a loaded machine is not counted as timed out.  Both
+the CPU and the wall-clock seconds of every build and run are reported.
 
 A measurement tool: it never fails because a program fails; the exit status is 0 unless the
 tool itself is misused.
@@ -33,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -41,9 +47,11 @@ from pathlib import Path
 
 try:
     from benchmarks import altis, ispass2009
+    from benchmarks.limits import WALL_FACTOR, run_limited
 except ImportError:          # run as a script from benchmarks/
     import altis  # type: ignore[no-redef]
     import ispass2009  # type: ignore[no-redef]
+    from limits import WALL_FACTOR, run_limited  # type: ignore[no-redef]
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,16 @@ class Recipe:
     # programs are single source files (`programs` globs files, not build files): each is its
     # own program, built alone in a copy of its directory ($SRC: the file's name)
     per_file: bool = False
+    # extra compiler flags of some programs, as their READMEs say: (regular expression
+    # searched in the program's path relative to the corpus, flags); the flags of every
+    # matching entry, joined, are $FLAGS in the build commands (empty for the others)
+    program_flags: tuple[tuple[str, str], ...] = ()
 
+
+# `nvcc x.cu -o x` with the CUDA libraries the file includes and the program's $FLAGS
+_SINGLE_FILE_BUILD = ('L=""; for lib in cublas curand cufft cusparse; do '
+                      'grep -q "#include *<$lib" "$SRC" && L="$L -l$lib"; done; '
+                      'nvcc -O2 $FLAGS "$SRC" -o "${SRC%.cu}" $L')
 
 # PolyBench-ACC prints its count of results that differ from its CPU run (two spellings)
 PB_PASSED = r"(Non-Matching CPU-GPU Outputs Beyond Error Threshold of [\d.]+ Percent: 0\b|Number of misses: 0\b)"
@@ -209,17 +226,31 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("single-cu", marker="", programs="**/*.cu", per_file=True,
            # `nvcc x.cu -o x` as a tutorial's reader types it, with the CUDA libraries the file
            # includes; a failed assert (abort) or a nonzero exit status counts as a failure
-           build=('L=""; for lib in cublas curand cufft cusparse; do '
-                  'grep -q "#include *<$lib" "$SRC" && L="$L -l$lib"; done; '
-                  'nvcc -O2 "$SRC" -o "${SRC%.cu}" $L',),
+           build=(_SINGLE_FILE_BUILD,),
            judge=lambda program, directory, output: _single_file_judge(program, directory, output),
            description="one program per .cu file (tutorials, textbook examples): `nvcc x.cu -o x` "
                        "with the libraries it includes, run without arguments; name it with "
                        "--suite"),
+    Recipe("olcf-training", marker="exercises/hw11/run_no_mpi.sh", programs="exercises/**/*.cu",
+           per_file=True, build=(_SINGLE_FILE_BUILD,),
+           judge=lambda program, directory, output: _single_file_judge(program, directory, output),
+           # hw11's README: "If you're running somewhere where you don't have MPI, you can
+           # compile the application without MPI: nvcc -DNO_MPI -o test test.cu"
+           program_flags=((r"(^|/)hw11/test\.cu$", "-DNO_MPI"),),
+           description="OLCF's CUDA training series (exercises/hwN/*.cu): the single-cu recipe "
+                       "with the flags its READMEs give (hw11: -DNO_MPI); `--only solution` "
+                       "for the complete programs"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
 )}
+
+
+def program_flags(recipe: Recipe, program: str, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    """The extra flags of `program` (its path relative to the corpus): those of the recipe's
+    program_flags entries and of `extra` (--program-flags) whose pattern it matches."""
+    return " ".join(flags for pattern, flags in (*recipe.program_flags, *extra)
+                    if re.search(pattern, program))
 
 
 def _gpumembench_judge(program: str, output: str) -> tuple[bool | None, str]:
@@ -263,8 +294,10 @@ class Result:
     built: bool = False
     ran: bool = False
     passed: bool = False
-    build_s: float = 0.0
+    build_s: float = 0.0             # wall-clock seconds
     run_s: float = 0.0
+    build_cpu_s: float = 0.0         # CPU seconds (user + system, every process)
+    run_cpu_s: float = 0.0
     executables: list[str] = field(default_factory=list)
     first_error: str = ""
 
@@ -273,7 +306,7 @@ def cuda_home() -> tuple[str, str]:
     """(toolkit directory, bin directory holding an `nvcc` that is cpuify's)."""
     cli = [sys.executable, "-m", "cpuify.cli.main"]
     try:
-        r = subprocess.run([*cli, "cuda-home"], capture_output=True, text=True, timeout=600)
+        r = run_limited([*cli, "cuda-home"], cpu_limit=600)
         if r.returncode == 0 and r.stdout.strip():
             home = r.stdout.strip().splitlines()[-1]
             return home, os.path.join(home, "bin")
@@ -323,18 +356,18 @@ def _executables(d: Path, pattern: str, before: set[Path]) -> list[Path]:
 
 
 def setup_shared(recipe: Recipe, corpus: Path, env: dict[str, str], timeout: float,
-                 keep: Path | None) -> tuple[Path, str]:
-    """One scratch copy of the whole corpus with the recipe's setup run at its top: (the
-    copy, the first error of a setup step that failed, or "")."""
+                 keep: Path | None, wall_factor: float = WALL_FACTOR) -> tuple[Path, str]:
+    """One scratch copy of the whole corpus with the recipe's setup run at its top (each step
+    under a limit of `timeout` seconds of CPU time): (the copy, the first error of a setup
+    step that failed, or "")."""
     scratch = Path(tempfile.mkdtemp(prefix="cpuify-coverage-", dir=keep))
     top_copy = scratch / corpus.name
     shutil.copytree(corpus, top_copy, symlinks=True)
     for cmd in recipe.setup:
-        try:
-            r = subprocess.run(cmd, shell=True, cwd=top_copy, env={**env, "TOP": str(top_copy)},
-                               capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return top_copy, f"setup `{cmd}` timed out after {timeout:.0f} s"
+        r = run_limited(cmd, shell=True, cwd=top_copy, env={**env, "TOP": str(top_copy)},
+                        cpu_limit=timeout, wall_factor=wall_factor)
+        if r.stopped:
+            return top_copy, r.why(f"setup `{cmd}`", timeout, wall_factor)
         if r.returncode != 0:
             return top_copy, f"setup `{cmd}` failed: {_first_error(r.stdout + r.stderr)}"
     return top_copy, ""
@@ -342,7 +375,10 @@ def setup_shared(recipe: Recipe, corpus: Path, env: dict[str, str], timeout: flo
 
 def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str],
                 build_timeout: float, run_timeout: float, keep: Path | None,
-                shared: Path | None = None) -> Result:
+                shared: Path | None = None, wall_factor: float = WALL_FACTOR,
+                extra_flags: tuple[tuple[str, str], ...] = ()) -> Result:
+    """Builds, runs and judges one program; build_timeout is the CPU seconds its build
+    commands may use together, run_timeout those of each run."""
     prog_dir = makefile.parent
     rel = str(prog_dir.relative_to(corpus))
     res = Result(str(makefile.relative_to(corpus)) if recipe.per_file else rel)
@@ -360,20 +396,20 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         work = top_copy / prog_dir.relative_to(top)
         before = set(_executables(top_copy, "*", set()))
         env = {**env, "TOP": str(top_copy), "PROG": str(work),
-               "REL": str(prog_dir.relative_to(top)), "SRC": makefile.name}
-        t0 = time.perf_counter()
+               "REL": str(prog_dir.relative_to(top)), "SRC": makefile.name,
+               "FLAGS": program_flags(recipe, res.program, extra_flags)}
         log = ""
         for cmd in recipe.build:
-            try:
-                r = subprocess.run(cmd, shell=True, cwd=work, env=env, capture_output=True,
-                                   text=True, timeout=build_timeout)
-            except subprocess.TimeoutExpired:
-                res.first_error = f"build timed out after {build_timeout:.0f} s"
+            r = run_limited(cmd, shell=True, cwd=work, env=env, wall_factor=wall_factor,
+                            cpu_limit=max(build_timeout - res.build_cpu_s, 0.0))
+            res.build_s += r.wall_s
+            res.build_cpu_s += r.cpu_s
+            if r.stopped:
+                res.first_error = r.why("build", build_timeout, wall_factor)
                 return res
             log += r.stdout + r.stderr
             if r.returncode != 0:
                 break
-        res.build_s = time.perf_counter() - t0
         exes = _executables(top_copy, recipe.exe_glob, before)
         ours = [e for e in exes if built_by_cpuify(e)]
         res.executables = [str(e.relative_to(top_copy)) for e in exes]
@@ -384,22 +420,20 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
         res.built = True
         if not recipe.run:
             return res
-        t0 = time.perf_counter()
         outputs = []
         for exe in ours:
-            try:
-                if recipe.run_shell:
-                    r = subprocess.run(recipe.run_shell, shell=True, cwd=work,
-                                       env={**env, "EXE": str(exe)}, capture_output=True,
-                                       text=True, timeout=run_timeout, errors="replace",
-                                       stdin=subprocess.DEVNULL)
-                else:
-                    r = subprocess.run([str(exe), *recipe.run_args], cwd=exe.parent, env=env,
-                                       capture_output=True, text=True, timeout=run_timeout,
-                                       errors="replace", stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
-                res.first_error = f"{exe.name}: run timed out after {run_timeout:.0f} s"
+            if recipe.run_shell:
+                r = run_limited(recipe.run_shell, shell=True, cwd=work, env={**env, "EXE": str(exe)},
+                                cpu_limit=run_timeout, wall_factor=wall_factor)
+            else:
+                r = run_limited([str(exe), *recipe.run_args], cwd=exe.parent, env=env,
+                                cpu_limit=run_timeout, wall_factor=wall_factor)
+            res.run_s += r.wall_s
+            res.run_cpu_s += r.cpu_s
+            if r.stopped:
+                res.first_error = r.why(f"{exe.name}: run", run_timeout, wall_factor)
                 return res
+            assert r.returncode is not None
             out = r.stdout + r.stderr
             outputs.append(out)
             if r.returncode == -6 and "Assertion" in out:     # its own assert() failed
@@ -414,7 +448,6 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
                 res.ran = True
                 res.first_error = f"{exe.name}: exit status {r.returncode}: {_first_error(out)}"
                 return res
-        res.run_s = time.perf_counter() - t0
         res.ran = True
         text = "\n".join(outputs)
         if recipe.judge is not None:
@@ -448,8 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", action="append", choices=sorted(RECIPES))
     ap.add_argument("--only", nargs="*", default=[], help="programs whose path contains one of these")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--build-timeout", type=float, default=900)
-    ap.add_argument("--run-timeout", type=float, default=600)
+    ap.add_argument("--build-timeout", type=float, default=900,
+                    help="CPU seconds a program's build may use (all its processes; default 900)")
+    ap.add_argument("--run-timeout", type=float, default=600,
+                    help="CPU seconds each run of a program may use (default 600)")
+    ap.add_argument("--wall-factor", type=float, default=WALL_FACTOR,
+                    help="wall-clock backstop: stop a build or run after this many times its "
+                         f"CPU-time limit in wall-clock seconds (default {WALL_FACTOR:g})")
+    ap.add_argument("--program-flags", action="append", default=[], metavar="REGEX=FLAGS",
+                    help="extra compiler flags ($FLAGS of the single-file recipes) for the "
+                         "programs whose path matches REGEX; repeatable")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--keep", type=Path, help="keep the scratch copies under this directory")
     ap.add_argument("--list", action="store_true", help="list the suite recipes")
@@ -460,6 +501,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.corpus is None or not a.corpus.is_dir():
         ap.error("give a corpus directory (a checkout of a CUDA suite)")
+    extra_flags = []
+    for item in a.program_flags:
+        pattern, eq, flags = item.partition("=")
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            ap.error(f"--program-flags {item!r}: {pattern!r} is not a regular expression ({e})")
+        if not eq or not pattern:
+            ap.error(f"--program-flags {item!r}: give REGEX=FLAGS")
+        extra_flags.append((pattern, flags))
     corpus = a.corpus.resolve()
     recipes = [RECIPES[n] for n in a.suite] if a.suite else detect(corpus)
     home, bindir = cuda_home()
@@ -490,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     shared: dict[str, tuple[Path, str]] = {}
     for recipe in {job[0] for job in jobs if job[0].setup}:
         print(f"setting up {recipe.name} once: {'; '.join(recipe.setup)}", flush=True)
-        shared[recipe.name] = setup_shared(recipe, corpus, env, a.build_timeout, a.keep)
+        shared[recipe.name] = setup_shared(recipe, corpus, env, a.build_timeout, a.keep,
+                                           a.wall_factor)
 
     def one(job: tuple[Recipe, Path]) -> Result:
         top_copy, setup_error = shared.get(job[0].name, (None, ""))
@@ -498,9 +550,10 @@ def main(argv: list[str] | None = None) -> int:
             r = Result(str(job[1].parent.relative_to(corpus)), first_error=setup_error)
         else:
             r = run_program(job[0], corpus, job[1], env, a.build_timeout, a.run_timeout, a.keep,
-                            top_copy)
+                            top_copy, a.wall_factor, tuple(extra_flags))
         state = "passed" if r.passed else "ran" if r.ran else "built" if r.built else "FAILED"
-        print(f"  {r.program:50s} {state:7s} build {r.build_s:6.1f} s  run {r.run_s:6.1f} s"
+        print(f"  {r.program:50s} {state:7s} build {r.build_cpu_s:6.1f} s CPU {r.build_s:6.1f} s wall"
+              f"  run {r.run_cpu_s:6.1f} s CPU {r.run_s:6.1f} s wall"
               f"{'  ' + r.first_error if r.first_error else ''}", flush=True)
         return r
     # programs of a shared copy are told apart by the executables that appear while each is
@@ -519,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         a.json.write_text(json.dumps({"corpus": str(corpus), "recipes": [r.name for r in recipes],
                                       "programs": n, "built": built, "ran": ran, "passed": passed,
+                                      "limits": {"build_cpu_s": a.build_timeout,
+                                                 "run_cpu_s": a.run_timeout,
+                                                 "wall_factor": a.wall_factor},
                                       "results": [asdict(r) for r in results]}, indent=1))
     return 0
 

@@ -26,10 +26,17 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 import tempfile
 from collections import deque
 from pathlib import Path
+
+try:
+    from benchmarks.limits import run_limited
+except ImportError:          # run as a script from benchmarks/
+    from limits import run_limited  # type: ignore[no-redef]
+
+#: CPU seconds a reference run (DG's CPU version, CP's second run) may use
+REFERENCE_CPU_LIMIT = 600.0
 
 # the number of ways to place n queens, n = 1..15 (OEIS A000170)
 QUEENS = [1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2680, 14200, 73712, 365596, 2279184]
@@ -217,8 +224,9 @@ def _dg(directory: Path, output: str) -> tuple[bool | None, str]:
     if not cpu.exists():
         return None, "its CPU version (Makefiles/MakefileCPU3d) did not build: no reference"
     command = (directory / "README.GPGPU-Sim").read_text().split()
-    ref = subprocess.run([str(cpu), *command[1:]], cwd=directory, capture_output=True, text=True,
-                         timeout=600, stdin=subprocess.DEVNULL, check=False)
+    ref = run_limited([str(cpu), *command[1:]], cwd=directory, cpu_limit=REFERENCE_CPU_LIMIT)
+    if ref.stopped:
+        return None, ref.why("its CPU version", REFERENCE_CPU_LIMIT) + ": no reference"
     expected, got = _ez_values(ref.stdout), _ez_values(output)
     if not expected:
         return None, "its CPU version printed no field: no reference"
@@ -237,8 +245,10 @@ def _cp(directory: Path, output: str) -> tuple[bool | None, str]:
     reference = directory / "benchmarks/cp/output/short/ref.txt"
     with tempfile.TemporaryDirectory() as tmp:
         written = Path(tmp) / "cp.txt"
-        run = subprocess.run([str(exe), "-o", str(written)], cwd=directory, capture_output=True,
-                             text=True, timeout=600, stdin=subprocess.DEVNULL, check=False)
+        run = run_limited([str(exe), "-o", str(written)], cwd=directory,
+                          cpu_limit=REFERENCE_CPU_LIMIT)
+        if run.stopped:
+            return None, run.why("`cp -o FILE`", REFERENCE_CPU_LIMIT)
         if run.returncode != 0 or not written.exists():
             return False, f"`cp -o FILE` wrote no output (exit status {run.returncode})"
         got = written.read_text().splitlines()

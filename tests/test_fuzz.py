@@ -26,6 +26,7 @@ def _load_fuzz():  # type: ignore[no-untyped-def]
 
 
 fuzz = _load_fuzz()
+sys.path.insert(0, str(ROOT / "tools"))     # (fuzz_pool, imported by fuzz.py)
 
 
 def test_generation_is_deterministic_and_covers_the_features() -> None:
@@ -154,6 +155,122 @@ def test_worker_limits_are_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
     got, wall, _ = run("import time; time.sleep(60)")
     assert got is None and 3.9 < wall < 30
     assert fuzz._cpu_seconds(os.getpid()) > 0
+
+
+_FAKE_WORKER = r"""
+import json, os, sys
+first, n = int(sys.argv[1]), int(sys.argv[2])
+def emit(kind, payload):
+    print("\n" + kind + json.dumps(payload), flush=True)
+sys.stderr.write("x" * (1 << 20))       # more than a pipe holds: nobody reads it meanwhile
+sys.stdout.write("y" * (1 << 20))
+emit("@@FUZZ-STEP@@", ["compile", [f"k{i}" for i in range(first, first + n)]])
+for i in range(first, first + n):
+    emit("@@FUZZ-STEP@@", ["kernel", [f"k{i}", "native"]])
+    if i == 1:
+        while True:
+            pass
+    if i == 4:
+        os.kill(os.getpid(), 9)
+    emit("@@FUZZ-RESULT@@", {"name": f"k{i}", "status": "ok", "detail": ""})
+print("\n@@FUZZ@@" + json.dumps({"results": [], "times": {"run_native": 1.0}}), flush=True)
+"""
+
+
+def test_worker_pool_polls_every_worker_and_keeps_finished_results() -> None:
+    """fuzz_pool.run_pool with fake workers: batch 0..2 spins in kernel 1, batch 3..5 dies
+    (SIGKILL) in kernel 4.  The second slot keeps working while the first spins: 3..5 and
+    the rest of it (5) are collected before 0..2 is given up; each killed or crashed
+    worker keeps the results it printed (k0, k3), its kernel counts as a crash naming the
+    step, and only the kernels after it run again (k2, k5), each exactly once."""
+    import fuzz_pool
+    order: list[int] = []
+    got: dict[str, dict] = {}
+
+    def command(first: int, n: int) -> list[str]:
+        return [sys.executable, "-c", _FAKE_WORKER, str(first), str(n)]
+    for first, results, times, crashed in fuzz_pool.run_pool([(0, 3), (3, 3)], 2, command, lambda i: f"k{i}",
+                                                             kernel_timeout=2.0, log=lambda _: None):
+        order.append(first)
+        for r in results:
+            assert r["name"] not in got, r
+            got[r["name"]] = r
+        assert (times == {"run_native": 1.0}) == (crashed is None)
+    assert sorted(got) == [f"k{i}" for i in range(6)]
+    assert {k for k, r in got.items() if r["status"] == "ok"} == {"k0", "k2", "k3", "k5"}
+    assert "CPU time" in got["k1"]["detail"] and "in its native run" in got["k1"]["detail"]
+    assert "SIGKILL" in got["k4"]["detail"] and "in its native run" in got["k4"]["detail"]
+    assert order.index(5) < order.index(0), order       # k5 ran while k1 was still spinning
+    assert order.index(0) < order.index(2), order
+
+
+def test_worker_pool_gives_up_a_worker_that_gains_no_cpu_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deadlocked worker (it sleeps: no CPU time) is killed once it has gained none for
+    WALL_FACTOR times its step's limit, and its kernel counts as a crash."""
+    import fuzz_pool
+    monkeypatch.setattr(fuzz_pool, "WALL_FACTOR", 2.0)
+    script = ("import json, time; print('\\n@@FUZZ-STEP@@' + json.dumps(['kernel', ['k0', 'interp']]), "
+              "flush=True); time.sleep(120)")
+    (got,) = fuzz_pool.run_pool([(0, 1)], 1, lambda first, n: [sys.executable, "-c", script], lambda i: f"k{i}",
+                                kernel_timeout=1.0, log=lambda _: None)
+    first, results, _, crashed = got
+    assert first == 0 and crashed and results[0]["status"] == "crash", got
+    assert "stalled" in results[0]["detail"] and "in its interp run" in results[0]["detail"], results
+
+
+def test_worker_pool_counts_and_kills_the_workers_children(tmp_path: Path) -> None:
+    """CPU time spent in a worker's child process (a compiler running LLVM in one) counts
+    against the step's limit, and giving the worker up ends the child too."""
+    import time
+
+    import fuzz_pool
+    pid_file = tmp_path / "child"
+    script = ("import json, subprocess, sys; print('\\n@@FUZZ-STEP@@' + json.dumps(['kernel', ['k0', 'native']]), "
+              "flush=True); c = subprocess.Popen([sys.executable, '-c', 'while True: pass']); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); c.wait()")
+    (got,) = fuzz_pool.run_pool([(0, 1)], 1, lambda first, n: [sys.executable, "-c", script], lambda i: f"k{i}",
+                                kernel_timeout=1.0, log=lambda _: None)
+    detail = got[1][0]["detail"]
+    assert "CPU time" in detail and "in its native run" in detail, detail
+    child = int(pid_file.read_text())
+    for _ in range(100):        # (killed; init reaps it)
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state in ("Z", "X"):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the worker's child {child} still runs")
+
+
+def test_a_hanging_kernel_is_a_crash_and_its_batch_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real worker with the CPUIFY_FUZZ_TEST_HANG hook: kernel 1 of batch 0..2 spins in
+    its native run; it is given up after its own --timeout (not the batch's), reported as a
+    crash, kernel 0 keeps its result, kernel 2 runs in a new batch, and batch 3..5 completes
+    in the other slot meanwhile."""
+    monkeypatch.setenv("CPUIFY_FUZZ_TEST_HANG", "fz_5_1")
+    lines: list[str] = []
+    summary = fuzz.fuzz(6, 5, jobs=2, batch=3, minimize_failures=False, log=lines.append, kernel_timeout=6.0)
+    assert summary["counts"]["ok"] == 5 and summary["counts"]["crash"] == 1, summary
+    (f,) = summary["failures"]
+    assert f["index"] == 1 and "in its native run" in f["detail"], f
+    text = "\n".join(lines)
+    assert "kernels 2..2 run again" in text
+    assert text.index("[3/6]") < text.index("kernel 1 (fz_5_1): crash"), text
+
+
+def test_a_crash_in_the_shared_compile_reruns_the_batch_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPUIFY_FUZZ_TEST_CRASH=compile:NAME kills the worker while it compiles a module that
+    holds kernel NAME: the batch's kernels run one by one, and only NAME is a crash."""
+    monkeypatch.setenv("CPUIFY_FUZZ_TEST_CRASH", "compile:fz_5_1")
+    lines: list[str] = []
+    summary = fuzz.fuzz(3, 5, jobs=2, batch=3, minimize_failures=False, log=lines.append, kernel_timeout=20.0)
+    assert summary["counts"]["ok"] == 2 and summary["counts"]["crash"] == 1, summary
+    (f,) = summary["failures"]
+    assert f["index"] == 1 and "SIGKILL" in f["detail"] and "compiling a module of 1 kernel" in f["detail"], f
+    assert any("run again one by one" in line for line in lines), lines
 
 
 def test_help_prints() -> None:

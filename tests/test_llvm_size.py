@@ -211,6 +211,10 @@ def test_profile_tool_runs(profile_tool, tmp_path, capsys, monkeypatch):
     # the tool turns the cache off in os.environ; undone after the test (later tests in this
     # process need `cpuify cuda-home`, which lives in the cache)
     monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
+    # and it wraps jit.optimize/emit_object for good (a command line tool): restored after
+    # the test too, or later tests in this process would run the profiling (in-process) path
+    monkeypatch.setattr(jit, "optimize", jit.optimize)
+    monkeypatch.setattr(jit, "emit_object", jit.emit_object)
     src = tmp_path / "k.cu"
     src.write_text(SRC)
     assert profile_tool.main([str(src), "--block", "64", "--top", "5"]) == 0

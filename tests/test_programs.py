@@ -440,15 +440,68 @@ def test_nvcc_compile_error_is_reported(tmp_path: Path) -> None:
 
 def test_several_devices_on_request(build) -> None:  # type: ignore[no-untyped-def]
     """CPUIFY_DEVICE_COUNT=3: a program that gives each of 3 devices a slice of work (OLCF's
-    training hw7 wants 4) runs; results match the host's computation; by default one device,
-    and device 1 is an invalid ordinal."""
+    training hw7 wants 4) runs; results match the host's computation; peer access between
+    any two devices, with CUDA's errors; distinct PCI bus ids; by default one device, and
+    device 1 is an invalid ordinal."""
     exe = build("multi_device")
     assert lines(run(exe, env={"CPUIFY_DEVICE_COUNT": "3"})) == [
         "devices: 3", "mismatches: 0", "current: 2", "new host thread: 0",
         "cudaSetDevice(count): cudaErrorInvalidDevice",
         "properties: cudaSuccess cudaSuccess, uuids distinct",
         "peer copy: 6",                 # y[2][0] = 2 * (0 + 2) + 2
+        "can access peer: 1, itself: 0",
+        # enabling twice fails as in CUDA; a device is not its own peer; no flags exist (the
+        # errors CUDA 13.0 gives on an H200 for the device itself and for flags)
+        "enable: cudaSuccess cudaErrorPeerAccessAlreadyEnabled cudaErrorPeerAccessUnsupported "
+        "cudaErrorInvalidValue, disable: cudaSuccess cudaErrorPeerAccessNotEnabled",
+        "peer kernel: 0 wrong",          # x[2][i] = 1 * y[0][i] + 1 = 2 i + 1
+        "p2p attributes: rank 0 access 1 atomics 1, same device cudaErrorInvalidDevice",
+        "pci: 0000:02:00.0 -> 2, bus ids 0 2 (attribute 2), board 1 1 group 0 0",
+        "pci id in 5 bytes: cudaErrorInvalidValue '0000'",
+        "pointer devices: 0 2",
     ]
     assert lines(run(exe))[:3] == ["devices: 1", "mismatches: 0", "current: 0"]
     r = run(exe, env={"CPUIFY_DEVICE_COUNT": "0"})
     assert lines(r)[0] == "devices: 1" and "CPUIFY_DEVICE_COUNT=0" in r.stderr
+
+
+def _have_nvml_header() -> bool:
+    try:
+        from cpuify.nvcc.cuda_home import nvml_header
+        from cpuify.nvcc.toolkit import find_toolkit
+        return nvml_header(find_toolkit()) is not None
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(not _have_nvml_header(), reason="nvml.h (the nvidia-nvml-dev wheel) missing")
+def test_several_devices_in_the_driver_api_and_nvml(tmp_path: Path) -> None:
+    """CPUIFY_DEVICE_COUNT=3 as the driver API and NVML see it: the same 3 devices as the
+    runtime, a primary context per device that moves the runtime's current device (and
+    follows cudaSetDevice), peer access whose state the runtime shares, PCI bus ids and UUIDs
+    that tell the devices apart; one device by default."""
+    r = nvcc(f"-I{PROGRAMS}", str(PROGRAMS / "multi_device_driver.cu"), "-o", "drv", "-lcuda",
+             "-lnvidia-ml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = run(tmp_path / "drv", env={"CPUIFY_DEVICE_COUNT": "3"})
+    assert lines(out) == [
+        "driver: 3 devices, last 2, past the end 101",          # CUDA_ERROR_INVALID_DEVICE
+        "pci bus 2 0000:02:00.0 -> 2, uuids distinct",
+        "contexts distinct, current device 2 (runtime 2)",
+        "after cudaSetDevice(1): context device 1",
+        "push: runtime 0, pop: c0, runtime 1",
+        "create: 0, runtime 2, after destroy 1",
+        "kernel on device 2: 20 21 22 23",                      # 10 * 2 + threadIdx.x
+        # 704 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, 217 CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+        # 705 CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+        "peer: can 1 itself 0 access 1, enable 0 704 (runtime cudaErrorPeerAccessAlreadyEnabled) "
+        "own 217, disable 0 705",
+        "nvml: 3 devices, past the end 2, last index 2 minor 2",  # NVML_ERROR_INVALID_ARGUMENT
+        "nvml pci 00000000:02:00.0 (found 1), uuids distinct (found 1)",
+        # NVML_P2P_STATUS_OK, NVML_P2P_STATUS_NOT_SUPPORTED (for a device and itself too, as
+        # NVML answers on an H200)
+        "nvml p2p read 0 nvlink 5 itself 5",
+    ]
+    one = lines(run(tmp_path / "drv"))
+    assert one[0] == "driver: 1 devices, last 0, past the end 101"
+    assert one[8].startswith("nvml: 1 devices, past the end 2, last index 0")

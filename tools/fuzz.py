@@ -23,6 +23,16 @@ that exist), so any difference is a cpuify bug.  Generation is deterministic fro
 tools/fuzz_kernels.py.  A failing kernel is minimized (statements deleted while it still
 fails) and written to --keep-failures as a standalone .cu and a .json of its launch.
 
+Batches (--batch kernels, one module) run in --jobs worker processes, polled together: a
+worker prints each step (the module's compile, each kernel's runs) and each kernel's result
+as it goes, and a step that uses more than its CPU-time limit (--timeout per kernel; the
+start and the shared compile max(2 x --timeout, 3 s per kernel); ten times that in
+wall-clock time without gaining CPU time) gets the worker killed.  The kernel it was on
+counts as a crash, the results it printed are kept, and the rest of its batch runs again as
+a new batch (one kernel per batch where the shared compile broke, to find the kernel that
+breaks it); a worker that dies (a signal, an exit code) is handled the same way.  Meanwhile
+the other slots keep working.
+
 `--gpu-referee` writes each batch as a whole CUDA program (inputs built in, outputs written
 to a file), builds it with `--nvcc` (default `nvcc`) and compares its outputs as a fourth
 execution: with NVIDIA's nvcc on a GPU machine the GPU is the referee; with
@@ -34,6 +44,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +57,7 @@ import numpy as np
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # tools/fuzz_kernels.py beside it
+from fuzz_pool import DONE, RESULT, STEP, WALL_FACTOR, _cpu_seconds, emit, run_pool  # noqa: E402
 from fuzz_kernels import (  # noqa: E402
     ARCH, N_GAT, N_GAT64, N_IN, PRELUDE, REUSE_SHARE, SIGNATURE, TICKET_SENTINEL, KernelSpec, Stmt,
     generate, nvrtc_options, render_kernel, render_module,
@@ -175,28 +187,46 @@ def _setup_env() -> None:
         sys.path.insert(0, str(here))
 
 
-def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[dict[str, Any]], dict[str, float]]:
+#: what run_batch reports as it goes (a worker prints it, the parent applies its time limits):
+#: progress("compile", [names of the module's kernels]) before NVRTC and the module builds,
+#: progress("kernel", (name, variant)) before each execution of a kernel, and
+#: progress("result", result) as soon as a kernel's result is final
+Progress = Callable[[str, Any], None]
+
+
+def run_batch(specs: list[KernelSpec], specialized: bool = True, progress: Progress | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Every kernel of `specs` compiled in one module and run each way; one result per kernel:
     {"name", "status": "ok" | "mismatch" | "error" | "refused", "detail"}."""
     _setup_env()
-    import warnings
-
     import cpuify
     from cpuify.frontend.nvrtc import compile_to_ptx
     from cpuify.interp import InterpModule
 
+    def report(event: str, what: Any) -> None:
+        if progress is not None:
+            progress(event, what)
+
+    def final(res: dict[str, Any]) -> list[dict[str, Any]]:
+        report("result", res)
+        return [res]
+
+    def one_by_one() -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        for s in specs:
+            results += run_batch([s], specialized, progress)[0]
+        return results
+
     times: dict[str, float] = {}
+    report("compile", [s.name for s in specs])
     t0 = time.perf_counter()
     try:
         ptx = compile_to_ptx(render_module(specs), filename="fuzz.cu", arch=ARCH,
                              options=nvrtc_options()).ptx
     except Exception as e:  # noqa: BLE001 (any failure is a finding)       # a generator bug: the kernels must be valid CUDA
         if len(specs) == 1:
-            return [{"name": specs[0].name, "status": "error", "detail": f"NVRTC: {e}"}], times
-        results: list[dict[str, Any]] = []
-        for s in specs:
-            results += run_batch([s], specialized)[0]
-        return results, times
+            return final({"name": specs[0].name, "status": "error", "detail": f"NVRTC: {e}"}), times
+        return one_by_one(), times
     t1 = time.perf_counter()
     times["nvrtc"] = t1 - t0
     modules: dict[str, Any] = {}
@@ -204,64 +234,74 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
     for variant, options in (("native", ()), ("no-passes", ("--passes=",))):
         try:
             modules[variant] = cpuify.RawModule(ptx=ptx, options=options)
+            modules[variant].compile()      # (lazy otherwise: in the first kernel's run and limit)
         except cpuify.UnsupportedError as e:
             if len(specs) == 1:
-                return [{"name": specs[0].name, "status": "refused", "detail": str(e)}], times
+                return final({"name": specs[0].name, "status": "refused", "detail": str(e)}), times
             errors[variant] = f"{type(e).__name__}: {e}"
         except Exception as e:  # noqa: BLE001 (any failure is a finding)
             errors[variant] = f"{type(e).__name__}: {e}"
     t2 = time.perf_counter()
     times["compile"] = t2 - t1
     if errors and len(specs) > 1:      # find the kernel that breaks the module
-        results = []
-        for s in specs:
-            results += run_batch([s], specialized)[0]
-        return results, times
+        return one_by_one(), times
     interp = InterpModule(ptx)
     results = []
     times["run_native"] = times["interp"] = 0.0
     for spec in specs:
-        res: dict[str, Any] = {"name": spec.name, "status": "ok", "detail": ""}
-        results.append(res)
         if errors:
-            res.update(status="error", detail="; ".join(f"{v}: {m}" for v, m in errors.items()))
-            continue
-        args = make_args(spec)
-        outs: dict[str, dict[str, np.ndarray]] = {}
-        fails: list[str] = []
-        ta = time.perf_counter()
+            res = {"name": spec.name, "status": "error",
+                   "detail": "; ".join(f"{v}: {m}" for v, m in errors.items())}
+        else:
+            res = _run_kernel(spec, interp, modules, specialized, times, report)
+        results += final(res)
+    return results, times
+
+
+def _run_kernel(spec: KernelSpec, interp: Any, modules: dict[str, Any], specialized: bool,
+                times: dict[str, float], report: Progress) -> dict[str, Any]:
+    """One kernel of a compiled batch run each way and compared (run_batch)."""
+    import warnings
+
+    import cpuify
+    res: dict[str, Any] = {"name": spec.name, "status": "ok", "detail": ""}
+    args = make_args(spec)
+    outs: dict[str, dict[str, np.ndarray]] = {}
+    fails: list[str] = []
+    ta = time.perf_counter()
+    report("kernel", (spec.name, "interp"))
+    try:
+        a = _copy(args)
+        interp.launch(spec.name, spec.grid, spec.block, a)
+        outs["interp"] = outputs(a)
+    except Exception as e:  # noqa: BLE001 (any failure is a finding)
+        fails.append(f"interp: {type(e).__name__}: {e}")
+    tb = time.perf_counter()
+    times["interp"] += tb - ta
+    refused = None
+    for variant in ("native", "no-passes"):
         try:
-            a = _copy(args)
-            interp.launch(spec.name, spec.grid, spec.block, a)
-            outs["interp"] = outputs(a)
-        except Exception as e:  # noqa: BLE001 (any failure is a finding)
-            fails.append(f"interp: {type(e).__name__}: {e}")
-        tb = time.perf_counter()
-        times["interp"] += tb - ta
-        refused = None
-        for variant in ("native", "no-passes"):
+            fn = modules[variant].get_function(spec.name)
+        except cpuify.UnsupportedError as e:
+            refused = str(e)
+            continue
+        runs = ["native", "specialized"] if variant == "native" and specialized else [variant]
+        for run_as in runs:
+            report("kernel", (spec.name, run_as))
             try:
-                fn = modules[variant].get_function(spec.name)
-            except cpuify.UnsupportedError as e:
-                refused = str(e)
-                continue
-            runs = ["native", "specialized"] if variant == "native" and specialized else [variant]
-            for run_as in runs:
-                try:
-                    a = _copy(args)
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("error")
-                        fn(spec.grid, spec.block, a)
-                    outs[run_as] = outputs(a)
-                except Exception as e:  # noqa: BLE001 (any failure is a finding)
-                    fails.append(f"{run_as}: {type(e).__name__}: {e}")
-        times["run_native"] += time.perf_counter() - tb
-        if refused is not None:
-            res.update(status="refused", detail=refused)
-            continue
-        if fails:
-            res.update(status="error", detail="; ".join(fails))
-            continue
+                a = _copy(args)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    fn(spec.grid, spec.block, a)
+                outs[run_as] = outputs(a)
+            except Exception as e:  # noqa: BLE001 (any failure is a finding)
+                fails.append(f"{run_as}: {type(e).__name__}: {e}")
+    times["run_native"] += time.perf_counter() - tb
+    if refused is not None:
+        res.update(status="refused", detail=refused)
+    elif fails:
+        res.update(status="error", detail="; ".join(fails))
+    else:
         diffs = []
         for variant in VARIANTS[1:]:
             if variant in outs:
@@ -270,11 +310,29 @@ def run_batch(specs: list[KernelSpec], specialized: bool = True) -> tuple[list[d
                     diffs.append(f"{variant} vs interp: {d}")
         if diffs:
             res.update(status="mismatch", detail=" | ".join(diffs))
-    return results, times
+    return res
+
+
+def _worker_progress(event: str, what: Any) -> None:
+    """A worker's progress lines (fuzz_pool reads them).  Test hooks: CPUIFY_FUZZ_TEST_HANG
+    or CPUIFY_FUZZ_TEST_CRASH = NAME makes the worker spin or die (SIGKILL) when it starts
+    kernel NAME's native run; = compile:NAME when it compiles a module holding kernel NAME."""
+    if event == "result":
+        emit(RESULT, what)
+        return
+    emit(STEP, [event, what])
+    here = {f"compile:{n}" for n in what} if event == "compile" else \
+        {what[0]} if what[1] == "native" else set()
+    if os.environ.get("CPUIFY_FUZZ_TEST_HANG") in here:
+        while True:
+            pass
+    if os.environ.get("CPUIFY_FUZZ_TEST_CRASH") in here:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _worker_main(argv: list[str]) -> int:
-    """`fuzz.py --worker SEED FIRST N [noSpec]`: runs kernels FIRST..FIRST+N-1, prints JSON.
+    """`fuzz.py --worker SEED FIRST N [noSpec]`: runs kernels FIRST..FIRST+N-1, prints its
+    progress and each result as it goes (fuzz_pool), then the JSON of all.
     `fuzz.py --check FILE.json`: runs the one kernel spec in FILE, prints its JSON result."""
     if argv[0] == "--check":
         spec = KernelSpec.from_json(json.loads(Path(argv[1]).read_text()))
@@ -282,24 +340,10 @@ def _worker_main(argv: list[str]) -> int:
     else:
         seed, first, n = int(argv[1]), int(argv[2]), int(argv[3])
         specs = [generate(seed, i) for i in range(first, first + n)]
-        results, times = run_batch(specs, specialized=argv[4] == "1")
-    sys.stdout.write("\n@@FUZZ@@" + json.dumps({"results": results, "times": times}) + "\n")
+        results, times = run_batch(specs, specialized=argv[4] == "1", progress=_worker_progress)
+    sys.stdout.write("\n" + DONE + json.dumps({"results": results, "times": times}) + "\n")
     sys.stdout.flush()
     return 0
-
-
-#: a worker that has used no more than its CPU-time limit is still given up after this many
-#: times the limit in wall-clock time (a deadlock spends no CPU time)
-WALL_FACTOR = 10.0
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of process `pid` so far, 0.0 where /proc cannot say."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def _communicate(p: subprocess.Popen[str], limit: float) -> tuple[str, str] | None:
@@ -325,11 +369,11 @@ def _spawn(args: list[str], timeout: float) -> dict[str, Any]:
     if got is None:
         return {"crash": f"timed out after {timeout:.0f} s of CPU time"}
     stdout, stderr = got
-    marker = stdout.rfind("@@FUZZ@@")
+    marker = stdout.rfind(DONE)
     if p.returncode != 0 or marker < 0:
         tail = (stderr or stdout)[-1500:]
         return {"crash": f"worker exited with {p.returncode}: {tail}"}
-    return json.loads(stdout[marker + 8:])
+    return json.loads(stdout[marker + len(DONE):])
 
 
 def check_spec(spec: KernelSpec, specialized: bool, timeout: float = 300) -> dict[str, Any]:
@@ -517,56 +561,48 @@ def _keep(keep: Path, spec: KernelSpec, result: dict[str, Any], suffix: str = ""
     (keep / f"{spec.name}{suffix}.json").write_text(json.dumps(launch, indent=1))
 
 
+def _share_runtime() -> None:
+    """Finds (or builds, once) the native runtime here and hands it to the workers through
+    $CPUIFY_RUNTIME_LIB: in a checkout without the built extension (a git worktree) and
+    with CPUIFY_NO_CACHE=1, every worker compiled cpuify_rt.c with cc again (a child
+    process: invisible to py-spy and to the worker's times)."""
+    if os.environ.get("CPUIFY_RUNTIME_LIB"):
+        return
+    _setup_env()
+    from cpuify.runtime import native
+    os.environ["CPUIFY_RUNTIME_LIB"] = native.runtime_path()   # (lives as long as this process)
+
+
 def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | None = None,
          specialized: bool = True, minimize_failures: bool = True, referee: str | None = None,
          max_minimize: int = 10, log: Callable[[str], None] = print, first: int = 0,
          kernel_timeout: float = 60.0) -> dict[str, Any]:
     """Runs kernels first..first+count-1 of `seed`; returns the counts and the failures."""
     t0 = time.perf_counter()
+    _share_runtime()
     end = first + count
     batches = [(k, min(batch, end - k)) for k in range(first, end, batch)]
     counts = {"ok": 0, "mismatch": 0, "error": 0, "refused": 0, "crash": 0}
     failures: list[dict[str, Any]] = []
     refusals: dict[str, int] = {}
     times: dict[str, float] = {}
-    running: list[tuple[subprocess.Popen[str], int, int, float]] = []
-    pending = list(batches)
 
-    def start(first: int, n: int) -> None:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(seed), str(first), str(n),
-               "1" if specialized else "0"]
-        running.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-                        first, n, time.perf_counter()))
+    def command(first: int, n: int) -> list[str]:
+        return [sys.executable, str(Path(__file__).resolve()), "--worker", str(seed), str(first), str(n),
+                "1" if specialized else "0"]
 
     done = 0
-    while pending or running:
-        while pending and len(running) < jobs:
-            start(*pending.pop(0))
-        p, first, n, _started = running.pop(0)
-        limit = max(120.0, kernel_timeout * n)
-        outputs_ = _communicate(p, limit)
-        if outputs_ is None:
-            got = {"crash": f"timed out after {limit:.0f} s of CPU time"}
-        else:
-            so, se = outputs_
-            marker = so.rfind("@@FUZZ@@")
-            got = json.loads(so[marker + 8:]) if p.returncode == 0 and marker >= 0 else \
-                {"crash": f"worker exited with {p.returncode}: {se[-1500:]}"}
-        if "crash" in got:
-            # run the batch's kernels one by one to find the one that crashes or hangs (a
-            # batch that crashes while each kernel alone passes is reported, not hidden)
-            log(f"batch {first}..{first + n - 1} crashed ({got['crash'][-300:]}); rerunning its kernels one by one")
+    for first_, results, batch_times, crashed in run_pool(batches, jobs, command, lambda i: generate(seed, i).name,
+                                                          kernel_timeout, log):
+        if crashed:
             counts["batch_crashes"] = counts.get("batch_crashes", 0) + 1
-            results = [check_spec(generate(seed, i), specialized, timeout=max(120.0, kernel_timeout))
-                       for i in range(first, first + n)]
-        else:
-            results = got["results"]
-            for k, v in got["times"].items():
-                times[k] = times.get(k, 0.0) + v
-        if referee:
+        for k, v in batch_times.items():
+            times[k] = times.get(k, 0.0) + v
+        span = range(first_, first_ + len(results))
+        if referee and results:
             with tempfile.TemporaryDirectory() as tmp:
-                gpu_referee([generate(seed, i) for i in range(first, first + n)], referee, Path(tmp), results)
-        for i, res in zip(range(first, first + n), results):
+                gpu_referee([generate(seed, i) for i in span], referee, Path(tmp), results)
+        for i, res in zip(span, results):
             counts[res["status"]] = counts.get(res["status"], 0) + 1
             if res.get("refereed"):
                 counts["refereed"] = counts.get("refereed", 0) + 1
@@ -578,9 +614,10 @@ def fuzz(count: int, seed: int, jobs: int = 1, batch: int = 40, keep: Path | Non
                 failures.append({"index": i, **res})
                 if keep is not None:    # kept now as generated (minimized at the end of the run)
                     _keep(keep, generate(seed, i), res, suffix=".generated")
-        done += n
+        done += len(results)
         rate = done / (time.perf_counter() - t0)
         log(f"[{done}/{count}] {counts} ({rate:.1f} kernels/s)")
+    failures.sort(key=lambda f: f["index"])
     elapsed = time.perf_counter() - t0
     for n_failure, f in enumerate(failures):
         spec = generate(seed, f["index"])
@@ -612,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("--worker", "--check"):
         return _worker_main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=next(p for p in __doc__.split("\n\n") if p.startswith("Batches")),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=100, help="how many kernels (default 100)")
     ap.add_argument("--seed", type=int, default=0, help="the run's seed (kernel i is the same for a seed)")
@@ -639,8 +677,9 @@ def main(argv: list[str] | None = None) -> int:
                          "around a finding, or a run continued")
     ap.add_argument("--json", type=Path, default=None, help="write the summary as JSON")
     ap.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                    help="seconds of CPU time per kernel before a batch counts as hung (default 60; "
-                         "a worker is also given up after 10 times that in wall-clock time)")
+                    help="CPU seconds each kernel's runs may take before the kernel counts as a crash "
+                         "(default 60; a batch's start and shared compile get max(2 x S, 3 s per kernel); "
+                         "a worker that gains no CPU time for 10 times its step's limit is given up too)")
     a = ap.parse_args(argv)
     if a.ftz:
         os.environ["CPUIFY_FUZZ_FTZ"] = "1"

@@ -187,7 +187,9 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
     payload = module_text.encode()
     for options in ((), DEFAULT_UNSWITCH_OPTIONS):
         try:
-            answer = llvm_worker.request({"cpu": limit, "options": list(options)}, payload)
+            # (this process's options, read from its environment when it first compiled)
+            answer = llvm_worker.request({"cpu": limit, "options": [*llvm_options(), *options]},
+                                         payload)
         except llvm_worker.OverLimit:
             continue
         if answer is None:      # no worker here
@@ -203,16 +205,12 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
 
 
 def _serve_request(header: dict, payload: bytes) -> tuple[dict, bytes]:
-    """llvm_worker's request: O3 of the module text `payload`, with header["options"] set
-    for it (then cpuify's own again); the answer is the optimized module's bitcode."""
-    options = header.get("options") or []
-    for option in options:
+    """llvm_worker's request: O3 of the module text `payload` with the LLVM options
+    header["options"] (the caller's llvm_options, then any that override them for this
+    request); the answer is the optimized module's bitcode."""
+    for option in header.get("options") or ():
         llvm.set_option("cpuify", option)
-    try:
-        mod = _optimize_here(payload.decode(), level="O3", minmax=False)
-    finally:
-        for option in llvm_options() if options else ():
-            llvm.set_option("cpuify", option)
+    mod = _optimize_here(payload.decode(), level="O3", minmax=False)
     return {}, mod.as_bitcode()
 
 

@@ -21,6 +21,7 @@ process (for the rest of this process's life, where it could not start)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import resource
@@ -150,8 +151,6 @@ def _close_at_exit() -> None:
     if _worker is not None:
         _worker.close()
 
-
-import atexit  # noqa: E402  (registered after the functions it calls)
 
 atexit.register(_close_at_exit)
 

@@ -416,3 +416,27 @@ class DomTree:
         if pa is None or pb is None:
             return False
         return pa <= pb and self.post[b] <= self.post[a]
+
+
+def natural_loops(region: Region) -> dict[Block, tuple[set[Block], list[Block]]]:
+    """Loop header -> (the blocks of its natural loop, its latches: the blocks that branch
+    back to it), for every header of a back edge (a branch to a block that dominates it)."""
+    idom = dominators(region)
+    preds = predecessors(region)
+    loops: dict[Block, tuple[set[Block], list[Block]]] = {}
+    for p in region.blocks:
+        if p not in idom:
+            continue
+        for h in p.successors:
+            if h in idom and dominates(idom, h, p):
+                body, latches = loops.setdefault(h, ({h}, []))
+                if p not in latches:
+                    latches.append(p)
+                work = [p]
+                while work:
+                    b = work.pop()
+                    if b in body:
+                        continue
+                    body.add(b)
+                    work.extend(preds.get(b, []))
+    return loops

@@ -1,6 +1,7 @@
 """Builds `libcpuify_cudart.a`: the CUDA runtime on the CPU (runtime/cudart.c, and
 runtime/cudart_async.c for streams, runtime/cudart_texture.c for arrays, textures and
-surfaces, runtime/cudart_graph.c for CUDA graphs and stream capture) together with the block
+surfaces, runtime/cudart_graph.c for CUDA graphs and stream capture, runtime/cudart_devices.c
+for peer access and PCI bus ids) together with the block
 scheduler (runtime/cpuify_rt.c, block_sched.c) and generated stubs for every other
 function of the CUDA runtime API (each prints one line naming itself, once, and returns
 cudaErrorNotSupported, so a program using one links and fails clearly instead of failing
@@ -22,8 +23,8 @@ from cpuify.nvcc.headers import RUNTIME_INCLUDE, legacy_header_dir
 from cpuify.nvcc.toolkit import Toolkit, find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-SOURCES = ("cudart.c", "cudart_async.c", "cudart_texture.c", "cudart_graph.c", "cpuify_rt.c",
-           "block_sched.c", "cpuify_tex.c")
+SOURCES = ("cudart.c", "cudart_async.c", "cudart_texture.c", "cudart_graph.c", "cudart_devices.c",
+           "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
 HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h", "cudart_internal.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]
 

@@ -1,12 +1,17 @@
 /* cpuify's libcuda.so (the CUDA driver API) for `cpuify cuda-home`: the functions that mean
- * something on the CPU.  Device queries describe the device cpuify's CUDA runtime reports;
- * contexts are the one primary context of that device; memory goes through the runtime.
- * Every other driver API function is generated from cuda.h (cpuify/nvcc/cuda_home.py): it
- * prints one line naming itself, once, and returns CUDA_ERROR_NOT_SUPPORTED.
+ * something on the CPU.  Device queries describe the devices cpuify's CUDA runtime reports
+ * (one, or CPUIFY_DEVICE_COUNT of them, all the one CPU); each device has one context, its
+ * primary context (cuCtxCreate gives it too: the devices share one memory, so there is
+ * nothing for a second context of a device to keep apart); the current context is the
+ * runtime's current device's, as in CUDA (cuCtxSetCurrent/Push/Pop set the runtime's
+ * current device, cudaSetDevice changes the current context); memory goes through the
+ * runtime.  Every other driver API function is generated from cuda.h
+ * (cpuify/nvcc/cuda_home.py): it prints one line naming itself, once, and returns
+ * CUDA_ERROR_NOT_SUPPORTED.
  *
  * The runtime is referenced weakly: a program that links cpuify's libcudart (static or
- * shared) gets it; one that links only libcuda gets CUDA_ERROR_NOT_SUPPORTED with a line
- * saying what to link. */
+ * shared) gets it; one that links only libcuda sees one device and gets
+ * CUDA_ERROR_NOT_SUPPORTED with a line saying what to link. */
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -23,6 +28,13 @@
 #pragma weak cudaDeviceSynchronize
 #pragma weak cudaDeviceGetAttribute
 #pragma weak cudaGetDeviceProperties
+#pragma weak cudaGetDeviceCount
+#pragma weak cudaGetDevice
+#pragma weak cudaSetDevice
+#pragma weak cudaDeviceEnablePeerAccess
+#pragma weak cudaDeviceDisablePeerAccess
+#pragma weak cudaDeviceGetPCIBusId
+#pragma weak cudaDeviceGetByPCIBusId
 
 /* generated with the stubs: the name of a CUresult value, NULL when there is none */
 extern const char *cpuify_cu_error_name(int value);
@@ -34,12 +46,26 @@ _Static_assert((int)CU_DEVICE_ATTRIBUTE_WARP_SIZE == (int)cudaDevAttrWarpSize, "
 _Static_assert((int)CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR == (int)cudaDevAttrComputeCapabilityMajor, "");
 _Static_assert((int)CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR == (int)cudaDevAttrComputeCapabilityMinor, "");
 _Static_assert((int)CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK == (int)cudaDevAttrMaxSharedMemoryPerBlock, "");
+_Static_assert((int)CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID == (int)cudaDevAttrMultiGpuBoardGroupID, "");
+/* and the peer errors mirror the runtime's (cuCtxEnablePeerAccess returns the runtime's) */
+_Static_assert((int)CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED == (int)cudaErrorPeerAccessAlreadyEnabled, "");
+_Static_assert((int)CUDA_ERROR_PEER_ACCESS_NOT_ENABLED == (int)cudaErrorPeerAccessNotEnabled, "");
+_Static_assert((int)CUDA_ERROR_PEER_ACCESS_UNSUPPORTED == (int)cudaErrorPeerAccessUnsupported, "");
+_Static_assert((int)CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED == (int)cudaDevP2PAttrCudaArrayAccessSupported, "");
+
+#define MAX_DEVICES 64                     /* as CPUIFY_DEVICE_COUNT's bound */
+#define MAX_STACK 64                       /* contexts pushed on one thread */
 
 static atomic_int g_initialized;
-static char g_primary_context;             /* the address is the context's handle */
-static _Thread_local CUcontext tls_current;
+static char g_primary_context[MAX_DEVICES];        /* &[d] is device d's context's handle */
+static atomic_int g_primary_retained[MAX_DEVICES]; /* cuDevicePrimaryCtxRetain - Release */
+static atomic_uint g_primary_flags[MAX_DEVICES];
+/* the thread's context stack, as devices (-1: the thread has not used one yet); with the
+ * runtime, the top is the runtime's current device */
+static _Thread_local int tls_depth = -1;
+static _Thread_local int tls_stack[MAX_STACK];
 
-#define CONTEXT ((CUcontext)(void *)&g_primary_context)
+#define CONTEXT(d) ((CUcontext)(void *)&g_primary_context[(d)])
 
 static CUresult need_runtime(const char *fn, int present) {
     if (present) return CUDA_SUCCESS;
@@ -57,8 +83,47 @@ static CUresult from_runtime(cudaError_t e) {
     return cpuify_cu_error_name((int)e) ? (CUresult)e : CUDA_ERROR_UNKNOWN;
 }
 
+/* the devices the runtime shows (CPUIFY_DEVICE_COUNT); one without the runtime */
+static int device_count(void) {
+    int n = 1;
+    if (cudaGetDeviceCount && cudaGetDeviceCount(&n) != cudaSuccess) n = 1;
+    return n;
+}
+
+/* the device a context handle is the context of, -1 for none */
+static int context_device(CUcontext ctx) {
+    const char *c = (const char *)(void *)ctx;
+    if (c < g_primary_context || c >= g_primary_context + device_count()) return -1;
+    return (int)(c - g_primary_context);
+}
+
 #define NEED_INIT() do { if (!atomic_load(&g_initialized)) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
-#define CHECK_DEVICE(d) do { if ((d) != 0) return CUDA_ERROR_INVALID_DEVICE; } while (0)
+#define CHECK_DEVICE(d) do { if ((d) < 0 || (d) >= device_count()) return CUDA_ERROR_INVALID_DEVICE; } while (0)
+
+/* The thread's context stack; a thread starts with the runtime's current device's primary
+ * context current (CUDA's runtime makes it current when it initializes). */
+static void stack_begin(void) {
+    if (tls_depth >= 0) return;
+    tls_depth = 0;
+    if (cudaGetDevice) {
+        int d = 0;
+        cudaGetDevice(&d);
+        tls_stack[tls_depth++] = d;
+    }
+}
+
+/* the device of the current context, -1 when none is current */
+static int current_device(void) {
+    stack_begin();
+    if (tls_depth == 0) return -1;
+    if (cudaGetDevice) cudaGetDevice(&tls_stack[tls_depth - 1]);   /* cudaSetDevice moves it */
+    return tls_stack[tls_depth - 1];
+}
+
+/* the top of the stack changed: the runtime's current device follows */
+static void top_changed(void) {
+    if (tls_depth > 0 && cudaSetDevice) cudaSetDevice(tls_stack[tls_depth - 1]);
+}
 
 CUresult cuInit(unsigned int flags) {
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -75,7 +140,7 @@ CUresult cuDriverGetVersion(int *version) {
 CUresult cuDeviceGetCount(int *count) {
     NEED_INIT();
     if (!count) return CUDA_ERROR_INVALID_VALUE;
-    *count = 1;
+    *count = device_count();
     return CUDA_SUCCESS;
 }
 
@@ -83,7 +148,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     NEED_INIT();
     if (!device) return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEVICE(ordinal);
-    *device = 0;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 
@@ -93,7 +158,7 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attrib, CUdevice de
     CHECK_DEVICE(dev);
     CUresult r = need_runtime("cuDeviceGetAttribute", cudaDeviceGetAttribute != 0);
     if (r != CUDA_SUCCESS) return r;
-    return from_runtime(cudaDeviceGetAttribute(value, (enum cudaDeviceAttr)attrib, 0));
+    return from_runtime(cudaDeviceGetAttribute(value, (enum cudaDeviceAttr)attrib, dev));
 }
 
 CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) {
@@ -102,14 +167,18 @@ CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) {
     return r != CUDA_SUCCESS ? r : cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
 }
 
-CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+static CUresult properties(const char *fn, CUdevice dev, struct cudaDeviceProp *p) {
     NEED_INIT();
-    if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEVICE(dev);
-    CUresult r = need_runtime("cuDeviceGetName", cudaGetDeviceProperties != 0);
-    if (r != CUDA_SUCCESS) return r;
+    CUresult r = need_runtime(fn, cudaGetDeviceProperties != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaGetDeviceProperties(p, dev));
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    if (!name || len <= 0) return atomic_load(&g_initialized) ? CUDA_ERROR_INVALID_VALUE
+                                                              : CUDA_ERROR_NOT_INITIALIZED;
     struct cudaDeviceProp p;
-    r = from_runtime(cudaGetDeviceProperties(&p, 0));
+    CUresult r = properties("cuDeviceGetName", dev, &p);
     if (r != CUDA_SUCCESS) return r;
     strncpy(name, p.name, (size_t)len - 1);
     name[len - 1] = '\0';
@@ -117,62 +186,207 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
 }
 
 CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
-    NEED_INIT();
-    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-    CHECK_DEVICE(dev);
-    CUresult r = need_runtime("cuDeviceTotalMem", cudaGetDeviceProperties != 0);
-    if (r != CUDA_SUCCESS) return r;
+    if (!bytes) return atomic_load(&g_initialized) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
     struct cudaDeviceProp p;
-    r = from_runtime(cudaGetDeviceProperties(&p, 0));
+    CUresult r = properties("cuDeviceTotalMem", dev, &p);
     if (r == CUDA_SUCCESS) *bytes = p.totalGlobalMem;
     return r;
 }
 
-/* contexts: the device's primary context is the only one */
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
+    if (!uuid) return atomic_load(&g_initialized) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    struct cudaDeviceProp p;
+    CUresult r = properties("cuDeviceGetUuid", dev, &p);
+    if (r == CUDA_SUCCESS) memcpy(uuid->bytes, p.uuid.bytes, sizeof uuid->bytes);
+    return r;
+}
+
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuDeviceGetPCIBusId", cudaDeviceGetPCIBusId != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaDeviceGetPCIBusId(pciBusId, len, dev));
+}
+
+CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuDeviceGetByPCIBusId", cudaDeviceGetByPCIBusId != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaDeviceGetByPCIBusId(dev, pciBusId));
+}
+
+/* peers: any two distinct devices (the same memory), as cudaDeviceCanAccessPeer says */
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) {
+    NEED_INIT();
+    if (!canAccessPeer) return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    CHECK_DEVICE(peerDev);
+    *canAccessPeer = dev != peerDev;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                 CUdevice dstDevice) {
+    NEED_INIT();
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(srcDevice);
+    CHECK_DEVICE(dstDevice);
+    if (srcDevice == dstDevice) return CUDA_ERROR_INVALID_DEVICE;
+    switch (attrib) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: *value = 0; break;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: *value = 0; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* the runtime keeps which device enabled access to which (cudart_devices.c): the current
+ * context's device is the runtime's current device */
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int flags) {
+    NEED_INIT();
+    if (current_device() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    int peer = context_device(peerContext);
+    if (peer < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = need_runtime("cuCtxEnablePeerAccess", cudaDeviceEnablePeerAccess != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaDeviceEnablePeerAccess(peer, flags));
+}
+
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
+    NEED_INIT();
+    if (current_device() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    int peer = context_device(peerContext);
+    if (peer < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = need_runtime("cuCtxDisablePeerAccess", cudaDeviceDisablePeerAccess != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaDeviceDisablePeerAccess(peer));
+}
+
+/* contexts: each device's primary context is its only one */
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     NEED_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     CHECK_DEVICE(dev);
-    *pctx = CONTEXT;
+    atomic_fetch_add(&g_primary_retained[dev], 1);
+    *pctx = CONTEXT(dev);
     return CUDA_SUCCESS;
 }
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
     NEED_INIT();
     CHECK_DEVICE(dev);
+    int n = atomic_load(&g_primary_retained[dev]);
+    do {
+        if (n <= 0) return CUDA_ERROR_INVALID_CONTEXT;     /* released more than retained */
+    } while (!atomic_compare_exchange_weak(&g_primary_retained[dev], &n, n - 1));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    NEED_INIT();
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    *flags = atomic_load(&g_primary_flags[dev]);
+    *active = atomic_load(&g_primary_retained[dev]) > 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+    NEED_INIT();
+    CHECK_DEVICE(dev);
+    atomic_store(&g_primary_flags[dev], flags);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+    NEED_INIT();
+    CHECK_DEVICE(dev);
+    atomic_store(&g_primary_retained[dev], 0);
+    atomic_store(&g_primary_flags[dev], 0);
+    return CUDA_SUCCESS;
+}
+
+/* cuCtxCreate: the device's primary context, pushed on the thread's stack (affinity and
+ * graphics-interop parameters are not supported) */
+CUresult cuCtxCreate(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev) {
+    NEED_INIT();
+    (void)flags;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    CHECK_DEVICE(dev);
+    if (params && (params->execAffinityParams || params->numExecAffinityParams || params->cigParams))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    stack_begin();
+    if (tls_depth == MAX_STACK) return CUDA_ERROR_OUT_OF_MEMORY;
+    tls_stack[tls_depth++] = dev;
+    top_changed();
+    *pctx = CONTEXT(dev);
+    return CUDA_SUCCESS;
+}
+
+/* the context stays usable (it is the primary context); it leaves the top of this thread's
+ * stack where it is current */
+CUresult cuCtxDestroy(CUcontext ctx) {
+    NEED_INIT();
+    int d = context_device(ctx);
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (current_device() == d) {
+        tls_depth--;
+        top_changed();
+    }
     return CUDA_SUCCESS;
 }
 
 CUresult cuCtxGetCurrent(CUcontext *pctx) {
     NEED_INIT();
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-    *pctx = tls_current;
+    int d = current_device();
+    *pctx = d < 0 ? NULL : CONTEXT(d);
     return CUDA_SUCCESS;
 }
 
+/* replaces the top of the stack (NULL: pops it) */
 CUresult cuCtxSetCurrent(CUcontext ctx) {
     NEED_INIT();
-    if (ctx && ctx != CONTEXT) return CUDA_ERROR_INVALID_CONTEXT;
-    tls_current = ctx;
+    stack_begin();
+    if (!ctx) {
+        if (tls_depth > 0) tls_depth--;
+        top_changed();
+        return CUDA_SUCCESS;
+    }
+    int d = context_device(ctx);
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (tls_depth == 0) tls_depth = 1;
+    tls_stack[tls_depth - 1] = d;
+    top_changed();
     return CUDA_SUCCESS;
 }
 
 CUresult cuCtxPushCurrent(CUcontext ctx) {
-    return ctx ? cuCtxSetCurrent(ctx) : CUDA_ERROR_INVALID_VALUE;
+    NEED_INIT();
+    int d = context_device(ctx);
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    stack_begin();
+    if (tls_depth == MAX_STACK) return CUDA_ERROR_OUT_OF_MEMORY;
+    tls_stack[tls_depth++] = d;
+    top_changed();
+    return CUDA_SUCCESS;
 }
 
 CUresult cuCtxPopCurrent(CUcontext *pctx) {
     NEED_INIT();
-    if (!tls_current) return CUDA_ERROR_INVALID_CONTEXT;
-    if (pctx) *pctx = tls_current;
-    tls_current = NULL;
+    int d = current_device();
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx) *pctx = CONTEXT(d);
+    tls_depth--;
+    top_changed();
     return CUDA_SUCCESS;
 }
 
 CUresult cuCtxGetDevice(CUdevice *device) {
     NEED_INIT();
     if (!device) return CUDA_ERROR_INVALID_VALUE;
-    *device = 0;
+    int d = current_device();
+    if (d < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = d;
     return CUDA_SUCCESS;
 }
 

@@ -606,7 +606,11 @@ typedef struct alloc_t {
     size_t size;
     int kind;
     unsigned flags;
+    int device;          /* the current device when it was allocated (cudaPointerGetAttributes) */
 } alloc_t;
+
+/* the current device is a host thread's own, as in CUDA (cudaSetDevice) */
+static _Thread_local int current_device;
 
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static alloc_t *g_allocs; /* sorted by base */
@@ -629,7 +633,7 @@ static void track(void *p, size_t size, int kind, unsigned flags) {
     g_allocs = grow(g_allocs, &g_cap_allocs, g_nallocs + 1, sizeof *g_allocs);
     size_t i = upper(p);
     memmove(&g_allocs[i + 1], &g_allocs[i], (g_nallocs - i) * sizeof *g_allocs);
-    g_allocs[i] = (alloc_t){(char *)p, size, kind, flags};
+    g_allocs[i] = (alloc_t){(char *)p, size, kind, flags, current_device};
     g_nallocs++;
     if (kind != MEM_REGISTERED) g_device_bytes += size;
     pthread_mutex_unlock(&g_mem_lock);
@@ -886,7 +890,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const v
     if (!attr) return fail(cudaErrorInvalidValue);
     memset(attr, 0, sizeof *attr);
     alloc_t a = lookup(ptr);
-    attr->device = 0;
+    attr->device = a.device;
     switch (a.kind) {
     case MEM_DEVICE:
         attr->type = cudaMemoryTypeDevice;
@@ -1264,12 +1268,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
  * several GPUs (one per device in a loop of cudaSetDevice): they share the one CPU, its
  * worker pool and its memory, so a pointer of any device is valid on every other; the
  * devices' work is ordered as one device's (cudaDeviceSynchronize waits for all of it). */
-static int device_count(void) {
+int cpuify_cudart_device_count(void) {
     static _Atomic int n;
     if (!n) {
         const char *e = getenv("CPUIFY_DEVICE_COUNT");
         int v = e ? atoi(e) : 1;
-        if (v < 1 || v > 64) {
+        if (v < 1 || v > CPUIFY_MAX_DEVICES) {
             if (e) fprintf(stderr, "cpuify: CPUIFY_DEVICE_COUNT=%s is not a count from 1 to 64; "
                                    "using 1 device\n", e);
             v = 1;
@@ -1279,6 +1283,7 @@ static int device_count(void) {
     return n;
 }
 
+#define device_count cpuify_cudart_device_count
 static int valid_device(int device) { return device >= 0 && device < device_count(); }
 
 cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count) {
@@ -1737,7 +1742,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     memset(p, 0, sizeof *p);
     cpu_model(p->name, sizeof p->name);
     memcpy(p->uuid.bytes, "cpuify-cpu-dev-0", 16);
-    p->uuid.bytes[15] = (char)('0' + device % 10);     /* devices told apart (up to 10) */
+    p->uuid.bytes[15] = (char)('0' + device % 10);     /* devices told apart (all 64) */
+    if (device >= 10) p->uuid.bytes[14] = (char)('0' + device / 10);
     p->totalGlobalMem = phys_total();
     p->sharedMemPerBlock = DEFAULT_SHARED;
     p->regsPerBlock = 65536;
@@ -1781,6 +1787,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->memoryPoolsSupported = 0;
     p->deviceNumaId = -1;
     p->hostNumaId = -1;
+    /* each device its own PCI bus (bus = ordinal: cudaDeviceGetPCIBusId, NVML); all of them
+     * are the one CPU, so they count as one multi-GPU board */
+    p->pciBusID = device;
+    p->isMultiGpuBoard = device_count() > 1;
+    p->multiGpuBoardGroupID = 0;
     cpuify_cudart_texture_limits(p);
 #if defined(CPUIFY_LEGACY_DEVICE_PROP) || CUDART_VERSION < 13000
     /* the fields CUDA 13 removed (cpuify/nvcc/headers.py puts them back) */
@@ -1800,7 +1811,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     if (!value) return fail(cudaErrorInvalidValue);
     if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
     struct cudaDeviceProp p;
-    cudaGetDeviceProperties(&p, 0);
+    cudaGetDeviceProperties(&p, device);
     int v;
     switch (attr) {
     case cudaDevAttrMaxThreadsPerBlock: v = p.maxThreadsPerBlock; break;
@@ -1851,7 +1862,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     case cudaDevAttrStreamPrioritiesSupported: v = 0; break;
     case cudaDevAttrMemoryPoolsSupported: v = 0; break;
     case cudaDevAttrSingleToDoublePrecisionPerfRatio: v = 2; break;
-    case cudaDevAttrPciBusId: case cudaDevAttrPciDeviceId: case cudaDevAttrPciDomainId: v = 0; break;
+    case cudaDevAttrPciBusId: v = p.pciBusID; break;
+    case cudaDevAttrPciDeviceId: v = p.pciDeviceID; break;
+    case cudaDevAttrPciDomainId: v = p.pciDomainID; break;
+    case cudaDevAttrIsMultiGpuBoard: v = p.isMultiGpuBoard; break;
+    case cudaDevAttrMultiGpuBoardGroupID: v = p.multiGpuBoardGroupID; break;
     default:
         v = cpuify_cudart_texture_attribute(attr, &p);
         if (v < 0) v = 0;
@@ -1866,9 +1881,6 @@ cudaError_t cudaGetDeviceCount(int *count) {
     *count = device_count();
     return cudaSuccess;
 }
-
-/* the current device is a host thread's own, as in CUDA */
-static _Thread_local int current_device;
 
 cudaError_t cudaGetDevice(int *device) {
     if (!device) return fail(cudaErrorInvalidValue);
@@ -1921,6 +1933,7 @@ cudaError_t cudaDeviceSynchronize(void) {
 cudaError_t cudaDeviceReset(void) {
     cpuify_cudart_wait_launches();   /* (the kernels in flight complete first) */
     if (atomic_load(&g_sticky) != cudaSuccess) atomic_store(&g_sticky, cudaErrorDevicesUnavailable);
+    cpuify_cudart_forget_peers(current_device);   /* (its peer mappings go with its context) */
     tls_last_error = cudaSuccess;
     return cudaSuccess;
 }
@@ -1966,13 +1979,6 @@ cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit) {
         }
     }
     *value = v;
-    return sticky();
-}
-
-cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice) {
-    (void)device; (void)peerDevice;
-    if (!canAccessPeer) return fail(cudaErrorInvalidValue);
-    *canAccessPeer = 0;
     return sticky();
 }
 

@@ -1,6 +1,7 @@
 /* cpuify's CUDA runtime: what its source files share (not an interface of the library).
  * cudart.c holds the core (errors, memory, copies, launches); cudart_texture.c the CUDA
- * arrays and texture/surface objects; cudart_graph.c CUDA graphs and stream capture. */
+ * arrays and texture/surface objects; cudart_graph.c CUDA graphs and stream capture;
+ * cudart_devices.c what concerns several devices (peer access, PCI bus ids). */
 #ifndef CPUIFY_CUDART_INTERNAL_H
 #define CPUIFY_CUDART_INTERNAL_H
 
@@ -38,6 +39,11 @@ CPUIFY_INTERNAL cudaError_t cpuify_cudart_copy2d(void *dst, size_t dpitch, const
                                                  size_t spitch, size_t width, size_t height,
                                                  enum cudaMemcpyKind kind, cudaStream_t s, unsigned how);
 CPUIFY_API cudaError_t cpuify_cudart_not_supported(const char *fn);
+/* cudart.c: the devices shown (CPUIFY_DEVICE_COUNT, 1 to 64); cudart_devices.c: forget the
+ * peer access enabled from and to `device` (cudaDeviceReset) */
+#define CPUIFY_MAX_DEVICES 64
+CPUIFY_INTERNAL int cpuify_cudart_device_count(void);
+CPUIFY_INTERNAL void cpuify_cudart_forget_peers(int device);
 
 /* cudart_texture.c: a CUDA array as a pitched pointer (returns its element size; 1 for no
  * array, 0 for an invalid one); whether a box of `bytes` (width in bytes) at pos (x in

@@ -1,6 +1,7 @@
 /* cpuify's libnvidia-ml.so (NVML, the NVIDIA Management Library) for `cpuify cuda-home`: the
  * queries that mean something on the CPU, compiled against the nvml.h of NVIDIA's
- * nvidia-nvml-dev wheel.  NVML sees one device, the one cpuify's CUDA runtime reports: its
+ * nvidia-nvml-dev wheel.  NVML sees the devices cpuify's CUDA runtime reports (one, or
+ * CPUIFY_DEVICE_COUNT of them, all the one CPU; index i is CUDA device i): their
  * name, UUID, PCI location and memory come from cudaGetDeviceProperties/cudaMemGetInfo, the
  * memory clock from cudaDevAttrMemoryClockRate, the graphics/SM clocks from the CPU's
  * frequency (sysfs cpufreq, else /proc/cpuinfo; NVML_ERROR_NOT_SUPPORTED when neither says).
@@ -25,16 +26,33 @@
 #pragma weak cudaGetDeviceProperties
 #pragma weak cudaMemGetInfo
 #pragma weak cudaDeviceGetAttribute
+#pragma weak cudaGetDeviceCount
 
 /* generated with the stubs: nvmlErrorString's text of an nvmlReturn_t, NULL when there is none */
 extern const char *cpuify_nvml_error_text(int value);
 
 static atomic_int g_init_count;          /* nvmlInit/nvmlShutdown pairs, as NVML counts them */
-static char g_device;                    /* the address is the device's handle */
-#define DEVICE ((nvmlDevice_t)(void *)&g_device)
+static char g_devices[64];               /* &g_devices[i] is device i's handle */
+#define DEVICE(i) ((nvmlDevice_t)(void *)&g_devices[(i)])
+
+/* the devices the runtime shows (CPUIFY_DEVICE_COUNT); one without the runtime */
+static unsigned device_count(void) {
+    int n = 1;
+    if (cudaGetDeviceCount && cudaGetDeviceCount(&n) != cudaSuccess) n = 1;
+    return (unsigned)n;
+}
+
+/* the index of a handle, -1 for none */
+static int device_index(nvmlDevice_t device) {
+    const char *c = (const char *)(void *)device;
+    if (c < g_devices || c >= g_devices + device_count()) return -1;
+    return (int)(c - g_devices);
+}
 
 #define NEED_INIT() do { if (atomic_load(&g_init_count) <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
-#define CHECK_HANDLE(d) do { if ((d) != DEVICE) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+/* declares `index`, the handle's device */
+#define CHECK_HANDLE(d) int index = device_index(d); \
+    do { if (index < 0) return NVML_ERROR_INVALID_ARGUMENT; (void)index; } while (0)
 
 static nvmlReturn_t need_runtime(const char *fn, int present) {
     if (present) return NVML_SUCCESS;
@@ -45,10 +63,10 @@ static nvmlReturn_t need_runtime(const char *fn, int present) {
     return NVML_ERROR_NOT_SUPPORTED;
 }
 
-static nvmlReturn_t device_properties(const char *fn, struct cudaDeviceProp *p) {
+static nvmlReturn_t device_properties(const char *fn, int index, struct cudaDeviceProp *p) {
     nvmlReturn_t r = need_runtime(fn, cudaGetDeviceProperties != 0);
     if (r != NVML_SUCCESS) return r;
-    return cudaGetDeviceProperties(p, 0) == cudaSuccess ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+    return cudaGetDeviceProperties(p, index) == cudaSuccess ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 
 static nvmlReturn_t copy_string(char *out, unsigned int length, const char *text) {
@@ -107,7 +125,7 @@ nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     NEED_INIT();
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-    *count = 1;
+    *count = device_count();
     return NVML_SUCCESS;
 }
 
@@ -115,8 +133,8 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     NEED_INIT();
-    if (!device || index != 0) return NVML_ERROR_INVALID_ARGUMENT;
-    *device = DEVICE;
+    if (!device || index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = DEVICE(index);
     return NVML_SUCCESS;
 }
 
@@ -126,9 +144,9 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
     NEED_INIT();
-    CHECK_HANDLE(device);
-    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
-    *index = 0;
+    int i = device_index(device);
+    if (i < 0 || !index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)i;
     return NVML_SUCCESS;
 }
 
@@ -146,14 +164,17 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t
     if (!pciBusId || !device) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned domain, bus, dev;
     if (!parse_bus_id(pciBusId, &domain, &bus, &dev)) return NVML_ERROR_INVALID_ARGUMENT;
-    struct cudaDeviceProp p;
-    nvmlReturn_t r = device_properties("nvmlDeviceGetHandleByPciBusId", &p);
-    if (r != NVML_SUCCESS) return r;
-    if (domain != (unsigned)p.pciDomainID || bus != (unsigned)p.pciBusID ||
-        dev != (unsigned)p.pciDeviceID)
-        return NVML_ERROR_NOT_FOUND;
-    *device = DEVICE;
-    return NVML_SUCCESS;
+    for (unsigned i = 0; i < device_count(); i++) {
+        struct cudaDeviceProp p;
+        nvmlReturn_t r = device_properties("nvmlDeviceGetHandleByPciBusId", (int)i, &p);
+        if (r != NVML_SUCCESS) return r;
+        if (domain == (unsigned)p.pciDomainID && bus == (unsigned)p.pciBusID &&
+            dev == (unsigned)p.pciDeviceID) {
+            *device = DEVICE(i);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
@@ -171,21 +192,25 @@ static void uuid_text(const struct cudaDeviceProp *p, char *out, size_t n) {
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     NEED_INIT();
     if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
-    struct cudaDeviceProp p;
-    nvmlReturn_t r = device_properties("nvmlDeviceGetHandleByUUID", &p);
-    if (r != NVML_SUCCESS) return r;
-    char ours[NVML_DEVICE_UUID_BUFFER_SIZE];
-    uuid_text(&p, ours, sizeof ours);
-    if (strcasecmp(uuid, ours) != 0) return NVML_ERROR_NOT_FOUND;
-    *device = DEVICE;
-    return NVML_SUCCESS;
+    for (unsigned i = 0; i < device_count(); i++) {
+        struct cudaDeviceProp p;
+        nvmlReturn_t r = device_properties("nvmlDeviceGetHandleByUUID", (int)i, &p);
+        if (r != NVML_SUCCESS) return r;
+        char ours[NVML_DEVICE_UUID_BUFFER_SIZE];
+        uuid_text(&p, ours, sizeof ours);
+        if (strcasecmp(uuid, ours) == 0) {
+            *device = DEVICE(i);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     NEED_INIT();
     CHECK_HANDLE(device);
     struct cudaDeviceProp p;
-    nvmlReturn_t r = device_properties("nvmlDeviceGetUUID", &p);
+    nvmlReturn_t r = device_properties("nvmlDeviceGetUUID", index, &p);
     if (r != NVML_SUCCESS) return r;
     char text[NVML_DEVICE_UUID_BUFFER_SIZE];
     uuid_text(&p, text, sizeof text);
@@ -196,7 +221,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
     NEED_INIT();
     CHECK_HANDLE(device);
     struct cudaDeviceProp p;
-    nvmlReturn_t r = device_properties("nvmlDeviceGetName", &p);
+    nvmlReturn_t r = device_properties("nvmlDeviceGetName", index, &p);
     if (r != NVML_SUCCESS) return r;
     /* NVML names fit NVML_DEVICE_NAME_BUFFER_SIZE; a long CPU model name is cut to fit */
     char text[NVML_DEVICE_NAME_BUFFER_SIZE];
@@ -209,7 +234,7 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
     CHECK_HANDLE(device);
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
     struct cudaDeviceProp p;
-    nvmlReturn_t r = device_properties("nvmlDeviceGetPciInfo", &p);
+    nvmlReturn_t r = device_properties("nvmlDeviceGetPciInfo", index, &p);
     if (r != NVML_SUCCESS) return r;
     memset(pci, 0, sizeof *pci);
     pci->domain = (unsigned)p.pciDomainID;
@@ -323,9 +348,39 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
     CHECK_HANDLE(device);
     if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
     struct cudaDeviceProp p;
-    nvmlReturn_t r = device_properties("nvmlDeviceGetCudaComputeCapability", &p);
+    nvmlReturn_t r = device_properties("nvmlDeviceGetCudaComputeCapability", index, &p);
     if (r != NVML_SUCCESS) return r;
     *major = p.major;
     *minor = p.minor;
+    return NVML_SUCCESS;
+}
+
+/* /dev/nvidiaN's N: the index */
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) {
+    NEED_INIT();
+    CHECK_HANDLE(device);
+    if (!minorNumber) return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = (unsigned)index;
+    return NVML_SUCCESS;
+}
+
+/* any two devices reach each other's memory (it is the CPU's, as cudaDeviceCanAccessPeer
+ * says): reads, writes and atomics; there is no NVLink, and no PCI link either.  A device and
+ * itself: NVML_P2P_STATUS_NOT_SUPPORTED for every capability, as NVML answers on a GPU */
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus) {
+    NEED_INIT();
+    if (device_index(device1) < 0 || device_index(device2) < 0 || !p2pStatus)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    switch (p2pIndex) {
+    case NVML_P2P_CAPS_INDEX_READ:
+    case NVML_P2P_CAPS_INDEX_WRITE:
+    case NVML_P2P_CAPS_INDEX_ATOMICS:
+        *p2pStatus = device1 != device2 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        break;
+    case NVML_P2P_CAPS_INDEX_NVLINK:
+    case NVML_P2P_CAPS_INDEX_PCI: *p2pStatus = NVML_P2P_STATUS_NOT_SUPPORTED; break;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
     return NVML_SUCCESS;
 }

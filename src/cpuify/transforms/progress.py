@@ -42,8 +42,7 @@ from cpuify.ir.core import (
     OpResult,
     Region,
     Value,
-    dominates,
-    dominators,
+    natural_loops,
 )
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body
@@ -72,33 +71,6 @@ class SpinWaitYields:
 
 def _space(op: Operation) -> str:
     return next((s for s in _SPACES if s in mods(op)), "generic")
-
-
-def natural_loops(region: Region) -> dict[Block, tuple[set[Block], list[Block]]]:
-    """Loop header -> (the blocks of its natural loop, its latches: the blocks that branch
-    back to it), for every header of a back edge (a branch to a block that dominates it)."""
-    idom = dominators(region)
-    preds: dict[Block, list[Block]] = {}
-    for b in region.blocks:
-        for s in b.successors:
-            preds.setdefault(s, []).append(b)
-    loops: dict[Block, tuple[set[Block], list[Block]]] = {}
-    for p in region.blocks:
-        if p not in idom:
-            continue
-        for h in p.successors:
-            if h in idom and dominates(idom, h, p):
-                body, latches = loops.setdefault(h, ({h}, []))
-                if p not in latches:
-                    latches.append(p)
-                work = [p]
-                while work:
-                    b = work.pop()
-                    if b in body:
-                        continue
-                    body.add(b)
-                    work.extend(preds.get(b, []))
-    return loops
 
 
 def _defined_in(v: Value, body: set[Block]) -> bool:
