@@ -318,3 +318,54 @@ def test_memory_instructions_are_table_driven_with_their_effects():
     assert memory_order(["release", "gpu", "global", "u32"], "store") == "release"
     assert memory_order(["relaxed", "gpu", "u64"], "store") == "relaxed"
     assert memory_order(["volatile", "shared", "u64"], "load") == "volatile"
+
+
+ORDERED_ATOMICS = """.version 7.8
+.target sm_80
+.address_size 64
+
+.visible .entry ordered(.param .u64 pout)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [pout];
+    cvta.to.global.u64 %rd1, %rd1;
+    atom.global.add.u32 %r1, [%rd1], 1;
+    atom.relaxed.gpu.global.add.u32 %r2, [%rd1], 2;
+    atom.acquire.gpu.global.add.u32 %r3, [%rd1], 4;
+    atom.release.gpu.global.exch.b32 %r4, [%rd1+4], 7;
+    atom.acq_rel.gpu.global.or.b32 %r5, [%rd1+8], 8;
+    atom.acquire.gpu.global.cas.b32 %r6, [%rd1+12], 0, 9;
+    atom.release.gpu.global.cas.b32 %r7, [%rd1+16], 0, 10;
+    red.release.gpu.global.add.u32 [%rd1+20], 11;
+    add.u32 %r8, %r1, %r2;
+    add.u32 %r8, %r8, %r3;
+    st.global.u32 [%rd1+24], %r8;
+    ret;
+}
+"""
+
+
+def test_atomics_keep_their_memory_order():
+    """atom/red with .acquire, .release or .acq_rel are LLVM read-modify-writes of that
+    ordering (a lock taken with atom.acquire.cas orders the reads after it), relaxed and
+    unqualified ones monotonic; a failing compare-and-swap acquires at most."""
+    from cpuify.codegen import jit
+    from cpuify.codegen.llvm_gen import ModuleCodegen
+    from cpuify.compiler import lift_and_optimize
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.transforms.pass_manager import PipelineOptions
+    module = parse_ptx(ORDERED_ATOMICS)
+    lifted, _ = lift_and_optimize(module, module.functions["ordered"], PipelineOptions())
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(lifted, None)
+    orders = []
+    for line in gen.llvm_text().splitlines():
+        if "atomicrmw " in line or "cmpxchg " in line:
+            orders.append(" ".join(w for w in line.replace(",", " ").split()
+                                   if w in ("monotonic", "acquire", "release", "acq_rel")))
+    assert orders == ["monotonic", "monotonic", "acquire", "release", "acq_rel",
+                      "acquire acquire", "release monotonic", "release"]
+    out = np.zeros(8, np.uint32)
+    cpuify.RawModule(ptx=ORDERED_ATOMICS).get_function("ordered")((1,), (1,), (out,))
+    assert out.tolist() == [7, 7, 8, 9, 10, 11, 0 + 1 + 3, 0]

@@ -8,8 +8,10 @@ vector are GEPs on the first.  Loads and stores in shared and global memory carr
 alias scopes of the variable or parameter they access, local ones are noted as the thread's
 private accesses (SegmentEmitter.tag_parallel_accesses).  Ordering (ptx_table.memory_order):
 .acquire/.release as named, .relaxed monotonic, .volatile a volatile access, others plain.
-Atomics are monotonic read-modify-writes, in shared memory plain updates (one worker runs a
-whole block, one CUDA thread at a time), on halves a compare-and-swap loop."""
+Atomics are read-modify-writes with the ordering they name (.acquire, .release, .acq_rel;
+monotonic when .relaxed or unqualified, as PTX's default is relaxed), in shared memory plain
+updates (one worker runs a whole block, one CUDA thread at a time), on halves a
+compare-and-swap loop."""
 
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ Typed = tuple[ir.Value, str]          # an LLVM value and its PTX type
 
 #: memory_order -> the LLVM atomic ordering (None: not atomic)
 _LLVM_ORDER = {"acquire": "acquire", "release": "release", "relaxed": "monotonic"}
+#: an atom/red's ordering qualifier -> the LLVM ordering of its read-modify-write, and of a
+#: compare-and-swap that fails (no release part: nothing is written)
+_RMW_ORDER = {"acq_rel": ("acq_rel", "acquire"), "acquire": ("acquire", "acquire"),
+              "release": ("release", "monotonic")}
 _RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "exch": "xchg",
         "inc": "uinc_wrap", "dec": "udec_wrap"}
 
@@ -113,13 +119,15 @@ class MemoryLowering:
         e, b = self.e, self.b
         space = space_of(at)
         kind = str(x.param)
+        ordering, failure = next((o for m, o in _RMW_ORDER.items() if m in mods(self.op)),
+                                 ("monotonic", "monotonic"))
         ptr = b.bitcast(p, ptx_llvm_type(t).as_pointer())
         if t in ("f16", "bf16", "f16x2", "bf16x2"):
             return half_atomic_add(e, self.op, ptr, val, t, space), t
         if kind == "cas":
             if is_float(t):
                 e.kc.error("atom.cas on floating-point types is not supported", self.op)
-            res = b.cmpxchg(ptr, val, rest[0][0], "monotonic", "monotonic")
+            res = b.cmpxchg(ptr, val, rest[0][0], ordering, failure)
             return b.extract_value(res, 0), t
         if kind in ("min", "max"):
             op = ("f" + kind) if is_float(t) else ("" if is_signed(t) else "u") + kind
@@ -135,4 +143,4 @@ class MemoryLowering:
             st.align = type_size(t)
             e.serial_accesses.update((old, st))
             return old, t
-        return b.atomic_rmw(op, ptr, val, "monotonic"), t
+        return b.atomic_rmw(op, ptr, val, ordering), t
