@@ -60,18 +60,15 @@ def _see_through(op: Operation, t: str) -> bool:
             and op.results[0].type == op.operands[0].type)
 
 
-def _product(v: Value) -> tuple[Operation, bool] | None:
-    """The unrounded mul whose product `v` is, through negs and movs, and whether `v` is its
-    negation; None when `v` is not such a product."""
-    negated = False
+def _product(v: Value) -> Operation | None:
+    """The unrounded mul whose product `v` is, through negs and movs; None when `v` is not
+    such a product."""
     while isinstance(v, OpResult):
         op = v.op
-        t = _unrounded(op, ("ptx.mul",))
-        if t is not None:
-            return (op, negated) if "sat" not in mods(op) else None
+        if _unrounded(op, ("ptx.mul",)) is not None:
+            return op if "sat" not in mods(op) else None
         if not _see_through(op, v.type):
             return None
-        negated ^= op.name == "ptx.neg"
         v = op.operands[0]
     return None
 
@@ -139,11 +136,10 @@ def fuse_unrounded_products(region: Region) -> int:
             if id(op) in replaced or _unrounded(op, ("ptx.add", "ptx.sub")) is None:
                 continue
             for v in op.operands:
-                found = _product(v)
-                reach = _sums(found[0], loops) if found else None
+                mul = _product(v)
+                reach = _sums(mul, loops) if mul is not None else None
                 if reach is None:
                     continue
-                mul = found[0]
                 sums, between = reach
                 for s, operand, negated in sums:
                     replaced[id(s)] = _fma(s, operand, negated, mul)
