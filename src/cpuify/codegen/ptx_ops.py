@@ -49,8 +49,12 @@ _HW_INPUTS = {"ptx.add", "ptx.sub", "ptx.mul", "ptx.fma", "ptx.mad", "ptx.setp",
 _HW_RESULTS = {"ptx.add", "ptx.sub", "ptx.mul", "ptx.fma", "ptx.mad"}
 
 
-def ftz(e: SegmentEmitter, v: ir.Value, on: bool) -> ir.Value:
-    """Flush a subnormal f32 to a zero of the same sign."""
+def ftz(e: SegmentEmitter, v: ir.Value, on: bool, t: str = "f32") -> ir.Value:
+    """Flush a subnormal f32, or an f16 held as its bits, to a zero of the same sign."""
+    if on and t == "f16" and v.type == ir.IntType(16):
+        b = e.b
+        tiny = b.icmp_unsigned("==", b.and_(v, ir.Constant(v.type, 0x7C00)), ir.Constant(v.type, 0))
+        return b.select(tiny, b.and_(v, ir.Constant(v.type, 0x8000)), v)
     if not on or v.type != F32:
         return v
     b = e.b
@@ -206,6 +210,10 @@ def _flushed_by_cpu(e: SegmentEmitter, op: Operation, names: set[str]) -> bool:
 
 
 def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
+    # (an f16 subnormal is a normal f32, which the CPU's DAZ keeps: flushed here; a cvt's
+    # .ftz acts on its f32 side only)
+    if t == "f16":
+        return ftz(e, e.operand(op.operands[i], t), has(op, "ftz") and op.name != "ptx.cvt", t)
     on = has(op, "ftz") and not _flushed_by_cpu(e, op, _HW_INPUTS) and \
         not known_flushed(op.operands[i])
     return ftz(e, e.operand(op.operands[i], t), on)

@@ -26,7 +26,7 @@ from cpuify.codegen.lowering import (
     ptx_llvm_type,
 )
 from cpuify.codegen.ptx_ops import (
-    call, fdone, fsrc, fsuffix, masked_thread_index, saturate, src, wrap_flags,
+    call, fdone, fsrc, fsuffix, ftz, masked_thread_index, saturate, src, wrap_flags,
 )
 from cpuify.codegen.ptx_spec_address import AddressLowering
 from cpuify.codegen.ptx_spec_arith import ArithmeticLowering
@@ -208,7 +208,10 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
         if is_address_type(t):              # an address: its 64 bits
             self.e.result(self.op, v, "u64", i)
         elif self.form.flush == "all" and t in ("f16", "bf16"):
-            if "sat" in self.mods:          # (half values are their bits here)
+            # (half values are their bits here; .ftz flushes an f16 result, as sources,
+            # but a cvt's acts on its f32 side only)
+            v = ftz(self.e, v, t == "f16" and "ftz" in self.mods and self.op.name != "ptx.cvt", t)
+            if "sat" in self.mods:
                 v = self._saturated_half(v, t)
             self.e.result(self.op, v, t, i)
         elif self.form.flush == "all" and is_float(t) and not self.deferred:

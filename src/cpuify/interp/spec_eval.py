@@ -73,8 +73,10 @@ class _Evaluation:
         for i, (v, t) in enumerate(values[:len(self.op.results)]):
             if t in _FLOAT_TYPES:
                 if self.form.flush == "all":
-                    if t == "f32":                  # (.ftz acts on f32 results only)
-                        v = ftz(v, has(self.op, "ftz"))
+                    if t == "f16":                  # (flushed once rounded to f16)
+                        v = F16(v)
+                    if t == "f32" or t == "f16" and self.op.name != "ptx.cvt":
+                        v = ftz(v, has(self.op, "ftz"))     # (a cvt's on its f32 side)
                     if has(self.op, "sat"):
                         v = saturate(v)
                 v = from_float(v, t)
@@ -103,7 +105,8 @@ class _Evaluation:
             v = self.th.src(self.op, x.index, t)
             if t in ("f16", "bf16"):
                 v = as_float(v, t)
-            if t == "f32" and self.form.flush != "none":
+            if (t == "f32" or t == "f16" and self.op.name != "ptx.cvt") and \
+                    self.form.flush != "none":
                 v = ftz(v, has(self.op, "ftz"))
             return v, t
         if isinstance(x, Lit):

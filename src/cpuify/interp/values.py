@@ -165,9 +165,11 @@ def signbit(x: object) -> bool:
 
 
 def ftz(x: object, on: bool) -> object:
-    """Flush a subnormal f32 to a zero of the same sign (PTX .ftz)."""
+    """Flush a subnormal f32 or f16 to a zero of the same sign (PTX .ftz)."""
     if on and isinstance(x, np.float32) and x != 0 and abs(x) < FLT_MIN:
         return np.float32(-0.0) if signbit(x) else np.float32(0.0)
+    if on and isinstance(x, np.float16) and x != 0 and abs(x) < np.float16(2.0 ** -14):
+        return np.float16(-0.0) if signbit(x) else np.float16(0.0)
     return x
 
 

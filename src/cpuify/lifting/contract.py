@@ -23,7 +23,13 @@ from ptxas 13.0's SASS for sm_80/sm_90 (tests/test_contract.py lists the shapes)
   no register), and never after the end of a loop the product is computed in (a use
   there goes through a phi for ptxas);
 - the sums are visited in program order and each takes its first operand's product first
-  (`p + q` of two fusable products is fma(pa, pb, q), and q has an fma use then)."""
+  (`p + q` of two fusable products is fma(pa, pb, q), and q has an fma use then).
+
+The half types follow the same rule (SASS: HFMA2 against HMUL2 + HADD2): `f16`, `bf16`
+(sm_90 PTX) and the packed `f16x2`/`bf16x2`, whose product fuses only into packed sums
+(not into scalar sums of its unpacked halves, nor do packed scalar products fuse into a
+packed sum).  Translation leaves the packed and bf16 add/sub/mul/neg whole for this
+(lifting/halves.py expands them after it), so the rule sees them as ptxas does."""
 
 from __future__ import annotations
 
@@ -34,12 +40,12 @@ from cpuify.ir.core import (Block, OpResult, Operation, Region, Value, natural_l
 from cpuify.ir.modifiers import mods
 
 _ROUNDINGS = {"rn", "rz", "rm", "rp"}
-_TYPES = {"f32", "f64"}
-_BITS = {"f32": "b32", "f64": "b64"}
+_TYPES = {"f32", "f64", "f16", "bf16", "f16x2", "bf16x2"}
+_BITS = {"f32": "b32", "f64": "b64", "f16": "b16", "bf16": "b16", "f16x2": "b32", "bf16x2": "b32"}
 
 
 def _unrounded(op: Operation, names: tuple[str, ...]) -> str | None:
-    """The type of an unrounded f32/f64 `op` named one of `names`, else None."""
+    """The type of an unrounded floating-point `op` named one of `names`, else None."""
     if op.name not in names or len(op.operands) != 2 or len(op.results) != 1:
         return None
     m = mods(op)
@@ -60,14 +66,14 @@ def _see_through(op: Operation, t: str) -> bool:
             and op.results[0].type == op.operands[0].type)
 
 
-def _product(v: Value) -> Operation | None:
-    """The unrounded mul whose product `v` is, through negs and movs; None when `v` is not
-    such a product."""
+def _product(v: Value, t: str) -> Operation | None:
+    """The unrounded `t` mul whose product `v` is, through negs and movs; None when `v` is
+    not such a product."""
     while isinstance(v, OpResult):
         op = v.op
         if _unrounded(op, ("ptx.mul",)) is not None:
-            return op if "sat" not in mods(op) else None
-        if not _see_through(op, v.type):
+            return op if "sat" not in mods(op) and _unrounded(op, ("ptx.mul",)) == t else None
+        if not _see_through(op, t):
             return None
         v = op.operands[0]
     return None
@@ -77,9 +83,10 @@ def _registers(mul: Operation) -> int:
     """How many operands of `mul` ptxas holds in registers: not an immediate or a kernel
     parameter (a constant-bank operand), looking through a plain neg or abs."""
     count = 0
+    t = _unrounded(mul, ("ptx.mul",))
     for v in mul.operands:
         while (isinstance(v, OpResult) and v.op.name in ("ptx.neg", "ptx.abs")
-               and mods(v.op) == [v.type]):
+               and mods(v.op) == [t]):
             v = v.op.operands[0]
         count += not (isinstance(v, OpResult) and v.op.name in ("upir.const", "upir.param"))
     return count
@@ -136,7 +143,7 @@ def fuse_unrounded_products(region: Region) -> int:
             if id(op) in replaced or _unrounded(op, ("ptx.add", "ptx.sub")) is None:
                 continue
             for v in op.operands:
-                mul = _product(v)
+                mul = _product(v, _unrounded(op, ("ptx.add", "ptx.sub")) or "")
                 reach = _sums(mul, loops) if mul is not None else None
                 if reach is None:
                     continue
@@ -170,13 +177,14 @@ def _fma(op: Operation, operand: Value, negated: bool, mul: Operation) -> list[O
     new: list[Operation] = []
     negate_product = negated != (op.name == "ptx.sub" and side == 1)   # c - t = c + (-t)
     if op.name == "ptx.sub" and side == 0:          # t - c = fma(.., .., -c)
-        new.append(Operation("ptx.neg", [c], [t], {"mods": [t], **line}))
+        new.append(Operation("ptx.neg", [c], [c.type], {"mods": [t], **line}))
         c = new[-1].result
     if negate_product:                               # -(a*b) + c = fma(-a, b, c)
-        new.append(Operation("ptx.neg", [a], [t], {"mods": [t], **line}))
+        new.append(Operation("ptx.neg", [a], [a.type], {"mods": [t], **line}))
         a = new[-1].result
     extra = [x for x in ("ftz", "sat") if x in mods(op)]
-    new.append(Operation("ptx.fma", [a, b, c], [t], {"mods": ["rn", *extra, t], **line}))
+    new.append(Operation("ptx.fma", [a, b, c], [op.result.type],
+                         {"mods": ["rn", *extra, t], **line}))
     for n in new:
         n.parent = block
     replace_all_uses(op.result, new[-1].result)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from cpuify.frontend.ptx_ast import Instruction, is_ptx_type
-from cpuify.ir.core import Operation, Value
+from cpuify.ir.core import Operation, Region, Value, replace_all_uses
 
 PACKED = {"f16x2": "f16", "bf16x2": "bf16"}
 HALVES = ("f16", "bf16")
@@ -39,6 +39,26 @@ def _types(mods: Sequence[str]) -> list[str]:
     return [m for m in mods if is_ptx_type(m)]
 
 
+#: the ops ptxas may fuse (an unrounded add/sub/mul, a plain neg between) on the half types
+#: that lifting expands: left whole by translation, so that contraction
+#: (lifting/contract.py) sees them as ptxas does, and expanded after it (expand_deferred)
+_DEFERRED_TYPES = ("f16x2", "bf16x2", "bf16")
+_ROUNDINGS = {"rn", "rz", "rm", "rp"}
+
+
+def deferred(instr: Instruction) -> bool:
+    """Whether `instr` is an unrounded add/sub/mul or a neg on packed halves or bf16, which
+    lifting expands only after contraction."""
+    ts = _types(instr.modifiers)
+    return (instr.opcode in ("add", "sub", "mul", "neg") and len(ts) == 1
+            and ts[0] in _DEFERRED_TYPES and not (_ROUNDINGS | {"relu"}) & set(instr.modifiers))
+
+
+def deferred_result_type(instr: Instruction) -> str:
+    """The IR type of a deferred op's result (its bits)."""
+    return "i32" if _types(instr.modifiers)[0] in PACKED else "i16"
+
+
 def needs_expansion(instr: Instruction) -> bool:
     """Whether `instr` is packed half arithmetic or a scalar half op that lifting legalizes."""
     ts = _types(instr.modifiers)
@@ -47,8 +67,8 @@ def needs_expansion(instr: Instruction) -> bool:
     if "relu" in instr.modifiers and any(t in HALVES for t in ts):
         return True
     src = ts[-1] if ts else ""
-    return src in HALVES and (instr.opcode in VIA_F32[src] or
-                              src == "bf16" and instr.opcode in _SIGN_BIT_OPS)
+    return src in HALVES and (instr.opcode in VIA_F32[src] or instr.opcode in _SIGN_BIT_OPS
+                              and (src == "bf16" or "ftz" in instr.modifiers))
 
 
 class _Expander:
@@ -82,7 +102,14 @@ class _Expander:
         mods = [m for m in mods if m != "relu"]
         if "xorsign" in mods:
             self.error(f"'{self.instr.full_opcode}': min/max with .xorsign is not supported")
-        if t == "bf16" and opcode in _SIGN_BIT_OPS:
+        if t == "f16" and opcode in _SIGN_BIT_OPS and "ftz" in mods:
+            # as ptxas: the sign bit changed, then + (-0) with .ftz, which flushes a
+            # subnormal (HADD2.FTZ of -x or |x| and -0)
+            name, bits = _SIGN_BIT_OPS[opcode]
+            r = self.op(name, [srcs[0], self.const(bits, "i16")], ["i16"], ["b16"]).results[0]
+            r = self.op("ptx.add", [r, self.const(0x8000, "i16")], ["i16"],
+                        ["rn", "ftz", "f16"]).results[0]
+        elif t == "bf16" and opcode in _SIGN_BIT_OPS:
             name, bits = _SIGN_BIT_OPS[opcode]
             r = self.op(name, [srcs[0], self.const(bits, "i16")], ["i16"], ["b16"]).results[0]
         elif t in HALVES and opcode in VIA_F32[t]:
@@ -140,6 +167,34 @@ class _Expander:
         out = [self.scalar(instr.opcode, lane_mods, [lv[k] for lv in lanes] + rest, src_types,
                            "i16") for k in (0, 1)]
         return [self.pack(out[0], out[1])]
+
+
+def expand_deferred(region: Region, const: Const, error: Error) -> int:
+    """Expands the ops translation deferred (and the fmas contraction made of them) as
+    translation expands the others; returns how many it expanded."""
+    count = 0
+    for block in region.blocks:
+        out: list[Operation] = []
+        for op in block.ops:
+            ts = [m for m in op.attributes.get("mods", []) if is_ptx_type(m)]
+            instr = Instruction(op.name.removeprefix("ptx."), tuple(op.attributes.get("mods", [])),
+                                (), int(op.attributes.get("line", 0)))
+            if not (op.name.startswith("ptx.") and len(ts) == 1 and ts[0] in _DEFERRED_TYPES
+                    and needs_expansion(instr)):
+                out.append(op)
+                continue
+
+            def emit(new: Operation) -> Operation:
+                new.parent = block
+                out.append(new)
+                return new
+            results = expand(instr, list(op.operands), ts * len(op.operands),
+                             [r.type for r in op.results], emit, const, error)
+            replace_all_uses(op.results[0], results[0])
+            op.drop_uses()
+            count += 1
+        block.ops[:] = out
+    return count
 
 
 def expand(instr: Instruction, srcs: list[Value], src_types: list[str], result_types: list[str],

@@ -8,7 +8,7 @@ from cpuify.errors import PTXError
 from cpuify.frontend.ptx_ast import Addr, CallArgs, Imm, Instruction, Operand, Pair, Reg, Vec
 from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.ir.ptx_table import TABLE
-from cpuify.lifting.halves import expand, needs_expansion
+from cpuify.lifting.halves import deferred, deferred_result_type, expand, needs_expansion
 from cpuify.lifting.semantics import (
     RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, instr_types, operand_type,
 )
@@ -249,6 +249,13 @@ def translate(lf: "_Lifter", pb: "_PBlock", instr: Instruction) -> None:
         lf.var_types.setdefault(CARRY, "i32")
         dest_names.append(CARRY)
     result_types = [lf.var_type(d, line) if d is not None else _sink_type(instr) for d in dest_names]
+    if deferred(instr):
+        # an unrounded add/sub/mul on packed halves or bf16: whole until contraction
+        # (ptxas fuses its products), expanded after it (lifting/halves.py)
+        new = emit(lf, pb, Operation(f"ptx.{op}", values, [deferred_result_type(instr)], attrs))
+        lf.write_var(dest_names[0], pb, _retype(lf, pb, new.results[0], result_types[0],
+                                                 operand_type(instr), line))
+        return
     if needs_expansion(instr):
         # packed half arithmetic per half, bf16 through f32 (lifting/halves.py)
         outs = expand(instr, values, src_types[:len(values)], result_types,
