@@ -93,6 +93,45 @@ def test_reuse_smoke_run_agrees() -> None:
     assert not bad, bad
 
 
+def test_half_mode_adds_half_arithmetic_and_leaves_other_kernels_alone() -> None:
+    """The half-precision mode: __half/__half2 variables and cuda_fp16.h arithmetic (the
+    operators' unrounded mul + add, fmas, saturation, min/max, roundings, conversions both
+    ways) in every kernel with half=True (--half), in about HALF_SHARE of an ordinary run's;
+    a kernel without it is the one the seed gave before the mode."""
+    specs = [fuzz.generate(33, i, half=True) for i in range(40)]
+    text = "\n".join(fuzz.render_kernel(s) for s in specs)
+    for shape in ("__half h0 = ", "__half2 q0 = ", " * ", "__hfma", "__hmax", "__float2half_r",
+                  "__half2int_r", "fz_hbits(", "__hfma2", "__halves2half2("):
+        assert shape in text, shape
+    assert all(any(t == "h16" for _, t in s.variables) for s in specs)
+    ordinary = [fuzz.generate(33, i) for i in range(200)]
+    share = sum(1 for s in ordinary if any(t == "h16" for _, t in s.variables)) / len(ordinary)
+    assert 0.1 < share < 0.3, share
+    for i, s in enumerate(ordinary):
+        if not any(t == "h16" for _, t in s.variables):
+            assert fuzz.render_kernel(s) == fuzz.render_kernel(fuzz.generate(33, i, half=False))
+
+
+def test_half_smoke_run_agrees() -> None:
+    """A few half-mode kernels through the interpreter, generic, specialized and no-passes
+    code (the mode's first run found the readers' NaN payloads differing: fz_hbits)."""
+    specs = [fuzz.generate(4242, i, half=True) for i in range(4)]
+    results, _ = fuzz.run_batch(specs, specialized=True)
+    bad = [r for r in results if r["status"] != "ok"]
+    assert not bad, bad
+
+
+def test_half_slots_compare_any_nan_payload() -> None:
+    spec = fuzz.KernelSpec("k", 1, (1, 1, 1), (1, 1, 1), "free", [("h0", "h16"), ("q0", "h2")],
+                           [], [], [], 0, {}, {}, {}, 0, 0)
+    ref = {"out": np.array([0x7FFF, 0x3C00_7E00], np.uint64), "gat": np.zeros(16, np.uint32),
+           "gat64": np.zeros(4, np.uint64), "tick": np.zeros(1, np.uint32)}
+    same = dict(ref, out=np.array([0x7E01, 0x3C00_FE00], np.uint64))
+    assert fuzz.compare(spec, ref, same) is None
+    other = dict(ref, out=np.array([0x7FFF, 0x3C01_7E00], np.uint64))
+    assert "q0 (h2)" in fuzz.compare(spec, ref, other)
+
+
 def test_spec_round_trips_through_json() -> None:
     spec = fuzz.generate(3, 5)
     again = fuzz.KernelSpec.from_json(spec.to_json())

@@ -59,7 +59,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # tools/fuzz_kernels.py beside it
 from fuzz_pool import DONE, RESULT, STEP, WALL_FACTOR, _cpu_seconds, emit, run_pool  # noqa: E402
 from fuzz_kernels import (  # noqa: E402
-    ARCH, N_GAT, N_GAT64, N_IN, PRELUDE, REUSE_SHARE, SIGNATURE, TICKET_SENTINEL, KernelSpec, Stmt,
+    ARCH, HALF_SHARE, N_GAT, N_GAT64, N_IN, PRELUDE, REUSE_SHARE, SIGNATURE, TICKET_SENTINEL, KernelSpec, Stmt,
     generate, nvrtc_options, render_kernel, render_module,
 )
 
@@ -135,6 +135,13 @@ def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndar
                 same[:, k] |= np.isnan(fa) & np.isnan(fb) & ((a[:, k] >> 32) == (b[:, k] >> 32))
             elif t == "f64":
                 same[:, k] |= np.isnan(a[:, k].view(np.float64)) & np.isnan(b[:, k].view(np.float64))
+            elif t in ("h16", "h2"):      # each half: any NaN payload
+                halves = 1 if t == "h16" else 2
+                ok = (a[:, k] >> np.uint64(16 * halves)) == (b[:, k] >> np.uint64(16 * halves))
+                for j in range(halves):
+                    ha, hb = ((x[:, k] >> np.uint64(16 * j)) & np.uint64(0xFFFF) for x in (a, b))
+                    ok &= (ha == hb) | (_half_nan(ha) & _half_nan(hb))
+                same[:, k] |= ok
         for th, k in np.argwhere(~same)[:4]:
             n, t = spec.variables[k]
             problems.append(f"thread {th} {n} ({t}): expected {_show(a[th, k], t)}, got {_show(b[th, k], t)}")
@@ -163,8 +170,17 @@ def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndar
     return "; ".join(problems) or None
 
 
+def _half_nan(h: np.ndarray) -> np.ndarray:
+    return ((h & np.uint64(0x7C00)) == np.uint64(0x7C00)) & ((h & np.uint64(0x3FF)) != np.uint64(0))
+
+
 def _show(v: np.uint64, t: str) -> str:
     v = int(v)
+    if t == "h16":
+        return f"{np.uint16(v & 0xFFFF).view(np.float16)!r} ({v:#x})"
+    if t == "h2":
+        lo, hi = (np.uint16(v >> s & 0xFFFF).view(np.float16) for s in (0, 16))
+        return f"({lo!r}, {hi!r}) ({v:#x})"
     if t == "f32":
         return f"{np.uint32(v & 0xFFFFFFFF).view(np.float32)!r} ({v:#x})"
     if t == "f64":
@@ -669,6 +685,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="every kernel in the same-thread reuse mode (a thread writes words it owns in "
                          "shared/global memory and reads them back before the next barrier; by default "
                          f"{REUSE_SHARE * 100:.0f}%% of the kernels)")
+    ap.add_argument("--half", action="store_true",
+                    help="every kernel with __half/__half2 variables and arithmetic (by default "
+                         f"{HALF_SHARE * 100:.0f}%% of the kernels)")
     ap.add_argument("--gpu-referee", action="store_true",
                     help="also build each batch as a program with --nvcc and compare its outputs")
     ap.add_argument("--nvcc", default="nvcc", help="the compiler for --gpu-referee (default nvcc)")
@@ -685,6 +704,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["CPUIFY_FUZZ_FTZ"] = "1"
     if a.reuse:
         os.environ["CPUIFY_FUZZ_REUSE"] = "1"      # (inherited by the workers)
+    if a.half:
+        os.environ["CPUIFY_FUZZ_HALF"] = "1"
     if a.kernel is not None:
         spec = generate(a.seed, a.kernel)
         print(PRELUDE + render_kernel(spec))

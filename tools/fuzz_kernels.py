@@ -36,9 +36,10 @@ MAX_THREADS_TOTAL = 384  # the interpreter's cost grows with grid x block
 
 TYPES = ("u32", "s32", "u64", "s64", "f32", "f64")
 CTYPE = {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "long long",
-         "f32": "float", "f64": "double"}
+         "f32": "float", "f64": "double", "h16": "__half", "h2": "__half2"}
 
 PRELUDE = r'''
+#include <cuda_fp16.h>
 #ifndef INT_MIN
 #define INT_MIN (-2147483647 - 1)
 #define INT_MAX 2147483647
@@ -54,6 +55,9 @@ __device__ __forceinline__ int fz_srem(int a, int b) { return (b == 0 || (a == I
 __device__ __forceinline__ unsigned long long fz_udiv64(unsigned long long a, unsigned long long b) { return b ? a / b : a; }
 __device__ __forceinline__ unsigned long long fz_urem64(unsigned long long a, unsigned long long b) { return b ? a % b : a; }
 __device__ __forceinline__ long long fz_sdiv64(long long a, long long b) { return (b == 0 || (a == LLONG_MIN && b == -1)) ? a : a / b; }
+// a half's bits with every NaN as 0x7FFF (the GPU's canonical NaN): NaN payloads of f16
+// arithmetic differ between the CPU's readers and the GPU, as f32's do
+__device__ __forceinline__ unsigned fz_hbits(__half h) { return __hisnan(h) ? 0x7FFFu : (unsigned)__half_as_ushort(h); }
 __device__ __forceinline__ long long fz_srem64(long long a, long long b) { return (b == 0 || (a == LLONG_MIN && b == -1)) ? a : a % b; }
 '''
 
@@ -63,6 +67,11 @@ SIGNATURE = ("const unsigned *iu, const float *ifl, const double *idb, unsigned 
 #: the share of kernels generated in the same-thread reuse mode (Generator.reuse_statement) in
 #: an ordinary run; `--reuse` (CPUIFY_FUZZ_REUSE=1) makes it every kernel
 REUSE_SHARE = 0.2
+#: the share of kernels given half-precision variables and statements (Generator.add_half)
+#: in an ordinary run; `--half` (CPUIFY_FUZZ_HALF=1) makes it every kernel
+HALF_SHARE = 0.2
+H_CONSTS = ["0.0f", "-0.0f", "1.0f", "-1.5f", "0.5f", "65504.0f", "6.1035156e-05f", "5.9604645e-08f",
+            "1e-6f", "100.0f", "-2048.5f", "0.33325195f", "70000.0f", "3.0e-5f"]
 
 
 # --- the kernel model -----------------------------------------------------------------------------
@@ -154,8 +163,115 @@ F64_CONSTS = ["0.0", "-0.0", "1.0", "-1.0", "0.5", "0.1", "1e308", "-1.7e308", "
               "9007199254740993.0", "1e-310", "-3.75", "18446744073709551616.0", "9.2233720368547758e18"]
 
 
-class Generator:
-    def __init__(self, seed: int, index: int, reuse: bool | None = None) -> None:
+class _HalfMode:
+    """The half-precision mode of Generator (a mixin): __half and __half2 variables, from
+    input bits (NaNs, infinities and subnormals among them) and from the kernel's floats and
+    integers, cuda_fp16.h's arithmetic on them (the operators, which nvcc leaves as unrounded
+    mul + add for ptxas to fuse; fmas, saturation, min/max, rounding to integers), read back
+    into the kernel's other variables.  No `.approx` functions (hsqrt, hexp, ...): the
+    interpreter and compiled code each keep their own approximation of those."""
+
+    def add_half(self, body: list[Stmt], inits: list[str]) -> None:
+        """Adds 1-2 __half and 0-1 __half2 variables (output slots too) and 2-6 statements
+        at random places of `body`, all drawn from the half stream."""
+        hr, main = self.half_r, self.r
+        self.r = hr
+        try:
+            ix = lambda: f"iu[(gt * {hr.randrange(1, 40, 2)}u + {hr.randrange(N_IN)}u) & {N_IN - 1}u]"
+            fx = lambda: f"ifl[(gt * {hr.randrange(1, 40, 2)}u + {hr.randrange(N_IN)}u) & {N_IN - 1}u]"
+            bits = lambda: f"__ushort_as_half((unsigned short){ix()})"
+            for k in range(hr.randrange(1, 3)):
+                self.variables.append((f"h{k}", "h16"))
+                inits.append(f"__half h{k} = {hr.choice([bits(), f'__float2half({fx()})'])};")
+            if hr.random() < 0.6:
+                self.variables.append(("q0", "h2"))
+                inits.append(f"__half2 q0 = __halves2half2({bits()}, __float2half({fx()}));")
+            lists = self.statement_lists(body)
+            for _ in range(hr.randrange(2, 7)):
+                where = hr.choice(lists)
+                where.insert(hr.randrange(len(where) + 1), self.half_statement())
+        finally:
+            self.r = main
+
+    def half_statement(self) -> Stmt:
+        """A half variable assigned, or a half value read into another variable."""
+        r, ctx = self.r, Ctx(converged=False)
+        x = r.random()
+        if x < 0.45:
+            return Stmt("code", f"{self.var('h16')} = {self.expr_h16(r.randrange(1, 4), ctx)};")
+        if x < 0.65 and self.var("h2"):
+            return Stmt("code", f"q0 = {self.expr_h2(r.randrange(1, 4), ctx)};")
+        h = lambda: self.expr_h16(r.randrange(0, 3), ctx)
+        back: list[tuple[str, Callable[[], str]]] = [
+            ("u32", lambda: f"fz_hbits({h()})"),
+            ("u32", lambda: f"(unsigned)({h()} {r.choice(['<', '<=', '==', '!=', '>', '>='])} {h()})"),
+            ("u32", lambda: f"(unsigned)__hisnan({h()})"),
+            ("u32", lambda: f"__half2uint_r{r.choice('nzdu')}({h()})"),
+            ("s32", lambda: f"__half2int_r{r.choice('nzdu')}({h()})"),
+            ("f32", lambda: f"__half2float({h()})"),
+            ("f64", lambda: f"(double)__half2float({h()})")]
+        if self.var("h2"):
+            back.append(("f32", lambda: f"__{r.choice(['low', 'high'])}2float(q0)"))
+        t, value = r.choice([b for b in back if self.var(b[0])])
+        return Stmt("code", f"{self.var(t)} {'^=' if t == 'u32' else '='} {value()};")
+
+    def half_leaf(self, ctx: Ctx) -> str:
+        r = self.r
+        v = self.var("h16")
+        if v is not None and r.random() < 0.5:
+            return v
+        opts = [lambda: f"__float2half({r.choice(H_CONSTS)})",
+                lambda: f"__ushort_as_half((unsigned short){self.expr('u32', 1, ctx)})"]
+        if self.var("f32"):
+            opts.append(lambda: f"__float2half_r{r.choice('nzdu')}({self.var('f32')})")
+        if self.var("f64"):
+            opts.append(lambda: f"__double2half({self.var('f64')})")
+        opts.append(lambda: f"__uint2half_r{r.choice('nzdu')}({self.var('u32') or 'lt'})")
+        if self.var("s32"):
+            opts.append(lambda: f"__int2half_r{r.choice('nzdu')}({self.var('s32')})")
+        if self.var("h2"):
+            opts.append(lambda: f"__{r.choice(['low', 'high'])}2half(q0)")
+        return r.choice(opts)()
+
+    def expr_h16(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        if d <= 0 or r.random() < 0.25:
+            return self.half_leaf(ctx)
+        e = lambda: self.expr_h16(d - 1, ctx)
+        return r.choice([
+            lambda: f"({e()} {r.choice(['+', '-', '*', '/'])} {e()})",
+            lambda: f"({e()} * {e()} {r.choice(['+', '-'])} {e()})",      # mul.f16 + add.f16
+            lambda: f"({e()} - {e()} * {e()})",
+            lambda: f"__hfma{r.choice(['', '_sat', '_relu'])}({e()}, {e()}, {e()})",
+            lambda: f"__h{r.choice(['add', 'sub', 'mul'])}{r.choice(['_sat', '_rn'])}({e()}, {e()})",
+            lambda: f"__h{r.choice(['min', 'max'])}{r.choice(['', '_nan'])}({e()}, {e()})",
+            lambda: f"__h{r.choice(['neg', 'abs'])}({e()})",
+            lambda: f"{r.choice(['hfloor', 'hceil', 'htrunc', 'hrint'])}({e()})",
+            lambda: f"({e()} {r.choice(['<', '>', '==', '!='])} {e()} ? {e()} : {e()})",
+        ])()
+
+    def expr_h2(self, d: int, ctx: Ctx) -> str:
+        r = self.r
+        if d <= 0 or r.random() < 0.25:
+            h = lambda: self.expr_h16(0, ctx)
+            return r.choice([lambda: "q0", lambda: f"__halves2half2({h()}, {h()})",
+                             lambda: f"__half2half2({h()})",
+                             lambda: f"__floats2half2_rn({self.var('f32') or '0.5f'}, {r.choice(H_CONSTS)})"])()
+        e = lambda: self.expr_h2(d - 1, ctx)
+        return r.choice([
+            lambda: f"({e()} {r.choice(['+', '-', '*'])} {e()})",
+            lambda: f"({e()} * {e()} {r.choice(['+', '-'])} {e()})",       # mul.f16x2 + add.f16x2
+            lambda: f"__hfma2{r.choice(['', '_sat'])}({e()}, {e()}, {e()})",
+            lambda: f"__h{r.choice(['add2', 'sub2', 'mul2'])}{r.choice(['', '_sat'])}({e()}, {e()})",
+            lambda: f"__h{r.choice(['min2', 'max2'])}({e()}, {e()})",
+            lambda: f"__h{r.choice(['neg2', 'abs2'])}({e()})",
+            lambda: f"__lowhigh2highlow({e()})",
+        ])()
+
+
+class Generator(_HalfMode):
+    def __init__(self, seed: int, index: int, reuse: bool | None = None,
+                 half: bool | None = None) -> None:
         self.kseed = (seed * 1_000_003 + index) & 0x7FFFFFFF
         self.r = random.Random(self.kseed)
         self.name = f"fz_{seed}_{index}"
@@ -163,6 +279,9 @@ class Generator:
         # the same seed and index gave before the mode existed
         self.reuse_r = random.Random(self.kseed ^ 0x5EED5EED)
         self.reuse = reuse if reuse is not None else os.environ.get("CPUIFY_FUZZ_REUSE") == "1"
+        # so does the half mode
+        self.half_r = random.Random(self.kseed ^ 0x48616C66)
+        self.half = half if half is not None else os.environ.get("CPUIFY_FUZZ_HALF") == "1"
 
     # ---- expressions -----------------------------------------------------------------------
     def var(self, t: str) -> str | None:
@@ -580,6 +699,8 @@ class Generator:
         reuse_k = 0
         if self.reuse_r.random() < REUSE_SHARE or self.reuse:
             reuse_k = self.add_reuse(body, inits)
+        if self.half_r.random() < HALF_SHARE or self.half:
+            self.add_half(body, inits)
         return KernelSpec(self.name, self.kseed, grid, block, self.mode, self.variables, inits, body,
                           self.shared, self.n_tickets, self.ticket_kind, self.gat_ops, self.gat64_ops,
                           p0, p1, reuse_k)
@@ -699,10 +820,12 @@ class Generator:
                             f"{u} += {b}; }} }}")
 
 
-def generate(seed: int, index: int, reuse: bool | None = None) -> KernelSpec:
+def generate(seed: int, index: int, reuse: bool | None = None, half: bool | None = None
+             ) -> KernelSpec:
     """Kernel `index` of `seed`; `reuse`: every kernel in the same-thread reuse mode (None:
-    CPUIFY_FUZZ_REUSE=1 says, else a share REUSE_SHARE of them)."""
-    return Generator(seed, index, reuse).generate()
+    CPUIFY_FUZZ_REUSE=1 says, else a share REUSE_SHARE of them); `half` the same for the
+    half-precision mode (CPUIFY_FUZZ_HALF, HALF_SHARE)."""
+    return Generator(seed, index, reuse, half).generate()
 
 
 # --- rendering -------------------------------------------------------------------------------------
@@ -754,7 +877,10 @@ def render_kernel(spec: KernelSpec) -> str:
 def _slot(n: str, t: str) -> str:
     return {"u32": f"(unsigned long long){n}", "s32": f"(unsigned long long)(unsigned){n}",
             "u64": n, "s64": f"(unsigned long long){n}", "f32": f"(unsigned long long)__float_as_uint({n})",
-            "f64": f"(unsigned long long)__double_as_longlong({n})"}[t]
+            "f64": f"(unsigned long long)__double_as_longlong({n})",
+            "h16": f"(unsigned long long)__half_as_ushort({n})",
+            "h2": (f"((unsigned long long)__half_as_ushort(__high2half({n})) << 16 | "
+                   f"(unsigned long long)__half_as_ushort(__low2half({n})))")}[t]
 
 
 def render_module(specs: list[KernelSpec]) -> str:
