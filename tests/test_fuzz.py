@@ -94,14 +94,15 @@ def test_reuse_smoke_run_agrees() -> None:
 
 
 def test_half_mode_adds_half_arithmetic_and_leaves_other_kernels_alone() -> None:
-    """The half-precision mode: __half/__half2 variables and cuda_fp16.h arithmetic (the
+    """The half-precision mode: __half/__half2/__nv_bfloat16 variables and their arithmetic (the
     operators' unrounded mul + add, fmas, saturation, min/max, roundings, conversions both
     ways) in every kernel with half=True (--half), in about HALF_SHARE of an ordinary run's;
     a kernel without it is the one the seed gave before the mode."""
     specs = [fuzz.generate(33, i, half=True) for i in range(40)]
     text = "\n".join(fuzz.render_kernel(s) for s in specs)
     for shape in ("__half h0 = ", "__half2 q0 = ", " * ", "__hfma", "__hmax", "__float2half_r",
-                  "__half2int_r", "fz_hbits(", "__hfma2", "__halves2half2("):
+                  "__half2int_r", "fz_hbits(", "__hfma2", "__halves2half2(", "__nv_bfloat16 g0 = ",
+                  "__float2bfloat16_r", "__bfloat162int_r", "fz_bbits("):
         assert shape in text, shape
     assert all(any(t == "h16" for _, t in s.variables) for s in specs)
     ordinary = [fuzz.generate(33, i) for i in range(200)]

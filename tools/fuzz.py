@@ -135,12 +135,12 @@ def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndar
                 same[:, k] |= np.isnan(fa) & np.isnan(fb) & ((a[:, k] >> 32) == (b[:, k] >> 32))
             elif t == "f64":
                 same[:, k] |= np.isnan(a[:, k].view(np.float64)) & np.isnan(b[:, k].view(np.float64))
-            elif t in ("h16", "h2"):      # each half: any NaN payload
-                halves = 1 if t == "h16" else 2
+            elif t in ("h16", "h2", "b16"):      # each half: any NaN payload
+                halves = 2 if t == "h2" else 1
                 ok = (a[:, k] >> np.uint64(16 * halves)) == (b[:, k] >> np.uint64(16 * halves))
                 for j in range(halves):
                     ha, hb = ((x[:, k] >> np.uint64(16 * j)) & np.uint64(0xFFFF) for x in (a, b))
-                    ok &= (ha == hb) | (_half_nan(ha) & _half_nan(hb))
+                    ok &= (ha == hb) | (_half_nan(ha, t) & _half_nan(hb, t))
                 same[:, k] |= ok
         for th, k in np.argwhere(~same)[:4]:
             n, t = spec.variables[k]
@@ -170,14 +170,17 @@ def compare(spec: KernelSpec, ref: dict[str, np.ndarray], got: dict[str, np.ndar
     return "; ".join(problems) or None
 
 
-def _half_nan(h: np.ndarray) -> np.ndarray:
-    return ((h & np.uint64(0x7C00)) == np.uint64(0x7C00)) & ((h & np.uint64(0x3FF)) != np.uint64(0))
+def _half_nan(h: np.ndarray, t: str = "h16") -> np.ndarray:
+    e, m = (0x7F80, 0x7F) if t == "b16" else (0x7C00, 0x3FF)
+    return ((h & np.uint64(e)) == np.uint64(e)) & ((h & np.uint64(m)) != np.uint64(0))
 
 
 def _show(v: np.uint64, t: str) -> str:
     v = int(v)
     if t == "h16":
         return f"{np.uint16(v & 0xFFFF).view(np.float16)!r} ({v:#x})"
+    if t == "b16":
+        return f"{np.uint32((v & 0xFFFF) << 16).view(np.float32)!r} ({v:#x})"
     if t == "h2":
         lo, hi = (np.uint16(v >> s & 0xFFFF).view(np.float16) for s in (0, 16))
         return f"({lo!r}, {hi!r}) ({v:#x})"

@@ -36,10 +36,11 @@ MAX_THREADS_TOTAL = 384  # the interpreter's cost grows with grid x block
 
 TYPES = ("u32", "s32", "u64", "s64", "f32", "f64")
 CTYPE = {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "long long",
-         "f32": "float", "f64": "double", "h16": "__half", "h2": "__half2"}
+         "f32": "float", "f64": "double", "h16": "__half", "h2": "__half2", "b16": "__nv_bfloat16"}
 
 PRELUDE = r'''
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #ifndef INT_MIN
 #define INT_MIN (-2147483647 - 1)
 #define INT_MAX 2147483647
@@ -58,6 +59,7 @@ __device__ __forceinline__ long long fz_sdiv64(long long a, long long b) { retur
 // a half's bits with every NaN as 0x7FFF (the GPU's canonical NaN): NaN payloads of f16
 // arithmetic differ between the CPU's readers and the GPU, as f32's do
 __device__ __forceinline__ unsigned fz_hbits(__half h) { return __hisnan(h) ? 0x7FFFu : (unsigned)__half_as_ushort(h); }
+__device__ __forceinline__ unsigned fz_bbits(__nv_bfloat16 h) { return __hisnan(h) ? 0x7FFFu : (unsigned)__bfloat16_as_ushort(h); }
 __device__ __forceinline__ long long fz_srem64(long long a, long long b) { return (b == 0 || (a == LLONG_MIN && b == -1)) ? a : a % b; }
 '''
 
@@ -163,6 +165,16 @@ F64_CONSTS = ["0.0", "-0.0", "1.0", "-1.0", "0.5", "0.1", "1e308", "-1.7e308", "
               "9007199254740993.0", "1e-310", "-3.75", "18446744073709551616.0", "9.2233720368547758e18"]
 
 
+#: the functions of cuda_fp16.h and cuda_bf16.h the half mode calls, by type
+_HALF_NAMES = {
+    "h16": {"from": "__float2half", "bits": "__ushort_as_half", "hbits": "fz_hbits",
+            "double": "__double2half", "uint": "__uint2half", "int": "__int2half", "to": "__half2"},
+    "b16": {"from": "__float2bfloat16", "bits": "__ushort_as_bfloat16", "hbits": "fz_bbits",
+            "double": "__double2bfloat16", "uint": "__uint2bfloat16", "int": "__int2bfloat16",
+            "to": "__bfloat162"},
+}
+
+
 class _HalfMode:
     """The half-precision mode of Generator (a mixin): __half and __half2 variables, from
     input bits (NaNs, infinities and subnormals among them) and from the kernel's floats and
@@ -186,6 +198,9 @@ class _HalfMode:
             if hr.random() < 0.6:
                 self.variables.append(("q0", "h2"))
                 inits.append(f"__half2 q0 = __halves2half2({bits()}, __float2half({fx()}));")
+            if hr.random() < 0.5:
+                self.variables.append(("g0", "b16"))
+                inits.append(f"__nv_bfloat16 g0 = {hr.choice([f'__ushort_as_bfloat16((unsigned short){ix()})', f'__float2bfloat16({fx()})'])};")
             lists = self.statement_lists(body)
             for _ in range(hr.randrange(2, 7)):
                 where = hr.choice(lists)
@@ -194,50 +209,54 @@ class _HalfMode:
             self.r = main
 
     def half_statement(self) -> Stmt:
-        """A half variable assigned, or a half value read into another variable."""
+        """A half or bfloat16 variable assigned, or such a value read into another variable."""
         r, ctx = self.r, Ctx(converged=False)
+        kind = "b16" if self.var("b16") and r.random() < 0.4 else "h16"
         x = r.random()
         if x < 0.45:
-            return Stmt("code", f"{self.var('h16')} = {self.expr_h16(r.randrange(1, 4), ctx)};")
+            return Stmt("code", f"{self.var(kind)} = {self.expr_h16(r.randrange(1, 4), ctx, kind)};")
         if x < 0.65 and self.var("h2"):
             return Stmt("code", f"q0 = {self.expr_h2(r.randrange(1, 4), ctx)};")
-        h = lambda: self.expr_h16(r.randrange(0, 3), ctx)
+        h = lambda: self.expr_h16(r.randrange(0, 3), ctx, kind)
+        n = _HALF_NAMES[kind]
         back: list[tuple[str, Callable[[], str]]] = [
-            ("u32", lambda: f"fz_hbits({h()})"),
+            ("u32", lambda: f"{n['hbits']}({h()})"),
             ("u32", lambda: f"(unsigned)({h()} {r.choice(['<', '<=', '==', '!=', '>', '>='])} {h()})"),
             ("u32", lambda: f"(unsigned)__hisnan({h()})"),
-            ("u32", lambda: f"__half2uint_r{r.choice('nzdu')}({h()})"),
-            ("s32", lambda: f"__half2int_r{r.choice('nzdu')}({h()})"),
-            ("f32", lambda: f"__half2float({h()})"),
-            ("f64", lambda: f"(double)__half2float({h()})")]
+            ("u32", lambda: f"{n['to']}uint_r{r.choice('nzdu')}({h()})"),
+            ("s32", lambda: f"{n['to']}int_r{r.choice('nzdu')}({h()})"),
+            ("f32", lambda: f"{n['to']}float({h()})"),
+            ("f64", lambda: f"(double){n['to']}float({h()})")]
         if self.var("h2"):
             back.append(("f32", lambda: f"__{r.choice(['low', 'high'])}2float(q0)"))
         t, value = r.choice([b for b in back if self.var(b[0])])
         return Stmt("code", f"{self.var(t)} {'^=' if t == 'u32' else '='} {value()};")
 
-    def half_leaf(self, ctx: Ctx) -> str:
+    def half_leaf(self, ctx: Ctx, kind: str = "h16") -> str:
         r = self.r
-        v = self.var("h16")
+        n = _HALF_NAMES[kind]
+        v = self.var(kind)
         if v is not None and r.random() < 0.5:
             return v
-        opts = [lambda: f"__float2half({r.choice(H_CONSTS)})",
-                lambda: f"__ushort_as_half((unsigned short){self.expr('u32', 1, ctx)})"]
+        opts = [lambda: f"{n['from']}({r.choice(H_CONSTS)})",
+                lambda: f"{n['bits']}((unsigned short){self.expr('u32', 1, ctx)})"]
         if self.var("f32"):
-            opts.append(lambda: f"__float2half_r{r.choice('nzdu')}({self.var('f32')})")
+            opts.append(lambda: f"{n['from']}_r{r.choice('nzdu')}({self.var('f32')})")
         if self.var("f64"):
-            opts.append(lambda: f"__double2half({self.var('f64')})")
-        opts.append(lambda: f"__uint2half_r{r.choice('nzdu')}({self.var('u32') or 'lt'})")
+            opts.append(lambda: f"{n['double']}({self.var('f64')})")
+        opts.append(lambda: f"{n['uint']}_r{r.choice('nzdu')}({self.var('u32') or 'lt'})")
         if self.var("s32"):
-            opts.append(lambda: f"__int2half_r{r.choice('nzdu')}({self.var('s32')})")
-        if self.var("h2"):
+            opts.append(lambda: f"{n['int']}_r{r.choice('nzdu')}({self.var('s32')})")
+        if self.var("h2") and kind == "h16":
             opts.append(lambda: f"__{r.choice(['low', 'high'])}2half(q0)")
         return r.choice(opts)()
 
-    def expr_h16(self, d: int, ctx: Ctx) -> str:
+    def expr_h16(self, d: int, ctx: Ctx, kind: str = "h16") -> str:
+        """A __half (kind h16) or __nv_bfloat16 (b16) expression: the same functions."""
         r = self.r
         if d <= 0 or r.random() < 0.25:
-            return self.half_leaf(ctx)
-        e = lambda: self.expr_h16(d - 1, ctx)
+            return self.half_leaf(ctx, kind)
+        e = lambda: self.expr_h16(d - 1, ctx, kind)
         return r.choice([
             lambda: f"({e()} {r.choice(['+', '-', '*', '/'])} {e()})",
             lambda: f"({e()} * {e()} {r.choice(['+', '-'])} {e()})",      # mul.f16 + add.f16
@@ -879,6 +898,7 @@ def _slot(n: str, t: str) -> str:
             "u64": n, "s64": f"(unsigned long long){n}", "f32": f"(unsigned long long)__float_as_uint({n})",
             "f64": f"(unsigned long long)__double_as_longlong({n})",
             "h16": f"(unsigned long long)__half_as_ushort({n})",
+            "b16": f"(unsigned long long)__bfloat16_as_ushort({n})",
             "h2": (f"((unsigned long long)__half_as_ushort(__high2half({n})) << 16 | "
                    f"(unsigned long long)__half_as_ushort(__low2half({n})))")}[t]
 
