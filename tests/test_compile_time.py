@@ -141,14 +141,20 @@ def half_chain_source(n: int) -> tuple[str, list[tuple[float, float]]]:
     return "\n".join(lines) + "\n", consts
 
 
-@pytest.mark.parametrize("limit", [None, 10**9])
+@pytest.mark.parametrize("limit", [None, 10**9, "cpu"])
 def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPatch,
-                                    limit: int | None) -> None:
-    """300 half fmas per thread: above FMA_HALF_INLINE_LIMIT each is a call of one shared
-    function (limit None: the default), with the limit raised all are inline; both round
-    each fma once, as NumPy's f64 -> f16 conversion of the exact value does."""
+                                    limit: int | str | None) -> None:
+    """300 half fmas per thread, emulated (a CPU without AVX512-FP16): above
+    FMA_HALF_INLINE_LIMIT each is a call of one shared function (limit None: the default),
+    with the limit raised all are inline; "cpu": this machine's code (the CPU's own f16 fma
+    where it has one, no call).  All round each fma once, as NumPy's f64 -> f16
+    conversion of the exact value does."""
     from cpuify.codegen import half_float
-    if limit is not None:
+    if limit == "cpu" and not jit.has_avx512fp16():
+        pytest.skip("no AVX512-FP16 here: the emulated cases cover this machine")
+    if limit != "cpu":
+        monkeypatch.setattr(jit, "has_avx512fp16", lambda: False)
+    if isinstance(limit, int):
         monkeypatch.setattr(half_float, "FMA_HALF_INLINE_LIMIT", limit)
     src, consts = half_chain_source(300)
     assert len(consts) > half_float.FMA_HALF_INLINE_LIMIT or limit is not None
@@ -162,6 +168,7 @@ def test_many_half_fmas_match_numpy(no_cache: None, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(jit, "optimize", spy)
     compiler.compile_cuda(src)
     assert ("call i16 @\"cpuify_fma_f16\"" in texts[0]) == (limit is None)
+    assert ("llvm.fma.f16" in texts[0]) == (limit == "cpu")
     x = np.random.default_rng(3).uniform(0.25, 4.0, 256).astype(np.float16)
     want = x.astype(np.float64)
     for m, c in consts:

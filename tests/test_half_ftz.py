@@ -98,3 +98,22 @@ def test_ftz_flushes_f16_sources_and_results(name: str, run: str) -> None:
     else:
         InterpModule(ptx).launch("k", (1, 1, 1), (n, 1, 1), [x, out])
     np.testing.assert_array_equal(out[:n].view(np.uint16), want.view(np.uint16))
+
+
+def test_f16_without_ftz_keeps_subnormals_under_the_cpus_flush_switches() -> None:
+    """A kernel run with the CPU's DAZ/FTZ set (an f32 .ftz op beside it) whose f16 fma has
+    no .ftz keeps f16 subnormals: they are normal numbers in f32, and AVX512-FP16's own
+    fma (used where the CPU has it) ignores the switches."""
+    body = ("fma.rn.f16 %h5, %h1, %h2, %h3;\n\tcvt.ftz.f32.f16 %f1, %h3;\n"
+            "\tadd.ftz.f32 %f2, %f1, %f1;\n\tst.global.f32 [%rd6+4096], %f2;")
+    n = 1024
+    rng = np.random.default_rng(2)
+    x = np.zeros((n, 3), np.float16)
+    x[:, 0] = (rng.uniform(-1, 1, n) * 2.0 ** -14).astype(np.float16)
+    x[:, 1] = rng.uniform(0.5, 2, n).astype(np.float16)
+    x[:, 2] = (rng.uniform(-1, 1, n) * 2.0 ** -15).astype(np.float16)
+    want = (x[:, 0].astype(np.float64) * x[:, 1] + x[:, 2]).astype(np.float16)
+    assert np.count_nonzero(np.abs(want) < TINY) > n // 2
+    out = np.zeros(4 * n, np.float16)
+    cpuify.RawModule(ptx=_ptx(body)).get_function("k")((1,), (n,), [x, out])
+    np.testing.assert_array_equal(out[:n].view(np.uint16), want.view(np.uint16))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import cpuify
+from cpuify.codegen import jit
 from cpuify.errors import UnsupportedError
 from cpuify.interp import interpret_kernel
 from cpuify.ir.ptx_table import TABLE
@@ -65,8 +66,13 @@ def _expected(a: int, b: int, c: int, t: str, sat: bool) -> int | None:
     return r
 
 
-@pytest.mark.parametrize("t", ["f16", "bf16"])
-def test_half_fma_rounded_once_compiled_interpreted_and_exact(t):
+@pytest.mark.parametrize("t,path", [("f16", "cpu"), ("f16", "emulated"), ("bf16", "cpu")])
+def test_half_fma_rounded_once_compiled_interpreted_and_exact(t, path, monkeypatch):
+    """`path`: "cpu", what this machine runs (the CPU's f16 fma where it has AVX512-FP16);
+    "emulated", the f64 product and sum rounded to odd that other CPUs run."""
+    if path == "emulated":
+        monkeypatch.setattr(jit, "has_avx512fp16", lambda: False)
+        monkeypatch.setenv("CPUIFY_NO_CACHE", "1")
     top = 0x7C00 if t == "f16" else 0x7F80
     special = [0, 0x8000, 1, 0x8001, top - 1, top | 0x8000 - 1, top, top | 0x8000,
                top | 0x200 if t == "f16" else top | 0x40, 0x3C00 if t == "f16" else 0x3F80,
@@ -78,6 +84,11 @@ def test_half_fma_rounded_once_compiled_interpreted_and_exact(t):
     # products near ties: a = 1 + k ulp, b = 1 + j ulp, c = -1 (the product's low bits decide)
     one = 0x3C00 if t == "f16" else 0x3F80
     rows += [(one + k, one + j, one | 0x8000) for k in range(1, 40) for j in range(1, 6)]
+    # tiny products (subnormal factors) added to values one ulp either side of 1 and 1024:
+    # the f64 sum is inexact, the result must still round as the exact one does
+    tiny = [1, 3, 0x8001, 0x3FF, 0x83FF] if t == "f16" else [1, 3, 0x8001, 0x7F, 0x807F]
+    near = [one - 1, one + 1, one + 2] + ([0x6400 - 1, 0x6401] if t == "f16" else [0x4480 - 1, 0x4481])
+    rows += [(x, y, c) for x in tiny for y in tiny for c in near]
     flat = np.array(rows, np.uint16)
     ptx = _kernel(t)
     for interpreted in (False, True):

@@ -106,10 +106,19 @@ def fma_half_call(b: ir.IRBuilder, a: ir.Value, c: ir.Value, d: ir.Value, t: str
 def fma_half(b: ir.IRBuilder, a: ir.Value, c: ir.Value, d: ir.Value, t: str,
              saturate: bool) -> ir.Value:
     """fma.rn{.sat}.{f16,bf16} of three registers' bits, rounded once: the product is exact
-    in f64, the sum's error comes from TwoSum and makes the f64 result round-to-odd."""
+    in f64; for bf16 the sum's error comes from TwoSum and makes the f64 result
+    round-to-odd.  f16 needs no TwoSum: the f64 sum p + z is inexact only where the
+    exponents of p and z are more than 31 apart, and then either z is an f16 value at
+    least 2^-11 of its own magnitude from every f16 half-way point while |p| is below
+    2^-30 of it (rounding the sum in f64 cannot reach a half-way point), or |p| > 2^28
+    (the result is an overflow either way): f16's exponent range is that narrow."""
     x, y, z = (b.fpext(half_to_f32(b, v, t), F64) for v in (a, c, d))
     p = b.fmul(x, y)                                       # exact: 2 x 11 bits at most
     s = b.fadd(p, z)
+    if t == "f16":
+        if saturate:
+            s = _saturated(b, s)
+        return f32_to_half(b, f64_to_f32_odd(b, s), t)
     bb = b.fsub(s, p)
     err = b.fadd(b.fsub(p, b.fsub(s, bb)), b.fsub(z, bb))
     bits = b.bitcast(s, I64)
@@ -121,7 +130,13 @@ def fma_half(b: ir.IRBuilder, a: ir.Value, c: ir.Value, d: ir.Value, t: str,
                                 b.lshr(b.bitcast(err, I64), I64(63)))
     moved = b.select(same_sign, b.add(bits, I64(1)), b.sub(bits, I64(1)))
     s = b.bitcast(b.select(b.and_(inexact, even), moved, bits), F64)
-    if saturate:        # clamping commutes with rounding (0 and 1 are representable)
-        s = b.select(b.fcmp_ordered(">", s, ir.Constant(F64, 0.0)), s, ir.Constant(F64, 0.0))
-        s = b.select(b.fcmp_ordered("<", s, ir.Constant(F64, 1.0)), s, ir.Constant(F64, 1.0))
+    if saturate:
+        s = _saturated(b, s)
     return f32_to_half(b, f64_to_f32_odd(b, s), t)
+
+
+def _saturated(b: ir.IRBuilder, s: ir.Value) -> ir.Value:
+    """.sat of an f64 (clamping commutes with rounding: 0 and 1 are representable; NaN
+    becomes 0)."""
+    s = b.select(b.fcmp_ordered(">", s, ir.Constant(F64, 0.0)), s, ir.Constant(F64, 0.0))
+    return b.select(b.fcmp_ordered("<", s, ir.Constant(F64, 1.0)), s, ir.Constant(F64, 1.0))

@@ -130,6 +130,12 @@ def has_avx512() -> bool:
     return "+avx512f" in host_cpu()[1].split(",")
 
 
+def has_avx512fp16() -> bool:
+    """Whether this machine has AVX512-FP16: IEEE binary16 arithmetic, an fma rounded once
+    (vfmadd*sh/ph) among it, subnormals included."""
+    return "+avx512fp16" in host_cpu()[1].split(",")
+
+
 @functools.lru_cache(maxsize=1)
 def target_machine() -> llvm.TargetMachine:
     """The shared machine for optimization and object emission (never given to an engine)."""

@@ -100,11 +100,15 @@ class ArithmeticLowering:
         """Directed rounding: a product and addend whose bounds the IR shows, on one
         binade's grid, as a floor/ceil (_quantized_fma); otherwise (f32 only) the exact
         a*b + c as an f64 sum and its TwoSum error, the f32 round-to-nearest result moved
-        by the error's sign.  f16/bf16 (their bits): rounded once from the exact product
-        in f64 (half_float.fma_half), a call of one shared function where the kernel has
-        more than FMA_HALF_INLINE_LIMIT of them."""
+        by the error's sign.  f16/bf16 (their bits): the CPU's f16 fma where it has
+        AVX512-FP16; otherwise rounded once from the product in f64 (half_float.fma_half),
+        a call of one shared function where the kernel has more than FMA_HALF_INLINE_LIMIT
+        of them."""
         (p, t), (q, _), (r, _) = args
         b, e = self.b, self.e
+        if t == "f16" and jit.has_avx512fp16():     # the CPU's own f16 fma, rounded once
+            halves = [b.bitcast(v, F16) for v in (p, q, r)]
+            return b.bitcast(call(e, "llvm.fma.f16", F16, halves), I16), t
         if t in ("f16", "bf16"):
             many = _half_fmas(e.kc) > half_float.FMA_HALF_INLINE_LIMIT
             emit = half_float.fma_half_call if many else half_float.fma_half
