@@ -1612,3 +1612,53 @@ def test_thread_steps_wrap_modulo_the_integer_width() -> None:
         cpuify.RawKernel(WRAPPED_STRIDE, "wrapped_stride")((2,), shape, (iu, scr, out))
         np.testing.assert_array_equal(scr, want_scr)
         np.testing.assert_array_equal(out, want)
+
+
+# fz_4243_69 (seed 4243, kernel 69, the half-precision mode's first run): `cond ? __high2half(q)
+# : h`.  cuda_fp16.h's __high2half is `mov.b32 {low,high}, q; mov.b16 r, high`: the unpacking
+# mov has one operand and two results.  select-if-phis took it for a copy of its operand and
+# selected the packed 32-bit q itself (a `selp.b16` of an i32, truncated to its low half): the
+# low half where the high one was meant, in every native variant with passes.  Analyses that
+# see through moves (thread indices, access forms and maps, loop order, warp masks) read
+# through it the same way; none of them does now.
+HIGH_HALF = r'''
+#include <cuda_fp16.h>
+extern "C" __global__ void high_half(const unsigned *in, unsigned short *out) {
+    int i = threadIdx.x;
+    unsigned u = in[2 * i];
+    __half h = __ushort_as_half((unsigned short)in[2 * i + 1]);
+    __half2 q = __halves2half2(__ushort_as_half((unsigned short)u), __ushort_as_half((unsigned short)(u >> 16)));
+    __half b = h != __low2half(q) ? __high2half(q) : h;
+    out[i] = __half_as_ushort(b);
+}'''
+
+
+@pytest.mark.parametrize("run", ["compiled", "interpreter"])
+def test_high_half_selected_in_an_if(run: str) -> None:
+    rng = np.random.default_rng(0)
+    n = 256
+    inp = rng.integers(0, 2**32, 2 * n, dtype=np.uint64).astype(np.uint32)
+    h, lo, hi = inp[1::2] & 0xFFFF, inp[0::2] & 0xFFFF, inp[0::2] >> 16
+    equal = h.astype(np.uint16).view(np.float16) == lo.astype(np.uint16).view(np.float16)
+    want = np.where(equal, h, hi).astype(np.uint16)
+    out = np.zeros(n, np.uint16)
+    if run == "compiled":
+        cpuify.RawModule(code=HIGH_HALF).get_function("high_half")((1,), (n,), (inp, out))
+    else:
+        from cpuify.frontend.nvrtc import compile_to_ptx
+        interpret_kernel(compile_to_ptx(HIGH_HALF).ptx, "high_half", (1,), (n,), (inp, out))
+    np.testing.assert_array_equal(out, want)
+
+
+def test_select_if_phis_keeps_an_unpacked_half() -> None:
+    """No selp select-if-phis makes reads the packed value (an i32) for the high half."""
+    from cpuify.frontend.nvrtc import compile_to_ptx
+    from cpuify.frontend.ptx_parser import parse_ptx
+    from cpuify.lifting.lift import lift_kernel
+    from cpuify.transforms.pass_manager import PipelineOptions, run_pipeline
+    module = parse_ptx(compile_to_ptx(HIGH_HALF).ptx)
+    kernel = lift_kernel(module, module.functions["high_half"]).op
+    run_pipeline(kernel, PipelineOptions(passes=("raise-structured-cf", "select-if-phis")))
+    for sel in (op for op in kernel.walk() if op.name == "ptx.selp"):
+        assert all(v.type == sel.results[0].type for v in sel.operands[:2]), \
+            [v.type for v in sel.operands]

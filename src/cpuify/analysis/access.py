@@ -102,7 +102,7 @@ def _affine_op(op: Operation, uniform: set[Value], depth: int,
         return ({key: val * k for key, val in f[0].items() if val * k}, f[1] * k)
 
     ops = op.operands
-    if name in ("ptx.mov", "ptx.cvt", "ptx.cvta") and len(ops) == 1:
+    if name in ("ptx.mov", "ptx.cvt", "ptx.cvta") and len(ops) == 1 and len(op.results) == 1:
         return form(ops[0])
     if name in ("ptx.add", "ptx.sub") and len(ops) == 2:
         a, b = form(ops[0]), form(ops[1])

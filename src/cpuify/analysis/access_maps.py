@@ -1266,7 +1266,7 @@ class _Builder:
                 or v.type[0] != "i" or v.type == "i1":
             return None
         ops = op.operands
-        if name in ("ptx.mov", "ptx.cvta", "ptx.cvt") and len(ops) == 1:
+        if name in ("ptx.mov", "ptx.cvta", "ptx.cvt") and len(ops) == 1 and len(op.results) == 1:
             return self.val(ops[0])
         if name in ("ptx.add", "ptx.sub") and len(ops) == 2:
             a, b = self.val(ops[0]), self.val(ops[1])
@@ -1559,7 +1559,7 @@ class _Builder:
                            ("and", [_compare("ge", a, zero), _compare("lt", b, zero)])]), True
         if name == "ptx.not" and len(op.operands) == 1:
             return self.cond(op.operands[0], not negate)
-        if name == "ptx.mov" and len(op.operands) == 1:
+        if name == "ptx.mov" and len(op.operands) == 1 and len(op.results) == 1:
             return self.cond(op.operands[0], negate)
         if name == "ptx.xor" and len(op.operands) == 2 and v.type == "i1":
             for i in (0, 1):

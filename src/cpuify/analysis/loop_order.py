@@ -287,7 +287,7 @@ def _stride(v: Value, leaf, invariant, memo: dict,  # type: ignore[no-untyped-de
         elif op.name == "upir.special" or "f32" in m or "f64" in m or "hi" in m or \
                 "sat" in m or "cc" in m:
             result = None
-        elif op.name in ("ptx.mov", "ptx.cvt", "ptx.cvta") and len(ops) == 1:
+        elif op.name in ("ptx.mov", "ptx.cvt", "ptx.cvta") and len(ops) == 1 and len(op.results) == 1:
             result = of(ops[0])
         elif op.name in ("ptx.add", "ptx.sub") and len(ops) == 2:
             a, b = of(ops[0]), of(ops[1])

@@ -36,7 +36,7 @@ def _eval_on_thread(v: Value, dim_value: dict[int, int], depth: int = 0) -> int 
         return None
     t = next((m for m in mods if m[:1] in "sub" and m[1:].isdigit()), "b32")
     name = op.name
-    if name in ("ptx.mov", "ptx.cvt") and len(args) == 1:
+    if name in ("ptx.mov", "ptx.cvt") and len(args) == 1 and len(op.results) == 1:
         return args[0]
     if v.type == "i1" or "pred" in mods:
         a = [bool(x) for x in args]

@@ -301,7 +301,10 @@ def _available(v: Value, branch: Block, then: Block, idom) -> Value | None:  # t
     moved) in `then`, else None."""
     from cpuify.ir.core import BlockArgument, dominates
     src = v
+    # (a copy: one operand and one result of its type; not an unpacking mov, whose results
+    # are parts of its operand)
     while isinstance(src, OpResult) and src.op.name == "ptx.mov" and len(src.op.operands) == 1 \
+            and len(src.op.results) == 1 and src.op.operands[0].type == src.type \
             and src.op.parent is then:
         src = src.op.operands[0]
     owner = src.block if isinstance(src, BlockArgument) else src.op.parent

@@ -368,7 +368,8 @@ FULL_MASK = 0xFFFFFFFF
 
 def _const(v: Value) -> int | None:
     """An integer constant's value (through moves), else None."""
-    while isinstance(v, OpResult) and v.op.name == "ptx.mov" and len(v.op.operands) == 1:
+    while isinstance(v, OpResult) and v.op.name == "ptx.mov" and len(v.op.operands) == 1 \
+            and len(v.op.results) == 1:
         v = v.op.operands[0]
     if isinstance(v, OpResult) and v.op.name == "upir.const":
         c = v.op.attributes.get("value")
