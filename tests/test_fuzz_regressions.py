@@ -1662,3 +1662,16 @@ def test_select_if_phis_keeps_an_unpacked_half() -> None:
     for sel in (op for op in kernel.walk() if op.name == "ptx.selp"):
         assert all(v.type == sel.results[0].type for v in sel.operands[:2]), \
             [v.type for v in sel.operands]
+
+
+def test_verifier_rejects_a_select_of_another_type() -> None:
+    """What caught nothing then: the verifier (run after lifting, and after each pass with
+    --verify-each) now rejects a selp whose chosen values differ in type from its result."""
+    from cpuify.errors import IRError
+    from cpuify.ir.core import Operation
+    from cpuify.ir.dialects import verify_op
+    a, b, p = (Operation("upir.const", [], [t], {"value": 0}) for t in ("i16", "i32", "i1"))
+    bad = Operation("ptx.selp", [a.result, b.result, p.result], ["i16"], {"mods": ["b16"]})
+    with pytest.raises(IRError, match="selects between i16 and i32"):
+        verify_op(bad)
+    verify_op(Operation("ptx.selp", [a.result, a.result, p.result], ["i16"], {"mods": ["b16"]}))

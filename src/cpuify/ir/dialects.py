@@ -268,11 +268,23 @@ def _table_effects(effects: tuple[tuple[str, str], ...]) -> Callable[[Operation]
     return lambda op: list(fixed)
 
 
+def _verify_selp(op: Operation) -> None:
+    """The two values a selp chooses between have the result's type (a pass that looks
+    through a move to a value of another type, or through an unpacking move to the packed
+    value, breaks this)."""
+    if op.results and len(op.operands) == 3 and \
+            any(v.type != op.results[0].type for v in op.operands[:2]):
+        raise IRError(f"selects between {op.operands[0].type} and {op.operands[1].type} "
+                      f"into {op.results[0].type}")
+
+
+_TABLE_VERIFY = {"ptx.selp": _verify_selp}
 for _entry in BY_IR_OP.values():
     if _entry.pure_ir_op:
-        define(_entry.ir_name, pure=True)
+        define(_entry.ir_name, pure=True, verify=_TABLE_VERIFY.get(_entry.ir_name))
     else:
-        define(_entry.ir_name, effects=_table_effects(_entry.effects))
+        define(_entry.ir_name, effects=_table_effects(_entry.effects),
+               verify=_TABLE_VERIFY.get(_entry.ir_name))
 PURE_PTX = tuple(e.opcode for e in BY_IR_OP.values() if e.pure_ir_op)
 # ops that are not one PTX instruction: wmma.load/store (one thread's fragment,
 # tensor_cores.py); ldmatrix/mma lowered for code generation to local-memory records of the
