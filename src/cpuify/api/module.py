@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cpuify.api import block_runs
 from cpuify.api.arguments import ArgumentPacker, array_address
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
@@ -258,6 +259,16 @@ class Function:
         # the scratch layout of each specialized block function (its own slots)
         self._shape_scratch: dict[tuple[int, int, int], ScratchLayout] = {}
         self._shape_seen: dict[tuple[int, int, int], int] = {}
+        # runs of blocks fused into one (fuse-block-runs, api/block_runs.py): per (shape,
+        # run asked for), the block function, its scratch layout and the run it fused
+        # (None: not fused); the shapes whose kernel refused
+        self._run_variant: dict[tuple[tuple[int, int, int], tuple[int, int]],
+                                tuple[int, ScratchLayout, tuple[int, int]] | None] = {}
+        self._runs_refused: set[tuple[int, int, int]] = set()
+        self._block_runs = block_runs.enabled()
+        #: launches that ran blocks fused into runs, and the last run fused
+        self.block_run_launches = 0
+        self.last_block_run: tuple[int, int] = (1, 1)
         # launch-time pointer specialization: per block shape, the pointer parameters whose
         # non-overlap would remove a barrier and the parameters accesses are based on
         # (SpecializedObject), and the variant compiled with them as `noalias_params`
@@ -414,6 +425,42 @@ class Function:
                 self._noalias_variant[block] = None
         return self._noalias_variant[block]
 
+    def _fused_block_function(self, block: tuple[int, int, int], grid: tuple[int, int, int]
+                              ) -> tuple[int, ScratchLayout, tuple[int, int]] | None:
+        """The block function compiled for `block` that runs a run of blocks per call
+        (fuse-block-runs), for a launch of `grid`; None when the kernel's blocks may not
+        run fused, no run pays for this grid, or its compile failed (the code for the shape
+        then runs, as it always can)."""
+        if block in self._runs_refused:
+            return None
+        run = block_runs.choose_block_run(block, grid)
+        if run == (1, 1):
+            return None
+        key = (block, run)
+        if key not in self._run_variant:
+            if sum(1 for b, _ in self._run_variant if b == block) >= block_runs.MAX_RUN_VARIANTS:
+                return None
+            from cpuify.codegen.llvm_gen import specialized_symbol
+            from cpuify.compiler import compile_specialized
+            try:
+                spec = compile_specialized(self.module._compiled.ptx, self.name, block,
+                                           self.module._compiled.passes, block_run=run)
+                if spec.block_run == (1, 1):
+                    self._runs_refused.add(block)
+                    return None
+                self._loaded.add(spec.object_code)
+                addr = self._loaded.function_address(
+                    specialized_symbol(self.name, block, (), spec.block_run))
+                self._run_variant[key] = (addr, spec.scratch, spec.block_run)
+            except Exception as e:  # noqa: BLE001 - the code for the shape is correct: keep using it
+                import warnings
+                from cpuify.errors import SpecializationWarning
+                warnings.warn(f"kernel '{self.name}': compiling it for runs of {run} blocks "
+                              f"failed ({type(e).__name__}: {e}); running the code for the "
+                              "block shape", SpecializationWarning, stacklevel=4)
+                self._run_variant[key] = None
+        return self._run_variant[key]
+
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
         self._packer(args, bufs.params)
 
@@ -474,15 +521,22 @@ class Function:
             return      # an empty box: no block runs
         distributed = _distributed_launch is not None and packed is None and box is None
         addr = scratch = 0
+        run = (1, 1)
         if not distributed:     # (over MPI the engine's box launches pick the block function)
             addr = self._shape_addr.get(bl) or self._block_function_for(bl)
             layout = self._shape_scratch.get(bl, self.info.scratch)
+            variant = None
             if bl in self._noalias_of_shape and args is not None:
                 variant = self._noalias_block_function(bl, args)
                 if variant is not None:
                     addr, layout = variant
                     self.noalias_launches += 1
-            scratch = layout.scratch_bytes(nthreads)
+            if variant is None and self._block_runs and bl in self._shape_scratch and \
+                    bounds is None and not cooperative and not self.info.spin_waits:
+                fused = self._fused_block_function(bl, g)
+                if fused is not None:
+                    addr, layout, run = fused
+            scratch = layout.scratch_bytes(nthreads * run[0] * run[1])
         shared_bytes = self.info.shared_static + shared_mem
         own = self._busy.acquire(blocking=False)
         bufs = self._buffers if own else _LaunchBuffers(self._param_size)
@@ -503,6 +557,16 @@ class Function:
                 # over MPI ranks (cpuify.distributed): each rank runs the prologue and its box
                 rc = _distributed_launch(self, g, bl, args, bytes(bufs.params)[:self.info.param_size],
                                          shared_mem, cooperative)
+            elif rc == 0 and run != (1, 1):
+                # a grid of runs; the kernel reads the real gridDim from the dims
+                b = bufs.box
+                b[0] = b[1] = b[2] = 0
+                b[3], b[4], b[5] = block_runs.run_grid(g, run)
+                rc = int(self._launch_range(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
+                                            scratch, bufs.err_addr, 0, 0, bufs.box_addr,
+                                            bufs.box_addr + 12))
+                self.block_run_launches += 1
+                self.last_block_run = run
             elif rc == 0:
                 if self.info.spin_waits or cooperative or bounds is not None:
                     rc = self._launch_with_flags(g, nthreads, shared_bytes, addr, bufs, scratch,
@@ -511,6 +575,9 @@ class Function:
                     rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
                                       scratch, bufs.err_addr)
             e = tuple(bufs.err) if rc else ()
+            if rc and run != (1, 1) and e and e[0] != 0xFFFFFFFF:
+                # the runtime names the run: its first block
+                e = (e[0] * run[0], e[1] * run[1], e[2])
         finally:
             if own:
                 self._busy.release()

@@ -1,0 +1,265 @@
+"""`fuse-block-runs`: a run of adjacent thread blocks executed as one wider block (the
+Polygeist paper's flat vs per-block mapping, section IV-D).
+
+A 2D block of 32 x 8 threads that marches up a z column (`for (k = 1; k < nz - 1; k++)`,
+the laplace3d workload) has its uniform loop interchanged with the thread loop: each pass
+runs the block's 8 rows of 32 threads, 8 rows of 128 bytes a row apart, then jumps a whole
+plane.  The hardware prefetchers do not follow such short runs; the OpenMP version of the
+same stencil streams whole rows.  When the blocks of the grid cannot see each other (no
+barrier, shared memory, atomic, warp collective, grid sync, volatile or ordered access,
+printf or device launch: plain loads and stores only), running the blocks
+blockIdx.x = b..b+Rx-1 and blockIdx.y = c..c+Ry-1 together, as one block of Rx * ntid.x by
+Ry * ntid.y threads, is a schedule CUDA allows, and the thread loop inside the uniform loop
+then walks rows of Rx * 32 threads: whole rows of the array when Rx covers the grid's x.
+
+The pass runs only when the code is specialized for a block shape (`block_dims`) and the
+launch asks for runs (the kernel's `block_run_request = [Rx, Ry]`: the Python API picks them
+from the grid, cpuify.api.module).  It rewrites the block body for the fused block: with T
+the fused thread index of a dimension and B its block size,
+
+    threadIdx = T % B,   blockIdx = run * R + T / B,   blockDim = B (a constant),
+
+threads whose blockIdx is past gridDim (the grid's last, partial run) exit at once, and the
+global index `blockIdx * B + threadIdx` (shl/mul + add, or mad) becomes `run * R * B + T`,
+which is the same number, so the access analysis still sees addresses consecutive across
+threads.  It records `block_run = [Rx, Ry]` and the fused shape in `block_dims`; the code
+generator names the block function for the run (kernel_abi.specialized_symbol) and the
+launcher runs a grid of ceil(gridDim.x / Rx) x ceil(gridDim.y / Ry) runs (the kernel still
+reads the real gridDim).  Warp ids are untouched by the rule: no warp-level operation may
+appear.  A dimension whose threadIdx the kernel never reads is not fused
+(merge-duplicate-threads runs its threads once instead)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from cpuify.analysis.manager import AnalysisManager
+from cpuify.ir.core import Block, Operation, OpResult, Region, Value, replace_all_uses
+from cpuify.ir.dialects import STRUCTURED_OPS, info
+from cpuify.ir.structure import block_body
+from cpuify.ir.structured import nested_blocks
+from cpuify.transforms.pass_manager import register
+
+REQUEST = "block_run_request"
+ATTRIBUTE = "block_run"
+
+#: ops with effects that blocks run together perform as they would one block at a time
+_PLAIN_EFFECTS = frozenset({"ptx.ld", "ptx.ldu", "ptx.st", "ptx.prefetch", "ptx.prefetchu",
+                            "upir.exit", "upir.param", "upir.special", "upir.clock"})
+#: special registers whose value depends on the block's threads beyond tid/ctaid/ntid
+_REFUSED_SPECIALS = ("%laneid", "%warpid", "%nwarpid", "%lanemask", "%cluster", "%envreg",
+                     "%dynamic_smem", "%total_smem")
+#: memory orderings that make a load or store part of a protocol between threads
+_ORDERED = ("volatile", "relaxed", "acquire", "release", "mmio")
+
+
+def refusal(kernel: Operation) -> str | None:
+    """Why the blocks of `kernel` may not run fused (None: they may)."""
+    body = block_body(kernel)
+    for block in nested_blocks(body):
+        for op in block.ops:
+            if op.name in STRUCTURED_OPS:
+                continue
+            if op.regions:
+                return f"{op.name} at PTX line {op.attributes.get('line', '?')}"
+            mods = [str(m) for m in op.attributes.get("mods", ())]
+            if "shared" in mods or op.attributes.get("space") == "shared":
+                return f"shared memory (PTX line {op.attributes.get('line', '?')})"
+            if op.name == "upir.special":
+                reg = str(op.attributes.get("reg", ""))
+                if reg.startswith(_REFUSED_SPECIALS) or reg in ("%tid", "%ctaid", "%ntid"):
+                    return f"it reads {reg}"
+                continue
+            i = info(op)
+            if i.block_sync or i.warp_sync or i.yield_sync:
+                return f"{op.name} at PTX line {op.attributes.get('line', '?')}"
+            if i.pure or (i.terminator and op.name.startswith("cf.")):
+                continue
+            if op.name not in _PLAIN_EFFECTS:
+                return f"{op.name} at PTX line {op.attributes.get('line', '?')}"
+            if any(m in _ORDERED for m in mods):
+                return f"a {'.'.join(mods)} access at PTX line {op.attributes.get('line', '?')}"
+    return None
+
+
+def _strip_moves(v: Value) -> Value:
+    while isinstance(v, OpResult) and v.op.name == "ptx.mov" and len(v.op.operands) == 1:
+        v = v.op.operands[0]
+    return v
+
+
+def _const(v: Value) -> int | None:
+    v = _strip_moves(v)
+    if isinstance(v, OpResult) and v.op.name == "upir.const" and \
+            isinstance(v.op.attributes.get("value"), int):
+        return int(v.op.attributes["value"]) & 0xFFFFFFFF
+    return None
+
+
+class _Builder:
+    """Appends ops to one block."""
+
+    def __init__(self, block: Block) -> None:
+        self.block = block
+
+    def op(self, name: str, operands: list[Value], mods: list[str], type_: str = "i32",
+           **attrs: object) -> Value:
+        o = Operation(name, operands, [type_], {**({"mods": mods} if mods else {}), **attrs,
+                                                "line": 0})
+        return self.block.append(o).result
+
+    def const(self, value: int) -> Value:
+        return self.block.append(Operation("upir.const", [], ["i32"], {"value": value})).result
+
+    def special(self, reg: str) -> Value:
+        return self.block.append(Operation("upir.special", [], ["i32"],
+                                           {"reg": reg, "line": 0})).result
+
+
+def _global_index(op: Operation, dims: dict[Value, tuple[Value, int, Value, Value]]
+                  ) -> tuple[Value, Value] | None:
+    """For `blockIdx * B + threadIdx` of one fused dimension (`add(shl(b, log2 B), t)`,
+    `add(mul.lo(b, B), t)` or `mad.lo(b, B, t)`, through moves, with b and t the rewritten
+    blockIdx and threadIdx; `dims`: threadIdx -> (blockIdx, B, base, T)): (base, T), the
+    run's first index and the fused thread index, whose sum it equals."""
+    def scaled(v: Value) -> tuple[Value, int] | None:      # b * k: (b, k)
+        v = _strip_moves(v)
+        if not isinstance(v, OpResult):
+            return None
+        o = v.op
+        if o.name == "ptx.shl" and (s := _const(o.operands[1])) is not None and s < 32:
+            return _strip_moves(o.operands[0]), 1 << s
+        if o.name == "ptx.mul" and "lo" in o.attributes.get("mods", ()):
+            for a, k in ((0, 1), (1, 0)):
+                if (c := _const(o.operands[k])) is not None:
+                    return _strip_moves(o.operands[a]), c
+        return None
+
+    def match(prod: tuple[Value, int] | None, t: Value) -> tuple[Value, Value] | None:
+        t = _strip_moves(t)
+        if prod is None or t not in dims:
+            return None
+        blk, size, base, fused_t = dims[t]
+        return (base, fused_t) if prod == (blk, size) else None
+
+    if op.name == "ptx.add" and len(op.operands) == 2:
+        a, b = op.operands
+        return match(scaled(a), b) or match(scaled(b), a)
+    if op.name == "ptx.mad" and "lo" in op.attributes.get("mods", ()) and len(op.operands) == 3:
+        a, b, t = op.operands
+        for x, y in ((a, b), (b, a)):
+            if (c := _const(y)) is not None and (got := match((_strip_moves(x), c), t)):
+                return got
+    return None
+
+
+def fuse_block_runs(kernel: Operation, run: tuple[int, int],
+                    block_dims: tuple[int, int, int]) -> tuple[int, int]:
+    """Rewrites `kernel`'s block body to run `run` = (Rx, Ry) blocks as one (see the module
+    docstring); returns the run actually fused ((1, 1): nothing changed)."""
+    body = block_body(kernel)
+    specials: dict[str, list[Operation]] = {}
+    for block in nested_blocks(body):
+        for op in block.ops:
+            if op.name == "upir.special":
+                specials.setdefault(str(op.attributes.get("reg")), []).append(op)
+    # only the dimensions whose threadIdx the kernel reads (else their threads are duplicates)
+    lengths = [r if r > 1 and f"%tid.{d}" in specials else 1 for r, d in zip(run, "xy")]
+    if lengths == [1, 1]:
+        return (1, 1)
+    region: Region = body
+    old_entry = region.entry
+    entry = Block()
+    entry.parent = region
+    region.blocks.insert(0, entry)
+    b = _Builder(entry)
+    dead: Value | None = None
+    rewritten: dict[Value, Value] = {}
+    index_of: dict[Value, tuple[Value, int, Value, Value]] = {}   # threadIdx -> (blockIdx, B, base, T)
+    for k, (length, d) in enumerate(zip(lengths, "xy")):
+        if length == 1:
+            continue
+        size = block_dims[k]
+        fused_t = b.special(f"%tid.{d}")
+        first_run = b.special(f"%ctaid.{d}")
+        bsize = b.const(size)
+        thread = b.op("ptx.rem", [fused_t, bsize], ["u32"])
+        cb = b.op("ptx.mul", [first_run, b.const(length)], ["lo", "u32"])
+        blk = b.op("ptx.add", [cb, b.op("ptx.div", [fused_t, bsize], ["u32"])], ["u32"])
+        left = b.op("ptx.min", [b.op("ptx.sub", [b.special(f"%nctaid.{d}"), cb], ["u32"]),
+                                b.const(length)], ["u32"])
+        past = b.op("ptx.setp", [fused_t, b.op("ptx.mul", [left, bsize], ["lo", "u32"])],
+                    ["ge", "u32"], "i1")
+        dead = past if dead is None else b.op("ptx.or", [dead, past], ["pred"], "i1")
+        base = b.op("ptx.mul", [cb, bsize], ["lo", "u32"])
+        for old in specials.get(f"%tid.{d}", []):
+            rewritten[old.result] = thread
+        for old in specials.get(f"%ctaid.{d}", []):
+            rewritten[old.result] = blk
+        for old in specials.get(f"%ntid.{d}", []):
+            rewritten[old.result] = bsize
+        index_of[thread] = (blk, size, base, fused_t)
+    exit_block = Block()
+    region.add_block(exit_block)
+    exit_block.append(Operation("upir.exit", [], [], {"line": 0}))
+    assert dead is not None
+    entry.append(Operation("cf.cond_br", [dead], [], {"line": 0},
+                           successors=[exit_block, old_entry]))
+    for old, new in rewritten.items():
+        replace_all_uses(old, new)
+        op = old.op
+        assert op.parent is not None
+        op.parent.ops.remove(op)
+    # the global index of a fused dimension: `run * R * B + T`
+    for block in list(nested_blocks(body)):
+        for op in list(block.ops):
+            if op.name not in ("ptx.add", "ptx.mad") or not op.results:
+                continue
+            got = _global_index(op, index_of)
+            if got is None:
+                continue
+            base, fused_t = got
+            mods = [m for m in op.attributes.get("mods", ()) if m != "lo"]
+            new = Operation("ptx.add", [base, fused_t], [op.results[0].type],
+                            {"mods": mods, "line": op.attributes.get("line", 0)})
+            new.parent = block
+            block.ops.insert(block.ops.index(op) + 1, new)
+            replace_all_uses(op.results[0], new.result)
+            op.drop_uses()
+            block.ops.remove(op)
+    return (lengths[0], lengths[1])
+
+
+@register("fuse-block-runs",
+          "thread blocks run together as one wider block (Rx x Ry blocks; code specialized "
+          "for a block shape, when the launch asks for runs)")
+@dataclass(frozen=True)
+class FuseBlockRuns:
+    """Pass: runs the launch's requested run of blocks (`block_run_request`) as one block
+    when the kernel's blocks cannot see each other; records `block_run` and the fused shape
+    in `block_dims`, or `block_run_refused` (the reason) when it may not."""
+    name: str = "fuse-block-runs"
+    form: ClassVar[str] = "cfg"
+
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        """Returns the number of blocks run as one (0: none fused)."""
+        request = kernel.attributes.get(REQUEST)
+        dims = kernel.attributes.get("block_dims")
+        if not request or dims is None or kernel.attributes.get(ATTRIBUTE):
+            return 0
+        rx, ry = (int(x) for x in request)
+        if rx * ry <= 1:
+            return 0
+        why = refusal(kernel)
+        if why is not None:
+            kernel.attributes["block_run_refused"] = why
+            return 0
+        bx, by, bz = (int(x) for x in dims)
+        fx, fy = fuse_block_runs(kernel, (rx, ry), (bx, by, bz))
+        if fx * fy == 1:
+            kernel.attributes["block_run_refused"] = "it reads neither threadIdx.x nor threadIdx.y"
+            return 0
+        kernel.attributes[ATTRIBUTE] = [fx, fy]
+        kernel.attributes["block_dims"] = [bx * fx, by * fy, bz]
+        return fx * fy
