@@ -200,9 +200,16 @@ def fuse_block_runs(kernel: Operation, run: tuple[int, int],
         for old in specials.get(f"%ntid.{d}", []):
             rewritten[old.result] = bsize
         index_of[thread] = (blk, size, base, fused_t)
-    exit_block = Block()
-    region.add_block(exit_block)
-    exit_block.append(Operation("upir.exit", [], [], {"line": 0}))
+    # the threads past the grid go to the kernel's own exit when it is a block of its own
+    # (the join of an early `return` and the end: the branch then raises to an `if`)
+    exits = [blk for blk in region.blocks
+             if len(blk.ops) == 1 and blk.ops[0].name == "upir.exit" and not blk.args]
+    if len(exits) == 1:
+        exit_block = exits[0]
+    else:
+        exit_block = Block()
+        region.add_block(exit_block)
+        exit_block.append(Operation("upir.exit", [], [], {"line": 0}))
     assert dead is not None
     entry.append(Operation("cf.cond_br", [dead], [], {"line": 0},
                            successors=[exit_block, old_entry]))
