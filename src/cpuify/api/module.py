@@ -576,8 +576,9 @@ class Function:
                                       scratch, bufs.err_addr)
             e = tuple(bufs.err) if rc else ()
             if rc and run != (1, 1) and e and e[0] != 0xFFFFFFFF:
-                # the runtime names the run: its first block
-                e = (e[0] * run[0], e[1] * run[1], e[2])
+                # the runtime names the run: the blocks it holds
+                e = tuple(f"{e[k] * run[k]}..{min((e[k] + 1) * run[k], g[k]) - 1}"  # type: ignore[assignment]
+                          if run[k] > 1 else e[k] for k in (0, 1)) + (e[2],)
         finally:
             if own:
                 self._busy.release()
