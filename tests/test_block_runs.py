@@ -45,15 +45,16 @@ extern "C" __global__ void march(const float *u, float *v, int nx, int ny, int n
 
 IDS = r'''
 // blockIdx and threadIdx read apart; blockDim and gridDim as launched (bw, gw)
-extern "C" __global__ void ids(int *out, int w, unsigned bw, unsigned gw) {
+extern "C" __global__ void ids(int *out, const int *add, int w, unsigned bw, unsigned gw,
+                               int reps) {
     int x = threadIdx.x + blockIdx.x * blockDim.x;
     int y = threadIdx.y + blockIdx.y * blockDim.y;
     if (x >= w) return;
     int wrong = (blockDim.x != bw) * (1 << 30) + (gridDim.x != gw) * (1 << 29);
-    out[y * w + x] = blockIdx.x * 100000 + blockIdx.y * 1000 + threadIdx.x * 10 + threadIdx.y
-                     + wrong;
-    for (int k = 0; k < 2; k++)
-        out[y * w + x] += k;
+    int v = blockIdx.x * 100000 + blockIdx.y * 1000 + threadIdx.x * 10 + threadIdx.y + wrong;
+    for (int k = 0; k < reps; k++)
+        v += add[k * w + x];
+    out[y * w + x] = v;
 }
 '''
 
@@ -158,9 +159,10 @@ def test_block_and_thread_indices_in_a_run(fresh_env: pytest.MonkeyPatch, w: int
     rows = grid[1] * block[1]
     for _ in range(2):
         out = np.full((rows, w), -1, np.int32)
-        fn(grid, block, (out, np.int32(w), np.uint32(block[0]), np.uint32(grid[0])))
+        fn(grid, block, (out, np.ones((3, w), np.int32), np.int32(w), np.uint32(block[0]),
+                         np.uint32(grid[0]), np.int32(3)))
     y, x = np.mgrid[0:rows, 0:w]
-    want = (x // block[0]) * 100000 + (y // block[1]) * 1000 + (x % block[0]) * 10 + y % block[1] + 1
+    want = (x // block[0]) * 100000 + (y // block[1]) * 1000 + (x % block[0]) * 10 + y % block[1] + 3
     np.testing.assert_array_equal(out, want)
     assert fn.block_run_launches == 1 and fn.last_block_run != (1, 1)
 
@@ -209,6 +211,36 @@ def test_must_not_fire(fresh_env: pytest.MonkeyPatch, kind: str) -> None:
     assert fn.block_run_launches == 0
 
 
+UNPROFITABLE = {
+    # a row per thread (the row softmax): threads `cols` elements apart
+    "strided": r'''
+extern "C" __global__ void k(const float *x, float *y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float s = 0.0f;
+    for (int c = 0; c < cols; c++) s += x[(size_t)row * cols + c];
+    y[row] = s;
+}''',
+    # no loop: nothing to gain
+    "no loop": r'''
+extern "C" __global__ void k(const float *x, float *y, int rows, int cols) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows) y[i] = 2.0f * x[i] + cols;
+}''',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNPROFITABLE))
+def test_not_where_it_does_not_pay(kind: str) -> None:
+    """Kernels whose loops walk memory apart from the neighbouring threads', or that have no
+    loop, are not fused (the row softmax ran 28% slower fused)."""
+    ptx = compile_to_ptx(UNPROFITABLE[kind]).ptx
+    spec = compile_specialized(ptx, "k", (128, 1, 1), block_run=(2, 1))
+    assert spec.block_run == (1, 1)
+    assert ("strided across threadIdx.x" if kind == "strided" else
+            "no loop with accesses consecutive") in spec.block_run_refused
+
+
 def test_runs_asked_for() -> None:
     """Whole grid rows up to 256 threads, longer rows in runs that waste little, block rows
     up to 8192 threads; nothing for one block."""
@@ -236,9 +268,9 @@ def test_explain_shows_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def
 def test_fault_names_the_run(fresh_env: pytest.MonkeyPatch) -> None:
     """A fault in a fused run names the blocks of the run (the runtime knows the run only)."""
     src = r'''
-extern "C" __global__ void k(float *a, float *bad, int n) {
+extern "C" __global__ void k(float *a, float *bad, int n, int reps) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < reps; r++) {
         if (i == n - 1 && r == 1) bad[0] = 1.0f;
         if (i < n) a[i] += 1.0f;
     }
@@ -246,8 +278,8 @@ extern "C" __global__ void k(float *a, float *bad, int n) {
     fn = cpuify.RawModule(code=src).get_function("k")
     n = 320
     a = np.zeros(n, np.float32)
-    fn((10,), (32,), (a, a, np.int32(n)))
-    fn((10,), (32,), (a, a, np.int32(n)))
+    fn((10,), (32,), (a, a, np.int32(n), np.int32(2)))
+    fn((10,), (32,), (a, a, np.int32(n), np.int32(2)))
     assert fn.block_run_launches == 1
     with pytest.raises(cpuify.errors.IllegalAddressError, match=r"block \(5\.\.9, 0, 0\)"):
-        fn((10,), (32,), (a, np.uint64(0), np.int32(n)))
+        fn((10,), (32,), (a, np.uint64(0), np.int32(n), np.int32(2)))
