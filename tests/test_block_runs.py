@@ -242,11 +242,15 @@ def test_not_where_it_does_not_pay(kind: str) -> None:
 
 
 def test_runs_asked_for() -> None:
-    """Whole grid rows up to 256 threads, longer rows in runs that waste little, block rows
-    up to 8192 threads; nothing for one block."""
+    """Whole grid rows when the fused block stays within 8192 threads, else the fewest runs
+    of equal length; block rows up to 8192 threads; nothing for one block."""
     assert choose_block_run((32, 8, 1), (7, 25, 1)) == (7, 4)
-    assert choose_block_run((32, 8, 1), (13, 50, 1)) == (7, 4)
-    assert choose_block_run((256, 1, 1), (4000, 1, 1)) == (1, 1)
+    assert choose_block_run((32, 8, 1), (13, 50, 1)) == (13, 2)
+    assert choose_block_run((32, 8, 1), (40, 50, 1)) == (20, 1)      # 2 runs of 20
+    assert choose_block_run((256, 1, 1), (4000, 1, 1)) == (32, 1)
+    assert choose_block_run((32, 8, 1), (200, 9, 1)) == (29, 1)    # 7 runs, 3 blocks idle
+    assert choose_block_run((32, 8, 1), (4, 9, 1)) == (4, 5)
+    assert choose_block_run((1024, 1, 1), (3, 5, 1)) == (3, 2)
     assert choose_block_run((32, 1, 1), (1, 1, 1)) == (1, 1)
     assert choose_block_run((16, 16, 1), (2, 3, 1)) == (2, 3)
     assert run_grid((13, 50, 2), (7, 4)) == (2, 13, 2)
@@ -281,5 +285,5 @@ extern "C" __global__ void k(float *a, float *bad, int n, int reps) {
     fn((10,), (32,), (a, a, np.int32(n), np.int32(2)))
     fn((10,), (32,), (a, a, np.int32(n), np.int32(2)))
     assert fn.block_run_launches == 1
-    with pytest.raises(cpuify.errors.IllegalAddressError, match=r"block \(5\.\.9, 0, 0\)"):
+    with pytest.raises(cpuify.errors.IllegalAddressError, match=r"block \(0\.\.9, 0, 0\)"):
         fn((10,), (32,), (a, np.uint64(0), np.int32(n), np.int32(2)))
