@@ -122,7 +122,7 @@ def test_march_matches_numpy_with_runs(fresh_env: pytest.MonkeyPatch, nx: int, n
         fn(grid, block, (u, v, np.int32(nx), np.int32(ny), np.int32(nz)))
         np.testing.assert_allclose(v, _march_reference(u), rtol=1e-6)
     assert fn.block_run_launches == 2
-    assert fn.last_block_run == choose_block_run((32, 8, 1), grid + (1,))
+    assert fn.last_block_run == choose_block_run((32, 8, 1), grid + (1,), cpuify.num_threads())
     assert fn.last_block_run != (1, 1)
 
 
@@ -254,6 +254,10 @@ def test_runs_asked_for() -> None:
     assert choose_block_run((32, 1, 1), (1, 1, 1)) == (1, 1)
     assert choose_block_run((16, 16, 1), (2, 3, 1)) == (2, 3)
     assert run_grid((13, 50, 2), (7, 4)) == (2, 13, 2)
+    # at least 6 runs per worker thread where the y run can leave them
+    assert choose_block_run((32, 8, 1), (7, 25, 1), workers=2) == (7, 2)
+    assert choose_block_run((32, 8, 1), (7, 25, 1), workers=16) == (7, 1)
+    assert choose_block_run((32, 8, 1), (13, 50, 1), workers=2) == (13, 2)
 
 
 def test_explain_shows_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -5,9 +5,11 @@ The run is chosen from the launch's grid: in x, the whole grid row when the fuse
 stays within RUN_MAX_THREADS threads (laplace3d's 200 columns are 7 blocks of 32: one run
 of 224 threads; its 400 columns, 13 blocks: 416), else the runs of at most that many threads
 of equal length; then in y as many block rows as keep the fused block within
-RUN_MAX_THREADS threads (its per-thread slots stay in L2).  Whole rows matter: laplace3d at
-400^3 in runs of 7 x 4 blocks (half rows of 224 threads) ran 10% slower than unfused, in
-runs of 13 x 2 (whole rows) 1.75x faster.  CPUIFY_BLOCK_RUNS=0 turns it off (as
+RUN_MAX_THREADS threads (its per-thread slots stay in L2) and, with several worker threads,
+leave each RUNS_PER_WORKER runs to share out (laplace3d 200^3: runs of 7 x 4 blocks on one
+thread, 7 x 2 on two).  Whole rows matter: laplace3d at 400^3 in runs of 7 x 4 blocks (half
+rows of 224 threads) ran 10% slower than unfused, in runs of 13 x 2 (whole rows) 1.75x
+faster.  CPUIFY_BLOCK_RUNS=0 turns it off (as
 `--disable-pass=fuse-block-runs` does)."""
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import os
 
 #: the most threads of a fused block
 RUN_MAX_THREADS = 8192
+#: runs per worker thread the y run leaves at least, where it can (laplace3d's 7 x 4 blocks
+#: in runs of 7 x 4: 7 runs, one thread; on two, 7 x 2)
+RUNS_PER_WORKER = 6
 #: fused variants compiled per block shape (each grid shape may want another run)
 MAX_RUN_VARIANTS = 4
 
@@ -34,12 +39,19 @@ def _run_length(blocks: int, most: int) -> int:
     return -(-blocks // runs)
 
 
-def choose_block_run(block: tuple[int, int, int], grid: tuple[int, int, int]) -> tuple[int, int]:
-    """The run (x, y) of blocks a launch of `grid` blocks of `block` threads asks to fuse."""
+def choose_block_run(block: tuple[int, int, int], grid: tuple[int, int, int],
+                     workers: int = 1) -> tuple[int, int]:
+    """The run (x, y) of blocks a launch of `grid` blocks of `block` threads asks to fuse,
+    on `workers` worker threads: fewer block rows per run where that leaves fewer than
+    RUNS_PER_WORKER runs per worker (the runs are what the workers share out)."""
     bx, by, bz = block
     rx = _run_length(grid[0], RUN_MAX_THREADS // (bx * by * bz))
-    ry = _run_length(grid[1], RUN_MAX_THREADS // (rx * bx * by * bz))
-    return rx, ry
+    most_y = RUN_MAX_THREADS // (rx * bx * by * bz)
+    runs_x = -(-grid[0] // rx)
+    want = RUNS_PER_WORKER * workers if workers > 1 else 1    # (one worker: no sharing)
+    while most_y > 1 and runs_x * -(-grid[1] // most_y) < want:
+        most_y -= 1
+    return rx, _run_length(grid[1], most_y)
 
 
 def run_grid(grid: tuple[int, int, int], run: tuple[int, int]) -> tuple[int, int, int]:

@@ -433,7 +433,7 @@ class Function:
         then runs, as it always can)."""
         if block in self._runs_refused:
             return None
-        run = block_runs.choose_block_run(block, grid)
+        run = block_runs.choose_block_run(block, grid, int(self._rt.cpuify_num_workers()))
         if run == (1, 1):
             return None
         key = (block, run)
