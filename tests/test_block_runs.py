@@ -191,6 +191,7 @@ def test_rewrite_in_the_ir() -> None:
     lifted, result = lift_and_optimize(module, module.functions["march"],
                                        PipelineOptions(passes=("fuse-block-runs",)), (32, 8, 1))
     assert result.counts["fuse-block-runs"] == 0 and "block_run" not in lifted.op.attributes
+    assert lifted.op.attributes["block_runs_possible"]
 
 
 @pytest.mark.parametrize("kind", sorted(REFUSED))
@@ -201,6 +202,8 @@ def test_must_not_fire(fresh_env: pytest.MonkeyPatch, kind: str) -> None:
     ptx = compile_to_ptx(src).ptx
     spec = compile_specialized(ptx, "k", (32, 1, 1), block_run=(8, 1))
     assert spec.block_run == (1, 1)
+    # the code for the shape says so already: the launcher asks for no variant
+    assert not compile_specialized(ptx, "k", (32, 1, 1)).block_runs_possible
     assert kind.split()[0] in spec.block_run_refused.lower() or \
         (kind == "barrier" and "barrier" in spec.block_run_refused), spec.block_run_refused
     fn = cpuify.RawModule(code=src).get_function("k")
@@ -237,6 +240,7 @@ def test_not_where_it_does_not_pay(kind: str) -> None:
     ptx = compile_to_ptx(UNPROFITABLE[kind]).ptx
     spec = compile_specialized(ptx, "k", (128, 1, 1), block_run=(2, 1))
     assert spec.block_run == (1, 1)
+    assert not compile_specialized(ptx, "k", (128, 1, 1)).block_runs_possible
     assert ("strided across threadIdx.x" if kind == "strided" else
             "no loop with accesses consecutive") in spec.block_run_refused
 

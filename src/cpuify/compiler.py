@@ -471,8 +471,10 @@ class SpecializedObject:
     noalias_params: tuple[int, ...] = ()
     #: the blocks (x, y) its block function runs per call (fuse-block-runs; (1, 1): one)
     block_run: tuple[int, int] = (1, 1)
-    #: why the run asked for was not fused ("" when it was, or none was asked for)
+    #: why the run asked for was not fused, or would not be ("" when it was, or would be)
     block_run_refused: str = ""
+    #: whether a launch asking for a run of blocks would get one (fuse-block-runs)
+    block_runs_possible: bool = False
 
 
 def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
@@ -510,7 +512,8 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch,
                              candidates, bases,
                              sum(result.counts.get(p, 0) for p in BARRIER_PASSES), noalias,
-                             run, str(lifted.op.attributes.get("block_run_refused", "")))
+                             run, str(lifted.op.attributes.get("block_run_refused", "")),
+                             bool(lifted.op.attributes.get("block_runs_possible")))
     if cache_enabled():
         _store(f"{key}.spec", spec)
     return spec

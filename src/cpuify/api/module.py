@@ -377,6 +377,8 @@ class Function:
                                        self.module._compiled.passes)
             self._loaded.add(spec.object_code)
             self._shape_scratch[block] = spec.scratch
+            if not spec.block_runs_possible:
+                self._runs_refused.add(block)
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
             if spec.noalias_candidates and self._specialize_noalias and \
                     all(off in self._pointer_arg for off in spec.noalias_candidates):

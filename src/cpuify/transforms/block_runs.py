@@ -276,14 +276,17 @@ class FuseBlockRuns:
         """Returns the number of blocks run as one (0: none fused)."""
         request = kernel.attributes.get(REQUEST)
         dims = kernel.attributes.get("block_dims")
-        if not request or dims is None or kernel.attributes.get(ATTRIBUTE):
+        if dims is None or kernel.attributes.get(ATTRIBUTE):
             return 0
-        rx, ry = (int(x) for x in request)
-        if rx * ry <= 1:
-            return 0
+        # (also without a request: the code for the shape says whether asking would pay,
+        # so that the launcher compiles no variant only to find it refused)
         why = refusal(kernel) or unprofitable(kernel)
         if why is not None:
             kernel.attributes["block_run_refused"] = why
+            return 0
+        kernel.attributes["block_runs_possible"] = True
+        rx, ry = (int(x) for x in request or (1, 1))
+        if rx * ry <= 1:
             return 0
         bx, by, bz = (int(x) for x in dims)
         fx, fy = fuse_block_runs(kernel, (rx, ry), (bx, by, bz))
