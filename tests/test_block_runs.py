@@ -167,6 +167,30 @@ def test_block_and_thread_indices_in_a_run(fresh_env: pytest.MonkeyPatch, w: int
     assert fn.block_run_launches == 1 and fn.last_block_run != (1, 1)
 
 
+WIDE = r'''
+// the global index in 64 bits: mul.wide(blockIdx, blockDim) + cvt(threadIdx)
+extern "C" __global__ void wide(const float *a, float *b, int n, int reps) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (int r = 0; r < reps; r++) b[i + (size_t)r * n] = a[i + (size_t)r * n] * 2.0f + r;
+}
+'''
+
+
+def test_64_bit_global_index(fresh_env: pytest.MonkeyPatch) -> None:
+    """`(size_t)blockIdx.x * blockDim.x + threadIdx.x` becomes run * R * B + T in 64 bits:
+    the loop's accesses stay consecutive, the run is fused (a grid of 40 blocks: one run)."""
+    fn = cpuify.RawModule(code=WIDE).get_function("wide")
+    n, reps = 1250, 3
+    a = np.random.default_rng(5).random(n * reps, dtype=np.float32)
+    for _ in range(2):
+        b = np.zeros_like(a)
+        fn((-(-n // 32),), (32,), (a, b, np.int32(n), np.int32(reps)))
+    want = a * 2 + np.repeat(np.arange(reps, dtype=np.float32), n)
+    np.testing.assert_array_equal(b, want)
+    assert fn.block_run_launches == 1 and fn.last_block_run[0] > 1
+
+
 def test_rewrite_in_the_ir() -> None:
     """The pass's IR: the fused thread index split by the block size, the guard of threads
     past the grid, the global index as run * R * B + T, the fused shape recorded."""
@@ -224,6 +248,16 @@ extern "C" __global__ void k(const float *x, float *y, int rows, int cols) {
     for (int c = 0; c < cols; c++) s += x[(size_t)row * cols + c];
     y[row] = s;
 }''',
+    # the index built as (base + r * n) + threadIdx.x: fused, its pieces T % B and
+    # run * R + T / B would hide that the access stays consecutive
+    "hidden index": r'''
+extern "C" __global__ void k(const float *x, float *y, int rows, int cols) {
+    int base = blockIdx.x * blockDim.x;
+    for (int r = 0; r < cols; r++) {
+        int i = (base + r * rows) + threadIdx.x;
+        if (threadIdx.x + base < rows) y[i] = x[i] + 1.0f;
+    }
+}''',
     # no loop: nothing to gain
     "no loop": r'''
 extern "C" __global__ void k(const float *x, float *y, int rows, int cols) {
@@ -241,8 +275,9 @@ def test_not_where_it_does_not_pay(kind: str) -> None:
     spec = compile_specialized(ptx, "k", (128, 1, 1), block_run=(2, 1))
     assert spec.block_run == (1, 1)
     assert not compile_specialized(ptx, "k", (128, 1, 1)).block_runs_possible
-    assert ("strided across threadIdx.x" if kind == "strided" else
-            "no loop with accesses consecutive") in spec.block_run_refused
+    assert {"strided": "strided across threadIdx.x", "no loop": "no loop with accesses consecutive",
+            "hidden index": "consecutive across threadIdx.x would not be"}[kind] in \
+        spec.block_run_refused, spec.block_run_refused
 
 
 def test_runs_asked_for() -> None:

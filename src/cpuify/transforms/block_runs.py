@@ -40,6 +40,8 @@ from cpuify.analysis.manager import AnalysisManager
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, natural_loops, replace_all_uses
 from cpuify.ir.dialects import STRUCTURED_OPS, info
+from cpuify.ir.parser import parse_op
+from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
 from cpuify.ir.structured import nested_blocks
 from cpuify.transforms.pass_manager import register
@@ -93,6 +95,13 @@ def unprofitable(kernel: Operation) -> str | None:
     from each other (a row per thread, the row softmax: `cols` elements apart), a wider
     block only means more streams at once (the row softmax ran 28% slower), and a kernel
     without loops gains nothing."""
+    consecutive, why = _loop_accesses(kernel)
+    return why or (None if consecutive else "no loop with accesses consecutive across threadIdx.x")
+
+
+def _loop_accesses(kernel: Operation) -> tuple[int, str | None]:
+    """(the loop accesses consecutive across threadIdx.x, why fusing would not pay: an
+    access strided across it, or None)."""
     body = block_body(kernel)
     uniform = uniform_values(body)
     incoming = incoming_values(body)
@@ -100,10 +109,11 @@ def unprofitable(kernel: Operation) -> str | None:
     for header, (blocks, _) in natural_loops(body).items():
         for access in loop_order(header, blocks, uniform, incoming).accesses:
             if access.across == STRIDED:
-                return (f"the access at PTX line {access.op.attributes.get('line', '?')} in a "
-                        "loop is strided across threadIdx.x")
+                return consecutive, (f"the access at PTX line "
+                                     f"{access.op.attributes.get('line', '?')} in a loop is "
+                                     "strided across threadIdx.x")
             consecutive += access.across == CONSECUTIVE
-    return None if consecutive else "no loop with accesses consecutive across threadIdx.x"
+    return consecutive, None
 
 
 def _strip_moves(v: Value) -> Value:
@@ -141,30 +151,40 @@ class _Builder:
 
 
 def _global_index(op: Operation, dims: dict[Value, tuple[Value, int, Value, Value]]
-                  ) -> tuple[Value, Value] | None:
+                  ) -> tuple[Value, Value, int, bool] | None:
     """For `blockIdx * B + threadIdx` of one fused dimension (`add(shl(b, log2 B), t)`,
-    `add(mul.lo(b, B), t)` or `mad.lo(b, B, t)`, through moves, with b and t the rewritten
-    blockIdx and threadIdx; `dims`: threadIdx -> (blockIdx, B, base, T)): (base, T), the
-    run's first index and the fused thread index, whose sum it equals."""
-    def scaled(v: Value) -> tuple[Value, int] | None:      # b * k: (b, k)
+    `add(mul.lo(b, B), t)`, `mad.lo(b, B, t)`, or in 64 bits `add(mul.wide(b, B), cvt(t))`,
+    through moves, with b and t the rewritten blockIdx and threadIdx; `dims`: threadIdx ->
+    (blockIdx, B, run * R, T)): (run * R, T, B, wide), whose `run * R * B + T` it equals."""
+    def scaled(v: Value) -> tuple[Value, int, bool] | None:      # b * k: (b, k, wide)
         v = _strip_moves(v)
         if not isinstance(v, OpResult):
             return None
         o = v.op
-        if o.name == "ptx.shl" and (s := _const(o.operands[1])) is not None and s < 32:
-            return _strip_moves(o.operands[0]), 1 << s
-        if o.name == "ptx.mul" and "lo" in o.attributes.get("mods", ()):
+        m = o.attributes.get("mods", ())
+        if o.name == "ptx.shl" and (s := _const(o.operands[1])) is not None and s < 32 and \
+                v.type == "i32":
+            return _strip_moves(o.operands[0]), 1 << s, False
+        if o.name == "ptx.mul" and ("lo" in m or ("wide" in m and ("u32" in m or "s32" in m))):
             for a, k in ((0, 1), (1, 0)):
                 if (c := _const(o.operands[k])) is not None:
-                    return _strip_moves(o.operands[a]), c
+                    return _strip_moves(o.operands[a]), c, "wide" in m
         return None
 
-    def match(prod: tuple[Value, int] | None, t: Value) -> tuple[Value, Value] | None:
-        t = _strip_moves(t)
-        if prod is None or t not in dims:
+    def match(prod: tuple[Value, int, bool] | None, t: Value
+              ) -> tuple[Value, Value, int, bool] | None:
+        if prod is None:
             return None
-        blk, size, base, fused_t = dims[t]
-        return (base, fused_t) if prod == (blk, size) else None
+        t = _strip_moves(t)
+        if prod[2]:         # 64 bits: the thread index widened (it is below 2^31)
+            if not (isinstance(t, OpResult) and t.op.name == "ptx.cvt" and
+                    list(t.op.attributes.get("mods", ())) in (["u64", "u32"], ["s64", "s32"])):
+                return None
+            t = _strip_moves(t.op.operands[0])
+        if t not in dims:
+            return None
+        blk, size, first, fused_t = dims[t]
+        return (first, fused_t, size, prod[2]) if prod[:2] == (blk, size) else None
 
     if op.name == "ptx.add" and len(op.operands) == 2:
         a, b = op.operands
@@ -172,7 +192,7 @@ def _global_index(op: Operation, dims: dict[Value, tuple[Value, int, Value, Valu
     if op.name == "ptx.mad" and "lo" in op.attributes.get("mods", ()) and len(op.operands) == 3:
         a, b, t = op.operands
         for x, y in ((a, b), (b, a)):
-            if (c := _const(y)) is not None and (got := match((_strip_moves(x), c), t)):
+            if (c := _const(y)) is not None and (got := match((_strip_moves(x), c, False), t)):
                 return got
     return None
 
@@ -215,14 +235,13 @@ def fuse_block_runs(kernel: Operation, run: tuple[int, int],
         past = b.op("ptx.setp", [fused_t, b.op("ptx.mul", [left, bsize], ["lo", "u32"])],
                     ["ge", "u32"], "i1")
         dead = past if dead is None else b.op("ptx.or", [dead, past], ["pred"], "i1")
-        base = b.op("ptx.mul", [cb, bsize], ["lo", "u32"])
         for old in specials.get(f"%tid.{d}", []):
             rewritten[old.result] = thread
         for old in specials.get(f"%ctaid.{d}", []):
             rewritten[old.result] = blk
         for old in specials.get(f"%ntid.{d}", []):
             rewritten[old.result] = bsize
-        index_of[thread] = (blk, size, base, fused_t)
+        index_of[thread] = (blk, size, cb, fused_t)
     # the threads past the grid go to the kernel's own exit when it is a block of its own
     # (the join of an early `return` and the end: the branch then raises to an `if`)
     exits = [blk for blk in region.blocks
@@ -249,13 +268,28 @@ def fuse_block_runs(kernel: Operation, run: tuple[int, int],
             got = _global_index(op, index_of)
             if got is None:
                 continue
-            base, fused_t = got
+            first, fused_t, size, wide = got
+            line = op.attributes.get("line", 0)
+            bsize = Operation("upir.const", [], ["i32"], {"value": size})
+            if wide:        # (run * R) * B and T widened: the same 64-bit sum, exactly
+                scaled = Operation("ptx.mul", [first, bsize.result], ["i64"],
+                                   {"mods": ["wide", "u32"], "line": line})
+                thread = Operation("ptx.cvt", [fused_t], ["i64"], {"mods": ["u64", "u32"],
+                                                                   "line": line})
+                new_ops = [bsize, scaled, thread]
+            else:
+                scaled = Operation("ptx.mul", [first, bsize.result], ["i32"],
+                                   {"mods": ["lo", "u32"], "line": line})
+                new_ops = [bsize, scaled]
             mods = [m for m in op.attributes.get("mods", ()) if m != "lo"]
-            new = Operation("ptx.add", [base, fused_t], [op.results[0].type],
-                            {"mods": mods, "line": op.attributes.get("line", 0)})
-            new.parent = block
-            block.ops.insert(block.ops.index(op) + 1, new)
-            replace_all_uses(op.results[0], new.result)
+            new_ops.append(Operation("ptx.add", [scaled.result, new_ops[-1].result if wide
+                                                 else fused_t],
+                                     [op.results[0].type], {"mods": mods, "line": line}))
+            at = block.ops.index(op) + 1
+            for k, o in enumerate(new_ops):
+                o.parent = block
+                block.ops.insert(at + k, o)
+            replace_all_uses(op.results[0], new_ops[-1].result)
             op.drop_uses()
             block.ops.remove(op)
     return (lengths[0], lengths[1])
@@ -280,19 +314,35 @@ class FuseBlockRuns:
             return 0
         # (also without a request: the code for the shape says whether asking would pay,
         # so that the launcher compiles no variant only to find it refused)
+        bx, by, bz = (int(x) for x in dims)
+        rx, ry = (int(x) for x in request or (1, 1))
         why = refusal(kernel) or unprofitable(kernel)
-        if why is not None:
+        trial = None
+        if why is None:
+            # rewritten on a copy first: where the kernel reads its indices other than in
+            # `blockIdx * blockDim + threadIdx`, the fused ones (T % B, run * R + T / B)
+            # may hide from the access analysis that its loops' accesses stay consecutive
+            trial = parse_op(print_op(kernel))
+            fx, fy = fuse_block_runs(trial, (rx, ry) if rx * ry > 1 else (2, 2), (bx, by, bz))
+            before, _ = _loop_accesses(kernel)
+            after, why = _loop_accesses(trial)
+            if fx * fy == 1:
+                why = "it reads neither threadIdx.x nor threadIdx.y"
+            elif why is None and after < before:
+                why = (f"fused, {before - after} of the {before} loop accesses consecutive "
+                       "across threadIdx.x would not be (it reads its indices other than as "
+                       "blockIdx * blockDim + threadIdx)")
+        if why is not None or trial is None:
             kernel.attributes["block_run_refused"] = why
             return 0
         kernel.attributes["block_runs_possible"] = True
-        rx, ry = (int(x) for x in request or (1, 1))
         if rx * ry <= 1:
             return 0
-        bx, by, bz = (int(x) for x in dims)
-        fx, fy = fuse_block_runs(kernel, (rx, ry), (bx, by, bz))
-        if fx * fy == 1:
-            kernel.attributes["block_run_refused"] = "it reads neither threadIdx.x nor threadIdx.y"
-            return 0
+        regions = list(trial.regions)
+        trial.regions = []
+        kernel.regions = []
+        for region in regions:
+            kernel.add_region(region)
         kernel.attributes[ATTRIBUTE] = [fx, fy]
         kernel.attributes["block_dims"] = [bx * fx, by * fy, bz]
         return fx * fy
