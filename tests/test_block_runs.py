@@ -191,6 +191,36 @@ def test_64_bit_global_index(fresh_env: pytest.MonkeyPatch) -> None:
     assert fn.block_run_launches == 1 and fn.last_block_run[0] > 1
 
 
+LOCAL = r'''
+// a per-thread local array indexed at run time (local memory): each fused thread its own
+extern "C" __global__ void local_rows(const int *a, int *b, int n, int reps, int pick) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int j = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= n) return;
+    int keep[8];
+    for (int r = 0; r < 8; r++) keep[r] = a[j * n + i] * r + i;
+    int s = 0;
+    for (int r = 0; r < reps; r++) s += a[(j + r) * n + i] + keep[(pick + r) & 7];
+    b[j * n + i] = s;
+}
+'''
+
+
+def test_local_memory_per_fused_thread(fresh_env: pytest.MonkeyPatch) -> None:
+    """Local memory: every thread of a fused run has its own (the scratch is sized for the
+    fused block), results as NumPy computes them."""
+    fn = cpuify.RawModule(code=LOCAL).get_function("local_rows")
+    n, rows, reps, pick = 70, 12, 3, 5
+    a = np.random.default_rng(7).integers(0, 100, (rows + reps, n)).astype(np.int32)
+    for _ in range(2):
+        b = np.zeros((rows, n), np.int32)
+        fn((-(-n // 32), rows // 4), (32, 4), (a, b, np.int32(n), np.int32(reps), np.int32(pick)))
+    i = np.arange(n)[None, :]
+    want = sum(a[r:r + rows] + a[:rows] * ((pick + r) & 7) + i for r in range(reps))
+    np.testing.assert_array_equal(b, want)
+    assert fn.block_run_launches == 1 and fn.last_block_run != (1, 1)
+
+
 def test_rewrite_in_the_ir() -> None:
     """The pass's IR: the fused thread index split by the block size, the guard of threads
     past the grid, the global index as run * R * B + T, the fused shape recorded."""

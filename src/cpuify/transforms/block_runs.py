@@ -321,17 +321,23 @@ class FuseBlockRuns:
         if why is None:
             # rewritten on a copy first: where the kernel reads its indices other than in
             # `blockIdx * blockDim + threadIdx`, the fused ones (T % B, run * R + T / B)
-            # may hide from the access analysis that its loops' accesses stay consecutive
-            trial = parse_op(print_op(kernel))
-            fx, fy = fuse_block_runs(trial, (rx, ry) if rx * ry > 1 else (2, 2), (bx, by, bz))
+            # may hide from the access analysis that its loops' accesses stay consecutive;
+            # then x alone is tried (a row index built as (threadIdx.y + r) + blockIdx.y *
+            # blockDim.y: fused in y, the loop's accesses would look unknown across x)
             before, _ = _loop_accesses(kernel)
-            after, why = _loop_accesses(trial)
-            if fx * fy == 1:
-                why = "it reads neither threadIdx.x nor threadIdx.y"
-            elif why is None and after < before:
-                why = (f"fused, {before - after} of the {before} loop accesses consecutive "
-                       "across threadIdx.x would not be (it reads its indices other than as "
-                       "blockIdx * blockDim + threadIdx)")
+            asked = (rx, ry) if rx * ry > 1 else (2, 2)
+            for run in (asked, (asked[0], 1)) if asked[1] > 1 and asked[0] > 1 else (asked,):
+                trial = parse_op(print_op(kernel))
+                fx, fy = fuse_block_runs(trial, run, (bx, by, bz))
+                after, why = _loop_accesses(trial)
+                if fx * fy == 1:
+                    why = "it reads neither threadIdx.x nor threadIdx.y"
+                elif why is None and after < before:
+                    why = (f"fused, {before - after} of the {before} loop accesses consecutive "
+                           "across threadIdx.x would not be (it reads its indices other than "
+                           "as blockIdx * blockDim + threadIdx)")
+                if why is None:
+                    break
         if why is not None or trial is None:
             kernel.attributes["block_run_refused"] = why
             return 0
