@@ -340,6 +340,9 @@ def test_explain_shows_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def
                           "--grid", "7,25", "--disable-pass", "fuse-block-runs", str(src)],
                          capture_output=True, text=True, check=True)
     assert "blocks not fused (runs of 7 x 4 asked for): fuse-block-runs is off" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "cpuify.cli.main", "explain", "--block", "32,8",
+                          str(src)], capture_output=True, text=True, check=True)
+    assert "blocks may run fused" in out.stdout
 
 
 def test_fault_names_the_run(fresh_env: pytest.MonkeyPatch) -> None:

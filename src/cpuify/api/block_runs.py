@@ -15,6 +15,11 @@ faster.  CPUIFY_BLOCK_RUNS=0 turns it off (as
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Callable
+
+from cpuify.codegen.layout import ScratchLayout
+from cpuify.errors import SpecializationWarning
 
 #: the most threads of a fused block
 RUN_MAX_THREADS = 8192
@@ -57,3 +62,49 @@ def choose_block_run(block: tuple[int, int, int], grid: tuple[int, int, int],
 def run_grid(grid: tuple[int, int, int], run: tuple[int, int]) -> tuple[int, int, int]:
     """The grid of runs: what the block function fused for `run` is called for."""
     return (-(-grid[0] // run[0]), -(-grid[1] // run[1]), grid[2])
+
+
+#: (address, scratch layout, run fused) of a block function compiled for a run of blocks
+Variant = tuple[int, ScratchLayout, tuple[int, int]]
+
+
+class RunVariants:
+    """One kernel's block functions compiled for runs of blocks, per (block shape, run
+    asked for); `compile(block, run)` compiles one (its run (1, 1): the kernel refused)."""
+
+    def __init__(self, kernel: str,
+                 compile: Callable[[tuple[int, int, int], tuple[int, int]], Variant]) -> None:
+        self.kernel = kernel
+        self.compile = compile
+        self.enabled = enabled()
+        #: (shape, run asked for) -> the variant (None: refused, or its compile failed)
+        self.variants: dict[tuple[tuple[int, int, int], tuple[int, int]], Variant | None] = {}
+        #: shapes whose kernel runs one block per call
+        self.refused: set[tuple[int, int, int]] = set()
+
+    def for_launch(self, block: tuple[int, int, int], grid: tuple[int, int, int],
+                   workers: int) -> Variant | None:
+        """The variant a launch of `grid` runs, or None: runs are off, the kernel's blocks
+        may not run fused, no run pays for this grid, or the compile failed (the code for
+        the shape then runs, as it always can)."""
+        if not self.enabled or block in self.refused:
+            return None
+        run = choose_block_run(block, grid, workers)
+        if run == (1, 1):
+            return None
+        key = (block, run)
+        if key not in self.variants:
+            if sum(1 for b, _ in self.variants if b == block) >= MAX_RUN_VARIANTS:
+                return None
+            try:
+                got: Variant | None = self.compile(block, run)
+            except Exception as e:  # noqa: BLE001 - the code for the shape is correct: keep using it
+                warnings.warn(f"kernel '{self.kernel}': compiling it for runs of {run} blocks "
+                              f"failed ({type(e).__name__}: {e}); running the code for the "
+                              "block shape", SpecializationWarning, stacklevel=5)
+                got = None
+            if got is not None and got[2] == (1, 1):
+                self.refused.add(block)
+                got = None
+            self.variants[key] = got
+        return self.variants[key]

@@ -259,13 +259,9 @@ class Function:
         # the scratch layout of each specialized block function (its own slots)
         self._shape_scratch: dict[tuple[int, int, int], ScratchLayout] = {}
         self._shape_seen: dict[tuple[int, int, int], int] = {}
-        # runs of blocks fused into one (fuse-block-runs, api/block_runs.py): per (shape,
-        # run asked for), the block function, its scratch layout and the run it fused
-        # (None: not fused); the shapes whose kernel refused
-        self._run_variant: dict[tuple[tuple[int, int, int], tuple[int, int]],
-                                tuple[int, ScratchLayout, tuple[int, int]] | None] = {}
-        self._runs_refused: set[tuple[int, int, int]] = set()
-        self._block_runs = block_runs.enabled()
+        # runs of blocks fused into one (fuse-block-runs): the variants compiled per (shape,
+        # run), the shapes whose kernel refused (api/block_runs.py)
+        self._runs = block_runs.RunVariants(self.name, self._compile_run_variant)
         #: launches that ran blocks fused into runs, and the last run fused
         self.block_run_launches = 0
         self.last_block_run: tuple[int, int] = (1, 1)
@@ -378,7 +374,7 @@ class Function:
             self._loaded.add(spec.object_code)
             self._shape_scratch[block] = spec.scratch
             if not spec.block_runs_possible:
-                self._runs_refused.add(block)
+                self._runs.refused.add(block)
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
             if spec.noalias_candidates and self._specialize_noalias and \
                     all(off in self._pointer_arg for off in spec.noalias_candidates):
@@ -427,41 +423,20 @@ class Function:
                 self._noalias_variant[block] = None
         return self._noalias_variant[block]
 
-    def _fused_block_function(self, block: tuple[int, int, int], grid: tuple[int, int, int]
-                              ) -> tuple[int, ScratchLayout, tuple[int, int]] | None:
-        """The block function compiled for `block` that runs a run of blocks per call
-        (fuse-block-runs), for a launch of `grid`; None when the kernel's blocks may not
-        run fused, no run pays for this grid, or its compile failed (the code for the shape
-        then runs, as it always can)."""
-        if block in self._runs_refused:
-            return None
-        run = block_runs.choose_block_run(block, grid, int(self._rt.cpuify_num_workers()))
-        if run == (1, 1):
-            return None
-        key = (block, run)
-        if key not in self._run_variant:
-            if sum(1 for b, _ in self._run_variant if b == block) >= block_runs.MAX_RUN_VARIANTS:
-                return None
-            from cpuify.codegen.llvm_gen import specialized_symbol
-            from cpuify.compiler import compile_specialized
-            try:
-                spec = compile_specialized(self.module._compiled.ptx, self.name, block,
-                                           self.module._compiled.passes, block_run=run)
-                if spec.block_run == (1, 1):
-                    self._runs_refused.add(block)
-                    return None
-                self._loaded.add(spec.object_code)
-                addr = self._loaded.function_address(
-                    specialized_symbol(self.name, block, (), spec.block_run))
-                self._run_variant[key] = (addr, spec.scratch, spec.block_run)
-            except Exception as e:  # noqa: BLE001 - the code for the shape is correct: keep using it
-                import warnings
-                from cpuify.errors import SpecializationWarning
-                warnings.warn(f"kernel '{self.name}': compiling it for runs of {run} blocks "
-                              f"failed ({type(e).__name__}: {e}); running the code for the "
-                              "block shape", SpecializationWarning, stacklevel=4)
-                self._run_variant[key] = None
-        return self._run_variant[key]
+    def _compile_run_variant(self, block: tuple[int, int, int], run: tuple[int, int]
+                             ) -> tuple[int, ScratchLayout, tuple[int, int]]:
+        """The block function compiled for `block` asking for runs of `run` blocks: its
+        address, scratch layout and the run it fused ((1, 1): refused)."""
+        from cpuify.codegen.llvm_gen import specialized_symbol
+        from cpuify.compiler import compile_specialized
+        spec = compile_specialized(self.module._compiled.ptx, self.name, block,
+                                   self.module._compiled.passes, block_run=run)
+        if spec.block_run == (1, 1):
+            return 0, spec.scratch, (1, 1)
+        self._loaded.add(spec.object_code)
+        return (self._loaded.function_address(specialized_symbol(self.name, block, (),
+                                                                 spec.block_run)),
+                spec.scratch, spec.block_run)
 
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
         self._packer(args, bufs.params)
@@ -533,9 +508,9 @@ class Function:
                 if variant is not None:
                     addr, layout = variant
                     self.noalias_launches += 1
-            if variant is None and self._block_runs and bl in self._shape_scratch and \
-                    bounds is None and not cooperative and not self.info.spin_waits:
-                fused = self._fused_block_function(bl, g)
+            if variant is None and bl in self._shape_scratch and bounds is None and \
+                    not cooperative and not self.info.spin_waits:
+                fused = self._runs.for_launch(bl, g, int(self._rt.cpuify_num_workers()))
                 if fused is not None:
                     addr, layout, run = fused
             scratch = layout.scratch_bytes(nthreads * run[0] * run[1])

@@ -408,6 +408,9 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
                 print(f"  {name}: {n} {DESCRIPTIONS[name]}")
         for line in structure + _loop_order_notes(lifted.op):
             print("  " + line)
+        if asked == (1, 1) and lifted.op.attributes.get("block_runs_possible"):
+            print("  blocks may run fused, a run of them as one block (fuse-block-runs: "
+                  "--grid shows the run a launch of that grid asks for)")
         if asked != (1, 1):
             fused = lifted.op.attributes.get("block_run")
             if fused:
