@@ -717,7 +717,9 @@ def test_every_pass_is_exercised(prepared) -> None:
         for v in prepared(name)[3]:
             before = [v.lifted] + [t for _, t in v.after[:-1]]
             changed.update(p for (p, t), prev in zip(v.after, before) if t != prev)
-    assert set(default_pipeline()) - changed == {"fuse-block-runs"}   # (as above)
+    # (fuse-block-runs fuses only for a launch that asks, as above; in code for a block
+    # shape it records whether it would: an attribute)
+    assert set(default_pipeline()) - changed <= {"fuse-block-runs"}
 
 
 def test_soft_barriers_let_threads_leave_at_different_iterations(ptx_of) -> None:
