@@ -14,13 +14,20 @@ then walks rows of Rx * 32 threads: whole rows of the array when Rx covers the g
 
 The pass runs only when the code is specialized for a block shape (`block_dims`) and the
 launch asks for runs (the kernel's `block_run_request = [Rx, Ry]`: the Python API picks them
-from the grid, cpuify.api.module).  It rewrites the block body for the fused block: with T
-the fused thread index of a dimension and B its block size,
+from the grid, cpuify.api.block_runs), and only where it pays: the kernel's loops access
+memory consecutive across threadIdx.x and none strided across it (a row per thread: more
+streams at once, no longer runs).  In code for a block shape without a request it records
+whether it would fuse (`block_runs_possible`, or `block_run_refused` with the reason), so
+the launcher compiles no variant in vain.  It rewrites the block body for the fused block
+(on a copy first, kept only where the access analysis still sees every loop access it saw
+consecutive; else x alone is tried): with T the fused thread index of a dimension and B its
+block size,
 
     threadIdx = T % B,   blockIdx = run * R + T / B,   blockDim = B (a constant),
 
 threads whose blockIdx is past gridDim (the grid's last, partial run) exit at once, and the
-global index `blockIdx * B + threadIdx` (shl/mul + add, or mad) becomes `run * R * B + T`,
+global index `blockIdx * B + threadIdx` (shl/mul + add, mad, or in 64 bits mul.wide +
+cvt + add) becomes `run * R * B + T`,
 which is the same number, so the access analysis still sees addresses consecutive across
 threads.  It records `block_run = [Rx, Ry]` and the fused shape in `block_dims`; the code
 generator names the block function for the run (kernel_abi.specialized_symbol) and the
