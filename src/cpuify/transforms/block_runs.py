@@ -44,6 +44,7 @@ from typing import ClassVar
 from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.loop_order import CONSECUTIVE, STRIDED, loop_order
 from cpuify.analysis.manager import AnalysisManager
+from cpuify.errors import CpuifyError
 from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Block, Operation, OpResult, Region, Value, natural_loops, replace_all_uses
 from cpuify.ir.dialects import STRUCTURED_OPS, info
@@ -334,7 +335,11 @@ class FuseBlockRuns:
             before, _ = _loop_accesses(kernel)
             asked = (rx, ry) if rx * ry > 1 else (2, 2)
             for run in (asked, (asked[0], 1)) if asked[1] > 1 and asked[0] > 1 else (asked,):
-                trial = parse_op(print_op(kernel))
+                try:
+                    trial = parse_op(print_op(kernel))
+                except (CpuifyError, ValueError) as e:   # (no copy: no runs, as ever)
+                    trial, why = None, f"its IR does not print and parse back ({e})"
+                    break
                 fx, fy = fuse_block_runs(trial, run, (bx, by, bz))
                 after, why = _loop_accesses(trial)
                 if fx * fy == 1:
