@@ -126,6 +126,20 @@ def test_march_matches_numpy_with_runs(fresh_env: pytest.MonkeyPatch, nx: int, n
     assert fn.last_block_run != (1, 1)
 
 
+@pytest.mark.parametrize("block,nx", [((16, 4), 77), ((64, 2), 77), ((8, 8), 77), ((128, 1), 300)])
+def test_march_block_shapes(fresh_env: pytest.MonkeyPatch, block: tuple[int, int], nx: int) -> None:
+    """Other block shapes (narrow and wide rows, 1D), sizes that are multiples of none."""
+    ny, nz = 13, 3
+    fn = cpuify.RawModule(code=MARCH).get_function("march")
+    u = np.random.default_rng(block[0]).random((nz, ny, nx), dtype=np.float32)
+    grid = (-(-nx // block[0]), -(-ny // block[1]))
+    for _ in range(2):
+        v = np.full_like(u, np.nan)
+        fn(grid, block, (u, v, np.int32(nx), np.int32(ny), np.int32(nz)))
+    np.testing.assert_allclose(v, _march_reference(u), rtol=1e-6)
+    assert fn.block_run_launches == 1 and fn.last_block_run != (1, 1)
+
+
 def test_generic_and_unfused_code_agree(fresh_env: pytest.MonkeyPatch) -> None:
     """The same launches with runs off (CPUIFY_BLOCK_RUNS=0) and with generic code only
     (CPUIFY_SPECIALIZE=0): no run is fused, the results are the same."""
