@@ -341,6 +341,9 @@ def test_runs_asked_for() -> None:
     assert choose_block_run((32, 8, 1), (7, 25, 1), workers=2) == (7, 2)
     assert choose_block_run((32, 8, 1), (7, 25, 1), workers=16) == (7, 1)
     assert choose_block_run((32, 8, 1), (13, 50, 1), workers=2) == (13, 2)
+    # at most 1 MB of scratch (laplace3d: 128 bytes a thread, 8192 threads)
+    assert choose_block_run((32, 8, 1), (7, 25, 1), per_thread=128) == (7, 4)
+    assert choose_block_run((32, 8, 1), (7, 25, 1), per_thread=1024) == (4, 1)
 
 
 def test_explain_shows_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def]

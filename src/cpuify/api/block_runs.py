@@ -2,15 +2,14 @@
 launch asks the specialized code to run as one block, and the grid of runs it launches.
 
 The run is chosen from the launch's grid: in x, the whole grid row when the fused block
-stays within RUN_MAX_THREADS threads (laplace3d's 200 columns are 7 blocks of 32: one run
-of 224 threads; its 400 columns, 13 blocks: 416), else the runs of at most that many threads
-of equal length; then in y as many block rows as keep the fused block within
-RUN_MAX_THREADS threads (its per-thread slots stay in L2) and, with several worker threads,
-leave each RUNS_PER_WORKER runs to share out (laplace3d 200^3: runs of 7 x 4 blocks on one
-thread, 7 x 2 on two).  Whole rows matter: laplace3d at 400^3 in runs of 7 x 4 blocks (half
-rows of 224 threads) ran 10% slower than unfused, in runs of 13 x 2 (whole rows) 1.75x
-faster.  CPUIFY_BLOCK_RUNS=0 turns it off (as
-`--disable-pass=fuse-block-runs` does)."""
+stays within RUN_MAX_THREADS threads and RUN_MAX_SCRATCH bytes of scratch (its per-thread
+slots and local memory stay in L2; laplace3d's 200 columns are 7 blocks of 32: one run of
+224 threads; its 400 columns, 13 blocks: 416), else the fewest runs of equal length; then in
+y as many block rows as keep within both and, with several worker threads, leave each
+RUNS_PER_WORKER runs to share out (laplace3d 200^3: runs of 7 x 4 blocks on one thread,
+7 x 2 on two).  Whole rows matter: laplace3d at 400^3 in runs of 7 x 4 blocks (half rows of
+224 threads) ran 10% slower than unfused, in runs of 13 x 2 (whole rows) 1.75x faster.
+CPUIFY_BLOCK_RUNS=0 turns it off (as `--disable-pass=fuse-block-runs` does)."""
 
 from __future__ import annotations
 
@@ -23,6 +22,9 @@ from cpuify.errors import SpecializationWarning
 
 #: the most threads of a fused block
 RUN_MAX_THREADS = 8192
+#: the most scratch bytes of a fused block (per-thread slots, local memory: laplace3d's 128
+#: bytes a thread x 8192 threads), about half an L2
+RUN_MAX_SCRATCH = 1 << 20
 #: runs per worker thread the y run leaves at least, where it can (laplace3d's 7 x 4 blocks
 #: in runs of 7 x 4: 7 runs, one thread; on two, 7 x 2)
 RUNS_PER_WORKER = 6
@@ -45,13 +47,17 @@ def _run_length(blocks: int, most: int) -> int:
 
 
 def choose_block_run(block: tuple[int, int, int], grid: tuple[int, int, int],
-                     workers: int = 1) -> tuple[int, int]:
+                     workers: int = 1, per_thread: int = 0) -> tuple[int, int]:
     """The run (x, y) of blocks a launch of `grid` blocks of `block` threads asks to fuse,
-    on `workers` worker threads: fewer block rows per run where that leaves fewer than
-    RUNS_PER_WORKER runs per worker (the runs are what the workers share out)."""
+    on `workers` worker threads, for code with `per_thread` bytes of scratch a thread: fewer
+    block rows per run where that leaves fewer than RUNS_PER_WORKER runs per worker (the runs
+    are what the workers share out)."""
     bx, by, bz = block
-    rx = _run_length(grid[0], RUN_MAX_THREADS // (bx * by * bz))
-    most_y = RUN_MAX_THREADS // (rx * bx * by * bz)
+    most = RUN_MAX_THREADS
+    if per_thread > 0:
+        most = max(1, min(most, RUN_MAX_SCRATCH // per_thread))
+    rx = _run_length(grid[0], most // (bx * by * bz))
+    most_y = most // (rx * bx * by * bz)
     runs_x = -(-grid[0] // rx)
     want = RUNS_PER_WORKER * workers if workers > 1 else 1    # (one worker: no sharing)
     while most_y > 1 and runs_x * -(-grid[1] // most_y) < want:
@@ -83,13 +89,14 @@ class RunVariants:
         self.refused: set[tuple[int, int, int]] = set()
 
     def for_launch(self, block: tuple[int, int, int], grid: tuple[int, int, int],
-                   workers: int) -> Variant | None:
-        """The variant a launch of `grid` runs, or None: runs are off, the kernel's blocks
-        may not run fused, no run pays for this grid, or the compile failed (the code for
-        the shape then runs, as it always can)."""
+                   workers: int, per_thread: int = 0) -> Variant | None:
+        """The variant a launch of `grid` runs (on `workers` threads; the shape's code has
+        `per_thread` scratch bytes a thread), or None: runs are off, the kernel's blocks may
+        not run fused, no run pays for this grid, or the compile failed (the code for the
+        shape then runs, as it always can)."""
         if not self.enabled or block in self.refused:
             return None
-        run = choose_block_run(block, grid, workers)
+        run = choose_block_run(block, grid, workers, per_thread)
         if run == (1, 1):
             return None
         key = (block, run)

@@ -510,7 +510,8 @@ class Function:
                     self.noalias_launches += 1
             if variant is None and bl in self._shape_scratch and bounds is None and \
                     not cooperative and not self.info.spin_waits:
-                fused = self._runs.for_launch(bl, g, int(self._rt.cpuify_num_workers()))
+                fused = self._runs.for_launch(bl, g, int(self._rt.cpuify_num_workers()),
+                                              self._shape_scratch[bl].per_thread())
                 if fused is not None:
                     addr, layout, run = fused
             scratch = layout.scratch_bytes(nthreads * run[0] * run[1])
