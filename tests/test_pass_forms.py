@@ -89,8 +89,8 @@ def test_every_pass_declares_a_form() -> None:
 
 def test_raise_right_after_the_passes_on_the_lifted_cfg() -> None:
     order = default_pipeline()
-    assert order.index("raise-structured-cf") == 2
-    assert order[:2] == ["spin-wait-yields", "warp-lockstep"]
+    assert order.index("raise-structured-cf") == 3
+    assert order[:3] == ["fuse-block-runs", "spin-wait-yields", "warp-lockstep"]
 
 
 def test_transitions_only_where_the_form_changes(probes: None) -> None:

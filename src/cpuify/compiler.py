@@ -95,18 +95,22 @@ def lift_optimized(module, entry,  # type: ignore[no-untyped-def]
 
 def lift_and_optimize(module, entry, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]
                       block_dims: tuple[int, int, int] | None = None,
-                      noalias: Sequence[int] = ()) -> tuple[LiftedKernel, PipelineResult]:
+                      noalias: Sequence[int] = (),
+                      block_run: tuple[int, int] = (1, 1)) -> tuple[LiftedKernel, PipelineResult]:
     """One kernel of a parsed PTX module, lifted, verified and run through the pipeline.
     `block_dims`: the block shape the code is for (the kernel's `.reqntid` when it has
     one), recorded on the kernel op for the passes that depend on it; `noalias`: the byte
     offsets of the pointer parameters the code may take to point into memory no other
-    pointer parameter reaches (the kernel's `noalias_params`)."""
-    return optimize_kernel(lift_kernel(module, entry).op, pipeline, block_dims, noalias)
+    pointer parameter reaches (the kernel's `noalias_params`); `block_run`: the run of
+    blocks (x, y) the launch would run as one block (fuse-block-runs)."""
+    return optimize_kernel(lift_kernel(module, entry).op, pipeline, block_dims, noalias,
+                           block_run)
 
 
 def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-untyped-def]
                     block_dims: tuple[int, int, int] | None = None,
-                    noalias: Sequence[int] = ()) -> tuple[LiftedKernel, PipelineResult]:
+                    noalias: Sequence[int] = (),
+                    block_run: tuple[int, int] = (1, 1)) -> tuple[LiftedKernel, PipelineResult]:
     """A `upir.kernel` op (lifted, or read from an MLIR file) verified and run through the
     pipeline, for `block_dims` (default: the kernel's `.reqntid`) and with `noalias` as its
     `noalias_params` (default: what the op says)."""
@@ -118,6 +122,8 @@ def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-unt
         kernel_op.attributes["block_dims"] = list(block_dims)
     if noalias:
         kernel_op.attributes["noalias_params"] = sorted({int(x) for x in noalias})
+    if block_dims is not None and tuple(block_run) != (1, 1):
+        kernel_op.attributes["block_run_request"] = [int(x) for x in block_run]
     result = run_pipeline(kernel_op, pipeline)
     # warp-wide matrix instructions as code generation runs them (not optional)
     lower_warp_matrix_ops(kernel_op)
@@ -463,20 +469,31 @@ class SpecializedObject:
     barriers_removed: int = 0
     #: the `noalias_params` this code was compiled with (a launch-time variant), or ()
     noalias_params: tuple[int, ...] = ()
+    #: the blocks (x, y) its block function runs per call (fuse-block-runs; (1, 1): one)
+    block_run: tuple[int, int] = (1, 1)
+    #: why the run asked for was not fused, or would not be ("" when it was, or would be)
+    block_run_refused: str = ""
+    #: whether a launch asking for a run of blocks would get one (fuse-block-runs)
+    block_runs_possible: bool = False
 
 
 def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
                         passes: Sequence[str] | None = None,
-                        noalias: Sequence[int] = ()) -> SpecializedObject:
+                        noalias: Sequence[int] = (),
+                        block_run: tuple[int, int] = (1, 1)) -> SpecializedObject:
     """`kernel` compiled for one block shape only; its object declares the module's
     variables, so it must be loaded next to the module's own object (and reads the values
     of its launch prologue: `passes` must be the module's pipeline).  `noalias`: the
     variant for launches whose pointer arguments at these parameter offsets point into
     memory no other pointer argument reaches (its block function's symbol says so:
-    kernel_abi.specialized_symbol).  Cached."""
+    kernel_abi.specialized_symbol).  `block_run`: run that many blocks (x, y) per call of
+    the block function where the kernel allows it (fuse-block-runs; the result's
+    `block_run` says what was fused: its symbol names it).  Cached."""
     pipeline = PipelineOptions(tuple(passes) if passes is not None else None)
     noalias = tuple(sorted({int(x) for x in noalias}))
-    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}|{noalias}")
+    block_run = (int(block_run[0]), int(block_run[1]))
+    key = cache_key("spec", ptx, extra=f"{kernel}|{block_dims}|{pipeline.key()}|{noalias}"
+                    + ("" if block_run == (1, 1) else f"|run{block_run}"))
     if cache_enabled():
         got = _load(f"{key}.spec", SpecializedObject)
         if got is not None:
@@ -485,14 +502,18 @@ def compile_specialized(ptx: str, kernel: str, block_dims: tuple[int, int, int],
     triple, layout = jit.triple_and_layout()
     gen = ModuleCodegen(module, triple, layout, define_globals=False)
     lifted, result = lift_and_optimize(module, module.functions[kernel], pipeline, block_dims,
-                                       noalias)
+                                       noalias, block_run)
     info = gen.add_kernel(lifted, block_dims)
+    fused = lifted.op.attributes.get("block_run")
+    run = (int(fused[0]), int(fused[1])) if fused else (1, 1)
     candidates = () if noalias else tuple(
         int(x) for x in lifted.op.attributes.get("noalias_candidates", ()))
     bases = tuple(sorted(parameter_bases(lifted.op))) if candidates or noalias else ()
     spec = SpecializedObject(jit.emit_object(jit.optimize(gen.llvm_text())), info.scratch,
                              candidates, bases,
-                             sum(result.counts.get(p, 0) for p in BARRIER_PASSES), noalias)
+                             sum(result.counts.get(p, 0) for p in BARRIER_PASSES), noalias,
+                             run, str(lifted.op.attributes.get("block_run_refused", "")),
+                             bool(lifted.op.attributes.get("block_runs_possible")))
     if cache_enabled():
         _store(f"{key}.spec", spec)
     return spec

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cpuify.api import block_runs
 from cpuify.api.arguments import ArgumentPacker, array_address
 from cpuify.codegen.jit import LoadedObject
 from cpuify.codegen.layout import (
@@ -258,6 +259,12 @@ class Function:
         # the scratch layout of each specialized block function (its own slots)
         self._shape_scratch: dict[tuple[int, int, int], ScratchLayout] = {}
         self._shape_seen: dict[tuple[int, int, int], int] = {}
+        # runs of blocks fused into one (fuse-block-runs): the variants compiled per (shape,
+        # run), the shapes whose kernel refused (api/block_runs.py)
+        self._runs = block_runs.RunVariants(self.name, self._compile_run_variant)
+        #: launches that ran blocks fused into runs, and the last run fused
+        self.block_run_launches = 0
+        self.last_block_run: tuple[int, int] = (1, 1)
         # launch-time pointer specialization: per block shape, the pointer parameters whose
         # non-overlap would remove a barrier and the parameters accesses are based on
         # (SpecializedObject), and the variant compiled with them as `noalias_params`
@@ -366,6 +373,8 @@ class Function:
                                        self.module._compiled.passes)
             self._loaded.add(spec.object_code)
             self._shape_scratch[block] = spec.scratch
+            if not spec.block_runs_possible:
+                self._runs.refused.add(block)
             addr = self._loaded.function_address(specialized_symbol(self.name, block))
             if spec.noalias_candidates and self._specialize_noalias and \
                     all(off in self._pointer_arg for off in spec.noalias_candidates):
@@ -413,6 +422,21 @@ class Function:
                               stacklevel=4)
                 self._noalias_variant[block] = None
         return self._noalias_variant[block]
+
+    def _compile_run_variant(self, block: tuple[int, int, int], run: tuple[int, int]
+                             ) -> tuple[int, ScratchLayout, tuple[int, int]]:
+        """The block function compiled for `block` asking for runs of `run` blocks: its
+        address, scratch layout and the run it fused ((1, 1): refused)."""
+        from cpuify.codegen.llvm_gen import specialized_symbol
+        from cpuify.compiler import compile_specialized
+        spec = compile_specialized(self.module._compiled.ptx, self.name, block,
+                                   self.module._compiled.passes, block_run=run)
+        if spec.block_run == (1, 1):
+            return 0, spec.scratch, (1, 1)
+        self._loaded.add(spec.object_code)
+        return (self._loaded.function_address(specialized_symbol(self.name, block, (),
+                                                                 spec.block_run)),
+                spec.scratch, spec.block_run)
 
     def _pack(self, args: Sequence[Any], bufs: "_LaunchBuffers") -> None:
         self._packer(args, bufs.params)
@@ -474,15 +498,23 @@ class Function:
             return      # an empty box: no block runs
         distributed = _distributed_launch is not None and packed is None and box is None
         addr = scratch = 0
+        run = (1, 1)
         if not distributed:     # (over MPI the engine's box launches pick the block function)
             addr = self._shape_addr.get(bl) or self._block_function_for(bl)
             layout = self._shape_scratch.get(bl, self.info.scratch)
+            variant = None
             if bl in self._noalias_of_shape and args is not None:
                 variant = self._noalias_block_function(bl, args)
                 if variant is not None:
                     addr, layout = variant
                     self.noalias_launches += 1
-            scratch = layout.scratch_bytes(nthreads)
+            if variant is None and bl in self._shape_scratch and bounds is None and \
+                    not cooperative and not self.info.spin_waits:
+                fused = self._runs.for_launch(bl, g, int(self._rt.cpuify_num_workers()),
+                                              self._shape_scratch[bl].per_thread())
+                if fused is not None:
+                    addr, layout, run = fused
+            scratch = layout.scratch_bytes(nthreads * run[0] * run[1])
         shared_bytes = self.info.shared_static + shared_mem
         own = self._busy.acquire(blocking=False)
         bufs = self._buffers if own else _LaunchBuffers(self._param_size)
@@ -503,6 +535,16 @@ class Function:
                 # over MPI ranks (cpuify.distributed): each rank runs the prologue and its box
                 rc = _distributed_launch(self, g, bl, args, bytes(bufs.params)[:self.info.param_size],
                                          shared_mem, cooperative)
+            elif rc == 0 and run != (1, 1):
+                # a grid of runs; the kernel reads the real gridDim from the dims
+                b = bufs.box
+                b[0] = b[1] = b[2] = 0
+                b[3], b[4], b[5] = block_runs.run_grid(g, run)
+                rc = int(self._launch_range(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
+                                            scratch, bufs.err_addr, 0, 0, bufs.box_addr,
+                                            bufs.box_addr + 12))
+                self.block_run_launches += 1
+                self.last_block_run = run
             elif rc == 0:
                 if self.info.spin_waits or cooperative or bounds is not None:
                     rc = self._launch_with_flags(g, nthreads, shared_bytes, addr, bufs, scratch,
@@ -511,6 +553,10 @@ class Function:
                     rc = self._launch(addr, bufs.params_addr, bufs.dims_addr, shared_bytes,
                                       scratch, bufs.err_addr)
             e = tuple(bufs.err) if rc else ()
+            if rc and run != (1, 1) and e and e[0] != 0xFFFFFFFF:
+                # the runtime names the run: the blocks it holds
+                e = tuple(f"{e[k] * run[k]}..{min((e[k] + 1) * run[k], g[k]) - 1}"  # type: ignore[assignment]
+                          if run[k] > 1 else e[k] for k in (0, 1)) + (e[2],)
         finally:
             if own:
                 self._busy.release()

@@ -54,9 +54,11 @@ def _ptx_of(path: str, options: list[str]) -> str:
             raise first from None
 
 
-def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: ignore[no-untyped-def]
+def _lift_all(ptx: str, only: str | None, pipeline=None, block=None,  # type: ignore[no-untyped-def]
+              block_run=(1, 1)):
     """(module, lifted kernel, what each pass changed) for each kernel, after the pass
-    pipeline (none when `pipeline` is None)."""
+    pipeline (none when `pipeline` is None); `block_run`: the run of blocks a launch asks
+    fuse-block-runs for."""
     from cpuify.compiler import lift_and_optimize, optimize_kernel
     from cpuify.frontend.ptx_parser import parse_ptx
     from cpuify.transforms.pass_manager import PipelineOptions
@@ -68,14 +70,14 @@ def _lift_all(ptx: str, only: str | None, pipeline=None, block=None):  # type: i
         for kernel in view.kernels:
             if only is None or kernel.name == only:
                 optimized, result = optimize_kernel(
-                    kernel.op, pipeline or PipelineOptions(passes=()), block)
+                    kernel.op, pipeline or PipelineOptions(passes=()), block, (), block_run)
                 yield view, optimized, result.counts
         return
     module = parse_ptx(ptx)
     for entry in module.entries:
         if only is None or entry.name == only:
             lifted, result = lift_and_optimize(module, entry, pipeline or PipelineOptions(passes=()),
-                                               block)
+                                               block, (), block_run)
             yield module, lifted, result.counts
 
 
@@ -173,7 +175,8 @@ def _main(argv: list[str]) -> int:
                                 "dimension a launch would be split along over MPI ranks")
             p.add_argument("--grid", type=_grid_shape, metavar="X[,Y[,Z]]",
                            help="with --partition and --block: the launch to choose the split "
-                                "dimension for")
+                                "dimension for; with --block alone: the launch whose run of "
+                                "blocks fused into one (fuse-block-runs) explain shows")
             p.add_argument("--scalar", action="append", default=[], metavar="NAME=VALUE",
                            help="with --partition --grid: an integer kernel parameter's value "
                                 "(PTX parameter name, as --partition lists them)")
@@ -229,7 +232,7 @@ def _main(argv: list[str]) -> int:
         elif args.partition:
             _explain_partition(ptx, args.kernel, args.grid, args.block, args.scalar)
         else:
-            _explain(ptx, args.kernel, args.block, pipeline)
+            _explain(ptx, args.kernel, args.block, pipeline, args.grid)
     except CpuifyError as exc:
         print(f"cpuify: error: {exc}", file=sys.stderr)
         return 1
@@ -382,12 +385,15 @@ def _explain_partition(ptx: str, only: str | None, grid: tuple[int, int, int] | 
 
 
 def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = None,
-             pipeline=None) -> None:  # type: ignore[no-untyped-def]
+             pipeline=None, grid: tuple[int, int, int] | None = None) -> None:  # type: ignore[no-untyped-def]
+    from cpuify.api.block_runs import choose_block_run, run_grid
     from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
     from cpuify.ir.structure import launch_prologue
     from cpuify.transforms.pass_manager import DESCRIPTIONS
     from cpuify.transforms.structured_cf import structure_summary
-    for module, lifted, counts in _lift_all(ptx, only, pipeline, block):
+    # the run of blocks the Python API asks for when it launches `grid` (fuse-block-runs)
+    asked = choose_block_run(block, grid) if block is not None and grid is not None else (1, 1)
+    for module, lifted, counts in _lift_all(ptx, only, pipeline, block, asked):
         # (raise-structured-cf's if/while/for: read before code generation lowers them)
         structure = structure_summary(lifted.op)
         # the sync points code generation plans, after the pass pipeline
@@ -402,6 +408,19 @@ def _explain(ptx: str, only: str | None, block: tuple[int, int, int] | None = No
                 print(f"  {name}: {n} {DESCRIPTIONS[name]}")
         for line in structure + _loop_order_notes(lifted.op):
             print("  " + line)
+        if asked == (1, 1) and lifted.op.attributes.get("block_runs_possible"):
+            print("  blocks may run fused, a run of them as one block (fuse-block-runs: "
+                  "--grid shows the run a launch of that grid asks for)")
+        if asked != (1, 1):
+            fused = lifted.op.attributes.get("block_run")
+            if fused:
+                runs = run_grid(grid, (fused[0], fused[1]))  # type: ignore[arg-type]
+                print(f"  blocks fused for the grid {grid}: runs of {fused[0]} x {fused[1]} "
+                      f"blocks as one block of {kc.block_dims[0]} x {kc.block_dims[1]} x "
+                      f"{kc.block_dims[2]} threads, {runs[0]} x {runs[1]} x {runs[2]} runs")
+            else:
+                why = lifted.op.attributes.get("block_run_refused") or "fuse-block-runs is off"
+                print(f"  blocks not fused (runs of {asked[0]} x {asked[1]} asked for): {why}")
         _explain_noalias(module, lifted, counts, block, pipeline)
         if any(v.name.startswith("__cpuify_hoisted_") for v in lifted.shared_vars):
             print("  block-invariant prefix run by thread 0 of each block, its values handed "

@@ -104,7 +104,8 @@ class KernelCodegen(KernelPlan):
         m = self.mod.module
         fty = ir.FunctionType(I32, [PTR, PTR, I32, I32, I32, PTR, PTR])
         name = (f"cpuify_block_{self.name}" if self.launch_dims is None
-                else specialized_symbol(self.name, self.launch_dims, self.noalias))
+                else specialized_symbol(self.name, self.launch_dims, self.noalias,
+                                      self.block_run))
         if self.hardware_flush:     # the public name is wrap_flush_to_zero's
             name += "__flushing"
         fn = ir.Function(m, fty, name=name)

@@ -77,10 +77,14 @@ class KernelInfo:
 
 
 def specialized_symbol(kernel: str, block_dims: tuple[int, int, int],
-                       noalias: Sequence[int] = ()) -> str:
+                       noalias: Sequence[int] = (), block_run: tuple[int, int] = (1, 1)) -> str:
     """The block function of `kernel` compiled for one block shape (and, with `noalias`,
-    for launches whose pointer arguments at those parameter offsets overlap no other)."""
+    for launches whose pointer arguments at those parameter offsets overlap no other; with
+    a `block_run` other than (1, 1), running that many blocks in x and y per call:
+    transforms/block_runs.py)."""
     name = f"cpuify_block_{kernel}__{block_dims[0]}x{block_dims[1]}x{block_dims[2]}"
     if noalias:
         name += "__noalias_" + "_".join(str(int(x)) for x in sorted(noalias))
+    if tuple(block_run) != (1, 1):
+        name += f"__run{block_run[0]}x{block_run[1]}"
     return name

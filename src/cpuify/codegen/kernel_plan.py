@@ -55,6 +55,14 @@ class KernelPlan(ThreadLoopPlans):
         # thread loops run: the launch's with the duplicate_dims (below) set to 1
         self.launch_dims = block_dims
         self.block_dims = block_dims
+        # runs of blocks fused into one (fuse-block-runs): the thread loops run the fused
+        # shape, the block function's name says the run
+        run = kernel.op.attributes.get("block_run") if body is None else None
+        self.block_run: tuple[int, int] = (int(run[0]), int(run[1])) if run else (1, 1)
+        if block_dims is not None and run:
+            block_dims = (block_dims[0] * self.block_run[0], block_dims[1] * self.block_run[1],
+                          block_dims[2])
+            self.block_dims = block_dims
         # raise-structured-cf's if/while/for back to the CFG this plan reads, in every region
         # of the kernel (the launch prologue parallel-licm hoisted too: fz_2701_15, 'no code
         # generation for upir.if' where the plan was made for the prologue alone)

@@ -83,7 +83,7 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
-        barriers, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
+        barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
         progress, reroll, structured_cf, sum_split,
         thread_ranges, threads, warps,
     )
@@ -94,7 +94,8 @@ def default_pipeline() -> list[str]:
     return list(DEFAULT_ORDER)
 
 
-#: the default pipeline, in order: yield points in spin-wait loops (before anything moves
+#: the default pipeline, in order: runs of blocks fused into one block when the launch asks
+#: for them (it rewrites the thread and block indices every later pass reads); yield points in spin-wait loops (before anything moves
 #: their loads: a wait must read memory again in every round), the lockstep steps of
 #: warp-synchronous code (every later pass sees them as the warp sync points they are), both
 #: on the CFG lifting made (they insert blocks and barriers on its edges); the CFG raised to
@@ -117,7 +118,7 @@ def default_pipeline() -> list[str]:
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
 #: flushes left to the readers (it reads who reads each value in the final IR); the threads
 #: each `if` on one thread index selects (on the final branches: the thread loops' bounds)
-DEFAULT_ORDER = ("spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
+DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
                  "barrier-elimination",
