@@ -44,6 +44,7 @@ not take)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.loop_entry import start_below_bound
@@ -53,6 +54,9 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.analysis.unrolled_loops import FALLBACK, UnrolledLoop, match_unrolled_loop
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
+from cpuify.ir.dialects import STRUCTURED_OPS
+from cpuify.ir.loop_guard import DO_WHILE
+from cpuify.ir.structured import has_structured_ops, lower_structured_control_flow
 from cpuify.transforms.pass_manager import register
 from cpuify.transforms.sum_split import splits
 
@@ -70,11 +74,19 @@ class RerollLoops:
     loop, or of a per-thread step-1 loop whose accesses are contiguous within the thread, by
     one simple loop, where the two provably run its body T times in order."""
     name: str = "reroll-loops"
+    #: structured input is read for nvcc's arrangement (may_reroll) and lowered only where
+    #: it may be there: the proof and the rewrite are the CFG's
+    form: ClassVar[str] = "any"
     #: also the step-1 loops each thread runs over its own contiguous memory
     per_thread: bool = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loop pairs re-rolled."""
+        if has_structured_ops(kernel):
+            if not may_reroll(kernel):
+                return 0
+            lower_structured_control_flow(kernel)
+            analyses = None         # (what was cached is of the structured form)
         region = block_body(kernel)
         done = 0
         known: list[set[Value]] = []
@@ -122,6 +134,55 @@ class RerollLoops:
                 analyses = None         # (the IR changed: no cached analysis of it)
                 done += 1
         return done
+
+
+#: nvcc's `q <u U-1` bounds: U a power of two, 2 <= U <= 64 (analysis/unrolled_loops.py)
+_MASKS = frozenset((1 << k) - 1 for k in range(1, 7))
+
+
+def may_reroll(kernel: Operation) -> bool:
+    """Whether the kernel, in any form, may hold nvcc's unrolled arrangement: a loop that is
+    one block once lowered (its unrolled main loop), and the `q <u U-1` test each of the
+    three arrangements skips that loop by (a `setp.lt.u32` whose bound is U - 1, or
+    computed; or a for whose test it became).  Where not, match_unrolled_loop finds nothing
+    on the lowered CFG either."""
+    loop = test = False
+    for op in kernel.walk():
+        if _single_block_loop(op):
+            loop = True
+        if op.name == "ptx.setp" and len(op.operands) == 2:
+            mods = op.attributes.get("mods", ())
+            if len(mods) == 2 and set(mods) == {"lt", "u32"}:
+                bound = op.operands[1]
+                if isinstance(bound, OpResult) and bound.op.name == "upir.const":
+                    test = test or bound.op.attributes.get("value") in _MASKS
+                else:
+                    test = True         # (a bound computed: U - 1 perhaps)
+        elif op.name == "upir.for" and {"lt", "u32"} <= set(op.attributes.get("predicate", ())):
+            test = True
+        if loop and test:
+            return True
+    return False
+
+
+def _single_block_loop(op: Operation) -> bool:
+    """Whether `op` is, or is the structured op of, a loop of one block once lowered
+    (ir/structured.py): a branch back to its own block; a while all in its before region
+    (one block, no structured op in it; the after region only passes values back); a for
+    lowered as a do-while whose body is one such block (a top-tested for has a header of
+    its own)."""
+    if op.parent is not None and op.parent in op.successors:
+        return True
+    if op.name == "upir.while":
+        before, after = op.regions
+        body = before
+        if len(after.blocks) != 1 or len(after.entry.ops) != 1:
+            return False
+    elif op.name == "upir.for" and DO_WHILE in op.attributes:
+        body = op.regions[0]
+    else:
+        return False
+    return len(body.blocks) == 1 and not any(o.name in STRUCTURED_OPS for o in body.entry.ops)
 
 
 def _rewrite(region: Region, found: UnrolledLoop) -> bool:
