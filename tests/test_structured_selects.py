@@ -85,6 +85,11 @@ extern "C" __global__ void steps_pre(float *x, int n, int iters) {
         __syncthreads();
     }
 }
+// an if and no loop or barrier: no pass needs the CFG
+extern "C" __global__ void guarded(const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.0f ? 2.0f * x[i] : x[i];
+}
 // a loop nvcc did not unroll: no `q <u U-1` test, nothing for reroll-loops to lower for
 extern "C" __global__ void no_unroll(const float *x, float *y, int n) {
     int s = blockDim.x * gridDim.x;
@@ -245,7 +250,7 @@ def test_print_ir_after_shows_structured_ir(ptx: str) -> None:
         ["select-if-phis", "reroll-loops", "parallel-licm"]
     assert all('"upir.if"' in d for d in dumps)
     assert result.counts["select-if-phis"] == 2
-    assert result.transitions[0] == ("lower", "store-forwarding")
+    assert result.transitions[0] == ("lower", "barrier-elimination")
 
 
 @pytest.mark.parametrize("name, fires, may", [("axpy_pre", 1, True), ("steps_pre", 1, True),
@@ -260,15 +265,24 @@ def test_reroll_on_structured_input(ptx: str, name: str, fires: int, may: bool) 
     assert has_structured_ops(after) is not may
 
 
-def test_pipeline_lowers_only_for_the_cfg_passes_after_licm(ptx: str) -> None:
-    """The default pipeline's first lowering: for store-forwarding (after parallel-licm) in a
-    kernel with no unrolled loop; by reroll-loops itself in one with nvcc's arrangement."""
+@pytest.mark.parametrize("name, first", [
+    ("two_flags", "barrier-elimination"), ("flag_in_loop", "barrier-elimination"),
+    ("axpy_pre", "reroll-loops"), ("no_unroll", "interchange-thread-strided-loops"),
+    ("guarded", None)])
+def test_pipeline_lowers_only_where_a_cfg_rewrite_may_fire(ptx: str, name: str,
+                                                           first: str | None) -> None:
+    """The default pipeline's first lowering: by the first pass whose rewrite is the CFG's
+    and whose quick test says it may fire (a barrier, nvcc's unrolled loops, a loop); a
+    kernel with none of them is never lowered, and so not raised again at the end."""
     module = parse_ptx(ptx)
-    for name, first in (("two_flags", "store-forwarding"), ("flag_in_loop", "store-forwarding"),
-                        ("axpy_pre", "reroll-loops")):
-        op = lift_kernel(module, module.functions[name]).op
-        result = run_pipeline(op, PipelineOptions(verify_each=True))
-        assert result.transitions[0] == ("lower", first), name
+    op = lift_kernel(module, module.functions[name]).op
+    result = run_pipeline(op, PipelineOptions(verify_each=True))
+    if first is None:
+        assert result.transitions == []
+    else:
+        assert result.transitions[0] == ("lower", first)
+        assert result.transitions[-1] == ("raise", "")
+    assert has_structured_ops(op)
 
 
 @pytest.mark.parametrize("lo, hi", [(10, 90), (0, 127), (50, 20)])

@@ -54,10 +54,9 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.analysis.unrolled_loops import FALLBACK, UnrolledLoop, match_unrolled_loop
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
-from cpuify.ir.dialects import STRUCTURED_OPS
-from cpuify.ir.loop_guard import DO_WHILE
-from cpuify.ir.structured import has_structured_ops, lower_structured_control_flow
-from cpuify.transforms.pass_manager import register
+from cpuify.ir.structured import has_structured_ops
+from cpuify.ir.structured_shapes import single_block_loop
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
 from cpuify.transforms.sum_split import splits
 
 #: attribute on the back edge of a re-rolled loop with step 1 (for `cpuify explain`)
@@ -85,8 +84,7 @@ class RerollLoops:
         if has_structured_ops(kernel):
             if not may_reroll(kernel):
                 return 0
-            lower_structured_control_flow(kernel)
-            analyses = None         # (what was cached is of the structured form)
+            lower_for_cfg_rewrite(kernel, analyses)
         region = block_body(kernel)
         done = 0
         known: list[set[Value]] = []
@@ -148,7 +146,7 @@ def may_reroll(kernel: Operation) -> bool:
     on the lowered CFG either."""
     loop = test = False
     for op in kernel.walk():
-        if _single_block_loop(op):
+        if single_block_loop(op):
             loop = True
         if op.name == "ptx.setp" and len(op.operands) == 2:
             mods = op.attributes.get("mods", ())
@@ -163,26 +161,6 @@ def may_reroll(kernel: Operation) -> bool:
         if loop and test:
             return True
     return False
-
-
-def _single_block_loop(op: Operation) -> bool:
-    """Whether `op` is, or is the structured op of, a loop of one block once lowered
-    (ir/structured.py): a branch back to its own block; a while all in its before region
-    (one block, no structured op in it; the after region only passes values back); a for
-    lowered as a do-while whose body is one such block (a top-tested for has a header of
-    its own)."""
-    if op.parent is not None and op.parent in op.successors:
-        return True
-    if op.name == "upir.while":
-        before, after = op.regions
-        body = before
-        if len(after.blocks) != 1 or len(after.entry.ops) != 1:
-            return False
-    elif op.name == "upir.for" and DO_WHILE in op.attributes:
-        body = op.regions[0]
-    else:
-        return False
-    return len(body.blocks) == 1 and not any(o.name in STRUCTURED_OPS for o in body.entry.ops)
 
 
 def _rewrite(region: Region, found: UnrolledLoop) -> bool:
