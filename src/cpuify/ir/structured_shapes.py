@@ -7,6 +7,27 @@ from __future__ import annotations
 from cpuify.ir.core import Operation, Region
 from cpuify.ir.dialects import STRUCTURED_OPS
 from cpuify.ir.loop_guard import DO_WHILE
+from cpuify.ir.structured import has_structured_ops
+
+
+def region_has_structured_ops(region: Region) -> bool:
+    """Whether a structured control-flow op is in `region`, at any depth (an analysis the
+    pass manager caches: transforms/pass_manager.structured_now)."""
+    return any(has_structured_ops(op) for b in region.blocks for op in b.ops)
+
+
+def nested_ops(op: Operation) -> list[Operation]:
+    """`op` and every op nested in it, in the order of `op.walk()` (a list made by an
+    iterative walk: cheaper than the generator for a look at every op)."""
+    out: list[Operation] = []
+    stack = [op]
+    while stack:
+        o = stack.pop()
+        out.append(o)
+        for region in reversed(o.regions):
+            for block in reversed(region.blocks):
+                stack.extend(reversed(block.ops))
+    return out
 
 
 def single_block_loop(op: Operation) -> bool:
@@ -29,7 +50,7 @@ def single_block_loop(op: Operation) -> bool:
 
 
 def has_single_block_loop(kernel: Operation) -> bool:
-    return any(single_block_loop(op) for op in kernel.walk())
+    return any(single_block_loop(op) for op in nested_ops(kernel))
 
 
 def has_loop(kernel: Operation) -> bool:
@@ -37,7 +58,7 @@ def has_loop(kernel: Operation) -> bool:
     branch to a block at or before its own in its region's order (a cycle of blocks has
     one such edge whatever the order)."""
     index: dict[int, dict[int, int]] = {}
-    for op in kernel.walk():
+    for op in nested_ops(kernel):
         if op.name in ("upir.while", "upir.for"):
             return True
         block = op.parent

@@ -72,8 +72,8 @@ from cpuify.ir.core import (
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured import has_structured_ops
-from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
+from cpuify.ir.structured_shapes import nested_ops
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 #: memory-model qualifiers of accesses that stay exactly where they are
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
@@ -112,9 +112,9 @@ class BarrierElimination:
 def _lowered_where_barriers(kernel: Operation, analyses: AnalysisManager | None) -> bool:
     """Whether the kernel has a block barrier (eliminate_barriers finds nothing to do
     without one); structured input that has one is lowered for the CFG passes."""
-    if not has_structured_ops(kernel):
+    if not structured_now(kernel, analyses):
         return True
-    if not any(_is_block_barrier(op) for op in kernel.walk()):
+    if not any(_is_block_barrier(op) for op in nested_ops(kernel)):
         return False
     lower_for_cfg_rewrite(kernel, analyses)
     return True
@@ -508,8 +508,8 @@ class MinCutFission:
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         from cpuify.analysis.sync_points import kept_bytes, plan_sync_points
         from cpuify.ir.structure import lockstep_counters
-        if has_structured_ops(kernel):
-            if not any(is_sync(op) for op in kernel.walk()):
+        if structured_now(kernel, analyses):
+            if not any(is_sync(op) for op in nested_ops(kernel)):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)
         region = block_body(kernel)

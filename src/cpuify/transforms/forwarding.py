@@ -38,10 +38,10 @@ from cpuify.ir.core import (
 from cpuify.ir.dialects import memory_effects
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured import has_structured_ops
+from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.barriers import _walk
 from cpuify.analysis.manager import AnalysisManager
-from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 _PLAIN = frozenset(("volatile", "relaxed", "acquire", "release", "mmio", "v2", "v4", "v8"))
 
@@ -60,8 +60,8 @@ class StoreForwarding:
         dims = kernel.attributes.get("block_dims")
         if not dims:
             return 0
-        if has_structured_ops(kernel):
-            if not any(_shared_access(op) and op.name == "ptx.st" for op in kernel.walk()):
+        if structured_now(kernel, analyses):
+            if not any(_shared_access(op) and op.name == "ptx.st" for op in nested_ops(kernel)):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)
         return forward_stores(block_body(kernel), tuple(dims))  # type: ignore[arg-type]

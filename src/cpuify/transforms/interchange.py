@@ -38,10 +38,9 @@ from cpuify.ir.core import (
 )
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured import has_structured_ops
 from cpuify.ir.structured_shapes import has_loop
 from cpuify.analysis.manager import AnalysisManager, cached
-from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 from cpuify.transforms.sum_split import RELOAD, SUM_SPLIT
 
 
@@ -92,7 +91,7 @@ class InterchangeUniformLoops:
 def _lowered_where_loops(kernel: Operation, analyses: AnalysisManager | None) -> bool:
     """Whether the kernel has a loop (the interchanges take nothing else); structured input
     that has one is lowered for the CFG analyses."""
-    if not has_structured_ops(kernel):
+    if not structured_now(kernel, analyses):
         return True
     if not has_loop(kernel):
         return False

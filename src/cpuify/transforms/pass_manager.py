@@ -45,10 +45,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, TextIO
 
-from cpuify.analysis.manager import AnalysisManager
+from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.errors import CpuifyError
 from cpuify.ir.core import Operation
 from cpuify.ir.printer import print_op
+from cpuify.ir.structured_shapes import region_has_structured_ops
 from cpuify.ir.structured import has_structured_ops, lower_structured_control_flow
 from cpuify.ir.verifier import verify
 
@@ -333,6 +334,14 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
         _verify(kernel, name_attr, f"the final {result.transitions[-1][0]}")
     result.analyses_computed = analyses.computed
     return result
+
+
+def structured_now(kernel: Operation, analyses: AnalysisManager | None) -> bool:
+    """Whether the kernel holds structured ops (cached with the analyses: the quick tests
+    of the "any" passes ask before each pass, and a scan of a large CFG is not free)."""
+    if not kernel.regions:
+        return has_structured_ops(kernel)
+    return cached(analyses, region_has_structured_ops, kernel.regions[0])
 
 
 def lower_for_cfg_rewrite(kernel: Operation, analyses: AnalysisManager | None) -> None:

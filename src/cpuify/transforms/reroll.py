@@ -54,9 +54,8 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.analysis.unrolled_loops import FALLBACK, UnrolledLoop, match_unrolled_loop
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured import has_structured_ops
-from cpuify.ir.structured_shapes import single_block_loop
-from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
+from cpuify.ir.structured_shapes import nested_ops, single_block_loop
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 from cpuify.transforms.sum_split import splits
 
 #: attribute on the back edge of a re-rolled loop with step 1 (for `cpuify explain`)
@@ -81,7 +80,7 @@ class RerollLoops:
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loop pairs re-rolled."""
-        if has_structured_ops(kernel):
+        if structured_now(kernel, analyses):
             if not may_reroll(kernel):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)
@@ -145,7 +144,7 @@ def may_reroll(kernel: Operation) -> bool:
     computed; or a for whose test it became).  Where not, match_unrolled_loop finds nothing
     on the lowered CFG either."""
     loop = test = False
-    for op in kernel.walk():
+    for op in nested_ops(kernel):
         if single_block_loop(op):
             loop = True
         if op.name == "ptx.setp" and len(op.operands) == 2:

@@ -56,9 +56,8 @@ from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Va
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured import has_structured_ops
 from cpuify.ir.structured_shapes import has_single_block_loop
-from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 #: attribute on the back edges (and the guard) of the loops this pass makes
 SUM_SPLIT = "sum_split"
@@ -88,7 +87,7 @@ class SplitInOrderSums:
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops split."""
-        if has_structured_ops(kernel):
+        if structured_now(kernel, analyses):
             if not has_single_block_loop(kernel):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)

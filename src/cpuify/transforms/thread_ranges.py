@@ -29,6 +29,7 @@ from cpuify.analysis.manager import AnalysisManager
 from cpuify.analysis.thread_index import THREAD_INDEX_IF, THREADS_TAKING, mark_thread_index_if
 from cpuify.ir.core import Operation, OpResult, Value
 from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE
+from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.pass_manager import register
 
 
@@ -47,7 +48,7 @@ class ThreadIndexRanges:
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         marked = 0
-        for op in kernel.walk():
+        for op in nested_ops(kernel):
             cond = _branch_condition(op)
             if cond is None:
                 continue

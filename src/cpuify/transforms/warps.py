@@ -50,8 +50,8 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Operation, OpResult, Region, Value
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured import has_structured_ops
-from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register
+from cpuify.ir.structured_shapes import nested_ops
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 LOCKSTEP = "lockstep"
 _SPACES = ("global", "shared", "local", "const", "param", "tex")
@@ -417,8 +417,8 @@ class SimdCollectives:
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of collectives marked."""
-        if has_structured_ops(kernel):
-            if not any(op.name == "upir.warp_collective" for op in kernel.walk()):
+        if structured_now(kernel, analyses):
+            if not any(op.name == "upir.warp_collective" for op in nested_ops(kernel)):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)
         region = block_body(kernel)
