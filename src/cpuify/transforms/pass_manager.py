@@ -108,8 +108,9 @@ def default_pipeline() -> list[str]:
 #: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
 #: if-conversions first (they make values recomputable and loops branch-free; a swap's
 #: selects pick the smaller and larger key, which selects-to-min-max would make min/max:
-#: if-convert-swaps after it keeps them selects; every pass from the raise to it takes the
-#: structured form, so the first conversion is the lowering for select-if-phis), nvcc's
+#: if-convert-swaps after it keeps them selects; every pass after the raise takes the
+#: structured form, those whose rewrite is the CFG's lowering it only where they may fire),
+#: nvcc's
 #: unrolled remainder + main loops re-rolled into the simple strided loop (before anything
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
