@@ -306,3 +306,28 @@ def test_two_flags_match_numpy_and_the_interpreter(ptx: str, lo: int, hi: int) -
     args = [x.copy(), np.zeros(128, dtype=np.int32), np.int32(lo), np.int32(hi)]
     interp.launch("two_flags", (1, 1, 1), (128, 1, 1), args)
     np.testing.assert_array_equal(args[1], want)
+
+
+_ONE_BLOCK_LOOP = PROLOGUE + '''
+  %three = "upir.const"() {value = 3 : i64} : () -> i32
+  %five = "upir.const"() {value = 5 : i64} : () -> i32
+  %bound = "ptx.mov"(BOUND) {mods = ["u32"]} : (i32) -> i32
+  "cf.br"(%zero) [^bb1] : (i32) -> ()
+^bb1(%k: i32):
+  %k2 = "ptx.add"(%k, %one) {mods = ["s32"]} : (i32, i32) -> i32
+  %c = "ptx.setp"(%k2, %bound) {mods = ["lt", "u32"]} : (i32, i32) -> i1
+  "cf.cond_br"(%c, %k2) [^bb1, ^bb2] <{operandSegmentSizes = array<i32: 1, 1, 0>}> : (i1, i32) -> ()
+^bb2:
+  "upir.exit"() : () -> ()'''
+
+
+@pytest.mark.parametrize("bound, may", [("%three", True), ("%five", False), ("%n", False),
+                                        ("%t", False)])
+def test_may_reroll_reads_the_bound(bound: str, may: bool) -> None:
+    """nvcc's `q <u U-1` has a bound the proof evaluates to U - 1 (3 for U = 4): a loop of
+    one block whose only unsigned test is against a parameter, a thread index or another
+    constant is no candidate, raised or not."""
+    op = parse_op(kernel(_ONE_BLOCK_LOOP.replace("BOUND", bound)))
+    assert may_reroll(op) is may
+    make_pass("raise-structured-cf").run(op)
+    assert has_structured_ops(op) and may_reroll(op) is may

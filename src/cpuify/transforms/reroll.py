@@ -140,8 +140,8 @@ _MASKS = frozenset((1 << k) - 1 for k in range(1, 7))
 def may_reroll(kernel: Operation) -> bool:
     """Whether the kernel, in any form, may hold nvcc's unrolled arrangement: a loop that is
     one block once lowered (its unrolled main loop), and the `q <u U-1` test each of the
-    three arrangements skips that loop by (a `setp.lt.u32` whose bound is U - 1, or
-    computed; or a for whose test it became).  Where not, match_unrolled_loop finds nothing
+    three arrangements skips that loop by (a `setp.lt.u32` whose bound may be U - 1,
+    _may_be_mask; or a for whose test it became).  Where not, match_unrolled_loop finds nothing
     on the lowered CFG either."""
     loop = test = False
     for op in nested_ops(kernel):
@@ -150,16 +150,29 @@ def may_reroll(kernel: Operation) -> bool:
         if op.name == "ptx.setp" and len(op.operands) == 2:
             mods = op.attributes.get("mods", ())
             if len(mods) == 2 and set(mods) == {"lt", "u32"}:
-                bound = op.operands[1]
-                if isinstance(bound, OpResult) and bound.op.name == "upir.const":
-                    test = test or bound.op.attributes.get("value") in _MASKS
-                else:
-                    test = True         # (a bound computed: U - 1 perhaps)
+                test = test or _may_be_mask(op.operands[1])
         elif op.name == "upir.for" and {"lt", "u32"} <= set(op.attributes.get("predicate", ())):
             test = True
         if loop and test:
             return True
     return False
+
+
+def _may_be_mask(bound: Value) -> bool:
+    """Whether `bound` may be U - 1 as the proof evaluates it (a constant, or computed by
+    arithmetic it folds): not a value no arithmetic made (a parameter, a special register,
+    a load, a block argument; `ptx.mov`s looked through), nor another constant."""
+    for _ in range(8):
+        if not (isinstance(bound, OpResult) and bound.op.name == "ptx.mov" and
+                len(bound.op.operands) == 1):
+            break
+        bound = bound.op.operands[0]
+    if not isinstance(bound, OpResult):
+        return False
+    name = bound.op.name
+    if name == "upir.const":
+        return bound.op.attributes.get("value") in _MASKS
+    return name not in ("upir.param", "upir.special", "ptx.ld", "ptx.ldu")
 
 
 def _rewrite(region: Region, found: UnrolledLoop) -> bool:
