@@ -83,7 +83,8 @@ def test_every_pass_declares_a_form() -> None:
     assert set(forms.values()) <= set(FORMS)
     assert forms["raise-structured-cf"] == "structured"
     for name in ("selects-to-min-max", "merge-duplicate-threads", "flush-min-max-at-uses",
-                 "thread-index-outermost", "narrow-induction-variables", "parallel-licm"):
+                 "thread-index-outermost", "narrow-induction-variables", "parallel-licm",
+                 "select-if-phis", "reroll-loops"):
         assert forms[name] == "any", name
 
 
@@ -123,18 +124,21 @@ def test_no_raise_in_the_pipeline_hands_on_the_cfg(probes: None) -> None:
     result = run_pipeline(op, PipelineOptions(disabled=frozenset({"raise-structured-cf"})))
     assert not has_structured_ops(op) and structure_summary(op) == []
     # (a structured pass followed by a cfg one: lowered before the cfg pass, and the records
-    # go all the same)
-    assert result.transitions[:2] == [("raise", "if-convert-swaps"), ("lower", "select-if-phis")]
+    # go all the same; the passes after it take either form, lowering the kernel for the CFG
+    # only where they may fire: barrier-elimination, for the kernel's barrier)
+    assert result.transitions[:2] == [("raise", "if-convert-swaps"), ("lower", "barrier-elimination")]
 
 
 def test_default_pipeline_hands_on_structured_ir() -> None:
     op = _nested()
     result = run_pipeline(op, PipelineOptions(verify_each=True))
     assert has_structured_ops(op)
-    # the passes up to if-convert-swaps take the structured form (narrow-induction-variables
-    # lowers only a kernel with a 64-bit merged value to narrow): one lowering, for
-    # select-if-phis, and the raise at the end
-    assert result.transitions == [("lower", "select-if-phis"), ("raise", "")]
+    # every pass takes the structured form, but those whose rewrite is the CFG's lower the
+    # kernel where they may fire (narrow-induction-variables a kernel with a 64-bit merged
+    # value to narrow, reroll-loops one with nvcc's unrolled loops, the barrier passes one
+    # with a barrier, ...): one lowering, for barrier-elimination (the kernel has a
+    # barrier; no block shape: store-forwarding does nothing), and the raise at the end
+    assert result.transitions == [("lower", "barrier-elimination"), ("raise", "")]
 
 
 def test_any_pass_that_lowers_is_counted(probes: None) -> None:

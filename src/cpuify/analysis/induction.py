@@ -13,12 +13,17 @@ from cpuify.ir.core import BlockArgument, Operation, OpResult, Region, Value
 MAX_CHAIN = 16
 
 
-def increment_terms(arg: BlockArgument, value: Value) -> list[Value] | None:
+def increment_terms(arg: BlockArgument, value: Value,
+                    same: dict[Value, Value] | None = None) -> list[Value] | None:
     """The terms t1..tk with value == arg + t1 + ... + tk (integer additions of arg's type,
-    wrapping as the loop does), or None when value is not arg plus terms."""
+    wrapping as the loop does), or None when value is not arg plus terms.  `same`: values
+    that stand for others (a while's after-region arguments for what its condition passes,
+    which the lowering puts in their place)."""
     terms: list[Value] = []
     v = value
+    same = same or {}
     for _ in range(MAX_CHAIN):
+        v = same.get(v, v)
         if v is arg:
             return terms if terms else None
         if not (isinstance(v, OpResult) and v.op.name == "ptx.add" and len(v.op.operands) == 2
@@ -27,10 +32,10 @@ def increment_terms(arg: BlockArgument, value: Value) -> list[Value] | None:
             return None
         a, b = v.op.operands
         # follow the operand that leads back to arg (the other one is a term)
-        if _reaches(a, arg):
+        if _reaches(a, arg, same=same):
             terms.append(b)
             v = a
-        elif _reaches(b, arg):
+        elif _reaches(b, arg, same=same):
             terms.append(a)
             v = b
         else:
@@ -38,15 +43,18 @@ def increment_terms(arg: BlockArgument, value: Value) -> list[Value] | None:
     return None
 
 
-def _reaches(v: Value, arg: BlockArgument, depth: int = 0, memo: dict | None = None) -> bool:
+def _reaches(v: Value, arg: BlockArgument, depth: int = 0, memo: dict | None = None,
+             same: dict[Value, Value] | None = None) -> bool:
     """Whether v is a chain of additions over arg (arg among its leaves)."""
+    if same:
+        v = same.get(v, v)
     if v is arg:
         return True
     if depth >= MAX_CHAIN or not (isinstance(v, OpResult) and v.op.name == "ptx.add"):
         return False
     memo = {} if memo is None else memo
     if v not in memo:
-        memo[v] = any(_reaches(o, arg, depth + 1, memo) for o in v.op.operands)
+        memo[v] = any(_reaches(o, arg, depth + 1, memo, same) for o in v.op.operands)
     return memo[v]
 
 

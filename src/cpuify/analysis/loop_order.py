@@ -123,44 +123,61 @@ def loop_order(header: Block, body: set[Block], uniform: set[Value],
     assert region is not None
     if incoming is None:
         incoming = incoming_values(region)
+    blocks = [b for b in region.blocks if b in body]
+    return loop_order_of(header.args, body, [op for b in blocks for op in b.ops], uniform,
+                         incoming)
+
+
+def loop_order_of(args: list[BlockArgument], body: set[Block], ops: list[Operation],
+                  uniform: set[Value], incoming: dict[BlockArgument, list[Value]], *,
+                  increments: dict[BlockArgument, list[Value]] | None = None,
+                  same: dict[Value, Value] | None = None) -> LoopOrder:
+    """loop_order for a loop given by what it reads of it: the arguments of its header (the
+    values it carries), its blocks, its ops in program order, and the values flowing into
+    block arguments.  `increments`: steps no op computes (a `upir.for`'s induction
+    variable moves by its step on every back edge); `same`: values that stand for others
+    (a while's after-region arguments for the values its condition passes, which the
+    lowering puts in their place).  analysis/structured_loops.py gives them for loop ops."""
+    same = same or {}
     # leaves of address expressions: block-uniform values fixed for the whole loop, and the
     # induction variables (whose steps say how the address moves)
     invariant = {v for v in uniform if defining_block(v) not in body}
-    steps = _induction_steps(header, body, incoming, invariant)
+    steps = _induction_steps(args, body, incoming, invariant, increments or {}, same)
     memos: tuple[dict, dict, dict] = ({}, {}, {})  # type: ignore[type-arg]
     accesses: list[LoopAccess] = []
     other = 0
-    blocks = [b for b in region.blocks if b in body]
-    for b in blocks:
-        for op in b.ops:
-            if op.name in _MEMORY and op.operands:
-                found = _describe(op, steps, incoming, body, uniform, memos)
-                if found is None:
-                    other += 1
-                else:
-                    accesses.append(found)
-            elif op.name in ("ptx.atom", "ptx.red", "upir.call", "ptx.call"):
+    for op in ops:
+        if op.name in _MEMORY and op.operands:
+            found = _describe(op, steps, incoming, body, uniform, memos, same)
+            if found is None:
                 other += 1
-    carried = tuple(_carried_kind(arg, incoming, body, blocks) for arg in header.args
+            else:
+                accesses.append(found)
+        elif op.name in ("ptx.atom", "ptx.red", "upir.call", "ptx.call"):
+            other += 1
+    carried = tuple(_carried_kind(arg, incoming, body, ops, same) for arg in args
                     if arg.type in ("f32", "f64") and arg not in uniform)
     return LoopOrder(tuple(accesses), other, carried)
 
 
-def _induction_steps(header: Block, body: set[Block],
+def _induction_steps(args: list[BlockArgument], body: set[Block],
                      incoming: dict[BlockArgument, list[Value]],
-                     invariant: set[Value]) -> dict[Value, int | None]:
+                     invariant: set[Value], increments: dict[BlockArgument, list[Value]],
+                     same: dict[Value, Value]) -> dict[Value, int | None]:
     """Integer header arguments that move by the same amount on every back edge: that
     constant, or None for a block-uniform amount fixed for the loop (`n * 4`)."""
     out: dict[Value, int | None] = {}
-    for arg in header.args:
+    for arg in args:
         if arg.type not in ("i32", "i64"):
             continue
         step: int | None = None
         ok, seen = True, False
-        for v in incoming.get(arg, []):
-            if defining_block(v) not in body:
-                continue                    # an initial value
-            terms = increment_terms(arg, v)
+        backs: list[list[Value] | None] = [
+            increment_terms(arg, v, same) for v in incoming.get(arg, [])
+            if defining_block(v) in body]           # (the others: initial values)
+        if arg in increments:
+            backs.append(increments[arg])
+        for terms in backs:
             if terms is None or any(_const(t) is None and t not in invariant for t in terms):
                 ok = False
                 break
@@ -185,8 +202,8 @@ def _const(v: Value) -> int | None:
 
 def _describe(op: Operation, steps: dict[Value, int | None],
               incoming: dict[BlockArgument, list[Value]], body: set[Block],
-              uniform: set[Value], memos: tuple[dict, dict, dict]  # type: ignore[type-arg]
-              ) -> LoopAccess | None:
+              uniform: set[Value], memos: tuple[dict, dict, dict],  # type: ignore[type-arg]
+              same: dict[Value, Value]) -> LoopAccess | None:
     """The access of `op` (a load or store): its address's stride per iteration in one
     thread and between neighbouring threads, evaluated through the address arithmetic
     (None: the address is not linear in the induction variables or the thread index)."""
@@ -212,8 +229,8 @@ def _describe(op: Operation, steps: dict[Value, int | None],
             return tid_x_stride(v, uniform, start_memo)
         return None if isinstance(v, BlockArgument) else _INSIDE
 
-    within = _stride(address, within_leaf, outside, within_memo)
-    across = _stride(address, across_leaf, lambda v: v in uniform, across_memo)
+    within = _stride(address, within_leaf, outside, within_memo, same=same)
+    across = _stride(address, across_leaf, lambda v: v in uniform, across_memo, same=same)
     if across is None:
         kind = UNKNOWN
     elif across == 0:
@@ -264,10 +281,13 @@ def tid_x_stride(v: Value, uniform: set[Value], memo: dict[Value, int | str | No
 
 
 def _stride(v: Value, leaf, invariant, memo: dict,  # type: ignore[no-untyped-def,type-arg]
-            depth: int = 0) -> int | str | None:
+            depth: int = 0, same: dict[Value, Value] | None = None) -> int | str | None:
     """The amount v grows by when the variables `leaf` gives strides for grow by theirs (a
     constant, SYMBOLIC: a constant times a value `invariant` holds fixed, or None: not
-    linear).  `leaf(x)` answers for x, or _INSIDE to evaluate x's op."""
+    linear).  `leaf(x)` answers for x, or _INSIDE to evaluate x's op.  `same`: values
+    that stand for others (loop_order_of)."""
+    if same:
+        v = same.get(v, v)
     got = leaf(v)
     if got is not _INSIDE:
         return got  # type: ignore[no-any-return]
@@ -280,7 +300,7 @@ def _stride(v: Value, leaf, invariant, memo: dict,  # type: ignore[no-untyped-de
         ops = op.operands
 
         def of(x: Value) -> int | str | None:
-            return _stride(x, leaf, invariant, memo, depth + 1)
+            return _stride(x, leaf, invariant, memo, depth + 1, same)
 
         if op.name == "upir.const":
             result = 0
@@ -331,25 +351,25 @@ def _stride(v: Value, leaf, invariant, memo: dict,  # type: ignore[no-untyped-de
 
 
 def _carried_kind(arg: BlockArgument, incoming: dict[BlockArgument, list[Value]],
-                  body: set[Block], blocks: list[Block]) -> str:
+                  body: set[Block], ops: list[Operation], same: dict[Value, Value]) -> str:
     """"min/max" when every value the loop carries back into `arg` is `arg` combined with
     other values by f32/f64 min/max only (each step reading arg's chain once), else
     "in order"."""
     # the values of the loop computed from arg (the loop body is acyclic apart from its
-    # header's arguments: one pass in block order)
+    # header's arguments: one pass in program order)
     from_arg: set[Value] = {arg}
-    for b in blocks:
-        for op in b.ops:
-            if any(o in from_arg for o in op.operands):
-                from_arg.update(op.results)
+    for op in ops:
+        if any(same.get(o, o) in from_arg for o in op.operands):
+            from_arg.update(op.results)
     for v in incoming.get(arg, []):
         if defining_block(v) not in body:
             continue
+        v = same.get(v, v)
         while v is not arg:
             if not isinstance(v, OpResult):
                 return "in order"
             op = v.op
-            through = [o for o in op.operands if o in from_arg]
+            through = [same.get(o, o) for o in op.operands if same.get(o, o) in from_arg]
             if len(through) != 1 or not (
                     op.name == "ptx.mov" or
                     op.name in ("ptx.min", "ptx.max") and set(mods(op)) <= _MIN_MAX_MODS):

@@ -117,10 +117,13 @@ def progression(work: list[int]) -> tuple[int, int, int] | None:
     return (lo, hi, step) if work == list(range(lo, hi, step)) else None
 
 
-def mark_thread_index_if(branch: Operation, block_dims: tuple[int, int, int]) -> bool:
-    """Records on `branch` (a cf.cond_br) which threads take each of its ways, when its
-    condition is a function of one thread index; whether it did."""
-    found = thread_index_condition(branch.operands[0], block_dims)
+def mark_thread_index_if(branch: Operation, block_dims: tuple[int, int, int],
+                         condition: Value | None = None) -> bool:
+    """Records on `branch` (a cf.cond_br, or a structured op that becomes one) which threads
+    take each of its ways, when its condition (`condition`, else its first operand) is a
+    function of one thread index; whether it did."""
+    found = thread_index_condition(branch.operands[0] if condition is None else condition,
+                                   block_dims)
     if found is None:
         return False
     dim, true_for = found

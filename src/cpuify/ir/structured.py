@@ -228,8 +228,20 @@ def for_as_while(op: Operation) -> Operation | None:
 
 
 def has_structured_ops(op: Operation) -> bool:
-    """Whether `op` holds a structured control-flow op anywhere."""
-    return any(o.name in STRUCTURED_OPS for o in op.walk())
+    """Whether `op` holds a structured control-flow op anywhere (iterative, stops at the
+    first: the pass manager asks around every pass)."""
+    if op.name in STRUCTURED_OPS:
+        return True
+    stack = [op]
+    while stack:
+        for region in stack.pop().regions:
+            for block in region.blocks:
+                for o in block.ops:
+                    if o.name in STRUCTURED_OPS:
+                        return True
+                    if o.regions:
+                        stack.append(o)
+    return False
 
 
 def lower_structured_control_flow(kernel: Operation) -> int:

@@ -46,6 +46,7 @@ one (the kernel's `block_dims` attribute); without it only the other rules apply
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.access import (
     Access,
@@ -71,7 +72,8 @@ from cpuify.ir.core import (
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body
-from cpuify.transforms.pass_manager import register
+from cpuify.ir.structured_shapes import nested_ops
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 #: memory-model qualifiers of accesses that stay exactly where they are
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
@@ -85,6 +87,8 @@ MAX_ACCESSES = 2000
 class BarrierElimination:
     """Pass: remove `upir.barrier` ops whose ordering no memory access needs."""
     name: str = "barrier-elimination"
+    #: on the CFG; structured input is lowered only where a block barrier is
+    form: ClassVar[str] = "any"
     # keep a barrier that separates code only some threads run from code all threads run
     keep_divergent_splits: bool = True
     # a barrier goes when its two barrier intervals do not conflict (false: the paper's
@@ -92,6 +96,8 @@ class BarrierElimination:
     adjacent_intervals: bool = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        if not _lowered_where_barriers(kernel, analyses):
+            return 0
         dims = kernel.attributes.get("block_dims")
         candidates: set[int] = set()
         removed = eliminate_barriers(block_body(kernel), tuple(dims) if dims else None,  # type: ignore[arg-type]
@@ -101,6 +107,17 @@ class BarrierElimination:
                                      candidates=candidates)
         record_noalias_candidates(kernel, candidates)
         return removed
+
+
+def _lowered_where_barriers(kernel: Operation, analyses: AnalysisManager | None) -> bool:
+    """Whether the kernel has a block barrier (eliminate_barriers finds nothing to do
+    without one); structured input that has one is lowered for the CFG passes."""
+    if not structured_now(kernel, analyses):
+        return True
+    if not any(_is_block_barrier(op) for op in nested_ops(kernel)):
+        return False
+    lower_for_cfg_rewrite(kernel, analyses)
+    return True
 
 
 def noalias_params(kernel: Operation) -> frozenset[int]:
@@ -202,10 +219,11 @@ class BarrierMotion:
     `if` and the moved code touch through different memory (a distinct `__shared__`
     variable or space, or reads only): their order in the thread is swapped."""
     name: str = "barrier-motion"
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
-        if not dims:
+        if not dims or not _lowered_where_barriers(kernel, analyses):
             return 0
         candidates: set[int] = set()
         moved = eliminate_barriers(block_body(kernel), tuple(dims),  # type: ignore[arg-type]
@@ -484,10 +502,16 @@ class MinCutFission:
     recomputable.  Recorded as the kernel attribute `fission = "min-cut"`, which code
     generation's sync-point planner reads.  Returns the bytes per thread saved."""
     name: str = "min-cut-fission"
+    #: on the CFG; structured input is lowered only where a sync point is
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         from cpuify.analysis.sync_points import kept_bytes, plan_sync_points
         from cpuify.ir.structure import lockstep_counters
+        if structured_now(kernel, analyses):
+            if not any(is_sync(op) for op in nested_ops(kernel)):
+                return 0
+            lower_for_cfg_rewrite(kernel, analyses)
         region = block_body(kernel)
         if not any(is_sync(op) for b in region.blocks for op in b.ops):
             return 0

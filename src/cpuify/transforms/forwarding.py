@@ -26,6 +26,7 @@ shared access whose variable is unknown."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.access import Affine, Symbols, affine_form, same_thread_only
 from cpuify.analysis.cfg import cyclic_blocks
@@ -37,9 +38,10 @@ from cpuify.ir.core import (
 from cpuify.ir.dialects import memory_effects
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.barriers import _walk
 from cpuify.analysis.manager import AnalysisManager
-from cpuify.transforms.pass_manager import register
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 _PLAIN = frozenset(("volatile", "relaxed", "acquire", "release", "mmio", "v2", "v4", "v8"))
 
@@ -50,11 +52,18 @@ _PLAIN = frozenset(("volatile", "relaxed", "acquire", "release", "mmio", "v2", "
 class StoreForwarding:
     """Pass: forward stores to loads of thread-private shared elements across barriers."""
     name: str = "store-forwarding"
+    #: on the CFG; structured input is lowered only where a shared store is (and the block
+    #: shape is known)
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         if not dims:
             return 0
+        if structured_now(kernel, analyses):
+            if not any(_shared_access(op) and op.name == "ptx.st" for op in nested_ops(kernel)):
+                return 0
+            lower_for_cfg_rewrite(kernel, analyses)
         return forward_stores(block_body(kernel), tuple(dims))  # type: ignore[arg-type]
 
 

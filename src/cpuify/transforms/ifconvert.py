@@ -36,8 +36,10 @@ from cpuify.ir.dialects import STRUCTURED_OPS, info
 from cpuify.ir.modifiers import mods, ty
 from cpuify.ir.structure import block_body
 from cpuify.ir.structured import RAISED_EDGE, nested_blocks
+from cpuify.ir.structured_values import has_nested_structure
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.structured_selects import structured_select_if_phis
 
 #: modifiers that order an access or make it observable: never moved or duplicated
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
@@ -60,12 +62,17 @@ class IfConvertSwaps:
 @register("select-if-phis", "values merged after an if turned into selects (recomputable across barriers)")
 @dataclass(frozen=True)
 class SelectIfPhis:
-    """Pass: flags set in an `if` become selects on the branch condition."""
+    """Pass: flags set in an `if` become selects on the branch condition, on either form
+    (structured: the results of `upir.if` ops, transforms/structured_selects.py)."""
     name: str = "select-if-phis"
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
-        """Returns the number of block arguments replaced."""
-        return select_if_phis(block_body(kernel))
+        """Returns the number of merged values (block arguments, if results) replaced."""
+        region = block_body(kernel)
+        if has_nested_structure(region):
+            return structured_select_if_phis(region)
+        return select_if_phis(region)
 
 
 def structured_if_convert_swaps(region: Region) -> int:

@@ -25,6 +25,7 @@ threads enter the loop together, from the kernel's start or from the same barrie
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
 from cpuify.analysis.induction import increment_terms
@@ -37,8 +38,9 @@ from cpuify.ir.core import (
 )
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
+from cpuify.ir.structured_shapes import has_loop
 from cpuify.analysis.manager import AnalysisManager, cached
-from cpuify.transforms.pass_manager import register
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 from cpuify.transforms.sum_split import RELOAD, SUM_SPLIT
 
 
@@ -50,9 +52,13 @@ class InterchangeThreadStridedLoops:
     counter it adds is recorded on the header's soft barrier (`lockstep`: indices of the
     header's arguments that are the same in every thread resuming there)."""
     name: str = "interchange-thread-strided-loops"
+    #: on the CFG; structured input is lowered only where a loop is
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
+        if not _lowered_where_loops(kernel, analyses):
+            return 0
         counters = interchange_thread_strided_loops(block_body(kernel), analyses)
         for arg in counters:
             soft = next(op for op in arg.block.ops if op.name == "upir.barrier" and op.attr("soft"))
@@ -71,12 +77,26 @@ class InterchangeUniformLoops:
     #: leave a loop in each thread when its accesses are contiguous within a thread and
     #: strided across threads and it carries only min/max reductions (analysis/loop_order.py)
     by_access: bool = True
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
+        if not _lowered_where_loops(kernel, analyses):
+            return 0
         return len(interchange_uniform_loops(block_body(kernel), min_ops=self.min_ops,
                                              analyses=analyses, by_access=self.by_access))
 
+
+
+def _lowered_where_loops(kernel: Operation, analyses: AnalysisManager | None) -> bool:
+    """Whether the kernel has a loop (the interchanges take nothing else); structured input
+    that has one is lowered for the CFG analyses."""
+    if not structured_now(kernel, analyses):
+        return True
+    if not has_loop(kernel):
+        return False
+    lower_for_cfg_rewrite(kernel, analyses)
+    return True
 
 
 def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager | None = None

@@ -26,8 +26,11 @@ ops).  Each pass class says which it works on in a `form` class attribute:
     ops as through branches (ir/structured.py `forwarded_values`).
 
 An "any" pass may also lower the kernel itself when the rewrite it has to make is the
-CFG's (narrow-induction-variables, only where a 64-bit merged value may narrow): the
-manager sees that and counts it as a lowering for that pass.
+CFG's, only where a quick test on the structured form says it may fire
+(`lower_for_cfg_rewrite`; narrow-induction-variables where a 64-bit merged value may narrow,
+reroll-loops where nvcc's unrolled loops may be, the barrier passes where a barrier is, the
+loop interchanges and split-in-order-sums where a loop is, simd-collectives where a warp
+collective is): the manager sees that and counts it as a lowering for that pass.
 
 raise-structured-cf runs early; from there on the structured form is the pipeline's working
 form.  The pass manager converts only at a transition: it lowers (ir/structured.py) before a
@@ -42,10 +45,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, TextIO
 
-from cpuify.analysis.manager import AnalysisManager
+from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.errors import CpuifyError
 from cpuify.ir.core import Operation
 from cpuify.ir.printer import print_op
+from cpuify.ir.structured_shapes import region_has_structured_ops
 from cpuify.ir.structured import has_structured_ops, lower_structured_control_flow
 from cpuify.ir.verifier import verify
 
@@ -105,8 +109,9 @@ def default_pipeline() -> list[str]:
 #: groups' grid-stride loops become the ones the interchange knows), canonical forms (selects that are min/max) and
 #: if-conversions first (they make values recomputable and loops branch-free; a swap's
 #: selects pick the smaller and larger key, which selects-to-min-max would make min/max:
-#: if-convert-swaps after it keeps them selects; every pass from the raise to it takes the
-#: structured form, so the first conversion is the lowering for select-if-phis), nvcc's
+#: if-convert-swaps after it keeps them selects; every pass after the raise takes the
+#: structured form, those whose rewrite is the CFG's lowering it only where they may fire),
+#: nvcc's
 #: unrolled remainder + main loops re-rolled into the simple strided loop (before anything
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
@@ -315,6 +320,10 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
         # a "cfg" pass ran last: the IR is handed on in the working form
         if _raise(kernel, analyses):
             result.transitions.append(("raise", ""))
+    elif working_structured:
+        # never lowered since the raise: what passes on the regions changed is recounted
+        from cpuify.transforms.structured_cf import recount_structure
+        recount_structure(kernel)
     elif not working_structured and any(t == "raise" for t, _ in result.transitions):
         # (the raise is not in the pipeline, `--disable-pass=raise-structured-cf`: the CFG
         # is the working form, structured only for the passes that needed it; what the
@@ -327,6 +336,22 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
         _verify(kernel, name_attr, f"the final {result.transitions[-1][0]}")
     result.analyses_computed = analyses.computed
     return result
+
+
+def structured_now(kernel: Operation, analyses: AnalysisManager | None) -> bool:
+    """Whether the kernel holds structured ops (cached with the analyses: the quick tests
+    of the "any" passes ask before each pass, and a scan of a large CFG is not free)."""
+    if not kernel.regions:
+        return has_structured_ops(kernel)
+    return cached(analyses, region_has_structured_ops, kernel.regions[0])
+
+
+def lower_for_cfg_rewrite(kernel: Operation, analyses: AnalysisManager | None) -> None:
+    """For an "any" pass whose analysis and rewrite are the CFG's, where its quick test on
+    the structured form says it may fire: the kernel lowered (the manager counts it as the
+    pass's lowering) and what was cached of the structured form dropped."""
+    if lower_structured_control_flow(kernel) and analyses is not None:
+        analyses.invalidate()
 
 
 def _raise(kernel: Operation, analyses: AnalysisManager) -> int:

@@ -44,6 +44,7 @@ not take)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.loop_entry import start_below_bound
@@ -53,7 +54,8 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.analysis.unrolled_loops import FALLBACK, UnrolledLoop, match_unrolled_loop
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value, predecessors
 from cpuify.ir.structure import block_body
-from cpuify.transforms.pass_manager import register
+from cpuify.ir.structured_shapes import nested_ops, single_block_loop
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 from cpuify.transforms.sum_split import splits
 
 #: attribute on the back edge of a re-rolled loop with step 1 (for `cpuify explain`)
@@ -70,11 +72,18 @@ class RerollLoops:
     loop, or of a per-thread step-1 loop whose accesses are contiguous within the thread, by
     one simple loop, where the two provably run its body T times in order."""
     name: str = "reroll-loops"
+    #: structured input is read for nvcc's arrangement (may_reroll) and lowered only where
+    #: it may be there: the proof and the rewrite are the CFG's
+    form: ClassVar[str] = "any"
     #: also the step-1 loops each thread runs over its own contiguous memory
     per_thread: bool = True
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loop pairs re-rolled."""
+        if structured_now(kernel, analyses):
+            if not may_reroll(kernel):
+                return 0
+            lower_for_cfg_rewrite(kernel, analyses)
         region = block_body(kernel)
         done = 0
         known: list[set[Value]] = []
@@ -122,6 +131,48 @@ class RerollLoops:
                 analyses = None         # (the IR changed: no cached analysis of it)
                 done += 1
         return done
+
+
+#: nvcc's `q <u U-1` bounds: U a power of two, 2 <= U <= 64 (analysis/unrolled_loops.py)
+_MASKS = frozenset((1 << k) - 1 for k in range(1, 7))
+
+
+def may_reroll(kernel: Operation) -> bool:
+    """Whether the kernel, in any form, may hold nvcc's unrolled arrangement: a loop that is
+    one block once lowered (its unrolled main loop), and the `q <u U-1` test each of the
+    three arrangements skips that loop by (a `setp.lt.u32` whose bound may be U - 1,
+    _may_be_mask; or a for whose test it became).  Where not, match_unrolled_loop finds nothing
+    on the lowered CFG either."""
+    loop = test = False
+    for op in nested_ops(kernel):
+        if single_block_loop(op):
+            loop = True
+        if op.name == "ptx.setp" and len(op.operands) == 2:
+            mods = op.attributes.get("mods", ())
+            if len(mods) == 2 and set(mods) == {"lt", "u32"}:
+                test = test or _may_be_mask(op.operands[1])
+        elif op.name == "upir.for" and {"lt", "u32"} <= set(op.attributes.get("predicate", ())):
+            test = True
+        if loop and test:
+            return True
+    return False
+
+
+def _may_be_mask(bound: Value) -> bool:
+    """Whether `bound` may be U - 1 as the proof evaluates it (a constant, or computed by
+    arithmetic it folds): not a value no arithmetic made (a parameter, a special register,
+    a load, a block argument; `ptx.mov`s looked through), nor another constant."""
+    for _ in range(8):
+        if not (isinstance(bound, OpResult) and bound.op.name == "ptx.mov" and
+                len(bound.op.operands) == 1):
+            break
+        bound = bound.op.operands[0]
+    if not isinstance(bound, OpResult):
+        return False
+    name = bound.op.name
+    if name == "upir.const":
+        return bound.op.attributes.get("value") in _MASKS
+    return name not in ("upir.param", "upir.special", "ptx.ld", "ptx.ldu")
 
 
 def _rewrite(region: Region, found: UnrolledLoop) -> bool:

@@ -76,12 +76,10 @@ class RaiseStructuredControlFlow:
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of structured ops made."""
         report = raise_structured_control_flow(block_body(kernel))
-        parallel = block_parallel(kernel)
-        attrs = parallel.attributes
+        attrs = block_parallel(kernel).attributes
         # what the block body holds now (also what an earlier run of the pass raised)
-        present = Counter(op.name[len("upir."):] for op in parallel.walk()
-                          if op.name in ("upir.if", "upir.while", "upir.for"))
-        attrs[RAISED_ATTR] = [[k, present[k]] for k in ("if", "while", "for")]
+        attrs[RAISED_ATTR] = []
+        recount_structure(kernel)
         attrs[LEFT_ATTR] = [[why, n] for why, n in sorted(report.left.items())]
         if report.whiles:               # (why a while is no for: only where there is one)
             attrs[WHILE_ATTR] = [[why, n] for why, n in sorted(report.whiles.items())]
@@ -95,6 +93,19 @@ class RaiseReport:
     raised: Counter[str]           # "if" / "while" / "for" -> how many
     left: Counter[str]             # why a branch or loop stayed CFG -> how many
     whiles: Counter[str] = field(default_factory=Counter)   # why a while is no for -> how many
+
+
+def recount_structure(kernel: Operation) -> None:
+    """The structured ops the block body holds now, recorded for `explain` (where the pass
+    recorded its own): a pipeline that hands on the form it raised early, never lowered,
+    has passes on the regions since (if-convert-swaps removes ifs, parallel-licm moves
+    them out of the block body)."""
+    parallel = block_parallel(kernel)
+    if RAISED_ATTR not in parallel.attributes:
+        return
+    present = Counter(op.name[len("upir."):] for op in parallel.walk()
+                      if op.name in ("upir.if", "upir.while", "upir.for"))
+    parallel.attributes[RAISED_ATTR] = [[k, present[k]] for k in ("if", "while", "for")]
 
 
 def forget_structure(kernel: Operation) -> None:

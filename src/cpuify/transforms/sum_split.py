@@ -45,6 +45,7 @@ whose blocks write the same location unsynchronized has a data race."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.cfg import incoming_values
 from cpuify.analysis.evolution import read_only_load
@@ -55,7 +56,8 @@ from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Va
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
-from cpuify.transforms.pass_manager import register
+from cpuify.ir.structured_shapes import has_single_block_loop
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 #: attribute on the back edges (and the guard) of the loops this pass makes
 SUM_SPLIT = "sum_split"
@@ -80,9 +82,15 @@ class SplitInOrderSums:
     """Pass: fission of single-block uniform loops whose in-order float sums add values the
     loop stores (the naive row softmax's `out[c] = e; total += e`)."""
     name: str = "split-in-order-sums"
+    #: on the CFG; structured input is lowered only where a loop of one block is
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops split."""
+        if structured_now(kernel, analyses):
+            if not has_single_block_loop(kernel):
+                return 0
+            lower_for_cfg_rewrite(kernel, analyses)
         return len(split_in_order_sums(block_body(kernel), analyses))
 
 

@@ -23,10 +23,13 @@ Must not fire on conditions that read anything but one thread index and constant
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.analysis.thread_index import THREAD_INDEX_IF, THREADS_TAKING, mark_thread_index_if
-from cpuify.ir.core import Operation
+from cpuify.ir.core import Operation, OpResult, Value
+from cpuify.ir.structured import NEGATED_EXIT, RAISED_EDGE
+from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.pass_manager import register
 
 
@@ -34,17 +37,42 @@ from cpuify.transforms.pass_manager import register
           "barrier intervals they guard run a thread loop over those threads only")
 @dataclass(frozen=True)
 class ThreadIndexRanges:
+    """Pass: on either form.  Structured, the marks go on the ops that become the
+    `cf.cond_br`s once lowered (ir/structured.py copies their attributes onto it): a
+    `upir.if` (its condition, its first region the true way), and a loop's
+    `upir.condition` (the branch on its test, or on the test the raise negated, whose
+    ways the lowering swaps back)."""
     name: str = "thread-index-ranges"
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         marked = 0
-        for op in kernel.walk():
-            if op.name != "cf.cond_br":
+        for op in nested_ops(kernel):
+            cond = _branch_condition(op)
+            if cond is None:
                 continue
             if dims is None:
                 for key in (THREAD_INDEX_IF, *THREADS_TAKING):
                     op.attributes.pop(key, None)
                 continue
-            marked += mark_thread_index_if(op, tuple(int(d) for d in dims))  # type: ignore[arg-type]
+            marked += mark_thread_index_if(op, tuple(int(d) for d in dims), cond)  # type: ignore[arg-type]
         return marked
+
+
+def _branch_condition(op: Operation) -> Value | None:
+    """The value the `cf.cond_br` that `op` is (or becomes once lowered) branches on, its
+    first successor taken when it is true; None for an op that is no such branch (a
+    condition the raise made a constant becomes an unconditional branch)."""
+    if op.name in ("cf.cond_br", "upir.if"):
+        return op.operands[0]
+    if op.name != "upir.condition":
+        return None
+    test = op.operands[0]
+    if not isinstance(test, OpResult):
+        return test
+    if test.op.name == "upir.const" and RAISED_EDGE in test.op.attributes:
+        return None
+    if test.op.name == "ptx.not" and test.op.attributes.get(NEGATED_EXIT) and test.uses == [op]:
+        return test.op.operands[0]      # lowered: cond_br(x) [exit, loop]
+    return test

@@ -42,6 +42,7 @@ Disable it (`--disable-pass=simd-collectives`) for the scalar lowering."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cpuify.analysis.access import Affine, affine_form
 from cpuify.analysis.manager import AnalysisManager, cached
@@ -49,7 +50,8 @@ from cpuify.analysis.uniformity import uniform_values
 from cpuify.ir.core import Operation, OpResult, Region, Value
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body
-from cpuify.transforms.pass_manager import register
+from cpuify.ir.structured_shapes import nested_ops
+from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 LOCKSTEP = "lockstep"
 _SPACES = ("global", "shared", "local", "const", "param", "tex")
@@ -411,9 +413,15 @@ def simd_collective(op: Operation, uniform: set[Value]) -> bool:
 class SimdCollectives:
     """Pass: marks `upir.warp_collective` ops `simd = true` (simd_collective)."""
     name: str = "simd-collectives"
+    #: on the CFG (its uniformity); structured input is lowered only where a collective is
+    form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of collectives marked."""
+        if structured_now(kernel, analyses):
+            if not any(op.name == "upir.warp_collective" for op in nested_ops(kernel)):
+                return 0
+            lower_for_cfg_rewrite(kernel, analyses)
         region = block_body(kernel)
         ops = [op for b in region.blocks for op in b.ops if op.name == "upir.warp_collective"]
         if not ops:
