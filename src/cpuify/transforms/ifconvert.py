@@ -39,7 +39,7 @@ from cpuify.ir.structured import RAISED_EDGE, nested_blocks
 from cpuify.ir.structured_values import has_nested_structure
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
-from cpuify.transforms.structured_selects import structured_select_if_phis
+from cpuify.transforms.structured_selects import copied_from, structured_select_if_phis
 
 #: modifiers that order an access or make it observable: never moved or duplicated
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
@@ -307,13 +307,7 @@ def _available(v: Value, branch: Block, then: Block, idom) -> Value | None:  # t
     """v itself when the branch's block sees it, a fresh constant for a constant made (or
     moved) in `then`, else None."""
     from cpuify.ir.core import BlockArgument, dominates
-    src = v
-    # (a copy: one operand and one result of its type; not an unpacking mov, whose results
-    # are parts of its operand)
-    while isinstance(src, OpResult) and src.op.name == "ptx.mov" and len(src.op.operands) == 1 \
-            and len(src.op.results) == 1 and src.op.operands[0].type == src.type \
-            and src.op.parent is then:
-        src = src.op.operands[0]
+    src = copied_from(v, then)
     owner = src.block if isinstance(src, BlockArgument) else src.op.parent
     if owner is None:
         return None

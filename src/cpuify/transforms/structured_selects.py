@@ -24,6 +24,17 @@ from cpuify.ir.dialects import STRUCTURED_OPS
 from cpuify.ir.structured import RAISED_EDGE, nested_blocks
 
 
+def copied_from(v: Value, then: Block) -> Value:
+    """The value `v` copies, through the movs of block `then` that are copies: one operand
+    and one result of its type (not an unpacking mov, whose results are parts of its
+    operand, fz_4243_69)."""
+    while isinstance(v, OpResult) and v.op.name == "ptx.mov" and len(v.op.operands) == 1 \
+            and len(v.op.results) == 1 and v.op.operands[0].type == v.type \
+            and v.op.parent is then:
+        v = v.op.operands[0]
+    return v
+
+
 def structured_select_if_phis(region: Region) -> int:
     """Replace the values an if-then merges by selects on its condition, in the block body
     `region` in structured form at any depth; returns the number of values replaced."""
@@ -85,10 +96,7 @@ def _available(v: Value, block: Block, before: Operation, then: Block,
                doms: _Dominance) -> Value | None:
     """v itself when the branch sees it, a fresh constant (before `before`) for a constant
     made or moved in `then`, else None (ifconvert._available on the CFG)."""
-    src = v
-    while isinstance(src, OpResult) and src.op.name == "ptx.mov" and len(src.op.operands) == 1 \
-            and src.op.parent is then:
-        src = src.op.operands[0]
+    src = copied_from(v, then)
     owner = defining_block(src)
     if owner is None:
         return None
