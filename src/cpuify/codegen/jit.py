@@ -266,9 +266,12 @@ def without_minmax_num(mod: llvm.ModuleRef) -> llvm.ModuleRef:
     pattern of the code generator's can avoid it.  And the vectorizer ends a maximumnum
     reduction with llvm.vector.reduce.fmax, which orders no zeros (a row of -0 and +0 gave
     -0).  After optimization, the backend sees neither.  Must hold the compile section."""
-    text = str(mod)
-    if "imumnum." not in text and "@llvm.vector.reduce.fm" not in text:
+    # (a call names a function the module declares: its list, not the module's text of
+    # megabytes, says whether there is anything to replace)
+    if not any("imumnum." in f.name or f.name.startswith("llvm.vector.reduce.fm")
+               for f in mod.functions):
         return mod
+    text = str(mod)
     found = sorted(set(_MINMAX_NUM.findall(text)))
     text = _MINMAX_NUM_DECLARATION.sub("", text)
     text = _MINMAX_NUM.sub(lambda m: f"@cpuify.{m[1].replace('.', '_')}.{m[2]}", text)
@@ -393,8 +396,9 @@ def _emit(mod: llvm.ModuleRef, emit, lsr: bool = True):  # type: ignore[no-untyp
     reset under the module lock that every emission takes, so no other emission sees it."""
     with compile_section(), _lock:
         if lsr:
-            text = str(mod)
-            if "@llvm.masked." not in text or not lsr_too_costly(text):
+            # (masked accesses call llvm.masked.* intrinsics, which the module then declares)
+            if not any(f.name.startswith("llvm.masked.") for f in mod.functions) or \
+                    not lsr_too_costly(str(mod)):
                 return emit(mod)
         llvm.set_option("cpuify", "-disable-lsr=1")
         try:
