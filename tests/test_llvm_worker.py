@@ -93,7 +93,7 @@ def test_over_the_limit_twice_falls_back_to_this_process(monkeypatch: pytest.Mon
     text = str(jit.optimize(_module()))
     base = list(jit.llvm_options())
     assert asked == [base, base + list(jit.DEFAULT_UNSWITCH_OPTIONS)]
-    assert "vector.body" not in text        # the fallback pipeline: no vectorization
+    assert "vector.body" not in text        # the bounded pipeline: no vectorization
 
 
 def test_a_forked_child_starts_its_own_worker() -> None:

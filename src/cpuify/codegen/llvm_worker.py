@@ -9,8 +9,8 @@ process, so jit.optimize sends the module's text to a worker process (one per pr
 started on first use, serving requests one at a time) with a limit on the CPU time of that
 request (RLIMIT_CPU); a request over its limit ends the worker (SIGXCPU), and jit.optimize
 asks a fresh worker again with LLVM's own unswitching budget, then, over the limit once
-more, optimizes in this process without non-trivial unswitching at all (jit's "fallback"
-pipeline).  The optimized module comes back as bitcode.
+more, optimizes in this process without non-trivial unswitching at all (jit's "bounded"
+pipeline: O2 without vectorization or unrolling).  The optimized module comes back as bitcode.
 
 The limit: CPUIFY_LLVM_CPU_LIMIT seconds where set (0: no worker, the pipeline runs in this
 process with no bound, as before), else DEFAULT_BASE_SECONDS plus DEFAULT_SECONDS_PER_BYTE
