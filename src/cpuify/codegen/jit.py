@@ -511,6 +511,10 @@ class LoadedObject:
         return addr
 
 
+# (a worker forked from this process serves with it)
+llvm_worker.fork_handler = _serve_request
+
+
 if __name__ == "__main__" and sys.argv[1:] == [llvm_worker.SERVE_FLAG]:
     _init()
     sys.exit(llvm_worker.serve(_serve_request))
