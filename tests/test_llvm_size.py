@@ -220,7 +220,7 @@ def test_profile_tool_runs(profile_tool, tmp_path, capsys, monkeypatch):
     assert profile_tool.main([str(src), "--block", "64", "--top", "5"]) == 0
     out = capsys.readouterr().out
     assert "1 kernels and 1 specializations" in out
-    assert re.search(r"module 0: optimize [\d.]+ s, emit [\d.]+ s; instructions \d+ -> \d+", out)
+    assert re.search(r"module 0 \(O3\): optimize [\d.]+ s, emit [\d.]+ s; instructions \d+ -> \d+", out)
     assert re.search(r"\d+ -> +\d+  cpuify_seg_neighbours_1", out)
     assert "optimization passes" in out and "code generation passes" in out
 

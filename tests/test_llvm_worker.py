@@ -93,7 +93,7 @@ def test_over_the_limit_twice_falls_back_to_this_process(monkeypatch: pytest.Mon
     text = str(jit.optimize(_module()))
     base = list(jit.llvm_options())
     assert asked == [base, base + list(jit.DEFAULT_UNSWITCH_OPTIONS)]
-    assert "vector.body" not in text        # the fallback pipeline: no vectorization
+    assert "vector.body" not in text        # the bounded pipeline: no vectorization
 
 
 def test_a_forked_child_starts_its_own_worker() -> None:
@@ -113,6 +113,35 @@ def test_a_forked_child_starts_its_own_worker() -> None:
     assert got == b"ok"
     assert "vector.body" in str(jit.optimize(_module()))
 
+
+
+def test_worker_is_forked_from_this_process_when_no_other_thread_runs() -> None:
+    """A process with one thread forks its worker (Python, llvmlite and LLVM's targets are
+    loaded already: starting `python -m` took about 0.1 s of CPU per build); with another
+    thread running, it starts one with `python -m` (a fork would wait for that thread's
+    compile sections).  Both give the code this process gives."""
+    import threading
+    text = _module()
+    here = _code(str(jit._optimize_here(text)))
+    for other_thread in (False, True):
+        with llvm_worker._lock:
+            if llvm_worker._worker is not None:
+                llvm_worker._worker.close()
+            llvm_worker._worker = None
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait) if other_thread else None
+        if t is not None:
+            t.start()
+        try:
+            if not other_thread and threading.active_count() > 1:
+                continue                    # (a thread of the test run's own)
+            assert _code(str(jit.optimize(text))) == here
+            forked = isinstance(llvm_worker._worker.proc, llvm_worker._ForkedProcess)
+            assert forked is not other_thread
+        finally:
+            stop.set()
+            if t is not None:
+                t.join()
 
 
 def test_fz_2809_6391_exponential_unswitching_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

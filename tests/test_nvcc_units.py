@@ -312,6 +312,24 @@ def test_launch_shapes_declared_together() -> None:
     assert [d[:3] for d in decls["arr"]] == [("int", "array", "")]
 
 
+def test_declarations_of_one_name_match_the_whole_scan() -> None:
+    """declarations_of (what a build asks for: the few names its block arguments use) reads
+    only the text before each occurrence of the name, and finds what declarations finds for
+    it: in the test texts, and where an occurrence lies far after the declaration or the
+    name ends a longer identifier."""
+    from cpuify.nvcc.launch_shapes import declarations, declarations_of
+    far = ("void f() {\n  const unsigned int n = 4, bs = n * 32;\n" + "  x += 1;\n" * 600 +
+           "  dim3 grid(2),\n     block(bs, 2);\n  g(n, xbs, bs_, block);\n}\n"
+           "void h(int bs) { static const int bs = 3; int a[4] = {1, 2}, n; }\n")
+    for text in (HOST_CPP_DECLARATORS, HOST_CPP_INSTANCES, far):
+        every = declarations(text)
+        assert every, text[:40]
+        for name in set(every) | {"xbs", "nowhere"}:
+            assert declarations_of(text, name) == every.get(name, []), name
+    assert [d[:3] for d in declarations_of(far, "bs")] == [
+        ("int", "expr", "n * 32"), ("int", "expr", "3")]
+
+
 def test_launch_shapes_nearest_declaration_before_the_launch() -> None:
     """A name declared in several functions: the declaration nearest before the launch
     counts, unless the variable is assigned after it."""
@@ -388,6 +406,12 @@ def test_launches_by_template_instance_and_their_coverage() -> None:
     assert launches.shapes["smooth<1,32>"] == {(32, 1, 1)}
     assert launches.unknown == {"taken"}
     assert launches.referenced == {"viaptr"}
+    # names that end or start a longer identifier are no references; one after `&` is,
+    # and so is a declaration whose `void` ends a longer word
+    extra = "int xflat = wide_(1), myvoid flat2;\nvoidflat(dx);\nauto p = &wide;\n"
+    assert instance_launches(HOST_CPP_INSTANCES + extra).referenced == {"viaptr", "wide"}
+    assert instance_launches(HOST_CPP_INSTANCES + extra + "xvoid flat(float *);\n"
+                             ).referenced == {"viaptr", "wide", "flat"}
     shapes = kernel_shapes(launches.shapes, entries)
     assert shapes == {"_Z6smoothILi1ELi32EEvPKfPfi": [(32, 1, 1)],
                       "_Z6smoothILi2ELi64EEvPKfPfi": [(64, 1, 1)],

@@ -73,8 +73,8 @@ class Recorder:
     def optimize(self, text: str, **kw):  # type: ignore[no-untyped-def]
         reports: list[str] = []
         c0 = time.process_time()
-        mod = self._optimize(text, pass_timings=reports)
-        rec = {"optimize": time.process_time() - c0, "emit": 0.0,
+        mod = self._optimize(text, pass_timings=reports, **kw)
+        rec = {"optimize": time.process_time() - c0, "emit": 0.0, "level": kw.get("level", "O3"),
                "before": function_sizes(text), "after": function_sizes(str(mod))}
         self.records.append(rec)
         self.opt_passes.update(pass_seconds("".join(reports)))
@@ -83,7 +83,7 @@ class Recorder:
     def emit_object(self, mod, **kw):  # type: ignore[no-untyped-def]
         reports: list[str] = []
         c0 = time.process_time()
-        obj = self._emit(mod, pass_timings=reports)
+        obj = self._emit(mod, pass_timings=reports, **kw)
         if self.records:
             self.records[-1]["emit"] += time.process_time() - c0
         self.emit_passes.update(pass_seconds("".join(reports)))
@@ -97,7 +97,7 @@ def _kind(name: str) -> str:
 def report(rec: Recorder, top: int, out=None) -> None:  # type: ignore[no-untyped-def]
     w = (out or sys.stdout).write
     for k, r in enumerate(rec.records):
-        w(f"module {k}: optimize {r['optimize']:.2f} s, emit {r['emit']:.2f} s; "
+        w(f"module {k} ({r.get('level', 'O3')}): optimize {r['optimize']:.2f} s, emit {r['emit']:.2f} s; "
           f"instructions {sum(r['before'].values())} -> {sum(r['after'].values())}\n")
         if len(rec.records) <= 4:
             for name, n in sorted(r["before"].items(), key=lambda kv: -kv[1]):

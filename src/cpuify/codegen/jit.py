@@ -163,12 +163,18 @@ def triple_and_layout() -> tuple[str, str]:
 
 
 #: The LLVM pipeline of a module: "O3" (with loop and SLP vectorization, unrolling and
-#: interleaving: the code that runs), or "fallback": O2 without vectorization or unrolling,
-#: and no loop strength reduction at emission, for a whole program's generic block
-#: functions when block-shape specializations cover every launch (nvcc/device.py).  The
-#: fallback costs about a tenth of O3's compile time (Parboil stencil's generic module:
-#: 0.4 s of CPU against 3.2 s) and runs only where a launch was not foreseen.
+#: interleaving: the code that runs), or "fallback", for a whole program's generic block
+#: functions when block-shape specializations cover every launch (nvcc/device.py): that
+#: code runs only where a launch was not foreseen, so it gets only the clean-up of the code
+#: generator's form (FALLBACK_PASSES: its allocas promoted to registers, its constants
+#: folded, dead code removed; no inlining, loop or vectorizing pass) and no loop strength
+#: reduction at emission.  SHOC Scan.cu's generic module (42k LLVM instructions): 0.07 s
+#: of optimization against 0.99 s with O2 without vectorization (this level until
+#: 2026-11-28) and 2-3 s at O3; its emission takes about as long as before (0.4 s).
 LLVM_LEVELS = ("O3", "fallback")
+
+#: The function passes of the "fallback" level, in order (llvmlite's add_<name>_pass).
+FALLBACK_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "dead_code_elimination")
 
 
 #: LLVM's own loop-unswitching options, for a module whose O3 with cpuify's (llvm_options) ran
@@ -183,8 +189,9 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
     `pass_timings`: append LLVM's report of the time each pass took (tools/llvm_profile.py).
 
     O3 runs in a worker process under a CPU-time limit (llvm_worker); over it, again with
-    DEFAULT_UNSWITCH_OPTIONS, and over it once more, the fallback pipeline here (it does no
-    non-trivial unswitching, the pass that has no bound of its own)."""
+    DEFAULT_UNSWITCH_OPTIONS, and over it once more, the "bounded" pipeline here (O2 without
+    vectorization: it does no non-trivial unswitching, the pass that has no bound of its
+    own)."""
     if level not in LLVM_LEVELS:
         raise ValueError(f"unknown LLVM pipeline level {level!r} (expected one of {LLVM_LEVELS})")
     limit = llvm_worker.cpu_limit(len(module_text))
@@ -207,7 +214,7 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
         with compile_section():
             mod = llvm.parse_bitcode(bitcode)
         return without_minmax_num(mod)
-    return _optimize_here(module_text, level="fallback")
+    return _optimize_here(module_text, level="bounded")
 
 
 def _serve_request(header: dict, payload: bytes) -> tuple[dict, bytes]:
@@ -223,7 +230,10 @@ def _serve_request(header: dict, payload: bytes) -> tuple[dict, bytes]:
 def _optimize_here(module_text: str, *, pass_timings: list[str] | None = None,
                    level: str = "O3", minmax: bool = True) -> llvm.ModuleRef:
     """optimize() in this process, with no bound on its time; `minmax`: replace the
-    minimumnum/maximumnum intrinsics (without_minmax_num), as the module's user needs."""
+    minimumnum/maximumnum intrinsics (without_minmax_num), as the module's user needs.
+    `level`: LLVM_LEVELS, or "bounded" (O2 without vectorization or unrolling, which does
+    no non-trivial loop unswitching: O3's stand-in for a module whose O3 ran past its CPU
+    limit, the code that runs)."""
     _init()
     tm = target_machine()
     full = level == "O3"
@@ -238,7 +248,12 @@ def _optimize_here(module_text: str, *, pass_timings: list[str] | None = None,
         pb = llvm.create_pass_builder(tm, pto)
         if pass_timings is not None:
             pb.start_pass_timing()
-        mpm = pb.getModulePassManager()
+        if level == "fallback":
+            mpm = llvm.create_new_module_pass_manager()
+            for name in FALLBACK_PASSES:
+                getattr(mpm, f"add_{name}_pass")()
+        else:
+            mpm = pb.getModulePassManager()
         mpm.run(mod, pb)
         if pass_timings is not None:
             pass_timings.append(pb.finish_pass_timing())
@@ -272,9 +287,12 @@ def without_minmax_num(mod: llvm.ModuleRef) -> llvm.ModuleRef:
     pattern of the code generator's can avoid it.  And the vectorizer ends a maximumnum
     reduction with llvm.vector.reduce.fmax, which orders no zeros (a row of -0 and +0 gave
     -0).  After optimization, the backend sees neither.  Must hold the compile section."""
-    text = str(mod)
-    if "imumnum." not in text and "@llvm.vector.reduce.fm" not in text:
+    # (a call names a function the module declares: its list, not the module's text of
+    # megabytes, says whether there is anything to replace)
+    if not any("imumnum." in f.name or f.name.startswith("llvm.vector.reduce.fm")
+               for f in mod.functions):
         return mod
+    text = str(mod)
     found = sorted(set(_MINMAX_NUM.findall(text)))
     text = _MINMAX_NUM_DECLARATION.sub("", text)
     text = _MINMAX_NUM.sub(lambda m: f"@cpuify.{m[1].replace('.', '_')}.{m[2]}", text)
@@ -399,8 +417,9 @@ def _emit(mod: llvm.ModuleRef, emit, lsr: bool = True):  # type: ignore[no-untyp
     reset under the module lock that every emission takes, so no other emission sees it."""
     with compile_section(), _lock:
         if lsr:
-            text = str(mod)
-            if "@llvm.masked." not in text or not lsr_too_costly(text):
+            # (masked accesses call llvm.masked.* intrinsics, which the module then declares)
+            if not any(f.name.startswith("llvm.masked.") for f in mod.functions) or \
+                    not lsr_too_costly(str(mod)):
                 return emit(mod)
         llvm.set_option("cpuify", "-disable-lsr=1")
         try:
@@ -496,6 +515,10 @@ class LoadedObject:
         if not addr:
             raise KeyError(name)
         return addr
+
+
+# (a worker forked from this process serves with it)
+llvm_worker.fork_handler = _serve_request
 
 
 if __name__ == "__main__" and sys.argv[1:] == [llvm_worker.SERVE_FLAG]:

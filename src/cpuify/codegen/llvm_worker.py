@@ -9,8 +9,8 @@ process, so jit.optimize sends the module's text to a worker process (one per pr
 started on first use, serving requests one at a time) with a limit on the CPU time of that
 request (RLIMIT_CPU); a request over its limit ends the worker (SIGXCPU), and jit.optimize
 asks a fresh worker again with LLVM's own unswitching budget, then, over the limit once
-more, optimizes in this process without non-trivial unswitching at all (jit's "fallback"
-pipeline).  The optimized module comes back as bitcode.
+more, optimizes in this process without non-trivial unswitching at all (jit's "bounded"
+pipeline: O2 without vectorization or unrolling).  The optimized module comes back as bitcode.
 
 The limit: CPUIFY_LLVM_CPU_LIMIT seconds where set (0: no worker, the pipeline runs in this
 process with no bound, as before), else DEFAULT_BASE_SECONDS plus DEFAULT_SECONDS_PER_BYTE
@@ -22,6 +22,8 @@ process (for the rest of this process's life, where it could not start)."""
 from __future__ import annotations
 
 import atexit
+import gc
+import io
 import json
 import os
 import resource
@@ -30,6 +32,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -90,8 +93,93 @@ def _read_frame(inp: BinaryIO) -> tuple[dict[str, Any], bytes]:
     return header, _read_exact(inp, n_payload)
 
 
+#: the worker's request handler in this process (jit sets it): with it, and no other thread
+#: running, a worker is a fork of this process, which has Python, llvmlite and LLVM's
+#: targets loaded already; else `python -m SERVER_MODULE SERVE_FLAG` (about 0.1 s of CPU
+#: to start: a tenth of a small program's kernel build)
+fork_handler: Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]] | None = None
+
+
+class _ForkedProcess:
+    """The parts of subprocess.Popen that _Worker uses, for a forked worker."""
+
+    def __init__(self, pid: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        waited = 0.0
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, 0 if timeout is None else os.WNOHANG)
+            if pid:
+                self.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) \
+                    else os.WEXITSTATUS(status)
+                break
+            if timeout is not None and waited >= timeout:
+                raise subprocess.TimeoutExpired("llvm worker", timeout)
+            time.sleep(0.01)
+            waited += 0.01
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _fork_worker(handler: Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]
+                 ) -> _ForkedProcess:
+    to_child, from_parent = os.pipe()
+    to_parent, from_child = os.pipe()
+    for stream in (sys.stdout, sys.stderr):     # (nothing of ours written twice)
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pid = os.fork()
+    if pid == 0:                 # the worker: serve until the parent closes its pipe
+        code = 1
+        try:
+            # (the parent's objects stay shared: the collector leaves them alone)
+            gc.freeze()
+            signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # (over its limit: it ends)
+            os.dup2(to_child, 0)
+            os.dup2(from_child, 1)
+            os.closerange(3, _max_fd())     # (the parent's pipes to other processes)
+            # (held here too: serve() points sys.stdout elsewhere, and a wrapper no one
+            # holds closes its buffer)
+            streams = (io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False))),
+                       io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "wb", closefd=False))))
+            sys.stdin, sys.stdout = streams
+            code = serve(handler)
+        except BaseException:      # noqa: BLE001 - the parent reads the worker's end
+            try:
+                import traceback
+                traceback.print_exc()
+            except BaseException:  # noqa: BLE001
+                pass
+        finally:
+            os._exit(code)
+    os.close(to_child)
+    os.close(from_child)
+    return _ForkedProcess(pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb"))
+
+
+def _max_fd() -> int:
+    try:
+        return min(int(os.sysconf("SC_OPEN_MAX")), 1 << 20)
+    except (ValueError, OSError):
+        return 4096
+
+
 class _Worker:
     def __init__(self) -> None:
+        if fork_handler is not None and threading.active_count() == 1 and hasattr(os, "fork"):
+            # (with other threads, a fork would wait for their compile sections: forksafe)
+            self.proc: subprocess.Popen[bytes] | _ForkedProcess = _fork_worker(fork_handler)
+            return
         # (the directory that holds the cpuify package: this file is cpuify/codegen/...)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)

@@ -160,6 +160,8 @@ class _Addresses:
 Derivative = frozenset[tuple[tuple[int, int], ...]] | str | None
 OPAQUE = "opaque"
 _INVARIANT: frozenset[tuple[tuple[int, int], ...]] = frozenset({()})
+#: what a memoized derivative that depends on where it was asked "read" (_Strides.memo)
+_CONTEXT = -1
 #: interleaved groups have at most LLVM's -max-interleave-group-factor (8) members; twice that
 _MAX_GROUP = 16
 
@@ -177,8 +179,11 @@ class _Strides:
         self.addresses = addresses
         self.loop_phis = loop_phis
         self.outer_phis = outer_phis
-        self.memo: dict[int, Derivative] = {}
+        # value -> (its derivative, the allocas it was computed from; _CONTEXT: a result
+        # that depends on where it was asked, a cycle cut or the depth limit reached)
+        self.memo: dict[int, tuple[Derivative, frozenset[int]]] = {}
         self.busy: set[int] = set()
+        self.reads: list[set[int]] = []     # what each `of` under way has read so far
         # the values of each alloca (a variable of the segment, loop counters among them):
         # a fixed point over its stores, all allocas at once
         self.allocas: dict[int, Derivative] = {id(x): frozenset() for x in addresses.stored}
@@ -188,7 +193,10 @@ class _Strides:
                 d = _join([self.of(v) for v in values])
                 if d != self.allocas[id(x)]:
                     self.allocas[id(x)], changed = d, True
-                    self.memo.clear()       # values computed from the older estimate
+                    # values computed from the older estimate (or where they were asked)
+                    # are computed again; the others would come out the same
+                    self.memo = {k: e for k, e in self.memo.items()
+                                 if id(x) not in e[1] and _CONTEXT not in e[1]}
             if not changed:
                 break
         else:
@@ -208,20 +216,30 @@ class _Strides:
         if isinstance(v, (ir.Constant, ir.Argument, ir.GlobalValue)):
             return _INVARIANT
         if isinstance(v, ir.LoadInstr) and isinstance(v.operands[0], ir.AllocaInstr):
+            if self.reads:
+                self.reads[-1].add(id(v.operands[0]))
             return self.allocas.get(id(v.operands[0]), _INVARIANT)
-        got = self.memo.get(id(v), False)
-        if got is not False:
-            return got          # type: ignore[return-value]
+        got = self.memo.get(id(v))
+        if got is not None:
+            if self.reads:
+                self.reads[-1].update(got[1])
+            return got[0]
         if id(v) in self.busy or depth > _MAX_DEPTH:
+            if self.reads:
+                self.reads[-1].add(_CONTEXT)
             return None         # a cycle (a counter of a loop inside the segment): anything
         self.busy.add(id(v))
+        self.reads.append(set())
         try:
             d = self._of(v, depth + 1)
         finally:
             self.busy.discard(id(v))
+            read = self.reads.pop()
+        if self.reads:
+            self.reads[-1].update(read)
         if isinstance(v.type, ir.IntType):
             d = _wrapped(d, v.type.width)
-        self.memo[id(v)] = d
+        self.memo[id(v)] = (d, frozenset(read))
         return d
 
     def _of(self, v: ir.Value, depth: int) -> Derivative:
@@ -247,7 +265,6 @@ class _Strides:
             return None
         if OPAQUE in ds:
             return OPAQUE
-        consts = [_constant(o) for o in ops]
         if op in ("add", "sub", "or"):
             return _sum(ds[0], ds[1], -1 if op == "sub" else 1)
         if op in ("zext", "sext", "trunc", "bitcast", "ptrtoint", "inttoptr", "freeze"):
@@ -255,7 +272,8 @@ class _Strides:
         if op in ("mul", "shl", "and", "xor"):
             if ds[0] != _INVARIANT and ds[1] != _INVARIANT:
                 return OPAQUE               # a product of two varying values, `t ^ (t >> 1)`
-            varying, c = (ds[0], consts[1]) if ds[1] == _INVARIANT else (ds[1], consts[0])
+            varying, c = (ds[0], _constant(ops[1])) if ds[1] == _INVARIANT else \
+                (ds[1], _constant(ops[0]))
             if op == "mul":
                 return _times(varying, c if c is not None else 1)   # (a run-time factor: versioned to 1)
             if op == "shl":
@@ -263,7 +281,7 @@ class _Strides:
                     else OPAQUE
             return varying                  # masks keep the step (zext of a narrower recurrence)
         if op in ("udiv", "sdiv", "lshr", "ashr", "urem", "srem"):
-            c = consts[1]
+            c = _constant(ops[1])      # (evaluated only where needed: it recurses)
             if ds[1] != _INVARIANT or c is None or c <= 0:
                 return OPAQUE
             divisor = 1 << c if op in ("lshr", "ashr") and c < 64 else c
@@ -449,12 +467,20 @@ def _outer_headers(fn: ir.Function, succ: dict[ir.Block, list[ir.Block]],
     """Headers of the loops (without `llvm.loop`) around thread loops: blocks with phis on
     a cycle through a thread loop's header that does not take the thread loop's back edge
     (`succ` is the CFG without those)."""
-    reach = {bb: _reachable(succ, bb) for bb in fn.blocks}
+    reach: dict[ir.Block, set[ir.Block]] = {}
+
+    def reached(bb: ir.Block) -> set[ir.Block]:
+        # (computed for the blocks asked about only: for every block, quadratic in a
+        # segment's blocks)
+        got = reach.get(bb)
+        if got is None:
+            got = reach[bb] = _reachable(succ, bb)
+        return got
     out = set()
     for bb in fn.blocks:
-        if bb in headers or bb not in reach[bb] or not _phis([bb]):
+        if bb in headers or not _phis([bb]) or bb not in reached(bb):
             continue
-        if any(h in reach[bb] and bb in reach[h] for h in headers):
+        if any(h in reached(bb) and bb in reached(h) for h in headers):
             out.add(bb)
     return out
 

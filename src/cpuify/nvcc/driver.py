@@ -986,17 +986,20 @@ _LINE_MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"', re.MULTILINE)
 def preprocessed_files(keep_dir: str) -> set[str]:
     """The files nvcc's preprocessor read, from the line markers of the preprocessed
     sources it kept (*.ii) in `keep_dir`; absolute paths."""
-    found: set[str] = set()
+    raw: set[bytes] = set()
     for ii in Path(keep_dir).glob("*.ii"):
         try:
             data = ii.read_bytes()
         except OSError:
             continue
-        for m in _LINE_MARKER.finditer(data):
-            name = m.group(1).decode("utf-8", "replace").replace('\\\\', '\\')
-            if name.startswith("<") or not name:
-                continue        # <built-in>, <command-line>
-            found.add(os.path.abspath(name))
+        # (thousands of markers name a few hundred files: each converted once)
+        raw.update(_LINE_MARKER.findall(data))
+    found: set[str] = set()
+    for r in raw:
+        name = r.decode("utf-8", "replace").replace('\\\\', '\\')
+        if name.startswith("<") or not name:
+            continue        # <built-in>, <command-line>
+        found.add(os.path.abspath(name))
     return found
 
 
