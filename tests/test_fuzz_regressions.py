@@ -1675,3 +1675,58 @@ def test_verifier_rejects_a_select_of_another_type() -> None:
     with pytest.raises(IRError, match="selects between i16 and i32"):
         verify_op(bad)
     verify_op(Operation("ptx.selp", [a.result, a.result, p.result], ["i16"], {"mods": ["b16"]}))
+
+
+# fz_4243_574 (the half mode again): `__hmin_nan(sNaN, x)` gave x.  LLVM 22 lowers
+# llvm.minimum/maximum on x86, where it knows one operand is no NaN (here the other is an
+# integer converted to float), as a vfpclass test of the first for the *quiet* NaN class,
+# a swap and the CPU's min, which returns its second operand for any NaN: a signaling NaN
+# (bits 0x7cd0 from integer arithmetic) went unnoticed.  min/max.NaN now quiet their operands
+# first (llvm.canonicalize).
+SNAN_MIN = """.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 pin, .param .u64 pout)
+{
+	.reg .b16 %rs<8>; .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .f32 %f<8>;
+	ld.param.u64 %rd1, [pin]; ld.param.u64 %rd2, [pout];
+	mov.u32 %r0, %tid.x;
+	mul.wide.u32 %rd3, %r0, 4; add.s64 %rd4, %rd1, %rd3;
+	add.s64 %rd6, %rd2, %rd3;
+	ld.global.u32 %r1, [%rd4];
+BODY
+	ret;
+}
+"""
+#: op -> (PTX computing a NaN-or-not result from u, stored; the first operand as NumPy makes it)
+SNAN_OPS = {
+    "min.NaN.f16": ("\tcvt.u16.u32 %rs1, %r1;\n\tneg.s16 %rs2, %rs1;\n\tcvt.rn.f16.u32 %rs3, %r1;\n"
+                    "\tmin.NaN.f16 %rs4, %rs2, %rs3;\n\tcvt.u32.u16 %r3, %rs4;\n\tst.global.u32 [%rd6], %r3;", 16),
+    "max.NaN.f16": ("\tcvt.u16.u32 %rs1, %r1;\n\tneg.s16 %rs2, %rs1;\n\tcvt.rn.f16.u32 %rs3, %r1;\n"
+                    "\tmax.NaN.f16 %rs4, %rs2, %rs3;\n\tcvt.u32.u16 %r3, %rs4;\n\tst.global.u32 [%rd6], %r3;", 16),
+    "min.NaN.f32": ("\tneg.s32 %r2, %r1;\n\tmov.b32 %f1, %r2;\n\tcvt.rn.f32.u32 %f2, %r1;\n"
+                    "\tmin.NaN.f32 %f3, %f1, %f2;\n\tst.global.f32 [%rd6], %f3;", 32),
+    "max.NaN.f32": ("\tneg.s32 %r2, %r1;\n\tmov.b32 %f1, %r2;\n\tcvt.rn.f32.u32 %f2, %r1;\n"
+                    "\tmax.NaN.f32 %f3, %f1, %f2;\n\tst.global.f32 [%rd6], %f3;", 32),
+}
+
+
+@pytest.mark.parametrize("run", ["compiled", "interpreter"])
+@pytest.mark.parametrize("op", sorted(SNAN_OPS))
+def test_min_max_nan_of_a_signaling_nan(op: str, run: str) -> None:
+    body, bits = SNAN_OPS[op]
+    ptx = SNAN_MIN.replace("BODY", body)
+    # -u is a signaling NaN: f16 0x7cd0, 0x7ccf; f32 0xff8000d0, 0xff800001
+    u = np.array([0x0E408331, 0x8330, 0x007FFF30, 0x007FFFFF, 0x12345678, 5, 77], np.uint32)
+    out = np.zeros(u.size, np.uint32)
+    if run == "compiled":
+        cpuify.RawModule(ptx=ptx).get_function("k")((1,), (u.size,), (u, out))
+    else:
+        interpret_kernel(ptx, "k", (1,), (u.size,), (u, out))
+    neg = (-u.astype(np.int64)) & ((1 << bits) - 1)
+    if bits == 16:
+        a, got = neg.astype(np.uint16).view(np.float16), out.astype(np.uint16).view(np.float16)
+    else:
+        a, got = neg.astype(np.uint32).view(np.float32), out.view(np.float32)
+    nan = np.isnan(a)
+    assert nan.sum() >= 2 and np.isnan(got[nan]).all(), (got, a)

@@ -303,6 +303,12 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
             # what the vectorizer knows as reductions; LLVM 22's x86 backend miscompiles
             # them, so jit.optimize replaces them before code generation.)
             name = f"llvm.{'minimum' if is_min else 'maximum'}{'' if nan else 'num'}.{sfx}"
+            if nan:
+                # quiet a signaling NaN first: LLVM 22's x86 lowering of minimum/maximum
+                # tests an operand for NaN with vfpclass's quiet-NaN class only where it
+                # knows the other is no NaN, and the CPU's min then returns the other
+                # operand (fz_4243_574: min.NaN.f16 of 0x7cd0 and +inf gave +inf)
+                p, q = (call(e, f"llvm.canonicalize.{sfx}", v.type, [v]) for v in (p, q))
             return call(e, name, p.type, [p, q]), t
         kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
         r = call(e, f"llvm.{kind}.i{p.type.width}", p.type, [p, q])
