@@ -172,6 +172,22 @@ _FCMP_UNORDERED = {"equ": "==", "neu": "!=", "ltu": "<", "leu": "<=", "gtu": ">"
 _WRAPPING = ("add", "sub", "mul", "shl")
 
 
+#: (exponent mask, quiet bit) of a float type's bits
+_NAN_BITS = {16: (0x7C00, 0x0200), 32: (0x7F800000, 0x00400000),
+             64: (0x7FF0000000000000, 0x0008000000000000)}
+
+
+def _quieted(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """A float with its quiet bit set where it is a NaN (the same value otherwise)."""
+    width = {"half": 16, "float": 32, "double": 64}[str(v.type)]
+    it = ir.IntType(width)
+    exp, quiet = _NAN_BITS[width]
+    bits = b.bitcast(v, it)
+    magnitude = b.and_(bits, ir.Constant(it, (1 << (width - 1)) - 1))
+    is_nan = b.icmp_unsigned(">", magnitude, ir.Constant(it, exp))
+    return b.bitcast(b.select(is_nan, b.or_(bits, ir.Constant(it, quiet)), bits), v.type)
+
+
 class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, MemoryLowering):
     def __init__(self, e: SegmentEmitter, op: Operation, form: Form) -> None:
         self.e, self.op, self.form = e, op, form
@@ -307,8 +323,10 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
                 # quiet a signaling NaN first: LLVM 22's x86 lowering of minimum/maximum
                 # tests an operand for NaN with vfpclass's quiet-NaN class only where it
                 # knows the other is no NaN, and the CPU's min then returns the other
-                # operand (fz_4243_574: min.NaN.f16 of 0x7cd0 and +inf gave +inf)
-                p, q = (call(e, f"llvm.canonicalize.{sfx}", v.type, [v]) for v in (p, q))
+                # operand (fz_4243_574: min.NaN.f16 of 0x7cd0 and +inf gave +inf).  On the
+                # bits (llvm.canonicalize, vectorized to <2 x float>, crashed LLVM's x86
+                # instruction selection: fz_4244_64)
+                p, q = (_quieted(b, v) for v in (p, q))
             return call(e, name, p.type, [p, q]), t
         kind = ("s" if is_signed(t) else "u") + ("min" if is_min else "max")
         r = call(e, f"llvm.{kind}.i{p.type.width}", p.type, [p, q])
