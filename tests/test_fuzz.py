@@ -126,9 +126,11 @@ def test_half_mode_kernels_found() -> None:
     """Kernels the half mode found: seed 4243's 69 (select-if-phis selected a packed half2),
     574 (LLVM's min.NaN missed a signaling NaN) and seed 4244's 64 (the first fix of 574,
     llvm.canonicalize, crashed LLVM's x86 instruction selection once vectorized to two
-    floats), through the interpreter and generic, specialized and no-passes code."""
+    floats) and 642 (the structured select-if-phis put a select between a while with exit
+    flags and its branch: IR that does not verify), through the interpreter and generic,
+    specialized and no-passes code."""
     specs = [fuzz.generate(4243, 69, half=True), fuzz.generate(4243, 574, half=True),
-             fuzz.generate(4244, 64, half=True)]
+             fuzz.generate(4244, 64, half=True), fuzz.generate(4244, 642, half=True)]
     results, _ = fuzz.run_batch(specs, specialized=True)
     bad = [r for r in results if r["status"] != "ok"]
     assert not bad, bad

@@ -21,7 +21,7 @@ from cpuify.ir.core import (
     dominators, predecessors, remove_block_arg, replace_all_uses,
 )
 from cpuify.ir.dialects import STRUCTURED_OPS
-from cpuify.ir.structured import RAISED_EDGE, nested_blocks
+from cpuify.ir.structured import EXIT_FLAGS, RAISED_EDGE, nested_blocks
 
 
 def copied_from(v: Value, then: Block) -> Value:
@@ -229,6 +229,10 @@ def _select_triangles(region: Region, doms: _Dominance) -> int:
                     any(o.name in STRUCTURED_OPS for o in then.ops):
                 continue
             if sorted(map(id, term.successors)) != sorted(map(id, (join, then))):
+                continue
+            if len(branch.ops) >= 2 and EXIT_FLAGS in branch.ops[-2].attributes:
+                # a while with exit flags is followed by the branch to its exit targets
+                # (ir/dialects.py): no select goes between them (fz_4244_642)
                 continue
             k_join = term.successors.index(join)
             for arg in list(join.args):
