@@ -71,8 +71,9 @@ def _product(v: Value, t: str) -> Operation | None:
     not such a product."""
     while isinstance(v, OpResult):
         op = v.op
-        if _unrounded(op, ("ptx.mul",)) is not None:
-            return op if "sat" not in mods(op) and _unrounded(op, ("ptx.mul",)) == t else None
+        mul_type = _unrounded(op, ("ptx.mul",))
+        if mul_type is not None:
+            return op if mul_type == t and "sat" not in mods(op) else None
         if not _see_through(op, t):
             return None
         v = op.operands[0]

@@ -176,11 +176,12 @@ def expand_deferred(region: Region, const: Const, error: Error) -> int:
     for block in region.blocks:
         out: list[Operation] = []
         for op in block.ops:
-            ts = [m for m in op.attributes.get("mods", []) if is_ptx_type(m)]
-            instr = Instruction(op.name.removeprefix("ptx."), tuple(op.attributes.get("mods", [])),
-                                (), int(op.attributes.get("line", 0)))
-            if not (op.name.startswith("ptx.") and len(ts) == 1 and ts[0] in _DEFERRED_TYPES
-                    and needs_expansion(instr)):
+            ts = [m for m in op.attributes.get("mods", []) if is_ptx_type(m)] \
+                if op.name.startswith("ptx.") else []
+            instr = Instruction(op.name.removeprefix("ptx."), tuple(op.attributes["mods"]), (),
+                                int(op.attributes.get("line", 0))) \
+                if len(ts) == 1 and ts[0] in _DEFERRED_TYPES else None
+            if instr is None or not needs_expansion(instr):
                 out.append(op)
                 continue
 
