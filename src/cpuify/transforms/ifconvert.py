@@ -39,7 +39,9 @@ from cpuify.ir.structured import RAISED_EDGE, nested_blocks
 from cpuify.ir.structured_values import has_nested_structure
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
-from cpuify.transforms.structured_selects import copied_from, structured_select_if_phis
+from cpuify.transforms.structured_selects import (
+    copied_from, if_then_triangles, select_before, structured_select_if_phis,
+)
 
 #: modifiers that order an access or make it observable: never moved or duplicated
 _ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
@@ -267,39 +269,24 @@ def select_if_phis(region: Region) -> int:
     constants on a condition of thread indices and uniform values is recomputed like any
     pure arithmetic (pathfinder's `computed`).  Returns the number of arguments replaced."""
     replaced = 0
-    preds = predecessors(region)
     idom = dominators(region)
-    for join in list(region.blocks):
-        if len(join.args) == 0 or len(preds.get(join, [])) != 2:
-            continue
-        for branch, then in (preds[join], preds[join][::-1]):
-            term = branch.terminator
-            if term is None or term.name != "cf.cond_br" or then is branch or \
-                    preds.get(then) != [branch] or then.terminator is None or \
-                    then.terminator.name != "cf.br" or then.terminator.successors != [join]:
+    for join, branch, then, term in if_then_triangles(region):
+        k_join = term.successors.index(join)
+        for arg in list(join.args):
+            direct = term.successor_args[k_join][arg.index]
+            via = then.terminator.successor_args[0][arg.index]
+            # (the value on the direct edge is one `branch` sees; the one through `then`
+            # may need a constant of its own, made only when the rewrite happens)
+            value = _available(via, branch, then, idom)
+            if value is None:
                 continue
-            if sorted(map(id, term.successors)) != sorted(map(id, (join, then))):
-                continue
-            k_join = term.successors.index(join)
-            for arg in list(join.args):
-                direct = term.successor_args[k_join][arg.index]
-                via = then.terminator.successor_args[0][arg.index]
-                # (the value on the direct edge is one `branch` sees; the one through `then`
-                # may need a constant of its own, made only when the rewrite happens)
-                value = _available(via, branch, then, idom)
-                if value is None:
-                    continue
-                # the condition sends threads to `join` directly when true if join is the
-                # first successor
-                pick = [direct, value] if k_join == 0 else [value, direct]
-                sel = Operation("ptx.selp", [*pick, term.operands[0]], [arg.type],
-                                {"mods": [f"b{int(arg.type[1:])}" if arg.type != "i1" else "pred"],
-                                 "line": term.attr("line", 0)})
-                sel.parent = branch
-                branch.ops.insert(len(branch.ops) - 1, sel)
-                remove_block_arg(join, arg, sel.results[0], [(term, k_join), (then.terminator, 0)])
-                replaced += 1
-            break
+            # the condition sends threads to `join` directly when true if join is the
+            # first successor
+            pick = [direct, value] if k_join == 0 else [value, direct]
+            sel = select_before(branch, term, pick, term.operands[0], arg.type,
+                                term.attr("line", 0))
+            remove_block_arg(join, arg, sel, [(term, k_join), (then.terminator, 0)])
+            replaced += 1
     return replaced
 
 

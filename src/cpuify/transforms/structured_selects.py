@@ -16,6 +16,8 @@ one the CFG pass makes of the lowered kernel."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from cpuify.ir.core import (
     Block, BlockArgument, Operation, OpResult, Region, Value, defining_block, dominates,
     dominators, predecessors, remove_block_arg, replace_all_uses,
@@ -110,8 +112,9 @@ def _available(v: Value, block: Block, before: Operation, then: Block,
     return None
 
 
-def _select(block: Block, before: Operation, pick: list[Value], cond: Value, type_: str,
-            line: object) -> Value:
+def select_before(block: Block, before: Operation, pick: list[Value], cond: Value, type_: str,
+                  line: object) -> Value:
+    """A `selp` of `pick` on `cond` inserted in `block` before `before`."""
     sel = Operation("ptx.selp", [*pick, cond], [type_],
                     {"mods": [f"b{int(type_[1:])}" if type_ != "i1" else "pred"], "line": line})
     sel.parent = block
@@ -167,7 +170,7 @@ def _select_if_results(block: Block, op: Operation, doms: _Dominance) -> int:
         if value is None:
             continue
         pick = [direct, value] if k_join == 0 else [value, direct]
-        sel = _select(block, op, pick, cond, r.type, op.attr("line", 0))
+        sel = select_before(block, op, pick, cond, r.type, op.attr("line", 0))
         replace_all_uses(r, sel)
         _drop_result(op, j, (direct_yield, via_yield))
         replaced += 1
@@ -193,7 +196,7 @@ def _select_at_target(block: Block, op: Operation, br: Operation, direct_yield: 
         if value is None:
             continue
         pick = [direct, value] if k_join == 0 else [value, direct]
-        sel = _select(block, op, pick, cond, arg.type, op.attr("line", 0))
+        sel = select_before(block, op, pick, cond, arg.type, op.attr("line", 0))
         remove_block_arg(join, arg, sel, [(br, 0)])
         replaced += 1
     # (results no branch passes on any more go, with what the arms yield for them)
@@ -213,10 +216,12 @@ def _drop_result(op: Operation, j: int, yields: tuple[Operation, ...]) -> None:
         r.index = i
 
 
-def _select_triangles(region: Region, doms: _Dominance) -> int:
-    """ifconvert.select_if_phis on a region's branches left as CFG: `then` a block of no
-    structured op (lowered, still one block), the branch's own block ending in it."""
-    replaced = 0
+def if_then_triangles(region: Region) -> Iterator[tuple[Block, Block, Block, Operation]]:
+    """(join, branch, then, the branch's cond_br) for each if-then left as CFG in `region`:
+    `branch` goes to `then` and to `join` (which has block arguments and no other
+    predecessor), `then` is entered only from `branch`, holds no structured op and goes
+    on to `join`; at most one per join.  Not where the branch follows a while with exit
+    flags: nothing may go between them (ir/dialects.py; fz_4244_642)."""
     preds = predecessors(region)
     for join in list(region.blocks):
         if len(join.args) == 0 or len(preds.get(join, [])) != 2:
@@ -231,19 +236,26 @@ def _select_triangles(region: Region, doms: _Dominance) -> int:
             if sorted(map(id, term.successors)) != sorted(map(id, (join, then))):
                 continue
             if len(branch.ops) >= 2 and EXIT_FLAGS in branch.ops[-2].attributes:
-                # a while with exit flags is followed by the branch to its exit targets
-                # (ir/dialects.py): no select goes between them (fz_4244_642)
                 continue
-            k_join = term.successors.index(join)
-            for arg in list(join.args):
-                direct = term.successor_args[k_join][arg.index]
-                via = then.terminator.successor_args[0][arg.index]
-                value = _available(via, branch, term, then, doms)
-                if value is None:
-                    continue
-                pick = [direct, value] if k_join == 0 else [value, direct]
-                sel = _select(branch, term, pick, term.operands[0], arg.type, term.attr("line", 0))
-                remove_block_arg(join, arg, sel, [(term, k_join), (then.terminator, 0)])
-                replaced += 1
+            yield join, branch, then, term
             break
+
+
+def _select_triangles(region: Region, doms: _Dominance) -> int:
+    """ifconvert.select_if_phis on a region's branches left as CFG: `then` a block of no
+    structured op (lowered, still one block), the branch's own block ending in it."""
+    replaced = 0
+    for join, branch, then, term in if_then_triangles(region):
+        k_join = term.successors.index(join)
+        for arg in list(join.args):
+            direct = term.successor_args[k_join][arg.index]
+            via = then.terminator.successor_args[0][arg.index]
+            value = _available(via, branch, term, then, doms)
+            if value is None:
+                continue
+            pick = [direct, value] if k_join == 0 else [value, direct]
+            sel = select_before(branch, term, pick, term.operands[0], arg.type,
+                                term.attr("line", 0))
+            remove_block_arg(join, arg, sel, [(term, k_join), (then.terminator, 0)])
+            replaced += 1
     return replaced
