@@ -144,6 +144,13 @@ class KernelPlan(ThreadLoopPlans):
                     self.prefetches[r] = after
                 else:
                     del self.prefetches[r]
+        # segments whose thread loops are one loop over the linear thread index (generic
+        # code whose loops LLVM would not vectorize: wants_flat_loop)
+        self.flat_loops = {r for r in range(len(self.syncs) + 1)
+                           if r not in self.thread_range and r not in self.deferred and
+                           r not in self.lane_groups and r not in self.row_prefetches and
+                           r not in self.aligned_rows and r not in self.range_branches and
+                           self.wants_flat_loop(r)}
         # the next block's lines the entry segment prefetches
         self.block_prefetches = self.next_block_prefetches()
         self.shared = mod.shared_layout(kernel)

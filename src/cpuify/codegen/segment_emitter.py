@@ -342,6 +342,11 @@ class SegmentEmitter(SpeculativeValues):
             bounds = (bounds[0], bounds[1], self.live_end())
         grouped = whole and region is None and ranges is None and \
             self.resume in self.kc.lane_groups
+        if region is None and ranges is None and x_from is None and x_to is None and \
+                not self.prefix_run and self.resume in self.kc.flat_loops:
+            body, latch = self._flat_thread_loop(start, exit_bb)
+            self._run_threads(body, latch, exit_bb, masked=masked, region=region)
+            return
         if grouped:     # the x loop steps over groups of LANES threads (see below)
             steps = (steps[0], steps[1], self.kc.LANES)
         headers = [fn.append_basic_block(f"{n}.head") for n in names]
@@ -442,8 +447,58 @@ class SegmentEmitter(SpeculativeValues):
         nw = ["nuw", "nsw"]
         self.linear_tid = b.add(b.mul(b.add(b.mul(phis[0], self.loop_ntid[1], flags=nw), phis[1], flags=nw),
                                       self.loop_ntid[0], flags=nw), phis[2], name="ltid", flags=nw)
+        self._run_threads(bodies[2], latches[2], exit_bb, masked=masked, region=region)
+
+    def _flat_thread_loop(self, start: ir.Block, exit_bb: ir.Block) -> tuple[ir.Block, ir.Block]:
+        """One loop from `start` over the linear thread index t < ntid.x * ntid.y * ntid.z
+        (of the thread loops' extents), to `exit_bb` when done; tx, ty, tz counted along with
+        it (tx wraps to 0 at ntid.x and carries into ty, ty into tz): the order of the z/y/x
+        nest, t its linear index.  Sets self.tid and self.linear_tid; returns the loop's body
+        (the builder there) and latch (KernelPlan.flat_loops: segments LLVM would not
+        vectorize, where the nest's three loops only cost LLVM time)."""
+        fn = self.fn
+        b = self.builder
+        nx, ny, nz = self.loop_ntid
+        head = fn.append_basic_block("t.head")
+        body = fn.append_basic_block("t.body")
+        latch = fn.append_basic_block("t.latch")
+        b.position_at_end(start)
+        nw = ["nuw", "nsw"]
+        count = b.mul(b.mul(nx, ny, flags=nw), nz, name="nthreads_loop", flags=nw)
+        b.branch(head)
+        b.position_at_end(head)
+        t = b.phi(I32, name="ltid")
+        tx, ty, tz = (b.phi(I32, name=n) for n in ("tx", "ty", "tz"))
+        for phi in (t, tx, ty, tz):
+            phi.add_incoming(I32(0), start)
+        b.cbranch(b.icmp_unsigned("<", t, count), body, exit_bb)
+        b.position_at_end(latch)
+        one = b.add(tx, I32(1), flags=nw)
+        wrap_x = b.icmp_unsigned("==", one, nx)
+        ty_one = b.add(ty, b.zext(wrap_x, I32), flags=nw)
+        wrap_y = b.icmp_unsigned("==", ty_one, ny)
+        t.add_incoming(b.add(t, I32(1), flags=nw), latch)
+        tx.add_incoming(b.select(wrap_x, I32(0), one), latch)
+        ty.add_incoming(b.select(wrap_y, I32(0), ty_one), latch)
+        tz.add_incoming(b.add(tz, b.zext(wrap_y, I32), flags=nw), latch)
+        back = b.branch(head)
+        # (not vectorized, not unrolled: a runtime-unrolled copy only doubles LLVM's work)
+        back.set_metadata("llvm.loop", self.mod.parallel_loop_id(keep_loop=True, no_vectorize=True))
+        self.lane_group = None
+        self.interval_idle = {}     # (no range branch: KernelPlan.flat_loops)
+        self.tid = [tx, ty, tz]
+        self.linear_tid = t
+        b.position_at_end(body)
+        return body, latch
+
+    def _run_threads(self, body: ir.Block, latch: ir.Block, exit_bb: ir.Block, *, masked: bool,
+                     region: DeferredRegion | None) -> None:
+        """The body of a thread loop (at `body`, the builder there; `latch`: on to the next
+        thread) for the thread self.tid, self.linear_tid: the segment's operations."""
+        fn = self.fn
+        b = self.builder
         self.linear_tid64 = b.zext(self.linear_tid, I64)
-        self.latch = latches[2]
+        self.latch = latch
         self.masked_loop = masked
         # A run of all threads of a convergent segment (every thread takes the same path):
         # each thread's stop is everyone's, so it goes to a variable, not to state[], and

@@ -19,6 +19,10 @@ from cpuify.lifting.lift import LiftedKernel
 if TYPE_CHECKING:
     from cpuify.codegen.llvm_gen import ModuleCodegen
 
+#: memory-model qualifiers of accesses that stay exactly as written (LLVM's volatile and
+#: atomic accesses, which its loop vectorizer does not take)
+ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
+
 
 class SegmentPaths:
     """Queries on the paths of the kernel's threads between sync points (KernelPlan sets the
@@ -141,6 +145,56 @@ class SegmentPaths:
                     break
             sizes[resume] = n
         return sizes[resume] > self.MAX_VECTORIZED_OPS
+
+    def wants_flat_loop(self, resume: int) -> bool:
+        """Whether the segment from `resume`, in code for any block shape, runs its threads
+        in one loop over the block's linear thread index (the thread indices counted along
+        with it) instead of a z/y/x nest of three loops: when LLVM's loop vectorizer would
+        not take its x loop anyway, since every way through the segment runs an access it
+        never vectorizes (a volatile or otherwise ordered load or store, an atomic).  LLVM's
+        loop passes then see one loop per copy of the thread loop, not three (SHOC's
+        warp-synchronous scans: 112 such segments in one file).  Specialized code keeps its
+        nest (constant bounds), and so do kernels without sync points."""
+        if self.launch_dims is not None or not self.syncs:
+            return False
+        return not self._ordered_avoidable(*self.resume_point(resume))
+
+    def _ordered_avoidable(self, blk: Block, pos: int) -> bool:
+        """Whether a thread loop running from op `pos` of `blk` to the segment's end has a
+        version without an ordered access (ORDERED, atomics) once LLVM unswitched it: some
+        way avoids them where each block-uniform branch takes one side (unswitching copies
+        the loop for each) and each other branch both (they stay in the one loop)."""
+        def scan(b: Block, p: int) -> tuple[bool | None, list[Block], bool]:
+            # (the way's end when the block decides it, successors, whether all must avoid)
+            for op in b.ops[p:]:
+                if op in self.sync_of_op or op.name in ("upir.exit", "upir.trap"):
+                    return True, [], False
+                if op.name in ("ptx.atom", "ptx.red") or op.name in ("ptx.ld", "ptx.st") and \
+                        ORDERED & set(op.attributes.get("mods", ())):
+                    return False, [], False
+                if op.successors:
+                    branch = len(op.successors) > 1 and bool(op.operands) and \
+                        op.operands[0] not in self.uniform
+                    return None, list(op.successors), branch
+            return True, [], False      # (the kernel's end)
+        nodes: dict[tuple[Block, int], tuple[bool | None, list[Block], bool]] = {}
+        work = [(blk, pos)]
+        while work:
+            key = work.pop()
+            if key not in nodes:
+                nodes[key] = scan(*key)
+                work.extend((succ, 0) for succ in nodes[key][1])
+        # least fixpoint: a way avoids them only if it is shown to reach the end
+        avoid = {key: bool(end) for key, (end, _, _) in nodes.items()}
+        changed = True
+        while changed:
+            changed = False
+            for key, (end, succs, every) in nodes.items():
+                if end is None and not avoid[key]:
+                    ways = (avoid[(succ, 0)] for succ in succs)
+                    if all(ways) if every else any(ways):
+                        avoid[key] = changed = True
+        return avoid[(blk, pos)]
 
     def segment_ops(self, resume: int) -> Iterator[Operation]:
         """The operations the segment from `resume` runs: those it reaches, and those that

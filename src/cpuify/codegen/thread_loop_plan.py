@@ -18,12 +18,9 @@ from cpuify.codegen.helpers import (
     row_probes, thread_ranges_along,
 )
 from cpuify.codegen.layout import SYNC_KINDS
-from cpuify.codegen.segment_paths import SegmentPaths
+from cpuify.codegen.segment_paths import ORDERED, SegmentPaths
 from cpuify.ir.core import Block, Operation, OpResult, Value
 from cpuify.ir.dialects import info
-
-#: memory-model qualifiers of accesses that stay exactly as written
-_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 
 
 
@@ -158,7 +155,7 @@ class ThreadLoopPlans(SegmentPaths):
         lines = 0
         for op in self.ops_from(*self.resume_point(resume)):
             if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) != "global" or \
-                    _ORDERED & set(op.attributes.get("mods", ())):
+                    ORDERED & set(op.attributes.get("mods", ())):
                 continue        # (a volatile or ordered access is left exactly as written)
             addr = op.operands[0]
             key = (addr, op.attributes.get("offset", 0))
@@ -231,7 +228,7 @@ class ThreadLoopPlans(SegmentPaths):
         for blk in self.region.blocks:
             for op in blk.ops:
                 if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) != "global" or \
-                        _ORDERED & set(op.attributes.get("mods", ())):
+                        ORDERED & set(op.attributes.get("mods", ())):
                     continue
                 addr = op.operands[0]
                 key = (addr, op.attributes.get("offset", 0))
@@ -308,7 +305,7 @@ class ThreadLoopPlans(SegmentPaths):
                 if self.sync_kind(self.sync_of_op[op]) == SYNC_KINDS["soft"]:
                     return None     # the segment enters an interchanged loop
             elif op.name == "ptx.st" and store is None and memory_space(op) == "global" and \
-                    not _ORDERED & set(op.attributes.get("mods", ())):
+                    not ORDERED & set(op.attributes.get("mods", ())):
                 store = op
         # global memory only: shared and local arrays are laid out aligned by cpuify
         if store is None or not self._computed_from_threads(store.operands[0], restored) or \
