@@ -1,7 +1,8 @@
-"""Flat thread loops (KernelPlan.flat_loops, SegmentPaths.wants_flat_loop): in code for any
-block shape, a segment whose every way runs an access LLVM's loop vectorizer never takes
-(volatile or ordered loads and stores, atomics) runs its threads in one loop over the linear
-thread index, tx/ty/tz counted along with it, instead of the z/y/x nest.  Generic code runs
+"""Flat thread loops (the flat-thread-loops pass, KernelPlan.flat_loops,
+SegmentPaths.wants_flat_loop): in code for any block shape of a kernel the pass marked, a
+segment whose every way runs an access LLVM's loop vectorizer never takes (volatile or
+ordered loads and stores, atomics) runs its threads in one loop over the linear thread
+index, tx/ty/tz counted along with it, instead of the z/y/x nest.  Generic code runs
 every launch whose block shape was not specialized, so each kernel here runs on 1-D, 2-D and
 3-D blocks of odd sizes (partial warps) through the generic code (the first launch of a
 shape) and is compared with the reference interpreter and with NumPy: a warp-synchronous
@@ -15,10 +16,12 @@ import pytest
 
 import cpuify
 from cpuify.codegen.llvm_gen import KernelCodegen, ModuleCodegen
+from cpuify.compiler import lift_and_optimize
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp import interpret_kernel
-from cpuify.lifting.lift import lift_kernel
+from cpuify.ir.structure import block_parallel
+from cpuify.transforms.pass_manager import PipelineOptions
 
 SRC = r'''
 #define LINEAR (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))
@@ -95,19 +98,42 @@ def ptx(ptx_text):
     return parse_ptx(ptx_text)
 
 
-def _plan(ptx, name, block):
-    return KernelCodegen(ModuleCodegen(ptx), lift_kernel(ptx, ptx.functions[name]), block)
+def _lifted(ptx, name, block, disabled=frozenset()):
+    return lift_and_optimize(ptx, ptx.functions[name], PipelineOptions(disabled=disabled), block)[0]
+
+
+def _plan(ptx, name, block, disabled=frozenset()):
+    return KernelCodegen(ModuleCodegen(ptx), _lifted(ptx, name, block, disabled), block)
 
 
 def test_which_segments(ptx):
     for name in ("warp_scan", "histogram", "exits", "shuffles"):
         assert _plan(ptx, name, None).flat_loops, name
         assert not _plan(ptx, name, (64, 1, 1)).flat_loops, name      # specialized: nests
+        # the pass marks the kernel; without it, nests
+        assert not _plan(ptx, name, None, frozenset({"flat-thread-loops"})).flat_loops, name
     # the histogram's first segment (before any atomic, `h[t] = 0`) keeps its nest
     assert 0 not in _plan(ptx, "histogram", None).flat_loops
     gen = ModuleCodegen(ptx)
-    gen.add_kernel(lift_kernel(ptx, ptx.functions["warp_scan"]), None)
+    gen.add_kernel(_lifted(ptx, "warp_scan", None), None)
     assert "t.head" in gen.llvm_text()
+
+
+def test_pass_marks_kernels_with_sync_points_and_ordered_accesses():
+    src = r'''
+    extern "C" __global__ void plain(int *x) {          // a barrier, no ordered access
+        __shared__ int s[64]; s[threadIdx.x] = x[threadIdx.x]; __syncthreads();
+        x[threadIdx.x] = s[63 - threadIdx.x]; }
+    extern "C" __global__ void no_sync(int *x) {         // an atomic, no sync point
+        atomicAdd(x, 1); }
+    extern "C" __global__ void marked(volatile int *x) {
+        __shared__ int s[64]; s[threadIdx.x] = x[threadIdx.x]; __syncthreads();
+        x[threadIdx.x] = s[63 - threadIdx.x]; }
+    '''
+    mod = parse_ptx(compile_to_ptx(src).ptx)
+    marked = {name: bool(block_parallel(_lifted(mod, name, None).op).attributes.get("flat_thread_loops"))
+              for name in ("plain", "no_sync", "marked")}
+    assert marked == {"plain": False, "no_sync": False, "marked": True}
 
 
 def _where(block, nblocks):

@@ -591,6 +591,7 @@ FAST_WITHOUT = {
     "round_trip": {"store-forwarding"},
     "warp_max": {"simd-collectives"},
     "row_max": {"flush-min-max-at-uses"},
+    "legacy_reduce": {"flat-thread-loops"},
 }
 
 

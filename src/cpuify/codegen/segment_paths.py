@@ -14,6 +14,7 @@ from cpuify.codegen.layout import SYNC_64BIT, SYNC_KINDS
 from cpuify.errors import UnsupportedError
 from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Value
 from cpuify.ir.dialects import info
+from cpuify.ir.structure import block_parallel
 from cpuify.lifting.lift import LiftedKernel
 
 if TYPE_CHECKING:
@@ -154,8 +155,10 @@ class SegmentPaths:
         never vectorizes (a volatile or otherwise ordered load or store, an atomic).  LLVM's
         loop passes then see one loop per copy of the thread loop, not three (SHOC's
         warp-synchronous scans: 112 such segments in one file).  Specialized code keeps its
-        nest (constant bounds), and so do kernels without sync points."""
-        if self.launch_dims is not None or not self.syncs:
+        nest (constant bounds), and so do kernels without sync points.  Only in kernels the
+        flat-thread-loops pass marked."""
+        if self.launch_dims is not None or not self.syncs or \
+                not block_parallel(self.kernel.op).attributes.get("flat_thread_loops"):
             return False
         return not self._ordered_avoidable(*self.resume_point(resume))
 

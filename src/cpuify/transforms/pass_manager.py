@@ -122,14 +122,15 @@ def default_pipeline() -> list[str]:
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
 #: flushes left to the readers (it reads who reads each value in the final IR); the threads
-#: each `if` on one thread index selects (on the final branches: the thread loops' bounds)
+#: each `if` on one thread index selects (on the final branches: the thread loops' bounds);
+#: last, the kernels whose generic thread loops may be flat (it only marks the kernel)
 DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
-                 "flush-min-max-at-uses", "thread-index-ranges")
+                 "flush-min-max-at-uses", "thread-index-ranges", "flat-thread-loops")
 
 
 class PipelineError(CpuifyError):

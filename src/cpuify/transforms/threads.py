@@ -25,12 +25,14 @@ from typing import ClassVar
 
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.ir.core import Operation
-from cpuify.ir.dialects import STRUCTURED_OPS, info
+from cpuify.ir.dialects import STRUCTURED_OPS, info, is_sync
 from cpuify.ir.structure import block_body, block_parallel
 from cpuify.ir.structured import nested_blocks
 from cpuify.transforms.pass_manager import register
 
 ATTRIBUTE = "duplicate_thread_dims"
+#: the `upir.block_parallel` attribute of flat-thread-loops
+FLAT_ATTRIBUTE = "flat_thread_loops"
 
 #: ops with effects that duplicated threads perform identically (each duplicate reads what
 #: the others read and writes what they write); anything else may tell them apart
@@ -93,3 +95,42 @@ class MergeDuplicateThreads:
             return 0
         bp.attributes[ATTRIBUTE] = dims
         return len(dims)
+
+
+#: memory-model qualifiers of loads and stores LLVM keeps as volatile or atomic accesses
+_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
+
+
+def ordered_accesses(kernel: Operation) -> int:
+    """The volatile, ordered and atomic accesses of the kernel's block body (none of which
+    LLVM's loop vectorizer takes), or 0 when the body has no sync point."""
+    ops = [op for block in nested_blocks(block_body(kernel)) for op in block.ops]
+    if not any(is_sync(op) for op in ops):
+        return 0
+    return sum(1 for op in ops if op.name in ("ptx.atom", "ptx.red") or
+               op.name in ("ptx.ld", "ptx.st") and _ORDERED & set(op.attributes.get("mods", ())))
+
+
+@register("flat-thread-loops",
+          "volatile, ordered and atomic accesses of a kernel with sync points: in code for any "
+          "block shape, the segments that run one on every way loop over the linear thread index")
+@dataclass(frozen=True)
+class FlatThreadLoops:
+    """Pass: records `flat_thread_loops` on the `upir.block_parallel` of a kernel with sync
+    points and volatile, ordered or atomic accesses.  In code for any block shape, the code
+    generator then runs each segment whose every way runs such an access (LLVM's loop
+    vectorizer takes none of them: its thread loop stays scalar) as one loop over the linear
+    thread index, the thread indices counted along with it, instead of a z/y/x nest of three
+    loops (codegen's KernelPlan.flat_loops): a third of the loops for LLVM's loop passes, the
+    same loops vectorized (warp-synchronous scans and reductions).  Specialized code keeps
+    its nests.  Returns the number of such accesses (form "any": it reads the regions)."""
+    name: str = "flat-thread-loops"
+    form: ClassVar[str] = "any"
+
+    def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
+        n = ordered_accesses(kernel)
+        bp = block_parallel(kernel)
+        if not n or bp.attributes.get(FLAT_ATTRIBUTE):
+            return 0
+        bp.attributes[FLAT_ATTRIBUTE] = True
+        return n
