@@ -466,7 +466,7 @@ class LoadedObject:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
-        _check_resolved(obj)
+        _check_resolved(obj, self.engine)
         self._perf_map(obj)
 
     def add(self, obj: bytes) -> None:
@@ -474,7 +474,7 @@ class LoadedObject:
         with compile_section(), _lock:
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
-        _check_resolved(obj)
+        _check_resolved(obj, self.engine)
         self._perf_map(obj)
 
     def _perf_map(self, obj: bytes) -> None:
@@ -542,12 +542,13 @@ def undefined_symbols(obj: bytes) -> list[str]:
     return names
 
 
-def _check_resolved(obj: bytes) -> None:
+def _check_resolved(obj: bytes, engine: llvm.ExecutionEngine) -> None:
     """MCJIT gives a symbol it cannot find the address 0, and a call through it faults far
     from the cause (LLVM's libcalls, such as libgcc's __truncdfhf2 for an f64 -> f16
-    conversion on CPUs without AVX512-FP16, are in no library of this process): a name the
-    process does not define is a compile error here."""
-    missing = [n for n in undefined_symbols(obj) if not llvm.address_of_symbol(n)]
+    conversion on CPUs without AVX512-FP16, are in no library of this process): a name
+    neither the process nor an object of the engine defines is an error here."""
+    missing = [n for n in undefined_symbols(obj) if not llvm.address_of_symbol(n)
+               and not engine.get_global_value_address(n)]
     if missing:
         raise CpuifyError(
             f"the generated code calls {', '.join(sorted(set(missing)))}, which no library "
