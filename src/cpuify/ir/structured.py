@@ -227,6 +227,18 @@ def for_as_while(op: Operation) -> Operation | None:
     return loop
 
 
+def continues(condition: Operation) -> bool:
+    """Whether a while's `upir.condition` may go on to the next iteration: all but the
+    exits of a multi-exit while that the raise made always leave (a constant false test)."""
+    return _const_test(condition.operands[0]) != 0
+
+
+def always_goes_on(condition: Operation) -> bool:
+    """Whether a while's `upir.condition` never leaves (a back edge of a multi-exit while
+    the raise made a condition with a constant true test)."""
+    return _const_test(condition.operands[0]) == 1
+
+
 def has_structured_ops(op: Operation) -> bool:
     """Whether `op` holds a structured control-flow op anywhere (iterative, stops at the
     first: the pass manager asks around every pass)."""
