@@ -415,3 +415,53 @@ def test_interchanged_uniform_loops_match_the_interpreter(name: str, grid: int, 
         out = np.zeros(shape, np.float32)
         f((grid,), (block,), args(out))
         np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+
+
+#: a grid-stride loop with a data-dependent `break`, as lifted: two exit edges, raised as a
+#: multi-exit while (exit flags, a condition per way out)
+GRID_STRIDE_BREAK = PROLOGUE + '''
+  %four = "upir.const"() {value = 4 : i64} : () -> i32
+  %nt = "upir.special"() {reg = "%ntid.x"} : () -> i32
+  %nc = "upir.special"() {reg = "%nctaid.x"} : () -> i32
+  %c = "upir.special"() {reg = "%ctaid.x"} : () -> i32
+  %start = "ptx.mad"(%c, %nt, %t) {mods = ["lo", "s32"]} : (i32, i32, i32) -> i32
+  %stride = "ptx.mul"(%nt, %nc) {mods = ["lo", "s32"]} : (i32, i32) -> i32
+  "cf.br"(%start) [^bb1] : (i32) -> ()
+^bb1(%i: i32):
+  %in = "ptx.setp"(%i, %n) {mods = ["lt", "s32"], line = 3 : i64} : (i32, i32) -> i1
+  "cf.cond_br"(%in) [^bb2, ^bb5] <{operandSegmentSizes = array<i32: 1, 0, 0>}> {line = 3 : i64} : (i1) -> ()
+^bb2:
+  %off = "ptx.mul"(%i, %four) {mods = ["wide", "s32"]} : (i32, i32) -> i64
+  %a = "ptx.add"(%p, %off) {mods = ["s64"]} : (i64, i64) -> i64
+  %x = "ptx.ld"(%a) {mods = ["global", "s32"], offset = 0 : i64, line = 5 : i64} : (i64) -> i32
+  %brk = "ptx.setp"(%x, %zero) {mods = ["gt", "s32"], line = 6 : i64} : (i32, i32) -> i1
+  "cf.cond_br"(%brk) [^bb4, ^bb3] <{operandSegmentSizes = array<i32: 1, 0, 0>}> {line = 6 : i64} : (i1) -> ()
+^bb3:
+  "ptx.st"(%a, %t) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  %i2 = "ptx.add"(%i, %stride) {mods = ["s32"]} : (i32, i32) -> i32
+  "cf.br"(%i2) [^bb1] {line = 8 : i64} : (i32) -> ()
+^bb4:
+  "ptx.st"(%p, %x) {mods = ["global", "s32"], offset = 0 : i64} : (i64, i32) -> ()
+  "cf.br"() [^bb5] : () -> ()
+^bb5:
+  "upir.exit"() : () -> ()'''
+
+
+def test_grid_stride_loop_with_a_break_as_a_multi_exit_while() -> None:
+    op = parse_op(kernel(GRID_STRIDE_BREAK))
+    assert make_pass("raise-structured-cf").run(op)
+    text = print_op(op)
+    assert "exit_flags" in text
+    out, n = _run(text, STRIDED)
+    assert n == 1 and has_structured_ops(parse_op(out))
+    # the condition that goes on passes k + 1; the break's passes the counter, read by nothing
+    filecheck(out, '''
+    CHECK: "upir.while"
+    CHECK-NEXT: ^bb0(%{{\\w+}}: i32, %[[K:\\w+]]: i32):
+    CHECK-NEXT: "upir.barrier"() {soft = true, line = 3 : i64, lockstep = [1 : i64]}
+    CHECK: "upir.condition"({{.*}}, %[[K]])
+    CHECK: %[[NEXT:\\w+]] = "ptx.add"(%[[K]], %{{\\w+}}) {mods = ["s32"]}
+    CHECK-NEXT: "upir.condition"({{.*}}, %[[NEXT]])
+    CHECK: exit_flags
+    ''')
+    _same_as_on_the_cfg(text, STRIDED)
