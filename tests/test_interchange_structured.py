@@ -57,14 +57,18 @@ UNIFORM_WHILE = PROLOGUE + _FLOATS + '''
   "ptx.st"(%p, %rs) {mods = ["global", "f32"], offset = 0 : i64} : (i64, f32) -> ()
   "upir.exit"() : () -> ()'''
 
-#: a grid-stride loop: thread-strided start, a step the same in all threads
-GRID_STRIDE = PROLOGUE + '''
+#: a grid-stride loop's start (different in each thread) and step (the same in all)
+_GRID = '''
   %four = "upir.const"() {value = 4 : i64} : () -> i32
   %nt = "upir.special"() {reg = "%ntid.x"} : () -> i32
   %nc = "upir.special"() {reg = "%nctaid.x"} : () -> i32
   %c = "upir.special"() {reg = "%ctaid.x"} : () -> i32
   %start = "ptx.mad"(%c, %nt, %t) {mods = ["lo", "s32"]} : (i32, i32, i32) -> i32
   %stride = "ptx.mul"(%nt, %nc) {mods = ["lo", "s32"]} : (i32, i32) -> i32
+'''
+
+#: a grid-stride loop: thread-strided start, a step the same in all threads
+GRID_STRIDE = PROLOGUE + _GRID + '''
   "upir.for"(%start, %n, %stride) ({
   ^bb0(%i: i32):
     %off = "ptx.mul"(%i, %four) {mods = ["wide", "s32"]} : (i32, i32) -> i64
@@ -97,11 +101,9 @@ def _same_as_on_the_cfg(text: str, spec: str) -> int:
     return n
 
 
-def test_uniform_for_becomes_a_while_with_a_soft_barrier_in_its_header() -> None:
-    out, n = _run(kernel(UNIFORM_FOR), UNIFORM)
-    assert n == 1 and has_structured_ops(parse_op(out))
-    # (a for tested at the top has no header op until lowered: the same loop as a while)
-    filecheck(out, '''
+@pytest.mark.parametrize("text, checks", [
+    # a for tested at the top has no header op until lowered: the same loop as a while
+    (UNIFORM_FOR, '''
     CHECK: "upir.while"(%{{\\w+}}, %{{\\w+}})
     CHECK-NEXT: ^bb0(%[[IV:\\w+]]: i32, %{{\\w+}}: f32):
     CHECK-NEXT: "upir.barrier"() {soft = true, line = 8 : i64}
@@ -110,22 +112,20 @@ def test_uniform_for_becomes_a_while_with_a_soft_barrier_in_its_header() -> None
     CHECK: "ptx.add"(%{{\\w+}}, %{{\\w+}}) {mods = ["s32"]}
     CHECK-NEXT: "upir.yield"({{.*}}) {line = 9 : i64, loop_order = "interchanged"
     CHECK-NOT: "cf.cond_br"
-    ''')
-    _same_as_on_the_cfg(kernel(UNIFORM_FOR), UNIFORM)
-
-
-def test_uniform_while_gets_the_soft_barrier_first_in_its_before_region() -> None:
-    out, n = _run(kernel(UNIFORM_WHILE), UNIFORM)
-    assert n == 1
-    filecheck(out, '''
+    '''),
+    (UNIFORM_WHILE, '''
     CHECK: "upir.while"
     CHECK-NEXT: ^bb0(%{{\\w+}}: i32, %{{\\w+}}: f32):
     CHECK-NEXT: "upir.barrier"() {soft = true, line = 20 : i64}
     CHECK-NEXT: "ptx.setp"
     CHECK: "upir.yield"({{.*}}) {line = 22 : i64, loop_order = "interchanged"
     CHECK-NOT: "cf.br"
-    ''')
-    _same_as_on_the_cfg(kernel(UNIFORM_WHILE), UNIFORM)
+    ''')], ids=["for", "while"])
+def test_uniform_loop_gets_a_soft_barrier_first_in_its_header(text: str, checks: str) -> None:
+    out, n = _run(kernel(text), UNIFORM)
+    assert n == 1 and has_structured_ops(parse_op(out))
+    filecheck(out, checks)
+    _same_as_on_the_cfg(kernel(text), UNIFORM)
 
 
 def test_grid_stride_for_carries_an_iteration_counter() -> None:
@@ -419,13 +419,7 @@ def test_interchanged_uniform_loops_match_the_interpreter(name: str, grid: int, 
 
 #: a grid-stride loop with a data-dependent `break`, as lifted: two exit edges, raised as a
 #: multi-exit while (exit flags, a condition per way out)
-GRID_STRIDE_BREAK = PROLOGUE + '''
-  %four = "upir.const"() {value = 4 : i64} : () -> i32
-  %nt = "upir.special"() {reg = "%ntid.x"} : () -> i32
-  %nc = "upir.special"() {reg = "%nctaid.x"} : () -> i32
-  %c = "upir.special"() {reg = "%ctaid.x"} : () -> i32
-  %start = "ptx.mad"(%c, %nt, %t) {mods = ["lo", "s32"]} : (i32, i32, i32) -> i32
-  %stride = "ptx.mul"(%nt, %nc) {mods = ["lo", "s32"]} : (i32, i32) -> i32
+GRID_STRIDE_BREAK = PROLOGUE + _GRID + '''
   "cf.br"(%start) [^bb1] : (i32) -> ()
 ^bb1(%i: i32):
   %in = "ptx.setp"(%i, %n) {mods = ["lt", "s32"], line = 3 : i64} : (i32, i32) -> i1

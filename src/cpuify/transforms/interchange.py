@@ -48,6 +48,7 @@ from cpuify.ir.structured_shapes import has_loop, regions_branching_back
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.transforms.interchange_structured import (  # noqa: F401 (LOOP_*: cli/main.py)
     INTERCHANGED, LOOP_ACCESSES, LOOP_ORDER, PER_THREAD, interchange_thread_strided, interchange_uniform,
+    strided_across_threads,
 )
 from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 from cpuify.transforms.sum_split import RELOAD, SUM_SPLIT
@@ -348,26 +349,8 @@ def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore
 
 def _thread_strided(header: Block, body: set[Block], idom, incoming, uniform  # type: ignore[no-untyped-def]
                     ) -> bool:
-    def outside(v: Value) -> bool:
-        return defining_block(v) not in body
-
-    found = False
-    for arg in header.args:
-        if arg.type not in ("i32", "i64"):
-            continue
-        inits, steps = _induction(header, arg, idom, incoming)
-        if any(s not in uniform and outside(s) for s in steps):
-            # an index that moves by a fixed stride of its own in each thread: the threads of
-            # one iteration are not one stride apart (nvcc's countdown of the remainder
-            # iterations alone does not make such a loop thread-strided; a sum, whose
-            # increment is computed in the loop, is no index)
-            return False
-        # (an initial value computed inside the loop: the header is entered again with a
-        # value that is no step of the counter, as a recursion's call stack does)
-        if inits and steps and any(i not in uniform for i in inits) and \
-                all(outside(i) for i in inits):
-            found = True
-    return found
+    return strided_across_threads(header.args, lambda a: _induction(header, a, idom, incoming),
+                                  lambda v: defining_block(v) not in body, uniform)
 
 
 def _steps(header: Block, idom, incoming) -> list[Value]:  # type: ignore[no-untyped-def]

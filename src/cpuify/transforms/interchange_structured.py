@@ -26,6 +26,8 @@ region (an irreducible loop the raise kept as CFG) is lowered and takes the CFG 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from cpuify.analysis.cfg import immediate_post_dominators
 from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.loop_order import LoopOrder
@@ -116,16 +118,30 @@ def induction(view: LoopView, arg: BlockArgument) -> tuple[list[Value], list[Val
 
 def thread_strided(view: LoopView, uniform: set[Value]) -> bool:
     """transforms/interchange.py `_thread_strided` on a loop op."""
-    def outside(v: Value) -> bool:
-        return defining_block(v) not in view.body
+    return strided_across_threads(view.args, lambda a: induction(view, a),
+                                  lambda v: defining_block(v) not in view.body, uniform)
 
+
+def strided_across_threads(args: list[BlockArgument],
+                           induction_of: Callable[[BlockArgument], tuple[list[Value], list[Value]]],
+                           outside: Callable[[Value], bool], uniform: set[Value]) -> bool:
+    """Whether a loop (its header's arguments, their initial values and steps, and which
+    values are defined outside it) has a thread-strided induction variable: one that starts
+    at a different value in each thread and steps by the same amount in all threads, and
+    no index that moves by a stride of its own in each thread."""
     found = False
-    for arg in view.args:
+    for arg in args:
         if arg.type not in ("i32", "i64"):
             continue
-        inits, steps = induction(view, arg)
+        inits, steps = induction_of(arg)
         if any(s not in uniform and outside(s) for s in steps):
+            # an index that moves by a fixed stride of its own in each thread: the threads of
+            # one iteration are not one stride apart (nvcc's countdown of the remainder
+            # iterations alone does not make such a loop thread-strided; a sum, whose
+            # increment is computed in the loop, is no index)
             return False
+        # (an initial value computed inside the loop: the header is entered again with a
+        # value that is no step of the counter, as a recursion's call stack does)
         if inits and steps and any(i not in uniform for i in inits) and \
                 all(outside(i) for i in inits):
             found = True
