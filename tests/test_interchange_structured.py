@@ -459,3 +459,27 @@ def test_grid_stride_loop_with_a_break_as_a_multi_exit_while() -> None:
     CHECK: exit_flags
     ''')
     _same_as_on_the_cfg(text, STRIDED)
+
+
+@pytest.mark.parametrize("source, name", _kernels(), ids=[k for _, k in _kernels()])
+def test_lowered_size_of_innermost_loops_is_their_cfg_size(source: str, name: str) -> None:
+    """interchange-uniform-loops' min_ops counts a loop's ops once lowered: lowered_size of
+    an innermost loop op is the op count of its blocks in the lowered kernel."""
+    from cpuify.analysis.structured_loops import LOOP_OPS
+    from cpuify.ir.core import dominators
+    from cpuify.ir.structure import block_body
+    from cpuify.ir.structured_shapes import lowered_size
+    from cpuify.transforms.interchange import _loops
+    module = parse_ptx(_ptx(source))
+    upto = default_pipeline()[:default_pipeline().index("raise-structured-cf") + 1]
+    lifted, _ = lift_and_optimize(module, module.functions[name], PipelineOptions(passes=tuple(upto)))
+    op = lifted.op
+    innermost = [o for o in op.walk() if o.name in LOOP_OPS and
+                 not any(x is not o and x.name in LOOP_OPS for x in o.walk())]
+    lowered = parse_op(print_op(op))
+    lower_structured_control_flow(lowered)
+    region = block_body(lowered)
+    loops = _loops(region, dominators(region))
+    on_cfg = sorted(sum(len(b.ops) for b in body) for h, body in loops.items()
+                    if not any(o is not h and o in body for o in loops))
+    assert innermost and sorted(lowered_size(o) for o in innermost) == on_cfg
