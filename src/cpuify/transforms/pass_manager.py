@@ -28,9 +28,13 @@ ops).  Each pass class says which it works on in a `form` class attribute:
 An "any" pass may also lower the kernel itself when the rewrite it has to make is the
 CFG's, only where a quick test on the structured form says it may fire
 (`lower_for_cfg_rewrite`; narrow-induction-variables where a 64-bit merged value may narrow,
-reroll-loops where nvcc's unrolled loops may be, the barrier passes where a barrier is, the
-loop interchanges and split-in-order-sums where a loop is, simd-collectives where a warp
-collective is): the manager sees that and counts it as a lowering for that pass.
+reroll-loops where nvcc's unrolled loops may be, the barrier passes where a barrier is,
+split-in-order-sums where a loop of one block carries a float and stores, simd-collectives
+where a warp collective is): the manager sees that and counts it as a lowering for that
+pass.  The two loop interchanges rewrite `upir.for`/`upir.while` ops in place (their soft
+barrier, iteration counter and exit stops put into the regions where the lowering puts the
+loop's header and exits: transforms/interchange_structured.py) and lower only a kernel that
+keeps a cycle of blocks in a region (what the raise left as CFG).
 
 raise-structured-cf runs early; from there on the structured form is the pipeline's working
 form.  The pass manager converts only at a transition: it lowers (ir/structured.py) before a
