@@ -394,8 +394,10 @@ class ThreadLoopPlans(SegmentPaths):
         sp = self.syncs[resume - 1]
         if self._uniform_loop_pass(sp):
             return self.UNIFORM_LOOP_PREFETCH_AHEAD
-        soft = self.sync_kind(sp) == SYNC_KINDS["soft"]
-        return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
+        if self.sync_kind(sp) == SYNC_KINDS["soft"]:
+            return self.PREFETCH_AHEAD
+        # (stream-prefetch-distance marks the barriers of loops that stream data of their own)
+        return int(sp.op.attributes.get("prefetch_ahead", self.LOOP_PREFETCH_AHEAD))
 
     @staticmethod
     def _computed_from_threads(v: Value, restored: set[Value]) -> bool:
