@@ -20,6 +20,8 @@ from cpuify.ir.parser import parse_op
 from cpuify.ir.printer import print_op
 from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.pass_manager import PipelineOptions, make_pass
+from test_prefetch import SRC as PREFETCH_SRC     # its tiled_mm: A's tiles picked by blockIdx.y
+                                                  # alone, B's by blockIdx.x (shared by blocks)
 
 SRC = r'''
 // pathfinder's shape: a row per iteration, each block its own columns of each row
@@ -39,23 +41,6 @@ extern "C" __global__ void rows_min(const int *wall, int *out, int cols, int row
         __syncthreads();
     }
     if (x < cols) out[x] = prev[t];
-}
-// tiles of A and B: blockIdx.y alone picks A's, blockIdx.x alone B's (shared by blocks)
-extern "C" __global__ void tiled_mm(float *C, const float *A, const float *B, int wA, int wB) {
-    __shared__ float As[16][16];
-    __shared__ float Bs[16][16];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int aBegin = wA * 16 * blockIdx.y, aEnd = aBegin + wA - 1, bBegin = 16 * blockIdx.x;
-    float c = 0.0f;
-    for (int a = aBegin, b = bBegin; a <= aEnd; a += 16, b += 16 * wB) {
-        As[ty][tx] = A[a + wA * ty + tx];
-        Bs[ty][tx] = B[b + wB * ty + tx];
-        __syncthreads();
-        for (int k = 0; k < 16; ++k)
-            c += As[ty][k] * Bs[k][tx];
-        __syncthreads();
-    }
-    C[wB * 16 * blockIdx.y + 16 * blockIdx.x + wB * ty + tx] = c;
 }
 // the rows through an index array: the row a block reads is loaded, not computed
 extern "C" __global__ void rows_gather(const int *order, const float *w, float *out, int cols,
@@ -99,7 +84,7 @@ extern "C" __global__ void rows_sum(const float *w, float *out, int cols, int ro
 
 @pytest.fixture(scope="module")
 def ptx():
-    return parse_ptx(compile_to_ptx(SRC).ptx)
+    return parse_ptx(compile_to_ptx(SRC + PREFETCH_SRC).ptx)
 
 
 def _marks(ptx, kernel, block, disabled=()):
