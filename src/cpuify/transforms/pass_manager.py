@@ -92,7 +92,7 @@ def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
         barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
-        progress, reroll, structured_cf, sum_split,
+        prefetch_distance, progress, reroll, structured_cf, sum_split,
         thread_ranges, threads, warps,
     )
 
@@ -126,14 +126,15 @@ def default_pipeline() -> list[str]:
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
 #: flushes left to the readers (it reads who reads each value in the final IR); the threads
-#: each `if` on one thread index selects (on the final branches: the thread loops' bounds)
+#: each `if` on one thread index selects (on the final branches: the thread loops' bounds);
+#: how far ahead the loops with barriers prefetch (it reads the final loops and barriers)
 DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
-                 "flush-min-max-at-uses", "thread-index-ranges")
+                 "flush-min-max-at-uses", "thread-index-ranges", "stream-prefetch-distance")
 
 
 class PipelineError(CpuifyError):
