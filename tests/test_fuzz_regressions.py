@@ -1730,3 +1730,33 @@ def test_min_max_nan_of_a_signaling_nan(op: str, run: str) -> None:
         a, got = neg.astype(np.uint32).view(np.float32), out.view(np.float32)
     nan = np.isnan(a)
     assert nan.sum() >= 2 and np.isnan(got[nan]).all(), (got, a)
+
+
+# fz_4244_266 (seed 4244 --half, kernel 266): `a * a + __uint2half_rd(u)` with u built from
+# `__brev(threadIdx.z)`, in code specialized for 4 z threads, gave inf for u = 2^31 instead of
+# 65504 + a * a rounded: LLVM (22.1) folds `fpext(fptrunc(uitofp x))` to `uitofp x` where x's
+# known bits fit f16's significand (2^31 is one bit wide), so the directed rounding saw no
+# error; an overflow's error is now taken from the value (ptx_spec_convert._half_error).
+HALF_OF_BREV = r'''
+#include <cuda_fp16.h>
+extern "C" __global__ void half_of_brev(const unsigned short *in, unsigned short *out) {
+    const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned u = (2147483648u & threadIdx.z) ^ __brev(threadIdx.z);
+    const __half a = __ushort_as_half(in[t]);
+    out[2 * t] = __half_as_ushort(a * a + __uint2half_rd(u));
+    out[2 * t + 1] = __half_as_ushort(a * a + __int2half_ru(-(int)(u >> 1)));
+}'''
+
+
+@pytest.mark.parametrize("run", ["generic", "specialized"])
+def test_integer_to_half_directed_overflow(run: str) -> None:
+    fn = cpuify.RawModule(code=HALF_OF_BREV).get_function("half_of_brev")
+    a = np.full(64, 0.5, np.float16)
+    for _ in range(1 if run == "generic" else 2):       # the second launch: specialized code
+        out = np.zeros(128, np.uint16)
+        fn((1,), (4, 4, 4), (a.view(np.uint16), out))
+    # z = 0: u = 0, 0.5 * 0.5 in both; z > 0: u >= 2^30, which rounds down (rd) to f16's
+    # largest finite value 65504 (+0.25 rounds back to it), and -(u >> 1) <= -2^29 up (ru)
+    # to -65504 (-65503.75 rounds to it); to nearest both would be infinities
+    want = np.array([[0x3400, 0x3400]] * 16 + [[0x7BFF, 0xFBFF]] * 48, np.uint16).ravel()
+    np.testing.assert_array_equal(out, want)

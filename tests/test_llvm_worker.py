@@ -155,3 +155,30 @@ def test_fz_2809_6391_exponential_unswitching_is_bounded(monkeypatch: pytest.Mon
     spec = fuzz.KernelSpec.from_json(json.loads((ROOT / "tests" / "data" / "fuzz" / "fz_2809_6391.json").read_text()))
     results, _ = fuzz.run_batch([spec], specialized=True)
     assert results[0]["status"] == "ok", results[0]["detail"]
+
+
+def test_an_unresolved_library_call_is_an_error_not_a_call_of_address_0() -> None:
+    """MCJIT gives a symbol no loaded library defines the address 0; a call of it faulted
+    far from the cause (f64 -> f16 on CPUs without AVX512-FP16 was libgcc's __truncdfhf2).
+    The loader names it instead.  A name the process has (libm's sin, cpuify's runtime)
+    loads as before."""
+    llvm = jit.llvm
+    jit._init()
+
+    def obj_of(text: str) -> bytes:
+        return jit.target_machine().emit_object(llvm.parse_assembly(text))
+
+    missing = obj_of("declare double @cpuify_no_such_function(double)\n"
+                     "define double @f(double %x) {\n"
+                     "  %r = call double @cpuify_no_such_function(double %x)\n"
+                     "  ret double %r\n}\n")
+    assert jit.undefined_symbols(missing) == ["cpuify_no_such_function"]
+    with pytest.raises(CpuifyError, match="cpuify_no_such_function"):
+        jit.LoadedObject(missing)
+    present = obj_of("declare double @sin(double)\n"
+                     "define double @f(double %x) {\n"
+                     "  %r = call double @sin(double %x)\n"
+                     "  ret double %r\n}\n")
+    assert jit.undefined_symbols(present) == ["sin"]
+    loaded = jit.LoadedObject(present)
+    assert loaded.function_address("f")

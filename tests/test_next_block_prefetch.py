@@ -339,3 +339,65 @@ def test_in_place_explained_and_sorted(tmp_path, capsys):
             want = np.sort(d.reshape(blocks, 256), axis=1).reshape(-1)
             f((blocks,), (256,), (d,))
             np.testing.assert_array_equal(d, want)
+
+
+# the suite's hotspot stencil: halo columns and rows loaded under `if`s on one thread index
+HOTSPOT = r'''
+extern "C" __global__ void hotspot(const float *tin, const float *power, float *tout, int nx,
+                                   int ny) {
+    __shared__ float t[18][18];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int x = blockIdx.x * 16 + tx, y = blockIdx.y * 16 + ty;
+    int xc = min(x, nx - 1), yc = min(y, ny - 1);
+    const float *row = tin + (size_t)yc * nx;
+    t[ty + 1][tx + 1] = row[xc];
+    if (tx == 0)  t[ty + 1][0]  = row[max(xc - 1, 0)];
+    if (tx == 15) t[ty + 1][17] = row[min(xc + 1, nx - 1)];
+    if (ty == 0)  t[0][tx + 1]  = tin[(size_t)max(yc - 1, 0) * nx + xc];
+    if (ty == 15) t[17][tx + 1] = tin[(size_t)min(yc + 1, ny - 1) * nx + xc];
+    __syncthreads();
+    if (x < nx && y < ny) {
+        float c = t[ty + 1][tx + 1];
+        size_t i = (size_t)y * nx + x;
+        tout[i] = c + 0.2f * (power[i] + t[ty][tx + 1] + t[ty + 2][tx + 1] + t[ty + 1][tx]
+                              + t[ty + 1][tx + 2] - 4.0f * c);
+    }
+}
+'''
+
+
+@pytest.mark.parametrize("disabled", [(), ("thread-index-ranges",)])
+def test_halo_accesses_probe_only_their_threads(disabled):
+    ptx = _ptx(HOTSPOT)
+    lifted = lift_and_optimize(ptx, ptx.functions["hotspot"], PipelineOptions(disabled=frozenset(disabled)),
+                               (16, 16, 1))[0]
+    kc = KernelCodegen(ModuleCodegen(ptx), lifted, (16, 16, 1))
+    found = [(op.name, len(p), w) for op, p, w in kc.block_prefetches]
+    if not disabled:
+        # the tile (16 rows, two probes each: 64 bytes may straddle a line), the column under
+        # tx == 0 and the one under tx == 15 (one thread a row), the rows under ty == 0 and
+        # ty == 15 (one row), then power[i] and tout[i] (for writing): 132 lines of 160
+        assert found == [("ptx.ld", 32, False), ("ptx.ld", 16, False), ("ptx.ld", 16, False),
+                         ("ptx.ld", 2, False), ("ptx.ld", 2, False), ("ptx.ld", 32, False),
+                         ("ptx.st", 32, True)]
+    else:
+        # without the marks the halo accesses are probed for every thread and take the
+        # budget: power[i] and tout[i] get none
+        assert found == [("ptx.ld", 32, False)] * 5
+    assert sum(n for _, n, _ in found) <= KernelCodegen.NEXT_BLOCK_MAX_PREFETCHES
+
+
+@pytest.mark.parametrize("nx,ny", [(40, 24), (33, 50)])
+def test_hotspot_matches_numpy(nx, ny):
+    # partial edge blocks; the last blocks' prefetches run past the arrays' ends
+    rng = np.random.default_rng(nx * ny)
+    tin = rng.random((ny, nx), dtype=np.float32)
+    power = rng.random((ny, nx), dtype=np.float32)
+    tp = np.pad(tin.astype(np.float64), 1, mode="edge")
+    c = tp[1:-1, 1:-1]
+    ref = c + 0.2 * (power + tp[:-2, 1:-1] + tp[2:, 1:-1] + tp[1:-1, :-2] + tp[1:-1, 2:] - 4.0 * c)
+    f = cpuify.RawModule(code=HOTSPOT).get_function("hotspot")
+    for _ in range(2):          # the second launch runs the code specialized for the shape
+        out = np.zeros((ny, nx), np.float32)
+        f((-(-nx // 16), -(-ny // 16)), (16, 16), (tin, power, out, np.int32(nx), np.int32(ny)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

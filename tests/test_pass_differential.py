@@ -30,7 +30,8 @@ a float: interchanged), warp collectives (shuffles, votes, `__syncthreads_count`
 (a shared-memory histogram), and one kernel per pattern of the other passes (launch-invariant
 and block-invariant loops, compare-exchanges, flags set in ifs, staging ifs before
 barriers, duplicate threads, a running fmaxf under -ftz, a spin-wait on a flag, a row per
-thread with a max loop kept in each thread and a sum loop interchanged)."""
+thread with a max loop kept in each thread and a sum loop interchanged, a row loop with
+barriers streaming its own rows)."""
 
 from __future__ import annotations
 
@@ -388,6 +389,22 @@ extern "C" __global__ void row_stored_sum(const float *__restrict__ x, float *__
     for (int c = 0; c < cols; c++) { const float e = in[c] * in[c] + 0.25f; out[c] = e; t += e; }
     sums[row] = t;
 }''',
+    # stream-prefetch-distance: pathfinder's rows, each block its own columns of each row
+    "row_walk": r'''
+extern "C" __global__ void row_walk(const int *wall, int *out, int cols, int rows) {
+    __shared__ int prev[64];
+    int x = blockIdx.x * 64 + threadIdx.x, t = threadIdx.x;
+    prev[t] = x < cols ? wall[x] : 0;
+    __syncthreads();
+    for (int r = 1; r < rows; r++) {
+        int m = min(prev[t], prev[t > 0 ? t - 1 : t]);
+        int v = x < cols ? wall[r * cols + x] + m : 0;
+        __syncthreads();
+        prev[t] = v;
+        __syncthreads();
+    }
+    if (x < cols) out[x] = prev[t];
+}''',
     # spin-wait-yields: the last thread publishes a value the others wait for
     "flag_wait": r'''
 extern "C" __global__ void flag_wait(const int *data, int *out) {
@@ -451,6 +468,8 @@ CASES = {
                                                    np.zeros(40, np.float32), np.int32(40), np.int32(37)]),
     "rows_per_thread": Case((2,), (16,), lambda r: [_f32(r, 30 * 37, 4, -2), _f32(r, 37),
                                                     np.zeros(30, np.float32), np.int32(30), np.int32(37)]),
+    "row_walk": Case((3,), (64,), lambda r: [_i32(r, 150 * 6), np.zeros(150, np.int32), np.int32(150),
+                                             np.int32(6)]),
 }
 
 _HEADER = re.compile(r"^// -----// IR of kernel '[^']*' after ([\w-]+) //----- //\n", re.MULTILINE)
@@ -591,6 +610,7 @@ FAST_WITHOUT = {
     "round_trip": {"store-forwarding"},
     "warp_max": {"simd-collectives"},
     "row_max": {"flush-min-max-at-uses"},
+    "row_walk": {"stream-prefetch-distance"},
     "legacy_reduce": {"flat-thread-loops"},
 }
 

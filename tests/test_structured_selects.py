@@ -267,13 +267,15 @@ def test_reroll_on_structured_input(ptx: str, name: str, fires: int, may: bool) 
 
 @pytest.mark.parametrize("name, first", [
     ("two_flags", "barrier-elimination"), ("flag_in_loop", "barrier-elimination"),
-    ("axpy_pre", "reroll-loops"), ("no_unroll", "interchange-thread-strided-loops"),
+    ("axpy_pre", "reroll-loops"), ("no_unroll", "min-cut-fission"),
     ("guarded", None)])
 def test_pipeline_lowers_only_where_a_cfg_rewrite_may_fire(ptx: str, name: str,
                                                            first: str | None) -> None:
     """The default pipeline's first lowering: by the first pass whose rewrite is the CFG's
-    and whose quick test says it may fire (a barrier, nvcc's unrolled loops, a loop); a
-    kernel with none of them is never lowered, and so not raised again at the end."""
+    and whose quick test says it may fire (a barrier, nvcc's unrolled loops; a sync point:
+    no_unroll's grid-stride loop is interchanged on the regions, and its soft barrier is
+    what min-cut-fission splits at); a kernel with none of them is never lowered, and so
+    not raised again at the end."""
     module = parse_ptx(ptx)
     op = lift_kernel(module, module.functions[name]).op
     result = run_pipeline(op, PipelineOptions(verify_each=True))

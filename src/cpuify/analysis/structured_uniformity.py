@@ -93,7 +93,7 @@ def structured_uniform_values(region: Region) -> set[Value]:
     while True:
         before = len(divergent)
         for op in structured:
-            if op not in divergent and _exits_apart(op, uniform):
+            if op not in divergent and exits_apart(op, uniform):
                 divergent.add(op)
         for r in regions:
             _divide_cfg(r, uniform, divergent, kill)
@@ -105,7 +105,7 @@ def structured_uniform_values(region: Region) -> set[Value]:
         propagate()
 
 
-def _exits_apart(op: Operation, uniform: set[Value]) -> bool:
+def exits_apart(op: Operation, uniform: set[Value]) -> bool:
     """Whether the threads may leave the structured op `op` apart: an if on a condition that
     is not uniform, a loop whose exit test is not."""
     if op.name == "upir.if":

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ import threading
 import llvmlite.binding as llvm
 
 from cpuify.codegen import llvm_worker
+from cpuify.errors import CpuifyError
 from cpuify.forksafe import compile_section, hold_during_fork, renew_in_child
 
 _lock = threading.Lock()
@@ -464,6 +466,7 @@ class LoadedObject:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
+        _check_resolved(obj, self.engine)
         self._perf_map(obj)
 
     def add(self, obj: bytes) -> None:
@@ -471,6 +474,7 @@ class LoadedObject:
         with compile_section(), _lock:
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
+        _check_resolved(obj, self.engine)
         self._perf_map(obj)
 
     def _perf_map(self, obj: bytes) -> None:
@@ -515,6 +519,41 @@ class LoadedObject:
         if not addr:
             raise KeyError(name)
         return addr
+
+
+def undefined_symbols(obj: bytes) -> list[str]:
+    """The names an ELF64 relocatable object uses but does not define (its symbol table's
+    entries in no section)."""
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return []           # (not a little-endian ELF64 object: nothing to check here)
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
+                for i in range(shnum)]
+    names = []
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 2 or not entsize:            # SHT_SYMTAB
+            continue
+        strtab = sections[link][4]
+        for at in range(offset + entsize, offset + size, entsize):      # (entry 0 is null)
+            name, _, _, shndx = struct.unpack_from("<IBBH", obj, at)
+            if shndx == 0 and name:
+                names.append(obj[strtab + name:obj.index(b"\0", strtab + name)].decode())
+    return names
+
+
+def _check_resolved(obj: bytes, engine: llvm.ExecutionEngine) -> None:
+    """MCJIT gives a symbol it cannot find the address 0, and a call through it faults far
+    from the cause (LLVM's libcalls, such as libgcc's __truncdfhf2 for an f64 -> f16
+    conversion on CPUs without AVX512-FP16, are in no library of this process): a name
+    neither the process nor an object of the engine defines is an error here."""
+    missing = [n for n in undefined_symbols(obj) if not llvm.address_of_symbol(n)
+               and not engine.get_global_value_address(n)]
+    if missing:
+        raise CpuifyError(
+            f"the generated code calls {', '.join(sorted(set(missing)))}, which no library "
+            "loaded in this process defines (an LLVM library call cpuify does not provide "
+            "on this CPU); please report it with the kernel")
 
 
 # (a worker forked from this process serves with it)

@@ -30,6 +30,15 @@ def next_block_prefetch_enabled() -> bool:
     cache's key, compiler.toolchain_key)."""
     return os.environ.get("CPUIFY_NEXT_BLOCK_PREFETCH", "1").strip() != "0"
 
+def _probes_in(ranges: tuple[tuple[int, int, int], ...], size: int) -> list[tuple[int, int, int]]:
+    """The threads (x, y, z) whose addresses of `size` bytes cover every line that the threads
+    in `ranges` ((start, stop, step) for x, y, z) touch along a row: one per 64-byte line of
+    each row and the row's last, of consecutive threads; every thread of a strided range."""
+    (x0, x1, xs), (y0, y1, ys), (z0, z1, zs) = ranges
+    xs_probed = [x0 + x for x in row_probes(x1 - x0, size)] if xs == 1 else list(range(x0, x1, xs))
+    return [(x, y, z) for z in range(z0, z1, zs) for y in range(y0, y1, ys) for x in xs_probed]
+
+
 @dataclass
 class DeferredRegion:
     """An `if` on one thread index near the end of a segment (a stencil's halo load under
@@ -225,6 +234,12 @@ class ThreadLoopPlans(SegmentPaths):
         found: list[tuple[Operation, list[tuple[int, int, int]], bool]] = []
         seen: dict[tuple[Value, int], int] = {}
         lines = 0
+        # an access in an `if` on one thread index that runs after its segment's thread loop
+        # (a stencil's halo column under `tx == 0`): probed for the threads it runs for only,
+        # which leaves the budget to the accesses after it (the hotspot stencil's halo rows
+        # and columns took all 160 lines, its power loads and output stores got none)
+        full = tuple((0, d, 1) for d in dims)
+        selected = self._deferred_blocks()
         for blk in self.region.blocks:
             for op in blk.ops:
                 if op.name not in ("ptx.ld", "ptx.st") or memory_space(op) != "global" or \
@@ -240,8 +255,7 @@ class ThreadLoopPlans(SegmentPaths):
                         not uses_special(addr, "%ctaid.x", 16):
                     return []   # a block whose traffic is not all known ahead: left alone
                 if uses_special(addr, "%tid", 16):
-                    probes = [(x, y, z) for z in range(dims[2]) for y in range(dims[1])
-                              for x in row_probes(dims[0], access_size(op))]
+                    probes = _probes_in(selected.get(blk, full), access_size(op))
                 else:
                     probes = [(0, 0, 0)]    # the same address in every thread
                 probes = probes[:self.NEXT_BLOCK_MAX_PREFETCHES - lines]
@@ -252,6 +266,22 @@ class ThreadLoopPlans(SegmentPaths):
                 found.append((op, probes, op.name == "ptx.st"))
         return found
 
+
+    def _deferred_blocks(self) -> dict[Block, tuple[tuple[int, int, int], ...]]:
+        """The blocks of the `if`s on one thread index that run after their segment's thread
+        loop (deferred_regions), each with the (start, stop, step) of the x, y and z threads
+        that run it."""
+        out: dict[Block, tuple[tuple[int, int, int], ...]] = {}
+        for regions in self.deferred.values():
+            for region in regions:
+                stack = [region.entry]
+                while stack:
+                    b = stack.pop()
+                    if b is region.join or b in out:
+                        continue
+                    out[b] = region.ranges
+                    stack.extend(b.successors)
+        return out
 
     #: set by next_block_prefetches: the kernel was left without them as an in-place update
     in_place_update: bool = False
@@ -391,8 +421,10 @@ class ThreadLoopPlans(SegmentPaths):
         sp = self.syncs[resume - 1]
         if self._uniform_loop_pass(sp):
             return self.UNIFORM_LOOP_PREFETCH_AHEAD
-        soft = self.sync_kind(sp) == SYNC_KINDS["soft"]
-        return self.PREFETCH_AHEAD if soft else self.LOOP_PREFETCH_AHEAD
+        if self.sync_kind(sp) == SYNC_KINDS["soft"]:
+            return self.PREFETCH_AHEAD
+        # (stream-prefetch-distance marks the barriers of loops that stream data of their own)
+        return int(sp.op.attributes.get("prefetch_ahead", self.LOOP_PREFETCH_AHEAD))
 
     @staticmethod
     def _computed_from_threads(v: Value, restored: set[Value]) -> bool:

@@ -180,7 +180,11 @@ def for_as_while(op: Operation) -> Operation | None:
     same loop with ops in its header (a soft barrier there: the place an interchange with
     the thread loop needs): the before region tests `iv <predicate> ub` and passes the
     induction variable and the carried values on, the after region is the body with
-    `iv + step` added in front of each yield.  Lowered, both are the same CFG.  Returns the
+    `iv + step` added in front of each yield.  Lowered, both are the same CFG where the
+    lowering folds what follows the op into its exits (a branch, or nothing, using its
+    results); where the ops after it start a continuation block, the while's induction
+    variable is one more argument of that block (transforms/interchange_structured.py
+    moves those ops to a block of their own first).  Returns the
     while, or None (nothing changed) for a for lowered as a do-while or whose body keeps its
     arguments for a soft barrier's lockstep counters."""
     if DO_WHILE in op.attributes or op.parent is None:
@@ -225,6 +229,18 @@ def for_as_while(op: Operation) -> Operation | None:
     block.ops[block.ops.index(op)] = loop
     op.parent = None
     return loop
+
+
+def continues(condition: Operation) -> bool:
+    """Whether a while's `upir.condition` may go on to the next iteration: all but the
+    exits of a multi-exit while that the raise made always leave (a constant false test)."""
+    return _const_test(condition.operands[0]) != 0
+
+
+def always_goes_on(condition: Operation) -> bool:
+    """Whether a while's `upir.condition` never leaves (a back edge of a multi-exit while
+    the raise made a condition with a constant true test)."""
+    return _const_test(condition.operands[0]) == 1
 
 
 def has_structured_ops(op: Operation) -> bool:

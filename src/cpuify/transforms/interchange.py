@@ -20,14 +20,20 @@ grid-stride loop in each step of a time loop with `grid.sync()`/`__syncthreads()
 steps), with a thread-strided induction variable: initial value different per thread, step
 the same for all threads (a loop whose counter is the same for every thread is handled by
 interchange_uniform_loops below).  Barriers elsewhere in the kernel are fine: all live
-threads enter the loop together, from the kernel's start or from the same barrier."""
+threads enter the loop together, from the kernel's start or from the same barrier.
+
+Both passes take either form.  On structured control flow they decide and rewrite on the
+`upir.for`/`upir.while` ops themselves (transforms/interchange_structured.py: the same
+decisions, the soft barrier and counter where the lowering puts the loop's header), with no
+lowering; a kernel that keeps a cycle of blocks in a region (what the raise could not nest)
+is lowered and takes the CFG functions below."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from cpuify.analysis.cfg import immediate_post_dominators, incoming_values as _incoming
+from cpuify.analysis.cfg import cyclic_blocks, immediate_post_dominators, incoming_values as _incoming
 from cpuify.analysis.induction import increment_terms
 from cpuify.analysis.loop_order import loop_order
 from cpuify.analysis.uniformity import uniform_values, uses_special
@@ -38,8 +44,12 @@ from cpuify.ir.core import (
 )
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured_shapes import has_loop
+from cpuify.ir.structured_shapes import has_loop, regions_branching_back
 from cpuify.analysis.manager import AnalysisManager, cached
+from cpuify.transforms.interchange_structured import (  # noqa: F401 (LOOP_*: cli/main.py)
+    INTERCHANGED, LOOP_ACCESSES, LOOP_ORDER, PER_THREAD, interchange_thread_strided, interchange_uniform,
+    strided_across_threads,
+)
 from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 from cpuify.transforms.sum_split import RELOAD, SUM_SPLIT
 
@@ -52,14 +62,23 @@ class InterchangeThreadStridedLoops:
     counter it adds is recorded on the header's soft barrier (`lockstep`: indices of the
     header's arguments that are the same in every thread resuming there)."""
     name: str = "interchange-thread-strided-loops"
-    #: on the CFG; structured input is lowered only where a loop is
+    #: structured loops rewritten in place (transforms/interchange_structured.py); a kernel
+    #: with a cycle of blocks left as CFG is lowered
     form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
-        if not _lowered_where_loops(kernel, analyses):
-            return 0
-        counters = interchange_thread_strided_loops(block_body(kernel), analyses)
+        counters: list[BlockArgument] | None = None
+        if _on_regions(kernel, analyses):
+            if not has_loop(kernel):
+                return 0
+            counters = interchange_thread_strided(block_body(kernel), analyses)
+            if counters is None:        # (a loop shape the structured rewrite does not take)
+                lower_for_cfg_rewrite(kernel, analyses)
+        elif structured_now(kernel, analyses):
+            lower_for_cfg_rewrite(kernel, analyses)
+        if counters is None:
+            counters = interchange_thread_strided_loops(block_body(kernel), analyses)
         for arg in counters:
             soft = next(op for op in arg.block.ops if op.name == "upir.barrier" and op.attr("soft"))
             soft.attributes["lockstep"] = sorted(set(soft.attr("lockstep", [])) | {arg.index})
@@ -81,22 +100,23 @@ class InterchangeUniformLoops:
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops interchanged."""
-        if not _lowered_where_loops(kernel, analyses):
-            return 0
+        if _on_regions(kernel, analyses):
+            if not has_loop(kernel):
+                return 0
+            return len(interchange_uniform(block_body(kernel), self.min_ops, self.by_access,
+                                           analyses))
+        if structured_now(kernel, analyses):
+            lower_for_cfg_rewrite(kernel, analyses)
         return len(interchange_uniform_loops(block_body(kernel), min_ops=self.min_ops,
                                              analyses=analyses, by_access=self.by_access))
 
 
-
-def _lowered_where_loops(kernel: Operation, analyses: AnalysisManager | None) -> bool:
-    """Whether the kernel has a loop (the interchanges take nothing else); structured input
-    that has one is lowered for the CFG analyses."""
-    if not structured_now(kernel, analyses):
-        return True
-    if not has_loop(kernel):
-        return False
-    lower_for_cfg_rewrite(kernel, analyses)
-    return True
+def _on_regions(kernel: Operation, analyses: AnalysisManager | None) -> bool:
+    """Whether the interchange runs on the structured form (transforms/
+    interchange_structured.py): the kernel holds structured ops and no cycle of blocks was
+    left as CFG in a region (the CFG pass takes those, the kernel lowered)."""
+    return structured_now(kernel, analyses) and \
+        not any(cyclic_blocks(r) for r in regions_branching_back(kernel))
 
 
 def interchange_thread_strided_loops(region: Region, analyses: AnalysisManager | None = None
@@ -329,26 +349,8 @@ def _induction(header: Block, arg: BlockArgument, idom, incoming  # type: ignore
 
 def _thread_strided(header: Block, body: set[Block], idom, incoming, uniform  # type: ignore[no-untyped-def]
                     ) -> bool:
-    def outside(v: Value) -> bool:
-        return defining_block(v) not in body
-
-    found = False
-    for arg in header.args:
-        if arg.type not in ("i32", "i64"):
-            continue
-        inits, steps = _induction(header, arg, idom, incoming)
-        if any(s not in uniform and outside(s) for s in steps):
-            # an index that moves by a fixed stride of its own in each thread: the threads of
-            # one iteration are not one stride apart (nvcc's countdown of the remainder
-            # iterations alone does not make such a loop thread-strided; a sum, whose
-            # increment is computed in the loop, is no index)
-            return False
-        # (an initial value computed inside the loop: the header is entered again with a
-        # value that is no step of the counter, as a recursion's call stack does)
-        if inits and steps and any(i not in uniform for i in inits) and \
-                all(outside(i) for i in inits):
-            found = True
-    return found
+    return strided_across_threads(header.args, lambda a: _induction(header, a, idom, incoming),
+                                  lambda v: defining_block(v) not in body, uniform)
 
 
 def _steps(header: Block, idom, incoming) -> list[Value]:  # type: ignore[no-untyped-def]
@@ -451,9 +453,3 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     return done
 
 
-#: attribute on a block-uniform loop's back edges: the loop order chosen for it
-LOOP_ORDER = "loop_order"
-#: ... and the accesses it was chosen from (LoopOrder.describe)
-LOOP_ACCESSES = "loop_accesses"
-PER_THREAD = "per-thread"           # each thread runs the loop: its own loop is innermost
-INTERCHANGED = "interchanged"       # a soft barrier per iteration: the thread loop is innermost

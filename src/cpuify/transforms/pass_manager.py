@@ -28,9 +28,13 @@ ops).  Each pass class says which it works on in a `form` class attribute:
 An "any" pass may also lower the kernel itself when the rewrite it has to make is the
 CFG's, only where a quick test on the structured form says it may fire
 (`lower_for_cfg_rewrite`; narrow-induction-variables where a 64-bit merged value may narrow,
-reroll-loops where nvcc's unrolled loops may be, the barrier passes where a barrier is, the
-loop interchanges and split-in-order-sums where a loop is, simd-collectives where a warp
-collective is): the manager sees that and counts it as a lowering for that pass.
+reroll-loops where nvcc's unrolled loops may be, the barrier passes where a barrier is,
+split-in-order-sums where a loop of one block carries a float and stores, simd-collectives
+where a warp collective is): the manager sees that and counts it as a lowering for that
+pass.  The two loop interchanges rewrite `upir.for`/`upir.while` ops in place (their soft
+barrier, iteration counter and exit stops put into the regions where the lowering puts the
+loop's header and exits: transforms/interchange_structured.py) and lower only a kernel that
+keeps a cycle of blocks in a region (what the raise left as CFG).
 
 raise-structured-cf runs early; from there on the structured form is the pipeline's working
 form.  The pass manager converts only at a transition: it lowers (ir/structured.py) before a
@@ -88,7 +92,7 @@ def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
         barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
-        progress, reroll, structured_cf, sum_split,
+        prefetch_distance, progress, reroll, structured_cf, sum_split,
         thread_ranges, threads, warps,
     )
 
@@ -123,6 +127,7 @@ def default_pipeline() -> list[str]:
 #: in-order float sums of row-per-thread loops split out just before the uniform one);
 #: flushes left to the readers (it reads who reads each value in the final IR); the threads
 #: each `if` on one thread index selects (on the final branches: the thread loops' bounds);
+#: how far ahead the loops with barriers prefetch (it reads the final loops and barriers);
 #: last, the kernels whose generic thread loops may be flat (it only marks the kernel)
 DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
@@ -130,7 +135,8 @@ DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, 
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
-                 "flush-min-max-at-uses", "thread-index-ranges", "flat-thread-loops")
+                 "flush-min-max-at-uses", "thread-index-ranges", "stream-prefetch-distance",
+                 "flat-thread-loops")
 
 
 class PipelineError(CpuifyError):

@@ -56,7 +56,7 @@ from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Va
 from cpuify.ir.dialects import info, is_sync
 from cpuify.ir.modifiers import mods, ty, type_size
 from cpuify.ir.structure import block_body
-from cpuify.ir.structured_shapes import has_single_block_loop
+from cpuify.ir.structured_shapes import nested_ops, single_block_loop
 from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
 
 #: attribute on the back edges (and the guard) of the loops this pass makes
@@ -82,16 +82,35 @@ class SplitInOrderSums:
     """Pass: fission of single-block uniform loops whose in-order float sums add values the
     loop stores (the naive row softmax's `out[c] = e; total += e`)."""
     name: str = "split-in-order-sums"
-    #: on the CFG; structured input is lowered only where a loop of one block is
+    #: on the CFG; structured input is lowered only where a loop of one block carries a
+    #: float and stores, and no soft barrier is (_may_split)
     form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         """Returns the number of loops split."""
         if structured_now(kernel, analyses):
-            if not has_single_block_loop(kernel):
+            if not _may_split(kernel):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)
         return len(split_in_order_sums(block_body(kernel), analyses))
+
+
+def _may_split(kernel: Operation) -> bool:
+    """The quick test on the structured form: a loop of one block once lowered whose header
+    carries an f32/f64 value (the sum) and stores (the terms the split reads back: _plan
+    takes no loop without a store), and no soft barrier or recursion (the pass leaves such
+    kernels as they are)."""
+    ops = nested_ops(kernel)
+    if any(o.name == "upir.call_stack" or o.name == "upir.barrier" and o.attr("soft") for o in ops):
+        return False
+    for o in ops:
+        if not single_block_loop(o):
+            continue
+        header = o.parent if o.name not in ("upir.while", "upir.for") else o.regions[0].entry
+        if header is not None and any(a.type in ("f32", "f64") for a in header.args) and \
+                any(x.name == "ptx.st" for x in header.ops):
+            return True
+    return False
 
 
 def split_in_order_sums(region: Region, analyses: AnalysisManager | None = None) -> list[Block]:
