@@ -105,7 +105,7 @@ def close(got: np.ndarray, want: np.ndarray) -> None:
 
 
 @pytest.fixture(scope="module")
-def textures(build) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+def textures(build) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]  # noqa: F811
     return parse(lines(run(build("textures"))))
 
 
@@ -174,7 +174,7 @@ def test_3d_layered_and_gather(textures) -> None:  # type: ignore[no-untyped-def
     close(textures["gather_clamp"], [gather(image(), x, y, 0) for x, y in zip(XS, YS)])
 
 
-def test_surfaces(textures, build) -> None:  # type: ignore[no-untyped-def]
+def test_surfaces(textures, build) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     img = image()[..., 0]
     # v * 10 + 1 as one fma (nvcc contracts it): exact in double, rounded once
     close(textures["surface_written"], (img.astype(np.float64) * 10 + 1).astype(F))
@@ -187,7 +187,7 @@ def test_surfaces(textures, build) -> None:  # type: ignore[no-untyped-def]
     assert "surface store out of range in trap mode" in r.stderr
 
 
-def test_legacy_texture_references(build) -> None:  # type: ignore[no-untyped-def]
+def test_legacy_texture_references(build) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """texture<...> references, cudaBindTexture/2D/ToArray and cudaUnbindTexture (removed
     from CUDA 12+ headers) build unchanged through the compatibility header."""
     out = parse(lines(run(build("legacy_texture"))))
@@ -227,7 +227,7 @@ def test_texture_reference_detection(tmp_path) -> None:  # type: ignore[no-untyp
     assert uses_texture_references(str(tmp_path / "bind.cu"), [])
 
 
-def test_legacy_surface_references(build) -> None:  # type: ignore[no-untyped-def]
+def test_legacy_surface_references(build) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """surface<void, dim> references and cudaBindSurfaceToArray (removed from CUDA 12+
     headers) build unchanged through the compatibility header; results by hand."""
     out = lines(run(build("legacy_surface")))
