@@ -191,7 +191,8 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
     O3 runs in a worker process under a CPU-time limit (llvm_worker); over it, again with
     DEFAULT_UNSWITCH_OPTIONS, and over it once more, the "bounded" pipeline here (O2 without
     vectorization: it does no non-trivial unswitching, the pass that has no bound of its
-    own)."""
+    own).  A worker that LLVM itself ends (an assertion, a crash) gives the bounded pipeline
+    at once, with a warning: run here, O3 would end this process the same way."""
     if level not in LLVM_LEVELS:
         raise ValueError(f"unknown LLVM pipeline level {level!r} (expected one of {LLVM_LEVELS})")
     limit = llvm_worker.cpu_limit(len(module_text))
@@ -205,6 +206,12 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
                                          payload)
         except llvm_worker.OverLimit:
             continue
+        except llvm_worker.Crashed as crash:
+            # (an assertion of LLVM's own, seen in its loop vectorizer on NPB-GPU's SP: O3
+            # here would end this process the same way; the bounded pipeline has no
+            # vectorizer, and the code it gives is correct, only slower)
+            _warn_crash(crash)
+            return _optimize_here(module_text, level="bounded")
         if answer is None:      # no worker here
             return _optimize_here(module_text, level=level)
         header, bitcode = answer
@@ -215,6 +222,12 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
             mod = llvm.parse_bitcode(bitcode)
         return without_minmax_num(mod)
     return _optimize_here(module_text, level="bounded")
+
+
+def _warn_crash(crash: llvm_worker.Crashed) -> None:
+    print(f"cpuify: warning: LLVM's O3 failed on a kernel module ({crash}; LLVM's own "
+          "message is above); this module is optimized without loop vectorization or "
+          "unrolling instead (correct, possibly slower code)", file=sys.stderr)
 
 
 def _serve_request(header: dict, payload: bytes) -> tuple[dict, bytes]:
