@@ -157,12 +157,13 @@ def test_fz_2809_6391_exponential_unswitching_is_bounded(monkeypatch: pytest.Mon
     assert results[0]["status"] == "ok", results[0]["detail"]
 
 
-def test_a_worker_that_llvm_aborts_gives_the_bounded_pipeline(
+def test_a_worker_that_llvm_aborts_gives_the_fallback_passes(
         monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     """An assertion of LLVM's own ends the worker with SIGABRT (NPB-GPU's SP: the loop
     vectorizer's "VPlan cost model and legacy cost model disagreed" in llvmlite's LLVM,
     which is built with assertions).  O3 in this process would end it the same way: the
-    module gets the bounded pipeline, with one warning, and the next module a fresh worker."""
+    module gets the fallback passes (no loop pass: the bounded pipeline's vectorizer still runs on
+    loops with vectorize hints), with one warning, and the next module a fresh worker."""
     def abort_in_worker(header, payload):  # type: ignore[no-untyped-def]
         os.abort()                          # (runs in the forked worker)
     with llvm_worker._lock:
@@ -174,7 +175,7 @@ def test_a_worker_that_llvm_aborts_gives_the_bounded_pipeline(
     if threading.active_count() > 1:
         pytest.skip("a thread of the test run's own: the worker would not be forked")
     text = str(jit.optimize(_module()))
-    assert "vector.body" not in text        # the bounded pipeline: no vectorization
+    assert "vector.body" not in text        # the fallback passes: no vectorization
     assert "define void @f" in text
     assert "LLVM's O3 failed on a kernel module" in capfd.readouterr().err
     assert llvm_worker._worker is None and not llvm_worker._unavailable
