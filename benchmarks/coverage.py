@@ -223,6 +223,28 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="gpumembench's CUDA micro-benchmarks (cache, shared and constant "
                        "memory bandwidth), built with `make CUDA_INSTALL_PATH=...`; constbench "
                        "checks its sums, the others print bandwidths only"),
+    Recipe("npb-gpu", marker="CUDA/config/make.def", programs="CUDA/[A-Z][A-Z]/Makefile",
+           # NPB-GPU's README: `make BENCHMARK CLASS=...` in its CUDA directory (config/make.def
+           # calls plain `nvcc`); class S, the smallest, on a CPU. Each program ends with NPB's
+           # own verification against the class's reference norms
+           build=('make -C .. "$(basename "$PROG")" CLASS=S',), copy_up=1, exe_glob="*.S",
+           passed=r"Verification\s+=\s+SUCCESSFUL",
+           failed=r"Verification\s+=\s+UNSUCCESSFUL|\bFAILURE\b",
+           description="the NAS Parallel Benchmarks in CUDA (GMAP/NPB-GPU): `make BT CLASS=S` "
+                       "in CUDA/, each program checked by NPB's own verification"),
+    Recipe("xsbench", marker="cuda/XSbench_header.cuh", programs="cuda/Makefile",
+           # the README: `make` in cuda/ (COMPILER=nvidia); the CUDA version has the
+           # event-based method only. The checksum of the small problem with the default
+           # lookups is the one io.cu compares with ("Valid"; its misspelt "INAVALID" else)
+           build=("make",), exe_glob="XSBench", run_args=("-m", "event", "-s", "small"),
+           passed=r"Verification checksum: \d+ \(Valid\)", failed=r"INAVALID|INVALID",
+           description="XSBench's CUDA version (`make` in cuda/), run with `-m event -s small`: "
+                       "its checksum of the results must be the published one"),
+    Recipe("rsbench", marker="cuda/rsbench.cuh", programs="cuda/Makefile",
+           build=("make",), exe_glob="rsbench", run_args=("-m", "event", "-s", "small"),
+           passed=r"Verification checksum: \d+ \(Valid\)", failed=r"INAVALID|INVALID",
+           description="RSBench's CUDA version (`make` in cuda/), run with `-m event -s small`: "
+                       "its checksum of the results must be the published one"),
     Recipe("single-cu", marker="", programs="**/*.cu", per_file=True,
            # `nvcc x.cu -o x` as a tutorial's reader types it, with the CUDA libraries the file
            # includes; a failed assert (abort) or a nonzero exit status counts as a failure

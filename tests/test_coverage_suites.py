@@ -169,3 +169,67 @@ def test_single_file_judge_silent_comparison(tmp_path: Path) -> None:
     assert coverage._single_file_judge("s.cu", tmp_path, "elapsed time: 1.5\n") == (True, "")
     assert coverage._single_file_judge("s.cu", tmp_path, "mismatch at 7\n")[0] is False
     assert coverage._single_file_judge("e.cu", tmp_path, "A[0] = 1.0\n")[0] is None
+
+
+# an NPB-GPU-shaped corpus of our own: CUDA/config/make.def names nvcc, the top Makefile
+# builds `make XX CLASS=S` into CUDA/bin/xx.S, and each program prints NPB's verification line
+NPB_TOP_MAKEFILE = '''include config/make.def
+.PHONY: XX YY
+XX YY:
+\tmkdir -p bin && $(NVCC) -O2 $@/main.cu -o bin/$(shell echo $@ | tr A-Z a-z).$(CLASS)
+'''
+
+NPB_MAIN = r'''#include <cstdio>
+__global__ void square(double *v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] = v[i] * v[i];
+}
+int main() {
+    const int n = 300;
+    double h[n], *d, sum = 0.0;
+    for (int i = 0; i < n; i++) h[i] = i;
+    cudaMalloc(&d, sizeof h);
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    square<<<(n + 63) / 64, 64>>>(d, n);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < n; i++) sum += h[i];
+    bool ok = sum == (n - 1.0) * n * (2 * n - 1) / 6 + OFFSET;
+    printf(" Verification    =               %s\n", ok ? "SUCCESSFUL" : "UNSUCCESSFUL");
+    return 0;
+}
+'''
+
+
+def test_npb_gpu_shaped_corpus_built_run_and_judged(tmp_path: Path, monkeypatch) -> None:
+    top = tmp_path / "npb"
+    (top / "CUDA" / "config").mkdir(parents=True)
+    (top / "CUDA" / "config" / "make.def").write_text("NVCC = nvcc\n")
+    (top / "CUDA" / "Makefile").write_text(NPB_TOP_MAKEFILE)
+    for name, offset in (("XX", 0), ("YY", 1)):
+        (top / "CUDA" / name).mkdir()
+        (top / "CUDA" / name / "Makefile").write_text("# built from CUDA/\n")
+        (top / "CUDA" / name / "main.cu").write_text(NPB_MAIN.replace("OFFSET", str(offset)))
+    assert [r.name for r in coverage.detect(top)] == ["npb-gpu"]
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "result.json"
+    assert coverage.main([str(top), "--json", str(out), "--run-timeout", "120"]) == 0
+    results = {r["program"]: r for r in json.loads(out.read_text())["results"]}
+    good, bad = results["CUDA/XX"], results["CUDA/YY"]
+    assert good["built"] and good["ran"] and good["passed"], good
+    assert good["executables"] == ["bin/xx.S"]
+    assert bad["built"] and bad["ran"] and not bad["passed"]
+    assert "UNSUCCESSFUL" in bad["first_error"]
+
+
+def test_xsbench_and_rsbench_recipes_read_their_checksum_line(tmp_path: Path) -> None:
+    for name, header in (("xsbench", "XSbench_header.cuh"), ("rsbench", "rsbench.cuh")):
+        (tmp_path / name / "cuda").mkdir(parents=True)
+        (tmp_path / name / "cuda" / header).write_text("\n")
+        assert [r.name for r in coverage.detect(tmp_path / name)] == [name]
+        recipe = coverage.RECIPES[name]
+        assert recipe.run_args == ("-m", "event", "-s", "small")
+        valid = "Verification checksum: 945990 (Valid)\n"
+        invalid = "Verification checksum: 12345 (WARNING - INAVALID CHECKSUM!)\n"
+        import re
+        assert re.search(recipe.passed, valid) and not re.search(recipe.failed, valid)
+        assert re.search(recipe.failed, invalid) and not re.search(recipe.passed, invalid)

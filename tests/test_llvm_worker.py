@@ -182,3 +182,29 @@ def test_an_unresolved_library_call_is_an_error_not_a_call_of_address_0() -> Non
     assert jit.undefined_symbols(present) == ["sin"]
     loaded = jit.LoadedObject(present)
     assert loaded.function_address("f")
+
+
+def test_a_worker_that_llvm_aborts_gives_the_fallback_passes(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """An assertion of LLVM's own ends the worker with SIGABRT (NPB-GPU's SP: the loop
+    vectorizer's "VPlan cost model and legacy cost model disagreed" in llvmlite's LLVM,
+    which is built with assertions).  O3 in this process would end it the same way: the
+    module gets the fallback passes (no loop pass: the bounded pipeline's vectorizer still runs on
+    loops with vectorize hints), with one warning, and the next module a fresh worker."""
+    def abort_in_worker(header, payload):  # type: ignore[no-untyped-def]
+        os.abort()                          # (runs in the forked worker)
+    with llvm_worker._lock:
+        if llvm_worker._worker is not None:
+            llvm_worker._worker.close()
+        llvm_worker._worker = None
+    monkeypatch.setattr(llvm_worker, "fork_handler", abort_in_worker)
+    import threading
+    if threading.active_count() > 1:
+        pytest.skip("a thread of the test run's own: the worker would not be forked")
+    text = str(jit.optimize(_module()))
+    assert "vector.body" not in text        # the fallback passes: no vectorization
+    assert "define void @f" in text
+    assert "LLVM's O3 failed on a kernel module" in capfd.readouterr().err
+    assert llvm_worker._worker is None and not llvm_worker._unavailable
+    monkeypatch.undo()
+    assert "vector.body" in str(jit.optimize(_module()))   # a fresh worker: O3 again

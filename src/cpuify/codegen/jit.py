@@ -193,7 +193,8 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
     O3 runs in a worker process under a CPU-time limit (llvm_worker); over it, again with
     DEFAULT_UNSWITCH_OPTIONS, and over it once more, the "bounded" pipeline here (O2 without
     vectorization: it does no non-trivial unswitching, the pass that has no bound of its
-    own)."""
+    own).  A worker that LLVM itself ends (an assertion, a crash) gives the "fallback" passes
+    at once, with a warning: run here, O3 would end this process the same way."""
     if level not in LLVM_LEVELS:
         raise ValueError(f"unknown LLVM pipeline level {level!r} (expected one of {LLVM_LEVELS})")
     limit = llvm_worker.cpu_limit(len(module_text))
@@ -207,6 +208,13 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
                                          payload)
         except llvm_worker.OverLimit:
             continue
+        except llvm_worker.Crashed as crash:
+            # (an assertion of LLVM's own, seen in its loop vectorizer on NPB-GPU's SP: O3
+            # here would end this process the same way; the bounded pipeline still runs the
+            # loop vectorizer pass (on loops with vectorize hints), the fallback passes run no
+            # loop pass: correct code, only slower)
+            _warn_crash(crash)
+            return _optimize_here(module_text, level="fallback")
         if answer is None:      # no worker here
             return _optimize_here(module_text, level=level)
         header, bitcode = answer
@@ -217,6 +225,12 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
             mod = llvm.parse_bitcode(bitcode)
         return without_minmax_num(mod)
     return _optimize_here(module_text, level="bounded")
+
+
+def _warn_crash(crash: llvm_worker.Crashed) -> None:
+    print(f"cpuify: warning: LLVM's O3 failed on a kernel module ({crash}; LLVM's own "
+          "message is above); this module is optimized with the fallback passes instead "
+          "(SROA, instcombine, simplifycfg, DCE: correct, slower code)", file=sys.stderr)
 
 
 def _serve_request(header: dict, payload: bytes) -> tuple[dict, bytes]:

@@ -38,8 +38,8 @@ from typing import Any, BinaryIO
 
 from cpuify.forksafe import renew_in_child
 
-__all__ = ["DEFAULT_BASE_SECONDS", "DEFAULT_SECONDS_PER_BYTE", "OverLimit", "cpu_limit",
-           "request", "serve"]
+__all__ = ["DEFAULT_BASE_SECONDS", "DEFAULT_SECONDS_PER_BYTE", "Crashed", "OverLimit",
+           "cpu_limit", "request", "serve"]
 
 DEFAULT_BASE_SECONDS = 20.0
 DEFAULT_SECONDS_PER_BYTE = 20e-6
@@ -51,6 +51,20 @@ SERVE_FLAG = "--llvm-worker"
 
 class OverLimit(Exception):
     """The request used up its CPU-time limit (the worker was ended)."""
+
+
+class Crashed(Exception):
+    """LLVM ended the worker with a signal while it optimized the request's module (an
+    assertion of LLVM's own, SIGABRT, or a crash): the same module would end this process."""
+
+    def __init__(self, signal_number: int) -> None:
+        super().__init__(f"the LLVM worker process ended with signal {signal_number}")
+        self.signal_number = signal_number
+
+
+#: the signals of an LLVM that fails on a module (not our limit, not a kill from outside)
+_CRASH_SIGNALS = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL,
+                            signal.SIGFPE})
 
 
 def cpu_limit(size: int) -> float:
@@ -198,6 +212,8 @@ class _Worker:
             code = self.proc.wait()
             if code == -signal.SIGXCPU:
                 raise OverLimit from None
+            if -code in _CRASH_SIGNALS:
+                raise Crashed(-code) from None
             raise RuntimeError(f"LLVM worker process ended with status {code}") from None
 
     def close(self) -> None:
@@ -260,7 +276,7 @@ def request(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byt
             if _worker is None:
                 _worker = _Worker()
             return _worker.request(header, payload)
-        except OverLimit:
+        except (OverLimit, Crashed):    # (the next module gets a fresh worker)
             _worker.close()
             _worker = None
             raise
