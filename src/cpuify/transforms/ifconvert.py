@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from cpuify.ir.core import (
-    Block, Operation, OpResult, Region, Value, dominators, predecessors, remove_block_arg,
+    Block, Operation, OpResult, Region, Value, dominators, predecessors,
 )
 from cpuify.ir.dialects import STRUCTURED_OPS, info
 from cpuify.ir.modifiers import mods, ty
@@ -40,7 +40,7 @@ from cpuify.ir.structured_values import has_nested_structure
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
 from cpuify.transforms.structured_selects import (
-    copied_from, if_then_triangles, select_before, structured_select_if_phis,
+    copied_from, select_triangle_phis, structured_select_if_phis,
 )
 
 #: modifiers that order an access or make it observable: never moved or duplicated
@@ -268,26 +268,9 @@ def select_if_phis(region: Region) -> int:
     per thread across the barriers after it (stored, and loaded again); a select of
     constants on a condition of thread indices and uniform values is recomputed like any
     pure arithmetic (pathfinder's `computed`).  Returns the number of arguments replaced."""
-    replaced = 0
     idom = dominators(region)
-    for join, branch, then, term in if_then_triangles(region):
-        k_join = term.successors.index(join)
-        for arg in list(join.args):
-            direct = term.successor_args[k_join][arg.index]
-            via = then.terminator.successor_args[0][arg.index]
-            # (the value on the direct edge is one `branch` sees; the one through `then`
-            # may need a constant of its own, made only when the rewrite happens)
-            value = _available(via, branch, then, idom)
-            if value is None:
-                continue
-            # the condition sends threads to `join` directly when true if join is the
-            # first successor
-            pick = [direct, value] if k_join == 0 else [value, direct]
-            sel = select_before(branch, term, pick, term.operands[0], arg.type,
-                                term.attr("line", 0))
-            remove_block_arg(join, arg, sel, [(term, k_join), (then.terminator, 0)])
-            replaced += 1
-    return replaced
+    return select_triangle_phis(
+        region, lambda via, branch, term, then: _available(via, branch, then, idom))
 
 
 def _available(v: Value, branch: Block, then: Block, idom) -> Value | None:  # type: ignore[no-untyped-def]

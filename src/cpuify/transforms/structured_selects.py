@@ -16,7 +16,7 @@ one the CFG pass makes of the lowered kernel."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from cpuify.ir.core import (
     Block, BlockArgument, Operation, OpResult, Region, Value, defining_block, dominates,
@@ -244,15 +244,30 @@ def if_then_triangles(region: Region) -> Iterator[tuple[Block, Block, Block, Ope
 def _select_triangles(region: Region, doms: _Dominance) -> int:
     """ifconvert.select_if_phis on a region's branches left as CFG: `then` a block of no
     structured op (lowered, still one block), the branch's own block ending in it."""
+    return select_triangle_phis(
+        region, lambda via, branch, term, then: _available(via, branch, term, then, doms))
+
+
+def select_triangle_phis(region: Region,
+                         available: Callable[[Value, Block, Operation, Block], Value | None]
+                         ) -> int:
+    """Each argument of an if-then triangle's join (if_then_triangles) whose value through
+    `then` is `available(via, branch, term, then)` before the branch's terminator `term`
+    replaced by a select on the branch condition; the number replaced.  The CFG pass and
+    the structured one's triangles differ only in what they find available."""
     replaced = 0
     for join, branch, then, term in if_then_triangles(region):
         k_join = term.successors.index(join)
         for arg in list(join.args):
             direct = term.successor_args[k_join][arg.index]
             via = then.terminator.successor_args[0][arg.index]
-            value = _available(via, branch, term, then, doms)
+            # (the value on the direct edge is one `branch` sees; the one through `then`
+            # may need a constant of its own, made only when the rewrite happens)
+            value = available(via, branch, term, then)
             if value is None:
                 continue
+            # the condition sends threads to `join` directly when true if join is the
+            # first successor
             pick = [direct, value] if k_join == 0 else [value, direct]
             sel = select_before(branch, term, pick, term.operands[0], arg.type,
                                 term.attr("line", 0))
