@@ -39,7 +39,8 @@ from cpuify.analysis.structured_uniformity import exits_apart, structured_unifor
 from cpuify.analysis.uniformity import uses_special
 from cpuify.analysis.unrolled_loops import FALLBACK as REROLL_FALLBACK
 from cpuify.ir.core import (
-    Block, BlockArgument, Operation, OpResult, Region, Value, defining_block, replace_all_uses,
+    Block, BlockArgument, Operation, OpResult, Region, Value, defining_block, predecessors,
+    replace_all_uses,
 )
 from cpuify.ir.dialects import STRUCTURED_OPS, info, is_sync
 from cpuify.ir.loop_guard import DO_WHILE
@@ -218,11 +219,7 @@ def entered_after_barrier(loop: Operation) -> bool:
             region = block.parent
             assert region is not None
             if region not in preds:
-                p: dict[Block, list[Block]] = {}
-                for b in region.blocks:
-                    for s in b.successors:
-                        p.setdefault(s, []).append(b)
-                preds[region] = p
+                preds[region] = predecessors(region)
             work.extend((b, len(b.ops)) for b in preds[region].get(block, []))
             if block is region.entry:
                 into = _entry_preds(region)
