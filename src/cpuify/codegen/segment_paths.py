@@ -16,13 +16,11 @@ from cpuify.ir.core import Block, BlockArgument, Operation, OpResult, Region, Va
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_parallel
 from cpuify.lifting.lift import LiftedKernel
+from cpuify.ir.modifiers import ORDERED
 
 if TYPE_CHECKING:
     from cpuify.codegen.llvm_gen import ModuleCodegen
 
-#: memory-model qualifiers of accesses that stay exactly as written (LLVM's volatile and
-#: atomic accesses, which its loop vectorizer does not take)
-ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 
 
 class SegmentPaths:

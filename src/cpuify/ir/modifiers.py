@@ -19,6 +19,11 @@ PTX_TYPE_SIZES = {
 }
 
 
+#: memory-model qualifiers of a load or store that order it or make it observable (a
+#: protocol between threads): such an access stays exactly as written
+ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
+
+
 def is_ptx_type(word: str) -> bool:
     """Whether a modifier names a PTX fundamental type (`s32`, `f16x2`, `pred`, ...)."""
     return word in PTX_TYPE_SIZES

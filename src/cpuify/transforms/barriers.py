@@ -74,9 +74,8 @@ from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import block_body
 from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.pass_manager import lower_for_cfg_rewrite, register, structured_now
+from cpuify.ir.modifiers import ORDERED as _ORDERED
 
-#: memory-model qualifiers of accesses that stay exactly where they are
-_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 #: more memory ops than this on one side of a barrier: not analysed (pairs are compared)
 MAX_ACCESSES = 2000
 

@@ -53,6 +53,7 @@ from cpuify.ir.printer import print_op
 from cpuify.ir.structure import block_body
 from cpuify.ir.structured import nested_blocks
 from cpuify.transforms.pass_manager import register
+from cpuify.ir.modifiers import ORDERED as _ORDERED
 
 REQUEST = "block_run_request"
 ATTRIBUTE = "block_run"
@@ -63,8 +64,6 @@ _PLAIN_EFFECTS = frozenset({"ptx.ld", "ptx.ldu", "ptx.st", "ptx.prefetch", "ptx.
 #: special registers whose value depends on the block's threads beyond tid/ctaid/ntid
 _REFUSED_SPECIALS = ("%laneid", "%warpid", "%nwarpid", "%lanemask", "%cluster", "%envreg",
                      "%dynamic_smem", "%total_smem")
-#: memory orderings that make a load or store part of a protocol between threads
-_ORDERED = ("volatile", "relaxed", "acquire", "release", "mmio")
 
 
 def refusal(kernel: Operation) -> str | None:

@@ -33,7 +33,7 @@ from cpuify.ir.core import (
     Block, Operation, OpResult, Region, Value, dominators, predecessors,
 )
 from cpuify.ir.dialects import STRUCTURED_OPS, info
-from cpuify.ir.modifiers import mods, ty
+from cpuify.ir.modifiers import ORDERED as _ORDERED, mods, ty
 from cpuify.ir.structure import block_body
 from cpuify.ir.structured import RAISED_EDGE, nested_blocks
 from cpuify.ir.structured_values import has_nested_structure
@@ -43,8 +43,6 @@ from cpuify.transforms.structured_selects import (
     copied_from, select_triangle_phis, structured_select_if_phis,
 )
 
-#: modifiers that order an access or make it observable: never moved or duplicated
-_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 _SPACES = ("shared", "global")
 
 

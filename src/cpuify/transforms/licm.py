@@ -43,9 +43,8 @@ from cpuify.ir.structure import block_body, grid_parallel, launch_prologue
 from cpuify.ir.structured_values import has_nested_structure
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.transforms.pass_manager import register
+from cpuify.ir.modifiers import ORDERED as _ORDERED
 
-#: loads with these modifiers are ordered or observable: never moved
-_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 #: how deep an expression is recomputed in the grid instead of being passed in a slot
 _REMAT_DEPTH = 6
 #: parameter-buffer types of the values passed from the prologue to the grid

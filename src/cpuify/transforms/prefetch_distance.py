@@ -41,14 +41,13 @@ from cpuify.ir.core import BlockArgument, Operation, OpResult, Value, natural_lo
 from cpuify.ir.structured import forwarded_values
 from cpuify.ir.structured_shapes import nested_ops
 from cpuify.transforms.pass_manager import register
+from cpuify.ir.modifiers import ORDERED as _ORDERED
 
 #: the attribute on a block barrier: iterations ahead its segment prefetches
 ATTRIBUTE = "prefetch_ahead"
 #: iterations ahead for a loop that streams data of its own (pathfinder, one thread, CPU
 #: time, medians of 12 alternating rounds: see the module docstring and docs/usage.md)
 FAR_AHEAD = 5
-#: memory-model qualifiers of loads that stay exactly as written
-_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 _LOADS = ("ptx.ld", "ptx.ldu")
 
 

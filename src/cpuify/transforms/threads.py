@@ -29,6 +29,7 @@ from cpuify.ir.dialects import STRUCTURED_OPS, info, is_sync
 from cpuify.ir.structure import block_body, block_parallel
 from cpuify.ir.structured import nested_blocks
 from cpuify.transforms.pass_manager import register
+from cpuify.ir.modifiers import ORDERED as _ORDERED
 
 ATTRIBUTE = "duplicate_thread_dims"
 #: the `upir.block_parallel` attribute of flat-thread-loops
@@ -97,8 +98,6 @@ class MergeDuplicateThreads:
         return len(dims)
 
 
-#: memory-model qualifiers of loads and stores LLVM keeps as volatile or atomic accesses
-_ORDERED = frozenset(("volatile", "relaxed", "acquire", "release", "mmio"))
 
 
 def ordered_accesses(kernel: Operation) -> int:
