@@ -594,16 +594,17 @@ class SpeculativeValues(SyncCrossing):
         sp = self.kc.syncs[self.resume - 1]
         advance = self.kc.prefetch_advance(self.resume)
         with self.speculation(b):
-            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance))
+            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance), 3)
 
     def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
-                         at_thread: Callable[[], None]) -> None:
+                         at_thread: Callable[[], None], locality: int) -> None:
         """Within speculation(): the prefetches of `ops` ((access, probe threads, writes)),
         one address per row of probes computed as that row's first probe thread (after
         `at_thread()`, which sets up what that thread's values start from), the row's other
         lines at constant offsets from it (the probes assume contiguous accesses of
         access_size bytes, see row_probes): computed per probe, each was an add and a sign
-        extension of 32-bit index arithmetic LLVM could not fold into a displacement."""
+        extension of 32-bit index arithmetic LLVM could not fold into a displacement.
+        `locality`: llvm.prefetch's (3: into L1, 2: into L2)."""
         dims = self.kc.block_dims
         assert dims is not None
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
@@ -619,7 +620,16 @@ class SpeculativeValues(SyncCrossing):
                     rows[(y, z)] = (x, self.address(op, "global"))
                 x0, base = rows[(y, z)]
                 addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
-                b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+                b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
+
+    #: llvm.prefetch's locality of the next block's lines: 2, into L2 (prefetcht1), not
+    #: L1.  They are read a whole block later, after the rest of this block's traffic; a
+    #: 16x16 tile's rows of a 2048-float grid are 8 KB apart, so its ~50 lines of three
+    #: arrays fall in one set of an 8-way L1 and evicted each other before use.  AMD EPYC
+    #: (Zen 4) VM, one thread, 2026-11-28: hotspot stencil 128-143 -> 121-124 ms, tile scan
+    #: 25.6-26.3 -> 23.7-24.0 ms; reduction, thermal pyramid, pathfinder within noise
+    #: (Intel Xeon VM, 2026-11-27: scan 16.6 into L1, 16.9 ms into L2)
+    NEXT_BLOCK_LOCALITY = 2
 
     def prefetch_next_block(self, b: ir.IRBuilder) -> None:
         """After the entry segment's thread loop (`b` there): prefetch the lines that the
@@ -635,7 +645,7 @@ class SpeculativeValues(SyncCrossing):
         self.ctaid = [b.add(ctaid[0], I32(1))] + list(ctaid[1:])
         try:
             with self.speculation(b):
-                self._prefetch_probes(b, ops, lambda: None)
+                self._prefetch_probes(b, ops, lambda: None, self.NEXT_BLOCK_LOCALITY)
         finally:
             self.ctaid = ctaid
 
