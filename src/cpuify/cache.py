@@ -393,6 +393,11 @@ def _atomic_write(path: Path, chunks: list[bytes], mode: int = 0o600) -> None:
         raise
 
 
+def write_private_file(path: Path, data: bytes, *, executable: bool = False) -> None:
+    """`data` into `path` atomically, readable by this user only (0600; 0700 executable)."""
+    _atomic_write(path, [data], 0o700 if executable else 0o600)
+
+
 def _touch(path: Path) -> None:
     with contextlib.suppress(OSError):
         os.utime(path)
@@ -596,7 +601,7 @@ def _after_store(nbytes: int) -> None:
 
 # subdirectories whose files are cache entries; any other subdirectory (one made with
 # cache_dir("name") for a tree of files used together) is left whole: `cpuify cache clear`
-EVICTABLE_SUBDIRS = ("programs",)
+EVICTABLE_SUBDIRS = ("programs", "rtspec")
 
 
 def _evictable(rel: Path) -> bool:

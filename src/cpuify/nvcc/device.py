@@ -82,11 +82,14 @@ Variants = dict[str, list[tuple[tuple[int, int, int], SpecializedObject]]]
 
 def registration_source(compiled: CompiledModule | None, refused: dict[str, str], *,
                         source: str, fatbin_hash_value: int, linked_ids: list[str] = (),
-                        variants: Variants | None = None, arch: int = 0) -> str:
+                        variants: Variants | None = None, arch: int = 0,
+                        rtspec: tuple[str, str, str, str, str] | None = None) -> str:
     """C source of the module descriptor and its registration (a constructor, or one
     `__cudaRegisterLinkedBinary_<id>` function per module id for -rdc).  `variants`: per
     kernel, the block functions specialized for one block shape; `arch`: the PTX target
-    (sm_XX), which the runtime reports as the device's compute capability."""
+    (sm_XX), which the runtime reports as the device's compute capability; `rtspec`: what
+    the runtime needs to specialize the kernels for block shapes met at run time
+    (nvcc/rtspec.descriptor)."""
     out = ['#include "cpuify_cudart.h"', ""]
     if arch:
         out += ["__attribute__((constructor(101))) static void cpuify_note_arch(void) {",
@@ -167,6 +170,10 @@ def registration_source(compiled: CompiledModule | None, refused: dict[str, str]
     else:
         out.append("__attribute__((constructor(101))) static void cpuify_register(void) {")
         out.append("    cpuify_cudart_register_module(&module);")
+        out.append("}")
+    if rtspec is not None and compiled is not None:
+        out.append("__attribute__((constructor(102))) static void cpuify_note_rtspec(void) {")
+        out.append(f"    cpuify_cudart_note_rtspec(&module, {', '.join(map(_c_string, rtspec))});")
         out.append("}")
     return "\n".join(out) + "\n"
 
@@ -514,10 +521,14 @@ def _build_device_object(compiled: CompiledModule | None, refused: dict[str, str
         warn(refusal_report(ptx, refused, source, "warning") +
              "\n(built anyway: launching it fails with cudaErrorNotSupported)")
     reg_c = os.path.join(tmp, "cpuify_reg.c")
+    rtspec_info = None
+    if compiled is not None and not linked_ids:
+        from cpuify.nvcc import rtspec
+        rtspec_info = rtspec.descriptor(ptx, tuple(compiler.pipeline_options()[0].pipeline()))
     Path(reg_c).write_text(registration_source(compiled, refused, source=source,
                                                fatbin_hash_value=fatbin_hash_value,
                                                linked_ids=list(linked_ids), variants=variants,
-                                               arch=ptx_target(ptx)))
+                                               arch=ptx_target(ptx), rtspec=rtspec_info))
     reg_o = reg_c[:-2] + ".o"
     run_tool([c_compiler(), "-O1", "-fPIC", "-std=c11", f"-I{RUNTIME_DIR}", "-c", reg_c, "-o", reg_o],
              "compiling the kernel registration table")

@@ -24,6 +24,7 @@ from cpuify.nvcc.toolkit import Toolkit, find_toolkit
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 SOURCES = ("cudart.c", "cudart_async.c", "cudart_texture.c", "cudart_graph.c", "cudart_devices.c",
+           "cudart_rtspec.c",
            "cpuify_rt.c", "block_sched.c", "cpuify_tex.c")
 HEADERS = ("cpuify_rt.h", "cpuify_cudart.h", "cpuify_tex.h", "cudart_internal.h")
 CFLAGS = ["-O3", "-std=c11", "-fPIC", "-pthread"]

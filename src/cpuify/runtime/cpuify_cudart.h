@@ -93,6 +93,14 @@ typedef struct cpuify_module_desc {
 /* Called by the generated constructors. */
 CPUIFY_API void cpuify_cudart_register_module(const cpuify_module_desc *m);
 
+/* Called by the generated constructors after the module's registration: what run-time
+ * specialization needs (nvcc/rtspec.py; cudart_rtspec.c): the Python interpreter and the
+ * directory cpuify is imported from, the module's PTX file, the path prefix of its
+ * compiled shapes, the pass pipeline. */
+CPUIFY_API void cpuify_cudart_note_rtspec(const cpuify_module_desc *m, const char *python,
+                                          const char *pypath, const char *ptx, const char *prefix,
+                                          const char *passes);
+
 /* Called by the generated __cudaRegisterLinkedBinary_<id> functions (-rdc). */
 CPUIFY_API void cpuify_cudart_register_linked(void (*callback)(void **),
                                               const cpuify_module_desc *m);

@@ -2180,6 +2180,8 @@ cudaError_t cpuify_cudart_prepare_launch(kentry *k, dim3 g, dim3 b, size_t smem,
         }
     }
     if (l->fn == d->fn) l->noalias_variant = NULL;  /* (only next to the shape's own code) */
+    const uint32_t shape[3] = {b.x, b.y, b.z};
+    l->rtspec = l->fn == d->fn ? cpuify_rtspec_entry(d, shape, k->pretty) : NULL;
     l->prologue = d->prologue;
     l->prologue_scratch = d->prologue_scratch;
     l->shared_bytes = d->shared_static + smem;
@@ -2282,6 +2284,21 @@ static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, con
         l = &variant;
         noalias = 1;
     }
+    uint64_t generic_t0 = 0;
+    if (l->rtspec && !box) {
+        cpuify_block_fn fn;
+        uint32_t per_thread;
+        uint64_t extra;
+        if (cpuify_rtspec_ready(l->rtspec, &fn, &per_thread, &extra)) {
+            const uint64_t nthreads = (uint64_t)l->dims.block[0] * l->dims.block[1] * l->dims.block[2];
+            variant = *l;
+            variant.fn = fn;
+            variant.scratch_bytes = (uint64_t)per_thread * nthreads + extra;
+            l = &variant;
+        } else {
+            generic_t0 = now_ns();
+        }
+    }
     memcpy(buf + l->dyn_offset, &l->dyn_shared, 4);
     uint32_t err_block[3] = {0, 0, 0};
     const int prof = profiling();
@@ -2293,6 +2310,7 @@ static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, con
         rc = cpuify_launch(l->prologue, buf, &one, 0, l->prologue_scratch, err_block);
     }
     if (!rc) rc = launch_blocks(l, buf, box, err_block);
+    if (generic_t0 && !rc) cpuify_rtspec_ran_generic(l->rtspec, now_ns() - generic_t0);
     if (prof) {
         uint64_t t = now_ns() - t0;
         pthread_mutex_lock(&g_prof_lock);

@@ -110,7 +110,23 @@ typedef struct cpuify_cudart_launch {
     /* the launch-time variant for non-overlapping pointers of the launch's block shape, run
      * instead of fn when the launch's pointer arguments allow it (NULL: none) */
     const cpuify_kernel_variant *noalias_variant;
+    /* no block function of its own from the build: the run-time specialization of the
+     * kernel for the launch's block shape (cudart_rtspec.c), or NULL */
+    struct cpuify_rtspec *rtspec;
 } cpuify_cudart_launch;
+
+/* cudart_rtspec.c: run-time specialization of kernels for block shapes the build did not
+ * foresee (nvcc/rtspec.py).  The entry of (kernel, block shape), NULL when there is none
+ * (off, a module built without it, a refused or failed shape); whether its code is ready
+ * (then its block function and scratch sizes); the wall time a launch spent in the
+ * generic code (which starts the compile once there is enough of it). */
+struct cpuify_rtspec;
+CPUIFY_INTERNAL struct cpuify_rtspec *cpuify_rtspec_entry(const cpuify_kernel_desc *d,
+                                                          const uint32_t block[3],
+                                                          const char *pretty);
+CPUIFY_INTERNAL int cpuify_rtspec_ready(struct cpuify_rtspec *e, cpuify_block_fn *fn,
+                                        uint32_t *per_thread, uint64_t *extra);
+CPUIFY_INTERNAL void cpuify_rtspec_ran_generic(struct cpuify_rtspec *e, uint64_t ns);
 
 CPUIFY_INTERNAL struct kentry *cpuify_cudart_kernel(const void *func, cudaError_t *err);
 CPUIFY_INTERNAL const cpuify_kernel_desc *cpuify_cudart_kernel_desc(struct kentry *k);
