@@ -80,10 +80,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     return d, env
 
 
-def _run(built: tuple[Path, dict[str, str]], bs: int, reps: int, **extra: str
+def _run(built: tuple[Path, dict[str, str]], bs: int, reps: int, exe: str = "prog", **extra: str
          ) -> subprocess.CompletedProcess[str]:
     d, env = built
-    r = subprocess.run([str(d / "prog"), str(bs), str(reps)], cwd=d, capture_output=True, text=True,
+    r = subprocess.run([str(d / exe), str(bs), str(reps)], cwd=d, capture_output=True, text=True,
                        env=dict(env, CPUIFY_PROFILE="1", **extra), timeout=600)
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout + r.stderr
     return r
@@ -167,3 +167,42 @@ def test_no_descriptor_when_off_or_without_a_cache(monkeypatch, tmp_path):
         monkeypatch.setenv(var, "0" if var != "CPUIFY_NO_CACHE" else "1")
         assert rtspec.descriptor("// ptx\n", ()) is None
         monkeypatch.delenv(var)
+
+
+def test_separate_compilation(tmp_path):
+    """-rdc: the kernel calls a device function of another file and reads a __constant__
+    of its own; the device link's module is specialized at run time."""
+    (tmp_path / "a.cu").write_text(r"""
+#include <cstdio>
+#include <cstdlib>
+__device__ float twice(float x);
+__constant__ float off[1];
+__global__ void k(float *a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] = twice(a[i]) + off[0];
+}
+int main(int argc, char **argv) {
+    int bs = atoi(argv[1]), n = 10000, bad = 0;
+    float *a, o = 0.5f;
+    cudaMallocManaged(&a, n * sizeof(float));
+    cudaMemcpyToSymbol(off, &o, sizeof o);
+    for (int i = 0; i < n; i++) a[i] = (float)i;
+    for (int r = 0; r < 3; r++) k<<<(n + bs - 1) / bs, bs>>>(a, n);
+    cudaDeviceSynchronize();
+    for (int i = 0; i < n; i++) bad += a[i] != 8.0f * i + 3.5f;
+    printf(bad ? "FAILED\n" : "PASSED\n");
+    return bad;
+}
+""")
+    (tmp_path / "b.cu").write_text("__device__ float twice(float x) { return 2.0f * x; }\n")
+    env = dict(os.environ, CPUIFY_CACHE_DIR=str(tmp_path / "cache"))
+    for k in ("CPUIFY_NO_CACHE", "CPUIFY_SPECIALIZE", "CPUIFY_RUNTIME_SPECIALIZE"):
+        env.pop(k, None)
+    cli = [sys.executable, "-m", "cpuify.cli.main", "nvcc"]
+    for cmd in (["-rdc=true", "-c", "a.cu", "-o", "a.o"], ["-rdc=true", "-c", "b.cu", "-o", "b.o"],
+                ["a.o", "b.o", "-o", "ab"]):
+        r = subprocess.run(cli + cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    r = _run((tmp_path, env), 96, 0, CPUIFY_RUNTIME_SPECIALIZE_AFTER_MS="0",
+             CPUIFY_RUNTIME_SPECIALIZE_WAIT="1", exe="ab")
+    assert _specialized(r, "k") == 2

@@ -522,7 +522,7 @@ def _build_device_object(compiled: CompiledModule | None, refused: dict[str, str
              "\n(built anyway: launching it fails with cudaErrorNotSupported)")
     reg_c = os.path.join(tmp, "cpuify_reg.c")
     rtspec_info = None
-    if compiled is not None and not linked_ids:
+    if compiled is not None:
         from cpuify.nvcc import rtspec
         rtspec_info = rtspec.descriptor(ptx, tuple(compiler.pipeline_options()[0].pipeline()))
     Path(reg_c).write_text(registration_source(compiled, refused, source=source,
