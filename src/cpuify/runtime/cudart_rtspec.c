@@ -274,7 +274,14 @@ static int start_compile(struct cpuify_rtspec *e) {
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
     free(env);
-    if (rc != 0) return RTS_FAILED;
+    if (rc != 0) {
+        static int said;
+        if (!said++)
+            fprintf(stderr, "cpuify: cannot start the compiler that specializes kernels for block "
+                            "shapes met at run time (%s: %s); those launches run the generic code "
+                            "(CPUIFY_RUNTIME_SPECIALIZE=0 silences this)\n", e->mod->python, strerror(rc));
+        return RTS_FAILED;
+    }
     e->pid = pid;
     const char *wait = getenv("CPUIFY_RUNTIME_SPECIALIZE_WAIT");
     if (wait && strcmp(wait, "1") == 0) {
