@@ -3,8 +3,9 @@
 cpuify compiles every kernel once for any block shape (the generic block function) and,
 for shapes known before the launch, once more for that shape: thread loops with constant
 trip counts, shared-memory offsets and barrier intervals folded (the Python API does this
-at run time from the second launch of a shape on; a whole program has no compiler at run
-time, so its shapes must be found at build time).
+at run time from the second launch of a shape on).  A whole program's shapes found at build
+time are compiled into it; the others are compiled in the background while it runs
+(nvcc/rtspec.py), which costs the program its first launches in the generic code.
 
 nvcc's front end rewrites `k<<<grid, block, smem, stream>>>(args)` in the host translation
 (`<file>.cudafe1.cpp`, macros expanded) into
