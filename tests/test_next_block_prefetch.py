@@ -171,7 +171,7 @@ def _segment(llvm_text, name):
 
 def test_entry_segment_calls_prefetch_for_the_next_block(tmp_path, capsys):
     """Raw LLVM IR: the entry segment's function issues 68 read prefetches (in) and 69
-    prefetchw (out, tile_sums), into L2 (locality 2), from blockIdx.x + 1, after each of its two thread loops
+    prefetchw (out, tile_sums), into L1 (locality 3), from blockIdx.x + 1, after each of its two thread loops
     (the copy where the range branches are decided, the general one); no other segment
     prefetches."""
     from cpuify.cli.main import main
@@ -181,8 +181,8 @@ def test_entry_segment_calls_prefetch_for_the_next_block(tmp_path, capsys):
     text = capsys.readouterr().out
     entry = _segment(text, "cpuify_seg_scan_tiles_0")
     calls = [ln for ln in entry if "call" in ln and "llvm.prefetch.p0" in ln]
-    assert sum(", i32 0, i32 2, i32 1)" in c for c in calls) == 2 * 68
-    assert sum(", i32 1, i32 2, i32 1)" in c for c in calls) == 2 * 69
+    assert sum(", i32 0, i32 3, i32 1)" in c for c in calls) == 2 * 68
+    assert sum(", i32 1, i32 3, i32 1)" in c for c in calls) == 2 * 69
     assert any(ln.strip().endswith("= add i32 %\"bx\", 1") for ln in entry)
     assert text.count('@"llvm.prefetch.p0"(') - 1 == len(calls)    # (one declaration)
     assert main(["explain", "--block", "256", "--kernel", "scan_tiles", str(src)]) == 0

@@ -622,14 +622,13 @@ class SpeculativeValues(SyncCrossing):
                 addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
                 b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
 
-    #: llvm.prefetch's locality of the next block's lines: 2, into L2 (prefetcht1), not
-    #: L1.  They are read a whole block later, after the rest of this block's traffic; a
-    #: 16x16 tile's rows of a 2048-float grid are 8 KB apart, so its ~50 lines of three
-    #: arrays fall in one set of an 8-way L1 and evicted each other before use.  AMD EPYC
-    #: (Zen 4) VM, one thread, 2026-11-28: hotspot stencil 128-143 -> 121-124 ms, tile scan
-    #: 25.6-26.3 -> 23.7-24.0 ms; reduction, thermal pyramid, pathfinder within noise
-    #: (Intel Xeon VM, 2026-11-27: scan 16.6 into L1, 16.9 ms into L2)
-    NEXT_BLOCK_LOCALITY = 2
+    #: llvm.prefetch's locality of the next block's lines: 3, into L1.  Into L2 (2) was
+    #: tried, 2026-11-28 on the AMD EPYC VM, one thread, CPU time, processes of the two
+    #: settings alternating: tile scan 25.4-26.1 -> 24.0-24.3 ms, but backprop's layer
+    #: 3.8-4.2 -> 4.5-5.3 ms (its blocks are short: their lines are read soon, from L1),
+    #: the hotspot stencil within noise.  (Compiling both settings in one process and
+    #: alternating their launches hid backprop's loss: measure such changes in processes.)
+    NEXT_BLOCK_LOCALITY = 3
 
     def prefetch_next_block(self, b: ir.IRBuilder) -> None:
         """After the entry segment's thread loop (`b` there): prefetch the lines that the
