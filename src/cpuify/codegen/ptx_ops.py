@@ -219,7 +219,8 @@ def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
     return ftz(e, e.operand(op.operands[i], t), on)
 
 
-def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
+def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str,
+          never_subnormal: bool = False) -> None:
     # neg/abs, and an f32 -> f32 cvt (an integral value, saturated or as it is), of a value
     # that is never subnormal is never subnormal; a square root (of anything: sqrt(2^-149) =
     # 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~ 2^-64) never are.  An op LLVM
@@ -227,7 +228,9 @@ def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
     by_cpu = _flushed_by_cpu(e, op, _HW_RESULTS) and not folds_to_operand(op)
     keeps_flushed = op.name in ("ptx.neg", "ptx.abs") or \
         op.name == "ptx.cvt" and all(x == "f32" for x in types(op))
-    v = ftz(e, v, has(op, "ftz") and not by_cpu and not (
+    # never_subnormal: the lowering proved the value normal, zero, infinite or NaN, or
+    # flushed it itself (ptx_spec_arith: fma on one binade's grid, ex2.approx.ftz)
+    v = ftz(e, v, has(op, "ftz") and not by_cpu and not never_subnormal and not (
         keeps_flushed and known_flushed(op.operands[0])) and
         op.name not in ("ptx.sqrt", "ptx.rsqrt"))
     if has(op, "sat"):
