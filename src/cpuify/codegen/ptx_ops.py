@@ -65,13 +65,14 @@ def ftz(e: SegmentEmitter, v: ir.Value, on: bool, t: str = "f32") -> ir.Value:
 
 
 def saturate(e: SegmentEmitter, v: ir.Value) -> ir.Value:
-    """Clamp to [0, 1]; NaN becomes 0 (PTX .sat)."""
+    """Clamp to [+0, 1]; NaN and -0 become +0 (PTX .sat).  Two selects on ordered compares,
+    `v > 0 ? v : +0` (false for NaN and -0) and `lo < 1 ? lo : 1`: x86's max and min
+    instructions, which return their second operand where a compare is false, take them
+    one each (maxnum/minnum and a NaN test were three instructions)."""
     b = e.b
-    s = fsuffix(v.type)
-    lo = call(e, f"llvm.maxnum.{s}", v.type, [v, ir.Constant(v.type, 0.0)])
-    hi = call(e, f"llvm.minnum.{s}", v.type, [lo, ir.Constant(v.type, 1.0)])
-    is_nan = b.fcmp_unordered("uno", v, v)
-    return b.select(is_nan, ir.Constant(v.type, 0.0), hi)
+    zero, one = ir.Constant(v.type, 0.0), ir.Constant(v.type, 1.0)
+    lo = b.select(b.fcmp_ordered(">", v, zero), v, zero)
+    return b.select(b.fcmp_ordered("<", lo, one), lo, one)
 
 
 def nextafter(e: SegmentEmitter, v: ir.Value, up: bool) -> ir.Value:
