@@ -418,6 +418,60 @@ def test_expf_under_ftz_flushes_nothing_in_code():
     assert _ulps_from_cr(z[fin & (zi != 0)], zi[fin & (zi != 0)]).max() <= 1
 
 
+@pytest.mark.skipif(not jit.has_avx512(), reason="llvm.ldexp is vscalefps with AVX-512 only")
+@pytest.mark.parametrize("ftz", [False, True])
+def test_ex2_scalef_same_bits_as_two_multiplications(ftz):
+    """ex2's scaling by 2^n as llvm.ldexp (vscalefps, used on AVX-512 CPUs) rounds once, as
+    the two multiplications by 2^(n/2) and 2^(n - n/2) do: the same bits for the sampled
+    f32 patterns and the edges (overflow, subnormal results, specials), both lowerings
+    compiled side by side in one module; and the vector loop calls no libm ldexpf."""
+    import ctypes
+
+    from llvmlite import ir
+
+    from cpuify.codegen.approx_math import exp2_f32
+    module = ir.Module(name="ex2_scalef")
+    module.triple, module.data_layout = jit.triple_and_layout()
+    declared: dict[str, ir.Function] = {}
+
+    def intrinsic(name, ret, args):
+        if name not in declared:
+            declared[name] = ir.Function(module, ir.FunctionType(ret, args), name=name)
+        return declared[name]
+
+    f32p = ir.PointerType(ir.FloatType())
+    for name, scalef in (("with_scalef", True), ("with_multiplications", False)):
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [f32p, f32p, ir.IntType(64)]),
+                         name=name)
+        x, y, n = fn.args
+        x.add_attribute("noalias")
+        y.add_attribute("noalias")
+        entry, loop, done = (fn.append_basic_block(k) for k in ("entry", "loop", "done"))
+        b = ir.IRBuilder(entry)
+        b.cbranch(b.icmp_signed(">", n, n.type(0)), loop, done)
+        b.position_at_end(loop)
+        i = b.phi(n.type)
+        v = b.load(b.gep(x, [i]))
+        b.store(exp2_f32(b, intrinsic, v, ftz=ftz, scalef=scalef), b.gep(y, [i]))
+        i1 = b.add(i, n.type(1))
+        i.add_incoming(n.type(0), entry)
+        i.add_incoming(i1, loop)
+        b.cbranch(b.icmp_signed("<", i1, n), loop, done)
+        ir.IRBuilder(done).ret_void()
+    optimized = jit.optimize(str(module))
+    assert "vscalefps" in jit.emit_assembly(optimized) and "ldexpf" not in jit.emit_assembly(optimized)
+    loaded = jit.LoadedObject(jit.emit_object(optimized))
+    x = _sample(stride=2048)
+    outs = []
+    for name in ("with_scalef", "with_multiplications"):
+        y = np.full_like(x, 7)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            loaded.function_address(name))(x.ctypes.data, y.ctypes.data, x.size)
+        outs.append(y)
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    assert np.isnan(outs[0][np.isnan(x)]).all() and (outs[0][x == np.inf] == np.inf).all()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_every_float(mod, op):

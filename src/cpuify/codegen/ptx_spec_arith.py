@@ -231,7 +231,8 @@ class ArithmeticLowering:
             ftz = "ftz" in self.mods
             if ftz:
                 self.never_subnormal.add(id(x))     # flushed by exp2_f32 itself
-            return approx_math.exp2_f32(self.b, self.e.mod.intrinsic, p, ftz=ftz), t
+            return approx_math.exp2_f32(self.b, self.e.mod.intrinsic, p, ftz=ftz,
+                                        scalef=jit.has_avx512()), t
         return call(self.e, "llvm.exp2.f64", p.type, [p]), t
 
     def fn_lg2(self, x: Fn, args: list[Typed]) -> Typed:
