@@ -321,6 +321,157 @@ def test_no_libm_calls_in_vectorized_loop():
     assert f"<{width} x float> @llvm.fma.v{width}f32" in text
 
 
+# --- .ftz results flushed by a compare of the input (approx_math.exp2_f32) -------------------
+
+_EX2_FTZ_BESIDE_F64 = r"""
+extern "C" __global__ void ex2_ftz_beside_f64(const float *x, float *y, double *d, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x[i])); y[i] = r;
+        d[i] = d[i] * 0.5;      // f64 keeps subnormals: this kernel flushes in code
+    }
+}"""
+
+
+def _around_minus_126():
+    """-126 and its float neighbours on both sides (the f32 below -126 is -126 - 2^-17),
+    the band [-127, -125] finely, and what flushes from further away."""
+    near = f32(-126.0) + np.arange(-64, 65).astype(f32) * f32(2.0 ** -17)
+    band = np.arange(-127, -125, 2.0 ** -12)
+    far = [-126.5, -127.0, -149.0, -1e30, -np.inf, np.nan, 0.0, 1e-40, -1e-40, 3.0]
+    return np.concatenate([near, band, far]).astype(f32)
+
+
+def test_ex2_ftz_zero_exactly_below_minus_126(ptx, mod):
+    """ex2.approx.ftz gives +0 exactly where x < -126 (its result below 2^-126) and a normal
+    result from x = -126 up, the same bits whether the kernel runs with the CPU's FTZ/DAZ
+    (hardware_flush) or flushes in code (an f64 operation beside it), within 1 ulp of the
+    interpreter and of the correctly rounded, flushed result."""
+    from cpuify.codegen.denormals import hardware_flush
+    x = _around_minus_126()
+    side = parse_ptx(compile_to_ptx(_EX2_FTZ_BESIDE_F64).ptx)
+    assert not hardware_flush(lift_optimized(side, side.functions["ex2_ftz_beside_f64"]).op)
+    alone = parse_ptx(ptx)
+    assert hardware_flush(lift_optimized(alone, alone.functions["ex2_approx_ftz_f32"]).op)
+    in_hardware = _run(mod, "ex2_approx_ftz_f32", x)
+    in_code = np.full_like(x, np.nan)
+    d = np.full(x.size, 1e-310)
+    cpuify.RawModule(code=_EX2_FTZ_BESIDE_F64).get_function("ex2_ftz_beside_f64")(
+        ((x.size + 127) // 128,), (128,), (x, in_code, d, np.int32(x.size)))
+    np.testing.assert_array_equal(d, np.full(x.size, 1e-310) * 0.5)       # (kept subnormal)
+    np.testing.assert_array_equal(in_hardware.view(np.uint32), in_code.view(np.uint32))
+    below = x < -126
+    assert (in_code[below] == 0).all() and not np.signbit(in_code[below]).any()
+    fin = ~below & ~np.isnan(x)
+    assert (in_code[fin] >= TINY).all() and in_code[x == -126][0] == TINY
+    assert np.isnan(in_code[np.isnan(x)]).all()
+    _, cr = _reference("ex2.approx.ftz.f32", x)
+    assert _ulps_from_cr(in_code[fin], cr[fin]).max() <= 1
+    yi = np.zeros_like(x)
+    interpret_kernel(ptx, "ex2_approx_ftz_f32", ((x.size + 127) // 128,), (128,),
+                     [x, yi, np.int32(x.size)])
+    np.testing.assert_array_equal(yi[below], 0.0)
+    assert _ulps_from_cr(in_code[fin], yi[fin]).max() <= 1
+
+
+def test_expf_under_ftz_flushes_nothing_in_code():
+    """CuPy-style (-ftz=true) expf and __expf in a kernel run with the CPU's FTZ/DAZ: the
+    fma.rm of expf's rounding trick lies in [2^23, 2^24) and ex2.approx.ftz flushes by a
+    compare of its input, so no result is flushed in code (a copysign and a select each);
+    the values: within CUDA's 2 ulp of NumPy's exp where that is normal, +0 where it is
+    below 2^-126 (away from the edge by more than the 2 ulp), the interpreter within 1 ulp."""
+    from cpuify.compiler import lift_and_optimize
+    from cpuify.transforms.pass_manager import PipelineOptions
+    src = r"""
+    extern "C" __global__ void ex(const float *x, float *y, float *z, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) { y[i] = expf(x[i]); z[i] = __expf(x[i]); }
+    }"""
+    ptx_ftz = compile_to_ptx(src, options=("-ftz=true",)).ptx
+    module = parse_ptx(ptx_ftz)
+    lifted, _ = lift_and_optimize(module, module.entries[0], PipelineOptions(), (128, 1, 1))
+    gen = ModuleCodegen(module, *jit.triple_and_layout())
+    gen.add_kernel(lifted, (128, 1, 1))
+    assert "copysign" not in str(jit.optimize(gen.llvm_text()))
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-110, 89, 1 << 15), np.arange(-90, -85, 1 / 512),
+                        [-np.inf, np.inf, np.nan, 0.0, -1e-40, 88.7, 89.0, -1e30]]).astype(f32)
+    y, z = np.full_like(x, 7), np.full_like(x, 7)
+    f = cpuify.RawModule(code=src).get_function("ex")     # -ftz=true, as CuPy compiles
+    for _ in range(2):              # generic code, then the code specialized for the block
+        f(((x.size + 127) // 128,), (128,), (x, y, z, np.int32(x.size)))
+    with np.errstate(all="ignore"):
+        ref = np.exp(x.astype(np.float64))
+    normal = (ref >= TINY * 1.001) & (ref < np.finfo(f32).max)
+    ulp = np.spacing(ref[normal].astype(f32)).astype(np.float64)
+    assert (np.abs(y[normal] - ref[normal]) / ulp).max() <= 2
+    tiny = ref < TINY * 0.999
+    assert (y[tiny] == 0).all() and not np.signbit(y[tiny]).any()
+    assert (z[tiny & (x < -88)] == 0).all()
+    assert y[x == np.inf][0] == np.inf and np.isnan(y[np.isnan(x)]).all()
+    yi, zi = np.zeros_like(x), np.zeros_like(x)
+    interpret_kernel(ptx_ftz, "ex", ((x.size + 127) // 128,), (128,),
+                     [x, yi, zi, np.int32(x.size)])
+    fin = np.isfinite(yi) & (yi != 0)
+    np.testing.assert_array_equal(y[~fin & ~np.isnan(x)], yi[~fin & ~np.isnan(x)])
+    assert _ulps_from_cr(y[fin], yi[fin]).max() <= 1
+    assert _ulps_from_cr(z[fin & (zi != 0)], zi[fin & (zi != 0)]).max() <= 1
+
+
+@pytest.mark.skipif(not jit.has_avx512(), reason="llvm.ldexp is vscalefps with AVX-512 only")
+@pytest.mark.parametrize("ftz", [False, True])
+def test_ex2_scalef_same_bits_as_two_multiplications(ftz):
+    """ex2's scaling by 2^n as llvm.ldexp (vscalefps, used on AVX-512 CPUs) rounds once, as
+    the two multiplications by 2^(n/2) and 2^(n - n/2) do: the same bits for the sampled
+    f32 patterns and the edges (overflow, subnormal results, specials), both lowerings
+    compiled side by side in one module; and the vector loop calls no libm ldexpf."""
+    import ctypes
+
+    from llvmlite import ir
+
+    from cpuify.codegen.approx_math import exp2_f32
+    module = ir.Module(name="ex2_scalef")
+    module.triple, module.data_layout = jit.triple_and_layout()
+    declared: dict[str, ir.Function] = {}
+
+    def intrinsic(name, ret, args):
+        if name not in declared:
+            declared[name] = ir.Function(module, ir.FunctionType(ret, args), name=name)
+        return declared[name]
+
+    f32p = ir.PointerType(ir.FloatType())
+    for name, scalef in (("with_scalef", True), ("with_multiplications", False)):
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [f32p, f32p, ir.IntType(64)]),
+                         name=name)
+        x, y, n = fn.args
+        x.add_attribute("noalias")
+        y.add_attribute("noalias")
+        entry, loop, done = (fn.append_basic_block(k) for k in ("entry", "loop", "done"))
+        b = ir.IRBuilder(entry)
+        b.cbranch(b.icmp_signed(">", n, n.type(0)), loop, done)
+        b.position_at_end(loop)
+        i = b.phi(n.type)
+        v = b.load(b.gep(x, [i]))
+        b.store(exp2_f32(b, intrinsic, v, ftz=ftz, scalef=scalef), b.gep(y, [i]))
+        i1 = b.add(i, n.type(1))
+        i.add_incoming(n.type(0), entry)
+        i.add_incoming(i1, loop)
+        b.cbranch(b.icmp_signed("<", i1, n), loop, done)
+        ir.IRBuilder(done).ret_void()
+    optimized = jit.optimize(str(module))
+    assert "vscalefps" in jit.emit_assembly(optimized) and "ldexpf" not in jit.emit_assembly(optimized)
+    loaded = jit.LoadedObject(jit.emit_object(optimized))
+    x = _sample(stride=2048)
+    outs = []
+    for name in ("with_scalef", "with_multiplications"):
+        y = np.full_like(x, 7)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            loaded.function_address(name))(x.ctypes.data, y.ctypes.data, x.size)
+        outs.append(y)
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    assert np.isnan(outs[0][np.isnan(x)]).all() and (outs[0][x == np.inf] == np.inf).all()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_every_float(mod, op):

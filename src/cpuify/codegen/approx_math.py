@@ -18,7 +18,7 @@ what PTX ISA 9.x documents for the instruction:
   2^(n/2) and 2^(n - n/2), each a normal power of two built from its exponent bits, so that
   results that overflow become +inf and subnormal results (x < -126) are rounded once,
   correctly, from p * 2^(n/2).  -inf -> +0, +inf -> +inf, NaN -> NaN; .ftz flushes the
-  subnormal inputs (-> 1) and results (-> +0) in the caller.
+  subnormal inputs (-> 1) in the caller and the results (-> +0) here, where x < -126.
 * lg2.approx.f32: PTX, absolute error 2^-22 in (0.5, 2), relative error 2^-22 elsewhere.
   Here: x = 2^e * m with m in [sqrt(1/2), sqrt(2)) (integer arithmetic on the bits), f = m - 1
   (exact), log2(1 + f) = f * (1/ln 2) + f^2 * Q(f), Q of degree 8 (relative error
@@ -102,9 +102,19 @@ def _c(v: ir.Value | float) -> ir.Value:
     return v if isinstance(v, ir.Value) else ir.Constant(F32, v)
 
 
-def exp2_f32(b: ir.IRBuilder, intrinsic: Intrinsic, x: ir.Value) -> ir.Value:
+def exp2_f32(b: ir.IRBuilder, intrinsic: Intrinsic, x: ir.Value, ftz: bool = False,
+             scalef: bool = False) -> ir.Value:
     """ex2.approx.f32: 2^x (below 1 ulp from the exact result; subnormal results correctly
-    rounded; .ftz is the caller's)."""
+    rounded).  ftz: the result's flush too (the input's is the caller's), as +0 wherever
+    x < -126: a compare of the input, off the path of the polynomial, instead of a test of
+    the result's magnitude.  The same values: x >= -126 gives n >= -125 with p >= 0.7, or
+    n = -126 with f >= 0 and p >= 1, so a result >= 2^-126; x < -126 gives n <= -127, or
+    n = -126 with f <= -2^-17 (the f32 below -126 is -126 - 2^-17) and p < 1, so a
+    subnormal or zero result.  scalef (for AVX-512 CPUs: the caller's check): the scaling by
+    2^n as llvm.ldexp, which LLVM vectorizes and x86 lowers to one vscalefps, rounded once
+    as the two multiplications are (the same bits): with the conversion of n back to a
+    float, two instructions instead of the eight that build and apply the two powers of
+    two; elsewhere ldexp is a libm call."""
     m = _Emit(b, intrinsic)
     # NaN becomes -160 here (maxnum returns the number), is restored at the end
     xc = m.call("llvm.minnum.f32", m.call("llvm.maxnum.f32", x, _c(-160.0)), _c(160.0))
@@ -112,10 +122,16 @@ def exp2_f32(b: ir.IRBuilder, intrinsic: Intrinsic, x: ir.Value) -> ir.Value:
     f = b.fsub(xc, n)                                   # exact, |f| <= 1/2
     p = m.fma(f, m.horner(f, _EX2), 1.0)                # 2^f in [0.707, 1.414]
     ni = b.fptosi(n, I32)                               # [-160, 160]
-    n1 = b.ashr(ni, I32(1))
-    n2 = b.sub(ni, n1)                                  # both in [-80, 80]
-    r = b.fmul(b.fmul(p, m.pow2(n1)), m.pow2(n2))       # exact, then one rounding
-    return b.select(m.is_nan(x), x, r)
+    if scalef:
+        r = b.call(intrinsic("llvm.ldexp.f32.i32", F32, [F32, I32]), [p, ni])
+    else:
+        n1 = b.ashr(ni, I32(1))
+        n2 = b.sub(ni, n1)                              # both in [-80, 80]
+        r = b.fmul(b.fmul(p, m.pow2(n1)), m.pow2(n2))   # exact, then one rounding
+    r = b.select(m.is_nan(x), x, r)
+    if ftz:
+        r = b.select(b.fcmp_ordered("<", x, _c(-126.0)), _c(0.0), r)
+    return r
 
 
 def log2_f32(b: ir.IRBuilder, intrinsic: Intrinsic, x: ir.Value, subnormals: bool) -> ir.Value:

@@ -65,13 +65,14 @@ def ftz(e: SegmentEmitter, v: ir.Value, on: bool, t: str = "f32") -> ir.Value:
 
 
 def saturate(e: SegmentEmitter, v: ir.Value) -> ir.Value:
-    """Clamp to [0, 1]; NaN becomes 0 (PTX .sat)."""
+    """Clamp to [+0, 1]; NaN and -0 become +0 (PTX .sat).  Two selects on ordered compares,
+    `v > 0 ? v : +0` (false for NaN and -0) and `lo < 1 ? lo : 1`: x86's max and min
+    instructions, which return their second operand where a compare is false, take them
+    one each (maxnum/minnum and a NaN test were three instructions)."""
     b = e.b
-    s = fsuffix(v.type)
-    lo = call(e, f"llvm.maxnum.{s}", v.type, [v, ir.Constant(v.type, 0.0)])
-    hi = call(e, f"llvm.minnum.{s}", v.type, [lo, ir.Constant(v.type, 1.0)])
-    is_nan = b.fcmp_unordered("uno", v, v)
-    return b.select(is_nan, ir.Constant(v.type, 0.0), hi)
+    zero, one = ir.Constant(v.type, 0.0), ir.Constant(v.type, 1.0)
+    lo = b.select(b.fcmp_ordered(">", v, zero), v, zero)
+    return b.select(b.fcmp_ordered("<", lo, one), lo, one)
 
 
 def nextafter(e: SegmentEmitter, v: ir.Value, up: bool) -> ir.Value:
@@ -219,7 +220,8 @@ def fsrc(e: SegmentEmitter, op: Operation, i: int, t: str) -> ir.Value:
     return ftz(e, e.operand(op.operands[i], t), on)
 
 
-def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
+def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str,
+          never_subnormal: bool = False) -> None:
     # neg/abs, and an f32 -> f32 cvt (an integral value, saturated or as it is), of a value
     # that is never subnormal is never subnormal; a square root (of anything: sqrt(2^-149) =
     # 2^-74.5) and a reciprocal square root (rsqrt(FLT_MAX) ~ 2^-64) never are.  An op LLVM
@@ -227,7 +229,9 @@ def fdone(e: SegmentEmitter, op: Operation, v: ir.Value, t: str) -> None:
     by_cpu = _flushed_by_cpu(e, op, _HW_RESULTS) and not folds_to_operand(op)
     keeps_flushed = op.name in ("ptx.neg", "ptx.abs") or \
         op.name == "ptx.cvt" and all(x == "f32" for x in types(op))
-    v = ftz(e, v, has(op, "ftz") and not by_cpu and not (
+    # never_subnormal: the lowering proved the value normal, zero, infinite or NaN, or
+    # flushed it itself (ptx_spec_arith: fma on one binade's grid, ex2.approx.ftz)
+    v = ftz(e, v, has(op, "ftz") and not by_cpu and not never_subnormal and not (
         keeps_flushed and known_flushed(op.operands[0])) and
         op.name not in ("ptx.sqrt", "ptx.rsqrt"))
     if has(op, "sat"):

@@ -200,6 +200,9 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
         self.deferred = bool(op.attributes.get("flush_at_uses"))
         self.nsw = _nsw_nodes(form)
         self.root = form.results[0] if form.results else None
+        # the expressions whose value the lowering proves never subnormal, or has flushed
+        # itself (`fn_ex2` under .ftz): their result needs no flush in fdone
+        self.never_subnormal: set[int] = set()
 
     def run(self) -> None:
         n = len(self.op.results)
@@ -221,6 +224,7 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
             self.value(x)
 
     def _write(self, i: int, v: ir.Value, t: str) -> None:
+        result = self.form.results[i] if i < len(self.form.results) else None
         if is_address_type(t):              # an address: its 64 bits
             self.e.result(self.op, v, "u64", i)
         elif self.form.flush == "all" and t in ("f16", "bf16"):
@@ -231,7 +235,7 @@ class _SpecLowering(ArithmeticLowering, ConvertLowering, AddressLowering, Memory
                 v = self._saturated_half(v, t)
             self.e.result(self.op, v, t, i)
         elif self.form.flush == "all" and is_float(t) and not self.deferred:
-            fdone(self.e, self.op, v, t)
+            fdone(self.e, self.op, v, t, never_subnormal=id(result) in self.never_subnormal)
         else:
             self.e.result(self.op, v, t, i)
 

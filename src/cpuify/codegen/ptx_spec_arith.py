@@ -36,6 +36,7 @@ class ArithmeticLowering:
     op: Operation
     mods: list[str]
     flags: Callable[[Fn], list[str]]
+    never_subnormal: set[int]
 
     # -- arithmetic (floats with directed rounding: the round-to-nearest result moved one
     #    step where the sign of its exact error says, ptx_ops.directed)
@@ -118,6 +119,7 @@ class ArithmeticLowering:
             return call(e, f"llvm.fma.{fsuffix(p.type)}", p.type, [p, q, r]), t
         quantized = _quantized_fma(e, self.op, mode, t, p, q, r)
         if quantized is not None:
+            self.never_subnormal.add(id(x))     # in a binade of at least 2^23: no flush
             return quantized, t
         if t != "f32":
             e.kc.error(f"fma.{mode}.{t} (directed rounding) is not supported", self.op)
@@ -226,7 +228,11 @@ class ArithmeticLowering:
     def fn_ex2(self, x: Fn, args: list[Typed]) -> Typed:
         (p, t), = args
         if p.type == F32:
-            return approx_math.exp2_f32(self.b, self.e.mod.intrinsic, p), t
+            ftz = "ftz" in self.mods
+            if ftz:
+                self.never_subnormal.add(id(x))     # flushed by exp2_f32 itself
+            return approx_math.exp2_f32(self.b, self.e.mod.intrinsic, p, ftz=ftz,
+                                        scalef=jit.has_avx512()), t
         return call(self.e, "llvm.exp2.f64", p.type, [p]), t
 
     def fn_lg2(self, x: Fn, args: list[Typed]) -> Typed:
