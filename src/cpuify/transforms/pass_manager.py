@@ -93,7 +93,7 @@ def _load_passes() -> None:
     from cpuify.transforms import (  # noqa: F401
         barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
         prefetch_distance, progress, reroll, structured_cf, sum_split,
-        thread_ranges, threads, warps,
+        thread_ranges, threads, tiles_in_place, warps,
     )
 
 
@@ -131,7 +131,7 @@ def default_pipeline() -> list[str]:
 #: last, the kernels whose generic thread loops may be flat (it only marks the kernel)
 DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
-                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
+                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "tiles-in-place", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
