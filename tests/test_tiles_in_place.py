@@ -247,3 +247,14 @@ def test_the_lu_step_runs_in_place(module, n, offset):
     t = (n - offset) // 16 - 1
     _interpret_one_version(module, "lu_step", (16, 16, 1), 0, (t, t, 1), (a, np.int32(n), np.int32(offset)))
     np.testing.assert_allclose(a, ref, atol=1e-5)
+
+
+def test_the_versions_print_as_mlir_and_parse_back(module):
+    pytest.importorskip("xdsl.parser")
+    from cpuify.ir.parser import parse_module
+    from cpuify.ir.printer import print_module
+    from test_mlir_export import xdsl_parse
+    lifted, _ = _lift(module, "lu_step", (16, 16, 1))
+    text = print_module([lifted.op])
+    xdsl_parse(text)
+    assert print_module(parse_module(text)) == text
