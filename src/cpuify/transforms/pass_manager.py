@@ -120,7 +120,9 @@ def default_pipeline() -> list[str]:
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
-#: launch prologue both share must not), store-to-load forwarding across barriers (a round
+#: launch prologue both share must not), shared tiles that only stage global data read in
+#: place in a version of the body without their stores (before the barrier passes, which
+#: then find that version's barrier ordering nothing), store-to-load forwarding across barriers (a round
 #: trip through shared memory gone lets barrier elimination drop the barrier it crossed),
 #: barrier elimination and motion, then the
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
