@@ -39,3 +39,19 @@ def test_workload_matches_its_reference(name):
     for call in range(3):
         ok, why = w.check(p, w.run_cpuify(p, inp, mod), ref)
         assert ok, f"{name}, call {call + 1}: {why}"
+
+
+def test_aligned_work_buffers():
+    # lu_tile's rows are whole cache lines only when its work buffer is; each peer
+    # allocates its own buffer with aligned_empty, so none runs with split rows by chance
+    from benchmarks.suite.workload import aligned_empty
+    for shape, dtype in (((1,), np.float32), ((33, 17), np.float64), ((1024, 1024), np.float32)):
+        a = aligned_empty(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+        assert a.ctypes.data % 256 == 0
+        a[...] = 1                      # the whole extent is writable
+    w = importlib.import_module("benchmarks.suite.workloads.lu_tile").WORKLOAD
+    p = w.sizes["small"]
+    inp = w.make_inputs(p, np.random.default_rng(3))
+    out = w.run_cpuify(p, inp, cpuify.RawModule(code=w.cuda_source))
+    assert out["a"].ctypes.data % 256 == 0 and inp["a"].ctypes.data % 256 == 0

@@ -405,6 +405,21 @@ extern "C" __global__ void row_walk(const int *wall, int *out, int cols, int row
     }
     if (x < cols) out[x] = prev[t];
 }''',
+    # tiles-in-place: a blocked-LU trailing update (8 x 8 tiles staged from the panels beside
+    # and above the tile each block updates, one barrier)
+    "tile_update": r'''
+extern "C" __global__ void tile_update(float *a, int n, int offset) {
+    __shared__ float left[8][8], top[8][8];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int row0 = offset + 8 + blockIdx.y * 8, col0 = offset + 8 + blockIdx.x * 8;
+    left[ty][tx] = a[(row0 + ty) * n + offset + tx];
+    top[ty][tx] = a[(offset + ty) * n + col0 + tx];
+    __syncthreads();
+    float sum = 0.0f;
+    for (int k = 0; k < 8; k++)
+        sum += left[ty][k] * top[k][tx];
+    a[(row0 + ty) * n + col0 + tx] -= sum;
+}''',
     # spin-wait-yields: the last thread publishes a value the others wait for
     "flag_wait": r'''
 extern "C" __global__ void flag_wait(const int *data, int *out) {
@@ -470,6 +485,7 @@ CASES = {
                                                     np.zeros(30, np.float32), np.int32(30), np.int32(37)]),
     "row_walk": Case((3,), (64,), lambda r: [_i32(r, 150 * 6), np.zeros(150, np.int32), np.int32(150),
                                              np.int32(6)]),
+    "tile_update": Case((2, 2), (8, 8), lambda r: [_f32(r, 24 * 24, 1, -0.5), np.int32(24), np.int32(0)]),
 }
 
 _HEADER = re.compile(r"^// -----// IR of kernel '[^']*' after ([\w-]+) //----- //\n", re.MULTILINE)
@@ -612,6 +628,7 @@ FAST_WITHOUT = {
     "row_max": {"flush-min-max-at-uses"},
     "row_walk": {"stream-prefetch-distance"},
     "legacy_reduce": {"flat-thread-loops"},
+    "tile_update": {"tiles-in-place"},
 }
 
 

@@ -40,6 +40,20 @@ def float_ptr(a: np.ndarray) -> Any:
     return a.ctypes.data_as(FLOAT_P)
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: Any, align: int = 256) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts at a multiple of `align` bytes
+    (256: what cudaMalloc guarantees).  NumPy's own start varies from process to process
+    (a large np.empty lands 16 bytes past a page start in one run, 64-byte aligned in the
+    next); where a kernel's rows are whole cache lines that decides, for every peer alike,
+    whether each row access splits across two lines (lu_tile: 2x for both cpuify and the
+    OpenMP twin), so work buffers a peer allocates for itself are aligned the same way."""
+    dt = np.dtype(dtype)
+    size = int(np.prod(shape)) * dt.itemsize
+    raw = np.empty(size + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + size].view(dt).reshape(shape)
+
+
 class Workload:
     name: str = ""                      # "triad"
     kind: str = "other"                 # "bandwidth" | "compute" | "other"

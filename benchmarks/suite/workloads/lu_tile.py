@@ -27,6 +27,13 @@ later steps read panels that earlier steps updated.
   column-panel row (16 contiguous floats) is read in place.
 * OpenCL: the same kernel as CUDA with `__local` tiles, local size (16, 16).
 
+The work buffer (and the input) are 256-byte aligned for every peer (`aligned_empty`, as
+cudaMalloc's are): with NumPy's own placement the rows, 4 KiB apart at n = 1024, were whole
+cache lines in some processes and split across two in others, and each peer ran 2x slower
+when its buffer was split (one thread, CPU time, 2026-11-28: cpuify 12.7 ms aligned vs
+16.3-17.9 ms at 16 or 32 bytes past a line, the OpenMP twin 9.3 vs 18.7-19.7 ms), so the
+ratio was 0.45-1.2 by chance.
+
 n must be a multiple of 16 and >= 32.  Inputs uniform in [-c, c) with c = 1/sqrt(n): a
 rank-16 update of unnormalized panels multiplies the variance s^2 of the entries by ~(1 +
 16 s^2), so with entries of size 1 the n/16 steps would overflow; with variance 1/(3n) the
@@ -45,7 +52,7 @@ import ctypes
 
 import numpy as np
 
-from benchmarks.suite.workload import Workload, FLOAT_P as _fp, float_ptr as _ptr
+from benchmarks.suite.workload import Workload, FLOAT_P as _fp, aligned_empty, float_ptr as _ptr
 
 TILE = 16
 
@@ -180,7 +187,8 @@ class LUTile(Workload):
         n = p["n"]
         assert n % TILE == 0 and n >= 2 * TILE, "n must be a multiple of 16, >= 32"
         c = 1.0 / np.sqrt(n)
-        a = (rng.uniform(-1.0, 1.0, (n, n)) * c).astype(np.float32)
+        a = aligned_empty((n, n), np.float32)
+        a[...] = rng.uniform(-1.0, 1.0, (n, n)) * c
         return {"a": a}
 
     def reference(self, p, inp):
@@ -211,7 +219,7 @@ class LUTile(Workload):
         n = p["n"]
         bufs = inp.setdefault("_cpuify_bufs", {})
         if "a" not in bufs:
-            bufs["a"] = np.empty((n, n), np.float32)
+            bufs["a"] = aligned_empty((n, n), np.float32)
             bufs["fn"] = mod.get_function("lu_trailing_update")
         a = bufs["a"]
         fn = bufs["fn"]
@@ -227,7 +235,7 @@ class LUTile(Workload):
         n = p["n"]
         bufs = inp.setdefault("_omp_bufs", {})
         if "a" not in bufs:
-            bufs["a"] = np.empty((n, n), np.float32)
+            bufs["a"] = aligned_empty((n, n), np.float32)
             lib.lu_tile_updates.restype = None
             lib.lu_tile_updates.argtypes = [_fp, _fp, ctypes.c_int]
         a = bufs["a"]
@@ -243,7 +251,7 @@ class LUTile(Workload):
             bufs = inp["_cl_bufs"] = {
                 "in": cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=inp["a"]),
                 "a": cl.Buffer(ctx, mf.READ_WRITE, size=n * n * 4),
-                "h": np.empty((n, n), np.float32),
+                "h": aligned_empty((n, n), np.float32),
                 "k": cl.Kernel(prg, "lu_trailing_update"),
             }
         a = bufs["a"]

@@ -159,6 +159,7 @@ class KernelPlan(ThreadLoopPlans):
         self.noalias: tuple[int, ...] = () if body is not None else tuple(
             sorted(int(x) for x in kernel.op.attributes.get("noalias_params", ())))
         self.param_alias_tags = self.parameter_scopes()
+        self.in_place_scope = self.tiles_in_place_scope()
         # local memory (per thread): kernel .local depots
         self.local_offsets: dict[str, int] = {}
         off = 0
@@ -328,6 +329,18 @@ class KernelPlan(ThreadLoopPlans):
                 if base is not None:
                     out[address] = tags[base if base in scope else None]
         return out
+
+    def tiles_in_place_scope(self) -> ir.Value | None:
+        """The alias scope of the loads tiles-in-place made read a tile's global data in
+        place (`in_place`), when the kernel has any: they run only where the pass's check at
+        the block's start showed that no global store of the block writes what they read,
+        so every store is declared independent of them (LLVM may then keep them in
+        registers across the stores)."""
+        if not any(op.attributes.get("in_place") for blk in self.region.blocks for op in blk.ops):
+            return None
+        m = self.mod.module
+        domain = m.add_metadata([ir.MetaDataString(m, f"cpuify.in_place.{self.name}")])
+        return m.add_metadata([ir.MetaDataString(m, f"cpuify.in_place.{self.name}.loads"), domain])
 
     def shared_variable_scopes(self) -> dict[Value, tuple[ir.Value, ir.Value]]:
         """Shared-memory address -> (alias.scope, noalias) metadata of the `__shared__`

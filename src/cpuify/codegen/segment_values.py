@@ -275,9 +275,21 @@ class SegmentValues:
         address = op.operands[0]
         tags = (self.kc.shared_alias_tags if memory_space(op) == "shared"
                 else self.kc.param_alias_tags).get(address)
+        in_place = self.kc.in_place_scope
+        if in_place is not None and memory_space(op) != "shared":
+            # tiles-in-place's loads and the stores its check showed never to write them
+            m = self.kc.mod.module
+            scope, noalias = ([*tags[0].operands], [*tags[1].operands]) if tags else ([], [])
+            if op.name == "ptx.ld" and op.attributes.get("in_place"):
+                scope.append(in_place)
+            elif op.name == "ptx.st":
+                noalias.append(in_place)
+            tags = (m.add_metadata(scope) if scope else None, m.add_metadata(noalias) if noalias else None)
         if tags is not None:
-            instr.set_metadata("alias.scope", tags[0])
-            instr.set_metadata("noalias", tags[1])
+            if tags[0] is not None:
+                instr.set_metadata("alias.scope", tags[0])
+            if tags[1] is not None:
+                instr.set_metadata("noalias", tags[1])
 
     def address(self, op: Operation, space: str) -> ir.Value:
         """Pointer for memory op `op` (address operand 0 plus its `offset` attribute)."""

@@ -93,7 +93,7 @@ def _load_passes() -> None:
     from cpuify.transforms import (  # noqa: F401
         barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
         prefetch_distance, progress, reroll, structured_cf, sum_split,
-        thread_ranges, threads, warps,
+        thread_ranges, threads, tiles_in_place, warps,
     )
 
 
@@ -120,7 +120,9 @@ def default_pipeline() -> list[str]:
 #: hoists or moves their code, and before the interchange that wants the simple loop), then
 #: hoisting out of the grid (before barrier elimination, which
 #: may differ between the generic code and code specialized for a block shape, while the
-#: launch prologue both share must not), store-to-load forwarding across barriers (a round
+#: launch prologue both share must not), shared tiles that only stage global data read in
+#: place in a version of the body without their stores (before the barrier passes, which
+#: then find that version's barrier ordering nothing), store-to-load forwarding across barriers (a round
 #: trip through shared memory gone lets barrier elimination drop the barrier it crossed),
 #: barrier elimination and motion, then the
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
@@ -131,7 +133,7 @@ def default_pipeline() -> list[str]:
 #: last, the kernels whose generic thread loops may be flat (it only marks the kernel)
 DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
                  "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
-                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "store-forwarding",
+                 "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "tiles-in-place", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
                  "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
