@@ -315,3 +315,20 @@ def test_stub_generation_covers_every_declared_function() -> None:
     assert {"cublasSgemm_v2", "cublasStrsm_v2", "cublasCreate_v2", "cublasGemmEx"} <= names
     text = stub_source(blas, {"cublasStrsm_v2"})
     assert 'cpuify_cublas_not_supported_once("cublasStrsm_v2", &said)' in text
+
+
+@pytest.mark.parametrize("headers,guards", [
+    (("cublas_v2.h", "cufft.h", "cuda_profiler_api.h"),
+     ("CUBLAS_V2_H_", "CUBLAS_API_H_", "_CUFFT_H_", "__CUDA_PROFILER_API_H__")),
+    (("cublas.h",), ("CUBLAS_H_", "CUBLAS_API_H_"))])
+def test_headers_define_nvidia_include_guards(tmp_path: Path, headers, guards) -> None:
+    """Programs test NVIDIA's include guards to know a library's header is in (the CUDA
+    Handbook's chError.h defines its cublas() check macro under `#ifdef CUBLAS_V2_H_`):
+    cpuify's headers define them too."""
+    src = tmp_path / "guards.cu"
+    src.write_text("".join(f"#include <{h}>\n" for h in headers) +
+                   "".join(f"#ifndef {g}\n#error {g} is not defined\n#endif\n" for g in guards) +
+                   "int main() { return 0; }\n")
+    r = subprocess.run([*CPUIFY, "nvcc", "-E", str(src), "-o", str(tmp_path / "guards.i")],
+                       cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
