@@ -262,6 +262,32 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="OLCF's CUDA training series (exercises/hwN/*.cu): the single-cu recipe "
                        "with the flags its READMEs give (hw11: -DNO_MPI); `--only solution` "
                        "for the complete programs"),
+    Recipe("pcuda", marker="examples/chapter10/crypt.legacy.cu", programs="examples/chapter*/*.cu",
+           # Professional CUDA C Programming (deeperlearning/professional-cuda-c-programming):
+           # one program per .cu file, built by its chapter's Makefile (`make NAME`, plain
+           # `nvcc` with -arch=sm_20/30/35, -rdc for chapter 3, -lcublas/-lcufft/-lcurand in
+           # chapter 8, -fopenmp in 6 and 10), run without arguments (the book's sizes)
+           per_file=True, copy_up=1, build=('make "${SRC%.cu}"',),
+           # chapter 9's MPI programs are .c files (not globbed); its .cu files need no MPI
+           judge=lambda program, directory, output: _pcuda_judge(program, directory, output),
+           description="Professional CUDA C Programming's examples (per chapter Makefile, "
+                       "`make NAME`), run without arguments; their comparisons print "
+                       "`Arrays match.`, or only on a mismatch"),
+    Recipe("cudahandbook", marker="chLib/chError_cuda.h", programs="*/CMakeLists.txt",
+           # The CUDA Handbook (ArchaeaSoftware/cudahandbook): CMake, configured once with the
+           # toolkit named as CMake's CUDA compiler and the texturing samples on (they default
+           # to on only when CMake identifies NVIDIA's nvcc); each chapter directory's targets
+           # built with `make -k` (OpenGL's tex2d_opengl and NPP's mipmapGenNPP fail there)
+           skip=r"^chLib$", setup=(
+               'cmake -S . -B build -DCMAKE_CUDA_COMPILER="$CUDA_PATH/bin/nvcc" '
+               '-DCUDAHANDBOOK_BUILD_TEXTURING=ON',),
+           build=('make -k -C "$TOP/build/$REL"',), exe_glob="*",
+           # run from the source directory (corr's programs read coins.pgm from there)
+           run_shell='"$EXE"',
+           judge=lambda program, directory, output: _handbook_judge(output),
+           description="The CUDA Handbook's samples (CMake, configured once), each chapter "
+                       "directory's executables run without arguments; most print only on a "
+                       "failed check"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
@@ -288,6 +314,46 @@ def _gpumembench_judge(program: str, output: str) -> tuple[bool | None, str]:
     return None, "prints bandwidths only"
 
 
+def _around(text: str, m: re.Match[str]) -> str:
+    """The words around a match of a judge's pattern, for the report."""
+    return text[max(0, m.start() - 80):m.end() + 40].strip()
+
+
+def _source_of(program: str, directory: Path) -> str:
+    """The text of a single-file program's source (empty when it is not there)."""
+    source = directory / Path(program).name
+    return source.read_text(errors="replace") if source.is_file() else ""
+
+
+def _pcuda_judge(program: str, directory: Path, output: str) -> tuple[bool | None, str]:
+    """Professional CUDA C Programming: `Arrays match.` / `Arrays do not match.`, `Test
+    failed!` (its reductions print sums and complain only when one differs), and the
+    CHECK() macro of its common.h prints `Error: file:line` and carries on.  (Chapter 7's
+    fmad and intrinsic-standard-comp print that device and host values differ: that is what
+    they demonstrate, not a failed check.)"""
+    m = re.search(r"(?i)arrays do not match|test failed|^Error\b.*", output, re.MULTILINE)
+    if m:
+        return False, _around(output, m)
+    if re.search(r"Arrays match", output):
+        return True, ""
+    if re.search(r'"(Arrays do not match|Test failed)', _source_of(program, directory)):
+        return True, ""     # its comparison speaks only on a mismatch: silent, it held
+    return None, "prints no comparison (timings or a demonstration)"
+
+
+def _handbook_judge(output: str) -> tuple[bool | None, str]:
+    """The CUDA Handbook's samples print on a failed check only (`Incorrect sum computed!`,
+    `Mismatch ...`, `... FAILED`), a few a verdict (corrFFT's `-> MATCH`)."""
+    text = output.replace("(0 mismatches", "")       # (a count of none is a pass)
+    m = re.search(r"(?i)\b(failed|failure|mismatch(es)?|incorrect|is wrong)\b|\bCUDA error\b|^Error\b",
+                  text, re.MULTILINE)
+    if m:
+        return False, _around(text, m)
+    if re.search(r"-> MATCH\b|\bPASSED\b|\bPassed\b|\(0 mismatches", output):
+        return True, ""
+    return None, "no verdict printed (timings, or a check that speaks only on failure)"
+
+
 def _single_file_judge(program: str, directory: Path, output: str) -> tuple[bool | None, str]:
     """A tutorial program that exited with status 0: its message, or its assert()s held
     (a program that checks with assert and prints nothing, e.g. a histogram whose bins must
@@ -295,11 +361,10 @@ def _single_file_judge(program: str, directory: Path, output: str) -> tuple[bool
     `cudaGetErrorString(cudaSuccess)`, which tutorials print after their kernels."""
     m = re.search(r"(?i)(?<!no )\b(fail(ed|ure)?|mismatch|incorrect|wrong|error)\b", output)
     if m:
-        return False, output[max(0, m.start() - 80):m.end() + 40].strip()
+        return False, _around(output, m)
     if re.search(r"(?i)\b(completed successfully|pass(ed)?|success|correct)\b", output):
         return True, ""
-    source = directory / Path(program).name
-    text = source.read_text(errors="replace") if source.is_file() else ""
+    text = _source_of(program, directory)
     if re.search(r"\bassert\s*\(", text):
         return True, ""
     # a comparison that speaks only when it fails (OLCF's streams exercises compare the

@@ -233,3 +233,85 @@ def test_xsbench_and_rsbench_recipes_read_their_checksum_line(tmp_path: Path) ->
         import re
         assert re.search(recipe.passed, valid) and not re.search(recipe.failed, valid)
         assert re.search(recipe.failed, invalid) and not re.search(recipe.passed, invalid)
+
+
+# a textbook's shape (Professional CUDA C Programming): a chapter Makefile whose pattern rule
+# calls plain `nvcc`, the book's common.h one level up, a comparison printing `Arrays match.`
+BOOK_MAKEFILE = '''APPS=addOne addOneWrong quiet
+all: ${APPS}
+%: %.cu
+\tnvcc -O2 -arch=sm_20 -o $@ $<
+'''
+BOOK_PROGRAM = r'''#include "../common/common.h"
+#include <cstdio>
+__global__ void addOne(float *v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] += 1.0f + OFFSET;
+}
+int main() {
+    const int n = 300;
+    float h[n], ref[n], *d;
+    for (int i = 0; i < n; i++) { h[i] = i * 0.5f; ref[i] = h[i] + 1.0f; }
+    CHECK(cudaMalloc(&d, sizeof h));
+    CHECK(cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice));
+    addOne<<<3, 128>>>(d, n);
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++)
+        if (h[i] != ref[i]) { printf("Arrays do not match!\n"); return 0; }
+    MATCHED
+    return 0;
+}
+'''
+
+
+def test_textbook_shaped_corpus_built_run_and_judged(tmp_path: Path, monkeypatch) -> None:
+    top = tmp_path / "book"
+    (top / "examples" / "common").mkdir(parents=True)
+    (top / "examples" / "common" / "common.h").write_text(
+        '#define CHECK(call) { cudaError_t e = (call); if (e != cudaSuccess) '
+        'fprintf(stderr, "Error: %s:%d\\n", __FILE__, __LINE__); }\n')
+    (top / "examples" / "chapter10").mkdir()
+    ch = top / "examples" / "chapter02"
+    ch.mkdir()
+    (ch / "Makefile").write_text(BOOK_MAKEFILE)
+    (ch / "addOne.cu").write_text(BOOK_PROGRAM.replace("OFFSET", "0")
+                                  .replace("MATCHED", 'printf("Arrays match.\\n\\n");'))
+    (ch / "addOneWrong.cu").write_text(BOOK_PROGRAM.replace("OFFSET", "1")
+                                       .replace("MATCHED", 'printf("Arrays match.\\n\\n");'))
+    (ch / "quiet.cu").write_text(BOOK_PROGRAM.replace("OFFSET", "0").replace("MATCHED", ""))
+    (top / "examples" / "chapter10" / "crypt.legacy.cu").write_text(
+        "int main() { return 0; }\n")
+    (top / "examples" / "chapter10" / "Makefile").write_text(
+        "%: %.cu\n\tnvcc -O2 -o $@ $<\n")
+    assert [r.name for r in coverage.detect(top)] == ["pcuda"]
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "result.json"
+    assert coverage.main([str(top), "--only", "chapter02", "--json", str(out),
+                          "--run-timeout", "120"]) == 0
+    results = {r["program"]: r for r in json.loads(out.read_text())["results"]}
+    good = results["examples/chapter02/addOne.cu"]
+    bad = results["examples/chapter02/addOneWrong.cu"]
+    quiet = results["examples/chapter02/quiet.cu"]
+    assert good["built"] and good["ran"] and good["passed"], good
+    assert good["executables"] == ["chapter02/addOne"]
+    assert quiet["passed"], quiet         # its comparison speaks only on a mismatch
+    assert bad["built"] and bad["ran"] and not bad["passed"], bad
+    assert "Arrays do not match" in bad["first_error"]
+
+
+def test_textbook_judges() -> None:
+    judge = coverage._pcuda_judge
+    assert judge("x.cu", Path("/nonexistent"), "Arrays match.\n") == (True, "")
+    assert judge("x.cu", Path("/nonexistent"), "gpu_sum: 1\nTest failed!\n")[0] is False
+    assert judge("x.cu", Path("/nonexistent"), "Error: x.cu:12, code: 2\nArrays match.\n")[0] is False
+    assert judge("x.cu", Path("/nonexistent"), "elapsed 0.1 sec\n")[0] is None
+    assert judge("x.cu", Path("/nonexistent"), "The device output a different value")[0] is None
+    hb = coverage._handbook_judge
+    assert hb("peak (100,82) vs planted (100,82) -> MATCH\n") == (True, "")
+    assert hb("Correctness: PASS  (0 mismatches of 4096)\n") == (True, "")
+    assert hb("Incorrect sum computed!\n")[0] is False
+    assert hb("Sum is wrong: 0x00000001 should be 0x00000002\n")[0] is False
+    assert hb("Done: FAILED (3 mismatches)\n")[0] is False
+    assert hb("Mismatch at i==3, k==1 (4 should be 5)\n")[0] is False
+    assert hb("1024\t2.3 GB/s\n")[0] is None
+    assert coverage.RECIPES["cudahandbook"].marker == "chLib/chError_cuda.h"

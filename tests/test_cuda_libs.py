@@ -315,3 +315,37 @@ def test_stub_generation_covers_every_declared_function() -> None:
     assert {"cublasSgemm_v2", "cublasStrsm_v2", "cublasCreate_v2", "cublasGemmEx"} <= names
     text = stub_source(blas, {"cublasStrsm_v2"})
     assert 'cpuify_cublas_not_supported_once("cublasStrsm_v2", &said)' in text
+
+
+@pytest.mark.parametrize("headers,guards", [
+    (("cublas_v2.h", "cufft.h", "cuda_profiler_api.h"),
+     ("CUBLAS_V2_H_", "CUBLAS_API_H_", "_CUFFT_H_", "__CUDA_PROFILER_API_H__")),
+    (("cublas.h",), ("CUBLAS_H_", "CUBLAS_API_H_"))])
+def test_headers_define_nvidia_include_guards(tmp_path: Path, headers, guards) -> None:
+    """Programs test NVIDIA's include guards to know a library's header is in (the CUDA
+    Handbook's chError.h defines its cublas() check macro under `#ifdef CUBLAS_V2_H_`):
+    cpuify's headers define them too."""
+    src = tmp_path / "guards.cu"
+    src.write_text("".join(f"#include <{h}>\n" for h in headers) +
+                   "".join(f"#ifndef {g}\n#error {g} is not defined\n#endif\n" for g in guards) +
+                   "int main() { return 0; }\n")
+    r = subprocess.run([*CPUIFY, "nvcc", "-E", str(src), "-o", str(tmp_path / "guards.i")],
+                       cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_gemm_ex_int8_to_int32(tmp_path: Path) -> None:
+    """cublasGemmEx with int8 A/B, int32 C and CUBLAS_COMPUTE_32I (the CUDA Handbook's
+    corrBankTC; it returned CUBLAS_STATUS_NOT_SUPPORTED), op(A) = A and A^T, against NumPy."""
+    exe = build(tmp_path, "cuda_libs_gemm_int8", "-lcublas")
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m, n, k, lda, ldb, ldc = 5, 4, 300, 7, 301, 6
+    a = ((np.arange(lda * k) * 37 + 11) % 255 - 127).reshape(k, lda).T[:m].astype(np.int64)
+    b = ((np.arange(ldb * n) * 53 + 5) % 255 - 127).reshape(n, ldb).T[:k].astype(np.int64)
+    c = (np.arange(ldc * n) - 10).reshape(n, ldc).T[:m].astype(np.int64)
+    want = (3 * (a @ b) - 2 * c).T.reshape(-1)
+    lines = r.stdout.split()
+    for t in range(2):
+        block = lines[t * (2 + m * n):(t + 1) * (2 + m * n)]
+        assert block[:2] == ["status", "0"] and [int(v) for v in block[2:]] == list(want)

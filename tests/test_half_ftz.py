@@ -117,3 +117,36 @@ def test_f16_without_ftz_keeps_subnormals_under_the_cpus_flush_switches() -> Non
     out = np.zeros(4 * n, np.float16)
     cpuify.RawModule(ptx=_ptx(body)).get_function("k")((1,), (n,), [x, out])
     np.testing.assert_array_equal(out[:n].view(np.uint16), want.view(np.uint16))
+
+
+NAN_TO_HALF = r'''
+#include <cuda_fp16.h>
+extern "C" __global__ void to_half(const unsigned *bits, unsigned short *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __half_as_ushort(__float2half_rn(__uint_as_float(bits[i])));
+}
+extern "C" __global__ void to_half_from_double(const double *x, unsigned short *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __half_as_ushort(__double2half(x[i]));
+}
+'''
+
+
+def test_nan_converted_to_f16_is_the_canonical_nan() -> None:
+    """cvt.rn.f16.f32 (and from f64) of any NaN gives the canonical f16 NaN 0x7FFF, as on the
+    GPU (the CUDA Handbook's float_to_float16 checks every f32: LLVM's fptrunc kept a quiet
+    NaN's payload, 0x7E00 and up); other values round as NumPy's float16."""
+    mod = cpuify.RawModule(code=NAN_TO_HALF)
+    nans = [0x7F800001, 0x7F80000A, 0x7FC00000, 0x7FFFFFFF, 0xFFC00000, 0xFF800001]
+    finite = np.random.default_rng(3).standard_normal(250).astype(np.float32) * 1000
+    bits = np.concatenate([np.array(nans, np.uint32), finite.view(np.uint32),
+                           np.array([0x7F800000, 0xFF800000], np.uint32)])
+    out = np.zeros(bits.size, np.uint16)
+    mod.get_function("to_half")((2,), (256,), (bits, out, np.int32(bits.size)))
+    assert [hex(v) for v in out[:len(nans)]] == ["0x7fff"] * len(nans)
+    np.testing.assert_array_equal(out[len(nans):], bits[len(nans):].view(np.float32)
+                                  .astype(np.float16).view(np.uint16))
+    x = np.array([np.nan, -np.nan, 1.5, 65504.0], np.float64)
+    out = np.zeros(x.size, np.uint16)
+    mod.get_function("to_half_from_double")((1,), (32,), (x, out, np.int32(x.size)))
+    assert [hex(v) for v in out] == ["0x7fff", "0x7fff", "0x3e00", "0x7bff"]

@@ -193,3 +193,25 @@ def test_functions_without_device_called_from_kernels_build(tmp_path):
     off = subprocess.run([*CPUIFY, "nvcc", "main.cu", "-o", "main2"], cwd=tmp_path, capture_output=True,
                          text=True, env={**os.environ, "CPUIFY_LEGACY": "0"})
     assert off.returncode != 0 and "calling a __host__ function" in off.stderr
+
+
+DEVICE_SYNC = r'''
+__global__ void child(int *v) { v[threadIdx.x] += 1; }
+__global__ void parent(int *v) {
+    if (threadIdx.x == 0) { child<<<1, 32>>>(v); cudaDeviceSynchronize(); }
+}
+int main() { return 0; }
+'''
+
+
+def test_device_side_cudaDeviceSynchronize_is_explained(tmp_path):
+    """A parent kernel waiting for its children (CUDA <= 11; Professional CUDA C Programming's
+    nestedReduce): nvcc 13 refuses it; cpuify adds why it cannot provide it and what to do."""
+    assert legacy_source.removed_api_note('calling a __host__ function("lerp") from a '
+                                          '__global__ function("k") is not allowed') == ""
+    (tmp_path / "nested.cu").write_text(DEVICE_SYNC)
+    r = subprocess.run([*CPUIFY, "nvcc", "-rdc=true", "nested.cu", "-o", "nested", "-lcudadevrt"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "'parent' calls cudaDeviceSynchronize() in device code" in r.stderr
+    assert "cudaStreamTailLaunch" in r.stderr and "Traceback" not in r.stderr

@@ -366,3 +366,12 @@ def test_shared_memory_reads_zero_at_the_first_launch(tmp_path: Path) -> None:
     exe = build(tmp_path, "shared_first_read")
     r = run(exe)
     assert r.stdout.split() == ["nonzero", "0", "of", "2048"], r.stdout
+
+
+def test_small_overrun_past_a_device_array_stays_in_its_pages(tmp_path: Path) -> None:
+    """Device memory is page-granular as on a GPU: a kernel writing up to a block past the end
+    of its array (no bounds check; the CUDA Handbook's scanFan) leaves the C heap intact (it
+    aborted with "double free or corruption" in a later malloc/free) and the in-bounds
+    results right."""
+    exe = build(tmp_path, "overrun")
+    assert run(exe).stdout.split() == ["no", "error", "0"]

@@ -480,6 +480,53 @@ def test_benchmark_kernels_get_no_steps():
         sys.path.remove(str(ROOT))
 
 
+GLOBAL_WARP = r"""
+// a block's segment summed in place in global memory, the last warp finishing it through a
+// volatile *global* pointer with no __syncwarp (pre-Volta warp-synchronous code)
+extern "C" __global__ void inplace_sum(int *data, int *sums) {
+    unsigned t = threadIdx.x;
+    int *seg = data + blockIdx.x * blockDim.x;
+    for (unsigned half = blockDim.x / 2; half > 32; half /= 2) {
+        if (t < half) seg[t] += seg[t + half];
+        __syncthreads();
+    }
+    if (t < 32) {
+        volatile int *w = seg;
+        w[t] += w[t + 32]; w[t] += w[t + 16]; w[t] += w[t + 8];
+        w[t] += w[t + 4];  w[t] += w[t + 2];  w[t] += w[t + 1];
+    }
+    if (t == 0) sums[blockIdx.x] = seg[0];
+}
+// a volatile global flag (one address for every thread) and each thread's own element:
+// no lane reads what another wrote, no steps
+extern "C" __global__ void flag_and_own(volatile int *flag, volatile int *own) {
+    if (threadIdx.x == 0) *flag = 1;
+    own[threadIdx.x] = own[threadIdx.x] + *flag;
+}
+"""
+
+
+@pytest.mark.parametrize("block", [64, 128, 512])
+def test_warp_reduction_through_volatile_global_memory(block):
+    # (a textbook's reduceUnrollWarps8 shape: it summed wrongly before global volatile
+    # accesses were stepped)
+    f = cpuify.RawModule(code=GLOBAL_WARP).get_function("inplace_sum")
+    blocks = 6
+    x = np.random.default_rng(block).integers(-100, 100, blocks * block).astype(np.int32)
+    want = x.reshape(blocks, -1).sum(axis=1)
+    for _ in range(2):          # generic, then specialized for the block shape
+        data, sums = x.copy(), np.zeros(blocks, np.int32)
+        f((blocks,), (block,), (data, sums))
+        np.testing.assert_array_equal(sums, want)
+
+
+def test_volatile_global_steps_only_where_lanes_exchange():
+    lifted, result = _optimized(GLOBAL_WARP, "inplace_sum")
+    assert result.counts["warp-lockstep"] == 13 and len(_steps(lifted.op)) == 13
+    lifted, result = _optimized(GLOBAL_WARP, "flag_and_own")
+    assert result.counts["warp-lockstep"] == 0 and not _steps(lifted.op)
+
+
 # --- partial-mask and divergent shuffles: what an H100 returns ----------------------------
 
 SHUFFLES = r'''

@@ -68,7 +68,10 @@ class ConvertLowering:
             h = b.fptrunc(f64_to_f32_odd(b, r) if st == "f64" else r, F16)
             if mode is not None:
                 h = directed(self.e, h, _half_error(self.e, r, h), mode)
-            return b.bitcast(h, I16), want
+            # a NaN becomes the canonical f16 NaN 0x7FFF, as on the GPU (LLVM's fptrunc
+            # keeps a quiet NaN's payload: 0x7E00 and up; the CUDA Handbook's float_to_float16)
+            nan = b.fcmp_unordered("uno", r, r)
+            return b.select(nan, ir.Constant(I16, 0x7FFF), b.bitcast(h, I16)), want
         return self._to_float(a, st, want, mode), want
 
     def _to_float(self, a: ir.Value, st: str, dt: str, mode: str | None) -> ir.Value:

@@ -532,7 +532,7 @@ class Driver:
         if out and not quiet:
             sys.stdout.write(out)
         if proc.returncode != 0:
-            sys.stderr.write(err)
+            sys.stderr.write(err + legacy_source.removed_api_note(err))
             raise CompileFailed(f"{what} failed")
         if err:
             sys.stderr.write(err)

@@ -79,6 +79,25 @@ def host_functions_called_from_device(diagnostics: str) -> set[str]:
     return {n for n in names if n}
 
 
+#: nvcc's error for device code calling cudaDeviceSynchronize(), which CUDA 12 removed there
+_DEVICE_SYNC = re.compile(r'calling a __host__ function\("cudaDeviceSynchronize[^"]*"\) from a '
+                          r'(?:__global__|__device__) function\("([^"]*)"\)')
+
+
+def removed_api_note(diagnostics: str) -> str:
+    """A note to print after nvcc's errors when they come from an API that CUDA 12 removed
+    from device code and cpuify cannot provide (empty otherwise)."""
+    m = _DEVICE_SYNC.search(diagnostics)
+    if not m:
+        return ""
+    return (f"cpuify nvcc: note: '{m.group(1)}' calls cudaDeviceSynchronize() in device code "
+            "(a parent grid waiting for the child grids it launched: dynamic parallelism of "
+            "CUDA 11 and before). CUDA 12 removed it, and cpuify does not provide it: cpuify runs "
+            "child grids after their parent grid, so a parent cannot wait for them. Wait on the "
+            "host instead (cudaDeviceSynchronize() after the parent's launch), or launch the work "
+            "that needs the children's results as a tail launch (into cudaStreamTailLaunch).\n")
+
+
 def _definition_head(name: str) -> re.Pattern[str]:
     """A definition (or declaration) of function `name` at the start of a line, with no
     execution space: group `lead` ends where `__host__ __device__` goes."""

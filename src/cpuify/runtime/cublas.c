@@ -873,6 +873,31 @@ static float *widen(const void *src, int ld, int cols, cudaDataType t) {
     return out;
 }
 
+/* int8 inputs, int32 results and scalars (CUBLAS_COMPUTE_32I): exact sums, wrapping modulo
+ * 2^32 as 32-bit integer arithmetic does (the CUDA Handbook's corrBankTC) */
+static cublasStatus_t gemm_s8_s32(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb,
+                                  int m, int n, int k, int32_t alpha, const void *A, int lda,
+                                  const void *B, int ldb, int32_t beta, void *C, int ldc) {
+    if (m < 0 || n < 0 || k < 0 || !op_ok(transa) || !op_ok(transb) || ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    (void)h;
+    const int8_t *a = (const int8_t *)A, *b = (const int8_t *)B;
+    int32_t *c = (int32_t *)C;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            uint32_t sum = 0;
+            for (int p = 0; p < k; p++) {
+                int8_t x = transa == CUBLAS_OP_N ? a[i + (size_t)p * lda] : a[p + (size_t)i * lda];
+                int8_t y = transb == CUBLAS_OP_N ? b[p + (size_t)j * ldb] : b[j + (size_t)p * ldb];
+                sum += (uint32_t)((int32_t)x * y);
+            }
+            size_t at = (size_t)i + (size_t)j * ldc;
+            uint32_t old = beta ? (uint32_t)c[at] * (uint32_t)beta : 0;
+            c[at] = (int32_t)((uint32_t)alpha * sum + old);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
                             int n, int k, const void *alpha, const void *A, cudaDataType Atype, int lda,
                             const void *B, cudaDataType Btype, int ldb, const void *beta, void *C,
@@ -886,6 +911,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
     if (Atype == CUDA_R_64F && Btype == CUDA_R_64F && Ctype == CUDA_R_64F &&
         (computeType == CUBLAS_COMPUTE_64F || computeType == CUBLAS_COMPUTE_64F_PEDANTIC))
         return cublasDgemm_v2(h, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (Atype == CUDA_R_8I && Btype == CUDA_R_8I && Ctype == CUDA_R_32I &&
+        (computeType == CUBLAS_COMPUTE_32I || computeType == CUBLAS_COMPUTE_32I_PEDANTIC))
+        return gemm_s8_s32(h, transa, transb, m, n, k, *(const int32_t *)alpha, A, lda, B, ldb,
+                           *(const int32_t *)beta, C, ldc);
     int half_in = (Atype == CUDA_R_16F || Atype == CUDA_R_16BF) && Btype == Atype;
     if (!half_in || (Ctype != Atype && Ctype != CUDA_R_32F) ||
         !(is_f32_compute(computeType) || (computeType == CUBLAS_COMPUTE_16F && Atype == CUDA_R_16F &&

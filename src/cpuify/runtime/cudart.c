@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -734,13 +735,34 @@ static cudaError_t do_malloc(void **ptr, size_t size, int kind, unsigned flags) 
     return alloc_memory(ptr, size, kind, flags);
 }
 
+/* Device and managed memory come from mappings of their own, whole pages, not from the C
+ * heap.  A kernel that writes a little past the end of its array (a grid rounded up to whole
+ * blocks without a bounds check: the CUDA Handbook's scanFan) then overwrites the rest of its
+ * page or a neighbouring allocation, as on a GPU, whose allocations are page-granular, and
+ * not the heap's bookkeeping, which ended such programs later in an unrelated malloc/free
+ * ("double free or corruption"); past the mapped pages it faults (cudaErrorIllegalAddress). */
+static int mapped_kind(int kind) { return kind == MEM_DEVICE || kind == MEM_MANAGED; }
+
+static size_t mapped_bytes(size_t size) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t n = (size + page - 1) / page * page;
+    return n < size ? 0 : n;
+}
+
+static void *map_memory(size_t size) {
+    size_t n = mapped_bytes(size);
+    if (!n) return NULL;
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static cudaError_t alloc_memory(void **ptr, size_t size, int kind, unsigned flags) {
     if (!ptr) return fail(cudaErrorInvalidValue);
     if (size == 0) {
         *ptr = NULL;
         return cudaSuccess;
     }
-    void *p = alloc_aligned(size);
+    void *p = mapped_kind(kind) ? map_memory(size) : alloc_aligned(size);
     if (!p) {
         *ptr = NULL;
         return fail(cudaErrorMemoryAllocation);
@@ -809,9 +831,12 @@ static cudaError_t do_free(void *p, unsigned mask) {
 
 static cudaError_t free_memory(void *p, unsigned mask) {
     if (!p) return cudaSuccess;
-    if (!untrack(p, mask)) return fail(cudaErrorInvalidValue);
+    size_t size = lookup(p).size;
+    int kind = untrack(p, mask);
+    if (!kind) return fail(cudaErrorInvalidValue);
     dist_release(p);
-    free(p);
+    if (mapped_kind(kind)) munmap(p, mapped_bytes(size));
+    else free(p);
     return cudaSuccess;
 }
 

@@ -20,7 +20,8 @@ lowest pending step of a warp first, which makes the lanes that skipped a branch
 its end, as the reconvergence of a pre-Volta warp does).
 
 A kernel gets steps when it has both volatile shared loads and volatile shared stores at
-addresses that depend on the thread, and a volatile store may be followed or preceded by a
+addresses that depend on the thread (or both volatile global/generic loads and stores at
+thread-dependent addresses: the same reduction done in place in a global array), and a volatile store may be followed or preceded by a
 volatile access to another element (or to one other lanes share) with no barrier or
 `__syncwarp` between (automatic detection: what one lane writes, another reads without
 synchronization), or, with the pass option `all=true` (`CPUIFY_WARP_LOCKSTEP=1`,
@@ -85,16 +86,24 @@ def lockstep_accesses(region: Region, all_accesses: bool = False,
     if uniform is None:
         uniform = uniform_values(region)
     handoffs = _slot_handoffs(accesses, uniform)
-    volatile = [op for op in accesses if _is_volatile(op) and _space(op) == "shared"]
-    loads = [op for op in volatile if op.name == "ptx.ld"]
-    stores = [op for op in volatile if op.name == "ptx.st"]
-    if not loads or not stores:
-        return handoffs
-    if all(op.operands[0] in uniform for op in volatile):
-        return handoffs     # one address for every thread: a flag, not lanes' data
-    if not _unsynchronized_exchange(region, set(volatile), uniform, block_dims):
-        return handoffs
-    return set(volatile) | handoffs
+    found = set(handoffs)
+    # shared memory, and global memory reached through a global or generic pointer (the
+    # same reduction done in place in the input array: `volatile int *v = g_idata + ...`);
+    # there only accesses at thread-dependent addresses, so that a flag a spin-wait polls
+    # (one address for every thread) is not made a step
+    shared = [op for op in accesses if _is_volatile(op) and _space(op) == "shared"]
+    other = [op for op in accesses if _is_volatile(op) and _space(op) in ("global", "generic")
+             and op.operands[0] not in uniform]
+    for volatile in (shared, other):
+        loads = [op for op in volatile if op.name == "ptx.ld"]
+        stores = [op for op in volatile if op.name == "ptx.st"]
+        if not loads or not stores:
+            continue
+        if all(op.operands[0] in uniform for op in volatile):
+            continue        # one address for every thread: a flag, not lanes' data
+        if _unsynchronized_exchange(region, set(volatile), uniform, block_dims):
+            found.update(volatile)
+    return found
 
 
 def _access_bytes(op: Operation) -> int:
@@ -335,7 +344,8 @@ def insert_lockstep_steps(region: Region, accesses: set[Operation]) -> int:
 
 
 @register("warp-lockstep",
-          "warp-level steps inserted around the volatile shared accesses of legacy "
+          "warp-level steps inserted around the volatile shared (and thread-indexed global) "
+          "accesses of legacy "
           "warp-synchronous code and around shared slots handed over with no barrier "
           "(all=true: around every shared/generic access)")
 @dataclass(frozen=True)

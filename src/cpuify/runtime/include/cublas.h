@@ -2,6 +2,8 @@
  * errors from cublasGetError), written for cpuify; the types are cublas_api.h's. */
 #ifndef CPUIFY_CUBLAS_LEGACY_H
 #define CPUIFY_CUBLAS_LEGACY_H
+/* NVIDIA's include guard too: programs test it to know the header is in (`#ifdef CUBLAS_H_`) */
+#define CUBLAS_H_
 
 #if defined(CPUIFY_CUBLAS_V2_H)
 #error "cublas.h (the legacy API) and cublas_v2.h cannot be used in the same translation unit"

@@ -7,6 +7,8 @@
  * maps the usual names onto them, cublas.h declares the legacy API instead. */
 #ifndef CPUIFY_CUBLAS_API_H
 #define CPUIFY_CUBLAS_API_H
+/* NVIDIA's include guard too: programs test it to know the header is in (`#ifdef CUBLAS_API_H_`) */
+#define CUBLAS_API_H_
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,6 +2,8 @@
  * symbols, as with CUDA; see cublas_api.h. */
 #ifndef CPUIFY_CUBLAS_V2_H
 #define CPUIFY_CUBLAS_V2_H
+/* NVIDIA's include guard too: programs test it to know the header is in (`#ifdef CUBLAS_V2_H_`) */
+#define CUBLAS_V2_H_
 
 #if defined(CPUIFY_CUBLAS_LEGACY_H)
 #error "cublas.h (the legacy API) and cublas_v2.h cannot be used in the same translation unit"

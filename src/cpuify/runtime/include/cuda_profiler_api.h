@@ -3,6 +3,8 @@
  * (there is no GPU profiler to start; CPUIFY_PROFILE=1 gives cpuify's own summary). */
 #ifndef CPUIFY_CUDA_PROFILER_API_H
 #define CPUIFY_CUDA_PROFILER_API_H
+/* NVIDIA's include guard too: programs test it to know the header is in (`#ifdef __CUDA_PROFILER_API_H__`) */
+#define __CUDA_PROFILER_API_H__
 
 #include <cuda_runtime_api.h>
 

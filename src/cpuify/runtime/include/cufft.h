@@ -4,6 +4,8 @@
  * works and what returns CUFFT_NOT_SUPPORTED: docs/usage.md ("cuBLAS and cuFFT"). */
 #ifndef CPUIFY_CUFFT_H
 #define CPUIFY_CUFFT_H
+/* NVIDIA's include guard too: programs test it to know the header is in (`#ifdef _CUFFT_H_`) */
+#define _CUFFT_H_
 
 #include <stddef.h>
 #include <cuda_runtime_api.h>
