@@ -150,3 +150,11 @@ def test_nan_converted_to_f16_is_the_canonical_nan() -> None:
     out = np.zeros(x.size, np.uint16)
     mod.get_function("to_half_from_double")((1,), (32,), (x, out, np.int32(x.size)))
     assert [hex(v) for v in out] == ["0x7fff", "0x7fff", "0x3e00", "0x7bff"]
+    # the reference interpreter gives the same bits
+    interp = InterpModule(mod.ptx)
+    got = np.zeros(len(nans), np.uint16)
+    interp.launch("to_half", (1, 1, 1), (32, 1, 1), [np.array(nans, np.uint32), got, np.int32(len(nans))])
+    assert [hex(v) for v in got] == ["0x7fff"] * len(nans)
+    got = np.zeros(x.size, np.uint16)
+    interp.launch("to_half_from_double", (1, 1, 1), (32, 1, 1), [x, got, np.int32(x.size)])
+    assert [hex(v) for v in got] == ["0x7fff", "0x7fff", "0x3e00", "0x7bff"]

@@ -21,8 +21,9 @@ from cpuify.interp.ops import (
     store_value,
 )
 from cpuify.interp.values import (
-    F16, F32, F64, exact, float_min_max, ftz, ir_type_of, is_float, is_signed, isfinite, isnan, mask,
-    resize_int, round_fraction, saturate, signbit, to_bits, to_signed, width_of, zero_sum,
+    F16, F32, F64, exact, f16_from_bits, float_min_max, ftz, ir_type_of, is_float, is_signed,
+    isfinite, isnan, mask, resize_int, round_fraction, saturate, signbit, to_bits, to_signed,
+    width_of, zero_sum,
 )
 from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods, type_size
@@ -485,6 +486,8 @@ def _convert(ev: _Evaluation, x: Fn, args: list[Typed]) -> Typed:
     want = resolve_type(x.type or "D", ev.mods)
     mode = ev.param(x) or "rn"
     if st in _FLOAT_TYPES:
+        if want == "f16" and isnan(p):
+            return f16_from_bits(0x7FFF), want      # the canonical f16 NaN, as on the GPU
         if not isfinite(p) or p == 0:
             return _HELD_AS[want](p), want
         value = exact(p)
