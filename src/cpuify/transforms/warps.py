@@ -30,6 +30,11 @@ stores, volatile or not: for warp-synchronous code the detection misses (no `vol
 The loads and stores of a shared slot handed over with no barrier (a block-uniform location
 that threads read and one thread then overwrites before the next sync point, as persistent
 task-queue kernels fetch their next task; see `_slot_handoffs`) get steps too, volatile or not.
+So does the second access of each pair of a shared store and another lane's load of the same
+bytes (either order) with no sync point between, volatile or not, at affine addresses
+(`_plain_exchange`: NPB-GPU LU's flux kernels, one warp per block).  A loop whose body holds
+steps gets one at the end of each latch (`insert_latch_steps`): the lanes finish a pass
+together before any starts the next, as a pre-Volta warp reconverges before the back edge.
 
 `simd-collectives`.  A warp collective whose member mask is the full warp and whose lane
 operands are the same in every thread (`__shfl_down_sync(0xffffffff, v, offset)` in a loop
@@ -48,7 +53,9 @@ from typing import ClassVar
 from cpuify.analysis.access import Affine, affine_form
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.uniformity import uniform_values
-from cpuify.ir.core import Operation, OpResult, Region, Value
+from cpuify.analysis.thread_index import thread_index_condition
+from cpuify.ir.core import Block, Operation, OpResult, Region, Value, dominators, natural_loops, \
+    predecessors
 from cpuify.ir.dialects import info
 from cpuify.ir.structure import block_body
 from cpuify.ir.structured_shapes import nested_ops
@@ -85,25 +92,148 @@ def lockstep_accesses(region: Region, all_accesses: bool = False,
         return {op for op in accesses if _space(op) in ("shared", "generic")}
     if uniform is None:
         uniform = uniform_values(region)
-    handoffs = _slot_handoffs(accesses, uniform)
-    found = set(handoffs)
-    # shared memory, and global memory reached through a global or generic pointer (the
-    # same reduction done in place in the input array: `volatile int *v = g_idata + ...`);
-    # there only accesses at thread-dependent addresses, so that a flag a spin-wait polls
-    # (one address for every thread) is not made a step
-    shared = [op for op in accesses if _is_volatile(op) and _space(op) == "shared"]
-    other = [op for op in accesses if _is_volatile(op) and _space(op) in ("global", "generic")
-             and op.operands[0] not in uniform]
-    for volatile in (shared, other):
+    stepped = _slot_handoffs(accesses, uniform)
+    # volatile shared memory, and global memory reached through a global or generic pointer
+    # (the same reduction done in place in the input array: `volatile int *v = g_idata +
+    # ...`); there only accesses at thread-dependent addresses, so that a flag a spin-wait
+    # polls (one address for every thread) is not made a step
+    volatile_shared = [op for op in accesses if _is_volatile(op) and _space(op) == "shared"]
+    volatile_other = [op for op in accesses if _is_volatile(op) and
+                      _space(op) in ("global", "generic") and op.operands[0] not in uniform]
+    for volatile in (volatile_shared, volatile_other):
         loads = [op for op in volatile if op.name == "ptx.ld"]
         stores = [op for op in volatile if op.name == "ptx.st"]
-        if not loads or not stores:
+        if loads and stores and not all(op.operands[0] in uniform for op in volatile) and \
+                _unsynchronized_exchange(region, set(volatile), uniform, block_dims):
+            stepped.update(volatile)    # (one address for every thread: a flag, not lanes' data)
+    shared = [op for op in accesses if _space(op) == "shared"]
+    stepped.update(_plain_exchange(region, shared, uniform, block_dims))
+    return stepped
+
+
+#: more shared accesses than this: _plain_exchange does not look (the pairs cost too much)
+_PLAIN_EXCHANGE_LIMIT = 512
+
+
+def _plain_exchange(region: Region, shared: list[Operation], uniform: set[Value],
+                    block_dims: tuple[int, int, int] | None) -> set[Operation]:
+    """The second accesses of the pairs where a shared store and a shared access that
+    another lane of the same warp makes to the same bytes follow each other with no barrier
+    or __syncwarp between, volatile or not, where both addresses are affine in the thread
+    index over the same block-uniform terms (so that the overlap is a fact of the addresses,
+    not a guess from unknown ones):
+
+        t[2 * tid] = x + y; ... out[tid] = t[tid];               // lane 1 reads lane 0's slot
+        while (i < n) { t[tid] = in[i]; __syncthreads();          // the next pass overwrites
+                        if (tid >= 1) out[i] = t[tid - 1]; i += blockDim.x - 2; }
+
+    Code written for one warp per block (NPB-GPU LU's flux kernels) exchanges data this
+    way and relies on the warp's lockstep; one thread after another, lane 0 would read
+    slots before the others wrote them, or overwrite slots they have not read yet.  A step
+    before each second access is enough: every lane of the warp has made the first one when
+    any lane goes on (the latch steps keep a loop's passes apart), and it costs far fewer
+    steps than stepping every shared access (NPB-GPU LU's rhs kernels: 163 steps)."""
+    if len(shared) > _PLAIN_EXCHANGE_LIMIT or not any(op.name == "ptx.st" for op in shared):
+        return set()
+    memo: dict = {}     # type: ignore[type-arg]
+    lanes = _warp_lanes(block_dims)
+    guards = _thread_index_guards(region, block_dims or (32, 1, 1))
+
+    def address(op: Operation) -> tuple[frozenset, tuple[int, int, int], int] | None:  # type: ignore[type-arg]
+        form = affine_form(op.operands[0], uniform, 0, memo)
+        if form is None:
+            return None
+        leaves = frozenset((k, c) for k, c in form[0].items()
+                           if not (isinstance(k, tuple) and k[0] == "tid"))
+        return leaves, Affine(frozenset(form[0].items()), 0).tid_coefficients(), \
+            form[1] + int(op.attributes.get("offset", 0))
+
+    seen: dict = {}     # type: ignore[type-arg]
+
+    def other_lane(a: Operation, b: Operation) -> bool:
+        fa, fb = address(a), address(b)
+        key = (fa, fb, _access_bytes(a), _access_bytes(b), tuple(guards.get(a.parent, ())),
+               tuple(guards.get(b.parent, ())))
+        if key not in seen:
+            seen[key] = overlap(a, b, fa, fb)
+        return seen[key]
+
+    def overlap(a, b, fa, fb) -> bool:  # type: ignore[no-untyped-def]
+        """Whether lanes k != m of one warp that may run a and b (their blocks' guards on
+        one thread index let them) touch a common byte."""
+        if fa is None or fb is None or fa[0] != fb[0] or fa[1] == fb[1] == (0, 0, 0):
+            return False    # (one address for every lane: a flag or slot, _slot_handoffs')
+        if lanes is None and (fa[1][1:] != (0, 0) or fb[1][1:] != (0, 0)):
+            return False    # (y/z parts with an unknown block shape: lanes unknown)
+        sa, sb = _access_bytes(a), _access_bytes(b)
+        ga, gb = guards.get(a.parent, ()), guards.get(b.parent, ())
+        for warp in lanes or (tuple((x, 0, 0) for x in range(32)),):
+            at_b: dict[int, list[int]] = {}
+            for k, t in enumerate(warp):
+                if all(t[d] in ok for d, ok in gb):
+                    at_b.setdefault(fb[2] + sum(c * i for c, i in zip(fb[1], t)), []).append(k)
+            for k, t in enumerate(warp):
+                if not all(t[d] in ok for d, ok in ga):
+                    continue
+                x = fa[2] + sum(c * i for c, i in zip(fa[1], t))
+                if any(m != k for y in range(x - sb + 1, x + sa) for m in at_b.get(y, ())):
+                    return True
+        return False
+
+    targets = set(shared)
+    second: set[Operation] = set()
+    for a in shared:
+        for b in _reached_without_sync(a, targets):
+            # a store and another lane's load (two stores: lockstep orders them no better)
+            if b not in second and (a.name == "ptx.st") != (b.name == "ptx.st") and \
+                    other_lane(a, b):
+                second.add(b)
+    return second
+
+
+def _thread_index_guards(region: Region, block_dims: tuple[int, int, int]
+                         ) -> dict[Block, list[tuple[int, frozenset[int]]]]:
+    """Per block, the conditions on one thread index that every thread running it has met:
+    (dim, the indices along dim that pass) for each branch on a thread index (`tid < k`,
+    `tid >= 1`) whose way is the only entry of a block that dominates this one.  Without a
+    known block shape, x indices 0..31 (one warp's lanes along x)."""
+    idom = dominators(region)
+    preds = predecessors(region)
+    taken: dict[Block, tuple[int, frozenset[int]]] = {}
+    for b in region.blocks:
+        term = b.ops[-1] if b.ops else None
+        if term is None or term.name != "cf.cond_br" or len(set(b.successors)) != 2:
             continue
-        if all(op.operands[0] in uniform for op in volatile):
-            continue        # one address for every thread: a flag, not lanes' data
-        if _unsynchronized_exchange(region, set(volatile), uniform, block_dims):
-            found.update(volatile)
-    return found
+        found = thread_index_condition(term.operands[0], block_dims)
+        if found is None:
+            continue
+        dim, true_for = found
+        ways = (frozenset(true_for), frozenset(range(block_dims[dim])) - frozenset(true_for))
+        for way, ok in zip(b.successors, ways):
+            if preds.get(way) == [b]:
+                taken[way] = (dim, ok)
+    out: dict[Block, list[tuple[int, frozenset[int]]]] = {}
+    for b in region.blocks:
+        conds, d = [], b
+        while d is not None and d in idom:
+            if d in taken:
+                conds.append(taken[d])
+            up = idom[d]
+            d = None if up is d else up
+        if conds:
+            out[b] = conds
+    return out
+
+
+def _warp_lanes(block_dims: tuple[int, int, int] | None
+                ) -> list[tuple[tuple[int, int, int], ...]] | None:
+    """The (x, y, z) thread indices of each warp of a block of `block_dims` (None: unknown)."""
+    if block_dims is None:
+        return None
+    bx, by, bz = block_dims
+    n = bx * by * bz
+    return [tuple((t % bx, t // bx % by, t // (bx * by)) for t in range(base, min(base + 32, n)))
+            for base in range(0, n, 32)]
 
 
 def _access_bytes(op: Operation) -> int:
@@ -310,6 +440,32 @@ def _is_step(op: Operation | None) -> bool:
         op.attributes.get("kind") == LOCKSTEP
 
 
+def insert_latch_steps(region: Region) -> int:
+    """A step at the end of each latch of a loop that has steps (before the branch back):
+    the lanes of a warp finish the loop's pass together before any goes on to the next.
+    The runtime runs the lowest pending step of a warp first, which makes lanes that skip
+    a branch wait at the step after it; without this step, a lane that skips the last
+    stepped accesses of the body reaches the first step of the next pass, which comes
+    earlier in the kernel, and runs it before the other lanes have finished this pass
+    (a pre-Volta warp reconverges first).  Returns the number of steps added."""
+    added = 0
+    for header, (body, latches) in natural_loops(region).items():
+        if not any(_is_step(op) for b in body for op in b.ops):
+            continue
+        for latch in latches:
+            ops = latch.ops
+            end = len(ops) - 1 if ops and info(ops[-1]).terminator else len(ops)
+            if end > 0 and _is_step(ops[end - 1]):
+                continue
+            last = next((op.attributes.get("line") for op in reversed(ops)
+                         if op.attributes.get("line") is not None), None)
+            step = _step(last)
+            step.parent = latch
+            ops.insert(end, step)
+            added += 1
+    return added
+
+
 def insert_lockstep_steps(region: Region, accesses: set[Operation]) -> int:
     """A step before each run of loads among `accesses`, before each store and after it
     (the next access then sees every lane's store).  Returns the number of steps added."""
@@ -367,6 +523,7 @@ class WarpLockstep:
         if not accesses:
             return 0
         added = insert_lockstep_steps(region, accesses)
+        added += insert_latch_steps(region)
         if added:
             kernel.attributes["warp_lockstep"] = added
         return added
