@@ -594,16 +594,18 @@ class SpeculativeValues(SyncCrossing):
         sp = self.kc.syncs[self.resume - 1]
         advance = self.kc.prefetch_advance(self.resume)
         with self.speculation(b):
-            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance))
+            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance),
+                                  self.kc.prefetch_locality(self.resume))
 
     def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
-                         at_thread: Callable[[], None]) -> None:
+                         at_thread: Callable[[], None], locality: int = 3) -> None:
         """Within speculation(): the prefetches of `ops` ((access, probe threads, writes)),
         one address per row of probes computed as that row's first probe thread (after
         `at_thread()`, which sets up what that thread's values start from), the row's other
         lines at constant offsets from it (the probes assume contiguous accesses of
         access_size bytes, see row_probes): computed per probe, each was an add and a sign
-        extension of 32-bit index arithmetic LLVM could not fold into a displacement."""
+        extension of 32-bit index arithmetic LLVM could not fold into a displacement.
+        `locality`: llvm.prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2)."""
         dims = self.kc.block_dims
         assert dims is not None
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
@@ -619,7 +621,7 @@ class SpeculativeValues(SyncCrossing):
                     rows[(y, z)] = (x, self.address(op, "global"))
                 x0, base = rows[(y, z)]
                 addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
-                b.call(fn, [addr, I32(int(writes)), I32(3), I32(1)])
+                b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
 
     def prefetch_next_block(self, b: ir.IRBuilder) -> None:
         """After the entry segment's thread loop (`b` there): prefetch the lines that the
