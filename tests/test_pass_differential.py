@@ -405,6 +405,22 @@ extern "C" __global__ void row_walk(const int *wall, int *out, int cols, int row
     }
     if (x < cols) out[x] = prev[t];
 }''',
+    # split-row-streams: two rows of x per block, read in two passes; a partial last block
+    "two_rows": r'''
+extern "C" __global__ void two_rows(const float *x, float *out, int n) {
+    __shared__ float s[64];
+    unsigned int t = threadIdx.x, i = blockIdx.x * 128 + t;
+    float v = 0.0f;
+    if (i < n) v = x[i];
+    if (i + 64 < n) v += x[i + 64] * 2.0f;
+    s[t] = v;
+    __syncthreads();
+    for (int k = 32; k > 0; k >>= 1) {
+        if (t < k) s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}''',
     # spin-wait-yields: the last thread publishes a value the others wait for
     "flag_wait": r'''
 extern "C" __global__ void flag_wait(const int *data, int *out) {
@@ -470,6 +486,7 @@ CASES = {
                                                     np.zeros(30, np.float32), np.int32(30), np.int32(37)]),
     "row_walk": Case((3,), (64,), lambda r: [_i32(r, 150 * 6), np.zeros(150, np.int32), np.int32(150),
                                              np.int32(6)]),
+    "two_rows": Case((3,), (64,), lambda r: [_f32(r, 300), np.zeros(3, np.float32), np.int32(300)]),
 }
 
 _HEADER = re.compile(r"^// -----// IR of kernel '[^']*' after ([\w-]+) //----- //\n", re.MULTILINE)
@@ -612,6 +629,7 @@ FAST_WITHOUT = {
     "row_max": {"flush-min-max-at-uses"},
     "row_walk": {"stream-prefetch-distance"},
     "legacy_reduce": {"flat-thread-loops"},
+    "two_rows": {"split-row-streams"},
 }
 
 
