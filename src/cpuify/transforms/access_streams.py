@@ -35,7 +35,7 @@ from cpuify.analysis.access import affine_form
 from cpuify.analysis.manager import AnalysisManager, cached
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.structured_uniformity import structured_uniform_values
-from cpuify.ir.core import Block, Operation, Value
+from cpuify.ir.core import Block, Operation, Region, Value, predecessors
 from cpuify.ir.dialects import is_sync
 from cpuify.ir.modifiers import ORDERED, ty, type_size
 from cpuify.ir.structure import ROW_STREAM, block_body
@@ -73,7 +73,7 @@ class SplitRowStreams:
         memo: dict = {}  # type: ignore[type-arg]
         inserted = 0
         current: dict[frozenset[tuple[object, int]], list[int]] = {}   # rows of this pass
-        for blk in _straight_line(region.entry):
+        for blk in _straight_line(region):
             k = 0
             while k < len(blk.ops):
                 op = blk.ops[k]
@@ -99,28 +99,22 @@ class SplitRowStreams:
         return inserted
 
 
-def _straight_line(entry: Block) -> list[Block]:
-    """The blocks every thread that does not exit runs in order from `entry`: each the only
-    successor of the one before, through an unconditional branch, and reached from it
-    alone."""
-    chain = [entry]
-    seen = {entry}
-    blk = entry
+def _straight_line(region: Region) -> list[Block]:
+    """The blocks every thread that does not exit runs in order from the region's entry:
+    each the only successor of the one before, through an unconditional branch, and reached
+    from it alone."""
+    preds = predecessors(region)
+    blk = region.entry
+    chain = [blk]
+    seen = {blk}
     while blk.ops and blk.ops[-1].name == "cf.br":
         (nxt,) = blk.ops[-1].successors
-        if nxt in seen or len(_predecessors(nxt)) != 1:
+        if nxt in seen or len(preds.get(nxt, ())) != 1:
             break
         chain.append(nxt)
         seen.add(nxt)
         blk = nxt
     return chain
-
-
-def _predecessors(blk: Block) -> list[Block]:
-    region = blk.parent
-    if region is None:
-        return []
-    return [b for b in region.blocks if b.ops and blk in b.ops[-1].successors]
 
 
 def _row(op: Operation, uniform: set[Value], memo: dict, width: int,  # type: ignore[type-arg]
