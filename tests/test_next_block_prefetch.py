@@ -169,24 +169,32 @@ def _segment(llvm_text, name):
     return out
 
 
-def test_entry_segment_calls_prefetch_for_the_next_block(tmp_path, capsys):
-    """Raw LLVM IR: the entry segment's function issues 68 read prefetches (in) and 69
-    prefetchw (out, tile_sums), into L1 (locality 3), from blockIdx.x + 1, after each of its two thread loops
-    (the copy where the range branches are decided, the general one); no other segment
-    prefetches."""
+@pytest.mark.parametrize("split, segment", [(True, 3), (False, 0)])
+def test_entry_segment_calls_prefetch_for_the_next_block(tmp_path, capsys, split, segment):
+    """Raw LLVM IR: the segment that loads the tile's last row issues 68 read prefetches
+    (in) and 69 prefetchw (out, tile_sums), from blockIdx.x + 1, after each of its two
+    thread loops (the copy where the range branches are decided, the general one); no other
+    segment prefetches.  With split-row-streams the tile's four rows are loaded in four
+    passes (soft barriers 1-3): the last one, segment 3, prefetches, after the block's own
+    loads, not between them; without it, the entry segment."""
     from cpuify.cli.main import main
     src = tmp_path / "scan.cu"
     src.write_text("#define T int\n" + SCAN)
-    assert main(["llvm", "--raw", "--block", "256", "--kernel", "scan_tiles", str(src)]) == 0
+    off = [] if split else ["--disable-pass=split-row-streams"]
+    assert main(["llvm", "--raw", "--block", "256", "--kernel", "scan_tiles", *off, str(src)]) == 0
     text = capsys.readouterr().out
-    entry = _segment(text, "cpuify_seg_scan_tiles_0")
+    entry = _segment(text, f"cpuify_seg_scan_tiles_{segment}")
     calls = [ln for ln in entry if "call" in ln and "llvm.prefetch.p0" in ln]
     assert sum(", i32 0, i32 3, i32 1)" in c for c in calls) == 2 * 68
     assert sum(", i32 1, i32 3, i32 1)" in c for c in calls) == 2 * 69
     assert any(ln.strip().endswith("= add i32 %\"bx\", 1") for ln in entry)
     assert text.count('@"llvm.prefetch.p0"(') - 1 == len(calls)    # (one declaration)
-    assert main(["explain", "--block", "256", "--kernel", "scan_tiles", str(src)]) == 0
-    assert "prefetches 137 line(s) of the accesses" in capsys.readouterr().out
+    assert main(["explain", "--block", "256", "--kernel", "scan_tiles", *off, str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "prefetches 137 line(s) of the accesses" in out
+    where = "the kernel's start" if segment == 0 else f"sync {segment}"
+    line = next(ln for ln in out.splitlines() if "for the next block" in ln)
+    assert f"segment from {where}:" in line
 
 
 def _levels(n, tile=1024):

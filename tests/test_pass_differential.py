@@ -420,6 +420,22 @@ extern "C" __global__ void tile_update(float *a, int n, int offset) {
         sum += left[ty][k] * top[k][tx];
     a[(row0 + ty) * n + col0 + tx] -= sum;
 }''',
+    # split-row-streams: two rows of x per block, read in two passes; a partial last block
+    "two_rows": r'''
+extern "C" __global__ void two_rows(const float *x, float *out, int n) {
+    __shared__ float s[64];
+    unsigned int t = threadIdx.x, i = blockIdx.x * 128 + t;
+    float v = 0.0f;
+    if (i < n) v = x[i];
+    if (i + 64 < n) v += x[i + 64] * 2.0f;
+    s[t] = v;
+    __syncthreads();
+    for (int k = 32; k > 0; k >>= 1) {
+        if (t < k) s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = s[0];
+}''',
     # spin-wait-yields: the last thread publishes a value the others wait for
     "flag_wait": r'''
 extern "C" __global__ void flag_wait(const int *data, int *out) {
@@ -486,6 +502,7 @@ CASES = {
     "row_walk": Case((3,), (64,), lambda r: [_i32(r, 150 * 6), np.zeros(150, np.int32), np.int32(150),
                                              np.int32(6)]),
     "tile_update": Case((2, 2), (8, 8), lambda r: [_f32(r, 24 * 24, 1, -0.5), np.int32(24), np.int32(0)]),
+    "two_rows": Case((3,), (64,), lambda r: [_f32(r, 300), np.zeros(3, np.float32), np.int32(300)]),
 }
 
 _HEADER = re.compile(r"^// -----// IR of kernel '[^']*' after ([\w-]+) //----- //\n", re.MULTILINE)
@@ -629,6 +646,7 @@ FAST_WITHOUT = {
     "row_walk": {"stream-prefetch-distance"},
     "legacy_reduce": {"flat-thread-loops"},
     "tile_update": {"tiles-in-place"},
+    "two_rows": {"split-row-streams"},
 }
 
 

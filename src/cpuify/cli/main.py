@@ -614,7 +614,7 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
                      f"{sum(len(p) for _, p, _ in by_row) // (kc.block_dims[1] * kc.block_dims[2])} "
                      f"line(s) of the accesses at PTX line(s) {lines}, "
                      f"{kc.prefetch_advance(r)} iteration(s) ahead")
-    if r == 0 and kc.block_prefetches:
+    if r == kc.next_block_resume and kc.block_prefetches:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in kc.block_prefetches)
         notes.append(f"after its thread loop, prefetches "
                      f"{sum(len(p) for _, p, _ in kc.block_prefetches)} line(s) of the accesses "

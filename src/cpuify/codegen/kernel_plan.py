@@ -30,7 +30,7 @@ from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
 from cpuify.ir.core import BlockArgument, Operation, Region, Value, predecessors
 from cpuify.ir.modifiers import mods
-from cpuify.ir.structure import block_body, block_parallel, lockstep_counters
+from cpuify.ir.structure import ROW_STREAM, block_body, block_parallel, lockstep_counters
 from cpuify.ir.structured import lower_structured_control_flow
 from cpuify.lifting.lift import LiftedKernel
 
@@ -151,8 +151,13 @@ class KernelPlan(ThreadLoopPlans):
                            r not in self.lane_groups and r not in self.row_prefetches and
                            r not in self.aligned_rows and r not in self.range_branches and
                            self.wants_flat_loop(r)}
-        # the next block's lines the entry segment prefetches
+        # the next block's lines the entry segment prefetches (or the last of the passes
+        # split-row-streams made of it, after the block's last rows are loaded)
         self.block_prefetches = self.next_block_prefetches()
+        self.next_block_resume = 0
+        while self.next_block_resume < len(self.syncs) and \
+                self.syncs[self.next_block_resume].op.attributes.get(ROW_STREAM):
+            self.next_block_resume += 1
         self.shared = mod.shared_layout(kernel)
         self.shared_alias_tags = self.shared_variable_scopes()
         # pointer parameters known not to overlap the others (launch-time specialization)

@@ -181,7 +181,7 @@ class SegmentEmitter(SpeculativeValues):
         and the state every thread is in, when known (the segment's return value)."""
         self.store_lockstep_counters(b)
         self.prefetch_ahead(b)
-        if self.resume == 0:
+        if self.resume == self.kc.next_block_resume:
             self.prefetch_next_block(b)
         if self.all_exit:
             # all threads ran this segment to their exit (their states were not stored)
@@ -264,10 +264,13 @@ class SegmentEmitter(SpeculativeValues):
         last = self.kc.block_dims[0] - 1
         ok: ir.Value = ir.Constant(I1, 1)
         self.range_firsts = {}
-        # (only for the further branches' values: those of the first branch are the loop's
-        # own index arithmetic, which LLVM already reads as affine (`or disjoint` of the
-        # block's base and tx); made opaque, saxpy's loop got a run-time overflow check)
-        first_terms = {v for v, _, _, _ in rb.terms}
+        # (only for the further branches' values and those of the first branch that add a
+        # constant to the index: the first branch's `blockIdx.x * blockDim.x + tx` is the
+        # loop's own index arithmetic, which LLVM already reads as affine (`or disjoint` of
+        # the block's base and tx); made opaque, saxpy's loop got a run-time overflow check.
+        # `i + 256` after a soft barrier of split-row-streams became `(i << 2) | 1024`, a
+        # gather, like a further branch's)
+        first_terms = {v for v, _, _, _ in rb.terms if not _adds_constant(v)}
         with self.at_range_branch(b, rb) as wide:
             for v, c, cmp, unsigned in (t for _, terms, _ in rb.decided() for t in terms):
                 first, bound = wide(v, unsigned), wide(c, unsigned)
@@ -579,3 +582,12 @@ class SegmentEmitter(SpeculativeValues):
             v = b.select(b.icmp_unsigned("==", low_bits, I32(0)),
                          b.add(b.xor(group, mv), lane), b.xor(t, mv))
         return v
+
+
+def _adds_constant(v: Value) -> bool:
+    """Whether `v` is an integer add of a nonzero constant (through moves)."""
+    while isinstance(v, OpResult) and v.op.name == "ptx.mov" and len(v.op.operands) == 1:
+        v = v.op.operands[0]
+    if not (isinstance(v, OpResult) and v.op.name == "ptx.add" and len(v.op.operands) == 2):
+        return False
+    return any(c is not None and c != 0 for c in (const_int(o) for o in v.op.operands))

@@ -594,7 +594,8 @@ class SpeculativeValues(SyncCrossing):
         sp = self.kc.syncs[self.resume - 1]
         advance = self.kc.prefetch_advance(self.resume)
         with self.speculation(b):
-            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance), 3)
+            self._prefetch_probes(b, ops, lambda: self.restore(sp, advance=advance),
+                                  self.kc.prefetch_locality(self.resume))
 
     def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
                          at_thread: Callable[[], None], locality: int) -> None:
@@ -604,7 +605,7 @@ class SpeculativeValues(SyncCrossing):
         lines at constant offsets from it (the probes assume contiguous accesses of
         access_size bytes, see row_probes): computed per probe, each was an add and a sign
         extension of 32-bit index arithmetic LLVM could not fold into a displacement.
-        `locality`: llvm.prefetch's (3: into L1, 2: into L2)."""
+        `locality`: llvm.prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2)."""
         dims = self.kc.block_dims
         assert dims is not None
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])

@@ -49,6 +49,12 @@ def launch_prologue(kernel: Operation) -> Operation | None:
     return _child(kernel, "upir.launch_prologue")
 
 
+#: on the soft barriers split-row-streams inserts (one row of an array per pass): the
+#: segment resuming at the last of those that follow the kernel's start one another is where
+#: code generation prefetches the next block's lines (after the block's last rows are loaded)
+ROW_STREAM = "row_stream"
+
+
 def lockstep_counters(region: Region) -> set[Value]:
     """The iteration counters that interchange-thread-strided-loops recorded on its soft
     barriers (`lockstep`: indices of the header's arguments): the same in every thread

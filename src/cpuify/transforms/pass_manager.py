@@ -91,7 +91,7 @@ def register(name: str, description: str) -> Callable[[Callable[[], KernelPass]]
 def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
-        barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
+        access_streams, barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
         prefetch_distance, progress, reroll, structured_cf, sum_split,
         thread_ranges, threads, tiles_in_place, warps,
     )
@@ -126,7 +126,9 @@ def default_pipeline() -> list[str]:
 #: trip through shared memory gone lets barrier elimination drop the barrier it crossed),
 #: barrier elimination and motion, then the
 #: interchanges that insert soft barriers (they must see the final loops and barriers; the
-#: in-order float sums of row-per-thread loops split out just before the uniform one);
+#: in-order float sums of row-per-thread loops split out just before the uniform one), then
+#: soft barriers between rows of one array in a barrier interval (split-row-streams: one row
+#: per pass; before the min-cut, which plans what crosses every barrier);
 #: flushes left to the readers (it reads who reads each value in the final IR); the threads
 #: each `if` on one thread index selects (on the final branches: the thread loops' bounds);
 #: how far ahead the loops with barriers prefetch (it reads the final loops and barriers);
@@ -136,7 +138,7 @@ DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, 
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "tiles-in-place", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
-                 "split-in-order-sums", "interchange-uniform-loops", "min-cut-fission", "simd-collectives",
+                 "split-in-order-sums", "interchange-uniform-loops", "split-row-streams", "min-cut-fission", "simd-collectives",
                  "flush-min-max-at-uses", "thread-index-ranges", "stream-prefetch-distance",
                  "flat-thread-loops")
 
