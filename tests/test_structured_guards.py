@@ -138,10 +138,14 @@ def test_lowered_where_the_pass_may_fire(spec: str) -> None:
 
 def test_pipeline_transitions() -> None:
     """The default pipeline: `guarded` is never lowered (nor raised again); `tile` is
-    lowered for store-forwarding (a shared store, the block shape known)."""
+    lowered for store-forwarding (a shared store, the block shape known), raised for
+    split-row-streams (global accesses in code for a block shape: it may fire), lowered
+    again for min-cut-fission; without a block shape only barrier-elimination lowers it."""
     module = parse_ptx(compile_to_ptx(SRC).ptx)
     for name, dims, want in (("guarded", (128, 1, 1), []), ("guarded", None, []),
-                             ("tile", (128, 1, 1), [("lower", "store-forwarding"), ("raise", "")]),
+                             ("tile", (128, 1, 1), [("lower", "store-forwarding"),
+                                                    ("raise", "split-row-streams"),
+                                                    ("lower", "min-cut-fission"), ("raise", "")]),
                              ("tile", None, [("lower", "barrier-elimination"), ("raise", "")])):
         _, result = lift_and_optimize(module, module.functions[name],
                                       PipelineOptions(verify_each=True), dims)

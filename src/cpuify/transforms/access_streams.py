@@ -63,6 +63,22 @@ class SplitRowStreams:
     #: interleaved: a few lines the hardware fetches anyway
     min_row_bytes: int = 256
 
+    def may_fire(self, kernel: Operation) -> bool:
+        """Whether the pass may insert a soft barrier: code for a block shape with two
+        global accesses at least (a quick test on either form: the pass manager raises a
+        CFG for the pass only then)."""
+        if kernel.attributes.get("block_dims") is None:
+            return False
+        n = 0
+        for blk in block_body(kernel).blocks:
+            for op in blk.ops:
+                for o in nested_ops(op):
+                    if o.name in ("ptx.ld", "ptx.st") and memory_space(o) == "global":
+                        n += 1
+                        if n >= 2:
+                            return True
+        return False
+
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
         dims = kernel.attributes.get("block_dims")
         if dims is None:

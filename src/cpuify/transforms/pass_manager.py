@@ -34,7 +34,9 @@ where a warp collective is): the manager sees that and counts it as a lowering f
 pass.  The two loop interchanges rewrite `upir.for`/`upir.while` ops in place (their soft
 barrier, iteration counter and exit stops put into the regions where the lowering puts the
 loop's header and exits: transforms/interchange_structured.py) and lower only a kernel that
-keeps a cycle of blocks in a region (what the raise left as CFG).
+keeps a cycle of blocks in a region (what the raise left as CFG).  A "structured" pass may
+say that it cannot fire on a kernel (a `may_fire(kernel)` method: split-row-streams without
+a block shape or two global accesses): it is then skipped there, not raised for.
 
 raise-structured-cf runs early; from there on the structured form is the pipeline's working
 form.  The pass manager converts only at a transition: it lowers (ir/structured.py) before a
@@ -300,18 +302,22 @@ def run_pipeline(kernel: Operation, options: PipelineOptions | None = None,
         p = make_pass(spec)
         name = p.name
         form = pass_form(p)
+        skip = False
         if form == "cfg" and structured:
             if lower_structured_control_flow(kernel):
                 analyses.invalidate()
                 result.transitions.append(("lower", name))
             structured = False
         elif form == "structured" and not structured and name != RAISE:
-            if _raise(kernel, analyses):
-                result.transitions.append(("raise", name))
-            structured = True
+            if getattr(p, "may_fire", lambda k: True)(kernel):
+                if _raise(kernel, analyses):
+                    result.transitions.append(("raise", name))
+                structured = True
+            else:
+                skip = True     # (it cannot fire on this kernel: not raised for it)
         # (structured ops before an "any" pass: a kernel with none is in both forms at once)
         had_structured_ops = form == "any" and structured and has_structured_ops(kernel)
-        result.counts[name] = p.run(kernel, analyses)
+        result.counts[name] = 0 if skip else p.run(kernel, analyses)
         if result.counts[name]:
             analyses.invalidate()       # the IR changed: analyses are recomputed on demand
         if had_structured_ops and not has_structured_ops(kernel):
