@@ -159,8 +159,9 @@ def test_code_of_another_toolchain_is_refused(tmp_path):
 def test_no_descriptor_when_off_or_without_a_cache(monkeypatch, tmp_path):
     from cpuify.nvcc import rtspec
     monkeypatch.setenv("CPUIFY_CACHE_DIR", str(tmp_path / "c"))
-    assert rtspec.descriptor("// ptx\n", ("a", "b{x=1,y=2}")) is not None
-    python, where, ptx, prefix, passes = rtspec.descriptor("// ptx\n", ("a", "b{x=1,y=2}"))
+    got = rtspec.descriptor("// ptx\n", ("a", "b{x=1,y=2}"))
+    assert got is not None
+    python, where, ptx, prefix, passes = got
     assert Path(ptx).read_text() == "// ptx\n" and passes == "a;b{x=1,y=2}"
     assert (Path(where) / "cpuify" / "nvcc" / "rtspec.py").is_file() and python == sys.executable
     for var in ("CPUIFY_RUNTIME_SPECIALIZE", "CPUIFY_SPECIALIZE", "CPUIFY_NO_CACHE"):

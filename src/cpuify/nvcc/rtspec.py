@@ -38,6 +38,7 @@ import traceback
 from pathlib import Path
 
 from cpuify import cache
+from cpuify.nvcc.device import run_tool, specialize_off
 
 #: Between the pass names of the pipeline on the command line (a pass's options hold commas)
 PASS_SEPARATOR = ";"
@@ -57,8 +58,8 @@ def descriptor(ptx: str, passes: tuple[str, ...]) -> tuple[str, str, str, str, s
     specialization is off for this build (CPUIFY_SPECIALIZE=0, CPUIFY_RUNTIME_SPECIALIZE=0,
     no persistent cache)."""
     from cpuify.compiler import toolchain_key
-    if os.environ.get("CPUIFY_SPECIALIZE", "1") == "0" or \
-            os.environ.get("CPUIFY_RUNTIME_SPECIALIZE", "1") == "0" or not cache.cache_enabled():
+    if specialize_off() or os.environ.get("CPUIFY_RUNTIME_SPECIALIZE", "1") == "0" or \
+            not cache.cache_enabled():
         return None
     key = module_hash(ptx, passes, toolchain_key())
     d = cache.cache_dir("rtspec")
@@ -74,18 +75,23 @@ def _write(path: Path, text: str) -> None:
     cache.write_private_file(path, text.encode())
 
 
+def _stem(prefix: str, index: int, block: tuple[int, int, int]) -> Path:
+    """`<prefix>_k<index>_<x>x<y>x<z>`: the files of one kernel and shape, less their suffix
+    (the runtime names them the same way: cudart_rtspec.c entry_path)."""
+    return Path(f"{prefix}_k{index}_{block[0]}x{block[1]}x{block[2]}")
+
+
 def specialize(ptx_path: str, prefix: str, kernel: str, index: int,
                block: tuple[int, int, int], passes: tuple[str, ...]) -> str:
     """Compiles kernel `kernel` (the module's `index`-th) for blocks of `block` into
-    `<prefix>_k<index>_<x>x<y>x<z>.so` and writes its `.meta` ("symbol per_thread extra"),
-    ("symbol per_thread extra n", then n slots: "offset(hex) kind addend symbol"), or a `.failed`
-    file ("refused: why" or "error: why"); returns the file written."""
+    `<prefix>_k<index>_<x>x<y>x<z>.so` and writes its `.meta` ("symbol per_thread extra n",
+    then n slots: "offset(hex) kind addend symbol"), or a `.failed` file ("refused: why" or
+    "error: why"); returns the file written."""
     from cpuify import compiler
     from cpuify.codegen import jit
     from cpuify.codegen.llvm_gen import specialized_symbol
-    from cpuify.nvcc.device import run_tool
     from cpuify.nvcc.rtlib import c_compiler
-    stem = Path(f"{prefix}_k{index}_{block[0]}x{block[1]}x{block[2]}")
+    stem = _stem(prefix, index, block)
     failed = stem.with_suffix(".failed")
     ptx = Path(ptx_path).read_text()
     if module_hash(ptx, passes, compiler.toolchain_key()) != Path(prefix).name:
@@ -137,9 +143,9 @@ def symbol_slots(so: str) -> tuple[list[tuple[int, int, int, str]], str]:
             continue        # a header, or a relocation without a symbol (R_X86_64_RELATIVE)
         if parts[2] not in SLOT_KINDS:
             return slots, f"{parts[2]} against {parts[4]}"
-        addend = int(parts[-1], 16) if len(parts) >= 7 and parts[-2] in "+-" else 0
-        if len(parts) >= 7 and parts[-2] == "-":
-            addend = -addend
+        addend = 0
+        if len(parts) >= 7 and parts[-2] in ("+", "-"):
+            addend = int(parts[-1], 16) * (-1 if parts[-2] == "-" else 1)
         slots.append((int(parts[0], 16), SLOT_KINDS[parts[2]], addend, parts[4]))
     return slots, ""
 
@@ -164,10 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         specialize(args.ptx, args.prefix, args.kernel, args.index, block, passes)  # type: ignore[arg-type]
     except BaseException as exc:  # noqa: BLE001 - reported to the runtime through the file
-        stem = Path(f"{args.prefix}_k{args.index}_{block[0]}x{block[1]}x{block[2]}")
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         try:
-            _write(stem.with_suffix(".failed"), f"error: {why}\n")
+            _write(_stem(args.prefix, args.index, block).with_suffix(".failed"),  # type: ignore[arg-type]
+                   f"error: {why}\n")
         except OSError:
             pass
         traceback.print_exc()

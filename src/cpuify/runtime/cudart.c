@@ -2296,17 +2296,25 @@ static int noalias_holds(const cpuify_kernel_variant *kv, const unsigned char *b
     return 1;
 }
 
+/* Launch l run by another block function for its block shape (a launch-time or run-time
+ * variant), with that function's scratch: in *out, which is returned. */
+static const cpuify_cudart_launch *with_block_fn(const cpuify_cudart_launch *l, cpuify_cudart_launch *out,
+                                                 cpuify_block_fn fn, uint64_t per_thread,
+                                                 uint64_t extra) {
+    const uint64_t nthreads = (uint64_t)l->dims.block[0] * l->dims.block[1] * l->dims.block[2];
+    *out = *l;
+    out->fn = fn;
+    out->scratch_bytes = per_thread * nthreads + extra;
+    return out;
+}
+
 static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, const uint32_t *box) {
     kentry *k = l->kernel;
     cpuify_cudart_launch variant;
     int noalias = 0;
     if (l->noalias_variant && noalias_holds(l->noalias_variant, buf)) {
         const cpuify_kernel_variant *kv = l->noalias_variant;
-        const uint64_t nthreads = (uint64_t)l->dims.block[0] * l->dims.block[1] * l->dims.block[2];
-        variant = *l;
-        variant.fn = kv->fn;
-        variant.scratch_bytes = (uint64_t)kv->scratch_per_thread * nthreads + kv->scratch_extra;
-        l = &variant;
+        l = with_block_fn(l, &variant, kv->fn, kv->scratch_per_thread, kv->scratch_extra);
         noalias = 1;
     }
     uint64_t generic_t0 = 0;
@@ -2314,15 +2322,10 @@ static int run_launch_box(const cpuify_cudart_launch *l, unsigned char *buf, con
         cpuify_block_fn fn;
         uint32_t per_thread;
         uint64_t extra;
-        if (cpuify_rtspec_ready(l->rtspec, &fn, &per_thread, &extra)) {
-            const uint64_t nthreads = (uint64_t)l->dims.block[0] * l->dims.block[1] * l->dims.block[2];
-            variant = *l;
-            variant.fn = fn;
-            variant.scratch_bytes = (uint64_t)per_thread * nthreads + extra;
-            l = &variant;
-        } else {
+        if (cpuify_rtspec_ready(l->rtspec, &fn, &per_thread, &extra))
+            l = with_block_fn(l, &variant, fn, per_thread, extra);
+        else
             generic_t0 = now_ns();
-        }
     }
     memcpy(buf + l->dyn_offset, &l->dyn_shared, 4);
     uint32_t err_block[3] = {0, 0, 0};

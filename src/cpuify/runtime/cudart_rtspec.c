@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cpuify_cudart.h"
@@ -104,12 +103,6 @@ static uint64_t after_ns(void) {
     double ms = strtod(v, &end);
     if (end == v || ms < 0) return 250000000ull;
     return (uint64_t)(ms * 1e6);
-}
-
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* "<prefix>_k<index>_<x>x<y>x<z><suffix>" */
@@ -327,7 +320,7 @@ struct cpuify_rtspec *cpuify_rtspec_entry(const cpuify_kernel_desc *d, const uin
 
 /* Retires the compiles that finished (under g_lock; at most once a millisecond). */
 static void poll_pending(void) {
-    uint64_t now = mono_ns();
+    uint64_t now = cpuify_cudart_now_ns();
     if (now < g_next_poll_ns) return;
     g_next_poll_ns = now + 1000000ull;
     for (struct cpuify_rtspec *e = g_entries; e; e = e->next) {
