@@ -666,6 +666,9 @@ def run_child(stem: str, args: argparse.Namespace, peers: list[str]) -> dict[str
     env = dict(os.environ)
     pp = [str(ROOT / "src")] if (ROOT / "src" / "cpuify").is_dir() else []
     env["PYTHONPATH"] = os.pathsep.join(pp + [str(ROOT)] + [x for x in [env.get("PYTHONPATH")] if x])
+    if env.get("CPUIFY_PASS_LOG_DIR"):
+        # (benchmarks/ablation.py: which passes touched this workload's kernels)
+        env["CPUIFY_PASS_LOG"] = os.path.join(env["CPUIFY_PASS_LOG_DIR"], f"{stem}.jsonl")
     cmd = [sys.executable, "-m", "benchmarks.suite.harness", "--child", stem, "--size", args.size,
            "--peers", ",".join(peers), "--repeats", str(args.repeats), "--out", tmp]
     if args.no_scaling:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import os
 import time
 import types
@@ -30,7 +31,7 @@ from cpuify.codegen import jit
 from cpuify.codegen.layout import ScratchLayout
 from cpuify.codegen.llvm_gen import KernelInfo, ModuleCodegen
 from cpuify.codegen.thread_loop_plan import next_block_prefetch_enabled
-from cpuify.errors import PTXError, UnsupportedError
+from cpuify.errors import CpuifyError, PTXError, UnsupportedError
 from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.ir.core import OpResult, Operation
 from cpuify.ir.structure import KernelView
@@ -125,10 +126,29 @@ def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-unt
     if block_dims is not None and tuple(block_run) != (1, 1):
         kernel_op.attributes["block_run_request"] = [int(x) for x in block_run]
     result = run_pipeline(kernel_op, pipeline)
+    if os.environ.get("CPUIFY_PASS_LOG"):
+        _log_passes(os.environ["CPUIFY_PASS_LOG"], kernel_op, block_dims, result)
     # warp-wide matrix instructions as code generation runs them (not optional)
     lower_warp_matrix_ops(kernel_op)
     # (passes may declare variables of their own: the kernel as its op now reads)
     return KernelView.from_op(kernel_op), result
+
+
+def _log_passes(path: str, kernel_op, block_dims, result: PipelineResult) -> None:  # type: ignore[no-untyped-def]
+    """CPUIFY_PASS_LOG=FILE: one JSON line per kernel compiled (appended): its name, the block
+    shape, and the passes that touched it (changed it, or made the pass manager convert its
+    form for them).  benchmarks/ablation.py reruns a workload with a pass off only where
+    the pass touched one of its kernels."""
+    touched = [n for n, c in result.counts.items() if c]
+    touched += [n for _, n in result.transitions if n and n not in touched]
+    line = json.dumps({"kernel": kernel_op.attributes.get("sym_name", "?"),
+                       "block_dims": list(block_dims) if block_dims else None,
+                       "touched": touched})
+    try:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    except OSError as e:
+        raise CpuifyError(f"CPUIFY_PASS_LOG={path}: cannot append to it ({e.strerror})") from e
 
 
 # --- the cache layer: keys, and compiled modules as verified entries (cpuify.cache) ---
