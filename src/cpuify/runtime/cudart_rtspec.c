@@ -53,7 +53,7 @@ struct cpuify_rtspec {
     uint32_t index;                /* the kernel's position in its module */
     uint32_t block[3];
     _Atomic int state;
-    uint64_t generic_ns;           /* COUNTING: wall time spent in the generic code */
+    _Atomic uint64_t generic_ns;   /* COUNTING: wall time spent in the generic code */
     pid_t pid;
     cpuify_block_fn fn;            /* READY */
     uint32_t per_thread;
@@ -64,7 +64,8 @@ struct cpuify_rtspec {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static rts_module *g_mods;
 static size_t g_nmods, g_cap;
-static struct cpuify_rtspec *g_entries;
+/* (prepended under g_lock, never removed: launches look entries up without the lock) */
+static struct cpuify_rtspec *_Atomic g_entries;
 static int g_running;              /* compiles started and not yet retired */
 static uint64_t g_next_poll_ns;
 
@@ -96,13 +97,20 @@ static int enabled(void) {
     return on;
 }
 
-static uint64_t after_ns(void) {
+static uint64_t read_after_ns(void) {
     const char *v = getenv("CPUIFY_RUNTIME_SPECIALIZE_AFTER_MS");
     if (!v || !*v) return 250000000ull;
     char *end;
     double ms = strtod(v, &end);
     if (end == v || ms < 0) return 250000000ull;
     return (uint64_t)(ms * 1e6);
+}
+
+static uint64_t after_ns(void) {
+    static _Atomic uint64_t after = UINT64_MAX;    /* (read once: every generic launch asks) */
+    uint64_t a = atomic_load_explicit(&after, memory_order_relaxed);
+    if (a == UINT64_MAX) atomic_store_explicit(&after, a = read_after_ns(), memory_order_relaxed);
+    return a;
 }
 
 /* "<prefix>_k<index>_<x>x<y>x<z><suffix>" */
@@ -287,14 +295,23 @@ static int start_compile(struct cpuify_rtspec *e) {
     return RTS_PENDING;
 }
 
+static struct cpuify_rtspec *find_entry(struct cpuify_rtspec *e, const cpuify_kernel_desc *d,
+                                        const uint32_t block[3]) {
+    for (; e; e = e->next)
+        if (e->d == d && e->block[0] == block[0] && e->block[1] == block[1] && e->block[2] == block[2])
+            return e;
+    return NULL;
+}
+
 struct cpuify_rtspec *cpuify_rtspec_entry(const cpuify_kernel_desc *d, const uint32_t block[3],
                                           const char *pretty) {
     if (!enabled() || !d) return NULL;
+    struct cpuify_rtspec *e = find_entry(atomic_load_explicit(&g_entries, memory_order_acquire),
+                                         d, block);
+    if (e) return atomic_load(&e->state) != RTS_FAILED ? e : NULL;
     pthread_mutex_lock(&g_lock);
-    struct cpuify_rtspec *e = g_entries;
-    for (; e; e = e->next)
-        if (e->d == d && e->block[0] == block[0] && e->block[1] == block[1] && e->block[2] == block[2])
-            break;
+    struct cpuify_rtspec *head = atomic_load_explicit(&g_entries, memory_order_relaxed);
+    e = find_entry(head, d, block);
     if (!e) {
         const rts_module *mod = NULL;
         for (size_t i = 0; i < g_nmods && !mod; i++)
@@ -310,8 +327,8 @@ struct cpuify_rtspec *cpuify_rtspec_entry(const cpuify_kernel_desc *d, const uin
             /* compiled (or refused) by an earlier run of the program? */
             int got = take_result(e, 1);
             atomic_store(&e->state, got == RTS_PENDING ? RTS_COUNTING : got);
-            e->next = g_entries;
-            g_entries = e;
+            e->next = head;
+            atomic_store_explicit(&g_entries, e, memory_order_release);
         }
     }
     pthread_mutex_unlock(&g_lock);
@@ -323,7 +340,8 @@ static void poll_pending(void) {
     uint64_t now = cpuify_cudart_now_ns();
     if (now < g_next_poll_ns) return;
     g_next_poll_ns = now + 1000000ull;
-    for (struct cpuify_rtspec *e = g_entries; e; e = e->next) {
+    for (struct cpuify_rtspec *e = atomic_load_explicit(&g_entries, memory_order_relaxed); e;
+         e = e->next) {
         if (atomic_load(&e->state) != RTS_PENDING) continue;
         int status;
         int done = e->pid && waitpid(e->pid, &status, WNOHANG) == e->pid;
@@ -353,17 +371,17 @@ int cpuify_rtspec_ready(struct cpuify_rtspec *e, cpuify_block_fn *fn, uint32_t *
 
 void cpuify_rtspec_ran_generic(struct cpuify_rtspec *e, uint64_t ns) {
     if (atomic_load(&e->state) != RTS_COUNTING) return;
+    /* (the lock only once the threshold is crossed: a launch of a shape still counting
+     * takes none) */
+    if (atomic_fetch_add(&e->generic_ns, ns) + ns < after_ns()) return;
     pthread_mutex_lock(&g_lock);
     if (atomic_load(&e->state) == RTS_COUNTING) {
-        e->generic_ns += ns;
-        if (e->generic_ns >= after_ns()) {
-            if (g_running) poll_pending();
-            /* one compile at a time: the others wait for their next launch after it */
-            if (!g_running) {
-                int got = start_compile(e);
-                if (got == RTS_PENDING) g_running++;
-                atomic_store_explicit(&e->state, got, memory_order_release);
-            }
+        if (g_running) poll_pending();
+        /* one compile at a time: the others wait for their next launch after it */
+        if (!g_running) {
+            int got = start_compile(e);
+            if (got == RTS_PENDING) g_running++;
+            atomic_store_explicit(&e->state, got, memory_order_release);
         }
     }
     pthread_mutex_unlock(&g_lock);
