@@ -69,7 +69,8 @@ def test_sdk_layout(sdk: Path) -> None:
     rules = (sdk / "C/common/common.mk").read_text()
     # the rules name this SDK and its cuda-home by absolute path: no placeholders left
     assert "@CPUIFY" not in rules
-    assert f"CUDA_INSTALL_PATH ?= {sdk.parent}" in rules
+    # (the toolkit directory's own name: `sdk` is reached through its stable path)
+    assert f"CUDA_INSTALL_PATH ?= {sdk.resolve().parent}" in rules
     symbols = subprocess.run(["nm", "--defined-only", str(sdk / "C/lib/libcutil_x86_64.a")],
                              capture_output=True, text=True, check=False).stdout
     for name in ("cutCreateTimer", "cutGetTimerValue", "cutComparef", "cutReadFilef",

@@ -326,7 +326,9 @@ def test_nvml_through_cmake_cuda_nvml_target(tmp_path: Path, env: dict[str, str]
     deps = subprocess.run(["ldd", str(tmp_path / "build" / "q")], capture_output=True, text=True).stdout
     for lib in ("libnvidia-ml", "libcudart"):
         found = [line for line in deps.splitlines() if lib in line]
-        assert found and all(str(home) in line for line in found), deps
+        # (the SONAME: the toolkit directory's own name, which `home` mirrors)
+        own = (home / "lib64" / "libcudart_static.a").resolve().parent.parent
+        assert found and all(str(own) in line for line in found), deps
     r = subprocess.run([str(tmp_path / "build" / "q")], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr

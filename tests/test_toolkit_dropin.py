@@ -215,9 +215,17 @@ def home(env: dict[str, str]) -> Path:
     assert len(paths) == 1, paths
     path = Path(paths.pop())
     assert path.is_dir()
-    leftovers = [p.name for p in path.parent.iterdir() if ".tmp-" in p.name]
-    assert not leftovers, leftovers
+    # the stable path: a mirror, in the cache's cuda-home/, of the toolkit directory
+    assert path.parent.name == "cuda-home" and (path / ".cpuify-mirror-of").is_file()
+    for d in (path.parent, toolkit_directory(path).parent):
+        leftovers = [p.name for p in d.iterdir() if ".tmp-" in p.name]
+        assert not leftovers, leftovers
     return path
+
+
+def toolkit_directory(home: Path) -> Path:
+    """The toolkit directory the stable path `home` mirrors (its own name, in the SONAMEs)."""
+    return (home / "lib64" / "libcudart_static.a").resolve().parent.parent
 
 
 def run(cmd: list[str] | str, cwd: Path, env: dict[str, str], **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
@@ -256,7 +264,7 @@ def test_cuda_home_layout(home: Path, env: dict[str, str]) -> None:
     # the shared libraries name themselves by absolute path: no system libcudart replaces them
     soname = subprocess.run(["readelf", "-d", str(home / "lib64/libcudart.so")],
                             capture_output=True, text=True).stdout
-    assert str(home / "lib64") in soname
+    assert str(toolkit_directory(home) / "lib64") in soname
     # bin/nvcc is cpuify's, with this checkout's code whatever PYTHONPATH says
     r = run([str(home / "bin/nvcc"), "--version"], home, {**env, "PYTHONPATH": ""})
     assert "Cuda compilation tools, release" in r.stdout and "cpuify nvcc" in r.stdout
@@ -302,7 +310,7 @@ def test_compile_with_cpuify_link_with_gxx(tmp_path: Path, home: Path, env: dict
     run(["g++", "kernel.o", "main.o", f"-L{home}/lib64", "-lcudart", "-o", "app_shared"], tmp_path, env)
     check_output(tmp_path / "app_shared", {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"})
     deps = subprocess.run(["ldd", str(tmp_path / "app_shared")], capture_output=True, text=True).stdout
-    assert str(home / "lib64") in deps
+    assert str(toolkit_directory(home) / "lib64") in deps   # (the SONAME: the directory's own)
     # static runtime, as nvcc links by default
     run(["gcc", "kernel.o", "main.o", f"-L{home}/lib64", "-lcudart_static", "-lstdc++", "-lpthread",
          "-ldl", "-lrt", "-lm", "-o", "app_static"], tmp_path, env)
@@ -599,7 +607,7 @@ def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> 
     # one line for the unsupported function, however often it is called
     assert r.stderr.count("cuModuleLoad") == 1, r.stderr
     deps = subprocess.run(["ldd", str(tmp_path / "drv")], capture_output=True, text=True).stdout
-    assert str(home / "lib64" / "libcuda.so.1") in deps
+    assert str(toolkit_directory(home) / "lib64" / "libcuda.so.1") in deps
 
 
 CC_CU = r"""
@@ -670,3 +678,40 @@ def test_without_a_cache_directory(tmp_path: Path, env: dict[str, str]) -> None:
     r = subprocess.run([*CPUIFY, "nvcc", "-cudart", "shared", "kernel.o", "main.o", "-o", "app2"],
                        cwd=tmp_path, env=nocache, capture_output=True, text=True, timeout=600)
     assert r.returncode == 1 and "-cudart shared" in r.stderr and not (tmp_path / "app2").exists()
+
+
+@needs_toolchain
+def test_stable_path_through_upgrades(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    """A build configured with `cpuify cuda-home`'s path keeps working with the cpuify that
+    runs it: when the toolkit directory changes (cpuify, its runtime or the wheels upgraded),
+    bin/nvcc moves the stable path's links to the current one before it compiles.  A build
+    configured with a toolkit directory's own name that is no longer current is told so."""
+    write_program(tmp_path, "main.cu")
+    current = toolkit_directory(home)
+    # an "earlier" toolkit directory: a copy of the current one under another key
+    old = current.with_name("cpuify-cuda-home-" + "0" * 16)
+    shutil.copytree(current, old, symlinks=True)
+    try:
+        # the stable path left pointing at the earlier directory, as after an upgrade
+        for link in (home / "lib64").iterdir():
+            if not link.is_symlink():
+                continue
+            target = os.readlink(link)
+            if os.path.isabs(target):
+                os.unlink(link)
+                os.symlink(target.replace(str(current), str(old)), link)
+        (home / ".cpuify-mirror-of").write_text(old.name)
+        assert toolkit_directory(home) == old
+        run([str(home / "bin/nvcc"), "kernel.cu", "main.cu", "-o", "app"], tmp_path, env)
+        assert toolkit_directory(home) == current
+        assert (home / ".cpuify-mirror-of").read_text() == current.name
+        check_output(tmp_path / "app", env)
+        # run from the earlier directory's own bin/nvcc: it builds, and says what to do
+        r = run([str(old / "bin/nvcc"), "kernel.cu", "main.cu", "-o", "app2"], tmp_path, env)
+        assert f"from the toolkit directory {old}" in r.stderr and "cpuify cuda-home" in r.stderr
+        check_output(tmp_path / "app2", env)
+        # from the current one's: nothing to say
+        r = run([str(current / "bin/nvcc"), "kernel.cu", "main.cu", "-o", "app3"], tmp_path, env)
+        assert "note" not in r.stderr
+    finally:
+        shutil.rmtree(old, ignore_errors=True)

@@ -190,9 +190,9 @@ def _main(argv: list[str]) -> int:
             _add_pipeline_flags(p)
     args = parser.parse_args(argv)
     if args.command in ("cuda-home", "cuda-sdk"):
-        from cpuify.nvcc.cuda_home import cuda_home
+        from cpuify.nvcc.cuda_home import stable_cuda_home
         try:
-            home = cuda_home(persistent=True)
+            home = stable_cuda_home()
             print(home / "sdk" if args.command == "cuda-sdk" else home)
         except (CpuifyError, OSError) as exc:
             print(f"cpuify {args.command}: error: {exc}", file=sys.stderr)

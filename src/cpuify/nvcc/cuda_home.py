@@ -28,10 +28,19 @@ The shared libraries' SONAME is their absolute path, so an executable linked wit
 libcudart that the dynamic loader would find by name.  The directory lives in the cache
 directory under a name that hashes everything it is made of; it is built in a temporary
 directory and renamed into place, so processes that build it at the same time are safe.
+
+What `cpuify cuda-home` prints (and `nvcc -v` gives CMake as TOP) is a stable path to it:
+`cuda-home/<key of this installation>` in the cache directory, a symbolic link moved to the
+current directory whenever cpuify, its runtime or the wheels change.  A build directory
+configured once (CMake caches the compiler's and the libraries' paths) then compiles with
+the headers and links the runtime of the cpuify that runs its `bin/nvcc`, after an upgrade
+too; one configured with a toolkit directory's own name (before there was a stable path)
+still works, and its `bin/nvcc` says that it is not the current one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -183,14 +192,23 @@ def toolkit_release(tk: Toolkit) -> str:
     return m.group(1) if m else tk.version() + ".0"
 
 
+#: set by bin/nvcc to the path it was run by ($0): the driver tells a stale toolkit directory
+INVOKED_AS = "CPUIFY_NVCC_INVOKED_AS"
+#: the cache's subdirectory of stable paths (one symbolic link per installation of cpuify)
+STABLE_DIR = "cuda-home"
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parent.parent.parent)
+
+
 def nvcc_script() -> str:
     """bin/nvcc: this cpuify, run by this Python interpreter, whatever PYTHONPATH says later."""
-    package_parent = str(Path(__file__).resolve().parent.parent.parent)
-    code = (f"import sys; sys.path.insert(0, {package_parent!r}); "
+    code = (f"import sys; sys.path.insert(0, {_package_parent()!r}); "
             "from cpuify.cli.main import main; sys.exit(main(['nvcc'] + sys.argv[1:]))")
     return ("#!/bin/sh\n"
             "# cpuify's nvcc (made by `cpuify cuda-home`): builds CUDA programs that run on the CPU\n"
-            f"exec {shlex.quote(sys.executable)} -c {shlex.quote(code)} \"$@\"\n")
+            f'{INVOKED_AS}="$0" exec {shlex.quote(sys.executable)} -c {shlex.quote(code)} "$@"\n')
 
 
 def _key(tk: Toolkit, runtime: Path) -> str:
@@ -228,6 +246,117 @@ def _complete(home: Path, tk: Toolkit) -> bool:
     return all(os.path.exists(home / p) for p in expected)
 
 
+def _home_path(base: Path, tk: Toolkit, runtime: Path) -> Path:
+    return base / f"{cache.CUDA_HOME_PREFIX}{_key(tk, runtime)}"
+
+
+def stable_cuda_home() -> Path:
+    """The path `cpuify cuda-home` prints: `cuda-home/<installation key>` in the cache
+    directory, a mirror of cuda_home(persistent=True) made of symbolic links, moved to the
+    current toolkit directory when it points at another one.  The key is the Python
+    interpreter and the directory cpuify is imported from: two installations (virtual
+    environments, checkouts) have paths of their own, one installation keeps its path
+    through upgrades.
+
+    The mirror's lib64/ (and lib64/stubs/) are real directories of links to the files,
+    the rest links to the toolkit directory's entries: CMake's FindCUDAToolkit resolves
+    the library directory's real path before it looks for libraries, and would cache the
+    toolkit directory's own name otherwise.  bin/nvcc is a copy: it runs, and moves the
+    mirror, even after the toolkit directory it mirrored was evicted.  Each entry is
+    replaced atomically; processes that move the mirror at the same time leave it the
+    same."""
+    home = cuda_home(persistent=True)
+    key = hashlib.sha256(f"{sys.executable}\0{_package_parent()}".encode()).hexdigest()[:12]
+    root = home.parent / STABLE_DIR / key
+    target = root / _MIRROR_TARGET
+    if root.is_symlink():
+        root.unlink()
+    try:
+        if target.read_text() == home.name:
+            return root
+    except OSError:
+        pass
+    _mirror(home, root, "")
+    _replace_link(f"{home.name}", target, text=True)
+    return root
+
+
+#: the file in a stable path that names the toolkit directory it mirrors
+_MIRROR_TARGET = ".cpuify-mirror-of"
+#: the mirror's real directories (the others are links); bin/'s files are copies (bin/nvcc
+#: then runs, and moves the mirror, even when the toolkit directory was evicted)
+_MIRROR_DIRS = ("bin", "lib64", "lib64/stubs")
+
+
+def _replace_link(target: str, path: Path, text: bool = False) -> None:
+    """`path` made a symbolic link to `target` (with `text`: a file holding it), atomically."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    if text:
+        tmp.write_text(target)
+        tmp.chmod(0o600)
+    else:
+        os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
+def _mirror(src: Path, dst: Path, rel: str) -> None:
+    dst.mkdir(mode=0o700, parents=True, exist_ok=True)
+    names = set(os.listdir(src))
+    for name in sorted(names):
+        sub = f"{rel}/{name}" if rel else name
+        entry = src / name
+        if sub in _MIRROR_DIRS and entry.is_dir() and not entry.is_symlink():
+            if (dst / name).is_symlink():
+                (dst / name).unlink()
+            _mirror(entry, dst / name, sub)
+        elif rel == "bin" and entry.is_file():
+            tmp = dst / f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+            shutil.copy2(entry, tmp)
+            os.replace(tmp, dst / name)
+        elif entry.is_symlink() and not os.path.isabs(os.readlink(entry)):
+            _replace_link(os.readlink(entry), dst / name)    # (lib -> lib64, the .so chains)
+        elif not (dst / name).is_dir() or (dst / name).is_symlink():
+            _replace_link(str(entry), dst / name)
+    for name in set(os.listdir(dst)) - names - {_MIRROR_TARGET}:
+        if not name.startswith("."):
+            with contextlib.suppress(OSError):
+                (dst / name).unlink()
+
+
+def toolkit_home() -> Path:
+    """The toolkit directory builds name: its stable path (stable_cuda_home), or with no
+    usable cache this process's private one."""
+    return stable_cuda_home() if cache.cache_enabled() else cuda_home()
+
+
+def check_invoked_home(invoked_as: str) -> str | None:
+    """bin/nvcc was run as `invoked_as` ($0).  Through this installation's stable path: the
+    link is moved to the current toolkit directory first (made if need be), so that the
+    headers and libraries the build names through it are this cpuify's.  From a toolkit
+    directory's own name that is not the current one (a build configured before cpuify,
+    its runtime or the wheels changed, and before there was a stable path): a note that
+    says so and what to do.  Else None."""
+    named = Path(os.path.abspath(invoked_as)).parent.parent
+    try:
+        if (named / _MIRROR_TARGET).exists():
+            stable_cuda_home()
+            return None
+        home = named.resolve()
+        if not (home / HOME_MARKER).exists() or not cache.cache_enabled():
+            return None
+        current = cuda_home(persistent=True)
+    except (CpuifyError, OSError):
+        return None
+    if home == current:
+        return None
+    return (f"cpuify nvcc: note: run as {invoked_as}, from the toolkit directory {home}, which "
+            "an earlier cpuify (or runtime, or NVIDIA wheels) made: a build configured with it "
+            "compiles against its headers and links its runtime where its command lines name "
+            "them. Configure the build again with the path `cpuify cuda-home` prints (it stays "
+            "the same through upgrades); for CMake, delete the build directory's "
+            "CMakeCache.txt")
+
+
 def cuda_home(*, persistent: bool = False) -> Path:
     """The drop-in CUDA directory of this cpuify (built on first use, then reused), in the
     cache directory; with no usable cache (CPUIFY_NO_CACHE=1, an unusable directory) in this
@@ -240,7 +369,7 @@ def cuda_home(*, persistent: bool = False) -> Path:
     tk = find_toolkit()
     runtime = runtime_library()
     base = cache.cache_dir().resolve()
-    home = base / f"{cache.CUDA_HOME_PREFIX}{_key(tk, runtime)}"
+    home = _home_path(base, tk, runtime)
     if _complete(home, tk):
         cache.use_directory(home)       # the most recently used: kept by eviction
         return home

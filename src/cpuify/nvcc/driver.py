@@ -27,8 +27,9 @@ from pathlib import Path
 from cpuify.cache import cache_enabled, run_tool
 from cpuify.errors import CpuifyError
 from cpuify.nvcc import device, headers, launch_shapes, legacy_source, legacy_texture
-from cpuify.nvcc.cuda_home import (RUNTIME_LINK_LIBS, cuda_home, is_foreign_cuda_include,
-                                   library_dirs, verbose_environment)
+from cpuify.nvcc.cuda_home import (INVOKED_AS, RUNTIME_LINK_LIBS, check_invoked_home,
+                                   is_foreign_cuda_include, library_dirs, toolkit_home,
+                                   verbose_environment)
 from cpuify.nvcc.mathlibs import NAMES as MATH_LIBRARIES
 from cpuify.nvcc.toolkit import find_toolkit
 
@@ -469,7 +470,7 @@ class Driver:
     def home(self) -> Path:
         """`cpuify cuda-home`: the runtime libraries executables link (built on first use)."""
         if self._home is None:
-            self._home = cuda_home()
+            self._home = toolkit_home()
         return self._home
 
     def _without_foreign_includes(self, opts: list[str]) -> list[str]:
@@ -1086,11 +1087,15 @@ def nvcc_main(argv: list[str], *, dependencies: set[str] | None = None) -> int:
         sys.stdout.write(HELP)
         return 0 if argv else 1
     try:
+        invoked_as = os.environ.pop(INVOKED_AS, "")
+        note = check_invoked_home(invoked_as) if invoked_as else None
+        if note:
+            print(note, file=sys.stderr)
         argv = environment_args(argv)
         if {"-v", "--verbose", "-dryrun", "--dryrun"} & set(argv):
             # as nvcc -v: the toolkit's variables first (CMake reads TOP, LIBRARIES, ...), even
             # when the command line turns out to be wrong
-            for line in verbose_environment(cuda_home()):
+            for line in verbose_environment(toolkit_home()):
                 print("#$ " + line, file=sys.stderr)
         o = parse_args(argv)
         if "-V" in o.flags:
