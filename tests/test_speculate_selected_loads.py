@@ -239,7 +239,9 @@ def test_pyramid_shape(nx: int, ny: int, steps: int, interp: bool) -> None:
     ref = _pyramid_ref(a, steps)
     span = 16 - 2 * steps
     grid = (-(-nx // span), -(-ny // span))
-    args = lambda out: (a, out, np.int32(nx), np.int32(ny), np.int32(steps))  # noqa: E731
+
+    def args(out: np.ndarray) -> tuple:
+        return (a, out, np.int32(nx), np.int32(ny), np.int32(steps))
     for options in ((), ("--disable-pass=speculate-selected-loads",)):
         f = cpuify.RawModule(ptx=ptx, options=options).get_function("pyramid")
         for _ in range(2):          # generic code, then the code for the block shape
