@@ -266,3 +266,82 @@ def test_pyramid_loads_are_rewritten() -> None:
     assert result.counts["speculate-selected-loads"] >= 4
     assert result.counts["speculate-selected-loads"] % 4 == 0       # (nvcc's unrolled copies)
     assert 0 < kernel.attributes["shared_guard"] <= 64 < BUFFER_GUARD
+
+
+#: two halves of one array as ping-pong tiles, the pointers swapped through the loop's block
+#: arguments (registers %r20/%r21 carried around it): 3 steps of out[t] = cur[t > 0 ? t - 1 : t]
+SWAPPED = r"""
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry swapped(.param .u64 in_p, .param .u64 out_p) {
+    .reg .pred %p<4>;
+    .reg .b32 %r<30>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<12>;
+    .shared .align 4 .b8 s[256];
+    ld.param.u64 %rd1, [in_p];
+    ld.param.u64 %rd2, [out_p];
+    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd5, %r1, 4;
+    add.s64 %rd6, %rd3, %rd5;
+    ld.global.f32 %f1, [%rd6];
+    mov.u32 %r20, s;
+    add.s32 %r21, %r20, 128;
+    shl.b32 %r3, %r1, 2;
+    add.s32 %r4, %r20, %r3;
+    st.shared.f32 [%r4], %f1;
+    setp.gt.u32 %p1, %r1, 0;
+    selp.b32 %r5, -1, 0, %p1;
+    shl.b32 %r6, %r5, 2;
+    mov.u32 %r9, 0;
+    bar.sync 0;
+$L_step:
+    add.s32 %r7, %r20, %r3;
+    add.s32 %r8, %r7, %r6;
+    ld.shared.f32 %f2, [%r8];
+    add.s32 %r10, %r21, %r3;
+    st.shared.f32 [%r10], %f2;
+    bar.sync 0;
+    mov.u32 %r11, %r20;
+    mov.u32 %r20, %r21;
+    mov.u32 %r21, %r11;
+    add.s32 %r9, %r9, 1;
+    setp.lt.u32 %p2, %r9, 3;
+    @%p2 bra $L_step;
+    add.s32 %r12, %r20, %r3;
+    ld.shared.f32 %f3, [%r12];
+    add.s64 %rd7, %rd4, %rd5;
+    st.global.f32 [%rd7], %f3;
+    ret;
+}
+"""
+
+
+def test_pointer_carried_around_a_loop() -> None:
+    """The tile pointer a block argument of the loop (the two halves swapped each step):
+    the load through it and the select is split; results natively (with and without the
+    pass) and in the interpreter on the lifted IR and on the rewritten one."""
+    module = parse_ptx(SWAPPED)
+    kernel = lift_kernel(module, module.functions["swapped"]).op
+    run_pipeline(kernel, PipelineOptions(passes=("raise-structured-cf", "speculate-selected-loads")))
+    text = print_op(kernel)
+    assert sum("speculative" in ld for ld in _loads(text)) == 2
+    assert kernel.attributes["shared_guard"] == 4
+    x = np.arange(1, 33, dtype=np.float32)
+    want = x[np.maximum(np.arange(32) - 3, 0)]
+    for options in ((), ("--disable-pass=speculate-selected-loads",)):
+        f = cpuify.RawModule(ptx=SWAPPED, options=options).get_function("swapped")
+        for _ in range(2):
+            out = np.zeros(32, np.float32)
+            f((1,), (32,), (x, out))
+            np.testing.assert_array_equal(out, want)
+    for ir in (None, text):
+        interp = InterpModule(SWAPPED)
+        if ir is not None:
+            interp.use_ir("swapped", parse_op(ir))
+        out = np.zeros(32, np.float32)
+        interp.launch("swapped", (1,), (32,), (x, out))
+        np.testing.assert_array_equal(out, want)
