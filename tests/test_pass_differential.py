@@ -643,7 +643,7 @@ FAST_WITHOUT = {
     "round_trip": {"store-forwarding"},
     "warp_max": {"simd-collectives"},
     "row_max": {"flush-min-max-at-uses"},
-    "row_walk": {"stream-prefetch-distance"},
+    "row_walk": {"stream-prefetch-distance", "speculate-selected-loads"},
     "legacy_reduce": {"flat-thread-loops"},
     "tile_update": {"tiles-in-place"},
     "two_rows": {"split-row-streams"},

@@ -84,7 +84,7 @@ def test_every_pass_declares_a_form() -> None:
     assert forms["raise-structured-cf"] == "structured"
     for name in ("selects-to-min-max", "merge-duplicate-threads", "flush-min-max-at-uses",
                  "thread-index-outermost", "narrow-induction-variables", "parallel-licm",
-                 "select-if-phis", "reroll-loops"):
+                 "select-if-phis", "reroll-loops", "speculate-selected-loads"):
         assert forms[name] == "any", name
 
 

@@ -25,8 +25,8 @@ from test_passes import NORMALIZE, NOT_HOISTED, ROW_NORMALIZE
 
 #: the default pipeline's passes before parallel-licm, then the raise
 BEFORE = ("spin-wait-yields", "warp-lockstep", "raise-structured-cf", "merge-duplicate-threads",
-          "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
-          "if-convert-swaps", "select-if-phis", "reroll-loops", "raise-structured-cf")
+          "narrow-induction-variables", "selects-to-min-max", "speculate-selected-loads",
+          "thread-index-outermost", "if-convert-swaps", "select-if-phis", "reroll-loops", "raise-structured-cf")
 
 
 def _raised(source: str, name: str) -> Operation:

@@ -19,8 +19,9 @@ power grid p (edges clamped: a neighbour outside the grid reads as the cell itse
   reading the input grid and the last one writing the output.  Any nx, ny >= 2.
   (Choosing the neighbour's *index* per thread, `cur[ty][w]`, is the common GPU idiom; it
   makes the shared-memory reads gathers on a CPU.  Selecting the neighbour's *value*,
-  `gx > 0 ? cur[ty][tx - 1] : c`, ran ~3x faster under cpuify here; the benchmark keeps
-  the idiom.)
+  `gx > 0 ? cur[ty][tx - 1] : c`, once ran ~3x faster under cpuify; the benchmark keeps
+  the idiom, which now loads both neighbours contiguously and selects the value
+  (`speculate-selected-loads`): both forms 34 ms on one thread, 2026-11-28, AMD EPYC VM.)
 * OpenMP: one parallel region around the K steps; rows distributed with `omp for`
   (its implicit barrier separates the steps), each row's interior an `omp simd` loop on
   unit-stride row pointers (north / centre / south), the two edge columns apart.  No

@@ -24,10 +24,11 @@ from cpuify.analysis.uniformity import (
 )
 from cpuify.codegen.denormals import hardware_flush, is_x86
 from cpuify.codegen.helpers import const_int
-from cpuify.codegen.kernel_abi import XVAL_GUARD
+from cpuify.codegen.kernel_abi import BUFFER_GUARD, XVAL_GUARD
 from cpuify.codegen.layout import align_up
 from cpuify.codegen.lowering import I64
 from cpuify.codegen.thread_loop_plan import ThreadLoopPlans
+from cpuify.errors import IRError
 from cpuify.ir.core import BlockArgument, Operation, Region, Value, predecessors
 from cpuify.ir.modifiers import mods
 from cpuify.ir.structure import ROW_STREAM, block_body, block_parallel, lockstep_counters
@@ -51,6 +52,14 @@ class KernelPlan(ThreadLoopPlans):
         self.mod = mod
         self.kernel = kernel
         self.name = kernel.name
+        guard = int(kernel.op.attributes.get("shared_guard", 0) or 0)
+        if guard > BUFFER_GUARD:
+            # (speculate-selected-loads read this far outside the shared segment; the
+            # runtime keeps only BUFFER_GUARD bytes mapped around it)
+            raise IRError(f"kernel '{kernel.name}': its speculated shared loads need a guard "
+                          f"band of {guard} bytes around shared memory; the runtime keeps "
+                          f"{BUFFER_GUARD} (run speculate-selected-loads with "
+                          f"guard={BUFFER_GUARD} or less)")
         # the block shape of the launch (`%ntid` in specialized code) and the shape the
         # thread loops run: the launch's with the duplicate_dims (below) set to 1
         self.launch_dims = block_dims

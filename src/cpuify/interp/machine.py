@@ -93,6 +93,9 @@ from cpuify.lifting.tensor_cores import parse_ldmatrix, parse_matrix_op
 
 MAX_THREADS_PER_BLOCK = 1024
 _NULL_PAGE = 1 << 16
+#: what a speculated shared load (the compiler's `speculative` attribute,
+#: transforms/selected_loads.py) outside the window reads: zeros, enough for any access
+_SPECULATED_ZEROS = alloc(64, 64)
 _EXITED = None            # scheduler state of a thread that has exited
 _RESUMED = "resumed"      # ... of a thread whose warp collective has just been exchanged
 #: loads that read what other threads write while a loop runs (a thread taking a backward
@@ -578,6 +581,10 @@ class Thread:
         if space in ("shared", "local"):
             rel = (iv + off) & mask(64)
             if rel + nbytes > self.window_size(space):
+                if "speculative" in op.attributes and op.name == "ptx.ld":
+                    # (a load the compiler speculated, whose value the thread does not
+                    # use here: any value will do; zeros, from a buffer of our own)
+                    return _SPECULATED_ZEROS[1]
                 self.fail(f"{space} memory access out of bounds: offset {to_signed(rel, 64)}, "
                           f"{nbytes} byte(s), window of {self.window_size(space)} bytes", op)
             return self.window_base(space) + rel

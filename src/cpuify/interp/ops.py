@@ -132,12 +132,16 @@ def _cp_async(th: "Thread", op: Operation) -> None:
 def at_address(th: "Thread", op: Operation, a: int, space: str, nbytes: int) -> int:
     """The address a plus the op's offset, in a's space, after checking that the access of
     `nbytes` bytes there lies in its window (shared, local) or past the null page."""
-    th.address(op, space, nbytes)
+    real = th.address(op, space, nbytes)
+    if space in ("shared", "local"):
+        # (the window offset of the address checked: a speculated load outside the window
+        # reads elsewhere, Thread.address)
+        return (real - th.window_base(space)) & mask(64)
     return (a + op.attributes.get("offset", 0)) & mask(64)
 
 
 def real_address(th: "Thread", p: int, space: str) -> int:
-    return th.window_base(space) + p if space in ("shared", "local") else p
+    return (th.window_base(space) + p) & mask(64) if space in ("shared", "local") else p
 
 
 def load_value(th: "Thread", p: int, space: str, t: str) -> tuple[object, str]:

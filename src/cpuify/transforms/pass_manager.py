@@ -94,7 +94,7 @@ def _load_passes() -> None:
     # importing the modules registers their passes (one module per pass family)
     from cpuify.transforms import (  # noqa: F401
         access_streams, barriers, block_runs, canonicalize, flush, forwarding, ifconvert, interchange, licm, narrowing,
-        prefetch_distance, progress, reroll, structured_cf, sum_split,
+        prefetch_distance, progress, reroll, selected_loads, structured_cf, sum_split,
         thread_ranges, threads, tiles_in_place, warps,
     )
 
@@ -136,7 +136,8 @@ def default_pipeline() -> list[str]:
 #: how far ahead the loops with barriers prefetch (it reads the final loops and barriers);
 #: last, the kernels whose generic thread loops may be flat (it only marks the kernel)
 DEFAULT_ORDER = ("fuse-block-runs", "spin-wait-yields", "warp-lockstep", RAISE, "merge-duplicate-threads",
-                 "narrow-induction-variables", "selects-to-min-max", "thread-index-outermost",
+                 "narrow-induction-variables", "selects-to-min-max", "speculate-selected-loads",
+                 "thread-index-outermost",
                  "if-convert-swaps", "select-if-phis", "reroll-loops", "parallel-licm", "tiles-in-place", "store-forwarding",
                  "barrier-elimination",
                  "barrier-motion", "interchange-thread-strided-loops",
