@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, BlockArgument, OpResult, Operation, Region, Value, replace_all_uses
 from cpuify.ir.modifiers import mods
 
 #: the comparison a negated `setp` makes (integers: no unordered results)
@@ -149,6 +149,42 @@ def yielded(if_op: Operation, arm: int, index: int) -> Value | None:
     return yields[0].operands[index] if len(yields) == 1 and len(yields[0].operands) > index else None
 
 
+def guards_of_work(blocks: list[Block], convex: Callable[[Value, bool], bool]) -> list[tuple[Operation, int]]:
+    """The `upir.if`s among `blocks`' ops (not nested) that guard work with a bound test
+    (`if (row < n && col < n) a[..] -= sum;`): one arm only yields, the other is one block,
+    and the threads taking that arm form a convex set (`convex(condition, arm == 0)`), so
+    the arm is taken by every thread of a block when it is at the block's corners.  Each
+    with the arm that works."""
+    picks = []
+    for block in blocks:
+        for op in block.ops:
+            if op.name != "upir.if" or len(op.regions) != 2:
+                continue
+            empty = [all(o.name in ("upir.yield", "cf.br") for b in r.blocks for o in b.ops) for r in op.regions]
+            if empty.count(True) != 1:
+                continue
+            arm = empty.index(False)
+            region = op.regions[arm]
+            if len(region.blocks) == 1 and region.blocks[0].ops[-1].name == "upir.yield" and \
+                    convex(op.operands[0], arm == 0):
+                picks.append((op, arm))
+    return picks
+
+
+def inline_arms(picks: list[tuple[Operation, int]]) -> None:
+    """Each `upir.if` of `picks` replaced by the ops of its arm (what the arm yields in place
+    of its results)."""
+    for if_op, arm in picks:
+        (block,) = if_op.regions[arm].blocks
+        term = block.ops[-1]
+        moved = block.ops[:-1]
+        block.ops = [term]
+        splice_before(if_op, moved)
+        for result, value in zip(if_op.results, term.operands):
+            replace_all_uses(result, value)
+        remove_op(if_op)
+
+
 def remove_op(op: Operation) -> None:
     """Take `op` (and what its regions hold) out of its block, its operands' uses dropped."""
     for inner in op.walk():
@@ -180,5 +216,5 @@ def defined_in(v: Value, ops: set[Operation]) -> bool:
     return isinstance(v, OpResult) and v.op in ops
 
 
-__all__ = ["body_chain", "clone_blocks", "convex_guard", "corners", "defined_in", "incoming",
-           "nested_in", "remove_op", "splice_before", "yielded"]
+__all__ = ["body_chain", "clone_blocks", "convex_guard", "corners", "defined_in", "guards_of_work",
+           "incoming", "inline_arms", "nested_in", "remove_op", "splice_before", "yielded"]

@@ -55,7 +55,8 @@ from cpuify.ir.modifiers import ORDERED, mods, ty, type_size
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
 from cpuify.transforms.tiles_guarded import (body_chain, clone_blocks, convex_guard, corners, defined_in,
-                                             incoming, nested_in, remove_op, splice_before, yielded)
+                                             guards_of_work, incoming, inline_arms, nested_in, remove_op,
+                                             splice_before, yielded)
 
 #: the attribute on a load that reads a tile's element in place (value: the variable)
 IN_PLACE = "in_place"
@@ -579,13 +580,13 @@ def tiles_in_place(region: Region, dims: tuple[int, int, int]) -> int:
     fast = clone_blocks(body.chain, mapped, copied)
     nested = nested_in(body.ops)
     count = 0
-    tids: dict[Block, dict[int, Value]] = {}
+    made: dict[Block, tuple[dict[int, Value], dict[tuple[int, str], Value]]] = {}
     for tile, ld in sorted(((t, ld) for t in tiles for ld in t.loads), key=lambda x: _order(x[1], body)):
         twin = copied[ld]
         staging = Block()
         femit = _Emitter(staging, line)
         assert twin.parent is not None
-        femit.tids = tids.setdefault(twin.parent, {})
+        femit.tids, femit.consts = made.setdefault(twin.parent, ({}, {}))  # (earlier in the block)
         value = _read_in_place(ld, tile, mapped, nested, femit)
         splice_before(twin, staging.ops)
         replace_all_uses(twin.results[0], value)
@@ -600,6 +601,7 @@ def tiles_in_place(region: Region, dims: tuple[int, int, int]) -> int:
         if tile.guard is None and tile.staging.results[0].uses == [tile.store]:
             remove_op(copied[tile.staging])
     _end_with_yield(fast[-1], line)
+    fast = _unguarded_inside(fast, checker, dims, line)
     # the body as it was
     slow = list(body.chain)
     _end_with_yield(slow[-1], line)
@@ -611,6 +613,35 @@ def tiles_in_place(region: Region, dims: tuple[int, int, int]) -> int:
                            regions=[Region(fast), Region(slow)]))
     block.append(exit_op)
     return count
+
+
+def _unguarded_inside(fast: list[Block], checker: _Check, dims: tuple[int, int, int], line: int) -> list[Block]:
+    """The in-place version, with its bound guards (`if (row < n && col < n) a[..] -= sum;`)
+    dropped in a copy that the blocks where every thread passes them run (the matrix's
+    interior): LLVM sinks what only a guarded store uses under the guard and then masks it,
+    a load of `left[ty][k]`, the same for a row of threads, becoming a 16-lane gather."""
+    memo: dict[Value, bool] = {}
+    picks = guards_of_work(fast, lambda v, positive: convex_guard(
+        v, positive, lambda x: _linear_address(x, memo), lambda x: _depends_on_tid(x, memo)))
+    if not picks:
+        return fast
+    emit = checker.emit
+    inside: Value | None = None
+    for if_op, arm in picks:
+        for corner in corners(dims):
+            held = checker.at_thread(if_op.operands[0], corner)
+            if arm:
+                held = emit.op("ptx.not", [held], "i1", ["pred"])
+            inside = held if inside is None else emit.op("ptx.and", [inside, held], "i1", ["pred"])
+    assert inside is not None
+    copied: dict[Operation, Operation] = {}
+    unguarded = clone_blocks(fast, {}, copied)
+    inline_arms([(copied[op], arm) for op, arm in picks])
+    block = Block()
+    block.append(Operation("upir.if", [inside], [], {"line": line},
+                           regions=[Region(unguarded), Region(fast)]))
+    block.append(Operation("upir.yield", [], [], {"line": line}))
+    return [block]
 
 
 def _order(ld: Operation, body: _Body) -> tuple[int, int]:
