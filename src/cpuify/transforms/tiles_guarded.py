@@ -171,6 +171,36 @@ def guards_of_work(blocks: list[Block], convex: Callable[[Value, bool], bool]) -
     return picks
 
 
+def unguarded_inside(fast: list[Block], dims: tuple[int, int, int], line: int,
+                     convex: Callable[[Value, bool], bool],
+                     at_thread: Callable[[Value, tuple[int, int, int]], Value],
+                     op: Callable[[str, list[Value], str, list[str]], Value]) -> list[Block]:
+    """`fast` (blocks ending in a yield) with its bound guards on work (guards_of_work)
+    dropped in a copy that runs when each guard holds at every corner of the block (the
+    check made with `at_thread` and `op` at the block's start), else `fast` as it is.  LLVM
+    sinks what only a guarded store uses under the guard and then masks it: a load the same
+    for a row of threads (`left[ty][k]`) becomes a 16-lane gather."""
+    picks = guards_of_work(fast, convex)
+    if not picks:
+        return fast
+    inside: Value | None = None
+    for if_op, arm in picks:
+        for corner in corners(dims):
+            held = at_thread(if_op.operands[0], corner)
+            if arm:
+                held = op("ptx.not", [held], "i1", ["pred"])
+            inside = held if inside is None else op("ptx.and", [inside, held], "i1", ["pred"])
+    assert inside is not None
+    copied: dict[Operation, Operation] = {}
+    unguarded = clone_blocks(fast, {}, copied)
+    inline_arms([(copied[o], arm) for o, arm in picks])
+    block = Block()
+    block.append(Operation("upir.if", [inside], [], {"line": line},
+                           regions=[Region(unguarded), Region(fast)]))
+    block.append(Operation("upir.yield", [], [], {"line": line}))
+    return [block]
+
+
 def inline_arms(picks: list[tuple[Operation, int]]) -> None:
     """Each `upir.if` of `picks` replaced by the ops of its arm (what the arm yields in place
     of its results)."""
@@ -217,4 +247,5 @@ def defined_in(v: Value, ops: set[Operation]) -> bool:
 
 
 __all__ = ["body_chain", "clone_blocks", "convex_guard", "corners", "defined_in", "guards_of_work",
-           "incoming", "inline_arms", "nested_in", "remove_op", "splice_before", "yielded"]
+           "incoming", "inline_arms", "nested_in", "remove_op", "splice_before", "unguarded_inside",
+           "yielded"]

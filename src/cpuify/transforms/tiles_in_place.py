@@ -32,14 +32,24 @@ variable): code generation tells LLVM that no store of the kernel writes what th
 across the stores (the example's top tile: 16 vectors loaded once per block).
 
 When: code specialized for a block shape (`block_dims`, to invert the tile's store map),
-a block body that is one straight-line block with exactly one `bar.sync` (no loops, ifs or
-returns), no atomics, fences, volatile, vector, generic-space or warp-synchronous memory
-accesses; a tile stored once, before the barrier, by one plain global load's value, each
-thread its own element; loads of it only after the barrier, each reading an element some
-thread stored, the storing thread an affine function of the reading one (checked for every
-thread of the block).  Addresses are affine in the thread index with block-uniform
-coefficients (`(row0 + ty) * n`), computed by pure arithmetic; 32-bit index arithmetic is
-taken not to wrap, as everywhere in cpuify.  Tiles loaded inside a loop (matmul's) are
+a block body whose blocks run one after the other with exactly one `bar.sync` among their
+ops (no loops, no barriers or returns inside the `upir.if`s it may hold), no atomics,
+fences, volatile, vector, generic-space or warp-synchronous memory accesses; a tile stored
+once, before the barrier, by one plain global load's value, each thread its own element;
+loads of it only after the barrier (under an if too), each reading an element some thread
+stored, the storing thread an affine function of the reading one (checked for every thread
+of the block).  Addresses are affine in the thread index with block-uniform coefficients
+(`(row0 + ty) * n`), computed by pure arithmetic; 32-bit index arithmetic is taken not to
+wrap, as everywhere in cpuify.
+
+Bound guards (transforms/tiles_guarded.py): a tile may be staged under a `upir.if` whose
+condition is a conjunction of comparisons affine in the thread index (`if (row < n && col <
+n) t[ty][tx] = a[..]; else t[ty][tx] = 0;`, the no-else form, the negated one, and `v =
+guard ? a[..] : c; t[ty][tx] = v`); the check then also asks that the guard holds at the
+block's corners, hence for all its threads (the set where it holds is convex), and blocks at
+the edge run the body as it was.  The in-place version's own bound guards on work (`if (row
+< n && col < n) a[..] -= sum;`, one arm empty) are dropped in a copy of it that blocks where
+they hold at every corner run.  Tiles loaded inside a loop (matmul's) are
 left alone: read in place they would be read again for every row of threads."""
 
 from __future__ import annotations
@@ -55,8 +65,8 @@ from cpuify.ir.modifiers import ORDERED, mods, ty, type_size
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
 from cpuify.transforms.tiles_guarded import (body_chain, clone_blocks, convex_guard, corners, defined_in,
-                                             guards_of_work, incoming, inline_arms, nested_in, remove_op,
-                                             splice_before, yielded)
+                                             incoming, nested_in, remove_op, splice_before, unguarded_inside,
+                                             yielded)
 
 #: the attribute on a load that reads a tile's element in place (value: the variable)
 IN_PLACE = "in_place"
@@ -601,7 +611,10 @@ def tiles_in_place(region: Region, dims: tuple[int, int, int]) -> int:
         if tile.guard is None and tile.staging.results[0].uses == [tile.store]:
             remove_op(copied[tile.staging])
     _end_with_yield(fast[-1], line)
-    fast = _unguarded_inside(fast, checker, dims, line)
+    memo: dict[Value, bool] = {}
+    fast = unguarded_inside(fast, dims, line, lambda v, positive: convex_guard(
+        v, positive, lambda x: _linear_address(x, memo), lambda x: _depends_on_tid(x, memo)),
+        checker.at_thread, emit.op)
     # the body as it was
     slow = list(body.chain)
     _end_with_yield(slow[-1], line)
@@ -613,35 +626,6 @@ def tiles_in_place(region: Region, dims: tuple[int, int, int]) -> int:
                            regions=[Region(fast), Region(slow)]))
     block.append(exit_op)
     return count
-
-
-def _unguarded_inside(fast: list[Block], checker: _Check, dims: tuple[int, int, int], line: int) -> list[Block]:
-    """The in-place version, with its bound guards (`if (row < n && col < n) a[..] -= sum;`)
-    dropped in a copy that the blocks where every thread passes them run (the matrix's
-    interior): LLVM sinks what only a guarded store uses under the guard and then masks it,
-    a load of `left[ty][k]`, the same for a row of threads, becoming a 16-lane gather."""
-    memo: dict[Value, bool] = {}
-    picks = guards_of_work(fast, lambda v, positive: convex_guard(
-        v, positive, lambda x: _linear_address(x, memo), lambda x: _depends_on_tid(x, memo)))
-    if not picks:
-        return fast
-    emit = checker.emit
-    inside: Value | None = None
-    for if_op, arm in picks:
-        for corner in corners(dims):
-            held = checker.at_thread(if_op.operands[0], corner)
-            if arm:
-                held = emit.op("ptx.not", [held], "i1", ["pred"])
-            inside = held if inside is None else emit.op("ptx.and", [inside, held], "i1", ["pred"])
-    assert inside is not None
-    copied: dict[Operation, Operation] = {}
-    unguarded = clone_blocks(fast, {}, copied)
-    inline_arms([(copied[op], arm) for op, arm in picks])
-    block = Block()
-    block.append(Operation("upir.if", [inside], [], {"line": line},
-                           regions=[Region(unguarded), Region(fast)]))
-    block.append(Operation("upir.yield", [], [], {"line": line}))
-    return [block]
 
 
 def _order(ld: Operation, body: _Body) -> tuple[int, int]:
