@@ -52,6 +52,16 @@ extern "C" __global__ void reverse_guarded(const float *in, float *out, int n, i
     __syncthreads();
     if (i < m) out[i] = 2.0f * s[63 - t];
 }
+// work guarded by `threadIdx.x == 0` (convex, but no block passes it at every corner: the
+// in-place version keeps it) and by a disjunction (not convex: kept)
+extern "C" __global__ void first_column(const float *in, float *out, int n) {
+    __shared__ float s[16][16];
+    int y = blockIdx.x * 16 + threadIdx.y;
+    s[threadIdx.y][threadIdx.x] = in[y * 16 + threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) out[y] = s[threadIdx.y][15] + s[0][threadIdx.y];
+    if (y < n || threadIdx.x > 7) out[4096 + y * 16 + threadIdx.x] = s[threadIdx.x][threadIdx.y];
+}
 // declined: the guard holds on a set of threads with holes
 extern "C" __global__ void either_bound(const float *in, float *out, int n) {
     __shared__ float s[16][16];
@@ -143,11 +153,25 @@ def test_declines(module, name, dims):
     assert not any(op.name == "ptx.ld" and op.attributes.get("in_place") for op in lifted.op.walk())
 
 
+def test_work_guards_kept_where_blocks_cannot_pass_them_all(module):
+    lifted, counts = _lift(module, "first_column", (16, 16, 1))
+    assert counts["tiles-in-place"] == 3
+    _, fast, _ = _versions(lifted)
+    # the `threadIdx.x == 0` guard gets a copy without it (no block will run it: the check
+    # at the corners fails), the disjunction none
+    guards = [op for op in fast if op.name == "upir.if"]
+    assert len(guards) == 1 + 2 + 1                # the choice; the guarded copy's two; the other's one
+    choice = guards[0]
+    unguarded, guarded = ([op for b in r.blocks for o in b.ops for op in o.walk()] for r in choice.regions)
+    assert sum(op.name == "upir.if" for op in unguarded) == 1
+    assert sum(op.name == "upir.if" for op in guarded) == 2
+
+
 @pytest.fixture(scope="module")
 def kernels():
     mod = cpuify.RawModule(code=SOURCE)
     return {name: mod.get_function(name) for name in
-            ("lu_guarded", "transpose_guarded", "reverse_guarded", "either_bound")}
+            ("lu_guarded", "transpose_guarded", "reverse_guarded", "either_bound", "first_column")}
 
 
 @pytest.mark.parametrize("n", [40, 45, 64, 71])
@@ -218,3 +242,21 @@ def test_declined_kernel_still_right(kernels):
         out = np.zeros(64 * 64, np.float32)
         kernels["either_bound"]((4, 4), (16, 16), (x, out, np.int32(n)))
         np.testing.assert_array_equal(out.reshape(64, 64), ref)
+
+
+@pytest.mark.parametrize("n", [0, 20, 64])
+def test_work_guards_against_numpy(kernels, n):
+    x = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+    ref = np.full(4096 + 64 * 16, -3.0, np.float32)
+    for b in range(4):
+        s = x[b * 16:(b + 1) * 16]
+        for ty in range(16):
+            y = b * 16 + ty
+            ref[y] = s[ty, 15] + s[0, ty]
+            for tx in range(16):
+                if y < n or tx > 7:
+                    ref[4096 + y * 16 + tx] = s[tx, ty]
+    for _ in range(2):
+        out = np.full(4096 + 64 * 16, -3.0, np.float32)
+        kernels["first_column"]((4,), (16, 16), (x, out, np.int32(n)))
+        np.testing.assert_array_equal(out, ref)
