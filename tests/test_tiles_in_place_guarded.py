@@ -12,7 +12,7 @@ import pytest
 import cpuify
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from test_tiles_in_place import _lift
+from test_tiles_in_place import _lift, assert_declines, lu_updates
 
 SOURCE = r'''
 #define TILE 16
@@ -148,9 +148,7 @@ def test_no_else_and_negated_guards(module, name, dims, count):
 @pytest.mark.parametrize("name,dims", [("either_bound", (16, 16, 1)), ("not_equal", (64, 1, 1)),
                                        ("written_twice", (64, 1, 1))])
 def test_declines(module, name, dims):
-    lifted, counts = _lift(module, name, dims)
-    assert counts["tiles-in-place"] == 0
-    assert not any(op.name == "ptx.ld" and op.attributes.get("in_place") for op in lifted.op.walk())
+    assert_declines(module, name, dims)
 
 
 def test_work_guards_kept_where_blocks_cannot_pass_them_all(module):
@@ -176,12 +174,7 @@ def kernels():
 
 @pytest.mark.parametrize("n", [40, 45, 64, 71])
 def test_guarded_lu_against_numpy(kernels, n):
-    rng = np.random.default_rng(n)
-    a0 = (rng.uniform(-1, 1, (n, n)) / np.sqrt(n)).astype(np.float32)
-    ref = a0.astype(np.float64)
-    for o in range(0, n - 16, 16):
-        e = o + 16
-        ref[e:, e:] -= ref[e:, o:e] @ ref[o:e, e:]
+    a0, ref = lu_updates(n)
     for _ in range(2):                  # the generic code, then the code for the block shape
         a = a0.copy()
         for o in range(0, n - 16, 16):
