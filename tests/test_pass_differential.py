@@ -420,6 +420,22 @@ extern "C" __global__ void tile_update(float *a, int n, int offset) {
         sum += left[ty][k] * top[k][tx];
     a[(row0 + ty) * n + col0 + tx] -= sum;
 }''',
+    # tiles-in-place, guarded: the same update for any n, staged under bound guards (0
+    # outside) and stored under one; n = 21 leaves blocks at the edge (the body as it was)
+    # beside the inner one (read in place)
+    "guarded_tile_update": r'''
+extern "C" __global__ void guarded_tile_update(float *a, int n, int offset) {
+    __shared__ float left[8][8], top[8][8];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int row = offset + 8 + blockIdx.y * 8 + ty, col = offset + 8 + blockIdx.x * 8 + tx;
+    left[ty][tx] = row < n ? a[row * n + offset + tx] : 0.0f;
+    if (col < n) top[ty][tx] = a[(offset + ty) * n + col]; else top[ty][tx] = 0.0f;
+    __syncthreads();
+    float sum = 0.0f;
+    for (int k = 0; k < 8; k++)
+        sum += left[ty][k] * top[k][tx];
+    if (row < n && col < n) a[row * n + col] -= sum;
+}''',
     # split-row-streams: two rows of x per block, read in two passes; a partial last block
     "two_rows": r'''
 extern "C" __global__ void two_rows(const float *x, float *out, int n) {
@@ -503,6 +519,8 @@ CASES = {
                                              np.int32(6)]),
     "tile_update": Case((2, 2), (8, 8), lambda r: [_f32(r, 24 * 24, 1, -0.5), np.int32(24), np.int32(0)]),
     "two_rows": Case((3,), (64,), lambda r: [_f32(r, 300), np.zeros(3, np.float32), np.int32(300)]),
+    "guarded_tile_update": Case((2, 2), (8, 8), lambda r: [_f32(r, 21 * 21, 1, -0.5), np.int32(21),
+                                                           np.int32(0)]),
 }
 
 _HEADER = re.compile(r"^// -----// IR of kernel '[^']*' after ([\w-]+) //----- //\n", re.MULTILINE)
@@ -646,6 +664,7 @@ FAST_WITHOUT = {
     "row_walk": {"stream-prefetch-distance", "speculate-selected-loads"},
     "legacy_reduce": {"flat-thread-loops"},
     "tile_update": {"tiles-in-place"},
+    "guarded_tile_update": {"tiles-in-place"},
     "two_rows": {"split-row-streams"},
 }
 

@@ -32,14 +32,24 @@ variable): code generation tells LLVM that no store of the kernel writes what th
 across the stores (the example's top tile: 16 vectors loaded once per block).
 
 When: code specialized for a block shape (`block_dims`, to invert the tile's store map),
-a block body that is one straight-line block with exactly one `bar.sync` (no loops, ifs or
-returns), no atomics, fences, volatile, vector, generic-space or warp-synchronous memory
-accesses; a tile stored once, before the barrier, by one plain global load's value, each
-thread its own element; loads of it only after the barrier, each reading an element some
-thread stored, the storing thread an affine function of the reading one (checked for every
-thread of the block).  Addresses are affine in the thread index with block-uniform
-coefficients (`(row0 + ty) * n`), computed by pure arithmetic; 32-bit index arithmetic is
-taken not to wrap, as everywhere in cpuify.  Tiles loaded inside a loop (matmul's) are
+a block body whose blocks run one after the other with exactly one `bar.sync` among their
+ops (no loops, no barriers or returns inside the `upir.if`s it may hold), no atomics,
+fences, volatile, vector, generic-space or warp-synchronous memory accesses; a tile stored
+once, before the barrier, by one plain global load's value, each thread its own element;
+loads of it only after the barrier (under an if too), each reading an element some thread
+stored, the storing thread an affine function of the reading one (checked for every thread
+of the block).  Addresses are affine in the thread index with block-uniform coefficients
+(`(row0 + ty) * n`), computed by pure arithmetic; 32-bit index arithmetic is taken not to
+wrap, as everywhere in cpuify.
+
+Bound guards (transforms/tiles_guarded.py): a tile may be staged under a `upir.if` whose
+condition is a conjunction of comparisons affine in the thread index (`if (row < n && col <
+n) t[ty][tx] = a[..]; else t[ty][tx] = 0;`, the no-else form, the negated one, and `v =
+guard ? a[..] : c; t[ty][tx] = v`); the check then also asks that the guard holds at the
+block's corners, hence for all its threads (the set where it holds is convex), and blocks at
+the edge run the body as it was.  The in-place version's own bound guards on work (`if (row
+< n && col < n) a[..] -= sum;`, one arm empty) are dropped in a copy of it that blocks where
+they hold at every corner run.  Tiles loaded inside a loop (matmul's) are
 left alone: read in place they would be read again for every row of threads."""
 
 from __future__ import annotations
@@ -49,11 +59,14 @@ from typing import Callable, ClassVar
 
 from cpuify.analysis.manager import AnalysisManager
 from cpuify.analysis.pointers import memory_space, shared_variables
-from cpuify.ir.core import Block, OpResult, Operation, Region, Value
+from cpuify.ir.core import Block, OpResult, Operation, Region, Value, replace_all_uses
 from cpuify.ir.dialects import memory_effects
 from cpuify.ir.modifiers import ORDERED, mods, ty, type_size
 from cpuify.ir.structure import block_body
 from cpuify.transforms.pass_manager import register
+from cpuify.transforms.tiles_guarded import (body_chain, clone_blocks, convex_guard, corners, defined_in,
+                                             incoming, nested_in, remove_op, splice_before, unguarded_inside,
+                                             yielded)
 
 #: the attribute on a load that reads a tile's element in place (value: the variable)
 IN_PLACE = "in_place"
@@ -64,6 +77,9 @@ _NOT_PLAIN = frozenset(ORDERED) | {"v2", "v4", "v8"}
 _LINEAR = {"ptx.add", "ptx.sub", "ptx.mul", "ptx.mad", "ptx.shl", "ptx.mov", "ptx.cvt",
            "ptx.cvta"}
 _DEPTH = 40
+#: ops the pass does not take inside an `upir.if` of the body
+_NOT_NESTED = {"upir.barrier", "upir.exit", "upir.condition", "upir.spin_wait", "upir.warp_collective",
+               "upir.warp_matrix"}
 
 
 @register("tiles-in-place", "loads of `__shared__` tiles that only stage global data made "
@@ -80,10 +96,7 @@ class TilesInPlace:
         dims = kernel.attributes.get("block_dims")
         if not dims:
             return 0
-        region = block_body(kernel)
-        if len(region.blocks) != 1:
-            return 0
-        return tiles_in_place(region, tuple(int(d) for d in dims))  # type: ignore[arg-type]
+        return tiles_in_place(block_body(kernel), tuple(int(d) for d in dims))  # type: ignore[arg-type]
 
 
 def _tid_dim(v: Value) -> int | None:
@@ -168,6 +181,26 @@ def _shared_offset(v: Value, tid: tuple[int, int, int], symbol: str, depth: int 
     return None
 
 
+def _shared_symbol(v: Value) -> str | None:
+    """The one `__shared__` variable whose address the pure arithmetic computing v starts
+    from (an address computed in an arm of an `upir.if`, which shared_variables leaves out)."""
+    symbols: set[str] = set()
+    work, seen = [v], set()
+    while work and len(seen) < 200:
+        x = work.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if not isinstance(x, OpResult) or not _pure(x.op) and x.op.name != "upir.addressof":
+            return None
+        if x.op.name == "upir.addressof":
+            if x.op.attributes.get("space") != "shared":
+                return None
+            symbols.add(str(x.op.attributes.get("symbol")))
+        work.extend(x.op.operands)
+    return symbols.pop() if len(symbols) == 1 and not work else None
+
+
 def _threads(dims: tuple[int, int, int]) -> list[tuple[int, int, int]]:
     return [(x, y, z) for z in range(dims[2]) for y in range(dims[1]) for x in range(dims[0])]
 
@@ -179,30 +212,61 @@ class _Tile:
     staging: Operation                      # ld.global: the value each thread stores
     loads: dict[Operation, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]
     # each load -> the storing thread as alpha + beta . t (alpha[d], beta[d][e])
+    guard: Operation | None = None          # the `upir.if` the tile is staged under
+    staged_if: bool = True                  # which side of it stages (the other: a constant)
+    yielded: bool = False                   # the `upir.if` yields the value, stored after it
 
 
-def _find_tiles(block: Block, dims: tuple[int, int, int]) -> tuple[list[_Tile], list[Operation]] | None:
-    """The tiles that may be read in place, and the block's global stores; None when the
-    body is not of the shape the pass handles."""
-    ops = block.ops
-    if not ops or ops[-1].name != "upir.exit" or any(op.regions or op.successors for op in ops):
+@dataclass
+class _Body:
+    """The block body as the pass sees it: its blocks run in order, the ops they hold (the
+    branches between them left out), where the barrier is, and each op's top-level op."""
+    chain: list[Block]
+    ops: list[Operation]
+    at_barrier: int
+    top: dict[Operation, Operation]
+
+
+def _body(chain: list[Block]) -> _Body | None:
+    ops = [op for b in chain for op in b.ops[:-1]]
+    if any(op.successors for op in ops):
         return None
+    top: dict[Operation, Operation] = {}
+    for op in ops:
+        for inner in op.walk():
+            top[inner] = op
+            if inner is not op and (inner.name in _NOT_NESTED or inner.successors and inner.name != "cf.br"
+                                    or inner.regions and inner.name != "upir.if"):
+                return None                 # loops, barriers, returns, branches out
+        if op.regions and op.name != "upir.if":
+            return None
     barriers = [i for i, op in enumerate(ops) if op.name == "upir.barrier"]
     if len(barriers) != 1 or ops[barriers[0]].operands or mods(ops[barriers[0]]) not in (["sync"], []):
         return None
-    at_barrier = barriers[0]
-    var_of = shared_variables(block.parent)  # type: ignore[arg-type]
+    return _Body(chain, ops, barriers[0], top)
+
+
+def _find_tiles(body: _Body, dims: tuple[int, int, int]) -> tuple[list[_Tile], list[Operation]] | None:
+    """The tiles that may be read in place, and the block's global stores; None when the
+    body is not of the shape the pass handles."""
+    region = body.chain[0].parent
+    assert region is not None
+    top_level = shared_variables(region)
+
+    def var_of(address: Value) -> str | None:
+        return top_level.get(address) or _shared_symbol(address)
+
     by_var: dict[str, list[Operation]] = {}
     global_stores: list[Operation] = []
-    for op in ops:
+    for op in (inner for top in body.ops for inner in top.walk()):
         effects = memory_effects(op)
-        if op.name == "upir.barrier" or not any(s in ("shared", "global") for _, s in effects):
+        if op.name == "upir.barrier" or op.regions or not any(s in ("shared", "global") for _, s in effects):
             continue
         if op.name not in ("ptx.ld", "ptx.st") or set(mods(op)) & _NOT_PLAIN:
             return None                     # atomics, fences, ordered or vector accesses
         space = memory_space(op)
         if space == "shared":
-            var = var_of.get(op.operands[0])
+            var = var_of(op.operands[0])
             if var is None:
                 return None
             by_var.setdefault(var, []).append(op)
@@ -218,31 +282,94 @@ def _find_tiles(block: Block, dims: tuple[int, int, int]) -> tuple[list[_Tile], 
     tiles = []
     threads = _threads(dims)
     for var, accesses in by_var.items():
-        tile = _tile(var, accesses, ops, at_barrier, dims, threads, memo)
+        tile = _tile(var, accesses, body, dims, threads, memo)
         if tile is not None:
             tiles.append(tile)
+    # a guarded staging goes with its whole `upir.if`: only when all it stages is read in
+    # place and its guard holds on a convex set of threads (checked at the block's corners)
+    tile_vars = {t.symbol for t in tiles}
+    for guard in {t.guard for t in tiles if t.guard is not None}:
+        # (an if that yields the staged value stays, its value unused; one that stores it goes)
+        stores = [op for op in guard.walk() if op.name == "ptx.st"]
+        dropped = any(not t.yielded for t in tiles if t.guard is guard)
+        effects = dropped and any(not (_pure(op) or op.name in ("ptx.ld", "ptx.st", "upir.yield", "cf.br"))
+                                  for op in guard.walk() if op is not guard)
+        sides = {t.staged_if for t in tiles if t.guard is guard}
+        if effects or any(memory_space(op) != "shared" or var_of(op.operands[0]) not in tile_vars for op in stores) \
+                or len(sides) != 1 or not convex_guard(guard.operands[0], sides.pop(),
+                                                       lambda v: _linear_address(v, memo),
+                                                       lambda v: _depends_on_tid(v, memo)):
+            tiles = [t for t in tiles if t.guard is not guard]
     return tiles, global_stores
 
 
-def _tile(var: str, accesses: list[Operation], ops: list[Operation], at_barrier: int,
-          dims: tuple[int, int, int], threads: list[tuple[int, int, int]],
-          memo: dict[Value, bool]) -> _Tile | None:
+def _staging_store(stores: list[Operation], body: _Body
+                   ) -> tuple[Operation, Operation, Operation | None, bool, bool] | None:
+    """The store of a tile's staged value, its global load, the `upir.if` it is under (None:
+    unguarded), on which side, and whether the if yields it (stored after the if): one
+    top-level store of a global load or of what an if yields (`v = guard ? a[i] : c`); or
+    the stores of one `upir.if` directly in its arms, at most one per arm, one of them
+    storing a global load of its own arm."""
+    if len(stores) == 1 and stores[0].parent in body.chain:
+        store = stores[0]
+        if _staged(store):
+            return store, store.operands[1].op, None, True, False  # type: ignore[attr-defined]
+        value = incoming(store.operands[1], body.chain)
+        guard = value.op if isinstance(value, OpResult) else None
+        if guard is None or guard.name != "upir.if" or body.top.get(guard) is not guard:
+            return None
+        for arm in (0, 1):
+            load = yielded(guard, arm, value.index)  # type: ignore[attr-defined]
+            if isinstance(load, OpResult) and _plain_global_load(load.op) and \
+                    load.op.parent in guard.regions[arm].blocks:
+                return store, load.op, guard, arm == 0, True
+        return None
+    guard = body.top.get(stores[0])
+    if guard is None or guard.name != "upir.if" or guard.results or len(stores) > 2:
+        return None
+    arms = []
+    for st in stores:
+        block = st.parent
+        region = block.parent if block is not None else None
+        if region is None or region.parent is not guard or body.top.get(st) is not guard:
+            return None
+        arms.append(guard.regions.index(region))
+    if len(set(arms)) != len(arms):
+        return None                         # a tile written twice on one path
+    loaded = [(st, arm) for st, arm in zip(stores, arms) if _staged(st)]
+    if len(loaded) != 1:
+        return None
+    store = loaded[0][0]
+    return store, store.operands[1].op, guard, loaded[0][1] == 0, False  # type: ignore[attr-defined]
+
+
+def _plain_global_load(op: Operation) -> bool:
+    return op.name == "ptx.ld" and memory_space(op) == "global" and not set(mods(op)) & _NOT_PLAIN
+
+
+def _staged(store: Operation) -> bool:
+    value = store.operands[1]
+    return isinstance(value, OpResult) and _plain_global_load(value.op) and value.op.parent is store.parent
+
+
+def _tile(var: str, accesses: list[Operation], body: _Body, dims: tuple[int, int, int],
+          threads: list[tuple[int, int, int]], memo: dict[Value, bool]) -> _Tile | None:
     stores = [op for op in accesses if op.name == "ptx.st"]
     loads = [op for op in accesses if op.name == "ptx.ld"]
-    if len(stores) != 1 or not loads:
+    if not stores or not loads:
         return None
-    (store,) = stores
-    position = {op: i for i, op in enumerate(ops)}
-    if position[store] > at_barrier or any(position[ld] < at_barrier for ld in loads):
+    found = _staging_store(stores, body)
+    if found is None:
         return None
-    value = store.operands[1]
-    if not isinstance(value, OpResult) or value.op.name != "ptx.ld" or \
-            memory_space(value.op) != "global" or set(mods(value.op)) & _NOT_PLAIN or \
-            value.op.parent is not store.parent:
+    store, staging, guard, staged_if, through_if = found
+    position = {op: i for i, op in enumerate(body.ops)}
+    if position[body.top[store]] > body.at_barrier or \
+            any(position[body.top[ld]] < body.at_barrier for ld in loads):
         return None
-    staging = value.op
     size = type_size(ty(store))
-    if type_size(ty(staging)) != size or not _linear_address(staging.operands[0], memo):
+    if type_size(ty(staging)) != size or not _linear_address(staging.operands[0], memo) or \
+            any(type_size(ty(st)) != size or st.operands[0] is not store.operands[0] or
+                st.attributes.get("offset", 0) != store.attributes.get("offset", 0) for st in stores):
         return None
     # the store map, inverted over the block: byte offset -> storing thread
     writer: dict[int, tuple[int, int, int]] = {}
@@ -263,7 +390,7 @@ def _tile(var: str, accesses: list[Operation], ops: list[Operation], at_barrier:
         if fit is None:
             return None
         maps[ld] = fit
-    return _Tile(var, store, staging, maps)
+    return _Tile(var, store, staging, maps, guard, staged_if, through_if)
 
 
 def _writer_map(ld: Operation, var: str, writer: dict[int, tuple[int, int, int]],
@@ -351,6 +478,16 @@ class _Check:
         return _clone(v, lambda x: self.zero_tid if _tid_dim(x) is not None else None,
                       self.emit, self.cache)
 
+    def at_thread(self, v: Value, tid: tuple[int, int, int]) -> Value:
+        """Thread `tid`'s value of the (pure) v, computed at the block's start."""
+        def lookup(x: Value) -> Value | None:
+            d = _tid_dim(x)
+            if d is not None:
+                return self.emit.const(tid[d], "i32")
+            return self.value(x) if not _depends_on_tid(x, self.memo) else None
+
+        return _clone(v, lookup, self.emit, {})
+
     def extent(self, op: Operation) -> tuple[Value, list[int | Value], Value, Value]:
         """(address at thread 0, [growth per unit of each thread index], low, high): the
         addresses `op` accesses in the block's threads lie in [low, high)."""
@@ -422,68 +559,97 @@ class _Check:
 
 
 def tiles_in_place(region: Region, dims: tuple[int, int, int]) -> int:
-    """Version the one-block body `region` on a per-block check (module doc); the number of
-    shared loads that read in place in the first version (0: unchanged)."""
-    block = region.blocks[0]
-    found = _find_tiles(block, dims)
+    """Version the body `region` (blocks run in order) on a per-block check (module doc); the
+    number of shared loads that read in place in the first version (0: unchanged)."""
+    chain = body_chain(region)
+    body = _body(chain) if chain is not None else None
+    found = _find_tiles(body, dims) if body is not None else None
     if not found or not found[0]:
         return 0
+    assert body is not None
     tiles, global_stores = found
-    ops = list(block.ops)
-    exit_op = ops[-1]
+    exit_op = body.chain[-1].ops[-1]
     line = int(exit_op.attributes.get("line", 0))
     # the check, at the block's start
     check = Block()
     emit = _Emitter(check, line)
-    ok: Value | None = None
     checker = _Check(emit, dims)
-    for tile in tiles:
-        for st in global_stores:
-            apart = checker.disjoint(tile.staging, st)
-            ok = apart if ok is None else emit.op("ptx.and", [ok, apart], "i1", ["pred"])
-    if ok is None:
-        ok = emit.op("ptx.setp", [emit.const(0, "i32"), emit.const(0, "i32")], "i1", ["eq", "s32"])
-    # the version that reads the tiles in place
-    fast = Block()
-    femit = _Emitter(fast, line)
+    preds = [checker.disjoint(tile.staging, st) for tile in tiles for st in global_stores]
+    guards = {t.guard: t.staged_if for t in tiles if t.guard is not None}
+    for guard, side in guards.items():
+        for corner in corners(dims):
+            held = checker.at_thread(guard.operands[0], corner)
+            preds.append(held if side else emit.op("ptx.not", [held], "i1", ["pred"]))
+    ok = preds[0] if preds else emit.op(
+        "ptx.setp", [emit.const(0, "i32"), emit.const(0, "i32")], "i1", ["eq", "s32"])
+    for q in preds[1:]:
+        ok = emit.op("ptx.and", [ok, q], "i1", ["pred"])
+    # the version that reads the tiles in place: a copy of the body, rewritten
     mapped: dict[Value, Value] = {}
-    tile_of = {ld: t for t in tiles for ld in t.loads}
-    dropped = {t.store for t in tiles} | {t.staging for t in tiles
-                                           if t.staging.results[0].uses == [t.store]}
+    copied: dict[Operation, Operation] = {}
+    fast = clone_blocks(body.chain, mapped, copied)
+    nested = nested_in(body.ops)
     count = 0
-    for op in ops[:-1]:
-        if op in dropped:
+    made: dict[Block, tuple[dict[int, Value], dict[tuple[int, str], Value]]] = {}
+    for tile, ld in sorted(((t, ld) for t in tiles for ld in t.loads), key=lambda x: _order(x[1], body)):
+        twin = copied[ld]
+        staging = Block()
+        femit = _Emitter(staging, line)
+        assert twin.parent is not None
+        femit.tids, femit.consts = made.setdefault(twin.parent, ({}, {}))  # (earlier in the block)
+        value = _read_in_place(ld, tile, mapped, nested, femit)
+        splice_before(twin, staging.ops)
+        replace_all_uses(twin.results[0], value)
+        remove_op(twin)
+        count += 1
+    for tile in tiles:
+        if tile.guard is not None and not tile.yielded:
+            if copied[tile.guard].parent is not None:
+                remove_op(copied[tile.guard])
             continue
-        if op in tile_of:
-            mapped[op.results[0]] = _read_in_place(op, tile_of[op], mapped, femit)
-            count += 1
-            continue
-        new = Operation(op.name, [mapped.get(o, o) for o in op.operands],
-                        [r.type for r in op.results], dict(op.attributes))
-        fast.append(new)
-        for r, s in zip(op.results, new.results):
-            mapped[r] = s
-    fast.append(Operation("upir.yield", [], [], {"line": line}))
+        remove_op(copied[tile.store])
+        if tile.guard is None and tile.staging.results[0].uses == [tile.store]:
+            remove_op(copied[tile.staging])
+    _end_with_yield(fast[-1], line)
+    memo: dict[Value, bool] = {}
+    fast = unguarded_inside(fast, dims, line, lambda v, positive: convex_guard(
+        v, positive, lambda x: _linear_address(x, memo), lambda x: _depends_on_tid(x, memo)),
+        checker.at_thread, emit.op)
     # the body as it was
-    slow = Block()
-    for op in ops[:-1]:
-        slow.append(op)
-    slow.append(Operation("upir.yield", [], [], {"line": line}))
-    block.ops = []
+    slow = list(body.chain)
+    _end_with_yield(slow[-1], line)
+    region.blocks = []
+    block = region.add_block(Block())
     for op in check.ops:
         block.append(op)
     block.append(Operation("upir.if", [ok], [], {"line": line, IN_PLACE: sorted(t.symbol for t in tiles)},
-                           regions=[Region([fast]), Region([slow])]))
+                           regions=[Region(fast), Region(slow)]))
     block.append(exit_op)
     return count
 
 
-def _read_in_place(ld: Operation, tile: _Tile, mapped: dict[Value, Value], emit: _Emitter) -> Value:
+def _order(ld: Operation, body: _Body) -> tuple[int, int]:
+    top = body.top[ld]
+    return body.ops.index(top), [op for op in top.walk()].index(ld)
+
+
+def _end_with_yield(block: Block, line: int) -> None:
+    """The last block of a body copy ends in `upir.yield` (its `upir.exit` is the kernel's)."""
+    last = block.ops.pop()
+    last.drop_uses()
+    last.parent = None
+    block.append(Operation("upir.yield", [], [], {"line": line}))
+
+
+def _read_in_place(ld: Operation, tile: _Tile, mapped: dict[Value, Value], nested: set[Operation],
+                   emit: _Emitter) -> Value:
     """The global load reading, for each thread t, what thread w(t) stored at `ld`'s element:
     the staging load's address g computed for the thread part of w(t) (beta . t), plus the
     constant part alpha times g's coefficients, a constant byte offset where they are
     constants (`left[ty][k]`: g(k, ty) = g(0, ty) + 4k, an immediate offset LLVM folds into
-    the load), else block-uniform arithmetic (`top[k][tx]`: g(tx, 0) + k * 4n)."""
+    the load), else block-uniform arithmetic (`top[k][tx]`: g(tx, 0) + k * 4n).  `mapped`:
+    the body's values -> the copy's; thread-independent values computed under a staging
+    guard (`nested`, gone from the copy) are computed again."""
     alpha, beta = tile.loads[ld]
     tids = emit.tids
 
@@ -513,17 +679,18 @@ def _read_in_place(ld: Operation, tile: _Tile, mapped: dict[Value, Value], emit:
         d = _tid_dim(v)
         if d is not None:
             return writer[d]
-        if not _depends_on_tid(v, memo):
+        if not _depends_on_tid(v, memo) and not defined_in(v, nested):
             return mapped.get(v, v)
         return None
 
-    address = _clone(tile.staging.operands[0], lookup, emit, {})
+    cache: dict[Value, Value] = {}
+    address = _clone(tile.staging.operands[0], lookup, emit, cache)
     if address.type != "i64":
         address = emit.op("ptx.cvt", [address], "i64", ["s64", "s32"])
     offset = int(tile.staging.attributes.get("offset", 0))
     for d in range(3):
         if constant[d] and alpha[d]:
-            c = _coefficient(tile.staging.operands[0], d, lambda v: mapped.get(v, v), emit, memo)
+            c = _coefficient(tile.staging.operands[0], d, lambda v: _clone(v, lookup, emit, cache), emit, memo)
             if isinstance(c, int):
                 offset += alpha[d] * c
             else:
