@@ -24,6 +24,20 @@ if TYPE_CHECKING:
     from cpuify.codegen.thread_loop_plan import RangeBranch
 
 
+def row_pair(ops: list[tuple[Operation, list[tuple[int, int, int]], bool]]
+             ) -> tuple[int, tuple[int, int], tuple[int, int]] | None:
+    """(index into `ops`, row (y, z), the next row (y + 1, z)) of the first prefetched access
+    whose probe threads span two adjacent rows of threads: the pair whose addresses give
+    the row pitch the next block's prefetches choose their cache level by
+    (SpeculativeValues.prefetch_next_block); None when no access spans two rows."""
+    for k, (_, probes, _) in enumerate(ops):
+        rows = {(y, z) for _, y, z in probes}
+        for y, z in sorted(rows, key=lambda r: (r[1], r[0])):
+            if (y + 1, z) in rows:
+                return k, (y, z), (y + 1, z)
+    return None
+
+
 class SpeculativeValues(SyncCrossing):
     """Values computed outside the thread loop or for other threads (SegmentEmitter sets the
     attributes below)."""
@@ -599,17 +613,30 @@ class SpeculativeValues(SyncCrossing):
 
     def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
                          at_thread: Callable[[], None], locality: int) -> None:
-        """Within speculation(): the prefetches of `ops` ((access, probe threads, writes)),
-        one address per row of probes computed as that row's first probe thread (after
-        `at_thread()`, which sets up what that thread's values start from), the row's other
-        lines at constant offsets from it (the probes assume contiguous accesses of
-        access_size bytes, see row_probes): computed per probe, each was an add and a sign
-        extension of 32-bit index arithmetic LLVM could not fold into a displacement.
-        `locality`: llvm.prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2)."""
+        """Within speculation(): the prefetches of `ops` ((access, probe threads, writes))
+        into `locality` (llvm.prefetch's: 3, prefetcht0, into L1; 2, prefetcht1, into L2);
+        see _probe_addresses."""
+        self._issue_prefetches(b, self._probe_addresses(b, ops, at_thread)[0], locality)
+
+    def _probe_addresses(self, b: ir.IRBuilder,
+                         ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
+                         at_thread: Callable[[], None]
+                         ) -> tuple[list[tuple[ir.Value, bool]], ir.Value | None]:
+        """Within speculation(): the addresses of the prefetches of `ops` ((access, probe
+        threads, writes)), each with whether it will be written, and the bytes from one row
+        of threads' lines to the next row's (of the first access whose probes span two
+        adjacent rows: row_pair; None without one).  One address per row of probes computed
+        as that row's first probe thread (after `at_thread()`, which sets up what that
+        thread's values start from), the row's other lines at constant offsets from it (the
+        probes assume contiguous accesses of access_size bytes, see row_probes): computed
+        per probe, each was an add and a sign extension of 32-bit index arithmetic LLVM
+        could not fold into a displacement."""
         dims = self.kc.block_dims
         assert dims is not None
-        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        for op, probes, writes in ops:
+        targets: list[tuple[ir.Value, bool]] = []
+        pitch: ir.Value | None = None
+        pair = row_pair(ops)
+        for k, (op, probes, writes) in enumerate(ops):
             rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
             size = access_size(op)
             for x, y, z in probes:
@@ -621,22 +648,47 @@ class SpeculativeValues(SyncCrossing):
                     rows[(y, z)] = (x, self.address(op, "global"))
                 x0, base = rows[(y, z)]
                 addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
-                b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
+                targets.append((addr, writes))
+            if pair is not None and pair[0] == k:
+                (xa, a), (xb, c) = rows[pair[1]], rows[pair[2]]
+                pitch = b.sub(b.sub(b.ptrtoint(c, I64), b.ptrtoint(a, I64)),
+                              I64((xb - xa) * size))
+        return targets, pitch
 
-    #: llvm.prefetch's locality of the next block's lines: 3, into L1.  Into L2 (2) was
+    def _issue_prefetches(self, b: ir.IRBuilder, targets: list[tuple[ir.Value, bool]],
+                          locality: int) -> None:
+        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        for addr, writes in targets:
+            b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
+
+    #: llvm.prefetch's locality of the next block's lines: 3, into L1, where its rows of
+    #: threads access memory less than FAR_ROWS bytes apart (backprop's layer: rows of 17
+    #: floats, a compact 1 KB its next block reads soon).  Into L2 (2) for all kernels was
     #: tried, 2026-11-28 on the AMD EPYC VM, one thread, CPU time, processes of the two
     #: settings alternating: tile scan 25.4-26.1 -> 24.0-24.3 ms, but backprop's layer
-    #: 3.8-4.2 -> 4.5-5.3 ms (its blocks are short: their lines are read soon, from L1),
-    #: the hotspot stencil within noise.  (Compiling both settings in one process and
-    #: alternating their launches hid backprop's loss: measure such changes in processes.)
+    #: 3.8-4.2 -> 4.5-5.3 ms.  (Compiling both settings in one process and alternating
+    #: their launches hid backprop's loss: measure such changes in processes.)
     NEXT_BLOCK_LOCALITY = 3
+    #: rows of threads whose lines are this many bytes apart or more (a stencil's 16 x 16
+    #: tile of a grid with rows of 2048 floats, 8 KB apart) have the next block's lines
+    #: prefetched into L2 (NEXT_BLOCK_FAR_LOCALITY): the L1's 64 sets of 64-byte lines
+    #: repeat every 4 KB, so such rows fall into few sets (one, at a multiple of 4 KB) and
+    #: the ~130 lines prefetched into L1 evicted each other before the block read them.
+    #: Hotspot 2048 x 2048, one thread, CPU time, 2026-11-28 (benchmarks/README.md):
+    #: 2064 floats a row 4.8 -> 3.6 ms, page-aligned arrays 5.0 -> 4.2 ms, NumPy's arrays
+    #: (16 bytes past a page) within noise.
+    FAR_ROWS = 4096
+    NEXT_BLOCK_FAR_LOCALITY = 2
 
     def prefetch_next_block(self, b: ir.IRBuilder) -> None:
         """After the entry segment's thread loop (`b` there): prefetch the lines that the
         accesses KernelCodegen.block_prefetches chose will touch in block blockIdx.x + 1,
         which the worker usually runs next (prefetchw for stores), computed for the probe
         threads with blockIdx.x advanced.  Past the grid's end, or where another worker runs
-        that block, they are wasted, never wrong: a prefetch never faults."""
+        that block, they are wasted, never wrong: a prefetch never faults.  Into L1, or,
+        where the block's rows of threads access memory FAR_ROWS bytes apart or more (known
+        at run time: a row pitch from a parameter), into L2: a branch on the pitch of the
+        first access whose probes span two adjacent rows picks one of two copies."""
         dims = self.kc.block_dims
         ops = self.kc.block_prefetches
         if not ops or dims is None:
@@ -645,9 +697,24 @@ class SpeculativeValues(SyncCrossing):
         self.ctaid = [b.add(ctaid[0], I32(1))] + list(ctaid[1:])
         try:
             with self.speculation(b):
-                self._prefetch_probes(b, ops, lambda: None, self.NEXT_BLOCK_LOCALITY)
+                targets, pitch = self._probe_addresses(b, ops, lambda: None)
         finally:
             self.ctaid = ctaid
+        if pitch is None:
+            self._issue_prefetches(b, targets, self.NEXT_BLOCK_LOCALITY)
+            return
+        magnitude = b.select(b.icmp_signed("<", pitch, I64(0)), b.sub(I64(0), pitch), pitch)
+        far = b.icmp_unsigned(">=", magnitude, I64(self.FAR_ROWS))
+        into_l2 = self.fn.append_basic_block("next_block.l2")
+        into_l1 = self.fn.append_basic_block("next_block.l1")
+        done = self.fn.append_basic_block("next_block.done")
+        b.cbranch(far, into_l2, into_l1)
+        for bb, locality in ((into_l2, self.NEXT_BLOCK_FAR_LOCALITY),
+                             (into_l1, self.NEXT_BLOCK_LOCALITY)):
+            b.position_at_end(bb)
+            self._issue_prefetches(b, targets, locality)
+            b.branch(done)
+        b.position_at_end(done)
 
     def prefetch_row(self, b: ir.IRBuilder, tz: ir.Value, ty: ir.Value) -> None:
         """At the latch of the row loop (`b` there, rows tz, ty): the lines of the row of
