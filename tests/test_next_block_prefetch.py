@@ -398,14 +398,19 @@ def test_halo_accesses_probe_only_their_threads(disabled):
 @pytest.mark.parametrize("nx,ny", [(40, 24), (33, 50)])
 def test_hotspot_matches_numpy(nx, ny):
     # partial edge blocks; the last blocks' prefetches run past the arrays' ends
-    rng = np.random.default_rng(nx * ny)
+    _check_hotspot(nx, ny, np.random.default_rng(nx * ny))
+
+
+def _check_hotspot(nx, ny, rng):
+    """HOTSPOT on an ny x nx grid against NumPy, twice (the second launch runs the code
+    specialized for the shape)."""
     tin = rng.random((ny, nx), dtype=np.float32)
     power = rng.random((ny, nx), dtype=np.float32)
     tp = np.pad(tin.astype(np.float64), 1, mode="edge")
     c = tp[1:-1, 1:-1]
     ref = c + 0.2 * (power + tp[:-2, 1:-1] + tp[2:, 1:-1] + tp[1:-1, :-2] + tp[1:-1, 2:] - 4.0 * c)
     f = cpuify.RawModule(code=HOTSPOT).get_function("hotspot")
-    for _ in range(2):          # the second launch runs the code specialized for the shape
+    for _ in range(2):
         out = np.zeros((ny, nx), np.float32)
         f((-(-nx // 16), -(-ny // 16)), (16, 16), (tin, power, out, np.int32(nx), np.int32(ny)))
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
@@ -417,7 +422,7 @@ def test_rows_far_apart_choose_l2_at_run_time(tmp_path, capsys):
     lines into L2 (locality 2) when they are 4 KB or more apart, else into L1 (3); the
     scan's one-row tile has no pitch and stays in L1 (the test above)."""
     from cpuify.cli.main import main
-    from cpuify.codegen.speculation import row_pair
+    from cpuify.codegen.helpers import row_pair
     src = tmp_path / "hotspot.cu"
     src.write_text(HOTSPOT)
     assert main(["llvm", "--raw", "--block", "16,16", str(src)]) == 0
@@ -439,15 +444,4 @@ def test_rows_far_apart_choose_l2_at_run_time(tmp_path, capsys):
 @pytest.mark.parametrize("nx", [2048, 2064, 40])
 def test_hotspot_rows_near_and_far(nx):
     """Rows 8 KB apart (L2), 8256 bytes (L2) and 160 bytes (L1): the same results."""
-    ny = 48
-    rng = np.random.default_rng(nx)
-    tin = rng.random((ny, nx), dtype=np.float32)
-    power = rng.random((ny, nx), dtype=np.float32)
-    tp = np.pad(tin.astype(np.float64), 1, mode="edge")
-    c = tp[1:-1, 1:-1]
-    ref = c + 0.2 * (power + tp[:-2, 1:-1] + tp[2:, 1:-1] + tp[1:-1, :-2] + tp[1:-1, 2:] - 4.0 * c)
-    f = cpuify.RawModule(code=HOTSPOT).get_function("hotspot")
-    for _ in range(2):
-        out = np.zeros((ny, nx), np.float32)
-        f((-(-nx // 16), -(-ny // 16)), (16, 16), (tin, power, out, np.int32(nx), np.int32(ny)))
-        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    _check_hotspot(nx, 48, np.random.default_rng(nx))

@@ -561,7 +561,8 @@ def _lines(ops) -> str:  # type: ignore[no-untyped-def]
 
 def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     """What code generation does for the segment from resume point r, in words."""
-    from cpuify.codegen.speculation import SpeculativeValues, idle_clamps, row_pair
+    from cpuify.codegen.helpers import row_pair
+    from cpuify.codegen.speculation import SpeculativeValues, idle_clamps
     notes = []
     target = kc.only_next.get(r)
     if r in kc.only_exit:

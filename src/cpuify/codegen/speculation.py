@@ -13,7 +13,7 @@ from llvmlite import ir
 
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.uniformity import uses_special
-from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, tid_direction
+from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, row_pair, tid_direction
 from cpuify.codegen.kernel_abi import BUFFER_GUARD
 from cpuify.codegen.lowering import HANDLERS, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width, freeze
 from cpuify.codegen.sync_crossing import SyncCrossing
@@ -22,20 +22,6 @@ from cpuify.ir.core import Operation, OpResult, Value
 if TYPE_CHECKING:
     from cpuify.codegen.kernel_plan import KernelPlan
     from cpuify.codegen.thread_loop_plan import RangeBranch
-
-
-def row_pair(ops: list[tuple[Operation, list[tuple[int, int, int]], bool]]
-             ) -> tuple[int, tuple[int, int], tuple[int, int]] | None:
-    """(index into `ops`, row (y, z), the next row (y + 1, z)) of the first prefetched access
-    whose probe threads span two adjacent rows of threads: the pair whose addresses give
-    the row pitch the next block's prefetches choose their cache level by
-    (SpeculativeValues.prefetch_next_block); None when no access spans two rows."""
-    for k, (_, probes, _) in enumerate(ops):
-        rows = {(y, z) for _, y, z in probes}
-        for y, z in sorted(rows, key=lambda r: (r[1], r[0])):
-            if (y + 1, z) in rows:
-                return k, (y, z), (y + 1, z)
-    return None
 
 
 class SpeculativeValues(SyncCrossing):
@@ -674,9 +660,7 @@ class SpeculativeValues(SyncCrossing):
     #: prefetched into L2 (NEXT_BLOCK_FAR_LOCALITY): the L1's 64 sets of 64-byte lines
     #: repeat every 4 KB, so such rows fall into few sets (one, at a multiple of 4 KB) and
     #: the ~130 lines prefetched into L1 evicted each other before the block read them.
-    #: Hotspot 2048 x 2048, one thread, CPU time, 2026-11-28 (benchmarks/README.md):
-    #: 2064 floats a row 4.8 -> 3.6 ms, page-aligned arrays 5.0 -> 4.2 ms, NumPy's arrays
-    #: (16 bytes past a page) within noise.
+    #: (docs/usage.md "Prefetching the next block": the hotspot step's figures)
     FAR_ROWS = 4096
     NEXT_BLOCK_FAR_LOCALITY = 2
 
