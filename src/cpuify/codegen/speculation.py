@@ -599,53 +599,34 @@ class SpeculativeValues(SyncCrossing):
 
     def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
                          at_thread: Callable[[], None], locality: int) -> None:
-        """Within speculation(): the prefetches of `ops` ((access, probe threads, writes))
-        into `locality` (llvm.prefetch's: 3, prefetcht0, into L1; 2, prefetcht1, into L2);
-        see _probe_addresses."""
-        self._issue_prefetches(b, self._probe_addresses(b, ops, at_thread)[0], locality)
-
-    def _probe_addresses(self, b: ir.IRBuilder,
-                         ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],
-                         at_thread: Callable[[], None]
-                         ) -> tuple[list[tuple[ir.Value, bool]], ir.Value | None]:
-        """Within speculation(): the addresses of the prefetches of `ops` ((access, probe
-        threads, writes)), each with whether it will be written, and the bytes from one row
-        of threads' lines to the next row's (of the first access whose probes span two
-        adjacent rows: row_pair; None without one).  One address per row of probes computed
-        as that row's first probe thread (after `at_thread()`, which sets up what that
-        thread's values start from), the row's other lines at constant offsets from it (the
-        probes assume contiguous accesses of access_size bytes, see row_probes): computed
-        per probe, each was an add and a sign extension of 32-bit index arithmetic LLVM
-        could not fold into a displacement."""
-        dims = self.kc.block_dims
-        assert dims is not None
-        targets: list[tuple[ir.Value, bool]] = []
-        pitch: ir.Value | None = None
-        pair = row_pair(ops)
-        for k, (op, probes, writes) in enumerate(ops):
+        """Within speculation(): the prefetches of `ops` ((access, probe threads, writes)),
+        one address per row of probes computed as that row's first probe thread (after
+        `at_thread()`, which sets up what that thread's values start from), the row's other
+        lines at constant offsets from it (the probes assume contiguous accesses of
+        access_size bytes, see row_probes): computed per probe, each was an add and a sign
+        extension of 32-bit index arithmetic LLVM could not fold into a displacement.
+        `locality`: llvm.prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2)."""
+        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+        for op, probes, writes in ops:
             rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
             size = access_size(op)
             for x, y, z in probes:
                 if (y, z) not in rows:
-                    self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
-                    at_thread()
-                    if isinstance(op.operands[0], OpResult):
-                        self.rematerialize(op.operands[0])
-                    rows[(y, z)] = (x, self.address(op, "global"))
+                    rows[(y, z)] = (x, self._probe_address(op, x, y, z, at_thread))
                 x0, base = rows[(y, z)]
                 addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
-                targets.append((addr, writes))
-            if pair is not None and pair[0] == k:
-                (xa, a), (xb, c) = rows[pair[1]], rows[pair[2]]
-                pitch = b.sub(b.sub(b.ptrtoint(c, I64), b.ptrtoint(a, I64)),
-                              I64((xb - xa) * size))
-        return targets, pitch
+                b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
 
-    def _issue_prefetches(self, b: ir.IRBuilder, targets: list[tuple[ir.Value, bool]],
-                          locality: int) -> None:
-        fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
-        for addr, writes in targets:
-            b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
+    def _probe_address(self, op: Operation, x: int, y: int, z: int,
+                       at_thread: Callable[[], None]) -> ir.Value:
+        """Within speculation(): the address `op` accesses in thread (x, y, z)."""
+        dims = self.kc.block_dims
+        assert dims is not None
+        self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+        at_thread()
+        if isinstance(op.operands[0], OpResult):
+            self.rematerialize(op.operands[0])
+        return self.address(op, "global")
 
     #: llvm.prefetch's locality of the next block's lines: 3, into L1, where its rows of
     #: threads access memory less than FAR_ROWS bytes apart (backprop's layer: rows of 17
@@ -681,24 +662,32 @@ class SpeculativeValues(SyncCrossing):
         self.ctaid = [b.add(ctaid[0], I32(1))] + list(ctaid[1:])
         try:
             with self.speculation(b):
-                targets, pitch = self._probe_addresses(b, ops, lambda: None)
+                pair = row_pair(ops)
+                if pair is None:
+                    self._prefetch_probes(b, ops, lambda: None, self.NEXT_BLOCK_LOCALITY)
+                    return
+                # (the two copies compute their own addresses: computed once before the
+                # branch, the ~130 addresses were live across it, spilled, and backprop's
+                # layer ran 20% slower)
+                k, first, second = pair
+                op, probes, _ = ops[k]
+                ends = [next(p for p in probes if p[1:] == row) for row in (first, second)]
+                at = [b.ptrtoint(self._probe_address(op, *end, lambda: None), I64)
+                      for end in ends]
+                pitch = b.sub(b.sub(at[1], at[0]), I64((ends[1][0] - ends[0][0]) * access_size(op)))
+                magnitude = b.select(b.icmp_signed("<", pitch, I64(0)), b.sub(I64(0), pitch), pitch)
+                into_l2 = self.fn.append_basic_block("next_block.l2")
+                into_l1 = self.fn.append_basic_block("next_block.l1")
+                done = self.fn.append_basic_block("next_block.done")
+                b.cbranch(b.icmp_unsigned(">=", magnitude, I64(self.FAR_ROWS)), into_l2, into_l1)
+                for bb, locality in ((into_l2, self.NEXT_BLOCK_FAR_LOCALITY),
+                                     (into_l1, self.NEXT_BLOCK_LOCALITY)):
+                    b.position_at_end(bb)
+                    self._prefetch_probes(b, ops, lambda: None, locality)
+                    b.branch(done)
+                b.position_at_end(done)
         finally:
             self.ctaid = ctaid
-        if pitch is None:
-            self._issue_prefetches(b, targets, self.NEXT_BLOCK_LOCALITY)
-            return
-        magnitude = b.select(b.icmp_signed("<", pitch, I64(0)), b.sub(I64(0), pitch), pitch)
-        far = b.icmp_unsigned(">=", magnitude, I64(self.FAR_ROWS))
-        into_l2 = self.fn.append_basic_block("next_block.l2")
-        into_l1 = self.fn.append_basic_block("next_block.l1")
-        done = self.fn.append_basic_block("next_block.done")
-        b.cbranch(far, into_l2, into_l1)
-        for bb, locality in ((into_l2, self.NEXT_BLOCK_FAR_LOCALITY),
-                             (into_l1, self.NEXT_BLOCK_LOCALITY)):
-            b.position_at_end(bb)
-            self._issue_prefetches(b, targets, locality)
-            b.branch(done)
-        b.position_at_end(done)
 
     def prefetch_row(self, b: ir.IRBuilder, tz: ir.Value, ty: ir.Value) -> None:
         """At the latch of the row loop (`b` there, rows tz, ty): the lines of the row of
