@@ -398,50 +398,14 @@ def test_halo_accesses_probe_only_their_threads(disabled):
 @pytest.mark.parametrize("nx,ny", [(40, 24), (33, 50)])
 def test_hotspot_matches_numpy(nx, ny):
     # partial edge blocks; the last blocks' prefetches run past the arrays' ends
-    _check_hotspot(nx, ny, np.random.default_rng(nx * ny))
-
-
-def _check_hotspot(nx, ny, rng):
-    """HOTSPOT on an ny x nx grid against NumPy, twice (the second launch runs the code
-    specialized for the shape)."""
+    rng = np.random.default_rng(nx * ny)
     tin = rng.random((ny, nx), dtype=np.float32)
     power = rng.random((ny, nx), dtype=np.float32)
     tp = np.pad(tin.astype(np.float64), 1, mode="edge")
     c = tp[1:-1, 1:-1]
     ref = c + 0.2 * (power + tp[:-2, 1:-1] + tp[2:, 1:-1] + tp[1:-1, :-2] + tp[1:-1, 2:] - 4.0 * c)
     f = cpuify.RawModule(code=HOTSPOT).get_function("hotspot")
-    for _ in range(2):
+    for _ in range(2):          # the second launch runs the code specialized for the shape
         out = np.zeros((ny, nx), np.float32)
         f((-(-nx // 16), -(-ny // 16)), (16, 16), (tin, power, out, np.int32(nx), np.int32(ny)))
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
-
-
-def test_rows_far_apart_choose_l2_at_run_time(tmp_path, capsys):
-    """The hotspot's rows of threads are a run-time pitch (nx floats) apart: its entry
-    segment computes the pitch of the tile's first two rows and prefetches the same 132
-    lines into L2 (locality 2) when they are 4 KB or more apart, else into L1 (3); the
-    scan's one-row tile has no pitch and stays in L1 (the test above)."""
-    from cpuify.cli.main import main
-    from cpuify.codegen.helpers import row_pair
-    src = tmp_path / "hotspot.cu"
-    src.write_text(HOTSPOT)
-    assert main(["llvm", "--raw", "--block", "16,16", str(src)]) == 0
-    entry = _segment(capsys.readouterr().out, "cpuify_seg_hotspot_0")
-    calls = [ln for ln in entry if "call" in ln and "llvm.prefetch.p0" in ln]
-    for locality in (2, 3):
-        assert sum(f", i32 0, i32 {locality}, i32 1)" in c for c in calls) == 100
-        assert sum(f", i32 1, i32 {locality}, i32 1)" in c for c in calls) == 32
-    assert any("icmp uge i64" in ln and ", 4096" in ln for ln in entry)
-    assert main(["explain", "--block", "16,16", str(src)]) == 0
-    assert "into L2 where its rows of threads are 4096 bytes or more apart" in \
-        capsys.readouterr().out
-    # the pair: the tile load's first two rows; none for probes in one row
-    assert row_pair([(None, [(0, 0, 0), (15, 0, 0), (0, 1, 0)], False)]) == (0, (0, 0), (1, 0))
-    assert row_pair([(None, [(0, 0, 0), (15, 0, 0)], False),
-                     (None, [(0, 3, 0), (0, 5, 0)], True)]) is None
-
-
-@pytest.mark.parametrize("nx", [2048, 2064, 40])
-def test_hotspot_rows_near_and_far(nx):
-    """Rows 8 KB apart (L2), 8256 bytes (L2) and 160 bytes (L1): the same results."""
-    _check_hotspot(nx, 48, np.random.default_rng(nx))

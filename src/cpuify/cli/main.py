@@ -561,8 +561,7 @@ def _lines(ops) -> str:  # type: ignore[no-untyped-def]
 
 def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     """What code generation does for the segment from resume point r, in words."""
-    from cpuify.codegen.helpers import row_pair
-    from cpuify.codegen.speculation import SpeculativeValues, idle_clamps
+    from cpuify.codegen.speculation import idle_clamps
     notes = []
     target = kc.only_next.get(r)
     if r in kc.only_exit:
@@ -619,10 +618,7 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in kc.block_prefetches)
         notes.append(f"after its thread loop, prefetches "
                      f"{sum(len(p) for _, p, _ in kc.block_prefetches)} line(s) of the accesses "
-                     f"at PTX line(s) {lines} for the next block (blockIdx.x + 1)"
-                     + (f", into L2 where its rows of threads are "
-                        f"{SpeculativeValues.FAR_ROWS} bytes or more apart (checked at run "
-                        f"time), else into L1" if row_pair(kc.block_prefetches) else ""))
+                     f"at PTX line(s) {lines} for the next block (blockIdx.x + 1)")
     if r == 0 and kc.in_place_update:
         notes.append("no prefetches for the next block: the kernel's global stores write "
                      "the elements its global loads read (an in-place update)")

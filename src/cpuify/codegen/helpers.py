@@ -291,17 +291,3 @@ def uniform_constant(v: Value, ntid: "tuple[int, int, int] | None") -> int | Non
     specialized for the block shape)."""
     form = thread_linear_form(v, ntid)
     return form[1] if form is not None and not form[0] and not form[2] else None
-
-
-def row_pair(ops: list[tuple[Operation, list[tuple[int, int, int]], bool]]
-             ) -> tuple[int, tuple[int, int], tuple[int, int]] | None:
-    """(index into `ops`, row (y, z), the next row (y + 1, z)) of the first prefetched access
-    whose probe threads span two adjacent rows of threads: the pair whose addresses give
-    the row pitch the next block's prefetches choose their cache level by
-    (SpeculativeValues.prefetch_next_block); None when no access spans two rows."""
-    for k, (_, probes, _) in enumerate(ops):
-        rows = {(y, z) for _, y, z in probes}
-        for y, z in sorted(rows, key=lambda r: (r[1], r[0])):
-            if (y + 1, z) in rows:
-                return k, (y, z), (y + 1, z)
-    return None

@@ -13,7 +13,7 @@ from llvmlite import ir
 
 from cpuify.analysis.pointers import memory_space
 from cpuify.analysis.uniformity import uses_special
-from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, row_pair, tid_direction
+from cpuify.codegen.helpers import ENTRY_SPECIALS, access_size, const_int, pure_over, tid_direction
 from cpuify.codegen.kernel_abi import BUFFER_GUARD
 from cpuify.codegen.lowering import HANDLERS, I1, I32, I64, IR_LLVM, PTR, PTX_HANDLERS, _width, freeze
 from cpuify.codegen.sync_crossing import SyncCrossing
@@ -606,54 +606,37 @@ class SpeculativeValues(SyncCrossing):
         access_size bytes, see row_probes): computed per probe, each was an add and a sign
         extension of 32-bit index arithmetic LLVM could not fold into a displacement.
         `locality`: llvm.prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2)."""
+        dims = self.kc.block_dims
+        assert dims is not None
         fn = self.mod.intrinsic("llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
         for op, probes, writes in ops:
             rows: dict[tuple[int, int], tuple[int, ir.Value]] = {}
             size = access_size(op)
             for x, y, z in probes:
                 if (y, z) not in rows:
-                    rows[(y, z)] = (x, self._probe_address(op, x, y, z, at_thread))
+                    self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
+                    at_thread()
+                    if isinstance(op.operands[0], OpResult):
+                        self.rematerialize(op.operands[0])
+                    rows[(y, z)] = (x, self.address(op, "global"))
                 x0, base = rows[(y, z)]
                 addr = base if x == x0 else b.gep(base, [I64((x - x0) * size)])
                 b.call(fn, [addr, I32(int(writes)), I32(locality), I32(1)])
 
-    def _probe_address(self, op: Operation, x: int, y: int, z: int,
-                       at_thread: Callable[[], None]) -> ir.Value:
-        """Within speculation(): the address `op` accesses in thread (x, y, z)."""
-        dims = self.kc.block_dims
-        assert dims is not None
-        self.as_thread([I32(x), I32(y), I32(z)], x + dims[0] * (y + dims[1] * z))
-        at_thread()
-        if isinstance(op.operands[0], OpResult):
-            self.rematerialize(op.operands[0])
-        return self.address(op, "global")
-
-    #: llvm.prefetch's locality of the next block's lines: 3, into L1, where its rows of
-    #: threads access memory less than FAR_ROWS bytes apart (backprop's layer: rows of 17
-    #: floats, a compact 1 KB its next block reads soon).  Into L2 (2) for all kernels was
+    #: llvm.prefetch's locality of the next block's lines: 3, into L1.  Into L2 (2) was
     #: tried, 2026-11-28 on the AMD EPYC VM, one thread, CPU time, processes of the two
     #: settings alternating: tile scan 25.4-26.1 -> 24.0-24.3 ms, but backprop's layer
-    #: 3.8-4.2 -> 4.5-5.3 ms.  (Compiling both settings in one process and alternating
-    #: their launches hid backprop's loss: measure such changes in processes.)
+    #: 3.8-4.2 -> 4.5-5.3 ms (its blocks are short: their lines are read soon, from L1),
+    #: the hotspot stencil within noise.  (Compiling both settings in one process and
+    #: alternating their launches hid backprop's loss: measure such changes in processes.)
     NEXT_BLOCK_LOCALITY = 3
-    #: rows of threads whose lines are this many bytes apart or more (a stencil's 16 x 16
-    #: tile of a grid with rows of 2048 floats, 8 KB apart) have the next block's lines
-    #: prefetched into L2 (NEXT_BLOCK_FAR_LOCALITY): the L1's 64 sets of 64-byte lines
-    #: repeat every 4 KB, so such rows fall into few sets (one, at a multiple of 4 KB) and
-    #: the ~130 lines prefetched into L1 evicted each other before the block read them.
-    #: (docs/usage.md "Prefetching the next block": the hotspot step's figures)
-    FAR_ROWS = 4096
-    NEXT_BLOCK_FAR_LOCALITY = 2
 
     def prefetch_next_block(self, b: ir.IRBuilder) -> None:
         """After the entry segment's thread loop (`b` there): prefetch the lines that the
         accesses KernelCodegen.block_prefetches chose will touch in block blockIdx.x + 1,
         which the worker usually runs next (prefetchw for stores), computed for the probe
         threads with blockIdx.x advanced.  Past the grid's end, or where another worker runs
-        that block, they are wasted, never wrong: a prefetch never faults.  Into L1, or,
-        where the block's rows of threads access memory FAR_ROWS bytes apart or more (known
-        at run time: a row pitch from a parameter), into L2: a branch on the pitch of the
-        first access whose probes span two adjacent rows picks one of two copies."""
+        that block, they are wasted, never wrong: a prefetch never faults."""
         dims = self.kc.block_dims
         ops = self.kc.block_prefetches
         if not ops or dims is None:
@@ -662,30 +645,7 @@ class SpeculativeValues(SyncCrossing):
         self.ctaid = [b.add(ctaid[0], I32(1))] + list(ctaid[1:])
         try:
             with self.speculation(b):
-                pair = row_pair(ops)
-                if pair is None:
-                    self._prefetch_probes(b, ops, lambda: None, self.NEXT_BLOCK_LOCALITY)
-                    return
-                # (the two copies compute their own addresses: computed once before the
-                # branch, the ~130 addresses were live across it, spilled, and backprop's
-                # layer ran 20% slower)
-                k, first, second = pair
-                op, probes, _ = ops[k]
-                ends = [next(p for p in probes if p[1:] == row) for row in (first, second)]
-                at = [b.ptrtoint(self._probe_address(op, *end, lambda: None), I64)
-                      for end in ends]
-                pitch = b.sub(b.sub(at[1], at[0]), I64((ends[1][0] - ends[0][0]) * access_size(op)))
-                magnitude = b.select(b.icmp_signed("<", pitch, I64(0)), b.sub(I64(0), pitch), pitch)
-                into_l2 = self.fn.append_basic_block("next_block.l2")
-                into_l1 = self.fn.append_basic_block("next_block.l1")
-                done = self.fn.append_basic_block("next_block.done")
-                b.cbranch(b.icmp_unsigned(">=", magnitude, I64(self.FAR_ROWS)), into_l2, into_l1)
-                for bb, locality in ((into_l2, self.NEXT_BLOCK_FAR_LOCALITY),
-                                     (into_l1, self.NEXT_BLOCK_LOCALITY)):
-                    b.position_at_end(bb)
-                    self._prefetch_probes(b, ops, lambda: None, locality)
-                    b.branch(done)
-                b.position_at_end(done)
+                self._prefetch_probes(b, ops, lambda: None, self.NEXT_BLOCK_LOCALITY)
         finally:
             self.ctaid = ctaid
 
