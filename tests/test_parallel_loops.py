@@ -15,7 +15,7 @@ import cpuify
 from cpuify.codegen.llvm_gen import ModuleCodegen
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.compiler import lift_and_optimize, lift_optimized
+from cpuify.compiler import lift_and_optimize, lift_optimized, pipeline_options
 from cpuify.transforms.pass_manager import PipelineOptions
 
 SRC = r'''
@@ -486,14 +486,19 @@ def test_thread_index_ifs_at_the_end_of_a_segment_are_deferred():
     other = KernelCodegen(ModuleCodegen(module), lift_optimized(module, module.functions["not_at_end"], (32, 1, 1)),
                           (32, 1, 1))
     assert other.deferred == {}
+    # (without tiles-in-place, which reads its guarded tile `s` in place, in a second version
+    # of the body with segments of its own)
+    no_tiles = pipeline_options(("--disable-pass=tiles-in-place",))[0]
     tail = KernelCodegen(ModuleCodegen(module),
-                         lift_optimized(module, module.functions["tail_after_data_if"], (64, 1, 1)), (64, 1, 1))
+                         lift_and_optimize(module, module.functions["tail_after_data_if"], no_tiles,
+                                           (64, 1, 1))[0], (64, 1, 1))
     assert [r.ranges for r in tail.deferred[1]] == [((63, 64, 1), (0, 1, 1), (0, 1, 1))]
     text = compile_to_ptx(HALO_SRC).ptx
     body = text[text.index("load_then_node("):]
     assert re.search(r"@%p\d+ bra\s+(\S+);\s+bra.uni", body)     # the layout above
     node = KernelCodegen(ModuleCodegen(module),
-                         lift_optimized(module, module.functions["load_then_node"], (16, 8, 1)), (16, 8, 1))
+                         lift_and_optimize(module, module.functions["load_then_node"], no_tiles,
+                                           (16, 8, 1))[0], (16, 8, 1))
     assert [r.ranges for r in node.deferred[0]] == [((0, 1, 1), (0, 8, 1), (0, 1, 1))]
 
 
