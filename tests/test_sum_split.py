@@ -139,6 +139,24 @@ extern "C" __global__ void rolled_sum_mixed(const float *__restrict__ x, float *
     sums[row] = total;
     twice[row] = (double)total * 2.0;
 }
+// every other thread leaves first (lanes off in the read-back's thread loop), and pairs of
+// values stored per column, the sum adding the first (terms 8 bytes apart: a gather each)
+extern "C" __global__ void rolled_pairs(const float *__restrict__ x, float *__restrict__ y,
+                                        float *__restrict__ sums, int rows, int cols) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows || (row & 1)) return;
+    const float *in = x + (size_t)row * cols;
+    float *out = y + (size_t)row * 2 * cols;
+    float total = 0.0f;
+#pragma unroll 1
+    for (int c = 0; c < cols; c++) {
+        const float e = in[c] * 3.0f;
+        out[2 * c] = e;
+        out[2 * c + 1] = in[c] + 1.0f;
+        total += e;
+    }
+    sums[row] = total;
+}
 extern "C" __global__ void rolled_sum_f64(const double *__restrict__ x, double *__restrict__ y,
                                           double *__restrict__ sums, int rows, int cols) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -434,3 +452,23 @@ def test_sum_op_f64_and_interpreter(ptx):
         interp.launch(kernel, (1,), (32,), a + [np.int32(rows), np.int32(cols)] + extra)
         e = a[0] * a[0] if kernel == "rolled_sum_f64" else a[0]
         _same_bits(a[2], _in_order(e, kernel == "rolled_sum"))
+
+
+@pytest.mark.parametrize("rows,cols", [(7, 5), (40, 37), (130, 64)])
+def test_sum_op_strided_terms_and_lanes_off(ptx, rows, cols):
+    """Terms 8 bytes apart (the gather path) and odd threads gone before the read-back."""
+    region = _region(ptx, "rolled_pairs")
+    split_in_order_sums(region)
+    (op,) = _sum_ops(region)
+    assert op.attributes["step"] == 8
+    x = _rolled_inputs(rows, cols, 1.0)
+    e = (x * np.float32(3)).astype(np.float32)
+    want = _in_order(e, True)
+    f = cpuify.RawModule(ptx=ptx).get_function("rolled_pairs")
+    for _ in range(3):
+        y = np.zeros((rows, 2 * cols), np.float32)
+        sums = np.full(rows, -1, np.float32)
+        f(((rows + 31) // 32,), (32,), (x, y, sums, np.int32(rows), np.int32(cols)))
+        _same_bits(sums[::2], want[::2])
+        np.testing.assert_array_equal(sums[1::2], -1)
+        _same_bits(y[::2, ::2], e[::2])

@@ -28,6 +28,7 @@ signature (a constant `init` folded in: the variant would no longer match)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -184,29 +185,15 @@ def _vector_function(module: ir.Module, scalar: ir.Function, t: str, step: int, 
     if step == size:
         total, k0 = _transposed_chunks(fn, b, start, c0, total, t, flush, n)
     # the remaining columns (all of them for strided terms): a gather each
-    tail, tail_done = fn.append_basic_block("gathers"), fn.append_basic_block("done")
-    here = b.block
-    b.cbranch(b.icmp_signed("<", k0, c0), tail, tail_done)
-    b.position_at_end(tail)
-    k = b.phi(I64)
-    acc = b.phi(vf)
-    k.add_incoming(k0, here)
-    acc.add_incoming(total, here)
-    addresses = b.add(start, _splat(b, b.mul(k, I64(step)), vi))
-    ptrs = b.inttoptr(addresses, ir.VectorType(ir.PointerType(), n))
-    gather = _intrinsic(module, f"llvm.masked.gather.v{n}{t}.v{n}p0", vf,
-                        [ptrs.type, I32, vb, vf])
-    got = b.call(gather, [ptrs, I32(size), ir.Constant(vb, [1] * n), ir.Constant(vf, ir.Undefined)])
-    added = _flushed(b, module, b.fadd(acc, _flushed(b, module, got, t, flush)), t, flush)
-    k1 = b.add(k, I64(1))
-    k.add_incoming(k1, tail)
-    acc.add_incoming(added, tail)
-    b.cbranch(b.icmp_signed("<", k1, c0), tail, tail_done)
-    b.position_at_end(tail_done)
-    out = b.phi(vf)
-    out.add_incoming(total, here)
-    out.add_incoming(added, tail)
-    b.ret(out)
+    ptrs_type = ir.VectorType(ir.PointerType(), n)
+    gather = _intrinsic(module, f"llvm.masked.gather.v{n}{t}.v{n}p0", vf, [ptrs_type, I32, vb, vf])
+
+    def gathered(b: ir.IRBuilder, k: ir.Value, acc: ir.Value) -> ir.Value:
+        ptrs = b.inttoptr(b.add(start, _splat(b, b.mul(k, I64(step)), vi)), ptrs_type)
+        got = b.call(gather, [ptrs, I32(size), ir.Constant(vb, [1] * n), ir.Constant(vf, ir.Undefined)])
+        return _flushed(b, module, b.fadd(acc, _flushed(b, module, got, t, flush)), t, flush)
+
+    b.ret(_counted_loop(fn, b, k0, c0, total, gathered))
     return fn
 
 
@@ -219,34 +206,46 @@ def _transposed_chunks(fn: ir.Function, b: ir.IRBuilder, start: ir.Value, count:
     vf = total.type
     size = 4 if t == "f32" else 8
     chunks = b.sdiv(count, I64(n))
+
+    def chunk(b: ir.IRBuilder, j: ir.Value, acc: ir.Value) -> ir.Value:
+        column = b.mul(j, I64(n * size))
+        rows = []
+        for lane in range(n):
+            row = b.load(b.inttoptr(b.add(b.extract_element(start, I32(lane)), column),
+                                    vf.as_pointer()))
+            row.align = size
+            rows.append(row)
+        for c in transpose(b, rows):
+            acc = _flushed(b, module, b.fadd(acc, _flushed(b, module, c, t, flush)), t, flush)
+        return acc
+
+    return _counted_loop(fn, b, I64(0), chunks, total, chunk), b.mul(chunks, I64(n))
+
+
+def _counted_loop(fn: ir.Function, b: ir.IRBuilder, first: ir.Value, stop: ir.Value,
+                  total: ir.Value, body: Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]
+                  ) -> ir.Value:
+    """`for (k = first; k < stop; k++) total = body(k, total)` (i64 k), from b's block; b
+    is left after the loop.  Returns the total after it."""
     here = b.block
-    body, after = fn.append_basic_block("chunks"), fn.append_basic_block("chunks_done")
-    b.cbranch(b.icmp_signed(">", chunks, I64(0)), body, after)
-    b.position_at_end(body)
-    j = b.phi(I64)
-    acc = b.phi(vf)
-    j.add_incoming(I64(0), here)
+    loop, done = fn.append_basic_block("loop"), fn.append_basic_block("loop_done")
+    b.cbranch(b.icmp_signed("<", first, stop), loop, done)
+    b.position_at_end(loop)
+    k = b.phi(I64)
+    acc = b.phi(total.type)
+    added = body(b, k, acc)
+    k1 = b.add(k, I64(1))
+    k.add_incoming(first, here)
+    k.add_incoming(k1, b.block)
     acc.add_incoming(total, here)
-    column = b.mul(j, I64(n * size))
-    rows = []
-    for lane in range(n):
-        p = b.add(b.extract_element(start, I32(lane)), column)
-        row = b.load(b.inttoptr(p, vf.as_pointer()))
-        row.align = size
-        rows.append(row)
-    cols = transpose(b, rows)
-    added = acc
-    for c in cols:
-        added = _flushed(b, module, b.fadd(added, _flushed(b, module, c, t, flush)), t, flush)
-    j1 = b.add(j, I64(1))
-    j.add_incoming(j1, body)
-    acc.add_incoming(added, body)
-    b.cbranch(b.icmp_signed("<", j1, chunks), body, after)
-    b.position_at_end(after)
-    result = b.phi(vf)
-    result.add_incoming(total, here)
-    result.add_incoming(added, body)
-    return result, b.mul(chunks, I64(n))
+    acc.add_incoming(added, b.block)
+    b.cbranch(b.icmp_signed("<", k1, stop), loop, done)
+    latch = b.block
+    b.position_at_end(done)
+    out = b.phi(total.type)
+    out.add_incoming(total, here)
+    out.add_incoming(added, latch)
+    return out
 
 
 def transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:

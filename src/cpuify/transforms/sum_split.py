@@ -20,6 +20,14 @@ same values in exactly the same order, so the sum is bit for bit the original on
 the (cheap) additions run with the threads as vector lanes; the elementwise work runs as
 contiguous vectors along the row.
 
+A lone sum adding one term the loop stores to global memory (`total += e`, nothing else of
+the loop read after it) is read back by one `upir.in_order_sum(P0, P_end, init)` per thread
+instead, alone between two soft barriers (marked `sum_split`, which interchange-uniform-
+loops does not take for an interchanged loop's): code generation vectorizes its thread loop
+with variants that load each thread's terms as vectors and transpose the rows of 16 threads
+in registers (codegen/in_order_sums.py), where the interchanged loop gathers every column.
+Option `sum_op=false` keeps the loop.
+
 Taken only when (else the loop is left to interchange-uniform-loops as before):
   * the loop is one block (its own latch), innermost by construction, with a block-uniform
     exit, no sync point, no recursion in the kernel and no soft barrier yet;
