@@ -110,18 +110,15 @@ extern "C" __global__ void column(const float *__restrict__ x, float *__restrict
 }
 // a loop nvcc leaves rolled, its lone sum adding one stored term: the read-back becomes
 // one upir.in_order_sum per thread; `scale` makes subnormal terms and partial sums
+#define ROLLED_SCALED_SUM float total = 0.0f; \
+    _Pragma("unroll 1") for (int c = 0; c < cols; c++) { \
+        const float e = in[c] * scale; out[c] = e; total += e; } \
+    sums[row] = total;
 extern "C" __global__ void rolled_sum(const float *__restrict__ x, float *__restrict__ y,
                                       float *__restrict__ sums, int rows, int cols,
                                       float scale) {
     ROW_START
-    float total = 0.0f;
-#pragma unroll 1
-    for (int c = 0; c < cols; c++) {
-        const float e = in[c] * scale;
-        out[c] = e;
-        total += e;
-    }
-    sums[row] = total;
+    ROLLED_SCALED_SUM
 }
 // the same with an f64 conversion after it: f64 arithmetic keeps subnormals, so the
 // kernel runs without the CPU's DAZ/FTZ and the sum's .ftz is done in code
@@ -129,14 +126,7 @@ extern "C" __global__ void rolled_sum_mixed(const float *__restrict__ x, float *
                                             float *__restrict__ sums, double *__restrict__ twice,
                                             int rows, int cols, float scale) {
     ROW_START
-    float total = 0.0f;
-#pragma unroll 1
-    for (int c = 0; c < cols; c++) {
-        const float e = in[c] * scale;
-        out[c] = e;
-        total += e;
-    }
-    sums[row] = total;
+    ROLLED_SCALED_SUM
     twice[row] = (double)total * 2.0;
 }
 // every other thread leaves first (lanes off in the read-back's thread loop), and pairs of
