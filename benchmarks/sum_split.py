@@ -1,4 +1,5 @@
 """The row softmax of the suite (one thread per row, 784 columns) with the default pipeline,
+with the split's sum read back by an interchanged loop (`split-in-order-sums{sum_op=false}`),
 without `split-in-order-sums`, without `reroll-loops`, the same source with
 `#pragma unroll 1` on its three loops (what re-rolling nvcc's unrolled loops aims at), and
 its OpenMP twin, interleaved in one process.
@@ -25,6 +26,13 @@ import numpy as np
 
 import cpuify
 from benchmarks.suite.workloads.row_softmax import BLOCK, COLS, CUDA_SRC, OMP_SRC
+from cpuify.transforms.pass_manager import default_pipeline
+
+#: the default pipeline with the sum read back by an interchanged loop (a gather per
+#: column) instead of one upir.in_order_sum per thread (rows transposed in registers)
+LOOP_READ_BACK = "--passes=" + ",".join(
+    "split-in-order-sums{sum_op=false}" if p == "split-in-order-sums" else p
+    for p in default_pipeline())
 
 
 def _cpu() -> float:
@@ -48,6 +56,7 @@ def main() -> None:
     assert unroll_1.count("unroll 1") == 3
     for label, source, options in (
             ("default", CUDA_SRC, ()),
+            ("loop sum", CUDA_SRC, (LOOP_READ_BACK,)),
             ("not split", CUDA_SRC, ("--disable-pass=split-in-order-sums",)),
             ("unrolled", CUDA_SRC, ("--disable-pass=reroll-loops",)),
             ("unroll 1", unroll_1, ())):

@@ -481,9 +481,14 @@ def _loop_order_notes(kernel) -> list[str]:  # type: ignore[no-untyped-def]
             notes.append(f"loop at PTX line {op.attributes.get('line')}: split by split-in-order-sums "
                          "(an in-order float sum of values it stores, contiguous within a thread): "
                          "the elementwise work stays in each thread, its own loop innermost; the "
-                         "sum reads the stored terms back in a loop interchanged with the thread "
-                         "loop (each thread adds its own terms in order), when a run-time check "
-                         "finds the threads' stores apart (else a loop without the stores recomputes them)")
+                         "sum reads the stored terms back (each thread adds its own terms in "
+                         "order), when a run-time check finds the threads' stores apart (else a "
+                         "loop without the stores recomputes them)")
+        if op.name == "upir.in_order_sum":
+            notes.append(f"sum at PTX line {op.attributes.get('line')}: read back by one "
+                         "upir.in_order_sum per thread between soft barriers (vectorized across "
+                         "threads: each thread's terms loaded as a row, 16 rows transposed in "
+                         "registers, added in order)")
         order = op.attributes.get(LOOP_ORDER)
         if order is None:
             continue

@@ -44,6 +44,11 @@ def hardware_flush(kernel_op: Operation) -> bool:
     some f32 instruction flushes and nothing may keep a subnormal."""
     flushes = False
     for op in kernel_op.walk():
+        if op.name == "upir.in_order_sum":     # a run of adds (its mods are the add's)
+            if op.results[0].type != "f32" or "ftz" not in mods(op):
+                return False
+            flushes = True
+            continue
         if not op.name.startswith("ptx."):
             continue
         name = op.name[4:]

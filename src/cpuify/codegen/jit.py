@@ -504,7 +504,7 @@ class LoadedObject:
         syms = []
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) == 4 and parts[2] in "Tt":
+            if len(parts) == 4 and parts[2] in "TtWw":     # (W: linkonce_odr helpers)
                 syms.append((int(parts[0], 16), int(parts[1], 16), parts[2], parts[3]))
         # the text section is loaded in one piece: locals sit at the same distance from a
         # global function as in the object

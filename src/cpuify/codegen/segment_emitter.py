@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from cpuify.analysis.sync_points import SyncPoint
-from cpuify.codegen import ptx_ops, ptx_spec, ptx_tensor, ptx_texture, upir_ops  # noqa: F401  (registers the ops' lowerings)
+from cpuify.codegen import in_order_sums, ptx_ops, ptx_spec, ptx_tensor, ptx_texture, upir_ops  # noqa: F401  (registers the ops' lowerings)
 from cpuify.codegen.helpers import const_int
 from cpuify.codegen.kernel_abi import CTX_TYPE, DIMS_TYPE, SEGMENT_AREAS, ctx_index
 from cpuify.codegen.layout import STATE_EXITED, STATE_UNKNOWN, STATE_WAIT

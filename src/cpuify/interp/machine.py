@@ -73,7 +73,7 @@ from cpuify.frontend.ptx_parser import parse_ptx
 from cpuify.interp.memory import align_up, alloc, load, store
 from cpuify.interp import texture  # noqa: F401  (registers the texture and surface ops)
 from cpuify.interp import spec_eval  # noqa: F401  (registers the table's spec-driven ops)
-from cpuify.interp.ops import PTX_OPS, mods
+from cpuify.interp.ops import PTX_OPS, in_order_sum, mods
 from cpuify.interp.params import pack_arguments
 from cpuify.interp.printf import device_assert_message, device_printf
 from cpuify.interp.tensor_cores import ldmatrix, movmatrix, stmatrix, warp_mma
@@ -884,7 +884,7 @@ UPIR_OPS = {
     "upir.launch_store": _launch_store,
     "upir.clock": _clock, "upir.addressof": _addressof, "upir.fence": _nop,
     "upir.nanosleep": _nop, "upir.printf": _printf, "upir.malloc": _malloc, "upir.free": _free,
-    "upir.call_stack": _call_stack,
+    "upir.call_stack": _call_stack, "upir.in_order_sum": in_order_sum,
     "upir.launch_buffer": _launch_buffer, "upir.launch_device": _launch_device,
 }
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
 
 from cpuify.interp.memory import load, store
 from cpuify.interp.values import (
@@ -265,3 +267,23 @@ def _mbarrier(th: "Thread", op: Operation) -> None:
     store(addr, "b64", _mb_pack(phase, pending, expected, tx))
     if op.results:
         th.set(op, old, "b64")
+
+
+def in_order_sum(th: "Thread", op: Operation) -> None:
+    """`upir.in_order_sum`: init, then the values at start + offset, start + step + offset,
+    ... below end + offset added one after another (the add's rounding to nearest, `.ftz`
+    flushing its operands and results as PTX's add.ftz.f32 does)."""
+    t = "f64" if op.results[0].type == "f64" else "f32"
+    on = has(op, "ftz") and t == "f32"
+    step = int(op.attributes["step"])
+    start, end = (to_signed(th.src(op, i, "u64"), 64) for i in (0, 1))
+    total = ftz(as_float(th.src(op, 2, t), t), on)
+    offset = int(op.attributes.get("offset", 0))
+    with np.errstate(all="ignore"):
+        for k in range(max(0, -(-(end - start) // step))):
+            addr = (start + k * step + offset) & mask(64)
+            if addr < 1 << 16:
+                th.fail(f"global memory access at address {addr:#x} (null pointer?)", op)
+            value = load(addr, t)
+            total = ftz(total + ftz(value, on), on)    # type: ignore[operator]
+    th.set(op, total, t)

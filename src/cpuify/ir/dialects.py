@@ -139,6 +139,30 @@ define("upir.launch_buffer", effects=lambda op: [(WRITE, "global")])
 define("upir.launch_device", effects=lambda op: [(READ, "global"), (WRITE, "global")])
 define("upir.free", effects=lambda op: [])
 
+
+def _verify_in_order_sum(op: Operation) -> None:
+    types_ = [v.type for v in op.operands]
+    result = [r.type for r in op.results]
+    if types_ != ["i64", "i64", *result] or result not in (["f32"], ["f64"]):
+        raise IRError("'upir.in_order_sum' takes (i64 start, i64 end, f32|f64 init) and "
+                      "gives one value of init's type")
+    step = op.attributes.get("step")
+    elem = 4 if result == ["f32"] else 8
+    if not isinstance(step, int) or step < elem or \
+            not isinstance(op.attributes.get("offset", 0), int):
+        raise IRError(f"'upir.in_order_sum' needs an integer 'step' of at least {elem} bytes "
+                      "and an integer 'offset'")
+    if "global" not in op.attributes.get("mods", ()):
+        raise IRError("'upir.in_order_sum' reads global memory ('mods' names it)")
+
+
+# a thread's in-order float sum of the values at start + offset, start + step + offset, ...
+# below end + offset (`s = init; for (p = start; p < end; p += step) s = add(s, ld(p +
+# offset))`, the add's rounding and `.ftz` in `mods`): split-in-order-sums' read-back of a
+# row's stored terms (transforms/sum_split.py), which code generation lowers to a call whose
+# vector variants transpose the rows of neighbouring threads (codegen/in_order_sums.py)
+define("upir.in_order_sum", effects=lambda op: [(READ, "global")], verify=_verify_in_order_sum)
+
 # --- control flow ----------------------------------------------------------------------------
 define("cf.br", terminator=True, pure=True)
 define("cf.cond_br", terminator=True, pure=True)

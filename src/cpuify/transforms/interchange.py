@@ -408,9 +408,10 @@ def interchange_uniform_loops(region: Region, min_ops: int | None = None,
     interchanged whatever its accesses: its additions must stay in order, which leaves the
     threads as the only lanes to vectorize over.  The decision and the accesses behind it
     are recorded on the loop's back edges (LOOP_ORDER, LOOP_ACCESSES) for `cpuify explain`."""
-    if any(op.name == "upir.barrier" and op.attributes.get("soft") for b in region.blocks
-           for op in b.ops):
-        return []           # already interchanged (a thread-strided loop)
+    if any(op.name == "upir.barrier" and op.attributes.get("soft") and SUM_SPLIT not in op.attributes
+           for b in region.blocks for op in b.ops):
+        return []           # already interchanged (a thread-strided loop; split-in-order-sums'
+        #                     soft barriers around a sum's read-back leave the other loops)
     if _runs_recursions(region):
         return []
     idom = cached(analyses, dominators, region)

@@ -78,7 +78,9 @@ def enclosing_loop(op: Operation) -> Operation | None:
 
 
 def has_soft_barrier(region: Region) -> bool:
-    return any(o.name == "upir.barrier" and o.attributes.get(SOFT)
+    """Whether a loop of the region was interchanged already (split-in-order-sums' soft
+    barriers around a sum's read-back do not count)."""
+    return any(o.name == "upir.barrier" and o.attributes.get(SOFT) and SUM_SPLIT not in o.attributes
                for b in nested_blocks(region) for o in b.ops)
 
 

@@ -20,6 +20,14 @@ same values in exactly the same order, so the sum is bit for bit the original on
 the (cheap) additions run with the threads as vector lanes; the elementwise work runs as
 contiguous vectors along the row.
 
+A lone sum adding one term the loop stores to global memory (`total += e`, nothing else of
+the loop read after it) is read back by one `upir.in_order_sum(P0, P_end, init)` per thread
+instead, alone between two soft barriers (marked `sum_split`, which interchange-uniform-
+loops does not take for an interchanged loop's): code generation vectorizes its thread loop
+with variants that load each thread's terms as vectors and transpose the rows of 16 threads
+in registers (codegen/in_order_sums.py), where the interchanged loop gathers every column.
+Option `sum_op=false` keeps the loop.
+
 Taken only when (else the loop is left to interchange-uniform-loops as before):
   * the loop is one block (its own latch), innermost by construction, with a block-uniform
     exit, no sync point, no recursion in the kernel and no soft barrier yet;
@@ -82,6 +90,11 @@ class SplitInOrderSums:
     """Pass: fission of single-block uniform loops whose in-order float sums add values the
     loop stores (the naive row softmax's `out[c] = e; total += e`)."""
     name: str = "split-in-order-sums"
+    #: the read-back of a lone sum of one stored term per iteration as one
+    #: `upir.in_order_sum` per thread between soft barriers (rows of 16 threads transposed
+    #: in registers), instead of a loop interchanged with the thread loop (a gather per
+    #: column)
+    sum_op: bool = True
     #: on the CFG; structured input is lowered only where a loop of one block carries a
     #: float and stores, and no soft barrier is (_may_split)
     form: ClassVar[str] = "any"
@@ -92,7 +105,7 @@ class SplitInOrderSums:
             if not _may_split(kernel):
                 return 0
             lower_for_cfg_rewrite(kernel, analyses)
-        return len(split_in_order_sums(block_body(kernel), analyses))
+        return len(split_in_order_sums(block_body(kernel), analyses, sum_op=self.sum_op))
 
 
 def _may_split(kernel: Operation) -> bool:
@@ -113,9 +126,11 @@ def _may_split(kernel: Operation) -> bool:
     return False
 
 
-def split_in_order_sums(region: Region, analyses: AnalysisManager | None = None) -> list[Block]:
-    """Split every loop of `region` that qualifies (module docstring).  Returns the headers
-    of the "reload" loops made."""
+def split_in_order_sums(region: Region, analyses: AnalysisManager | None = None, *,
+                        sum_op: bool = True) -> list[Block]:
+    """Split every loop of `region` that qualifies (module docstring).  Returns the blocks
+    that read the terms back (the "reload" loops' headers; with `sum_op`, where the sum
+    qualifies, the block of its `upir.in_order_sum`)."""
     if any(op.name in ("upir.call_stack",) or op.name == "upir.barrier" and op.attr("soft")
            for b in region.blocks for op in b.ops):
         return []
@@ -136,7 +151,7 @@ def split_in_order_sums(region: Region, analyses: AnalysisManager | None = None)
         plan = _plan(header, uniform, incoming)
         if plan is None:
             continue
-        done.append(_split(region, header, plan, uniform))
+        done.append(_split(region, header, plan, uniform, sum_op))
         uniform = uniform_values(region)    # (the IR changed)
         incoming = None
     return done
@@ -360,7 +375,7 @@ def _slice(header: Block, roots: list[Value], replaced: dict[Value, Operation]
     return ops, args
 
 
-def _split(region: Region, header: Block, plan: _Plan, uniform: set[Value]) -> Block:
+def _split(region: Region, header: Block, plan: _Plan, uniform: set[Value], sum_op: bool) -> Block:
     term = header.terminator
     assert term is not None
     line = term.attributes.get("line")
@@ -460,7 +475,26 @@ def _split(region: Region, header: Block, plan: _Plan, uniform: set[Value]) -> B
                                {"line": line, SUM_SPLIT: kind}, successors=succ, successor_args=sargs))
         return [init[a.index] for a in order]
 
-    reload_init = sum_loop(reload_loop, reload_slice, plan.terms, RELOAD)
+    op_form = _sum_op_form(plan, back, needed) if sum_op else None
+    if op_form is None:
+        reload_init = sum_loop(reload_loop, reload_slice, plan.terms, RELOAD)
+    else:
+        add, store = op_form
+        total = Operation("upir.in_order_sum", [p0, p_end, init[plan.sums[0].index]],
+                          [plan.sums[0].type],
+                          {"mods": ["global", *mods(add)], "step": plan.step,
+                           "offset": store.attributes.get("offset", 0),
+                           "line": store.attributes.get("line"), SUM_SPLIT: RELOAD})
+        total.results[0].hint = plan.sums[0].hint
+        # alone between soft barriers: its thread loop has no inner loop, so LLVM vectorizes
+        # it across the threads (the sum's vector variant, codegen/in_order_sums.py)
+        soft = {"soft": True, "line": line, SUM_SPLIT: RELOAD}
+        for op in (Operation("upir.barrier", [], [], dict(soft)), total,
+                   Operation("upir.barrier", [], [], dict(soft)),
+                   Operation("cf.br", [], [], {"line": line}, successors=[join],
+                             successor_args=[[total.results[0]]])):
+            reload_loop.append(op)
+        reload_init = []
     recompute_init = sum_loop(recompute_loop, recompute_slice, {}, RECOMPUTE)
     # (span and distance are block-uniform: the trip count is, and the start is linear in
     # threadIdx.x with a block-uniform stride; so every thread takes the same way)
@@ -491,6 +525,31 @@ def _split(region: Region, header: Block, plan: _Plan, uniform: set[Value]) -> B
         region.blocks.insert(at, b)
         at += 1
     return reload_loop
+
+
+def _sum_op_form(plan: _Plan, back: list[Value], needed: list[Value]
+                 ) -> tuple[Operation, Operation] | None:
+    """(the add, the term's store) where the read-back is one `upir.in_order_sum`: a single
+    sum, the only value read after the loop, made by one `add` rounded to nearest (`.ftz`
+    allowed) of the sum and a term the loop stores to global memory at its pointer with a
+    step of at least the term's size."""
+    if len(plan.sums) != 1:
+        return None
+    total = plan.sums[0]
+    final = back[total.index]
+    if needed != [final] or not isinstance(final, OpResult) or plan.chain != {final.op}:
+        return None
+    add = final.op
+    t = total.type
+    if add.name != "ptx.add" or len(add.operands) != 2 or add.operands[0] is not total or \
+            not set(mods(add)) <= {t, "rn", "ftz"} or ty(add) != t:
+        return None
+    store = plan.terms.get(add.operands[1])
+    size = type_size(t)
+    if store is None or ty(store) not in (t, f"b{8 * size}") or "global" not in mods(store) or \
+            plan.step < size:
+        return None
+    return add, store
 
 
 def _neighbour_computable(v: Value, uniform: set[Value]) -> bool:
