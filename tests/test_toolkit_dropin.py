@@ -602,6 +602,34 @@ def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> 
     assert str(home / "lib64" / "libcuda.so.1") in deps
 
 
+RUNTIME_FIRST_CU = r"""
+#include <cstdio>
+#include <cuda.h>
+int main() {
+    CUdevice dev = -1;
+    int warp = 0;
+    CUresult before = cuCtxGetDevice(&dev);   // nothing initialized the driver yet
+    cudaFree(0);                               // the runtime's first call initializes it
+    CUresult after = cuCtxGetDevice(&dev);
+    CUresult attr = cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
+    printf("before %d after %d device %d attribute %d warp %d\n", (int)before, (int)after, dev,
+           (int)attr, warp);
+}
+"""
+
+
+@needs_toolchain
+def test_runtime_call_initializes_the_driver_api(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    # NVIDIA's cuda-vmm blog sample's shape: `cudaFree(0)` and then driver calls without a
+    # cuInit of the program's own, which CUDA's runtime makes on its first call (cpuify's
+    # libcuda returned CUDA_ERROR_NOT_INITIALIZED = 3)
+    (tmp_path / "first.cu").write_text(RUNTIME_FIRST_CU)
+    run([*CPUIFY, "nvcc", "first.cu", "-o", "first", "-lcuda"], tmp_path, env)
+    r = subprocess.run([str(tmp_path / "first")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "before 3 after 0 device 0 attribute 0 warp 32"
+
+
 CC_CU = r"""
 #include <cstdio>
 int main() { cudaDeviceProp p; cudaGetDeviceProperties(&p, 0); printf("%d\n", p.major); }
