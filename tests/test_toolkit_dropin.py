@@ -614,6 +614,26 @@ int main() {
     CUresult attr = cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
     printf("before %d after %d device %d attribute %d warp %d\n", (int)before, (int)after, dev,
            (int)attr, warp);
+    // a copy staged through pinned memory on two streams ordered by an event, all by the
+    // driver API (The CUDA Handbook's peer2peerMemcpyDrv shape)
+    int *in, *out, *staging, *dst;
+    cudaMallocHost(&in, 4 * sizeof(int));
+    cudaMallocHost(&out, 4 * sizeof(int));
+    cudaMallocHost(&staging, 4 * sizeof(int));
+    cudaMalloc(&dst, 4 * sizeof(int));
+    for (int i = 0; i < 4; i++) { in[i] = 10 * (i + 1); out[i] = 0; }
+    cudaStream_t s1, s2;
+    cudaEvent_t copied;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEventCreate(&copied);
+    CUresult r1 = cuMemcpyHtoDAsync((CUdeviceptr)dst, in, 4 * sizeof(int), (CUstream)s1);
+    CUresult r2 = cuEventRecord((CUevent)copied, (CUstream)s1);
+    CUresult r3 = cuStreamWaitEvent((CUstream)s2, (CUevent)copied, 0);
+    CUresult r4 = cuMemcpyDtoHAsync(staging, (CUdeviceptr)dst, 4 * sizeof(int), (CUstream)s2);
+    cudaStreamSynchronize(s2);
+    printf("async %d %d %d %d copied %d %d %d %d\n", (int)r1, (int)r2, (int)r3, (int)r4,
+           staging[0], staging[1], staging[2], staging[3]);
 }
 """
 
@@ -622,12 +642,15 @@ int main() {
 def test_runtime_call_initializes_the_driver_api(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
     # NVIDIA's cuda-vmm blog sample's shape: `cudaFree(0)` and then driver calls without a
     # cuInit of the program's own, which CUDA's runtime makes on its first call (cpuify's
-    # libcuda returned CUDA_ERROR_NOT_INITIALIZED = 3)
+    # libcuda returned CUDA_ERROR_NOT_INITIALIZED = 3; the asynchronous driver copies, event
+    # records and waits returned CUDA_ERROR_NOT_SUPPORTED = 801)
     (tmp_path / "first.cu").write_text(RUNTIME_FIRST_CU)
     run([*CPUIFY, "nvcc", "first.cu", "-o", "first", "-lcuda"], tmp_path, env)
     r = subprocess.run([str(tmp_path / "first")], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == "before 3 after 0 device 0 attribute 0 warp 32"
+    # and its asynchronous copies, event records and waits go through the runtime's streams
+    assert r.stdout.splitlines() == ["before 3 after 0 device 0 attribute 0 warp 32",
+                                     "async 0 0 0 0 copied 10 20 30 40"]
 
 
 CC_CU = r"""

@@ -36,6 +36,9 @@
 #pragma weak cudaDeviceGetPCIBusId
 #pragma weak cudaDeviceGetByPCIBusId
 #pragma weak cpuify_cudart_initialized
+#pragma weak cudaMemcpyAsync
+#pragma weak cudaStreamWaitEvent
+#pragma weak cudaEventRecord
 extern int cpuify_cudart_initialized(void);
 
 /* generated with the stubs: the name of a CUresult value, NULL when there is none */
@@ -454,6 +457,42 @@ CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) {
     NEED_INIT();
     CUresult r = need_runtime("cuMemsetD8", cudaMemset != 0);
     return r != CUDA_SUCCESS ? r : from_runtime(cudaMemset((void *)(uintptr_t)dst, value, count));
+}
+
+/* the asynchronous copies, event records and waits (The CUDA Handbook's peer2peerMemcpyDrv
+ * stages a peer copy through them): a CUstream is a cudaStream_t and a CUevent a cudaEvent_t,
+ * as in CUDA, so the runtime's streams order them */
+static CUresult copy_async(const char *fn, void *dst, const void *src, size_t bytes,
+                           enum cudaMemcpyKind kind, CUstream stream) {
+    NEED_INIT();
+    CUresult r = need_runtime(fn, cudaMemcpyAsync != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream));
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
+    return copy_async("cuMemcpyHtoDAsync", (void *)(uintptr_t)dst, src, bytes, cudaMemcpyHostToDevice, stream);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return copy_async("cuMemcpyDtoHAsync", dst, (const void *)(uintptr_t)src, bytes, cudaMemcpyDeviceToHost, stream);
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return copy_async("cuMemcpyDtoDAsync", (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes,
+                      cudaMemcpyDeviceToDevice, stream);
+}
+
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuEventRecord", cudaEventRecord != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuStreamWaitEvent", cudaStreamWaitEvent != 0);
+    return r != CUDA_SUCCESS ? r
+        : from_runtime(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, flags));
 }
 
 /* errors */
