@@ -580,12 +580,18 @@ int main() {
 """
 
 
+def _driver_program(tmp_path: Path, env: dict[str, str], name: str, source: str) -> subprocess.CompletedProcess[str]:
+    """`source` built with `cpuify nvcc NAME.cu -lcuda` and run; it must exit with 0."""
+    (tmp_path / f"{name}.cu").write_text(source)
+    run([*CPUIFY, "nvcc", f"{name}.cu", "-o", name, "-lcuda"], tmp_path, env)
+    r = subprocess.run([str(tmp_path / name)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 @needs_toolchain
 def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
-    (tmp_path / "drv.cu").write_text(DRIVER_API_CU)
-    run([*CPUIFY, "nvcc", "drv.cu", "-o", "drv", "-lcuda"], tmp_path, env)
-    r = subprocess.run([str(tmp_path / "drv")], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _driver_program(tmp_path, env, "drv", DRIVER_API_CU)
     rt = subprocess.run([*CPUIFY, "run", str(tmp_path / "drv.cu"), "-lcuda"], env=env,
                         capture_output=True, text=True, timeout=600)
     assert rt.stdout == r.stdout            # cpuify run builds it the same way
@@ -644,10 +650,7 @@ def test_runtime_call_initializes_the_driver_api(tmp_path: Path, home: Path, env
     # cuInit of the program's own, which CUDA's runtime makes on its first call (cpuify's
     # libcuda returned CUDA_ERROR_NOT_INITIALIZED = 3; the asynchronous driver copies, event
     # records and waits returned CUDA_ERROR_NOT_SUPPORTED = 801)
-    (tmp_path / "first.cu").write_text(RUNTIME_FIRST_CU)
-    run([*CPUIFY, "nvcc", "first.cu", "-o", "first", "-lcuda"], tmp_path, env)
-    r = subprocess.run([str(tmp_path / "first")], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _driver_program(tmp_path, env, "first", RUNTIME_FIRST_CU)
     # and its asynchronous copies, event records and waits go through the runtime's streams
     assert r.stdout.splitlines() == ["before 3 after 0 device 0 attribute 0 warp 32",
                                      "async 0 0 0 0 copied 10 20 30 40"]
