@@ -135,6 +135,17 @@ def test_device_printf_shows_at_the_next_synchronizing_call(exe: Path) -> None:
                                      "device after the flag", "host after sync"]
 
 
+def test_host_threads_launching_in_a_loop_leave_frees_room(exe: Path) -> None:
+    # NVIDIA's cuda-vmm blog sample's shape: threads launch short kernels into their own
+    # streams without end while the main thread allocates and frees.  A stream's queue is
+    # bounded (a launch into a full queue waits, as a GPU's launch queue blocks the host):
+    # unbounded, the launchers outran the kernels and each free, waiting for all the work
+    # issued before it, waited longer than the one before (the program never finished).
+    r = run(exe, "launchers")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["frees 20 kernels counted all"]
+
+
 def test_exit_with_a_launch_in_flight_waits_for_it(exe: Path) -> None:
     # main returns right after the launch; the kernel completes (its printf reaches stdout)
     # before the program's own atexit handler, registered before the launch, runs

@@ -588,12 +588,18 @@ int main() {
 """
 
 
+def _driver_program(tmp_path: Path, env: dict[str, str], name: str, source: str) -> subprocess.CompletedProcess[str]:
+    """`source` built with `cpuify nvcc NAME.cu -lcuda` and run; it must exit with 0."""
+    (tmp_path / f"{name}.cu").write_text(source)
+    run([*CPUIFY, "nvcc", f"{name}.cu", "-o", name, "-lcuda"], tmp_path, env)
+    r = subprocess.run([str(tmp_path / name)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 @needs_toolchain
 def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
-    (tmp_path / "drv.cu").write_text(DRIVER_API_CU)
-    run([*CPUIFY, "nvcc", "drv.cu", "-o", "drv", "-lcuda"], tmp_path, env)
-    r = subprocess.run([str(tmp_path / "drv")], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _driver_program(tmp_path, env, "drv", DRIVER_API_CU)
     rt = subprocess.run([*CPUIFY, "run", str(tmp_path / "drv.cu"), "-lcuda"], env=env,
                         capture_output=True, text=True, timeout=600)
     assert rt.stdout == r.stdout            # cpuify run builds it the same way
@@ -608,6 +614,54 @@ def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> 
     assert r.stderr.count("cuModuleLoad") == 1, r.stderr
     deps = subprocess.run(["ldd", str(tmp_path / "drv")], capture_output=True, text=True).stdout
     assert str(toolkit_directory(home) / "lib64" / "libcuda.so.1") in deps
+
+
+RUNTIME_FIRST_CU = r"""
+#include <cstdio>
+#include <cuda.h>
+int main() {
+    CUdevice dev = -1;
+    int warp = 0;
+    CUresult before = cuCtxGetDevice(&dev);   // nothing initialized the driver yet
+    cudaFree(0);                               // the runtime's first call initializes it
+    CUresult after = cuCtxGetDevice(&dev);
+    CUresult attr = cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
+    printf("before %d after %d device %d attribute %d warp %d\n", (int)before, (int)after, dev,
+           (int)attr, warp);
+    // a copy staged through pinned memory on two streams ordered by an event, all by the
+    // driver API (The CUDA Handbook's peer2peerMemcpyDrv shape)
+    int *in, *out, *staging, *dst;
+    cudaMallocHost(&in, 4 * sizeof(int));
+    cudaMallocHost(&out, 4 * sizeof(int));
+    cudaMallocHost(&staging, 4 * sizeof(int));
+    cudaMalloc(&dst, 4 * sizeof(int));
+    for (int i = 0; i < 4; i++) { in[i] = 10 * (i + 1); out[i] = 0; }
+    cudaStream_t s1, s2;
+    cudaEvent_t copied;
+    cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEventCreate(&copied);
+    CUresult r1 = cuMemcpyHtoDAsync((CUdeviceptr)dst, in, 4 * sizeof(int), (CUstream)s1);
+    CUresult r2 = cuEventRecord((CUevent)copied, (CUstream)s1);
+    CUresult r3 = cuStreamWaitEvent((CUstream)s2, (CUevent)copied, 0);
+    CUresult r4 = cuMemcpyDtoHAsync(staging, (CUdeviceptr)dst, 4 * sizeof(int), (CUstream)s2);
+    cudaStreamSynchronize(s2);
+    printf("async %d %d %d %d copied %d %d %d %d\n", (int)r1, (int)r2, (int)r3, (int)r4,
+           staging[0], staging[1], staging[2], staging[3]);
+}
+"""
+
+
+@needs_toolchain
+def test_runtime_call_initializes_the_driver_api(tmp_path: Path, home: Path, env: dict[str, str]) -> None:
+    # NVIDIA's cuda-vmm blog sample's shape: `cudaFree(0)` and then driver calls without a
+    # cuInit of the program's own, which CUDA's runtime makes on its first call (cpuify's
+    # libcuda returned CUDA_ERROR_NOT_INITIALIZED = 3; the asynchronous driver copies, event
+    # records and waits returned CUDA_ERROR_NOT_SUPPORTED = 801)
+    r = _driver_program(tmp_path, env, "first", RUNTIME_FIRST_CU)
+    # and its asynchronous copies, event records and waits go through the runtime's streams
+    assert r.stdout.splitlines() == ["before 3 after 0 device 0 attribute 0 warp 32",
+                                     "async 0 0 0 0 copied 10 20 30 40"]
 
 
 CC_CU = r"""

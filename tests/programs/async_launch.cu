@@ -56,6 +56,14 @@ __global__ void slow_then_print(int *out, int iters) {
     printf("kernel done\n");
 }
 
+// counts itself after about `clocks` clock64() ticks of work
+__global__ void tick(unsigned long long *count, long long clocks) {
+    long long start = clock64();
+    while (clock64() - start < clocks) {
+    }
+    atomicAdd(count, 1ULL);
+}
+
 static int *g_exit_out;
 static void at_exit() { printf("atexit sees %d\n", *g_exit_out); }
 
@@ -188,6 +196,41 @@ int main(int argc, char **argv) {
         fflush(stdout);
         printf("sync %s\n", name(cudaDeviceSynchronize()));
         printf("then %s\n", name(cudaMemset(out, 0, 4)));
+    } else if (!strcmp(what, "launchers")) {
+        // two host threads launch into streams of their own as fast as they can while the
+        // main thread allocates and frees (each free waits for the work issued before it)
+        unsigned long long *count;
+        CHECK(cudaMallocManaged(&count, sizeof *count));
+        *count = 0;
+        std::atomic<bool> go(true);
+        std::atomic<long> launched(0);
+        std::atomic<int> ready(0);
+        auto launcher = [&] {
+            cudaStream_t s;
+            CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+            for (bool first = true; go.load(); first = false) {
+                tick<<<1, 1, 0, s>>>(count, 20000);
+                launched++;
+                if (first) ready++;
+            }
+            CHECK(cudaStreamSynchronize(s));
+            CHECK(cudaStreamDestroy(s));
+        };
+        std::thread a(launcher), b(launcher);
+        while (ready.load() < 2) {
+        }
+        int frees = 0;
+        for (int i = 0; i < 20; i++) {
+            int *p;
+            CHECK(cudaMalloc(&p, sizeof(int)));
+            CHECK(cudaFree(p));
+            frees++;
+        }
+        go = false;
+        a.join();
+        b.join();
+        CHECK(cudaDeviceSynchronize());
+        printf("frees %d kernels counted %s\n", frees, *count == (unsigned long long)launched.load() ? "all" : "not all");
     } else if (!strcmp(what, "exit")) {
         // returns from main with a launch in flight: the kernel completes first
         CHECK(cudaMallocManaged(&g_exit_out, sizeof(int)));

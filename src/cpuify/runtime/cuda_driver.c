@@ -35,6 +35,11 @@
 #pragma weak cudaDeviceDisablePeerAccess
 #pragma weak cudaDeviceGetPCIBusId
 #pragma weak cudaDeviceGetByPCIBusId
+#pragma weak cpuify_cudart_initialized
+#pragma weak cudaMemcpyAsync
+#pragma weak cudaStreamWaitEvent
+#pragma weak cudaEventRecord
+extern int cpuify_cudart_initialized(void);
 
 /* generated with the stubs: the name of a CUresult value, NULL when there is none */
 extern const char *cpuify_cu_error_name(int value);
@@ -97,7 +102,13 @@ static int context_device(CUcontext ctx) {
     return (int)(c - g_primary_context);
 }
 
-#define NEED_INIT() do { if (!atomic_load(&g_initialized)) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
+/* cuInit was called, or the program has called the CUDA runtime, which initializes the driver
+ * API on its first call as CUDA's does (`cudaFree(0); cuCtxGetDevice(&dev);`) */
+static int initialized(void) {
+    return atomic_load(&g_initialized) || (cpuify_cudart_initialized && cpuify_cudart_initialized());
+}
+
+#define NEED_INIT() do { if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
 #define CHECK_DEVICE(d) do { if ((d) < 0 || (d) >= device_count()) return CUDA_ERROR_INVALID_DEVICE; } while (0)
 
 /* The thread's context stack; a thread starts with the runtime's current device's primary
@@ -175,7 +186,7 @@ static CUresult properties(const char *fn, CUdevice dev, struct cudaDeviceProp *
 }
 
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
-    if (!name || len <= 0) return atomic_load(&g_initialized) ? CUDA_ERROR_INVALID_VALUE
+    if (!name || len <= 0) return initialized() ? CUDA_ERROR_INVALID_VALUE
                                                               : CUDA_ERROR_NOT_INITIALIZED;
     struct cudaDeviceProp p;
     CUresult r = properties("cuDeviceGetName", dev, &p);
@@ -186,7 +197,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
 }
 
 CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
-    if (!bytes) return atomic_load(&g_initialized) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    if (!bytes) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
     struct cudaDeviceProp p;
     CUresult r = properties("cuDeviceTotalMem", dev, &p);
     if (r == CUDA_SUCCESS) *bytes = p.totalGlobalMem;
@@ -194,7 +205,7 @@ CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
 }
 
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
-    if (!uuid) return atomic_load(&g_initialized) ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    if (!uuid) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
     struct cudaDeviceProp p;
     CUresult r = properties("cuDeviceGetUuid", dev, &p);
     if (r == CUDA_SUCCESS) memcpy(uuid->bytes, p.uuid.bytes, sizeof uuid->bytes);
@@ -446,6 +457,42 @@ CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count) {
     NEED_INIT();
     CUresult r = need_runtime("cuMemsetD8", cudaMemset != 0);
     return r != CUDA_SUCCESS ? r : from_runtime(cudaMemset((void *)(uintptr_t)dst, value, count));
+}
+
+/* the asynchronous copies, event records and waits (The CUDA Handbook's peer2peerMemcpyDrv
+ * stages a peer copy through them): a CUstream is a cudaStream_t and a CUevent a cudaEvent_t,
+ * as in CUDA, so the runtime's streams order them */
+static CUresult copy_async(const char *fn, void *dst, const void *src, size_t bytes,
+                           enum cudaMemcpyKind kind, CUstream stream) {
+    NEED_INIT();
+    CUresult r = need_runtime(fn, cudaMemcpyAsync != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)stream));
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream) {
+    return copy_async("cuMemcpyHtoDAsync", (void *)(uintptr_t)dst, src, bytes, cudaMemcpyHostToDevice, stream);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return copy_async("cuMemcpyDtoHAsync", dst, (const void *)(uintptr_t)src, bytes, cudaMemcpyDeviceToHost, stream);
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+    return copy_async("cuMemcpyDtoDAsync", (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes,
+                      cudaMemcpyDeviceToDevice, stream);
+}
+
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuEventRecord", cudaEventRecord != 0);
+    return r != CUDA_SUCCESS ? r : from_runtime(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuStreamWaitEvent", cudaStreamWaitEvent != 0);
+    return r != CUDA_SUCCESS ? r
+        : from_runtime(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, flags));
 }
 
 /* errors */

@@ -103,9 +103,24 @@ static cudaError_t fail(cudaError_t e) {
     return e;
 }
 
+/* Whether the program has called the runtime: CUDA's runtime initializes the driver API
+ * (cuInit) on its first call, so that driver calls after e.g. `cudaFree(0)` work without a
+ * cuInit of the program's own (cuda_driver.c asks cpuify_cudart_initialized). */
+static atomic_int g_runtime_used;
+
+static void runtime_used(void) {
+    if (!atomic_load_explicit(&g_runtime_used, memory_order_relaxed))
+        atomic_store_explicit(&g_runtime_used, 1, memory_order_relaxed);
+}
+
+CPUIFY_API int cpuify_cudart_initialized(void) {
+    return atomic_load_explicit(&g_runtime_used, memory_order_relaxed);
+}
+
 /* Returns the sticky error (a kernel failed earlier), also recording it as last error,
  * without waiting for the launches in flight (kernel launches, error queries). */
 static cudaError_t sticky_now(void) {
+    runtime_used();
     int e = atomic_load_explicit(&g_sticky, memory_order_relaxed);
     if (e) tls_last_error = (cudaError_t)e;
     return (cudaError_t)e;
@@ -1762,6 +1777,7 @@ static int clock_rate_khz(void) {
  * occupancy API's blocks per multiprocessor x the workers), no memory pools; device memory is host memory (integrated, managed and pageable memory work). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (!p) return fail(cudaErrorInvalidValue);
+    runtime_used();
     if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
     const cc_limits lim = device_limits();
     memset(p, 0, sizeof *p);
@@ -1903,6 +1919,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 
 cudaError_t cudaGetDeviceCount(int *count) {
     if (!count) return fail(cudaErrorInvalidValue);
+    runtime_used();
     *count = device_count();
     return cudaSuccess;
 }

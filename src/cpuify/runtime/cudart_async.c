@@ -30,6 +30,8 @@
  * the order of the stream set on their handle, then run at the call.  Every other API call
  * that touches device work or memory (frees, cudaDeviceSynchronize, graph instantiation and
  * changes, ...) waits for all the work issued before it (cpuify_cudart_wait_launches).
+ * A stream holds at most QUEUE_DEPTH items not yet run; issuing one more waits for its
+ * oldest, as a full launch queue of a GPU blocks the host.
  *
  * Errors: a kernel that fails makes the error sticky as before; its error also becomes the
  * last error (cudaGetLastError) of the first host thread that synchronizes or asks for the
@@ -115,6 +117,10 @@ struct cpuify_queue {
     int released;                    /* its stream is gone: reuse the queue once drained */
 };
 typedef struct cpuify_queue queue;
+
+/* the most items a stream holds not yet run (see enqueue): enough to keep the worker pool,
+ * which runs one grid at a time, busy while the host issues the next */
+#define QUEUE_DEPTH 64
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static queue g_legacy = {.blocking = 1, .legacy = 1, .wake_at = UINT64_MAX,
@@ -500,6 +506,15 @@ static int enqueue(item *it, cudaStream_t s, const dep *extra) {
         pthread_mutex_unlock(&g_lock);
         free(it);
         return 0;
+    }
+    /* a stream holds at most QUEUE_DEPTH items not yet run: issuing more waits for the
+     * oldest, as a GPU's launch queue blocks the host when it is full (else a thread that
+     * launches in a loop grows the queue without end, and every synchronizing call of
+     * another thread waits for all of it) */
+    if (q->issued - atomic_load(&q->done) >= QUEUE_DEPTH) {
+        host_wait_begin_locked();
+        wait_dep_locked((dep){q, q->issued - QUEUE_DEPTH + 1});
+        host_wait_end_locked();
     }
     append_locked(q, it);
     pthread_cond_signal(&q->work);
