@@ -409,3 +409,33 @@ def test_hotspot_matches_numpy(nx, ny):
         out = np.zeros((ny, nx), np.float32)
         f((-(-nx // 16), -(-ny // 16)), (16, 16), (tin, power, out, np.int32(nx), np.int32(ny)))
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+# warp-striped loads (CUB's BlockLoad: a warp's items contiguous, `tid & ~31` and `tid & 31`):
+# the entry segment runs its threads in lane groups, and the next block's addresses are
+# computed for probe threads outside that loop (they referenced the lane loop's variables:
+# LLVM's verifier refused the specialized module, "Instruction does not dominate all uses")
+WARP_STRIPED = r'''
+extern "C" __global__ void warp_striped(const int *in, int *out) {
+    __shared__ int s[256 * 9];
+    int tid = threadIdx.x;
+    int warp = tid & ~31, lane = tid & 31;
+    const int *base = in + blockIdx.x * 256 * 9;
+    for (int k = 0; k < 9; k++) s[warp * 9 + lane + k * 32] = base[warp * 9 + lane + k * 32];
+    __syncthreads();
+    int acc = 0;
+    for (int k = 0; k < 9; k++) acc += s[tid * 9 + k];
+    out[blockIdx.x * 256 + tid] = acc;
+}
+'''
+
+
+def test_warp_striped_loads_in_lane_groups(run_twice):
+    blocks = 37
+    x = np.random.default_rng(7).integers(-1000, 1000, blocks * 256 * 9).astype(np.int32)
+    out = np.empty(blocks * 256, np.int32)
+    mod = cpuify.RawModule(code=WARP_STRIPED)
+    generic, specialized = run_twice(mod, "warp_striped", (blocks,), (256,), (x, out), out)
+    want = x.reshape(-1, 9).sum(axis=1)
+    np.testing.assert_array_equal(generic, want)
+    np.testing.assert_array_equal(specialized, want)

@@ -45,14 +45,18 @@ class SpeculativeValues(SyncCrossing):
         values and the thread indices afterwards."""
         saved = (self.builder, self.vals, getattr(self, "tid", None),
                  getattr(self, "linear_tid", None), getattr(self, "linear_tid64", None),
-                 getattr(self, "local_base", None), self.speculating)
+                 getattr(self, "local_base", None), self.speculating, self.lane_group)
         self.builder = b
         self.speculating = True
+        # (the thread loop's lane group is its loop variables: a thread index of another
+        # thread is no lane of it; CUB's warp scan after a lane-grouped segment referenced
+        # them from the next-block prefetch, outside their loop)
+        self.lane_group = None
         try:
             yield
         finally:
             (self.builder, self.vals, self.tid, self.linear_tid, self.linear_tid64,
-             self.local_base, self.speculating) = saved
+             self.local_base, self.speculating, self.lane_group) = saved
 
     def as_thread(self, tid: list[ir.Value], linear: int | ir.Value) -> None:
         """Within speculation(): compute values from here on as thread `tid` (x, y, z)
