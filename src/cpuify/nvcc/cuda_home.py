@@ -276,6 +276,7 @@ def stable_cuda_home() -> Path:
             return root
     except OSError:
         pass
+    (home.parent / STABLE_DIR).mkdir(mode=0o700, exist_ok=True)
     _mirror(home, root, "")
     _replace_link(f"{home.name}", target, text=True)
     return root
@@ -300,7 +301,7 @@ def _replace_link(target: str, path: Path, text: bool = False) -> None:
 
 
 def _mirror(src: Path, dst: Path, rel: str) -> None:
-    dst.mkdir(mode=0o700, parents=True, exist_ok=True)
+    dst.mkdir(mode=0o700, exist_ok=True)
     names = set(os.listdir(src))
     for name in sorted(names):
         sub = f"{rel}/{name}" if rel else name
