@@ -126,8 +126,9 @@ def optimize_kernel(kernel_op, pipeline: PipelineOptions,  # type: ignore[no-unt
     if block_dims is not None and tuple(block_run) != (1, 1):
         kernel_op.attributes["block_run_request"] = [int(x) for x in block_run]
     result = run_pipeline(kernel_op, pipeline)
-    if os.environ.get("CPUIFY_PASS_LOG"):
-        _log_passes(os.environ["CPUIFY_PASS_LOG"], kernel_op, block_dims, result)
+    log = os.environ.get("CPUIFY_PASS_LOG")
+    if log:
+        _log_passes(log, kernel_op, block_dims, result)
     # warp-wide matrix instructions as code generation runs them (not optional)
     lower_warp_matrix_ops(kernel_op)
     # (passes may declare variables of their own: the kernel as its op now reads)

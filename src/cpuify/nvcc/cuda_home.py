@@ -30,8 +30,9 @@ directory under a name that hashes everything it is made of; it is built in a te
 directory and renamed into place, so processes that build it at the same time are safe.
 
 What `cpuify cuda-home` prints (and `nvcc -v` gives CMake as TOP) is a stable path to it:
-`cuda-home/<key of this installation>` in the cache directory, a symbolic link moved to the
-current directory whenever cpuify, its runtime or the wheels change.  A build directory
+`cuda-home/<key of this installation>` in the cache directory, a mirror of it made of links
+(stable_cuda_home), moved to the current directory whenever cpuify, its runtime or the
+wheels change.  A build directory
 configured once (CMake caches the compiler's and the libraries' paths) then compiles with
 the headers and links the runtime of the cpuify that runs its `bin/nvcc`, after an upgrade
 too; one configured with a toolkit directory's own name (before there was a stable path)
@@ -194,7 +195,7 @@ def toolkit_release(tk: Toolkit) -> str:
 
 #: set by bin/nvcc to the path it was run by ($0): the driver tells a stale toolkit directory
 INVOKED_AS = "CPUIFY_NVCC_INVOKED_AS"
-#: the cache's subdirectory of stable paths (one symbolic link per installation of cpuify)
+#: the cache's subdirectory of stable paths (one mirror per installation of cpuify)
 STABLE_DIR = "cuda-home"
 
 
@@ -278,7 +279,7 @@ def stable_cuda_home() -> Path:
         pass
     (home.parent / STABLE_DIR).mkdir(mode=0o700, exist_ok=True)
     _mirror(home, root, "")
-    _replace_link(f"{home.name}", target, text=True)
+    cache.write_private_file(target, home.name.encode())
     return root
 
 
@@ -289,14 +290,10 @@ _MIRROR_TARGET = ".cpuify-mirror-of"
 _MIRROR_DIRS = ("bin", "lib64", "lib64/stubs")
 
 
-def _replace_link(target: str, path: Path, text: bool = False) -> None:
-    """`path` made a symbolic link to `target` (with `text`: a file holding it), atomically."""
+def _replace_link(target: str, path: Path) -> None:
+    """`path` made a symbolic link to `target`, atomically."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    if text:
-        tmp.write_text(target)
-        tmp.chmod(0o600)
-    else:
-        os.symlink(target, tmp)
+    os.symlink(target, tmp)
     os.replace(tmp, path)
 
 
@@ -311,9 +308,8 @@ def _mirror(src: Path, dst: Path, rel: str) -> None:
                 (dst / name).unlink()
             _mirror(entry, dst / name, sub)
         elif rel == "bin" and entry.is_file():
-            tmp = dst / f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-            shutil.copy2(entry, tmp)
-            os.replace(tmp, dst / name)
+            cache.write_private_file(dst / name, entry.read_bytes(),
+                                     executable=os.access(entry, os.X_OK))
         elif entry.is_symlink() and not os.path.isabs(os.readlink(entry)):
             _replace_link(os.readlink(entry), dst / name)    # (lib -> lib64, the .so chains)
         elif not (dst / name).is_dir() or (dst / name).is_symlink():
@@ -332,7 +328,7 @@ def toolkit_home() -> Path:
 
 def check_invoked_home(invoked_as: str) -> str | None:
     """bin/nvcc was run as `invoked_as` ($0).  Through this installation's stable path: the
-    link is moved to the current toolkit directory first (made if need be), so that the
+    mirror is moved to the current toolkit directory first (made if need be), so that the
     headers and libraries the build names through it are this cpuify's.  From a toolkit
     directory's own name that is not the current one (a build configured before cpuify,
     its runtime or the wheels changed, and before there was a stable path): a note that
