@@ -510,6 +510,39 @@ def test_cupy_module_maps_the_usual_script():
         cp.no_such_thing  # noqa: B018
 
 
+def test_cupy_creation_functions_place_data_as_cudamalloc_does():
+    """cp.empty/zeros/ones/full and their _like forms: NumPy's values, shapes, dtypes and
+    orders, with the data at a multiple of 256 bytes (NumPy's own placement of a large array
+    is 16 bytes past a page start) -- and a kernel writes through them."""
+    import cpuify.cupy as cp
+    cases = [
+        (cp.empty((1000, 1000), np.float32), np.empty((1000, 1000), np.float32), False),
+        (cp.zeros(1 << 21), np.zeros(1 << 21), True),
+        (cp.ones((3, 4), np.int16, order="F"), np.ones((3, 4), np.int16, order="F"), True),
+        (cp.full((7, 5), 3), np.full((7, 5), 3), True),
+        (cp.full((9,), 2.5, dtype=np.float32), np.full((9,), 2.5, dtype=np.float32), True),
+        (cp.zeros_like(np.ones((5, 6), order="F")), np.zeros_like(np.ones((5, 6), order="F")), True),
+        (cp.ones_like(np.arange(10)), np.ones_like(np.arange(10)), True),
+        (cp.full_like(np.arange(12.0).reshape(3, 4), -1, shape=(4, 3)),
+         np.full_like(np.arange(12.0).reshape(3, 4), -1, shape=(4, 3)), True),
+        (cp.empty_like(np.ones((2, 3), np.uint8), dtype=np.float64), np.empty((2, 3)), False),
+        (cp.zeros(()), np.zeros(()), True),
+    ]
+    for got, want, _ in cases:
+        assert got.ctypes.data % 256 == 0, got.shape
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        assert (got.flags.c_contiguous, got.flags.f_contiguous) == \
+            (want.flags.c_contiguous, want.flags.f_contiguous), got.shape
+    for got, want, check in cases:
+        if check:      # the values (empty's are whatever the memory held)
+            np.testing.assert_array_equal(got, want)
+    k = cp.RawKernel(r"""extern "C" __global__ void fill(float* v, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) v[i] = 0.5f * i; }""", "fill")
+    v = cp.empty(1000, cp.float32)
+    k((4,), (256,), (v, np.int32(1000)))
+    np.testing.assert_array_equal(v, 0.5 * np.arange(1000, dtype=np.float32))
+
+
 def test_dynamic_parallelism_runs_with_relocatable_device_code():
     src = r'''
     extern "C" __global__ void inner(float* a, int n) {

@@ -1,7 +1,11 @@
 """`import cpuify.cupy as cp`: the part of CuPy that user-kernel scripts use, on the CPU.
 
-Arrays are NumPy arrays: `cp.zeros`, `cp.arange`, `cp.float32`, `cp.sum`, ... are NumPy's
-(any name NumPy has), `cp.asarray` is `np.asarray`, `cp.asnumpy` copies as CuPy's does.
+Arrays are NumPy arrays: `cp.arange`, `cp.float32`, `cp.sum`, ... are NumPy's (any name
+NumPy has), `cp.asarray` is `np.asarray`, `cp.asnumpy` copies as CuPy's does.  The creation
+functions (`cp.empty`, `cp.zeros`, `cp.ones`, `cp.full` and their `_like` forms) are
+NumPy's with CuPy's placement: the data starts at a multiple of 256 bytes, as cudaMalloc's
+and CuPy's memory pool's does (NumPy puts a large array 16 bytes past a page start, and a
+kernel whose rows are whole cache lines then splits every row access across two lines).
 Kernels are cpuify's: `cp.RawKernel`, `cp.RawModule`, `cp.ElementwiseKernel`,
 `cp.ReductionKernel`.  `cp.cuda` holds a Device, Stream and Event that keep CuPy's
 interface where the CPU has a meaning for it (launches are synchronous, so synchronizing
@@ -30,6 +34,75 @@ def asnumpy(a: Any, stream: Any = None, order: str = "C", out: Any = None,
         out[...] = a
         return out
     return numpy.array(a, order=order, copy=True)
+
+
+ALIGNMENT = 256   # bytes: cudaMalloc's guarantee, and CuPy's memory pool's
+
+
+def _aligned(shape: Any, dtype: Any, order: str, fill: Any) -> numpy.ndarray:
+    """A new array of `shape` whose data starts at a multiple of ALIGNMENT bytes; `fill`
+    None leaves it uninitialized, 0 takes zeroed memory (calloc's lazily zeroed pages, as
+    numpy.zeros), anything else is written."""
+    dt = numpy.dtype(float if dtype is None else dtype)
+    shape = (shape,) if isinstance(shape, (int, numpy.integer)) else tuple(shape)
+    size = int(numpy.prod(shape, dtype=numpy.int64)) * dt.itemsize
+    zeroed = fill is not None and numpy.all(numpy.asarray(fill) == 0)
+    raw = (numpy.zeros if zeroed else numpy.empty)(size + ALIGNMENT, numpy.uint8)
+    start = (-raw.ctypes.data) % ALIGNMENT
+    out = raw[start:start + size].view(dt).reshape(shape, order="F" if order == "F" else "C")
+    if fill is not None and not zeroed:
+        out[...] = fill
+    return out
+
+
+def _like_order(a: Any, order: str) -> str:
+    if order == "K" or order == "A":
+        return "F" if numpy.isfortran(numpy.asarray(a)) else "C"
+    return order
+
+
+def empty(shape: Any, dtype: Any = float, order: str = "C") -> numpy.ndarray:
+    return _aligned(shape, dtype, order, None)
+
+
+def zeros(shape: Any, dtype: Any = float, order: str = "C") -> numpy.ndarray:
+    return _aligned(shape, dtype, order, 0)
+
+
+def ones(shape: Any, dtype: Any = float, order: str = "C") -> numpy.ndarray:
+    return _aligned(shape, dtype, order, 1)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> numpy.ndarray:
+    if dtype is None:
+        dtype = numpy.asarray(fill_value).dtype
+    return _aligned(shape, dtype, order, fill_value)
+
+
+def _like(a: Any, dtype: Any, order: str, shape: Any, fill: Any) -> numpy.ndarray:
+    a = numpy.asarray(a)
+    return _aligned(a.shape if shape is None else shape, a.dtype if dtype is None else dtype,
+                    _like_order(a, order), fill)
+
+
+def empty_like(a: Any, dtype: Any = None, order: str = "K", subok: Any = None,
+               shape: Any = None) -> numpy.ndarray:
+    return _like(a, dtype, order, shape, None)
+
+
+def zeros_like(a: Any, dtype: Any = None, order: str = "K", subok: Any = None,
+               shape: Any = None) -> numpy.ndarray:
+    return _like(a, dtype, order, shape, 0)
+
+
+def ones_like(a: Any, dtype: Any = None, order: str = "K", subok: Any = None,
+              shape: Any = None) -> numpy.ndarray:
+    return _like(a, dtype, order, shape, 1)
+
+
+def full_like(a: Any, fill_value: Any, dtype: Any = None, order: str = "K", subok: Any = None,
+              shape: Any = None) -> numpy.ndarray:
+    return _like(a, dtype, order, shape, fill_value)
 
 
 def asarray(a: Any, dtype: Any = None, order: Any = None, *, blocking: bool = False) -> numpy.ndarray:
@@ -172,7 +245,8 @@ _cuda._current = _Stream.null                # type: ignore[attr-defined]
 cuda = _cuda
 
 __all__ = ["RawKernel", "RawModule", "ElementwiseKernel", "ReductionKernel", "asnumpy",
-           "asarray", "get_array_module", "cuda", "ndarray"]
+           "asarray", "get_array_module", "cuda", "ndarray", "empty", "zeros", "ones", "full",
+           "empty_like", "zeros_like", "ones_like", "full_like"]
 
 
 def __getattr__(name: str) -> Any:
