@@ -22,7 +22,7 @@ from cpuify.analysis.access_maps import (
 from cpuify.errors import CpuifyError
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.interp import interpret_kernel
-from cpuify.interp.machine import Thread
+from cpuify.interp.thread import Thread
 
 SRC = r"""
 extern "C" __global__ void axpy(int n, float a, const float* x, float* y) {

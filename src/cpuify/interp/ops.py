@@ -30,7 +30,7 @@ from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import has, mods
 
 if TYPE_CHECKING:
-    from cpuify.interp.machine import Thread
+    from cpuify.interp.thread import Thread
 
 Handler = Callable[["Thread", Operation], None]
 PTX_OPS: dict[str, Handler] = {}

@@ -32,7 +32,7 @@ from cpuify.ir.ptx_table import (
 )
 
 if TYPE_CHECKING:
-    from cpuify.interp.machine import Thread
+    from cpuify.interp.thread import Thread
 
 Typed = tuple[Any, str]          # a value and its PTX type
 

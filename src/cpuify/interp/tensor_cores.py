@@ -28,7 +28,7 @@ from cpuify.lifting.tensor_cores import (
 )
 
 if TYPE_CHECKING:
-    from cpuify.interp.machine import Thread
+    from cpuify.interp.thread import Thread
 
 _BITS = {"f16": 16, "bf16": 16, "s8": 8, "u8": 8}
 

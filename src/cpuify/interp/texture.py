@@ -24,7 +24,7 @@ from cpuify.ir.core import Operation
 from cpuify.ir.modifiers import mods, types
 
 if TYPE_CHECKING:
-    from cpuify.interp.machine import Thread
+    from cpuify.interp.thread import Thread
 
 F = np.float32
 TEX_MAGIC, SURF_MAGIC = 0x31584554, 0x31525553
