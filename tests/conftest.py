@@ -1,9 +1,21 @@
 """Test options: `--runslow` runs the tests marked `slow` (long-running; skipped by default,
-so that the README's test command stays quick)."""
+so that the README's test command stays quick).  Under pytest-xdist (`-n 2`), each worker
+process compiles into a cache directory of its own: tests that count cache entries or
+clear the cache must not see another worker's compiles."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        from cpuify import cache
+        # (beside the cache, not inside it: its eviction owns what is inside)
+        os.environ["CPUIFY_CACHE_DIR"] = str(cache.location().parent / f"cpuify-pytest-{worker}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
