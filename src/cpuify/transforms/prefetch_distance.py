@@ -45,6 +45,10 @@ from cpuify.ir.modifiers import ORDERED as _ORDERED
 
 #: the attribute on a block barrier: iterations ahead its segment prefetches
 ATTRIBUTE = "prefetch_ahead"
+#: ... and, on the barriers of a loop streaming data of its own, the blocks ahead (1: block
+#: blockIdx.x + 1, which the worker runs next) whose lines of the segment's own iteration it
+#: prefetches instead (`prefetch_ahead` is then 1: the iteration the segment runs)
+NEXT_BLOCK = "prefetch_next_block"
 #: iterations ahead for a loop that streams data of its own (pathfinder, one thread, CPU
 #: time, medians of 12 alternating rounds: see the module docstring and docs/usage.md)
 FAR_AHEAD = 5
@@ -121,14 +125,17 @@ def streams_own_data(loop: list[Operation], sources: _Sources, indices: set[str]
 
 @register("stream-prefetch-distance",
           "block barriers in loops that stream data of their own (every global load "
-          "addressed from every block index) marked: their segments prefetch 5 iterations "
-          "ahead, not 2 (code specialized for a block shape)")
+          "addressed from every block index) marked: their segments prefetch the lines of "
+          "their iteration in the next block, into L2 (or, next_block=false, 5 iterations "
+          "ahead, not 2; code specialized for a block shape)")
 @dataclass(frozen=True)
 class StreamPrefetchDistance:
     """Pass: marks the block barriers of loops whose global loads stream this block's own
-    data with `prefetch_ahead` (see the module docstring); returns how many it marked."""
+    data with `prefetch_next_block` (`next_block`, where the kernel reads blockIdx.x) or
+    `prefetch_ahead` (see the module docstring); returns how many it marked."""
     name: str = "stream-prefetch-distance"
     ahead: int = FAR_AHEAD
+    next_block: bool = True
     form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
@@ -144,6 +151,10 @@ class StreamPrefetchDistance:
                         and ATTRIBUTE not in o.attributes]
             if barriers and streams_own_data(loop, sources, indices):
                 for b in barriers:
-                    b.attributes[ATTRIBUTE] = int(self.ahead)
+                    if self.next_block and "%ctaid.x" in indices:
+                        b.attributes[ATTRIBUTE] = 1
+                        b.attributes[NEXT_BLOCK] = 1
+                    else:
+                        b.attributes[ATTRIBUTE] = int(self.ahead)
                     marked += 1
         return marked
