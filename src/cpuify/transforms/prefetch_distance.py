@@ -1,5 +1,5 @@
-"""`stream-prefetch-distance`: how many iterations ahead a loop with block barriers
-prefetches its global loads, recorded on its barriers.
+"""`stream-prefetch-distance`: how far ahead a loop with block barriers prefetches its
+global loads (the next block's lines, or iterations ahead), recorded on its barriers.
 
 In code specialized for a block shape, the segment of a loop with barriers whose
 block-uniform counter crosses a barrier prefetches, after its thread loop, the lines its
@@ -18,12 +18,19 @@ pays depends on where the lines come from:
   one thread, CPU time: 2 iterations ahead 50.8 ms, 4 ahead 52.1 ms, 5 ahead 54.8 ms).
 
 The pass marks every block barrier (`upir.barrier`, not the soft barriers of the
-interchanges) inside a loop of the first kind with `prefetch_ahead = N` (the option
-`ahead`, default FAR_AHEAD); code generation prefetches that many iterations ahead in the
-segments resuming at those barriers, and LOOP_PREFETCH_AHEAD (2) where there is no mark
+interchanges) inside a loop of the first kind.  In a kernel that reads blockIdx.x (option
+`next_block`, default on) with `prefetch_next_block = 1` and `prefetch_ahead = 1`: the
+segments resuming there prefetch the lines of their own iteration in block blockIdx.x + 1,
+which the worker runs next (block_sched.c hands out chunks of consecutive blocks), into L2.
+Iterations ahead within the block leave its first iterations unprefetched and fetch past
+its last (pathfinder: 20 rows a block, 5 ahead: a quarter of the rows each way); a block
+ahead covers every row with a block's time to spare.  Otherwise with `prefetch_ahead = N`
+(the option `ahead`, default FAR_AHEAD): N iterations ahead, into L1.  Code generation
+prefetches LOOP_PREFETCH_AHEAD (2) iterations ahead where there is no mark
 (`--disable-pass=stream-prefetch-distance`).  Pathfinder (100000 x 100, one thread, CPU
-time, alternating in one process, 2026-11-28, AMD EPYC VM at load 4-5): 2 ahead 7.35 ms
-median, 5 ahead 5.76 ms.
+time, 2026-11-28, AMD EPYC VM): alternating in one process at load 4-5, 2 ahead 7.35 ms
+median, 5 ahead 5.76 ms; the two trees in alternating processes at load 8-10, 5 ahead
+5.8-6.1 ms best, the next block 4.2-5.6 ms.
 
 Must not fire without a block shape (no prefetches there), on a loop without barriers or
 without global loads, on a loop with a load that does not read every block index the
