@@ -219,3 +219,62 @@ def test_rows_min_matches_numpy(options, cols, rows):
         out = np.zeros(cols, np.int32)
         f(((cols + block - 1) // block,), (block,), (w, out, np.int32(cols), np.int32(rows)))
         np.testing.assert_array_equal(out, ref)
+
+
+PYRAMID_SRC = r'''
+// a shrinking pyramid of `steps` rows per launch in shared memory, a block-uniform break
+// before the second barrier, neighbours clamped to the block's valid columns
+extern "C" __global__ void pyramid_rows(int steps, const int *cost, const int *src, int *dst,
+                                        int cols, int row0, int halo) {
+    __shared__ int cur[128];
+    __shared__ int nxt[128];
+    int width = 128 - 2 * steps;
+    int x0 = width * (int)blockIdx.x - halo;
+    int t = threadIdx.x, x = x0 + t;
+    int lo = x0 < 0 ? -x0 : 0;
+    int hi = x0 + 127 > cols - 1 ? 127 - (x0 + 127 - (cols - 1)) : 127;
+    int w = max(t - 1, lo), e = min(t + 1, hi);
+    if (x >= 0 && x < cols) cur[t] = src[x];
+    __syncthreads();
+    bool done = false;
+    for (int i = 0; i < steps; i++) {
+        done = false;
+        if (t >= i + 1 && t <= 126 - i && t >= lo && t <= hi) {
+            done = true;
+            nxt[t] = min(cur[t], min(cur[w], cur[e])) + cost[(row0 + i) * cols + x];
+        }
+        __syncthreads();
+        if (i == steps - 1) break;
+        if (done) cur[t] = nxt[t];
+        __syncthreads();
+    }
+    if (done) dst[x] = nxt[t];
+}
+'''
+
+
+@pytest.mark.parametrize("cols,rows,steps", [(1000, 25, 6), (300, 10, 4), (77, 5, 2)])
+def test_pyramid_rows_match_numpy(cols, rows, steps):
+    # its loop's barriers are marked (next block); launches of `steps` rows ping-pong
+    # between two rows, each block computing 128 - 2 * steps columns of each
+    kernel = parse_ptx(compile_to_ptx(PYRAMID_SRC).ptx)
+    marks, _ = _marks(kernel, "pyramid_rows", (128, 1, 1), attribute="prefetch_next_block")
+    assert 1 in marks
+    w = np.random.default_rng(cols * rows).integers(0, 10, (rows, cols), dtype=np.int32)
+    ref = w[0].copy()
+    for r in range(1, rows):
+        m = ref.copy()
+        np.minimum(m[1:], ref[:-1], out=m[1:])
+        np.minimum(m[:-1], ref[1:], out=m[:-1])
+        ref = m + w[r]
+    f = cpuify.RawModule(code=PYRAMID_SRC).get_function("pyramid_rows")
+    bufs = [w[0].copy(), np.zeros(cols, np.int32)]
+    cost = np.ascontiguousarray(w[1:])
+    src = 0
+    for t in range(0, rows - 1, steps):
+        n = min(steps, rows - 1 - t)        # (the last launch may advance fewer rows)
+        blocks = -(-cols // (128 - 2 * n))
+        f((blocks,), (128,), (np.int32(n), cost, bufs[src], bufs[1 - src], np.int32(cols),
+                              np.int32(t), np.int32(n)))
+        src = 1 - src
+    np.testing.assert_array_equal(bufs[src], ref)
