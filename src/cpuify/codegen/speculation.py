@@ -611,9 +611,10 @@ class SpeculativeValues(SyncCrossing):
             self.ctaid = ctaid
 
     #: llvm.prefetch's locality of a streaming loop's lines for the next block: 2, into L2.
-    #: Pathfinder (100000 x 100, one thread, CPU time, 2026-11-28, AMD EPYC VM at load 5-7):
-    #: 5 iterations ahead into L1 5.5-6.1 ms; the next block's into L2 4.1-4.8 ms, into L1
-    #: 5.3-5.7 ms (its ~340 lines held the fill buffers); two blocks ahead 4.1-4.3 ms
+    #: Pathfinder (100000 x 100, one thread, CPU time, one tree compiled each way in
+    #: alternating processes, 2026-11-28, AMD EPYC VM at load 5-10): 5 iterations ahead into
+    #: L1 5.5-6.1 ms; the next block's into L2 4.1-4.8 ms, into L1 5.3-5.7 ms; two blocks
+    #: ahead into L2 4.1-4.3 ms
     STREAM_NEXT_BLOCK_LOCALITY = 2
 
     def _prefetch_probes(self, b: ir.IRBuilder, ops: list[tuple[Operation, list[tuple[int, int, int]], bool]],

@@ -29,8 +29,8 @@ ahead covers every row with a block's time to spare.  Otherwise with `prefetch_a
 prefetches LOOP_PREFETCH_AHEAD (2) iterations ahead where there is no mark
 (`--disable-pass=stream-prefetch-distance`).  Pathfinder (100000 x 100, one thread, CPU
 time, 2026-11-28, AMD EPYC VM): alternating in one process at load 4-5, 2 ahead 7.35 ms
-median, 5 ahead 5.76 ms; the two trees in alternating processes at load 8-10, 5 ahead
-5.8-6.1 ms best, the next block 4.2-5.6 ms.
+median, 5 ahead 5.76 ms; at load 8-14, `next_block=false` and the default in one process,
+11 alternating rounds: 5.71 -> 4.40 ms median (best 5.46 -> 4.10).
 
 Must not fire without a block shape (no prefetches there), on a loop without barriers or
 without global loads, on a loop with a load that does not read every block index the
