@@ -630,8 +630,12 @@ def _segment_notes(kc, r: int) -> list[str]:  # type: ignore[no-untyped-def]
     prefetched = kc.prefetches.get(r, [])
     if prefetched:
         lines = ", ".join(str(op.attributes.get("line")) for op, _, _ in prefetched)
+        sp = kc.syncs[r - 1]
+        when = "of its own iteration in the next block (blockIdx.x + 1), into L2" \
+            if sp.op.attributes.get("prefetch_next_block") else \
+            f"{kc.prefetch_advance(r)} iterations ahead"
         notes.append(f"each pass prefetches {sum(len(p) for _, p, _ in prefetched)} line(s) of "
-                     f"the accesses at PTX line(s) {lines}, {kc.prefetch_advance(r)} iterations ahead")
+                     f"the accesses at PTX line(s) {lines}, {when}")
     return notes
 
 

@@ -1,5 +1,5 @@
-"""`stream-prefetch-distance`: how many iterations ahead a loop with block barriers
-prefetches its global loads, recorded on its barriers.
+"""`stream-prefetch-distance`: how far ahead a loop with block barriers prefetches its
+global loads (the next block's lines, or iterations ahead), recorded on its barriers.
 
 In code specialized for a block shape, the segment of a loop with barriers whose
 block-uniform counter crosses a barrier prefetches, after its thread loop, the lines its
@@ -18,12 +18,19 @@ pays depends on where the lines come from:
   one thread, CPU time: 2 iterations ahead 50.8 ms, 4 ahead 52.1 ms, 5 ahead 54.8 ms).
 
 The pass marks every block barrier (`upir.barrier`, not the soft barriers of the
-interchanges) inside a loop of the first kind with `prefetch_ahead = N` (the option
-`ahead`, default FAR_AHEAD); code generation prefetches that many iterations ahead in the
-segments resuming at those barriers, and LOOP_PREFETCH_AHEAD (2) where there is no mark
+interchanges) inside a loop of the first kind.  In a kernel that reads blockIdx.x (option
+`next_block`, default on) with `prefetch_next_block = 1` and `prefetch_ahead = 1`: the
+segments resuming there prefetch the lines of their own iteration in block blockIdx.x + 1,
+which the worker runs next (block_sched.c hands out chunks of consecutive blocks), into L2.
+Iterations ahead within the block leave its first iterations unprefetched and fetch past
+its last (pathfinder: 20 rows a block, 5 ahead: a quarter of the rows each way); a block
+ahead covers every row with a block's time to spare.  Otherwise with `prefetch_ahead = N`
+(the option `ahead`, default FAR_AHEAD): N iterations ahead, into L1.  Code generation
+prefetches LOOP_PREFETCH_AHEAD (2) iterations ahead where there is no mark
 (`--disable-pass=stream-prefetch-distance`).  Pathfinder (100000 x 100, one thread, CPU
-time, alternating in one process, 2026-11-28, AMD EPYC VM at load 4-5): 2 ahead 7.35 ms
-median, 5 ahead 5.76 ms.
+time, 2026-11-28, AMD EPYC VM): alternating in one process at load 4-5, 2 ahead 7.35 ms
+median, 5 ahead 5.76 ms; at load 8-14, `next_block=false` and the default in one process,
+11 alternating rounds: 5.71 -> 4.40 ms median (best 5.46 -> 4.10).
 
 Must not fire without a block shape (no prefetches there), on a loop without barriers or
 without global loads, on a loop with a load that does not read every block index the
@@ -45,6 +52,10 @@ from cpuify.ir.modifiers import ORDERED as _ORDERED
 
 #: the attribute on a block barrier: iterations ahead its segment prefetches
 ATTRIBUTE = "prefetch_ahead"
+#: ... and, on the barriers of a loop streaming data of its own, the blocks ahead (1: block
+#: blockIdx.x + 1, which the worker runs next) whose lines of the segment's own iteration it
+#: prefetches instead (`prefetch_ahead` is then 1: the iteration the segment runs)
+NEXT_BLOCK = "prefetch_next_block"
 #: iterations ahead for a loop that streams data of its own (pathfinder, one thread, CPU
 #: time, medians of 12 alternating rounds: see the module docstring and docs/usage.md)
 FAR_AHEAD = 5
@@ -121,14 +132,17 @@ def streams_own_data(loop: list[Operation], sources: _Sources, indices: set[str]
 
 @register("stream-prefetch-distance",
           "block barriers in loops that stream data of their own (every global load "
-          "addressed from every block index) marked: their segments prefetch 5 iterations "
-          "ahead, not 2 (code specialized for a block shape)")
+          "addressed from every block index) marked: their segments prefetch the lines of "
+          "their iteration in the next block, into L2 (or, next_block=false, 5 iterations "
+          "ahead, not 2; code specialized for a block shape)")
 @dataclass(frozen=True)
 class StreamPrefetchDistance:
     """Pass: marks the block barriers of loops whose global loads stream this block's own
-    data with `prefetch_ahead` (see the module docstring); returns how many it marked."""
+    data with `prefetch_next_block` (`next_block`, where the kernel reads blockIdx.x) or
+    `prefetch_ahead` (see the module docstring); returns how many it marked."""
     name: str = "stream-prefetch-distance"
     ahead: int = FAR_AHEAD
+    next_block: bool = True
     form: ClassVar[str] = "any"
 
     def run(self, kernel: Operation, analyses: AnalysisManager | None = None) -> int:
@@ -144,6 +158,10 @@ class StreamPrefetchDistance:
                         and ATTRIBUTE not in o.attributes]
             if barriers and streams_own_data(loop, sources, indices):
                 for b in barriers:
-                    b.attributes[ATTRIBUTE] = int(self.ahead)
+                    if self.next_block and "%ctaid.x" in indices:
+                        b.attributes[ATTRIBUTE] = 1
+                        b.attributes[NEXT_BLOCK] = 1
+                    else:
+                        b.attributes[ATTRIBUTE] = int(self.ahead)
                     marked += 1
         return marked
