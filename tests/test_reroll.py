@@ -82,6 +82,17 @@ extern "C" __global__ void own_stride(const float *x, float *y, int n) {
     int s = blockDim.x * gridDim.x + (threadIdx.x & 1);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i] = 2.0f * x[i];
 }
+// thread coarsening (CUB's items per thread): K loads a blockDim apart per iteration; nvcc
+// strength-reduces them into K indices starting at blockDim * ((blockIdx << 2) | k) + tid
+extern "C" __global__ void sum_coarse4(const float *__restrict__ x, float *out, int n) {
+    float acc = 0.0f;
+    int s = blockDim.x * gridDim.x * 4;
+    for (int i = blockIdx.x * blockDim.x * 4 + threadIdx.x; i < n; i += s) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc += x[i + k * blockDim.x];
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
 extern "C" __global__ void forwarded(float *y, int n) {
     int s = blockDim.x * gridDim.x;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += s) y[i + s] = y[i] + 1.0f;
@@ -125,7 +136,7 @@ def _loop_headers(kernel) -> list:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("name,fires", [("axpy_pre", 1), ("axpy_pre_d", 1), ("sum_pre", 1),
                                         ("fms_restrict", 1), ("axpy_step", 1), ("isum_pre", 1),
                                         ("isum_step", 1), ("steps_pre", 1), ("steps_step", 1),
-                                        ("no_unroll", 0), ("own_stride", 0), ("forwarded", 0)])
+                                        ("sum_coarse4", 1), ("no_unroll", 0), ("own_stride", 0), ("forwarded", 0)])
 def test_which_loops_are_rerolled(ptx: str, name: str, fires: int) -> None:
     """Fires on nvcc's remainder + unrolled pair (fp32, fp64, a carried sum, `.nc` loads that
     nvcc moved across the previous copy's store, a stride from a parameter) and on its
@@ -557,3 +568,62 @@ def test_not_when_a_peeled_copy_differs(ptx: str) -> None:
     fma = next(op for op in peeled[1].ops if op.name == "ptx.fma")
     fma.operands[1], fma.operands[2] = fma.operands[2], fma.operands[1]
     assert _reroll(parse_op(print_op(kernel))) == 0
+
+
+@pytest.mark.parametrize("n", [0, 128, 384, 512, 1280, 4096 + 128])
+def test_thread_coarsened_sum_matches_numpy_and_interpreter(ptx: str, mod, n: int) -> None:  # type: ignore[no-untyped-def]
+    """nvcc's K = 4 strength-reduced indices (blockDim * ((blockIdx << 2) | k) + tid) are
+    proven equal to the main loop's i + k * blockDim (products of two values multiplied
+    out, an or of low bits an add): re-rolled, interchanged, and each thread's sum is the
+    one NumPy computes for its elements (n a multiple of 4 * blockDim: no bounds test)."""
+    grid, block = 3, 32
+    rng = np.random.default_rng(n + 7)
+    x = rng.random(n, dtype=np.float32)
+    ref = np.zeros(grid * block, np.float64)
+    for b in range(grid):
+        for t in range(block):
+            for i in range(b * block * 4 + t, n, grid * block * 4):
+                ref[b * block + t] += x[i:i + 4 * block:block].astype(np.float64).sum()
+    out = np.zeros(grid * block, np.float32)
+    for _ in range(3):          # the third launch runs code specialized for the block shape
+        mod.get_function("sum_coarse4")((grid,), (block,), (x, out, np.int32(n)))
+        np.testing.assert_allclose(out, ref, rtol=1e-5)
+    lifted = _interp(ptx, "sum_coarse4", [], (grid,), (block,),
+                     [x, np.zeros_like(out), np.int32(n)])[1]
+    rerolled = _interp(ptx, "sum_coarse4", UPTO + ["reroll-loops"], (grid,), (block,),
+                       [x, np.zeros_like(out), np.int32(n)])[1]
+    np.testing.assert_array_equal(rerolled, lifted)
+    np.testing.assert_array_equal(out, lifted)
+
+
+def test_evolution_products_and_low_bit_ors() -> None:
+    """Two values multiplied (no constant side) are multiplied out, each product of two
+    leaves a leaf: ntid * ((b << 2) | 1) + t equals (ntid << 2) * b + t + ntid.  An or is an
+    add only where the constant fits in the bits the other side leaves zero."""
+    from cpuify.analysis.evolution import Syms
+    from cpuify.ir.core import Block
+    outer = Block(["i32", "i32", "i32"])
+    ntid, b, t = outer.args
+    syms = Syms()
+    shifted = _op(outer, "ptx.shl", [b, _const_in(outer, 2)], "i32", ["b32"])
+    ored = _op(outer, "ptx.or", [shifted, _const_in(outer, 1)], "i32", ["b32"])
+    first = _op(outer, "ptx.mad", [ntid, ored, t], "i32", ["lo", "s32"])
+    ntid4 = _op(outer, "ptx.shl", [ntid, _const_in(outer, 2)], "i32", ["b32"])
+    i0 = _op(outer, "ptx.mad", [ntid4, b, t], "i32", ["lo", "s32"])
+    second = _op(outer, "ptx.add", [i0, ntid], "i32", ["s32"])
+    assert syms.outside(first, set()) == syms.outside(second, set())
+    assert syms.node(syms.outside(first, set()))[0] == "aff"
+    # (b << 1) | 3: bit 1 may be set on both sides, no add
+    overlap = _op(outer, "ptx.or", [_op(outer, "ptx.shl", [b, _const_in(outer, 1)], "i32", ["b32"]),
+                                    _const_in(outer, 3)], "i32", ["b32"])
+    plus = _op(outer, "ptx.add", [_op(outer, "ptx.shl", [b, _const_in(outer, 1)], "i32", ["b32"]),
+                                  _const_in(outer, 3)], "i32", ["s32"])
+    assert syms.outside(overlap, set()) != syms.outside(plus, set())
+    # the product of two sums, multiplied out, modulo 2^32: (b + 1) * (t + 2) = bt + 2b + t + 2
+    bt = _op(outer, "ptx.mul", [_op(outer, "ptx.add", [b, _const_in(outer, 1)], "i32", ["s32"]),
+                                _op(outer, "ptx.add", [t, _const_in(outer, 2)], "i32", ["s32"])],
+             "i32", ["lo", "s32"])
+    plain = _op(outer, "ptx.mul", [t, b], "i32", ["lo", "s32"])
+    B, T = syms.outside(b, set()), syms.outside(t, set())
+    expect = syms.lin(syms.lin(syms.outside(plain, set()), B, 1, 2), syms.lin(T, syms.aff(32, 2)))
+    assert syms.outside(bt, set()) == expect

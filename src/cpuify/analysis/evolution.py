@@ -10,7 +10,8 @@ Symbols are hash-consed integers (`Syms.make`), so equal symbols are equal ids:
   ("aff", width, const, ((leaf, coef), ...))   const + sum coef*leaf modulo 2^width
   ("rec", start, step)                         start + m * step, start/step affine, m the
                                                iteration number (an add-recurrence)
-  ("leaf", key)                                a value from outside the loops (or sext of one)
+  ("leaf", key)                                a value from outside the loops (or sext of one,
+                                               or ("mul", x, y): the product of two leaves)
   ("const", type, value)                       a floating-point constant
   ("state", k)                                 a loop-carried value with no closed form,
                                                at the start of the iteration
@@ -260,6 +261,14 @@ class Syms:
             if k is not None and k < width:
                 return self.lin(ops[0], ops[0], 1 << k, 0)
             return None
+        if name == "ptx.or" and len(ops) == 2 and same:
+            # `(b << 2) | 1`: an or with a constant below the bits the other side leaves
+            # zero is an add
+            for x, y in ((ops[0], ops[1]), (ops[1], ops[0])):
+                c = self.const_of(y)
+                if c is not None and self.node(x)[0] == "aff" and c < 1 << self._low_zero_bits(x):
+                    return self.lin(x, y)
+            return None
         if name in ("ptx.mul", "ptx.mad") and len(ops) == (2 if name == "ptx.mul" else 3):
             if "lo" in mods and all(self.width(o) == width for o in ops):
                 product = self._times(ops[0], ops[1])
@@ -281,7 +290,33 @@ class Syms:
             k = self.const_of(y)
             if k is not None and self.linear(x) is not None:
                 return self.lin(x, x, k, 0)
-        return None
+        na, nb = self.node(a), self.node(b)
+        if na[0] != "aff" or nb[0] != "aff" or na[1] != nb[1]:
+            return None
+        # two affine forms of values fixed in the loops (nvcc's `blockDim.x * (4 * blockIdx.x
+        # + 1)` next to `4 * blockDim.x * blockIdx.x + blockDim.x`): multiplied out, each
+        # product of two leaves one leaf of its own, so that the two spellings compare equal
+        # (exact modulo 2^width: a ring)
+        terms: dict[Sym, int] = {}
+        for leaf, c in na[3]:
+            terms[leaf] = terms.get(leaf, 0) + c * nb[2]
+        for leaf, d in nb[3]:
+            terms[leaf] = terms.get(leaf, 0) + d * na[2]
+        for x, c in na[3]:
+            for y, d in nb[3]:
+                product = self.make(("leaf", ("mul",) + tuple(sorted((x, y)))))
+                terms[product] = terms.get(product, 0) + c * d
+        return self.aff(na[1], na[2] * nb[2], terms)
+
+    def _low_zero_bits(self, s: Sym) -> int:
+        """How many low bits of the affine symbol s are zero in every value (each coefficient
+        and the constant a multiple of 2^k)."""
+        n = self.node(s)
+        k = n[1]
+        for c in [n[2]] + [c for _, c in n[3]]:
+            if c:
+                k = min(k, (c & -c).bit_length() - 1)
+        return k
 
     def at_start(self, s: Sym, memo: dict[Sym, Sym]) -> Sym:
         """s at iteration 0: each recurrence replaced by its start."""
