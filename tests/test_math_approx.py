@@ -16,10 +16,10 @@ import pytest
 import cpuify
 from cpuify.codegen import jit
 from cpuify.codegen.llvm_gen import ModuleCodegen
+from cpuify.codegen.rsqrt_widths import lean_rsqrt_estimates
+from cpuify.compiler import lift_optimized
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.compiler import lift_optimized
-from cpuify.codegen.rsqrt_widths import lean_rsqrt_estimates
 
 SRC = r'''
 extern "C" __global__ void rsq(const float *x, float *y, int n) {

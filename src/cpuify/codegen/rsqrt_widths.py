@@ -87,12 +87,12 @@ def _lean(result: str, x: str, ty: str, tag: str) -> list[str]:
     c = f"<{lanes} x i1>" if lanes else "i1"
     if lanes:
         suffix, mask = _VECTOR[lanes]
-        lines = [f"  {tag}.e = call {ty} @llvm.x86.avx512.rsqrt14.ps.{suffix}({ty} {x}, "
-                 f"{ty} zeroinitializer, {mask} -1)"]
+        lines = [(f"  {tag}.e = call {ty} @llvm.x86.avx512.rsqrt14.ps.{suffix}({ty} {x}, "
+                  f"{ty} zeroinitializer, {mask} -1)")]
     else:
         lines = [f"  {tag}.v = insertelement <4 x float> poison, float {x}, i64 0",
-                 f"  {tag}.w = call <4 x float> @llvm.x86.avx512.rsqrt14.ss(<4 x float> {tag}.v, "
-                 f"<4 x float> {tag}.v, <4 x float> zeroinitializer, i8 -1)",
+                 (f"  {tag}.w = call <4 x float> @llvm.x86.avx512.rsqrt14.ss(<4 x float> {tag}.v, "
+                  f"<4 x float> {tag}.v, <4 x float> zeroinitializer, i8 -1)"),
                  f"  {tag}.e = extractelement <4 x float> {tag}.w, i64 0"]
     return lines + [
         f"  {tag}.h = fmul {ty} {tag}.e, {half}",
@@ -109,8 +109,8 @@ def _declarations(used: set[str], text: str) -> list[str]:
     out = []
     for lanes in sorted(used):
         if lanes == "ss":
-            sig = ("<4 x float> @llvm.x86.avx512.rsqrt14.ss(<4 x float>, <4 x float>, "
-                   "<4 x float>, i8)", "float @llvm.fma.f32(float, float, float)")
+            sig = (("<4 x float> @llvm.x86.avx512.rsqrt14.ss(<4 x float>, <4 x float>, "
+                    "<4 x float>, i8)"), "float @llvm.fma.f32(float, float, float)")
         else:
             n = int(lanes)
             ty = f"<{n} x float>"
@@ -119,7 +119,7 @@ def _declarations(used: set[str], text: str) -> list[str]:
                    f"{ty} @llvm.fma.v{n}f32({ty}, {ty}, {ty})")
         for s in sig:
             name = s.split("@", 1)[1].split("(", 1)[0]
-            if not re.search(rf"^declare [^\n]*@{re.escape(name)}\(", text, re.M) and \
+            if not re.search(rf"^declare [^\n]*@{re.escape(name)}\(", text, re.MULTILINE) and \
                     f"declare {s}" not in out:
                 out.append(f"declare {s}")
     return out
