@@ -3,7 +3,8 @@ the block function builds the context the scheduler and later segments read only
 entry segment did not end the block.  Kernels whose blocks end there for some blocks and go on
 through barriers for others, or trap in either part, compute and fail as before (checked
 against NumPy); and the in-place LU tile update, whose every block ends in its entry segment,
-stores few context fields before that segment (it stored all 20 and cleared two more)."""
+stores few context fields before that segment (the suite's lu_tile kernel: it stored 12
+and cleared two more)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 import cpuify
+from benchmarks.suite.workloads.lu_tile import CUDA_SRC as LU_SRC
 from cpuify.codegen import jit
 from cpuify.codegen.llvm_gen import ModuleCodegen
 from cpuify.compiler import lift_optimized
@@ -33,21 +35,6 @@ extern "C" __global__ void some_blocks_exit(const float *x, float *y, int n, int
     if (i < n) y[i] = s[blockDim.x - 1 - threadIdx.x];
 }
 
-#define TILE 16
-extern "C" __global__ void lu_trailing_update(float *a, int n, int offset) {
-    __shared__ float left[TILE][TILE];
-    __shared__ float top[TILE][TILE];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row0 = offset + TILE + blockIdx.y * TILE;
-    const int col0 = offset + TILE + blockIdx.x * TILE;
-    left[ty][tx] = a[(row0 + ty) * n + offset + tx];
-    top[ty][tx] = a[(offset + ty) * n + col0 + tx];
-    __syncthreads();
-    float sum = 0.0f;
-    for (int k = 0; k < TILE; k++)
-        sum += left[ty][k] * top[k][tx];
-    a[(row0 + ty) * n + col0 + tx] -= sum;
-}
 '''
 
 
@@ -96,7 +83,7 @@ def test_a_trap_fails_the_launch(mod, early, late):
 
 
 def test_lu_update_stores_few_context_fields_before_its_entry_segment():
-    module = parse_ptx(compile_to_ptx(SRC).ptx)
+    module = parse_ptx(compile_to_ptx(LU_SRC).ptx)
     gen = ModuleCodegen(module)
     gen.add_kernel(lift_optimized(module, module.functions["lu_trailing_update"], (16, 16, 1)),
                    (16, 16, 1))
@@ -109,11 +96,11 @@ def test_lu_update_stores_few_context_fields_before_its_entry_segment():
     assert "llvm.memset" not in before_call
 
 
-def test_lu_update_matches_numpy(mod):
+def test_lu_update_matches_numpy():
     n = 64
     a0 = np.random.default_rng(3).uniform(-0.1, 0.1, (n, n)).astype(np.float32)
     a = a0.copy()
-    f = mod.get_function("lu_trailing_update")
+    f = cpuify.RawModule(code=LU_SRC).get_function("lu_trailing_update")
     ref = a0.astype(np.float64)
     for o in range(0, n - 16, 16):
         t = (n - o) // 16 - 1
