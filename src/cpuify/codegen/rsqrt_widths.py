@@ -8,7 +8,8 @@ subnormal inputs by 2^24 (a compare, two masked multiplies) and refines with a t
 step (five operations).  Which width a thread loop gets is known only after LLVM's loop
 vectorizer ran, so this runs on the optimized module, before code generation.
 
-Where the CPU has AVX-512 (and AVX-512VL for the 4- and 8-wide forms), each refined estimate
+Where the CPU has AVX-512 (and AVX-512VL for the 4- and 8-wide forms; scalar code uses
+vrsqrt14ss), each refined estimate
 of that shape is replaced by an explicit vrsqrt14 (`llvm.x86.avx512.rsqrt14.*`: 14 bits,
 subnormal inputs handled unless MXCSR's DAZ is set, which happens only in kernels whose
 rsqrt flushes them anyway) and one Newton-Raphson step, y + y * (1/2 - (x*y) * (y/2)): four
