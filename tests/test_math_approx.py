@@ -3,8 +3,9 @@ square root estimate (approx_math.rsqrt_f32) instead of dividing by a square roo
 documents rsqrtf as within 2 ulp of the correctly rounded result; these tests hold the
 compiled code to that against NumPy's float64 1/sqrt rounded to f32, on a sample of every
 binade (subnormals included) and on the special values, in generic and specialized code and
-in block shapes whose thread loops run 16-wide, narrower and scalar (the estimate differs:
-14 bits in 16-wide loops, 12 bits otherwise).  The full sweep over every f32 is in
+in block shapes whose thread loops run 16-wide, narrower and scalar (after LLVM's
+optimization each is vrsqrt14 and one Newton-Raphson step, codegen.rsqrt_widths; before it,
+the sequence that is right for the 12-bit estimates too).  The full sweep over every f32 is in
 test_rsqrt_every_float (slow): 1 ulp at most on the machine it was written on."""
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import pytest
 import cpuify
 from cpuify.codegen import jit
 from cpuify.codegen.llvm_gen import ModuleCodegen
+from cpuify.codegen.rsqrt_widths import lean_rsqrt_estimates
+from cpuify.compiler import lift_optimized
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.frontend.ptx_parser import parse_ptx
-from cpuify.compiler import lift_optimized
 
 SRC = r'''
 extern "C" __global__ void rsq(const float *x, float *y, int n) {
@@ -131,8 +133,60 @@ def test_estimate_is_used_with_avx512(ptx):
         assert "reciprocal-estimates" not in text and "afn" not in text
         pytest.skip("no AVX-512: rsqrtf is the exact quotient")
     assert '"reciprocal-estimates"="sqrtf:0,vec-sqrtf:0"' in text
-    asm = jit.emit_assembly(jit.optimize(text))
+    optimized = jit.optimize(text)
+    asm = jit.emit_assembly(optimized)
     assert "vrsqrt14ps" in asm and "vsqrtps" not in asm and "vdivps" not in asm
+    # the 16-wide thread loop's estimate is refined by the lean step: no subnormal scaling
+    assert "@llvm.x86.avx512.rsqrt14.ps.512(" in str(optimized)
+    assert "@llvm.sqrt." not in "".join(line for line in str(optimized).splitlines()
+                                        if "call" in line)
+
+
+# approx_math.rsqrt_f32's sequence as LLVM's O3 leaves it in a 16-wide loop (LLVM 22)
+REFINED_V16 = """define <16 x float> @f(<16 x float> %a) {
+  %t = fcmp olt <16 x float> %a, splat (float 0x3810000000000000)
+  %m = fmul <16 x float> %a, splat (float 0x4170000000000000)
+  %x = select <16 x i1> %t, <16 x float> %m, <16 x float> %a
+  %s = tail call arcp contract afn <16 x float> @llvm.sqrt.v16f32(<16 x float> %x)
+  %y = fdiv arcp contract afn <16 x float> splat (float 1.000000e+00), %s
+  %yn = fneg <16 x float> %y
+  %p = fmul <16 x float> %x, %yn
+  %r = tail call <16 x float> @llvm.fma.v16f32(<16 x float> %p, <16 x float> %y, <16 x float> splat (float 1.000000e+00))
+  %q = tail call <16 x float> @llvm.fma.v16f32(<16 x float> %r, <16 x float> splat (float 3.750000e-01), <16 x float> splat (float 5.000000e-01))
+  %rq = fmul <16 x float> %r, %q
+  %z = tail call <16 x float> @llvm.fma.v16f32(<16 x float> %y, <16 x float> %rq, <16 x float> %y)
+  %u = fcmp uno <16 x float> %r, zeroinitializer
+  %o = select <16 x i1> %u, <16 x float> %y, <16 x float> %z
+  %d = fmul <16 x float> %o, splat (float 4.096000e+03)
+  %res = select <16 x i1> %t, <16 x float> %d, <16 x float> %o
+  ret <16 x float> %res
+}
+declare <16 x float> @llvm.sqrt.v16f32(<16 x float>)
+declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
+"""
+
+
+def test_lean_rsqrt_rewrites_the_refined_estimate():
+    lean = lean_rsqrt_estimates(REFINED_V16, vector_lengths=False)
+    assert lean is not None
+    body = lean.split("ret ")[0]
+    # the result is now vrsqrt14 of the unscaled input and one Newton-Raphson step
+    assert "%cpuify.rsqrt1.e = call <16 x float> @llvm.x86.avx512.rsqrt14.ps.512(<16 x float> %a," in body
+    assert "%res = select <16 x i1> %cpuify.rsqrt1.u, <16 x float> %cpuify.rsqrt1.e, " \
+           "<16 x float> %cpuify.rsqrt1.f" in body
+    assert "declare <16 x float> @llvm.x86.avx512.rsqrt14.ps.512(<16 x float>, <16 x float>, i16)" in lean
+    jit._init()
+    import llvmlite.binding as llvm
+    llvm.parse_assembly(lean).verify()
+    # 8 lanes need AVX-512VL; a sequence not of that shape (an exact square root, another
+    # scaling constant) is left alone
+    assert lean_rsqrt_estimates(REFINED_V16.replace("<16 x", "<8 x").replace("v16f32", "v8f32"),
+                                vector_lengths=False) is None
+    assert lean_rsqrt_estimates(REFINED_V16.replace("arcp contract afn <16 x float> @llvm.sqrt",
+                                                    "<16 x float> @llvm.sqrt"),
+                                vector_lengths=True) is None
+    assert lean_rsqrt_estimates(REFINED_V16.replace("4.096000e+03", "2.048000e+03"),
+                                vector_lengths=True) is None
 
 
 @pytest.mark.slow

@@ -190,7 +190,8 @@ def rsqrt_f32(b: ir.IRBuilder, intrinsic: Intrinsic, a: ir.Value) -> ir.Value:
     square root estimate refined by one third-order step, a handful of multiplies instead
     of a square root and a division (n-body 49.3 -> 35.8 ms).  For AVX-512 CPUs only (the
     caller's check), in a module that asks for estimates without refinement (the caller
-    sets ModuleCodegen.rsqrt_estimates).
+    sets ModuleCodegen.rsqrt_estimates).  After LLVM's optimization, rsqrt_widths replaces
+    this sequence, where it was vectorized, with vrsqrt14 and one Newton-Raphson step.
 
     The estimate comes from `1 / sqrt(x)` with LLVM's approximate-function flags:
     vrsqrt14ps (relative error < 2^-14) in 16-wide loops, rsqrtps/rsqrtss (< 1.5 * 2^-12)

@@ -116,11 +116,13 @@ class KernelCodegen(KernelPlan):
                 a.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ctx = b.alloca(CTX_TYPE, name="ctx")
+        stored: list[tuple[str, ir.Value]] = []
 
         def setf(name: str, value: ir.Value) -> None:
             idx = ctx_index(name)
             p = b.gep(ctx, [I32(0), I32(idx)])
             b.store(value, p)
+            stored.append((name, value))
 
         dims_p = b.bitcast(dims, DIMS_TYPE.as_pointer())
         if self.block_dims is not None:
@@ -241,6 +243,8 @@ class KernelCodegen(KernelPlan):
         for r, seg in enumerate(segments):
             b.position_at_end(direct[r])
             got = b.call(seg, [ctx_i8, I32(0)] + self.area_args(b, ctx), name=f"known{r}")
+            if r == 0:
+                self.unless_first_segment_ends_block(b, got, err_p, stored[:], setf)
             target = self.only_next.get(r)
             if target is not None and (self.sync_kind(target) in (SYNC_KINDS["barrier"],
                                                                   SYNC_KINDS["soft"],
@@ -250,7 +254,7 @@ class KernelCodegen(KernelPlan):
                 b.cbranch(b.icmp_signed("==", got, expected), direct[target.index], returned)
             else:
                 b.branch(returned)
-            known.add_incoming(got, direct[r])
+            known.add_incoming(got, b.block)
         b.position_at_end(returned)
         err = b.load(err_p)
         b.cbranch(b.icmp_unsigned("!=", err, I32(0)), failed, check)
@@ -380,6 +384,30 @@ class KernelCodegen(KernelPlan):
         b.ret(b.call(run_from, [ctx_i8, b.bitcast(disp, PTR), b.bitcast(kg, PTR),
                                 I32(len(kinds)), handed, self.emit_wait_places(kinds)]))
         return fn
+
+    @staticmethod
+    def unless_first_segment_ends_block(b: ir.IRBuilder, got: ir.Value, err_p: ir.Value,
+                                        stored: list[tuple[str, ir.Value]],
+                                        setf: Callable[[str, ir.Value], None]) -> None:
+        """After the entry segment's call (`got`, what it returned): where every thread
+        exited, return (the error, if any); else (`b` there) store the block's context
+        fields again before anything else reads them.  The context is built before the
+        entry segment for the segment's own reads, which LLVM turns into arguments once it
+        sees what the segment reads; the stores again on the way on leave the first ones
+        read by nothing, and LLVM drops them: a block that ends in its entry segment (the
+        in-place tile update, kernels whose barriers only a few blocks reach) does not
+        build the context the scheduler and later segments need (lu_tile: 20 stores and
+        a memset per block).  Segments write only the error field, never stored again."""
+        fn = b.function
+        exited = fn.append_basic_block("entry_segment_exited")
+        on = fn.append_basic_block("entry_segment_stopped")
+        b.cbranch(b.icmp_signed("==", got, I32(STATE_EXITED)), exited, on)
+        b.position_at_end(exited)
+        b.ret(b.load(err_p))
+        b.position_at_end(on)
+        for name, value in stored:
+            if name != "error":
+                setf(name, value)
 
     def wrap_flush_to_zero(self, inner: ir.Function) -> ir.Function:
         """The block function under its public name, running `inner` (internal)

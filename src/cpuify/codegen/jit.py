@@ -32,7 +32,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from cpuify.codegen import llvm_worker
+from cpuify.codegen import llvm_worker, rsqrt_widths
 from cpuify.errors import CpuifyError
 from cpuify.forksafe import compile_section, hold_during_fork, renew_in_child
 
@@ -223,7 +223,7 @@ def optimize(module_text: str, *, pass_timings: list[str] | None = None,
         _init()
         with compile_section():
             mod = llvm.parse_bitcode(bitcode)
-        return without_minmax_num(mod)
+        return for_code_generation(mod)
     return _optimize_here(module_text, level="bounded")
 
 
@@ -274,8 +274,29 @@ def _optimize_here(module_text: str, *, pass_timings: list[str] | None = None,
         if pass_timings is not None:
             pass_timings.append(pb.finish_pass_timing())
         if minmax:
-            mod = without_minmax_num(mod)
+            mod = for_code_generation(mod)
     return mod
+
+
+def for_code_generation(mod: llvm.ModuleRef) -> llvm.ModuleRef:
+    """The optimized module with what must (without_minmax_num) or should (refined rsqrt
+    estimates at the width they were vectorized to: rsqrt_widths) change before code
+    generation.  Must hold the compile section."""
+    mod = without_minmax_num(mod)
+    if not has_avx512() or not any(f.name.startswith("llvm.sqrt.") and f.name.endswith("f32")
+                                   for f in mod.functions):
+        return mod
+    text = rsqrt_widths.lean_rsqrt_estimates(
+        str(mod), vector_lengths="+avx512vl" in host_cpu()[1].split(","))
+    if text is None:
+        return mod
+    lean = llvm.parse_assembly(text)
+    lean.verify()
+    # (the scaled estimate and the third-order step it replaces are left unused)
+    mpm = llvm.create_new_module_pass_manager()
+    mpm.add_dead_code_elimination_pass()
+    mpm.run(lean, llvm.create_pass_builder(target_machine(), llvm.create_pipeline_tuning_options(speed_level=0)))
+    return lean
 
 
 #: a call's callee llvm.minimumnum/maximumnum.<type> (scalar or vector), and the vector
