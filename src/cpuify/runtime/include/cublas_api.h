@@ -232,14 +232,15 @@ cublasStatus_t cublasSgetriBatched(cublasHandle_t handle, int n, const float *co
                                    const int *P, float *const C[], int ldc, int *info, int batchSize);
 cublasStatus_t cublasSdgmm(cublasHandle_t handle, cublasSideMode_t mode, int m, int n, const float *A,
                            int lda, const float *x, int incx, float *C, int ldc);
-cublasStatus_t cublasLtCreate(void **lightHandle);
 
 #ifdef __cplusplus
 }
 
 /* half-precision GEMM (C++ only, as cuBLAS's: __half is a C++ type); computed in f32 and
- * rounded to half once, as cublasGemmEx with CUBLAS_COMPUTE_16F */
+ * rounded to half once, as cublasGemmEx with CUBLAS_COMPUTE_16F.  The bfloat16 type comes
+ * with the header too, as with NVIDIA's (llm.c uses __nv_bfloat16 after cublas_v2.h only) */
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 extern "C" cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t transa,
                                       cublasOperation_t transb, int m, int n, int k,
                                       const __half *alpha, const __half *A, int lda, const __half *B,
