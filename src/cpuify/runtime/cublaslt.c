@@ -87,23 +87,10 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
-const char *cublasLtGetStatusName(cublasStatus_t status) {
-    switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    }
-    return "CUBLAS_STATUS_UNKNOWN";
-}
+/* the same statuses as cuBLAS's, named the same */
+const char *cublasLtGetStatusName(cublasStatus_t status) { return cublasGetStatusName(status); }
 
-const char *cublasLtGetStatusString(cublasStatus_t status) { return cublasLtGetStatusName(status); }
+const char *cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
 
 size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
 
@@ -115,14 +102,21 @@ cublasStatus_t cublasLtGetProperty(libraryPropertyType type, int *value) {
 
 /* ---- descriptors: attributes as (address, size) ----------------------------------- */
 
-static cublasStatus_t set_attr(void *field, size_t size, const void *buf, size_t bytes) {
-    if (!field) return CUBLAS_STATUS_INVALID_VALUE;
-    if (!buf || bytes != size) return CUBLAS_STATUS_INVALID_VALUE;
+/* a descriptor's attribute: its address and size in the descriptor, NULL for none */
+typedef void *(*field_fn)(void *descriptor, int attr, size_t *size);
+
+static cublasStatus_t set_attr(field_fn fields, void *descriptor, int attr, const void *buf, size_t bytes) {
+    size_t size;
+    void *field = fields(descriptor, attr, &size);
+    if (!field || !buf || bytes != size) return CUBLAS_STATUS_INVALID_VALUE;
     memcpy(field, buf, size);
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static cublasStatus_t get_attr(const void *field, size_t size, void *buf, size_t bytes, size_t *written) {
+static cublasStatus_t get_attr(field_fn fields, void *descriptor, int attr, void *buf, size_t bytes,
+                               size_t *written) {
+    size_t size;
+    const void *field = fields(descriptor, attr, &size);
     if (!field) return CUBLAS_STATUS_INVALID_VALUE;
     if (bytes == 0) {
         if (!written) return CUBLAS_STATUS_INVALID_VALUE;
@@ -135,7 +129,8 @@ static cublasStatus_t get_attr(const void *field, size_t size, void *buf, size_t
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static void *layout_field(layout_t *l, int attr, size_t *size) {
+static void *layout_field(void *descriptor, int attr, size_t *size) {
+    layout_t *l = descriptor;
     switch (attr) {
     case CUBLASLT_MATRIX_LAYOUT_TYPE: *size = 4; return &l->type;
     case CUBLASLT_MATRIX_LAYOUT_ORDER: *size = 4; return &l->order;
@@ -173,21 +168,16 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
 
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
                                                 const void *buf, size_t bytes) {
-    if (!l) return CUBLAS_STATUS_INVALID_VALUE;
-    size_t size;
-    void *field = layout_field(LAYOUT(l), attr, &size);     /* before size is read */
-    return set_attr(field, size, buf, bytes);
+    return l ? set_attr(layout_field, l, attr, buf, bytes) : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
                                                 void *buf, size_t bytes, size_t *written) {
-    if (!l) return CUBLAS_STATUS_INVALID_VALUE;
-    size_t size;
-    const void *field = layout_field(LAYOUT(l), attr, &size);
-    return get_attr(field, size, buf, bytes, written);
+    return l ? get_attr(layout_field, l, attr, buf, bytes, written) : CUBLAS_STATUS_INVALID_VALUE;
 }
 
-static void *desc_field(desc_t *d, int attr, size_t *size) {
+static void *desc_field(void *descriptor, int attr, size_t *size) {
+    desc_t *d = descriptor;
     *size = 4;
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return &d->compute;
@@ -242,21 +232,16 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void *buf, size_t bytes) {
-    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
-    size_t size;
-    void *field = desc_field(DESC(d), attr, &size);     /* before size is read */
-    return set_attr(field, size, buf, bytes);
+    return d ? set_attr(desc_field, d, attr, buf, bytes) : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               void *buf, size_t bytes, size_t *written) {
-    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
-    size_t size;
-    const void *field = desc_field(DESC(d), attr, &size);
-    return get_attr(field, size, buf, bytes, written);
+    return d ? get_attr(desc_field, d, attr, buf, bytes, written) : CUBLAS_STATUS_INVALID_VALUE;
 }
 
-static void *pref_field(pref_t *p, int attr, size_t *size) {
+static void *pref_field(void *descriptor, int attr, size_t *size) {
+    pref_t *p = descriptor;
     *size = 4;
     switch (attr) {
     case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return &p->search;
@@ -296,19 +281,13 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void *buf, size_t bytes) {
-    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
-    size_t size;
-    void *field = pref_field(PREF(p), attr, &size);     /* before size is read */
-    return set_attr(field, size, buf, bytes);
+    return p ? set_attr(pref_field, p, attr, buf, bytes) : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t p,
                                                     cublasLtMatmulPreferenceAttributes_t attr, void *buf,
                                                     size_t bytes, size_t *written) {
-    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
-    size_t size;
-    const void *field = pref_field(PREF(p), attr, &size);
-    return get_attr(field, size, buf, bytes, written);
+    return p ? get_attr(pref_field, p, attr, buf, bytes, written) : CUBLAS_STATUS_INVALID_VALUE;
 }
 
 /* ---- the operation ---------------------------------------------------------------- */
