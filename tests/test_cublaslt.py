@@ -71,6 +71,22 @@ def test_matmul_bf16_strided_batch_relu_bias(lt) -> None:
         np.testing.assert_allclose(col_major(out[i * sd:], m, n, m), expect, rtol=2 ** -8, atol=1e-6)
 
 
+def test_cublas_batched_gemm_ex(lt) -> None:
+    """cuBLAS's cublasGemmStridedBatchedEx (bf16 in, f32 out; llm.c's attention) and
+    cublasGemmBatchedEx (pointer arrays)."""
+    d, _ = lt
+    m, n, k, batch = 6, 5, 4, 3
+    sa, sb, sd = m * k + 2, n * k + 1, m * n
+    a, b, out = bf16(d("bf16_A", np.uint16)), bf16(d("bf16_B", np.uint16)), d("sbex_D").astype(np.float64)
+    for i in range(batch):
+        expect = col_major(a[i * sa:], m, k, m) @ col_major(b[i * sb:], n, k, n).T
+        np.testing.assert_allclose(col_major(out[i * sd:], m, n, m), expect, rtol=1e-5, atol=1e-6)
+    m, n, k = 5, 4, 3
+    a = col_major(d("gelu_A").astype(np.float64), k, m, k + 1)
+    b = col_major(d("gelu_B").astype(np.float64), k, n, k + 2)
+    np.testing.assert_allclose(col_major(d("bex_D"), m, n, m), 1.5 * a.T @ b, rtol=1e-5, atol=1e-6)
+
+
 def test_heuristic_and_error_paths(lt) -> None:
     _, status = lt
     assert status["heuristic_count"] == 1

@@ -4,6 +4,7 @@
 // gradient, the bias gradient); inputs and outputs go to DIR/<name>.bin for NumPy, status
 // codes of the error paths are printed as "status <what> <code>".
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -121,7 +122,22 @@ int main(int argc, char **argv) {
     CHECK(cudaStreamSynchronize(stream));
     dump("bf16_D", hD, 2 * sd * batch);
 
-    // 5. errors: a row-major layout is not supported; inner dimensions that differ are invalid
+    // 5. cuBLAS's batched GemmEx on the same bf16 batch (f32 out), and with pointer arrays (f32)
+    cublasHandle_t blas;
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return 3;
+    float *fD = fill<float>(sd * batch);
+    OK(cublasGemmStridedBatchedEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, bm, bn, bk, &one, hA, CUDA_R_16BF, bm, sa, hB,
+                                  CUDA_R_16BF, bn, sb, &zero, fD, CUDA_R_32F, bm, sd, batch, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    dump("sbex_D", fD, 4 * sd * batch);
+    const void *as[2] = {A, B}, *bs[2] = {B, A};     // (k x m)^T (k x n) and (k x n)^T (k x m)
+    float *ds[2] = {fill<float>(m * n), fill<float>(n * m)};
+    OK(cublasGemmBatchedEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, as, CUDA_R_32F, lda, bs, CUDA_R_32F,
+                           ldb, &zero, (void *const *)ds, CUDA_R_32F, m, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    dump("bex_D", ds[0], 4 * m * n);
+    cublasDestroy(blas);
+
+    // 6. errors: a row-major layout is not supported; inner dimensions that differ are invalid
     int32_t row = CUBLASLT_ORDER_ROW;
     OK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
     printf("status row_order %d\n", (int)cublasLtMatmul(lt, op, &one, A, la, B, lb, &zero, C, lc, D, ld,

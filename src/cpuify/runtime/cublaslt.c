@@ -4,7 +4,8 @@
  * GELU with its input kept in the auxiliary matrix, the GELU gradient, bias gradients) are
  * applied here in f32 before the result is stored in D's type.  Matrices in column order
  * (CUBLASLT_ORDER_COL, the default), strided batches.  What is not supported says so once
- * and returns CUBLAS_STATUS_NOT_SUPPORTED. */
+ * and returns CUBLAS_STATUS_NOT_SUPPORTED.  cuBLAS's cublasGemmStridedBatchedEx and
+ * cublasGemmBatchedEx are here too (a cublasGemmEx per matrix). */
 
 #include <math.h>
 #include <stdint.h>
@@ -319,6 +320,39 @@ static void store(void *p, uint32_t t, size_t i, double v) {
     case CUDA_R_64F: ((double *)p)[i] = v; break;
     default: ((float *)p)[i] = (float)v; break;
     }
+}
+
+/* cuBLAS's batched GemmEx (beside cuBLASLt, which shares the element sizes): one cublasGemmEx
+ * per matrix of the batch */
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A,
+                                          cudaDataType Atype, int lda, long long strideA, const void *B,
+                                          cudaDataType Btype, int ldb, long long strideB, const void *beta,
+                                          void *C, cudaDataType Ctype, int ldc, long long strideC,
+                                          int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo) {
+    if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < batchCount && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasGemmEx(h, transa, transb, m, n, k, alpha,
+                          (const char *)A + (size_t)i * (size_t)strideA * type_bytes(Atype), Atype, lda,
+                          (const char *)B + (size_t)i * (size_t)strideB * type_bytes(Btype), Btype, ldb, beta,
+                          (char *)C + (size_t)i * (size_t)strideC * type_bytes(Ctype), Ctype, ldc,
+                          computeType, algo);
+    return st;
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                   int n, int k, const void *alpha, const void *const A[], cudaDataType Atype,
+                                   int lda, const void *const B[], cudaDataType Btype, int ldb, const void *beta,
+                                   void *const C[], cudaDataType Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    if (batchCount < 0 || (batchCount > 0 && (!A || !B || !C))) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < batchCount && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasGemmEx(h, transa, transb, m, n, k, alpha, A[i], Atype, lda, B[i], Btype, ldb, beta, C[i],
+                          Ctype, ldc, computeType, algo);
+    return st;
 }
 
 /* GELU as cuBLASLt computes it (the tanh approximation) and its derivative */

@@ -191,6 +191,18 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
                             void *C, cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                                          const void *A, cudaDataType Atype, int lda, long long int strideA,
+                                          const void *B, cudaDataType Btype, int ldb, long long int strideB,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                   int m, int n, int k, const void *alpha, const void *const Aarray[],
+                                   cudaDataType Atype, int lda, const void *const Barray[], cudaDataType Btype,
+                                   int ldb, const void *beta, void *const Carray[], cudaDataType Ctype, int ldc,
+                                   int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 cublasStatus_t cublasSgeam(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                            int m, int n, const float *alpha, const float *A, int lda, const float *beta,
                            const float *B, int ldb, float *C, int ldc);
