@@ -85,6 +85,10 @@ class Recipe:
     # searched in the program's path relative to the corpus, flags); the flags of every
     # matching entry, joined, are $FLAGS in the build commands (empty for the others)
     program_flags: tuple[tuple[str, str], ...] = ()
+    # programs that check their results first and then benchmark for long (llm.c's dev/cuda):
+    # a run stopped at the CPU-time limit is judged on what it printed before (its check),
+    # and counts as passed only if that output says the check held
+    judge_stopped_run: bool = False
 
 
 # `nvcc x.cu -o x` with the CUDA libraries the file includes and the program's $FLAGS
@@ -288,6 +292,17 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            description="The CUDA Handbook's samples (CMake, configured once), each chapter "
                        "directory's executables run without arguments; most print only on a "
                        "failed check"),
+    Recipe("llmc-dev", marker="dev/cuda/common.h", programs="dev/cuda/*.cu", per_file=True,
+           # llm.c's kernel variants (karpathy/llm.c): `make NAME` in dev/cuda (its Makefile
+           # with nvcc from PATH, -lcublas -lcublasLt), run without arguments: each checks the
+           # GPU kernels against its CPU code ("All results match.", or "Mismatch of ..." and
+           # exit status 1) and then benchmarks them for long; line-buffered, so that a run
+           # stopped in its benchmark still shows its check
+           build=('make "${SRC%.cu}"',), run_shell='stdbuf -oL "$EXE"', judge_stopped_run=True,
+           judge=lambda program, directory, output: _llmc_judge(output),
+           description="llm.c's dev/cuda kernels (`make NAME`), each run once without "
+                       "arguments; judged on its check against its CPU reference, which comes "
+                       "before its benchmark"),
     Recipe("makefiles", marker="", programs="**/Makefile", build=("make",),
            description="any directory with a Makefile and .cu files: `make`, then run each new "
                        "executable without arguments"),
@@ -339,6 +354,17 @@ def _pcuda_judge(program: str, directory: Path, output: str) -> tuple[bool | Non
     if re.search(r'"(Arrays do not match|Test failed)', _source_of(program, directory)):
         return True, ""     # its comparison speaks only on a mismatch: silent, it held
     return None, "prints no comparison (timings or a demonstration)"
+
+
+def _llmc_judge(output: str) -> tuple[bool | None, str]:
+    """llm.c's dev/cuda programs: `Mismatch of NAME at I: CPU_ref: ... vs GPU: ...` (then
+    exit 1), else `All results match.` once every kernel variant was checked."""
+    m = re.search(r"Mismatch of .*|^CUDA error.*|\[CUDA ERROR\].*", output, re.MULTILINE)
+    if m:
+        return False, _around(output, m)
+    if "All results match" in output:
+        return True, ""
+    return None, "stopped before its check ended"
 
 
 def _handbook_judge(output: str) -> tuple[bool | None, str]:
@@ -517,6 +543,15 @@ def run_program(recipe: Recipe, corpus: Path, makefile: Path, env: dict[str, str
                                 cpu_limit=run_timeout, wall_factor=wall_factor)
             res.run_s += r.wall_s
             res.run_cpu_s += r.cpu_s
+            if r.stopped and recipe.judge_stopped_run and recipe.judge is not None:
+                # its check came before the benchmark the limit stopped
+                verdict, why = recipe.judge(res.program, work, r.stdout + r.stderr)
+                res.ran = verdict is not None
+                res.passed = verdict is True
+                stopped = r.why(f"{exe.name}: run", run_timeout, wall_factor)
+                res.first_error = (f"its check held; {stopped}" if verdict
+                                   else f"its check failed: {why}" if verdict is False else stopped)
+                return res
             if r.stopped:
                 res.first_error = r.why(f"{exe.name}: run", run_timeout, wall_factor)
                 return res

@@ -115,3 +115,52 @@ def test_olcf_corpus_with_recipe_and_command_line_flags(tmp_path: Path, monkeypa
         assert r["built"] and r["ran"] and r["passed"], r
         assert 0 < r["build_cpu_s"] and 0 < r["run_cpu_s"] < 1 and r["build_s"] > 0
     assert results["exercises/hw11/test.cu"]["run_s"] >= 2          # its sleep(2)
+
+
+LLMC_MAKEFILE = '''NVCC := $(shell which nvcc 2>/dev/null)
+%: %.cu
+\t$(NVCC) -O3 -std=c++17 $< -o $@
+'''
+
+# llm.c's shape: the kernel checked against the CPU code first, then a benchmark that runs
+# long (here: forever); OFFSET 1 makes the kernel wrong
+LLMC_PROGRAM = r'''#include <cstdio>
+#include <cstdlib>
+#include "common.h"
+__global__ void scale(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = 2 * x[i] + OFFSET; }
+int main() {
+    const int n = 1000;
+    float h[n], *d;
+    for (int i = 0; i < n; i++) h[i] = i;
+    cudaMalloc(&d, sizeof h);
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    scale<<<4, 256>>>(d, n);
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < n; i++)
+        if (h[i] != 2.0f * i) { printf("Mismatch of out at %d: CPU_ref: %f vs GPU: %f\n", i, 2.0f * i, h[i]); exit(1); }
+    printf("All results match. Starting benchmarks.\n\n");
+    for (volatile unsigned long spin = 0;; spin++) {}
+}
+'''
+
+
+def test_llmc_run_stopped_in_its_benchmark_is_judged_on_its_check(tmp_path: Path, monkeypatch) -> None:
+    """llm.c's dev/cuda programs check their kernels and then benchmark them for long: a run
+    that the CPU limit stops after "All results match." passed (and says it was stopped), a
+    "Mismatch of ..." is a failed check."""
+    d = tmp_path / "llmc" / "dev" / "cuda"
+    d.mkdir(parents=True)
+    (d / "common.h").write_text("#include <cuda_runtime.h>\n")
+    (d / "Makefile").write_text(LLMC_MAKEFILE)
+    (d / "scale_forward.cu").write_text(LLMC_PROGRAM.replace("OFFSET", "0"))
+    (d / "scale_backward.cu").write_text(LLMC_PROGRAM.replace("OFFSET", "1"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "result.json"
+    assert coverage.main([str(tmp_path / "llmc"), "--json", str(out), "--run-timeout", "2",
+                          "--wall-factor", "60"]) == 0        # recognized by dev/cuda/common.h
+    results = {r["program"]: r for r in json.loads(out.read_text())["results"]}
+    good, bad = results["dev/cuda/scale_forward.cu"], results["dev/cuda/scale_backward.cu"]
+    assert good["built"] and good["ran"] and good["passed"], good
+    assert good["first_error"].startswith("its check held; scale_forward: run used more than 2 s"), good
+    assert bad["built"] and bad["ran"] and not bad["passed"], bad
+    assert "Mismatch of out at 0" in bad["first_error"], bad

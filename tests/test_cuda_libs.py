@@ -300,10 +300,25 @@ def test_nvcc_links_the_static_libraries() -> None:
     """-lcublas / -lcufft (and their _static names) link cpuify's static archives, as the
     runtime is linked statically; other CUDA libraries pass through with a warning."""
     from cpuify.nvcc.driver import parse_args
-    o = parse_args(["a.cu", "-lcublas", "-lcufft_static", "-lcusparse", "-o", "a"])
-    assert o.link_opts == ["-lcublas_static", "-lcufft_static", "-lcusparse"]
+    o = parse_args(["a.cu", "-lcublas", "-lcufft_static", "-lcusparse", "-lcublasLt", "-o", "a"])
+    # cuBLASLt is part of cpuify's cuBLAS: libcublasLt_static.a is libcublas_static.a
+    assert o.link_opts == ["-lcublas_static", "-lcufft_static", "-lcusparse", "-lcublasLt_static"]
     assert any("-lcusparse" in w for w in o.warnings)
     assert not any("cublas" in w or "cufft" in w for w in o.warnings)
+    lib = _cuda_home() / "lib64"
+    assert (lib / "libcublasLt_static.a").resolve() == (lib / "libcublas_static.a").resolve()
+
+
+def test_device_query_tool_prints_the_reported_compute_capability() -> None:
+    """bin/__nvcc_device_query, which Makefiles such as llm.c's run to pick their target, says
+    what cpuify's runtime reports for each device (as cudaGetDeviceProperties does)."""
+    tool = str(_cuda_home() / "bin" / "__nvcc_device_query")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CPUIFY_COMPUTE")}
+    r = subprocess.run([tool], capture_output=True, text=True, env=env, check=True)
+    assert r.stdout == "75\n"
+    r = subprocess.run([tool], capture_output=True, text=True, check=True,
+                       env={**env, "CPUIFY_COMPUTE_CAPABILITY": "8.6", "CPUIFY_DEVICE_COUNT": "2"})
+    assert r.stdout == "86,86\n"
 
 
 def test_stub_generation_covers_every_declared_function() -> None:

@@ -563,6 +563,8 @@ def test_verbose_output_names_the_toolkit(tmp_path: Path, home: Path, env: dict[
 DRIVER_API_CU = r"""
 #include <cstdio>
 #include <cuda.h>
+__device__ double table[6];
+__global__ void where(const char **file, double **entry) { *file = "drv.cu:7"; *entry = &table[4]; }
 int main() {
     int count = 0, major = 0, version = 0;
     CUdevice dev;
@@ -576,7 +578,29 @@ int main() {
     CUdeviceptr p;
     int in[3] = {5, 6, 7}, out[3] = {0, 0, 0};
     if (cuMemAlloc(&p, sizeof in) || cuMemcpyHtoD(p, in, sizeof in) ||
-        cuMemcpyDtoH(out, p, sizeof out) || cuCtxSynchronize() || cuMemFree(p)) return 5;
+        cuMemcpyDtoH(out, p, sizeof out) || cuCtxSynchronize()) return 5;
+    // the allocation holding an address inside it; a host stack address is in none
+    CUdeviceptr base = 0;
+    size_t size = 0, size_only = 0;
+    CUresult inside = cuMemGetAddressRange(&base, &size, p + 8);
+    CUresult no_base = cuMemGetAddressRange(NULL, &size_only, p + 11);
+    CUresult host = cuMemGetAddressRange(&base, NULL, (CUdeviceptr)(size_t)out);
+    if (cuMemFree(p)) return 5;
+    CUresult freed = cuMemGetAddressRange(NULL, &size_only, p);
+    printf("range %d %d %d %d %d %zu %zu\n", (int)inside, (int)no_base, (int)host, (int)freed,
+           base == p, size, size_only);
+    // module globals (printf-alternative's shape: a device string literal's length)
+    void **found, *got[2];
+    char text[16] = {0};
+    size_t text_size = 0, table_size = 0;
+    cudaMalloc(&found, sizeof got);
+    where<<<1, 1>>>((const char **)found, (double **)found + 1);
+    cudaMemcpy(got, found, sizeof got, cudaMemcpyDeviceToHost);
+    CUresult r_text = cuMemGetAddressRange(NULL, &text_size, (CUdeviceptr)got[0]);
+    cuMemcpyDtoH(text, (CUdeviceptr)got[0], text_size);
+    CUresult r_table = cuMemGetAddressRange(&base, &table_size, (CUdeviceptr)got[1]);
+    printf("globals %d %zu %s %d %zu %d\n", (int)r_text, text_size, text, (int)r_table, table_size,
+           (char *)got[1] - (char *)base);
     const char *err = 0;
     cuGetErrorName(CUDA_ERROR_INVALID_VALUE, &err);
     CUmodule m;
@@ -608,8 +632,12 @@ def test_driver_api_library(tmp_path: Path, home: Path, env: dict[str, str]) -> 
                             str(_write(tmp_path / "cc.cu", CC_CU))], env=env, capture_output=True,
                            text=True, timeout=600)
     major = props.stdout.split()[0]
-    assert r.stdout.strip() == (f"count 1 major {major} version 1 copied 5 6 7 err "
-                                "CUDA_ERROR_INVALID_VALUE load 801 801 named 1")
+    # cuMemGetAddressRange: the 12-byte allocation from inside it (twice); a host address and
+    # a freed allocation are in none (CUDA_ERROR_NOT_FOUND = 500)
+    # and the string literal (9 bytes with its NUL) and __device__ array holding an address
+    assert r.stdout.splitlines() == ["range 0 0 500 500 1 12 12", "globals 0 9 drv.cu:7 0 48 32",
+                                     f"count 1 major {major} version 1 copied 5 6 7 err "
+                                     "CUDA_ERROR_INVALID_VALUE load 801 801 named 1"]
     # one line for the unsupported function, however often it is called
     assert r.stderr.count("cuModuleLoad") == 1, r.stderr
     deps = subprocess.run(["ldd", str(tmp_path / "drv")], capture_output=True, text=True).stdout

@@ -3,6 +3,8 @@ look for one (`make CUDA_PATH=...`, CMake's `enable_language(CUDA)` / `find_pack
 `PATH=.../bin:$PATH make` with a Makefile that calls plain `nvcc`).
 
     bin/nvcc               runs `cpuify nvcc` with the Python interpreter that made the directory
+    bin/__nvcc_device_query  the compute capability of cpuify's devices, as NVIDIA's tool prints
+                           its GPUs' (`75`)
     include/               NVIDIA's headers from the PyPI wheels (symlinks; curand*.h from the
                            nvidia-curand wheel when installed) + cpuify's runtime headers
     lib64/ (lib -> lib64)  libcudart_static.a  cpuify's CUDA runtime (libcpuify_cudart.a)
@@ -65,10 +67,12 @@ from cpuify.nvcc.headers import (
     curand_include,
     legacy_header_dir,
 )
-from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_library
+from cpuify.nvcc.rtlib import RUNTIME_DIR, c_compiler, runtime_cflags, runtime_library
 from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
 
 DRIVER_SOURCE = "cuda_driver.c"
+#: NVIDIA's name of the tool that prints the GPUs' compute capabilities (runtime/nvcc_device_query.c)
+DEVICE_QUERY = "__nvcc_device_query"
 NVML_SOURCE = "nvml.c"
 # what nvcc links an executable with, after the objects (nvcc -v shows the same line)
 RUNTIME_LINK_LIBS = ("-lcudadevrt", "-lcudart_static", "-lrt", "-lpthread", "-ldl", "-lm")
@@ -217,6 +221,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
     st = os.stat(tk.nvcc)
     for part in (Path(__file__).read_bytes(), (RUNTIME_DIR / DRIVER_SOURCE).read_bytes(),
                  (RUNTIME_DIR / NVML_SOURCE).read_bytes(), str(nvml_header(tk)).encode(),
+                 (RUNTIME_DIR / "nvcc_device_query.c").read_bytes(),
                  str(runtime).encode(), tk.root.encode(), tk.include.encode(),
                  str(curand_include(tk)).encode(),
                  f"{st.st_size}:{st.st_mtime_ns}".encode(), sys.executable.encode(),
@@ -233,7 +238,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
     return h.hexdigest()[:16]
 
 
-EXPECTED = ("bin/nvcc", "include/cuda_runtime.h", "lib64/libcudart.so", "lib64/libcudart_static.a",
+EXPECTED = ("bin/nvcc", f"bin/{DEVICE_QUERY}", "include/cuda_runtime.h", "lib64/libcudart.so", "lib64/libcudart_static.a",
             "lib64/libcuda.so", "lib64/libcudadevrt.a", "lib/libcudart.so", "version.json",
             *(f"lib64/lib{name}{kind}" for name in mathlibs.NAMES for kind in (".so", "_static.a")),
             *cuda_sdk.expected_files(), HOME_MARKER)
@@ -462,6 +467,10 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
          "linking cpuify's libcudart.so")
     for link in (f"libcudart.so.{major}", "libcudart.so"):
         os.symlink(cudart, lib / link)
+    query = tmp / "bin" / DEVICE_QUERY
+    _run([cc, "-O2", "-std=c11", *runtime_cflags(tk), str(RUNTIME_DIR / "nvcc_device_query.c"), "-o",
+          str(query), str(lib / "libcudart_static.a"), "-lpthread", "-lm", "-ldl"],
+         f"building bin/{DEVICE_QUERY}")
 
     with cache.temporary_directory(prefix="cpuify-libcuda-") as work:
         driver_o = os.path.join(work, "cuda_driver.o")

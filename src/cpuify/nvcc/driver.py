@@ -313,11 +313,12 @@ def parse_args(argv: list[str]) -> Options:
             elif value in ("nvToolsExt", "nvtx3interop"):
                 pass     # NVTX v3 is header-only (nvtx3/nvToolsExt.h); without a tool it does nothing
             elif value in MATH_LIBRARIES or (value.endswith("_static") and value[:-7] in MATH_LIBRARIES):
-                # cpuify's cuBLAS/cuFFT/cuRAND (cpuify cuda-home), linked statically as the runtime is
+                # cpuify's cuBLAS(Lt)/cuFFT/cuRAND (cpuify cuda-home), linked statically as the
+                # runtime is
                 o.link_opts.append(f"-l{value.removesuffix('_static')}_static")
             else:
-                if value in ("cusparse", "cusolver", "nvrtc", "cublasLt", "nppc"):
-                    o.warnings.append(f"-l{value}: cpuify provides the CUDA runtime, cuBLAS, cuFFT and cuRAND only; linking "
+                if value in ("cusparse", "cusolver", "nvrtc", "nppc"):
+                    o.warnings.append(f"-l{value}: cpuify provides the CUDA runtime, cuBLAS, cuBLASLt, cuFFT and cuRAND only; linking "
                                       f"lib{value} as given (it will not run kernels on the CPU)")
                 o.link_opts.append(f"-l{value}")
         elif canon == "-Xcompiler":

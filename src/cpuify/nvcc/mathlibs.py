@@ -41,14 +41,18 @@ class MathLibrary:
 
 
 LIBRARIES = (
-    MathLibrary("cublas", ("cublas.c",), ("cublas_api.h", "cublas.h"), "cublasStatus_t",
-                "cpuify_cublas_not_supported_once"),
+    # cuBLASLt is part of it (as NVIDIA's libcublas needs its libcublasLt): libcublasLt is
+    # the same library under that name (ALIASES)
+    MathLibrary("cublas", ("cublas.c", "cublaslt.c"), ("cublas_api.h", "cublas.h", "cublasLt.h"),
+                "cublasStatus_t", "cpuify_cublas_not_supported_once"),
     MathLibrary("cufft", ("cufft.c",), ("cufft.h",), "cufftResult", "cpuify_cufft_not_supported_once"),
     # no header of ours: curand.h is NVIDIA's, and the sources define all its functions
     MathLibrary("curand", ("curand.c", "curand_distributions.c"), (), "curandStatus_t",
                 "cpuify_curand_not_supported_once"),
 )
-NAMES = tuple(lib.name for lib in LIBRARIES)
+# libraries that are another one under a second name: `-lcublasLt` links cpuify's cuBLAS
+ALIASES = {"cublasLt": "cublas"}
+NAMES = tuple(lib.name for lib in LIBRARIES) + tuple(ALIASES)
 SHARED_SOURCES = ("mathlib_internal.h", "cpuify_rt.h", "curand_internal.h", "curand_generators.h",
                   "curand_sobol.h", "curand_mtgp32.h", "curand_mt19937.h", "curand_mt19937_jump.h")
 
@@ -155,3 +159,6 @@ def build(lib_dir: Path, final_lib_dir: Path, tk: Toolkit, cudart_so: Path, rele
               str(cudart_so), "-lpthread", "-lm", "-ldl"], f"linking cpuify's lib{lib.name}.so")
         for link in (f"lib{lib.name}.so.{major}", f"lib{lib.name}.so"):
             os.symlink(so, lib_dir / link)
+    for alias, name in ALIASES.items():
+        for suffix in ("_static.a", f".so.{release}", f".so.{major}", ".so"):
+            os.symlink(f"lib{name}{suffix}", lib_dir / f"lib{alias}{suffix}")

@@ -36,10 +36,12 @@
 #pragma weak cudaDeviceGetPCIBusId
 #pragma weak cudaDeviceGetByPCIBusId
 #pragma weak cpuify_cudart_initialized
+#pragma weak cpuify_allocation_range
 #pragma weak cudaMemcpyAsync
 #pragma weak cudaStreamWaitEvent
 #pragma weak cudaEventRecord
 extern int cpuify_cudart_initialized(void);
+extern int cpuify_allocation_range(const void *p, void **base, size_t *size);
 
 /* generated with the stubs: the name of a CUresult value, NULL when there is none */
 extern const char *cpuify_cu_error_name(int value);
@@ -429,6 +431,21 @@ CUresult cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     NEED_INIT();
     CUresult r = need_runtime("cuMemGetInfo", cudaMemGetInfo != 0);
     return r != CUDA_SUCCESS ? r : from_runtime(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+/* the allocation that holds dptr (cuMemAlloc/cudaMalloc, pitched, managed or page-locked
+ * memory of the runtime's): its base and the bytes asked for; either output may be NULL */
+CUresult cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+    NEED_INIT();
+    CUresult r = need_runtime("cuMemGetAddressRange", cpuify_allocation_range != 0);
+    if (r != CUDA_SUCCESS) return r;
+    void *base = NULL;
+    size_t size = 0;
+    if (!cpuify_allocation_range((const void *)(uintptr_t)dptr, &base, &size))
+        return CUDA_ERROR_NOT_FOUND;
+    if (pbase) *pbase = (CUdeviceptr)(uintptr_t)base;
+    if (psize) *psize = size;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes) {

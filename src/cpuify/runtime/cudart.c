@@ -684,6 +684,34 @@ static alloc_t lookup(const void *p) {
     return a;
 }
 
+/* The allocation that holds p: memory the runtime allocated (cudaMalloc, cudaMallocPitch,
+ * cudaMallocManaged, cudaMallocHost/HostAlloc; not host memory it registered: its base and
+ * the bytes asked for) or a module's global (a __device__/__constant__ variable, a string
+ * literal of device code: its address and size, as the driver allocates each on a GPU).
+ * 0 when p is in none.  For the driver API's cuMemGetAddressRange. */
+CPUIFY_API int cpuify_allocation_range(const void *p, void **base, size_t *size) {
+    alloc_t a = lookup(p);
+    if (a.base && a.kind != MEM_REGISTERED) {
+        *base = a.base;
+        *size = a.size;
+        return 1;
+    }
+    int found = 0;
+    pthread_mutex_lock(&g_reg_lock);
+    for (size_t m = 0; m < g_nmodules && !found; m++)
+        for (uint32_t i = 0; i < g_modules[m]->nvars && !found; i++) {
+            const cpuify_var_desc *v = &g_modules[m]->vars[i];
+            const char *start = v->addr;
+            if ((const char *)p >= start && (const char *)p < start + (v->size ? v->size : 1)) {
+                *base = v->addr;
+                *size = v->size;
+                found = 1;
+            }
+        }
+    pthread_mutex_unlock(&g_reg_lock);
+    return found;
+}
+
 /* Distributed execution (cpuify nvcc --distributed: runtime/dist_main.c and
  * cpuify/distributed/native.py).  On rank 0 of a distributed run, native.py sets these
  * hooks: the allocations, every copy or memset that reads or writes device memory on the

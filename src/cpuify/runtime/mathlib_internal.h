@@ -9,8 +9,10 @@
 #ifndef CPUIFY_MATHLIB_INTERNAL_H
 #define CPUIFY_MATHLIB_INTERNAL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cpuify_rt.h"
 
@@ -54,6 +56,55 @@ static int cpuify_run_job(const char *api, void *stream, uint32_t count, uint64_
                                                       : "execution failed";
     fprintf(stderr, "cpuify: %s failed: %s\n", api, why);
     return -1;
+}
+
+/* IEEE binary16 and bfloat16 (cuBLAS's 16-bit types) to and from f32, rounding to nearest even */
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);
+    else if (exp) bits = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) bits = sign;
+    else { /* subnormal: normalize */
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t float_to_half(float f) { /* round to nearest even */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
+    if (ax >= 0x477ff000u) return sign | 0x7c00;             /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {                                  /* subnormal or zero */
+        float a;
+        memcpy(&a, &ax, 4);
+        return sign | (uint16_t)lrintf(a * 16777216.0f);     /* a / 2^-24, exact rounding */
+    }
+    uint32_t r = ax - 0x38000000u;                           /* rebias 127 -> 15 */
+    uint32_t h = r >> 13, rest = r & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return sign | (uint16_t)h;
+}
+
+static inline float bf16_to_float(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
 }
 
 #endif /* CPUIFY_MATHLIB_INTERNAL_H */

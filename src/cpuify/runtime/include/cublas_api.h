@@ -191,6 +191,18 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
                             void *C, cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                                          const void *A, cudaDataType Atype, int lda, long long int strideA,
+                                          const void *B, cudaDataType Btype, int ldb, long long int strideB,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                   int m, int n, int k, const void *alpha, const void *const Aarray[],
+                                   cudaDataType Atype, int lda, const void *const Barray[], cudaDataType Btype,
+                                   int ldb, const void *beta, void *const Carray[], cudaDataType Ctype, int ldc,
+                                   int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 cublasStatus_t cublasSgeam(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                            int m, int n, const float *alpha, const float *A, int lda, const float *beta,
                            const float *B, int ldb, float *C, int ldc);
@@ -232,14 +244,15 @@ cublasStatus_t cublasSgetriBatched(cublasHandle_t handle, int n, const float *co
                                    const int *P, float *const C[], int ldc, int *info, int batchSize);
 cublasStatus_t cublasSdgmm(cublasHandle_t handle, cublasSideMode_t mode, int m, int n, const float *A,
                            int lda, const float *x, int incx, float *C, int ldc);
-cublasStatus_t cublasLtCreate(void **lightHandle);
 
 #ifdef __cplusplus
 }
 
 /* half-precision GEMM (C++ only, as cuBLAS's: __half is a C++ type); computed in f32 and
- * rounded to half once, as cublasGemmEx with CUBLAS_COMPUTE_16F */
+ * rounded to half once, as cublasGemmEx with CUBLAS_COMPUTE_16F.  The bfloat16 type comes
+ * with the header too, as with NVIDIA's (llm.c uses __nv_bfloat16 after cublas_v2.h only) */
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 extern "C" cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t transa,
                                       cublasOperation_t transb, int m, int n, int k,
                                       const __half *alpha, const __half *A, int lda, const __half *B,
