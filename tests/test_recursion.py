@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cpuify
-import cpuify.interp.machine as interp_machine
+import cpuify.interp.thread as interp_thread
 from cpuify.errors import KernelFailure, LaunchError, UnsupportedError
 from cpuify.frontend.nvrtc import compile_to_ptx
 from cpuify.interp import interpret_kernel
@@ -217,12 +217,12 @@ def test_stack_overflow_in_the_interpreter() -> None:
     out = np.zeros(2, np.int32)
     with pytest.raises(LaunchError, match="stack overflow"):
         interpret_kernel(_ptx(DEEP), "deep", (1, 1, 1), (2, 1, 1), (out, np.int32(5000)))
-    old = interp_machine.CALL_STACK_SIZE
+    old = interp_thread.CALL_STACK_SIZE
     try:
-        interp_machine.CALL_STACK_SIZE = 1 << 20
+        interp_thread.CALL_STACK_SIZE = 1 << 20
         interpret_kernel(_ptx(DEEP), "deep", (1, 1, 1), (2, 1, 1), (out, np.int32(5000)))
     finally:
-        interp_machine.CALL_STACK_SIZE = old
+        interp_thread.CALL_STACK_SIZE = old
     assert out.tolist() == [_depth(5000)] * 2
 
 
