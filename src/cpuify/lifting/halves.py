@@ -169,6 +169,59 @@ class _Expander:
         return [self.pack(out[0], out[1])]
 
 
+def _is_unpack(op: Operation) -> bool:
+    """`mov.b32 {lo, hi}, r`: a 32-bit value split into its two 16-bit halves."""
+    return op.name == "ptx.mov" and len(op.operands) == 1 and len(op.results) == 2 and \
+        op.attributes.get("mods") == ["b32"] and op.operands[0].type == "i32" and \
+        all(r.type == "i16" for r in op.results)
+
+
+def _is_pack(op: Operation) -> bool:
+    """`mov.b32 r, {lo, hi}`: two 16-bit halves joined into a 32-bit value."""
+    return op.name == "ptx.mov" and len(op.operands) == 2 and len(op.results) == 1 and \
+        op.attributes.get("mods") == ["b32"] and op.results[0].type == "i32" and \
+        all(v.type == "i16" for v in op.operands)
+
+
+def fold_half_packing(region: Region) -> int:
+    """The halves of a packed value taken where they are known, after expansion: an unpack
+    of a pack gives the pack's own halves, a second unpack of a value in the same block the
+    first one's (a chain of f16x2 fmas otherwise packs each result and unpacks it again for
+    the next, and unpacks a shared operand once per instruction: six ops per packed fma
+    instead of two, each lowered and optimized); unpacks and packs left without uses are
+    removed (they have no effects).  Exact: the halves are the same bits.  Returns how many
+    unpacks were folded."""
+    folded = 0
+    for block in region.blocks:
+        first: dict[int, Operation] = {}             # id(packed value) -> its first unpack
+        here = folded
+        for op in block.ops:
+            if not _is_unpack(op):
+                continue
+            src = op.operands[0]
+            owner = getattr(src, "op", None)
+            if owner is not None and _is_pack(owner):
+                halves: Sequence[Value] = owner.operands
+            elif id(src) in first:
+                halves = first[id(src)].results
+            else:
+                first[id(src)] = op
+                continue
+            for r, h in zip(op.results, halves):
+                replace_all_uses(r, h)
+            folded += 1
+        if folded == here:
+            continue
+        kept: list[Operation] = []
+        for op in reversed(block.ops):
+            if (_is_unpack(op) or _is_pack(op)) and not any(r.uses for r in op.results):
+                op.drop_uses()
+                continue
+            kept.append(op)
+        block.ops[:] = kept[::-1]
+    return folded
+
+
 def expand_deferred(region: Region, const: Const, error: Error) -> int:
     """Expands the ops translation deferred (and the fmas contraction made of them) as
     translation expands the others; returns how many it expanded."""

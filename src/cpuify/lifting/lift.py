@@ -26,7 +26,7 @@ from cpuify.frontend.ptx_ast import (
 from cpuify.ir.core import Block, BlockArgument, Operation, Region, Value, postorder, remove_block_arg
 from cpuify.ir.structure import KernelParam, KernelView, describe_kernel
 from cpuify.lifting.contract import fuse_unrounded_products
-from cpuify.lifting.halves import expand_deferred
+from cpuify.lifting.halves import expand_deferred, fold_half_packing
 from cpuify.lifting.inline import InlinedKernel, inline_calls
 from cpuify.lifting.semantics import (
     RESERVED_SMEM, RESERVED_SMEM_SIZE, SPECIAL_REGS, check_instruction, operand_type,
@@ -315,6 +315,7 @@ class _Lifter:
         if expand_deferred(region, self.const, lambda msg: self.error(msg, 0)):
             entry_ops[:0] = self.const_ops          # (constants the expansion made)
             self.const_ops = []
+        fold_half_packing(region)
         block_par = Operation("upir.block_parallel", regions=[region])
         grid_region = Region([Block()])
         grid_region.entry.append(block_par)
