@@ -1,5 +1,5 @@
 """Test options: `--runslow` runs the tests marked `slow` (long-running; skipped by default,
-so that the README's test command stays quick).  Under pytest-xdist (`-n 2`), each worker
+so that the README's test command stays quick).  Under pytest-xdist (`-n auto`), each worker
 process compiles into a cache directory of its own: tests that count cache entries or
 clear the cache must not see another worker's compiles."""
 

@@ -55,12 +55,6 @@ def _aligned(shape: Any, dtype: Any, order: str, fill: Any) -> numpy.ndarray:
     return out
 
 
-def _like_order(a: Any, order: str) -> str:
-    if order == "K" or order == "A":
-        return "F" if numpy.isfortran(numpy.asarray(a)) else "C"
-    return order
-
-
 def empty(shape: Any, dtype: Any = float, order: str = "C") -> numpy.ndarray:
     return _aligned(shape, dtype, order, None)
 
@@ -81,8 +75,10 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> nu
 
 def _like(a: Any, dtype: Any, order: str, shape: Any, fill: Any) -> numpy.ndarray:
     a = numpy.asarray(a)
+    if order in ("K", "A"):         # (a's own layout)
+        order = "F" if numpy.isfortran(a) else "C"
     return _aligned(a.shape if shape is None else shape, a.dtype if dtype is None else dtype,
-                    _like_order(a, order), fill)
+                    order, fill)
 
 
 def empty_like(a: Any, dtype: Any = None, order: str = "K", subok: Any = None,

@@ -132,6 +132,11 @@ def has_avx512() -> bool:
     return "+avx512f" in host_cpu()[1].split(",")
 
 
+def has_avx512vl() -> bool:
+    """Whether this machine has AVX-512VL: AVX-512's instructions on 128- and 256-bit vectors."""
+    return "+avx512vl" in host_cpu()[1].split(",")
+
+
 def has_avx512fp16() -> bool:
     """Whether this machine has AVX512-FP16: IEEE binary16 arithmetic, an fma rounded once
     (vfmadd*sh/ph) among it, subnormals included."""
@@ -286,8 +291,7 @@ def for_code_generation(mod: llvm.ModuleRef) -> llvm.ModuleRef:
     if not has_avx512() or not any(f.name.startswith("llvm.sqrt.") and f.name.endswith("f32")
                                    for f in mod.functions):
         return mod
-    text = rsqrt_widths.lean_rsqrt_estimates(
-        str(mod), vector_lengths="+avx512vl" in host_cpu()[1].split(","))
+    text = rsqrt_widths.lean_rsqrt_estimates(str(mod), vector_lengths=has_avx512vl())
     if text is None:
         return mod
     lean = llvm.parse_assembly(text)

@@ -73,6 +73,7 @@ from cpuify.nvcc.toolkit import HOME_MARKER, Toolkit, find_toolkit
 DRIVER_SOURCE = "cuda_driver.c"
 #: NVIDIA's name of the tool that prints the GPUs' compute capabilities (runtime/nvcc_device_query.c)
 DEVICE_QUERY = "__nvcc_device_query"
+DEVICE_QUERY_SOURCE = "nvcc_device_query.c"
 NVML_SOURCE = "nvml.c"
 # what nvcc links an executable with, after the objects (nvcc -v shows the same line)
 RUNTIME_LINK_LIBS = ("-lcudadevrt", "-lcudart_static", "-lrt", "-lpthread", "-ldl", "-lm")
@@ -221,7 +222,7 @@ def _key(tk: Toolkit, runtime: Path) -> str:
     st = os.stat(tk.nvcc)
     for part in (Path(__file__).read_bytes(), (RUNTIME_DIR / DRIVER_SOURCE).read_bytes(),
                  (RUNTIME_DIR / NVML_SOURCE).read_bytes(), str(nvml_header(tk)).encode(),
-                 (RUNTIME_DIR / "nvcc_device_query.c").read_bytes(),
+                 (RUNTIME_DIR / DEVICE_QUERY_SOURCE).read_bytes(),
                  str(runtime).encode(), tk.root.encode(), tk.include.encode(),
                  str(curand_include(tk)).encode(),
                  f"{st.st_size}:{st.st_mtime_ns}".encode(), sys.executable.encode(),
@@ -468,7 +469,7 @@ def _build(tmp: Path, final: Path, tk: Toolkit, runtime: Path) -> None:
     for link in (f"libcudart.so.{major}", "libcudart.so"):
         os.symlink(cudart, lib / link)
     query = tmp / "bin" / DEVICE_QUERY
-    _run([cc, "-O2", "-std=c11", *runtime_cflags(tk), str(RUNTIME_DIR / "nvcc_device_query.c"), "-o",
+    _run([cc, "-O2", "-std=c11", *runtime_cflags(tk), str(RUNTIME_DIR / DEVICE_QUERY_SOURCE), "-o",
           str(query), str(lib / "libcudart_static.a"), "-lpthread", "-lm", "-ldl"],
          f"building bin/{DEVICE_QUERY}")
 
